@@ -1,0 +1,251 @@
+#include "allreduce_bench.hpp"
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <iostream>
+
+#include "dist/mpi_comm.hpp"
+#include "dist/mpi_half_ops.hpp"
+#include "dist/world.hpp"
+#include "util/error.hpp"
+#include "util/exit_codes.hpp"
+#include "util/options.hpp"
+
+namespace wt {
+
+namespace {
+
+struct BenchConfig {
+  std::string config_file;
+  std::int64_t min_bytes = 1 << 10;
+  std::int64_t max_bytes = 256 << 20;
+  int step_factor = 4;
+  int iters = 20;
+  int warmup = 5;
+  int rounds = 3;
+  std::string dtype = "float32";
+  std::string op = "sum";
+  bool no_check = false;
+  bool json = false;
+  double comm_timeout = 600;
+};
+
+at::ScalarType parse_dtype(const std::string& name) {
+  if (name == "float32") return at::kFloat;
+  if (name == "float64") return at::kDouble;
+  if (name == "bfloat16") return at::kBFloat16;
+  if (name == "float16") return at::kHalf;
+  if (name == "int32") return at::kInt;
+  return at::kLong;
+}
+
+ReduceOp parse_op(const std::string& name) {
+  if (name == "avg") return ReduceOp::Avg;
+  if (name == "max") return ReduceOp::Max;
+  if (name == "min") return ReduceOp::Min;
+  return ReduceOp::Sum;
+}
+
+// Rank r's input: (r + 1) * (i % 13 + 1), small integers exact in every dtype.
+at::Tensor pattern(int64_t count) { return at::arange(count, at::kLong).remainder(13).add(1); }
+
+// What every rank must hold after the reduction, derived from the pattern.
+at::Tensor expected(int64_t count, ReduceOp op, int n) {
+  const at::Tensor base = pattern(count).to(at::kDouble);
+  switch (op) {
+    case ReduceOp::Sum: return base * (n * (n + 1) / 2.0);
+    case ReduceOp::Avg: return base * ((n + 1) / 2.0);
+    case ReduceOp::Max: return base * n;
+    case ReduceOp::Min: return base;
+  }
+  return base;
+}
+
+void fill(at::Tensor& buffer, int rank) { buffer.copy_(pattern(buffer.numel()) * (rank + 1)); }
+
+// Elements further from the expected value than the dtype's rounding allows.
+int64_t count_wrong(const at::Tensor& result, const at::Tensor& want, int n) {
+  const double eps = at::isFloatingType(result.scalar_type())
+                         ? (result.scalar_type() == at::kBFloat16 ? 1.0 / 128 : result.scalar_type() == at::kHalf
+                                                                                     ? 1.0 / 1024
+                                                                                     : 1e-6)
+                         : 0.0;
+  const at::Tensor diff = (result.to(at::kDouble) - want).abs();
+  return (diff > want.abs() * (eps * n)).sum().item<int64_t>();
+}
+
+struct Measure {
+  double seconds = 0;  // per op, max over ranks
+  int64_t wrong = 0;   // summed over ranks
+};
+
+double max_over_ranks(const World& world, double value) {
+  double out = 0;
+  MPI_CHECK(MPI_Allreduce(&value, &out, 1, MPI_DOUBLE, MPI_MAX, world.comm()));
+  return out;
+}
+
+template <class Op>
+double time_op(const World& world, int iters, int warmup, Op op) {
+  for (int i = 0; i < warmup; ++i) op();
+  world.barrier();
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < iters; ++i) op();
+  const double local = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / iters;
+  return max_over_ranks(world, local);
+}
+
+template <class Op>
+int64_t check_op(const World& world, at::Tensor& buffer, const at::Tensor& want, Op op) {
+  fill(buffer, world.rank());
+  op();
+  int64_t wrong = count_wrong(buffer, want, world.size()), total = 0;
+  MPI_CHECK(MPI_Allreduce(&wrong, &total, 1, MPI_INT64_T, MPI_SUM, world.comm()));
+  return total;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+int run_allreduce_bench(World& world, int argc, char** argv) {
+  BenchConfig cfg;
+  OptionSet options("wanbench allreduce", "[options]");
+  options.group("allreduce")
+      .standard_options(&cfg.config_file)
+      .add("min-bytes", &cfg.min_bytes, "smallest message, bytes")
+      .add("max-bytes", &cfg.max_bytes, "largest message, bytes")
+      .add("step-factor", &cfg.step_factor, "each size is this many times the previous")
+      .add("iters", &cfg.iters, "timed all-reduces per size and round")
+      .add("warmup", &cfg.warmup, "untimed all-reduces before each timed run")
+      .add("rounds", &cfg.rounds, "alternating rounds of wantrain and raw MPI; the median is reported")
+      .choice("dtype", &cfg.dtype, {"float32", "float64", "bfloat16", "float16", "int32", "int64"}, "element type")
+      .choice("op", &cfg.op, {"sum", "avg", "max", "min"}, "reduction")
+      .flag("no-check", &cfg.no_check, "skip the correctness check of each size")
+      .flag("json", &cfg.json, "print JSON instead of the table")
+      .add("comm-timeout", &cfg.comm_timeout, "seconds a collective may take before the job is ended");
+  auto outcome = OptionSet::Outcome::Run;
+  world.agree([&] {
+    outcome = options.parse(argc, argv);
+    if (outcome != OptionSet::Outcome::Run) return;
+    if (cfg.min_bytes < 1 || cfg.max_bytes < cfg.min_bytes)
+      throw UsageError("options --min-bytes/--max-bytes: need 1 <= min-bytes <= max-bytes");
+    if (cfg.step_factor < 2) throw UsageError("option --step-factor: must be at least 2");
+    if (cfg.iters < 1 || cfg.warmup < 0 || cfg.rounds < 1)
+      throw UsageError("options --iters/--warmup/--rounds: need iters >= 1, warmup >= 0, rounds >= 1");
+    if (cfg.op == "avg" && (cfg.dtype == "int32" || cfg.dtype == "int64"))
+      throw UsageError("option --op: avg is defined for floating dtypes only");
+  });
+  if (outcome != OptionSet::Outcome::Run) {
+    if (world.is_root()) std::cout << options.help_text();
+    return kExitOk;
+  }
+
+  const at::ScalarType dtype = parse_dtype(cfg.dtype);
+  const ReduceOp op = parse_op(cfg.op);
+  CommOptions comm_options;
+  comm_options.timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg.comm_timeout * 1000));
+  MpiComm comm(world, comm_options);
+
+  // Raw MPI gets the same communicator and the same reduction MpiComm uses.
+  const bool half = dtype == at::kBFloat16 || dtype == at::kHalf;
+  MPI_Datatype raw_type = half ? MPI_UINT16_T
+                          : dtype == at::kFloat  ? MPI_FLOAT
+                          : dtype == at::kDouble ? MPI_DOUBLE
+                          : dtype == at::kInt    ? MPI_INT32_T
+                                                 : MPI_INT64_T;
+  HalfReduceOps half_ops;
+  MPI_Op raw_op = half ? half_ops.get(dtype, op)
+                  : op == ReduceOp::Max ? MPI_MAX
+                  : op == ReduceOp::Min ? MPI_MIN
+                                        : MPI_SUM;
+  const int n = world.size();
+  const double bus_factor = n > 1 ? 2.0 * (n - 1) / n : 0.0;
+
+  nlohmann::json rows = nlohmann::json::array();
+  int64_t total_wrong = 0;
+  const int64_t item = at::elementSize(dtype);
+  if (world.is_root() && !cfg.json) {
+    std::cout << fmt::format("# wanbench allreduce: {} ranks, dtype {}, op {}, {} iters x {} rounds (median)\n", n,
+                             cfg.dtype, cfg.op, cfg.iters, cfg.rounds)
+              << fmt::format("# {:>12} {:>10} | {:>10} {:>8} {:>8} {:>6} | {:>10} {:>8} {:>8} {:>6} | {:>6}\n",
+                             "", "", "wantrain", "", "", "", "raw MPI", "", "", "", "busbw")
+              << fmt::format("# {:>12} {:>10} | {:>10} {:>8} {:>8} {:>6} | {:>10} {:>8} {:>8} {:>6} | {:>6}\n",
+                             "size(B)", "count", "time(us)", "algbw", "busbw", "#wrong", "time(us)", "algbw",
+                             "busbw", "#wrong", "ratio");
+  }
+  for (int64_t bytes = cfg.min_bytes; bytes <= cfg.max_bytes; bytes *= cfg.step_factor) {
+    const int64_t count = std::max<int64_t>(1, bytes / item);
+    at::Tensor buffer = at::empty({count}, at::TensorOptions().dtype(dtype));  // [count]
+    auto ours = [&] { comm.all_reduce(buffer, {op}); };
+    auto raw = [&] {
+      MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buffer.data_ptr(), static_cast<int>(count), raw_type, raw_op,
+                              comm.native()));
+      if (op == ReduceOp::Avg) buffer.div_(n);
+    };
+    Measure m_ours, m_raw;
+    if (!cfg.no_check) {
+      const at::Tensor want = expected(count, op, n);
+      m_ours.wrong = check_op(world, buffer, want, ours);
+      m_raw.wrong = check_op(world, buffer, want, raw);
+    }
+    // Values grow under repeated in-place sums: start each timed run from the pattern.
+    std::vector<double> t_ours, t_raw;
+    for (int r = 0; r < cfg.rounds; ++r) {
+      fill(buffer, world.rank());
+      t_ours.push_back(time_op(world, cfg.iters, cfg.warmup, ours));
+      fill(buffer, world.rank());
+      t_raw.push_back(time_op(world, cfg.iters, cfg.warmup, raw));
+    }
+    m_ours.seconds = median(t_ours);
+    m_raw.seconds = median(t_raw);
+    total_wrong += m_ours.wrong + m_raw.wrong;
+
+    const double real_bytes = static_cast<double>(count * item);
+    auto row = [&](const Measure& m) {
+      const double algbw = real_bytes / m.seconds / 1e9;
+      return nlohmann::json{{"time_us", m.seconds * 1e6},
+                            {"algbw_GBps", algbw},
+                            {"busbw_GBps", algbw * bus_factor},
+                            {"wrong", m.wrong}};
+    };
+    nlohmann::json line{{"bytes", count * item}, {"count", count}, {"wantrain", row(m_ours)}, {"mpi", row(m_raw)}};
+    line["busbw_ratio"] = m_raw.seconds / m_ours.seconds;
+    rows.push_back(line);
+    if (world.is_root() && !cfg.json) {
+      const auto& a = line["wantrain"];
+      const auto& b = line["mpi"];
+      std::cout << fmt::format(
+                       "  {:>12} {:>10} | {:>10.1f} {:>8.3f} {:>8.3f} {:>6} | {:>10.1f} {:>8.3f} {:>8.3f} {:>6} | "
+                       "{:>6.3f}\n",
+                       count * item, count, a["time_us"].get<double>(), a["algbw_GBps"].get<double>(),
+                       a["busbw_GBps"].get<double>(), m_ours.wrong, b["time_us"].get<double>(),
+                       b["algbw_GBps"].get<double>(), b["busbw_GBps"].get<double>(), m_raw.wrong,
+                       line["busbw_ratio"].get<double>())
+                << std::flush;
+    }
+    if (bytes > cfg.max_bytes / cfg.step_factor) break;
+  }
+  if (world.is_root()) {
+    if (cfg.json) {
+      std::cout << nlohmann::json{{"bench", "allreduce"},   {"ranks", n},           {"dtype", cfg.dtype},
+                                  {"op", cfg.op},           {"iters", cfg.iters},   {"rounds", cfg.rounds},
+                                  {"checked", !cfg.no_check}, {"wrong", total_wrong}, {"rows", rows}}
+                       .dump(2)
+                << "\n";
+    } else {
+      std::cout << fmt::format("# busbw = algbw * 2(n-1)/n; ratio = wantrain busbw / raw MPI busbw; {} wrong\n",
+                               total_wrong);
+    }
+  }
+  return total_wrong == 0 ? kExitOk : kExitFailure;
+}
+
+}  // namespace wt

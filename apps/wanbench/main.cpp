@@ -1,0 +1,37 @@
+// wanbench: measurements of wantrain's pieces, side by side with their baselines.
+#include <fmt/format.h>
+
+#include <cstring>
+#include <iostream>
+
+#include "allreduce_bench.hpp"
+#include "dist/app.hpp"
+#include "dist/world.hpp"
+#include "util/error.hpp"
+#include "util/exit_codes.hpp"
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: wanbench COMMAND [options]\n"
+    "commands:\n"
+    "  allreduce   Comm all-reduce vs raw MPI_Allreduce, sizes swept (time, algbw, busbw, #wrong)\n"
+    "run 'wanbench COMMAND --help' for its options\n";
+
+int run(wt::World& world, int argc, char** argv) {
+  const std::string command = argc > 1 ? argv[1] : "";
+  if (command == "allreduce") return wt::run_allreduce_bench(world, argc - 1, argv + 1);
+  if (command == "--help" || command == "-h") {
+    if (world.is_root()) std::cout << kUsage;
+    return wt::kExitOk;
+  }
+  world.agree([&] {
+    throw wt::UsageError(command.empty() ? std::string("no command given (allreduce)")
+                                         : fmt::format("unknown command '{}' (allreduce)", command));
+  });
+  return wt::kExitUsage;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) { return wt::run_app(argc, argv, run); }

@@ -1,0 +1,82 @@
+// wantrain: train or distill a Wan diffusion transformer, data-parallel over MPI ranks.
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include <iostream>
+
+#include "dist/app.hpp"
+#include "dist/backend.hpp"
+#include "dist/world.hpp"
+#include "train/train_config.hpp"
+#include "util/error.hpp"
+#include "util/exit_codes.hpp"
+#include "util/log.hpp"
+#include "util/options.hpp"
+#include "version.hpp"
+#include "wantrain/config.hpp"
+
+namespace {
+
+std::string world_table(const wt::World& world, const wt::Comm& comm, const wt::TrainConfig& cfg) {
+  const auto peers = world.peers();
+  std::string out = fmt::format("world: {} rank{}, backend {}\n", world.size(), world.size() == 1 ? "" : "s",
+                                comm.backend());
+  out += fmt::format("  {:>5}  {:<24}  {:>10}  {:<8}  {:>7}\n", "rank", "host", "local rank", "device", "threads");
+  for (const auto& p : peers) {
+    const std::string device =
+        comm.device().is_cuda() ? fmt::format("cuda:{}", p.local_rank) : std::string("cpu");
+    out += fmt::format("  {:>5}  {:<24}  {:>10}  {:<8}  {:>7}\n", p.rank, p.host,
+                       fmt::format("{}/{}", p.local_rank, p.local_size), device,
+                       wt::threads_per_rank(cfg, p.local_size));
+  }
+  return out;
+}
+
+int run(wt::World& world, int argc, char** argv) {
+  wt::TrainConfig cfg;
+  wt::OptionSet options("wantrain", "[--config run.ini] [options]");
+  wt::declare_options(options, cfg);
+
+  auto outcome = wt::OptionSet::Outcome::Run;
+  world.agree([&] {
+    outcome = options.parse(argc, argv);
+    if (outcome == wt::OptionSet::Outcome::Run) wt::validate(cfg);
+  });
+  if (outcome == wt::OptionSet::Outcome::Help) {
+    if (world.is_root()) std::cout << options.help_text();
+    return wt::kExitOk;
+  }
+  if (outcome == wt::OptionSet::Outcome::Version) {
+    if (world.is_root()) std::cout << wt::version_text("wantrain");
+    return wt::kExitOk;
+  }
+
+  wt::log::init(world.rank(), world.size());
+  torch::set_num_threads(wt::threads_per_rank(cfg, world.local_size()));
+
+  wt::CommOptions comm_options;
+  comm_options.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(cfg.comm_timeout * 1000));
+  auto comm = wt::make_comm(world, wt::parse_backend(cfg.backend), comm_options);
+
+  const std::string table = world_table(world, *comm, cfg);
+  if (world.is_root()) {
+    std::cout << "wantrain " << WANTRAIN_VERSION << ": resolved configuration\n"
+              << options.resolved_table() << table
+              << fmt::format("effective batch: {} per rank x {} ranks x {} accumulation steps = {}\n",
+                             cfg.batch_size, world.size(), cfg.grad_accum,
+                             static_cast<std::int64_t>(cfg.batch_size) * world.size() * cfg.grad_accum)
+              << std::flush;
+  }
+  comm->barrier();  // the collectives work end to end
+  if (cfg.dry_run) return wt::kExitOk;
+
+  world.agree([] {
+    throw wt::UsageError("training is not in this build yet (the Trainer lands with issue #5); "
+                         "use --dry-run to check a configuration");
+  });
+  return wt::kExitUsage;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) { return wt::run_app(argc, argv, run); }

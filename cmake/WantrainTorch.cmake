@@ -1,0 +1,31 @@
+# LibTorch as one interface target, and a shared precompiled <torch/torch.h>
+# so that the 20 s it costs to parse is paid once per build, not per file.
+add_library(wantrain_torch INTERFACE)
+target_link_libraries(wantrain_torch INTERFACE ${TORCH_LIBRARIES})
+separate_arguments(_torch_flags UNIX_COMMAND "${TORCH_CXX_FLAGS}")
+target_compile_options(wantrain_torch INTERFACE ${_torch_flags})
+add_library(wantrain::torch ALIAS wantrain_torch)
+
+# A CUDA build of LibTorch ships c10_cuda; the Debian CPU build does not.
+if(TARGET c10_cuda OR TORCH_CUDA_LIBRARIES)
+  set(WANTRAIN_TORCH_HAS_CUDA ON)
+else()
+  set(WANTRAIN_TORCH_HAS_CUDA OFF)
+endif()
+
+# The PCH is built once, in this object library, and reused by every target
+# that includes <torch/torch.h>. Targets that reuse it must be compiled with
+# the same flags (-D, -fPIC/-fPIE, -pedantic), so they all take them from here:
+# every wantrain target links wantrain_warnings and none sets PIC.
+add_library(wantrain_torch_pch OBJECT "${CMAKE_CURRENT_LIST_DIR}/torch_pch.cpp")
+# Every library a consumer may link that adds compile definitions is linked
+# here too, so that the PCH and its users agree on them (GCC drops a PCH whose
+# -D flags differ; -Winvalid-pch says so).
+target_link_libraries(wantrain_torch_pch PUBLIC wantrain_torch MPI::MPI_CXX spdlog::spdlog fmt::fmt
+  nlohmann_json::nlohmann_json Boost::program_options wantrain_warnings)
+target_compile_options(wantrain_torch_pch PUBLIC -Winvalid-pch)
+target_precompile_headers(wantrain_torch_pch PRIVATE <torch/torch.h>)
+
+function(wantrain_use_torch_pch target)
+  target_precompile_headers(${target} REUSE_FROM wantrain_torch_pch)
+endfunction()

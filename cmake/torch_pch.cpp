@@ -1,0 +1,1 @@
+// Compiled only to produce the precompiled <torch/torch.h> (see WantrainTorch.cmake).

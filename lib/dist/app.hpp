@@ -1,0 +1,17 @@
+// The main() of every wantrain tool: MPI up, the tool's body, MPI down, and
+// one way out for errors.
+#pragma once
+
+#include <functional>
+
+namespace wt {
+
+class World;
+
+// Creates the World, runs `body`, finalizes, returns body's exit status.
+// An exception leaving `body` prints one line naming the rank and host and
+// ends every rank with MPI_Abort: status 2 for a UsageError, 1 otherwise.
+// CollectiveExit (from World::agree) leaves together, without an abort.
+int run_app(int argc, char** argv, const std::function<int(World&, int, char**)>& body);
+
+}  // namespace wt

@@ -1,0 +1,15 @@
+#include "dist/comm.hpp"
+
+namespace wt {
+
+const char* to_string(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: return "sum";
+    case ReduceOp::Avg: return "avg";
+    case ReduceOp::Max: return "max";
+    case ReduceOp::Min: return "min";
+  }
+  return "unknown";
+}
+
+}  // namespace wt

@@ -1,0 +1,236 @@
+#include "dist/mpi_comm.hpp"
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+
+#include <atomic>
+#include <climits>
+#include <exception>
+
+#include "dist/world.hpp"
+#include "util/error.hpp"
+#include "util/exit_codes.hpp"
+#include "util/fatal.hpp"
+
+namespace wt {
+
+namespace {
+
+MPI_Datatype mpi_type(at::ScalarType dtype) {
+  switch (dtype) {
+    case at::kFloat: return MPI_FLOAT;
+    case at::kDouble: return MPI_DOUBLE;
+    case at::kInt: return MPI_INT32_T;
+    case at::kLong: return MPI_INT64_T;
+    case at::kByte: return MPI_UINT8_T;
+    case at::kBFloat16:
+    case at::kHalf: return MPI_UINT16_T;  // reduced by HalfReduceOps
+    default:
+      throw Error(fmt::format("MpiComm: dtype {} is not supported (float32, float64, bfloat16, float16, int32, "
+                              "int64, uint8 are)",
+                              c10::toString(dtype)));
+  }
+}
+
+bool is_half(at::ScalarType dtype) { return dtype == at::kBFloat16 || dtype == at::kHalf; }
+
+void check_tensor(const char* op, const char* role, const at::Tensor& t) {
+  if (!t.defined()) throw Error(fmt::format("MpiComm {}: {} tensor is undefined", op, role));
+  if (!t.device().is_cpu())
+    throw Error(fmt::format("MpiComm {}: {} tensor is on {}, MpiComm takes CPU tensors", op, role, t.device().str()));
+  if (!t.is_contiguous()) throw Error(fmt::format("MpiComm {}: {} tensor is not contiguous", op, role));
+  mpi_type(t.scalar_type());
+}
+
+void check_reduce_op(const char* op, at::ScalarType dtype, ReduceOp reduce) {
+  if (reduce == ReduceOp::Avg && !at::isFloatingType(dtype))
+    throw Error(fmt::format("MpiComm {}: avg is defined for floating dtypes, not {}", op, c10::toString(dtype)));
+}
+
+int checked_count(const char* op, int64_t count) {
+  if (count > INT_MAX)
+    throw Error(fmt::format("MpiComm {}: {} elements per rank exceed MPI's int count limit", op, count));
+  return static_cast<int>(count);
+}
+
+std::string describe(const char* op, std::uint64_t seq, const at::Tensor& t, const std::string& extra = {}) {
+  return fmt::format("{} #{} ({} x {}{})", op, seq, c10::toString(t.scalar_type()), t.numel(), extra);
+}
+
+// Runs fn(offset, count) over [0, n) in pieces of at most INT_MAX elements
+// (MPI counts are int); once with count 0 for an empty tensor, as every rank must call.
+template <class Fn>
+void in_int_chunks(int64_t n, Fn fn) {
+  int64_t offset = 0;
+  do {
+    const int count = static_cast<int>(std::min<int64_t>(n - offset, INT_MAX));
+    fn(offset, count);
+    offset += count;
+  } while (offset < n);
+}
+
+}  // namespace
+
+class MpiComm::MpiWork final : public Work {
+ public:
+  explicit MpiWork(std::vector<at::Tensor> keep_alive) : keep_alive_(std::move(keep_alive)) {}
+  void wait() override {
+    std::unique_lock<std::mutex> lock(mutex_);
+    done_cv_.wait(lock, [this] { return done_.load(); });
+  }
+  bool completed() override { return done_.load(); }
+  void finish() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      done_ = true;
+      keep_alive_.clear();
+    }
+    done_cv_.notify_all();
+  }
+
+ private:
+  std::vector<at::Tensor> keep_alive_;
+  std::mutex mutex_;
+  std::condition_variable done_cv_;
+  std::atomic<bool> done_{false};
+};
+
+MpiComm::MpiComm(const World& world, CommOptions options) : watchdog_("MPI", options.timeout) {
+  MPI_CHECK(MPI_Comm_dup(world.comm(), &comm_));
+  MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
+  MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
+  MPI_CHECK(MPI_Comm_size(comm_, &size_));
+  worker_ = std::thread([this] { worker_loop(); });
+}
+
+MpiComm::~MpiComm() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+    // Unwinding from an error, on the way to MPI_Abort: an op in flight may
+    // never complete (its peers are gone), so do not wait for it; leave the
+    // worker, the communicator and the ops to the abort.
+    if (std::uncaught_exceptions() > 0) {
+      queue_.clear();
+      worker_.detach();
+      return;
+    }
+  }
+  wake_.notify_all();
+  worker_.join();
+  MPI_Comm_free(&comm_);
+}
+
+void MpiComm::worker_loop() {
+  for (;;) {
+    Task task;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      wake_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stop_ and drained
+      task = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    watchdog_.watch(task.description, [work = task.work] { return work->completed(); });
+    try {
+      task.run();
+    } catch (const std::exception& e) {
+      abort_job(fmt::format("MPI {} failed: {}", task.description, e.what()), kExitFailure);
+    }
+    task.work->finish();
+  }
+}
+
+WorkPtr MpiComm::enqueue(std::string description, std::vector<at::Tensor> keep_alive, std::function<void()> run) {
+  auto work = std::make_shared<MpiWork>(std::move(keep_alive));
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    queue_.push_back({std::move(description), std::move(run), work});
+  }
+  wake_.notify_one();
+  return work;
+}
+
+MPI_Op MpiComm::native_op(at::ScalarType dtype, ReduceOp op) const {
+  if (is_half(dtype)) return half_ops_.get(dtype, op);
+  switch (op) {
+    case ReduceOp::Sum:
+    case ReduceOp::Avg: return MPI_SUM;
+    case ReduceOp::Max: return MPI_MAX;
+    case ReduceOp::Min: return MPI_MIN;
+  }
+  throw Error("unknown ReduceOp");
+}
+
+WorkPtr MpiComm::all_reduce_async(const at::Tensor& tensor, const AllReduceOptions& options) {
+  check_tensor("all_reduce", "the", tensor);
+  check_reduce_op("all_reduce", tensor.scalar_type(), options.op);
+  const MPI_Datatype type = mpi_type(tensor.scalar_type());
+  const MPI_Op op = native_op(tensor.scalar_type(), options.op);
+  const bool average = options.op == ReduceOp::Avg;
+  return enqueue(describe("all_reduce", next_seq_++, tensor, fmt::format(", {}", to_string(options.op))), {tensor},
+                 [this, tensor, type, op, average] {
+                   char* base = static_cast<char*>(tensor.data_ptr());
+                   const int64_t item = tensor.element_size();
+                   in_int_chunks(tensor.numel(), [&](int64_t offset, int count) {
+                     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, base + offset * item, count, type, op, comm_));
+                   });
+                   if (average) tensor.div_(size_);
+                 });
+}
+
+WorkPtr MpiComm::broadcast_async(const at::Tensor& tensor, const BroadcastOptions& options) {
+  check_tensor("broadcast", "the", tensor);
+  if (options.root < 0 || options.root >= size_)
+    throw Error(fmt::format("MpiComm broadcast: root {} is not a rank of this {}-rank world", options.root, size_));
+  const MPI_Datatype type = mpi_type(tensor.scalar_type());
+  const int root = options.root;
+  return enqueue(describe("broadcast", next_seq_++, tensor, fmt::format(", root {}", root)), {tensor},
+                 [this, tensor, type, root] {
+                   char* base = static_cast<char*>(tensor.data_ptr());
+                   const int64_t item = tensor.element_size();
+                   in_int_chunks(tensor.numel(), [&](int64_t offset, int count) {
+                     MPI_CHECK(MPI_Bcast(base + offset * item, count, type, root, comm_));
+                   });
+                 });
+}
+
+WorkPtr MpiComm::all_gather_async(const at::Tensor& output, const at::Tensor& input, const AllGatherOptions&) {
+  check_tensor("all_gather", "input", input);
+  check_tensor("all_gather", "output", output);
+  if (output.scalar_type() != input.scalar_type() || output.numel() != input.numel() * size_)
+    throw Error(fmt::format("MpiComm all_gather: output must be {} x {} elements of {}, got {} of {}", size_,
+                            input.numel(), c10::toString(input.scalar_type()), output.numel(),
+                            c10::toString(output.scalar_type())));
+  const MPI_Datatype type = mpi_type(input.scalar_type());
+  const int count = checked_count("all_gather", input.numel());
+  return enqueue(describe("all_gather", next_seq_++, input), {output, input}, [this, output, input, type, count] {
+    MPI_CHECK(MPI_Allgather(input.data_ptr(), count, type, output.data_ptr(), count, type, comm_));
+  });
+}
+
+WorkPtr MpiComm::reduce_scatter_async(const at::Tensor& output, const at::Tensor& input,
+                                      const ReduceScatterOptions& options) {
+  check_tensor("reduce_scatter", "input", input);
+  check_tensor("reduce_scatter", "output", output);
+  check_reduce_op("reduce_scatter", input.scalar_type(), options.op);
+  if (output.scalar_type() != input.scalar_type() || input.numel() != output.numel() * size_)
+    throw Error(fmt::format("MpiComm reduce_scatter: input must be {} x {} elements of {}, got {} of {}", size_,
+                            output.numel(), c10::toString(output.scalar_type()), input.numel(),
+                            c10::toString(input.scalar_type())));
+  const MPI_Datatype type = mpi_type(input.scalar_type());
+  const MPI_Op op = native_op(input.scalar_type(), options.op);
+  const int count = checked_count("reduce_scatter", output.numel());
+  const bool average = options.op == ReduceOp::Avg;
+  return enqueue(describe("reduce_scatter", next_seq_++, input, fmt::format(", {}", to_string(options.op))),
+                 {output, input}, [this, output, input, type, op, count, average] {
+                   MPI_CHECK(MPI_Reduce_scatter_block(input.data_ptr(), output.data_ptr(), count, type, op, comm_));
+                   if (average) output.div_(size_);
+                 });
+}
+
+WorkPtr MpiComm::barrier_async(const BarrierOptions&) {
+  return enqueue(fmt::format("barrier #{}", next_seq_++), {}, [this] { MPI_CHECK(MPI_Barrier(comm_)); });
+}
+
+}  // namespace wt

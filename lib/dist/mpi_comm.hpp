@@ -1,0 +1,83 @@
+// MpiComm: Comm over MPI collectives, for CPU tensors.
+//
+// Contract: all ranks construct their MpiComm in the same order (the
+// constructor duplicates the World's communicator: collective), and then
+// follow Comm's contract. Needs MPI_THREAD_MULTIPLE: collectives run on a
+// worker thread of the MpiComm's own, one at a time, in issue order, with
+// the blocking MPI calls (whose tuned algorithms the non-blocking ones lack),
+// so an async op overlaps the caller's compute. A failing MPI call ends the
+// job (MPI_Abort) with one line: a collective failed on one rank leaves the
+// others inconsistent.
+//
+// dtypes: float32, float64, bfloat16, float16, int32, int64, uint8. MPI has no
+// 16-bit floats: see mpi_half_ops.hpp for how they are reduced.
+#pragma once
+
+#include <mpi.h>
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "dist/comm.hpp"
+#include "dist/mpi_half_ops.hpp"
+#include "dist/watchdog.hpp"
+
+namespace wt {
+
+class World;
+
+class MpiComm final : public Comm {
+ public:
+  explicit MpiComm(const World& world, CommOptions options = {});
+  // Completes every issued op, then stops the worker and frees the communicator.
+  ~MpiComm() override;
+  MpiComm(const MpiComm&) = delete;
+  MpiComm& operator=(const MpiComm&) = delete;
+
+  const char* backend() const override { return "MPI"; }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  at::Device device() const override { return at::Device(at::kCPU); }
+
+  WorkPtr all_reduce_async(const at::Tensor& tensor, const AllReduceOptions& options = {}) override;
+  WorkPtr broadcast_async(const at::Tensor& tensor, const BroadcastOptions& options = {}) override;
+  WorkPtr all_gather_async(const at::Tensor& output, const at::Tensor& input,
+                           const AllGatherOptions& options = {}) override;
+  WorkPtr reduce_scatter_async(const at::Tensor& output, const at::Tensor& input,
+                               const ReduceScatterOptions& options = {}) override;
+  WorkPtr barrier_async(const BarrierOptions& options = {}) override;
+
+  // The communicator the collectives run on (for benchmarks against raw MPI).
+  MPI_Comm native() const { return comm_; }
+
+ private:
+  class MpiWork;
+  struct Task {
+    std::string description;
+    std::function<void()> run;
+    std::shared_ptr<MpiWork> work;
+  };
+
+  WorkPtr enqueue(std::string description, std::vector<at::Tensor> keep_alive, std::function<void()> run);
+  MPI_Op native_op(at::ScalarType dtype, ReduceOp op) const;
+  void worker_loop();
+
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0, size_ = 1;
+  std::uint64_t next_seq_ = 0;
+  HalfReduceOps half_ops_;
+  Watchdog watchdog_;
+
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<Task> queue_;
+  bool stop_ = false;
+  std::thread worker_;
+};
+
+}  // namespace wt

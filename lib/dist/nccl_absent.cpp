@@ -1,0 +1,21 @@
+// The NCCL backend's entry points in a build without NCCL (WANTRAIN_NCCL_ENABLED off).
+#include "dist/nccl_comm.hpp"
+#include "util/error.hpp"
+
+namespace wt {
+
+bool nccl_built() { return false; }
+int cuda_device_count() { return 0; }
+bool nccl_usable() { return false; }
+
+NcclUniqueIdBytes broadcast_nccl_unique_id(const World&) {
+  throw UsageError("this wantrain was built without NCCL (WANTRAIN_WITH_NCCL=OFF or NCCL not found)");
+}
+
+std::unique_ptr<Comm> make_nccl_comm(const World&, CommOptions) {
+  throw UsageError(
+      "--backend nccl: this wantrain was built without NCCL; rebuild with the CUDA toolkit and NCCL installed "
+      "(WANTRAIN_WITH_NCCL=ON) or use --backend mpi");
+}
+
+}  // namespace wt

@@ -1,0 +1,259 @@
+#include "dist/nccl_comm.hpp"
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+
+#include <cstring>
+#include <vector>
+
+#include "dist/cuda_check.hpp"
+#include "dist/watchdog.hpp"
+#include "dist/world.hpp"
+#include "util/exit_codes.hpp"
+#include "util/fatal.hpp"
+#include "wantrain/config.hpp"
+
+#if WANTRAIN_TORCH_HAS_CUDA
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+namespace wt {
+
+static_assert(sizeof(ncclUniqueId) == std::tuple_size<NcclUniqueIdBytes>::value,
+              "NcclUniqueIdBytes must hold an ncclUniqueId");
+
+bool nccl_built() { return true; }
+
+int cuda_device_count() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();  // no driver or no device: clear the sticky error, report none
+    return 0;
+  }
+  return count;
+}
+
+bool nccl_usable() { return WANTRAIN_TORCH_HAS_CUDA && cuda_device_count() > 0; }
+
+NcclUniqueIdBytes broadcast_nccl_unique_id(const World& world) {
+  NcclUniqueIdBytes bytes{};
+  if (world.rank() == 0) {
+    ncclUniqueId id;
+    NCCL_CHECK(ncclGetUniqueId(&id));
+    std::memcpy(bytes.data(), &id, sizeof id);
+  }
+  MPI_CHECK(MPI_Bcast(bytes.data(), static_cast<int>(bytes.size()), MPI_BYTE, 0, world.comm()));
+  return bytes;
+}
+
+namespace {
+
+// The stream the caller's kernels run on: LibTorch's current stream when it
+// has CUDA, else the legacy default stream.
+cudaStream_t compute_stream(int device) {
+#if WANTRAIN_TORCH_HAS_CUDA
+  return c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device)).stream();
+#else
+  (void)device;
+  return cudaStreamLegacy;
+#endif
+}
+
+ncclDataType_t nccl_type(at::ScalarType dtype) {
+  switch (dtype) {
+    case at::kFloat: return ncclFloat32;
+    case at::kDouble: return ncclFloat64;
+    case at::kBFloat16: return ncclBfloat16;
+    case at::kHalf: return ncclFloat16;
+    case at::kInt: return ncclInt32;
+    case at::kLong: return ncclInt64;
+    case at::kByte: return ncclUint8;
+    default: throw Error(fmt::format("NcclComm: dtype {} is not supported", c10::toString(dtype)));
+  }
+}
+
+ncclRedOp_t nccl_op(at::ScalarType dtype, ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: return ncclSum;
+    case ReduceOp::Avg:
+      if (!at::isFloatingType(dtype))
+        throw Error(fmt::format("NcclComm: avg is defined for floating dtypes, not {}", c10::toString(dtype)));
+      return ncclAvg;
+    case ReduceOp::Max: return ncclMax;
+    case ReduceOp::Min: return ncclMin;
+  }
+  throw Error("unknown ReduceOp");
+}
+
+// A collective queued on the NCCL stream; `done` is recorded after it.
+class NcclWork final : public Work {
+ public:
+  NcclWork(int device, cudaStream_t stream, std::vector<at::Tensor> keep_alive)
+      : device_(device), keep_alive_(std::move(keep_alive)) {
+    CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventRecord(done_, stream));
+  }
+  ~NcclWork() override { cudaEventDestroy(done_); }
+  NcclWork(const NcclWork&) = delete;
+  NcclWork& operator=(const NcclWork&) = delete;
+
+  void wait() override {
+    CUDA_CHECK(cudaSetDevice(device_));
+    CUDA_CHECK(cudaStreamWaitEvent(compute_stream(device_), done_, 0));
+  }
+  bool completed() override { return cudaEventQuery(done_) == cudaSuccess; }
+
+ private:
+  int device_;
+  cudaEvent_t done_ = nullptr;
+  std::vector<at::Tensor> keep_alive_;  // the tensors live until the op is done
+};
+
+class NcclComm final : public Comm {
+ public:
+  NcclComm(const World& world, CommOptions options) : rank_(world.rank()), size_(world.size()) {
+    // Checked on every rank and agreed on before the first collective, so a
+    // rank without a GPU cannot leave the others waiting in the id broadcast.
+    world.agree([&] {
+      if (!WANTRAIN_TORCH_HAS_CUDA)
+        throw UsageError("--backend nccl: this LibTorch has no CUDA support; build wantrain against a CUDA LibTorch");
+      const int devices = cuda_device_count();
+      if (devices == 0) throw UsageError(fmt::format("--backend nccl: no CUDA device is visible on {}", world.host()));
+      if (world.local_rank() >= devices)
+        throw UsageError(fmt::format("--backend nccl: {} ranks run on {} but only {} CUDA devices are visible "
+                                     "there; launch at most one rank per GPU",
+                                     world.local_size(), world.host(), devices));
+    });
+    device_ = world.local_rank();
+    CUDA_CHECK(cudaSetDevice(device_));
+    const NcclUniqueIdBytes bytes = broadcast_nccl_unique_id(world);
+    ncclUniqueId id;
+    std::memcpy(&id, bytes.data(), sizeof id);
+    NCCL_CHECK(ncclCommInitRank(&comm_, size_, id, rank_));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaMalloc(&barrier_buffer_, sizeof(float)));
+    watchdog_ = std::make_unique<Watchdog>("NCCL", options.timeout, [this](const std::string& message) {
+      ncclCommAbort(comm_);
+      abort_job(message, kExitFailure);
+    });
+  }
+
+  ~NcclComm() override {
+    // Let issued ops finish, stop watching, then release in reverse order.
+    cudaStreamSynchronize(stream_);
+    watchdog_.reset();
+    cudaFree(barrier_buffer_);
+    cudaStreamDestroy(stream_);
+    ncclCommDestroy(comm_);
+  }
+  NcclComm(const NcclComm&) = delete;
+  NcclComm& operator=(const NcclComm&) = delete;
+
+  const char* backend() const override { return "NCCL"; }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  at::Device device() const override { return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(device_)); }
+
+  WorkPtr all_reduce_async(const at::Tensor& t, const AllReduceOptions& options) override {
+    check("all_reduce", t);
+    const ncclDataType_t type = nccl_type(t.scalar_type());
+    const ncclRedOp_t op = nccl_op(t.scalar_type(), options.op);
+    return launch(fmt::format("all_reduce #{} ({} x {}, {})", seq_++, c10::toString(t.scalar_type()), t.numel(),
+                              to_string(options.op)),
+                  {t}, [&](cudaStream_t s) {
+                    return ncclAllReduce(t.data_ptr(), t.data_ptr(), t.numel(), type, op, comm_, s);
+                  });
+  }
+
+  WorkPtr broadcast_async(const at::Tensor& t, const BroadcastOptions& options) override {
+    check("broadcast", t);
+    if (options.root < 0 || options.root >= size_)
+      throw Error(fmt::format("NcclComm broadcast: root {} is not a rank of this {}-rank world", options.root, size_));
+    const ncclDataType_t type = nccl_type(t.scalar_type());
+    return launch(fmt::format("broadcast #{} ({} x {}, root {})", seq_++, c10::toString(t.scalar_type()), t.numel(),
+                              options.root),
+                  {t}, [&](cudaStream_t s) {
+                    return ncclBroadcast(t.data_ptr(), t.data_ptr(), t.numel(), type, options.root, comm_, s);
+                  });
+  }
+
+  WorkPtr all_gather_async(const at::Tensor& output, const at::Tensor& input, const AllGatherOptions&) override {
+    check("all_gather", input);
+    check("all_gather", output);
+    if (output.scalar_type() != input.scalar_type() || output.numel() != input.numel() * size_)
+      throw Error(fmt::format("NcclComm all_gather: output must be {} x {} elements of the input's dtype", size_,
+                              input.numel()));
+    const ncclDataType_t type = nccl_type(input.scalar_type());
+    return launch(fmt::format("all_gather #{} ({} x {})", seq_++, c10::toString(input.scalar_type()), input.numel()),
+                  {output, input}, [&](cudaStream_t s) {
+                    return ncclAllGather(input.data_ptr(), output.data_ptr(), input.numel(), type, comm_, s);
+                  });
+  }
+
+  WorkPtr reduce_scatter_async(const at::Tensor& output, const at::Tensor& input,
+                               const ReduceScatterOptions& options) override {
+    check("reduce_scatter", input);
+    check("reduce_scatter", output);
+    if (output.scalar_type() != input.scalar_type() || input.numel() != output.numel() * size_)
+      throw Error(fmt::format("NcclComm reduce_scatter: input must be {} x {} elements of the output's dtype", size_,
+                              output.numel()));
+    const ncclDataType_t type = nccl_type(input.scalar_type());
+    const ncclRedOp_t op = nccl_op(input.scalar_type(), options.op);
+    return launch(fmt::format("reduce_scatter #{} ({} x {}, {})", seq_++, c10::toString(input.scalar_type()),
+                              input.numel(), to_string(options.op)),
+                  {output, input}, [&](cudaStream_t s) {
+                    return ncclReduceScatter(input.data_ptr(), output.data_ptr(), output.numel(), type, op, comm_, s);
+                  });
+  }
+
+  // NCCL has no barrier: an all-reduce of one float stands in for it.
+  WorkPtr barrier_async(const BarrierOptions&) override {
+    return launch(fmt::format("barrier #{}", seq_++), {}, [&](cudaStream_t s) {
+      return ncclAllReduce(barrier_buffer_, barrier_buffer_, 1, ncclFloat32, ncclSum, comm_, s);
+    });
+  }
+
+ private:
+  void check(const char* op, const at::Tensor& t) const {
+    if (!t.defined()) throw Error(fmt::format("NcclComm {}: undefined tensor", op));
+    if (!t.is_cuda() || t.device().index() != device_)
+      throw Error(fmt::format("NcclComm {}: tensor is on {}, this rank's NCCL device is cuda:{}", op,
+                              t.device().str(), device_));
+    if (!t.is_contiguous()) throw Error(fmt::format("NcclComm {}: tensor is not contiguous", op));
+  }
+
+  template <class Call>
+  WorkPtr launch(std::string description, std::vector<at::Tensor> keep_alive, Call call) {
+    CUDA_CHECK(cudaSetDevice(device_));
+    // The op must see what the compute stream has queued so far.
+    cudaEvent_t ready = nullptr;
+    CUDA_CHECK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventRecord(ready, compute_stream(device_)));
+    CUDA_CHECK(cudaStreamWaitEvent(stream_, ready, 0));
+    CUDA_CHECK(cudaEventDestroy(ready));
+    NCCL_CHECK(call(stream_));
+    ncclResult_t async_error = ncclSuccess;
+    NCCL_CHECK(ncclCommGetAsyncError(comm_, &async_error));
+    NCCL_CHECK(async_error);
+    auto work = std::make_shared<NcclWork>(device_, stream_, std::move(keep_alive));
+    // The watchdog holds the Work (and so its tensors) until the op is done.
+    watchdog_->watch(std::move(description), [work] { return work->completed(); });
+    return work;
+  }
+
+  int rank_, size_;
+  int device_ = 0;
+  ncclComm_t comm_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+  void* barrier_buffer_ = nullptr;  // [1] float
+  std::uint64_t seq_ = 0;
+  std::unique_ptr<Watchdog> watchdog_;
+};
+
+}  // namespace
+
+std::unique_ptr<Comm> make_nccl_comm(const World& world, CommOptions options) {
+  return std::make_unique<NcclComm>(world, options);
+}
+
+}  // namespace wt

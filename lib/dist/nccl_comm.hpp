@@ -1,0 +1,43 @@
+// NcclComm: Comm over NCCL, for CUDA tensors on this rank's GPU.
+//
+// Contract: collective construction on every rank of the World; then Comm's
+// contract. Rank 0 creates the ncclUniqueId, MPI_Bcast hands its bytes to
+// every rank, and each rank joins with ncclCommInitRank on the GPU whose
+// index is its node-local rank. Collectives run on a CUDA stream the NcclComm
+// owns; each op first waits (with an event) for the work already queued on
+// the caller's current compute stream, and Work::wait() makes the compute
+// stream wait for the op: the host does not block. Called from one host
+// thread at a time. A timeout or an asynchronous NCCL error aborts the NCCL
+// communicator and ends the job.
+//
+// Compiled only when WANTRAIN_NCCL_ENABLED; without it, make_nccl_comm()
+// reports that the build has no NCCL (nccl_absent.cpp), so callers never
+// need an #if of their own.
+#pragma once
+
+#include <array>
+#include <memory>
+
+#include "dist/comm.hpp"
+
+namespace wt {
+
+class World;
+
+// Whether this build contains the NCCL backend.
+bool nccl_built();
+
+// CUDA devices visible to this process (0 without a driver, a device or NCCL).
+int cuda_device_count();
+
+// Whether NCCL can serve this process: built, LibTorch has CUDA, and a GPU is visible.
+bool nccl_usable();
+
+// Collective: rank 0's fresh ncclUniqueId, as bytes, on every rank.
+using NcclUniqueIdBytes = std::array<char, 128>;
+NcclUniqueIdBytes broadcast_nccl_unique_id(const World& world);
+
+// Collective: an NCCL communicator over the whole World.
+std::unique_ptr<Comm> make_nccl_comm(const World& world, CommOptions options);
+
+}  // namespace wt

@@ -1,0 +1,89 @@
+#include "dist/world.hpp"
+
+#include <fmt/format.h>
+
+#include <climits>
+
+#include "util/error.hpp"
+#include "util/exit_codes.hpp"
+#include "util/fatal.hpp"
+#include "util/process.hpp"
+
+namespace wt {
+
+namespace {
+const char* thread_level_name(int level) {
+  switch (level) {
+    case MPI_THREAD_SINGLE: return "MPI_THREAD_SINGLE";
+    case MPI_THREAD_FUNNELED: return "MPI_THREAD_FUNNELED";
+    case MPI_THREAD_SERIALIZED: return "MPI_THREAD_SERIALIZED";
+    case MPI_THREAD_MULTIPLE: return "MPI_THREAD_MULTIPLE";
+    default: return "an unknown thread level";
+  }
+}
+}  // namespace
+
+World::World(int& argc, char**& argv) : host_(host_name()) {
+  int provided = MPI_THREAD_SINGLE;
+  if (MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
+    abort_job("MPI_Init_thread failed: is the MPI library installed and the launcher (mpirun/srun) working?", 1);
+  if (provided < MPI_THREAD_MULTIPLE)
+    abort_job(fmt::format("MPI granted {} but wantrain needs MPI_THREAD_MULTIPLE; use an MPI built with thread "
+                          "support (Open MPI: --enable-mpi-thread-multiple)",
+                          thread_level_name(provided)),
+              1);
+  MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &comm_));
+  MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
+  MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
+  MPI_CHECK(MPI_Comm_size(comm_, &size_));
+
+  // The node-local rank comes from the processes sharing memory with us.
+  MPI_Comm node = MPI_COMM_NULL;
+  MPI_CHECK(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node));
+  MPI_CHECK(MPI_Comm_rank(node, &local_rank_));
+  MPI_CHECK(MPI_Comm_size(node, &local_size_));
+  MPI_CHECK(MPI_Comm_free(&node));
+}
+
+World::~World() { finalize(); }
+
+void World::finalize() noexcept {
+  if (finalized_) return;
+  finalized_ = true;
+  if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+  MPI_Finalize();
+}
+
+std::vector<World::Peer> World::peers() const {
+  constexpr int kHostChars = 256;
+  struct Packed {
+    int rank, local_rank, local_size;
+    char host[kHostChars];
+  };
+  Packed mine{rank_, local_rank_, local_size_, {}};
+  host_.copy(mine.host, kHostChars - 1);
+  std::vector<Packed> all(size_);
+  MPI_CHECK(MPI_Allgather(&mine, sizeof(Packed), MPI_BYTE, all.data(), sizeof(Packed), MPI_BYTE, comm_));
+  std::vector<Peer> out;
+  for (const auto& p : all) out.push_back({p.rank, p.local_rank, p.local_size, p.host});
+  return out;
+}
+
+void World::agree(const std::function<void()>& step) const {
+  std::string message;
+  try {
+    step();
+  } catch (const UsageError& e) {
+    message = e.what();
+  }
+  const int mine = message.empty() ? INT_MAX : rank_;
+  int first_failed = INT_MAX;
+  MPI_CHECK(MPI_Allreduce(&mine, &first_failed, 1, MPI_INT, MPI_MIN, comm_));
+  if (first_failed == INT_MAX) return;
+  if (first_failed == rank_) print_error_line(message);
+  throw CollectiveExit{kExitUsage};
+}
+
+void World::barrier() const { MPI_CHECK(MPI_Barrier(comm_)); }
+
+}  // namespace wt

@@ -1,0 +1,70 @@
+// World: the MPI processes of this job.
+//
+// Contract: construct exactly one World, in main, on the main thread, before
+// any other thread starts; it initialises MPI with MPI_THREAD_MULTIPLE (the
+// comm worker threads call MPI concurrently with the main thread). Destroy
+// every Comm before finalize(); finalize() runs from main (or ~World), never
+// from a static destructor. Without a launcher the process is a world of one.
+//
+// World's own collectives (peers(), agree()) run on a private duplicate of
+// MPI_COMM_WORLD, from the main thread, in the same order on every rank.
+#pragma once
+
+#include <mpi.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace wt {
+
+// Thrown on every rank by World::agree() to leave main with one status,
+// together, after the error line was printed once.
+struct CollectiveExit {
+  int code;
+};
+
+class World {
+ public:
+  World(int& argc, char**& argv);
+  ~World();
+  World(const World&) = delete;
+  World& operator=(const World&) = delete;
+  World(World&&) = delete;
+  World& operator=(World&&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  // Rank and count among the processes on this node (MPI_COMM_TYPE_SHARED).
+  int local_rank() const { return local_rank_; }
+  int local_size() const { return local_size_; }
+  const std::string& host() const { return host_; }
+  bool is_root() const { return rank_ == 0; }
+  // A duplicate of MPI_COMM_WORLD with MPI_ERRORS_RETURN, for World's own use.
+  MPI_Comm comm() const { return comm_; }
+
+  struct Peer {
+    int rank, local_rank, local_size;
+    std::string host;
+  };
+  // Collective: every rank's identity, indexed by rank, on every rank.
+  std::vector<Peer> peers() const;
+
+  // Collective: runs `step` on every rank. If it throws UsageError on any
+  // rank, the lowest such rank prints its message (one line for the job) and
+  // every rank throws CollectiveExit{kExitUsage}. Other exceptions propagate.
+  void agree(const std::function<void()>& step) const;
+
+  void barrier() const;
+
+  // Ends MPI. Idempotent; every Comm must be gone.
+  void finalize() noexcept;
+
+ private:
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
+  std::string host_;
+  bool finalized_ = false;
+};
+
+}  // namespace wt

@@ -1,0 +1,123 @@
+#include "train/train_config.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <istream>
+#include <ostream>
+#include <thread>
+
+#include "util/error.hpp"
+#include "util/options.hpp"
+
+namespace wt {
+
+std::istream& operator>>(std::istream& in, Betas& betas) {
+  char comma = 0;
+  Betas parsed;
+  if (in >> parsed.beta1 >> comma >> parsed.beta2 && comma == ',' && parsed.beta1 >= 0 && parsed.beta1 < 1 &&
+      parsed.beta2 >= 0 && parsed.beta2 < 1)
+    betas = parsed;
+  else
+    in.setstate(std::ios::failbit);
+  return in;
+}
+
+std::ostream& operator<<(std::ostream& out, const Betas& betas) {
+  return out << betas.beta1 << ',' << betas.beta2;
+}
+
+void declare_options(OptionSet& o, TrainConfig& c) {
+  o.group("general")
+      .standard_options(&c.config_file)
+      .add("output-dir", &c.output_dir, "directory for checkpoints, metrics.jsonl and logs")
+      .choice("mode", &c.mode, {"train", "distill"}, "what to run")
+      .add("seed", &c.seed, "seed of every random stream (data order, noise, init)")
+      .flag("dry-run", &c.dry_run, "print the resolved configuration and the world, then exit")
+      .add("log-every", &c.log_every, "steps between log lines when not on a terminal")
+      .add("threads", &c.threads, "CPU threads per rank (0: the node's cores shared among its ranks)");
+  o.group("data")
+      .add("data", &c.data, "training dataset: a directory of HDF5 shards (*.h5)")
+      .add("batch-size", &c.batch_size, "samples per rank per micro-step")
+      .add("prefetch", &c.prefetch, "batches the loader reads ahead")
+      .flag("no-drop-last", &c.no_drop_last, "pad the last batch of an epoch by wrapping around instead of dropping it")
+      .flag("shard-affinity", &c.shard_affinity, "each rank reads only its own whole shards (node-local storage)")
+      .add("val-data", &c.val_data, "validation dataset directory")
+      .add("val-every", &c.val_every, "steps between validation passes (0: never)");
+  o.group("model")
+      .add("model-config", &c.model_config, "model config JSON (Wan keys), e.g. data/configs/wan-tiny.json")
+      .add("init", &c.init, "safetensors file or checkpoint to start from");
+  o.group("objective")
+      .choice("timestep-sampling", &c.timestep_sampling, {"uniform", "logit-normal"}, "how sigma is drawn")
+      .add("logit-mean", &c.logit_mean, "mean of logit-normal sigma sampling")
+      .add("logit-std", &c.logit_std, "standard deviation of logit-normal sigma sampling")
+      .add("shift", &c.shift, "sigma shift s: sigma' = s*sigma/(1+(s-1)*sigma)");
+  o.group("optimisation")
+      .add("steps", &c.steps, "optimizer steps to run (or --epochs)")
+      .add("epochs", &c.epochs, "epochs to run (or --steps)")
+      .add("lr", &c.lr, "AdamW learning rate")
+      .add("betas", &c.betas, "AdamW betas, \"beta1,beta2\"")
+      .add("weight-decay", &c.weight_decay, "AdamW weight decay")
+      .choice("schedule", &c.schedule, {"constant", "cosine"}, "learning-rate schedule after warm-up")
+      .add("warmup-steps", &c.warmup_steps, "linear warm-up steps")
+      .flag("scale-lr", &c.scale_lr, "scale --lr linearly with the effective batch")
+      .add("clip", &c.clip, "clip gradients to this global norm (0: off)")
+      .add("ema-decay", &c.ema_decay, "EMA decay of the weights (0: no EMA)")
+      .add("grad-accum", &c.grad_accum, "micro-steps accumulated per optimizer step")
+      .choice("precision", &c.precision, {"fp32", "bf16", "fp16"}, "compute precision (master weights stay fp32)");
+  o.group("distributed")
+      .choice("backend", &c.backend, {"auto", "mpi", "nccl"}, "collectives backend (auto: nccl with GPUs, else mpi)")
+      .add("bucket-mb", &c.bucket_mb, "gradient bucket size in MiB")
+      .add("comm-timeout", &c.comm_timeout, "seconds a collective may take before the job is ended")
+      .flag("allow-unused", &c.allow_unused, "allow parameters that get no gradient (their slot is zero-filled)");
+  o.group("checkpoints")
+      .add("save-every", &c.save_every, "steps between checkpoints (0: only at the end)")
+      .add("keep", &c.keep, "checkpoints kept (older ones are pruned; 0: keep all)")
+      .flag("keep-best", &c.keep_best, "also keep the checkpoint with the lowest validation loss")
+      .add("resume", &c.resume, "auto (the output directory's latest checkpoint) or a checkpoint path")
+      .choice("on-ckpt-error", &c.on_ckpt_error, {"warn", "fail"}, "what a failed checkpoint write does");
+  o.group("distillation")
+      .add("teacher", &c.teacher, "teacher weights: safetensors file or checkpoint")
+      .add("teacher-config", &c.teacher_config, "teacher model config JSON")
+      .choice("student-init", &c.student_init, {"projection", "random"}, "how the student starts")
+      .add("distill-target-weight", &c.distill_target_weight, "weight of the flow-matching target in the loss");
+}
+
+namespace {
+void require(bool ok, const char* option, const std::string& expected) {
+  if (!ok) throw UsageError(fmt::format("option --{}: {}", option, expected));
+}
+}  // namespace
+
+void validate(const TrainConfig& c) {
+  require(c.log_every >= 1, "log-every", "must be at least 1");
+  require(c.threads >= 0, "threads", "must be 0 (automatic) or more");
+  require(c.batch_size >= 1, "batch-size", "must be at least 1");
+  require(c.prefetch >= 1, "prefetch", "must be at least 1");
+  require(c.val_every >= 0, "val-every", "must be 0 (never) or more");
+  require(c.logit_std > 0, "logit-std", "must be positive");
+  require(c.shift > 0, "shift", "must be positive");
+  require(c.steps >= 0, "steps", "must be 0 or more");
+  require(c.epochs >= 0, "epochs", "must be 0 or more");
+  require(!(c.steps > 0 && c.epochs > 0), "steps", "give --steps or --epochs, not both");
+  require(c.lr > 0, "lr", "must be positive");
+  require(c.weight_decay >= 0, "weight-decay", "must be 0 or more");
+  require(c.warmup_steps >= 0, "warmup-steps", "must be 0 or more");
+  require(c.clip >= 0, "clip", "must be 0 (off) or more");
+  require(c.ema_decay >= 0 && c.ema_decay < 1, "ema-decay", "must be in [0, 1)");
+  require(c.grad_accum >= 1, "grad-accum", "must be at least 1");
+  require(c.bucket_mb > 0, "bucket-mb", "must be positive");
+  require(c.comm_timeout > 0, "comm-timeout", "must be a positive number of seconds");
+  require(c.save_every >= 0, "save-every", "must be 0 or more");
+  require(c.keep >= 0, "keep", "must be 0 (keep all) or more");
+  require(c.distill_target_weight >= 0, "distill-target-weight", "must be 0 or more");
+  if (c.mode == "distill") require(!c.teacher.empty(), "teacher", "--mode distill needs a teacher");
+}
+
+int threads_per_rank(const TrainConfig& cfg, int ranks_on_node) {
+  if (cfg.threads > 0) return cfg.threads;
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return std::max(1, cores / std::max(1, ranks_on_node));
+}
+
+}  // namespace wt

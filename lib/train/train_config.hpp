@@ -1,0 +1,92 @@
+// TrainConfig: every option of `wantrain`, declared once (train_config.cpp)
+// for the command line, the --config INI file, --help and the start-up table.
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+
+namespace wt {
+
+class OptionSet;
+
+// AdamW's (beta1, beta2), written "0.9,0.999".
+struct Betas {
+  double beta1 = 0.9, beta2 = 0.999;
+};
+std::istream& operator>>(std::istream& in, Betas& betas);
+std::ostream& operator<<(std::ostream& out, const Betas& betas);
+
+struct TrainConfig {
+  // general
+  std::string config_file;
+  std::string output_dir = "runs/wantrain";
+  std::string mode = "train";
+  std::uint64_t seed = 0;
+  bool dry_run = false;
+  int log_every = 10;
+  int threads = 0;  // 0: the node's cores shared among its ranks
+
+  // data
+  std::string data;
+  int batch_size = 1;  // per rank
+  int prefetch = 2;
+  bool no_drop_last = false;
+  bool shard_affinity = false;
+  std::string val_data;
+  int val_every = 0;
+
+  // model
+  std::string model_config;
+  std::string init;
+
+  // objective
+  std::string timestep_sampling = "uniform";
+  double logit_mean = 0.0;
+  double logit_std = 1.0;
+  double shift = 5.0;
+
+  // optimisation
+  std::int64_t steps = 0;
+  std::int64_t epochs = 0;
+  double lr = 1e-4;
+  Betas betas;
+  double weight_decay = 0.01;
+  std::string schedule = "constant";
+  std::int64_t warmup_steps = 0;
+  bool scale_lr = false;
+  double clip = 1.0;
+  double ema_decay = 0.0;
+  int grad_accum = 1;
+  std::string precision = "fp32";
+
+  // distributed
+  std::string backend = "auto";
+  double bucket_mb = 25.0;
+  double comm_timeout = 600.0;  // seconds
+  bool allow_unused = false;
+
+  // checkpoints
+  std::int64_t save_every = 0;
+  int keep = 3;
+  bool keep_best = false;
+  std::string resume;
+  std::string on_ckpt_error = "fail";
+
+  // distillation
+  std::string teacher;
+  std::string teacher_config;
+  std::string student_init = "projection";
+  double distill_target_weight = 0.0;
+};
+
+// Declares every option of `cfg` in `options` (fields are filled by parse()).
+void declare_options(OptionSet& options, TrainConfig& cfg);
+
+// Cross-field and range checks; throws UsageError naming the option.
+void validate(const TrainConfig& cfg);
+
+// Threads per rank: cfg.threads, or the node's cores shared among its ranks.
+int threads_per_rank(const TrainConfig& cfg, int ranks_on_node);
+
+}  // namespace wt

@@ -1,0 +1,17 @@
+#include "util/log.hpp"
+
+#include <fmt/format.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+
+namespace wt::log {
+
+void init(int rank, int size, spdlog::level::level_enum level, bool all_ranks) {
+  auto logger = spdlog::get("wantrain");
+  if (!logger) logger = spdlog::stdout_color_mt("wantrain");
+  logger->set_pattern(fmt::format("[%H:%M:%S.%e] [rank {}/{}] [%^%l%$] %v", rank, size));
+  logger->set_level(rank == 0 || all_ranks ? level : spdlog::level::warn);
+  logger->flush_on(spdlog::level::info);  // SLURM log files should be current.
+  spdlog::set_default_logger(logger);
+}
+
+}  // namespace wt::log

@@ -1,0 +1,136 @@
+#include "util/options.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <fstream>
+
+#include "util/error.hpp"
+
+namespace po = boost::program_options;
+
+namespace wt {
+
+namespace {
+std::string join(const std::vector<std::string>& items, const char* sep) {
+  std::string out;
+  for (const auto& item : items) out += (out.empty() ? "" : sep) + item;
+  return out;
+}
+}  // namespace
+
+OptionSet::OptionSet(std::string program, std::string usage) : program_(std::move(program)), usage_(std::move(usage)) {}
+
+OptionSet& OptionSet::group(const std::string& caption) {
+  groups_.push_back(std::make_unique<po::options_description>(caption));
+  captions_.push_back(caption);
+  return *this;
+}
+
+po::options_description& OptionSet::current_group() {
+  if (groups_.empty()) group("options");
+  return *groups_.back();
+}
+
+OptionSet& OptionSet::add_described(const char* name, const po::value_semantic* value, const char* help,
+                                    std::function<std::string()> current) {
+  current_group().add_options()(name, value, help);
+  declared_.push_back({captions_.back(), name, std::move(current), {}, nullptr});
+  return *this;
+}
+
+OptionSet& OptionSet::flag(const char* name, bool* field, const char* help) {
+  auto value = po::value<bool>(field)->default_value(*field, to_text(*field))->implicit_value(true, "");
+  return add_described(name, value, help, [field] { return to_text(*field); });
+}
+
+OptionSet& OptionSet::choice(const char* name, std::string* field, std::vector<std::string> allowed,
+                             const char* help) {
+  const std::string text = fmt::format("{} ({})", help, join(allowed, "|"));
+  auto value = po::value<std::string>(field)->default_value(*field);
+  current_group().add_options()(name, value, text.c_str());  // the description copies the text
+  declared_.push_back({captions_.back(), name, [field] { return *field; }, std::move(allowed), field});
+  return *this;
+}
+
+OptionSet& OptionSet::standard_options(std::string* config_file) {
+  config_file_ = config_file;
+  current_group().add_options()("help,h", "print this help and exit")("version", "print the version and exit")(
+      "config", po::value<std::string>(config_file),
+      "INI file of options, same names as on the command line (\"lr = 1e-4\"); the command line wins");
+  return *this;
+}
+
+OptionSet::Outcome OptionSet::parse(int argc, const char* const* argv) {
+  po::options_description all;
+  for (const auto& g : groups_) all.add(*g);
+  try {
+    po::store(po::command_line_parser(argc, argv).options(all).run(), sources_cli_);
+  } catch (const po::error& e) {
+    throw UsageError(e.what());
+  }
+  if (sources_cli_.count("help")) return Outcome::Help;
+  if (sources_cli_.count("version")) return Outcome::Version;
+
+  sources_all_ = sources_cli_;
+  if (config_file_ && sources_cli_.count("config")) {
+    config_name_ = sources_cli_["config"].as<std::string>();
+    std::ifstream in(config_name_);
+    if (!in) throw UsageError(fmt::format("--config {}: cannot open the file", config_name_));
+    try {
+      po::store(po::parse_config_file(in, all, /*allow_unregistered=*/false), sources_all_);
+    } catch (const po::error& e) {
+      throw UsageError(fmt::format("--config {}: {}", config_name_, e.what()));
+    }
+  }
+  try {
+    po::notify(sources_all_);
+  } catch (const po::error& e) {
+    throw UsageError(e.what());
+  }
+
+  for (const auto& d : declared_) {
+    if (!d.choice_field) continue;
+    if (std::find(d.choices.begin(), d.choices.end(), *d.choice_field) == d.choices.end())
+      throw UsageError(fmt::format("option --{}: '{}' is not one of {}", d.name, *d.choice_field, join(d.choices, "|")));
+  }
+  return Outcome::Run;
+}
+
+std::string OptionSet::help_text() const {
+  std::ostringstream out;
+  out << "usage: " << program_ << " " << usage_ << "\n";
+  for (const auto& g : groups_) out << "\n" << *g;
+  return out.str();
+}
+
+std::vector<OptionSet::Resolved> OptionSet::resolved() const {
+  std::vector<Resolved> rows;
+  for (const auto& d : declared_) {
+    std::string source = "default";
+    if (sources_cli_.count(d.name) && !sources_cli_[d.name].defaulted())
+      source = "command line";
+    else if (sources_all_.count(d.name) && !sources_all_[d.name].defaulted())
+      source = config_name_;
+    rows.push_back({d.group, d.name, d.current(), source});
+  }
+  return rows;
+}
+
+std::string OptionSet::resolved_table() const {
+  const auto rows = resolved();
+  size_t name_width = 0, value_width = 0;
+  for (const auto& r : rows) {
+    name_width = std::max(name_width, r.name.size());
+    value_width = std::max(value_width, r.value.size());
+  }
+  std::string out, group;
+  for (const auto& r : rows) {
+    if (r.group != group) out += fmt::format("  {}\n", group = r.group);
+    out += fmt::format("    {:<{}}  {:<{}}  ({})\n", r.name, name_width, r.value.empty() ? "-" : r.value,
+                       value_width, r.source);
+  }
+  return out;
+}
+
+}  // namespace wt
