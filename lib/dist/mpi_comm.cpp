@@ -107,14 +107,11 @@ MpiComm::~MpiComm() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stop_ = true;
-    // Unwinding from an error, on the way to MPI_Abort: an op in flight may
-    // never complete (its peers are gone), so do not wait for it; leave the
-    // worker, the communicator and the ops to the abort.
-    if (std::uncaught_exceptions() > 0) {
-      queue_.clear();
-      worker_.detach();
-      return;
-    }
+    // Unwinding from an error, on the way to MPI_Abort: ops not yet started
+    // are dropped, as their peers may be gone. An op already running is
+    // waited for; if its peers never join it, the watchdog (still alive until
+    // the worker is joined) ends the job after the timeout.
+    if (std::uncaught_exceptions() > 0) queue_.clear();
   }
   wake_.notify_all();
   worker_.join();

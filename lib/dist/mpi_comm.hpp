@@ -34,7 +34,8 @@ class World;
 class MpiComm final : public Comm {
  public:
   explicit MpiComm(const World& world, CommOptions options = {});
-  // Completes every issued op, then stops the worker and frees the communicator.
+  // Completes every issued op (when unwinding from an exception: only the
+  // one running), then stops the worker and frees the communicator.
   ~MpiComm() override;
   MpiComm(const MpiComm&) = delete;
   MpiComm& operator=(const MpiComm&) = delete;

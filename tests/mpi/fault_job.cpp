@@ -1,0 +1,38 @@
+// A 2-rank job that goes wrong on purpose, for launch_test.cpp:
+//   fault_job skip  TIMEOUT   the last rank skips an all_reduce that the others issue
+//   fault_job throw           the last rank throws while the others wait in a barrier
+#include <torch/torch.h>
+
+#include <string>
+
+#include "dist/app.hpp"
+#include "dist/mpi_comm.hpp"
+#include "dist/world.hpp"
+#include "util/error.hpp"
+
+namespace {
+
+int run(wt::World& world, int argc, char** argv) {
+  const std::string mode = argc > 1 ? argv[1] : "";
+  const double timeout_s = argc > 2 ? std::stod(argv[2]) : 600.0;
+  wt::MpiComm comm(world, wt::CommOptions{std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000))});
+  const bool last = world.rank() == world.size() - 1;
+  comm.barrier();  // every rank is up; collective #0 completes
+  if (mode == "skip") {
+    if (!last) {
+      auto t = torch::ones({16});
+      comm.all_reduce(t);  // #1: never matched by the last rank
+    }
+    return 0;
+  }
+  if (mode == "throw") {
+    if (last) throw wt::Error("injected failure on the last rank");
+    comm.barrier();  // only an abort can end this wait (the timeout is long)
+    return 0;
+  }
+  throw wt::UsageError("fault_job: mode must be skip or throw");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) { return wt::run_app(argc, argv, run); }

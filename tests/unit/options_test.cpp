@@ -1,0 +1,160 @@
+// OptionSet: one declaration serves the command line, the INI file, --help
+// and the resolved table; every mistake is a UsageError naming what is wrong.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "util/error.hpp"
+#include "util/options.hpp"
+
+namespace {
+
+struct Sample {
+  std::string config;
+  double lr = 1e-4;
+  int batch = 1;
+  bool verbose = false;
+  std::string precision = "fp32";
+};
+
+struct Fixture {
+  Sample s;
+  wt::OptionSet options{"tool", "[options]"};
+  Fixture() {
+    options.group("general")
+        .standard_options(&s.config)
+        .add("lr", &s.lr, "learning rate")
+        .add("batch-size", &s.batch, "per rank")
+        .flag("verbose", &s.verbose, "say more")
+        .choice("precision", &s.precision, {"fp32", "bf16"}, "compute precision");
+  }
+  wt::OptionSet::Outcome parse(std::vector<std::string> args) {
+    args.insert(args.begin(), "tool");
+    std::vector<const char*> argv;
+    for (const auto& a : args) argv.push_back(a.c_str());
+    return options.parse(static_cast<int>(argv.size()), argv.data());
+  }
+};
+
+std::string write_ini(const std::string& name, const std::string& text) {
+  const std::string path = ::testing::TempDir() + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+std::string usage_error_of(Fixture& f, std::vector<std::string> args) {
+  try {
+    f.parse(std::move(args));
+  } catch (const wt::UsageError& e) {
+    return e.what();
+  }
+  return "no UsageError";
+}
+
+}  // namespace
+
+TEST(OptionSet, DefaultsAreTheFieldsInitialValues) {
+  Fixture f;
+  EXPECT_EQ(f.parse({}), wt::OptionSet::Outcome::Run);
+  EXPECT_DOUBLE_EQ(f.s.lr, 1e-4);
+  EXPECT_EQ(f.s.batch, 1);
+  EXPECT_FALSE(f.s.verbose);
+}
+
+TEST(OptionSet, CommandLineFillsFields) {
+  Fixture f;
+  f.parse({"--lr", "0.5", "--batch-size=4", "--verbose", "--precision", "bf16"});
+  EXPECT_DOUBLE_EQ(f.s.lr, 0.5);
+  EXPECT_EQ(f.s.batch, 4);
+  EXPECT_TRUE(f.s.verbose);
+  EXPECT_EQ(f.s.precision, "bf16");
+}
+
+TEST(OptionSet, IniFileUsesTheSameNames) {
+  Fixture f;
+  const auto ini = write_ini("same-names.ini", "# a comment\nlr = 0.25\nbatch-size = 8\nverbose = true\n");
+  f.parse({"--config", ini});
+  EXPECT_DOUBLE_EQ(f.s.lr, 0.25);
+  EXPECT_EQ(f.s.batch, 8);
+  EXPECT_TRUE(f.s.verbose);
+}
+
+TEST(OptionSet, CommandLineWinsOverIniFile) {
+  Fixture f;
+  const auto ini = write_ini("cli-wins.ini", "lr = 0.25\nbatch-size = 8\n");
+  f.parse({"--config", ini, "--lr", "0.75"});
+  EXPECT_DOUBLE_EQ(f.s.lr, 0.75);
+  EXPECT_EQ(f.s.batch, 8);
+}
+
+TEST(OptionSet, ResolvedTableNamesWhereEachValueCameFrom) {
+  Fixture f;
+  const auto ini = write_ini("sources.ini", "batch-size = 8\n");
+  f.parse({"--config", ini, "--lr", "0.75"});
+  for (const auto& row : f.options.resolved()) {
+    if (row.name == "lr") {
+      EXPECT_EQ(row.source, "command line");
+    } else if (row.name == "batch-size") {
+      EXPECT_EQ(row.source, ini);
+    } else if (row.name == "verbose") {
+      EXPECT_EQ(row.source, "default");
+    }
+  }
+  EXPECT_NE(f.options.resolved_table().find("lr"), std::string::npos);
+}
+
+TEST(OptionSet, UnknownOptionIsNamed) {
+  Fixture f;
+  EXPECT_NE(usage_error_of(f, {"--bogus", "1"}).find("'--bogus'"), std::string::npos);
+}
+
+TEST(OptionSet, BadValueNamesTheOptionAndValue) {
+  Fixture f;
+  const auto message = usage_error_of(f, {"--batch-size", "many"});
+  EXPECT_NE(message.find("batch-size"), std::string::npos) << message;
+  EXPECT_NE(message.find("many"), std::string::npos) << message;
+}
+
+TEST(OptionSet, ChoiceOutsideItsSetListsTheChoices) {
+  Fixture f;
+  EXPECT_EQ(usage_error_of(f, {"--precision", "fp8"}), "option --precision: 'fp8' is not one of fp32|bf16");
+}
+
+TEST(OptionSet, UnknownIniKeyNamesTheFileAndKey) {
+  Fixture f;
+  const auto ini = write_ini("unknown-key.ini", "lr = 0.1\nlearning-rate = 0.2\n");
+  const auto message = usage_error_of(f, {"--config", ini});
+  EXPECT_NE(message.find("--config " + ini), std::string::npos) << message;
+  EXPECT_NE(message.find("learning-rate"), std::string::npos) << message;
+}
+
+TEST(OptionSet, BadIniValueNamesTheFile) {
+  Fixture f;
+  const auto ini = write_ini("bad-value.ini", "batch-size = lots\n");
+  const auto message = usage_error_of(f, {"--config", ini});
+  EXPECT_NE(message.find(ini), std::string::npos) << message;
+  EXPECT_NE(message.find("lots"), std::string::npos) << message;
+}
+
+TEST(OptionSet, MissingIniFileIsNamed) {
+  Fixture f;
+  EXPECT_EQ(usage_error_of(f, {"--config", "/nonexistent/run.ini"}),
+            "--config /nonexistent/run.ini: cannot open the file");
+}
+
+TEST(OptionSet, HelpAndVersionAreReportedNotParsedFurther) {
+  Fixture f1, f2;
+  EXPECT_EQ(f1.parse({"--help", "--precision", "fp8"}), wt::OptionSet::Outcome::Help);
+  EXPECT_EQ(f2.parse({"--version"}), wt::OptionSet::Outcome::Version);
+}
+
+TEST(OptionSet, HelpListsEveryDeclaredOptionWithItsDefault) {
+  Fixture f;
+  const std::string help = f.options.help_text();
+  for (const char* name : {"--config", "--help", "--version", "--lr", "--batch-size", "--verbose", "--precision"})
+    EXPECT_NE(help.find(name), std::string::npos) << name;
+  EXPECT_NE(help.find("fp32|bf16"), std::string::npos);
+}

@@ -1,0 +1,83 @@
+// wantrain's options: the names fixed by the design, and the checks on values.
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+#include "train/train_config.hpp"
+#include "util/error.hpp"
+#include "util/options.hpp"
+
+namespace {
+
+std::string validation_error(wt::TrainConfig cfg) {
+  try {
+    wt::validate(cfg);
+  } catch (const wt::UsageError& e) {
+    return e.what();
+  }
+  return "valid";
+}
+
+}  // namespace
+
+TEST(TrainConfig, DeclaresEveryOptionNamedInTheDesign) {
+  wt::TrainConfig cfg;
+  wt::OptionSet options("wantrain", "[options]");
+  wt::declare_options(options, cfg);
+  const std::string help = options.help_text();
+  // The command-line names that scripts, docs and users rely on (design.md).
+  for (const char* name :
+       {"config", "output-dir", "mode", "seed", "dry-run", "log-every", "threads", "help", "version", "data",
+        "batch-size", "prefetch", "no-drop-last", "shard-affinity", "val-data", "val-every", "model-config", "init",
+        "timestep-sampling", "logit-mean", "logit-std", "shift", "steps", "epochs", "lr", "betas", "weight-decay",
+        "schedule", "warmup-steps", "scale-lr", "clip", "ema-decay", "grad-accum", "precision", "backend",
+        "bucket-mb", "comm-timeout", "allow-unused", "save-every", "keep", "keep-best", "resume", "on-ckpt-error",
+        "teacher", "teacher-config", "student-init", "distill-target-weight"})
+    EXPECT_NE(help.find(std::string("--") + name + " "), std::string::npos) << "--" << name;
+}
+
+TEST(TrainConfig, DefaultsAreValid) { EXPECT_EQ(validation_error({}), "valid"); }
+
+TEST(TrainConfig, StepsAndEpochsAreExclusive) {
+  wt::TrainConfig cfg;
+  cfg.steps = 10;
+  cfg.epochs = 2;
+  EXPECT_EQ(validation_error(cfg), "option --steps: give --steps or --epochs, not both");
+}
+
+TEST(TrainConfig, RangeChecksNameTheOption) {
+  wt::TrainConfig a, b, c, d;
+  a.batch_size = 0;
+  b.ema_decay = 1.0;
+  c.comm_timeout = 0;
+  d.mode = "distill";
+  EXPECT_EQ(validation_error(a), "option --batch-size: must be at least 1");
+  EXPECT_EQ(validation_error(b), "option --ema-decay: must be in [0, 1)");
+  EXPECT_EQ(validation_error(c), "option --comm-timeout: must be a positive number of seconds");
+  EXPECT_EQ(validation_error(d), "option --teacher: --mode distill needs a teacher");
+}
+
+TEST(TrainConfig, BetasReadAsCommaSeparatedPairInUnitInterval) {
+  wt::Betas betas;
+  std::istringstream("0.8,0.95") >> betas;
+  EXPECT_DOUBLE_EQ(betas.beta1, 0.8);
+  EXPECT_DOUBLE_EQ(betas.beta2, 0.95);
+  for (const char* bad : {"0.9", "0.9;0.99", "1.2,0.9", "0.9,-0.1"}) {
+    wt::Betas b;
+    std::istringstream in(bad);
+    in >> b;
+    EXPECT_TRUE(in.fail()) << bad;
+  }
+  std::ostringstream out;
+  out << betas;
+  EXPECT_EQ(out.str(), "0.8,0.95");
+}
+
+TEST(TrainConfig, ThreadsDefaultToTheNodesCoresSharedAmongItsRanks) {
+  wt::TrainConfig cfg;
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  EXPECT_EQ(wt::threads_per_rank(cfg, 1), cores);
+  EXPECT_EQ(wt::threads_per_rank(cfg, cores * 2), 1);
+  cfg.threads = 3;
+  EXPECT_EQ(wt::threads_per_rank(cfg, 8), 3);
+}
