@@ -198,11 +198,15 @@ int run_allreduce_bench(World& world, int argc, char** argv) {
     }
     // Values grow under repeated in-place sums: start each timed run from the pattern.
     std::vector<double> t_ours, t_raw;
+    // Alternate which goes first, so neither profits from the other's warm-up.
     for (int r = 0; r < cfg.rounds; ++r) {
-      fill(buffer, world.rank());
-      t_ours.push_back(time_op(world, cfg.iters, cfg.warmup, ours));
-      fill(buffer, world.rank());
-      t_raw.push_back(time_op(world, cfg.iters, cfg.warmup, raw));
+      for (int turn = 0; turn < 2; ++turn) {
+        fill(buffer, world.rank());
+        if ((r + turn) % 2 == 0)
+          t_ours.push_back(time_op(world, cfg.iters, cfg.warmup, ours));
+        else
+          t_raw.push_back(time_op(world, cfg.iters, cfg.warmup, raw));
+      }
     }
     m_ours.seconds = median(t_ours);
     m_raw.seconds = median(t_raw);
