@@ -40,15 +40,14 @@ OptionSet& OptionSet::add_described(const char* name, const po::value_semantic* 
 }
 
 OptionSet& OptionSet::flag(const char* name, bool* field, const char* help) {
-  auto value = po::value<bool>(field)->default_value(*field, to_text(*field))->implicit_value(true, "");
+  auto value = po::bool_switch(field)->default_value(*field);
   return add_described(name, value, help, [field] { return to_text(*field); });
 }
 
 OptionSet& OptionSet::choice(const char* name, std::string* field, std::vector<std::string> allowed,
                              const char* help) {
-  const std::string text = fmt::format("{} ({})", help, join(allowed, "|"));
-  auto value = po::value<std::string>(field)->default_value(*field);
-  current_group().add_options()(name, value, text.c_str());  // the description copies the text
+  auto value = po::value<std::string>(field)->default_value(*field)->value_name(join(allowed, "|"));
+  current_group().add_options()(name, value, help);
   declared_.push_back({captions_.back(), name, [field] { return *field; }, std::move(allowed), field});
   return *this;
 }
@@ -56,7 +55,7 @@ OptionSet& OptionSet::choice(const char* name, std::string* field, std::vector<s
 OptionSet& OptionSet::standard_options(std::string* config_file) {
   config_file_ = config_file;
   current_group().add_options()("help,h", "print this help and exit")("version", "print the version and exit")(
-      "config", po::value<std::string>(config_file),
+      "config", po::value<std::string>(config_file)->value_name("FILE"),
       "INI file of options, same names as on the command line (\"lr = 1e-4\"); the command line wins");
   return *this;
 }

@@ -13,6 +13,7 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace wt {
@@ -29,10 +30,11 @@ class OptionSet {
   template <class T>
   OptionSet& add(const char* name, T* field, const char* help) {
     auto value = boost::program_options::value<T>(field)->default_value(*field, to_text(*field));
+    value->value_name(std::is_integral_v<T> ? "N" : std::is_floating_point_v<T> ? "X" : "VALUE");
     return add_described(name, value, help, [field] { return to_text(*field); });
   }
 
-  // A switch: --name (or --name=false), "name = true|false" in the INI file.
+  // A switch: --name on the command line, "name = true|false" in the INI file.
   OptionSet& flag(const char* name, bool* field, const char* help);
 
   // A string option whose value must be one of `allowed`.

@@ -156,5 +156,6 @@ TEST(OptionSet, HelpListsEveryDeclaredOptionWithItsDefault) {
   const std::string help = f.options.help_text();
   for (const char* name : {"--config", "--help", "--version", "--lr", "--batch-size", "--verbose", "--precision"})
     EXPECT_NE(help.find(name), std::string::npos) << name;
-  EXPECT_NE(help.find("fp32|bf16"), std::string::npos);
+  EXPECT_NE(help.find("--precision fp32|bf16 (=fp32)"), std::string::npos) << help;
+  EXPECT_NE(help.find("--batch-size N (=1)"), std::string::npos) << help;
 }
