@@ -9,7 +9,6 @@
 #include <iostream>
 
 #include "dist/mpi_comm.hpp"
-#include "dist/mpi_half_ops.hpp"
 #include "dist/world.hpp"
 #include "util/error.hpp"
 #include "util/exit_codes.hpp"
@@ -154,18 +153,9 @@ int run_allreduce_bench(World& world, int argc, char** argv) {
   comm_options.timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg.comm_timeout * 1000));
   MpiComm comm(world, comm_options);
 
-  // Raw MPI gets the same communicator and the same reduction MpiComm uses.
-  const bool half = dtype == at::kBFloat16 || dtype == at::kHalf;
-  MPI_Datatype raw_type = half ? MPI_UINT16_T
-                          : dtype == at::kFloat  ? MPI_FLOAT
-                          : dtype == at::kDouble ? MPI_DOUBLE
-                          : dtype == at::kInt    ? MPI_INT32_T
-                                                 : MPI_INT64_T;
-  HalfReduceOps half_ops;
-  MPI_Op raw_op = half ? half_ops.get(dtype, op)
-                  : op == ReduceOp::Max ? MPI_MAX
-                  : op == ReduceOp::Min ? MPI_MIN
-                                        : MPI_SUM;
+  // Raw MPI gets the same communicator, datatype and reduction MpiComm uses.
+  const MPI_Datatype raw_type = mpi_datatype(dtype);
+  const MPI_Op raw_op = comm.native_op(dtype, op);
   const int n = world.size();
   const double bus_factor = n > 1 ? 2.0 * (n - 1) / n : 0.0;
 

@@ -16,22 +16,6 @@ namespace wt {
 
 namespace {
 
-MPI_Datatype mpi_type(at::ScalarType dtype) {
-  switch (dtype) {
-    case at::kFloat: return MPI_FLOAT;
-    case at::kDouble: return MPI_DOUBLE;
-    case at::kInt: return MPI_INT32_T;
-    case at::kLong: return MPI_INT64_T;
-    case at::kByte: return MPI_UINT8_T;
-    case at::kBFloat16:
-    case at::kHalf: return MPI_UINT16_T;  // reduced by HalfReduceOps
-    default:
-      throw Error(fmt::format("MpiComm: dtype {} is not supported (float32, float64, bfloat16, float16, int32, "
-                              "int64, uint8 are)",
-                              c10::toString(dtype)));
-  }
-}
-
 bool is_half(at::ScalarType dtype) { return dtype == at::kBFloat16 || dtype == at::kHalf; }
 
 void check_tensor(const char* op, const char* role, const at::Tensor& t) {
@@ -39,7 +23,7 @@ void check_tensor(const char* op, const char* role, const at::Tensor& t) {
   if (!t.device().is_cpu())
     throw Error(fmt::format("MpiComm {}: {} tensor is on {}, MpiComm takes CPU tensors", op, role, t.device().str()));
   if (!t.is_contiguous()) throw Error(fmt::format("MpiComm {}: {} tensor is not contiguous", op, role));
-  mpi_type(t.scalar_type());
+  mpi_datatype(t.scalar_type());
 }
 
 void check_reduce_op(const char* op, at::ScalarType dtype, ReduceOp reduce) {
@@ -70,6 +54,22 @@ void in_int_chunks(int64_t n, Fn fn) {
 }
 
 }  // namespace
+
+MPI_Datatype mpi_datatype(at::ScalarType dtype) {
+  switch (dtype) {
+    case at::kFloat: return MPI_FLOAT;
+    case at::kDouble: return MPI_DOUBLE;
+    case at::kInt: return MPI_INT32_T;
+    case at::kLong: return MPI_INT64_T;
+    case at::kByte: return MPI_UINT8_T;
+    case at::kBFloat16:
+    case at::kHalf: return MPI_UINT16_T;  // reduced by HalfReduceOps
+    default:
+      throw Error(fmt::format("MpiComm: dtype {} is not supported (float32, float64, bfloat16, float16, int32, "
+                              "int64, uint8 are)",
+                              c10::toString(dtype)));
+  }
+}
 
 class MpiComm::MpiWork final : public Work {
  public:
@@ -162,7 +162,7 @@ MPI_Op MpiComm::native_op(at::ScalarType dtype, ReduceOp op) const {
 WorkPtr MpiComm::all_reduce_async(const at::Tensor& tensor, const AllReduceOptions& options) {
   check_tensor("all_reduce", "the", tensor);
   check_reduce_op("all_reduce", tensor.scalar_type(), options.op);
-  const MPI_Datatype type = mpi_type(tensor.scalar_type());
+  const MPI_Datatype type = mpi_datatype(tensor.scalar_type());
   const MPI_Op op = native_op(tensor.scalar_type(), options.op);
   const bool average = options.op == ReduceOp::Avg;
   return enqueue(describe("all_reduce", next_seq_++, tensor, fmt::format(", {}", to_string(options.op))), {tensor},
@@ -180,7 +180,7 @@ WorkPtr MpiComm::broadcast_async(const at::Tensor& tensor, const BroadcastOption
   check_tensor("broadcast", "the", tensor);
   if (options.root < 0 || options.root >= size_)
     throw Error(fmt::format("MpiComm broadcast: root {} is not a rank of this {}-rank world", options.root, size_));
-  const MPI_Datatype type = mpi_type(tensor.scalar_type());
+  const MPI_Datatype type = mpi_datatype(tensor.scalar_type());
   const int root = options.root;
   return enqueue(describe("broadcast", next_seq_++, tensor, fmt::format(", root {}", root)), {tensor},
                  [this, tensor, type, root] {
@@ -199,7 +199,7 @@ WorkPtr MpiComm::all_gather_async(const at::Tensor& output, const at::Tensor& in
     throw Error(fmt::format("MpiComm all_gather: output must be {} x {} elements of {}, got {} of {}", size_,
                             input.numel(), c10::toString(input.scalar_type()), output.numel(),
                             c10::toString(output.scalar_type())));
-  const MPI_Datatype type = mpi_type(input.scalar_type());
+  const MPI_Datatype type = mpi_datatype(input.scalar_type());
   const int count = checked_count("all_gather", input.numel());
   return enqueue(describe("all_gather", next_seq_++, input), {output, input}, [this, output, input, type, count] {
     MPI_CHECK(MPI_Allgather(input.data_ptr(), count, type, output.data_ptr(), count, type, comm_));
@@ -215,7 +215,7 @@ WorkPtr MpiComm::reduce_scatter_async(const at::Tensor& output, const at::Tensor
     throw Error(fmt::format("MpiComm reduce_scatter: input must be {} x {} elements of {}, got {} of {}", size_,
                             output.numel(), c10::toString(output.scalar_type()), input.numel(),
                             c10::toString(input.scalar_type())));
-  const MPI_Datatype type = mpi_type(input.scalar_type());
+  const MPI_Datatype type = mpi_datatype(input.scalar_type());
   const MPI_Op op = native_op(input.scalar_type(), options.op);
   const int count = checked_count("reduce_scatter", output.numel());
   const bool average = options.op == ReduceOp::Avg;

@@ -31,6 +31,10 @@ namespace wt {
 
 class World;
 
+// The MPI datatype that carries `dtype` (bf16/fp16: MPI_UINT16_T); throws
+// wt::Error for dtypes MpiComm does not support.
+MPI_Datatype mpi_datatype(at::ScalarType dtype);
+
 class MpiComm final : public Comm {
  public:
   explicit MpiComm(const World& world, CommOptions options = {});
@@ -53,8 +57,10 @@ class MpiComm final : public Comm {
                                const ReduceScatterOptions& options = {}) override;
   WorkPtr barrier_async(const BarrierOptions& options = {}) override;
 
-  // The communicator the collectives run on (for benchmarks against raw MPI).
+  // The communicator and the MPI reduction the collectives use, so that a
+  // benchmark can run raw MPI on exactly the same.
   MPI_Comm native() const { return comm_; }
+  MPI_Op native_op(at::ScalarType dtype, ReduceOp op) const;
 
  private:
   class MpiWork;
@@ -65,7 +71,6 @@ class MpiComm final : public Comm {
   };
 
   WorkPtr enqueue(std::string description, std::vector<at::Tensor> keep_alive, std::function<void()> run);
-  MPI_Op native_op(at::ScalarType dtype, ReduceOp op) const;
   void worker_loop();
 
   MPI_Comm comm_ = MPI_COMM_NULL;

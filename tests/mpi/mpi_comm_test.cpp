@@ -40,6 +40,12 @@ void expect_matches(const torch::Tensor& got, const torch::Tensor& want, at::Sca
 
 std::string name_of(at::ScalarType t) { return c10::toString(t); }
 
+const auto kDtypesAndOps = ::testing::Combine(
+    ::testing::ValuesIn(kDtypes), ::testing::Values(ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max, ReduceOp::Min));
+std::string dtype_and_op_name(const ::testing::TestParamInfo<std::tuple<at::ScalarType, ReduceOp>>& info) {
+  return name_of(std::get<0>(info.param)) + "_" + wt::to_string(std::get<1>(info.param));
+}
+
 class AllReduce : public ::testing::TestWithParam<std::tuple<at::ScalarType, ReduceOp>> {};
 
 TEST_P(AllReduce, EveryRankEndsWithTheReductionOverRanks) {
@@ -52,12 +58,7 @@ TEST_P(AllReduce, EveryRankEndsWithTheReductionOverRanks) {
 }
 
 INSTANTIATE_TEST_SUITE_P(DtypesAndOps, AllReduce,
-                         ::testing::Combine(::testing::ValuesIn(kDtypes),
-                                            ::testing::Values(ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max,
-                                                              ReduceOp::Min)),
-                         [](const auto& info) {
-                           return name_of(std::get<0>(info.param)) + "_" + wt::to_string(std::get<1>(info.param));
-                         });
+                         kDtypesAndOps, dtype_and_op_name);
 
 class ReduceScatter : public ::testing::TestWithParam<std::tuple<at::ScalarType, ReduceOp>> {};
 
@@ -73,12 +74,7 @@ TEST_P(ReduceScatter, RankRGetsTheReductionOfChunkR) {
 }
 
 INSTANTIATE_TEST_SUITE_P(DtypesAndOps, ReduceScatter,
-                         ::testing::Combine(::testing::ValuesIn(kDtypes),
-                                            ::testing::Values(ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max,
-                                                              ReduceOp::Min)),
-                         [](const auto& info) {
-                           return name_of(std::get<0>(info.param)) + "_" + wt::to_string(std::get<1>(info.param));
-                         });
+                         kDtypesAndOps, dtype_and_op_name);
 
 class PerDtype : public ::testing::TestWithParam<at::ScalarType> {};
 
