@@ -12,6 +12,7 @@ packages=(
   libboost-program-options-dev
   nlohmann-json3-dev libspdlog-dev libfmt-dev
   libgtest-dev
+  python3 python3-h5py python3-numpy   # the h5py example of docs/data-format.md is tested
 )
 
 missing=()

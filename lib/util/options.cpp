@@ -52,6 +52,19 @@ OptionSet& OptionSet::choice(const char* name, std::string* field, std::vector<s
   return *this;
 }
 
+OptionSet& OptionSet::positional(const char* name, std::vector<std::string>* values, const char* help, int max) {
+  auto value = po::value<std::vector<std::string>>(values)->value_name("VALUE");
+  current_group().add_options()(name, value, help);
+  positional_.add(name, max);
+  declared_.push_back({captions_.back(), name, [values] {
+                         std::string out;
+                         for (const auto& v : *values) out += (out.empty() ? "" : " ") + v;
+                         return out;
+                       },
+                       {}, nullptr});
+  return *this;
+}
+
 OptionSet& OptionSet::standard_options(std::string* config_file) {
   config_file_ = config_file;
   current_group().add_options()("help,h", "print this help and exit")("version", "print the version and exit")(
@@ -64,7 +77,7 @@ OptionSet::Outcome OptionSet::parse(int argc, const char* const* argv) {
   po::options_description all;
   for (const auto& g : groups_) all.add(*g);
   try {
-    po::store(po::command_line_parser(argc, argv).options(all).run(), sources_cli_);
+    po::store(po::command_line_parser(argc, argv).options(all).positional(positional_).run(), sources_cli_);
   } catch (const po::error& e) {
     throw UsageError(e.what());
   }

@@ -40,6 +40,10 @@ class OptionSet {
   // A string option whose value must be one of `allowed`.
   OptionSet& choice(const char* name, std::string* field, std::vector<std::string> allowed, const char* help);
 
+  // Operands after the options (e.g. `wandata verify DIR`): up to `max`
+  // (-1: any number) collected into `values`, also accepted as --name VALUE.
+  OptionSet& positional(const char* name, std::vector<std::string>* values, const char* help, int max = -1);
+
   // Adds --config FILE (the INI file), --help and --version.
   OptionSet& standard_options(std::string* config_file);
 
@@ -84,6 +88,7 @@ class OptionSet {
   std::vector<std::string> captions_;  // of groups_
   std::vector<Declared> declared_;
   std::string* config_file_ = nullptr;
+  boost::program_options::positional_options_description positional_;
   boost::program_options::variables_map sources_cli_, sources_all_;
   std::string config_name_;
 };

@@ -1,0 +1,126 @@
+// wandata inspect DIR: what a dataset holds. wandata verify DIR: read it all
+// and report every problem.
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <iostream>
+
+#include "commands.hpp"
+#include "data/dataset.hpp"
+#include "dist/world.hpp"
+#include "util/error.hpp"
+#include "util/exit_codes.hpp"
+#include "util/options.hpp"
+#include "util/progress.hpp"
+
+namespace fs = std::filesystem;
+
+namespace wt {
+
+namespace {
+
+// Parses `wandata CMD DIR`; returns "" after printing --help.
+std::string directory_operand(const char* command, int argc, char** argv) {
+  std::string config;
+  std::vector<std::string> dirs;
+  OptionSet options(std::string("wandata ") + command, "DIR");
+  options.group(command).standard_options(&config).positional("data", &dirs, "the dataset directory", 1);
+  if (options.parse(argc, argv) != OptionSet::Outcome::Run) {
+    std::cout << options.help_text();
+    return {};
+  }
+  if (dirs.empty()) throw UsageError(fmt::format("wandata {}: give the dataset directory", command));
+  return dirs.front();
+}
+
+std::vector<std::string> shard_paths(const std::string& directory) {
+  std::error_code ec;
+  if (!fs::is_directory(directory, ec)) throw UsageError(fmt::format("data: {} is not a directory", directory));
+  std::vector<std::string> paths;
+  for (const auto& entry : fs::directory_iterator(directory, ec))
+    if (entry.path().extension() == ".h5") paths.push_back(entry.path().string());
+  std::sort(paths.begin(), paths.end());
+  if (paths.empty()) throw UsageError(fmt::format("data: {} holds no shards (*.h5)", directory));
+  return paths;
+}
+
+}  // namespace
+
+int run_inspect(World&, int argc, char** argv) {
+  const std::string directory = directory_operand("inspect", argc, argv);
+  if (directory.empty()) return kExitOk;
+  const data::Dataset dataset = data::Dataset::open(directory);
+  const auto& s = dataset.shape();
+  std::cout << fmt::format("dataset {}: {} shards, {} samples\n  latents  {}\n  text_emb {}\n", directory,
+                           dataset.shards().size(), dataset.size(), s.latents_string(), s.text_string());
+  std::cout << fmt::format("  {:<32} {:>9} {:>7} {:>14}\n", "shard", "samples", "prompt", "bytes");
+  std::uintmax_t total = 0;
+  for (const auto& shard : dataset.shards()) {
+    const auto bytes = fs::file_size(shard.path);
+    total += bytes;
+    std::cout << fmt::format("  {:<32} {:>9} {:>7} {:>14}\n", fs::path(shard.path).filename().string(), shard.samples,
+                             shard.has_prompt ? "yes" : "no", bytes);
+  }
+  std::cout << fmt::format("  {:<32} {:>9} {:>7} {:>14}\n", "total", dataset.size(), "", total);
+  std::cout << fmt::format("  per sample: latents {} B, text_emb {} B (as stored)\n", s.latents_bytes(),
+                           s.text_bytes());
+  return kExitOk;
+}
+
+int run_verify(World&, int argc, char** argv) {
+  const std::string directory = directory_operand("verify", argc, argv);
+  if (directory.empty()) return kExitOk;
+  std::vector<std::string> problems;
+  std::vector<data::ShardInfo> good;
+  for (const auto& path : shard_paths(directory)) {
+    try {
+      data::ShardInfo info = data::inspect_shard(path);
+      if (!good.empty() && info.shape != good.front().shape) {
+        problems.push_back(fmt::format("shard {} has latents {}, text_emb {} but shard {} has latents {}, text_emb {}",
+                                       path, info.shape.latents_string(), info.shape.text_string(), good.front().path,
+                                       good.front().shape.latents_string(), good.front().shape.text_string()));
+        continue;
+      }
+      good.push_back(std::move(info));
+    } catch (const UsageError& e) {
+      problems.push_back(e.what());
+    }
+  }
+  int64_t total = 0;
+  for (const auto& g : good) total += g.samples;
+  Progress progress("verify", total);
+  // Every sample of every structurally sound shard: fully readable and finite.
+  for (const auto& info : good) {
+    const data::Dataset one = data::Dataset::of(directory, {info});
+    data::SampleReader reader(one);
+    const auto& s = info.shape;
+    at::Tensor latents = at::empty({s.channels, s.frames, s.height, s.width}, data::scalar_type(s.latents));
+    at::Tensor text = at::empty({s.text_len, s.text_dim}, data::scalar_type(s.text));
+    for (int64_t i = 0; i < info.samples; ++i, progress.advance()) {
+      int32_t text_len = 0;
+      try {
+        reader.read(i, latents, text, text_len);
+      } catch (const Error& e) {
+        problems.push_back(e.what());
+        continue;
+      }
+      if (!at::isfinite(latents).all().item<bool>())
+        problems.push_back(fmt::format("shard {} sample {}: /latents holds NaN or Inf", info.path, i));
+      if (!at::isfinite(text).all().item<bool>())
+        problems.push_back(fmt::format("shard {} sample {}: /text_emb holds NaN or Inf", info.path, i));
+    }
+  }
+  for (const auto& p : problems) std::cout << "problem: " << p << "\n";
+  if (!problems.empty()) {
+    std::cout << fmt::format("wandata verify: {} problem{} in {}\n", problems.size(),
+                             problems.size() == 1 ? "" : "s", directory);
+    return kExitFailure;
+  }
+  std::cout << fmt::format("wandata verify: {} OK: {} shards, {} samples, every sample read and finite\n", directory,
+                           good.size(), total);
+  return kExitOk;
+}
+
+}  // namespace wt

@@ -1,0 +1,44 @@
+// wandata: make, look at, check and re-shard wantrain datasets (HDF5 shards).
+// A serial tool: run it without mpirun.
+#include <fmt/format.h>
+
+#include <iostream>
+#include <map>
+
+#include "commands.hpp"
+#include "dist/app.hpp"
+#include "dist/world.hpp"
+#include "util/error.hpp"
+#include "util/exit_codes.hpp"
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: wandata COMMAND [options]\n"
+    "commands:\n"
+    "  synth    write a synthetic, learnable dataset (moving blobs described by the text embedding)\n"
+    "  inspect  list a dataset's shards: samples, shapes, dtypes, bytes\n"
+    "  verify   read every shard fully and report every problem (exit 1 if any)\n"
+    "  split    re-shard one dataset into more (or fewer) shards\n"
+    "  merge    join datasets into one, re-sharded\n"
+    "run 'wandata COMMAND --help' for its options; docs/data-format.md describes the format\n";
+
+int run(wt::World& world, int argc, char** argv) {
+  using Command = int (*)(wt::World&, int, char**);
+  const std::map<std::string, Command> commands = {{"synth", wt::run_synth},   {"inspect", wt::run_inspect},
+                                                   {"verify", wt::run_verify}, {"split", wt::run_split},
+                                                   {"merge", wt::run_merge}};
+  const std::string command = argc > 1 ? argv[1] : "";
+  if (const auto it = commands.find(command); it != commands.end()) return it->second(world, argc - 1, argv + 1);
+  if (command == "--help" || command == "-h") {
+    std::cout << kUsage;
+    return wt::kExitOk;
+  }
+  throw wt::UsageError(command.empty() ? "no command given (synth|inspect|verify|split|merge)"
+                                       : fmt::format("unknown command '{}' (synth|inspect|verify|split|merge)",
+                                                     command));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) { return wt::run_app(argc, argv, run); }

@@ -1,0 +1,158 @@
+#include "data/dataset.hpp"
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "data/h5.hpp"
+#include "util/error.hpp"
+
+namespace fs = std::filesystem;
+
+namespace wt::data {
+
+Dataset Dataset::open(const std::string& directory) {
+  std::error_code ec;
+  if (!fs::exists(directory, ec)) throw UsageError(fmt::format("data: {} does not exist", directory));
+  if (!fs::is_directory(directory, ec))
+    throw UsageError(fmt::format("data: {} is not a directory of *.h5 shards", directory));
+  std::vector<std::string> paths;
+  for (fs::directory_iterator it(directory, ec), end; !ec && it != end; it.increment(ec))
+    if (it->path().extension() == ".h5") paths.push_back(it->path().string());
+  if (ec) throw UsageError(fmt::format("data: cannot list {}: {}", directory, ec.message()));
+  if (paths.empty()) throw UsageError(fmt::format("data: {} holds no shards (*.h5)", directory));
+  std::sort(paths.begin(), paths.end());
+
+  std::vector<ShardInfo> shards;
+  for (const auto& path : paths) {
+    ShardInfo info = inspect_shard(path);
+    if (!shards.empty() && info.shape != shards.front().shape)
+      throw UsageError(fmt::format("data: shard {} has latents {}, text_emb {} but shard {} has latents {}, "
+                                   "text_emb {}",
+                                   path, info.shape.latents_string(), info.shape.text_string(), shards.front().path,
+                                   shards.front().shape.latents_string(), shards.front().shape.text_string()));
+    shards.push_back(std::move(info));
+  }
+  Dataset dataset = of(directory, std::move(shards));
+  if (dataset.size() == 0) throw UsageError(fmt::format("data: the shards in {} hold no samples", directory));
+  return dataset;
+}
+
+Dataset Dataset::of(std::string directory, std::vector<ShardInfo> shards) {
+  if (shards.empty()) throw Error("Dataset::of: no shards");
+  Dataset dataset;
+  dataset.directory_ = std::move(directory);
+  dataset.offsets_.push_back(0);
+  for (auto& info : shards) {
+    if (info.shape != shards.front().shape) throw Error("Dataset::of: shards of different shapes");
+    dataset.offsets_.push_back(dataset.offsets_.back() + info.samples);
+  }
+  dataset.shards_ = std::move(shards);
+  return dataset;
+}
+
+std::vector<int64_t> Dataset::shard_sizes() const {
+  std::vector<int64_t> sizes;
+  for (const auto& s : shards_) sizes.push_back(s.samples);
+  return sizes;
+}
+
+Dataset::Location Dataset::locate(int64_t index) const {
+  if (index < 0 || index >= size())
+    throw Error(fmt::format("data: sample {} is outside the dataset's {} samples", index, size()));
+  const auto it = std::upper_bound(offsets_.begin(), offsets_.end(), index);
+  const size_t shard = static_cast<size_t>(it - offsets_.begin()) - 1;
+  return {shard, index - offsets_[shard]};
+}
+
+struct SampleReader::Open {
+  h5::Handle file, latents, text, text_len, prompt;
+  h5::Handle latents_space, text_space;      // file dataspaces, reused per read
+  h5::Handle latents_type, text_type;        // memory types equal to the stored ones
+  h5::Handle latents_row, text_row, one;     // memory dataspaces of one sample
+};
+
+SampleReader::SampleReader(const Dataset& dataset) : dataset_(dataset), open_(dataset.shards().size()) {}
+
+SampleReader::~SampleReader() {
+  h5::Lock lock(h5::library_mutex());
+  open_.clear();
+}
+
+namespace {
+h5::Handle memory_type(Stored stored) {
+  switch (stored) {
+    case Stored::Float32: return h5::Handle(H5_CHECK(H5Tcopy(H5T_NATIVE_FLOAT)), H5Tclose);
+    case Stored::Float16: return h5::float16_type();
+    case Stored::BFloat16: return h5::Handle(H5_CHECK(H5Tcopy(H5T_NATIVE_UINT16)), H5Tclose);
+  }
+  throw Error("unknown storage");
+}
+
+h5::Handle flat_space(int64_t n) {
+  const hsize_t count = static_cast<hsize_t>(n);
+  return h5::Handle(H5_CHECK(H5Screate_simple(1, &count, nullptr)), H5Sclose);
+}
+}  // namespace
+
+SampleReader::Open& SampleReader::file(size_t shard) {
+  if (!open_[shard]) {
+    const SampleShape& s = dataset_.shape();
+    auto o = std::make_unique<Open>();
+    o->file = h5::open_file(dataset_.shards()[shard].path);
+    o->latents = h5::open_dataset(o->file.get(), "latents");
+    o->text = h5::open_dataset(o->file.get(), "text_emb");
+    o->text_len = h5::open_dataset(o->file.get(), "text_len");
+    if (dataset_.shards()[shard].has_prompt) o->prompt = h5::open_dataset(o->file.get(), "prompt");
+    o->latents_space = h5::dataset_space(o->latents.get());
+    o->text_space = h5::dataset_space(o->text.get());
+    o->latents_type = memory_type(s.latents);
+    o->text_type = memory_type(s.text);
+    o->latents_row = flat_space(s.channels * s.frames * s.height * s.width);
+    o->text_row = flat_space(s.text_len * s.text_dim);
+    o->one = flat_space(1);
+    open_[shard] = std::move(o);
+  }
+  return *open_[shard];
+}
+
+void SampleReader::read(int64_t index, const at::Tensor& latents, const at::Tensor& text_emb, int32_t& text_len) {
+  const Dataset::Location where = dataset_.locate(index);
+  const ShardInfo& shard = dataset_.shards()[where.shard];
+  h5::Lock lock(h5::library_mutex());
+  try {
+    Open& o = file(where.shard);
+    const hsize_t row = static_cast<hsize_t>(where.row);
+    h5::select_rows(o.latents_space.get(), row, 1);
+    H5_CHECK(H5Dread(o.latents.get(), o.latents_type.get(), o.latents_row.get(), o.latents_space.get(), H5P_DEFAULT,
+                     latents.data_ptr()));
+    h5::select_rows(o.text_space.get(), row, 1);
+    H5_CHECK(H5Dread(o.text.get(), o.text_type.get(), o.text_row.get(), o.text_space.get(), H5P_DEFAULT,
+                     text_emb.data_ptr()));
+    const h5::Handle len_space = h5::dataset_space(o.text_len.get());
+    h5::select_rows(len_space.get(), row, 1);
+    H5_CHECK(H5Dread(o.text_len.get(), H5T_NATIVE_INT32, o.one.get(), len_space.get(), H5P_DEFAULT, &text_len));
+  } catch (const Error& e) {
+    throw Error(fmt::format("data: cannot read sample {} (row {}) of shard {}: {}", index, where.row, shard.path,
+                            e.what()));
+  }
+}
+
+std::string SampleReader::prompt(int64_t index) {
+  const Dataset::Location where = dataset_.locate(index);
+  h5::Lock lock(h5::library_mutex());
+  Open& o = file(where.shard);
+  if (!o.prompt) return {};
+  const h5::Handle space = h5::dataset_space(o.prompt.get());
+  h5::select_rows(space.get(), static_cast<hsize_t>(where.row), 1);
+  const h5::Handle type = h5::dataset_type(o.prompt.get());
+  char* text = nullptr;
+  H5_CHECK(H5Dread(o.prompt.get(), type.get(), o.one.get(), space.get(), H5P_DEFAULT, &text));
+  std::string value = text ? text : "";
+  H5Dvlen_reclaim(type.get(), o.one.get(), H5P_DEFAULT, &text);
+  return value;
+}
+
+}  // namespace wt::data

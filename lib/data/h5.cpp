@@ -1,0 +1,117 @@
+#include "data/h5.hpp"
+
+#include "util/error.hpp"
+
+namespace wt::h5 {
+
+std::mutex& library_mutex() {
+  static std::mutex mutex;  // the HDF5 library itself is process-global
+  return mutex;
+}
+
+void quiet_errors() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
+
+Handle open_file(const std::string& path, bool writable) {
+  return Handle(H5_CHECK(H5Fopen(path.c_str(), writable ? H5F_ACC_RDWR : H5F_ACC_RDONLY, H5P_DEFAULT)), H5Fclose);
+}
+
+Handle create_file(const std::string& path) {
+  return Handle(H5_CHECK(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT)), H5Fclose);
+}
+
+Handle open_dataset(hid_t location, const std::string& name) {
+  return Handle(H5_CHECK(H5Dopen2(location, name.c_str(), H5P_DEFAULT)), H5Dclose);
+}
+
+Handle dataset_type(hid_t dataset) { return Handle(H5_CHECK(H5Dget_type(dataset)), H5Tclose); }
+Handle dataset_space(hid_t dataset) { return Handle(H5_CHECK(H5Dget_space(dataset)), H5Sclose); }
+
+bool exists(hid_t location, const std::string& name) { return H5Lexists(location, name.c_str(), H5P_DEFAULT) > 0; }
+
+std::vector<hsize_t> dims(hid_t dataset) {
+  const Handle space = dataset_space(dataset);
+  const int rank = H5_CHECK(H5Sget_simple_extent_ndims(space.get()));
+  std::vector<hsize_t> out(rank);
+  H5_CHECK(H5Sget_simple_extent_dims(space.get(), out.data(), nullptr));
+  return out;
+}
+
+bool has_attribute(hid_t object, const std::string& name) { return H5Aexists(object, name.c_str()) > 0; }
+
+std::string read_string_attribute(hid_t object, const std::string& name) {
+  const Handle attr(H5_CHECK(H5Aopen(object, name.c_str(), H5P_DEFAULT)), H5Aclose);
+  const Handle type(H5_CHECK(H5Aget_type(attr.get())), H5Tclose);
+  if (H5Tget_class(type.get()) != H5T_STRING) throw Error("attribute '" + name + "' is not a string");
+  if (H5Tis_variable_str(type.get()) > 0) {
+    // As h5py writes a Python str.
+    const Handle mem(H5_CHECK(H5Tcopy(H5T_C_S1)), H5Tclose);
+    H5_CHECK(H5Tset_size(mem.get(), H5T_VARIABLE));
+    H5_CHECK(H5Tset_cset(mem.get(), H5Tget_cset(type.get())));
+    char* text = nullptr;
+    H5_CHECK(H5Aread(attr.get(), mem.get(), &text));
+    std::string value = text ? text : "";
+    const Handle space(H5_CHECK(H5Aget_space(attr.get())), H5Sclose);
+    H5Dvlen_reclaim(mem.get(), space.get(), H5P_DEFAULT, &text);
+    return value;
+  }
+  const size_t size = H5Tget_size(type.get());
+  std::string value(size, '\0');
+  H5_CHECK(H5Aread(attr.get(), type.get(), value.data()));
+  return value.substr(0, value.find('\0'));
+}
+
+long long read_int_attribute(hid_t object, const std::string& name) {
+  const Handle attr(H5_CHECK(H5Aopen(object, name.c_str(), H5P_DEFAULT)), H5Aclose);
+  const Handle type(H5_CHECK(H5Aget_type(attr.get())), H5Tclose);
+  if (H5Tget_class(type.get()) != H5T_INTEGER) throw Error("attribute '" + name + "' is not an integer");
+  long long value = 0;
+  H5_CHECK(H5Aread(attr.get(), H5T_NATIVE_LLONG, &value));
+  return value;
+}
+
+void write_string_attribute(hid_t object, const std::string& name, const std::string& value) {
+  const Handle type(H5_CHECK(H5Tcopy(H5T_C_S1)), H5Tclose);
+  H5_CHECK(H5Tset_size(type.get(), H5T_VARIABLE));
+  H5_CHECK(H5Tset_cset(type.get(), H5T_CSET_UTF8));
+  const Handle space(H5_CHECK(H5Screate(H5S_SCALAR)), H5Sclose);
+  const Handle attr(H5_CHECK(H5Acreate2(object, name.c_str(), type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT)),
+                    H5Aclose);
+  const char* text = value.c_str();
+  H5_CHECK(H5Awrite(attr.get(), type.get(), &text));
+}
+
+void write_int_attribute(hid_t object, const std::string& name, long long value) {
+  const Handle space(H5_CHECK(H5Screate(H5S_SCALAR)), H5Sclose);
+  const Handle attr(
+      H5_CHECK(H5Acreate2(object, name.c_str(), H5T_STD_I64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT)), H5Aclose);
+  H5_CHECK(H5Awrite(attr.get(), H5T_NATIVE_LLONG, &value));
+}
+
+Handle float16_type() {
+  Handle type(H5_CHECK(H5Tcopy(H5T_IEEE_F32LE)), H5Tclose);
+  // sign bit 15, exponent bits 10..14, mantissa bits 0..9, bias 15
+  H5_CHECK(H5Tset_fields(type.get(), 15, 10, 5, 0, 10));
+  H5_CHECK(H5Tset_size(type.get(), 2));
+  H5_CHECK(H5Tset_ebias(type.get(), 15));
+  return type;
+}
+
+bool is_float16(hid_t type) {
+  if (H5Tget_class(type) != H5T_FLOAT || H5Tget_size(type) != 2) return false;
+  size_t spos = 0, epos = 0, esize = 0, mpos = 0, msize = 0;
+  H5_CHECK(H5Tget_fields(type, &spos, &epos, &esize, &mpos, &msize));
+  return spos == 15 && epos == 10 && esize == 5 && mpos == 0 && msize == 10 && H5Tget_ebias(type) == 15 &&
+         H5Tget_order(type) == H5T_ORDER_LE;
+}
+
+void select_rows(hid_t space, hsize_t first, hsize_t count) {
+  const int rank = H5_CHECK(H5Sget_simple_extent_ndims(space));
+  std::vector<hsize_t> dims(rank), start(rank, 0), counts(rank);
+  H5_CHECK(H5Sget_simple_extent_dims(space, dims.data(), nullptr));
+  counts = dims;
+  start[0] = first;
+  counts[0] = count;
+  H5_CHECK(H5Sselect_hyperslab(space, H5S_SELECT_SET, start.data(), nullptr, counts.data(), nullptr));
+}
+
+}  // namespace wt::h5

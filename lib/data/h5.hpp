@@ -1,0 +1,79 @@
+// Small RAII layer over the HDF5 C API, private to lib/data and lib/ckpt.
+//
+// HDF5 here is not built thread-safe: every call into it must hold
+// h5::library_mutex(). The functions below take it themselves; code that
+// calls the C API directly takes it with h5::Lock.
+#pragma once
+
+#include <hdf5.h>
+
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace wt::h5 {
+
+std::mutex& library_mutex();
+using Lock = std::lock_guard<std::mutex>;
+
+// Owns one HDF5 identifier and closes it with the matching H5*close.
+// Move-only; a move leaves the source empty.
+class Handle {
+ public:
+  using Closer = herr_t (*)(hid_t);
+  Handle() = default;
+  Handle(hid_t id, Closer close) : id_(id), close_(close) {}
+  ~Handle() { reset(); }
+  Handle(Handle&& other) noexcept : id_(std::exchange(other.id_, -1)), close_(other.close_) {}
+  Handle& operator=(Handle&& other) noexcept {
+    if (this != &other) {
+      reset();
+      id_ = std::exchange(other.id_, -1);
+      close_ = other.close_;
+    }
+    return *this;
+  }
+  Handle(const Handle&) = delete;
+  Handle& operator=(const Handle&) = delete;
+
+  hid_t get() const { return id_; }
+  explicit operator bool() const { return id_ >= 0; }
+  void reset() noexcept {
+    if (id_ >= 0 && close_) close_(id_);
+    id_ = -1;
+  }
+
+ private:
+  hid_t id_ = -1;
+  Closer close_ = nullptr;
+};
+
+// Turns off HDF5's own error-stack printing: wantrain reports errors itself.
+void quiet_errors();
+
+// Opening and creating; each throws wt::Error with HDF5's reason (via H5_CHECK).
+Handle open_file(const std::string& path, bool writable = false);
+Handle create_file(const std::string& path);  // truncates
+Handle open_dataset(hid_t location, const std::string& name);
+Handle dataset_type(hid_t dataset);
+Handle dataset_space(hid_t dataset);
+bool exists(hid_t location, const std::string& name);  // a link directly under location
+
+std::vector<hsize_t> dims(hid_t dataset);
+
+// Attributes on an object: strings (fixed or variable length) and integers.
+bool has_attribute(hid_t object, const std::string& name);
+std::string read_string_attribute(hid_t object, const std::string& name);
+long long read_int_attribute(hid_t object, const std::string& name);
+void write_string_attribute(hid_t object, const std::string& name, const std::string& value);
+void write_int_attribute(hid_t object, const std::string& name, long long value);
+
+// The IEEE binary16 type as h5py writes float16 (HDF5 1.10 has no predefined one).
+Handle float16_type();
+bool is_float16(hid_t type);
+
+// Selects rows [first, first+count) of the leading dimension of `space`.
+void select_rows(hid_t space, hsize_t first, hsize_t count);
+
+}  // namespace wt::h5

@@ -1,0 +1,245 @@
+#include "data/shard.hpp"
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+
+#include "data/h5.hpp"
+#include "util/error.hpp"
+
+namespace wt::data {
+
+const char* to_string(Stored stored) {
+  switch (stored) {
+    case Stored::Float32: return "float32";
+    case Stored::Float16: return "float16";
+    case Stored::BFloat16: return "bfloat16";
+  }
+  return "unknown";
+}
+
+at::ScalarType scalar_type(Stored stored) {
+  switch (stored) {
+    case Stored::Float32: return at::kFloat;
+    case Stored::Float16: return at::kHalf;
+    case Stored::BFloat16: return at::kBFloat16;
+  }
+  return at::kFloat;
+}
+
+Stored parse_stored(const std::string& name) {
+  if (name == "float32") return Stored::Float32;
+  if (name == "float16") return Stored::Float16;
+  if (name == "bfloat16") return Stored::BFloat16;
+  throw UsageError(fmt::format("dtype '{}' is not one of float32|float16|bfloat16", name));
+}
+
+bool SampleShape::operator==(const SampleShape& o) const {
+  return channels == o.channels && frames == o.frames && height == o.height && width == o.width &&
+         text_len == o.text_len && text_dim == o.text_dim && latents == o.latents && text == o.text;
+}
+
+std::string SampleShape::latents_string() const {
+  return fmt::format("[N,{},{},{},{}] {}", channels, frames, height, width, to_string(latents));
+}
+std::string SampleShape::text_string() const {
+  return fmt::format("[N,{},{}] {}", text_len, text_dim, to_string(text));
+}
+int64_t SampleShape::latents_bytes() const {
+  return channels * frames * height * width * (latents == Stored::Float32 ? 4 : 2);
+}
+int64_t SampleShape::text_bytes() const { return text_len * text_dim * (text == Stored::Float32 ? 4 : 2); }
+
+namespace {
+
+std::string dims_string(const std::vector<hsize_t>& dims) {
+  std::string out = "[";
+  for (size_t i = 0; i < dims.size(); ++i) out += (i ? "," : "") + std::to_string(dims[i]);
+  return out + "]";
+}
+
+// The storage of a float dataset, or a UsageError naming it.
+Stored stored_of(const std::string& path, hid_t dataset, const char* name, bool bf16_allowed) {
+  const h5::Handle type = h5::dataset_type(dataset);
+  if (H5Tget_class(type.get()) == H5T_FLOAT && H5Tget_size(type.get()) == 4) return Stored::Float32;
+  if (h5::is_float16(type.get())) return Stored::Float16;
+  if (bf16_allowed && H5Tget_class(type.get()) == H5T_INTEGER && H5Tget_size(type.get()) == 2 &&
+      h5::has_attribute(dataset, "dtype") && h5::read_string_attribute(dataset, "dtype") == "bfloat16")
+    return Stored::BFloat16;
+  throw UsageError(fmt::format("data: shard {}: {} has an unsupported element type (expected {})", path, name,
+                               bf16_allowed ? "float32, float16, or uint16 with attribute dtype=\"bfloat16\""
+                                            : "float32 or float16"));
+}
+
+}  // namespace
+
+ShardInfo inspect_shard(const std::string& path) {
+  h5::Lock lock(h5::library_mutex());
+  h5::quiet_errors();
+  ShardInfo info;
+  info.path = path;
+  auto fail = [&](const std::string& what) { return UsageError(fmt::format("data: shard {}: {}", path, what)); };
+
+  if (H5Fis_hdf5(path.c_str()) <= 0) throw fail("not an HDF5 file, or truncated or corrupt");
+  h5::Handle file;
+  try {
+    file = h5::open_file(path);
+  } catch (const Error&) {
+    throw fail("cannot be opened as HDF5 (truncated or corrupt?)");
+  }
+  const hid_t root = file.get();
+  if (!h5::has_attribute(root, "format") || h5::read_string_attribute(root, "format") != kShardFormat)
+    throw fail(fmt::format("root attribute format is missing or not \"{}\"", kShardFormat));
+  if (!h5::has_attribute(root, "version")) throw fail("root attribute version is missing");
+  if (const auto version = h5::read_int_attribute(root, "version"); version != kShardVersion)
+    throw fail(fmt::format("format version {} is not supported (this wantrain reads version {})", version,
+                           kShardVersion));
+  for (const char* name : {"latents", "text_emb", "text_len"})
+    if (!h5::exists(root, name)) throw fail(fmt::format("dataset /{} is missing", name));
+
+  try {
+    const h5::Handle latents = h5::open_dataset(root, "latents");
+    const h5::Handle text = h5::open_dataset(root, "text_emb");
+    const h5::Handle lengths = h5::open_dataset(root, "text_len");
+    const auto ld = h5::dims(latents.get()), td = h5::dims(text.get()), nd = h5::dims(lengths.get());
+    if (ld.size() != 5)
+      throw fail(fmt::format("/latents has {} dimensions {}, expected 5 [N,C,F,H,W]", ld.size(), dims_string(ld)));
+    if (td.size() != 3)
+      throw fail(fmt::format("/text_emb has {} dimensions {}, expected 3 [N,L,D]", td.size(), dims_string(td)));
+    if (nd.size() != 1)
+      throw fail(fmt::format("/text_len has {} dimensions {}, expected 1 [N]", nd.size(), dims_string(nd)));
+    if (td[0] != ld[0] || nd[0] != ld[0])
+      throw fail(fmt::format("sample counts disagree: /latents {}, /text_emb {}, /text_len {}", ld[0], td[0], nd[0]));
+    info.samples = static_cast<int64_t>(ld[0]);
+    info.shape = {static_cast<int64_t>(ld[1]), static_cast<int64_t>(ld[2]), static_cast<int64_t>(ld[3]),
+                  static_cast<int64_t>(ld[4]), static_cast<int64_t>(td[1]), static_cast<int64_t>(td[2]),
+                  stored_of(path, latents.get(), "/latents", true), stored_of(path, text.get(), "/text_emb", false)};
+    const h5::Handle len_type = h5::dataset_type(lengths.get());
+    if (H5Tget_class(len_type.get()) != H5T_INTEGER)
+      throw fail("/text_len has an unsupported element type (expected int32)");
+    std::vector<int32_t> text_len(info.samples);
+    if (info.samples > 0)
+      H5_CHECK(H5Dread(lengths.get(), H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, text_len.data()));
+    for (int64_t i = 0; i < info.samples; ++i)
+      if (text_len[i] < 0 || text_len[i] > info.shape.text_len)
+        throw fail(fmt::format("sample {}: text_len {} is outside 0..L={}", i, text_len[i], info.shape.text_len));
+    if (h5::exists(root, "prompt")) {
+      const h5::Handle prompt = h5::open_dataset(root, "prompt");
+      const auto pd = h5::dims(prompt.get());
+      if (pd.size() != 1 || pd[0] != ld[0])
+        throw fail(fmt::format("/prompt has shape {}, expected [{}]", dims_string(pd), ld[0]));
+      info.has_prompt = true;
+    }
+  } catch (const UsageError&) {
+    throw;
+  } catch (const Error& e) {
+    throw fail(fmt::format("unreadable ({})", e.what()));
+  }
+  return info;
+}
+
+struct ShardWriter::Impl {
+  SampleShape shape;
+  int64_t samples;
+  h5::Handle file, latents, text, text_len, prompt;
+  h5::Handle latents_mem_type, text_mem_type;  // memory element types, as stored
+};
+
+namespace {
+
+h5::Handle stored_type(Stored stored) {
+  switch (stored) {
+    case Stored::Float32: return h5::Handle(H5_CHECK(H5Tcopy(H5T_IEEE_F32LE)), H5Tclose);
+    case Stored::Float16: return h5::float16_type();
+    case Stored::BFloat16: return h5::Handle(H5_CHECK(H5Tcopy(H5T_STD_U16LE)), H5Tclose);
+  }
+  throw Error("unknown storage");
+}
+
+// A dataset [samples, dims...] chunked one sample per chunk.
+h5::Handle create_per_sample(hid_t file, const char* name, hid_t type, int64_t samples,
+                             const std::vector<hsize_t>& sample_dims) {
+  std::vector<hsize_t> dims{static_cast<hsize_t>(samples)}, chunk{1};
+  for (auto d : sample_dims) {
+    dims.push_back(d);
+    chunk.push_back(d);
+  }
+  const h5::Handle space(H5_CHECK(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr)), H5Sclose);
+  const h5::Handle props(H5_CHECK(H5Pcreate(H5P_DATASET_CREATE)), H5Pclose);
+  if (samples > 0) H5_CHECK(H5Pset_chunk(props.get(), static_cast<int>(chunk.size()), chunk.data()));
+  return h5::Handle(H5_CHECK(H5Dcreate2(file, name, type, space.get(), H5P_DEFAULT, props.get(), H5P_DEFAULT)),
+                    H5Dclose);
+}
+
+void write_row(hid_t dataset, hid_t mem_type, int64_t index, const void* data) {
+  const h5::Handle file_space = h5::dataset_space(dataset);
+  h5::select_rows(file_space.get(), static_cast<hsize_t>(index), 1);
+  const hssize_t n = H5Sget_select_npoints(file_space.get());
+  const hsize_t count = static_cast<hsize_t>(n);
+  const h5::Handle mem_space(H5_CHECK(H5Screate_simple(1, &count, nullptr)), H5Sclose);
+  H5_CHECK(H5Dwrite(dataset, mem_type, mem_space.get(), file_space.get(), H5P_DEFAULT, data));
+}
+
+}  // namespace
+
+ShardWriter::ShardWriter(const std::string& path, const SampleShape& shape, int64_t samples, bool with_prompt)
+    : impl_(std::make_unique<Impl>()) {
+  h5::Lock lock(h5::library_mutex());
+  h5::quiet_errors();
+  impl_->shape = shape;
+  impl_->samples = samples;
+  impl_->file = h5::create_file(path);
+  const hid_t f = impl_->file.get();
+  h5::write_string_attribute(f, "format", kShardFormat);
+  h5::write_int_attribute(f, "version", kShardVersion);
+  impl_->latents_mem_type = stored_type(shape.latents);
+  impl_->text_mem_type = stored_type(shape.text);
+  impl_->latents = create_per_sample(
+      f, "latents", impl_->latents_mem_type.get(), samples,
+      {hsize_t(shape.channels), hsize_t(shape.frames), hsize_t(shape.height), hsize_t(shape.width)});
+  if (shape.latents == Stored::BFloat16) h5::write_string_attribute(impl_->latents.get(), "dtype", "bfloat16");
+  impl_->text = create_per_sample(f, "text_emb", impl_->text_mem_type.get(), samples,
+                                  {hsize_t(shape.text_len), hsize_t(shape.text_dim)});
+  impl_->text_len = create_per_sample(f, "text_len", H5T_STD_I32LE, samples, {});
+  if (with_prompt) {
+    const h5::Handle str(H5_CHECK(H5Tcopy(H5T_C_S1)), H5Tclose);
+    H5_CHECK(H5Tset_size(str.get(), H5T_VARIABLE));
+    H5_CHECK(H5Tset_cset(str.get(), H5T_CSET_UTF8));
+    impl_->prompt = create_per_sample(f, "prompt", str.get(), samples, {});
+  }
+}
+
+ShardWriter::~ShardWriter() { close(); }
+
+void ShardWriter::write(int64_t index, const at::Tensor& latents, const at::Tensor& text_emb, int32_t text_len,
+                        const std::string& prompt) {
+  const auto& s = impl_->shape;
+  if (index < 0 || index >= impl_->samples) throw Error(fmt::format("ShardWriter: sample {} out of range", index));
+  if (latents.sizes() != at::IntArrayRef{s.channels, s.frames, s.height, s.width} ||
+      text_emb.sizes() != at::IntArrayRef{s.text_len, s.text_dim})
+    throw Error("ShardWriter: sample shape does not match the shard's");
+  const at::Tensor l = latents.to(scalar_type(s.latents)).contiguous();
+  const at::Tensor t = text_emb.to(scalar_type(s.text)).contiguous();
+  h5::Lock lock(h5::library_mutex());
+  write_row(impl_->latents.get(), impl_->latents_mem_type.get(), index, l.data_ptr());
+  write_row(impl_->text.get(), impl_->text_mem_type.get(), index, t.data_ptr());
+  write_row(impl_->text_len.get(), H5T_NATIVE_INT32, index, &text_len);
+  if (impl_->prompt) {
+    const h5::Handle str(H5_CHECK(H5Dget_type(impl_->prompt.get())), H5Tclose);
+    const char* text = prompt.c_str();
+    write_row(impl_->prompt.get(), str.get(), index, &text);
+  }
+}
+
+void ShardWriter::close() {
+  if (!impl_ || !impl_->file) return;
+  h5::Lock lock(h5::library_mutex());
+  impl_->prompt.reset();
+  impl_->text_len.reset();
+  impl_->text.reset();
+  impl_->latents.reset();
+  impl_->latents_mem_type.reset();
+  impl_->text_mem_type.reset();
+  impl_->file.reset();
+}
+
+}  // namespace wt::data

@@ -1,0 +1,76 @@
+// The shard file format (docs/data-format.md): one HDF5 file of samples.
+//
+//   /latents   [N, C, F, H, W]  float32 | float16 | bfloat16 (as uint16, attribute dtype = "bfloat16")
+//   /text_emb  [N, L, D]        float32 | float16, zero-padded to L
+//   /text_len  [N]              int32, real token count (0..L)
+//   /prompt    [N]              optional, variable-length UTF-8 strings
+//   root attributes: format = "wantrain-shard", version = 1
+//
+// Latents and text embeddings are chunked one sample per chunk, so reading a
+// sample is one chunk read.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace wt::data {
+
+inline constexpr const char* kShardFormat = "wantrain-shard";
+inline constexpr int kShardVersion = 1;
+
+// How a tensor is stored in a shard.
+enum class Stored { Float32, Float16, BFloat16 };
+const char* to_string(Stored stored);
+at::ScalarType scalar_type(Stored stored);
+Stored parse_stored(const std::string& name);  // "float32" | "float16" | "bfloat16"; UsageError otherwise
+
+// Per-sample shape and storage of a shard; every shard of a dataset shares it.
+struct SampleShape {
+  int64_t channels = 16, frames = 1, height = 32, width = 32;  // latents [C, F, H, W]
+  int64_t text_len = 64, text_dim = 128;                        // text_emb [L, D]
+  Stored latents = Stored::Float32, text = Stored::Float32;
+
+  bool operator==(const SampleShape& other) const;
+  bool operator!=(const SampleShape& other) const { return !(*this == other); }
+  std::string latents_string() const;  // "[N,16,5,32,32] float16"
+  std::string text_string() const;     // "[N,512,4096] float16"
+  int64_t latents_bytes() const;       // of one sample, as stored
+  int64_t text_bytes() const;
+};
+
+struct ShardInfo {
+  std::string path;
+  int64_t samples = 0;
+  SampleShape shape;
+  bool has_prompt = false;
+};
+
+// Opens one shard and checks its structure: format attributes, datasets,
+// ranks, dtypes, matching N, text_len within [0, L]. Throws UsageError with
+// one line naming the file and the dataset or attribute at fault.
+ShardInfo inspect_shard(const std::string& path);
+
+// Writes a shard of `samples` samples, one sample at a time. The file is
+// complete when close() (or the destructor) has run.
+class ShardWriter {
+ public:
+  ShardWriter(const std::string& path, const SampleShape& shape, int64_t samples, bool with_prompt);
+  ~ShardWriter();
+  ShardWriter(const ShardWriter&) = delete;
+  ShardWriter& operator=(const ShardWriter&) = delete;
+
+  // latents [C, F, H, W], text_emb [L, D], any floating dtype (converted to the stored one).
+  void write(int64_t index, const at::Tensor& latents, const at::Tensor& text_emb, int32_t text_len,
+             const std::string& prompt = {});
+  void close();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace wt::data
