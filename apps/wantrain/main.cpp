@@ -6,6 +6,8 @@
 
 #include "dist/app.hpp"
 #include "dist/backend.hpp"
+#include "data/dataset.hpp"
+#include "data/sampler.hpp"
 #include "dist/world.hpp"
 #include "train/train_config.hpp"
 #include "util/error.hpp"
@@ -51,6 +53,26 @@ int run(wt::World& world, int argc, char** argv) {
     return wt::kExitOk;
   }
 
+  // The data are checked on every rank before anything else starts; a bad
+  // dataset is one line and status 2 for the whole job.
+  std::string data_summary = "data: none given (--data)\n";
+  world.agree([&] {
+    if (cfg.data.empty()) return;
+    const auto dataset = wt::data::Dataset::open(cfg.data);
+    const wt::data::DistributedSampler sampler(
+        dataset.shard_sizes(), {world.size(), world.rank(), cfg.batch_size, cfg.seed, !cfg.no_drop_last,
+                                cfg.shard_affinity});
+    const int64_t used = sampler.batches_per_epoch() * sampler.global_batch();
+    data_summary = fmt::format(
+        "data: {} ({} shards, {} samples), latents {}, text_emb {}\n"
+        "      {} batches per epoch per rank; {} samples per epoch{}\n",
+        cfg.data, dataset.shards().size(), dataset.size(), dataset.shape().latents_string(),
+        dataset.shape().text_string(), sampler.batches_per_epoch(), used,
+        cfg.shard_affinity ? " (shard affinity)"
+        : used >= dataset.size() ? fmt::format(" ({} padded by wrap-around)", used - dataset.size())
+                                 : fmt::format(" ({} dropped)", dataset.size() - used));
+  });
+
   wt::log::init(world.rank(), world.size());
   torch::set_num_threads(wt::threads_per_rank(cfg, world.local_size()));
 
@@ -61,7 +83,7 @@ int run(wt::World& world, int argc, char** argv) {
   const std::string table = world_table(world, *comm, cfg);
   if (world.is_root()) {
     std::cout << "wantrain " << WANTRAIN_VERSION << ": resolved configuration\n"
-              << options.resolved_table() << table
+              << options.resolved_table() << table << data_summary
               << fmt::format("effective batch: {} per rank x {} ranks x {} accumulation steps = {}\n",
                              cfg.batch_size, world.size(), cfg.grad_accum,
                              static_cast<std::int64_t>(cfg.batch_size) * world.size() * cfg.grad_accum)
