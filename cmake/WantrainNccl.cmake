@@ -11,7 +11,7 @@ if(NOT _want_nccl MATCHES "^(OFF|FALSE|0|NO)$")
   endif()
   find_package(CUDAToolkit QUIET)
   if(CUDAToolkit_FOUND)
-    find_package(NCCL QUIET)
+    find_package(NCCL 2.10 QUIET)  # ncclAvg and ncclBfloat16
   endif()
   if(CUDAToolkit_FOUND AND NCCL_FOUND)
     set(WANTRAIN_NCCL_ENABLED ON)

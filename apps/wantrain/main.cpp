@@ -78,7 +78,8 @@ int run(wt::World& world, int argc, char** argv) {
 
   wt::CommOptions comm_options;
   comm_options.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(cfg.comm_timeout * 1000));
-  auto comm = wt::make_comm(world, wt::parse_backend(cfg.backend), comm_options);
+  std::unique_ptr<wt::Comm> comm;
+  world.agree([&] { comm = wt::make_comm(world, wt::parse_backend(cfg.backend), comm_options); });
 
   const std::string table = world_table(world, *comm, cfg);
   if (world.is_root()) {

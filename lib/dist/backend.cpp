@@ -27,7 +27,7 @@ const char* to_string(Backend backend) {
 
 Backend resolve_backend(const World& world, Backend requested) {
   if (requested != Backend::Auto) return requested;
-  const int mine = nccl_usable() ? 1 : 0;
+  const int mine = nccl_usable(world) ? 1 : 0;
   int everyone = 0;
   MPI_CHECK(MPI_Allreduce(&mine, &everyone, 1, MPI_INT, MPI_MIN, world.comm()));
   return everyone ? Backend::Nccl : Backend::Mpi;

@@ -41,13 +41,15 @@ std::string describe(const char* op, std::uint64_t seq, const at::Tensor& t, con
   return fmt::format("{} #{} ({} x {}{})", op, seq, c10::toString(t.scalar_type()), t.numel(), extra);
 }
 
-// Runs fn(offset, count) over [0, n) in pieces of at most INT_MAX elements
-// (MPI counts are int); once with count 0 for an empty tensor, as every rank must call.
+// Runs fn(offset, count) over [0, n) in pieces of at most `max_count`
+// elements (MPI counts are int, and very large single messages have been
+// fragile in MPI libraries); once with count 0 for an empty tensor, as every
+// rank must call.
 template <class Fn>
-void in_int_chunks(int64_t n, Fn fn) {
+void in_chunks(int64_t n, int64_t max_count, Fn fn) {
   int64_t offset = 0;
   do {
-    const int count = static_cast<int>(std::min<int64_t>(n - offset, INT_MAX));
+    const int count = static_cast<int>(std::min<int64_t>(n - offset, max_count));
     fn(offset, count);
     offset += count;
   } while (offset < n);
@@ -95,7 +97,9 @@ class MpiComm::MpiWork final : public Work {
   std::atomic<bool> done_{false};
 };
 
-MpiComm::MpiComm(const World& world, CommOptions options) : watchdog_("MPI", options.timeout) {
+MpiComm::MpiComm(const World& world, CommOptions options, int64_t max_chunk_bytes)
+    : max_chunk_bytes_(max_chunk_bytes), watchdog_("MPI", options.timeout) {
+  if (max_chunk_bytes_ < 1) throw Error("MpiComm: max_chunk_bytes must be positive");
   MPI_CHECK(MPI_Comm_dup(world.comm(), &comm_));
   MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
   MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
@@ -119,6 +123,7 @@ MpiComm::~MpiComm() {
 }
 
 void MpiComm::worker_loop() {
+  at::init_num_threads();  // the intra-op thread count set for the process, not every core
   for (;;) {
     Task task;
     {
@@ -148,6 +153,10 @@ WorkPtr MpiComm::enqueue(std::string description, std::vector<at::Tensor> keep_a
   return work;
 }
 
+int64_t MpiComm::chunk_elements(const at::Tensor& t) const {
+  return std::clamp<int64_t>(max_chunk_bytes_ / t.element_size(), 1, INT_MAX);
+}
+
 MPI_Op MpiComm::native_op(at::ScalarType dtype, ReduceOp op) const {
   if (is_half(dtype)) return half_ops_.get(dtype, op);
   switch (op) {
@@ -169,10 +178,10 @@ WorkPtr MpiComm::all_reduce_async(const at::Tensor& tensor, const AllReduceOptio
                  [this, tensor, type, op, average] {
                    char* base = static_cast<char*>(tensor.data_ptr());
                    const int64_t item = tensor.element_size();
-                   in_int_chunks(tensor.numel(), [&](int64_t offset, int count) {
+                   in_chunks(tensor.numel(), chunk_elements(tensor), [&](int64_t offset, int count) {
                      MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, base + offset * item, count, type, op, comm_));
                    });
-                   if (average) tensor.div_(size_);
+                   if (average) tensor.detach().div_(size_);  // detach: grad mode is on in this thread
                  });
 }
 
@@ -186,7 +195,7 @@ WorkPtr MpiComm::broadcast_async(const at::Tensor& tensor, const BroadcastOption
                  [this, tensor, type, root] {
                    char* base = static_cast<char*>(tensor.data_ptr());
                    const int64_t item = tensor.element_size();
-                   in_int_chunks(tensor.numel(), [&](int64_t offset, int count) {
+                   in_chunks(tensor.numel(), chunk_elements(tensor), [&](int64_t offset, int count) {
                      MPI_CHECK(MPI_Bcast(base + offset * item, count, type, root, comm_));
                    });
                  });
@@ -222,7 +231,7 @@ WorkPtr MpiComm::reduce_scatter_async(const at::Tensor& output, const at::Tensor
   return enqueue(describe("reduce_scatter", next_seq_++, input, fmt::format(", {}", to_string(options.op))),
                  {output, input}, [this, output, input, type, op, count, average] {
                    MPI_CHECK(MPI_Reduce_scatter_block(input.data_ptr(), output.data_ptr(), count, type, op, comm_));
-                   if (average) output.div_(size_);
+                   if (average) output.detach().div_(size_);
                  });
 }
 

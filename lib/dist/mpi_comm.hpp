@@ -10,7 +10,9 @@
 // others inconsistent.
 //
 // dtypes: float32, float64, bfloat16, float16, int32, int64, uint8. MPI has no
-// 16-bit floats: see mpi_half_ops.hpp for how they are reduced.
+// 16-bit floats: see mpi_half_ops.hpp for how they are reduced. Avg is the
+// sum (in the tensor's dtype) divided by the world size: for fp16 the sum may
+// overflow where NCCL's avg (which scales first) would not.
 #pragma once
 
 #include <mpi.h>
@@ -37,7 +39,8 @@ MPI_Datatype mpi_datatype(at::ScalarType dtype);
 
 class MpiComm final : public Comm {
  public:
-  explicit MpiComm(const World& world, CommOptions options = {});
+  // all_reduce and broadcast send at most `max_chunk_bytes` per MPI call.
+  explicit MpiComm(const World& world, CommOptions options = {}, int64_t max_chunk_bytes = int64_t{1} << 30);
   // Completes every issued op (when unwinding from an exception: only the
   // one running), then stops the worker and frees the communicator.
   ~MpiComm() override;
@@ -70,11 +73,13 @@ class MpiComm final : public Comm {
     std::shared_ptr<MpiWork> work;
   };
 
+  int64_t chunk_elements(const at::Tensor& t) const;
   WorkPtr enqueue(std::string description, std::vector<at::Tensor> keep_alive, std::function<void()> run);
   void worker_loop();
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;
+  int64_t max_chunk_bytes_;
   std::uint64_t next_seq_ = 0;
   HalfReduceOps half_ops_;
   Watchdog watchdog_;

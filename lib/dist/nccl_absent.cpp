@@ -6,7 +6,8 @@ namespace wt {
 
 bool nccl_built() { return false; }
 int cuda_device_count() { return 0; }
-bool nccl_usable() { return false; }
+int nccl_device_for(const World&) { return -1; }
+bool nccl_usable(const World&) { return false; }
 
 NcclUniqueIdBytes broadcast_nccl_unique_id(const World&) {
   throw UsageError("this wantrain was built without NCCL (WANTRAIN_WITH_NCCL=OFF or NCCL not found)");

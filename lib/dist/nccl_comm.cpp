@@ -2,8 +2,10 @@
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include <cstring>
+#include <exception>
 #include <vector>
 
 #include "dist/cuda_check.hpp"
@@ -26,14 +28,23 @@ bool nccl_built() { return true; }
 
 int cuda_device_count() {
   int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) {
-    cudaGetLastError();  // no driver or no device: clear the sticky error, report none
-    return 0;
-  }
-  return count;
+  const cudaError_t rc = cudaGetDeviceCount(&count);
+  if (rc == cudaSuccess) return count;
+  cudaGetLastError();  // clear the error, report no device
+  // No device is ordinary on CPU nodes; anything else (a driver older than
+  // this CUDA runtime, say) would silently turn GPU nodes into CPU ones.
+  if (rc != cudaErrorNoDevice)
+    spdlog::warn("CUDA reports no usable device: {} ({})", cudaGetErrorString(rc), cudaGetErrorName(rc));
+  return 0;
 }
 
-bool nccl_usable() { return WANTRAIN_TORCH_HAS_CUDA && cuda_device_count() > 0; }
+int nccl_device_for(const World& world) {
+  const int devices = cuda_device_count();
+  if (devices == 1) return 0;
+  return world.local_rank() < devices ? world.local_rank() : -1;
+}
+
+bool nccl_usable(const World& world) { return WANTRAIN_TORCH_HAS_CUDA && nccl_device_for(world) >= 0; }
 
 NcclUniqueIdBytes broadcast_nccl_unique_id(const World& world) {
   NcclUniqueIdBytes bytes{};
@@ -88,23 +99,36 @@ ncclRedOp_t nccl_op(at::ScalarType dtype, ReduceOp op) {
 // A collective queued on the NCCL stream; `done` is recorded after it.
 class NcclWork final : public Work {
  public:
-  NcclWork(int device, cudaStream_t stream, std::vector<at::Tensor> keep_alive)
-      : device_(device), keep_alive_(std::move(keep_alive)) {
+  NcclWork(int device, cudaStream_t stream, std::vector<at::Tensor> keep_alive, bool host_blocking)
+      : device_(device), host_blocking_(host_blocking), keep_alive_(std::move(keep_alive)) {
     CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
     CUDA_CHECK(cudaEventRecord(done_, stream));
   }
-  ~NcclWork() override { cudaEventDestroy(done_); }
+  ~NcclWork() override {
+    cudaSetDevice(device_);  // may run on the watchdog's thread
+    cudaEventDestroy(done_);
+  }
   NcclWork(const NcclWork&) = delete;
   NcclWork& operator=(const NcclWork&) = delete;
 
   void wait() override {
     CUDA_CHECK(cudaSetDevice(device_));
-    CUDA_CHECK(cudaStreamWaitEvent(compute_stream(device_), done_, 0));
+    if (host_blocking_)
+      CUDA_CHECK(cudaEventSynchronize(done_));
+    else
+      CUDA_CHECK(cudaStreamWaitEvent(compute_stream(device_), done_, 0));
   }
-  bool completed() override { return cudaEventQuery(done_) == cudaSuccess; }
+  bool completed() override { return query() == cudaSuccess; }
+
+  // cudaSuccess (done), cudaErrorNotReady (running) or the CUDA error that stopped it.
+  cudaError_t query() const {
+    cudaSetDevice(device_);
+    return cudaEventQuery(done_);
+  }
 
  private:
   int device_;
+  bool host_blocking_;
   cudaEvent_t done_ = nullptr;
   std::vector<at::Tensor> keep_alive_;  // the tensors live until the op is done
 };
@@ -119,12 +143,12 @@ class NcclComm final : public Comm {
         throw UsageError("--backend nccl: this LibTorch has no CUDA support; build wantrain against a CUDA LibTorch");
       const int devices = cuda_device_count();
       if (devices == 0) throw UsageError(fmt::format("--backend nccl: no CUDA device is visible on {}", world.host()));
-      if (world.local_rank() >= devices)
+      device_ = nccl_device_for(world);
+      if (device_ < 0)
         throw UsageError(fmt::format("--backend nccl: {} ranks run on {} but only {} CUDA devices are visible "
                                      "there; launch at most one rank per GPU",
                                      world.local_size(), world.host(), devices));
     });
-    device_ = world.local_rank();
     CUDA_CHECK(cudaSetDevice(device_));
     const NcclUniqueIdBytes bytes = broadcast_nccl_unique_id(world);
     ncclUniqueId id;
@@ -132,14 +156,19 @@ class NcclComm final : public Comm {
     NCCL_CHECK(ncclCommInitRank(&comm_, size_, id, rank_));
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     CUDA_CHECK(cudaMalloc(&barrier_buffer_, sizeof(float)));
-    watchdog_ = std::make_unique<Watchdog>("NCCL", options.timeout, [this](const std::string& message) {
-      ncclCommAbort(comm_);
-      abort_job(message, kExitFailure);
-    });
+    watchdog_ = std::make_unique<Watchdog>("NCCL", options.timeout,
+                                           [this](const std::string& message) { fail(message); });
   }
 
   ~NcclComm() override {
+    if (std::uncaught_exceptions() > 0) {
+      // Unwinding to MPI_Abort: queued ops may wait for peers that are gone.
+      watchdog_.reset();
+      ncclCommAbort(comm_);
+      return;
+    }
     // Let issued ops finish, stop watching, then release in reverse order.
+    cudaSetDevice(device_);
     cudaStreamSynchronize(stream_);
     watchdog_.reset();
     cudaFree(barrier_buffer_);
@@ -206,11 +235,13 @@ class NcclComm final : public Comm {
                   });
   }
 
-  // NCCL has no barrier: an all-reduce of one float stands in for it.
+  // NCCL has no barrier: an all-reduce of one float stands in for it, and
+  // its wait() blocks the host until it is done.
   WorkPtr barrier_async(const BarrierOptions&) override {
-    return launch(fmt::format("barrier #{}", seq_++), {}, [&](cudaStream_t s) {
-      return ncclAllReduce(barrier_buffer_, barrier_buffer_, 1, ncclFloat32, ncclSum, comm_, s);
-    });
+    return launch(
+        fmt::format("barrier #{}", seq_++), {},
+        [&](cudaStream_t s) { return ncclAllReduce(barrier_buffer_, barrier_buffer_, 1, ncclFloat32, ncclSum, comm_, s); },
+        /*host_blocking=*/true);
   }
 
  private:
@@ -222,8 +253,13 @@ class NcclComm final : public Comm {
     if (!t.is_contiguous()) throw Error(fmt::format("NcclComm {}: tensor is not contiguous", op));
   }
 
+  [[noreturn]] void fail(const std::string& message) {
+    ncclCommAbort(comm_);
+    abort_job(message, kExitFailure);
+  }
+
   template <class Call>
-  WorkPtr launch(std::string description, std::vector<at::Tensor> keep_alive, Call call) {
+  WorkPtr launch(std::string description, std::vector<at::Tensor> keep_alive, Call call, bool host_blocking = false) {
     CUDA_CHECK(cudaSetDevice(device_));
     // The op must see what the compute stream has queued so far.
     cudaEvent_t ready = nullptr;
@@ -232,12 +268,19 @@ class NcclComm final : public Comm {
     CUDA_CHECK(cudaStreamWaitEvent(stream_, ready, 0));
     CUDA_CHECK(cudaEventDestroy(ready));
     NCCL_CHECK(call(stream_));
-    ncclResult_t async_error = ncclSuccess;
-    NCCL_CHECK(ncclCommGetAsyncError(comm_, &async_error));
-    NCCL_CHECK(async_error);
-    auto work = std::make_shared<NcclWork>(device_, stream_, std::move(keep_alive));
-    // The watchdog holds the Work (and so its tensors) until the op is done.
-    watchdog_->watch(std::move(description), [work] { return work->completed(); });
+    auto work = std::make_shared<NcclWork>(device_, stream_, std::move(keep_alive), host_blocking);
+    // The watchdog holds the Work (and so its tensors) until the op is done,
+    // and ends the job at once on an asynchronous NCCL or CUDA error.
+    watchdog_->watch(description, [this, work, description] {
+      ncclResult_t async_error = ncclSuccess;
+      if (ncclCommGetAsyncError(comm_, &async_error) == ncclSuccess && async_error != ncclSuccess &&
+          async_error != ncclInProgress)
+        fail(fmt::format("NCCL {} failed: {}", description, ncclGetErrorString(async_error)));
+      const cudaError_t state = work->query();
+      if (state != cudaSuccess && state != cudaErrorNotReady)
+        fail(fmt::format("NCCL {}: CUDA error {}", description, cudaGetErrorString(state)));
+      return state == cudaSuccess;
+    });
     return work;
   }
 

@@ -6,9 +6,10 @@
 // index is its node-local rank. Collectives run on a CUDA stream the NcclComm
 // owns; each op first waits (with an event) for the work already queued on
 // the caller's current compute stream, and Work::wait() makes the compute
-// stream wait for the op: the host does not block. Called from one host
-// thread at a time. A timeout or an asynchronous NCCL error aborts the NCCL
-// communicator and ends the job.
+// stream wait for the op: the host does not block (except for barrier(),
+// whose wait() blocks the host as a barrier must). Called from one host
+// thread at a time. A timeout, an asynchronous NCCL error or a CUDA error
+// seen by the watchdog aborts the NCCL communicator and ends the job.
 //
 // Compiled only when WANTRAIN_NCCL_ENABLED; without it, make_nccl_comm()
 // reports that the build has no NCCL (nccl_absent.cpp), so callers never
@@ -30,8 +31,13 @@ bool nccl_built();
 // CUDA devices visible to this process (0 without a driver, a device or NCCL).
 int cuda_device_count();
 
-// Whether NCCL can serve this process: built, LibTorch has CUDA, and a GPU is visible.
-bool nccl_usable();
+// The GPU this rank uses: its node-local rank, or 0 when the launcher gave
+// each rank a single visible GPU (srun --gpus-per-task=1); -1 when there is
+// none for it (more ranks on the node than visible GPUs).
+int nccl_device_for(const World& world);
+
+// Whether NCCL can serve this rank: built, LibTorch has CUDA, and a GPU for it.
+bool nccl_usable(const World& world);
 
 // Collective: rank 0's fresh ncclUniqueId, as bytes, on every rank.
 using NcclUniqueIdBytes = std::array<char, 128>;

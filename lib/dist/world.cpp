@@ -71,12 +71,14 @@ std::vector<World::Peer> World::peers() const {
 
 void World::agree(const std::function<void()>& step) const {
   std::string message;
+  bool failed = false;
   try {
     step();
   } catch (const UsageError& e) {
     message = e.what();
+    failed = true;
   }
-  const int mine = message.empty() ? INT_MAX : rank_;
+  const int mine = failed ? rank_ : INT_MAX;
   int first_failed = INT_MAX;
   MPI_CHECK(MPI_Allreduce(&mine, &first_failed, 1, MPI_INT, MPI_MIN, comm_));
   if (first_failed == INT_MAX) return;

@@ -2,7 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <sched.h>
+
 #include <algorithm>
+#include <cmath>
 #include <istream>
 #include <ostream>
 #include <thread>
@@ -107,7 +110,8 @@ void validate(const TrainConfig& c) {
   require(c.ema_decay >= 0 && c.ema_decay < 1, "ema-decay", "must be in [0, 1)");
   require(c.grad_accum >= 1, "grad-accum", "must be at least 1");
   require(c.bucket_mb > 0, "bucket-mb", "must be positive");
-  require(c.comm_timeout > 0, "comm-timeout", "must be a positive number of seconds");
+  require(std::isfinite(c.comm_timeout) && c.comm_timeout >= 0.001 && c.comm_timeout <= 1e7, "comm-timeout",
+          "must be a positive number of seconds");
   require(c.save_every >= 0, "save-every", "must be 0 or more");
   require(c.keep >= 0, "keep", "must be 0 (keep all) or more");
   require(c.distill_target_weight >= 0, "distill-target-weight", "must be 0 or more");
@@ -117,6 +121,13 @@ void validate(const TrainConfig& c) {
 int threads_per_rank(const TrainConfig& cfg, int ranks_on_node) {
   if (cfg.threads > 0) return cfg.threads;
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  // A launcher that bound this rank to some cores (mpirun --bind-to, SLURM)
+  // already shared the node out: use them all.
+  cpu_set_t mask;
+  if (sched_getaffinity(0, sizeof mask, &mask) == 0) {
+    const int allowed = CPU_COUNT(&mask);
+    if (allowed > 0 && allowed < cores) return allowed;
+  }
   return std::max(1, cores / std::max(1, ranks_on_node));
 }
 

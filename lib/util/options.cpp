@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 
 #include "util/error.hpp"
@@ -40,7 +41,8 @@ OptionSet& OptionSet::add_described(const char* name, const po::value_semantic* 
 }
 
 OptionSet& OptionSet::flag(const char* name, bool* field, const char* help) {
-  auto value = po::bool_switch(field)->default_value(*field);
+  // An explicit value is accepted too, so the command line can turn off what an INI file turned on.
+  auto value = po::value<bool>(field)->default_value(*field, to_text(*field))->implicit_value(true, "true")->value_name("BOOL");
   return add_described(name, value, help, [field] { return to_text(*field); });
 }
 
@@ -88,7 +90,9 @@ OptionSet::Outcome OptionSet::parse(int argc, const char* const* argv) {
   if (config_file_ && sources_cli_.count("config")) {
     config_name_ = sources_cli_["config"].as<std::string>();
     std::ifstream in(config_name_);
-    if (!in) throw UsageError(fmt::format("--config {}: cannot open the file", config_name_));
+    std::error_code ec;
+    if (!in || !std::filesystem::is_regular_file(config_name_, ec))
+      throw UsageError(fmt::format("--config {}: cannot open the file", config_name_));
     try {
       po::store(po::parse_config_file(in, all, /*allow_unregistered=*/false), sources_all_);
     } catch (const po::error& e) {

@@ -34,7 +34,7 @@ class OptionSet {
     return add_described(name, value, help, [field] { return to_text(*field); });
   }
 
-  // A switch: --name on the command line, "name = true|false" in the INI file.
+  // A switch: --name (or --name=false) on the command line, "name = true|false" in the INI file.
   OptionSet& flag(const char* name, bool* field, const char* help);
 
   // A string option whose value must be one of `allowed`.

@@ -28,7 +28,7 @@ TEST(Backend, AutoIsTheSameOnEveryRankAndMpiWithoutAUsableGpu) {
   auto all = torch::empty({world.size()}, torch::kInt);
   test_comm().all_gather(all, mine);
   EXPECT_TRUE(torch::all(all == all[0]).item<bool>());
-  if (!wt::nccl_usable()) {
+  if (!wt::nccl_usable(world)) {
     EXPECT_EQ(resolved, wt::Backend::Mpi);
   }
 
@@ -59,8 +59,8 @@ TEST(Nccl, UniqueIdFromRankZeroArrivesByteIdenticalOnEveryRank) {
 }
 
 TEST(Nccl, ExplicitNcclWithoutAUsableGpuIsAUsageErrorOnEveryRank) {
-  if (wt::nccl_usable()) GTEST_SKIP() << "a GPU is usable here";
   const auto& world = test_world();
+  if (wt::nccl_usable(world)) GTEST_SKIP() << "a GPU is usable here";
   try {
     wt::make_comm(world, wt::Backend::Nccl);
     FAIL() << "make_comm(nccl) succeeded without a usable GPU";

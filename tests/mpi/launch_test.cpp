@@ -33,7 +33,10 @@ Job launch(const std::string& command_line) {
 }
 
 Job launch_mpi(const std::string& program_and_args) {
-  return launch(std::string(WANTRAIN_MPIEXEC) + " " + program_and_args);
+  // mpiexec PREFLAGS program POSTFLAGS args: the program is the first word.
+  const auto space = program_and_args.find(' ');
+  return launch(std::string(WANTRAIN_MPIEXEC) + " " + program_and_args.substr(0, space) + " " +
+                WANTRAIN_MPIEXEC_POSTFLAGS + " " + (space == std::string::npos ? "" : program_and_args.substr(space + 1)));
 }
 
 size_t occurrences(const std::string& text, const std::string& what) {
@@ -85,7 +88,7 @@ TEST(Launch, BadValueIsOneLineNamingTheOption) {
 }
 
 TEST(Launch, DryRunPrintsTheConfigurationAndWorldOnceFromRankZero) {
-  const Job job = launch_mpi(std::string(WANTRAIN_WANTRAIN) + " --dry-run --lr 3e-4 --batch-size 4");
+  const Job job = launch_mpi(std::string(WANTRAIN_WANTRAIN) + " --dry-run --backend mpi --lr 3e-4 --batch-size 4");
   EXPECT_EQ(job.status, 0) << job.output;
   EXPECT_EQ(occurrences(job.output, "resolved configuration"), 1u) << job.output;
   EXPECT_EQ(occurrences(job.output, "world: " + std::to_string(kRanks) + " ranks, backend MPI"), 1u) << job.output;
@@ -110,7 +113,7 @@ TEST(Launch, IniConfigFileIsReadWithTheSameNames) {
 }
 
 TEST(Launch, WithoutALauncherWantrainIsAWorldOfOne) {
-  const Job job = launch(std::string(WANTRAIN_WANTRAIN) + " --dry-run");
+  const Job job = launch(std::string(WANTRAIN_WANTRAIN) + " --dry-run --backend mpi");
   EXPECT_EQ(job.status, 0) << job.output;
   EXPECT_NE(job.output.find("world: 1 rank, backend MPI"), std::string::npos) << job.output;
 }

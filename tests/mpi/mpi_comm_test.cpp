@@ -12,7 +12,7 @@ namespace {
 using wt::ReduceOp;
 
 const std::vector<at::ScalarType> kDtypes = {at::kFloat, at::kDouble, at::kBFloat16, at::kHalf, at::kInt, at::kLong};
-constexpr int64_t kCount = 1031;  // not a power of two: no chunking can hide a tail
+constexpr int64_t kCount = 1031;  // not a power of two, nor a multiple of the chunk sizes tested below
 
 wt::Comm& comm() { return test_comm(); }
 
@@ -137,6 +137,20 @@ TEST(MpiComm, AsyncOpsCompleteAndKeepTheirResults) {
   for (int r = 0; r < n; ++r) EXPECT_TRUE(torch::all(gathered[r] == r).item<bool>());
 }
 
+TEST(MpiComm, MessagesLargerThanTheChunkCapAreSentInPieces) {
+  // A 100-byte cap splits these into 11 (float32) and 21 (bf16) MPI calls.
+  wt::MpiComm small(test_world(), wt::CommOptions{std::chrono::seconds(60)}, /*max_chunk_bytes=*/100);
+  for (auto dtype : {at::kFloat, at::kBFloat16}) {
+    auto t = input_of(small.rank(), dtype);
+    small.all_reduce(t);
+    expect_matches(t, reduced(ReduceOp::Sum, small.size()), dtype);
+    const int root = small.size() - 1;
+    auto b = small.rank() == root ? input_of(root, dtype) : torch::zeros({kCount}, dtype);
+    small.broadcast(b, {root});
+    expect_matches(b, input_of(root, dtype).to(torch::kDouble), dtype);
+  }
+}
+
 TEST(MpiComm, EmptyTensorsAndBarrierComplete) {
   auto empty = torch::empty({0});
   comm().all_reduce(empty);
@@ -155,6 +169,7 @@ TEST(MpiComm, RejectsBadArgumentsBeforeIssuingAnything) {
   EXPECT_THROW(comm().reduce_scatter(torch::empty({4}), torch::ones({3})), wt::Error);
   try {
     comm().all_reduce(torch::ones({2}, torch::kLong), {ReduceOp::Avg});
+    FAIL() << "avg on int64 was accepted";
   } catch (const wt::Error& e) {
     EXPECT_STREQ(e.what(), "MpiComm all_reduce: avg is defined for floating dtypes, not Long");
   }

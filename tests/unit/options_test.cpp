@@ -90,10 +90,18 @@ TEST(OptionSet, CommandLineWinsOverIniFile) {
   EXPECT_EQ(f.s.batch, 8);
 }
 
+TEST(OptionSet, CommandLineCanTurnOffASwitchTheIniFileTurnedOn) {
+  Fixture f;
+  const auto ini = write_ini("switch.ini", "verbose = true\n");
+  f.parse({"--config", ini, "--verbose=false"});
+  EXPECT_FALSE(f.s.verbose);
+}
+
 TEST(OptionSet, ResolvedTableNamesWhereEachValueCameFrom) {
   Fixture f;
   const auto ini = write_ini("sources.ini", "batch-size = 8\n");
   f.parse({"--config", ini, "--lr", "0.75"});
+  ASSERT_EQ(f.options.resolved().size(), 4u);  // lr, batch-size, verbose, precision
   for (const auto& row : f.options.resolved()) {
     if (row.name == "lr") {
       EXPECT_EQ(row.source, "command line");
