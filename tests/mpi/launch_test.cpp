@@ -10,6 +10,10 @@
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <string>
+#include <filesystem>
+#include <torch/torch.h>
+
+#include "data/dataset.hpp"
 
 namespace {
 
@@ -153,4 +157,146 @@ TEST(Launch, WanbenchUnknownCommandIsStatus2) {
   const Job job = launch_mpi(std::string(WANTRAIN_WANBENCH) + " allgather");
   EXPECT_EQ(job.status, 2) << job.output;
   EXPECT_EQ(occurrences(job.output, "error: unknown command 'allgather'"), 1u) << job.output;
+}
+
+namespace {
+std::string fresh(const std::string& name) {
+  const auto dir = std::filesystem::path(::testing::TempDir()) / ("launch-" + name);
+  std::filesystem::remove_all(dir);
+  return dir.string();
+}
+Job wandata(const std::string& args) { return launch(std::string(WANTRAIN_WANDATA) + " " + args); }
+}  // namespace
+
+TEST(Launch, DryRunDescribesTheDatasetAndItsEpochOnEveryRank) {
+  const auto dir = fresh("dry-data");
+  ASSERT_EQ(wandata("synth --out " + dir + " --samples 21 --shards 3").status, 0);
+  const Job job = launch_mpi(std::string(WANTRAIN_WANTRAIN) + " --dry-run --backend mpi --data " + dir +
+                             " --batch-size 4");
+  EXPECT_EQ(job.status, 0) << job.output;
+  const int per_epoch = 21 / (4 * kRanks);
+  EXPECT_NE(job.output.find("data: " + dir + " (3 shards, 21 samples), latents [N,16,1,32,32] float32"),
+            std::string::npos)
+      << job.output;
+  EXPECT_NE(job.output.find(std::to_string(per_epoch) + " batches per epoch per rank; " +
+                            std::to_string(per_epoch * 4 * kRanks) + " samples per epoch (" +
+                            std::to_string(21 - per_epoch * 4 * kRanks) + " dropped)"),
+            std::string::npos)
+      << job.output;
+}
+
+TEST(Launch, BadDatasetIsOneLineAndStatus2BeforeAnythingStarts) {
+  const auto dir = fresh("bad-data");
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/000.h5") << std::string(1000, 'x');
+  const Job job = launch_mpi(std::string(WANTRAIN_WANTRAIN) + " --dry-run --data " + dir);
+  EXPECT_EQ(job.status, 2) << job.output;
+  EXPECT_EQ(occurrences(job.output, "error: data: shard " + dir + "/000.h5: not an HDF5 file, or truncated or corrupt"),
+            1u)
+      << job.output;
+  EXPECT_EQ(occurrences(job.output, "resolved configuration"), 0u);
+
+  const Job missing = launch_mpi(std::string(WANTRAIN_WANTRAIN) + " --dry-run --data " + dir + "-nothing");
+  EXPECT_EQ(missing.status, 2) << missing.output;
+  EXPECT_EQ(occurrences(missing.output, "error: data: " + dir + "-nothing does not exist"), 1u) << missing.output;
+}
+
+TEST(Launch, FewerSamplesThanTheGlobalBatchIsStatus2) {
+  const auto dir = fresh("few");
+  ASSERT_EQ(wandata("synth --out " + dir + " --samples 3 --shards 1").status, 0);
+  const Job job = launch_mpi(std::string(WANTRAIN_WANTRAIN) + " --dry-run --data " + dir + " --batch-size 2");
+  EXPECT_EQ(job.status, 2) << job.output;
+  EXPECT_EQ(occurrences(job.output, "error: data: 3 samples are fewer than one global batch"), 1u) << job.output;
+}
+
+TEST(Wandata, SynthThenInspectAndVerify) {
+  const auto dir = fresh("synth");
+  const Job synth = wandata("synth --out " + dir +
+                            " --samples 10 --shards 2 --frames 3 --size 8x12 --text-len 8 --text-dim 16 "
+                            "--latent-dtype bfloat16 --text-dtype float16");
+  ASSERT_EQ(synth.status, 0) << synth.output;
+  const Job inspect = wandata("inspect " + dir);
+  EXPECT_EQ(inspect.status, 0) << inspect.output;
+  EXPECT_NE(inspect.output.find("2 shards, 10 samples"), std::string::npos) << inspect.output;
+  EXPECT_NE(inspect.output.find("[N,16,3,8,12] bfloat16"), std::string::npos) << inspect.output;
+  EXPECT_NE(inspect.output.find("[N,8,16] float16"), std::string::npos) << inspect.output;
+  const Job verify = wandata("verify " + dir);
+  EXPECT_EQ(verify.status, 0) << verify.output;
+  EXPECT_NE(verify.output.find("OK: 2 shards, 10 samples"), std::string::npos) << verify.output;
+  // Refuses to write over a dataset.
+  const Job again = wandata("synth --out " + dir);
+  EXPECT_EQ(again.status, 2) << again.output;
+  EXPECT_NE(again.output.find("already holds shards"), std::string::npos) << again.output;
+}
+
+TEST(Wandata, SynthIsLearnableLatentsFollowTheTextParameters) {
+  // Same parameters, same latents: samples whose text embeddings are equal
+  // have equal latents; the seed fixes the bytes.
+  const auto a = fresh("synth-a"), b = fresh("synth-b");
+  ASSERT_EQ(wandata("synth --out " + a + " --samples 6 --shards 1 --seed 4").status, 0);
+  ASSERT_EQ(wandata("synth --out " + b + " --samples 6 --shards 1 --seed 4").status, 0);
+  const auto da = wt::data::Dataset::open(a), db = wt::data::Dataset::open(b);
+  wt::data::SampleReader ra(da), rb(db);
+  const auto& s = da.shape();
+  auto la = torch::empty({s.channels, s.frames, s.height, s.width}), lb = la.clone();
+  auto ta = torch::empty({s.text_len, s.text_dim}), tb = ta.clone();
+  int32_t na = 0, nb = 0;
+  for (int64_t i = 0; i < 6; ++i) {
+    ra.read(i, la, ta, na);
+    rb.read(i, lb, tb, nb);
+    EXPECT_TRUE(torch::equal(la, lb) && torch::equal(ta, tb)) << i;
+    EXPECT_EQ(na, 6);  // one token per blob parameter
+    EXPECT_TRUE(torch::all(ta.narrow(0, 6, s.text_len - 6) == 0).item<bool>()) << "zero padding";
+    EXPECT_GT(la.abs().max().item<float>(), 0.05f) << "a visible blob";
+  }
+}
+
+TEST(Wandata, VerifyListsEveryProblemAndFails) {
+  const auto dir = fresh("verify-bad");
+  ASSERT_EQ(wandata("synth --out " + dir + " --samples 4 --shards 2").status, 0);
+  // Poison sample 1 of the second shard with NaN, and add a shard of another shape.
+  const std::string script =
+      "import h5py, numpy as np\n"
+      "f = h5py.File('" + dir + "/shard-00001.h5', 'r+')\n"
+      "x = f['latents'][1]; x[0, 0, 0, 0] = np.nan; f['latents'][1] = x\n"
+      "g = h5py.File('" + dir + "/shard-00002.h5', 'w')\n"
+      "g.attrs['format'] = 'wantrain-shard'; g.attrs['version'] = 1\n"
+      "g['latents'] = np.zeros((1, 16, 2, 32, 32), np.float32)\n"
+      "g['text_emb'] = np.zeros((1, 16, 64), np.float32)\n"
+      "g['text_len'] = np.zeros(1, np.int32)\n";
+  std::ofstream(dir + "/poison.py") << script;
+  ASSERT_EQ(std::system((std::string(WANTRAIN_PYTHON) + " " + dir + "/poison.py").c_str()), 0);
+  const Job verify = wandata("verify " + dir);
+  EXPECT_EQ(verify.status, 1) << verify.output;
+  EXPECT_NE(verify.output.find("problem: shard " + dir + "/shard-00001.h5 sample 1: /latents holds NaN or Inf"),
+            std::string::npos)
+      << verify.output;
+  EXPECT_NE(verify.output.find("problem: shard " + dir + "/shard-00002.h5 has latents [N,16,2,32,32] float32"),
+            std::string::npos)
+      << verify.output;
+  EXPECT_NE(verify.output.find("2 problems in " + dir), std::string::npos) << verify.output;
+}
+
+TEST(Wandata, SplitThenMergeKeepsEverySampleInOrder) {
+  const auto src = fresh("reshard-src"), parts = fresh("reshard-parts"), joined = fresh("reshard-joined");
+  ASSERT_EQ(wandata("synth --out " + src + " --samples 10 --shards 2 --latent-dtype float16").status, 0);
+  const Job split = wandata("split " + src + " --out " + parts + " --shards 4");
+  ASSERT_EQ(split.status, 0) << split.output;
+  const Job merge = wandata("merge " + parts + " --out " + joined);
+  ASSERT_EQ(merge.status, 0) << merge.output;
+  const auto a = wt::data::Dataset::open(src), p = wt::data::Dataset::open(parts), j = wt::data::Dataset::open(joined);
+  EXPECT_EQ(p.shards().size(), 4u);
+  EXPECT_EQ(j.shards().size(), 1u);
+  ASSERT_EQ(j.size(), 10);
+  wt::data::SampleReader ra(a), rj(j);
+  const auto& s = a.shape();
+  auto la = torch::empty({s.channels, s.frames, s.height, s.width}, torch::kHalf), lj = la.clone();
+  auto ta = torch::empty({s.text_len, s.text_dim}), tj = ta.clone();
+  int32_t na = 0, nj = 0;
+  for (int64_t i = 0; i < 10; ++i) {
+    ra.read(i, la, ta, na);
+    rj.read(i, lj, tj, nj);
+    EXPECT_TRUE(torch::equal(la, lj) && torch::equal(ta, tj) && na == nj) << i;
+    EXPECT_EQ(ra.prompt(i), rj.prompt(i));
+  }
 }

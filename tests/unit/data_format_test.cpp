@@ -1,0 +1,194 @@
+// The shard format: what ShardWriter writes reads back; files written by
+// h5py as docs/data-format.md shows are read; every bad input is one clear
+// UsageError naming the file and the field.
+#include <gtest/gtest.h>
+#include <hdf5.h>
+#include <torch/torch.h>
+
+#include <cstdio>
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+#include "../common/shards.hpp"
+#include "data/dataset.hpp"
+#include "data/h5.hpp"
+#include "util/error.hpp"
+
+namespace fs = std::filesystem;
+using namespace wt;
+using wt::testing::small_shape;
+
+namespace {
+
+std::string open_error(const std::string& directory) {
+  try {
+    data::Dataset::open(directory);
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "opened without error";
+}
+
+class StoredDtypes : public ::testing::TestWithParam<std::tuple<data::Stored, data::Stored>> {};
+
+}  // namespace
+
+TEST_P(StoredDtypes, WrittenSamplesReadBackInTheirStoredDtype) {
+  const auto [latent_dtype, text_dtype] = GetParam();
+  const auto s = small_shape(latent_dtype, text_dtype);
+  // One directory per parameter: CTest may run them side by side.
+  const auto dir = wt::testing::fresh_directory(std::string("roundtrip-") + data::to_string(latent_dtype) + "-" +
+                                                data::to_string(text_dtype));
+  wt::testing::write_shard(dir + "/a.h5", s, 3, 10);
+  wt::testing::write_shard(dir + "/b.h5", s, 4, 20);
+  const auto dataset = data::Dataset::open(dir);
+  ASSERT_EQ(dataset.size(), 7);
+  EXPECT_EQ(dataset.shape(), s);
+  data::SampleReader reader(dataset);
+  auto latents = torch::empty({s.channels, s.frames, s.height, s.width}, data::scalar_type(s.latents));
+  auto text = torch::empty({s.text_len, s.text_dim}, data::scalar_type(s.text));
+  for (int64_t i = 0; i < dataset.size(); ++i) {
+    const int64_t seed = i < 3 ? 10 : 20, row = i < 3 ? i : i - 3;
+    int32_t text_len = -1;
+    reader.read(i, latents, text, text_len);
+    // The stored value is the written one rounded to the stored dtype.
+    EXPECT_TRUE(torch::equal(latents, wt::testing::expected_latents(s, seed, row).to(latents.scalar_type()))) << i;
+    EXPECT_TRUE(torch::equal(text, wt::testing::expected_text(s, seed, row).to(text.scalar_type()))) << i;
+    EXPECT_EQ(text_len, wt::testing::expected_text_len(s, row));
+    EXPECT_EQ(reader.prompt(i), "sample " + std::to_string(seed + row));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Format, StoredDtypes,
+                         ::testing::Values(std::make_tuple(data::Stored::Float32, data::Stored::Float32),
+                                           std::make_tuple(data::Stored::Float16, data::Stored::Float16),
+                                           std::make_tuple(data::Stored::BFloat16, data::Stored::Float32)),
+                         [](const auto& info) {
+                           return std::string(data::to_string(std::get<0>(info.param))) + "_" +
+                                  data::to_string(std::get<1>(info.param));
+                         });
+
+TEST(DataFormat, ShardWrittenByTheDocsH5pyExampleIsRead) {
+  // Run the first ```python block of docs/data-format.md, as a user would.
+  std::ifstream doc(std::string(WANTRAIN_SOURCE_DIR) + "/docs/data-format.md");
+  std::stringstream doc_text;
+  doc_text << doc.rdbuf();
+  std::smatch m;
+  const std::string md = doc_text.str();
+  ASSERT_TRUE(std::regex_search(md, m, std::regex("```python\\n([\\s\\S]*?)```"))) << "no python block in the doc";
+  const auto dir = wt::testing::fresh_directory("h5py-example");
+  std::ofstream(dir + "/example.py") << m[1].str();
+  const std::string command = "cd " + dir + " && " + WANTRAIN_PYTHON + " example.py 2>&1";
+  ASSERT_EQ(std::system(command.c_str()), 0) << command;
+  fs::remove(dir + "/example.py");
+
+  const auto dataset = data::Dataset::open(dir);
+  const auto& s = dataset.shape();
+  // What the snippet wrote: N=4, [16,1,32,32] float16 latents, [16,64] float16 text.
+  ASSERT_EQ(dataset.size(), 4);
+  EXPECT_EQ(s.latents, data::Stored::Float16);
+  EXPECT_EQ(s.text, data::Stored::Float16);
+  EXPECT_EQ(s.latents_string(), "[N,16,1,32,32] float16");
+  EXPECT_EQ(s.text_string(), "[N,16,64] float16");
+  data::SampleReader reader(dataset);
+  auto latents = torch::empty({16, 1, 32, 32}, torch::kHalf);
+  auto text = torch::empty({16, 64}, torch::kHalf);
+  const int32_t lengths[] = {3, 16, 7, 0};
+  const char* prompts[] = {"a red ball", "a cat on a mat", "waves at night", ""};
+  for (int64_t i = 0; i < 4; ++i) {
+    int32_t text_len = -1;
+    reader.read(i, latents, text, text_len);
+    const auto want = (torch::arange(i * 16384, (i + 1) * 16384, torch::kFloat).remainder(97) / 97.0)
+                          .view({16, 1, 32, 32})
+                          .to(torch::kHalf);
+    EXPECT_TRUE(torch::equal(latents, want)) << i;
+    EXPECT_EQ(text_len, lengths[i]);
+    EXPECT_TRUE(torch::all(text.narrow(0, 0, lengths[i]) == (i + 1) / 8.0).item<bool>());
+    EXPECT_TRUE(torch::all(text.narrow(0, lengths[i], 16 - lengths[i]) == 0).item<bool>());
+    EXPECT_EQ(reader.prompt(i), prompts[i]);
+  }
+}
+
+TEST(DataFormat, MissingDirectoryIsNamed) {
+  EXPECT_EQ(open_error("/nonexistent/data"), "data: /nonexistent/data does not exist");
+}
+
+TEST(DataFormat, DirectoryWithoutShardsIsNamed) {
+  const auto dir = wt::testing::fresh_directory("empty");
+  std::ofstream(dir + "/notes.txt") << "not a shard";
+  EXPECT_EQ(open_error(dir), "data: " + dir + " holds no shards (*.h5)");
+}
+
+TEST(DataFormat, ShardMissingADatasetIsNamed) {
+  const auto dir = wt::testing::fresh_directory("missing-dataset");
+  wt::testing::write_shard(dir + "/a.h5", small_shape(), 2, 0);
+  {
+    h5::Lock lock(h5::library_mutex());
+    auto file = h5::open_file(dir + "/a.h5", /*writable=*/true);
+    ASSERT_GE(H5Ldelete(file.get(), "text_len", H5P_DEFAULT), 0);
+  }
+  EXPECT_EQ(open_error(dir), "data: shard " + dir + "/a.h5: dataset /text_len is missing");
+}
+
+TEST(DataFormat, ShardsThatDisagreeNameBothAndTheirShapes) {
+  const auto dir = wt::testing::fresh_directory("disagree");
+  auto other = small_shape();
+  other.frames = 1;
+  wt::testing::write_shard(dir + "/000.h5", small_shape(), 2, 0);
+  wt::testing::write_shard(dir + "/003.h5", other, 2, 0);
+  EXPECT_EQ(open_error(dir), "data: shard " + dir + "/003.h5 has latents [N,4,1,3,5] float32, text_emb [N,6,8] "
+                             "float32 but shard " + dir + "/000.h5 has latents [N,4,2,3,5] float32, text_emb [N,6,8] float32");
+}
+
+TEST(DataFormat, WrongNumberOfDimensionsIsNamed) {
+  const auto dir = wt::testing::fresh_directory("ndims");
+  wt::testing::write_shard(dir + "/a.h5", small_shape(), 2, 0);
+  {
+    h5::Lock lock(h5::library_mutex());
+    auto file = h5::open_file(dir + "/a.h5", true);
+    ASSERT_GE(H5Ldelete(file.get(), "latents", H5P_DEFAULT), 0);
+    const hsize_t dims[4] = {2, 4, 3, 5};
+    const h5::Handle space(H5Screate_simple(4, dims, nullptr), H5Sclose);
+    const h5::Handle d(H5Dcreate2(file.get(), "latents", H5T_IEEE_F32LE, space.get(), H5P_DEFAULT, H5P_DEFAULT,
+                                  H5P_DEFAULT),
+                       H5Dclose);
+    ASSERT_TRUE(d);
+  }
+  EXPECT_EQ(open_error(dir),
+            "data: shard " + dir + "/a.h5: /latents has 4 dimensions [2,4,3,5], expected 5 [N,C,F,H,W]");
+}
+
+TEST(DataFormat, TextLenBeyondLIsNamedWithTheSample) {
+  const auto dir = wt::testing::fresh_directory("text-len");
+  const auto s = small_shape();
+  {
+    data::ShardWriter w(dir + "/a.h5", s, 2, false);
+    w.write(0, wt::testing::expected_latents(s, 0, 0), wt::testing::expected_text(s, 0, 0), 2);
+    w.write(1, wt::testing::expected_latents(s, 0, 1), wt::testing::expected_text(s, 0, 1), 7);  // L = 6
+  }
+  EXPECT_EQ(open_error(dir), "data: shard " + dir + "/a.h5: sample 1: text_len 7 is outside 0..L=6");
+}
+
+TEST(DataFormat, TruncatedAndCorruptFilesAreNamed) {
+  const auto dir = wt::testing::fresh_directory("truncated");
+  wt::testing::write_shard(dir + "/a.h5", small_shape(), 4, 0);
+  fs::resize_file(dir + "/a.h5", fs::file_size(dir + "/a.h5") / 2);
+  const std::string truncated = open_error(dir);
+  EXPECT_TRUE(truncated.rfind("data: shard " + dir + "/a.h5: ", 0) == 0) << truncated;
+  EXPECT_NE(truncated.find("truncated"), std::string::npos) << truncated;
+
+  const auto dir2 = wt::testing::fresh_directory("corrupt");
+  std::ofstream(dir2 + "/a.h5") << std::string(4096, '\x5a');
+  EXPECT_EQ(open_error(dir2), "data: shard " + dir2 + "/a.h5: not an HDF5 file, or truncated or corrupt");
+}
+
+TEST(DataFormat, MissingFormatAttributeIsNamed) {
+  const auto dir = wt::testing::fresh_directory("no-format");
+  {
+    h5::Lock lock(h5::library_mutex());
+    auto file = h5::create_file(dir + "/a.h5");
+  }
+  EXPECT_EQ(open_error(dir),
+            "data: shard " + dir + "/a.h5: root attribute format is missing or not \"wantrain-shard\"");
+}

@@ -1,0 +1,93 @@
+// Loader: delivers the sampler's batches with the right data, converted;
+// reports an unreadable shard by name; shuts down while reading ahead.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "../common/shards.hpp"
+#include "data/loader.hpp"
+#include "util/error.hpp"
+
+using namespace wt;
+namespace fs = std::filesystem;
+
+namespace {
+struct Fixture {
+  std::string dir;
+  data::SampleShape shape = wt::testing::small_shape(data::Stored::Float16, data::Stored::Float16);
+  explicit Fixture(const std::string& name) : dir(wt::testing::fresh_directory(name)) {
+    wt::testing::write_shard(dir + "/a.h5", shape, 5, 100);
+    wt::testing::write_shard(dir + "/b.h5", shape, 6, 200);
+  }
+  // (seed, row) of global sample i
+  std::pair<int64_t, int64_t> source(int64_t i) const { return i < 5 ? std::make_pair(100, i) : std::make_pair(200, i - 5); }
+};
+}  // namespace
+
+TEST(Loader, DeliversTheSamplersBatchesConvertedToTheTrainingDtype) {
+  Fixture f("loader-batches");
+  auto dataset = data::Dataset::open(f.dir);
+  data::DistributedSampler sampler(dataset.shard_sizes(), {1, 0, 3, 9, true, false});
+  data::DistributedSampler reference = sampler;
+  data::Loader loader(dataset, sampler, {2, at::kFloat});
+  for (int step = 0; step < 7; ++step) {  // 3 batches per epoch: crosses two epochs
+    const auto want = reference.next();
+    const data::Batch batch = loader.next();
+    ASSERT_EQ(batch.indices, want);
+    EXPECT_EQ(batch.latents.scalar_type(), at::kFloat);
+    EXPECT_EQ(batch.latents.sizes(), (at::IntArrayRef{3, 4, 2, 3, 5}));
+    EXPECT_EQ(batch.text_emb.sizes(), (at::IntArrayRef{3, 6, 8}));
+    for (size_t j = 0; j < want.size(); ++j) {
+      const auto [seed, row] = f.source(want[j]);
+      // float16 on disk, float32 in the batch: exactly the float16 value
+      EXPECT_TRUE(torch::equal(batch.latents[j],
+                               wt::testing::expected_latents(f.shape, seed, row).to(at::kHalf).to(at::kFloat)));
+      EXPECT_TRUE(torch::equal(batch.text_emb[j], wt::testing::expected_text(f.shape, seed, row)));
+      EXPECT_EQ(batch.text_len[j].item<int>(), wt::testing::expected_text_len(f.shape, row));
+    }
+    EXPECT_EQ(loader.state(), reference.state()) << "the position after the delivered batch";
+  }
+}
+
+TEST(Loader, ResumesFromASavedStateWithTheSameBatches) {
+  Fixture f("loader-resume");
+  auto dataset = data::Dataset::open(f.dir);
+  data::DistributedSampler sampler(dataset.shard_sizes(), {1, 0, 2, 1, true, false});
+  data::SamplerState saved;
+  std::vector<std::vector<int64_t>> after;
+  {
+    data::Loader loader(dataset, sampler, {3, at::kFloat});
+    for (int i = 0; i < 4; ++i) loader.next();
+    saved = loader.state();
+    for (int i = 0; i < 5; ++i) after.push_back(loader.next().indices);
+  }
+  sampler.restore(saved);
+  data::Loader resumed(dataset, sampler, {1, at::kFloat});
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(resumed.next().indices, after[i]) << i;
+}
+
+TEST(Loader, UnreadableShardIsReportedInTheCallersThreadByName) {
+  Fixture f("loader-error");
+  auto dataset = data::Dataset::open(f.dir);
+  fs::remove(f.dir + "/b.h5");  // vanishes after the check (a failing network file system, say)
+  data::DistributedSampler sampler(dataset.shard_sizes(), {1, 0, 11, 0, true, false});  // every sample
+  data::Loader loader(dataset, sampler, {1, at::kFloat});
+  try {
+    loader.next();
+    FAIL() << "reading a deleted shard succeeded";
+  } catch (const wt::Error& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("data: cannot read sample "), std::string::npos) << message;
+    EXPECT_NE(message.find("of shard " + f.dir + "/b.h5"), std::string::npos) << message;
+  }
+}
+
+TEST(Loader, ShutsDownCleanlyWhileReadingAhead) {
+  Fixture f("loader-shutdown");
+  auto dataset = data::Dataset::open(f.dir);
+  data::DistributedSampler sampler(dataset.shard_sizes(), {1, 0, 1, 0, true, false});
+  for (int prefetch : {1, 4}) {
+    data::Loader loader(dataset, sampler, {prefetch, at::kBFloat16});
+    EXPECT_EQ(loader.next().latents.scalar_type(), at::kBFloat16);
+  }  // destroyed with a full read-ahead queue: must join, not hang
+  SUCCEED();
+}
