@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The main job on a fresh Debian 12 machine: install what is missing, build,
-# then run wantrain on 2 ranks with the sample configuration.
-# (Until the trainer lands, the run is --dry-run: it brings up MPI and the
-# collectives on both ranks and prints the resolved configuration and world.)
+# make a small synthetic dataset, then run wantrain on 2 ranks with the
+# sample configuration. (Until the trainer lands, the run is --dry-run: it
+# brings up MPI and the collectives on both ranks, checks the dataset on each
+# and prints the resolved configuration, the world and the epoch layout.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -11,4 +12,9 @@ scripts/build.sh release
 # Open MPI refuses root without these, and 2 ranks on fewer than 2 cores
 # without --oversubscribe; both are harmless otherwise.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-mpirun -np 2 --oversubscribe build/release/apps/wantrain/wantrain --config data/run.ini --dry-run
+if [ ! -d data/synth ]; then
+  build/release/apps/wandata/wandata synth --out data/synth --samples 256 --shards 4 --frames 5 --size 32x32 \
+    --text-len 16 --text-dim 64 --seed 1
+fi
+build/release/apps/wandata/wandata verify data/synth
+mpirun -np 2 --oversubscribe build/release/apps/wantrain/wantrain --config data/run.ini --data data/synth --dry-run

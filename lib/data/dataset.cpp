@@ -68,7 +68,8 @@ Dataset::Location Dataset::locate(int64_t index) const {
 }
 
 struct SampleReader::Open {
-  h5::Handle file, latents, text, text_len, prompt;
+  h5::Handle file, latents, text, prompt;
+  std::vector<int32_t> text_len;             // the whole /text_len, read once
   h5::Handle latents_space, text_space;      // file dataspaces, reused per read
   h5::Handle latents_type, text_type;        // memory types equal to the stored ones
   h5::Handle latents_row, text_row, one;     // memory dataspaces of one sample
@@ -104,14 +105,17 @@ SampleReader::Open& SampleReader::file(size_t shard) {
     o->file = h5::open_file(dataset_.shards()[shard].path);
     o->latents = h5::open_dataset(o->file.get(), "latents");
     o->text = h5::open_dataset(o->file.get(), "text_emb");
-    o->text_len = h5::open_dataset(o->file.get(), "text_len");
+    const h5::Handle lengths = h5::open_dataset(o->file.get(), "text_len");
+    o->text_len.resize(static_cast<size_t>(dataset_.shards()[shard].samples));
+    if (!o->text_len.empty())
+      H5_CHECK(H5Dread(lengths.get(), H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, o->text_len.data()));
     if (dataset_.shards()[shard].has_prompt) o->prompt = h5::open_dataset(o->file.get(), "prompt");
     o->latents_space = h5::dataset_space(o->latents.get());
     o->text_space = h5::dataset_space(o->text.get());
     o->latents_type = memory_type(s.latents);
     o->text_type = memory_type(s.text);
-    o->latents_row = flat_space(s.channels * s.frames * s.height * s.width);
-    o->text_row = flat_space(s.text_len * s.text_dim);
+    o->latents_row = h5::rows_space(o->latents_space.get(), 1);  // [1, C, F, H, W]
+    o->text_row = h5::rows_space(o->text_space.get(), 1);        // [1, L, D]
     o->one = flat_space(1);
     open_[shard] = std::move(o);
   }
@@ -131,9 +135,7 @@ void SampleReader::read(int64_t index, const at::Tensor& latents, const at::Tens
     h5::select_rows(o.text_space.get(), row, 1);
     H5_CHECK(H5Dread(o.text.get(), o.text_type.get(), o.text_row.get(), o.text_space.get(), H5P_DEFAULT,
                      text_emb.data_ptr()));
-    const h5::Handle len_space = h5::dataset_space(o.text_len.get());
-    h5::select_rows(len_space.get(), row, 1);
-    H5_CHECK(H5Dread(o.text_len.get(), H5T_NATIVE_INT32, o.one.get(), len_space.get(), H5P_DEFAULT, &text_len));
+    text_len = o.text_len[row];
   } catch (const Error& e) {
     throw Error(fmt::format("data: cannot read sample {} (row {}) of shard {}: {}", index, where.row, shard.path,
                             e.what()));

@@ -114,4 +114,12 @@ void select_rows(hid_t space, hsize_t first, hsize_t count) {
   H5_CHECK(H5Sselect_hyperslab(space, H5S_SELECT_SET, start.data(), nullptr, counts.data(), nullptr));
 }
 
+Handle rows_space(hid_t file_space, hsize_t count) {
+  const int rank = H5_CHECK(H5Sget_simple_extent_ndims(file_space));
+  std::vector<hsize_t> dims(rank);
+  H5_CHECK(H5Sget_simple_extent_dims(file_space, dims.data(), nullptr));
+  dims[0] = count;
+  return Handle(H5_CHECK(H5Screate_simple(rank, dims.data(), nullptr)), H5Sclose);
+}
+
 }  // namespace wt::h5

@@ -76,4 +76,9 @@ bool is_float16(hid_t type);
 // Selects rows [first, first+count) of the leading dimension of `space`.
 void select_rows(hid_t space, hsize_t first, hsize_t count);
 
+// A memory dataspace for `count` rows of `file_space`: the same rank and row
+// shape. (A memory space of another rank makes HDF5 map chunked data
+// element by element, some 50x slower.)
+Handle rows_space(hid_t file_space, hsize_t count);
+
 }  // namespace wt::h5

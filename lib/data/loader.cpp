@@ -45,6 +45,7 @@ SamplerState Loader::state() const {
 }
 
 void Loader::run() {
+  at::init_num_threads();  // conversions use the process's intra-op threads
   try {
     SampleReader reader(dataset_);
     for (;;) {
@@ -71,20 +72,47 @@ void Loader::run() {
   }
 }
 
+at::Tensor Loader::buffer(at::IntArrayRef sizes, at::ScalarType dtype) {
+  for (const auto& t : buffers_)
+    if (t.use_count() == 1 && t.storage().use_count() == 1 && t.scalar_type() == dtype && t.sizes() == sizes)
+      return t;
+  // Bounded: the batches in flight (queued, held by the trainer) plus staging.
+  // Buffers are taken in a fixed order per batch, so the list stays short.
+  constexpr size_t kSlack = 8;
+  if (buffers_.size() > 3 * static_cast<size_t>(options_.prefetch) + kSlack) {
+    buffers_.erase(std::remove_if(buffers_.begin(), buffers_.end(), [](const at::Tensor& t) { return t.use_count() == 1; }),
+                   buffers_.end());
+  }
+  buffers_.push_back(at::empty(sizes, dtype));
+  return buffers_.back();
+}
+
 Batch Loader::read_batch(SampleReader& reader, const std::vector<int64_t>& indices, SamplerState position) {
   const SampleShape& s = dataset_.shape();
   const int64_t B = static_cast<int64_t>(indices.size());
-  // Read in the stored dtypes, then convert the whole batch at once.
-  at::Tensor latents = at::empty({B, s.channels, s.frames, s.height, s.width}, scalar_type(s.latents));  // [B,C,F,H,W]
-  at::Tensor text = at::empty({B, s.text_len, s.text_dim}, scalar_type(s.text));                         // [B,L,D]
-  at::Tensor text_len = at::empty({B}, at::kInt);                                                        // [B]
+  at::Tensor latents = buffer({B, s.channels, s.frames, s.height, s.width}, options_.dtype);  // [B,C,F,H,W]
+  at::Tensor text = buffer({B, s.text_len, s.text_dim}, options_.dtype);                      // [B,L,D]
+  at::Tensor text_len = at::empty({B}, at::kInt);                                             // [B]
+  // Samples stored in another dtype go through a one-sample staging buffer
+  // and are converted right after the read, while still in cache.
+  const bool convert_latents = scalar_type(s.latents) != options_.dtype;
+  const bool convert_text = scalar_type(s.text) != options_.dtype;
+  const at::Tensor latents_stage =
+      convert_latents ? buffer({s.channels, s.frames, s.height, s.width}, scalar_type(s.latents)) : at::Tensor();
+  const at::Tensor text_stage = convert_text ? buffer({s.text_len, s.text_dim}, scalar_type(s.text)) : at::Tensor();
   // Sorted order: sequential reads within a shard.
   std::vector<int64_t> order(indices.size());
   std::iota(order.begin(), order.end(), 0);
   std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return indices[a] < indices[b]; });
   int32_t* lengths = text_len.data_ptr<int32_t>();
-  for (const int64_t slot : order) reader.read(indices[slot], latents[slot], text[slot], lengths[slot]);
-  return {latents.to(options_.dtype), text.to(options_.dtype), text_len, indices, position};
+  for (const int64_t slot : order) {
+    const at::Tensor l = convert_latents ? latents_stage : latents[slot];
+    const at::Tensor t = convert_text ? text_stage : text[slot];
+    reader.read(indices[slot], l, t, lengths[slot]);
+    if (convert_latents) latents[slot].copy_(l);
+    if (convert_text) text[slot].copy_(t);
+  }
+  return {latents, text, text_len, indices, position};
 }
 
 }  // namespace wt::data

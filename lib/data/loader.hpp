@@ -3,7 +3,8 @@
 //
 // Contract: the Loader's thread is the only one that reads the dataset; it
 // reads each batch's samples in sorted order (sequential within a shard),
-// keeps the shards open, and converts to the training dtype. Up to
+// keeps the shards open, and converts to the training dtype, into buffers it
+// recycles once the trainer has dropped a batch. Up to
 // `prefetch` batches wait ready. An error in the thread (an unreadable
 // sample) is rethrown by next() in the caller's thread as wt::Error naming
 // the shard and sample. The destructor stops and joins the thread.
@@ -56,11 +57,17 @@ class Loader {
  private:
   void run();
   Batch read_batch(SampleReader& reader, const std::vector<int64_t>& indices, SamplerState position);
+  // A tensor of this shape and dtype from the recycled buffers, or a new one.
+  at::Tensor buffer(at::IntArrayRef sizes, at::ScalarType dtype);
 
   const Dataset dataset_;
   DistributedSampler sampler_;  // advanced by the thread only
   const LoaderOptions options_;
   SamplerState delivered_;
+  // The loader thread's buffers (staging and batch tensors). A buffer is
+  // reused once nothing but this list refers to it, so steady-state loading
+  // allocates (and page-faults) nothing.
+  std::vector<at::Tensor> buffers_;
 
   mutable std::mutex mutex_;
   std::condition_variable changed_;

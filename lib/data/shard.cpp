@@ -173,9 +173,7 @@ h5::Handle create_per_sample(hid_t file, const char* name, hid_t type, int64_t s
 void write_row(hid_t dataset, hid_t mem_type, int64_t index, const void* data) {
   const h5::Handle file_space = h5::dataset_space(dataset);
   h5::select_rows(file_space.get(), static_cast<hsize_t>(index), 1);
-  const hssize_t n = H5Sget_select_npoints(file_space.get());
-  const hsize_t count = static_cast<hsize_t>(n);
-  const h5::Handle mem_space(H5_CHECK(H5Screate_simple(1, &count, nullptr)), H5Sclose);
+  const h5::Handle mem_space = h5::rows_space(file_space.get(), 1);
   H5_CHECK(H5Dwrite(dataset, mem_type, mem_space.get(), file_space.get(), H5P_DEFAULT, data));
 }
 

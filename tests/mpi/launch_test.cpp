@@ -300,3 +300,18 @@ TEST(Wandata, SplitThenMergeKeepsEverySampleInOrder) {
     EXPECT_EQ(ra.prompt(i), rj.prompt(i));
   }
 }
+
+TEST(Launch, WanbenchIoComparesTheLoaderWithARawReadOfTheSameBytes) {
+  const auto dir = fresh("io-bench");
+  const Job job = launch(std::string(WANTRAIN_WANBENCH) + " io --json --shapes tiny --tiny-samples 64 --rounds 1 --dir " + dir);
+  ASSERT_EQ(job.status, 0) << job.output;
+  const auto report = nlohmann::json::parse(job.output.substr(job.output.find('{')));
+  ASSERT_EQ(report["rows"].size(), 1u);
+  const auto& row = report["rows"][0];
+  EXPECT_EQ(row["shape"], "tiny");
+  EXPECT_EQ(row["samples"], 64);
+  // latents [16,1,32,32] float16 + text [16,64] float32, per sample
+  EXPECT_EQ(row["sample_bytes"].get<double>(), 16 * 32 * 32 * 2 + 16 * 64 * 4);
+  EXPECT_NEAR(row["ratio"].get<double>(), row["loader_MBps"].get<double>() / row["raw_MBps"].get<double>(), 1e-9);
+  EXPECT_GT(row["loader_samples_per_s"].get<double>(), 0);
+}

@@ -1,0 +1,187 @@
+#include "io_bench.hpp"
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include "data/h5.hpp"
+#include "data/loader.hpp"
+#include "dist/world.hpp"
+#include "util/error.hpp"
+#include "util/exit_codes.hpp"
+#include "util/options.hpp"
+
+namespace fs = std::filesystem;
+
+namespace wt {
+
+namespace {
+
+struct IoConfig {
+  std::string config_file, dir, shapes = "tiny,wan480p", dtype = "float32";
+  int64_t tiny_samples = 2048, wan_samples = 48, batch_size = 4, shards = 4;
+  int prefetch = 4, rounds = 3;
+  bool json = false;
+};
+
+struct Shape {
+  std::string name;
+  data::SampleShape sample;
+  int64_t samples;
+};
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// Writes the benchmark dataset once (random values; only the bytes matter).
+void make_dataset(const std::string& dir, const Shape& shape, int64_t shards) {
+  if (fs::exists(dir + "/.complete")) return;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const auto& s = shape.sample;
+  const at::Tensor latents = at::randn({s.channels, s.frames, s.height, s.width});
+  const at::Tensor text = at::randn({s.text_len, s.text_dim});
+  int64_t next = 0;
+  for (int64_t k = 0; k < shards; ++k) {
+    const int64_t end = (k + 1) * shape.samples / shards;
+    data::ShardWriter writer(fmt::format("{}/shard-{:05d}.h5", dir, k), s, end - next, false);
+    for (int64_t row = 0; next < end; ++next, ++row) writer.write(row, latents + next, text, s.text_len);
+  }
+  std::ofstream(dir + "/.complete") << "done\n";
+}
+
+// Every byte of /latents and /text_emb, shard after shard, in storage order,
+// in reads of up to 64 MiB, as stored, into one buffer kept across calls:
+// the most a reader could get.
+int64_t raw_read(const data::Dataset& dataset, std::vector<char>& buffer) {
+  h5::Lock lock(h5::library_mutex());
+  int64_t bytes = 0;
+  for (const auto& shard : dataset.shards()) {
+    const h5::Handle file = h5::open_file(shard.path);
+    for (const char* name : {"latents", "text_emb"}) {
+      const h5::Handle d = h5::open_dataset(file.get(), name);
+      const h5::Handle type = h5::dataset_type(d.get());
+      const int64_t row_bytes = std::string(name) == "latents" ? dataset.shape().latents_bytes()
+                                                                : dataset.shape().text_bytes();
+      const int64_t rows_per_read = std::max<int64_t>(1, (int64_t{64} << 20) / row_bytes);
+      buffer.resize(std::max(buffer.size(), static_cast<size_t>(rows_per_read * row_bytes)));
+      const h5::Handle space = h5::dataset_space(d.get());
+      for (int64_t row = 0; row < shard.samples; row += rows_per_read) {
+        const int64_t n = std::min(rows_per_read, shard.samples - row);
+        h5::select_rows(space.get(), static_cast<hsize_t>(row), static_cast<hsize_t>(n));
+        const h5::Handle mem = h5::rows_space(space.get(), static_cast<hsize_t>(n));
+        H5_CHECK(H5Dread(d.get(), type.get(), mem.get(), space.get(), H5P_DEFAULT, buffer.data()));
+        bytes += n * row_bytes;
+      }
+    }
+  }
+  return bytes;
+}
+
+// One epoch through the Loader (shuffled, collated, converted to --dtype).
+// The Loader lives across rounds, as in training: its buffers are warm.
+int64_t loader_epoch(data::Loader& loader) {
+  int64_t samples = 0;
+  for (int64_t k = 0; k < loader.sampler().batches_per_epoch(); ++k) samples += loader.next().latents.size(0);
+  return samples * (loader.dataset().shape().latents_bytes() + loader.dataset().shape().text_bytes());
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+int run_io_bench(World& world, int argc, char** argv) {
+  IoConfig c;
+  c.dir = (fs::temp_directory_path() / "wanbench-io").string();
+  OptionSet options("wanbench io", "[options]");
+  options.group("io")
+      .standard_options(&c.config_file)
+      .add("dir", &c.dir, "where the benchmark datasets are written (kept for later runs)")
+      .add("shapes", &c.shapes, "which sample shapes: tiny, wan480p or both")
+      .add("tiny-samples", &c.tiny_samples, "samples of the tiny dataset")
+      .add("wan-samples", &c.wan_samples, "samples of the Wan-480p-like dataset")
+      .add("batch-size", &c.batch_size, "Loader batch size")
+      .add("prefetch", &c.prefetch, "Loader read-ahead in batches")
+      .choice("dtype", &c.dtype, {"float32", "bfloat16", "stored"}, "what the Loader converts to (stored: no conversion)")
+      .add("rounds", &c.rounds, "alternating rounds of raw read and Loader; the median is reported")
+      .flag("json", &c.json, "print JSON instead of the table");
+  if (options.parse(argc, argv) != OptionSet::Outcome::Run) {
+    std::cout << options.help_text();
+    return kExitOk;
+  }
+  if (world.size() != 1) throw UsageError("wanbench io measures one process: run it without mpirun");
+  if (c.rounds < 1 || c.batch_size < 1 || c.prefetch < 1)
+    throw UsageError("options --rounds, --batch-size, --prefetch: must be at least 1");
+
+  std::vector<Shape> shapes;
+  if (c.shapes.find("tiny") != std::string::npos)
+    shapes.push_back({"tiny", {16, 1, 32, 32, 16, 64, data::Stored::Float16, data::Stored::Float32}, c.tiny_samples});
+  if (c.shapes.find("wan480p") != std::string::npos)
+    shapes.push_back(
+        {"wan480p", {16, 21, 60, 104, 512, 4096, data::Stored::Float16, data::Stored::Float16}, c.wan_samples});
+  if (shapes.empty()) throw UsageError("option --shapes: name tiny, wan480p or both");
+
+  nlohmann::json rows = nlohmann::json::array();
+  if (!c.json)
+    std::cout << fmt::format("# wanbench io: batch {}, prefetch {}, Loader output {}, {} rounds (median), page cache warm\n",
+                             c.batch_size, c.prefetch, c.dtype, c.rounds)
+              << fmt::format("# {:<8} {:>8} {:>12} | {:>10} {:>9} | {:>10} {:>9} | {:>6}\n", "shape", "samples",
+                             "sample(B)", "raw MB/s", "samples/s", "Loader MB/s", "samples/s", "ratio");
+  for (const auto& shape : shapes) {
+    const std::string dir = c.dir + "/" + shape.name;
+    make_dataset(dir, shape, std::min(c.shards, shape.samples));
+    const data::Dataset dataset = data::Dataset::open(dir);
+    const double sample_bytes = static_cast<double>(shape.sample.latents_bytes() + shape.sample.text_bytes());
+    const at::ScalarType dtype = c.dtype == "float32"    ? at::kFloat
+                                 : c.dtype == "bfloat16" ? at::kBFloat16
+                                                         : data::scalar_type(dataset.shape().latents);
+    data::Loader loader(dataset, data::DistributedSampler(dataset.shard_sizes(), {1, 0, c.batch_size, 1, true, false}),
+                        {c.prefetch, dtype});
+    std::vector<char> raw_buffer;
+    raw_read(dataset, raw_buffer);  // warm-up: the page cache and the raw buffer,
+    loader_epoch(loader);           // and the Loader's buffers
+    std::vector<double> raw, loaded;
+    for (int r = 0; r < c.rounds; ++r) {
+      auto start = std::chrono::steady_clock::now();
+      const int64_t raw_bytes = raw_read(dataset, raw_buffer);
+      raw.push_back(raw_bytes / seconds_since(start));
+      start = std::chrono::steady_clock::now();
+      const int64_t loader_bytes = loader_epoch(loader);
+      loaded.push_back(loader_bytes / seconds_since(start));
+    }
+    const double raw_bps = median(raw), loader_bps = median(loaded);
+    nlohmann::json row{{"shape", shape.name},
+                       {"samples", shape.samples},
+                       {"sample_bytes", sample_bytes},
+                       {"raw_MBps", raw_bps / 1e6},
+                       {"raw_samples_per_s", raw_bps / sample_bytes},
+                       {"loader_MBps", loader_bps / 1e6},
+                       {"loader_samples_per_s", loader_bps / sample_bytes},
+                       {"ratio", loader_bps / raw_bps}};
+    rows.push_back(row);
+    if (!c.json)
+      std::cout << fmt::format("  {:<8} {:>8} {:>12.0f} | {:>10.1f} {:>9.1f} | {:>10.1f} {:>9.1f} | {:>6.3f}\n",
+                               shape.name, shape.samples, sample_bytes, raw_bps / 1e6, raw_bps / sample_bytes,
+                               loader_bps / 1e6, loader_bps / sample_bytes, loader_bps / raw_bps)
+                << std::flush;
+  }
+  if (c.json)
+    std::cout << nlohmann::json{{"bench", "io"}, {"batch_size", c.batch_size}, {"prefetch", c.prefetch}, {"rows", rows}}
+                     .dump(2)
+              << "\n";
+  else
+    std::cout << "# ratio = Loader MB/s / raw MB/s; MB = 1e6 bytes as stored (latents + text_emb)\n";
+  return kExitOk;
+}
+
+}  // namespace wt

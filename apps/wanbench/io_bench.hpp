@@ -1,0 +1,8 @@
+// `wanbench io`: Loader throughput against a raw sequential read of the same
+// bytes, side by side, for a tiny and a Wan-480p-like sample shape.
+#pragma once
+
+namespace wt {
+class World;
+int run_io_bench(World& world, int argc, char** argv);
+}  // namespace wt
