@@ -68,9 +68,10 @@ int run(wt::World& world, int argc, char** argv) {
         "      {} batches per epoch per rank; {} samples per epoch{}\n",
         cfg.data, dataset.shards().size(), dataset.size(), dataset.shape().latents_string(),
         dataset.shape().text_string(), sampler.batches_per_epoch(), used,
-        cfg.shard_affinity ? " (shard affinity)"
-        : used >= dataset.size() ? fmt::format(" ({} padded by wrap-around)", used - dataset.size())
-                                 : fmt::format(" ({} dropped)", dataset.size() - used));
+        cfg.shard_affinity       ? std::string(" (shard affinity)")
+        : used > dataset.size()  ? fmt::format(" ({} padded by wrap-around)", used - dataset.size())
+        : used < dataset.size()  ? fmt::format(" ({} dropped)", dataset.size() - used)
+                                 : std::string(" (all)"));
   });
 
   wt::log::init(world.rank(), world.size());

@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "data/h5.hpp"
+#include "data/stored_type.hpp"
 #include "util/error.hpp"
 
 namespace fs = std::filesystem;
@@ -71,7 +72,7 @@ struct SampleReader::Open {
   h5::Handle file, latents, text, prompt;
   std::vector<int32_t> text_len;             // the whole /text_len, read once
   h5::Handle latents_space, text_space;      // file dataspaces, reused per read
-  h5::Handle latents_type, text_type;        // memory types equal to the stored ones
+  h5::Handle latents_type, text_type;        // memory types: the stored ones (no conversion)
   h5::Handle latents_row, text_row, one;     // memory dataspaces of one sample
 };
 
@@ -83,15 +84,6 @@ SampleReader::~SampleReader() {
 }
 
 namespace {
-h5::Handle memory_type(Stored stored) {
-  switch (stored) {
-    case Stored::Float32: return h5::Handle(H5_CHECK(H5Tcopy(H5T_NATIVE_FLOAT)), H5Tclose);
-    case Stored::Float16: return h5::float16_type();
-    case Stored::BFloat16: return h5::Handle(H5_CHECK(H5Tcopy(H5T_NATIVE_UINT16)), H5Tclose);
-  }
-  throw Error("unknown storage");
-}
-
 h5::Handle flat_space(int64_t n) {
   const hsize_t count = static_cast<hsize_t>(n);
   return h5::Handle(H5_CHECK(H5Screate_simple(1, &count, nullptr)), H5Sclose);
@@ -112,8 +104,8 @@ SampleReader::Open& SampleReader::file(size_t shard) {
     if (dataset_.shards()[shard].has_prompt) o->prompt = h5::open_dataset(o->file.get(), "prompt");
     o->latents_space = h5::dataset_space(o->latents.get());
     o->text_space = h5::dataset_space(o->text.get());
-    o->latents_type = memory_type(s.latents);
-    o->text_type = memory_type(s.text);
+    o->latents_type = hdf5_type(s.latents);
+    o->text_type = hdf5_type(s.text);
     o->latents_row = h5::rows_space(o->latents_space.get(), 1);  // [1, C, F, H, W]
     o->text_row = h5::rows_space(o->text_space.get(), 1);        // [1, L, D]
     o->one = flat_space(1);

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "data/h5.hpp"
+#include "data/stored_type.hpp"
 #include "util/error.hpp"
 
 namespace wt::data {
@@ -71,6 +72,15 @@ Stored stored_of(const std::string& path, hid_t dataset, const char* name, bool 
 }
 
 }  // namespace
+
+h5::Handle hdf5_type(Stored stored) {
+  switch (stored) {
+    case Stored::Float32: return h5::Handle(H5_CHECK(H5Tcopy(H5T_IEEE_F32LE)), H5Tclose);
+    case Stored::Float16: return h5::float16_type();
+    case Stored::BFloat16: return h5::Handle(H5_CHECK(H5Tcopy(H5T_STD_U16LE)), H5Tclose);  // raw bits
+  }
+  throw Error("unknown storage");
+}
 
 ShardInfo inspect_shard(const std::string& path) {
   h5::Lock lock(h5::library_mutex());
@@ -146,15 +156,6 @@ struct ShardWriter::Impl {
 
 namespace {
 
-h5::Handle stored_type(Stored stored) {
-  switch (stored) {
-    case Stored::Float32: return h5::Handle(H5_CHECK(H5Tcopy(H5T_IEEE_F32LE)), H5Tclose);
-    case Stored::Float16: return h5::float16_type();
-    case Stored::BFloat16: return h5::Handle(H5_CHECK(H5Tcopy(H5T_STD_U16LE)), H5Tclose);
-  }
-  throw Error("unknown storage");
-}
-
 // A dataset [samples, dims...] chunked one sample per chunk.
 h5::Handle create_per_sample(hid_t file, const char* name, hid_t type, int64_t samples,
                              const std::vector<hsize_t>& sample_dims) {
@@ -189,8 +190,8 @@ ShardWriter::ShardWriter(const std::string& path, const SampleShape& shape, int6
   const hid_t f = impl_->file.get();
   h5::write_string_attribute(f, "format", kShardFormat);
   h5::write_int_attribute(f, "version", kShardVersion);
-  impl_->latents_mem_type = stored_type(shape.latents);
-  impl_->text_mem_type = stored_type(shape.text);
+  impl_->latents_mem_type = hdf5_type(shape.latents);
+  impl_->text_mem_type = hdf5_type(shape.text);
   impl_->latents = create_per_sample(
       f, "latents", impl_->latents_mem_type.get(), samples,
       {hsize_t(shape.channels), hsize_t(shape.frames), hsize_t(shape.height), hsize_t(shape.width)});
