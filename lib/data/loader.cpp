@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <future>
 #include <numeric>
 
 #include "util/error.hpp"
@@ -105,13 +106,30 @@ Batch Loader::read_batch(SampleReader& reader, const std::vector<int64_t>& indic
   std::iota(order.begin(), order.end(), 0);
   std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return indices[a] < indices[b]; });
   int32_t* lengths = text_len.data_ptr<int32_t>();
+  // Large samples: convert sample k on a helper thread while sample k+1 is
+  // read (two staging buffers, used in turn). Small ones: inline, where a
+  // thread hand-off would cost more than the conversion.
+  const bool overlap = (convert_latents || convert_text) && s.latents_bytes() + s.text_bytes() >= (int64_t{1} << 20);
+  const at::Tensor latents_stage2 = overlap && convert_latents ? buffer(latents_stage.sizes(), latents_stage.scalar_type()) : latents_stage;
+  const at::Tensor text_stage2 = overlap && convert_text ? buffer(text_stage.sizes(), text_stage.scalar_type()) : text_stage;
+  std::future<void> converting;  // of the previous sample
+  int64_t k = 0;
   for (const int64_t slot : order) {
-    const at::Tensor l = convert_latents ? latents_stage : latents[slot];
-    const at::Tensor t = convert_text ? text_stage : text[slot];
+    const bool second = overlap && (k++ % 2 == 1);
+    const at::Tensor l = convert_latents ? (second ? latents_stage2 : latents_stage) : latents[slot];
+    const at::Tensor t = convert_text ? (second ? text_stage2 : text_stage) : text[slot];
     reader.read(indices[slot], l, t, lengths[slot]);
-    if (convert_latents) latents[slot].copy_(l);
-    if (convert_text) text[slot].copy_(t);
+    if (converting.valid()) converting.get();  // frees the other staging buffer
+    auto convert = [=] {
+      if (convert_latents) latents[slot].copy_(l);
+      if (convert_text) text[slot].copy_(t);
+    };
+    if (overlap)
+      converting = std::async(std::launch::async, convert);
+    else
+      convert();
   }
+  if (converting.valid()) converting.get();
   return {latents, text, text_len, indices, position};
 }
 

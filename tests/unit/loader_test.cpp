@@ -91,3 +91,33 @@ TEST(Loader, ShutsDownCleanlyWhileReadingAhead) {
   }  // destroyed with a full read-ahead queue: must join, not hang
   SUCCEED();
 }
+
+TEST(Loader, LargeSamplesConvertedWhileTheNextIsReadArriveIntact) {
+  // >= 1 MiB a sample: the Loader converts each on a helper thread while it
+  // reads the next, through two staging buffers used in turn.
+  data::SampleShape s = wt::testing::small_shape(data::Stored::Float16, data::Stored::Float16);
+  s.channels = 16;
+  s.frames = 4;
+  s.height = 64;
+  s.width = 64;
+  s.text_len = 512;
+  s.text_dim = 512;
+  ASSERT_GE(s.latents_bytes() + s.text_bytes(), int64_t{1} << 20);
+  const auto dir = wt::testing::fresh_directory("loader-large");
+  wt::testing::write_shard(dir + "/a.h5", s, 7, 3);
+  auto dataset = data::Dataset::open(dir);
+  data::DistributedSampler sampler(dataset.shard_sizes(), {1, 0, 3, 2, true, false});
+  data::DistributedSampler reference = sampler;
+  data::Loader loader(dataset, sampler, {2, at::kFloat});
+  for (int step = 0; step < 4; ++step) {
+    const auto want = reference.next();
+    const auto batch = loader.next();
+    ASSERT_EQ(batch.indices, want);
+    for (size_t j = 0; j < want.size(); ++j) {
+      EXPECT_TRUE(torch::equal(batch.latents[j],
+                               wt::testing::expected_latents(s, 3, want[j]).to(at::kHalf).to(at::kFloat)))
+          << "sample " << want[j];
+      EXPECT_TRUE(torch::equal(batch.text_emb[j], wt::testing::expected_text(s, 3, want[j]).to(at::kHalf).to(at::kFloat)));
+    }
+  }
+}
