@@ -3,7 +3,6 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <filesystem>
 #include <iostream>
 
@@ -35,17 +34,6 @@ std::string directory_operand(const char* command, int argc, char** argv) {
   return dirs.front();
 }
 
-std::vector<std::string> shard_paths(const std::string& directory) {
-  std::error_code ec;
-  if (!fs::is_directory(directory, ec)) throw UsageError(fmt::format("data: {} is not a directory", directory));
-  std::vector<std::string> paths;
-  for (const auto& entry : fs::directory_iterator(directory, ec))
-    if (entry.path().extension() == ".h5") paths.push_back(entry.path().string());
-  std::sort(paths.begin(), paths.end());
-  if (paths.empty()) throw UsageError(fmt::format("data: {} holds no shards (*.h5)", directory));
-  return paths;
-}
-
 }  // namespace
 
 int run_inspect(World&, int argc, char** argv) {
@@ -74,7 +62,7 @@ int run_verify(World&, int argc, char** argv) {
   if (directory.empty()) return kExitOk;
   std::vector<std::string> problems;
   std::vector<data::ShardInfo> good;
-  for (const auto& path : shard_paths(directory)) {
+  for (const auto& path : data::Dataset::shard_paths(directory)) {
     try {
       data::ShardInfo info = data::inspect_shard(path);
       if (!good.empty() && info.shape != good.front().shape) {

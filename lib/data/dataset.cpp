@@ -14,7 +14,7 @@ namespace fs = std::filesystem;
 
 namespace wt::data {
 
-Dataset Dataset::open(const std::string& directory) {
+std::vector<std::string> Dataset::shard_paths(const std::string& directory) {
   std::error_code ec;
   if (!fs::exists(directory, ec)) throw UsageError(fmt::format("data: {} does not exist", directory));
   if (!fs::is_directory(directory, ec))
@@ -25,7 +25,11 @@ Dataset Dataset::open(const std::string& directory) {
   if (ec) throw UsageError(fmt::format("data: cannot list {}: {}", directory, ec.message()));
   if (paths.empty()) throw UsageError(fmt::format("data: {} holds no shards (*.h5)", directory));
   std::sort(paths.begin(), paths.end());
+  return paths;
+}
 
+Dataset Dataset::open(const std::string& directory) {
+  const std::vector<std::string> paths = shard_paths(directory);
   std::vector<ShardInfo> shards;
   for (const auto& path : paths) {
     ShardInfo info = inspect_shard(path);

@@ -19,6 +19,9 @@ class Dataset {
   // missing or unreadable directory, no shards, any shard that inspect_shard
   // rejects, shards whose sample shapes or dtypes disagree.
   static Dataset open(const std::string& directory);
+  // The shard files of `directory`, sorted; UsageError when it is missing,
+  // not a directory or holds no *.h5.
+  static std::vector<std::string> shard_paths(const std::string& directory);
   // A dataset of shards already inspected (they must share one shape).
   static Dataset of(std::string directory, std::vector<ShardInfo> shards);
 
