@@ -50,8 +50,8 @@ void make_dataset(const std::string& dir, const Shape& shape, int64_t shards) {
   const at::Tensor text = at::randn({s.text_len, s.text_dim});
   int64_t next = 0;
   for (int64_t k = 0; k < shards; ++k) {
-    const int64_t end = (k + 1) * shape.samples / shards;
-    data::ShardWriter writer(fmt::format("{}/shard-{:05d}.h5", dir, k), s, end - next, false);
+    const int64_t end = data::shard_first_sample(k + 1, shape.samples, shards);
+    data::ShardWriter writer(data::shard_path(dir, k), s, end - next, false);
     for (int64_t row = 0; next < end; ++next, ++row) writer.write(row, latents + next, text, s.text_len);
   }
   std::ofstream(dir + "/.complete") << "done\n";

@@ -63,8 +63,8 @@ int reshard(const char* command, int argc, char** argv, int64_t default_shards, 
   auto reader = std::make_unique<data::SampleReader>(inputs[0]);
   int64_t written = 0;
   for (int64_t k = 0; k < shards; ++k) {
-    const int64_t end = (k + 1) * total / shards;
-    data::ShardWriter writer(fmt::format("{}/shard-{:05d}.h5", out, k), s, end - written, prompts);
+    const int64_t end = data::shard_first_sample(k + 1, total, shards);
+    data::ShardWriter writer(data::shard_path(out, k), s, end - written, prompts);
     for (int64_t row = 0; written < end; ++written, ++row, ++in_source) {
       if (in_source == inputs[source].size()) {
         reader = std::make_unique<data::SampleReader>(inputs[++source]);

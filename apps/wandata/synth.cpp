@@ -107,8 +107,8 @@ int run_synth(World&, int argc, char** argv) {
   Progress progress("synth", c.samples);
   int64_t next = 0;
   for (int64_t k = 0; k < c.shards; ++k) {
-    const int64_t end = (k + 1) * c.samples / c.shards;
-    const std::string path = fmt::format("{}/shard-{:05d}.h5", c.out, k);
+    const int64_t end = data::shard_first_sample(k + 1, c.samples, c.shards);
+    const std::string path = data::shard_path(c.out, k);
     data::ShardWriter writer(path, shape, end - next, /*with_prompt=*/true);
     for (int64_t row = 0; next < end; ++next, ++row) {
       data::PortableRandom r(c.seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(next) + 1);

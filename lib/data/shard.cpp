@@ -34,6 +34,12 @@ Stored parse_stored(const std::string& name) {
   throw UsageError(fmt::format("dtype '{}' is not one of float32|float16|bfloat16", name));
 }
 
+std::string shard_path(const std::string& directory, int64_t k) {
+  return fmt::format("{}/shard-{:05d}.h5", directory, k);
+}
+
+int64_t shard_first_sample(int64_t k, int64_t total, int64_t shards) { return k * total / shards; }
+
 bool SampleShape::operator==(const SampleShape& o) const {
   return channels == o.channels && frames == o.frames && height == o.height && width == o.width &&
          text_len == o.text_len && text_dim == o.text_dim && latents == o.latents && text == o.text;

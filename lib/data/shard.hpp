@@ -49,6 +49,12 @@ struct ShardInfo {
   bool has_prompt = false;
 };
 
+// How the tools lay out a new dataset of `total` samples in `shards` files:
+// shard k is DIR/shard-0000k.h5 and holds samples [first(k), first(k+1)),
+// near-equal counts in order.
+std::string shard_path(const std::string& directory, int64_t k);
+int64_t shard_first_sample(int64_t k, int64_t total, int64_t shards);
+
 // Opens one shard and checks its structure: format attributes, datasets,
 // ranks, dtypes, matching N, text_len within [0, L]. Throws UsageError with
 // one line naming the file and the dataset or attribute at fault.

@@ -5,11 +5,11 @@
 
 namespace wt::log {
 
-void init(int rank, int size, spdlog::level::level_enum level, bool all_ranks) {
+void init(int rank, int size, spdlog::level::level_enum level) {
   auto logger = spdlog::get("wantrain");
   if (!logger) logger = spdlog::stdout_color_mt("wantrain");
   logger->set_pattern(fmt::format("[%H:%M:%S.%e] [rank {}/{}] [%^%l%$] %v", rank, size));
-  logger->set_level(rank == 0 || all_ranks ? level : spdlog::level::warn);
+  logger->set_level(rank == 0 ? level : spdlog::level::warn);
   logger->flush_on(spdlog::level::info);  // SLURM log files should be current.
   spdlog::set_default_logger(logger);
 }

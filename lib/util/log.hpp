@@ -6,7 +6,7 @@
 namespace wt::log {
 
 // Sets the default logger. Rank 0 logs at `level`; other ranks log warnings
-// and errors only, unless `all_ranks` is set (then every rank logs at `level`).
-void init(int rank, int size, spdlog::level::level_enum level = spdlog::level::info, bool all_ranks = false);
+// and errors only, so SLURM log files stay readable.
+void init(int rank, int size, spdlog::level::level_enum level = spdlog::level::info);
 
 }  // namespace wt::log
