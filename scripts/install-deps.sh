@@ -9,7 +9,7 @@ packages=(
   libtorch-dev
   openmpi-bin libopenmpi-dev
   libhdf5-openmpi-dev hdf5-tools
-  libboost-program-options-dev
+  libboost-program-options-dev zlib1g-dev
   nlohmann-json3-dev libspdlog-dev libfmt-dev
   libgtest-dev
   python3 python3-h5py python3-numpy   # the h5py example of docs/data-format.md is tested

@@ -6,6 +6,7 @@
 
 #include "allreduce_bench.hpp"
 #include "io_bench.hpp"
+#include "model_bench.hpp"
 #include "dist/app.hpp"
 #include "dist/world.hpp"
 #include "util/error.hpp"
@@ -18,19 +19,21 @@ constexpr const char* kUsage =
     "commands:\n"
     "  allreduce   Comm all-reduce vs raw MPI_Allreduce, sizes swept (time, algbw, busbw, #wrong)\n"
     "  io          Loader throughput vs a raw sequential read of the same bytes (run without mpirun)\n"
+    "  model       WanModel forward and forward+backward seconds per sample and peak RSS (run without mpirun)\n"
     "run 'wanbench COMMAND --help' for its options\n";
 
 int run(wt::World& world, int argc, char** argv) {
   const std::string command = argc > 1 ? argv[1] : "";
   if (command == "allreduce") return wt::run_allreduce_bench(world, argc - 1, argv + 1);
   if (command == "io") return wt::run_io_bench(world, argc - 1, argv + 1);
+  if (command == "model") return wt::run_model_bench(world, argc - 1, argv + 1);
   if (command == "--help" || command == "-h") {
     if (world.is_root()) std::cout << kUsage;
     return wt::kExitOk;
   }
   world.agree([&] {
-    throw wt::UsageError(command.empty() ? std::string("no command given (allreduce|io)")
-                                         : fmt::format("unknown command '{}' (allreduce|io)", command));
+    throw wt::UsageError(command.empty() ? std::string("no command given (allreduce|io|model)")
+                                         : fmt::format("unknown command '{}' (allreduce|io|model)", command));
   });
   return wt::kExitUsage;
 }

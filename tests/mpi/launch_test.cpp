@@ -1,11 +1,7 @@
 // Whole jobs under mpiexec: how they end when something goes wrong, and what
 // the apps print. Each test launches a job and reads its exit status and output.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
-#include <array>
-#include <chrono>
-#include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <regex>
@@ -13,40 +9,21 @@
 #include <filesystem>
 #include <torch/torch.h>
 
+#include "../common/launch.hpp"
 #include "data/dataset.hpp"
 
 namespace {
 
-struct Job {
-  int status = -1;  // exit status of mpiexec
-  std::string output;  // stdout and stderr together
-  double seconds = 0;
-};
-
-Job launch(const std::string& command_line) {
-  const auto start = std::chrono::steady_clock::now();
-  Job job;
-  FILE* pipe = popen((command_line + " 2>&1").c_str(), "r");
-  if (!pipe) return job;
-  std::array<char, 4096> buffer{};
-  while (fgets(buffer.data(), buffer.size(), pipe)) job.output += buffer.data();
-  const int raw = pclose(pipe);
-  job.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : 128 + WTERMSIG(raw);
-  job.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  return job;
-}
+using wt::testing::fresh;
+using wt::testing::Job;
+using wt::testing::launch;
+using wt::testing::occurrences;
 
 Job launch_mpi(const std::string& program_and_args) {
   // mpiexec PREFLAGS program POSTFLAGS args: the program is the first word.
   const auto space = program_and_args.find(' ');
   return launch(std::string(WANTRAIN_MPIEXEC) + " " + program_and_args.substr(0, space) + " " +
                 WANTRAIN_MPIEXEC_POSTFLAGS + " " + (space == std::string::npos ? "" : program_and_args.substr(space + 1)));
-}
-
-size_t occurrences(const std::string& text, const std::string& what) {
-  size_t n = 0;
-  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-  return n;
 }
 
 const int kRanks = WANTRAIN_TEST_RANKS;
@@ -160,11 +137,6 @@ TEST(Launch, WanbenchUnknownCommandIsStatus2) {
 }
 
 namespace {
-std::string fresh(const std::string& name) {
-  const auto dir = std::filesystem::path(::testing::TempDir()) / ("launch-" + name);
-  std::filesystem::remove_all(dir);
-  return dir.string();
-}
 Job wandata(const std::string& args) { return launch(std::string(WANTRAIN_WANDATA) + " " + args); }
 }  // namespace
 

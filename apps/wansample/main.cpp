@@ -1,0 +1,150 @@
+// wansample: generate latents with a WanModel by Euler sampling with
+// classifier-free guidance, conditioned on a dataset sample's text embedding
+// or on an HDF5 file of embeddings. Writes the latents as a one-sample shard
+// (docs/data-format.md) and, with --png, a preview image. A serial tool.
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include <iostream>
+
+#include "data/dataset.hpp"
+#include "data/shard.hpp"
+#include "data/text_file.hpp"
+#include "dist/app.hpp"
+#include "model/autocast.hpp"
+#include "model/wan_model.hpp"
+#include "model/weights.hpp"
+#include "preview.hpp"
+#include "train/euler_sampler.hpp"
+#include "util/error.hpp"
+#include "util/exit_codes.hpp"
+#include "util/options.hpp"
+
+namespace wt {
+namespace {
+
+struct SampleConfig {
+  std::string config_file, weights, model_config, data, text, size, out = "sample.h5", png, precision = "fp32";
+  int64_t index = 0, frames = 0;
+  int steps = 50, threads = 0;
+  double shift = 5.0, cfg = 5.0;
+  uint64_t seed = 0;
+};
+
+std::pair<int64_t, int64_t> parse_size(const std::string& text) {
+  const auto x = text.find('x');
+  try {
+    size_t used_h = 0, used_w = 0;
+    const int64_t h = std::stoll(text.substr(0, x), &used_h), w = std::stoll(text.substr(x + 1), &used_w);
+    if (x != std::string::npos && used_h == x && used_w == text.size() - x - 1 && h > 0 && w > 0) return {h, w};
+  } catch (const std::exception&) {
+  }
+  throw UsageError(fmt::format("option --size: '{}' is not HxW with positive sizes", text));
+}
+
+int run(World&, int argc, char** argv) {
+  SampleConfig c;
+  OptionSet options("wansample", "--weights FILE --model-config JSON (--data DIR | --text FILE) [options]");
+  options.group("wansample")
+      .standard_options(&c.config_file)
+      .add("weights", &c.weights, "model weights: .safetensors or .safetensors.index.json (Wan or diffusers names)")
+      .add("model-config", &c.model_config, "model config JSON (data/configs/*.json)")
+      .add("data", &c.data, "condition on the text embedding of a dataset sample (shape from the dataset)")
+      .add("text", &c.text, "condition on an HDF5 file of embeddings: /text_emb [N,L,D] or [L,D], optional /text_len")
+      .add("index", &c.index, "which sample of --data or row of --text")
+      .add("frames", &c.frames, "latent frames (needed with --text)")
+      .add("size", &c.size, "latent HxW (needed with --text)")
+      .add("steps", &c.steps, "Euler steps")
+      .add("shift", &c.shift, "sigma shift s: s*sigma/(1+(s-1)*sigma)")
+      .add("cfg", &c.cfg, "classifier-free guidance scale against the empty (all-zero) context; 1 turns it off")
+      .add("seed", &c.seed, "seed of the initial noise")
+      .choice("precision", &c.precision, {"fp32", "bf16"}, "matrix products in fp32 or bf16 (autocast)")
+      .add("threads", &c.threads, "CPU threads (0: LibTorch's default)")
+      .add("out", &c.out, "output: the latents as a one-sample shard")
+      .add("png", &c.png, "also write a PNG preview (first channels, one row each; under it the dataset's own sample)");
+  if (options.parse(argc, argv) != OptionSet::Outcome::Run) {
+    std::cout << options.help_text();
+    return kExitOk;
+  }
+  if (c.weights.empty()) throw UsageError("option --weights: the model weights are required");
+  if (c.model_config.empty()) throw UsageError("option --model-config: the model config is required");
+  if (c.data.empty() == c.text.empty()) throw UsageError("options --data, --text: give exactly one");
+  if (c.steps < 1) throw UsageError("option --steps: must be at least 1");
+  if (c.shift <= 0) throw UsageError("option --shift: must be positive");
+  if (c.threads > 0) torch::set_num_threads(c.threads);
+
+  const model::WanConfig config = model::load_model_config(c.model_config);
+  at::Tensor context, reference;  // [L, D]; the dataset's latents [C, F, H, W]
+  int32_t text_len = 0;
+  std::string source;
+  std::vector<int64_t> shape;  // [1, C, F, H, W]
+  if (!c.data.empty()) {
+    const auto dataset = data::Dataset::open(c.data);
+    if (c.index < 0 || c.index >= dataset.size())
+      throw UsageError(fmt::format("option --index: {} is outside the {} samples of {}", c.index, dataset.size(), c.data));
+    const auto& s = dataset.shape();
+    reference = torch::empty({s.channels, s.frames, s.height, s.width}, data::scalar_type(s.latents));
+    context = torch::empty({s.text_len, s.text_dim}, data::scalar_type(s.text));
+    data::SampleReader reader(dataset);
+    reader.read(c.index, reference, context, text_len);
+    context = context.to(torch::kFloat32);
+    reference = reference.to(torch::kFloat32);
+    shape = {1, config.in_dim, s.frames, s.height, s.width};
+    const std::string prompt = reader.prompt(c.index);
+    source = fmt::format("{} sample {}{}", c.data, c.index, prompt.empty() ? "" : ": " + prompt);
+  } else {
+    if (c.frames < 1 || c.size.empty()) throw UsageError("options --frames, --size: needed with --text");
+    const auto [h, w] = parse_size(c.size);
+    auto text = data::read_text_condition(c.text, c.index);
+    context = text.embedding;
+    text_len = text.length;
+    shape = {1, config.in_dim, c.frames, h, w};
+    source = fmt::format("{} row {}", c.text, c.index);
+  }
+  if (context.size(1) != config.text_dim || context.size(0) > config.text_len)
+    throw UsageError(fmt::format("text embeddings [{}, {}] do not fit model config {} (text_len {}, text_dim {})",
+                                 context.size(0), context.size(1), c.model_config, config.text_len, config.text_dim));
+
+  model::WanModel net(config);
+  const auto report = model::load_weights(*net, c.weights);
+  net->eval();
+  std::cout << fmt::format("wansample: {} ({:.3g} parameters, {}{})\n", c.weights, double(model::parameter_count(config)),
+                           report.summary(), report.diffusers_names ? ", diffusers names" : "");
+
+  const auto cond = context.unsqueeze(0);        // [1, L, D]
+  const auto uncond = torch::zeros_like(cond);   // the empty prompt: all positions zero
+  const model::AutocastScope autocast(c.precision == "bf16" ? torch::kBFloat16 : torch::kFloat32);
+  train::VelocityField velocity = [&](const at::Tensor& x, const at::Tensor& t, bool conditional) {
+    return net->forward(x, t, conditional ? cond : uncond);
+  };
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(c.seed);
+  const auto noise = torch::randn(shape, generator, torch::kFloat32);  // [1, C, F, H, W]
+  const auto latents = train::euler_sample(noise, velocity, {c.steps, c.shift, c.cfg})[0];  // [C, F, H, W]
+
+  data::SampleShape out_shape;
+  out_shape.channels = shape[1];
+  out_shape.frames = shape[2];
+  out_shape.height = shape[3];
+  out_shape.width = shape[4];
+  out_shape.text_len = context.size(0);
+  out_shape.text_dim = context.size(1);
+  {
+    data::ShardWriter writer(c.out, out_shape, 1, /*with_prompt=*/true);
+    writer.write(0, latents, context, text_len,
+                 fmt::format("wansample of {} (steps {}, shift {}, cfg {}, seed {})", source, c.steps, c.shift, c.cfg, c.seed));
+    writer.close();
+  }
+  std::cout << fmt::format("wansample: wrote latents {} to {}\n", out_shape.latents_string(), c.out);
+  if (!c.png.empty()) {
+    std::vector<at::Tensor> videos{latents};
+    if (reference.defined() && reference.sizes() == latents.sizes()) videos.push_back(reference);
+    write_latent_preview(c.png, videos);
+    std::cout << fmt::format("wansample: wrote preview {}\n", c.png);
+  }
+  return kExitOk;
+}
+
+}  // namespace
+}  // namespace wt
+
+int main(int argc, char** argv) { return wt::run_app(argc, argv, wt::run); }

@@ -1,0 +1,39 @@
+#include "preview.hpp"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+
+#include "util/png.hpp"
+
+namespace wt {
+
+void write_latent_preview(const std::string& path, const std::vector<at::Tensor>& videos, int64_t channels,
+                          int64_t scale) {
+  constexpr int64_t kGap = 2;  // background pixels between tiles
+  const auto& first = videos.front();
+  const int64_t c = std::min(channels, first.size(0)), frames = first.size(1);
+  const int64_t tile_h = first.size(2) * scale, tile_w = first.size(3) * scale;
+  const int64_t rows = c * int64_t(videos.size());
+  const int64_t width = frames * (tile_w + kGap) + kGap, height = rows * (tile_h + kGap) + kGap;
+  auto image = torch::full({height, width}, 32, torch::kUInt8);  // dark grey background
+  int64_t row = 0;
+  for (const auto& video : videos) {
+    auto v = video.to(torch::kFloat32);
+    for (int64_t ch = 0; ch < c; ++ch, ++row) {
+      auto channel = v[ch];  // [F, H, W]
+      const float lo = channel.min().item<float>(), hi = channel.max().item<float>();
+      auto pixels = ((channel - lo) / std::max(hi - lo, 1e-6f) * 255.0f).round().clamp(0, 255).to(torch::kUInt8);
+      pixels = pixels.repeat_interleave(scale, 1).repeat_interleave(scale, 2);  // [F, H*scale, W*scale]
+      for (int64_t f = 0; f < frames; ++f) {
+        const int64_t y = kGap + row * (tile_h + kGap), x = kGap + f * (tile_w + kGap);
+        image.slice(0, y, y + tile_h).slice(1, x, x + tile_w).copy_(pixels[f]);
+      }
+    }
+  }
+  image = image.contiguous();
+  const auto* data = image.data_ptr<uint8_t>();
+  write_png_gray(path, int(width), int(height), std::vector<uint8_t>(data, data + image.numel()));
+}
+
+}  // namespace wt

@@ -1,0 +1,172 @@
+#include "model/wan_model.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <torch/torch.h>
+
+#include <cmath>
+
+#include "model/autocast.hpp"
+#include "model/patches.hpp"
+#include "util/error.hpp"
+
+namespace wt::model {
+namespace {
+
+namespace nn = torch::nn;
+
+nn::LayerNorm layer_norm(int64_t dim, double eps, bool affine) {
+  return nn::LayerNorm(nn::LayerNormOptions({dim}).eps(eps).elementwise_affine(affine));
+}
+
+// Wan's WanLayerNorm: normalise in fp32, hand back the input's dtype.
+at::Tensor norm_fp32(nn::LayerNorm& norm, const at::Tensor& x) { return norm(x.to(torch::kFloat32)).to(x.scalar_type()); }
+
+nn::GELU gelu_tanh() { return nn::GELU(nn::GELUOptions().approximate("tanh")); }
+
+}  // namespace
+
+RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps_(eps) {
+  weight = register_parameter("weight", torch::ones({dim}));
+}
+
+at::Tensor RMSNormImpl::forward(const at::Tensor& x) {
+  Fp32Scope fp32;
+  auto xf = x.to(torch::kFloat32);
+  return (xf * torch::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps_)).to(x.scalar_type()) * weight;
+}
+
+AttentionImpl::AttentionImpl(const WanConfig& c) : heads_(c.num_heads), head_dim_(c.head_dim()) {
+  q = register_module("q", nn::Linear(c.dim, c.dim));
+  k = register_module("k", nn::Linear(c.dim, c.dim));
+  v = register_module("v", nn::Linear(c.dim, c.dim));
+  o = register_module("o", nn::Linear(c.dim, c.dim));
+  if (c.qk_norm) {
+    norm_q = register_module("norm_q", RMSNorm(c.dim, c.eps));
+    norm_k = register_module("norm_k", RMSNorm(c.dim, c.eps));
+  }
+}
+
+at::Tensor AttentionImpl::forward(const at::Tensor& x, const at::Tensor& source, const RopeTable* rope) {
+  const int64_t b = x.size(0), len = x.size(1), src_len = source.size(1);
+  auto qs = q(x), ks = k(source);
+  if (norm_q) {
+    qs = norm_q(qs);
+    ks = norm_k(ks);
+  }
+  qs = qs.view({b, len, heads_, head_dim_});      // [B, L, heads, head_dim]
+  ks = ks.view({b, src_len, heads_, head_dim_});  // [B, S, heads, head_dim]
+  auto vs = v(source).view({b, src_len, heads_, head_dim_});
+  if (rope) {
+    qs = apply_rope(qs, *rope);
+    ks = apply_rope(ks, *rope);
+  }
+  // [B, heads, L, S] scores, softmax over the source positions
+  auto scores = torch::matmul(qs.transpose(1, 2), ks.permute({0, 2, 3, 1})) / std::sqrt(double(head_dim_));
+  auto weights = torch::softmax(scores.to(torch::kFloat32), -1).to(vs.scalar_type());
+  auto out = torch::matmul(weights, vs.transpose(1, 2));  // [B, heads, L, head_dim]
+  return o(out.transpose(1, 2).reshape({b, len, heads_ * head_dim_}));
+}
+
+WanBlockImpl::WanBlockImpl(const WanConfig& c) {
+  modulation = register_parameter("modulation", torch::randn({1, 6, c.dim}) / std::sqrt(double(c.dim)));
+  norm1 = register_module("norm1", layer_norm(c.dim, c.eps, false));
+  self_attn = register_module("self_attn", Attention(c));
+  if (c.cross_attn_norm) norm3 = register_module("norm3", layer_norm(c.dim, c.eps, true));
+  cross_attn = register_module("cross_attn", Attention(c));
+  norm2 = register_module("norm2", layer_norm(c.dim, c.eps, false));
+  ffn = register_module("ffn", nn::Sequential(nn::Linear(c.dim, c.ffn_dim), gelu_tanh(), nn::Linear(c.ffn_dim, c.dim)));
+}
+
+at::Tensor WanBlockImpl::forward(at::Tensor x, const at::Tensor& e0, const at::Tensor& context,
+                                 const RopeTable& rope) {
+  std::vector<at::Tensor> m;  // shift_sa, scale_sa, gate_sa, shift_ff, scale_ff, gate_ff: each [B, 1, dim]
+  {
+    Fp32Scope fp32;
+    m = (modulation + e0).chunk(6, 1);
+  }
+  const auto attn_in = norm_fp32(norm1, x).to(torch::kFloat32) * (1 + m[1]) + m[0];
+  auto y = self_attn(attn_in, attn_in, &rope);
+  {
+    Fp32Scope fp32;
+    x = x + y * m[2];
+  }
+  auto cross_in = norm3 ? norm_fp32(norm3, x) : x;
+  x = x + cross_attn(cross_in, context, nullptr);
+  y = ffn->forward(norm_fp32(norm2, x).to(torch::kFloat32) * (1 + m[4]) + m[3]);
+  Fp32Scope fp32;
+  return x + y * m[5];
+}
+
+WanHeadImpl::WanHeadImpl(const WanConfig& c) {
+  modulation = register_parameter("modulation", torch::randn({1, 2, c.dim}) / std::sqrt(double(c.dim)));
+  norm = register_module("norm", layer_norm(c.dim, c.eps, false));
+  head = register_module("head", nn::Linear(c.dim, c.out_dim * c.patch_volume()));
+}
+
+at::Tensor WanHeadImpl::forward(const at::Tensor& x, const at::Tensor& e) {
+  Fp32Scope fp32;
+  auto m = (modulation + e.unsqueeze(1)).chunk(2, 1);  // shift, scale: [B, 1, dim]
+  return head(norm(x.to(torch::kFloat32)) * (1 + m[1]) + m[0]);
+}
+
+WanModelImpl::WanModelImpl(WanConfig c) : config_(std::move(c)) {
+  const auto& cfg = config_;
+  validate(cfg, "(in code)");
+  auto patch = torch::IntArrayRef(cfg.patch_size.data(), 3);
+  patch_embedding = register_module("patch_embedding", nn::Conv3d(nn::Conv3dOptions(cfg.in_dim, cfg.dim, patch).stride(patch)));
+  text_embedding = register_module(
+      "text_embedding", nn::Sequential(nn::Linear(cfg.text_dim, cfg.dim), gelu_tanh(), nn::Linear(cfg.dim, cfg.dim)));
+  time_embedding = register_module(
+      "time_embedding", nn::Sequential(nn::Linear(cfg.freq_dim, cfg.dim), nn::SiLU(), nn::Linear(cfg.dim, cfg.dim)));
+  time_projection = register_module("time_projection", nn::Sequential(nn::SiLU(), nn::Linear(cfg.dim, 6 * cfg.dim)));
+  blocks = register_module("blocks", nn::ModuleList());
+  for (int64_t i = 0; i < cfg.num_layers; ++i) blocks->push_back(WanBlock(cfg));
+  head = register_module("head", WanHead(cfg));
+  init_weights();
+}
+
+void WanModelImpl::init_weights() {
+  torch::NoGradGuard no_grad;
+  for (auto& module : modules(/*include_self=*/false))
+    if (auto* linear = module->as<nn::Linear>()) {
+      nn::init::xavier_uniform_(linear->weight);
+      nn::init::zeros_(linear->bias);
+    }
+  // xavier over the flattened kernel [dim, in_dim * prod(patch)], as Wan does
+  nn::init::xavier_uniform_(patch_embedding->weight.view({config_.dim, -1}));
+  for (auto* seq : {&text_embedding, &time_embedding})
+    for (auto& module : (*seq)->modules(false))
+      if (auto* linear = module->as<nn::Linear>()) nn::init::normal_(linear->weight, 0.0, 0.02);
+  nn::init::zeros_(head->head->weight);
+}
+
+at::Tensor WanModelImpl::forward(const at::Tensor& x, const at::Tensor& t, const at::Tensor& context) {
+  const auto& cfg = config_;
+  if (x.dim() != 5 || x.size(1) != cfg.in_dim)
+    throw UsageError(fmt::format("model input must be latents [B, {}, F, H, W], got [{}]", cfg.in_dim, fmt::join(x.sizes(), ",")));
+  if (context.dim() != 3 || context.size(2) != cfg.text_dim || context.size(1) > cfg.text_len)
+    throw UsageError(fmt::format("model context must be [B, <= {}, {}], got [{}]", cfg.text_len, cfg.text_dim,
+                                 fmt::join(context.sizes(), ",")));
+  const auto grid = token_grid(x.sizes(), cfg.patch_size);
+
+  auto tokens = patch_embedding(x).flatten(2).transpose(1, 2);  // [B, L, dim]
+
+  at::Tensor e, e0;
+  {
+    Fp32Scope fp32;
+    e = time_embedding->forward(sinusoidal_embedding(t, cfg.freq_dim).to(x.device()));  // [B, dim]
+    e0 = time_projection->forward(e).unflatten(1, {6, cfg.dim});                        // [B, 6, dim]
+  }
+
+  auto padded = torch::constant_pad_nd(context, {0, 0, 0, cfg.text_len - context.size(1)});  // [B, text_len, text_dim]
+  auto ctx = text_embedding->forward(padded);                                             // [B, text_len, dim]
+
+  const RopeTable rope = rope_table(grid, cfg.head_dim());
+  for (const auto& block : *blocks) tokens = block->as<WanBlockImpl>()->forward(tokens, e0, ctx, rope);
+
+  auto out = head(tokens, e);  // [B, L, prod(patch) * out_dim]
+  return unpatchify(out, grid, cfg.patch_size, cfg.out_dim);
+}
+
+}  // namespace wt::model

@@ -1,0 +1,148 @@
+#include "model/weights.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "model/weight_names.hpp"
+#include "util/error.hpp"
+
+namespace wt::model {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+bool is_index(const std::string& path) { return fs::path(path).extension() == ".json"; }
+
+// "a, b, c and 4 more"
+std::string some_names(const std::vector<std::string>& names, size_t shown = 4) {
+  std::vector<std::string> head(names.begin(), names.begin() + std::min(shown, names.size()));
+  std::string text = fmt::format("{}", fmt::join(head, ", "));
+  if (names.size() > shown) text += fmt::format(" and {} more", names.size() - shown);
+  return text;
+}
+
+}  // namespace
+
+WeightFiles WeightFiles::open(const std::string& path) {
+  WeightFiles w;
+  w.path_ = path;
+  if (!is_index(path)) {
+    w.files_.push_back(SafetensorsFile::open(path));
+    for (const auto& e : w.files_[0].entries()) w.tensors_[e.name] = {0, &e};
+    return w;
+  }
+  std::ifstream in(path);
+  if (!in) throw UsageError(fmt::format("weights index {}: cannot open the file", path));
+  json doc;
+  try {
+    in >> doc;
+  } catch (const json::exception& e) {
+    throw UsageError(fmt::format("weights index {}: not valid JSON ({})", path, e.what()));
+  }
+  if (!doc.is_object() || !doc.contains("weight_map") || !doc["weight_map"].is_object())
+    throw UsageError(fmt::format("weights index {}: no \"weight_map\" object of tensor name -> file", path));
+  std::map<std::string, size_t> file_of;
+  const fs::path dir = fs::path(path).parent_path();
+  // First open every file named, then resolve names: files_ must not move after entries are referenced.
+  for (const auto& item : doc["weight_map"].items()) {
+    if (!item.value().is_string())
+      throw UsageError(fmt::format("weights index {}: tensor '{}' maps to {}, not a file name", path, item.key(),
+                                   item.value().dump()));
+    const std::string file = item.value().get<std::string>();
+    if (file_of.count(file)) continue;
+    const std::string file_path = (dir / file).string();
+    if (!fs::exists(file_path))
+      throw UsageError(fmt::format("weights index {}: file {} that it names does not exist", path, file_path));
+    file_of[file] = w.files_.size();
+    w.files_.push_back(SafetensorsFile::open(file_path));
+  }
+  for (const auto& item : doc["weight_map"].items()) {
+    const size_t f = file_of.at(item.value().get<std::string>());
+    const SafetensorsEntry* e = w.files_[f].find(item.key());
+    if (!e)
+      throw UsageError(fmt::format("weights index {}: tensor '{}' is not in {}, the file it names", path, item.key(),
+                                   w.files_[f].path()));
+    w.tensors_[item.key()] = {f, e};
+  }
+  return w;
+}
+
+std::vector<std::string> WeightFiles::names() const {
+  std::vector<std::string> names;
+  for (const auto& [name, where] : tensors_) names.push_back(name);
+  return names;
+}
+
+const SafetensorsEntry& WeightFiles::entry(const std::string& name) const { return *tensors_.at(name).second; }
+
+at::Tensor WeightFiles::read(const std::string& name) const {
+  const auto& [file, entry] = tensors_.at(name);
+  return files_[file].read(*entry);
+}
+
+std::string LoadReport::summary() const {
+  std::vector<std::string> parts;
+  if (!missing.empty()) parts.push_back(fmt::format("{} missing ({})", missing.size(), some_names(missing)));
+  if (!unexpected.empty()) parts.push_back(fmt::format("{} unexpected ({})", unexpected.size(), some_names(unexpected)));
+  if (!mismatched.empty())
+    parts.push_back(fmt::format("{} of another shape ({})", mismatched.size(), some_names(mismatched, 2)));
+  if (parts.empty()) return fmt::format("all {} tensors loaded", loaded.size());
+  return fmt::format("{}", fmt::join(parts, "; "));
+}
+
+LoadReport load_weights(torch::nn::Module& module, const std::string& path, LoadMode mode) {
+  const WeightFiles files = WeightFiles::open(path);
+  const auto file_names = files.names();
+  LoadReport report;
+  report.diffusers_names = uses_diffusers_names(file_names);
+  std::map<std::string, std::string> by_official;  // official name -> name in the file
+  for (const auto& name : file_names) {
+    const std::string official = report.diffusers_names ? official_name(name) : name;
+    if (!by_official.emplace(official, name).second)
+      throw UsageError(fmt::format("weights {}: tensors '{}' and '{}' both name parameter '{}'", path,
+                                   by_official[official], name, official));
+  }
+  auto params = module.named_parameters(/*recurse=*/true);
+  std::set<std::string> model_names;
+  std::vector<std::pair<at::Tensor, std::string>> copies;  // (parameter, file name)
+  for (const auto& item : params) {
+    model_names.insert(item.key());
+    const auto it = by_official.find(item.key());
+    if (it == by_official.end()) {
+      report.missing.push_back(item.key());
+      continue;
+    }
+    const auto& shape = files.entry(it->second).shape;
+    if (item.value().sizes().vec() != shape) {
+      report.mismatched.push_back(fmt::format("{}: file [{}] vs model [{}]", item.key(), fmt::join(shape, ","),
+                                              fmt::join(item.value().sizes(), ",")));
+      continue;
+    }
+    copies.emplace_back(item.value(), it->second);
+    report.loaded.push_back(item.key());
+  }
+  for (const auto& [official, name] : by_official)
+    if (!model_names.count(official)) report.unexpected.push_back(name);
+  if (mode == LoadMode::Strict && !report.complete())
+    throw UsageError(fmt::format("weights {}: do not match the model: {}", path, report.summary()));
+
+  torch::NoGradGuard no_grad;
+  for (auto& [param, name] : copies) param.copy_(files.read(name));
+  return report;
+}
+
+void save_weights(const torch::nn::Module& module, const std::string& path, at::ScalarType dtype, WeightNames names) {
+  NamedTensors tensors;
+  for (const auto& item : module.named_parameters(/*recurse=*/true))
+    tensors.emplace_back(names == WeightNames::Diffusers ? diffusers_name(item.key()) : item.key(), item.value());
+  write_safetensors(path, tensors, dtype);
+}
+
+}  // namespace wt::model

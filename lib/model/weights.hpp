@@ -1,0 +1,61 @@
+// Model weights in and out of safetensors: one file, or a Hugging Face
+// `*.safetensors.index.json` naming several; official Wan names or diffusers
+// names (mapped on load). Loading is checked in full before anything is
+// copied, so a mismatched file leaves the model as it was.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "model/safetensors.hpp"
+
+namespace torch::nn {
+class Module;
+}
+
+namespace wt::model {
+
+// The tensors of one safetensors file or of all files of an index, by name.
+class WeightFiles {
+ public:
+  // `path` is a .safetensors file or a .json index. UsageError naming the
+  // file for a bad header, a bad index, a missing file, or a tensor the index
+  // names that its file lacks.
+  static WeightFiles open(const std::string& path);
+
+  const std::string& path() const { return path_; }
+  std::vector<std::string> names() const;  // sorted
+  const SafetensorsEntry& entry(const std::string& name) const;
+  at::Tensor read(const std::string& name) const;  // CPU, stored dtype
+
+ private:
+  std::string path_;
+  std::vector<SafetensorsFile> files_;
+  std::map<std::string, std::pair<size_t, const SafetensorsEntry*>> tensors_;  // name -> (file, entry)
+};
+
+struct LoadReport {
+  bool diffusers_names = false;
+  std::vector<std::string> loaded, missing, unexpected, mismatched;  // mismatched: "name: file [..] vs model [..]"
+  bool complete() const { return missing.empty() && unexpected.empty() && mismatched.empty(); }
+  std::string summary() const;  // one line
+};
+
+enum class LoadMode { Strict, Lenient };
+
+// Copies every tensor of `path` into the parameter of `module` with its
+// (official) name, converting dtype. Strict: any missing, unexpected or
+// shape-mismatched tensor is a UsageError naming them, and nothing is copied.
+// Lenient: copies what matches and reports the rest.
+LoadReport load_weights(torch::nn::Module& module, const std::string& path, LoadMode mode = LoadMode::Strict);
+
+enum class WeightNames { Official, Diffusers };
+
+// Writes every parameter of `module` as `dtype` (F32, F16 or BF16), atomically.
+void save_weights(const torch::nn::Module& module, const std::string& path, at::ScalarType dtype = at::kFloat,
+                  WeightNames names = WeightNames::Official);
+
+}  // namespace wt::model

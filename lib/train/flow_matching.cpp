@@ -1,0 +1,72 @@
+#include "train/flow_matching.hpp"
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <cmath>
+
+#include "data/sampler.hpp"
+#include "util/error.hpp"
+
+namespace wt::train {
+namespace {
+
+uint64_t sample_key(uint64_t seed, int64_t step, int64_t index) {
+  data::PortableRandom r(seed);
+  uint64_t key = r.next();
+  key = data::PortableRandom(key ^ static_cast<uint64_t>(step)).next();
+  return data::PortableRandom(key ^ static_cast<uint64_t>(index)).next();
+}
+
+double uniform01(data::PortableRandom& r) { return double(r.next() >> 11) * 0x1.0p-53; }  // [0, 1)
+
+}  // namespace
+
+TimestepSampling parse_timestep_sampling(const std::string& name) {
+  if (name == "uniform") return TimestepSampling::Uniform;
+  if (name == "logit-normal") return TimestepSampling::LogitNormal;
+  throw UsageError(fmt::format("option --timestep-sampling: '{}' is not uniform or logit-normal", name));
+}
+
+double shift_sigma(double sigma, double shift) { return shift * sigma / (1.0 + (shift - 1.0) * sigma); }
+
+NoisyBatch make_noisy_batch(const at::Tensor& x0, const std::vector<int64_t>& sample_indices, uint64_t seed,
+                            int64_t step, const FlowMatchingOptions& options) {
+  const int64_t b = x0.size(0);
+  TORCH_CHECK(int64_t(sample_indices.size()) == b, "one sample index per batch row");
+  const auto sample_shape = x0.sizes().slice(1);
+  std::vector<float> sigmas(b);
+  auto noise = torch::empty(x0.sizes(), torch::kFloat32);  // [B, C, F, H, W] on CPU
+  for (int64_t i = 0; i < b; ++i) {
+    const uint64_t key = sample_key(seed, step, sample_indices[i]);
+    data::PortableRandom r(key);
+    double sigma;
+    if (options.sampling == TimestepSampling::Uniform) {
+      sigma = uniform01(r);
+    } else {  // Box-Muller: a portable standard normal
+      const double u1 = 1.0 - uniform01(r), u2 = uniform01(r);
+      const double z = std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
+      sigma = 1.0 / (1.0 + std::exp(-(options.logit_mean + options.logit_std * z)));
+    }
+    sigmas[i] = static_cast<float>(shift_sigma(sigma, options.shift));
+    auto generator = at::make_generator<at::CPUGeneratorImpl>(r.next());
+    noise[i].copy_(torch::randn(sample_shape, generator, torch::kFloat32));
+  }
+  auto sigma = torch::tensor(sigmas).to(x0.device());  // [B]
+  auto eps = noise.to(x0.device());
+  auto s = sigma.view({b, 1, 1, 1, 1});
+  auto x0f = x0.to(torch::kFloat32);
+  NoisyBatch batch;
+  batch.x_t = ((1 - s) * x0f + s * eps).to(x0.scalar_type());
+  batch.sigmas = sigma;
+  batch.timesteps = sigma * 1000.0f;
+  batch.target = eps - x0f;
+  return batch;
+}
+
+at::Tensor flow_matching_loss(const at::Tensor& prediction, const at::Tensor& target) {
+  return torch::mse_loss(prediction.to(torch::kFloat32), target.to(torch::kFloat32));
+}
+
+}  // namespace wt::train

@@ -1,0 +1,44 @@
+// The flow-matching (rectified flow) objective, as Wan trains:
+//   sigma ~ uniform(0,1) or logit-normal(mean, std), then shifted
+//   sigma' = s*sigma / (1 + (s-1)*sigma);  x_t = (1-sigma')*x0 + sigma'*eps;
+//   timestep t = 1000*sigma';  target v = eps - x0;  loss = MSE in fp32.
+// Each sample's sigma and eps come from a generator keyed by (seed, step,
+// global sample index), so they do not depend on how samples are split over
+// ranks, micro-batches or restarts.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace wt::train {
+
+enum class TimestepSampling { Uniform, LogitNormal };
+TimestepSampling parse_timestep_sampling(const std::string& name);  // "uniform" | "logit-normal"
+
+struct FlowMatchingOptions {
+  TimestepSampling sampling = TimestepSampling::Uniform;
+  double logit_mean = 0.0, logit_std = 1.0;
+  double shift = 5.0;
+};
+
+// s*sigma / (1 + (s-1)*sigma): s > 1 spends more steps at high noise.
+double shift_sigma(double sigma, double shift);
+
+struct NoisyBatch {
+  at::Tensor x_t;        // [B, C, F, H, W], x0's dtype and device
+  at::Tensor timesteps;  // [B] fp32, 1000 * sigma'
+  at::Tensor sigmas;     // [B] fp32, sigma'
+  at::Tensor target;     // [B, C, F, H, W] fp32, eps - x0
+};
+
+// x0 [B, C, F, H, W]; sample_indices[i] is the global dataset index of row i.
+NoisyBatch make_noisy_batch(const at::Tensor& x0, const std::vector<int64_t>& sample_indices, uint64_t seed,
+                            int64_t step, const FlowMatchingOptions& options);
+
+// mean((prediction - target)^2) over every element, in fp32.
+at::Tensor flow_matching_loss(const at::Tensor& prediction, const at::Tensor& target);
+
+}  // namespace wt::train

@@ -1,0 +1,127 @@
+// wansample end to end: a dataset from wandata synth, weights written by the
+// model library, sampling to a one-sample shard and a PNG, and its errors.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "../common/launch.hpp"
+#include "data/dataset.hpp"
+#include "model/model_config.hpp"
+#include "model/wan_model.hpp"
+#include "model/weights.hpp"
+
+namespace {
+
+using wt::testing::fresh;
+using wt::testing::Job;
+using wt::testing::launch;
+
+const std::string kTiny = std::string(WANTRAIN_SOURCE_DIR) + "/data/configs/wan-tiny.json";
+const std::string kStudent = std::string(WANTRAIN_SOURCE_DIR) + "/data/configs/wan-tiny-student.json";
+
+// Weights of `config` whose head is not zero, so samples depend on the model.
+std::string write_weights(const std::string& config, const std::string& path) {
+  torch::manual_seed(11);
+  wt::model::WanModel model(wt::model::load_model_config(config));
+  {
+    torch::NoGradGuard no_grad;
+    model->head->head->weight.normal_(0.0, 0.05);
+  }
+  wt::model::save_weights(*model, path, torch::kBFloat16);
+  return path;
+}
+
+at::Tensor sampled_latents(const std::string& shard) {
+  const auto info = wt::data::inspect_shard(shard);
+  const auto dataset = wt::data::Dataset::of(std::filesystem::path(shard).parent_path().string(), {info});
+  wt::data::SampleReader reader(dataset);
+  const auto& s = info.shape;
+  auto latents = torch::empty({s.channels, s.frames, s.height, s.width});
+  auto text = torch::empty({s.text_len, s.text_dim});
+  int32_t len = 0;
+  reader.read(0, latents, text, len);
+  return latents;
+}
+
+// Width and height from a PNG's IHDR chunk (bytes 16..23, big-endian).
+std::pair<uint32_t, uint32_t> png_size(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (bytes.size() < 24 || bytes.compare(0, 8, "\x89PNG\r\n\x1a\n") != 0 || bytes.compare(12, 4, "IHDR") != 0) return {0, 0};
+  auto be32 = [&](size_t at) {
+    uint32_t v = 0;
+    for (size_t i = 0; i < 4; ++i) v = (v << 8) | static_cast<unsigned char>(bytes[at + i]);
+    return v;
+  };
+  return {be32(16), be32(20)};
+}
+
+class Wansample : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fresh("wansample");
+    std::filesystem::create_directories(dir_);
+    const Job synth = launch(std::string(WANTRAIN_WANDATA) + " synth --out " + dir_ +
+                             "/data --samples 6 --shards 2 --frames 2 --size 8x8 --text-len 16 --text-dim 64");
+    ASSERT_EQ(synth.status, 0) << synth.output;
+    weights_ = write_weights(kTiny, dir_ + "/tiny.safetensors");
+  }
+  Job sample(const std::string& args) {
+    return launch(std::string(WANTRAIN_WANSAMPLE) + " --model-config " + kTiny + " --threads 1 " + args);
+  }
+  std::string dir_, weights_;
+};
+
+}  // namespace
+
+TEST_F(Wansample, SamplesADatasetPromptToAShardAndAPreview) {
+  const std::string common = " --weights " + weights_ + " --data " + dir_ + "/data --index 3 --steps 3 --cfg 2 --seed 5";
+  const Job job = sample(common + " --out " + dir_ + "/a.h5 --png " + dir_ + "/a.png");
+  ASSERT_EQ(job.status, 0) << job.output;
+  const auto info = wt::data::inspect_shard(dir_ + "/a.h5");
+  EXPECT_EQ(info.samples, 1);
+  EXPECT_EQ(info.shape.latents_string(), "[N,16,2,8,8] float32");
+  const auto latents = sampled_latents(dir_ + "/a.h5");
+  EXPECT_TRUE(torch::isfinite(latents).all().item<bool>());
+  // 2 frames of 8x8 enlarged 4x with 2-pixel gaps; 4 channel rows for the
+  // sample and 4 for the dataset's own latents.
+  EXPECT_EQ(png_size(dir_ + "/a.png"), (std::pair<uint32_t, uint32_t>{2 * (32 + 2) + 2, 8 * (32 + 2) + 2}));
+
+  // The same seed gives the same latents; another seed others.
+  ASSERT_EQ(sample(common + " --out " + dir_ + "/b.h5").status, 0);
+  EXPECT_TRUE(torch::equal(sampled_latents(dir_ + "/b.h5"), latents));
+  const std::string other = " --weights " + weights_ + " --data " + dir_ + "/data --index 3 --steps 3 --cfg 2 --seed 6";
+  ASSERT_EQ(sample(other + " --out " + dir_ + "/c.h5").status, 0);
+  EXPECT_FALSE(torch::equal(sampled_latents(dir_ + "/c.h5"), latents));
+}
+
+TEST_F(Wansample, SamplesFromAFileOfTextEmbeddings) {
+  const std::string shard = wt::data::Dataset::shard_paths(dir_ + "/data").front();
+  const Job job = sample("--weights " + weights_ + " --text " + shard + " --index 1 --frames 1 --size 4x6 --steps 2 --cfg 1 --precision bf16 --out " +
+                         dir_ + "/t.h5");
+  ASSERT_EQ(job.status, 0) << job.output;
+  EXPECT_EQ(wt::data::inspect_shard(dir_ + "/t.h5").shape.latents_string(), "[N,16,1,4,6] float32");
+}
+
+TEST_F(Wansample, WeightsOfAnotherModelAreOneLineAndStatus2) {
+  const std::string student = write_weights(kStudent, dir_ + "/student.safetensors");
+  const Job job = sample("--weights " + student + " --data " + dir_ + "/data --out " + dir_ + "/x.h5");
+  EXPECT_EQ(job.status, 2) << job.output;
+  EXPECT_EQ(wt::testing::occurrences(job.output, "error: weights " + student + ": do not match the model:"), 1u) << job.output;
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/x.h5"));
+
+  const Job no_weights = sample("--data " + dir_ + "/data");
+  EXPECT_EQ(no_weights.status, 2) << no_weights.output;
+  EXPECT_NE(no_weights.output.find("option --weights: the model weights are required"), std::string::npos);
+
+  std::ofstream(dir_ + "/junk.safetensors") << "definitely not safetensors";
+  const Job junk = sample("--weights " + dir_ + "/junk.safetensors --data " + dir_ + "/data");
+  EXPECT_EQ(junk.status, 2) << junk.output;
+  EXPECT_NE(junk.output.find("safetensors " + dir_ + "/junk.safetensors: header length"), std::string::npos) << junk.output;
+
+  const Job index = sample("--weights " + weights_ + " --data " + dir_ + "/data --index 6");
+  EXPECT_EQ(index.status, 2) << index.output;
+  EXPECT_NE(index.output.find("option --index: 6 is outside the 6 samples"), std::string::npos) << index.output;
+}

@@ -1,0 +1,135 @@
+// Model configs: the shipped files, their parameter counts from shapes alone,
+// the model's parameters against those shapes, and each bad config's error.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "model/model_config.hpp"
+#include "model/wan_model.hpp"
+#include "util/error.hpp"
+
+namespace {
+
+using wt::model::WanConfig;
+
+std::string config_path(const std::string& name) {
+  return std::string(WANTRAIN_SOURCE_DIR) + "/data/configs/" + name + ".json";
+}
+
+// The parameter count written out layer by layer from Wan's architecture.
+int64_t count_by_formula(const WanConfig& c) {
+  const int64_t d = c.dim, f = c.ffn_dim, pv = c.patch_volume();
+  const int64_t linear_dd = d * d + d;
+  int64_t total = d * c.in_dim * pv + d;                      // patch_embedding
+  total += c.text_dim * d + d + linear_dd;                    // text_embedding.0, .2
+  total += c.freq_dim * d + d + linear_dd;                    // time_embedding.0, .2
+  total += d * 6 * d + 6 * d;                                 // time_projection.1
+  const int64_t attention = 4 * linear_dd + (c.qk_norm ? 2 * d : 0);
+  const int64_t block = 6 * d + 2 * attention + (c.cross_attn_norm ? 2 * d : 0) + (d * f + f) + (f * d + d);
+  total += c.num_layers * block;
+  total += 2 * d + d * c.out_dim * pv + c.out_dim * pv;       // head.modulation, head.head
+  return total;
+}
+
+nlohmann::json tiny_json() {
+  return nlohmann::json::parse(R"({"dim": 64, "ffn_dim": 128, "num_heads": 4, "num_layers": 2, "freq_dim": 256,
+    "text_dim": 64, "text_len": 16, "patch_size": [1, 2, 2], "in_dim": 16, "out_dim": 16, "eps": 1e-6,
+    "qk_norm": true, "cross_attn_norm": true})");
+}
+
+std::string error_of(const nlohmann::json& doc) {
+  try {
+    wt::model::parse_model_config(doc.dump(), "test.json");
+  } catch (const wt::UsageError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+}  // namespace
+
+TEST(ModelConfig, ShippedConfigsLoad) {
+  for (const auto& entry : std::filesystem::directory_iterator(std::string(WANTRAIN_SOURCE_DIR) + "/data/configs")) {
+    SCOPED_TRACE(entry.path().string());
+    const auto config = wt::model::load_model_config(entry.path().string());
+    EXPECT_EQ(wt::model::parameter_count(config), count_by_formula(config));
+  }
+}
+
+TEST(ModelConfig, RealConfigsHaveTheirPublishedSizes) {
+  const std::pair<const char*, double> published[] = {
+      {"wan2.1-t2v-1.3b", 1.419e9}, {"wan2.1-t2v-14b", 14.29e9}, {"wan2.2-ti2v-5b", 5.00e9}};
+  for (const auto& [name, size] : published) {
+    SCOPED_TRACE(name);
+    const auto config = wt::model::load_model_config(config_path(name));
+    const int64_t count = wt::model::parameter_count(config);
+    EXPECT_EQ(count, count_by_formula(config));
+    EXPECT_NEAR(double(count) / size, 1.0, 1e-3) << count;
+    EXPECT_EQ(config.head_dim(), 128);  // every Wan release uses 128-channel heads
+  }
+}
+
+TEST(ModelConfig, ModelParametersAreExactlyTheDerivedShapes) {
+  auto config = wt::model::parse_model_config(tiny_json().dump(), "tiny");
+  for (bool qk_norm : {true, false})
+    for (bool cross_attn_norm : {true, false}) {
+      SCOPED_TRACE(::testing::Message() << "qk_norm " << qk_norm << " cross_attn_norm " << cross_attn_norm);
+      config.qk_norm = qk_norm;
+      config.cross_attn_norm = cross_attn_norm;
+      wt::model::WanModel model(config);
+      const auto expected = wt::model::parameter_shapes(config);
+      const auto params = model->named_parameters();
+      ASSERT_EQ(params.size(), expected.size());
+      for (size_t i = 0; i < expected.size(); ++i) {
+        EXPECT_EQ(params[i].key(), expected[i].first);
+        EXPECT_EQ(params[i].value().sizes().vec(), expected[i].second) << expected[i].first;
+      }
+    }
+}
+
+TEST(ModelConfig, EachMissingKeyIsNamed) {
+  const auto complete = tiny_json();
+  for (const auto& item : complete.items()) {
+    auto doc = tiny_json();
+    doc.erase(item.key());
+    EXPECT_EQ(error_of(doc), "model config test.json: missing key '" + item.key() + "'");
+  }
+}
+
+TEST(ModelConfig, WrongKeysAndValuesAreNamed) {
+  auto doc = tiny_json();
+  doc["num_head"] = 4;
+  EXPECT_NE(error_of(doc).find("unknown key 'num_head'"), std::string::npos) << error_of(doc);
+  doc = tiny_json();
+  doc["dim"] = "64";
+  EXPECT_NE(error_of(doc).find("'dim' must be a positive integer"), std::string::npos) << error_of(doc);
+  doc = tiny_json();
+  doc["num_heads"] = 5;
+  EXPECT_NE(error_of(doc).find("'dim' 64 is not divisible by 'num_heads' 5"), std::string::npos) << error_of(doc);
+  doc = tiny_json();
+  doc["dim"] = 12;
+  doc["num_heads"] = 4;  // head dim 3
+  EXPECT_NE(error_of(doc).find("must be even"), std::string::npos) << error_of(doc);
+  doc = tiny_json();
+  doc["patch_size"] = {1, 2};
+  EXPECT_NE(error_of(doc).find("'patch_size' must be three positive integers"), std::string::npos) << error_of(doc);
+  doc = tiny_json();
+  doc["qk_norm"] = 1;
+  EXPECT_NE(error_of(doc).find("'qk_norm' must be true or false"), std::string::npos) << error_of(doc);
+  EXPECT_NE(error_of(nlohmann::json::array()).find("expected a JSON object"), std::string::npos);
+  try {
+    wt::model::parse_model_config("{\"dim\": ", "broken.json");
+    FAIL() << "no error for broken JSON";
+  } catch (const wt::UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("model config broken.json: not valid JSON"), std::string::npos) << e.what();
+  }
+}
+
+TEST(ModelConfig, JsonRoundTrip) {
+  const auto config = wt::model::load_model_config(config_path("wan2.2-ti2v-5b"));
+  const auto again = wt::model::parse_model_config(wt::model::to_json(config), "round trip");
+  EXPECT_EQ(wt::model::parameter_shapes(again), wt::model::parameter_shapes(config));
+  EXPECT_EQ(again.eps, config.eps);
+}

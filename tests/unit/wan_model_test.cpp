@@ -1,0 +1,231 @@
+// WanModel's pieces against their formulas evaluated directly, and the whole
+// model's shapes, initial output and precision behaviour.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+
+#include "model/autocast.hpp"
+#include "model/patches.hpp"
+#include "model/positional.hpp"
+#include "model/wan_model.hpp"
+#include "util/error.hpp"
+
+namespace {
+
+using wt::model::WanConfig;
+
+WanConfig tiny_config() {
+  WanConfig c;
+  c.dim = 64;
+  c.ffn_dim = 128;
+  c.num_heads = 4;
+  c.num_layers = 2;
+  c.freq_dim = 256;
+  c.text_dim = 32;
+  c.text_len = 8;
+  c.patch_size = {1, 2, 2};
+  c.in_dim = 4;
+  c.out_dim = 4;
+  return c;
+}
+
+}  // namespace
+
+TEST(Positional, SinusoidalEmbeddingIsCosHalfThenSinHalf) {
+  const std::vector<double> ts = {0.0, 1.0, 250.5, 999.0};
+  const int64_t dim = 8, half = dim / 2;
+  const auto emb = wt::model::sinusoidal_embedding(torch::tensor(ts, torch::kFloat32), dim);
+  ASSERT_EQ(emb.sizes().vec(), (std::vector<int64_t>{4, dim}));
+  for (size_t b = 0; b < ts.size(); ++b)
+    for (int64_t i = 0; i < half; ++i) {
+      const double angle = ts[b] * std::pow(10000.0, -double(i) / double(half));
+      EXPECT_NEAR(emb[b][i].item<double>(), std::cos(angle), 1e-6);
+      EXPECT_NEAR(emb[b][half + i].item<double>(), std::sin(angle), 1e-6);
+    }
+}
+
+TEST(Positional, RopeAxisSplitFollowsWan) {
+  EXPECT_EQ(wt::model::rope_axis_channels(128), (std::array<int64_t, 3>{44, 42, 42}));
+  EXPECT_EQ(wt::model::rope_axis_channels(16), (std::array<int64_t, 3>{8, 4, 4}));
+  EXPECT_EQ(wt::model::rope_axis_channels(2), (std::array<int64_t, 3>{2, 0, 0}));
+}
+
+// RoPE applied to random q against its definition evaluated element by element.
+TEST(Positional, RopeMatchesItsFormula) {
+  for (int64_t head_dim : {12, 16, 2}) {
+    SCOPED_TRACE(head_dim);
+    const std::array<int64_t, 3> grid{2, 3, 4};
+    const int64_t tokens = 24, heads = 2;
+    torch::manual_seed(1);
+    const auto x = torch::randn({1, tokens, heads, head_dim}, torch::kFloat64);
+    const auto out = wt::model::apply_rope(x.to(torch::kFloat32), wt::model::rope_table(grid, head_dim)).to(torch::kFloat64);
+    const auto parts = wt::model::rope_axis_channels(head_dim);
+    auto xa = x.accessor<double, 4>();
+    auto oa = out.accessor<double, 4>();
+    for (int64_t f = 0; f < grid[0]; ++f)
+      for (int64_t h = 0; h < grid[1]; ++h)
+        for (int64_t w = 0; w < grid[2]; ++w) {
+          const int64_t token = (f * grid[1] + h) * grid[2] + w;
+          const int64_t position[3] = {f, h, w};
+          int64_t pair = 0;
+          for (int axis = 0; axis < 3; ++axis)
+            for (int64_t j = 0; j < parts[axis] / 2; ++j, ++pair) {
+              const double angle = double(position[axis]) * std::pow(10000.0, -2.0 * double(j) / double(parts[axis]));
+              for (int64_t n = 0; n < heads; ++n) {
+                const double re = xa[0][token][n][2 * pair], im = xa[0][token][n][2 * pair + 1];
+                EXPECT_NEAR(oa[0][token][n][2 * pair], re * std::cos(angle) - im * std::sin(angle), 1e-5);
+                EXPECT_NEAR(oa[0][token][n][2 * pair + 1], re * std::sin(angle) + im * std::cos(angle), 1e-5);
+              }
+            }
+        }
+  }
+}
+
+TEST(Patches, UnpatchifyInvertsPatchify) {
+  torch::manual_seed(2);
+  const auto x = torch::randn({2, 3, 4, 6, 8});
+  for (wt::model::Patch patch : {wt::model::Patch{1, 2, 2}, wt::model::Patch{2, 3, 4}, wt::model::Patch{1, 1, 1}}) {
+    const auto tokens = wt::model::patchify(x, patch);
+    const auto grid = wt::model::token_grid(x.sizes(), patch);
+    EXPECT_EQ(tokens.size(1), grid[0] * grid[1] * grid[2]);
+    EXPECT_TRUE(torch::equal(wt::model::unpatchify(tokens, grid, patch, 3), x));
+  }
+}
+
+TEST(Patches, PatchEmbeddingIsALinearMapOfEachPatch) {
+  auto config = tiny_config();
+  wt::model::WanModel model(config);
+  torch::manual_seed(3);
+  const auto x = torch::randn({2, config.in_dim, 3, 4, 6});
+  const auto conv = model->patch_embedding(x).flatten(2).transpose(1, 2);  // [B, L, dim]
+  // Conv3d weight [dim, C, pf, ph, pw] as a matrix over (pf, ph, pw, C) patch layout.
+  const auto w = model->patch_embedding->weight.permute({0, 2, 3, 4, 1}).reshape({config.dim, -1});
+  const auto linear = torch::matmul(wt::model::patchify(x, config.patch_size), w.t()) + model->patch_embedding->bias;
+  EXPECT_TRUE(torch::allclose(conv, linear, 1e-5, 1e-5));
+}
+
+TEST(Patches, SizeNotAMultipleOfThePatchIsNamed) {
+  try {
+    wt::model::token_grid(torch::IntArrayRef{1, 4, 3, 5, 4}, {1, 2, 2});
+    FAIL();
+  } catch (const wt::UsageError& e) {
+    EXPECT_STREQ(e.what(), "latent height 5 is not a positive multiple of the model's patch size 2");
+  }
+}
+
+// One block with one token and one context position, weights set so that each
+// sub-layer is a known function: self-attention over a single token is o(v(.)),
+// with identity o and v it returns its input; cross-attention over a single
+// context position returns that (embedded) context; the FFN with identity
+// matrices is GELU(tanh). What is left is Wan's modulation and gating, which
+// the expected value below writes out by hand.
+TEST(WanBlock, ModulationAndGatingMatchAHandComputation) {
+  WanConfig c = tiny_config();
+  c.dim = 4;
+  c.num_heads = 1;
+  c.ffn_dim = 4;
+  c.num_layers = 1;
+  c.eps = 1e-6;
+  wt::model::WanBlock block(c);
+  torch::NoGradGuard no_grad;
+  for (auto& p : block->parameters()) p.zero_();
+  const auto eye = torch::eye(4);
+  for (auto* attn : {&block->self_attn, &block->cross_attn}) {
+    (*attn)->v->weight.copy_(eye);
+    (*attn)->o->weight.copy_(eye);
+    (*attn)->norm_q->weight.fill_(1);
+    (*attn)->norm_k->weight.fill_(1);
+  }
+  block->ffn[0]->as<torch::nn::Linear>()->weight.copy_(eye);
+  block->ffn[2]->as<torch::nn::Linear>()->weight.copy_(eye);
+  block->norm3->weight.fill_(1);
+  // modulation + e0 = rows (shift_sa, scale_sa, gate_sa, shift_ff, scale_ff, gate_ff)
+  const double mod[6][4] = {{0.1, -0.2, 0.3, 0.0},  {0.5, 0.0, -0.5, 1.0}, {1.0, 2.0, 0.5, -1.0},
+                            {-0.3, 0.2, 0.0, 0.1},  {0.0, 1.0, 0.5, -0.5}, {0.5, -1.0, 2.0, 1.0}};
+  auto m = torch::empty({1, 6, 4});
+  for (int r = 0; r < 6; ++r)
+    for (int k = 0; k < 4; ++k) m[0][r][k] = mod[r][k];
+  block->modulation.copy_(m * 0.5);
+  const auto e0 = m * 0.5;  // modulation + e0 = m
+  const double x_in[4] = {1.0, -2.0, 0.5, 3.0};
+  const double ctx_in[4] = {0.25, 0.0, -1.0, 2.0};
+  const auto x = torch::tensor(std::vector<double>(x_in, x_in + 4), torch::kFloat32).view({1, 1, 4});
+  const auto ctx = torch::tensor(std::vector<double>(ctx_in, ctx_in + 4), torch::kFloat32).view({1, 1, 4});
+  const auto rope = wt::model::rope_table({1, 1, 1}, 4);
+  const auto out = block->forward(x, e0, ctx, rope);
+
+  auto layer_norm = [](std::array<double, 4> v) {
+    double mean = 0, var = 0;
+    for (double a : v) mean += a / 4;
+    for (double a : v) var += (a - mean) * (a - mean) / 4;
+    for (double& a : v) a = (a - mean) / std::sqrt(var + 1e-6);
+    return v;
+  };
+  auto gelu_tanh = [](double a) { return 0.5 * a * (1 + std::tanh(std::sqrt(2 / M_PI) * (a + 0.044715 * a * a * a))); };
+  std::array<double, 4> h{x_in[0], x_in[1], x_in[2], x_in[3]};
+  auto n1 = layer_norm(h);
+  for (int k = 0; k < 4; ++k) h[k] += (n1[k] * (1 + mod[1][k]) + mod[0][k]) * mod[2][k];  // self-attention = identity
+  for (int k = 0; k < 4; ++k) h[k] += ctx_in[k];                                         // cross-attention = context
+  auto n2 = layer_norm(h);
+  for (int k = 0; k < 4; ++k) h[k] += gelu_tanh(n2[k] * (1 + mod[4][k]) + mod[3][k]) * mod[5][k];
+  for (int k = 0; k < 4; ++k) EXPECT_NEAR(out[0][0][k].item<double>(), h[k], 1e-5) << "channel " << k;
+}
+
+TEST(WanModel, OutputHasTheLatentShapeAndStartsAtZero) {
+  const auto config = tiny_config();
+  torch::manual_seed(4);
+  wt::model::WanModel model(config);
+  const auto x = torch::randn({2, config.in_dim, 3, 8, 6});
+  const auto t = torch::tensor({10.0f, 900.0f});
+  const auto ctx = torch::randn({2, 5, config.text_dim});  // shorter than text_len: zero-padded
+  const auto out = model->forward(x, t, ctx);
+  EXPECT_EQ(out.sizes(), x.sizes());
+  // Wan initialises head.head to zero, so an untrained model predicts zero velocity.
+  EXPECT_EQ(out.abs().max().item<float>(), 0.0f);
+}
+
+TEST(WanModel, ContextIsZeroPaddedToTextLen) {
+  const auto config = tiny_config();
+  torch::manual_seed(5);
+  wt::model::WanModel model(config);
+  torch::NoGradGuard no_grad;
+  model->head->head->weight.normal_(0, 0.1);
+  const auto x = torch::randn({1, config.in_dim, 1, 4, 4});
+  const auto t = torch::tensor({500.0f});
+  const auto ctx = torch::randn({1, 3, config.text_dim});
+  const auto padded = torch::cat({ctx, torch::zeros({1, config.text_len - 3, config.text_dim})}, 1);
+  EXPECT_TRUE(torch::allclose(model->forward(x, t, ctx), model->forward(x, t, padded), 1e-6, 1e-6));
+  EXPECT_THROW(model->forward(x, t, torch::randn({1, config.text_len + 1, config.text_dim})), wt::UsageError);
+  EXPECT_THROW(model->forward(torch::randn({1, config.in_dim + 1, 1, 4, 4}), t, ctx), wt::UsageError);
+}
+
+TEST(WanModel, Bf16AutocastStaysCloseToFp32AndKeepsFp32Parts) {
+  const auto config = tiny_config();
+  torch::manual_seed(6);
+  wt::model::WanModel model(config);
+  torch::NoGradGuard no_grad;
+  model->head->head->weight.normal_(0, 0.1);
+  const auto x = torch::randn({2, config.in_dim, 2, 4, 4});
+  const auto t = torch::tensor({100.0f, 700.0f});
+  const auto ctx = torch::randn({2, config.text_len, config.text_dim});
+  const auto reference = model->forward(x, t, ctx);
+  at::Tensor low;
+  {
+    wt::model::AutocastScope bf16(torch::kBFloat16);
+    low = model->forward(x, t, ctx);
+  }
+  EXPECT_EQ(low.scalar_type(), torch::kFloat32);  // the head runs in fp32
+  const double relative = ((low - reference).norm() / reference.norm()).item<double>();
+  EXPECT_LT(relative, 0.05);
+  EXPECT_GT(relative, 0.0);  // bf16 did run
+}
+
+TEST(WanModel, SameSeedSameWeights) {
+  torch::manual_seed(7);
+  wt::model::WanModel a(tiny_config());
+  torch::manual_seed(7);
+  wt::model::WanModel b(tiny_config());
+  const auto pa = a->parameters(), pb = b->parameters();
+  for (size_t i = 0; i < pa.size(); ++i) EXPECT_TRUE(torch::equal(pa[i], pb[i]));
+}
