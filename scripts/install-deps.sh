@@ -13,6 +13,7 @@ packages=(
   nlohmann-json3-dev libspdlog-dev libfmt-dev
   libgtest-dev
   python3 python3-h5py python3-numpy   # the h5py example of docs/data-format.md is tested
+  python3-torch                        # an independent PyTorch evaluation of Wan's forward pass checks WanModel
 )
 
 missing=()

@@ -61,7 +61,8 @@ std::pair<uint32_t, uint32_t> png_size(const std::string& path) {
 class Wansample : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fresh("wansample");
+    // one directory per test: CTest runs them in parallel
+    dir_ = fresh(std::string("wansample-") + ::testing::UnitTest::GetInstance()->current_test_info()->name());
     std::filesystem::create_directories(dir_);
     const Job synth = launch(std::string(WANTRAIN_WANDATA) + " synth --out " + dir_ +
                              "/data --samples 6 --shards 2 --frames 2 --size 8x8 --text-len 16 --text-dim 64");

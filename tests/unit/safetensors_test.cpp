@@ -94,7 +94,7 @@ TEST_F(Safetensors, RoundTripInEachDtype) {
     for (size_t i = 0; i < ps.size(); ++i)
       EXPECT_TRUE(torch::equal(pt[i].value(), ps[i].value().to(dtype).to(torch::kFloat32))) << ps[i].key();
     const auto header = wt::model::SafetensorsFile::open(file);
-    EXPECT_EQ(header.entries().front().dtype, dtype);
+    EXPECT_EQ(wt::model::scalar_type(header.entries().front().dtype), dtype);
     EXPECT_EQ(header.metadata().at("format"), "pt");
   }
 }

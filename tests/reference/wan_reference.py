@@ -1,0 +1,165 @@
+#!/usr/bin/env python3
+"""An independent PyTorch evaluation of the official Wan2.1 WanModel forward
+pass (text-to-video), used to check that wantrain's LibTorch port computes the
+same outputs from the same weights and inputs.
+
+It follows the structure of the official wan/modules/model.py: RoPE through
+complex numbers in float64 (torch.polar, view_as_complex), the sinusoidal
+embedding in float64, RMSNorm/LayerNorm in float32, unpatchify by einsum. It
+reads only safetensors files and uses no wantrain code.
+
+usage: wan_reference.py CONFIG.json WEIGHTS.safetensors INPUTS.safetensors OUT.safetensors
+  INPUTS holds x [B,C,F,H,W], t [B], context [B,Lc,text_dim] (float32);
+  OUT receives "out" [B,out_dim,F,H,W] (float32).
+"""
+import json
+import math
+import struct
+import sys
+
+import torch
+import torch.nn.functional as F
+
+DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + n])
+    body = data[8 + n:]
+    tensors = {}
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = entry["data_offsets"]
+        raw = bytearray(body[begin:end])
+        t = torch.frombuffer(raw, dtype=DTYPES[entry["dtype"]]) if raw else torch.empty(0, dtype=DTYPES[entry["dtype"]])
+        tensors[name] = t.reshape(entry["shape"]).float()
+    return tensors
+
+
+def write_safetensors(path, tensors):
+    header, blobs, offset = {}, [], 0
+    for name, t in tensors.items():
+        raw = t.detach().float().contiguous().numpy().tobytes()
+        header[name] = {"dtype": "F32", "shape": list(t.shape), "data_offsets": [offset, offset + len(raw)]}
+        offset += len(raw)
+        blobs.append(raw)
+    text = json.dumps(header).encode()
+    text += b" " * ((8 - len(text) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+
+
+def sinusoidal_embedding_1d(dim, position):
+    half = dim // 2
+    position = position.to(torch.float64)
+    sinusoid = torch.outer(position, torch.pow(10000, -torch.arange(half, dtype=torch.float64).div(half)))
+    return torch.cat([torch.cos(sinusoid), torch.sin(sinusoid)], dim=1)
+
+
+def rope_params(max_len, dim, theta=10000):
+    freqs = torch.outer(torch.arange(max_len, dtype=torch.float64),
+                        1.0 / torch.pow(theta, torch.arange(0, dim, 2, dtype=torch.float64).div(dim)))
+    return torch.polar(torch.ones_like(freqs), freqs)
+
+
+def rope_apply(x, grid, freqs):
+    b, s, n, c = x.size(0), x.size(1), x.size(2), x.size(3) // 2
+    parts = freqs.split([c - 2 * (c // 3), c // 3, c // 3], dim=1)
+    f, h, w = grid
+    xc = torch.view_as_complex(x.to(torch.float64).reshape(b, s, n, -1, 2))
+    fr = torch.cat([parts[0][:f].view(f, 1, 1, -1).expand(f, h, w, -1),
+                    parts[1][:h].view(1, h, 1, -1).expand(f, h, w, -1),
+                    parts[2][:w].view(1, 1, w, -1).expand(f, h, w, -1)], dim=-1).reshape(s, 1, -1)
+    return torch.view_as_real(xc * fr).flatten(3).float()
+
+
+def linear(p, name, x):
+    return F.linear(x, p[name + ".weight"], p[name + ".bias"])
+
+
+def rms_norm(p, name, x, eps):
+    return x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps) * p[name + ".weight"]
+
+
+def layer_norm(x, eps, p=None, name=None):
+    w = p[name + ".weight"] if p is not None else None
+    b = p[name + ".bias"] if p is not None else None
+    return F.layer_norm(x.float(), (x.shape[-1],), w, b, eps)
+
+
+def attention(q, k, v):  # [B, L, n, d], [B, S, n, d]
+    q, k, v = (u.transpose(1, 2) for u in (q, k, v))
+    weights = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]), dim=-1)
+    return (weights @ v).transpose(1, 2)
+
+
+def forward(cfg, p, x, t, context):
+    dim, heads, eps = cfg["dim"], cfg["num_heads"], cfg["eps"]
+    d = dim // heads
+    patch = cfg["patch_size"]
+    freqs = torch.cat([rope_params(1024, d - 4 * (d // 6)), rope_params(1024, 2 * (d // 6)),
+                       rope_params(1024, 2 * (d // 6))], dim=1)
+    x = F.conv3d(x, p["patch_embedding.weight"], p["patch_embedding.bias"], stride=patch)
+    grid = list(x.shape[2:])
+    x = x.flatten(2).transpose(1, 2)
+    b, s = x.shape[0], x.shape[1]
+
+    e = sinusoidal_embedding_1d(cfg["freq_dim"], t).float()
+    e = linear(p, "time_embedding.2", F.silu(linear(p, "time_embedding.0", e)))
+    e0 = linear(p, "time_projection.1", F.silu(e)).unflatten(1, (6, dim))
+
+    ctx = torch.cat([context, context.new_zeros(b, cfg["text_len"] - context.shape[1], context.shape[2])], dim=1)
+    ctx = linear(p, "text_embedding.2", F.gelu(linear(p, "text_embedding.0", ctx), approximate="tanh"))
+
+    for i in range(cfg["num_layers"]):
+        pre = f"blocks.{i}."
+        m = (p[pre + "modulation"] + e0).chunk(6, dim=1)
+        y = layer_norm(x, eps) * (1 + m[1]) + m[0]
+        q, k, v = (linear(p, pre + "self_attn." + n, y) for n in "qkv")
+        if cfg["qk_norm"]:
+            q, k = rms_norm(p, pre + "self_attn.norm_q", q, eps), rms_norm(p, pre + "self_attn.norm_k", k, eps)
+        q, k, v = (u.view(b, s, heads, d) for u in (q, k, v))
+        y = attention(rope_apply(q, grid, freqs), rope_apply(k, grid, freqs), v).flatten(2)
+        x = x + linear(p, pre + "self_attn.o", y) * m[2]
+
+        y = layer_norm(x, eps, p, pre + "norm3") if cfg["cross_attn_norm"] else x
+        q = linear(p, pre + "cross_attn.q", y)
+        k, v = linear(p, pre + "cross_attn.k", ctx), linear(p, pre + "cross_attn.v", ctx)
+        if cfg["qk_norm"]:
+            q, k = rms_norm(p, pre + "cross_attn.norm_q", q, eps), rms_norm(p, pre + "cross_attn.norm_k", k, eps)
+        y = attention(q.view(b, s, heads, d), k.view(b, -1, heads, d), v.view(b, -1, heads, d)).flatten(2)
+        x = x + linear(p, pre + "cross_attn.o", y)
+
+        y = layer_norm(x, eps) * (1 + m[4]) + m[3]
+        y = linear(p, pre + "ffn.2", F.gelu(linear(p, pre + "ffn.0", y), approximate="tanh"))
+        x = x + y * m[5]
+
+    shift, scale = (p["head.modulation"] + e.unsqueeze(1)).chunk(2, dim=1)
+    x = linear(p, "head.head", layer_norm(x, eps) * (1 + scale) + shift)
+
+    c = cfg["out_dim"]
+    out = []
+    for u in x:
+        u = u[:math.prod(grid)].view(*grid, *patch, c)
+        u = torch.einsum("fhwpqrc->cfphqwr", u)
+        out.append(u.reshape(c, *[i * j for i, j in zip(grid, patch)]))
+    return torch.stack(out)
+
+
+def main():
+    config_path, weights_path, inputs_path, out_path = sys.argv[1:5]
+    with open(config_path) as f:
+        cfg = json.load(f)
+    p = read_safetensors(weights_path)
+    inputs = read_safetensors(inputs_path)
+    with torch.no_grad():
+        out = forward(cfg, p, inputs["x"], inputs["t"], inputs["context"])
+    write_safetensors(out_path, {"out": out})
+
+
+if __name__ == "__main__":
+    main()
