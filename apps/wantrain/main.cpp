@@ -9,6 +9,8 @@
 #include "data/dataset.hpp"
 #include "data/sampler.hpp"
 #include "dist/world.hpp"
+#include "model/model_config.hpp"
+#include "train/data_fits_model.hpp"
 #include "train/train_config.hpp"
 #include "util/error.hpp"
 #include "util/exit_codes.hpp"
@@ -74,6 +76,19 @@ int run(wt::World& world, int argc, char** argv) {
                                  : std::string(" (all)"));
   });
 
+  // The model config, and whether the data fit it, likewise.
+  std::string model_summary = "model: none given (--model-config)\n";
+  world.agree([&] {
+    if (cfg.model_config.empty()) return;
+    const auto config = wt::model::load_model_config(cfg.model_config);
+    if (!cfg.data.empty())
+      wt::train::check_data_fits_model(wt::data::Dataset::open(cfg.data).shape(), cfg.data, config, cfg.model_config);
+    const int64_t params = wt::model::parameter_count(config);
+    model_summary = fmt::format("model: {}: {} parameters ({:.1f} MB in fp32), dim {}, {} layers, {} heads of {}\n",
+                                cfg.model_config, params, double(params) * 4 / 1e6, config.dim, config.num_layers,
+                                config.num_heads, config.head_dim());
+  });
+
   wt::log::init(world.rank(), world.size());
   torch::set_num_threads(wt::threads_per_rank(cfg, world.local_size()));
 
@@ -85,7 +100,7 @@ int run(wt::World& world, int argc, char** argv) {
   const std::string table = world_table(world, *comm, cfg);
   if (world.is_root()) {
     std::cout << "wantrain " << WANTRAIN_VERSION << ": resolved configuration\n"
-              << options.resolved_table() << table << data_summary
+              << options.resolved_table() << table << data_summary << model_summary
               << fmt::format("effective batch: {} per rank x {} ranks x {} accumulation steps = {}\n",
                              cfg.batch_size, world.size(), cfg.grad_accum,
                              static_cast<std::int64_t>(cfg.batch_size) * world.size() * cfg.grad_accum)

@@ -173,6 +173,29 @@ TEST(Launch, BadDatasetIsOneLineAndStatus2BeforeAnythingStarts) {
   EXPECT_EQ(occurrences(missing.output, "error: data: " + dir + "-nothing does not exist"), 1u) << missing.output;
 }
 
+TEST(Launch, DryRunChecksThatTheDataFitTheModel) {
+  const auto dir = fresh("model-fit");
+  ASSERT_EQ(wandata("synth --out " + dir + " --samples 8 --shards 1 --frames 2 --size 8x8").status, 0);
+  const std::string configs = std::string(WANTRAIN_SOURCE_DIR) + "/data/configs/";
+  const Job fits = launch_mpi(std::string(WANTRAIN_WANTRAIN) + " --dry-run --data " + dir + " --model-config " +
+                              configs + "wan-tiny.json");
+  EXPECT_EQ(fits.status, 0) << fits.output;
+  EXPECT_EQ(occurrences(fits.output, "model: " + configs + "wan-tiny.json: 163584 parameters"), 1u) << fits.output;
+
+  const Job wide = launch_mpi(std::string(WANTRAIN_WANTRAIN) + " --dry-run --data " + dir + " --model-config " +
+                              configs + "wan2.1-t2v-1.3b.json");
+  EXPECT_EQ(wide.status, 2) << wide.output;
+  EXPECT_EQ(occurrences(wide.output, "error: data " + dir + " does not fit model config " + configs +
+                                         "wan2.1-t2v-1.3b.json: text_emb has width 64, text_dim is 4096"),
+            1u)
+      << wide.output;
+
+  const Job missing = launch_mpi(std::string(WANTRAIN_WANTRAIN) + " --dry-run --model-config " + dir + "/none.json");
+  EXPECT_EQ(missing.status, 2) << missing.output;
+  EXPECT_EQ(occurrences(missing.output, "error: model config " + dir + "/none.json: cannot open the file"), 1u)
+      << missing.output;
+}
+
 TEST(Launch, FewerSamplesThanTheGlobalBatchIsStatus2) {
   const auto dir = fresh("few");
   ASSERT_EQ(wandata("synth --out " + dir + " --samples 3 --shards 1").status, 0);
