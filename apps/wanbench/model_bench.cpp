@@ -64,9 +64,7 @@ int run_model_bench(World&, int argc, char** argv) {
   if (c.model_config.empty()) throw UsageError("option --model-config: the model config is required");
   if (c.iters < 1 || c.warmup < 0 || c.batch < 1 || c.frames < 1)
     throw UsageError("options --iters, --batch, --frames: must be at least 1 (--warmup at least 0)");
-  const auto x = c.size.find('x');
-  if (x == std::string::npos) throw UsageError(fmt::format("option --size: '{}' is not HxW", c.size));
-  const int64_t height = std::stoll(c.size.substr(0, x)), width = std::stoll(c.size.substr(x + 1));
+  const auto [height, width] = parse_height_width(c.size, "size");
   if (c.threads > 0) torch::set_num_threads(c.threads);
 
   const auto config = model::load_model_config(c.model_config);

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <iostream>
+#include <tuple>
 
 #include "commands.hpp"
 #include "output_directory.hpp"
@@ -53,16 +54,6 @@ struct Encoding {
   }
 };
 
-int64_t parse_dim(const std::string& text, const char* what) {
-  try {
-    size_t used = 0;
-    const long long v = std::stoll(text, &used);
-    if (used == text.size() && v > 0) return v;
-  } catch (const std::exception&) {
-  }
-  throw UsageError(fmt::format("option --size: '{}' is not a positive {}", text, what));
-}
-
 }  // namespace
 
 int run_synth(World&, int argc, char** argv) {
@@ -86,10 +77,7 @@ int run_synth(World&, int argc, char** argv) {
     return kExitOk;
   }
   if (c.out.empty()) throw UsageError("option --out: the output directory is required");
-  const auto x = c.size.find('x');
-  if (x == std::string::npos) throw UsageError(fmt::format("option --size: '{}' is not HxW", c.size));
-  c.height = parse_dim(c.size.substr(0, x), "height");
-  c.width = parse_dim(c.size.substr(x + 1), "width");
+  std::tie(c.height, c.width) = parse_height_width(c.size, "size");
   if (c.samples < 1) throw UsageError("option --samples: must be at least 1");
   if (c.shards < 1 || c.shards > c.samples) throw UsageError("option --shards: must be between 1 and --samples");
   if (c.frames < 1 || c.channels < 1 || c.text_dim < 1)

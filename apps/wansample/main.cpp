@@ -31,17 +31,6 @@ struct SampleConfig {
   uint64_t seed = 0;
 };
 
-std::pair<int64_t, int64_t> parse_size(const std::string& text) {
-  const auto x = text.find('x');
-  try {
-    size_t used_h = 0, used_w = 0;
-    const int64_t h = std::stoll(text.substr(0, x), &used_h), w = std::stoll(text.substr(x + 1), &used_w);
-    if (x != std::string::npos && used_h == x && used_w == text.size() - x - 1 && h > 0 && w > 0) return {h, w};
-  } catch (const std::exception&) {
-  }
-  throw UsageError(fmt::format("option --size: '{}' is not HxW with positive sizes", text));
-}
-
 int run(World&, int argc, char** argv) {
   SampleConfig c;
   OptionSet options("wansample", "--weights FILE --model-config JSON (--data DIR | --text FILE) [options]");
@@ -94,7 +83,7 @@ int run(World&, int argc, char** argv) {
     source = fmt::format("{} sample {}{}", c.data, c.index, prompt.empty() ? "" : ": " + prompt);
   } else {
     if (c.frames < 1 || c.size.empty()) throw UsageError("options --frames, --size: needed with --text");
-    const auto [h, w] = parse_size(c.size);
+    const auto [h, w] = parse_height_width(c.size, "size");
     auto text = data::read_text_condition(c.text, c.index);
     context = text.embedding;
     text_len = text.length;

@@ -149,4 +149,17 @@ std::string OptionSet::resolved_table() const {
   return out;
 }
 
+std::pair<int64_t, int64_t> parse_height_width(const std::string& text, const char* option) {
+  const auto x = text.find('x');
+  try {
+    size_t used_h = 0, used_w = 0;
+    if (x != std::string::npos) {
+      const long long h = std::stoll(text.substr(0, x), &used_h), w = std::stoll(text.substr(x + 1), &used_w);
+      if (used_h == x && used_w == text.size() - x - 1 && h > 0 && w > 0) return {h, w};
+    }
+  } catch (const std::exception&) {
+  }
+  throw UsageError(fmt::format("option --{}: '{}' is not HxW with positive sizes, e.g. 32x32", option, text));
+}
+
 }  // namespace wt

@@ -9,14 +9,20 @@
 #pragma once
 
 #include <boost/program_options.hpp>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <sstream>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace wt {
+
+// "HxW" with positive sizes (e.g. --size 32x32) as {height, width}; a
+// UsageError naming `option` otherwise.
+std::pair<int64_t, int64_t> parse_height_width(const std::string& text, const char* option);
 
 class OptionSet {
  public:

@@ -167,3 +167,15 @@ TEST(OptionSet, HelpListsEveryDeclaredOptionWithItsDefault) {
   EXPECT_NE(help.find("--precision fp32|bf16 (=fp32)"), std::string::npos) << help;
   EXPECT_NE(help.find("--batch-size N (=1)"), std::string::npos) << help;
 }
+
+TEST(Options, HeightWidthParsesOrNamesTheOption) {
+  EXPECT_EQ(wt::parse_height_width("32x48", "size"), (std::pair<int64_t, int64_t>{32, 48}));
+  for (const char* bad : {"32", "x32", "32x", "0x4", "4x-1", "4x4x4", "axb", "4 x4"}) {
+    try {
+      wt::parse_height_width(bad, "size");
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const wt::UsageError& e) {
+      EXPECT_EQ(std::string(e.what()), std::string("option --size: '") + bad + "' is not HxW with positive sizes, e.g. 32x32");
+    }
+  }
+}
