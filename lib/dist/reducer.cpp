@@ -1,0 +1,240 @@
+#include "dist/reducer.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <mutex>
+
+#include "util/error.hpp"
+
+namespace wt {
+
+struct Reducer::State {
+  struct Param {
+    std::string name;
+    at::Tensor tensor;
+    size_t bucket = 0;
+    bool ready = false;     // its gradient arrived in this synchronising backward
+    bool got_grad = false;  // a gradient arrived in any micro-step of this step
+    std::shared_ptr<torch::autograd::Node> accumulator;
+    uintptr_t hook = 0;
+  };
+  struct Bucket {
+    std::vector<size_t> params;
+    at::Tensor buffer;  // [numel] flat; the params' grads are views into it
+    size_t pending = 0;
+    WorkPtr work;
+  };
+
+  Comm& comm;
+  ReducerOptions options;
+  std::vector<Param> params;  // those reduced, registration order
+  std::vector<Bucket> buckets;
+  std::vector<at::Tensor> buffers;
+  std::mutex mutex;
+  bool sync = false;
+  size_t next_bucket = 0;  // the next bucket to start, in index order
+  int64_t issued = 0;
+  double exposed_seconds = 0;
+
+  State(Comm& c, ReducerOptions o) : comm(c), options(o) {}
+
+  void launch_ready_buckets() {
+    while (next_bucket < buckets.size() && buckets[next_bucket].pending == 0) launch(buckets[next_bucket++]);
+  }
+  void launch(Bucket& b) {
+    b.work = comm.all_reduce_async(b.buffer, {ReduceOp::Avg});
+    ++issued;
+  }
+  void on_gradient(size_t index) {
+    std::lock_guard<std::mutex> lock(mutex);
+    Param& p = params[index];
+    p.got_grad = true;
+    if (!sync || p.ready) return;
+    p.ready = true;
+    if (--buckets[p.bucket].pending == 0) launch_ready_buckets();
+  }
+};
+
+namespace {
+
+class ReadyHook : public torch::autograd::FunctionPostHook {
+ public:
+  ReadyHook(std::weak_ptr<Reducer::State> state, size_t index) : state_(std::move(state)), index_(index) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                            const torch::autograd::variable_list&) override {
+    if (auto state = state_.lock()) state->on_gradient(index_);
+    return outputs;
+  }
+
+ private:
+  std::weak_ptr<Reducer::State> state_;
+  size_t index_;
+};
+
+// FNV-1a of "name[shape]dtype": equal on every rank that has the same parameter.
+int64_t fingerprint(const std::string& name, const at::Tensor& t) {
+  const std::string text = fmt::format("{}[{}]{}", name, fmt::join(t.sizes(), ","), c10::toString(t.scalar_type()));
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char ch : text) h = (h ^ ch) * 1099511628211ull;
+  return static_cast<int64_t>(h);
+}
+
+void check_same_parameters(Comm& comm, const Reducer::NamedTensors& parameters) {
+  const auto i64 = torch::TensorOptions().dtype(torch::kInt64).device(comm.device());
+  auto count = torch::full({2}, int64_t(parameters.size()), i64);  // [max, -min]
+  count[1] = -count[1];
+  comm.all_reduce(count, {ReduceOp::Max});
+  const int64_t most = count[0].item<int64_t>(), fewest = -count[1].item<int64_t>();
+  if (most != fewest)
+    throw UsageError(fmt::format("Reducer: the ranks' models differ: between {} and {} parameters (this rank has {})",
+                                 fewest, most, parameters.size()));
+  if (parameters.empty()) return;
+  std::vector<int64_t> prints;
+  for (const auto& [name, tensor] : parameters) prints.push_back(fingerprint(name, tensor));
+  auto highest = torch::tensor(prints, torch::kInt64).to(comm.device());
+  auto lowest = -highest.clone();
+  comm.all_reduce(highest, {ReduceOp::Max});
+  comm.all_reduce(lowest, {ReduceOp::Max});
+  const auto differ = (highest != -lowest).nonzero().cpu();
+  if (differ.numel() > 0) {
+    const auto& [name, t] = parameters[static_cast<size_t>(differ[0][0].item<int64_t>())];
+    throw UsageError(fmt::format("Reducer: the ranks' models differ at parameter {} (this rank has '{}' [{}] {})",
+                                 differ[0][0].item<int64_t>(), name, fmt::join(t.sizes(), ","),
+                                 c10::toString(t.scalar_type())));
+  }
+}
+
+}  // namespace
+
+Reducer::Reducer(Comm& comm, NamedTensors parameters, std::vector<at::Tensor> buffers, ReducerOptions options)
+    : state_(std::make_shared<State>(comm, options)) {
+  State& s = *state_;
+  check_same_parameters(comm, parameters);
+  {
+    torch::NoGradGuard no_grad;
+    for (const auto& [name, t] : parameters) comm.broadcast(t.detach());
+    for (const auto& t : buffers) comm.broadcast(t);
+  }
+  s.buffers = std::move(buffers);
+  for (auto& [name, t] : parameters)
+    if (t.requires_grad()) {
+      s.params.emplace_back();
+      s.params.back().name = name;
+      s.params.back().tensor = t;
+    }
+
+  // Buckets over the parameters in reverse order; a new bucket when the last
+  // one has reached its cap or the dtype changes.
+  auto cap_of = [&](size_t bucket) { return bucket == 0 ? options.first_bucket_bytes : options.bucket_bytes; };
+  int64_t bucket_bytes = 0;  // of the last bucket
+  for (size_t k = s.params.size(); k-- > 0;) {
+    const at::Tensor& t = s.params[k].tensor;
+    const bool new_bucket = s.buckets.empty() || bucket_bytes >= cap_of(s.buckets.size() - 1) ||
+                            s.params[s.buckets.back().params.front()].tensor.scalar_type() != t.scalar_type();
+    if (new_bucket) {
+      s.buckets.emplace_back();
+      bucket_bytes = 0;
+    }
+    s.buckets.back().params.push_back(k);
+    s.params[k].bucket = s.buckets.size() - 1;
+    bucket_bytes += t.numel() * t.element_size();
+  }
+  for (auto& b : s.buckets) {
+    int64_t numel = 0;
+    for (size_t k : b.params) numel += s.params[k].tensor.numel();
+    const at::Tensor& first = s.params[b.params.front()].tensor;
+    b.buffer = torch::zeros({numel}, first.options().requires_grad(false));  // [numel]
+    int64_t offset = 0;
+    for (size_t k : b.params) {
+      at::Tensor& t = s.params[k].tensor;
+      t.mutable_grad() = b.buffer.narrow(0, offset, t.numel()).view(t.sizes());
+      offset += t.numel();
+    }
+  }
+  for (size_t k = 0; k < s.params.size(); ++k) {
+    auto& p = s.params[k];
+    p.accumulator = torch::autograd::impl::grad_accumulator(p.tensor);
+    p.hook = p.accumulator->add_post_hook(std::make_unique<ReadyHook>(state_, k));
+  }
+}
+
+Reducer::~Reducer() {
+  for (auto& p : state_->params)
+    if (p.accumulator) p.accumulator->del_post_hook(p.hook);
+}
+
+void Reducer::zero_grad() {
+  for (auto& b : state_->buckets) b.buffer.zero_();
+  for (auto& p : state_->params) {
+    p.got_grad = false;
+    // An optimizer or user that replaced or dropped the gradient would break the views.
+    if (!p.tensor.grad().defined() || !p.tensor.grad().is_alias_of(state_->buckets[p.bucket].buffer))
+      throw Error(fmt::format("Reducer: the gradient of '{}' is no longer a view of its bucket "
+                              "(was it set to None by zero_grad(set_to_none)?)", p.name));
+  }
+}
+
+void Reducer::prepare_for_backward(bool sync) {
+  State& s = *state_;
+  std::lock_guard<std::mutex> lock(s.mutex);
+  s.sync = sync;
+  if (!sync) return;
+  s.next_bucket = 0;
+  for (auto& b : s.buckets) {
+    b.pending = b.params.size();
+    b.work.reset();
+  }
+  for (auto& p : s.params) p.ready = false;
+}
+
+void Reducer::finalize_backward() {
+  State& s = *state_;
+  if (!s.sync) return;
+  std::vector<std::string> unused;
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    for (auto& p : s.params)
+      if (!p.got_grad) unused.push_back(p.name);
+    // Buckets whose gradients did not all arrive (unused parameters) start now, still in order.
+    for (auto& b : s.buckets) b.pending = 0;
+    s.launch_ready_buckets();
+    s.sync = false;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  for (auto& b : s.buckets) b.work->wait();
+  s.exposed_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (s.options.allow_unused) return;
+  auto any = torch::full({1}, int32_t(unused.size()), torch::TensorOptions().dtype(torch::kInt32).device(s.comm.device()));
+  s.comm.all_reduce(any, {ReduceOp::Max});
+  if (any.item<int32_t>() == 0) return;
+  if (unused.empty())
+    throw UsageError("Reducer: a parameter got no gradient on another rank (that rank names it; --allow-unused reduces zeros for it)");
+  throw UsageError(fmt::format("Reducer: {} parameter{} got no gradient in this step: {} (use --allow-unused to reduce zeros for them)",
+                               unused.size(), unused.size() == 1 ? "" : "s", fmt::join(unused, ", ")));
+}
+
+std::vector<std::vector<std::string>> Reducer::bucket_parameter_names() const {
+  std::vector<std::vector<std::string>> names;
+  for (const auto& b : state_->buckets) {
+    names.emplace_back();
+    for (size_t k : b.params) names.back().push_back(state_->params[k].name);
+  }
+  return names;
+}
+
+std::vector<at::Tensor> Reducer::bucket_buffers() const {
+  std::vector<at::Tensor> buffers;
+  for (const auto& b : state_->buckets) buffers.push_back(b.buffer);
+  return buffers;
+}
+
+int64_t Reducer::collectives_issued() const { return state_->issued; }
+double Reducer::last_exposed_comm_seconds() const { return state_->exposed_seconds; }
+
+}  // namespace wt

@@ -1,0 +1,77 @@
+// Reducer: data-parallel gradient synchronisation (the DDP engine).
+//
+// Contract. Every rank constructs its Reducer over the same parameters (same
+// names, shapes, order) and runs the same sequence of steps; each step is
+//   zero_grad();  K times { prepare_for_backward(sync = last micro-step); backward; finalize_backward(); }
+// Construction is collective: it checks that the parameters agree on all
+// ranks (UsageError naming the first that differs), then broadcasts
+// parameters and buffers from rank 0.
+//
+// Gradients live in flat bucket buffers: each parameter's .grad() is a view
+// into its bucket, so there is no second copy. Buckets hold parameters in
+// reverse registration order (the order backward produces them), the first
+// capped at `first_bucket_bytes`, the others at `bucket_bytes` (a bucket is
+// closed once it reaches its cap). On a synchronising micro-step a hook on
+// each parameter's gradient accumulator counts it ready; when a bucket is
+// complete its all-reduce (average over ranks) is started at once, buckets
+// strictly in index order, so the collectives are issued in the same order
+// on every rank while the rest of backward runs. Non-synchronising
+// micro-steps only accumulate, with no communication.
+//
+// A parameter that got no gradient in a whole step is an error on every rank
+// naming it (one extra 4-byte all-reduce per step makes the ranks agree), or
+// with allow_unused its zero slot is reduced like the rest.
+//
+// Threads: hooks run on the autograd engine's thread; the Comm is used from
+// one thread at a time (backward, then finalize on the caller's thread).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "dist/comm.hpp"
+
+namespace wt {
+
+struct ReducerOptions {
+  int64_t first_bucket_bytes = int64_t(1) << 20;  // 1 MiB: communication starts early in backward
+  int64_t bucket_bytes = 25 * (int64_t(1) << 20);  // --bucket-mb
+  bool allow_unused = false;                         // --allow-unused
+};
+
+class Reducer {
+ public:
+  using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
+  // `parameters` in registration order; only those requiring grad are
+  // reduced (all are checked and broadcast). `buffers` are broadcast.
+  Reducer(Comm& comm, NamedTensors parameters, std::vector<at::Tensor> buffers, ReducerOptions options = {});
+  ~Reducer();
+  Reducer(const Reducer&) = delete;
+  Reducer& operator=(const Reducer&) = delete;
+
+  // Zeroes every gradient (the bucket buffers) at the start of a step.
+  void zero_grad();
+  // Before each backward: `sync` on the last micro-step of a step.
+  void prepare_for_backward(bool sync);
+  // After each backward: on a synchronising micro-step, starts what is left,
+  // waits for every bucket and checks for parameters without a gradient.
+  void finalize_backward();
+
+  // Introspection for tests, benchmarks and logs.
+  std::vector<std::vector<std::string>> bucket_parameter_names() const;
+  std::vector<at::Tensor> bucket_buffers() const;
+  int64_t collectives_issued() const;        // bucket all-reduces so far
+  double last_exposed_comm_seconds() const;  // time finalize_backward waited for buckets
+
+  struct State;  // defined in reducer.cpp; the autograd hooks hold it weakly
+
+ private:
+  std::shared_ptr<State> state_;
+};
+
+}  // namespace wt

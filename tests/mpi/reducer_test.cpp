@@ -1,0 +1,166 @@
+// Reducer on toy models, 2 ranks: parameters agree after construction,
+// bucket boundaries and order, averaged gradients as views into the buckets,
+// no communication while accumulating, and the errors that name a parameter.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "dist/reducer.hpp"
+#include "mpi_test_env.hpp"
+#include "util/error.hpp"
+
+namespace {
+
+wt::Comm& comm() { return test_comm(); }
+
+// `layers` Linear(width, width) in a row.
+torch::nn::Sequential toy_model(int64_t width, int layers = 3) {
+  torch::nn::Sequential model;
+  for (int i = 0; i < layers; ++i) model->push_back(torch::nn::Linear(width, width));
+  return model;
+}
+
+wt::Reducer::NamedTensors named(torch::nn::Module& m) {
+  wt::Reducer::NamedTensors out;
+  for (const auto& item : m.named_parameters()) out.emplace_back(item.key(), item.value());
+  return out;
+}
+
+// Inputs that differ by rank, derivable by every rank.
+torch::Tensor input_of(int rank, int64_t batch, int64_t width) {
+  return torch::arange(batch * width, torch::kFloat).view({batch, width}).sin().mul(rank + 1);
+}
+
+}  // namespace
+
+TEST(Reducer, ParametersAreRankZerosAfterConstruction) {
+  torch::manual_seed(100 + comm().rank());  // different initial weights on each rank
+  auto model = toy_model(8);
+  wt::Reducer reducer(comm(), named(*model), {});
+  for (const auto& p : model->parameters()) {
+    auto high = p.detach().clone(), low = -p.detach().clone();
+    comm().all_reduce(high, {wt::ReduceOp::Max});
+    comm().all_reduce(low, {wt::ReduceOp::Max});
+    EXPECT_TRUE(torch::equal(high, -low));
+  }
+}
+
+TEST(Reducer, BucketsTakeParametersInReverseOrderUpToTheirCaps) {
+  auto model = toy_model(10);  // weights 400 B, biases 40 B
+  wt::ReducerOptions options;
+  options.first_bucket_bytes = 420;  // closes after 2.bias (40) + 2.weight (400)
+  options.bucket_bytes = 800;
+  wt::Reducer reducer(comm(), named(*model), {}, options);
+  const std::vector<std::vector<std::string>> expected = {
+      {"2.bias", "2.weight"}, {"1.bias", "1.weight", "0.bias", "0.weight"}};  // 840 >= 800 closes with 0.weight
+  EXPECT_EQ(reducer.bucket_parameter_names(), expected);
+  // Every gradient is a view into its bucket's buffer.
+  const auto buffers = reducer.bucket_buffers();
+  EXPECT_TRUE(model[2]->as<torch::nn::Linear>()->weight.grad().is_alias_of(buffers[0]));
+  EXPECT_TRUE(model[0]->as<torch::nn::Linear>()->bias.grad().is_alias_of(buffers[1]));
+}
+
+TEST(Reducer, GradientsAreTheAverageOfEveryRanksGradient) {
+  torch::manual_seed(7);
+  auto model = toy_model(6);
+  auto reference = toy_model(6);
+  {
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < model->parameters().size(); ++i) reference->parameters()[i].copy_(model->parameters()[i]);
+  }
+  wt::ReducerOptions options;
+  options.first_bucket_bytes = 64;  // several buckets
+  options.bucket_bytes = 128;
+  wt::Reducer reducer(comm(), named(*model), {}, options);
+  ASSERT_GT(reducer.bucket_parameter_names().size(), 2u);
+
+  reducer.zero_grad();
+  reducer.prepare_for_backward(true);
+  model->forward(input_of(comm().rank(), 4, 6)).pow(2).mean().backward();
+  // The hooks started every bucket's all-reduce during backward, not finalize.
+  EXPECT_EQ(reducer.collectives_issued(), int64_t(reducer.bucket_parameter_names().size()));
+  reducer.finalize_backward();
+
+  // Expected: the mean over ranks of each rank's local gradient, computed here.
+  for (int r = 0; r < comm().size(); ++r) reference->forward(input_of(r, 4, 6)).pow(2).mean().backward();
+  for (size_t i = 0; i < model->parameters().size(); ++i)
+    EXPECT_TRUE(torch::allclose(model->parameters()[i].grad(), reference->parameters()[i].grad() / comm().size(),
+                                1e-6, 1e-7))
+        << model->named_parameters()[i].key();
+  EXPECT_EQ(reducer.collectives_issued(), int64_t(reducer.bucket_parameter_names().size()));
+}
+
+TEST(Reducer, AccumulationMicroStepsDoNotCommunicate) {
+  torch::manual_seed(8);
+  auto model = toy_model(5);
+  wt::Reducer reducer(comm(), named(*model), {});
+  const int steps = 3;
+  reducer.zero_grad();
+  for (int micro = 0; micro < steps; ++micro) {
+    reducer.prepare_for_backward(micro == steps - 1);
+    model->forward(input_of(comm().rank(), 2, 5) + micro).sum().backward();
+    reducer.finalize_backward();
+    EXPECT_EQ(reducer.collectives_issued(), micro == steps - 1 ? int64_t(reducer.bucket_parameter_names().size()) : 0);
+  }
+  // The accumulated gradient is the sum over micro-steps, averaged over ranks.
+  auto reference = toy_model(5);
+  {
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < model->parameters().size(); ++i) reference->parameters()[i].copy_(model->parameters()[i]);
+  }
+  for (int r = 0; r < comm().size(); ++r)
+    for (int micro = 0; micro < steps; ++micro) reference->forward(input_of(r, 2, 5) + micro).sum().backward();
+  for (size_t i = 0; i < model->parameters().size(); ++i)
+    EXPECT_TRUE(torch::allclose(model->parameters()[i].grad(), reference->parameters()[i].grad() / comm().size(),
+                                1e-5, 1e-6));
+}
+
+TEST(Reducer, AParameterWithoutGradientIsNamedOnEveryRank) {
+  auto model = toy_model(4);
+  auto unused = torch::nn::Linear(4, 4);
+  model->push_back(unused);  // registered, never called below
+  wt::Reducer reducer(comm(), named(*model), {});
+  reducer.zero_grad();
+  reducer.prepare_for_backward(true);
+  auto x = input_of(comm().rank(), 2, 4);
+  for (size_t i = 0; i < 3; ++i) x = model[i]->as<torch::nn::Linear>()->forward(x);
+  x.sum().backward();
+  try {
+    reducer.finalize_backward();
+    FAIL() << "no error for parameters without gradient";
+  } catch (const wt::UsageError& e) {
+    EXPECT_STREQ(e.what(), "Reducer: 2 parameters got no gradient in this step: 3.weight, 3.bias "
+                           "(use --allow-unused to reduce zeros for them)");
+  }
+}
+
+TEST(Reducer, AllowUnusedReducesZeros) {
+  auto model = toy_model(4);
+  model->push_back(torch::nn::Linear(4, 4));
+  wt::ReducerOptions options;
+  options.allow_unused = true;
+  wt::Reducer reducer(comm(), named(*model), {}, options);
+  reducer.zero_grad();
+  reducer.prepare_for_backward(true);
+  auto x = input_of(comm().rank(), 2, 4);
+  for (size_t i = 0; i < 3; ++i) x = model[i]->as<torch::nn::Linear>()->forward(x);
+  x.sum().backward();
+  reducer.finalize_backward();
+  EXPECT_EQ(model[3]->as<torch::nn::Linear>()->weight.grad().abs().sum().item<float>(), 0.0f);
+  EXPECT_GT(model[0]->as<torch::nn::Linear>()->weight.grad().abs().sum().item<float>(), 0.0f);
+}
+
+TEST(Reducer, ModelsThatDifferBetweenRanksAreNamed) {
+  // The last rank's middle layer is wider.
+  torch::nn::Sequential model;
+  model->push_back(torch::nn::Linear(4, 4));
+  const int64_t width = comm().rank() == comm().size() - 1 ? 6 : 4;
+  model->push_back(torch::nn::Linear(4, width));
+  try {
+    wt::Reducer reducer(comm(), named(*model), {});
+    FAIL() << "no error for models that differ";
+  } catch (const wt::UsageError& e) {
+    const std::string expected = "Reducer: the ranks' models differ at parameter 2 (this rank has '1.weight' [" +
+                                 std::to_string(width) + ",4] Float)";
+    EXPECT_EQ(std::string(e.what()), expected);
+  }
+}
