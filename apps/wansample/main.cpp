@@ -15,6 +15,7 @@
 #include "model/wan_model.hpp"
 #include "model/weights.hpp"
 #include "preview.hpp"
+#include "train/data_fits_model.hpp"
 #include "train/euler_sampler.hpp"
 #include "util/error.hpp"
 #include "util/exit_codes.hpp"
@@ -72,6 +73,7 @@ int run(World&, int argc, char** argv) {
     if (c.index < 0 || c.index >= dataset.size())
       throw UsageError(fmt::format("option --index: {} is outside the {} samples of {}", c.index, dataset.size(), c.data));
     const auto& s = dataset.shape();
+    train::check_data_fits_model(s, c.data, config, c.model_config);
     reference = torch::empty({s.channels, s.frames, s.height, s.width}, data::scalar_type(s.latents));
     context = torch::empty({s.text_len, s.text_dim}, data::scalar_type(s.text));
     data::SampleReader reader(dataset);
@@ -126,7 +128,7 @@ int run(World&, int argc, char** argv) {
   std::cout << fmt::format("wansample: wrote latents {} to {}\n", out_shape.latents_string(), c.out);
   if (!c.png.empty()) {
     std::vector<at::Tensor> videos{latents};
-    if (reference.defined() && reference.sizes() == latents.sizes()) videos.push_back(reference);
+    if (reference.defined()) videos.push_back(reference);
     write_latent_preview(c.png, videos);
     std::cout << fmt::format("wansample: wrote preview {}\n", c.png);
   }

@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include <iostream>
+#include <optional>
 
 #include "dist/app.hpp"
 #include "dist/backend.hpp"
@@ -58,9 +59,11 @@ int run(wt::World& world, int argc, char** argv) {
   // The data are checked on every rank before anything else starts; a bad
   // dataset is one line and status 2 for the whole job.
   std::string data_summary = "data: none given (--data)\n";
+  std::optional<wt::data::SampleShape> sample_shape;
   world.agree([&] {
     if (cfg.data.empty()) return;
     const auto dataset = wt::data::Dataset::open(cfg.data);
+    sample_shape = dataset.shape();
     const wt::data::DistributedSampler sampler(
         dataset.shard_sizes(), {world.size(), world.rank(), cfg.batch_size, cfg.seed, !cfg.no_drop_last,
                                 cfg.shard_affinity});
@@ -81,8 +84,7 @@ int run(wt::World& world, int argc, char** argv) {
   world.agree([&] {
     if (cfg.model_config.empty()) return;
     const auto config = wt::model::load_model_config(cfg.model_config);
-    if (!cfg.data.empty())
-      wt::train::check_data_fits_model(wt::data::Dataset::open(cfg.data).shape(), cfg.data, config, cfg.model_config);
+    if (sample_shape) wt::train::check_data_fits_model(*sample_shape, cfg.data, config, cfg.model_config);
     const int64_t params = wt::model::parameter_count(config);
     model_summary = fmt::format("model: {}: {} parameters ({:.1f} MB in fp32), dim {}, {} layers, {} heads of {}\n",
                                 cfg.model_config, params, double(params) * 4 / 1e6, config.dim, config.num_layers,

@@ -20,6 +20,7 @@ TextCondition read_text_condition(const std::string& path, int64_t index) {
   if (!h5::exists(file.get(), "text_emb")) throw UsageError(fmt::format("text file {}: has no /text_emb dataset", path));
   const h5::Handle emb = h5::open_dataset(file.get(), "text_emb");
   auto dims = h5::dims(emb.get());
+  const bool batched = dims.size() == 3;  // [N, L, D]; else one [L, D]
   if (dims.size() == 2) dims.insert(dims.begin(), 1);
   if (dims.size() != 3)
     throw UsageError(fmt::format("text file {}: /text_emb must be [N, L, D] or [L, D], has {} dimensions", path,
@@ -31,7 +32,7 @@ TextCondition read_text_condition(const std::string& path, int64_t index) {
   TextCondition text;
   text.embedding = torch::zeros({len, width});  // [L, D]
   const h5::Handle space = h5::dataset_space(emb.get());
-  if (h5::dims(emb.get()).size() == 3) h5::select_rows(space.get(), hsize_t(index), 1);
+  if (batched) h5::select_rows(space.get(), hsize_t(index), 1);
   const hsize_t mem_dims[2] = {hsize_t(len), hsize_t(width)};
   const h5::Handle memory(H5Screate_simple(2, mem_dims, nullptr), H5Sclose);
   H5_CHECK(H5Dread(emb.get(), H5T_NATIVE_FLOAT, memory.get(), space.get(), H5P_DEFAULT, text.embedding.data_ptr<float>()));

@@ -17,7 +17,7 @@ std::array<int64_t, 3> rope_axis_channels(int64_t head_dim) {
   return {head_dim - 4 * sixth, 2 * sixth, 2 * sixth};
 }
 
-RopeTable rope_table(std::array<int64_t, 3> grid, int64_t head_dim) {
+RopeTable rope_table(std::array<int64_t, 3> grid, int64_t head_dim, at::Device device) {
   const auto channels = rope_axis_channels(head_dim);
   const auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
   std::vector<at::Tensor> parts;  // per axis: [f, h, w, d_a/2] angles
@@ -30,14 +30,14 @@ RopeTable rope_table(std::array<int64_t, 3> grid, int64_t head_dim) {
     parts.push_back(angles.view(view).expand({grid[0], grid[1], grid[2], pairs}));
   }
   auto angles = torch::cat(parts, 3).reshape({grid[0] * grid[1] * grid[2], head_dim / 2});  // [L, head_dim/2]
-  return {torch::cos(angles).to(torch::kFloat32), torch::sin(angles).to(torch::kFloat32)};
+  return {torch::cos(angles).to(device, torch::kFloat32), torch::sin(angles).to(device, torch::kFloat32)};
 }
 
 at::Tensor apply_rope(const at::Tensor& x, const RopeTable& table) {
   const auto sizes = x.sizes();  // [B, L, heads, head_dim]
   auto pairs = x.to(torch::kFloat32).view({sizes[0], sizes[1], sizes[2], sizes[3] / 2, 2});
   auto re = pairs.select(4, 0), im = pairs.select(4, 1);  // [B, L, heads, head_dim/2]
-  auto cos = table.cos.to(x.device()).unsqueeze(1), sin = table.sin.to(x.device()).unsqueeze(1);  // [L, 1, head_dim/2]
+  auto cos = table.cos.unsqueeze(1), sin = table.sin.unsqueeze(1);  // [L, 1, head_dim/2]
   return torch::stack({re * cos - im * sin, re * sin + im * cos}, 4).view(sizes);
 }
 

@@ -18,15 +18,15 @@ at::Tensor sinusoidal_embedding(const at::Tensor& timesteps, int64_t dim);
 std::array<int64_t, 3> rope_axis_channels(int64_t head_dim);
 
 // cos and sin of RoPE's angles for a token grid (f, h, w) in (f, h, w) order:
-// each [f*h*w, head_dim/2] fp32. Pair j of axis a (d_a channels, position p
+// each [f*h*w, head_dim/2] fp32 on `device`. Pair j of axis a (d_a channels, position p
 // from 0) turns by p * 10000^(-2j/d_a). Angles are evaluated in fp64.
 struct RopeTable {
   at::Tensor cos, sin;
 };
-RopeTable rope_table(std::array<int64_t, 3> grid, int64_t head_dim);
+RopeTable rope_table(std::array<int64_t, 3> grid, int64_t head_dim, at::Device device = at::kCPU);
 
 // Rotates adjacent channel pairs (2j, 2j+1) = (real, imag) of x [B, L, heads,
-// head_dim] by the table's angles; returns fp32.
+// head_dim] by the table's angles (on x's device); returns fp32.
 at::Tensor apply_rope(const at::Tensor& x, const RopeTable& table);
 
 }  // namespace wt::model

@@ -141,6 +141,14 @@ void WanModelImpl::init_weights() {
   nn::init::zeros_(head->head->weight);
 }
 
+const RopeTable& WanModelImpl::rope_for(std::array<int64_t, 3> grid, at::Device device) {
+  if (!rope_.cos.defined() || grid != rope_grid_ || rope_.cos.device() != device) {
+    rope_ = rope_table(grid, config_.head_dim(), device);
+    rope_grid_ = grid;
+  }
+  return rope_;
+}
+
 at::Tensor WanModelImpl::forward(const at::Tensor& x, const at::Tensor& t, const at::Tensor& context) {
   const auto& cfg = config_;
   if (x.dim() != 5 || x.size(1) != cfg.in_dim)
@@ -162,7 +170,7 @@ at::Tensor WanModelImpl::forward(const at::Tensor& x, const at::Tensor& t, const
   auto padded = torch::constant_pad_nd(context, {0, 0, 0, cfg.text_len - context.size(1)});  // [B, text_len, text_dim]
   auto ctx = text_embedding->forward(padded);                                             // [B, text_len, dim]
 
-  const RopeTable rope = rope_table(grid, cfg.head_dim());
+  const RopeTable& rope = rope_for(grid, x.device());
   for (const auto& block : *blocks) tokens = block->as<WanBlockImpl>()->forward(tokens, e0, ctx, rope);
 
   auto out = head(tokens, e);  // [B, L, prod(patch) * out_dim]

@@ -98,7 +98,12 @@ class WanModelImpl : public torch::nn::Module {
 
  private:
   void init_weights();
+  // RoPE's table for the last token grid: built once, not per step or per block.
+  const RopeTable& rope_for(std::array<int64_t, 3> grid, at::Device device);
+
   WanConfig config_;
+  std::array<int64_t, 3> rope_grid_{};
+  RopeTable rope_;
 };
 TORCH_MODULE(WanModel);
 

@@ -35,7 +35,6 @@ NoisyBatch make_noisy_batch(const at::Tensor& x0, const std::vector<int64_t>& sa
                             int64_t step, const FlowMatchingOptions& options) {
   const int64_t b = x0.size(0);
   TORCH_CHECK(int64_t(sample_indices.size()) == b, "one sample index per batch row");
-  const auto sample_shape = x0.sizes().slice(1);
   std::vector<float> sigmas(b);
   auto noise = torch::empty(x0.sizes(), torch::kFloat32);  // [B, C, F, H, W] on CPU
   for (int64_t i = 0; i < b; ++i) {
@@ -51,7 +50,7 @@ NoisyBatch make_noisy_batch(const at::Tensor& x0, const std::vector<int64_t>& sa
     }
     sigmas[i] = static_cast<float>(shift_sigma(sigma, options.shift));
     auto generator = at::make_generator<at::CPUGeneratorImpl>(r.next());
-    noise[i].copy_(torch::randn(sample_shape, generator, torch::kFloat32));
+    noise[i].normal_(0.0, 1.0, generator);
   }
   auto sigma = torch::tensor(sigmas).to(x0.device());  // [B]
   auto eps = noise.to(x0.device());

@@ -229,3 +229,22 @@ TEST(WanModel, SameSeedSameWeights) {
   const auto pa = a->parameters(), pb = b->parameters();
   for (size_t i = 0; i < pa.size(); ++i) EXPECT_TRUE(torch::equal(pa[i], pb[i]));
 }
+
+// The model keeps RoPE's table of the last token grid; a new grid must not reuse it.
+TEST(WanModel, AnotherLatentSizeGetsItsOwnRopeTable) {
+  const auto config = tiny_config();
+  torch::manual_seed(8);
+  wt::model::WanModel model(config);
+  torch::NoGradGuard no_grad;
+  model->head->head->weight.normal_(0, 0.1);
+  const auto ctx = torch::randn({1, config.text_len, config.text_dim});
+  const auto t = torch::tensor({300.0f});
+  const auto small = torch::randn({1, config.in_dim, 2, 4, 4}), large = torch::randn({1, config.in_dim, 3, 6, 8});
+  const auto small_first = model->forward(small, t, ctx);
+  const auto large_after_small = model->forward(large, t, ctx);
+  EXPECT_TRUE(torch::equal(model->forward(small, t, ctx), small_first));
+  torch::manual_seed(8);
+  wt::model::WanModel fresh(config);
+  fresh->head->head->weight.copy_(model->head->head->weight);
+  EXPECT_TRUE(torch::equal(fresh->forward(large, t, ctx), large_after_small));
+}
