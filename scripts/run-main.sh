@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
 # The main job on a fresh Debian 12 machine: install what is missing, build,
-# make a small synthetic dataset, then run wantrain on 2 ranks with the
-# sample configuration. (Until the trainer lands, the run is --dry-run: it
-# brings up MPI and the collectives on both ranks, checks the dataset on each
-# and prints the resolved configuration, the world and the epoch layout.)
+# make a small synthetic dataset, train wan-tiny on it with 2 ranks using the
+# sample configuration (data/run.ini), then sample from the trained weights
+# with a PNG preview. Everything lands in runs/sample/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,4 +16,8 @@ if [ ! -d data/synth ]; then
     --text-len 16 --text-dim 64 --seed 1
 fi
 build/release/apps/wandata/wandata verify data/synth
-mpirun -np 2 --oversubscribe build/release/apps/wantrain/wantrain --config data/run.ini --data data/synth --dry-run
+mpirun -np 2 --oversubscribe build/release/apps/wantrain/wantrain --config data/run.ini --data data/synth \
+  --output-dir runs/sample
+build/release/apps/wansample/wansample --weights runs/sample/model.safetensors \
+  --model-config runs/sample/model-config.json --data data/synth --index 0 --steps 30 \
+  --out runs/sample/sample.h5 --png runs/sample/sample.png

@@ -7,6 +7,7 @@
 #include "allreduce_bench.hpp"
 #include "io_bench.hpp"
 #include "model_bench.hpp"
+#include "step_bench.hpp"
 #include "dist/app.hpp"
 #include "dist/world.hpp"
 #include "util/error.hpp"
@@ -20,6 +21,8 @@ constexpr const char* kUsage =
     "  allreduce   Comm all-reduce vs raw MPI_Allreduce, sizes swept (time, algbw, busbw, #wrong)\n"
     "  io          Loader throughput vs a raw sequential read of the same bytes (run without mpirun)\n"
     "  model       WanModel forward and forward+backward seconds per sample and peak RSS (run without mpirun)\n"
+    "  step        Trainer step time and split, with the Reducer and with communication skipped; gradient sync\n"
+    "              of the whole model by the Reducer vs raw MPI_Allreduce\n"
     "run 'wanbench COMMAND --help' for its options\n";
 
 int run(wt::World& world, int argc, char** argv) {
@@ -27,13 +30,14 @@ int run(wt::World& world, int argc, char** argv) {
   if (command == "allreduce") return wt::run_allreduce_bench(world, argc - 1, argv + 1);
   if (command == "io") return wt::run_io_bench(world, argc - 1, argv + 1);
   if (command == "model") return wt::run_model_bench(world, argc - 1, argv + 1);
+  if (command == "step") return wt::run_step_bench(world, argc - 1, argv + 1);
   if (command == "--help" || command == "-h") {
     if (world.is_root()) std::cout << kUsage;
     return wt::kExitOk;
   }
   world.agree([&] {
-    throw wt::UsageError(command.empty() ? std::string("no command given (allreduce|io|model)")
-                                         : fmt::format("unknown command '{}' (allreduce|io|model)", command));
+    throw wt::UsageError(command.empty() ? std::string("no command given (allreduce|io|model|step)")
+                                         : fmt::format("unknown command '{}' (allreduce|io|model|step)", command));
   });
   return wt::kExitUsage;
 }

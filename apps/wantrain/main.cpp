@@ -12,11 +12,13 @@
 #include "dist/world.hpp"
 #include "model/model_config.hpp"
 #include "train/data_fits_model.hpp"
+#include "train/lr_schedule.hpp"
 #include "train/train_config.hpp"
 #include "util/error.hpp"
 #include "util/exit_codes.hpp"
 #include "util/log.hpp"
 #include "util/options.hpp"
+#include "train_run.hpp"
 #include "version.hpp"
 #include "wantrain/config.hpp"
 
@@ -59,32 +61,39 @@ int run(wt::World& world, int argc, char** argv) {
   // The data are checked on every rank before anything else starts; a bad
   // dataset is one line and status 2 for the whole job.
   std::string data_summary = "data: none given (--data)\n";
-  std::optional<wt::data::SampleShape> sample_shape;
+  std::optional<wt::data::Dataset> dataset;
+  int64_t steps_per_epoch = 0;
   world.agree([&] {
     if (cfg.data.empty()) return;
-    const auto dataset = wt::data::Dataset::open(cfg.data);
-    sample_shape = dataset.shape();
+    dataset = wt::data::Dataset::open(cfg.data);
+    // One sampler batch is a rank's whole optimizer step (--batch-size x --grad-accum).
     const wt::data::DistributedSampler sampler(
-        dataset.shard_sizes(), {world.size(), world.rank(), cfg.batch_size, cfg.seed, !cfg.no_drop_last,
-                                cfg.shard_affinity});
+        dataset->shard_sizes(), {world.size(), world.rank(), int64_t(cfg.batch_size) * cfg.grad_accum, cfg.seed,
+                                 !cfg.no_drop_last, cfg.shard_affinity});
+    steps_per_epoch = sampler.batches_per_epoch();
     const int64_t used = sampler.batches_per_epoch() * sampler.global_batch();
     data_summary = fmt::format(
         "data: {} ({} shards, {} samples), latents {}, text_emb {}\n"
-        "      {} batches per epoch per rank; {} samples per epoch{}\n",
-        cfg.data, dataset.shards().size(), dataset.size(), dataset.shape().latents_string(),
-        dataset.shape().text_string(), sampler.batches_per_epoch(), used,
+        "      {} steps per epoch; {} samples per epoch{}\n",
+        cfg.data, dataset->shards().size(), dataset->size(), dataset->shape().latents_string(),
+        dataset->shape().text_string(), sampler.batches_per_epoch(), used,
         cfg.shard_affinity       ? std::string(" (shard affinity)")
-        : used > dataset.size()  ? fmt::format(" ({} padded by wrap-around)", used - dataset.size())
-        : used < dataset.size()  ? fmt::format(" ({} dropped)", dataset.size() - used)
+        : used > dataset->size() ? fmt::format(" ({} padded by wrap-around)", used - dataset->size())
+        : used < dataset->size() ? fmt::format(" ({} dropped)", dataset->size() - used)
                                  : std::string(" (all)"));
   });
 
   // The model config, and whether the data fit it, likewise.
   std::string model_summary = "model: none given (--model-config)\n";
+  std::optional<wt::model::WanConfig> model_config;
   world.agree([&] {
     if (cfg.model_config.empty()) return;
     const auto config = wt::model::load_model_config(cfg.model_config);
-    if (sample_shape) wt::train::check_data_fits_model(*sample_shape, cfg.data, config, cfg.model_config);
+    model_config = config;
+    if (dataset) wt::train::check_data_fits_model(dataset->shape(), cfg.data, config, cfg.model_config);
+    if (!cfg.val_data.empty())
+      wt::train::check_data_fits_model(wt::data::Dataset::open(cfg.val_data).shape(), cfg.val_data, config,
+                                       cfg.model_config);
     const int64_t params = wt::model::parameter_count(config);
     model_summary = fmt::format("model: {}: {} parameters ({:.1f} MB in fp32), dim {}, {} layers, {} heads of {}\n",
                                 cfg.model_config, params, double(params) * 4 / 1e6, config.dim, config.num_layers,
@@ -100,22 +109,32 @@ int run(wt::World& world, int argc, char** argv) {
   world.agree([&] { comm = wt::make_comm(world, wt::parse_backend(cfg.backend), comm_options); });
 
   const std::string table = world_table(world, *comm, cfg);
+  const int64_t effective_batch = int64_t(cfg.batch_size) * world.size() * cfg.grad_accum;
+  const int64_t total_steps = cfg.steps > 0 ? cfg.steps : cfg.epochs * steps_per_epoch;
   if (world.is_root()) {
     std::cout << "wantrain " << WANTRAIN_VERSION << ": resolved configuration\n"
               << options.resolved_table() << table << data_summary << model_summary
               << fmt::format("effective batch: {} per rank x {} ranks x {} accumulation steps = {}\n",
-                             cfg.batch_size, world.size(), cfg.grad_accum,
-                             static_cast<std::int64_t>(cfg.batch_size) * world.size() * cfg.grad_accum)
+                             cfg.batch_size, world.size(), cfg.grad_accum, effective_batch)
+              << fmt::format("optimizer: AdamW, lr {:.4g}{}, {} schedule, {} warm-up steps, precision {}\n",
+                             wt::train::scaled_lr(cfg.lr, effective_batch, cfg.scale_lr),
+                             cfg.scale_lr ? fmt::format(" (--lr {} x effective batch {})", cfg.lr, effective_batch)
+                                          : std::string(),
+                             cfg.schedule, cfg.warmup_steps, cfg.precision)
+              << (total_steps > 0 ? fmt::format("steps: {}{}\n", total_steps,
+                                                cfg.epochs > 0 ? fmt::format(" ({} epochs)", cfg.epochs)
+                                                               : std::string())
+                                  : std::string("steps: none given (--steps or --epochs)\n"))
               << std::flush;
   }
   comm->barrier();  // the collectives work end to end
   if (cfg.dry_run) return wt::kExitOk;
 
-  world.agree([] {
-    throw wt::UsageError("training is not in this build yet (the Trainer lands with issue #5); "
-                         "use --dry-run to check a configuration");
+  world.agree([&] {
+    if (!dataset) throw wt::UsageError("option --data: a training dataset is needed (or --dry-run)");
+    if (!model_config) throw wt::UsageError("option --model-config: a model config is needed (or --dry-run)");
   });
-  return wt::kExitUsage;
+  return run_training(world, *comm, cfg, std::move(*dataset), *model_config);
 }
 
 }  // namespace

@@ -52,8 +52,8 @@ DistributedSampler::DistributedSampler(std::vector<int64_t> shard_sizes, Sampler
   if (!options_.shard_affinity) {
     batches_per_epoch_ = options_.drop_last ? total / (W * B) : ceil_div(total, W * B);
     if (batches_per_epoch_ == 0)
-      throw UsageError(fmt::format("data: {} samples are fewer than one global batch ({} ranks x --batch-size {} = "
-                                   "{}); use more data, fewer ranks or a smaller batch",
+      throw UsageError(fmt::format("data: {} samples are fewer than one global batch ({} ranks x {} samples per rank "
+                                   "per step = {}); use more data, fewer ranks or a smaller batch",
                                    total, W, B, W * B));
     return;
   }

@@ -23,7 +23,7 @@ namespace wt::data {
 struct SamplerOptions {
   int world_size = 1;
   int rank = 0;
-  int64_t batch_size = 1;  // per rank
+  int64_t batch_size = 1;  // per rank per optimizer step (--batch-size x --grad-accum)
   uint64_t seed = 0;
   bool drop_last = true;
   bool shard_affinity = false;

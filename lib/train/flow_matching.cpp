@@ -10,7 +10,6 @@
 #include "util/error.hpp"
 
 namespace wt::train {
-namespace {
 
 uint64_t sample_key(uint64_t seed, int64_t step, int64_t index) {
   data::PortableRandom r(seed);
@@ -18,6 +17,8 @@ uint64_t sample_key(uint64_t seed, int64_t step, int64_t index) {
   key = data::PortableRandom(key ^ static_cast<uint64_t>(step)).next();
   return data::PortableRandom(key ^ static_cast<uint64_t>(index)).next();
 }
+
+namespace {
 
 double uniform01(data::PortableRandom& r) { return double(r.next() >> 11) * 0x1.0p-53; }  // [0, 1)
 
@@ -31,28 +32,16 @@ TimestepSampling parse_timestep_sampling(const std::string& name) {
 
 double shift_sigma(double sigma, double shift) { return shift * sigma / (1.0 + (shift - 1.0) * sigma); }
 
-NoisyBatch make_noisy_batch(const at::Tensor& x0, const std::vector<int64_t>& sample_indices, uint64_t seed,
-                            int64_t step, const FlowMatchingOptions& options) {
+NoisyBatch noisy_batch_at(const at::Tensor& x0, const std::vector<double>& sigmas,
+                          const std::vector<uint64_t>& noise_keys) {
   const int64_t b = x0.size(0);
-  TORCH_CHECK(int64_t(sample_indices.size()) == b, "one sample index per batch row");
-  std::vector<float> sigmas(b);
+  TORCH_CHECK(int64_t(sigmas.size()) == b && int64_t(noise_keys.size()) == b, "one sigma and noise key per row");
   auto noise = torch::empty(x0.sizes(), torch::kFloat32);  // [B, C, F, H, W] on CPU
   for (int64_t i = 0; i < b; ++i) {
-    const uint64_t key = sample_key(seed, step, sample_indices[i]);
-    data::PortableRandom r(key);
-    double sigma;
-    if (options.sampling == TimestepSampling::Uniform) {
-      sigma = uniform01(r);
-    } else {  // Box-Muller: a portable standard normal
-      const double u1 = 1.0 - uniform01(r), u2 = uniform01(r);
-      const double z = std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
-      sigma = 1.0 / (1.0 + std::exp(-(options.logit_mean + options.logit_std * z)));
-    }
-    sigmas[i] = static_cast<float>(shift_sigma(sigma, options.shift));
-    auto generator = at::make_generator<at::CPUGeneratorImpl>(r.next());
+    auto generator = at::make_generator<at::CPUGeneratorImpl>(noise_keys[i]);
     noise[i].normal_(0.0, 1.0, generator);
   }
-  auto sigma = torch::tensor(sigmas).to(x0.device());  // [B]
+  auto sigma = torch::tensor(std::vector<float>(sigmas.begin(), sigmas.end())).to(x0.device());  // [B]
   auto eps = noise.to(x0.device());
   auto s = sigma.view({b, 1, 1, 1, 1});
   auto x0f = x0.to(torch::kFloat32);
@@ -64,8 +53,34 @@ NoisyBatch make_noisy_batch(const at::Tensor& x0, const std::vector<int64_t>& sa
   return batch;
 }
 
+NoisyBatch make_noisy_batch(const at::Tensor& x0, const std::vector<int64_t>& sample_indices, uint64_t seed,
+                            int64_t step, const FlowMatchingOptions& options) {
+  const int64_t b = x0.size(0);
+  TORCH_CHECK(int64_t(sample_indices.size()) == b, "one sample index per batch row");
+  std::vector<double> sigmas(b);
+  std::vector<uint64_t> keys(b);
+  for (int64_t i = 0; i < b; ++i) {
+    data::PortableRandom r(sample_key(seed, step, sample_indices[i]));
+    double sigma;
+    if (options.sampling == TimestepSampling::Uniform) {
+      sigma = uniform01(r);
+    } else {  // Box-Muller: a portable standard normal
+      const double u1 = 1.0 - uniform01(r), u2 = uniform01(r);
+      const double z = std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
+      sigma = 1.0 / (1.0 + std::exp(-(options.logit_mean + options.logit_std * z)));
+    }
+    sigmas[i] = shift_sigma(sigma, options.shift);
+    keys[i] = r.next();
+  }
+  return noisy_batch_at(x0, sigmas, keys);
+}
+
 at::Tensor flow_matching_loss(const at::Tensor& prediction, const at::Tensor& target) {
   return torch::mse_loss(prediction.to(torch::kFloat32), target.to(torch::kFloat32));
+}
+
+at::Tensor per_sample_loss(const at::Tensor& prediction, const at::Tensor& target) {
+  return (prediction.to(torch::kFloat32) - target.to(torch::kFloat32)).square().flatten(1).mean(1);
 }
 
 }  // namespace wt::train

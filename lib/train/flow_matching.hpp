@@ -34,11 +34,21 @@ struct NoisyBatch {
   at::Tensor target;     // [B, C, F, H, W] fp32, eps - x0
 };
 
+// A generator seed from (seed, step, global sample index): portable.
+uint64_t sample_key(uint64_t seed, int64_t step, int64_t index);
+
+// x0 [B, C, F, H, W] noised to the given (already shifted) sigma per row,
+// with row i's noise drawn from a generator seeded by noise_keys[i].
+NoisyBatch noisy_batch_at(const at::Tensor& x0, const std::vector<double>& sigmas,
+                          const std::vector<uint64_t>& noise_keys);
+
 // x0 [B, C, F, H, W]; sample_indices[i] is the global dataset index of row i.
 NoisyBatch make_noisy_batch(const at::Tensor& x0, const std::vector<int64_t>& sample_indices, uint64_t seed,
                             int64_t step, const FlowMatchingOptions& options);
 
 // mean((prediction - target)^2) over every element, in fp32.
 at::Tensor flow_matching_loss(const at::Tensor& prediction, const at::Tensor& target);
+// The same per row: [B] fp32.
+at::Tensor per_sample_loss(const at::Tensor& prediction, const at::Tensor& target);
 
 }  // namespace wt::train

@@ -3,18 +3,35 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+
 #include <cstdio>
+#include <string>
 
 namespace wt {
 
-Progress::Progress(std::string label, int64_t total)
-    : label_(std::move(label)), total_(total), enabled_(isatty(STDERR_FILENO) == 1) {}
+bool is_terminal(std::FILE* stream) {
+  const int fd = fileno(stream);
+  if (isatty(fd) != 1) return false;
+  // mpirun hands each rank a pseudo-terminal even when its own output goes to
+  // a file (a SLURM log): then what counts is where the parent writes.
+  struct stat parent {};
+  if (stat(("/proc/" + std::to_string(getppid()) + "/fd/" + std::to_string(fd)).c_str(), &parent) != 0)
+    return true;  // cannot tell: trust isatty
+  const unsigned major_number = major(parent.st_rdev);
+  // Terminals: the console and serial ttys (4, 5), pseudo-terminal ends (136-143).
+  return S_ISCHR(parent.st_mode) && (major_number == 4 || major_number == 5 || (major_number >= 136 && major_number <= 143));
+}
+
+Progress::Progress(std::string label, int64_t total, std::FILE* stream)
+    : label_(std::move(label)), stream_(stream), total_(total), enabled_(is_terminal(stream)) {}
 
 Progress::~Progress() {
   if (!enabled_) return;
   done_ = total_;
   draw();
-  std::fputc('\n', stderr);
+  std::fputc('\n', stream_);
 }
 
 void Progress::advance(int64_t n) {
@@ -29,10 +46,11 @@ void Progress::advance(int64_t n) {
 void Progress::draw() {
   constexpr int kWidth = 30;
   const int filled = total_ > 0 ? static_cast<int>(kWidth * done_ / total_) : kWidth;
-  std::fprintf(stderr, "\r%s [%s%s] %lld/%lld", label_.c_str(), std::string(filled, '#').c_str(),
+  // \033[K clears what a longer previous status left on the line.
+  std::fprintf(stream_, "\r%s [%s%s] %lld/%lld %s\033[K", label_.c_str(), std::string(filled, '#').c_str(),
                std::string(kWidth - filled, ' ').c_str(), static_cast<long long>(done_),
-               static_cast<long long>(total_));
-  std::fflush(stderr);
+               static_cast<long long>(total_), status_.c_str());
+  std::fflush(stream_);
 }
 
 }  // namespace wt

@@ -125,7 +125,7 @@ TEST(Sampler, FewerSamplesThanAGlobalBatchIsAUsageError) {
     make({3, 4}, 2, 0, 4);
     FAIL();
   } catch (const wt::UsageError& e) {
-    EXPECT_STREQ(e.what(), "data: 7 samples are fewer than one global batch (2 ranks x --batch-size 4 = 8); use "
+    EXPECT_STREQ(e.what(), "data: 7 samples are fewer than one global batch (2 ranks x 4 samples per rank per step = 8); use "
                            "more data, fewer ranks or a smaller batch");
   }
 }

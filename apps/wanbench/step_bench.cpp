@@ -1,0 +1,239 @@
+#include "step_bench.hpp"
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <tuple>
+#include <filesystem>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "data/dataset.hpp"
+#include "data/shard.hpp"
+#include "dist/backend.hpp"
+#include "dist/mpi_comm.hpp"
+#include "dist/reducer.hpp"
+#include "dist/world.hpp"
+#include "model/model_config.hpp"
+#include "model/wan_model.hpp"
+#include "train/trainer.hpp"
+#include "util/error.hpp"
+#include "util/exit_codes.hpp"
+#include "util/options.hpp"
+
+namespace wt {
+namespace {
+
+struct StepBenchConfig {
+  std::string config_file, model_config, size = "16x16", precision = "fp32";
+  int64_t batch = 2, frames = 1;
+  int grad_accum = 1, iters = 10, warmup = 2, threads = 0, sync_iters = 10;
+  double bucket_mb = 25;
+  bool json = false;
+};
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+double over_ranks(const World& world, double value, MPI_Op op) {
+  double out = 0;
+  MPI_CHECK(MPI_Allreduce(&value, &out, 1, MPI_DOUBLE, op, world.comm()));
+  return out;
+}
+
+// Random samples of the bench's shape, written by rank 0 into a private
+// directory that is removed at exit: enough for every step without a repeat.
+struct ScratchDataset {
+  std::string directory;
+  bool owner;
+  ScratchDataset(const World& world, const data::SampleShape& shape, int64_t samples) : owner(world.is_root()) {
+    int64_t pid = getpid();  // rank 0's names the directory
+    MPI_CHECK(MPI_Bcast(&pid, 1, MPI_INT64_T, 0, world.comm()));
+    directory = (std::filesystem::temp_directory_path() / fmt::format("wanbench-step-{}", pid)).string();
+    if (world.is_root()) {
+      std::filesystem::create_directories(directory);
+      data::ShardWriter writer(data::shard_path(directory, 0), shape, samples, false);
+      torch::manual_seed(1);
+      for (int64_t i = 0; i < samples; ++i)
+        writer.write(i, torch::randn({shape.channels, shape.frames, shape.height, shape.width}),
+                     torch::randn({shape.text_len, shape.text_dim}), int32_t(shape.text_len));
+    }
+    world.barrier();
+  }
+  ~ScratchDataset() {
+    std::error_code ignored;
+    if (owner) std::filesystem::remove_all(directory, ignored);
+  }
+};
+
+// Mean step time and split over `iters` steps after `warmup`, averaged over
+// ranks (so the phases still add up to no more than the step).
+train::StepTimes time_steps(const World& world, train::Trainer& trainer, int warmup, int iters) {
+  for (int i = 0; i < warmup; ++i) trainer.step();
+  world.barrier();
+  train::StepTimes sum;
+  for (int i = 0; i < iters; ++i) {
+    const auto t = trainer.step().times;
+    sum.data += t.data, sum.forward += t.forward, sum.backward += t.backward, sum.comm += t.comm,
+        sum.optimizer += t.optimizer, sum.total += t.total;
+  }
+  for (double* v : {&sum.data, &sum.forward, &sum.backward, &sum.comm, &sum.optimizer, &sum.total})
+    *v = over_ranks(world, *v / iters, MPI_SUM) / world.size();
+  return sum;
+}
+
+nlohmann::json to_json(const train::StepTimes& t, double samples_per_step) {
+  return {{"step_s", t.total},   {"data_s", t.data},         {"forward_s", t.forward},
+          {"backward_s", t.backward}, {"comm_s", t.comm}, {"optimizer_s", t.optimizer},
+          {"samples_per_s", samples_per_step / t.total}};
+}
+
+}  // namespace
+
+int run_step_bench(World& world, int argc, char** argv) {
+  StepBenchConfig c;
+  OptionSet options("wanbench step", "--model-config JSON [options]");
+  options.group("step")
+      .standard_options(&c.config_file)
+      .add("model-config", &c.model_config, "model config JSON (data/configs/*.json)")
+      .add("batch-size", &c.batch, "samples per rank per micro-step")
+      .add("grad-accum", &c.grad_accum, "micro-steps per optimizer step")
+      .add("frames", &c.frames, "latent frames F")
+      .add("size", &c.size, "latent HxW")
+      .choice("precision", &c.precision, {"fp32", "bf16"}, "fp32, or bf16 autocast")
+      .add("bucket-mb", &c.bucket_mb, "Reducer bucket size in MiB")
+      .add("iters", &c.iters, "timed steps of each variant")
+      .add("warmup", &c.warmup, "untimed steps first")
+      .add("sync-iters", &c.sync_iters, "timed whole-model gradient syncs")
+      .add("threads", &c.threads, "CPU threads per rank (0: the node's cores shared among its ranks)")
+      .flag("json", &c.json, "print JSON instead of the table");
+  auto outcome = OptionSet::Outcome::Run;
+  model::WanConfig config;
+  int64_t height = 0, width = 0;
+  world.agree([&] {
+    outcome = options.parse(argc, argv);
+    if (outcome != OptionSet::Outcome::Run) return;
+    if (c.model_config.empty()) throw UsageError("option --model-config: the model config is required");
+    if (c.iters < 1 || c.warmup < 0 || c.batch < 1 || c.frames < 1 || c.grad_accum < 1 || c.sync_iters < 1)
+      throw UsageError("options --iters, --sync-iters, --batch-size, --grad-accum, --frames: must be at least 1 "
+                       "(--warmup at least 0)");
+    std::tie(height, width) = parse_height_width(c.size, "size");
+    config = model::load_model_config(c.model_config);
+  });
+  if (outcome != OptionSet::Outcome::Run) {
+    if (world.is_root()) std::cout << options.help_text();
+    return kExitOk;
+  }
+
+  TrainConfig cfg;
+  cfg.model_config = c.model_config;
+  cfg.batch_size = int(c.batch);
+  cfg.grad_accum = c.grad_accum;
+  cfg.precision = c.precision;
+  cfg.bucket_mb = c.bucket_mb;
+  cfg.threads = c.threads;
+  cfg.steps = c.warmup + c.iters;
+  torch::set_num_threads(threads_per_rank(cfg, world.local_size()));
+  auto comm = make_comm(world, Backend::Mpi, {});
+
+  data::SampleShape shape;
+  shape.channels = config.in_dim, shape.frames = c.frames, shape.height = height, shape.width = width;
+  shape.text_len = config.text_len, shape.text_dim = config.text_dim;
+  const int64_t samples_per_step = c.batch * c.grad_accum * world.size();
+  const ScratchDataset scratch(world, shape, samples_per_step * (c.warmup + c.iters));
+  cfg.data = scratch.directory;
+
+  auto measure = [&](bool communicate) {
+    train::Trainer trainer(cfg, *comm, data::Dataset::open(cfg.data), config, {communicate});
+    return time_steps(world, trainer, c.warmup, c.iters);
+  };
+  const auto with = measure(true);
+  const auto without = measure(false);
+  const double exposed = with.total - without.total;
+
+  // Whole-model gradient sync: a backward whose gradients cost nothing to
+  // compute (d/dp sum(p) = 1), so its time is the Reducer's; against one raw
+  // MPI_Allreduce (sum) of a buffer of the same bytes.
+  torch::manual_seed(0);
+  model::WanModel net(config);
+  std::vector<std::pair<std::string, at::Tensor>> named;
+  for (const auto& item : net->named_parameters()) named.emplace_back(item.key(), item.value());
+  ReducerOptions reducer_options;
+  reducer_options.bucket_bytes = static_cast<int64_t>(c.bucket_mb * (1 << 20));
+  Reducer reducer(*comm, named, {}, reducer_options);
+  auto sync_once = [&] {
+    reducer.zero_grad();
+    reducer.prepare_for_backward(true);
+    at::Tensor total = torch::zeros({});
+    for (const auto& [name, p] : named) total = total + p.sum();
+    total.backward();
+    reducer.finalize_backward();
+  };
+  const int64_t params = model::parameter_count(config);
+  auto raw = torch::ones({params});
+  auto raw_once = [&] {
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, raw.data_ptr<float>(), int(params), MPI_FLOAT, MPI_SUM, world.comm()));
+  };
+  auto timed = [&](auto op) {
+    op();
+    world.barrier();
+    const auto start = Clock::now();
+    for (int i = 0; i < c.sync_iters; ++i) op();
+    return over_ranks(world, seconds_since(start) / c.sync_iters, MPI_MAX);
+  };
+  // Alternate, so both see the same machine state; the better of two rounds.
+  double reducer_s = 1e30, raw_s = 1e30;
+  for (int round = 0; round < 2; ++round) {
+    reducer_s = std::min(reducer_s, timed(sync_once));
+    raw_s = std::min(raw_s, timed(raw_once));
+  }
+  const double bytes = double(params) * 4;
+  const double bus = 2.0 * (world.size() - 1) / world.size();
+
+  if (!world.is_root()) return kExitOk;
+  nlohmann::json report = {
+      {"model_config", c.model_config},
+      {"parameters", params},
+      {"ranks", world.size()},
+      {"threads_per_rank", torch::get_num_threads()},
+      {"batch_per_rank", c.batch},
+      {"grad_accum", c.grad_accum},
+      {"latents", {config.in_dim, c.frames, height, width}},
+      {"precision", c.precision},
+      {"with_reducer", to_json(with, double(samples_per_step))},
+      {"comm_skipped", to_json(without, double(samples_per_step))},
+      {"exposed_comm_s", exposed},
+      {"exposed_comm_fraction", exposed / with.total},
+      {"sync",
+       {{"bytes", bytes},
+        {"reducer_s", reducer_s},
+        {"mpi_allreduce_s", raw_s},
+        {"reducer_busbw_GBps", bytes / reducer_s * bus / 1e9},
+        {"mpi_busbw_GBps", bytes / raw_s * bus / 1e9},
+        {"reducer_vs_mpi", raw_s / reducer_s}}}};
+  if (c.json) {
+    std::cout << report.dump(2) << '\n';
+    return kExitOk;
+  }
+  fmt::print("wanbench step: {} ({} parameters), {} rank{} x batch {} x accumulation {}, latents [{},{},{},{}], {}, "
+             "{} thread{} per rank\n",
+             c.model_config, params, world.size(), world.size() == 1 ? "" : "s", c.batch, c.grad_accum,
+             config.in_dim, c.frames, height, width, c.precision, torch::get_num_threads(),
+             torch::get_num_threads() == 1 ? "" : "s");
+  fmt::print("  {:<16} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>10}\n", "seconds per step", "step", "data", "fwd",
+             "bwd", "comm", "optim", "samples/s");
+  for (const auto& [label, t] : {std::pair{"with Reducer", with}, std::pair{"comm skipped", without}})
+    fmt::print("  {:<16} {:>8.4f} {:>8.4f} {:>8.4f} {:>8.4f} {:>8.4f} {:>8.4f} {:>10.2f}\n", label, t.total, t.data,
+               t.forward, t.backward, t.comm, t.optimizer, double(samples_per_step) / t.total);
+  fmt::print("  exposed communication: {:.4f} s = {:.1f}% of the step (goal <= 10%)\n", exposed,
+             100 * exposed / with.total);
+  fmt::print("  gradient sync of {:.2f} MB: Reducer {:.2f} ms ({:.2f} GB/s busbw), MPI_Allreduce {:.2f} ms "
+             "({:.2f} GB/s): {:.0f}% of raw MPI (goal >= 85%)\n",
+             bytes / 1e6, reducer_s * 1e3, bytes / reducer_s * bus / 1e9, raw_s * 1e3, bytes / raw_s * bus / 1e9,
+             100 * raw_s / reducer_s);
+  return kExitOk;
+}
+
+}  // namespace wt

@@ -1,0 +1,17 @@
+// The training run of `wantrain`: the Trainer's steps with rank-0 logging,
+// validation every --val-every steps and at the end, then the final weights.
+#pragma once
+
+#include "data/dataset.hpp"
+#include "model/model_config.hpp"
+#include "train/train_config.hpp"
+
+namespace wt {
+class Comm;
+class World;
+
+// Returns the process exit status.
+int run_training(World& world, Comm& comm, const TrainConfig& cfg, data::Dataset dataset,
+                 const model::WanConfig& model_config);
+
+}  // namespace wt

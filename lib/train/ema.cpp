@@ -1,0 +1,18 @@
+#include "train/ema.hpp"
+
+#include <torch/torch.h>
+
+namespace wt::train {
+
+Ema::Ema(NamedTensors weights, double decay) : weights_(std::move(weights)), decay_(decay) {
+  torch::NoGradGuard no_grad;
+  for (const auto& [name, w] : weights_) averages_.emplace_back(name, w.detach().to(torch::kFloat32, false, true));
+}
+
+void Ema::update() {
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < weights_.size(); ++i)
+    averages_[i].second.lerp_(weights_[i].second.to(torch::kFloat32), 1.0 - decay_);
+}
+
+}  // namespace wt::train

@@ -1,0 +1,32 @@
+// Exponential moving average of the weights, kept in fp32 beside them:
+// after each optimizer step, ema <- decay * ema + (1 - decay) * weight.
+// Skipped steps do not update it. Every rank keeps it (the weights are
+// identical on all ranks), so any rank can write it.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace wt::train {
+
+class Ema {
+ public:
+  using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
+  // Starts as a copy of `weights` (which it keeps referring to).
+  Ema(NamedTensors weights, double decay);
+
+  void update();
+  double decay() const { return decay_; }
+  // The averaged weights, under the same names.
+  const NamedTensors& averages() const { return averages_; }
+
+ private:
+  NamedTensors weights_;
+  NamedTensors averages_;
+  double decay_;
+};
+
+}  // namespace wt::train

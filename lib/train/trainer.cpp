@@ -1,0 +1,215 @@
+#include "train/trainer.hpp"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "data/loader.hpp"
+#include "data/shard.hpp"
+#include "dist/comm.hpp"
+#include "dist/reducer.hpp"
+#include "model/autocast.hpp"
+#include "model/safetensors.hpp"
+#include "model/wan_model.hpp"
+#include "model/weights.hpp"
+#include "train/ema.hpp"
+#include "train/flow_matching.hpp"
+#include "train/gradients.hpp"
+#include "train/loss_scaler.hpp"
+#include "train/lr_schedule.hpp"
+#include "util/error.hpp"
+
+namespace wt::train {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+at::ScalarType compute_dtype_of(const std::string& precision, const at::Device& device) {
+  if (precision == "fp32") return at::kFloat;
+  if (precision == "bf16") return at::kBFloat16;
+  if (!device.is_cuda())
+    throw UsageError("option --precision: fp16 needs CUDA devices (dynamic loss scaling); on CPU use bf16");
+  return at::kHalf;
+}
+
+data::DistributedSampler make_sampler(const TrainConfig& cfg, const Comm& comm, const data::Dataset& dataset) {
+  // One loader batch is this rank's whole step: B samples for each of the K micro-batches.
+  return data::DistributedSampler(dataset.shard_sizes(),
+                                  {comm.size(), comm.rank(), int64_t(cfg.batch_size) * cfg.grad_accum, cfg.seed,
+                                   !cfg.no_drop_last, cfg.shard_affinity});
+}
+
+}  // namespace
+
+struct Trainer::Impl {
+  model::WanModel model;
+  std::unique_ptr<Reducer> reducer;
+  std::unique_ptr<torch::optim::AdamW> optimizer;
+  std::unique_ptr<Ema> ema;
+  std::unique_ptr<LossScaler> scaler;  // fp16 only
+  std::unique_ptr<data::Loader> loader;
+  LrSchedule schedule;
+  FlowMatchingOptions flow;
+  model::WanConfig model_config;
+  bool communicate = true;
+
+  explicit Impl(model::WanConfig config) : model(std::move(config)) {}
+};
+
+Trainer::Trainer(const TrainConfig& cfg, Comm& comm, data::Dataset dataset, model::WanConfig model_config,
+                 TrainerOptions options)
+    : cfg_(cfg), comm_(comm), compute_dtype_(compute_dtype_of(cfg.precision, comm.device())) {
+  auto sampler = make_sampler(cfg, comm, dataset);
+  steps_per_epoch_ = sampler.batches_per_epoch();
+  total_steps_ = cfg.steps > 0 ? cfg.steps : cfg.epochs * steps_per_epoch_;
+  if (total_steps_ <= 0) throw UsageError("option --steps: give --steps N or --epochs N to train");
+
+  torch::manual_seed(cfg.seed);  // the same initial weights for the same --seed (rank 0's are broadcast anyway)
+  impl_ = std::make_unique<Impl>(model_config);
+  impl_->model_config = std::move(model_config);
+  impl_->communicate = options.communicate;
+  auto& model = impl_->model;
+  if (!cfg.init.empty()) model::load_weights(*model, cfg.init, model::LoadMode::Strict);
+  model->to(comm.device());
+  model->train();
+
+  std::vector<std::pair<std::string, at::Tensor>> named;
+  for (const auto& item : model->named_parameters(/*recurse=*/true)) named.emplace_back(item.key(), item.value());
+  ReducerOptions reducer_options;
+  reducer_options.bucket_bytes = static_cast<int64_t>(cfg.bucket_mb * (1 << 20));
+  reducer_options.allow_unused = cfg.allow_unused;
+  impl_->reducer = std::make_unique<Reducer>(comm, named, model->buffers(), reducer_options);
+
+  impl_->schedule = {peak_lr(), parse_schedule(cfg.schedule.c_str()), cfg.warmup_steps, total_steps_};
+  impl_->optimizer = std::make_unique<torch::optim::AdamW>(
+      model->parameters(), torch::optim::AdamWOptions(impl_->schedule.at(0))
+                               .betas({cfg.betas.beta1, cfg.betas.beta2})
+                               .weight_decay(cfg.weight_decay)
+                               .eps(1e-8));
+  if (cfg.ema_decay > 0) impl_->ema = std::make_unique<Ema>(named, cfg.ema_decay);
+  if (compute_dtype_ == at::kHalf) impl_->scaler = std::make_unique<LossScaler>();
+  impl_->flow = {parse_timestep_sampling(cfg.timestep_sampling), cfg.logit_mean, cfg.logit_std, cfg.shift};
+
+  // On GPU the loader hands over the stored dtype (half the bytes to copy for
+  // fp16 data) and the device converts; on CPU its thread converts, off the
+  // training thread's critical path.
+  data::LoaderOptions loader_options;
+  loader_options.prefetch = cfg.prefetch;
+  const auto& shape = dataset.shape();
+  loader_options.dtype = comm.device().is_cuda() && shape.latents == shape.text ? data::scalar_type(shape.latents)
+                                                                                 : at::kFloat;
+  impl_->loader = std::make_unique<data::Loader>(std::move(dataset), std::move(sampler), loader_options);
+}
+
+Trainer::~Trainer() = default;
+
+int64_t Trainer::effective_batch() const { return int64_t(cfg_.batch_size) * comm_.size() * cfg_.grad_accum; }
+double Trainer::peak_lr() const { return scaled_lr(cfg_.lr, effective_batch(), cfg_.scale_lr); }
+model::WanModelImpl& Trainer::model() { return *impl_->model; }
+const Ema* Trainer::ema() const { return impl_->ema.get(); }
+
+StepResult Trainer::step() {
+  auto& im = *impl_;
+  const auto step_start = Clock::now();
+  StepResult result;
+  StepTimes& t = result.times;
+  const auto device = comm_.device();
+  const int K = cfg_.grad_accum;
+  const int64_t B = cfg_.batch_size;
+  const double loss_scale = im.scaler ? im.scaler->scale() : 1.0;
+
+  auto phase = Clock::now();
+  const data::Batch batch = im.loader->next();
+  t.data += seconds_since(phase);
+  result.epoch = batch.position.epoch;
+
+  im.reducer->zero_grad();
+  auto loss_sum = torch::zeros({}, torch::dtype(torch::kFloat64).device(device));
+  for (int m = 0; m < K; ++m) {
+    phase = Clock::now();
+    const std::vector<int64_t> indices(batch.indices.begin() + m * B, batch.indices.begin() + (m + 1) * B);
+    const auto x0 = batch.latents.narrow(0, m * B, B).to(device, torch::kFloat32, /*non_blocking=*/true);
+    const auto context = batch.text_emb.narrow(0, m * B, B).to(device, torch::kFloat32, /*non_blocking=*/true);
+    const auto noisy = make_noisy_batch(x0, indices, cfg_.seed, step_, im.flow);
+    t.data += seconds_since(phase);
+
+    phase = Clock::now();
+    const bool sync = im.communicate && m == K - 1;
+    im.reducer->prepare_for_backward(sync);
+    at::Tensor loss;
+    {
+      model::AutocastScope autocast(compute_dtype_);
+      loss = flow_matching_loss(im.model->forward(noisy.x_t, noisy.timesteps, context), noisy.target);
+    }
+    t.forward += seconds_since(phase);
+
+    phase = Clock::now();
+    (loss * (loss_scale / K)).backward();
+    loss_sum += loss.detach().to(torch::kFloat64);
+    t.backward += seconds_since(phase);
+
+    // Waiting for the buckets backward did not finish, and the ranks'
+    // agreement on unused parameters: the communication left exposed.
+    phase = Clock::now();
+    im.reducer->finalize_backward();
+    if (sync) t.comm += seconds_since(phase);
+  }
+
+  // The loss averaged over ranks: what is logged, and (with the gradient
+  // norm, identical everywhere after the all-reduce) what decides a skip, so
+  // every rank decides alike.
+  auto mean_loss = loss_sum / K;
+  if (im.communicate) {
+    phase = Clock::now();
+    comm_.all_reduce(mean_loss, {ReduceOp::Avg});
+    t.comm += seconds_since(phase);
+  }
+  result.loss = mean_loss.item<double>();
+
+  phase = Clock::now();
+  const auto buffers = im.reducer->bucket_buffers();
+  if (im.scaler) scale_gradients(buffers, 1.0 / loss_scale);
+  result.grad_norm = global_norm(buffers);
+  result.lr = im.schedule.at(step_);
+  const bool finite = std::isfinite(result.loss) && std::isfinite(result.grad_norm);
+  if (finite) {
+    clip_to_norm(buffers, result.grad_norm, cfg_.clip);
+    for (auto& group : im.optimizer->param_groups())
+      static_cast<torch::optim::AdamWOptions&>(group.options()).lr(result.lr);
+    im.optimizer->step();
+    if (im.ema) im.ema->update();
+  } else {
+    result.skipped = true;
+    ++skipped_;
+    // An fp16 overflow is the loss scaler's business; anything else is news.
+    if (comm_.rank() == 0 && (!im.scaler || !std::isfinite(result.loss)))
+      spdlog::warn("step {}: non-finite {}; the step is skipped on every rank", step_ + 1,
+                   std::isfinite(result.loss) ? "gradient norm" : "loss");
+  }
+  if (im.scaler) im.scaler->update(finite);
+  t.optimizer = seconds_since(phase);
+
+  result.step = ++step_;
+  t.total = seconds_since(step_start);
+  return result;
+}
+
+void Trainer::save_weights(const std::string& directory) const {
+  if (comm_.rank() != 0) return;
+  std::filesystem::create_directories(directory);
+  model::save_weights(*impl_->model, directory + "/model.safetensors");
+  if (impl_->ema) model::write_safetensors(directory + "/ema.safetensors", impl_->ema->averages(), at::kFloat);
+  std::ofstream config(directory + "/model-config.json");
+  config << model::to_json(impl_->model_config) << '\n';
+  if (!config) throw Error(fmt::format("{}/model-config.json: cannot write", directory));
+}
+
+}  // namespace wt::train

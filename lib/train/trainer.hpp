@@ -1,0 +1,102 @@
+// Trainer: one optimizer step at a time, data-parallel over the Comm's ranks.
+//
+//   Loader (this rank's B*K samples) -> K micro-batches of B:
+//     flow-matching noise keyed by (seed, step, sample) -> WanModel under
+//     autocast -> loss / K -> backward, the Reducer all-reducing buckets as
+//     they fill (only on the last micro-batch)
+//   -> loss averaged over ranks -> global grad norm -> skip if non-finite
+//   -> clip -> AdamW at the scheduled rate -> EMA.
+//
+// The sampler gives rank r of W the per-rank batch B*K of global step k, so
+// the samples of a step, their noise, and therefore the averaged gradient do
+// not depend on how B, W and K split the effective batch: 1 rank with 2B,
+// 2 ranks with B and 1 rank with B and K = 2 take the same steps.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "data/dataset.hpp"
+#include "model/model_config.hpp"
+#include "train/train_config.hpp"
+
+namespace wt {
+class Comm;
+}
+namespace wt::model {
+class WanModelImpl;
+}
+
+namespace wt::train {
+
+class Ema;
+
+// Seconds of one step by phase. On GPU the phases are host time (kernels are
+// queued asynchronously); `total` is wall time to the end of the step.
+struct StepTimes {
+  double data = 0;       // waiting for the loader, copying and noising the batch
+  double forward = 0;
+  double backward = 0;   // including bucket all-reduces overlapped with it
+  double comm = 0;       // communication left exposed after backward, and the loss average
+  double optimizer = 0;  // norm, clip, AdamW, EMA
+  double total = 0;
+};
+
+struct StepResult {
+  int64_t step = 0;   // 1-based: the number of optimizer steps taken so far
+  int64_t epoch = 0;  // of this step's data
+  double loss = 0;    // averaged over ranks and micro-batches
+  double lr = 0;
+  double grad_norm = 0;  // before clipping
+  bool skipped = false;  // non-finite loss or gradient: no update on any rank
+  StepTimes times;
+};
+
+struct TrainerOptions {
+  // wanbench step sets this false to measure the step without gradient
+  // synchronisation (each rank then trains on its own gradients).
+  bool communicate = true;
+};
+
+class Trainer {
+ public:
+  // Builds the model (seeded by cfg.seed, or --init weights), broadcasts it
+  // from rank 0, and starts the loader. Throws UsageError for options that
+  // cannot run (no --steps/--epochs, fp16 without CUDA).
+  Trainer(const TrainConfig& cfg, Comm& comm, data::Dataset dataset, model::WanConfig model_config,
+          TrainerOptions options = {});
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  StepResult step();
+  bool done() const { return step_ >= total_steps_; }
+
+  int64_t steps_taken() const { return step_; }
+  int64_t total_steps() const { return total_steps_; }
+  int64_t steps_per_epoch() const { return steps_per_epoch_; }
+  int64_t effective_batch() const;
+  double peak_lr() const;
+  int64_t skipped_steps() const { return skipped_; }
+  at::ScalarType compute_dtype() const { return compute_dtype_; }
+  model::WanModelImpl& model();
+  const Ema* ema() const;
+  Comm& comm() { return comm_; }
+
+  // Rank 0 writes <dir>/model.safetensors (and ema.safetensors with EMA) and
+  // model-config.json: what wansample reads.
+  void save_weights(const std::string& directory) const;
+
+ private:
+  struct Impl;
+  const TrainConfig cfg_;
+  Comm& comm_;
+  at::ScalarType compute_dtype_;
+  int64_t step_ = 0, total_steps_ = 0, steps_per_epoch_ = 0, skipped_ = 0;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace wt::train

@@ -1,0 +1,306 @@
+// wantrain trains: whole jobs under mpiexec on small synthetic datasets, read
+// back through metrics.jsonl and the weights they write.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "../common/launch.hpp"
+#include "../common/shards.hpp"
+#include "data/shard.hpp"
+#include "model/model_config.hpp"
+#include "model/safetensors.hpp"
+
+namespace {
+
+using wt::testing::fresh;
+using wt::testing::Job;
+using wt::testing::launch;
+using wt::testing::mpi_command;
+using wt::testing::occurrences;
+using Json = nlohmann::json;
+
+// Guards against a hang only.
+constexpr double kHangGuardSeconds = 150;
+
+std::string tiny_config() { return std::string(WANTRAIN_SOURCE_DIR) + "/data/configs/wan-tiny.json"; }
+
+std::vector<Json> read_metrics(const std::string& dir) {
+  std::vector<Json> lines;
+  std::ifstream in(dir + "/metrics.jsonl");
+  for (std::string line; std::getline(in, line);) lines.push_back(Json::parse(line));
+  return lines;
+}
+std::vector<Json> training_lines(const std::string& dir) {
+  std::vector<Json> out;
+  for (auto& j : read_metrics(dir))
+    if (j.contains("loss")) out.push_back(j);
+  return out;
+}
+std::vector<Json> validation_lines(const std::string& dir) {
+  std::vector<Json> out;
+  for (auto& j : read_metrics(dir))
+    if (j.contains("val_loss")) out.push_back(j);
+  return out;
+}
+
+// Where train() put the output of run `name` (fresh() would empty it).
+std::string run_dir(const std::string& name) {
+  return (std::filesystem::path(::testing::TempDir()) / ("launch-" + name)).string();
+}
+
+double relative(double a, double b) { return std::abs(a - b) / std::max(std::abs(b), 1e-30); }
+
+// |a - b| / |b| over all tensors of two weight files together (relative to
+// the whole model: zero-initialised biases alone have no scale to be
+// relative to, and Adam's normalised steps move them by ~lr whatever their
+// gradient's size).
+double weights_difference(const std::string& a_path, const std::string& b_path) {
+  const auto a = wt::model::SafetensorsFile::open(a_path), b = wt::model::SafetensorsFile::open(b_path);
+  EXPECT_EQ(a.entries().size(), b.entries().size());
+  double diff = 0, norm = 0;
+  for (const auto& entry : a.entries()) {
+    const auto* other = b.find(entry.name);
+    EXPECT_NE(other, nullptr) << entry.name;
+    if (!other) continue;
+    const auto x = a.read(entry).to(torch::kFloat64), y = b.read(*other).to(torch::kFloat64);
+    diff += (x - y).square().sum().item<double>();
+    norm += y.square().sum().item<double>();
+  }
+  return std::sqrt(diff / std::max(norm, 1e-300));
+}
+
+class Train : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    data_ = fresh("train-data");
+    const Job synth = launch(std::string(WANTRAIN_WANDATA) + " synth --out " + data_ +
+                             " --samples 32 --shards 2 --frames 1 --size 8x8 --text-len 16 --text-dim 64 --seed 5");
+    ASSERT_EQ(synth.status, 0) << synth.output;
+  }
+
+  // wantrain on `ranks` ranks with the common options and `options`; its output dir is fresh(name).
+  static Job train(int ranks, const std::string& name, const std::string& options) {
+    const Job job = launch(mpi_command(ranks, WANTRAIN_WANTRAIN,
+                                       "--model-config " + tiny_config() + " --data " + data_ + " --output-dir " +
+                                           fresh(name) + " --seed 7 --threads 1 --backend mpi " + options));
+    EXPECT_LT(job.seconds, kHangGuardSeconds);
+    return job;
+  }
+
+  static std::string data_;
+};
+std::string Train::data_;
+
+// 1 rank x batch 4, 2 ranks x batch 2 and 1 rank x batch 2 x 2 accumulation
+// steps are the same optimisation: same samples, noise and averaged gradient.
+TEST_F(Train, WorldSizeBatchAndAccumulationSplitsGiveTheSameRun) {
+  const std::string common =
+      "--steps 20 --log-every 1 --lr 1e-3 --schedule cosine --warmup-steps 3 --clip 0.5 --ema-decay 0.9 ";
+  const Job one = train(1, "inv-1x4", common + "--batch-size 4");
+  const Job two = train(2, "inv-2x2", common + "--batch-size 2");
+  const Job accum = train(1, "inv-1x2x2", common + "--batch-size 2 --grad-accum 2");
+  ASSERT_EQ(one.status, 0) << one.output;
+  ASSERT_EQ(two.status, 0) << two.output;
+  ASSERT_EQ(accum.status, 0) << accum.output;
+
+  const auto reference = training_lines(run_dir("inv-1x4"));
+  ASSERT_EQ(reference.size(), 20u);
+  for (const std::string other : {"inv-2x2", "inv-1x2x2"}) {
+    const auto lines = training_lines(run_dir(other));
+    ASSERT_EQ(lines.size(), 20u) << other;
+    for (size_t i = 0; i < lines.size(); ++i) {
+      EXPECT_EQ(lines[i]["step"], i + 1);
+      EXPECT_LT(relative(lines[i]["loss"], reference[i]["loss"]), 1e-5) << other << " step " << i + 1;
+      EXPECT_LT(relative(lines[i]["grad_norm"], reference[i]["grad_norm"]), 1e-5) << other << " step " << i + 1;
+    }
+    EXPECT_LT(weights_difference(run_dir(other) + "/model.safetensors", run_dir("inv-1x4") + "/model.safetensors"), 1e-5)
+        << other;
+    EXPECT_LT(weights_difference(run_dir(other) + "/ema.safetensors", run_dir("inv-1x4") + "/ema.safetensors"), 1e-5)
+        << other;
+  }
+
+  // The schedule as documented: linear warm-up to 1e-3 over 3 steps, then a
+  // cosine to 0 over the remaining 17.
+  for (int s = 1; s <= 20; ++s) {
+    const double expected = s <= 3 ? 1e-3 * s / 3 : 0.5e-3 * (1 + std::cos(M_PI * (s - 1 - 3) / 17.0));
+    EXPECT_NEAR(reference[s - 1]["lr"].get<double>(), expected, 1e-12) << "step " << s;
+  }
+  // Training moved the weights away from the EMA's slower average.
+  EXPECT_GT(weights_difference(run_dir("inv-1x4") + "/model.safetensors", run_dir("inv-1x4") + "/ema.safetensors"), 1e-4);
+}
+
+TEST_F(Train, TheSameCommandTwiceGivesTheSameLossTrace) {
+  const std::string options = "--steps 6 --log-every 1 --batch-size 2 --lr 1e-3";
+  const Job first = train(2, "twice-a", options), second = train(2, "twice-b", options);
+  ASSERT_EQ(first.status, 0) << first.output;
+  ASSERT_EQ(second.status, 0) << second.output;
+  const auto a = training_lines(run_dir("twice-a")), b = training_lines(run_dir("twice-b"));
+  ASSERT_EQ(a.size(), 6u);
+  ASSERT_EQ(b.size(), 6u);
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i]["loss"].get<double>(), b[i]["loss"].get<double>());
+  EXPECT_EQ(weights_difference(run_dir("twice-a") + "/model.safetensors", run_dir("twice-b") + "/model.safetensors"), 0);
+}
+
+TEST_F(Train, TwoRankRunLearnsAndReportsFromRankZeroOnly) {
+  const Job job = train(2, "learns", "--steps 60 --log-every 10 --batch-size 4 --lr 3e-3 --warmup-steps 5");
+  ASSERT_EQ(job.status, 0) << job.output;
+  const std::string dir = run_dir("learns");
+  const auto lines = training_lines(dir);
+  ASSERT_EQ(lines.size(), 6u);
+  // Mean loss of steps 51-60 well below that of steps 1-10.
+  EXPECT_LT(lines.back()["loss"].get<double>(), 0.7 * lines.front()["loss"].get<double>()) << job.output;
+  for (const char* key : {"step", "epoch", "loss", "lr", "grad_norm", "samples_per_s", "step_s", "data_s",
+                          "forward_s", "backward_s", "comm_s", "optimizer_s", "skipped_steps", "eta_s"})
+    EXPECT_TRUE(lines.front().contains(key)) << key;
+  // 32 samples, global batch 8: 4 steps per epoch, so step 60 is in epoch 14.
+  EXPECT_EQ(lines.back()["epoch"], 14);
+  EXPECT_EQ(lines.back()["skipped_steps"], 0);
+
+  // One line per logged step, from rank 0 only, with the step-time split.
+  EXPECT_EQ(occurrences(job.output, "step 10/60  epoch 2  loss "), 1u) << job.output;
+  EXPECT_EQ(occurrences(job.output, " = data "), 6u) << job.output;
+  EXPECT_EQ(occurrences(job.output, "resolved configuration"), 1u) << job.output;
+  EXPECT_EQ(occurrences(job.output, "trained 60 steps in "), 1u) << job.output;
+  EXPECT_EQ(occurrences(job.output, "[rank 1/2"), 0u) << job.output;
+  EXPECT_NE(job.output.find("optimizer: AdamW, lr 0.003, constant schedule, 5 warm-up steps, precision fp32"),
+            std::string::npos)
+      << job.output;
+  EXPECT_NE(job.output.find("steps: 60\n"), std::string::npos) << job.output;
+  EXPECT_TRUE(std::filesystem::exists(dir + "/model.safetensors"));
+  EXPECT_TRUE(std::filesystem::exists(dir + "/model-config.json"));
+  EXPECT_FALSE(std::filesystem::exists(dir + "/ema.safetensors"));
+}
+
+TEST_F(Train, ValidationLossOnTwoRanksEqualsOneRank) {
+  const std::string val = fresh("val-data");
+  const Job synth = launch(std::string(WANTRAIN_WANDATA) + " synth --out " + val +
+                           " --samples 5 --shards 1 --frames 1 --size 8x8 --text-len 16 --text-dim 64 --seed 11");
+  ASSERT_EQ(synth.status, 0) << synth.output;
+  const std::string common = "--steps 3 --val-every 2 --lr 1e-3 --val-data " + val + " ";
+  const Job one = train(1, "val-1", common + "--batch-size 4");
+  const Job two = train(2, "val-2", common + "--batch-size 2");
+  ASSERT_EQ(one.status, 0) << one.output;
+  ASSERT_EQ(two.status, 0) << two.output;
+  const auto a = validation_lines(run_dir("val-1")), b = validation_lines(run_dir("val-2"));
+  // Every --val-every steps and at the end.
+  ASSERT_EQ(a.size(), 2u);
+  ASSERT_EQ(b.size(), 2u);
+  EXPECT_EQ(a[0]["step"], 2);
+  EXPECT_EQ(a[1]["step"], 3);
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i]["step"], b[i]["step"]);
+    EXPECT_LT(relative(b[i]["val_loss"], a[i]["val_loss"]), 1e-5);
+  }
+  EXPECT_NE(a[0]["val_loss"].get<double>(), a[1]["val_loss"].get<double>());  // the model changed in between
+  EXPECT_EQ(occurrences(two.output, "step 2  validation loss "), 1u) << two.output;
+}
+
+TEST_F(Train, NonFiniteLossSkipsTheStepOnEveryRank) {
+  // 16 samples in the wan-tiny shape, sample 5 holding a NaN.
+  const std::string dir = wt::testing::fresh_directory("train-nan-data");
+  wt::data::SampleShape s;
+  s.channels = 16, s.frames = 1, s.height = 8, s.width = 8, s.text_len = 16, s.text_dim = 64;
+  {
+    wt::data::ShardWriter writer(dir + "/shard-00000.h5", s, 16, false);
+    for (int64_t row = 0; row < 16; ++row) {
+      auto latents = wt::testing::expected_latents(s, 1, row);
+      if (row == 5) latents[0][0][3][3] = std::nan("");
+      writer.write(row, latents, wt::testing::expected_text(s, 1, row), wt::testing::expected_text_len(s, row));
+    }
+  }
+  // Global batch 4: 4 steps per epoch, so 8 steps meet sample 5 twice.
+  const Job job = launch(mpi_command(2, WANTRAIN_WANTRAIN,
+                                     "--model-config " + tiny_config() + " --data " + dir + " --output-dir " +
+                                         fresh("nan-run") + " --steps 8 --log-every 4 --batch-size 2 --threads 1"));
+  ASSERT_EQ(job.status, 0) << job.output;
+  EXPECT_EQ(occurrences(job.output, "non-finite loss; the step is skipped on every rank"), 2u) << job.output;
+  const auto lines = training_lines(run_dir("nan-run"));
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines.back()["skipped_steps"], 2);
+  const auto weights = wt::model::SafetensorsFile::open(run_dir("nan-run") + "/model.safetensors");
+  for (const auto& entry : weights.entries())
+    EXPECT_TRUE(torch::isfinite(weights.read(entry)).all().item<bool>()) << entry.name;
+}
+
+TEST_F(Train, EpochsCountWholePassesOverTheData) {
+  // 32 samples, 2 ranks x 2 x 2 accumulation = 8 per step: 4 steps per epoch.
+  const Job job = train(2, "epochs", "--epochs 2 --log-every 1 --batch-size 2 --grad-accum 2");
+  ASSERT_EQ(job.status, 0) << job.output;
+  const auto lines = training_lines(run_dir("epochs"));
+  ASSERT_EQ(lines.size(), 8u);
+  EXPECT_EQ(lines[3]["epoch"], 0);
+  EXPECT_EQ(lines[4]["epoch"], 1);
+  EXPECT_NE(job.output.find("steps: 8 (2 epochs)"), std::string::npos) << job.output;
+}
+
+TEST_F(Train, OptionsThatCannotTrainAreOneLineAndStatus2) {
+  const struct {
+    std::string options, line;
+  } cases[] = {
+      {"--steps 2 --precision fp16", "error: option --precision: fp16 needs CUDA devices (dynamic loss scaling); "
+                                     "on CPU use bf16"},
+      {"", "error: option --steps: give --steps N or --epochs N to train"},
+      {"--steps 2 --resume auto", "error: option --resume: checkpoints are not in this build yet (issue #6)"},
+  };
+  for (const auto& c : cases) {
+    const Job job = train(2, "bad", c.options);
+    EXPECT_EQ(job.status, 2) << c.options << "\n" << job.output;
+    EXPECT_EQ(occurrences(job.output, c.line), 1u) << c.options << "\n" << job.output;
+  }
+  const Job no_data = launch(mpi_command(2, WANTRAIN_WANTRAIN, "--model-config " + tiny_config() + " --steps 2"));
+  EXPECT_EQ(no_data.status, 2) << no_data.output;
+  EXPECT_EQ(occurrences(no_data.output, "error: option --data: a training dataset is needed (or --dry-run)"), 1u)
+      << no_data.output;
+}
+
+TEST_F(Train, Bf16AutocastComputesInBf16) {
+  const std::string options = "--steps 4 --log-every 1 --batch-size 2 --precision ";
+  const Job bf16 = train(2, "bf16", options + "bf16"), fp32 = train(2, "fp32", options + "fp32");
+  ASSERT_EQ(bf16.status, 0) << bf16.output;
+  ASSERT_EQ(fp32.status, 0) << fp32.output;
+  const auto a = training_lines(run_dir("bf16")), b = training_lines(run_dir("fp32"));
+  ASSERT_EQ(a.size(), 4u);
+  ASSERT_EQ(b.size(), 4u);
+  // The same start; bf16 products round differently, so the gradients and
+  // the weights drift apart, but only at bf16's precision (8 mantissa bits).
+  // (Wan's head starts at zero, so the first prediction is 0 in any precision.)
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_LT(relative(a[i]["loss"], b[i]["loss"]), 2e-2) << "step " << i + 1;
+  const double drift = weights_difference(run_dir("bf16") + "/model.safetensors", run_dir("fp32") + "/model.safetensors");
+  EXPECT_GT(drift, 1e-7);
+  EXPECT_LT(drift, 1e-2);
+}
+
+}  // namespace
+
+namespace {
+
+TEST(WanbenchStep, ReportsTheStepWithAndWithoutCommunicationAndTheSync) {
+  const Job job = launch(mpi_command(2, WANTRAIN_WANBENCH,
+                                     "step --json --model-config " + tiny_config() +
+                                         " --size 8x8 --batch-size 2 --iters 2 --warmup 1 --sync-iters 2 --threads 1"));
+  ASSERT_EQ(job.status, 0) << job.output;
+  const auto report = Json::parse(job.output.substr(job.output.find('{')));
+  EXPECT_EQ(report["ranks"], 2);
+  EXPECT_EQ(report["parameters"], wt::model::parameter_count(wt::model::load_model_config(tiny_config())));
+  EXPECT_EQ(report["sync"]["bytes"].get<double>(), 4.0 * report["parameters"].get<double>());
+  for (const char* variant : {"with_reducer", "comm_skipped"}) {
+    const auto& v = report[variant];
+    EXPECT_GT(v["step_s"].get<double>(), 0) << variant;
+    // The phases are parts of the step.
+    EXPECT_LE(v["data_s"].get<double>() + v["forward_s"].get<double>() + v["backward_s"].get<double>() +
+                  v["comm_s"].get<double>() + v["optimizer_s"].get<double>(),
+              v["step_s"].get<double>() * 1.0001)
+        << variant;
+    EXPECT_NEAR(v["samples_per_s"].get<double>(), 4 / v["step_s"].get<double>(), 1e-9) << variant;
+  }
+  EXPECT_NEAR(report["exposed_comm_s"].get<double>(),
+              report["with_reducer"]["step_s"].get<double>() - report["comm_skipped"]["step_s"].get<double>(), 1e-12);
+  EXPECT_EQ(report["comm_skipped"]["comm_s"].get<double>(), 0.0);  // nothing was communicated
+}
+
+}  // namespace

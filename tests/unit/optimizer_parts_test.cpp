@@ -1,0 +1,82 @@
+// The pieces of an optimizer step around AdamW: LR schedule and scaling,
+// gradient norm and clipping, EMA, dynamic loss scaling.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+
+#include "train/ema.hpp"
+#include "train/gradients.hpp"
+#include "train/loss_scaler.hpp"
+#include "train/lr_schedule.hpp"
+#include "util/error.hpp"
+
+using namespace wt::train;
+
+TEST(LrSchedule, WarmUpRisesLinearlyToThePeak) {
+  const LrSchedule s{0.4, Schedule::Constant, 4, 100};
+  EXPECT_DOUBLE_EQ(s.at(0), 0.1);
+  EXPECT_DOUBLE_EQ(s.at(1), 0.2);
+  EXPECT_DOUBLE_EQ(s.at(3), 0.4);
+  EXPECT_DOUBLE_EQ(s.at(4), 0.4);
+  EXPECT_DOUBLE_EQ(s.at(99), 0.4);
+}
+
+TEST(LrSchedule, CosineFallsFromThePeakToZeroAtTheLastStep) {
+  const LrSchedule s{1.0, Schedule::Cosine, 10, 110};  // 100 decay steps after warm-up
+  EXPECT_DOUBLE_EQ(s.at(10), 1.0);
+  EXPECT_NEAR(s.at(60), 0.5, 1e-12);  // half way: cos(pi/2) = 0
+  EXPECT_NEAR(s.at(35), 0.5 * (1 + std::cos(M_PI / 4)), 1e-12);
+  EXPECT_NEAR(s.at(110), 0.0, 1e-12);
+  for (int64_t step = 11; step < 110; ++step) EXPECT_LT(s.at(step), s.at(step - 1));
+}
+
+TEST(LrSchedule, ScalingRuleMultipliesByTheEffectiveBatch) {
+  EXPECT_DOUBLE_EQ(scaled_lr(1e-4, 64, true), 6.4e-3);
+  EXPECT_DOUBLE_EQ(scaled_lr(1e-4, 64, false), 1e-4);
+  EXPECT_THROW(parse_schedule("linear"), wt::UsageError);
+}
+
+TEST(Gradients, GlobalNormAndClippingAcrossBuffers) {
+  auto a = torch::tensor({3.0f, 0.0f}), b = torch::tensor({4.0f});
+  EXPECT_DOUBLE_EQ(global_norm({a, b}), 5.0);
+  clip_to_norm({a, b}, 5.0, 10.0);  // under the limit: untouched
+  EXPECT_EQ(a[0].item<float>(), 3.0f);
+  clip_to_norm({a, b}, 5.0, 1.0);  // scaled by 1/(5 + 1e-6)
+  EXPECT_NEAR(global_norm({a, b}), 1.0, 1e-6);
+  EXPECT_NEAR(a[0].item<float>() / b[0].item<float>(), 0.75, 1e-6);  // direction kept
+  clip_to_norm({a, b}, 5.0, 0.0);  // 0: off
+  EXPECT_NEAR(global_norm({a, b}), 1.0, 1e-6);
+  EXPECT_TRUE(std::isnan(global_norm({torch::tensor({1.0f, NAN})})));
+  EXPECT_TRUE(std::isinf(global_norm({torch::tensor({INFINITY})})));
+}
+
+TEST(Ema, AveragesTowardsTheWeightsByTheDecay) {
+  auto w = torch::full({2}, 1.0);
+  Ema ema({{"w", w}}, 0.9);
+  w.fill_(11.0);
+  ema.update();  // 0.9 * 1 + 0.1 * 11 = 2
+  EXPECT_NEAR(ema.averages()[0].second[0].item<float>(), 2.0, 1e-6);
+  ema.update();  // 0.9 * 2 + 0.1 * 11 = 2.9
+  EXPECT_NEAR(ema.averages()[0].second[1].item<float>(), 2.9, 1e-6);
+  EXPECT_EQ(ema.averages()[0].first, "w");
+  EXPECT_EQ(ema.averages()[0].second.scalar_type(), torch::kFloat32);
+}
+
+TEST(LossScaler, HalvesOnOverflowAndDoublesAfterAnIntervalOfGoodSteps) {
+  LossScaler scaler({/*initial*/ 1024, /*growth*/ 2, /*backoff*/ 0.5, /*interval*/ 3});
+  scaler.update(false);
+  EXPECT_EQ(scaler.scale(), 512);
+  scaler.update(true);
+  scaler.update(true);
+  EXPECT_EQ(scaler.scale(), 512);
+  scaler.update(true);  // third good step in a row
+  EXPECT_EQ(scaler.scale(), 1024);
+  scaler.update(true);
+  scaler.update(false);  // resets the run of good steps
+  scaler.update(true);
+  scaler.update(true);
+  EXPECT_EQ(scaler.scale(), 512);
+  for (int i = 0; i < 20; ++i) scaler.update(false);
+  EXPECT_EQ(scaler.scale(), 1);  // never below 1
+}
