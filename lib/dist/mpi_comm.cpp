@@ -55,6 +55,23 @@ void in_chunks(int64_t n, int64_t max_count, Fn fn) {
   } while (offset < n);
 }
 
+// Waits for `request` without holding a core: the worker thread shares the
+// rank's cores with the compute threads, and a blocking MPI call would spin
+// on one while the peers are still computing. Polls back-to-back first (a
+// small collective completes within microseconds), then sleeps between
+// polls, longer the longer it waits (up to 50 us: a late bucket is late by
+// at most that much). Large transfers progress inside MPI_Test.
+void wait_yielding(MPI_Request& request) {
+  int done = 0;
+  for (int i = 0; i < 64 && !done; ++i) MPI_CHECK(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
+  auto pause = std::chrono::microseconds(5);
+  while (!done) {
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(50));
+    MPI_CHECK(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
+  }
+}
+
 }  // namespace
 
 MPI_Datatype mpi_datatype(at::ScalarType dtype) {
@@ -179,7 +196,9 @@ WorkPtr MpiComm::all_reduce_async(const at::Tensor& tensor, const AllReduceOptio
                    char* base = static_cast<char*>(tensor.data_ptr());
                    const int64_t item = tensor.element_size();
                    in_chunks(tensor.numel(), chunk_elements(tensor), [&](int64_t offset, int count) {
-                     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, base + offset * item, count, type, op, comm_));
+                     MPI_Request request;
+                     MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, base + offset * item, count, type, op, comm_, &request));
+                     wait_yielding(request);
                    });
                    if (average) tensor.detach().div_(size_);  // detach: grad mode is on in this thread
                  });

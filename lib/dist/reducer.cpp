@@ -48,7 +48,7 @@ struct Reducer::State {
     while (next_bucket < buckets.size() && buckets[next_bucket].pending == 0) launch(buckets[next_bucket++]);
   }
   void launch(Bucket& b) {
-    b.work = comm.all_reduce_async(b.buffer, {ReduceOp::Avg});
+    b.work = comm.all_reduce_async(b.buffer, {options.average ? ReduceOp::Avg : ReduceOp::Sum});
     ++issued;
   }
   void on_gradient(size_t index) {

@@ -86,6 +86,7 @@ Trainer::Trainer(const TrainConfig& cfg, Comm& comm, data::Dataset dataset, mode
   ReducerOptions reducer_options;
   reducer_options.bucket_bytes = static_cast<int64_t>(cfg.bucket_mb * (1 << 20));
   reducer_options.allow_unused = cfg.allow_unused;
+  reducer_options.average = false;  // the loss is divided by the world size: the gradient's sum is the mean
   impl_->reducer = std::make_unique<Reducer>(comm, named, model->buffers(), reducer_options);
 
   impl_->schedule = {peak_lr(), parse_schedule(cfg.schedule.c_str()), cfg.warmup_steps, total_steps_};
@@ -152,7 +153,7 @@ StepResult Trainer::step() {
     t.forward += seconds_since(phase);
 
     phase = Clock::now();
-    (loss * (loss_scale / K)).backward();
+    (loss * (loss_scale / (K * comm_.size()))).backward();
     loss_sum += loss.detach().to(torch::kFloat64);
     t.backward += seconds_since(phase);
 

@@ -151,7 +151,7 @@ TEST(Launch, DryRunDescribesTheDatasetAndItsEpochOnEveryRank) {
   EXPECT_NE(job.output.find("data: " + dir + " (3 shards, 21 samples), latents [N,16,1,32,32] float32"),
             std::string::npos)
       << job.output;
-  EXPECT_NE(job.output.find(std::to_string(per_epoch) + " batches per epoch per rank; " +
+  EXPECT_NE(job.output.find(std::to_string(per_epoch) + " steps per epoch; " +
                             std::to_string(per_epoch * 4 * kRanks) + " samples per epoch (" +
                             std::to_string(21 - per_epoch * 4 * kRanks) + " dropped)"),
             std::string::npos)
