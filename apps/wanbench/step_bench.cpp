@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <tuple>
 #include <filesystem>
@@ -29,7 +30,7 @@ namespace {
 struct StepBenchConfig {
   std::string config_file, model_config, size = "16x16", precision = "fp32";
   int64_t batch = 2, frames = 1;
-  int grad_accum = 1, iters = 10, warmup = 2, threads = 0, sync_iters = 10;
+  int grad_accum = 1, iters = 10, warmup = 2, rounds = 3, threads = 0, sync_iters = 10;
   double bucket_mb = 25;
   bool json = false;
 };
@@ -68,10 +69,9 @@ struct ScratchDataset {
   }
 };
 
-// Mean step time and split over `iters` steps after `warmup`, averaged over
-// ranks (so the phases still add up to no more than the step).
-train::StepTimes time_steps(const World& world, train::Trainer& trainer, int warmup, int iters) {
-  for (int i = 0; i < warmup; ++i) trainer.step();
+// Mean step time and split over `iters` steps, averaged over ranks (so the
+// phases still add up to no more than the step).
+train::StepTimes time_steps(const World& world, train::Trainer& trainer, int iters) {
   world.barrier();
   train::StepTimes sum;
   for (int i = 0; i < iters; ++i) {
@@ -104,7 +104,8 @@ int run_step_bench(World& world, int argc, char** argv) {
       .add("size", &c.size, "latent HxW")
       .choice("precision", &c.precision, {"fp32", "bf16"}, "fp32, or bf16 autocast")
       .add("bucket-mb", &c.bucket_mb, "Reducer bucket size in MiB")
-      .add("iters", &c.iters, "timed steps of each variant")
+      .add("iters", &c.iters, "timed steps of each variant per round")
+      .add("rounds", &c.rounds, "alternating rounds of both variants (the median round is reported)")
       .add("warmup", &c.warmup, "untimed steps first")
       .add("sync-iters", &c.sync_iters, "timed whole-model gradient syncs")
       .add("threads", &c.threads, "CPU threads per rank (0: the node's cores shared among its ranks)")
@@ -116,8 +117,8 @@ int run_step_bench(World& world, int argc, char** argv) {
     outcome = options.parse(argc, argv);
     if (outcome != OptionSet::Outcome::Run) return;
     if (c.model_config.empty()) throw UsageError("option --model-config: the model config is required");
-    if (c.iters < 1 || c.warmup < 0 || c.batch < 1 || c.frames < 1 || c.grad_accum < 1 || c.sync_iters < 1)
-      throw UsageError("options --iters, --sync-iters, --batch-size, --grad-accum, --frames: must be at least 1 "
+    if (c.iters < 1 || c.rounds < 1 || c.warmup < 0 || c.batch < 1 || c.frames < 1 || c.grad_accum < 1 || c.sync_iters < 1)
+      throw UsageError("options --iters, --rounds, --sync-iters, --batch-size, --grad-accum, --frames: must be at least 1 "
                        "(--warmup at least 0)");
     std::tie(height, width) = parse_height_width(c.size, "size");
     config = model::load_model_config(c.model_config);
@@ -134,7 +135,7 @@ int run_step_bench(World& world, int argc, char** argv) {
   cfg.precision = c.precision;
   cfg.bucket_mb = c.bucket_mb;
   cfg.threads = c.threads;
-  cfg.steps = c.warmup + c.iters;
+  cfg.steps = c.warmup + c.iters * c.rounds;
   torch::set_num_threads(threads_per_rank(cfg, world.local_size()));
   auto comm = make_comm(world, Backend::Mpi, {});
 
@@ -142,15 +143,24 @@ int run_step_bench(World& world, int argc, char** argv) {
   shape.channels = config.in_dim, shape.frames = c.frames, shape.height = height, shape.width = width;
   shape.text_len = config.text_len, shape.text_dim = config.text_dim;
   const int64_t samples_per_step = c.batch * c.grad_accum * world.size();
-  const ScratchDataset scratch(world, shape, samples_per_step * (c.warmup + c.iters));
+  const ScratchDataset scratch(world, shape, samples_per_step * (c.warmup + c.iters * c.rounds));
   cfg.data = scratch.directory;
 
-  auto measure = [&](bool communicate) {
-    train::Trainer trainer(cfg, *comm, data::Dataset::open(cfg.data), config, {communicate});
-    return time_steps(world, trainer, c.warmup, c.iters);
+  // Both variants side by side, alternating in rounds so that both see the
+  // same machine; each reports its round with the median step time.
+  train::Trainer synced(cfg, *comm, data::Dataset::open(cfg.data), config, {true});
+  train::Trainer local(cfg, *comm, data::Dataset::open(cfg.data), config, {false});
+  for (int i = 0; i < c.warmup; ++i) synced.step(), local.step();
+  std::vector<train::StepTimes> with_rounds, without_rounds;
+  for (int round = 0; round < c.rounds; ++round) {
+    with_rounds.push_back(time_steps(world, synced, c.iters));
+    without_rounds.push_back(time_steps(world, local, c.iters));
+  }
+  auto median = [](std::vector<train::StepTimes> v) {
+    std::sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.total < b.total; });
+    return v[v.size() / 2];
   };
-  const auto with = measure(true);
-  const auto without = measure(false);
+  const auto with = median(with_rounds), without = median(without_rounds);
   const double exposed = with.total - without.total;
 
   // Whole-model gradient sync: a backward whose gradients cost next to
@@ -254,6 +264,10 @@ int run_step_bench(World& world, int argc, char** argv) {
                t.forward, t.backward, t.comm, t.optimizer, double(samples_per_step) / t.total);
   fmt::print("  exposed communication: {:.4f} s = {:.1f}% of the step (goal <= 10%)\n", exposed,
              100 * exposed / with.total);
+  if (world.size() == 1) {
+    fmt::print("  gradient sync: nothing to synchronise on one rank\n");
+    return kExitOk;
+  }
   fmt::print("  gradient sync of {:.2f} MB: Reducer {:.2f} ms ({:.2f} GB/s busbw), MPI_Allreduce {:.2f} ms "
              "({:.2f} GB/s): {:.0f}% of raw MPI (goal >= 85%)\n",
              bytes / 1e6, reducer_s * 1e3, bytes / reducer_s * bus / 1e9, raw_s * 1e3, bytes / raw_s * bus / 1e9,

@@ -55,20 +55,22 @@ void in_chunks(int64_t n, int64_t max_count, Fn fn) {
   } while (offset < n);
 }
 
-// Waits for `request` without holding a core: the worker thread shares the
-// rank's cores with the compute threads, and a blocking MPI call would spin
-// on one while the peers are still computing. Polls back-to-back first (a
-// small collective completes within microseconds), then sleeps between
-// polls, longer the longer it waits (up to 50 us: a late bucket is late by
-// at most that much). Large transfers progress inside MPI_Test.
-void wait_yielding(MPI_Request& request) {
+// Waits for `request` without holding a core while the rank computes: the
+// worker thread shares the rank's cores with the compute threads (backward
+// runs while buckets are reduced), and a blocking MPI call would spin on one
+// while the peers are still computing. So unless a thread is waiting for the
+// result (nothing else to run), it sleeps between polls, longer the longer it
+// waits (up to 50 us: a bucket finishes at most that late). Transfers
+// progress inside MPI_Test.
+void wait_for(MPI_Request& request, const std::atomic<int>& waiters) {
   int done = 0;
-  for (int i = 0; i < 64 && !done; ++i) MPI_CHECK(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
   auto pause = std::chrono::microseconds(5);
-  while (!done) {
+  for (int polls = 0;; ++polls) {
+    MPI_CHECK(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
+    if (done) return;
+    if (polls < 64 || waiters.load(std::memory_order_relaxed) > 0) continue;  // small ops finish at once
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::microseconds(50));
-    MPI_CHECK(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
   }
 }
 
@@ -92,8 +94,14 @@ MPI_Datatype mpi_datatype(at::ScalarType dtype) {
 
 class MpiComm::MpiWork final : public Work {
  public:
-  explicit MpiWork(std::vector<at::Tensor> keep_alive) : keep_alive_(std::move(keep_alive)) {}
+  MpiWork(std::vector<at::Tensor> keep_alive, std::shared_ptr<std::atomic<int>> waiters)
+      : keep_alive_(std::move(keep_alive)), waiters_(std::move(waiters)) {}
   void wait() override {
+    ++*waiters_;
+    struct Leave {
+      std::atomic<int>& waiters;
+      ~Leave() { --waiters; }
+    } leave{*waiters_};
     std::unique_lock<std::mutex> lock(mutex_);
     done_cv_.wait(lock, [this] { return done_.load(); });
   }
@@ -109,6 +117,7 @@ class MpiComm::MpiWork final : public Work {
 
  private:
   std::vector<at::Tensor> keep_alive_;
+  std::shared_ptr<std::atomic<int>> waiters_;
   std::mutex mutex_;
   std::condition_variable done_cv_;
   std::atomic<bool> done_{false};
@@ -161,7 +170,7 @@ void MpiComm::worker_loop() {
 }
 
 WorkPtr MpiComm::enqueue(std::string description, std::vector<at::Tensor> keep_alive, std::function<void()> run) {
-  auto work = std::make_shared<MpiWork>(std::move(keep_alive));
+  auto work = std::make_shared<MpiWork>(std::move(keep_alive), waiters_);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     queue_.push_back({std::move(description), std::move(run), work});
@@ -198,7 +207,7 @@ WorkPtr MpiComm::all_reduce_async(const at::Tensor& tensor, const AllReduceOptio
                    in_chunks(tensor.numel(), chunk_elements(tensor), [&](int64_t offset, int count) {
                      MPI_Request request;
                      MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, base + offset * item, count, type, op, comm_, &request));
-                     wait_yielding(request);
+                     wait_for(request, *waiters_);
                    });
                    if (average) tensor.detach().div_(size_);  // detach: grad mode is on in this thread
                  });

@@ -17,6 +17,7 @@
 
 #include <mpi.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -83,6 +84,10 @@ class MpiComm final : public Comm {
   std::uint64_t next_seq_ = 0;
   HalfReduceOps half_ops_;
   Watchdog watchdog_;
+
+  // Threads blocked in Work::wait(): while there are some, nothing else is
+  // computing on this rank and the worker polls MPI without pausing.
+  std::shared_ptr<std::atomic<int>> waiters_ = std::make_shared<std::atomic<int>>(0);
 
   std::mutex mutex_;
   std::condition_variable wake_;

@@ -282,7 +282,7 @@ namespace {
 TEST(WanbenchStep, ReportsTheStepWithAndWithoutCommunicationAndTheSync) {
   const Job job = launch(mpi_command(2, WANTRAIN_WANBENCH,
                                      "step --json --model-config " + tiny_config() +
-                                         " --size 8x8 --batch-size 2 --iters 2 --warmup 1 --sync-iters 2 --threads 1"));
+                                         " --size 8x8 --batch-size 2 --iters 2 --rounds 1 --warmup 1 --sync-iters 2 --threads 1"));
   ASSERT_EQ(job.status, 0) << job.output;
   const auto report = Json::parse(job.output.substr(job.output.find('{')));
   EXPECT_EQ(report["ranks"], 2);
