@@ -24,6 +24,11 @@ const char* to_string(ReduceOp op);
 
 struct AllReduceOptions {
   ReduceOp op = ReduceOp::Sum;
+  // Started to run while the caller keeps computing on the same cores (the
+  // Reducer's buckets during backward). MpiComm then waits for MPI without
+  // holding a core, which frees it for the computation at some cost in
+  // bandwidth; NCCL, which runs on the GPU, ignores it.
+  bool overlaps_compute = false;
 };
 struct BroadcastOptions {
   int root = 0;

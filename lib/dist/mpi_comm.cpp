@@ -200,11 +200,16 @@ WorkPtr MpiComm::all_reduce_async(const at::Tensor& tensor, const AllReduceOptio
   const MPI_Datatype type = mpi_datatype(tensor.scalar_type());
   const MPI_Op op = native_op(tensor.scalar_type(), options.op);
   const bool average = options.op == ReduceOp::Avg;
+  const bool polite = options.overlaps_compute;
   return enqueue(describe("all_reduce", next_seq_++, tensor, fmt::format(", {}", to_string(options.op))), {tensor},
-                 [this, tensor, type, op, average] {
+                 [this, tensor, type, op, average, polite] {
                    char* base = static_cast<char*>(tensor.data_ptr());
                    const int64_t item = tensor.element_size();
                    in_chunks(tensor.numel(), chunk_elements(tensor), [&](int64_t offset, int count) {
+                     if (!polite) {
+                       MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, base + offset * item, count, type, op, comm_));
+                       return;
+                     }
                      MPI_Request request;
                      MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, base + offset * item, count, type, op, comm_, &request));
                      wait_for(request, *waiters_);

@@ -44,11 +44,13 @@ struct Reducer::State {
 
   State(Comm& c, ReducerOptions o) : comm(c), options(o) {}
 
-  void launch_ready_buckets() {
-    while (next_bucket < buckets.size() && buckets[next_bucket].pending == 0) launch(buckets[next_bucket++]);
+  // `during_backward`: the rest of backward still runs on this rank's cores.
+  void launch_ready_buckets(bool during_backward) {
+    while (next_bucket < buckets.size() && buckets[next_bucket].pending == 0)
+      launch(buckets[next_bucket++], during_backward);
   }
-  void launch(Bucket& b) {
-    b.work = comm.all_reduce_async(b.buffer, {options.average ? ReduceOp::Avg : ReduceOp::Sum});
+  void launch(Bucket& b, bool during_backward) {
+    b.work = comm.all_reduce_async(b.buffer, {options.average ? ReduceOp::Avg : ReduceOp::Sum, during_backward});
     ++issued;
   }
   void on_gradient(size_t index) {
@@ -57,7 +59,7 @@ struct Reducer::State {
     p.got_grad = true;
     if (!sync || p.ready) return;
     p.ready = true;
-    if (--buckets[p.bucket].pending == 0) launch_ready_buckets();
+    if (--buckets[p.bucket].pending == 0) launch_ready_buckets(/*during_backward=*/true);
   }
 };
 
@@ -203,7 +205,7 @@ void Reducer::finalize_backward() {
       if (!p.got_grad) unused.push_back(p.name);
     // Buckets whose gradients did not all arrive (unused parameters) start now, still in order.
     for (auto& b : s.buckets) b.pending = 0;
-    s.launch_ready_buckets();
+    s.launch_ready_buckets(/*during_backward=*/false);
     s.sync = false;
   }
   const auto start = std::chrono::steady_clock::now();
