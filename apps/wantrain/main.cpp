@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <optional>
 
 #include "dist/app.hpp"
@@ -18,6 +19,7 @@
 #include "util/exit_codes.hpp"
 #include "util/log.hpp"
 #include "util/options.hpp"
+#include "export_command.hpp"
 #include "train_run.hpp"
 #include "version.hpp"
 #include "wantrain/config.hpp"
@@ -134,9 +136,16 @@ int run(wt::World& world, int argc, char** argv) {
     if (!dataset) throw wt::UsageError("option --data: a training dataset is needed (or --dry-run)");
     if (!model_config) throw wt::UsageError("option --model-config: a model config is needed (or --dry-run)");
   });
-  return run_training(world, *comm, cfg, std::move(*dataset), *model_config);
+  nlohmann::json run_config = nlohmann::json::object();
+  for (const auto& option : options.resolved()) run_config[option.name] = option.value;
+  return run_training(world, *comm, cfg, std::move(*dataset), *model_config, run_config.dump());
 }
 
 }  // namespace
 
-int main(int argc, char** argv) { return wt::run_app(argc, argv, run); }
+int main(int argc, char** argv) {
+  // `wantrain export ...` is a subcommand; everything else is a training run.
+  if (argc > 1 && std::string(argv[1]) == "export")
+    return wt::run_app(argc - 1, argv + 1, wt::run_export);
+  return wt::run_app(argc, argv, run);
+}

@@ -1,11 +1,19 @@
 #include "train_run.hpp"
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <torch/torch.h>
 
+#include <cmath>
 #include <filesystem>
+#include <limits>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 
+#include "ckpt/checkpoint.hpp"
+#include "ckpt/directory.hpp"
+#include "ckpt/writer.hpp"
 #include "dist/comm.hpp"
 #include "dist/world.hpp"
 #include "train/train_log.hpp"
@@ -13,19 +21,61 @@
 #include "train/validation.hpp"
 #include "util/error.hpp"
 #include "util/exit_codes.hpp"
+#include "util/stop_signals.hpp"
 
 namespace wt {
+namespace {
+
+constexpr double kNoValidation = std::numeric_limits<double>::quiet_NaN();
+
+// A checkpoint of another model cannot be resumed: name the first field that differs.
+void check_model_config(const ckpt::Checkpoint& saved, const std::string& path, const model::WanConfig& config,
+                        const std::string& config_path) {
+  const auto theirs = nlohmann::json::parse(saved.model_config, nullptr, false);
+  const auto ours = nlohmann::json::parse(model::to_json(config));
+  if (theirs == ours) return;
+  std::string difference = "it is not a model config";
+  if (theirs.is_object())
+    for (const auto& [key, value] : ours.items())
+      if (!theirs.contains(key) || theirs[key] != value) {
+        difference = fmt::format("{} is {} there, {} here", key, theirs.contains(key) ? theirs[key].dump() : "absent",
+                                 value.dump());
+        break;
+      }
+  throw UsageError(fmt::format("checkpoint {}: written for another model than --model-config {}: {}", path,
+                               config_path, difference));
+}
+
+// What the training thread does with finished background writes (rank 0).
+// Returns false when a write failed and --on-ckpt-error is fail.
+bool report(const std::vector<ckpt::WriteResult>& results, const TrainConfig& cfg) {
+  bool ok = true;
+  for (const auto& r : results) {
+    if (r.ok()) {
+      spdlog::info("checkpoint {} written in {:.2f} s", r.path, r.seconds);
+      continue;
+    }
+    if (cfg.on_ckpt_error == "fail") {
+      spdlog::error("{} (--on-ckpt-error fail: stopping; the previous checkpoint is intact)", r.error);
+      ok = false;
+    } else {
+      spdlog::warn("{} (--on-ckpt-error warn: training goes on; the previous checkpoint is intact)", r.error);
+    }
+  }
+  return ok;
+}
+
+}  // namespace
 
 int run_training(World& world, Comm& comm, const TrainConfig& cfg, data::Dataset dataset,
-                 const model::WanConfig& model_config) {
+                 const model::WanConfig& model_config, const std::string& run_config) {
   std::unique_ptr<train::Trainer> trainer;
   std::unique_ptr<train::Validator> validator;
+  std::optional<ckpt::Checkpoint> resume;
+  std::string resume_path;
   world.agree([&] {
     // Options of what later issues build: refused rather than ignored.
     if (cfg.mode == "distill") throw UsageError("option --mode: distillation is not in this build yet (issue #7)");
-    if (!cfg.resume.empty() || cfg.save_every > 0 || cfg.keep_best)
-      throw UsageError(fmt::format("option --{}: checkpoints are not in this build yet (issue #6)",
-                                   !cfg.resume.empty() ? "resume" : cfg.save_every > 0 ? "save-every" : "keep-best"));
     if (world.is_root()) {
       std::error_code error;
       std::filesystem::create_directories(cfg.output_dir, error);
@@ -34,11 +84,52 @@ int run_training(World& world, Comm& comm, const TrainConfig& cfg, data::Dataset
     }
     if (!cfg.val_data.empty())
       validator = std::make_unique<train::Validator>(cfg.val_data, train::ValidationOptions{cfg.batch_size, 4, cfg.shift});
+    // Every rank reads the checkpoint (a shared file system, as for the data)
+    // and checks it before anything is built or written.
+    if (!cfg.resume.empty()) {
+      if (const auto path = ckpt::resolve_resume(cfg.resume, cfg.output_dir)) {
+        resume = ckpt::read_checkpoint(*path);
+        resume_path = *path;
+        check_model_config(*resume, resume_path, model_config, cfg.model_config);
+      }
+    }
   });
-  world.agree([&] { trainer = std::make_unique<train::Trainer>(cfg, comm, std::move(dataset), model_config); });
+  if (world.is_root() && !cfg.resume.empty()) {
+    if (resume)
+      fmt::print("resume: {} (step {}, epoch {}, written by {} rank{}{})\n", resume_path, resume->state.step,
+                 resume->state.epoch, resume->world_size, resume->world_size == 1 ? "" : "s",
+                 resume->world_size == world.size() ? "" : "; the sampler re-partitions its position");
+    else
+      fmt::print("resume: auto: no checkpoint in {}; starting fresh\n", cfg.output_dir);
+  }
+  world.agree([&] {
+    train::TrainerOptions options;
+    options.resume = resume ? &*resume : nullptr;
+    options.resume_path = resume_path;
+    trainer = std::make_unique<train::Trainer>(cfg, comm, std::move(dataset), model_config, options);
+  });
+  const bool resumed = resume.has_value();
+  resume.reset();  // the state lives in the Trainer now
+
+  // Rank 0's writer; other ranks never touch the file system for checkpoints.
+  std::unique_ptr<ckpt::CheckpointWriter> writer;
+  if (world.is_root()) {
+    for (const auto& partial : ckpt::remove_partial_writes(cfg.output_dir))
+      spdlog::warn("removed {}, left by a checkpoint write that did not finish", partial);
+    ckpt::WriterOptions writer_options{cfg.output_dir, cfg.keep, cfg.keep_best};
+    if (const auto best = ckpt::linked_checkpoint(cfg.output_dir, "best"))
+      writer_options.best_val_loss = ckpt::read_checkpoint(*best).state.val_loss;
+    writer = std::make_unique<ckpt::CheckpointWriter>(writer_options);
+  }
+  int64_t last_saved = resumed ? trainer->steps_taken() : -1;
+  auto save = [&](double val_loss) {
+    if (writer && trainer->steps_taken() != last_saved) writer->submit(trainer->snapshot(run_config, val_loss));
+    last_saved = trainer->steps_taken();
+  };
 
   train::TrainLogOptions log_options;
   log_options.metrics_path = cfg.output_dir + "/metrics.jsonl";
+  log_options.append = resumed;
   log_options.log_every = cfg.log_every;
   log_options.total_steps = trainer->total_steps();
   log_options.first_step = trainer->steps_taken();
@@ -46,22 +137,55 @@ int run_training(World& world, Comm& comm, const TrainConfig& cfg, data::Dataset
   train::TrainLog log(world.is_root(), log_options);
 
   auto validate = [&](int64_t step) {
-    log.validation(step, validator->evaluate(trainer->model(), comm, trainer->compute_dtype()));
+    const double loss = validator->evaluate(trainer->model(), comm, trainer->compute_dtype());
+    log.validation(step, loss);
+    return loss;
   };
+  install_stop_signal_handlers();
+  bool writes_ok = true;
+  double val_loss = kNoValidation;  // of the step just taken
   while (!trainer->done()) {
     const auto result = trainer->step();
     log.record(result, trainer->skipped_steps());
+    val_loss = kNoValidation;
     if (validator && (trainer->done() || (cfg.val_every > 0 && result.step % cfg.val_every == 0)))
-      validate(result.step);
+      val_loss = validate(result.step);
+    if (cfg.save_every > 0 && result.step % cfg.save_every == 0) save(val_loss);
+    if (writer) writes_ok = report(writer->take_results(), cfg) && writes_ok;
+
+    // The ranks agree at every step boundary on a signal any of them got,
+    // and on a failed write rank 0 saw: [signal, write failed].
+    auto flags = torch::tensor({int64_t(stop_signal()), int64_t(!writes_ok)}, torch::kInt64).to(comm.device());
+    comm.all_reduce(flags, {ReduceOp::Max});
+    flags = flags.cpu();
+    if (flags[1].item<int64_t>() != 0) {
+      if (writer) writer->drain();
+      return kExitFailure;
+    }
+    if (const int signal = int(flags[0].item<int64_t>()); signal != 0) {
+      save(val_loss);
+      if (writer) writes_ok = report(writer->drain(), cfg) && writes_ok;
+      if (world.is_root())
+        fmt::print("stopping at step {} on {}: {}; exit status {} (requeue, then --resume auto)\n",
+                   trainer->steps_taken(), signal_name(signal),
+                   writes_ok ? fmt::format("checkpoint {}/{}", cfg.output_dir,
+                                           ckpt::checkpoint_file_name(trainer->steps_taken()))
+                             : std::string("the checkpoint could not be written"),
+                   kExitRequeue);
+      comm.barrier();
+      return writes_ok || !world.is_root() ? kExitRequeue : kExitFailure;
+    }
   }
   log.finish(trainer->skipped_steps());
 
+  save(val_loss);  // the final checkpoint
+  if (writer) writes_ok = report(writer->drain(), cfg) && writes_ok;
   trainer->save_weights(cfg.output_dir);
   comm.barrier();  // the weights are complete before any rank reports success
   if (world.is_root())
     fmt::print("weights: {0}/model.safetensors{1}, config {0}/model-config.json\n", cfg.output_dir,
                trainer->ema() ? fmt::format(" (EMA: {}/ema.safetensors)", cfg.output_dir) : std::string());
-  return kExitOk;
+  return writes_ok || cfg.on_ckpt_error == "warn" ? kExitOk : kExitFailure;
 }
 
 }  // namespace wt

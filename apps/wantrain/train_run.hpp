@@ -2,6 +2,8 @@
 // validation every --val-every steps and at the end, then the final weights.
 #pragma once
 
+#include <string>
+
 #include "data/dataset.hpp"
 #include "model/model_config.hpp"
 #include "train/train_config.hpp"
@@ -10,8 +12,9 @@ namespace wt {
 class Comm;
 class World;
 
-// Returns the process exit status.
+// Returns the process exit status: kExitOk, or kExitRequeue after a stop
+// signal and its checkpoint. `run_config` (JSON) goes into checkpoints.
 int run_training(World& world, Comm& comm, const TrainConfig& cfg, data::Dataset dataset,
-                 const model::WanConfig& model_config);
+                 const model::WanConfig& model_config, const std::string& run_config);
 
 }  // namespace wt

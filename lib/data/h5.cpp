@@ -87,6 +87,23 @@ void write_int_attribute(hid_t object, const std::string& name, long long value)
   H5_CHECK(H5Awrite(attr.get(), H5T_NATIVE_LLONG, &value));
 }
 
+double read_double_attribute(hid_t object, const std::string& name) {
+  const Handle attr(H5_CHECK(H5Aopen(object, name.c_str(), H5P_DEFAULT)), H5Aclose);
+  const Handle type(H5_CHECK(H5Aget_type(attr.get())), H5Tclose);
+  const auto type_class = H5Tget_class(type.get());
+  if (type_class != H5T_FLOAT && type_class != H5T_INTEGER) throw Error("attribute '" + name + "' is not a number");
+  double value = 0;
+  H5_CHECK(H5Aread(attr.get(), H5T_NATIVE_DOUBLE, &value));
+  return value;
+}
+
+void write_double_attribute(hid_t object, const std::string& name, double value) {
+  const Handle space(H5_CHECK(H5Screate(H5S_SCALAR)), H5Sclose);
+  const Handle attr(
+      H5_CHECK(H5Acreate2(object, name.c_str(), H5T_IEEE_F64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT)), H5Aclose);
+  H5_CHECK(H5Awrite(attr.get(), H5T_NATIVE_DOUBLE, &value));
+}
+
 Handle float16_type() {
   Handle type(H5_CHECK(H5Tcopy(H5T_IEEE_F32LE)), H5Tclose);
   // sign bit 15, exponent bits 10..14, mantissa bits 0..9, bias 15

@@ -68,6 +68,8 @@ std::string read_string_attribute(hid_t object, const std::string& name);
 long long read_int_attribute(hid_t object, const std::string& name);
 void write_string_attribute(hid_t object, const std::string& name, const std::string& value);
 void write_int_attribute(hid_t object, const std::string& name, long long value);
+double read_double_attribute(hid_t object, const std::string& name);  // any numeric type
+void write_double_attribute(hid_t object, const std::string& name, double value);
 
 // The IEEE binary16 type as h5py writes float16 (HDF5 1.10 has no predefined one).
 Handle float16_type();

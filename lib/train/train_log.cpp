@@ -14,10 +14,27 @@ std::string duration(double seconds) {
                    : fmt::format("{}:{:02}", s / 60, s % 60);
 }
 
+// A resumed run continues the file from its checkpoint's step: lines the
+// interrupted run logged after it are dropped (they are logged again).
+void keep_lines_up_to(const std::string& path, int64_t step) {
+  std::ifstream in(path);
+  if (!in) return;
+  std::string kept;
+  for (std::string line; std::getline(in, line);) {
+    const auto json = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (json.is_object() && json.value("step", int64_t(0)) <= step) kept += line + '\n';
+  }
+  in.close();
+  std::ofstream out(path, std::ios::trunc);
+  out << kept;
+  if (!out) throw Error(fmt::format("{}: cannot rewrite", path));
+}
+
 }  // namespace
 
 TrainLog::TrainLog(bool enabled, TrainLogOptions options) : enabled_(enabled), options_(std::move(options)) {
   if (!enabled_) return;
+  if (options_.append) keep_lines_up_to(options_.metrics_path, options_.first_step);
   metrics_.open(options_.metrics_path, options_.append ? std::ios::app : std::ios::trunc);
   if (!metrics_) throw Error(fmt::format("{}: cannot open for writing", options_.metrics_path));
   progress_ = std::make_unique<Progress>("train", options_.total_steps, options_.stream);

@@ -3,12 +3,15 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
+#include <ATen/CPUGeneratorImpl.h>
 
 #include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
+#include "ckpt/checkpoint.hpp"
 #include "data/loader.hpp"
 #include "data/shard.hpp"
 #include "dist/comm.hpp"
@@ -47,6 +50,22 @@ data::DistributedSampler make_sampler(const TrainConfig& cfg, const Comm& comm, 
                                    !cfg.no_drop_last, cfg.shard_affinity});
 }
 
+bool is_checkpoint_path(const std::string& path) {
+  return path.size() > 3 && path.compare(path.size() - 3, 3, ".h5") == 0;
+}
+
+// Copies `saved` into the tensors of `into` with the same names (shapes checked by ckpt::check_fits).
+void copy_named(const ckpt::NamedTensors& saved, const ckpt::NamedTensors& into) {
+  std::map<std::string, at::Tensor> by_name(saved.begin(), saved.end());
+  torch::NoGradGuard no_grad;
+  for (const auto& [name, tensor] : into) tensor.copy_(by_name.at(name));
+}
+
+// LibTorch keys optimizer state by the parameter's TensorImpl address.
+std::string optimizer_key(const at::Tensor& parameter) {
+  return c10::guts::to_string(parameter.unsafeGetTensorImpl());
+}
+
 }  // namespace
 
 struct Trainer::Impl {
@@ -60,6 +79,7 @@ struct Trainer::Impl {
   FlowMatchingOptions flow;
   model::WanConfig model_config;
   bool communicate = true;
+  ckpt::NamedTensors named;  // the parameters, by official name
 
   explicit Impl(model::WanConfig config) : model(std::move(config)) {}
 };
@@ -77,12 +97,19 @@ Trainer::Trainer(const TrainConfig& cfg, Comm& comm, data::Dataset dataset, mode
   impl_->model_config = std::move(model_config);
   impl_->communicate = options.communicate;
   auto& model = impl_->model;
-  if (!cfg.init.empty()) model::load_weights(*model, cfg.init, model::LoadMode::Strict);
+  if (!cfg.init.empty() && !is_checkpoint_path(cfg.init)) model::load_weights(*model, cfg.init, model::LoadMode::Strict);
   model->to(comm.device());
   model->train();
-
-  std::vector<std::pair<std::string, at::Tensor>> named;
+  auto& named = impl_->named;
   for (const auto& item : model->named_parameters(/*recurse=*/true)) named.emplace_back(item.key(), item.value());
+  if (options.resume) {
+    ckpt::check_fits(*options.resume, options.resume_path, named, cfg.ema_decay > 0);
+    copy_named(options.resume->model, named);
+  } else if (is_checkpoint_path(cfg.init)) {
+    const auto init = ckpt::read_checkpoint(cfg.init);
+    ckpt::check_fits(init, cfg.init, named, false);
+    copy_named(init.model, named);
+  }
   ReducerOptions reducer_options;
   reducer_options.bucket_bytes = static_cast<int64_t>(cfg.bucket_mb * (1 << 20));
   reducer_options.allow_unused = cfg.allow_unused;
@@ -97,6 +124,7 @@ Trainer::Trainer(const TrainConfig& cfg, Comm& comm, data::Dataset dataset, mode
                                .eps(1e-8));
   if (cfg.ema_decay > 0) impl_->ema = std::make_unique<Ema>(named, cfg.ema_decay);
   if (compute_dtype_ == at::kHalf) impl_->scaler = std::make_unique<LossScaler>();
+  if (options.resume) restore(*options.resume, options.resume_path, sampler);
   impl_->flow = {parse_timestep_sampling(cfg.timestep_sampling), cfg.logit_mean, cfg.logit_std, cfg.shift};
 
   // On GPU the loader hands over the stored dtype (half the bytes to copy for
@@ -130,7 +158,7 @@ StepResult Trainer::step() {
   auto phase = Clock::now();
   const data::Batch batch = im.loader->next();
   t.data += seconds_since(phase);
-  result.epoch = batch.position.epoch;
+  result.epoch = epoch_ = batch.position.epoch;
 
   im.reducer->zero_grad();
   auto loss_sum = torch::zeros({}, torch::dtype(torch::kFloat64).device(device));
@@ -201,6 +229,75 @@ StepResult Trainer::step() {
   result.step = ++step_;
   t.total = seconds_since(step_start);
   return result;
+}
+
+void Trainer::restore(const ckpt::Checkpoint& saved, const std::string& path, data::DistributedSampler& sampler) {
+  auto& im = *impl_;
+  const auto& state = saved.state;
+  if (state.sampler_consumed % sampler.global_batch() != 0)
+    throw UsageError(fmt::format(
+        "checkpoint {}: it stopped {} samples into epoch {}, not a whole number of this run's global batches of {} "
+        "(batch size x ranks x accumulation); resume with the same effective batch",
+        path, state.sampler_consumed, state.sampler_epoch, sampler.global_batch()));
+  sampler.restore({state.sampler_epoch, state.sampler_consumed});
+  if (im.ema) copy_named(saved.ema, im.ema->averages());
+  // AdamW's state, created as its first step would, keyed as it looks it up.
+  std::map<std::string, const ckpt::OptimizerSlot*> slots;
+  for (const auto& slot : saved.optim) slots.emplace(slot.name, &slot);
+  auto& optimizer_state = im.optimizer->state();
+  for (const auto& [name, parameter] : im.named) {
+    const auto it = slots.find(name);
+    if (it == slots.end()) continue;  // no step taken yet
+    auto param_state = std::make_unique<torch::optim::AdamWParamState>();
+    param_state->step(it->second->step);
+    param_state->exp_avg(it->second->exp_avg.to(parameter.device()).clone());
+    param_state->exp_avg_sq(it->second->exp_avg_sq.to(parameter.device()).clone());
+    optimizer_state[optimizer_key(parameter)] = std::move(param_state);
+  }
+  if (im.scaler) im.scaler->restore(state.loss_scale, state.loss_scale_good_steps);
+  if (saved.rng_cpu.defined() && saved.rng_cpu.numel() > 0) {
+    auto generator = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    generator.set_state(saved.rng_cpu);
+  }
+  step_ = state.step;
+  epoch_ = state.epoch;
+  skipped_ = state.skipped;
+}
+
+ckpt::Checkpoint Trainer::snapshot(const std::string& run_config, double val_loss) const {
+  auto& im = *impl_;
+  ckpt::Checkpoint c;
+  auto to_cpu = [](const at::Tensor& t) { return t.detach().to(torch::kCPU, torch::kFloat32, false, /*copy=*/true); };
+  for (const auto& [name, parameter] : im.named) c.model.emplace_back(name, to_cpu(parameter));
+  if (im.ema)
+    for (const auto& [name, average] : im.ema->averages()) c.ema.emplace_back(name, to_cpu(average));
+  const auto& optimizer_state = im.optimizer->state();
+  for (const auto& [name, parameter] : im.named) {
+    const auto it = optimizer_state.find(optimizer_key(parameter));
+    if (it == optimizer_state.end()) continue;
+    const auto& adam = static_cast<const torch::optim::AdamWParamState&>(*it->second);
+    c.optim.push_back({name, adam.step(), to_cpu(adam.exp_avg()), to_cpu(adam.exp_avg_sq())});
+  }
+  const auto position = im.loader->state();
+  c.state.step = step_;
+  c.state.epoch = epoch_;
+  c.state.sampler_epoch = position.epoch;
+  c.state.sampler_consumed = position.consumed;
+  c.state.skipped = skipped_;
+  c.state.lr = step_ > 0 ? im.schedule.at(step_ - 1) : im.schedule.at(0);
+  c.state.loss_scale = im.scaler ? im.scaler->scale() : 1.0;
+  c.state.loss_scale_good_steps = im.scaler ? im.scaler->good_steps() : 0;
+  c.state.val_loss = val_loss;
+  {
+    auto generator = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    c.rng_cpu = generator.get_state();
+  }
+  c.run_config = run_config;
+  c.model_config = model::to_json(im.model_config);
+  c.world_size = comm_.size();
+  return c;
 }
 
 void Trainer::save_weights(const std::string& directory) const {

@@ -19,6 +19,7 @@
 #include <memory>
 #include <string>
 
+#include "ckpt/checkpoint.hpp"
 #include "data/dataset.hpp"
 #include "model/model_config.hpp"
 #include "train/train_config.hpp"
@@ -28,6 +29,9 @@ class Comm;
 }
 namespace wt::model {
 class WanModelImpl;
+}
+namespace wt::data {
+class DistributedSampler;
 }
 
 namespace wt::train {
@@ -59,6 +63,11 @@ struct TrainerOptions {
   // wanbench step sets this false to measure the step without gradient
   // synchronisation (each rank then trains on its own gradients).
   bool communicate = true;
+  // Continue from this checkpoint (read from resume_path, already checked
+  // against the model config): weights, EMA, AdamW state, step, sampler
+  // position, loss scale and RNG state.
+  const ckpt::Checkpoint* resume = nullptr;
+  std::string resume_path;
 };
 
 class Trainer {
@@ -86,16 +95,23 @@ class Trainer {
   const Ema* ema() const;
   Comm& comm() { return comm_; }
 
+  // A consistent copy of the whole training state in CPU memory, taken at a
+  // step boundary: what a checkpoint stores. `val_loss` is this step's
+  // validation loss (NaN if none).
+  ckpt::Checkpoint snapshot(const std::string& run_config, double val_loss) const;
+
   // Rank 0 writes <dir>/model.safetensors (and ema.safetensors with EMA) and
   // model-config.json: what wansample reads.
   void save_weights(const std::string& directory) const;
 
  private:
+  void restore(const ckpt::Checkpoint& saved, const std::string& path, data::DistributedSampler& sampler);
+
   struct Impl;
   const TrainConfig cfg_;
   Comm& comm_;
   at::ScalarType compute_dtype_;
-  int64_t step_ = 0, total_steps_ = 0, steps_per_epoch_ = 0, skipped_ = 0;
+  int64_t step_ = 0, total_steps_ = 0, steps_per_epoch_ = 0, skipped_ = 0, epoch_ = 0;
   std::unique_ptr<Impl> impl_;
 };
 

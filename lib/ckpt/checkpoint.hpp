@@ -1,0 +1,74 @@
+// One checkpoint: everything a run needs to continue exactly where it was,
+// as one HDF5 file (layout in docs/checkpoint-format.md).
+//
+//   /                 attributes format, version, world_size, run_config (JSON), model_config (JSON)
+//   /trainer          attributes: step, epoch, sampler_epoch, sampler_consumed, skipped, lr,
+//                     loss_scale, loss_scale_good_steps, val_loss; dataset rng_cpu (uint8)
+//   /model/<param>    float32, the parameter's shape, official Wan names
+//   /ema/<param>      float32 (only with --ema-decay)
+//   /optim/<param>/   exp_avg, exp_avg_sq (float32); attribute step (AdamW's count)
+//
+// Reading checks the whole file before returning, and every error names the
+// file and the tensor or attribute.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace wt::ckpt {
+
+inline constexpr const char* kFormat = "wantrain-checkpoint";
+inline constexpr int kVersion = 1;
+
+using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
+
+struct OptimizerSlot {
+  std::string name;  // the parameter's
+  int64_t step = 0;  // AdamW's bias-correction count
+  at::Tensor exp_avg, exp_avg_sq;
+};
+
+struct TrainerState {
+  int64_t step = 0;  // optimizer steps taken
+  int64_t epoch = 0;
+  int64_t sampler_epoch = 0, sampler_consumed = 0;  // where the next batch starts
+  int64_t skipped = 0;
+  double lr = 0;  // of the last step taken
+  double loss_scale = 1;
+  int64_t loss_scale_good_steps = 0;
+  double val_loss = std::numeric_limits<double>::quiet_NaN();  // at this step, if validated
+};
+
+struct Checkpoint {
+  NamedTensors model, ema;  // CPU float32
+  std::vector<OptimizerSlot> optim;
+  TrainerState state;
+  at::Tensor rng_cpu;  // LibTorch's default CPU generator state (uint8)
+  std::string run_config, model_config;  // JSON
+  int world_size = 1;
+
+  int64_t tensor_bytes() const;
+};
+
+// Writes `checkpoint` to `path` (created or truncated). Holds the HDF5
+// library lock one tensor at a time, so the Loader's reads interleave.
+void write_checkpoint(const std::string& path, const Checkpoint& checkpoint);
+
+// Reads a whole checkpoint. UsageError naming the file and the object for a
+// file that is not a readable HDF5 file, another format or version, a
+// missing or malformed attribute or tensor.
+Checkpoint read_checkpoint(const std::string& path);
+
+// Checks that `checkpoint` (read from `path`) fits a model with these
+// parameters: every tensor present under /model (and /ema when `need_ema`,
+// /optim when it has AdamW state) with the parameter's shape, nothing extra.
+// UsageError naming the file and the first offending tensor.
+void check_fits(const Checkpoint& checkpoint, const std::string& path, const NamedTensors& parameters,
+                bool need_ema);
+
+}  // namespace wt::ckpt

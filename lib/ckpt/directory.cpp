@@ -1,0 +1,119 @@
+#include "ckpt/directory.hpp"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <regex>
+
+#include "util/error.hpp"
+
+namespace wt::ckpt {
+namespace fs = std::filesystem;
+namespace {
+
+const std::regex kComplete(R"(step-(\d{8,})\.h5)");
+const std::regex kPartial(R"(step-(\d{8,})\.h5\.tmp)");
+
+void fsync_path(const std::string& path, int flags) {
+  const int fd = ::open(path.c_str(), flags | O_CLOEXEC);
+  if (fd < 0) throw Error(fmt::format("{}: cannot open to sync: {}", path, std::strerror(errno)));
+  const int rc = ::fsync(fd);
+  const int error = errno;
+  ::close(fd);
+  if (rc != 0) throw Error(fmt::format("{}: fsync failed: {}", path, std::strerror(error)));
+}
+
+}  // namespace
+
+std::string checkpoint_file_name(int64_t step) { return fmt::format("step-{:08d}.h5", step); }
+
+std::vector<std::string> list_checkpoints(const std::string& directory) {
+  std::vector<std::pair<int64_t, std::string>> found;
+  std::error_code error;
+  for (const auto& entry : fs::directory_iterator(directory, error)) {
+    const auto name = entry.path().filename().string();
+    std::smatch match;
+    if (std::regex_match(name, match, kComplete) && entry.is_regular_file())
+      found.emplace_back(std::stoll(match[1]), entry.path().string());
+  }
+  std::sort(found.begin(), found.end());
+  std::vector<std::string> out;
+  for (auto& item : found) out.push_back(std::move(item.second));
+  return out;
+}
+
+std::optional<std::string> linked_checkpoint(const std::string& directory, const std::string& link) {
+  const fs::path path = fs::path(directory) / link;
+  std::error_code error;
+  if (!fs::is_symlink(fs::symlink_status(path, error))) return std::nullopt;
+  const fs::path target = fs::read_symlink(path, error);
+  if (error) return std::nullopt;
+  const fs::path resolved = target.is_absolute() ? target : fs::path(directory) / target;
+  if (!fs::exists(resolved, error)) return std::nullopt;
+  return resolved.string();
+}
+
+std::optional<std::string> resolve_resume(const std::string& resume, const std::string& output_dir) {
+  if (resume == "auto") return linked_checkpoint(output_dir, "latest");
+  std::error_code error;
+  if (fs::is_directory(resume, error)) {
+    if (auto latest = linked_checkpoint(resume, "latest")) return latest;
+    throw UsageError(fmt::format("option --resume: directory {} has no 'latest' checkpoint", resume));
+  }
+  if (!fs::exists(resume, error)) throw UsageError(fmt::format("option --resume: {} does not exist", resume));
+  return resume;
+}
+
+void sync_file(const std::string& path) {
+  fsync_path(path, O_RDONLY);
+  sync_directory(fs::path(path).parent_path().string());
+}
+
+void sync_directory(const std::string& directory) { fsync_path(directory.empty() ? "." : directory, O_RDONLY | O_DIRECTORY); }
+
+void replace_link(const std::string& directory, const std::string& link, const std::string& target) {
+  const fs::path final_path = fs::path(directory) / link;
+  const fs::path temporary = fs::path(directory) / (link + ".tmp");
+  std::error_code error;
+  fs::remove(temporary, error);
+  if (::symlink(target.c_str(), temporary.c_str()) != 0)
+    throw Error(fmt::format("{}: cannot create link: {}", temporary.string(), std::strerror(errno)));
+  if (::rename(temporary.c_str(), final_path.c_str()) != 0)
+    throw Error(fmt::format("{}: cannot replace link: {}", final_path.string(), std::strerror(errno)));
+  sync_directory(directory);
+}
+
+std::vector<std::string> prune(const std::string& directory, int keep) {
+  auto all = list_checkpoints(directory);
+  std::vector<std::string> protect;
+  for (const char* link : {"latest", "best"})
+    if (auto target = linked_checkpoint(directory, link)) protect.push_back(fs::canonical(*target).string());
+  std::vector<std::string> removed;
+  const int64_t excess = int64_t(all.size()) - std::max(keep, 1);
+  for (int64_t i = 0; i < excess; ++i) {
+    const auto canonical = fs::canonical(all[i]).string();
+    if (std::find(protect.begin(), protect.end(), canonical) != protect.end()) continue;
+    std::error_code error;
+    if (fs::remove(all[i], error)) removed.push_back(all[i]);
+  }
+  return removed;
+}
+
+std::vector<std::string> remove_partial_writes(const std::string& directory) {
+  std::vector<std::string> removed;
+  std::error_code error;
+  for (const auto& entry : fs::directory_iterator(directory, error)) {
+    const auto name = entry.path().filename().string();
+    if (!std::regex_match(name, kPartial)) continue;
+    std::error_code remove_error;
+    if (fs::remove_all(entry.path(), remove_error) > 0) removed.push_back(entry.path().string());
+  }
+  return removed;
+}
+
+}  // namespace wt::ckpt

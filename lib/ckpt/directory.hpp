@@ -1,0 +1,44 @@
+// The checkpoint directory (the run's --output-dir): names, the `latest` and
+// `best` links, committing a file durably, pruning.
+//
+//   step-00000120.h5    complete checkpoints (written as step-....h5.tmp, then renamed)
+//   latest -> step-00000120.h5   symlink, replaced atomically by rename
+//   best   -> step-00000100.h5   with --keep-best: the lowest validation loss
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace wt::ckpt {
+
+std::string checkpoint_file_name(int64_t step);  // "step-00000120.h5"
+
+// The complete checkpoints in `directory`, oldest step first.
+std::vector<std::string> list_checkpoints(const std::string& directory);
+
+// The checkpoint a link (`latest`, `best`) in `directory` names, as a path,
+// if the link and its target exist.
+std::optional<std::string> linked_checkpoint(const std::string& directory, const std::string& link);
+
+// --resume: "auto" is `latest` in `output_dir` if there is one (else nullopt:
+// start fresh); anything else is a checkpoint file, or a directory whose
+// `latest` is taken. UsageError naming the option when PATH has none.
+std::optional<std::string> resolve_resume(const std::string& resume, const std::string& output_dir);
+
+// Makes `path` durable: fsync of the file, then of its directory.
+void sync_file(const std::string& path);
+void sync_directory(const std::string& directory);
+
+// Atomically points `directory/link` at `target` (a name in the directory).
+void replace_link(const std::string& directory, const std::string& link, const std::string& target);
+
+// Removes the oldest complete checkpoints beyond the newest `keep`, never
+// one that `latest` or `best` names. Returns what it removed.
+std::vector<std::string> prune(const std::string& directory, int keep);
+
+// Removes `step-*.h5.tmp` left by a writer that died mid-write; returns them.
+std::vector<std::string> remove_partial_writes(const std::string& directory);
+
+}  // namespace wt::ckpt

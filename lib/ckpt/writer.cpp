@@ -1,0 +1,100 @@
+#include "ckpt/writer.hpp"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+
+#include "ckpt/directory.hpp"
+#include "util/error.hpp"
+
+namespace wt::ckpt {
+
+CheckpointWriter::CheckpointWriter(WriterOptions options)
+    : options_(std::move(options)), best_val_loss_(options_.best_val_loss), thread_([this] { run(); }) {}
+
+CheckpointWriter::~CheckpointWriter() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  changed_.notify_all();
+  thread_.join();
+}
+
+void CheckpointWriter::submit(Checkpoint checkpoint) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  changed_.wait(lock, [this] { return !pending_ && !writing_; });
+  pending_ = std::move(checkpoint);
+  changed_.notify_all();
+}
+
+std::vector<WriteResult> CheckpointWriter::take_results() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return std::exchange(results_, {});
+}
+
+std::vector<WriteResult> CheckpointWriter::drain() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  changed_.wait(lock, [this] { return !pending_ && !writing_; });
+  return std::exchange(results_, {});
+}
+
+bool CheckpointWriter::busy() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return pending_ || writing_;
+}
+
+void CheckpointWriter::run() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (;;) {
+    changed_.wait(lock, [this] { return stop_ || pending_; });
+    if (!pending_) return;  // stopped, nothing left
+    Checkpoint checkpoint = std::move(*pending_);
+    pending_.reset();
+    writing_ = true;
+    lock.unlock();
+    WriteResult result = write_now(checkpoint, options_, best_val_loss_);
+    checkpoint = {};  // free the snapshot before anyone waits on us
+    lock.lock();
+    writing_ = false;
+    results_.push_back(std::move(result));
+    changed_.notify_all();
+  }
+}
+
+WriteResult CheckpointWriter::write_now(const Checkpoint& checkpoint, const WriterOptions& options,
+                                        double& best_val_loss) {
+  namespace fs = std::filesystem;
+  const auto start = std::chrono::steady_clock::now();
+  WriteResult result;
+  result.step = checkpoint.state.step;
+  const std::string name = checkpoint_file_name(checkpoint.state.step);
+  const std::string path = (fs::path(options.directory) / name).string();
+  const std::string temporary = path + ".tmp";
+  try {
+    write_checkpoint(temporary, checkpoint);
+    sync_file(temporary);
+    std::error_code error;
+    fs::rename(temporary, path, error);
+    if (error) throw Error(fmt::format("checkpoint {}: cannot rename {} to it: {}", path, temporary, error.message()));
+    sync_directory(options.directory);
+    replace_link(options.directory, "latest", name);
+    const double val = checkpoint.state.val_loss;
+    if (options.keep_best && std::isfinite(val) && val < best_val_loss) {
+      replace_link(options.directory, "best", name);
+      best_val_loss = val;
+    }
+    prune(options.directory, options.keep);
+    result.path = path;
+  } catch (const std::exception& e) {
+    std::error_code ignored;
+    fs::remove(temporary, ignored);
+    result.error = e.what();
+  }
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return result;
+}
+
+}  // namespace wt::ckpt

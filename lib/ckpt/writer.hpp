@@ -1,0 +1,72 @@
+// CheckpointWriter: rank 0's background thread that makes checkpoints
+// durable while training goes on.
+//
+// submit() takes a snapshot already copied to CPU memory and returns at
+// once (after waiting for a previous write still in flight: at most one
+// snapshot is held). The thread writes step-N.h5.tmp, fsyncs it, renames it
+// to step-N.h5, points `latest` at it (and `best`, with keep_best, when its
+// validation loss is the lowest so far), then prunes beyond `keep`. A failed
+// write removes its .tmp and leaves every earlier file and link as it was;
+// its message is kept for the training thread to take.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <limits>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "ckpt/checkpoint.hpp"
+
+namespace wt::ckpt {
+
+struct WriterOptions {
+  std::string directory;
+  int keep = 3;
+  bool keep_best = false;
+  // The best validation loss among checkpoints already in the directory
+  // (from a resumed run's `best`).
+  double best_val_loss = std::numeric_limits<double>::infinity();
+};
+
+struct WriteResult {
+  int64_t step = 0;
+  std::string path;   // the complete checkpoint, when ok
+  std::string error;  // one line, when not
+  double seconds = 0;
+  bool ok() const { return error.empty(); }
+};
+
+class CheckpointWriter {
+ public:
+  explicit CheckpointWriter(WriterOptions options);
+  ~CheckpointWriter();  // finishes the write in flight
+  CheckpointWriter(const CheckpointWriter&) = delete;
+  CheckpointWriter& operator=(const CheckpointWriter&) = delete;
+
+  void submit(Checkpoint checkpoint);
+  // Results of writes finished since the last call (non-blocking).
+  std::vector<WriteResult> take_results();
+  // Waits for the write in flight, then returns every untaken result.
+  std::vector<WriteResult> drain();
+  bool busy() const;
+
+  // The same steps, on the calling thread: what the background thread does.
+  static WriteResult write_now(const Checkpoint& checkpoint, const WriterOptions& options, double& best_val_loss);
+
+ private:
+  void run();
+
+  WriterOptions options_;
+  double best_val_loss_;
+  mutable std::mutex mutex_;
+  std::condition_variable changed_;
+  std::optional<Checkpoint> pending_;
+  bool writing_ = false, stop_ = false;
+  std::vector<WriteResult> results_;
+  std::thread thread_;
+};
+
+}  // namespace wt::ckpt
