@@ -178,7 +178,9 @@ int run_training(World& world, Comm& comm, const TrainConfig& cfg, data::Dataset
   }
   log.finish(trainer->skipped_steps());
 
-  save(val_loss);  // the final checkpoint
+  // The final checkpoint; not after a failed write under --on-ckpt-error fail.
+  if (writer) writes_ok = report(writer->drain(), cfg) && writes_ok;
+  if (writes_ok || cfg.on_ckpt_error == "warn") save(val_loss);
   if (writer) writes_ok = report(writer->drain(), cfg) && writes_ok;
   trainer->save_weights(cfg.output_dir);
   comm.barrier();  // the weights are complete before any rank reports success

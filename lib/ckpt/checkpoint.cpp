@@ -74,6 +74,7 @@ int64_t Checkpoint::tensor_bytes() const {
 
 void write_checkpoint(const std::string& path, const Checkpoint& c) {
   std::unique_lock<std::mutex> lock(h5::library_mutex());
+  h5::quiet_errors();
   h5::Handle file;
   // Tensor by tensor, letting the Loader's reads in between; the handles
   // are closed under the lock, also when unwinding.
@@ -130,6 +131,7 @@ void write_checkpoint(const std::string& path, const Checkpoint& c) {
 
 Checkpoint read_checkpoint(const std::string& path) {
   h5::Lock lock(h5::library_mutex());
+  h5::quiet_errors();
   std::string object = "the file";  // what was being read, for the error
   try {
     const auto file = h5::open_file(path);

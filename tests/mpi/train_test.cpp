@@ -11,6 +11,7 @@
 
 #include "../common/launch.hpp"
 #include "../common/shards.hpp"
+#include "../common/train_runs.hpp"
 #include "data/shard.hpp"
 #include "model/model_config.hpp"
 #include "model/safetensors.hpp"
@@ -23,56 +24,7 @@ using wt::testing::launch;
 using wt::testing::mpi_command;
 using wt::testing::occurrences;
 using Json = nlohmann::json;
-
-// Guards against a hang only.
-constexpr double kHangGuardSeconds = 150;
-
-std::string tiny_config() { return std::string(WANTRAIN_SOURCE_DIR) + "/data/configs/wan-tiny.json"; }
-
-std::vector<Json> read_metrics(const std::string& dir) {
-  std::vector<Json> lines;
-  std::ifstream in(dir + "/metrics.jsonl");
-  for (std::string line; std::getline(in, line);) lines.push_back(Json::parse(line));
-  return lines;
-}
-std::vector<Json> training_lines(const std::string& dir) {
-  std::vector<Json> out;
-  for (auto& j : read_metrics(dir))
-    if (j.contains("loss")) out.push_back(j);
-  return out;
-}
-std::vector<Json> validation_lines(const std::string& dir) {
-  std::vector<Json> out;
-  for (auto& j : read_metrics(dir))
-    if (j.contains("val_loss")) out.push_back(j);
-  return out;
-}
-
-// Where train() put the output of run `name` (fresh() would empty it).
-std::string run_dir(const std::string& name) {
-  return (std::filesystem::path(::testing::TempDir()) / ("launch-" + name)).string();
-}
-
-double relative(double a, double b) { return std::abs(a - b) / std::max(std::abs(b), 1e-30); }
-
-// |a - b| / |b| over all tensors of two weight files together (relative to
-// the whole model: zero-initialised biases alone have no scale to be
-// relative to, and Adam's normalised steps move them by ~lr whatever their
-// gradient's size).
-double weights_difference(const std::string& a_path, const std::string& b_path) {
-  const auto a = wt::model::SafetensorsFile::open(a_path), b = wt::model::SafetensorsFile::open(b_path);
-  EXPECT_EQ(a.entries().size(), b.entries().size());
-  double diff = 0, norm = 0;
-  for (const auto& entry : a.entries()) {
-    const auto* other = b.find(entry.name);
-    EXPECT_NE(other, nullptr) << entry.name;
-    if (!other) continue;
-    const auto x = a.read(entry).to(torch::kFloat64), y = b.read(*other).to(torch::kFloat64);
-    diff += (x - y).square().sum().item<double>();
-    norm += y.square().sum().item<double>();
-  }
-  return std::sqrt(diff / std::max(norm, 1e-300));
-}
+using namespace wt::testing::train_runs;
 
 class Train : public ::testing::Test {
  protected:
@@ -245,7 +197,7 @@ TEST_F(Train, OptionsThatCannotTrainAreOneLineAndStatus2) {
       {"--steps 2 --precision fp16", "error: option --precision: fp16 needs CUDA devices (dynamic loss scaling); "
                                      "on CPU use bf16"},
       {"", "error: option --steps: give --steps N or --epochs N to train"},
-      {"--steps 2 --resume auto", "error: option --resume: checkpoints are not in this build yet (issue #6)"},
+      {"--steps 2 --mode distill --teacher t.safetensors", "error: option --mode: distillation is not in this build yet (issue #7)"},
   };
   for (const auto& c : cases) {
     const Job job = train(2, "bad", c.options);

@@ -1,0 +1,71 @@
+// Reading back what wantrain runs leave in their output directories
+// (metrics.jsonl, weights), for the launch tests.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "model/safetensors.hpp"
+
+namespace wt::testing::train_runs {
+
+using Json = nlohmann::json;
+
+// Guards against a hang only.
+inline constexpr double kHangGuardSeconds = 150;
+
+inline std::string tiny_config() { return std::string(WANTRAIN_SOURCE_DIR) + "/data/configs/wan-tiny.json"; }
+
+inline std::vector<Json> read_metrics(const std::string& dir) {
+  std::vector<Json> lines;
+  std::ifstream in(dir + "/metrics.jsonl");
+  for (std::string line; std::getline(in, line);) lines.push_back(Json::parse(line));
+  return lines;
+}
+inline std::vector<Json> training_lines(const std::string& dir) {
+  std::vector<Json> out;
+  for (auto& j : read_metrics(dir))
+    if (j.contains("loss")) out.push_back(j);
+  return out;
+}
+inline std::vector<Json> validation_lines(const std::string& dir) {
+  std::vector<Json> out;
+  for (auto& j : read_metrics(dir))
+    if (j.contains("val_loss")) out.push_back(j);
+  return out;
+}
+
+// Where train() put the output of run `name` (fresh() would empty it).
+inline std::string run_dir(const std::string& name) {
+  return (std::filesystem::path(::testing::TempDir()) / ("launch-" + name)).string();
+}
+
+inline double relative(double a, double b) { return std::abs(a - b) / std::max(std::abs(b), 1e-30); }
+
+// |a - b| / |b| over all tensors of two weight files together (relative to
+// the whole model: zero-initialised biases alone have no scale to be
+// relative to, and Adam's normalised steps move them by ~lr whatever their
+// gradient's size).
+inline double weights_difference(const std::string& a_path, const std::string& b_path) {
+  const auto a = wt::model::SafetensorsFile::open(a_path), b = wt::model::SafetensorsFile::open(b_path);
+  EXPECT_EQ(a.entries().size(), b.entries().size());
+  double diff = 0, norm = 0;
+  for (const auto& entry : a.entries()) {
+    const auto* other = b.find(entry.name);
+    EXPECT_NE(other, nullptr) << entry.name;
+    if (!other) continue;
+    const auto x = a.read(entry).to(torch::kFloat64), y = b.read(*other).to(torch::kFloat64);
+    diff += (x - y).square().sum().item<double>();
+    norm += y.square().sum().item<double>();
+  }
+  return std::sqrt(diff / std::max(norm, 1e-300));
+}
+
+}  // namespace wt::testing::train_runs

@@ -1,0 +1,295 @@
+// Checkpoints as users meet them: whole wantrain jobs under mpiexec that
+// save, stop, resume, get signalled, meet bad files, and export.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "../common/launch.hpp"
+#include "../common/train_runs.hpp"
+#include "ckpt/checkpoint.hpp"
+#include "ckpt/directory.hpp"
+#include "model/safetensors.hpp"
+
+extern char** environ;
+
+namespace {
+
+namespace fs = std::filesystem;
+using wt::testing::fresh;
+using wt::testing::Job;
+using wt::testing::launch;
+using wt::testing::mpi_command;
+using wt::testing::occurrences;
+using namespace wt::testing::train_runs;
+
+class Checkpoints : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    // 40 samples, global batch 4: 10 steps an epoch, so step 7 is mid-epoch.
+    data_ = fresh("ckpt-data");
+    const Job synth = launch(std::string(WANTRAIN_WANDATA) + " synth --out " + data_ +
+                             " --samples 40 --shards 2 --frames 1 --size 8x8 --text-len 16 --text-dim 64 --seed 9");
+    ASSERT_EQ(synth.status, 0) << synth.output;
+  }
+
+  static std::string command(int ranks, const std::string& dir, const std::string& options,
+                             const std::string& model_config = tiny_config()) {
+    return mpi_command(ranks, WANTRAIN_WANTRAIN,
+                       "--model-config " + model_config + " --data " + data_ + " --output-dir " + dir +
+                           " --seed 11 --threads 1 --backend mpi --log-every 1 --lr 1e-3 " + options);
+  }
+  static Job train(int ranks, const std::string& dir, const std::string& options,
+                   const std::string& model_config = tiny_config()) {
+    const Job job = launch(command(ranks, dir, options, model_config));
+    EXPECT_LT(job.seconds, kHangGuardSeconds);
+    return job;
+  }
+
+  static std::string data_;
+};
+std::string Checkpoints::data_;
+
+// 2 ranks, 16 steps; one run straight through, one stopped after step 7's
+// checkpoint (the later files removed, as if it had died) and resumed.
+TEST_F(Checkpoints, ResumeMidEpochRepeatsTheUninterruptedRunBitForBit) {
+  const std::string options = "--steps 16 --batch-size 2 --schedule cosine --warmup-steps 3 --ema-decay 0.9 ";
+  const auto straight = fresh("ckpt-straight"), stopped = fresh("ckpt-stopped");
+  const Job a = train(2, straight, options);
+  ASSERT_EQ(a.status, 0) << a.output;
+  const Job b = train(2, stopped, options + "--save-every 7 --keep 5");
+  ASSERT_EQ(b.status, 0) << b.output;
+  EXPECT_EQ(wt::ckpt::list_checkpoints(stopped),
+            (std::vector<std::string>{stopped + "/step-00000007.h5", stopped + "/step-00000014.h5",
+                                      stopped + "/step-00000016.h5"}));
+  fs::remove(stopped + "/step-00000014.h5");
+  fs::remove(stopped + "/step-00000016.h5");
+  fs::remove(stopped + "/model.safetensors");
+  fs::remove(stopped + "/ema.safetensors");
+  const auto saved = wt::ckpt::read_checkpoint(stopped + "/step-00000007.h5");
+  EXPECT_EQ(saved.state.step, 7);
+  EXPECT_EQ(saved.state.sampler_consumed, 28);  // 7 of the epoch's 10 global batches of 4
+  EXPECT_EQ(saved.world_size, 2);
+
+  const Job resumed = train(2, stopped, options + "--resume " + stopped + "/step-00000007.h5");
+  ASSERT_EQ(resumed.status, 0) << resumed.output;
+  EXPECT_EQ(occurrences(resumed.output, "resume: " + stopped + "/step-00000007.h5 (step 7, epoch 0, written by 2 ranks)"),
+            1u)
+      << resumed.output;
+
+  const auto reference = training_lines(straight), lines = training_lines(stopped);
+  ASSERT_EQ(reference.size(), 16u);
+  ASSERT_EQ(lines.size(), 16u);  // 1..7 kept from the first run, 8..16 from the resumed one
+  for (size_t i = 0; i < lines.size(); ++i) {
+    EXPECT_EQ(lines[i]["step"], i + 1);
+    EXPECT_EQ(lines[i]["loss"].get<double>(), reference[i]["loss"].get<double>()) << "step " << i + 1;
+    EXPECT_EQ(lines[i]["grad_norm"].get<double>(), reference[i]["grad_norm"].get<double>()) << "step " << i + 1;
+    EXPECT_EQ(lines[i]["lr"].get<double>(), reference[i]["lr"].get<double>()) << "step " << i + 1;
+  }
+  EXPECT_EQ(weights_difference(stopped + "/model.safetensors", straight + "/model.safetensors"), 0);
+  EXPECT_EQ(weights_difference(stopped + "/ema.safetensors", straight + "/ema.safetensors"), 0);
+}
+
+// A 2-rank checkpoint resumed on 1 rank with twice the batch: the same
+// global batches, so the trace continues within the invariance tolerance.
+TEST_F(Checkpoints, ResumingOnAnotherWorldSizeRepartitionsTheData) {
+  const auto straight = fresh("ckpt-ws-straight"), moved = fresh("ckpt-ws-moved");
+  const Job a = train(2, straight, "--steps 12 --batch-size 2");
+  ASSERT_EQ(a.status, 0) << a.output;
+  const Job b = train(2, moved, "--steps 12 --batch-size 2 --save-every 5");
+  ASSERT_EQ(b.status, 0) << b.output;
+  const Job resumed = train(1, moved, "--steps 12 --batch-size 4 --resume " + moved + "/step-00000005.h5");
+  ASSERT_EQ(resumed.status, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("written by 2 ranks; the sampler re-partitions its position"), std::string::npos)
+      << resumed.output;
+  const auto reference = training_lines(straight), lines = training_lines(moved);
+  ASSERT_EQ(lines.size(), 12u);
+  for (size_t i = 5; i < lines.size(); ++i)
+    EXPECT_LT(relative(lines[i]["loss"], reference[i]["loss"]), 1e-5) << "step " << i + 1;
+  EXPECT_LT(weights_difference(moved + "/model.safetensors", straight + "/model.safetensors"), 1e-5);
+
+  // A global batch that does not divide the samples consumed cannot continue the epoch.
+  const Job odd = train(1, moved, "--steps 12 --batch-size 3 --resume " + moved + "/step-00000005.h5");
+  EXPECT_EQ(odd.status, 2) << odd.output;
+  EXPECT_EQ(occurrences(odd.output, "it stopped 20 samples into epoch 0, not a whole number of this run's global "
+                                    "batches of 3"),
+            1u)
+      << odd.output;
+}
+
+TEST_F(Checkpoints, AutoResumeStartsFreshWithoutACheckpointAndContinuesWithOne) {
+  const auto dir = fresh("ckpt-auto");
+  const Job first = train(2, dir, "--steps 4 --batch-size 2 --resume auto");
+  ASSERT_EQ(first.status, 0) << first.output;
+  EXPECT_EQ(occurrences(first.output, "resume: auto: no checkpoint in " + dir + "; starting fresh"), 1u)
+      << first.output;
+  EXPECT_EQ(wt::ckpt::linked_checkpoint(dir, "latest"), dir + "/step-00000004.h5");  // the final checkpoint
+
+  const Job second = train(2, dir, "--steps 6 --batch-size 2 --resume auto");
+  ASSERT_EQ(second.status, 0) << second.output;
+  EXPECT_EQ(occurrences(second.output, "resume: " + dir + "/step-00000004.h5 (step 4"), 1u) << second.output;
+  EXPECT_EQ(training_lines(dir).size(), 6u);
+  EXPECT_EQ(wt::ckpt::linked_checkpoint(dir, "latest"), dir + "/step-00000006.h5");
+}
+
+TEST_F(Checkpoints, BadCheckpointsAreOneLineAndStatus2AndNothingIsOverwritten) {
+  const auto dir = fresh("ckpt-bad");
+  const Job good = train(2, dir, "--steps 2 --batch-size 2 --ema-decay 0.9");
+  ASSERT_EQ(good.status, 0) << good.output;
+  const auto checkpoint = dir + "/step-00000002.h5";
+  const auto before = fs::last_write_time(checkpoint);
+
+  // Another model: wan-tiny with 3 layers.
+  const auto other_config = dir + "/other.json";
+  {
+    std::ifstream in(tiny_config());
+    auto config = nlohmann::json::parse(in);
+    config["num_layers"] = 3;
+    std::ofstream(other_config) << config.dump();
+  }
+  fs::copy_file(checkpoint, dir + "/cut.h5");
+  fs::resize_file(dir + "/cut.h5", fs::file_size(checkpoint) / 2);
+
+  const Job no_ema = train(2, dir + "-no-ema", "--steps 2 --batch-size 2");
+  ASSERT_EQ(no_ema.status, 0) << no_ema.output;
+
+  const struct {
+    std::string options, model_config, line;
+  } cases[] = {
+      {"--resume " + checkpoint, other_config,
+       "checkpoint " + checkpoint + ": written for another model than --model-config " + other_config +
+           ": num_layers is 2 there, 3 here"},
+      {"--resume " + dir + "/cut.h5", tiny_config(), "checkpoint " + dir + "/cut.h5: "},
+      {"--resume " + dir + "/absent.h5", tiny_config(), "error: option --resume: " + dir + "/absent.h5 does not exist"},
+      {"--resume " + dir + "-no-ema/step-00000002.h5 --ema-decay 0.9", tiny_config(),
+       "checkpoint " + dir + "-no-ema/step-00000002.h5: has no /ema, but this run keeps an EMA (--ema-decay)"},
+      {"--resume " + checkpoint, tiny_config(), ""},  // fine: an EMA in the file that this run does not keep
+  };
+  for (const auto& c : cases) {
+    const Job job = train(2, dir, "--steps 3 --batch-size 2 " + c.options, c.model_config);
+    if (c.line.empty()) {
+      EXPECT_EQ(job.status, 0) << job.output;
+      continue;
+    }
+    EXPECT_EQ(job.status, 2) << c.options << "\n" << job.output;
+    EXPECT_EQ(occurrences(job.output, c.line), 1u) << c.options << "\n" << job.output;
+    EXPECT_EQ(fs::last_write_time(checkpoint), before);
+  }
+}
+
+TEST_F(Checkpoints, AFailedWriteStopsOrWarnsPerOptionAndKeepsThePreviousCheckpoint) {
+  for (const std::string mode : {"fail", "warn"}) {
+    const auto dir = fresh("ckpt-write-" + mode);
+    fs::create_directories(dir + "/step-00000004.h5/occupied");  // the step-4 checkpoint cannot be renamed into place
+    // Saves at steps 2 and 4 (which fails), and at the end, step 5, unless the failure stopped the run.
+    const Job job = train(2, dir, "--steps 5 --batch-size 2 --save-every 2 --on-ckpt-error " + mode);
+    EXPECT_EQ(occurrences(job.output, "checkpoint " + dir + "/step-00000004.h5: cannot rename"), 1u) << job.output;
+    EXPECT_TRUE(wt::ckpt::read_checkpoint(dir + "/step-00000002.h5").state.step == 2);
+    if (mode == "fail") {
+      EXPECT_EQ(job.status, 1) << job.output;
+      EXPECT_EQ(wt::ckpt::linked_checkpoint(dir, "latest"), dir + "/step-00000002.h5");
+    } else {
+      EXPECT_EQ(job.status, 0) << job.output;
+      EXPECT_EQ(wt::ckpt::linked_checkpoint(dir, "latest"), dir + "/step-00000005.h5");
+    }
+  }
+}
+
+// The pids of the processes whose parent is `parent` (mpiexec's ranks).
+std::vector<pid_t> children_of(pid_t parent) {
+  std::vector<pid_t> out;
+  for (const auto& entry : fs::directory_iterator("/proc")) {
+    const auto name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream stat(entry.path() / "stat");
+    std::string line;
+    if (!std::getline(stat, line)) continue;
+    // pid (comm) state ppid ...: comm may hold spaces, so read after the last ')'.
+    const auto close = line.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(line.substr(close + 1));
+    std::string state;
+    pid_t ppid = 0;
+    rest >> state >> ppid;
+    if (ppid == parent) out.push_back(std::stoi(name));
+  }
+  return out;
+}
+
+// SIGTERM to one rank: both ranks agree at the next step boundary, rank 0
+// writes that step's checkpoint, and the job ends with the requeue status;
+// --resume auto then finishes the run.
+TEST_F(Checkpoints, SigtermToOneRankCheckpointsAndExitsWithTheRequeueStatus) {
+  const auto dir = fresh("ckpt-signal");
+  // exec: mpiexec replaces the shell, so its children are the ranks.
+  const std::string line = "exec " + command(2, dir, "--steps 100000 --batch-size 2") + " > " + dir + ".log 2>&1";
+  const char* argv[] = {"sh", "-c", line.c_str(), nullptr};
+  pid_t job = 0;
+  ASSERT_EQ(posix_spawn(&job, "/bin/sh", nullptr, nullptr, const_cast<char**>(argv), environ), 0);
+
+  // Wait for a few logged steps: the handlers are installed by then.
+  const auto start = std::chrono::steady_clock::now();
+  while (training_lines(dir).size() < 3 && std::chrono::steady_clock::now() - start < std::chrono::seconds(60))
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const auto ranks = children_of(job);
+  ASSERT_EQ(ranks.size(), 2u);
+  ASSERT_EQ(kill(ranks.back(), SIGTERM), 0);
+
+  int raw = 0;
+  ASSERT_EQ(waitpid(job, &raw, 0), job);
+  std::ifstream log_file(dir + ".log");
+  const std::string output((std::istreambuf_iterator<char>(log_file)), std::istreambuf_iterator<char>());
+  ASSERT_TRUE(WIFEXITED(raw)) << output;
+  EXPECT_EQ(WEXITSTATUS(raw), 75) << output;
+
+  const auto latest = wt::ckpt::linked_checkpoint(dir, "latest");
+  ASSERT_TRUE(latest.has_value()) << output;
+  const auto saved = wt::ckpt::read_checkpoint(*latest);
+  EXPECT_EQ(occurrences(output, "stopping at step " + std::to_string(saved.state.step) + " on SIGTERM: checkpoint " +
+                                    *latest + "; exit status 75"),
+            1u)
+      << output;
+  EXPECT_GE(saved.state.step, 3);
+
+  const Job finish = train(2, dir, "--steps " + std::to_string(saved.state.step + 2) + " --batch-size 2 --resume auto");
+  EXPECT_EQ(finish.status, 0) << finish.output;
+  EXPECT_EQ(training_lines(dir).back()["step"], saved.state.step + 2);
+}
+
+// export: the final checkpoint's weights and EMA are the run's safetensors,
+// under official names; diffusers names load back through the model reader.
+TEST_F(Checkpoints, ExportWritesTheCheckpointsWeightsAsSafetensors) {
+  const auto dir = fresh("ckpt-export");
+  const Job run = train(2, dir, "--steps 3 --batch-size 2 --ema-decay 0.9");
+  ASSERT_EQ(run.status, 0) << run.output;
+  const std::string export_command = std::string(WANTRAIN_WANTRAIN) + " export --checkpoint " + dir + "/latest";
+  for (const std::string which : {"model", "ema"}) {
+    const Job exported =
+        launch(export_command + " --out " + dir + "/exported-" + which + ".safetensors" + (which == "ema" ? " --ema" : ""));
+    ASSERT_EQ(exported.status, 0) << exported.output;
+    EXPECT_EQ(weights_difference(dir + "/exported-" + which + ".safetensors", dir + "/" + which + ".safetensors"), 0)
+        << which;
+  }
+  const Job diffusers = launch(export_command + " --names diffusers --dtype bf16 --out " + dir + "/d.safetensors");
+  ASSERT_EQ(diffusers.status, 0) << diffusers.output;
+  const auto file = wt::model::SafetensorsFile::open(dir + "/d.safetensors");
+  EXPECT_NE(file.find("patch_embedding.weight"), nullptr);  // the one name both conventions share
+  EXPECT_EQ(file.find("blocks.0.self_attn.q.weight"), nullptr);
+  EXPECT_NE(file.find("blocks.0.attn1.to_q.weight"), nullptr);
+  const Job missing = launch(std::string(WANTRAIN_WANTRAIN) + " export --checkpoint " + dir + "/nope.h5 --out " + dir +
+                             "/x.safetensors");
+  EXPECT_EQ(missing.status, 2) << missing.output;
+  EXPECT_EQ(occurrences(missing.output, "checkpoint " + dir + "/nope.h5: not a readable HDF5 file"), 1u)
+      << missing.output;
+}
+
+}  // namespace

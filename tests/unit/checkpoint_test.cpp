@@ -1,0 +1,218 @@
+// The checkpoint file (lib/ckpt/checkpoint) and the directory it lives in
+// (writer, links, pruning): round trips and each bad file's error.
+#include <gtest/gtest.h>
+#include <hdf5.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+
+#include "ckpt/checkpoint.hpp"
+#include "ckpt/directory.hpp"
+#include "ckpt/writer.hpp"
+#include "util/error.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using namespace wt::ckpt;
+
+std::string fresh_dir(const std::string& name) {
+  const auto dir = fs::path(::testing::TempDir()) / ("ckpt-" + name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir.string();
+}
+
+// A small but complete checkpoint: two parameters (one 0-d), EMA, AdamW state.
+Checkpoint sample(int64_t step, double val_loss = NAN) {
+  torch::manual_seed(step);
+  Checkpoint c;
+  c.model = {{"blocks.0.norm3.weight", torch::randn({8})}, {"head.modulation", torch::randn({1, 2, 8})},
+             {"scalar", torch::randn({})}};
+  for (const auto& [name, t] : c.model) {
+    c.ema.emplace_back(name, t * 0.5);
+    c.optim.push_back({name, step, torch::randn(t.sizes()), torch::rand(t.sizes())});
+  }
+  c.state = {step, 2, 3, 48, 1, 1e-4, 1024.0, 7, val_loss};
+  c.rng_cpu = torch::arange(0, 200, torch::kUInt8);
+  c.run_config = R"({"lr":"0.0001"})";
+  c.model_config = R"({"dim":8})";
+  c.world_size = 2;
+  return c;
+}
+
+std::string message_of(const std::function<void()>& action) {
+  try {
+    action();
+  } catch (const wt::UsageError& e) {
+    return e.what();
+  }
+  return "(no UsageError)";
+}
+
+void expect_same(const NamedTensors& a, const NamedTensors& b) {
+  ASSERT_EQ(a.size(), b.size());
+  std::map<std::string, at::Tensor> by_name(b.begin(), b.end());
+  for (const auto& [name, t] : a) {
+    ASSERT_TRUE(by_name.count(name)) << name;
+    EXPECT_TRUE(torch::equal(t, by_name[name])) << name;
+  }
+}
+
+TEST(Checkpoint, RoundTripKeepsEveryTensorAndField) {
+  const auto dir = fresh_dir("round-trip");
+  const auto saved = sample(12, 0.25);
+  write_checkpoint(dir + "/c.h5", saved);
+  const auto back = read_checkpoint(dir + "/c.h5");
+  expect_same(saved.model, back.model);
+  expect_same(saved.ema, back.ema);
+  ASSERT_EQ(back.optim.size(), saved.optim.size());
+  for (const auto& slot : saved.optim) {
+    const auto it = std::find_if(back.optim.begin(), back.optim.end(), [&](auto& s) { return s.name == slot.name; });
+    ASSERT_NE(it, back.optim.end()) << slot.name;
+    EXPECT_EQ(it->step, slot.step);
+    EXPECT_TRUE(torch::equal(it->exp_avg, slot.exp_avg)) << slot.name;
+    EXPECT_TRUE(torch::equal(it->exp_avg_sq, slot.exp_avg_sq)) << slot.name;
+  }
+  EXPECT_EQ(back.state.step, 12);
+  EXPECT_EQ(back.state.epoch, 2);
+  EXPECT_EQ(back.state.sampler_epoch, 3);
+  EXPECT_EQ(back.state.sampler_consumed, 48);
+  EXPECT_EQ(back.state.skipped, 1);
+  EXPECT_EQ(back.state.lr, 1e-4);
+  EXPECT_EQ(back.state.loss_scale, 1024.0);
+  EXPECT_EQ(back.state.loss_scale_good_steps, 7);
+  EXPECT_EQ(back.state.val_loss, 0.25);
+  EXPECT_TRUE(torch::equal(back.rng_cpu, saved.rng_cpu));
+  EXPECT_EQ(back.run_config, saved.run_config);
+  EXPECT_EQ(back.model_config, saved.model_config);
+  EXPECT_EQ(back.world_size, 2);
+  EXPECT_EQ(back.model[0].second.dim(), saved.model[0].second.dim());
+}
+
+TEST(Checkpoint, TruncatedOrForeignFilesAreOneLineNamingTheFile) {
+  const auto dir = fresh_dir("bad-files");
+  write_checkpoint(dir + "/c.h5", sample(3));
+  const auto size = fs::file_size(dir + "/c.h5");
+  fs::copy_file(dir + "/c.h5", dir + "/cut.h5");
+  fs::resize_file(dir + "/cut.h5", size / 2);
+  const auto cut = message_of([&] { read_checkpoint(dir + "/cut.h5"); });
+  EXPECT_NE(cut.find("checkpoint " + dir + "/cut.h5: "), std::string::npos) << cut;
+  EXPECT_EQ(cut.find('\n'), std::string::npos) << cut;
+
+  std::ofstream(dir + "/text.h5") << "not hdf5\n";
+  const auto text = message_of([&] { read_checkpoint(dir + "/text.h5"); });
+  EXPECT_NE(text.find("checkpoint " + dir + "/text.h5: not a readable HDF5 file"), std::string::npos) << text;
+
+  // An HDF5 file of another kind: its format attribute says so.
+  {
+    const hid_t file = H5Fcreate((dir + "/other.h5").c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    H5Fclose(file);
+  }
+  const auto other = message_of([&] { read_checkpoint(dir + "/other.h5"); });
+  EXPECT_NE(other.find("checkpoint " + dir + "/other.h5: attribute format:"), std::string::npos) << other;
+}
+
+TEST(Checkpoint, AMissingTensorIsNamed) {
+  const auto dir = fresh_dir("missing");
+  const auto saved = sample(3);
+  write_checkpoint(dir + "/c.h5", saved);
+  {
+    const hid_t file = H5Fopen((dir + "/c.h5").c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    ASSERT_GE(H5Ldelete(file, "/model/head.modulation", H5P_DEFAULT), 0);
+    H5Fclose(file);
+  }
+  const auto back = read_checkpoint(dir + "/c.h5");
+  const auto error = message_of([&] { check_fits(back, dir + "/c.h5", saved.model, true); });
+  EXPECT_EQ(error, "checkpoint " + dir + "/c.h5: tensor /model/head.modulation is missing");
+}
+
+TEST(Checkpoint, ShapeMismatchesAndStrangersAreNamed) {
+  const auto saved = sample(3);
+  NamedTensors model = saved.model;
+  model[1].second = torch::zeros({1, 2, 9});
+  EXPECT_EQ(message_of([&] { check_fits(saved, "x.h5", model, false); }),
+            "checkpoint x.h5: tensor /model/head.modulation has shape [1,2,8], the model's is [1,2,9]");
+  model = saved.model;
+  model.pop_back();
+  EXPECT_EQ(message_of([&] { check_fits(saved, "x.h5", model, false); }),
+            "checkpoint x.h5: tensor /model/scalar is not a parameter of this model");
+  Checkpoint no_ema = saved;
+  no_ema.ema.clear();
+  EXPECT_EQ(message_of([&] { check_fits(no_ema, "x.h5", saved.model, true); }),
+            "checkpoint x.h5: has no /ema, but this run keeps an EMA (--ema-decay)");
+  Checkpoint bad_optim = saved;
+  bad_optim.optim[0].exp_avg_sq = torch::zeros({3});
+  EXPECT_EQ(message_of([&] { check_fits(bad_optim, "x.h5", saved.model, true); }),
+            "checkpoint x.h5: tensor /optim/blocks.0.norm3.weight/exp_avg_sq has shape [3], the model's is [8]");
+  EXPECT_NO_THROW(check_fits(saved, "x.h5", saved.model, true));
+}
+
+TEST(CheckpointWriter, LatestNamesTheNewestAndKeepPrunesOnlyAfterANewOneIsComplete) {
+  const auto dir = fresh_dir("writer");
+  {
+    CheckpointWriter writer({dir, 2, false});
+    for (int64_t step : {10, 20, 30}) writer.submit(sample(step));
+    const auto results = writer.drain();
+    ASSERT_EQ(results.size(), 3u);
+    for (const auto& r : results) EXPECT_TRUE(r.ok()) << r.error;
+  }
+  EXPECT_EQ(list_checkpoints(dir), (std::vector<std::string>{dir + "/step-00000020.h5", dir + "/step-00000030.h5"}));
+  EXPECT_EQ(linked_checkpoint(dir, "latest"), dir + "/step-00000030.h5");
+  EXPECT_EQ(read_checkpoint(*linked_checkpoint(dir, "latest")).state.step, 30);
+  EXPECT_EQ(resolve_resume("auto", dir), dir + "/step-00000030.h5");
+  EXPECT_EQ(resolve_resume(dir, "elsewhere"), dir + "/step-00000030.h5");
+  EXPECT_EQ(resolve_resume("auto", fresh_dir("empty")), std::nullopt);
+  EXPECT_NE(message_of([&] { resolve_resume(dir + "/nothing.h5", dir); }).find("option --resume:"), std::string::npos);
+  for (const auto& entry : fs::directory_iterator(dir))
+    EXPECT_EQ(entry.path().extension(), entry.path().filename() == "latest" ? "" : ".h5") << entry.path();
+}
+
+TEST(CheckpointWriter, KeepBestKeepsTheLowestValidationLossBeyondKeep) {
+  const auto dir = fresh_dir("best");
+  CheckpointWriter writer({dir, 1, true});
+  writer.submit(sample(1, 0.5));
+  writer.submit(sample(2, 0.2));
+  writer.submit(sample(3, 0.3));
+  writer.submit(sample(4, NAN));  // not validated: never best
+  for (const auto& r : writer.drain()) EXPECT_TRUE(r.ok()) << r.error;
+  EXPECT_EQ(linked_checkpoint(dir, "best"), dir + "/step-00000002.h5");
+  EXPECT_EQ(linked_checkpoint(dir, "latest"), dir + "/step-00000004.h5");
+  EXPECT_EQ(list_checkpoints(dir), (std::vector<std::string>{dir + "/step-00000002.h5", dir + "/step-00000004.h5"}));
+}
+
+TEST(CheckpointWriter, AFailedWriteIsReportedAndLeavesThePreviousCheckpointIntact) {
+  const auto dir = fresh_dir("fails");
+  CheckpointWriter writer({dir, 3, false});
+  writer.submit(sample(2));
+  // The next checkpoint's name is taken by a non-empty directory: the
+  // rename fails after the whole file was written (as a full disk would
+  // fail the write itself; as root, permissions would not stop us).
+  fs::create_directories(dir + "/step-00000004.h5/occupied");
+  writer.submit(sample(4));
+  const auto results = writer.drain();
+  ASSERT_EQ(results.size(), 2u);
+  EXPECT_TRUE(results[0].ok());
+  ASSERT_FALSE(results[1].ok());
+  EXPECT_NE(results[1].error.find("checkpoint " + dir + "/step-00000004.h5: cannot rename"), std::string::npos)
+      << results[1].error;
+  EXPECT_FALSE(fs::exists(dir + "/step-00000004.h5.tmp"));
+  EXPECT_EQ(linked_checkpoint(dir, "latest"), dir + "/step-00000002.h5");
+  EXPECT_EQ(read_checkpoint(dir + "/step-00000002.h5").state.step, 2);
+}
+
+TEST(CheckpointDirectory, PartialWritesAreRecognisedAndRemoved) {
+  const auto dir = fresh_dir("partial");
+  write_checkpoint(dir + "/step-00000005.h5.tmp", sample(5));
+  std::ofstream(dir + "/notes.txt") << "mine\n";
+  EXPECT_TRUE(list_checkpoints(dir).empty());
+  EXPECT_EQ(remove_partial_writes(dir), std::vector<std::string>{dir + "/step-00000005.h5.tmp"});
+  EXPECT_TRUE(fs::exists(dir + "/notes.txt"));
+  EXPECT_EQ(checkpoint_file_name(123), "step-00000123.h5");
+}
+
+}  // namespace
