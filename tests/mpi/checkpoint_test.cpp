@@ -265,6 +265,63 @@ TEST_F(Checkpoints, SigtermToOneRankCheckpointsAndExitsWithTheRequeueStatus) {
   EXPECT_EQ(training_lines(dir).back()["step"], saved.state.step + 2);
 }
 
+// The process killed (SIGKILL, no handler runs) while the writer has a
+// .tmp on disk: `latest` still names a complete, loadable checkpoint, and
+// --resume auto continues from it, removing the partial file.
+TEST_F(Checkpoints, AKillDuringTheWriteLeavesThePreviousLatestLoadable) {
+  const auto dir = fresh("ckpt-kill");
+  fs::create_directories(dir);
+  // A model big enough that a write takes a while (about 64 MB a checkpoint).
+  const auto config_path = dir + "/wider.json";
+  {
+    std::ifstream in(tiny_config());
+    auto config = nlohmann::json::parse(in);
+    config["dim"] = 256;
+    config["ffn_dim"] = 1024;
+    config["num_layers"] = 4;
+    std::ofstream(config_path) << config.dump();
+  }
+  const std::string line = std::string("exec ") + WANTRAIN_WANTRAIN + " --model-config " + config_path + " --data " +
+                           data_ + " --output-dir " + dir + " --threads 1 --batch-size 1 --steps 100000 " +
+                           "--save-every 1 --ema-decay 0.9 > " + dir + ".log 2>&1";
+  const char* argv[] = {"sh", "-c", line.c_str(), nullptr};
+  pid_t job = 0;
+  ASSERT_EQ(posix_spawn(&job, "/bin/sh", nullptr, nullptr, const_cast<char**>(argv), environ), 0);
+
+  auto partial = [&]() -> std::string {
+    for (const auto& entry : fs::directory_iterator(dir))
+      if (entry.path().extension() == ".tmp" && entry.path().filename().string().rfind("step-", 0) == 0)
+        return entry.path().string();
+    return "";
+  };
+  const auto start = std::chrono::steady_clock::now();
+  std::string tmp;
+  while (std::chrono::steady_clock::now() - start < std::chrono::seconds(90)) {
+    if (wt::ckpt::linked_checkpoint(dir, "latest") && !(tmp = partial()).empty()) break;
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  kill(job, SIGKILL);
+  int raw = 0;
+  waitpid(job, &raw, 0);
+  ASSERT_FALSE(tmp.empty()) << "no write in flight was seen";
+  const std::string left = partial();  // normally tmp; empty if the write finished before the kill landed
+  const auto latest = wt::ckpt::linked_checkpoint(dir, "latest");
+  ASSERT_TRUE(latest.has_value());
+  const auto saved = wt::ckpt::read_checkpoint(*latest);  // complete and loadable
+  EXPECT_GE(saved.state.step, 1);
+  EXPECT_FALSE(saved.model.empty());
+
+  const Job resumed = launch(std::string(WANTRAIN_WANTRAIN) + " --model-config " + config_path + " --data " + data_ +
+                             " --output-dir " + dir + " --threads 1 --batch-size 1 --ema-decay 0.9 --steps " +
+                             std::to_string(saved.state.step + 1) + " --resume auto");
+  EXPECT_EQ(resumed.status, 0) << resumed.output;
+  if (!left.empty())
+    EXPECT_EQ(occurrences(resumed.output, "removed " + left + ", left by a checkpoint write that did not finish"), 1u)
+        << resumed.output;
+  EXPECT_TRUE(partial().empty());
+  EXPECT_EQ(occurrences(resumed.output, "resume: " + *latest), 1u) << resumed.output;
+}
+
 // export: the final checkpoint's weights and EMA are the run's safetensors,
 // under official names; diffusers names load back through the model reader.
 TEST_F(Checkpoints, ExportWritesTheCheckpointsWeightsAsSafetensors) {
