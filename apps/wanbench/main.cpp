@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "allreduce_bench.hpp"
+#include "ckpt_bench.hpp"
 #include "io_bench.hpp"
 #include "model_bench.hpp"
 #include "step_bench.hpp"
@@ -19,6 +20,8 @@ constexpr const char* kUsage =
     "usage: wanbench COMMAND [options]\n"
     "commands:\n"
     "  allreduce   Comm all-reduce vs raw MPI_Allreduce, sizes swept (time, algbw, busbw, #wrong)\n"
+    "  ckpt        checkpoint size; synchronous save vs the training stall of a background one; write rate vs\n"
+    "              a plain write of the same bytes (run without mpirun)\n"
     "  io          Loader throughput vs a raw sequential read of the same bytes (run without mpirun)\n"
     "  model       WanModel forward and forward+backward seconds per sample and peak RSS (run without mpirun)\n"
     "  step        Trainer step time and split, with the Reducer and with communication skipped; gradient sync\n"
@@ -28,6 +31,7 @@ constexpr const char* kUsage =
 int run(wt::World& world, int argc, char** argv) {
   const std::string command = argc > 1 ? argv[1] : "";
   if (command == "allreduce") return wt::run_allreduce_bench(world, argc - 1, argv + 1);
+  if (command == "ckpt") return wt::run_ckpt_bench(world, argc - 1, argv + 1);
   if (command == "io") return wt::run_io_bench(world, argc - 1, argv + 1);
   if (command == "model") return wt::run_model_bench(world, argc - 1, argv + 1);
   if (command == "step") return wt::run_step_bench(world, argc - 1, argv + 1);
@@ -36,8 +40,8 @@ int run(wt::World& world, int argc, char** argv) {
     return wt::kExitOk;
   }
   world.agree([&] {
-    throw wt::UsageError(command.empty() ? std::string("no command given (allreduce|io|model|step)")
-                                         : fmt::format("unknown command '{}' (allreduce|io|model|step)", command));
+    throw wt::UsageError(command.empty() ? std::string("no command given (allreduce|ckpt|io|model|step)")
+                                         : fmt::format("unknown command '{}' (allreduce|ckpt|io|model|step)", command));
   });
   return wt::kExitUsage;
 }

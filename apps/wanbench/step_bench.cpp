@@ -17,6 +17,7 @@
 #include "dist/mpi_comm.hpp"
 #include "dist/reducer.hpp"
 #include "dist/world.hpp"
+#include "scratch_dataset.hpp"
 #include "model/model_config.hpp"
 #include "model/wan_model.hpp"
 #include "train/trainer.hpp"
@@ -43,31 +44,6 @@ double over_ranks(const World& world, double value, MPI_Op op) {
   MPI_CHECK(MPI_Allreduce(&value, &out, 1, MPI_DOUBLE, op, world.comm()));
   return out;
 }
-
-// Random samples of the bench's shape, written by rank 0 into a private
-// directory that is removed at exit: enough for every step without a repeat.
-struct ScratchDataset {
-  std::string directory;
-  bool owner;
-  ScratchDataset(const World& world, const data::SampleShape& shape, int64_t samples) : owner(world.is_root()) {
-    int64_t pid = getpid();  // rank 0's names the directory
-    MPI_CHECK(MPI_Bcast(&pid, 1, MPI_INT64_T, 0, world.comm()));
-    directory = (std::filesystem::temp_directory_path() / fmt::format("wanbench-step-{}", pid)).string();
-    if (world.is_root()) {
-      std::filesystem::create_directories(directory);
-      data::ShardWriter writer(data::shard_path(directory, 0), shape, samples, false);
-      torch::manual_seed(1);
-      for (int64_t i = 0; i < samples; ++i)
-        writer.write(i, torch::randn({shape.channels, shape.frames, shape.height, shape.width}),
-                     torch::randn({shape.text_len, shape.text_dim}), int32_t(shape.text_len));
-    }
-    world.barrier();
-  }
-  ~ScratchDataset() {
-    std::error_code ignored;
-    if (owner) std::filesystem::remove_all(directory, ignored);
-  }
-};
 
 // Mean step time and split over `iters` steps, averaged over ranks (so the
 // phases still add up to no more than the step).

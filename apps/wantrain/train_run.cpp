@@ -123,7 +123,11 @@ int run_training(World& world, Comm& comm, const TrainConfig& cfg, data::Dataset
   }
   int64_t last_saved = resumed ? trainer->steps_taken() : -1;
   auto save = [&](double val_loss) {
-    if (writer && trainer->steps_taken() != last_saved) writer->submit(trainer->snapshot(run_config, val_loss));
+    if (writer && trainer->steps_taken() != last_saved) {
+      auto checkpoint = writer->recycle();
+      trainer->snapshot_into(checkpoint, run_config, val_loss);
+      writer->submit(std::move(checkpoint));
+    }
     last_saved = trainer->steps_taken();
   };
 

@@ -47,6 +47,9 @@ class CheckpointWriter {
   CheckpointWriter& operator=(const CheckpointWriter&) = delete;
 
   void submit(Checkpoint checkpoint);
+  // The buffers of the last checkpoint written, for the next snapshot to
+  // reuse (an empty Checkpoint when there are none).
+  Checkpoint recycle();
   // Results of writes finished since the last call (non-blocking).
   std::vector<WriteResult> take_results();
   // Waits for the write in flight, then returns every untaken result.
@@ -64,6 +67,7 @@ class CheckpointWriter {
   mutable std::mutex mutex_;
   std::condition_variable changed_;
   std::optional<Checkpoint> pending_;
+  Checkpoint spare_;
   bool writing_ = false, stop_ = false;
   std::vector<WriteResult> results_;
   std::thread thread_;

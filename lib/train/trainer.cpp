@@ -266,19 +266,47 @@ void Trainer::restore(const ckpt::Checkpoint& saved, const std::string& path, da
 }
 
 ckpt::Checkpoint Trainer::snapshot(const std::string& run_config, double val_loss) const {
-  auto& im = *impl_;
   ckpt::Checkpoint c;
-  auto to_cpu = [](const at::Tensor& t) { return t.detach().to(torch::kCPU, torch::kFloat32, false, /*copy=*/true); };
-  for (const auto& [name, parameter] : im.named) c.model.emplace_back(name, to_cpu(parameter));
+  snapshot_into(c, run_config, val_loss);
+  return c;
+}
+
+void Trainer::snapshot_into(ckpt::Checkpoint& c, const std::string& run_config, double val_loss) const {
+  auto& im = *impl_;
+  // Copies `t` into the i-th entry of `list`, reusing its buffer when it fits.
+  auto put = [](at::Tensor& slot, const at::Tensor& t) {
+    if (slot.defined() && slot.sizes() == t.sizes() && slot.scalar_type() == at::kFloat && slot.is_cpu()) {
+      slot.copy_(t.detach());
+    } else {
+      slot = t.detach().to(torch::kCPU, torch::kFloat32, false, /*copy=*/true);
+    }
+  };
+  auto put_named = [&](ckpt::NamedTensors& list, size_t i, const std::string& name, const at::Tensor& t) {
+    if (list.size() <= i) list.resize(i + 1);
+    list[i].first = name;
+    put(list[i].second, t);
+  };
+  size_t i = 0;
+  for (const auto& [name, parameter] : im.named) put_named(c.model, i++, name, parameter);
+  c.model.resize(i);
+  i = 0;
   if (im.ema)
-    for (const auto& [name, average] : im.ema->averages()) c.ema.emplace_back(name, to_cpu(average));
+    for (const auto& [name, average] : im.ema->averages()) put_named(c.ema, i++, name, average);
+  c.ema.resize(i);
   const auto& optimizer_state = im.optimizer->state();
+  i = 0;
   for (const auto& [name, parameter] : im.named) {
     const auto it = optimizer_state.find(optimizer_key(parameter));
     if (it == optimizer_state.end()) continue;
     const auto& adam = static_cast<const torch::optim::AdamWParamState&>(*it->second);
-    c.optim.push_back({name, adam.step(), to_cpu(adam.exp_avg()), to_cpu(adam.exp_avg_sq())});
+    if (c.optim.size() <= i) c.optim.resize(i + 1);
+    auto& slot = c.optim[i++];
+    slot.name = name;
+    slot.step = adam.step();
+    put(slot.exp_avg, adam.exp_avg());
+    put(slot.exp_avg_sq, adam.exp_avg_sq());
   }
+  c.optim.resize(i);
   const auto position = im.loader->state();
   c.state.step = step_;
   c.state.epoch = epoch_;
@@ -297,7 +325,6 @@ ckpt::Checkpoint Trainer::snapshot(const std::string& run_config, double val_los
   c.run_config = run_config;
   c.model_config = model::to_json(im.model_config);
   c.world_size = comm_.size();
-  return c;
 }
 
 void Trainer::save_weights(const std::string& directory) const {

@@ -99,6 +99,9 @@ class Trainer {
   // step boundary: what a checkpoint stores. `val_loss` is this step's
   // validation loss (NaN if none).
   ckpt::Checkpoint snapshot(const std::string& run_config, double val_loss) const;
+  // The same into `into`, reusing its tensors where names and shapes match
+  // (a recycled snapshot: no allocation, no page faults, in steady state).
+  void snapshot_into(ckpt::Checkpoint& into, const std::string& run_config, double val_loss) const;
 
   // Rank 0 writes <dir>/model.safetensors (and ema.safetensors with EMA) and
   // model-config.json: what wansample reads.
