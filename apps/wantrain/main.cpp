@@ -43,7 +43,7 @@ std::string world_table(const wt::World& world, const wt::Comm& comm, const wt::
 
 int run(wt::World& world, int argc, char** argv) {
   wt::TrainConfig cfg;
-  wt::OptionSet options("wantrain", "[--config run.ini] [options]");
+  wt::OptionSet options("wantrain", "[--config run.ini] [options]\n       wantrain export --checkpoint PATH --out FILE [--ema] (see wantrain export --help)");
   wt::declare_options(options, cfg);
 
   auto outcome = wt::OptionSet::Outcome::Run;

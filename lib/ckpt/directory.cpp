@@ -89,12 +89,13 @@ void replace_link(const std::string& directory, const std::string& link, const s
 }
 
 std::vector<std::string> prune(const std::string& directory, int keep) {
+  if (keep <= 0) return {};  // --keep 0: keep all
   auto all = list_checkpoints(directory);
   std::vector<std::string> protect;
   for (const char* link : {"latest", "best"})
     if (auto target = linked_checkpoint(directory, link)) protect.push_back(fs::canonical(*target).string());
   std::vector<std::string> removed;
-  const int64_t excess = int64_t(all.size()) - std::max(keep, 1);
+  const int64_t excess = int64_t(all.size()) - keep;
   for (int64_t i = 0; i < excess; ++i) {
     const auto canonical = fs::canonical(all[i]).string();
     if (std::find(protect.begin(), protect.end(), canonical) != protect.end()) continue;

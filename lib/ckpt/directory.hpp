@@ -34,8 +34,8 @@ void sync_directory(const std::string& directory);
 // Atomically points `directory/link` at `target` (a name in the directory).
 void replace_link(const std::string& directory, const std::string& link, const std::string& target);
 
-// Removes the oldest complete checkpoints beyond the newest `keep`, never
-// one that `latest` or `best` names. Returns what it removed.
+// Removes the oldest complete checkpoints beyond the newest `keep` (0:
+// none), never one that `latest` or `best` names. Returns what it removed.
 std::vector<std::string> prune(const std::string& directory, int keep);
 
 // Removes `step-*.h5.tmp` left by a writer that died mid-write; returns them.

@@ -18,6 +18,7 @@
 #include "../common/train_runs.hpp"
 #include "ckpt/checkpoint.hpp"
 #include "ckpt/directory.hpp"
+#include "model/model_config.hpp"
 #include "model/safetensors.hpp"
 
 extern char** environ;
@@ -347,6 +348,28 @@ TEST_F(Checkpoints, ExportWritesTheCheckpointsWeightsAsSafetensors) {
   EXPECT_EQ(missing.status, 2) << missing.output;
   EXPECT_EQ(occurrences(missing.output, "checkpoint " + dir + "/nope.h5: not a readable HDF5 file"), 1u)
       << missing.output;
+}
+
+}  // namespace
+
+namespace {
+
+// wanbench ckpt runs and reports the figures docs/performance.md quotes;
+// a checkpoint with EMA holds 16 bytes per parameter.
+TEST(WanbenchCkpt, ReportsSizeSaveTimesAndStall) {
+  const Job job = launch(std::string(WANTRAIN_WANBENCH) + " ckpt --model-config " + tiny_config() +
+                         " --steps 2 --rounds 1 --threads 1 --json");
+  ASSERT_EQ(job.status, 0) << job.output;
+  const auto report = Json::parse(job.output.substr(job.output.find('{')));
+  std::ifstream in(tiny_config());
+  const auto config = wt::model::parse_model_config(
+      std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()), tiny_config());
+  EXPECT_EQ(report["tensor_bytes"].get<int64_t>(), 16 * wt::model::parameter_count(config));
+  EXPECT_GT(report["checkpoint_bytes"].get<int64_t>(), report["tensor_bytes"].get<int64_t>());
+  for (const char* key : {"sync_save_s", "snapshot_s", "file_write_s", "plain_write_s", "steps_s",
+                          "steps_with_background_write_s"})
+    EXPECT_GT(report[key].get<double>(), 0) << key;
+  EXPECT_LT(report["snapshot_s"].get<double>(), report["sync_save_s"].get<double>());
 }
 
 }  // namespace

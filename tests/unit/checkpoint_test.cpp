@@ -213,6 +213,10 @@ TEST(CheckpointDirectory, PartialWritesAreRecognisedAndRemoved) {
   EXPECT_EQ(remove_partial_writes(dir), std::vector<std::string>{dir + "/step-00000005.h5.tmp"});
   EXPECT_TRUE(fs::exists(dir + "/notes.txt"));
   EXPECT_EQ(checkpoint_file_name(123), "step-00000123.h5");
+  // --keep 0 keeps everything.
+  for (int64_t step : {1, 2, 3}) write_checkpoint(dir + "/" + checkpoint_file_name(step), sample(step));
+  EXPECT_TRUE(prune(dir, 0).empty());
+  EXPECT_EQ(prune(dir, 1), (std::vector<std::string>{dir + "/step-00000001.h5", dir + "/step-00000002.h5"}));
 }
 
 }  // namespace
