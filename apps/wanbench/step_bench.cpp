@@ -124,8 +124,10 @@ int run_step_bench(World& world, int argc, char** argv) {
 
   // Both variants side by side, alternating in rounds so that both see the
   // same machine; each reports its round with the median step time.
-  train::Trainer synced(cfg, *comm, data::Dataset::open(cfg.data), config, {true});
-  train::Trainer local(cfg, *comm, data::Dataset::open(cfg.data), config, {false});
+  train::TrainerOptions without_communication;
+  without_communication.communicate = false;
+  train::Trainer synced(cfg, *comm, data::Dataset::open(cfg.data), config);
+  train::Trainer local(cfg, *comm, data::Dataset::open(cfg.data), config, without_communication);
   for (int i = 0; i < c.warmup; ++i) synced.step(), local.step();
   std::vector<train::StepTimes> with_rounds, without_rounds;
   for (int round = 0; round < c.rounds; ++round) {

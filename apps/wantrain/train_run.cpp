@@ -1,6 +1,7 @@
 #include "train_run.hpp"
 
 #include <fmt/format.h>
+#include <mpi.h>
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
@@ -65,6 +66,21 @@ bool report(const std::vector<ckpt::WriteResult>& results, const TrainConfig& cf
   return ok;
 }
 
+// Collective: true when `ok` on every rank.
+bool all_ok(Comm& comm, bool ok) {
+  auto failed = torch::tensor({int64_t(!ok)}, torch::kInt64).to(comm.device());
+  comm.all_reduce(failed, {ReduceOp::Max});
+  return failed.cpu().item<int64_t>() == 0;
+}
+
+// Collective: rank 0's `text` on every rank.
+void broadcast_string(const World& world, std::string& text) {
+  int64_t size = int64_t(text.size());
+  MPI_CHECK(MPI_Bcast(&size, 1, MPI_INT64_T, 0, world.comm()));
+  text.resize(size_t(size));
+  if (size > 0) MPI_CHECK(MPI_Bcast(text.data(), int(size), MPI_CHAR, 0, world.comm()));
+}
+
 }  // namespace
 
 int run_training(World& world, Comm& comm, const TrainConfig& cfg, data::Dataset dataset,
@@ -73,6 +89,8 @@ int run_training(World& world, Comm& comm, const TrainConfig& cfg, data::Dataset
   std::unique_ptr<train::Validator> validator;
   std::optional<ckpt::Checkpoint> resume;
   std::string resume_path;
+  double best_val_loss = std::numeric_limits<double>::infinity();  // of the directory's `best`
+  const StopSignalHandlers stop_signals;  // from here on a signal means "checkpoint and requeue"
   world.agree([&] {
     // Options of what later issues build: refused rather than ignored.
     if (cfg.mode == "distill") throw UsageError("option --mode: distillation is not in this build yet (issue #7)");
@@ -84,15 +102,33 @@ int run_training(World& world, Comm& comm, const TrainConfig& cfg, data::Dataset
     }
     if (!cfg.val_data.empty())
       validator = std::make_unique<train::Validator>(cfg.val_data, train::ValidationOptions{cfg.batch_size, 4, cfg.shift});
-    // Every rank reads the checkpoint (a shared file system, as for the data)
-    // and checks it before anything is built or written.
+    // Rank 0 chooses the file (right after a requeue, nodes may see the
+    // `latest` link differently); every rank then reads it (a shared file
+    // system, as for the data) and checks it before anything is built.
     if (!cfg.resume.empty()) {
-      if (const auto path = ckpt::resolve_resume(cfg.resume, cfg.output_dir)) {
-        resume = ckpt::read_checkpoint(*path);
-        resume_path = *path;
+      std::string chosen, error;
+      if (world.is_root()) {
+        try {
+          chosen = ckpt::resolve_resume(cfg.resume, cfg.output_dir).value_or("");
+        } catch (const UsageError& e) {
+          error = e.what();
+        }
+      }
+      broadcast_string(world, chosen);
+      broadcast_string(world, error);
+      if (!error.empty()) {
+        if (world.is_root()) throw UsageError(error);
+        return;
+      }
+      if (!chosen.empty()) {
+        resume = ckpt::read_checkpoint(chosen);
+        resume_path = chosen;
         check_model_config(*resume, resume_path, model_config, cfg.model_config);
       }
     }
+    if (world.is_root() && cfg.keep_best)
+      if (const auto best = ckpt::linked_checkpoint(cfg.output_dir, "best"))
+        best_val_loss = ckpt::read_trainer_state(*best).val_loss;
   });
   if (world.is_root() && !cfg.resume.empty()) {
     if (resume)
@@ -116,9 +152,7 @@ int run_training(World& world, Comm& comm, const TrainConfig& cfg, data::Dataset
   if (world.is_root()) {
     for (const auto& partial : ckpt::remove_partial_writes(cfg.output_dir))
       spdlog::warn("removed {}, left by a checkpoint write that did not finish", partial);
-    ckpt::WriterOptions writer_options{cfg.output_dir, cfg.keep, cfg.keep_best};
-    if (const auto best = ckpt::linked_checkpoint(cfg.output_dir, "best"))
-      writer_options.best_val_loss = ckpt::read_checkpoint(*best).state.val_loss;
+    ckpt::WriterOptions writer_options{cfg.output_dir, cfg.keep, cfg.keep_best, best_val_loss};
     writer = std::make_unique<ckpt::CheckpointWriter>(writer_options);
   }
   int64_t last_saved = resumed ? trainer->steps_taken() : -1;
@@ -145,7 +179,6 @@ int run_training(World& world, Comm& comm, const TrainConfig& cfg, data::Dataset
     log.validation(step, loss);
     return loss;
   };
-  install_stop_signal_handlers();
   bool writes_ok = true;
   double val_loss = kNoValidation;  // of the step just taken
   while (!trainer->done()) {
@@ -168,24 +201,29 @@ int run_training(World& world, Comm& comm, const TrainConfig& cfg, data::Dataset
     }
     if (const int signal = int(flags[0].item<int64_t>()); signal != 0) {
       save(val_loss);
-      if (writer) writes_ok = report(writer->drain(), cfg) && writes_ok;
+      bool written = true;  // whatever --on-ckpt-error says: the message must be true
+      if (writer) {
+        const auto results = writer->drain();
+        report(results, cfg);
+        for (const auto& r : results) written = written && r.ok();
+      }
+      const bool saved = all_ok(comm, written);
       if (world.is_root())
-        fmt::print("stopping at step {} on {}: {}; exit status {} (requeue, then --resume auto)\n",
-                   trainer->steps_taken(), signal_name(signal),
-                   writes_ok ? fmt::format("checkpoint {}/{}", cfg.output_dir,
-                                           ckpt::checkpoint_file_name(trainer->steps_taken()))
-                             : std::string("the checkpoint could not be written"),
-                   kExitRequeue);
-      comm.barrier();
-      return writes_ok || !world.is_root() ? kExitRequeue : kExitFailure;
+        fmt::print("stopping at step {} on {}: {}; exit status {}\n", trainer->steps_taken(), signal_name(signal),
+                   saved ? fmt::format("checkpoint {}/{}", cfg.output_dir,
+                                       ckpt::checkpoint_file_name(trainer->steps_taken()))
+                         : std::string("the checkpoint could not be written"),
+                   saved ? fmt::format("{} (requeue, then --resume auto)", kExitRequeue) : std::string("1"));
+      return saved ? kExitRequeue : kExitFailure;
     }
   }
   log.finish(trainer->skipped_steps());
 
   // The final checkpoint; not after a failed write under --on-ckpt-error fail.
-  if (writer) writes_ok = report(writer->drain(), cfg) && writes_ok;
+  // Every rank learns how the writes went, so all exit with one status.
+  writes_ok = all_ok(comm, writes_ok && (!writer || report(writer->drain(), cfg)));
   if (writes_ok || cfg.on_ckpt_error == "warn") save(val_loss);
-  if (writer) writes_ok = report(writer->drain(), cfg) && writes_ok;
+  writes_ok = all_ok(comm, writes_ok && (!writer || report(writer->drain(), cfg)));
   trainer->save_weights(cfg.output_dir);
   comm.barrier();  // the weights are complete before any rank reports success
   if (world.is_root())

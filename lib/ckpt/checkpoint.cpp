@@ -52,8 +52,12 @@ std::vector<std::string> members(hid_t group) {
   H5_CHECK(H5Literate(
       group, H5_INDEX_NAME, H5_ITER_INC, nullptr,
       [](hid_t, const char* name, const H5L_info_t*, void* out) -> herr_t {
-        static_cast<std::vector<std::string>*>(out)->emplace_back(name);
-        return 0;
+        try {  // nothing may unwind through HDF5's C frames
+          static_cast<std::vector<std::string>*>(out)->emplace_back(name);
+          return 0;
+        } catch (...) {
+          return -1;
+        }
       },
       &names));
   return names;
@@ -61,6 +65,23 @@ std::vector<std::string> members(hid_t group) {
 
 const char* const kStateInts[] = {"step", "epoch", "sampler_epoch", "sampler_consumed", "skipped",
                                   "loss_scale_good_steps"};
+
+// The /trainer group's attributes; `object` names what is being read, for errors.
+TrainerState read_state(hid_t trainer, std::string& object) {
+  TrainerState state;
+  int64_t* ints[] = {&state.step,    &state.epoch,   &state.sampler_epoch, &state.sampler_consumed,
+                     &state.skipped, &state.loss_scale_good_steps};
+  for (size_t i = 0; i < std::size(kStateInts); ++i) {
+    object = fmt::format("/trainer attribute {}", kStateInts[i]);
+    *ints[i] = h5::read_int_attribute(trainer, kStateInts[i]);
+  }
+  for (const auto& [name, field] : {std::pair{"lr", &state.lr}, std::pair{"loss_scale", &state.loss_scale},
+                                    std::pair{"val_loss", &state.val_loss}}) {
+    object = fmt::format("/trainer attribute {}", name);
+    *field = h5::read_double_attribute(trainer, name);
+  }
+  return state;
+}
 
 }  // namespace
 
@@ -152,17 +173,7 @@ Checkpoint read_checkpoint(const std::string& path) {
 
     object = "/trainer";
     const auto trainer = open_group(file.get(), "trainer");
-    int64_t* ints[] = {&c.state.step,    &c.state.epoch,   &c.state.sampler_epoch, &c.state.sampler_consumed,
-                       &c.state.skipped, &c.state.loss_scale_good_steps};
-    for (size_t i = 0; i < std::size(kStateInts); ++i) {
-      object = fmt::format("/trainer attribute {}", kStateInts[i]);
-      *ints[i] = h5::read_int_attribute(trainer.get(), kStateInts[i]);
-    }
-    for (const auto& [name, field] : {std::pair{"lr", &c.state.lr}, std::pair{"loss_scale", &c.state.loss_scale},
-                                      std::pair{"val_loss", &c.state.val_loss}}) {
-      object = fmt::format("/trainer attribute {}", name);
-      *field = h5::read_double_attribute(trainer.get(), name);
-    }
+    c.state = read_state(trainer.get(), object);
     object = "/trainer/rng_cpu";
     {
       const auto set = h5::open_dataset(trainer.get(), "rng_cpu");
@@ -203,6 +214,25 @@ Checkpoint read_checkpoint(const std::string& path) {
                                    e.what()));
     throw UsageError(fmt::format("checkpoint {}: {}: {}", path, object, e.what()));
   }
+}
+
+TrainerState read_trainer_state(const std::string& path) {
+  h5::Lock lock(h5::library_mutex());
+  h5::quiet_errors();
+  std::string object = "/trainer";
+  try {
+    const auto file = h5::open_file(path);
+    const auto trainer = open_group(file.get(), "trainer");
+    return read_state(trainer.get(), object);
+  } catch (const std::exception& e) {
+    throw UsageError(fmt::format("checkpoint {}: {}: {}", path, object, e.what()));
+  }
+}
+
+bool is_checkpoint_file(const std::string& path) {
+  h5::Lock lock(h5::library_mutex());
+  h5::quiet_errors();
+  return H5Fis_hdf5(path.c_str()) > 0;
 }
 
 void check_fits(const Checkpoint& c, const std::string& path, const NamedTensors& parameters, bool need_ema) {

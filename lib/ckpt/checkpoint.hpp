@@ -39,7 +39,7 @@ struct TrainerState {
   int64_t sampler_epoch = 0, sampler_consumed = 0;  // where the next batch starts
   int64_t skipped = 0;
   double lr = 0;  // of the last step taken
-  double loss_scale = 1;
+  double loss_scale = std::numeric_limits<double>::quiet_NaN();  // fp16 runs only
   int64_t loss_scale_good_steps = 0;
   double val_loss = std::numeric_limits<double>::quiet_NaN();  // at this step, if validated
 };
@@ -63,6 +63,12 @@ void write_checkpoint(const std::string& path, const Checkpoint& checkpoint);
 // file that is not a readable HDF5 file, another format or version, a
 // missing or malformed attribute or tensor.
 Checkpoint read_checkpoint(const std::string& path);
+
+// The /trainer attributes only (no tensors): e.g. the validation loss of `best`.
+TrainerState read_trainer_state(const std::string& path);
+
+// Whether `path` is an HDF5 file (so --init and the like take it as a checkpoint).
+bool is_checkpoint_file(const std::string& path);
 
 // Checks that `checkpoint` (read from `path`) fits a model with these
 // parameters: every tensor present under /model (and /ema when `need_ema`,

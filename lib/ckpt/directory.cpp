@@ -59,8 +59,16 @@ std::optional<std::string> linked_checkpoint(const std::string& directory, const
 }
 
 std::optional<std::string> resolve_resume(const std::string& resume, const std::string& output_dir) {
-  if (resume == "auto") return linked_checkpoint(output_dir, "latest");
   std::error_code error;
+  if (resume == "auto") {
+    // A `latest` that names nothing is damage to report, not a fresh start
+    // (which would overwrite the old run's metrics).
+    const fs::path link = fs::path(output_dir) / "latest";
+    if (fs::is_symlink(fs::symlink_status(link, error)) && !linked_checkpoint(output_dir, "latest"))
+      throw UsageError(fmt::format("option --resume: {} names {}, which does not exist", link.string(),
+                                   fs::read_symlink(link, error).string()));
+    return linked_checkpoint(output_dir, "latest");
+  }
   if (fs::is_directory(resume, error)) {
     if (auto latest = linked_checkpoint(resume, "latest")) return latest;
     throw UsageError(fmt::format("option --resume: directory {} has no 'latest' checkpoint", resume));
@@ -93,13 +101,16 @@ std::vector<std::string> prune(const std::string& directory, int keep) {
   auto all = list_checkpoints(directory);
   std::vector<std::string> protect;
   for (const char* link : {"latest", "best"})
-    if (auto target = linked_checkpoint(directory, link)) protect.push_back(fs::canonical(*target).string());
+    if (auto target = linked_checkpoint(directory, link)) {
+      std::error_code error;
+      protect.push_back(fs::canonical(*target, error).string());
+    }
   std::vector<std::string> removed;
   const int64_t excess = int64_t(all.size()) - keep;
   for (int64_t i = 0; i < excess; ++i) {
-    const auto canonical = fs::canonical(all[i]).string();
-    if (std::find(protect.begin(), protect.end(), canonical) != protect.end()) continue;
     std::error_code error;
+    const auto canonical = fs::canonical(all[i], error).string();
+    if (error || std::find(protect.begin(), protect.end(), canonical) != protect.end()) continue;
     if (fs::remove(all[i], error)) removed.push_back(all[i]);
   }
   return removed;

@@ -23,8 +23,9 @@ std::vector<std::string> list_checkpoints(const std::string& directory);
 std::optional<std::string> linked_checkpoint(const std::string& directory, const std::string& link);
 
 // --resume: "auto" is `latest` in `output_dir` if there is one (else nullopt:
-// start fresh); anything else is a checkpoint file, or a directory whose
-// `latest` is taken. UsageError naming the option when PATH has none.
+// start fresh; a `latest` naming a missing file is an error); anything else
+// is a checkpoint file, or a directory whose `latest` is taken. UsageError
+// naming the option when PATH has none.
 std::optional<std::string> resolve_resume(const std::string& resume, const std::string& output_dir);
 
 // Makes `path` durable: fsync of the file, then of its directory.

@@ -3,7 +3,8 @@
 //
 // submit() takes a snapshot already copied to CPU memory and returns at
 // once (after waiting for a previous write still in flight: at most one
-// snapshot is held). The thread writes step-N.h5.tmp, fsyncs it, renames it
+// snapshot waits or is written; recycle() hands its buffers back afterwards,
+// so two sets of buffers exist at most). The thread writes step-N.h5.tmp, fsyncs it, renames it
 // to step-N.h5, points `latest` at it (and `best`, with keep_best, when its
 // validation loss is the lowest so far), then prunes beyond `keep`. A failed
 // write removes its .tmp and leaves every earlier file and link as it was;

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <cstdio>
+
 #include "util/error.hpp"
 
 namespace wt::train {
@@ -22,12 +24,19 @@ void keep_lines_up_to(const std::string& path, int64_t step) {
   std::string kept;
   for (std::string line; std::getline(in, line);) {
     const auto json = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (json.is_object() && json.value("step", int64_t(0)) <= step) kept += line + '\n';
+    if (json.is_object() && json.contains("step") && json["step"].is_number_integer() &&
+        json["step"].get<int64_t>() <= step)
+      kept += line + '\n';
   }
   in.close();
-  std::ofstream out(path, std::ios::trunc);
-  out << kept;
-  if (!out) throw Error(fmt::format("{}: cannot rewrite", path));
+  // Replaced whole by rename: a crash here leaves the old file, not half of it.
+  const std::string temporary = path + ".tmp";
+  {
+    std::ofstream out(temporary, std::ios::trunc);
+    out << kept;
+    if (!out) throw Error(fmt::format("{}: cannot write", temporary));
+  }
+  if (std::rename(temporary.c_str(), path.c_str()) != 0) throw Error(fmt::format("{}: cannot replace", path));
 }
 
 }  // namespace

@@ -9,7 +9,10 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
+#include <sstream>
+#include <type_traits>
 
 #include "ckpt/checkpoint.hpp"
 #include "data/loader.hpp"
@@ -50,9 +53,6 @@ data::DistributedSampler make_sampler(const TrainConfig& cfg, const Comm& comm, 
                                    !cfg.no_drop_last, cfg.shard_affinity});
 }
 
-bool is_checkpoint_path(const std::string& path) {
-  return path.size() > 3 && path.compare(path.size() - 3, 3, ".h5") == 0;
-}
 
 // Copies `saved` into the tensors of `into` with the same names (shapes checked by ckpt::check_fits).
 void copy_named(const ckpt::NamedTensors& saved, const ckpt::NamedTensors& into) {
@@ -61,10 +61,20 @@ void copy_named(const ckpt::NamedTensors& saved, const ckpt::NamedTensors& into)
   for (const auto& [name, tensor] : into) tensor.copy_(by_name.at(name));
 }
 
-// LibTorch keys optimizer state by the parameter's TensorImpl address.
-std::string optimizer_key(const at::Tensor& parameter) {
-  return c10::guts::to_string(parameter.unsafeGetTensorImpl());
+// LibTorch keys optimizer state by the parameter's TensorImpl: its address
+// as a string up to 2.1, the pointer itself from 2.2 on.
+using OptimizerKey = std::decay_t<decltype(std::declval<torch::optim::AdamW&>().state())>::key_type;
+template <class Key>
+Key key_of(c10::TensorImpl* impl) {
+  if constexpr (std::is_same_v<Key, std::string>) {
+    std::ostringstream address;
+    address << static_cast<const void*>(impl);
+    return address.str();
+  } else {
+    return impl;
+  }
 }
+OptimizerKey optimizer_key(const at::Tensor& parameter) { return key_of<OptimizerKey>(parameter.unsafeGetTensorImpl()); }
 
 }  // namespace
 
@@ -97,7 +107,8 @@ Trainer::Trainer(const TrainConfig& cfg, Comm& comm, data::Dataset dataset, mode
   impl_->model_config = std::move(model_config);
   impl_->communicate = options.communicate;
   auto& model = impl_->model;
-  if (!cfg.init.empty() && !is_checkpoint_path(cfg.init)) model::load_weights(*model, cfg.init, model::LoadMode::Strict);
+  const bool init_from_checkpoint = !cfg.init.empty() && ckpt::is_checkpoint_file(cfg.init);
+  if (!cfg.init.empty() && !init_from_checkpoint) model::load_weights(*model, cfg.init, model::LoadMode::Strict);
   model->to(comm.device());
   model->train();
   auto& named = impl_->named;
@@ -105,7 +116,7 @@ Trainer::Trainer(const TrainConfig& cfg, Comm& comm, data::Dataset dataset, mode
   if (options.resume) {
     ckpt::check_fits(*options.resume, options.resume_path, named, cfg.ema_decay > 0);
     copy_named(options.resume->model, named);
-  } else if (is_checkpoint_path(cfg.init)) {
+  } else if (init_from_checkpoint) {
     const auto init = ckpt::read_checkpoint(cfg.init);
     ckpt::check_fits(init, cfg.init, named, false);
     copy_named(init.model, named);
@@ -237,8 +248,16 @@ void Trainer::restore(const ckpt::Checkpoint& saved, const std::string& path, da
   if (state.sampler_consumed % sampler.global_batch() != 0)
     throw UsageError(fmt::format(
         "checkpoint {}: it stopped {} samples into epoch {}, not a whole number of this run's global batches of {} "
-        "(batch size x ranks x accumulation); resume with the same effective batch",
-        path, state.sampler_consumed, state.sampler_epoch, sampler.global_batch()));
+        "({} samples past the last whole one; global batch = batch size x ranks x accumulation); resume with the "
+        "same effective batch",
+        path, state.sampler_consumed, state.sampler_epoch, sampler.global_batch(),
+        state.sampler_consumed % sampler.global_batch()));
+  // With shard affinity each rank's order depends on the world size: a
+  // position mid-epoch names other samples under another world size.
+  if (cfg_.shard_affinity && saved.world_size != comm_.size() && state.sampler_consumed != 0)
+    throw UsageError(fmt::format("checkpoint {}: written by {} ranks mid-epoch with --shard-affinity, whose data order "
+                                 "depends on the world size; resume it on {} ranks, or without --shard-affinity",
+                                 path, saved.world_size, saved.world_size));
   sampler.restore({state.sampler_epoch, state.sampler_consumed});
   if (im.ema) copy_named(saved.ema, im.ema->averages());
   // AdamW's state, created as its first step would, keyed as it looks it up.
@@ -254,7 +273,7 @@ void Trainer::restore(const ckpt::Checkpoint& saved, const std::string& path, da
     param_state->exp_avg_sq(it->second->exp_avg_sq.to(parameter.device()).clone());
     optimizer_state[optimizer_key(parameter)] = std::move(param_state);
   }
-  if (im.scaler) im.scaler->restore(state.loss_scale, state.loss_scale_good_steps);
+  if (im.scaler && std::isfinite(state.loss_scale)) im.scaler->restore(state.loss_scale, state.loss_scale_good_steps);
   if (saved.rng_cpu.defined() && saved.rng_cpu.numel() > 0) {
     auto generator = at::detail::getDefaultCPUGenerator();
     std::lock_guard<std::mutex> lock(generator.mutex());
@@ -314,7 +333,7 @@ void Trainer::snapshot_into(ckpt::Checkpoint& c, const std::string& run_config, 
   c.state.sampler_consumed = position.consumed;
   c.state.skipped = skipped_;
   c.state.lr = step_ > 0 ? im.schedule.at(step_ - 1) : im.schedule.at(0);
-  c.state.loss_scale = im.scaler ? im.scaler->scale() : 1.0;
+  c.state.loss_scale = im.scaler ? im.scaler->scale() : std::numeric_limits<double>::quiet_NaN();
   c.state.loss_scale_good_steps = im.scaler ? im.scaler->good_steps() : 0;
   c.state.val_loss = val_loss;
   {

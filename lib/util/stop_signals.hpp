@@ -2,18 +2,25 @@
 // --signal, and before killing a job) and SIGINT ask the run to stop at the
 // next step boundary, checkpoint and exit with kExitRequeue. The handler
 // only records the signal; the training loop polls it, and the ranks agree
-// on it collectively. A second SIGINT ends the process at once (the default
-// action), for a user who does not want to wait.
+// on it collectively. A SIGINT after any stop signal ends the process at
+// once (the default action), for a user who does not want to wait.
 #pragma once
 
 namespace wt {
 
-void install_stop_signal_handlers();
+// Installs the handlers for its lifetime; restores the default actions after.
+class StopSignalHandlers {
+ public:
+  StopSignalHandlers();
+  ~StopSignalHandlers();
+  StopSignalHandlers(const StopSignalHandlers&) = delete;
+  StopSignalHandlers& operator=(const StopSignalHandlers&) = delete;
+};
 
 // The signal that asked to stop (SIGTERM, SIGUSR1, SIGINT), or 0.
 int stop_signal();
 
-// "SIGTERM", "SIGUSR1", "SIGINT" or "signal N".
+// "SIGTERM", "SIGUSR1", "SIGINT" or "a signal".
 const char* signal_name(int signal);
 
 }  // namespace wt

@@ -316,9 +316,10 @@ TEST_F(Checkpoints, AKillDuringTheWriteLeavesThePreviousLatestLoadable) {
                              " --output-dir " + dir + " --threads 1 --batch-size 1 --ema-decay 0.9 --steps " +
                              std::to_string(saved.state.step + 1) + " --resume auto");
   EXPECT_EQ(resumed.status, 0) << resumed.output;
-  if (!left.empty())
+  if (!left.empty()) {
     EXPECT_EQ(occurrences(resumed.output, "removed " + left + ", left by a checkpoint write that did not finish"), 1u)
         << resumed.output;
+  }
   EXPECT_TRUE(partial().empty());
   EXPECT_EQ(occurrences(resumed.output, "resume: " + *latest), 1u) << resumed.output;
 }

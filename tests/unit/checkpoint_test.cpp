@@ -168,6 +168,11 @@ TEST(CheckpointWriter, LatestNamesTheNewestAndKeepPrunesOnlyAfterANewOneIsComple
   EXPECT_EQ(resolve_resume(dir, "elsewhere"), dir + "/step-00000030.h5");
   EXPECT_EQ(resolve_resume("auto", fresh_dir("empty")), std::nullopt);
   EXPECT_NE(message_of([&] { resolve_resume(dir + "/nothing.h5", dir); }).find("option --resume:"), std::string::npos);
+  // A `latest` naming a missing file is damage, not a fresh start.
+  const auto dangling = fresh_dir("dangling");
+  fs::create_symlink("step-00000009.h5", dangling + "/latest");
+  EXPECT_EQ(message_of([&] { resolve_resume("auto", dangling); }),
+            "option --resume: " + dangling + "/latest names step-00000009.h5, which does not exist");
   for (const auto& entry : fs::directory_iterator(dir))
     EXPECT_EQ(entry.path().extension(), entry.path().filename() == "latest" ? "" : ".h5") << entry.path();
 }
