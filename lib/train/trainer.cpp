@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
+#include <nlohmann/json.hpp>
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <chrono>
@@ -253,11 +254,16 @@ void Trainer::restore(const ckpt::Checkpoint& saved, const std::string& path, da
         path, state.sampler_consumed, state.sampler_epoch, sampler.global_batch(),
         state.sampler_consumed % sampler.global_batch()));
   // With shard affinity each rank's order depends on the world size: a
-  // position mid-epoch names other samples under another world size.
-  if (cfg_.shard_affinity && saved.world_size != comm_.size() && state.sampler_consumed != 0)
-    throw UsageError(fmt::format("checkpoint {}: written by {} ranks mid-epoch with --shard-affinity, whose data order "
-                                 "depends on the world size; resume it on {} ranks, or without --shard-affinity",
-                                 path, saved.world_size, saved.world_size));
+  // position mid-epoch names other samples under another world size, or
+  // with affinity switched on or off.
+  const auto saved_options = nlohmann::json::parse(saved.run_config, nullptr, false);
+  const bool saved_affinity = saved_options.is_object() && saved_options.value("shard-affinity", "false") == "true";
+  if ((saved_affinity || cfg_.shard_affinity) && state.sampler_consumed != 0 &&
+      (saved.world_size != comm_.size() || saved_affinity != cfg_.shard_affinity))
+    throw UsageError(fmt::format("checkpoint {}: written mid-epoch by {} ranks {} --shard-affinity, whose data order "
+                                 "depends on both; resume it on {} ranks {} --shard-affinity",
+                                 path, saved.world_size, saved_affinity ? "with" : "without", saved.world_size,
+                                 saved_affinity ? "with" : "without"));
   sampler.restore({state.sampler_epoch, state.sampler_consumed});
   if (im.ema) copy_named(saved.ema, im.ema->averages());
   // AdamW's state, created as its first step would, keyed as it looks it up.

@@ -118,6 +118,17 @@ TEST_F(Checkpoints, ResumingOnAnotherWorldSizeRepartitionsTheData) {
     EXPECT_LT(relative(lines[i]["loss"], reference[i]["loss"]), 1e-5) << "step " << i + 1;
   EXPECT_LT(weights_difference(moved + "/model.safetensors", straight + "/model.safetensors"), 1e-5);
 
+  // With shard affinity the order depends on the world size: refused mid-epoch.
+  const auto affine = fresh("ckpt-ws-affine");
+  const Job first = train(2, affine, "--steps 3 --batch-size 2 --shard-affinity");
+  ASSERT_EQ(first.status, 0) << first.output;
+  const Job other = train(1, affine, "--steps 5 --batch-size 4 --shard-affinity --resume " + affine + "/latest");
+  EXPECT_EQ(other.status, 2) << other.output;
+  EXPECT_EQ(occurrences(other.output, "written mid-epoch by 2 ranks with --shard-affinity, whose data order depends "
+                                      "on both; resume it on 2 ranks with --shard-affinity"),
+            1u)
+      << other.output;
+
   // A global batch that does not divide the samples consumed cannot continue the epoch.
   const Job odd = train(1, moved, "--steps 12 --batch-size 3 --resume " + moved + "/step-00000005.h5");
   EXPECT_EQ(odd.status, 2) << odd.output;
