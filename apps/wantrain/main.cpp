@@ -12,8 +12,10 @@
 #include "data/sampler.hpp"
 #include "dist/world.hpp"
 #include "model/model_config.hpp"
+#include "model/projection.hpp"
 #include "train/data_fits_model.hpp"
 #include "train/lr_schedule.hpp"
+#include "train/teacher.hpp"
 #include "train/train_config.hpp"
 #include "util/error.hpp"
 #include "util/exit_codes.hpp"
@@ -102,6 +104,23 @@ int run(wt::World& world, int argc, char** argv) {
                                 config.num_heads, config.head_dim());
   });
 
+  // Distillation: the teacher's config, whether the data fit it too, and
+  // whether the student can be projected from it, before any weights load.
+  std::optional<wt::model::WanConfig> teacher_config;
+  world.agree([&] {
+    if (cfg.mode != "distill") return;
+    const auto config = wt::train::resolve_teacher_config(cfg.teacher, cfg.teacher_config);
+    teacher_config = config;
+    const std::string source = cfg.teacher_config.empty() ? cfg.teacher : cfg.teacher_config;
+    if (dataset) wt::train::check_data_fits_model(dataset->shape(), cfg.data, config, source);
+    if (model_config && cfg.student_init == "projection" && cfg.init.empty() && cfg.resume.empty())
+      wt::model::check_projectable(config, "--teacher " + cfg.teacher, *model_config,
+                                   "--model-config " + cfg.model_config);
+    model_summary += fmt::format("teacher: {}: {} parameters, dim {}, {} layers, held in {}; student init: {}\n",
+                                 cfg.teacher, wt::model::parameter_count(config), config.dim, config.num_layers,
+                                 cfg.teacher_precision, cfg.init.empty() ? cfg.student_init : "--init " + cfg.init);
+  });
+
   wt::log::init(world.rank(), world.size());
   torch::set_num_threads(wt::threads_per_rank(cfg, world.local_size()));
 
@@ -138,7 +157,7 @@ int run(wt::World& world, int argc, char** argv) {
   });
   nlohmann::json run_config = nlohmann::json::object();
   for (const auto& option : options.resolved()) run_config[option.name] = option.value;
-  return run_training(world, *comm, cfg, std::move(*dataset), *model_config, run_config.dump());
+  return run_training(world, *comm, cfg, std::move(*dataset), *model_config, teacher_config, run_config.dump());
 }
 
 }  // namespace

@@ -9,7 +9,6 @@
 #include <filesystem>
 #include <limits>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <optional>
 
 #include "ckpt/checkpoint.hpp"
@@ -17,6 +16,7 @@
 #include "ckpt/writer.hpp"
 #include "dist/comm.hpp"
 #include "dist/world.hpp"
+#include "train/teacher.hpp"
 #include "train/train_log.hpp"
 #include "train/trainer.hpp"
 #include "train/validation.hpp"
@@ -28,24 +28,6 @@ namespace wt {
 namespace {
 
 constexpr double kNoValidation = std::numeric_limits<double>::quiet_NaN();
-
-// A checkpoint of another model cannot be resumed: name the first field that differs.
-void check_model_config(const ckpt::Checkpoint& saved, const std::string& path, const model::WanConfig& config,
-                        const std::string& config_path) {
-  const auto theirs = nlohmann::json::parse(saved.model_config, nullptr, false);
-  const auto ours = nlohmann::json::parse(model::to_json(config));
-  if (theirs == ours) return;
-  std::string difference = "it is not a model config";
-  if (theirs.is_object())
-    for (const auto& [key, value] : ours.items())
-      if (!theirs.contains(key) || theirs[key] != value) {
-        difference = fmt::format("{} is {} there, {} here", key, theirs.contains(key) ? theirs[key].dump() : "absent",
-                                 value.dump());
-        break;
-      }
-  throw UsageError(fmt::format("checkpoint {}: written for another model than --model-config {}: {}", path,
-                               config_path, difference));
-}
 
 // What the training thread does with finished background writes (rank 0).
 // Returns false when a write failed and --on-ckpt-error is fail.
@@ -84,7 +66,9 @@ void broadcast_string(const World& world, std::string& text) {
 }  // namespace
 
 int run_training(World& world, Comm& comm, const TrainConfig& cfg, data::Dataset dataset,
-                 const model::WanConfig& model_config, const std::string& run_config) {
+                 const model::WanConfig& model_config, const std::optional<model::WanConfig>& teacher_config,
+                 const std::string& run_config) {
+  std::unique_ptr<train::Teacher> teacher;
   std::unique_ptr<train::Trainer> trainer;
   std::unique_ptr<train::Validator> validator;
   std::optional<ckpt::Checkpoint> resume;
@@ -92,8 +76,6 @@ int run_training(World& world, Comm& comm, const TrainConfig& cfg, data::Dataset
   double best_val_loss = std::numeric_limits<double>::infinity();  // of the directory's `best`
   const StopSignalHandlers stop_signals;  // from here on a signal means "checkpoint and requeue"
   world.agree([&] {
-    // Options of what later issues build: refused rather than ignored.
-    if (cfg.mode == "distill") throw UsageError("option --mode: distillation is not in this build yet (issue #7)");
     if (world.is_root()) {
       std::error_code error;
       std::filesystem::create_directories(cfg.output_dir, error);
@@ -123,7 +105,8 @@ int run_training(World& world, Comm& comm, const TrainConfig& cfg, data::Dataset
       if (!chosen.empty()) {
         resume = ckpt::read_checkpoint(chosen);
         resume_path = chosen;
-        check_model_config(*resume, resume_path, model_config, cfg.model_config);
+        ckpt::check_model_config(resume->model_config, resume_path, model::to_json(model_config),
+                                 "--model-config " + cfg.model_config);
       }
     }
     if (world.is_root() && cfg.keep_best)
@@ -139,11 +122,19 @@ int run_training(World& world, Comm& comm, const TrainConfig& cfg, data::Dataset
       fmt::print("resume: auto: no checkpoint in {}; starting fresh\n", cfg.output_dir);
   }
   world.agree([&] {
+    // Every rank loads the frozen teacher (from the shared file system, as the data).
+    if (teacher_config) teacher = std::make_unique<train::Teacher>(cfg.teacher, *teacher_config, comm.device());
     train::TrainerOptions options;
     options.resume = resume ? &*resume : nullptr;
     options.resume_path = resume_path;
+    options.teacher = teacher.get();
     trainer = std::make_unique<train::Trainer>(cfg, comm, std::move(dataset), model_config, options);
+    // After the student's projection, which reads the teacher in fp32.
+    if (teacher && cfg.teacher_precision == "bf16") teacher->hold_in_bf16();
   });
+  if (teacher && world.is_root())
+    fmt::print("teacher: {} ({}), checksum {}, frozen{}\n", teacher->path(), teacher->source(), teacher->checksum(),
+               teacher->held_in_bf16() ? ", Linear weights held in bf16" : "");
   const bool resumed = resume.has_value();
   resume.reset();  // the state lives in the Trainer now
 

@@ -5,6 +5,7 @@
 
 #include <map>
 #include <mutex>
+#include <nlohmann/json.hpp>
 
 #include "data/h5.hpp"
 #include "util/error.hpp"
@@ -111,6 +112,10 @@ void write_checkpoint(const std::string& path, const Checkpoint& c) {
     h5::write_int_attribute(file.get(), "world_size", c.world_size);
     h5::write_string_attribute(file.get(), "run_config", c.run_config);
     h5::write_string_attribute(file.get(), "model_config", c.model_config);
+    if (!c.teacher.empty()) {
+      h5::write_string_attribute(file.get(), "teacher", c.teacher);
+      h5::write_string_attribute(file.get(), "teacher_checksum", c.teacher_checksum);
+    }
     {
       const auto trainer = create_group(file.get(), "trainer");
       const int64_t ints[] = {c.state.step,    c.state.epoch,   c.state.sampler_epoch, c.state.sampler_consumed,
@@ -170,6 +175,12 @@ Checkpoint read_checkpoint(const std::string& path) {
     c.run_config = h5::read_string_attribute(file.get(), "run_config");
     object = "attribute model_config";
     c.model_config = h5::read_string_attribute(file.get(), "model_config");
+    if (h5::has_attribute(file.get(), "teacher")) {
+      object = "attribute teacher";
+      c.teacher = h5::read_string_attribute(file.get(), "teacher");
+      object = "attribute teacher_checksum";
+      c.teacher_checksum = h5::read_string_attribute(file.get(), "teacher_checksum");
+    }
 
     object = "/trainer";
     const auto trainer = open_group(file.get(), "trainer");
@@ -227,6 +238,39 @@ TrainerState read_trainer_state(const std::string& path) {
   } catch (const std::exception& e) {
     throw UsageError(fmt::format("checkpoint {}: {}: {}", path, object, e.what()));
   }
+}
+
+std::string read_model_config(const std::string& path) {
+  h5::Lock lock(h5::library_mutex());
+  h5::quiet_errors();
+  std::string object = "the file";
+  try {
+    const auto file = h5::open_file(path);
+    object = "attribute format";
+    const auto format = h5::read_string_attribute(file.get(), "format");
+    if (format != kFormat) throw Error(fmt::format("is '{}', not a {}", format, kFormat));
+    object = "attribute model_config";
+    return h5::read_string_attribute(file.get(), "model_config");
+  } catch (const std::exception& e) {
+    throw UsageError(fmt::format("checkpoint {}: {}: {}", path, object, e.what()));
+  }
+}
+
+void check_model_config(const std::string& saved_json, const std::string& path, const std::string& config_json,
+                        const std::string& config_path) {
+  const auto theirs = nlohmann::json::parse(saved_json, nullptr, false);
+  const auto ours = nlohmann::json::parse(config_json);
+  if (theirs == ours) return;
+  std::string difference = "it is not a model config";
+  if (theirs.is_object())
+    for (const auto& [key, value] : ours.items())
+      if (!theirs.contains(key) || theirs[key] != value) {
+        difference = fmt::format("{} is {} there, {} here", key, theirs.contains(key) ? theirs[key].dump() : "absent",
+                                 value.dump());
+        break;
+      }
+  throw UsageError(fmt::format("checkpoint {}: written for another model than {}: {}", path, config_path,
+                               difference));
 }
 
 bool is_checkpoint_file(const std::string& path) {

@@ -1,7 +1,8 @@
 // One checkpoint: everything a run needs to continue exactly where it was,
 // as one HDF5 file (layout in docs/checkpoint-format.md).
 //
-//   /                 attributes format, version, world_size, run_config (JSON), model_config (JSON)
+//   /                 attributes format, version, world_size, run_config (JSON), model_config (JSON);
+//                     distillation runs add teacher (path) and teacher_checksum
 //   /trainer          attributes: step, epoch, sampler_epoch, sampler_consumed, skipped, lr,
 //                     loss_scale, loss_scale_good_steps, val_loss; dataset rng_cpu (uint8)
 //   /model/<param>    float32, the parameter's shape, official Wan names
@@ -51,6 +52,10 @@ struct Checkpoint {
   at::Tensor rng_cpu;  // LibTorch's default CPU generator state (uint8)
   std::string run_config, model_config;  // JSON
   int world_size = 1;
+  // Distillation: the teacher's path and the checksum of its weights
+  // (train::Teacher::checksum); empty for a training run. The teacher's
+  // weights are not stored: they are an input, like the data.
+  std::string teacher, teacher_checksum;
 
   int64_t tensor_bytes() const;
 };
@@ -66,6 +71,14 @@ Checkpoint read_checkpoint(const std::string& path);
 
 // The /trainer attributes only (no tensors): e.g. the validation loss of `best`.
 TrainerState read_trainer_state(const std::string& path);
+
+// The model_config attribute only (no tensors): e.g. the config of a teacher checkpoint.
+std::string read_model_config(const std::string& path);
+
+// UsageError naming the file, `config_path` and the first field that differs
+// when `saved_json` (a checkpoint's model_config) is not `config`.
+void check_model_config(const std::string& saved_json, const std::string& path, const std::string& config_json,
+                        const std::string& config_path);
 
 // Whether `path` is an HDF5 file (so --init and the like take it as a checkpoint).
 bool is_checkpoint_file(const std::string& path);

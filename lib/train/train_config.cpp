@@ -80,10 +80,14 @@ void declare_options(OptionSet& o, TrainConfig& c) {
       .add("resume", &c.resume, "auto (the output directory's latest checkpoint) or a checkpoint path")
       .choice("on-ckpt-error", &c.on_ckpt_error, {"warn", "fail"}, "what a failed checkpoint write does");
   o.group("distillation")
-      .add("teacher", &c.teacher, "teacher weights: safetensors file or checkpoint")
-      .add("teacher-config", &c.teacher_config, "teacher model config JSON")
-      .choice("student-init", &c.student_init, {"projection", "random"}, "how the student starts")
-      .add("distill-target-weight", &c.distill_target_weight, "weight of the flow-matching target in the loss");
+      .add("teacher", &c.teacher, "teacher weights: safetensors file or index, or a checkpoint (its EMA if stored)")
+      .add("teacher-config", &c.teacher_config, "teacher model config JSON (a checkpoint teacher carries its own)")
+      .choice("student-init", &c.student_init, {"projection", "random"},
+              "how a fresh student starts: projected from the teacher, or random (--init overrides both)")
+      .choice("teacher-precision", &c.teacher_precision, {"fp32", "bf16"},
+              "bf16 holds the teacher's block and text Linear weights in bf16 (half the memory)")
+      .add("distill-target-weight", &c.distill_target_weight,
+           "w in loss = MSE(student, teacher) + w * MSE(student, eps - x0)");
 }
 
 namespace {
@@ -116,6 +120,10 @@ void validate(const TrainConfig& c) {
   require(c.keep >= 0, "keep", "must be 0 (keep all) or more");
   require(c.distill_target_weight >= 0, "distill-target-weight", "must be 0 or more");
   if (c.mode == "distill") require(!c.teacher.empty(), "teacher", "--mode distill needs a teacher");
+  if (c.mode != "distill") {
+    require(c.teacher.empty(), "teacher", "a teacher is only used with --mode distill");
+    require(c.teacher_config.empty(), "teacher-config", "a teacher is only used with --mode distill");
+  }
 }
 
 int threads_per_rank(const TrainConfig& cfg, int ranks_on_node) {

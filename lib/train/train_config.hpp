@@ -77,6 +77,7 @@ struct TrainConfig {
   std::string teacher;
   std::string teacher_config;
   std::string student_init = "projection";
+  std::string teacher_precision = "fp32";
   double distill_target_weight = 0.0;
 };
 

@@ -64,6 +64,7 @@ void TrainLog::record(const StepResult& r, int64_t skipped_total) {
   wall_ += r.times.total;
   run_wall_ += r.times.total;
   times_.data += r.times.data;
+  times_.teacher += r.times.teacher;
   times_.forward += r.times.forward;
   times_.backward += r.times.backward;
   times_.comm += r.times.comm;
@@ -81,14 +82,16 @@ void TrainLog::record(const StepResult& r, int64_t skipped_total) {
 
   const double n = steps_;
   const double loss = loss_sum_ / n;
+  // Distillation adds the teacher's forward to the split.
+  const std::string teacher = times_.teacher > 0 ? fmt::format("teacher {:.3f} + ", times_.teacher / n) : "";
   if (!progress_->enabled())
     std::fprintf(options_.stream,
                  "step %lld/%lld  epoch %lld  loss %.5f  lr %.3e  grad %.3f  %.1f samples/s  "
-                 "step %.3f s = data %.3f + fwd %.3f + bwd %.3f + comm %.3f + optim %.3f  ETA %s\n",
+                 "step %.3f s = data %.3f + %sfwd %.3f + bwd %.3f + comm %.3f + optim %.3f  ETA %s\n",
                  static_cast<long long>(r.step), static_cast<long long>(options_.total_steps),
                  static_cast<long long>(r.epoch), loss, r.lr, r.grad_norm, samples_per_s, step_time,
-                 times_.data / n, times_.forward / n, times_.backward / n, times_.comm / n, times_.optimizer / n,
-                 duration(eta).c_str());
+                 times_.data / n, teacher.c_str(), times_.forward / n, times_.backward / n, times_.comm / n,
+                 times_.optimizer / n, duration(eta).c_str());
   std::fflush(options_.stream);
 
   nlohmann::json line = {{"step", r.step},
@@ -99,6 +102,7 @@ void TrainLog::record(const StepResult& r, int64_t skipped_total) {
                          {"samples_per_s", samples_per_s},
                          {"step_s", step_time},
                          {"data_s", times_.data / n},
+                         {"teacher_s", times_.teacher / n},
                          {"forward_s", times_.forward / n},
                          {"backward_s", times_.backward / n},
                          {"comm_s", times_.comm / n},

@@ -24,11 +24,13 @@
 #include "model/safetensors.hpp"
 #include "model/wan_model.hpp"
 #include "model/weights.hpp"
+#include "train/distillation.hpp"
 #include "train/ema.hpp"
 #include "train/flow_matching.hpp"
 #include "train/gradients.hpp"
 #include "train/loss_scaler.hpp"
 #include "train/lr_schedule.hpp"
+#include "train/teacher.hpp"
 #include "util/error.hpp"
 
 namespace wt::train {
@@ -91,6 +93,7 @@ struct Trainer::Impl {
   model::WanConfig model_config;
   bool communicate = true;
   ckpt::NamedTensors named;  // the parameters, by official name
+  Teacher* teacher = nullptr;
 
   explicit Impl(model::WanConfig config) : model(std::move(config)) {}
 };
@@ -122,6 +125,8 @@ Trainer::Trainer(const TrainConfig& cfg, Comm& comm, data::Dataset dataset, mode
     ckpt::check_fits(init, cfg.init, named, false);
     copy_named(init.model, named);
   }
+  impl_->teacher = options.teacher;
+  if (options.teacher && !options.resume) start_student(*options.teacher);
   ReducerOptions reducer_options;
   reducer_options.bucket_bytes = static_cast<int64_t>(cfg.bucket_mb * (1 << 20));
   reducer_options.allow_unused = cfg.allow_unused;
@@ -185,10 +190,18 @@ StepResult Trainer::step() {
     phase = Clock::now();
     const bool sync = im.communicate && m == K - 1;
     im.reducer->prepare_for_backward(sync);
+    at::Tensor teacher_prediction;
+    if (im.teacher) {
+      teacher_prediction = im.teacher->predict(noisy.x_t, noisy.timesteps, context, compute_dtype_);
+      t.teacher += seconds_since(phase);
+      phase = Clock::now();
+    }
     at::Tensor loss;
     {
       model::AutocastScope autocast(compute_dtype_);
-      loss = flow_matching_loss(im.model->forward(noisy.x_t, noisy.timesteps, context), noisy.target);
+      const auto prediction = im.model->forward(noisy.x_t, noisy.timesteps, context);
+      loss = im.teacher ? distillation_loss(prediction, teacher_prediction, noisy.target, cfg_.distill_target_weight)
+                        : flow_matching_loss(prediction, noisy.target);
     }
     t.forward += seconds_since(phase);
 
@@ -243,9 +256,42 @@ StepResult Trainer::step() {
   return result;
 }
 
+void Trainer::start_student(const Teacher& teacher) {
+  auto& im = *impl_;
+  const bool report = comm_.rank() == 0;
+  if (!cfg_.init.empty()) {
+    if (report) fmt::print("student init: the weights of --init {} (--student-init is not used)\n", cfg_.init);
+    return;
+  }
+  if (cfg_.student_init == "random") {
+    if (report) fmt::print("student init: random (--seed {})\n", cfg_.seed);
+    return;
+  }
+  model::check_projectable(teacher.config(), "--teacher " + teacher.path(), im.model_config,
+                           "--model-config " + cfg_.model_config);
+  const auto projection = model::project_weights(teacher.weights(), teacher.config(), im.named, im.model_config);
+  if (report)
+    fmt::print("student init: projection from the teacher {}\n{}", teacher.path(), projection.describe());
+}
+
 void Trainer::restore(const ckpt::Checkpoint& saved, const std::string& path, data::DistributedSampler& sampler) {
   auto& im = *impl_;
   const auto& state = saved.state;
+  // The teacher is an input of a distillation run, as the data are: resuming
+  // against other weights would silently change the objective.
+  if (im.teacher && saved.teacher.empty())
+    throw UsageError(fmt::format("checkpoint {}: written by a training run (--mode train), not by distillation; "
+                                 "start the student from it with --init instead of --resume",
+                                 path));
+  if (!im.teacher && !saved.teacher.empty())
+    throw UsageError(fmt::format("checkpoint {}: written by a distillation run (teacher {}); resume it with --mode "
+                                 "distill --teacher, or start from its weights with --init",
+                                 path, saved.teacher));
+  if (im.teacher && saved.teacher_checksum != im.teacher->checksum())
+    throw UsageError(fmt::format("checkpoint {}: distilled from the teacher {} ({}), but --teacher {} has other "
+                                 "weights ({}); resume with the same teacher",
+                                 path, saved.teacher, saved.teacher_checksum, im.teacher->path(),
+                                 im.teacher->checksum()));
   if (state.sampler_consumed % sampler.global_batch() != 0)
     throw UsageError(fmt::format(
         "checkpoint {}: it stopped {} samples into epoch {}, not a whole number of this run's global batches of {} "
@@ -350,6 +396,8 @@ void Trainer::snapshot_into(ckpt::Checkpoint& c, const std::string& run_config, 
   c.run_config = run_config;
   c.model_config = model::to_json(im.model_config);
   c.world_size = comm_.size();
+  c.teacher = im.teacher ? im.teacher->path() : std::string();
+  c.teacher_checksum = im.teacher ? im.teacher->checksum() : std::string();
 }
 
 void Trainer::save_weights(const std::string& directory) const {

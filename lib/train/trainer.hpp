@@ -37,12 +37,14 @@ class DistributedSampler;
 namespace wt::train {
 
 class Ema;
+class Teacher;
 
 // Seconds of one step by phase. On GPU the phases are host time (kernels are
 // queued asynchronously); `total` is wall time to the end of the step.
 struct StepTimes {
   double data = 0;       // waiting for the loader, copying and noising the batch
-  double forward = 0;
+  double teacher = 0;    // the teacher's forward (distillation only)
+  double forward = 0;    // the model's (the student's) forward
   double backward = 0;   // including bucket all-reduces overlapped with it
   double comm = 0;       // communication left exposed after backward, and the loss average
   double optimizer = 0;  // norm, clip, AdamW, EMA
@@ -68,11 +70,16 @@ struct TrainerOptions {
   // position, loss scale and RNG state.
   const ckpt::Checkpoint* resume = nullptr;
   std::string resume_path;
+  // Distillation: the frozen teacher whose prediction the model learns
+  // (loss: train/distillation.hpp). Fresh runs start the student as
+  // --student-init says, unless --init names weights.
+  Teacher* teacher = nullptr;
 };
 
 class Trainer {
  public:
-  // Builds the model (seeded by cfg.seed, or --init weights), broadcasts it
+  // Builds the model (seeded by cfg.seed, or --init weights, or projected
+  // from the teacher), broadcasts it
   // from rank 0, and starts the loader. Throws UsageError for options that
   // cannot run (no --steps/--epochs, fp16 without CUDA).
   Trainer(const TrainConfig& cfg, Comm& comm, data::Dataset dataset, model::WanConfig model_config,
@@ -108,6 +115,8 @@ class Trainer {
   void save_weights(const std::string& directory) const;
 
  private:
+  // A fresh distillation run's student: --init, random, or projected from the teacher (printed on rank 0).
+  void start_student(const Teacher& teacher);
   void restore(const ckpt::Checkpoint& saved, const std::string& path, data::DistributedSampler& sampler);
 
   struct Impl;

@@ -197,7 +197,7 @@ TEST_F(Train, OptionsThatCannotTrainAreOneLineAndStatus2) {
       {"--steps 2 --precision fp16", "error: option --precision: fp16 needs CUDA devices (dynamic loss scaling); "
                                      "on CPU use bf16"},
       {"", "error: option --steps: give --steps N or --epochs N to train"},
-      {"--steps 2 --mode distill --teacher t.safetensors", "error: option --mode: distillation is not in this build yet (issue #7)"},
+      {"--steps 2 --mode distill --teacher t.safetensors", "error: option --teacher: t.safetensors does not exist"},
   };
   for (const auto& c : cases) {
     const Job job = train(2, "bad", c.options);

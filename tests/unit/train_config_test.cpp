@@ -32,7 +32,7 @@ TEST(TrainConfig, DeclaresEveryOptionNamedInTheDesign) {
         "timestep-sampling", "logit-mean", "logit-std", "shift", "steps", "epochs", "lr", "betas", "weight-decay",
         "schedule", "warmup-steps", "scale-lr", "clip", "ema-decay", "grad-accum", "precision", "backend",
         "bucket-mb", "comm-timeout", "allow-unused", "save-every", "keep", "keep-best", "resume", "on-ckpt-error",
-        "teacher", "teacher-config", "student-init", "distill-target-weight"})
+        "teacher", "teacher-config", "student-init", "teacher-precision", "distill-target-weight"})
     EXPECT_NE(help.find(std::string("--") + name + " "), std::string::npos) << "--" << name;
 }
 
@@ -46,7 +46,7 @@ TEST(TrainConfig, StepsAndEpochsAreExclusive) {
 }
 
 TEST(TrainConfig, RangeChecksNameTheOption) {
-  wt::TrainConfig a, b, c, d;
+  wt::TrainConfig a, b, c, d, e;
   a.batch_size = 0;
   b.ema_decay = 1.0;
   c.comm_timeout = 0;
@@ -55,6 +55,8 @@ TEST(TrainConfig, RangeChecksNameTheOption) {
   EXPECT_EQ(validation_error(b), "option --ema-decay: must be in [0, 1)");
   EXPECT_EQ(validation_error(c), "option --comm-timeout: must be a positive number of seconds");
   EXPECT_EQ(validation_error(d), "option --teacher: --mode distill needs a teacher");
+  e.teacher = "teacher.safetensors";  // given, but --mode is train: refused rather than ignored
+  EXPECT_EQ(validation_error(e), "option --teacher: a teacher is only used with --mode distill");
 }
 
 TEST(TrainConfig, BetasReadAsCommaSeparatedPairInUnitInterval) {

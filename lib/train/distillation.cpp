@@ -1,0 +1,16 @@
+#include "train/distillation.hpp"
+
+#include <torch/torch.h>
+
+#include "train/flow_matching.hpp"
+
+namespace wt::train {
+
+at::Tensor distillation_loss(const at::Tensor& student, const at::Tensor& teacher, const at::Tensor& target,
+                             double target_weight) {
+  auto loss = flow_matching_loss(student, teacher);
+  if (target_weight > 0) loss = loss + target_weight * flow_matching_loss(student, target);
+  return loss;
+}
+
+}  // namespace wt::train

@@ -1,0 +1,109 @@
+#include "train/teacher.hpp"
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+#include <zlib.h>
+
+#include <filesystem>
+#include <map>
+
+#include "ckpt/checkpoint.hpp"
+#include "model/autocast.hpp"
+#include "model/wan_model.hpp"
+#include "model/weights.hpp"
+#include "util/error.hpp"
+
+namespace wt::train {
+namespace {
+
+// crc32 over each parameter's name and fp32 bytes, in order.
+std::string weights_checksum(const model::NamedWeights& weights) {
+  uLong crc = crc32_z(0L, Z_NULL, 0);
+  for (const auto& [name, tensor] : weights) {
+    crc = crc32_z(crc, reinterpret_cast<const Bytef*>(name.data()), name.size());
+    const auto data = tensor.detach().to(torch::kCPU, torch::kFloat32).contiguous();
+    crc = crc32_z(crc, static_cast<const Bytef*>(data.data_ptr()), size_t(data.numel()) * sizeof(float));
+  }
+  return fmt::format("crc32:{:08x}", crc);
+}
+
+bool is_bf16_linear(const std::string& name) {
+  if (name.rfind("text_embedding.", 0) == 0) return true;
+  if (name.rfind("blocks.", 0) != 0) return false;
+  for (const char* part : {".self_attn.q.", ".self_attn.k.", ".self_attn.v.", ".self_attn.o.", ".cross_attn.q.",
+                           ".cross_attn.k.", ".cross_attn.v.", ".cross_attn.o.", ".ffn."})
+    if (name.find(part) != std::string::npos) return true;
+  return false;
+}
+
+}  // namespace
+
+model::WanConfig resolve_teacher_config(const std::string& teacher_path, const std::string& config_path) {
+  if (!std::filesystem::exists(teacher_path))
+    throw UsageError(fmt::format("option --teacher: {} does not exist", teacher_path));
+  if (!ckpt::is_checkpoint_file(teacher_path)) {
+    if (config_path.empty())
+      throw UsageError(fmt::format("option --teacher-config: the teacher {} is a safetensors file; name its model "
+                                   "config (e.g. data/configs/wan2.1-t2v-1.3b.json)",
+                                   teacher_path));
+    return model::load_model_config(config_path);
+  }
+  const auto stored = ckpt::read_model_config(teacher_path);
+  const auto config = model::parse_model_config(stored, fmt::format("checkpoint {}: attribute model_config", teacher_path));
+  if (!config_path.empty())
+    ckpt::check_model_config(stored, teacher_path, model::to_json(model::load_model_config(config_path)),
+                             "--teacher-config " + config_path);
+  return config;
+}
+
+Teacher::Teacher(const std::string& path, const model::WanConfig& config, at::Device device)
+    : path_(path), config_(config) {
+  model_ = std::make_shared<model::WanModelImpl>(config);
+  auto named = weights();
+  try {
+    if (ckpt::is_checkpoint_file(path)) {
+      const auto saved = ckpt::read_checkpoint(path);
+      const bool use_ema = !saved.ema.empty();
+      ckpt::check_fits(saved, path, named, use_ema);
+      std::map<std::string, at::Tensor> by_name;
+      for (const auto& [name, tensor] : use_ema ? saved.ema : saved.model) by_name.emplace(name, tensor);
+      torch::NoGradGuard no_grad;
+      for (auto& [name, parameter] : named) parameter.copy_(by_name.at(name));
+      source_ = fmt::format("{} weights of checkpoint step {}", use_ema ? "EMA" : "model", saved.state.step);
+    } else {
+      const auto report = model::load_weights(*model_, path, model::LoadMode::Strict);
+      source_ = fmt::format("safetensors, {} names", report.diffusers_names ? "diffusers" : "official");
+    }
+  } catch (const UsageError& e) {
+    throw UsageError(fmt::format("option --teacher: {} (teacher model config: dim {}, {} layers)", e.what(),
+                                 config.dim, config.num_layers));
+  }
+  checksum_ = weights_checksum(named);
+  for (auto& parameter : model_->parameters()) parameter.set_requires_grad(false);
+  model_->eval();
+  model_->to(device);
+}
+
+Teacher::~Teacher() = default;
+
+model::NamedWeights Teacher::weights() const {
+  model::NamedWeights named;
+  for (const auto& item : model_->named_parameters(/*recurse=*/true)) named.emplace_back(item.key(), item.value());
+  return named;
+}
+
+void Teacher::hold_in_bf16() {
+  torch::NoGradGuard no_grad;
+  for (auto& [name, parameter] : weights())
+    if (is_bf16_linear(name)) parameter.set_data(parameter.to(torch::kBFloat16));
+  bf16_ = true;
+}
+
+at::Tensor Teacher::predict(const at::Tensor& x_t, const at::Tensor& timesteps, const at::Tensor& context,
+                            at::ScalarType compute_dtype) const {
+  torch::NoGradGuard no_grad;
+  model::AutocastScope autocast(bf16_ ? at::kBFloat16 : compute_dtype);
+  return model_->forward(x_t, timesteps, context).to(torch::kFloat32);
+}
+
+}  // namespace wt::train

@@ -1,0 +1,64 @@
+// The frozen teacher of a distillation run (`wantrain --mode distill`): a
+// WanModel loaded on every rank from safetensors (a file or an index,
+// official or diffusers names) or from a wantrain checkpoint (its EMA
+// weights when it has them, else its model). No gradients, not in the
+// Reducer, never in a checkpoint: checkpoints store its path and checksum.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+#include <string>
+
+#include "model/model_config.hpp"
+#include "model/projection.hpp"
+
+namespace wt::model {
+class WanModelImpl;
+}
+
+namespace wt::train {
+
+// The teacher's config: --teacher-config, or the model_config of a teacher
+// checkpoint (checked against --teacher-config when both are given).
+// UsageError naming the option when neither gives one.
+model::WanConfig resolve_teacher_config(const std::string& teacher_path, const std::string& config_path);
+
+class Teacher {
+ public:
+  // UsageError naming --teacher, the file and the tensors for a file that
+  // does not load into a model of `config` (missing, extra or
+  // mis-shaped tensors, a corrupt file).
+  Teacher(const std::string& path, const model::WanConfig& config, at::Device device);
+  ~Teacher();
+  Teacher(const Teacher&) = delete;
+  Teacher& operator=(const Teacher&) = delete;
+
+  const std::string& path() const { return path_; }
+  const model::WanConfig& config() const { return config_; }
+  // "crc32:xxxxxxxx" of the parameters as loaded (name, then fp32 bytes, in
+  // registration order): the same weights give the same checksum whatever
+  // the file layout or names.
+  const std::string& checksum() const { return checksum_; }
+  const std::string& source() const { return source_; }  // what was loaded, in words
+  model::NamedWeights weights() const;                  // by official name
+
+  // Holds the Linear weights of the blocks and of the text embedding (nearly
+  // all parameters) in bf16 and runs the teacher under bf16 autocast; norms,
+  // modulation, time embedding and head stay fp32 as Wan computes them.
+  void hold_in_bf16();
+  bool held_in_bf16() const { return bf16_; }
+
+  // The teacher's prediction for the student's very input: fp32, no autograd.
+  // Runs under `compute_dtype` autocast (bf16 when held in bf16).
+  at::Tensor predict(const at::Tensor& x_t, const at::Tensor& timesteps, const at::Tensor& context,
+                     at::ScalarType compute_dtype) const;
+
+ private:
+  std::string path_, checksum_, source_;
+  model::WanConfig config_;
+  std::shared_ptr<model::WanModelImpl> model_;
+  bool bf16_ = false;
+};
+
+}  // namespace wt::train
