@@ -123,7 +123,11 @@ int run_training(World& world, Comm& comm, const TrainConfig& cfg, data::Dataset
   }
   world.agree([&] {
     // Every rank loads the frozen teacher (from the shared file system, as the data).
-    if (teacher_config) teacher = std::make_unique<train::Teacher>(cfg.teacher, *teacher_config, comm.device());
+    if (teacher_config)
+      teacher = std::make_unique<train::Teacher>(
+          cfg.teacher, *teacher_config,
+          cfg.teacher_config.empty() ? "stored in the checkpoint" : "--teacher-config " + cfg.teacher_config,
+          comm.device());
     train::TrainerOptions options;
     options.resume = resume ? &*resume : nullptr;
     options.resume_path = resume_path;

@@ -72,7 +72,7 @@ void check_projectable(const WanConfig& t, const std::string& teacher_source, co
   not_larger("num_layers", t.num_layers, s.num_layers);
 }
 
-ProjectionReport project_weights(const NamedWeights& teacher, const WanConfig& tc, const NamedWeights& student,
+ProjectionReport project_weights(const NamedTensors& teacher, const WanConfig& tc, const NamedTensors& student,
                                  const WanConfig& sc) {
   ProjectionReport report;
   for (int64_t i = 0; i < sc.num_layers; ++i) report.block_map.push_back(teacher_block_for(i, sc.num_layers, tc.num_layers));

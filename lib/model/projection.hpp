@@ -24,10 +24,9 @@
 #include <vector>
 
 #include "model/model_config.hpp"
+#include "model/safetensors.hpp"  // NamedTensors
 
 namespace wt::model {
-
-using NamedWeights = std::vector<std::pair<std::string, at::Tensor>>;
 
 // The teacher block that student block `i` of `student_layers` starts from.
 int64_t teacher_block_for(int64_t i, int64_t student_layers, int64_t teacher_layers);
@@ -63,7 +62,7 @@ struct ProjectionReport {
 // from `teacher` (official names, any floating dtype, any device) by the
 // rules above. Call check_projectable first; a teacher tensor whose shape
 // breaks the rules is a UsageError naming it.
-ProjectionReport project_weights(const NamedWeights& teacher, const WanConfig& teacher_config,
-                                 const NamedWeights& student, const WanConfig& student_config);
+ProjectionReport project_weights(const NamedTensors& teacher, const WanConfig& teacher_config,
+                                 const NamedTensors& student, const WanConfig& student_config);
 
 }  // namespace wt::model

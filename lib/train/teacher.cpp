@@ -17,7 +17,7 @@ namespace wt::train {
 namespace {
 
 // crc32 over each parameter's name and fp32 bytes, in order.
-std::string weights_checksum(const model::NamedWeights& weights) {
+std::string weights_checksum(const model::NamedTensors& weights) {
   uLong crc = crc32_z(0L, Z_NULL, 0);
   for (const auto& [name, tensor] : weights) {
     crc = crc32_z(crc, reinterpret_cast<const Bytef*>(name.data()), name.size());
@@ -56,7 +56,8 @@ model::WanConfig resolve_teacher_config(const std::string& teacher_path, const s
   return config;
 }
 
-Teacher::Teacher(const std::string& path, const model::WanConfig& config, at::Device device)
+Teacher::Teacher(const std::string& path, const model::WanConfig& config, const std::string& config_source,
+                 at::Device device)
     : path_(path), config_(config) {
   model_ = std::make_shared<model::WanModelImpl>(config);
   auto named = weights();
@@ -75,8 +76,8 @@ Teacher::Teacher(const std::string& path, const model::WanConfig& config, at::De
       source_ = fmt::format("safetensors, {} names", report.diffusers_names ? "diffusers" : "official");
     }
   } catch (const UsageError& e) {
-    throw UsageError(fmt::format("option --teacher: {} (teacher model config: dim {}, {} layers)", e.what(),
-                                 config.dim, config.num_layers));
+    throw UsageError(fmt::format("option --teacher: {} (the teacher's config {}: dim {}, {} layers)", e.what(),
+                                 config_source, config.dim, config.num_layers));
   }
   checksum_ = weights_checksum(named);
   for (auto& parameter : model_->parameters()) parameter.set_requires_grad(false);
@@ -86,8 +87,8 @@ Teacher::Teacher(const std::string& path, const model::WanConfig& config, at::De
 
 Teacher::~Teacher() = default;
 
-model::NamedWeights Teacher::weights() const {
-  model::NamedWeights named;
+model::NamedTensors Teacher::weights() const {
+  model::NamedTensors named;
   for (const auto& item : model_->named_parameters(/*recurse=*/true)) named.emplace_back(item.key(), item.value());
   return named;
 }

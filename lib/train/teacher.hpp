@@ -28,8 +28,10 @@ class Teacher {
  public:
   // UsageError naming --teacher, the file and the tensors for a file that
   // does not load into a model of `config` (missing, extra or
-  // mis-shaped tensors, a corrupt file).
-  Teacher(const std::string& path, const model::WanConfig& config, at::Device device);
+  // mis-shaped tensors, a corrupt file); `config_source` names the config
+  // in that line (the --teacher-config file).
+  Teacher(const std::string& path, const model::WanConfig& config, const std::string& config_source,
+          at::Device device);
   ~Teacher();
   Teacher(const Teacher&) = delete;
   Teacher& operator=(const Teacher&) = delete;
@@ -41,7 +43,7 @@ class Teacher {
   // the file layout or names.
   const std::string& checksum() const { return checksum_; }
   const std::string& source() const { return source_; }  // what was loaded, in words
-  model::NamedWeights weights() const;                  // by official name
+  model::NamedTensors weights() const;                  // by official name
 
   // Holds the Linear weights of the blocks and of the text embedding (nearly
   // all parameters) in bf16 and runs the teacher under bf16 autocast; norms,
