@@ -82,8 +82,9 @@ TEST_F(Distill, TheStudentLearnsTheTeacherAndTheCheckpointNamesIt) {
   const auto saved = wt::ckpt::read_checkpoint(dir + "/step-00000012.h5");
   EXPECT_EQ(saved.teacher, teacher());
   EXPECT_EQ(saved.teacher_checksum.rfind("crc32:", 0), 0u) << saved.teacher_checksum;
-  // The student's own shapes: 1 block, dim 32.
-  EXPECT_NE(saved.model_config.find("\"dim\":32"), std::string::npos) << saved.model_config;
+  // The student's own shapes: 1 block, ffn_dim 64.
+  EXPECT_NE(saved.model_config.find("\"ffn_dim\":64"), std::string::npos) << saved.model_config;
+  EXPECT_NE(saved.model_config.find("\"num_layers\":1"), std::string::npos) << saved.model_config;
 }
 
 TEST_F(Distill, AStudentOfTheTeachersShapeStartsExactlyOnIt) {
@@ -162,14 +163,14 @@ TEST_F(Distill, BadTeachersAreOneLineAndStatus2) {
       {"--teacher " + truncated + " --teacher-config " + tiny_config(), "error: option --teacher: "},
       {"--teacher " + other_teacher() + " --teacher-config " + student_config(),
        "error: checkpoint " + other_teacher() + ": written for another model than --teacher-config " +
-           student_config() + ": dim is 64 there, 32 here"},
+           student_config() + ": ffn_dim is 128 there, 64 here"},
   };
   for (const auto& c : cases) {
     const Job job = distill(2, fresh("distill-bad"), c.options + " --steps 2");
     EXPECT_EQ(job.status, 2) << c.options << "\n" << job.output;
     EXPECT_EQ(occurrences(job.output, c.line), 1u) << c.options << "\n" << job.output;
   }
-  // A student wider than its teacher cannot be projected: the teacher is the student config's weights.
+  // A student larger than its teacher cannot be projected: the teacher here has the student config.
   const auto small_teacher = fresh("distill-small-teacher");
   const Job small = distill(2, small_teacher, teacher_options() + " --steps 1");
   ASSERT_EQ(small.status, 0) << small.output;
@@ -179,8 +180,8 @@ TEST_F(Distill, BadTeachersAreOneLineAndStatus2) {
                             tiny_config());
   EXPECT_EQ(wider.status, 2) << wider.output;
   EXPECT_EQ(occurrences(wider.output, "error: --student-init projection: student --model-config " + tiny_config() +
-                                          " has dim 64, teacher --teacher " + small_teacher +
-                                          "/model.safetensors has 32: a student may be smaller than its teacher"),
+                                          " has ffn_dim 128, teacher --teacher " + small_teacher +
+                                          "/model.safetensors has 64: a student may be smaller than its teacher"),
             1u)
       << wider.output;
 }
