@@ -111,14 +111,21 @@ int run(wt::World& world, int argc, char** argv) {
     if (cfg.mode != "distill") return;
     const auto config = wt::train::resolve_teacher_config(cfg.teacher, cfg.teacher_config);
     teacher_config = config;
-    const std::string source = cfg.teacher_config.empty() ? cfg.teacher : cfg.teacher_config;
-    if (dataset) wt::train::check_data_fits_model(dataset->shape(), cfg.data, config, source);
-    if (model_config && cfg.student_init == "projection" && cfg.init.empty() && cfg.resume.empty())
+    const std::string source =
+        (cfg.teacher_config.empty() ? "the config stored in --teacher " + cfg.teacher
+                                    : "--teacher-config " + cfg.teacher_config) + " (the teacher's)";
+    // An image student's frames reach a video teacher as stills (train/teacher.hpp).
+    auto seen = config;
+    if (model_config && model_config->patch_size[0] == 1) seen.patch_size[0] = 1;
+    if (dataset) wt::train::check_data_fits_model(dataset->shape(), cfg.data, seen, source);
+    if (model_config && cfg.student_init == "projection" && cfg.init.empty())
       wt::model::check_projectable(config, "--teacher " + cfg.teacher, *model_config,
                                    "--model-config " + cfg.model_config);
-    model_summary += fmt::format("teacher: {}: {} parameters, dim {}, {} layers, held in {}; student init: {}\n",
+    const std::string student_init = !cfg.init.empty() ? "--init " + cfg.init : cfg.student_init;
+    model_summary += fmt::format("teacher: {}: {} parameters, dim {}, {} layers, held in {}; student init: {}{}\n",
                                  cfg.teacher, wt::model::parameter_count(config), config.dim, config.num_layers,
-                                 cfg.teacher_precision, cfg.init.empty() ? cfg.student_init : "--init " + cfg.init);
+                                 cfg.teacher_precision, student_init,
+                                 cfg.resume.empty() ? "" : " (when --resume finds no checkpoint)");
   });
 
   wt::log::init(world.rank(), world.size());

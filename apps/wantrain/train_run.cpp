@@ -121,24 +121,32 @@ int run_training(World& world, Comm& comm, const TrainConfig& cfg, data::Dataset
     else
       fmt::print("resume: auto: no checkpoint in {}; starting fresh\n", cfg.output_dir);
   }
+  // Every rank loads the frozen teacher (from the shared file system, as the
+  // data), on the CPU in fp32, in an agreement of its own: a rank that cannot
+  // read it must not leave the others in the Reducer's broadcast.
   world.agree([&] {
-    // Every rank loads the frozen teacher (from the shared file system, as the data).
     if (teacher_config)
       teacher = std::make_unique<train::Teacher>(
           cfg.teacher, *teacher_config,
-          cfg.teacher_config.empty() ? "stored in the checkpoint" : "--teacher-config " + cfg.teacher_config,
-          comm.device());
+          cfg.teacher_config.empty() ? "stored in the checkpoint" : "--teacher-config " + cfg.teacher_config);
+  });
+  world.agree([&] {
     train::TrainerOptions options;
     options.resume = resume ? &*resume : nullptr;
     options.resume_path = resume_path;
     options.teacher = teacher.get();
     trainer = std::make_unique<train::Trainer>(cfg, comm, std::move(dataset), model_config, options);
-    // After the student's projection, which reads the teacher in fp32.
-    if (teacher && cfg.teacher_precision == "bf16") teacher->hold_in_bf16();
   });
-  if (teacher && world.is_root())
-    fmt::print("teacher: {} ({}), checksum {}, frozen{}\n", teacher->path(), teacher->source(), teacher->checksum(),
-               teacher->held_in_bf16() ? ", Linear weights held in bf16" : "");
+  if (teacher) {
+    // After the student's projection, which reads the teacher in fp32; the
+    // device only ever holds the teacher in its final precision.
+    if (cfg.teacher_precision == "bf16") teacher->hold_in_bf16();
+    teacher->to(comm.device());
+    if (world.is_root())
+      fmt::print("teacher: {} ({}), checksum {}, frozen{}{}\n", teacher->path(), teacher->source(),
+                 teacher->checksum(), teacher->held_in_bf16() ? ", Linear weights held in bf16" : "",
+                 teacher->shows_frames_as_stills() ? ", each frame shown to it as a still video" : "");
+  }
   const bool resumed = resume.has_value();
   resume.reset();  // the state lives in the Trainer now
 

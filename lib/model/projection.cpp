@@ -150,7 +150,8 @@ std::string ProjectionReport::describe() const {
     std::vector<std::string> order;
     for (const auto& t : tensors) {
       if (t.how != how) continue;
-      const std::string key = std::regex_replace(t.name, std::regex(R"(^blocks\.\d+\.)"), "blocks.*.");
+      static const std::regex block_prefix(R"(^blocks\.\d+\.)");
+      const std::string key = std::regex_replace(t.name, block_prefix, "blocks.*.");
       auto [it, inserted] = folded.emplace(key, std::pair{0, t.detail});
       if (inserted) order.push_back(key);
       ++it->second.first;

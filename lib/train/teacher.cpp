@@ -16,9 +16,11 @@
 namespace wt::train {
 namespace {
 
-// crc32 over each parameter's name and fp32 bytes, in order.
-std::string weights_checksum(const model::NamedTensors& weights) {
+// crc32 over the config and each parameter's name and fp32 bytes, in order.
+std::string model_checksum(const model::WanConfig& config, const model::NamedTensors& weights) {
   uLong crc = crc32_z(0L, Z_NULL, 0);
+  const std::string config_json = model::to_json(config);
+  crc = crc32_z(crc, reinterpret_cast<const Bytef*>(config_json.data()), config_json.size());
   for (const auto& [name, tensor] : weights) {
     crc = crc32_z(crc, reinterpret_cast<const Bytef*>(name.data()), name.size());
     const auto data = tensor.detach().to(torch::kCPU, torch::kFloat32).contiguous();
@@ -43,21 +45,26 @@ model::WanConfig resolve_teacher_config(const std::string& teacher_path, const s
     throw UsageError(fmt::format("option --teacher: {} does not exist", teacher_path));
   if (!ckpt::is_checkpoint_file(teacher_path)) {
     if (config_path.empty())
-      throw UsageError(fmt::format("option --teacher-config: the teacher {} is a safetensors file; name its model "
-                                   "config (e.g. data/configs/wan2.1-t2v-1.3b.json)",
+      throw UsageError(fmt::format("option --teacher-config: the teacher {} is not a wantrain checkpoint (safetensors "
+                                   "or an index of them), so its model config must be given "
+                                   "(e.g. data/configs/wan2.1-t2v-1.3b.json)",
                                    teacher_path));
     return model::load_model_config(config_path);
   }
-  const auto stored = ckpt::read_model_config(teacher_path);
-  const auto config = model::parse_model_config(stored, fmt::format("checkpoint {}: attribute model_config", teacher_path));
-  if (!config_path.empty())
-    ckpt::check_model_config(stored, teacher_path, model::to_json(model::load_model_config(config_path)),
-                             "--teacher-config " + config_path);
-  return config;
+  try {
+    const auto stored = ckpt::read_model_config(teacher_path);
+    const auto config =
+        model::parse_model_config(stored, fmt::format("checkpoint {}: attribute model_config", teacher_path));
+    if (!config_path.empty())
+      ckpt::check_model_config(stored, teacher_path, model::to_json(model::load_model_config(config_path)),
+                               "--teacher-config " + config_path);
+    return config;
+  } catch (const UsageError& e) {
+    throw UsageError(fmt::format("option --teacher: {}", e.what()));
+  }
 }
 
-Teacher::Teacher(const std::string& path, const model::WanConfig& config, const std::string& config_source,
-                 at::Device device)
+Teacher::Teacher(const std::string& path, const model::WanConfig& config, const std::string& config_source)
     : path_(path), config_(config) {
   model_ = std::make_shared<model::WanModelImpl>(config);
   auto named = weights();
@@ -75,15 +82,16 @@ Teacher::Teacher(const std::string& path, const model::WanConfig& config, const 
       const auto report = model::load_weights(*model_, path, model::LoadMode::Strict);
       source_ = fmt::format("safetensors, {} names", report.diffusers_names ? "diffusers" : "official");
     }
-  } catch (const UsageError& e) {
+  } catch (const std::exception& e) {  // a bad file is bad input, whatever layer noticed it
     throw UsageError(fmt::format("option --teacher: {} (the teacher's config {}: dim {}, {} layers)", e.what(),
                                  config_source, config.dim, config.num_layers));
   }
-  checksum_ = weights_checksum(named);
+  checksum_ = model_checksum(config, named);
   for (auto& parameter : model_->parameters()) parameter.set_requires_grad(false);
   model_->eval();
-  model_->to(device);
 }
+
+void Teacher::to(at::Device device) { model_->to(device); }
 
 Teacher::~Teacher() = default;
 
@@ -103,8 +111,12 @@ void Teacher::hold_in_bf16() {
 at::Tensor Teacher::predict(const at::Tensor& x_t, const at::Tensor& timesteps, const at::Tensor& context,
                             at::ScalarType compute_dtype) const {
   torch::NoGradGuard no_grad;
-  model::AutocastScope autocast(bf16_ ? at::kBFloat16 : compute_dtype);
-  return model_->forward(x_t, timesteps, context).to(torch::kFloat32);
+  model::AutocastScope autocast(bf16_ || compute_dtype == at::kHalf ? at::kBFloat16 : compute_dtype);
+  const int64_t pt = config_.patch_size[0];
+  if (!stills_ || pt == 1) return model_->forward(x_t, timesteps, context).to(torch::kFloat32);
+  // [B, C, F, H, W] -> each frame repeated pt times -> prediction [B, C, F*pt, H, W] -> frame means.
+  const auto prediction = model_->forward(x_t.repeat_interleave(pt, 2), timesteps, context);
+  return prediction.to(torch::kFloat32).unflatten(2, {x_t.size(2), pt}).mean(3);
 }
 
 }  // namespace wt::train

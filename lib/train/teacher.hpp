@@ -21,7 +21,7 @@ namespace wt::train {
 
 // The teacher's config: --teacher-config, or the model_config of a teacher
 // checkpoint (checked against --teacher-config when both are given).
-// UsageError naming the option when neither gives one.
+// UsageError naming the option when neither gives one or the file is bad.
 model::WanConfig resolve_teacher_config(const std::string& teacher_path, const std::string& config_path);
 
 class Teacher {
@@ -29,18 +29,19 @@ class Teacher {
   // UsageError naming --teacher, the file and the tensors for a file that
   // does not load into a model of `config` (missing, extra or
   // mis-shaped tensors, a corrupt file); `config_source` names the config
-  // in that line (the --teacher-config file).
-  Teacher(const std::string& path, const model::WanConfig& config, const std::string& config_source,
-          at::Device device);
+  // in that line (the --teacher-config file). The teacher starts on the CPU
+  // in fp32: project the student from it, hold_in_bf16() if wanted, then
+  // move it with to(device), so a bf16 teacher never sits on the device in fp32.
+  Teacher(const std::string& path, const model::WanConfig& config, const std::string& config_source);
   ~Teacher();
   Teacher(const Teacher&) = delete;
   Teacher& operator=(const Teacher&) = delete;
 
   const std::string& path() const { return path_; }
   const model::WanConfig& config() const { return config_; }
-  // "crc32:xxxxxxxx" of the parameters as loaded (name, then fp32 bytes, in
-  // registration order): the same weights give the same checksum whatever
-  // the file layout or names.
+  // "crc32:xxxxxxxx" of the model config (JSON) and of the parameters as
+  // loaded (name, then fp32 bytes, in registration order): the same model
+  // gives the same checksum whatever the file layout or names.
   const std::string& checksum() const { return checksum_; }
   const std::string& source() const { return source_; }  // what was loaded, in words
   model::NamedTensors weights() const;                  // by official name
@@ -50,9 +51,18 @@ class Teacher {
   // modulation, time embedding and head stay fp32 as Wan computes them.
   void hold_in_bf16();
   bool held_in_bf16() const { return bf16_; }
+  void to(at::Device device);
+
+  // For an image student (temporal patch 1) of a video teacher (temporal
+  // patch pt > 1): each input frame is shown to the teacher as a still of
+  // pt frames, and its pt output frames are averaged, as the projection
+  // assumes (model/projection.hpp).
+  void show_frames_as_stills(bool on) { stills_ = on; }
+  bool shows_frames_as_stills() const { return stills_; }
 
   // The teacher's prediction for the student's very input: fp32, no autograd.
-  // Runs under `compute_dtype` autocast (bf16 when held in bf16).
+  // Runs under `compute_dtype` autocast; under bf16 when held in bf16, and
+  // when the run is fp16 (a forward pass cannot be loss-scaled).
   at::Tensor predict(const at::Tensor& x_t, const at::Tensor& timesteps, const at::Tensor& context,
                      at::ScalarType compute_dtype) const;
 
@@ -60,7 +70,7 @@ class Teacher {
   std::string path_, checksum_, source_;
   model::WanConfig config_;
   std::shared_ptr<model::WanModelImpl> model_;
-  bool bf16_ = false;
+  bool bf16_ = false, stills_ = false;
 };
 
 }  // namespace wt::train

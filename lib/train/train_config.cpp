@@ -120,9 +120,13 @@ void validate(const TrainConfig& c) {
   require(c.keep >= 0, "keep", "must be 0 (keep all) or more");
   require(c.distill_target_weight >= 0, "distill-target-weight", "must be 0 or more");
   if (c.mode == "distill") require(!c.teacher.empty(), "teacher", "--mode distill needs a teacher");
-  if (c.mode != "distill") {
-    require(c.teacher.empty(), "teacher", "a teacher is only used with --mode distill");
-    require(c.teacher_config.empty(), "teacher-config", "a teacher is only used with --mode distill");
+  if (c.mode != "distill") {  // distillation options in a training run: refused rather than ignored
+    const char* only = "only used with --mode distill";
+    require(c.teacher.empty(), "teacher", only);
+    require(c.teacher_config.empty(), "teacher-config", only);
+    require(c.student_init == "projection", "student-init", only);
+    require(c.teacher_precision == "fp32", "teacher-precision", only);
+    require(c.distill_target_weight == 0, "distill-target-weight", only);
   }
 }
 

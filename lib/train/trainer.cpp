@@ -126,7 +126,11 @@ Trainer::Trainer(const TrainConfig& cfg, Comm& comm, data::Dataset dataset, mode
     copy_named(init.model, named);
   }
   impl_->teacher = options.teacher;
-  if (options.teacher && !options.resume) start_student(*options.teacher);
+  if (options.teacher) {
+    if (options.teacher->config().patch_size[0] > 1 && impl_->model_config.patch_size[0] == 1)
+      options.teacher->show_frames_as_stills(true);
+    if (!options.resume) start_student(*options.teacher);
+  }
   ReducerOptions reducer_options;
   reducer_options.bucket_bytes = static_cast<int64_t>(cfg.bucket_mb * (1 << 20));
   reducer_options.allow_unused = cfg.allow_unused;

@@ -105,6 +105,15 @@ TEST_F(Distill, AStudentOfTheTeachersShapeStartsExactlyOnIt) {
   const Job c = distill(2, weighted, teacher_options() + " --steps 1 --distill-target-weight 0.5", tiny_config());
   ASSERT_EQ(c.status, 0) << c.output;
   EXPECT_GT(training_lines(weighted)[0]["loss"].get<double>(), 0.0);
+  // A teacher held in bf16: the projected student (from the fp32 weights)
+  // starts within bf16 rounding of it, far closer than a random student.
+  const auto bf16 = fresh("distill-bf16");
+  const Job d = distill(2, bf16, teacher_options() + " --steps 1 --teacher-precision bf16", tiny_config());
+  ASSERT_EQ(d.status, 0) << d.output;
+  EXPECT_NE(d.output.find("Linear weights held in bf16"), std::string::npos) << d.output;
+  const double rounding = training_lines(bf16)[0]["loss"].get<double>();
+  EXPECT_GT(rounding, 0.0);
+  EXPECT_LT(rounding, 1e-3 * training_lines(random)[0]["loss"].get<double>());
 }
 
 TEST_F(Distill, ResumeContinuesBitForBitAndRefusesAnotherTeacher) {
@@ -156,13 +165,14 @@ TEST_F(Distill, BadTeachersAreOneLineAndStatus2) {
     std::string options, line;
   } cases[] = {
       {"--teacher " + teacher(),
-       "error: option --teacher-config: the teacher " + teacher() + " is a safetensors file; name its model config"},
+       "error: option --teacher-config: the teacher " + teacher() + " is not a wantrain checkpoint (safetensors or an "
+       "index of them), so its model config must be given"},
       // The student's config for the teacher's file: the extra block and the shapes are named.
       {"--teacher " + teacher() + " --teacher-config " + student_config() + " --student-init random",
        "error: option --teacher: weights " + teacher() + ": do not match the model: 27 unexpected (blocks.1."},
       {"--teacher " + truncated + " --teacher-config " + tiny_config(), "error: option --teacher: "},
       {"--teacher " + other_teacher() + " --teacher-config " + student_config(),
-       "error: checkpoint " + other_teacher() + ": written for another model than --teacher-config " +
+       "error: option --teacher: checkpoint " + other_teacher() + ": written for another model than --teacher-config " +
            student_config() + ": ffn_dim is 128 there, 64 here"},
   };
   for (const auto& c : cases) {

@@ -83,7 +83,7 @@ TEST(Projection, TeacherBlocksAreSpreadEvenlyKeepingFirstAndLast) {
   // Wan 2.1 1.3B (30 blocks) to 15: 29/14 = 2.07 per step.
   for (int64_t i = 0; i < 15; ++i)
     EXPECT_EQ(teacher_block_for(i, 15, 30), int64_t(std::floor(double(i) * 29.0 / 14.0 + 0.5))) << i;
-  EXPECT_EQ(teacher_block_for(4, 4, 4), 4);  // the same depth: block i <- block i
+  for (int64_t i = 0; i < 4; ++i) EXPECT_EQ(teacher_block_for(i, 4, 4), i);  // the same depth: block i <- block i
 }
 
 TEST(Projection, AStudentOfTheTeachersShapeReproducesItExactly) {
@@ -149,6 +149,28 @@ TEST(Projection, AnImageStudentOfAVideoTeacherSeesAnImageAsAStillVideo) {
   EXPECT_TRUE(torch::allclose(got, expected, 1e-4, 1e-5)) << (got - expected).abs().max().item<double>();
 }
 
+TEST(Teacher, ShowsAnImageStudentsFramesAsStillsAndTheProjectedStudentMatchesIt) {
+  // The run-time half of the rule above: a video teacher (temporal patch 2)
+  // sees each frame of single-frame data as a still and averages its
+  // output frames, so a projected student of its widths predicts what it does.
+  const auto tc = config(32, 2, {2, 2, 2}), sc = config(32, 2, {1, 2, 2});
+  auto source = random_model(tc, 3);
+  const auto path = temp_path("teacher-video.safetensors");
+  wt::model::save_weights(*source, path);
+  wt::train::Teacher teacher(path, tc, "test");
+  teacher.show_frames_as_stills(true);
+  WanModel student(sc);
+  wt::model::project_weights(teacher.weights(), tc, named(student), sc);
+  const auto in = inputs(sc, 1);
+  torch::NoGradGuard no_grad;
+  const auto from_teacher = teacher.predict(in.x, in.t, in.context, at::kFloat);
+  EXPECT_EQ(from_teacher.sizes(), in.x.sizes());
+  const auto expected = source->forward(in.x.expand({-1, -1, 2, -1, -1}), in.t, in.context).mean(2, true);
+  EXPECT_TRUE(torch::equal(from_teacher, expected));
+  const auto got = student->forward(in.x, in.t, in.context);
+  EXPECT_TRUE(torch::allclose(got, from_teacher, 1e-4, 1e-5)) << (got - from_teacher).abs().max().item<double>();
+}
+
 TEST(Projection, ParametersTheTeacherLacksKeepTheirFreshInit) {
   auto tc = config(32, 1), sc = config(32, 1);
   tc.qk_norm = false;
@@ -198,7 +220,7 @@ TEST(Teacher, IsFrozenAndItsChecksumFollowsTheWeightsNotTheFile) {
   const auto official = temp_path("teacher-official.safetensors"), diffusers = temp_path("teacher-diffusers.safetensors");
   wt::model::save_weights(*source, official);
   wt::model::save_weights(*source, diffusers, at::kFloat, wt::model::WeightNames::Diffusers);
-  const wt::train::Teacher a(official, c, "test", torch::kCPU), b(diffusers, c, "test", torch::kCPU);
+  const wt::train::Teacher a(official, c, "test"), b(diffusers, c, "test");
   EXPECT_EQ(a.checksum(), b.checksum());
   EXPECT_EQ(a.checksum().rfind("crc32:", 0), 0u);
   for (const auto& [name, weight] : a.weights()) EXPECT_FALSE(weight.requires_grad()) << name;
@@ -216,14 +238,14 @@ TEST(Teacher, IsFrozenAndItsChecksumFollowsTheWeightsNotTheFile) {
   }
   const auto changed = temp_path("teacher-changed.safetensors");
   wt::model::save_weights(*source, changed);
-  EXPECT_NE(wt::train::Teacher(changed, c, "test", torch::kCPU).checksum(), a.checksum());
+  EXPECT_NE(wt::train::Teacher(changed, c, "test").checksum(), a.checksum());
 }
 
 TEST(Teacher, HeldInBf16PredictsWithinBf16Precision) {
   const auto c = config(32, 2);
   const auto path = temp_path("teacher-bf16.safetensors");
   wt::model::save_weights(*random_model(c, 7), path);
-  wt::train::Teacher fp32(path, c, "test", torch::kCPU), bf16(path, c, "test", torch::kCPU);
+  wt::train::Teacher fp32(path, c, "test"), bf16(path, c, "test");
   bf16.hold_in_bf16();
   for (const auto& [name, w] : bf16.weights()) {
     const bool large_linear = name.find(".ffn.") != std::string::npos || name.find("_attn.q.") != std::string::npos;
@@ -258,7 +280,7 @@ TEST(Teacher, ACheckpointTeacherGivesItsEmaWeightsAndItsOwnConfig) {
 
   const auto resolved = wt::train::resolve_teacher_config(path, "");
   EXPECT_EQ(wt::model::to_json(resolved), wt::model::to_json(c));
-  const wt::train::Teacher teacher(path, resolved, "stored", torch::kCPU);
+  const wt::train::Teacher teacher(path, resolved, "stored");
   EXPECT_EQ(teacher.source(), "EMA weights of checkpoint step 12");
   for (const auto& [name, w] : teacher.weights()) EXPECT_TRUE(torch::equal(w, parameter(ema, name))) << name;
 }
@@ -269,7 +291,7 @@ TEST(Teacher, BadTeacherFilesAreOneLineNamingTheOption) {
   wt::model::save_weights(*random_model(c, 10), path);
   auto error = [&](const std::string& file, const WanConfig& cfg) {
     try {
-      wt::train::Teacher(file, cfg, "--teacher-config t.json", torch::kCPU);
+      wt::train::Teacher(file, cfg, "--teacher-config t.json");
     } catch (const wt::UsageError& e) {
       return std::string(e.what());
     }
@@ -302,7 +324,7 @@ TEST(Teacher, BadTeacherFilesAreOneLineNamingTheOption) {
     wt::train::resolve_teacher_config(path, "");
     ADD_FAILURE() << "no error";
   } catch (const wt::UsageError& e) {
-    EXPECT_EQ(std::string(e.what()).rfind("option --teacher-config: the teacher " + path + " is a safetensors file", 0),
+    EXPECT_EQ(std::string(e.what()).rfind("option --teacher-config: the teacher " + path + " is not a wantrain checkpoint", 0),
               0u)
         << e.what();
   }

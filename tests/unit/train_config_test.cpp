@@ -56,7 +56,7 @@ TEST(TrainConfig, RangeChecksNameTheOption) {
   EXPECT_EQ(validation_error(c), "option --comm-timeout: must be a positive number of seconds");
   EXPECT_EQ(validation_error(d), "option --teacher: --mode distill needs a teacher");
   e.teacher = "teacher.safetensors";  // given, but --mode is train: refused rather than ignored
-  EXPECT_EQ(validation_error(e), "option --teacher: a teacher is only used with --mode distill");
+  EXPECT_EQ(validation_error(e), "option --teacher: only used with --mode distill");
 }
 
 TEST(TrainConfig, BetasReadAsCommaSeparatedPairInUnitInterval) {
