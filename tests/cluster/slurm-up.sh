@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Brings up a real single-node SLURM on this machine for the `slurm` tests:
+# installs slurm-wlm and munge if missing, writes a slurm.conf under DIR
+# (default /tmp/wantrain-slurm) with the node line from `slurmd -C`, and
+# starts munged, slurmctld and slurmd, remembering their PIDs in DIR so
+# that slurm-down.sh stops exactly these. Prints `export SLURM_CONF=...`.
+# Needs root (slurmd runs jobs as their users).
+set -euo pipefail
+dir=${1:-/tmp/wantrain-slurm}
+here=$(cd "$(dirname "$0")" && pwd)
+
+if [ "$(id -u)" -ne 0 ]; then echo "slurm-up: not root, so no cluster is brought up (slurmd and munged need root); the slurm tests will skip"; exit 0; fi
+need=()
+for p in slurm-wlm munge; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need+=("$p")
+done
+if [ ${#need[@]} -gt 0 ]; then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -q && apt-get install -y -q --no-install-recommends "${need[@]}"
+fi
+
+"$here/slurm-down.sh" "$dir" >/dev/null 2>&1 || true
+rm -rf "$dir"
+mkdir -p "$dir"/{state,spool,munge,log}
+chmod 700 "$dir/munge"
+
+# munged with its own key, socket and PID file: nothing of the system's is touched.
+key="$dir/munge/munge.key"
+dd if=/dev/urandom of="$key" bs=1024 count=1 status=none
+chmod 400 "$key"
+socket="$dir/munge/munge.socket"
+/usr/sbin/munged --key-file="$key" --socket="$socket" --pid-file="$dir/munged.pid" \
+  --log-file="$dir/log/munged.log" --seed-file="$dir/munge/munge.seed" --force
+
+node=$(slurmd -C | head -1)
+host=$(hostname -s)
+cat > "$dir/slurm.conf" <<CONF
+# Written by tests/cluster/slurm-up.sh: a one-node cluster for the slurm tests.
+ClusterName=wantrain-test
+SlurmctldHost=$host
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+AuthInfo=socket=$socket
+CredType=cred/munge
+SlurmctldPort=6817
+SlurmdPort=6818
+StateSaveLocation=$dir/state
+SlurmdSpoolDir=$dir/spool
+SlurmctldPidFile=$dir/slurmctld.pid
+SlurmdPidFile=$dir/slurmd.pid
+SlurmctldLogFile=$dir/log/slurmctld.log
+SlurmdLogFile=$dir/log/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+MpiDefault=pmix
+SchedulerType=sched/backfill
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+ReturnToService=2
+JobRequeue=1
+SlurmctldTimeout=30
+SlurmdTimeout=30
+InactiveLimit=0
+KillWait=10
+MinJobAge=300
+$node State=UNKNOWN
+PartitionName=test Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
+CONF
+export SLURM_CONF="$dir/slurm.conf"
+/usr/sbin/slurmctld -f "$SLURM_CONF"
+/usr/sbin/slurmd -f "$SLURM_CONF"
+
+# Ready when the node is idle.
+for _ in $(seq 60); do
+  if sinfo -h -o '%T' 2>/dev/null | grep -q '^idle'; then
+    echo "export SLURM_CONF=$SLURM_CONF"
+    exit 0
+  fi
+  sleep 1
+done
+echo "slurm-up: the node did not become idle in 60 s; logs in $dir/log" >&2
+sinfo >&2 || true
+exit 1

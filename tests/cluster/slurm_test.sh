@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# The slurm/ scripts against the real single-node SLURM of slurm-up.sh:
+#   slurm_test.sh train     sbatch train.sbatch: a 2-task wan-tiny run to completion
+#   slurm_test.sh sweep     a 3-task job array: 3 output directories, each with its own line
+#   slurm_test.sh preempt   scancel -s USR1 mid-run: checkpoint, exit 75, requeue, resume;
+#                           final weights equal to an uninterrupted run's
+# Environment (CTest sets it): SLURM_CONF, WANTRAIN, WANDATA, WANTRAIN_SOURCE_DIR, WORK_DIR.
+# Exit 77 (skipped) when no SLURM is up.
+set -euo pipefail
+what=${1:?usage: slurm_test.sh train|sweep|preempt}
+src=${WANTRAIN_SOURCE_DIR:?}
+work=${WORK_DIR:-/tmp/wantrain-slurm-tests}/$what
+: "${WANTRAIN:?}" "${WANDATA:?}"
+export WANTRAIN
+
+if [ ! -r "${SLURM_CONF:-/nonexistent}" ] || ! sinfo -h >/dev/null 2>&1; then
+  echo "SKIP: no SLURM cluster is up (tests/cluster/slurm-up.sh needs root and the slurm-wlm, munge packages)"
+  exit 77
+fi
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+rm -rf "$work"
+mkdir -p "$work"
+cd "$work"
+"$WANDATA" synth --out data --samples 32 --shards 2 --frames 1 --size 8x8 --text-len 16 --text-dim 64 --seed 6 >/dev/null
+common=(--model-config "$src/data/configs/wan-tiny.json" --data "$work/data" --batch-size 2 --threads 1
+        --backend mpi --log-every 1 --seed 5)
+
+# The job's state, or nothing once SLURM has forgotten it.
+state() { squeue -h -j "$1" -o %T 2>/dev/null || true; }
+wait_gone() {  # job id, seconds
+  for _ in $(seq "$2"); do [ -z "$(state "$1")" ] && return 0; sleep 1; done
+  fail "job $1 still $(state "$1") after $2 s"
+}
+
+case "$what" in
+train)
+  sbatch --wait --chdir="$work" --ntasks-per-node=2 --output="$work/train-%j.out" \
+    "$src/slurm/train.sbatch" "${common[@]}" --lr 1e-3 --steps 6 --output-dir "$work/run" \
+    || { cat "$work"/train-*.out; fail "sbatch train.sbatch exited non-zero"; }
+  out=$(cat "$work"/train-*.out)
+  grep -q "world: 2 ranks" <<<"$out" || { echo "$out"; fail "not 2 ranks"; }
+  grep -q "trained 6 steps" <<<"$out" || { echo "$out"; fail "no 6 steps"; }
+  grep -q "wantrain exited with status 0" <<<"$out" || { echo "$out"; fail "no clean exit line"; }
+  [ -f "$work/run/model.safetensors" ] || fail "no model.safetensors"
+  echo "PASS: train.sbatch ran 2 tasks to completion"
+  ;;
+sweep)
+  printf '# three learning rates\n--lr 1e-4\n\n--lr 3e-4\n--lr 1e-3 --warmup-steps 1\n' > sweep.txt
+  WANTRAIN_SWEEP_DIR="$work/sweep" sbatch --wait --chdir="$work" --array=0-2 --output="$work/sweep-%A_%a.out" \
+    "$src/slurm/sweep.sbatch" sweep.txt "${common[@]}" --steps 3 \
+    || { cat "$work"/sweep-*.out; fail "sbatch sweep.sbatch exited non-zero"; }
+  for i in 0 1 2; do
+    dir="$work/sweep/task-$i"
+    [ -f "$dir/model.safetensors" ] || { cat "$work"/sweep-*.out; fail "task $i: no $dir/model.safetensors"; }
+    line=$(cat "$dir/sweep-line.txt")
+    lr=$(sed -n 's/^--lr \([^ ]*\).*/\1/p' <<<"$line")
+    # The task's own learning rate reached wantrain: metrics.jsonl logs it.
+    python3 -c "import json,sys; l=[json.loads(x) for x in open('$dir/metrics.jsonl') if '\"loss\"' in x]; sys.exit(0 if abs(l[-1]['lr']-float('$lr'))<1e-12 else 1)" \
+      || fail "task $i: metrics.jsonl does not show lr $lr of its line '$line'"
+  done
+  [ "$(sort -u "$work"/sweep/task-*/sweep-line.txt | wc -l)" -eq 3 ] || fail "the tasks did not take 3 distinct lines"
+  echo "PASS: a 3-task array sweep wrote 3 output directories with their own lines"
+  ;;
+preempt)
+  steps=400
+  sbatch --wait --chdir="$work" --ntasks-per-node=2 --output="$work/straight-%j.out" \
+    "$src/slurm/train.sbatch" "${common[@]}" --lr 1e-3 --steps $steps --output-dir "$work/straight" \
+    || { cat "$work"/straight-*.out; fail "the uninterrupted run failed"; }
+  job=$(sbatch --parsable --chdir="$work" --ntasks-per-node=2 --output="$work/preempted-%j.out" \
+    "$src/slurm/train.sbatch" "${common[@]}" --lr 1e-3 --steps $steps --output-dir "$work/preempted")
+  # Signal once training is under way (20 steps logged), as SLURM's --signal would.
+  for _ in $(seq 120); do
+    [ "$(grep -c '"loss"' "$work/preempted/metrics.jsonl" 2>/dev/null || echo 0)" -ge 20 ] && break
+    sleep 0.5
+  done
+  scancel -s USR1 "$job"
+  # It checkpoints, exits 75 and requeues itself (pending, with a restart counted).
+  for _ in $(seq 120); do
+    scontrol show job "$job" 2>/dev/null | grep -q "Restarts=1" && break
+    sleep 0.5
+  done
+  scontrol show job "$job" | grep -q "Restarts=1" || { cat "$work"/preempted-*.out; fail "job $job was not requeued"; }
+  # SLURM holds a requeued job back for two minutes, while slurmd finishes
+  # the old run; start it as soon as the old run's slurmstepd processes are gone.
+  for _ in $(seq 120); do
+    pgrep -f "slurmstepd: \[$job\." >/dev/null || break
+    sleep 0.5
+  done
+  sleep 2
+  scontrol update JobId="$job" StartTime=now >/dev/null 2>&1 || true
+  wait_gone "$job" 240
+  out=$(cat "$work/preempted-$job.out")
+  grep -q "stopping at step [0-9]* on SIGUSR1: checkpoint" <<<"$out" || { echo "$out"; fail "no checkpoint on USR1"; }
+  grep -q "wantrain checkpointed (status 75): requeueing" <<<"$out" || { echo "$out"; fail "no requeue on status 75"; }
+  grep -q "restart 1:" <<<"$out" || { echo "$out"; fail "the requeued job did not start again"; }
+  grep -q "^resume: $work/preempted/step-" <<<"$out" || { echo "$out"; fail "the requeued job did not resume"; }
+  grep -q "wantrain exited with status 0" <<<"$out" || { echo "$out"; fail "the requeued job did not finish"; }
+  cmp "$work/straight/model.safetensors" "$work/preempted/model.safetensors" \
+    || fail "the pre-empted run's final weights differ from the uninterrupted run's"
+  echo "PASS: USR1 -> checkpoint -> exit 75 -> requeue -> resume; final weights identical"
+  ;;
+*) fail "unknown test '$what'" ;;
+esac
