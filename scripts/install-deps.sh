@@ -15,6 +15,8 @@ packages=(
   libgtest-dev
   python3 python3-h5py python3-numpy   # the h5py example of docs/data-format.md is tested
   python3-torch                        # an independent PyTorch evaluation of Wan's forward pass checks WanModel
+  slurm-wlm munge                      # the slurm/ scripts are tested on a real single-node SLURM
+  lmod                                 # the installed modulefile is tested with `module load`
 )
 
 missing=()

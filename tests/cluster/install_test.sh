@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# The install tree as a cluster user meets it: `cmake --install` to a fresh
+# prefix; `module use P/modulefiles && module load wantrain` under Lmod (the
+# Lua modulefile, and its Tcl twin on its own); wantrain --version and a
+# 2-rank job through the installed wanrun from a directory outside the
+# source tree; and a tiny CMake project that find_package(wantrain)s and
+# links wantrain::core.
+# Environment (CTest sets it): WANTRAIN_BUILD_DIR, WANTRAIN_SOURCE_DIR, WORK_DIR.
+set -euo pipefail
+build=${WANTRAIN_BUILD_DIR:?}
+src=${WANTRAIN_SOURCE_DIR:?}
+work=${WORK_DIR:-/tmp/wantrain-cluster-tests}/install
+fail() { echo "FAIL: $*" >&2; exit 1; }
+lmod_init=/usr/share/lmod/lmod/init/bash
+if [ ! -r "$lmod_init" ]; then
+  echo "SKIP: Lmod is not installed ($lmod_init; the Debian package lmod)"
+  exit 77
+fi
+rm -rf "$work" && mkdir -p "$work"
+prefix="$work/prefix"
+cmake --install "$build" --prefix "$prefix" >"$work/install.log" || { cat "$work/install.log"; fail "cmake --install"; }
+for f in bin/wantrain bin/wandata bin/wansample bin/wanbench bin/wanrun share/wantrain/configs/wan-tiny.json \
+         share/wantrain/slurm/train.sbatch share/wantrain/slurm/srun-wantrain share/wantrain/mpi/mca-params.conf \
+         share/doc/wantrain/cluster.md include/wantrain/model/model_config.hpp lib/cmake/wantrain/wantrainConfig.cmake; do
+  [ -e "$prefix/$f" ] || fail "not installed: $f"
+done
+
+# Outside the source tree, with nothing but the module on PATH.
+run_dir="$work/elsewhere"
+mkdir -p "$run_dir"
+cd "$run_dir"
+PATH=/usr/bin:/bin bash -euo pipefail -c '
+  source '"$lmod_init"'
+  module use '"$prefix"'/modulefiles
+  module load wantrain
+  [ "$WANTRAIN_ROOT" = '"$prefix"' ] || { echo "FAIL: WANTRAIN_ROOT is $WANTRAIN_ROOT"; exit 1; }
+  [ "$(command -v wantrain)" = '"$prefix"'/bin/wantrain ] || { echo "FAIL: wantrain is $(command -v wantrain)"; exit 1; }
+  module show wantrain 2>&1 | grep -q "MPI: Open MPI" || { echo "FAIL: the modulefile does not name its MPI"; exit 1; }
+  wantrain --version | grep -q "^wantrain 0\." || { echo "FAIL: wantrain --version"; exit 1; }
+  wandata synth --out data --samples 16 --shards 2 --frames 1 --size 8x8 --text-len 16 --text-dim 64 >/dev/null
+  wanrun --ranks-per-node 2 -- --model-config "$WANTRAIN_ROOT/share/wantrain/configs/wan-tiny.json" \
+      --data data --steps 3 --batch-size 2 --threads 1 --output-dir run > wanrun.log 2>&1 \
+    || { cat wanrun.log; echo "FAIL: the 2-rank job through the installed wanrun"; exit 1; }
+  grep -q "world: 2 ranks" wanrun.log && grep -q "trained 3 steps" wanrun.log \
+    || { cat wanrun.log; echo "FAIL: no 2-rank run in wanrun.log"; exit 1; }
+  module unload wantrain
+  ! command -v wantrain >/dev/null || { echo "FAIL: wantrain still on PATH after module unload"; exit 1; }
+'
+[ -f "$run_dir/run/model.safetensors" ] || fail "the installed job wrote no weights"
+
+# The Tcl twin on its own (Lmod reads Tcl modulefiles too).
+mkdir -p "$work/tcl/wantrain"
+cp "$prefix"/modulefiles/wantrain/*[0-9] "$work/tcl/wantrain/"
+bash -euo pipefail -c '
+  source '"$lmod_init"'
+  module use '"$work"'/tcl
+  module load wantrain
+  [ "$WANTRAIN_ROOT" = '"$prefix"' ] && [ "$(command -v wantrain)" = '"$prefix"'/bin/wantrain ]
+' || fail "the Tcl modulefile did not set WANTRAIN_ROOT and PATH"
+
+# find_package(wantrain) from another project.
+cmake -S "$src/tests/cluster/consumer" -B "$work/consumer" -DCMAKE_PREFIX_PATH="$prefix" \
+  -DCMAKE_BUILD_TYPE=Release >"$work/consumer.log" 2>&1 || { cat "$work/consumer.log"; fail "consumer configure"; }
+cmake --build "$work/consumer" >>"$work/consumer.log" 2>&1 || { cat "$work/consumer.log"; fail "consumer build"; }
+out=$("$work/consumer/count_parameters" "$prefix/share/wantrain/configs/wan-tiny.json")
+[ "$out" = "wantrain 0.1.0: 163584 parameters" ] || fail "consumer printed '$out'"
+echo "PASS: installed tree, Lmod (Lua and Tcl), a 2-rank job from outside the source tree, find_package(wantrain)"
