@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Stops the daemons that slurm-up.sh started in DIR, by their PID files.
 set -uo pipefail
-dir=${1:-/tmp/wantrain-slurm}
+dir=$(realpath -m "${1:-/tmp/wantrain-slurm}")
 for daemon in slurmd slurmctld munged; do
   pidfile="$dir/$daemon.pid"
   [ -f "$pidfile" ] || continue

@@ -6,7 +6,7 @@
 # that slurm-down.sh stops exactly these. Prints `export SLURM_CONF=...`.
 # Needs root (slurmd runs jobs as their users).
 set -euo pipefail
-dir=${1:-/tmp/wantrain-slurm}
+dir=$(realpath -m "${1:-/tmp/wantrain-slurm}")  # the daemons run from /
 here=$(cd "$(dirname "$0")" && pwd)
 
 if [ "$(id -u)" -ne 0 ]; then echo "slurm-up: not root, so no cluster is brought up (slurmd and munged need root); the slurm tests will skip"; exit 0; fi
@@ -73,6 +73,8 @@ export SLURM_CONF="$dir/slurm.conf"
 
 # Ready when the node is idle.
 for _ in $(seq 60); do
+  kill -0 "$(cat "$dir/slurmctld.pid" 2>/dev/null)" 2>/dev/null || {
+    echo "slurm-up: slurmctld is not running; see $dir/log/slurmctld.log:" >&2; tail -5 "$dir/log/slurmctld.log" >&2; exit 1; }
   if sinfo -h -o '%T' 2>/dev/null | grep -q '^idle'; then
     echo "export SLURM_CONF=$SLURM_CONF"
     exit 0

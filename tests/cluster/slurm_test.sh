@@ -13,7 +13,7 @@ work=${WORK_DIR:-/tmp/wantrain-slurm-tests}/$what
 : "${WANTRAIN:?}" "${WANDATA:?}"
 export WANTRAIN
 
-if [ ! -r "${SLURM_CONF:-/nonexistent}" ] || ! sinfo -h >/dev/null 2>&1; then
+if [ ! -r "${SLURM_CONF:-/nonexistent}" ] || ! timeout 20 sinfo -h >/dev/null 2>&1; then
   echo "SKIP: no SLURM cluster is up (tests/cluster/slurm-up.sh needs root and the slurm-wlm, munge packages)"
   exit 77
 fi
@@ -98,7 +98,24 @@ preempt)
   grep -q "wantrain exited with status 0" <<<"$out" || { echo "$out"; fail "the requeued job did not finish"; }
   cmp "$work/straight/model.safetensors" "$work/preempted/model.safetensors" \
     || fail "the pre-empted run's final weights differ from the uninterrupted run's"
-  echo "PASS: USR1 -> checkpoint -> exit 75 -> requeue -> resume; final weights identical"
+  # The time-limit path: --signal=B:USR1 signals only the batch shell, which forwards it.
+  job=$(sbatch --parsable --chdir="$work" --ntasks-per-node=2 --output="$work/batch-%j.out" \
+    "$src/slurm/train.sbatch" "${common[@]}" --lr 1e-3 --steps $steps --output-dir "$work/batch")
+  for _ in $(seq 120); do
+    [ "$(grep -c '"loss"' "$work/batch/metrics.jsonl" 2>/dev/null || echo 0)" -ge 20 ] && break
+    sleep 0.5
+  done
+  scancel -s USR1 --batch "$job"
+  for _ in $(seq 60); do
+    grep -q "requeueing" "$work/batch-$job.out" 2>/dev/null && break
+    sleep 0.5
+  done
+  scancel "$job" 2>/dev/null || true
+  out=$(cat "$work/batch-$job.out")
+  grep -q "USR1 received: asking every rank to checkpoint" <<<"$out" || { echo "$out"; fail "the batch shell did not forward USR1"; }
+  grep -q "stopping at step [0-9]* on SIGUSR1: checkpoint" <<<"$out" || { echo "$out"; fail "no checkpoint on the forwarded USR1"; }
+  grep -q "wantrain checkpointed (status 75): requeueing" <<<"$out" || { echo "$out"; fail "no requeue after the forwarded USR1"; }
+  echo "PASS: USR1 -> checkpoint -> exit 75 -> requeue -> resume; final weights identical; the batch shell forwards USR1"
   ;;
 *) fail "unknown test '$what'" ;;
 esac
