@@ -8,7 +8,6 @@
 #   P/modulefiles/wantrain/ VERSION.lua (Lmod) and VERSION (Tcl, Environment Modules)
 # The modulefiles and the package config are written at install time, so
 # they name the prefix actually installed to.
-include(GNUInstallDirs)
 set(WANTRAIN_MODULE_MPI "" CACHE STRING
     "A module the wantrain modulefile loads first (e.g. openmpi/4.1); empty: the system MPI")
 
@@ -43,7 +42,12 @@ else()
 endif()
 # One string, not a list (the library lists hold semicolons).
 set(_hdf5_link "${HDF5_C_LIBRARIES}")
-set(_install_vars "set(WANTRAIN_VERSION \"${PROJECT_VERSION}\")
+# From lib/cmake/wantrain back to the prefix, however deep the libdir is (lib64, lib/x86_64-linux-gnu).
+file(RELATIVE_PATH _config_to_prefix "/prefix/${CMAKE_INSTALL_LIBDIR}/cmake/wantrain" "/prefix")
+set(_install_vars "set(WANTRAIN_CONFIG_TO_PREFIX \"${_config_to_prefix}\")
+set(WANTRAIN_INCLUDEDIR \"${CMAKE_INSTALL_INCLUDEDIR}\")
+set(Torch_DIR \"${Torch_DIR}\")
+set(WANTRAIN_VERSION \"${PROJECT_VERSION}\")
 set(WANTRAIN_MPI \"${_mpi_name}, ${MPIEXEC_EXECUTABLE}\")
 set(WANTRAIN_MODULE_MPI \"${WANTRAIN_MODULE_MPI}\")
 set(WANTRAIN_LIBDIR \"${CMAKE_INSTALL_LIBDIR}\")

@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <limits>
 #include <memory>
@@ -217,6 +218,7 @@ int run_training(World& world, Comm& comm, const TrainConfig& cfg, data::Dataset
                                        ckpt::checkpoint_file_name(trainer->steps_taken()))
                          : std::string("the checkpoint could not be written"),
                    saved ? fmt::format("{} (requeue, then --resume auto)", kExitRequeue) : std::string("1"));
+      std::fflush(stdout);  // before a launcher's kill-on-bad-exit can end this rank
       return saved ? kExitRequeue : kExitFailure;
     }
   }

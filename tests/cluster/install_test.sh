@@ -35,7 +35,8 @@ PATH=/usr/bin:/bin bash -euo pipefail -c '
   module load wantrain
   [ "$WANTRAIN_ROOT" = '"$prefix"' ] || { echo "FAIL: WANTRAIN_ROOT is $WANTRAIN_ROOT"; exit 1; }
   [ "$(command -v wantrain)" = '"$prefix"'/bin/wantrain ] || { echo "FAIL: wantrain is $(command -v wantrain)"; exit 1; }
-  module show wantrain 2>&1 | grep -q "MPI: Open MPI" || { echo "FAIL: the modulefile does not name its MPI"; exit 1; }
+  shown=$(module show wantrain 2>&1)
+  grep -q "MPI: Open MPI" <<<"$shown" || { echo "FAIL: the modulefile does not name its MPI"; exit 1; }
   wantrain --version | grep -q "^wantrain 0\." || { echo "FAIL: wantrain --version"; exit 1; }
   wandata synth --out data --samples 16 --shards 2 --frames 1 --size 8x8 --text-len 16 --text-dim 64 >/dev/null
   wanrun --ranks-per-node 2 -- --model-config "$WANTRAIN_ROOT/share/wantrain/configs/wan-tiny.json" \
@@ -57,6 +58,25 @@ bash -euo pipefail -c '
   module load wantrain
   [ "$WANTRAIN_ROOT" = '"$prefix"' ] && [ "$(command -v wantrain)" = '"$prefix"'/bin/wantrain ]
 ' || fail "the Tcl modulefile did not set WANTRAIN_ROOT and PATH"
+
+# Built with -DWANTRAIN_MODULE_MPI=NAME, each modulefile loads that MPI module
+# first: the generated files with a stand-in MPI module put in.
+mkdir -p "$work/mpi-modules/fakempi" "$work/with-mpi/wantrain"
+printf 'setenv("FAKE_MPI_LOADED", "yes")\n' > "$work/mpi-modules/fakempi/1.0.lua"
+sed 's/^local mpi_module = ""/local mpi_module = "fakempi"/' "$prefix"/modulefiles/wantrain/*.lua > "$work/with-mpi/wantrain/1.lua"
+grep -q 'mpi_module = "fakempi"' "$work/with-mpi/wantrain/1.lua" || fail "the Lua modulefile has no mpi_module line to set"
+mkdir -p "$work/with-mpi-tcl/wantrain"
+sed 's/^set mpi_module ""/set mpi_module "fakempi"/' "$prefix"/modulefiles/wantrain/*[0-9] > "$work/with-mpi-tcl/wantrain/1"
+grep -q 'set mpi_module "fakempi"' "$work/with-mpi-tcl/wantrain/1" || fail "the Tcl modulefile has no mpi_module line to set"
+for dir in with-mpi with-mpi-tcl; do
+  bash -euo pipefail -c '
+    source '"$lmod_init"'
+    module use '"$work"'/mpi-modules
+    module use '"$work/$dir"'
+    module load wantrain
+    [ "${FAKE_MPI_LOADED:-}" = yes ]
+  ' || fail "$dir: loading wantrain did not load its MPI module"
+done
 
 # find_package(wantrain) from another project.
 cmake -S "$src/tests/cluster/consumer" -B "$work/consumer" -DCMAKE_PREFIX_PATH="$prefix" \

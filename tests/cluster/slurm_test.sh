@@ -54,6 +54,9 @@ sweep)
     dir="$work/sweep/task-$i"
     [ -f "$dir/model.safetensors" ] || { cat "$work"/sweep-*.out; fail "task $i: no $dir/model.safetensors"; }
     line=$(cat "$dir/sweep-line.txt")
+    # Task i took line i of the sweep file (comments and blank lines skipped).
+    [ "$line" = "$(grep -v '^[[:space:]]*\(#\|$\)' sweep.txt | sed -n "$((i + 1))p")" ] \
+      || fail "task $i ran '$line', not line $i of the sweep file"
     lr=$(sed -n 's/^--lr \([^ ]*\).*/\1/p' <<<"$line")
     # The task's own learning rate reached wantrain: metrics.jsonl logs it.
     python3 -c "import json,sys; l=[json.loads(x) for x in open('$dir/metrics.jsonl') if '\"loss\"' in x]; sys.exit(0 if abs(l[-1]['lr']-float('$lr'))<1e-12 else 1)" \
@@ -71,7 +74,8 @@ preempt)
     "$src/slurm/train.sbatch" "${common[@]}" --lr 1e-3 --steps $steps --output-dir "$work/preempted")
   # Signal once training is under way (20 steps logged), as SLURM's --signal would.
   for _ in $(seq 120); do
-    [ "$(grep -c '"loss"' "$work/preempted/metrics.jsonl" 2>/dev/null || echo 0)" -ge 20 ] && break
+    n=$(grep -c '"loss"' "$work/preempted/metrics.jsonl" 2>/dev/null || true)
+    [ "${n:-0}" -ge 20 ] && break
     sleep 0.5
   done
   scancel -s USR1 "$job"
@@ -92,7 +96,7 @@ preempt)
   wait_gone "$job" 240
   out=$(cat "$work/preempted-$job.out")
   grep -q "stopping at step [0-9]* on SIGUSR1: checkpoint" <<<"$out" || { echo "$out"; fail "no checkpoint on USR1"; }
-  grep -q "wantrain checkpointed (status 75): requeueing" <<<"$out" || { echo "$out"; fail "no requeue on status 75"; }
+  grep -q "wantrain checkpointed (status 75): requeued" <<<"$out" || { echo "$out"; fail "no requeue on status 75"; }
   grep -q "restart 1:" <<<"$out" || { echo "$out"; fail "the requeued job did not start again"; }
   grep -q "^resume: $work/preempted/step-" <<<"$out" || { echo "$out"; fail "the requeued job did not resume"; }
   grep -q "wantrain exited with status 0" <<<"$out" || { echo "$out"; fail "the requeued job did not finish"; }
@@ -102,19 +106,22 @@ preempt)
   job=$(sbatch --parsable --chdir="$work" --ntasks-per-node=2 --output="$work/batch-%j.out" \
     "$src/slurm/train.sbatch" "${common[@]}" --lr 1e-3 --steps $steps --output-dir "$work/batch")
   for _ in $(seq 120); do
-    [ "$(grep -c '"loss"' "$work/batch/metrics.jsonl" 2>/dev/null || echo 0)" -ge 20 ] && break
+    n=$(grep -c '"loss"' "$work/batch/metrics.jsonl" 2>/dev/null || true)
+    [ "${n:-0}" -ge 20 ] && break
     sleep 0.5
   done
   scancel -s USR1 --batch "$job"
-  for _ in $(seq 60); do
-    grep -q "requeueing" "$work/batch-$job.out" 2>/dev/null && break
+  for _ in $(seq 120); do
+    scontrol show job "$job" 2>/dev/null | grep -q "Restarts=1" && break
     sleep 0.5
   done
+  scontrol show job "$job" | grep -q "Restarts=1" || { cat "$work/batch-$job.out"; fail "job $job was not requeued after the batch shell's USR1"; }
   scancel "$job" 2>/dev/null || true
+  wait_gone "$job" 60
   out=$(cat "$work/batch-$job.out")
   grep -q "USR1 received: asking every rank to checkpoint" <<<"$out" || { echo "$out"; fail "the batch shell did not forward USR1"; }
   grep -q "stopping at step [0-9]* on SIGUSR1: checkpoint" <<<"$out" || { echo "$out"; fail "no checkpoint on the forwarded USR1"; }
-  grep -q "wantrain checkpointed (status 75): requeueing" <<<"$out" || { echo "$out"; fail "no requeue after the forwarded USR1"; }
+  grep -q "wantrain checkpointed (status 75): requeued" <<<"$out" || { echo "$out"; fail "no requeue after the forwarded USR1"; }
   echo "PASS: USR1 -> checkpoint -> exit 75 -> requeue -> resume; final weights identical; the batch shell forwards USR1"
   ;;
 *) fail "unknown test '$what'" ;;

@@ -33,16 +33,21 @@ expect "$out" "mpirun -np 1 "
 # A hostfile of 2 nodes (comments skipped) with 4 ranks each; the first node only.
 printf '# two nodes\nnode001 slots=4\n\nnode002 slots=4\n' > hosts
 out=$("$wanrun" --print --wantrain "$WANTRAIN" --hostfile hosts --ranks-per-node 4 -x MY_VAR=1)
-expect "$out" "mpirun -np 8 --hostfile hosts --npernode 4"
+expect "$out" "mpirun -np 8 --hostfile hosts --map-by ppr:4:node"
 expect "$out" "-x MY_VAR=1"
+reject "$out" "--npernode"
 out=$("$wanrun" --print --wantrain "$WANTRAIN" --hostfile hosts --nodes 1 --ranks-per-node 4)
-expect "$out" "mpirun -np 4 --hostfile hosts --npernode 4"
-# A rankfile replaces mapping and binding.
-printf 'rank 0=node001 slot=0:0\n' > ranks
-out=$("$wanrun" --print --wantrain "$WANTRAIN" --rankfile ranks --mca btl_tcp_if_include lo)
-expect "$out" "--rankfile ranks"
+expect "$out" "mpirun -np 4 --hostfile hosts --map-by ppr:4:node"
+# A rankfile replaces mapping and binding, and sets the rank count.
+printf 'rank 0=node001 slot=0:0\nrank 1=node001 slot=0:1\nrank 2=node002 slot=0:0\n' > ranks
+out=$("$wanrun" --print --wantrain "$WANTRAIN" --hostfile hosts --rankfile ranks --mca btl_tcp_if_include lo)
+expect "$out" "mpirun -np 3 --hostfile hosts --rankfile ranks"
 expect "$out" "--mca btl_tcp_if_include lo"
 reject "$out" "--map-by"
+# The GPUs the ranks will see: CUDA_VISIBLE_DEVICES, not the node's.
+out=$(CUDA_VISIBLE_DEVICES=0,3 "$wanrun" --print --wantrain "$WANTRAIN")
+expect "$out" "mpirun -np 2 "
+expect "$out" "-x CUDA_VISIBLE_DEVICES"
 
 # Bad options: one line naming the option, status 2.
 check_error() {  # expected line, wanrun arguments...
@@ -57,6 +62,8 @@ check_error() {  # expected line, wanrun arguments...
 check_error "wanrun: option --ranks-per-node: 'two' is not a positive whole number" --ranks-per-node two
 check_error "wanrun: option --hostfile: cannot read missing-hosts" --hostfile missing-hosts
 check_error "wanrun: option --nodes: 3 nodes asked for, but hosts has 2" --hostfile hosts --nodes 3
+printf '# no node\n' > empty-hosts
+check_error "wanrun: option --hostfile: empty-hosts names no node" --hostfile empty-hosts
 check_error "wanrun: option --wantrain: /nonexistent is not an executable" --wantrain /nonexistent
 check_error "wanrun: option --mca-params: cannot read nope.conf" --mca-params nope.conf
 
@@ -71,4 +78,14 @@ expect "$out" "world: 2 ranks"
 expect "$out" "mpi_show_mca_params=file"
 expect "$out" "trained 3 steps"
 [ -f run/model.safetensors ] || fail "no run/model.safetensors"
+
+# The same through a hostfile, and through a rankfile, really launched (this node as localhost).
+printf 'localhost slots=2\n' > local-hosts
+printf 'rank 0=localhost slot=0\nrank 1=localhost slot=1\n' > local-ranks
+for placement in "--hostfile local-hosts --ranks-per-node 2" "--hostfile local-hosts --rankfile local-ranks"; do
+  # shellcheck disable=SC2086
+  out=$("$wanrun" --wantrain "$WANTRAIN" $placement -- --model-config "$src/data/configs/wan-tiny.json" \
+        --data data --dry-run 2>&1) || { echo "$out"; fail "wanrun $placement failed"; }
+  expect "$out" "world: 2 ranks"
+done
 echo "PASS: wanrun builds the mpirun command, refuses bad options, and runs wantrain on 2 ranks"
