@@ -32,6 +32,13 @@ socket="$dir/munge/munge.socket"
 /usr/sbin/munged --key-file="$key" --socket="$socket" --pid-file="$dir/munged.pid" \
   --log-file="$dir/log/munged.log" --seed-file="$dir/munge/munge.seed" --force
 
+# Ports the kernel says are free now, so that another SLURM (a system one,
+# or a parallel test run) is never in the way.
+read -r ctld_port slurmd_port < <(python3 -c '
+import socket
+socks = [socket.socket() for _ in range(2)]
+for s in socks: s.bind(("127.0.0.1", 0))
+print(*[s.getsockname()[1] for s in socks])')
 node=$(slurmd -C | head -1)
 host=$(hostname -s)
 cat > "$dir/slurm.conf" <<CONF
@@ -43,8 +50,8 @@ SlurmdUser=root
 AuthType=auth/munge
 AuthInfo=socket=$socket
 CredType=cred/munge
-SlurmctldPort=6817
-SlurmdPort=6818
+SlurmctldPort=$ctld_port
+SlurmdPort=$slurmd_port
 StateSaveLocation=$dir/state
 SlurmdSpoolDir=$dir/spool
 SlurmctldPidFile=$dir/slurmctld.pid

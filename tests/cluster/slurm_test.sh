@@ -66,25 +66,35 @@ sweep)
   echo "PASS: a 3-task array sweep wrote 3 output directories with their own lines"
   ;;
 preempt)
-  steps=400
+  # Steps long enough (16x16 latents, batch 4: 20-60 ms) that the signal
+  # lands mid-run even on an idle machine.
+  steps=300
+  "$WANDATA" synth --out data16 --samples 32 --shards 2 --frames 1 --size 16x16 --text-len 16 --text-dim 64 --seed 6 >/dev/null
+  common=(--model-config "$src/data/configs/wan-tiny.json" --data "$work/data16" --batch-size 4 --threads 1
+          --backend mpi --log-every 1 --seed 5)
   sbatch --wait --chdir="$work" --ntasks-per-node=2 --output="$work/straight-%j.out" \
     "$src/slurm/train.sbatch" "${common[@]}" --lr 1e-3 --steps $steps --output-dir "$work/straight" \
     || { cat "$work"/straight-*.out; fail "the uninterrupted run failed"; }
-  job=$(sbatch --parsable --chdir="$work" --ntasks-per-node=2 --output="$work/preempted-%j.out" \
-    "$src/slurm/train.sbatch" "${common[@]}" --lr 1e-3 --steps $steps --output-dir "$work/preempted")
-  # Signal once training is under way (20 steps logged), as SLURM's --signal would.
-  for _ in $(seq 120); do
-    n=$(grep -c '"loss"' "$work/preempted/metrics.jsonl" 2>/dev/null || true)
-    [ "${n:-0}" -ge 20 ] && break
-    sleep 0.5
-  done
-  scancel -s USR1 "$job"
-  # It checkpoints, exits 75 and requeues itself (pending, with a restart counted).
-  for _ in $(seq 120); do
-    scontrol show job "$job" 2>/dev/null | grep -q "Restarts=1" && break
-    sleep 0.5
-  done
-  scontrol show job "$job" | grep -q "Restarts=1" || { cat "$work"/preempted-*.out; fail "job $job was not requeued"; }
+  # Submits run NAME, signals it with `scancel -s USR1 [OPTIONS]` once training
+  # is under way (20 steps logged), and waits until it has checkpointed,
+  # exited 75 and requeued itself (pending, with a restart counted).
+  signal_and_requeue() {  # name, scancel options...
+    local name=$1; shift
+    job=$(sbatch --parsable --chdir="$work" --ntasks-per-node=2 --output="$work/$name-%j.out" \
+      "$src/slurm/train.sbatch" "${common[@]}" --lr 1e-3 --steps $steps --output-dir "$work/$name")
+    for _ in $(seq 600); do
+      n=$(grep -c '"loss"' "$work/$name/metrics.jsonl" 2>/dev/null || true)
+      [ "${n:-0}" -ge 20 ] && break
+      sleep 0.1
+    done
+    scancel -s USR1 "$@" "$job"
+    for _ in $(seq 120); do
+      scontrol show job "$job" 2>/dev/null | grep -q "Restarts=1" && break
+      sleep 0.5
+    done
+    scontrol show job "$job" | grep -q "Restarts=1" || { cat "$work/$name-$job.out"; fail "job $job was not requeued"; }
+  }
+  signal_and_requeue preempted
   # SLURM holds a requeued job back for two minutes, while slurmd finishes
   # the old run; start it as soon as the old run's slurmstepd processes are gone.
   for _ in $(seq 120); do
@@ -103,19 +113,7 @@ preempt)
   cmp "$work/straight/model.safetensors" "$work/preempted/model.safetensors" \
     || fail "the pre-empted run's final weights differ from the uninterrupted run's"
   # The time-limit path: --signal=B:USR1 signals only the batch shell, which forwards it.
-  job=$(sbatch --parsable --chdir="$work" --ntasks-per-node=2 --output="$work/batch-%j.out" \
-    "$src/slurm/train.sbatch" "${common[@]}" --lr 1e-3 --steps $steps --output-dir "$work/batch")
-  for _ in $(seq 120); do
-    n=$(grep -c '"loss"' "$work/batch/metrics.jsonl" 2>/dev/null || true)
-    [ "${n:-0}" -ge 20 ] && break
-    sleep 0.5
-  done
-  scancel -s USR1 --batch "$job"
-  for _ in $(seq 120); do
-    scontrol show job "$job" 2>/dev/null | grep -q "Restarts=1" && break
-    sleep 0.5
-  done
-  scontrol show job "$job" | grep -q "Restarts=1" || { cat "$work/batch-$job.out"; fail "job $job was not requeued after the batch shell's USR1"; }
+  signal_and_requeue batch --batch
   scancel "$job" 2>/dev/null || true
   wait_gone "$job" 60
   out=$(cat "$work/batch-$job.out")
