@@ -106,7 +106,7 @@ preempt)
   wait_gone "$job" 240
   out=$(cat "$work/preempted-$job.out")
   grep -q "stopping at step [0-9]* on SIGUSR1: checkpoint" <<<"$out" || { echo "$out"; fail "no checkpoint on USR1"; }
-  grep -q "wantrain checkpointed (status 75): requeued" <<<"$out" || { echo "$out"; fail "no requeue on status 75"; }
+  grep -q "wantrain checkpointed (status 75): requeueing" <<<"$out" || { echo "$out"; fail "no requeue on status 75"; }
   grep -q "restart 1:" <<<"$out" || { echo "$out"; fail "the requeued job did not start again"; }
   grep -q "^resume: $work/preempted/step-" <<<"$out" || { echo "$out"; fail "the requeued job did not resume"; }
   grep -q "wantrain exited with status 0" <<<"$out" || { echo "$out"; fail "the requeued job did not finish"; }
@@ -119,7 +119,7 @@ preempt)
   out=$(cat "$work/batch-$job.out")
   grep -q "USR1 received: asking every rank to checkpoint" <<<"$out" || { echo "$out"; fail "the batch shell did not forward USR1"; }
   grep -q "stopping at step [0-9]* on SIGUSR1: checkpoint" <<<"$out" || { echo "$out"; fail "no checkpoint on the forwarded USR1"; }
-  grep -q "wantrain checkpointed (status 75): requeued" <<<"$out" || { echo "$out"; fail "no requeue after the forwarded USR1"; }
+  grep -q "wantrain checkpointed (status 75): requeueing" <<<"$out" || { echo "$out"; fail "no requeue after the forwarded USR1"; }
   echo "PASS: USR1 -> checkpoint -> exit 75 -> requeue -> resume; final weights identical; the batch shell forwards USR1"
   ;;
 *) fail "unknown test '$what'" ;;
