@@ -3,6 +3,15 @@
 // channels), radius, start and velocity are the sample's parameters, and the
 // text embedding encodes exactly those parameters, one token each. So the
 // latents are a deterministic function of the text embedding.
+//
+// The task (how parameters become text, each colour's channel mix, and the
+// latent normalisation) comes from --task-seed; which samples are drawn from
+// --seed. A training and a validation set of one task differ in --seed only.
+//
+// Latents are normalised per channel to zero mean and unit standard deviation,
+// as Wan's VAE latents are by the VAE's (z - mean) / std: the statistics are
+// those of a fixed calibration population of the task, the way a VAE's are
+// constants measured once, so every dataset of the task shares them.
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
@@ -29,7 +38,7 @@ constexpr int kParams = 6;  // colour, radius, x, y, vx, vy: one token each
 struct SynthConfig {
   std::string config_file, out, size = "32x32", latent_dtype = "float32", text_dtype = "float32";
   int64_t samples = 64, shards = 2, frames = 1, channels = 16, text_len = 16, text_dim = 64;
-  uint64_t seed = 0;
+  uint64_t seed = 0, task_seed = 0;
   int64_t height = 0, width = 0;
 };
 
@@ -37,21 +46,84 @@ double uniform(data::PortableRandom& r, double lo, double hi) {
   return lo + (hi - lo) * static_cast<double>(r.next() >> 11) * (1.0 / 9007199254740992.0);
 }
 
-// Fixed per dataset seed: how each parameter value becomes a D-vector, and
-// each colour's weights over the channels.
-struct Encoding {
-  at::Tensor frequency, phase;  // [D]
-  at::Tensor colour_gain;       // [4, C]
-  explicit Encoding(const SynthConfig& c) {
-    data::PortableRandom r(c.seed ^ 0x5EEDull);
+// A blob's parameters, drawn from `r`.
+struct Blob {
+  int colour = 0;
+  double radius = 0, cx = 0, cy = 0, vx = 0, vy = 0;
+  explicit Blob(data::PortableRandom& r)
+      : colour(static_cast<int>(r.below(4))),
+        radius(uniform(r, 0.08, 0.2)),
+        cx(uniform(r, 0.2, 0.8)),
+        cy(uniform(r, 0.2, 0.8)),
+        vx(uniform(r, -0.1, 0.1)),
+        vy(uniform(r, -0.1, 0.1)) {}
+};
+
+// Samples drawn to measure the per-channel latent statistics.
+constexpr int kCalibrationSamples = 512;
+
+// The task, fixed by the task seed: how each parameter value becomes a
+// D-vector, each colour's weights over the channels, and the per-channel
+// normalisation of the latents.
+class Task {
+ public:
+  explicit Task(const SynthConfig& c) : c_(c) {
+    data::PortableRandom r(c.task_seed ^ 0x5EEDull);
     std::vector<float> f(c.text_dim), p(c.text_dim), g(4 * c.channels);
     for (auto& v : f) v = static_cast<float>(uniform(r, 1.0, 12.0));
     for (auto& v : p) v = static_cast<float>(uniform(r, 0.0, 6.283185307));
     for (auto& v : g) v = static_cast<float>(uniform(r, -1.5, 1.5));
-    frequency = at::tensor(f);
-    phase = at::tensor(p);
-    colour_gain = at::tensor(g).view({4, c.channels});
+    frequency_ = at::tensor(f);
+    phase_ = at::tensor(p);
+    colour_gain_ = at::tensor(g).view({4, c.channels});
+    ys_ = at::linspace(0, 1, c.height).view({c.height, 1});  // [H, 1]
+    xs_ = at::linspace(0, 1, c.width).view({1, c.width});    // [1, W]
+    calibrate();
   }
+
+  at::Tensor text(const Blob& b) const {
+    const double params[kParams] = {b.colour / 3.0, b.radius, b.cx, b.cy, b.vx, b.vy};
+    at::Tensor text = at::zeros({c_.text_len, c_.text_dim});  // [L, D]
+    for (int t = 0; t < kParams; ++t) text[t] = at::sin(frequency_ * params[t] + phase_);
+    return text;
+  }
+
+  at::Tensor latents(const Blob& b) const {  // [C, F, H, W], normalised
+    return (raw_latents(b) - mean_.view({-1, 1, 1, 1})) / std_.view({-1, 1, 1, 1});
+  }
+
+ private:
+  at::Tensor raw_latents(const Blob& b) const {
+    at::Tensor latents = at::empty({c_.channels, c_.frames, c_.height, c_.width});  // [C, F, H, W]
+    for (int64_t f = 0; f < c_.frames; ++f) {
+      const double fx = b.cx + b.vx * f, fy = b.cy + b.vy * f;
+      const at::Tensor blob =
+          at::exp(-((xs_ - fx).pow(2) + (ys_ - fy).pow(2)) / (2 * b.radius * b.radius));  // [H, W]
+      latents.select(1, f).copy_(colour_gain_[b.colour].view({c_.channels, 1, 1}) * blob);
+    }
+    return latents;
+  }
+
+  // Per-channel mean and std over a population of the task's own samples.
+  void calibrate() {
+    auto sum = at::zeros({c_.channels}, at::kDouble), sum_sq = at::zeros({c_.channels}, at::kDouble);
+    data::PortableRandom r(c_.task_seed ^ 0xCA11B8A7Eull);
+    for (int i = 0; i < kCalibrationSamples; ++i) {
+      const auto x = raw_latents(Blob(r)).to(at::kDouble).flatten(1);  // [C, F*H*W]
+      sum += x.sum(1);
+      sum_sq += x.square().sum(1);
+    }
+    const double n = double(kCalibrationSamples) * c_.frames * c_.height * c_.width;
+    const auto mean = sum / n;
+    mean_ = mean.to(at::kFloat);
+    std_ = (sum_sq / n - mean.square()).clamp_min(1e-12).sqrt().to(at::kFloat);
+  }
+
+  const SynthConfig& c_;
+  at::Tensor frequency_, phase_;  // [D]
+  at::Tensor colour_gain_;        // [4, C]
+  at::Tensor ys_, xs_;            // [H, 1], [1, W]
+  at::Tensor mean_, std_;         // [C]
 };
 
 }  // namespace
@@ -69,7 +141,10 @@ int run_synth(World&, int argc, char** argv) {
       .add("channels", &c.channels, "latent channels C (Wan: 16)")
       .add("text-len", &c.text_len, "text tokens L (zero-padded)")
       .add("text-dim", &c.text_dim, "text embedding width D (Wan: 4096)")
-      .add("seed", &c.seed, "seed: the same seed gives the same dataset")
+      .add("seed", &c.seed, "which samples: the same seeds give the same dataset")
+      .add("task-seed", &c.task_seed,
+           "the task (text encoding, colours, latent normalisation): a validation set takes the training set's "
+           "task seed and another --seed")
       .choice("latent-dtype", &c.latent_dtype, {"float32", "float16", "bfloat16"}, "how latents are stored")
       .choice("text-dtype", &c.text_dtype, {"float32", "float16"}, "how text embeddings are stored");
   if (options.parse(argc, argv) != OptionSet::Outcome::Run) {
@@ -89,9 +164,7 @@ int run_synth(World&, int argc, char** argv) {
 
   const data::SampleShape shape{c.channels, c.frames, c.height, c.width, c.text_len, c.text_dim,
                                 data::parse_stored(c.latent_dtype), data::parse_stored(c.text_dtype)};
-  const Encoding enc(c);
-  const at::Tensor ys = at::linspace(0, 1, c.height).view({c.height, 1});  // [H, 1]
-  const at::Tensor xs = at::linspace(0, 1, c.width).view({1, c.width});    // [1, W]
+  const Task task(c);
   Progress progress("synth", c.samples);
   int64_t next = 0;
   for (int64_t k = 0; k < c.shards; ++k) {
@@ -100,22 +173,10 @@ int run_synth(World&, int argc, char** argv) {
     data::ShardWriter writer(path, shape, end - next, /*with_prompt=*/true);
     for (int64_t row = 0; next < end; ++next, ++row) {
       data::PortableRandom r(c.seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(next) + 1);
-      const int colour = static_cast<int>(r.below(4));
-      const double radius = uniform(r, 0.08, 0.2), cx = uniform(r, 0.2, 0.8), cy = uniform(r, 0.2, 0.8);
-      const double vx = uniform(r, -0.1, 0.1), vy = uniform(r, -0.1, 0.1);
-      const double params[kParams] = {colour / 3.0, radius, cx, cy, vx, vy};
-
-      at::Tensor text = at::zeros({c.text_len, c.text_dim});  // [L, D]
-      for (int t = 0; t < kParams; ++t) text[t] = at::sin(enc.frequency * params[t] + enc.phase);
-      at::Tensor latents = at::empty({c.channels, c.frames, c.height, c.width});  // [C, F, H, W]
-      for (int64_t f = 0; f < c.frames; ++f) {
-        const double fx = cx + vx * f, fy = cy + vy * f;
-        const at::Tensor blob = at::exp(-((xs - fx).pow(2) + (ys - fy).pow(2)) / (2 * radius * radius));  // [H, W]
-        latents.select(1, f).copy_(enc.colour_gain[colour].view({c.channels, 1, 1}) * blob);
-      }
-      writer.write(row, latents, text, kParams,
+      const Blob b(r);
+      writer.write(row, task.latents(b), task.text(b), kParams,
                    fmt::format("a {} blob of radius {:.2f} at ({:.2f}, {:.2f}) moving ({:+.2f}, {:+.2f}) per frame",
-                               kColours[colour], radius, cx, cy, vx, vy));
+                               kColours[b.colour], b.radius, b.cx, b.cy, b.vx, b.vy));
       progress.advance();
     }
   }

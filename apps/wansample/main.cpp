@@ -15,6 +15,7 @@
 #include "model/wan_model.hpp"
 #include "model/weights.hpp"
 #include "preview.hpp"
+#include "train/caption_dropout.hpp"
 #include "train/data_fits_model.hpp"
 #include "train/euler_sampler.hpp"
 #include "util/error.hpp"
@@ -30,7 +31,26 @@ struct SampleConfig {
   int steps = 50, threads = 0;
   double shift = 5.0, cfg = 5.0;
   uint64_t seed = 0;
+  bool compare = false;
 };
+
+// How close a sample is to the dataset's own latents of its prompt.
+struct Comparison {
+  double correlation = 0;  // Pearson, over every element
+  double mse = 0;
+  double reference_variance = 0;  // the MSE of predicting the reference's mean everywhere
+};
+
+Comparison compare_latents(const at::Tensor& sample, const at::Tensor& reference) {
+  const auto a = sample.to(torch::kFloat64).flatten(), b = reference.to(torch::kFloat64).flatten();
+  const auto da = a - a.mean(), db = b - b.mean();
+  Comparison c;
+  c.mse = (a - b).square().mean().item<double>();
+  c.reference_variance = db.square().mean().item<double>();
+  const double norms = (da.square().sum() * db.square().sum()).sqrt().item<double>();
+  c.correlation = norms > 0 ? (da * db).sum().item<double>() / norms : 0.0;
+  return c;
+}
 
 int run(World&, int argc, char** argv) {
   SampleConfig c;
@@ -46,12 +66,15 @@ int run(World&, int argc, char** argv) {
       .add("size", &c.size, "latent HxW (needed with --text)")
       .add("steps", &c.steps, "Euler steps")
       .add("shift", &c.shift, "sigma shift s: s*sigma/(1+(s-1)*sigma)")
-      .add("cfg", &c.cfg, "classifier-free guidance scale against the empty (all-zero) context; 1 turns it off")
+      .add("cfg", &c.cfg,
+           "classifier-free guidance scale against the unconditional (all-zero) context that wantrain --text-drop "
+           "trains; 1: no guidance, 0: unconditional")
       .add("seed", &c.seed, "seed of the initial noise")
       .choice("precision", &c.precision, {"fp32", "bf16"}, "matrix products in fp32 or bf16 (autocast)")
       .add("threads", &c.threads, "CPU threads (0: LibTorch's default)")
       .add("out", &c.out, "output: the latents as a one-sample shard")
-      .add("png", &c.png, "also write a PNG preview (first channels, one row each; under it the dataset's own sample)");
+      .add("png", &c.png, "also write a PNG preview (first channels, one row each; under it the dataset's own sample)")
+      .flag("compare", &c.compare, "print the correlation and MSE of the sample against the --data sample's own latents");
   if (options.parse(argc, argv) != OptionSet::Outcome::Run) {
     std::cout << options.help_text();
     return kExitOk;
@@ -61,6 +84,8 @@ int run(World&, int argc, char** argv) {
   if (c.data.empty() == c.text.empty()) throw UsageError("options --data, --text: give exactly one");
   if (c.steps < 1) throw UsageError("option --steps: must be at least 1");
   if (c.shift <= 0) throw UsageError("option --shift: must be positive");
+  if (!(c.cfg >= 0)) throw UsageError("option --cfg: must be 0 or more");
+  if (c.compare && c.data.empty()) throw UsageError("option --compare: needs --data (the sample to compare with)");
   if (c.threads > 0) torch::set_num_threads(c.threads);
 
   const model::WanConfig config = model::load_model_config(c.model_config);
@@ -103,7 +128,7 @@ int run(World&, int argc, char** argv) {
                            report.summary(), report.diffusers_names ? ", diffusers names" : "");
 
   const auto cond = context.unsqueeze(0);        // [1, L, D]
-  const auto uncond = torch::zeros_like(cond);   // the empty prompt: all positions zero
+  const auto uncond = train::unconditional_context(cond);  // what --text-drop trains
   const model::AutocastScope autocast(c.precision == "bf16" ? torch::kBFloat16 : torch::kFloat32);
   train::VelocityField velocity = [&](const at::Tensor& x, const at::Tensor& t, bool conditional) {
     return net->forward(x, t, conditional ? cond : uncond);
@@ -126,6 +151,12 @@ int run(World&, int argc, char** argv) {
     writer.close();
   }
   std::cout << fmt::format("wansample: wrote latents {} to {}\n", out_shape.latents_string(), c.out);
+  if (c.compare) {
+    const auto m = compare_latents(latents, reference);
+    std::cout << fmt::format(
+        "wansample: against {} sample {}: correlation {:.3f}, MSE {:.4f} (the sample's own variance {:.4f})\n", c.data,
+        c.index, m.correlation, m.mse, m.reference_variance);
+  }
   if (!c.png.empty()) {
     std::vector<at::Tensor> videos{latents};
     if (reference.defined()) videos.push_back(reference);

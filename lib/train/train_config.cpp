@@ -54,7 +54,10 @@ void declare_options(OptionSet& o, TrainConfig& c) {
       .choice("timestep-sampling", &c.timestep_sampling, {"uniform", "logit-normal"}, "how sigma is drawn")
       .add("logit-mean", &c.logit_mean, "mean of logit-normal sigma sampling")
       .add("logit-std", &c.logit_std, "standard deviation of logit-normal sigma sampling")
-      .add("shift", &c.shift, "sigma shift s: sigma' = s*sigma/(1+(s-1)*sigma)");
+      .add("shift", &c.shift, "sigma shift s: sigma' = s*sigma/(1+(s-1)*sigma)")
+      .add("text-drop", &c.text_drop,
+           "probability that a sample's text context is replaced by the unconditional (all-zero) one that "
+           "wansample's classifier-free guidance uses");
   o.group("optimisation")
       .add("steps", &c.steps, "optimizer steps to run (or --epochs)")
       .add("epochs", &c.epochs, "epochs to run (or --steps)")
@@ -104,6 +107,7 @@ void validate(const TrainConfig& c) {
   require(c.val_every >= 0, "val-every", "must be 0 (never) or more");
   require(c.logit_std > 0, "logit-std", "must be positive");
   require(c.shift > 0, "shift", "must be positive");
+  require(c.text_drop >= 0 && c.text_drop <= 1, "text-drop", "must be a probability in [0, 1]");
   require(c.steps >= 0, "steps", "must be 0 or more");
   require(c.epochs >= 0, "epochs", "must be 0 or more");
   require(!(c.steps > 0 && c.epochs > 0), "steps", "give --steps or --epochs, not both");

@@ -45,6 +45,7 @@ struct TrainConfig {
   double logit_mean = 0.0;
   double logit_std = 1.0;
   double shift = 5.0;
+  double text_drop = 0.1;  // caption dropout to the unconditional context (CFG)
 
   // optimisation
   std::int64_t steps = 0;

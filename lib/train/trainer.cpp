@@ -24,6 +24,7 @@
 #include "model/safetensors.hpp"
 #include "model/wan_model.hpp"
 #include "model/weights.hpp"
+#include "train/caption_dropout.hpp"
 #include "train/distillation.hpp"
 #include "train/ema.hpp"
 #include "train/flow_matching.hpp"
@@ -187,7 +188,10 @@ StepResult Trainer::step() {
     phase = Clock::now();
     const std::vector<int64_t> indices(batch.indices.begin() + m * B, batch.indices.begin() + (m + 1) * B);
     const auto x0 = batch.latents.narrow(0, m * B, B).to(device, torch::kFloat32, /*non_blocking=*/true);
-    const auto context = batch.text_emb.narrow(0, m * B, B).to(device, torch::kFloat32, /*non_blocking=*/true);
+    // The same context, dropped captions included, for the student and the teacher.
+    const auto context =
+        drop_captions(batch.text_emb.narrow(0, m * B, B).to(device, torch::kFloat32, /*non_blocking=*/true),
+                      caption_drops(indices, cfg_.seed, step_, cfg_.text_drop));
     const auto noisy = make_noisy_batch(x0, indices, cfg_.seed, step_, im.flow);
     t.data += seconds_since(phase);
 

@@ -1,16 +1,17 @@
 // Trainer: one optimizer step at a time, data-parallel over the Comm's ranks.
 //
 //   Loader (this rank's B*K samples) -> K micro-batches of B:
-//     flow-matching noise keyed by (seed, step, sample) -> WanModel under
-//     autocast -> loss / K -> backward, the Reducer all-reducing buckets as
-//     they fill (only on the last micro-batch)
+//     flow-matching noise and caption dropout keyed by (seed, step, sample)
+//     -> WanModel under autocast -> loss / K -> backward, the Reducer
+//     all-reducing buckets as they fill (only on the last micro-batch)
 //   -> loss averaged over ranks -> global grad norm -> skip if non-finite
 //   -> clip -> AdamW at the scheduled rate -> EMA.
 //
 // The sampler gives rank r of W the per-rank batch B*K of global step k, so
-// the samples of a step, their noise, and therefore the averaged gradient do
-// not depend on how B, W and K split the effective batch: 1 rank with 2B,
-// 2 ranks with B and 1 rank with B and K = 2 take the same steps.
+// the samples of a step, their noise and dropped captions, and therefore the
+// averaged gradient do not depend on how B, W and K split the effective
+// batch: 1 rank with 2B, 2 ranks with B and 1 rank with B and K = 2 take the
+// same steps.
 #pragma once
 
 #include <ATen/core/Tensor.h>

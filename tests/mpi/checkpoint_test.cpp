@@ -63,7 +63,8 @@ std::string Checkpoints::data_;
 // 2 ranks, 16 steps; one run straight through, one stopped after step 7's
 // checkpoint (the later files removed, as if it had died) and resumed.
 TEST_F(Checkpoints, ResumeMidEpochRepeatsTheUninterruptedRunBitForBit) {
-  const std::string options = "--steps 16 --batch-size 2 --schedule cosine --warmup-steps 3 --ema-decay 0.9 ";
+  const std::string options =
+      "--steps 16 --batch-size 2 --schedule cosine --warmup-steps 3 --ema-decay 0.9 --text-drop 0.3 ";
   const auto straight = fresh("ckpt-straight"), stopped = fresh("ckpt-stopped");
   const Job a = train(2, straight, options);
   ASSERT_EQ(a.status, 0) << a.output;

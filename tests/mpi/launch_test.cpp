@@ -249,6 +249,53 @@ TEST(Wandata, SynthIsLearnableLatentsFollowTheTextParameters) {
   }
 }
 
+namespace {
+// Every latent of a dataset [N, C, F, H, W], and the text embeddings [N, L, D].
+std::pair<torch::Tensor, torch::Tensor> read_dataset(const std::string& dir) {
+  const auto dataset = wt::data::Dataset::open(dir);
+  wt::data::SampleReader reader(dataset);
+  const auto& s = dataset.shape();
+  auto latents = torch::empty({dataset.size(), s.channels, s.frames, s.height, s.width});
+  auto text = torch::empty({dataset.size(), s.text_len, s.text_dim});
+  for (int64_t i = 0; i < dataset.size(); ++i) {
+    int32_t len = 0;
+    reader.read(i, latents[i], text[i], len);
+  }
+  return {latents, text};
+}
+}  // namespace
+
+TEST(Wandata, SynthLatentsHaveUnitScalePerChannelLikeNormalisedVaeLatents) {
+  const auto dir = fresh("synth-scale");
+  ASSERT_EQ(wandata("synth --out " + dir + " --samples 400 --shards 2 --frames 2 --size 16x16 --seed 8").status, 0);
+  const auto latents = read_dataset(dir).first.transpose(0, 1).flatten(1);  // [C, N*F*H*W]
+  // Normalised with the statistics of another population of the same task:
+  // zero mean and unit std up to the sampling error of 400 samples.
+  const auto mean = latents.mean(1), std = latents.std(1);
+  EXPECT_LT(mean.abs().max().item<float>(), 0.15f) << mean;
+  EXPECT_LT((std - 1).abs().max().item<float>(), 0.15f) << std;
+}
+
+TEST(Wandata, SynthDatasetsOfOneTaskShareTheTextEncodingAcrossSeeds) {
+  // Token 0 encodes the colour, one of 4 values: a training set and a
+  // validation set (other --seed, same --task-seed) use the same 4 vectors,
+  // another task other ones.
+  const auto train = fresh("synth-task-train"), val = fresh("synth-task-val"), other = fresh("synth-task-other");
+  ASSERT_EQ(wandata("synth --out " + train + " --samples 40 --shards 1 --seed 1").status, 0);
+  ASSERT_EQ(wandata("synth --out " + val + " --samples 40 --shards 1 --seed 2").status, 0);
+  ASSERT_EQ(wandata("synth --out " + other + " --samples 40 --shards 1 --seed 2 --task-seed 9").status, 0);
+  const auto colours = [](const std::string& dir) {
+    const auto tokens = read_dataset(dir).second.select(1, 0);  // [N, D]
+    return std::get<0>(torch::unique_dim(tokens, 0));           // [distinct, D]
+  };
+  const auto a = colours(train), b = colours(val), c = colours(other);
+  ASSERT_EQ(a.size(0), 4);
+  EXPECT_TRUE(torch::equal(a, b));
+  EXPECT_FALSE(torch::equal(a, c));
+  // And the bytes differ with the seed.
+  EXPECT_FALSE(torch::equal(read_dataset(train).first, read_dataset(val).first));
+}
+
 TEST(Wandata, VerifyListsEveryProblemAndFails) {
   const auto dir = fresh("verify-bad");
   ASSERT_EQ(wandata("synth --out " + dir + " --samples 4 --shards 2").status, 0);

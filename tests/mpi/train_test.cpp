@@ -52,7 +52,8 @@ std::string Train::data_;
 // steps are the same optimisation: same samples, noise and averaged gradient.
 TEST_F(Train, WorldSizeBatchAndAccumulationSplitsGiveTheSameRun) {
   const std::string common =
-      "--steps 20 --log-every 1 --lr 1e-3 --schedule cosine --warmup-steps 3 --clip 0.5 --ema-decay 0.9 ";
+      "--steps 20 --log-every 1 --lr 1e-3 --schedule cosine --warmup-steps 3 --clip 0.5 --ema-decay 0.9 "
+      "--text-drop 0.3 ";
   const Job one = train(1, "inv-1x4", common + "--batch-size 4");
   const Job two = train(2, "inv-2x2", common + "--batch-size 2");
   const Job accum = train(1, "inv-1x2x2", common + "--batch-size 2 --grad-accum 2");

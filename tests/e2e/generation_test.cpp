@@ -1,0 +1,142 @@
+// A trained model generates what it learned: wantrain memorises a handful of
+// synthetic samples, and the real wansample draws each one back from its
+// prompt, with the guidance a user would use. With every caption dropped
+// (--text-drop 1) the model learns the unconditional mean instead.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "../common/launch.hpp"
+#include "data/dataset.hpp"
+#include "data/shard.hpp"
+
+namespace {
+
+using wt::testing::fresh;
+using wt::testing::Job;
+using wt::testing::launch;
+
+const std::string kTiny = std::string(WANTRAIN_SOURCE_DIR) + "/data/configs/wan-tiny.json";
+constexpr int kSamples = 4;
+
+std::vector<at::Tensor> read_all(const wt::data::Dataset& dataset) {  // each [C, F, H, W]
+  wt::data::SampleReader reader(dataset);
+  const auto& s = dataset.shape();
+  std::vector<at::Tensor> out;
+  for (int64_t i = 0; i < dataset.size(); ++i) {
+    auto latents = torch::empty({s.channels, s.frames, s.height, s.width});
+    auto text = torch::empty({s.text_len, s.text_dim});
+    int32_t len = 0;
+    reader.read(i, latents, text, len);
+    out.push_back(latents);
+  }
+  return out;
+}
+
+double correlation(const at::Tensor& a, const at::Tensor& b) {
+  const auto x = a.to(torch::kFloat64).flatten(), y = b.to(torch::kFloat64).flatten();
+  const auto dx = x - x.mean(), dy = y - y.mean();
+  return ((dx * dy).sum() / (dx.square().sum() * dy.square().sum()).sqrt()).item<double>();
+}
+
+class Generation : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    data_ = fresh("generation-data");
+    const Job synth = launch(std::string(WANTRAIN_WANDATA) + " synth --out " + data_ + " --samples " +
+                             std::to_string(kSamples) +
+                             " --shards 1 --frames 1 --size 8x8 --text-len 16 --text-dim 64 --seed 3");
+    ASSERT_EQ(synth.status, 0) << synth.output;
+    truths_ = read_all(wt::data::Dataset::open(data_));
+  }
+
+  // Memorises the dataset: every step sees all of it.
+  static std::string train(const std::string& name, int steps, const std::string& options) {
+    const std::string out = fresh(name);
+    const Job job = launch(std::string(WANTRAIN_WANTRAIN) + " --model-config " + kTiny + " --data " + data_ +
+                           " --output-dir " + out + " --threads 1 --seed 1 --batch-size " + std::to_string(kSamples) +
+                           " --steps " + std::to_string(steps) +
+                           " --lr 3e-3 --schedule cosine --warmup-steps 20 --log-every 1000 " + options);
+    EXPECT_EQ(job.status, 0) << job.output;
+    return out;
+  }
+
+  // wansample from a run's final weights, conditioned on sample `index`.
+  static Job sample(const std::string& run, int index, const std::string& options) {
+    return launch(std::string(WANTRAIN_WANSAMPLE) + " --weights " + run + "/model.safetensors --model-config " + run +
+                  "/model-config.json --data " + data_ + " --index " + std::to_string(index) + " --threads 1 --out " +
+                  run + "/sample-" + std::to_string(index) + ".h5 " + options);
+  }
+  // The latents that sample() wrote.
+  static at::Tensor sampled(const std::string& run, int index) {
+    const auto info = wt::data::inspect_shard(run + "/sample-" + std::to_string(index) + ".h5");
+    return read_all(wt::data::Dataset::of(run, {info})).front();
+  }
+
+  static std::string data_;
+  static std::vector<at::Tensor> truths_;
+};
+std::string Generation::data_;
+std::vector<at::Tensor> Generation::truths_;
+
+TEST_F(Generation, EachMemorisedPromptIsSampledBack) {
+  const std::string run = train("generation-memorised", 3000, "--text-drop 0.1");
+  for (int i = 0; i < kSamples; ++i) {
+    const Job job = sample(run, i, "--steps 30 --cfg 3 --seed " + std::to_string(10 + i) + " --compare");
+    ASSERT_EQ(job.status, 0) << job.output;
+    const auto x = sampled(run, i);
+    ASSERT_TRUE(torch::isfinite(x).all().item<bool>());
+    // Its own sample, clearly: correlated at 0.8 or more, and more than with
+    // any other sample of the set (a blur of all of them would not do).
+    const double own = correlation(x, truths_[i]);
+    EXPECT_GE(own, 0.8) << "sample " << i << "\n" << job.output;
+    for (int j = 0; j < kSamples; ++j) {
+      if (j != i) {
+        EXPECT_GT(own, correlation(x, truths_[j])) << "sample " << i << " against " << j;
+      }
+    }
+    // --compare prints the same figure.
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(job.output, m, std::regex("correlation (-?[0-9.]+), MSE ([0-9.]+)"))) << job.output;
+    EXPECT_NEAR(std::stod(m[1]), own, 1e-3);
+    EXPECT_NEAR(std::stod(m[2]), (x - truths_[i]).square().mean().item<double>(), 1e-3);
+  }
+}
+
+TEST_F(Generation, WithEveryCaptionDroppedTheModelLearnsTheUnconditionalMean) {
+  // One Euler step from pure noise is x - v(x, sigma = 1): the model's
+  // estimate of E[x0 | noise], which is the dataset's mean when the model
+  // cannot see the prompt (--cfg 0: the unconditional branch alone).
+  // Averaged over noise draws, so that what the model gets wrong about the
+  // noise itself averages out.
+  auto mean = torch::zeros_like(truths_[0]);
+  for (const auto& t : truths_) mean += t / double(kSamples);
+  const auto one_step_estimate = [&](const std::string& run, const std::string& guidance) {
+    constexpr int kDraws = 8;
+    auto sum = torch::zeros_like(mean);
+    for (int seed = 0; seed < kDraws; ++seed) {
+      const Job job = sample(run, 0, "--steps 1 " + guidance + " --seed " + std::to_string(seed));
+      EXPECT_EQ(job.status, 0) << job.output;
+      sum += sampled(run, 0);
+    }
+    return sum / double(kDraws);
+  };
+
+  const auto unconditional = one_step_estimate(train("generation-unconditional", 2000, "--text-drop 1"), "--cfg 0");
+  // Above all, nearer the mean than any one sample; and clearly the mean,
+  // allowing for the small model's residual error at reproducing the noise.
+  const double to_mean = correlation(unconditional, mean);
+  EXPECT_GE(to_mean, 0.75);
+  for (int j = 0; j < kSamples; ++j) EXPECT_GT(to_mean, correlation(unconditional, truths_[j])) << "sample " << j;
+
+  // The same estimate from a model that saw the prompts, given sample 0's
+  // prompt: that sample, not the mean.
+  const auto conditional = one_step_estimate(train("generation-conditioned", 2000, "--text-drop 0"), "--cfg 1");
+  EXPECT_GT(correlation(conditional, truths_[0]), correlation(conditional, mean));
+  EXPECT_GE(correlation(conditional, truths_[0]), 0.8);
+}
+
+}  // namespace

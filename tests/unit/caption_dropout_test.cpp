@@ -1,0 +1,64 @@
+// Caption dropout: which captions are dropped, and what replaces them.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "train/caption_dropout.hpp"
+
+using namespace wt::train;
+
+TEST(CaptionDropout, TheUnconditionalContextIsAPromptOfNoTokens) {
+  const auto context = torch::randn({2, 5, 3});
+  const auto uncond = unconditional_context(context);
+  EXPECT_EQ(uncond.sizes(), context.sizes());
+  EXPECT_TRUE(torch::equal(uncond, torch::zeros({2, 5, 3})));
+}
+
+TEST(CaptionDropout, DropsOnlyTheChosenRowsAndLeavesTheInputAlone) {
+  const auto context = torch::randn({3, 4, 2});
+  const auto before = context.clone();
+  const auto dropped = drop_captions(context, {false, true, false});
+  EXPECT_TRUE(torch::equal(context, before));
+  EXPECT_TRUE(torch::equal(dropped[0], context[0]));
+  EXPECT_TRUE(torch::equal(dropped[1], unconditional_context(context[1])));
+  EXPECT_TRUE(torch::equal(dropped[2], context[2]));
+  EXPECT_TRUE(torch::equal(drop_captions(context, {false, false, false}), context));
+}
+
+TEST(CaptionDropout, ProbabilityZeroNeverAndOneAlwaysDrops) {
+  const std::vector<int64_t> indices{0, 5, 9, 2};
+  for (int64_t step = 0; step < 50; ++step) {
+    for (bool d : caption_drops(indices, 3, step, 0.0)) EXPECT_FALSE(d);
+    for (bool d : caption_drops(indices, 3, step, 1.0)) EXPECT_TRUE(d);
+  }
+}
+
+TEST(CaptionDropout, DrawDependsOnSeedStepAndSampleNotOnTheBatch) {
+  // Sample 7's draw is the same whatever batch it is in and wherever.
+  const auto whole = caption_drops({3, 7, 1, 8}, 11, 4, 0.5);
+  const auto alone = caption_drops({7}, 11, 4, 0.5);
+  const auto reordered = caption_drops({8, 1, 7, 3}, 11, 4, 0.5);
+  EXPECT_EQ(whole[1], alone[0]);
+  EXPECT_EQ(whole[1], reordered[2]);
+  EXPECT_EQ(whole[0], reordered[3]);
+  // Over many (step, sample) pairs the draws differ with the step and the seed.
+  std::vector<int64_t> indices(200);
+  std::iota(indices.begin(), indices.end(), 0);
+  EXPECT_NE(caption_drops(indices, 11, 4, 0.5), caption_drops(indices, 11, 5, 0.5));
+  EXPECT_NE(caption_drops(indices, 11, 4, 0.5), caption_drops(indices, 12, 4, 0.5));
+}
+
+TEST(CaptionDropout, RateIsTheProbability) {
+  // 20000 Bernoulli(p) draws: the count's standard deviation is sqrt(n p (1-p)); allow 5 of them.
+  const int n = 20000;
+  std::vector<int64_t> indices(n);
+  std::iota(indices.begin(), indices.end(), 0);
+  for (double p : {0.1, 0.5}) {
+    const auto drops = caption_drops(indices, 42, 17, p);
+    const double count = double(std::count(drops.begin(), drops.end(), true));
+    EXPECT_NEAR(count, n * p, 5 * std::sqrt(n * p * (1 - p))) << "p " << p;
+  }
+}
