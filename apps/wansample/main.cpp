@@ -3,6 +3,7 @@
 // or on an HDF5 file of embeddings. Writes the latents as a one-sample shard
 // (docs/data-format.md) and, with --png, a preview image. A serial tool.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <torch/torch.h>
 
 #include <iostream>
@@ -73,7 +74,9 @@ int run(World&, int argc, char** argv) {
       .choice("precision", &c.precision, {"fp32", "bf16"}, "matrix products in fp32 or bf16 (autocast)")
       .add("threads", &c.threads, "CPU threads (0: LibTorch's default)")
       .add("out", &c.out, "output: the latents as a one-sample shard")
-      .add("png", &c.png, "also write a PNG preview (first channels, one row each; under it the dataset's own sample)")
+      .add("png", &c.png,
+           "also write a PNG preview (the 4 channels that vary most, one row of frames each; under it the dataset's "
+           "own sample)")
       .flag("compare", &c.compare, "print the correlation and MSE of the sample against the --data sample's own latents");
   if (options.parse(argc, argv) != OptionSet::Outcome::Run) {
     std::cout << options.help_text();
@@ -160,8 +163,9 @@ int run(World&, int argc, char** argv) {
   if (!c.png.empty()) {
     std::vector<at::Tensor> videos{latents};
     if (reference.defined()) videos.push_back(reference);
-    write_latent_preview(c.png, videos);
-    std::cout << fmt::format("wansample: wrote preview {}\n", c.png);
+    const auto shown = write_latent_preview(c.png, videos);
+    std::cout << fmt::format("wansample: wrote preview {} (channels {}{})\n", c.png, fmt::join(shown, ", "),
+                             reference.defined() ? "; the sample above the dataset's own latents" : "");
   }
   return kExitOk;
 }

@@ -1,5 +1,8 @@
 // A PNG a person can open to see sampled latents: one row of frames per
-// channel (the first few channels), each channel scaled to its own min..max.
+// channel (the few channels that vary most in the last video), grey levels spanning the channel's
+// min..max in the last video (the reference, when there is one) for every
+// video, so that the sample's rows compare with the reference's in level
+// and contrast; values outside that range clip.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -11,8 +14,8 @@ namespace wt {
 
 // Each entry of `videos` is latents [C, F, H, W]; they are drawn one under
 // another (e.g. the sample, then the dataset's own latents), `channels` rows
-// each, pixels enlarged `scale` times.
-void write_latent_preview(const std::string& path, const std::vector<at::Tensor>& videos, int64_t channels = 4,
-                          int64_t scale = 4);
+// each, pixels enlarged `scale` times. Returns the channels shown, in order.
+std::vector<int64_t> write_latent_preview(const std::string& path, const std::vector<at::Tensor>& videos,
+                                          int64_t channels = 4, int64_t scale = 4);
 
 }  // namespace wt

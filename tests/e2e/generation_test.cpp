@@ -44,8 +44,9 @@ double correlation(const at::Tensor& a, const at::Tensor& b) {
 
 class Generation : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    data_ = fresh("generation-data");
+  // One dataset per test: CTest runs the tests of this file in parallel.
+  void SetUp() override {
+    data_ = fresh(std::string("generation-data-") + ::testing::UnitTest::GetInstance()->current_test_info()->name());
     const Job synth = launch(std::string(WANTRAIN_WANDATA) + " synth --out " + data_ + " --samples " +
                              std::to_string(kSamples) +
                              " --shards 1 --frames 1 --size 8x8 --text-len 16 --text-dim 64 --seed 3");
@@ -54,7 +55,7 @@ class Generation : public ::testing::Test {
   }
 
   // Memorises the dataset: every step sees all of it.
-  static std::string train(const std::string& name, int steps, const std::string& options) {
+  std::string train(const std::string& name, int steps, const std::string& options) {
     const std::string out = fresh(name);
     const Job job = launch(std::string(WANTRAIN_WANTRAIN) + " --model-config " + kTiny + " --data " + data_ +
                            " --output-dir " + out + " --threads 1 --seed 1 --batch-size " + std::to_string(kSamples) +
@@ -65,22 +66,20 @@ class Generation : public ::testing::Test {
   }
 
   // wansample from a run's final weights, conditioned on sample `index`.
-  static Job sample(const std::string& run, int index, const std::string& options) {
+  Job sample(const std::string& run, int index, const std::string& options) {
     return launch(std::string(WANTRAIN_WANSAMPLE) + " --weights " + run + "/model.safetensors --model-config " + run +
                   "/model-config.json --data " + data_ + " --index " + std::to_string(index) + " --threads 1 --out " +
                   run + "/sample-" + std::to_string(index) + ".h5 " + options);
   }
   // The latents that sample() wrote.
-  static at::Tensor sampled(const std::string& run, int index) {
+  at::Tensor sampled(const std::string& run, int index) {
     const auto info = wt::data::inspect_shard(run + "/sample-" + std::to_string(index) + ".h5");
     return read_all(wt::data::Dataset::of(run, {info})).front();
   }
 
-  static std::string data_;
-  static std::vector<at::Tensor> truths_;
+  std::string data_;
+  std::vector<at::Tensor> truths_;
 };
-std::string Generation::data_;
-std::vector<at::Tensor> Generation::truths_;
 
 TEST_F(Generation, EachMemorisedPromptIsSampledBack) {
   const std::string run = train("generation-memorised", 3000, "--text-drop 0.1");
