@@ -11,7 +11,7 @@
 #include <memory>
 #include <string>
 
-#include "train/trainer.hpp"
+#include "train/engine.hpp"
 #include "util/progress.hpp"
 
 namespace wt::train {

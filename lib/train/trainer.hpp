@@ -1,11 +1,12 @@
-// Trainer: one optimizer step at a time, data-parallel over the Comm's ranks.
+// Trainer: a WanModel trained on an HDF5 shard dataset, one optimizer step at
+// a time, data-parallel over the Comm's ranks. It builds the model (fresh,
+// --init, or projected from a teacher), the objective (flow matching or
+// distillation: train/*_objective.hpp) and the Engine (train/engine.hpp,
+// the generic step), and feeds the Engine from the Loader:
 //
-//   Loader (this rank's B*K samples) -> K micro-batches of B:
-//     flow-matching noise and caption dropout keyed by (seed, step, sample)
-//     -> WanModel under autocast -> loss / K -> backward, the Reducer
-//     all-reducing buckets as they fill (only on the last micro-batch)
-//   -> loss averaged over ranks -> global grad norm -> skip if non-finite
-//   -> clip -> AdamW at the scheduled rate -> EMA.
+//   Loader (this rank's B*K samples) -> Engine::step -> K micro-batches of
+//   B: flow-matching noise and caption dropout keyed by (seed, step, sample)
+//   -> WanModel -> loss -> backward and gradient all-reduce -> update.
 //
 // The sampler gives rank r of W the per-rank batch B*K of global step k, so
 // the samples of a step, their noise and dropped captions, and therefore the
@@ -23,6 +24,7 @@
 #include "ckpt/checkpoint.hpp"
 #include "data/dataset.hpp"
 #include "model/model_config.hpp"
+#include "train/engine.hpp"
 #include "train/train_config.hpp"
 
 namespace wt {
@@ -38,29 +40,9 @@ class DistributedSampler;
 namespace wt::train {
 
 class Ema;
+class Engine;
+class Objective;
 class Teacher;
-
-// Seconds of one step by phase. On GPU the phases are host time (kernels are
-// queued asynchronously); `total` is wall time to the end of the step.
-struct StepTimes {
-  double data = 0;       // waiting for the loader, copying and noising the batch
-  double teacher = 0;    // the teacher's forward (distillation only)
-  double forward = 0;    // the model's (the student's) forward
-  double backward = 0;   // including bucket all-reduces overlapped with it
-  double comm = 0;       // communication left exposed after backward, and the loss average
-  double optimizer = 0;  // norm, clip, AdamW, EMA
-  double total = 0;
-};
-
-struct StepResult {
-  int64_t step = 0;   // 1-based: the number of optimizer steps taken so far
-  int64_t epoch = 0;  // of this step's data
-  double loss = 0;    // averaged over ranks and micro-batches
-  double lr = 0;
-  double grad_norm = 0;  // before clipping
-  bool skipped = false;  // non-finite loss or gradient: no update on any rank
-  StepTimes times;
-};
 
 struct TrainerOptions {
   // wanbench step sets this false to measure the step without gradient
@@ -90,14 +72,14 @@ class Trainer {
   Trainer& operator=(const Trainer&) = delete;
 
   StepResult step();
-  bool done() const { return step_ >= total_steps_; }
+  bool done() const { return steps_taken() >= total_steps_; }
 
-  int64_t steps_taken() const { return step_; }
+  int64_t steps_taken() const;
   int64_t total_steps() const { return total_steps_; }
   int64_t steps_per_epoch() const { return steps_per_epoch_; }
   int64_t effective_batch() const;
   double peak_lr() const;
-  int64_t skipped_steps() const { return skipped_; }
+  int64_t skipped_steps() const;
   at::ScalarType compute_dtype() const { return compute_dtype_; }
   model::WanModelImpl& model();
   const Ema* ema() const;
@@ -124,7 +106,7 @@ class Trainer {
   const TrainConfig cfg_;
   Comm& comm_;
   at::ScalarType compute_dtype_;
-  int64_t step_ = 0, total_steps_ = 0, steps_per_epoch_ = 0, skipped_ = 0, epoch_ = 0;
+  int64_t total_steps_ = 0, steps_per_epoch_ = 0, epoch_ = 0;
   std::unique_ptr<Impl> impl_;
 };
 

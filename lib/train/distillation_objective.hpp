@@ -1,0 +1,28 @@
+// Distillation: the flow-matching inputs (the same noise, timestep and
+// possibly dropped context) go to a frozen teacher and to the trained
+// student; the loss is train/distillation.hpp's MSE to the teacher plus an
+// optional weight on the flow-matching target.
+#pragma once
+
+#include "train/flow_matching_objective.hpp"
+
+namespace wt::train {
+
+class Teacher;
+
+class DistillationObjective : public FlowMatchingObjective {
+ public:
+  // `student` and `teacher` must outlive the objective. The teacher computes
+  // in `compute_dtype` (its own precision rules: train/teacher.hpp).
+  DistillationObjective(model::WanModelImpl& student, const Teacher& teacher, FlowMatchingObjectiveOptions options,
+                        double target_weight, at::ScalarType compute_dtype);
+
+  ObjectiveLoss loss(const Batch& micro_batch, const StepContext& context) override;
+
+ private:
+  const Teacher& teacher_;
+  const double target_weight_;
+  const at::ScalarType compute_dtype_;
+};
+
+}  // namespace wt::train

@@ -1,0 +1,238 @@
+#include "train/engine.hpp"
+
+#include <spdlog/spdlog.h>
+#include <torch/torch.h>
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <sstream>
+#include <type_traits>
+
+#include "ckpt/checkpoint.hpp"
+#include "dist/comm.hpp"
+#include "dist/reducer.hpp"
+#include "model/autocast.hpp"
+#include "train/ema.hpp"
+#include "train/gradients.hpp"
+#include "train/loss_scaler.hpp"
+
+namespace wt::train {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// LibTorch keys optimizer state by the parameter's TensorImpl: its address
+// as a string up to 2.1, the pointer itself from 2.2 on. Checkpoints key it
+// by parameter name; this maps one to the other.
+using OptimizerKey = std::decay_t<decltype(std::declval<torch::optim::AdamW&>().state())>::key_type;
+template <class Key>
+Key key_of(c10::TensorImpl* impl) {
+  if constexpr (std::is_same_v<Key, std::string>) {
+    std::ostringstream address;
+    address << static_cast<const void*>(impl);
+    return address.str();
+  } else {
+    return impl;
+  }
+}
+OptimizerKey optimizer_key(const at::Tensor& parameter) { return key_of<OptimizerKey>(parameter.unsafeGetTensorImpl()); }
+
+std::vector<at::Tensor> tensors_of(const NamedTensors& named) {
+  std::vector<at::Tensor> out;
+  for (const auto& [name, tensor] : named) out.push_back(tensor);
+  return out;
+}
+
+}  // namespace
+
+struct Engine::Impl {
+  std::unique_ptr<Reducer> reducer;
+  std::unique_ptr<torch::optim::AdamW> optimizer;
+  std::unique_ptr<Ema> ema;
+  std::unique_ptr<LossScaler> scaler;  // fp16 only
+};
+
+Engine::Engine(Comm& comm, Objective& objective, EngineOptions options)
+    : comm_(comm), objective_(objective), options_(std::move(options)), impl_(std::make_unique<Impl>()) {
+  const auto& named = objective_.trainable();
+  ReducerOptions reducer_options;
+  reducer_options.bucket_bytes = options_.bucket_bytes;
+  reducer_options.allow_unused = options_.allow_unused;
+  reducer_options.average = false;  // the loss is divided by the world size: the gradient's sum is the mean
+  impl_->reducer = std::make_unique<Reducer>(comm, named, objective_.buffers(), reducer_options);
+  impl_->optimizer = std::make_unique<torch::optim::AdamW>(
+      tensors_of(named), torch::optim::AdamWOptions(options_.schedule.at(0))
+                             .betas({options_.adamw.beta1, options_.adamw.beta2})
+                             .weight_decay(options_.adamw.weight_decay)
+                             .eps(options_.adamw.eps));
+  if (options_.ema_decay > 0) impl_->ema = std::make_unique<Ema>(named, options_.ema_decay);
+  if (options_.compute_dtype == at::kHalf) impl_->scaler = std::make_unique<LossScaler>();
+}
+
+Engine::~Engine() = default;
+
+const Ema* Engine::ema() const { return impl_->ema.get(); }
+
+StepResult Engine::step(const Batch& batch) {
+  auto& im = *impl_;
+  const auto step_start = Clock::now();
+  StepResult result;
+  StepTimes& t = result.times;
+  const auto device = comm_.device();
+  const int K = options_.accumulation;
+  const int64_t B = options_.micro_batch;
+  TORCH_CHECK(batch.size() == B * K, "the engine's batch holds micro_batch x accumulation samples");
+  const double loss_scale = im.scaler ? im.scaler->scale() : 1.0;
+
+  im.reducer->zero_grad();
+  auto loss_sum = torch::zeros({}, torch::dtype(torch::kFloat64).device(device));
+  for (int m = 0; m < K; ++m) {
+    auto phase = Clock::now();
+    const Batch micro = batch.slice(m * B, B, device);
+    t.data += seconds_since(phase);
+
+    phase = Clock::now();
+    const bool sync = options_.communicate && m == K - 1;
+    im.reducer->prepare_for_backward(sync);
+    ObjectiveLoss out;
+    {
+      model::AutocastScope autocast(options_.compute_dtype);
+      out = objective_.loss(micro, {step_});
+    }
+    t.data += out.prepare_seconds;
+    t.teacher += out.teacher_seconds;
+    t.forward += seconds_since(phase) - out.prepare_seconds - out.teacher_seconds;
+
+    phase = Clock::now();
+    (out.loss * (loss_scale / (K * comm_.size()))).backward();
+    loss_sum += out.loss.detach().to(torch::kFloat64);
+    t.backward += seconds_since(phase);
+
+    // Waiting for the buckets backward did not finish, and the ranks'
+    // agreement on unused parameters: the communication left exposed.
+    phase = Clock::now();
+    im.reducer->finalize_backward();
+    if (sync) t.comm += seconds_since(phase);
+  }
+
+  // The loss averaged over ranks: what is logged, and (with the gradient
+  // norm, identical everywhere after the all-reduce) what decides a skip, so
+  // every rank decides alike.
+  auto mean_loss = loss_sum / K;
+  if (options_.communicate) {
+    const auto phase = Clock::now();
+    comm_.all_reduce(mean_loss, {ReduceOp::Avg});
+    t.comm += seconds_since(phase);
+  }
+  result.loss = mean_loss.item<double>();
+
+  const auto phase = Clock::now();
+  const auto buffers = im.reducer->bucket_buffers();
+  if (im.scaler) scale_gradients(buffers, 1.0 / loss_scale);
+  result.grad_norm = global_norm(buffers);
+  result.lr = options_.schedule.at(step_);
+  const bool finite = std::isfinite(result.loss) && std::isfinite(result.grad_norm);
+  if (finite) {
+    clip_to_norm(buffers, result.grad_norm, options_.clip);
+    for (auto& group : im.optimizer->param_groups())
+      static_cast<torch::optim::AdamWOptions&>(group.options()).lr(result.lr);
+    im.optimizer->step();
+    if (im.ema) im.ema->update();
+  } else {
+    result.skipped = true;
+    ++skipped_;
+    // An fp16 overflow is the loss scaler's business; anything else is news.
+    if (comm_.rank() == 0 && (!im.scaler || !std::isfinite(result.loss)))
+      spdlog::warn("step {}: non-finite {}; the step is skipped on every rank", step_ + 1,
+                   std::isfinite(result.loss) ? "gradient norm" : "loss");
+  }
+  if (im.scaler) im.scaler->update(finite);
+  t.optimizer = seconds_since(phase);
+
+  result.step = ++step_;
+  t.total = seconds_since(step_start);
+  return result;
+}
+
+void Engine::save_state(ckpt::Checkpoint& c) const {
+  auto& im = *impl_;
+  // Copies `t` into `slot`, reusing its buffer when it fits.
+  auto put = [](at::Tensor& slot, const at::Tensor& t) {
+    if (slot.defined() && slot.sizes() == t.sizes() && slot.scalar_type() == at::kFloat && slot.is_cpu()) {
+      slot.copy_(t.detach());
+    } else {
+      slot = t.detach().to(torch::kCPU, torch::kFloat32, false, /*copy=*/true);
+    }
+  };
+  auto put_all = [&](ckpt::NamedTensors& list, const NamedTensors& from) {
+    list.resize(from.size());
+    for (size_t i = 0; i < from.size(); ++i) {
+      list[i].first = from[i].first;
+      put(list[i].second, from[i].second);
+    }
+  };
+  const auto& named = objective_.trainable();
+  put_all(c.model, named);
+  put_all(c.ema, im.ema ? im.ema->averages() : NamedTensors{});
+  const auto& optimizer_state = im.optimizer->state();
+  size_t i = 0;
+  for (const auto& [name, parameter] : named) {
+    const auto it = optimizer_state.find(optimizer_key(parameter));
+    if (it == optimizer_state.end()) continue;
+    const auto& adam = static_cast<const torch::optim::AdamWParamState&>(*it->second);
+    if (c.optim.size() <= i) c.optim.resize(i + 1);
+    auto& slot = c.optim[i++];
+    slot.name = name;
+    slot.step = adam.step();
+    put(slot.exp_avg, adam.exp_avg());
+    put(slot.exp_avg_sq, adam.exp_avg_sq());
+  }
+  c.optim.resize(i);
+  c.state.step = step_;
+  c.state.skipped = skipped_;
+  c.state.lr = step_ > 0 ? options_.schedule.at(step_ - 1) : options_.schedule.at(0);
+  c.state.loss_scale = im.scaler ? im.scaler->scale() : std::numeric_limits<double>::quiet_NaN();
+  c.state.loss_scale_good_steps = im.scaler ? im.scaler->good_steps() : 0;
+  auto generator = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  c.rng_cpu = generator.get_state();
+}
+
+void Engine::load_state(const ckpt::Checkpoint& saved) {
+  auto& im = *impl_;
+  if (im.ema) {
+    std::map<std::string, at::Tensor> by_name(saved.ema.begin(), saved.ema.end());
+    torch::NoGradGuard no_grad;
+    for (const auto& [name, average] : im.ema->averages()) average.copy_(by_name.at(name));
+  }
+  // AdamW's state, created as its first step would, keyed as it looks it up.
+  std::map<std::string, const ckpt::OptimizerSlot*> slots;
+  for (const auto& slot : saved.optim) slots.emplace(slot.name, &slot);
+  auto& optimizer_state = im.optimizer->state();
+  for (const auto& [name, parameter] : objective_.trainable()) {
+    const auto it = slots.find(name);
+    if (it == slots.end()) continue;  // no step taken yet
+    auto param_state = std::make_unique<torch::optim::AdamWParamState>();
+    param_state->step(it->second->step);
+    param_state->exp_avg(it->second->exp_avg.to(parameter.device()).clone());
+    param_state->exp_avg_sq(it->second->exp_avg_sq.to(parameter.device()).clone());
+    optimizer_state[optimizer_key(parameter)] = std::move(param_state);
+  }
+  const auto& state = saved.state;
+  if (im.scaler && std::isfinite(state.loss_scale)) im.scaler->restore(state.loss_scale, state.loss_scale_good_steps);
+  if (saved.rng_cpu.defined() && saved.rng_cpu.numel() > 0) {
+    auto generator = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    generator.set_state(saved.rng_cpu);
+  }
+  step_ = state.step;
+  skipped_ = state.skipped;
+}
+
+}  // namespace wt::train

@@ -1,0 +1,117 @@
+// Engine: the generic data-parallel optimizer step, for any Objective.
+//
+//   this rank's batch of B*K samples -> K micro-batches of B:
+//     objective.loss under autocast -> loss * scale / (K * W) -> backward,
+//     the Reducer all-reducing gradient buckets as they fill (only on the
+//     last micro-batch)
+//   -> loss averaged over ranks -> global grad norm -> skip if non-finite
+//   -> clip -> AdamW at the scheduled rate -> EMA -> loss scale update.
+//
+// The Engine knows no model, dataset, file format or command line: the
+// objective names its trainable parameters, and the caller hands it batches.
+//
+// Collective contract: every rank constructs the Engine and calls step() the
+// same number of times, in the same order, with batches of the same size;
+// one thread per rank calls it. The constructor broadcasts the trainable
+// parameters and the objective's buffers from rank 0.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/ScalarType.h>
+
+#include <cstdint>
+#include <memory>
+
+#include "train/lr_schedule.hpp"
+#include "train/objective.hpp"
+
+namespace wt {
+class Comm;
+}
+namespace wt::ckpt {
+struct Checkpoint;
+}
+
+namespace wt::train {
+
+class Ema;
+
+// Seconds of one step by phase. On GPU the phases are host time (kernels are
+// queued asynchronously); `total` is wall time to the end of the step.
+struct StepTimes {
+  double data = 0;       // waiting for the batch, copying it and making the objective's inputs
+  double teacher = 0;    // a frozen teacher's forward (distillation only)
+  double forward = 0;    // the trained model's forward and the loss
+  double backward = 0;   // including bucket all-reduces overlapped with it
+  double comm = 0;       // communication left exposed after backward, and the loss average
+  double optimizer = 0;  // norm, clip, AdamW, EMA
+  double total = 0;
+};
+
+struct StepResult {
+  int64_t step = 0;   // 1-based: the number of optimizer steps taken so far
+  int64_t epoch = 0;  // of this step's data (set by whoever knows the data)
+  double loss = 0;    // averaged over ranks and micro-batches
+  double lr = 0;
+  double grad_norm = 0;  // before clipping
+  bool skipped = false;  // non-finite loss or gradient: no update on any rank
+  StepTimes times;
+};
+
+struct AdamWOptions {
+  double beta1 = 0.9, beta2 = 0.999;
+  double weight_decay = 0.01;
+  double eps = 1e-8;
+};
+
+struct EngineOptions {
+  int64_t micro_batch = 1;  // B: samples per rank per micro-step
+  int accumulation = 1;     // K: micro-steps per optimizer step
+  at::ScalarType compute_dtype = at::kFloat;  // autocast: kFloat (off), kBFloat16, kHalf (with loss scaling)
+  LrSchedule schedule;
+  AdamWOptions adamw;
+  double clip = 1.0;       // global-norm clipping; 0: off
+  double ema_decay = 0.0;  // 0: no EMA
+  int64_t bucket_bytes = 25 << 20;
+  bool allow_unused = false;  // trainable parameters may get no gradient
+  // false: no gradient synchronisation (wanbench step measures the step
+  // without it; each rank then trains on its own gradients).
+  bool communicate = true;
+};
+
+class Engine {
+ public:
+  // The objective must outlive the Engine.
+  Engine(Comm& comm, Objective& objective, EngineOptions options);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // One optimizer step on this rank's batch of micro_batch * accumulation samples.
+  StepResult step(const Batch& batch);
+
+  int64_t steps_taken() const { return step_; }
+  int64_t skipped_steps() const { return skipped_; }
+  const EngineOptions& options() const { return options_; }
+  const Ema* ema() const;
+  Comm& comm() { return comm_; }
+
+  // Writes the trainable parameters, EMA, optimizer state (by parameter
+  // name), step, skipped steps, learning rate, loss scale and RNG state into
+  // `into`, reusing its CPU tensors where names and shapes match.
+  void save_state(ckpt::Checkpoint& into) const;
+  // Restores what save_state wrote, except the parameters (the caller has
+  // loaded them before constructing the Engine, so that rank 0's broadcast
+  // carries them). `saved` has been checked against the parameters.
+  void load_state(const ckpt::Checkpoint& saved);
+
+ private:
+  struct Impl;
+  Comm& comm_;
+  Objective& objective_;
+  const EngineOptions options_;
+  int64_t step_ = 0, skipped_ = 0;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace wt::train

@@ -1,0 +1,49 @@
+// The flow-matching objective of Wan (train/flow_matching.hpp has the math):
+// a WanModel predicts v = eps - x0 from x_t, the timestep and the text
+// context, with caption dropout to the unconditional context.
+// Batch tensors: "latents" [B, C, F, H, W] and "text_emb" [B, L, D].
+#pragma once
+
+#include <cstdint>
+
+#include "train/flow_matching.hpp"
+#include "train/objective.hpp"
+
+namespace wt::model {
+class WanModelImpl;
+}
+
+namespace wt::train {
+
+struct FlowMatchingObjectiveOptions {
+  FlowMatchingOptions flow;
+  double text_drop = 0.1;  // probability of the unconditional context
+  uint64_t seed = 0;       // keys each sample's noise and caption drop with the step
+};
+
+class FlowMatchingObjective : public Objective {
+ public:
+  // `model` must outlive the objective; all its parameters are trained.
+  FlowMatchingObjective(model::WanModelImpl& model, FlowMatchingObjectiveOptions options);
+
+  const NamedTensors& trainable() const override { return trainable_; }
+  std::vector<at::Tensor> buffers() const override;
+  ObjectiveLoss loss(const Batch& micro_batch, const StepContext& context) override;
+
+ protected:
+  // The model's inputs: x_t, timesteps and target from noise keyed by
+  // (seed, step, sample), and the context after caption dropout.
+  struct Inputs {
+    NoisyBatch noisy;
+    at::Tensor context;  // [B, L, D] fp32
+  };
+  Inputs prepare(const Batch& micro_batch, const StepContext& context) const;
+
+  model::WanModelImpl& model_;
+  const FlowMatchingObjectiveOptions options_;
+
+ private:
+  NamedTensors trainable_;
+};
+
+}  // namespace wt::train

@@ -1,0 +1,57 @@
+// Objective: what is trained and how, behind one small interface, so that
+// the Engine (the data-parallel step) knows no model, dataset or loss.
+// An objective declares its trainable parameters (the Engine's Reducer,
+// optimizer, EMA and checkpoints cover exactly those, by name) and the loss
+// of one micro-batch. One implementation per file: flow matching
+// (flow_matching_objective), distillation (distillation_objective).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace wt::train {
+
+using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
+
+// A batch: named tensors whose first dimension is the sample, and each
+// sample's global dataset index (what keys its noise and dropout).
+struct Batch {
+  std::map<std::string, at::Tensor> tensors;
+  std::vector<int64_t> indices;
+
+  // The tensor called `name`; throws naming it when absent.
+  const at::Tensor& at(const std::string& name) const;
+  int64_t size() const { return int64_t(indices.size()); }
+  // Samples [first, first + count), tensors moved to `device`.
+  Batch slice(int64_t first, int64_t count, const at::Device& device) const;
+};
+
+struct StepContext {
+  int64_t step = 0;  // 0-based index of the optimizer step being taken
+};
+
+struct ObjectiveLoss {
+  at::Tensor loss;              // fp32 scalar: the mean over the micro-batch
+  double prepare_seconds = 0;   // making inputs (noise, conditioning): reported as data time
+  double teacher_seconds = 0;   // a frozen model's forward, reported apart (distillation)
+};
+
+class Objective {
+ public:
+  virtual ~Objective() = default;
+  // Trainable parameters by name, in registration order; fixed for the
+  // objective's lifetime. Tensors that need no gradient are not trained.
+  virtual const NamedTensors& trainable() const = 0;
+  // Buffers every rank must hold alike (broadcast from rank 0 at start).
+  virtual std::vector<at::Tensor> buffers() const = 0;
+  // The loss of one micro-batch, called under the Engine's autocast with
+  // gradients enabled; the Engine runs backward on it.
+  virtual ObjectiveLoss loss(const Batch& micro_batch, const StepContext& context) = 0;
+};
+
+}  // namespace wt::train
