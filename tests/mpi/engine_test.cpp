@@ -1,0 +1,132 @@
+// The Engine on a toy objective (a linear least-squares fit), in process on
+// the test world's ranks: the averaged gradient, accumulation, clipping, EMA
+// and the non-finite skip against values derived by hand.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <vector>
+
+#include "dist/comm.hpp"
+#include "mpi_test_env.hpp"
+#include "train/ema.hpp"
+#include "train/engine.hpp"
+
+namespace {
+
+using wt::train::Batch;
+using wt::train::Engine;
+using wt::train::EngineOptions;
+using wt::train::NamedTensors;
+using wt::train::ObjectiveLoss;
+using wt::train::StepContext;
+
+constexpr int kPerRank = 2;  // samples per rank and step
+
+// loss = mean over the micro-batch of (w . x_i - y_i)^2, w [2] from zero.
+class LeastSquares : public wt::train::Objective {
+ public:
+  LeastSquares() : w_(torch::zeros({2}, torch::requires_grad())) { trainable_.emplace_back("w", w_); }
+  const NamedTensors& trainable() const override { return trainable_; }
+  std::vector<at::Tensor> buffers() const override { return {}; }
+  ObjectiveLoss loss(const Batch& batch, const StepContext&) override {
+    return {(batch.at("x").matmul(w_) - batch.at("y")).square().mean()};
+  }
+  at::Tensor w() const { return w_.detach().clone(); }
+
+ private:
+  at::Tensor w_;
+  NamedTensors trainable_;
+};
+
+// Sample i of the whole step (rank r holds i = r * kPerRank + j): values
+// that differ per sample, so that the ranks' gradients differ.
+std::pair<double, double> x_of(int i) { return {1.0 + i, 0.5 - 0.25 * i}; }
+double y_of(int i) { return 2.0 - 0.5 * i; }
+
+Batch rank_batch(int rank, bool poison = false) {
+  Batch b;
+  auto x = torch::empty({kPerRank, 2}, torch::kFloat64), y = torch::empty({kPerRank}, torch::kFloat64);
+  for (int j = 0; j < kPerRank; ++j) {
+    const int i = rank * kPerRank + j;
+    x[j][0] = x_of(i).first;
+    x[j][1] = x_of(i).second;
+    y[j] = poison && j == 0 ? std::nan("") : y_of(i);
+    b.indices.push_back(i);
+  }
+  b.tensors.emplace("x", x.to(torch::kFloat32));
+  b.tensors.emplace("y", y.to(torch::kFloat32));
+  return b;
+}
+
+// The gradient at w = 0 of the mean loss over every sample of every rank:
+// -(2/N) sum_i y_i x_i.
+std::vector<double> gradient_at_zero(int ranks) {
+  const int n = ranks * kPerRank;
+  std::vector<double> g(2, 0.0);
+  for (int i = 0; i < n; ++i) {
+    g[0] -= 2.0 / n * y_of(i) * x_of(i).first;
+    g[1] -= 2.0 / n * y_of(i) * x_of(i).second;
+  }
+  return g;
+}
+
+// AdamW with betas (0, 0), eps 1, no weight decay and lr 1 makes the first
+// update readable: w_j = -g_j / (|g_j| + 1), with g the clipped gradient.
+EngineOptions readable_options(int accumulation, int64_t micro_batch, double clip, double ema_decay) {
+  EngineOptions o;
+  o.micro_batch = micro_batch;
+  o.accumulation = accumulation;
+  o.schedule = {1.0, wt::train::Schedule::Constant, 0, 10};
+  o.adamw = {0.0, 0.0, 0.0, 1.0};
+  o.clip = clip;
+  o.ema_decay = ema_decay;
+  return o;
+}
+
+TEST(Engine, FirstStepFollowsTheAveragedClippedGradientAndTheEma) {
+  auto& comm = test_comm();
+  const auto g = gradient_at_zero(comm.size());
+  const double norm = std::hypot(g[0], g[1]);
+  const double clip = norm / 2;  // halves the gradient
+  const double scale = clip / (norm + 1e-6);
+  for (const auto& [k, b] : {std::pair{1, int64_t(kPerRank)}, std::pair{kPerRank, int64_t(1)}}) {
+    LeastSquares objective;
+    Engine engine(comm, objective, readable_options(k, b, clip, 0.9));
+    const auto result = engine.step(rank_batch(comm.rank()));
+    EXPECT_FALSE(result.skipped);
+    EXPECT_EQ(result.step, 1);
+    EXPECT_NEAR(result.grad_norm, norm, 1e-5 * norm) << "accumulation " << k;
+    // The logged loss at w = 0 is the mean of y^2 over every sample.
+    double loss = 0;
+    for (int i = 0; i < comm.size() * kPerRank; ++i) loss += y_of(i) * y_of(i) / (comm.size() * kPerRank);
+    EXPECT_NEAR(result.loss, loss, 1e-5 * loss);
+    const auto w = objective.w();
+    for (int j = 0; j < 2; ++j) {
+      const double gc = g[j] * scale;
+      EXPECT_NEAR(w[j].item<double>(), -gc / (std::abs(gc) + 1.0), 1e-5) << "accumulation " << k << " w" << j;
+      // EMA from w0 = 0: 0.9 * 0 + 0.1 * w1.
+      EXPECT_NEAR(engine.ema()->averages()[0].second[j].item<double>(), 0.1 * w[j].item<double>(), 1e-6);
+    }
+  }
+}
+
+TEST(Engine, ANonFiniteLossOnOneRankSkipsTheStepOnEveryRank) {
+  auto& comm = test_comm();
+  LeastSquares objective;
+  Engine engine(comm, objective, readable_options(1, kPerRank, 0.0, 0.5));
+  const auto result = engine.step(rank_batch(comm.rank(), /*poison=*/comm.rank() == comm.size() - 1));
+  EXPECT_TRUE(result.skipped);
+  EXPECT_EQ(engine.skipped_steps(), 1);
+  EXPECT_EQ(engine.steps_taken(), 1);
+  EXPECT_TRUE(torch::equal(objective.w(), torch::zeros({2})));
+  EXPECT_TRUE(torch::equal(engine.ema()->averages()[0].second, torch::zeros({2})));
+  // The next, finite step updates as a first step would (AdamW has no state yet).
+  const auto next = engine.step(rank_batch(comm.rank()));
+  EXPECT_FALSE(next.skipped);
+  const auto g = gradient_at_zero(comm.size());
+  for (int j = 0; j < 2; ++j)
+    EXPECT_NEAR(objective.w()[j].item<double>(), -g[j] / (std::abs(g[j]) + 1.0), 1e-5) << "w" << j;
+}
+
+}  // namespace
