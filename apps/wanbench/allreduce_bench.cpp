@@ -13,6 +13,7 @@
 #include "util/error.hpp"
 #include "util/exit_codes.hpp"
 #include "util/options.hpp"
+#include "dist/version.hpp"
 
 namespace wt {
 
@@ -143,7 +144,7 @@ int run_allreduce_bench(World& world, int argc, char** argv) {
       throw UsageError("option --op: avg is defined for floating dtypes only");
   });
   if (outcome != OptionSet::Outcome::Run) {
-    if (world.is_root()) std::cout << options.help_text();
+    if (world.is_root()) std::cout << help_or_version(outcome, options);
     return kExitOk;
   }
 

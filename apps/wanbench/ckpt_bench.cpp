@@ -24,6 +24,7 @@
 #include "util/error.hpp"
 #include "util/exit_codes.hpp"
 #include "util/options.hpp"
+#include "dist/version.hpp"
 
 namespace wt {
 namespace {
@@ -95,7 +96,7 @@ int run_ckpt_bench(World& world, int argc, char** argv) {
     config = model::load_model_config(c.model_config);
   });
   if (outcome != OptionSet::Outcome::Run) {
-    std::cout << options.help_text();
+    std::cout << help_or_version(outcome, options);
     return kExitOk;
   }
 

@@ -16,6 +16,7 @@
 #include "util/error.hpp"
 #include "util/exit_codes.hpp"
 #include "util/options.hpp"
+#include "dist/version.hpp"
 
 namespace fs = std::filesystem;
 
@@ -115,8 +116,8 @@ int run_io_bench(World& world, int argc, char** argv) {
       .choice("dtype", &c.dtype, {"float32", "bfloat16", "stored"}, "what the Loader converts to (stored: no conversion)")
       .add("rounds", &c.rounds, "alternating rounds of raw read and Loader; the median is reported")
       .flag("json", &c.json, "print JSON instead of the table");
-  if (options.parse(argc, argv) != OptionSet::Outcome::Run) {
-    std::cout << options.help_text();
+  if (const auto outcome = options.parse(argc, argv); outcome != OptionSet::Outcome::Run) {
+    std::cout << help_or_version(outcome, options);
     return kExitOk;
   }
   if (world.size() != 1) throw UsageError("wanbench io measures one process: run it without mpirun");

@@ -13,6 +13,7 @@
 #include "dist/world.hpp"
 #include "util/error.hpp"
 #include "util/exit_codes.hpp"
+#include "dist/version.hpp"
 
 namespace {
 
@@ -37,6 +38,10 @@ int run(wt::World& world, int argc, char** argv) {
   if (command == "step") return wt::run_step_bench(world, argc - 1, argv + 1);
   if (command == "--help" || command == "-h") {
     if (world.is_root()) std::cout << kUsage;
+    return wt::kExitOk;
+  }
+  if (command == "--version") {
+    if (world.is_root()) std::cout << wt::version_text("wanbench");
     return wt::kExitOk;
   }
   world.agree([&] {

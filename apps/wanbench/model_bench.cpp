@@ -15,6 +15,7 @@
 #include "util/error.hpp"
 #include "util/exit_codes.hpp"
 #include "util/options.hpp"
+#include "dist/version.hpp"
 
 namespace wt {
 namespace {
@@ -57,8 +58,8 @@ int run_model_bench(World&, int argc, char** argv) {
       .add("warmup", &c.warmup, "untimed steps first")
       .add("threads", &c.threads, "CPU threads (0: LibTorch's default)")
       .flag("json", &c.json, "print JSON instead of the table");
-  if (options.parse(argc, argv) != OptionSet::Outcome::Run) {
-    std::cout << options.help_text();
+  if (const auto outcome = options.parse(argc, argv); outcome != OptionSet::Outcome::Run) {
+    std::cout << help_or_version(outcome, options);
     return kExitOk;
   }
   if (c.model_config.empty()) throw UsageError("option --model-config: the model config is required");

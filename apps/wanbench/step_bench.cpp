@@ -24,6 +24,7 @@
 #include "util/error.hpp"
 #include "util/exit_codes.hpp"
 #include "util/options.hpp"
+#include "dist/version.hpp"
 
 namespace wt {
 namespace {
@@ -100,7 +101,7 @@ int run_step_bench(World& world, int argc, char** argv) {
     config = model::load_model_config(c.model_config);
   });
   if (outcome != OptionSet::Outcome::Run) {
-    if (world.is_root()) std::cout << options.help_text();
+    if (world.is_root()) std::cout << help_or_version(outcome, options);
     return kExitOk;
   }
 

@@ -13,6 +13,7 @@
 #include "util/exit_codes.hpp"
 #include "util/options.hpp"
 #include "util/progress.hpp"
+#include "dist/version.hpp"
 
 namespace fs = std::filesystem;
 
@@ -26,8 +27,8 @@ std::string directory_operand(const char* command, int argc, char** argv) {
   std::vector<std::string> dirs;
   OptionSet options(std::string("wandata ") + command, "DIR");
   options.group(command).standard_options(&config).positional("data", &dirs, "the dataset directory", 1);
-  if (options.parse(argc, argv) != OptionSet::Outcome::Run) {
-    std::cout << options.help_text();
+  if (const auto outcome = options.parse(argc, argv); outcome != OptionSet::Outcome::Run) {
+    std::cout << help_or_version(outcome, options);
     return {};
   }
   if (dirs.empty()) throw UsageError(fmt::format("wandata {}: give the dataset directory", command));

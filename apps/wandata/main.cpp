@@ -10,6 +10,7 @@
 #include "dist/world.hpp"
 #include "util/error.hpp"
 #include "util/exit_codes.hpp"
+#include "dist/version.hpp"
 
 namespace {
 
@@ -32,6 +33,10 @@ int run(wt::World& world, int argc, char** argv) {
   if (const auto it = commands.find(command); it != commands.end()) return it->second(world, argc - 1, argv + 1);
   if (command == "--help" || command == "-h") {
     std::cout << kUsage;
+    return wt::kExitOk;
+  }
+  if (command == "--version") {
+    std::cout << wt::version_text("wandata");
     return wt::kExitOk;
   }
   throw wt::UsageError(command.empty() ? "no command given (synth|inspect|verify|split|merge)"

@@ -13,6 +13,7 @@
 #include "util/exit_codes.hpp"
 #include "util/options.hpp"
 #include "util/progress.hpp"
+#include "dist/version.hpp"
 
 namespace wt {
 
@@ -28,8 +29,8 @@ int reshard(const char* command, int argc, char** argv, int64_t default_shards, 
       .positional("data", &sources, many_sources ? "the datasets to join" : "the dataset to split", many_sources ? -1 : 1)
       .add("out", &out, "output directory (created; must not hold shards yet)")
       .add("shards", &shards, "number of output shards");
-  if (options.parse(argc, argv) != OptionSet::Outcome::Run) {
-    std::cout << options.help_text();
+  if (const auto outcome = options.parse(argc, argv); outcome != OptionSet::Outcome::Run) {
+    std::cout << help_or_version(outcome, options);
     return kExitOk;
   }
   if (sources.empty()) throw UsageError(fmt::format("wandata {}: give the dataset director{}", command,

@@ -27,6 +27,7 @@
 #include "util/exit_codes.hpp"
 #include "util/options.hpp"
 #include "util/progress.hpp"
+#include "dist/version.hpp"
 
 namespace wt {
 
@@ -147,8 +148,8 @@ int run_synth(World&, int argc, char** argv) {
            "task seed and another --seed")
       .choice("latent-dtype", &c.latent_dtype, {"float32", "float16", "bfloat16"}, "how latents are stored")
       .choice("text-dtype", &c.text_dtype, {"float32", "float16"}, "how text embeddings are stored");
-  if (options.parse(argc, argv) != OptionSet::Outcome::Run) {
-    std::cout << options.help_text();
+  if (const auto outcome = options.parse(argc, argv); outcome != OptionSet::Outcome::Run) {
+    std::cout << help_or_version(outcome, options);
     return kExitOk;
   }
   if (c.out.empty()) throw UsageError("option --out: the output directory is required");

@@ -22,6 +22,7 @@
 #include "util/error.hpp"
 #include "util/exit_codes.hpp"
 #include "util/options.hpp"
+#include "dist/version.hpp"
 
 namespace wt {
 namespace {
@@ -78,8 +79,8 @@ int run(World&, int argc, char** argv) {
            "also write a PNG preview (the 4 channels that vary most, one row of frames each; under it the dataset's "
            "own sample)")
       .flag("compare", &c.compare, "print the correlation and MSE of the sample against the --data sample's own latents");
-  if (options.parse(argc, argv) != OptionSet::Outcome::Run) {
-    std::cout << options.help_text();
+  if (const auto outcome = options.parse(argc, argv); outcome != OptionSet::Outcome::Run) {
+    std::cout << help_or_version(outcome, options);
     return kExitOk;
   }
   if (c.weights.empty()) throw UsageError("option --weights: the model weights are required");

@@ -15,6 +15,7 @@
 #include "util/error.hpp"
 #include "util/exit_codes.hpp"
 #include "util/options.hpp"
+#include "dist/version.hpp"
 
 namespace wt {
 
@@ -30,8 +31,8 @@ int run_export(World& world, int argc, char** argv) {
       .choice("dtype", &dtype, {"fp32", "bf16", "fp16"}, "stored dtype")
       .choice("names", &names, {"official", "diffusers"}, "tensor names: official Wan, or diffusers'")
       .add("model-config-out", &model_config_out, "also write the checkpoint's model config JSON here");
-  if (options.parse(argc, argv) != OptionSet::Outcome::Run) {
-    if (world.is_root()) std::cout << options.help_text();
+  if (const auto outcome = options.parse(argc, argv); outcome != OptionSet::Outcome::Run) {
+    if (world.is_root()) std::cout << help_or_version(outcome, options);
     return kExitOk;
   }
   if (checkpoint_path.empty()) throw UsageError("option --checkpoint: the checkpoint to export is required");

@@ -23,7 +23,7 @@
 #include "util/options.hpp"
 #include "export_command.hpp"
 #include "train_run.hpp"
-#include "version.hpp"
+#include "dist/version.hpp"
 #include "wantrain/config.hpp"
 
 namespace {

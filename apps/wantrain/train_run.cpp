@@ -1,7 +1,6 @@
 #include "train_run.hpp"
 
 #include <fmt/format.h>
-#include <mpi.h>
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
@@ -56,14 +55,6 @@ bool all_ok(Comm& comm, bool ok) {
   return failed.cpu().item<int64_t>() == 0;
 }
 
-// Collective: rank 0's `text` on every rank.
-void broadcast_string(const World& world, std::string& text) {
-  int64_t size = int64_t(text.size());
-  MPI_CHECK(MPI_Bcast(&size, 1, MPI_INT64_T, 0, world.comm()));
-  text.resize(size_t(size));
-  if (size > 0) MPI_CHECK(MPI_Bcast(text.data(), int(size), MPI_CHAR, 0, world.comm()));
-}
-
 }  // namespace
 
 int run_training(World& world, Comm& comm, const TrainConfig& cfg, data::Dataset dataset,
@@ -97,8 +88,8 @@ int run_training(World& world, Comm& comm, const TrainConfig& cfg, data::Dataset
           error = e.what();
         }
       }
-      broadcast_string(world, chosen);
-      broadcast_string(world, error);
+      world.broadcast(chosen);
+      world.broadcast(error);
       if (!error.empty()) {
         if (world.is_root()) throw UsageError(error);
         return;

@@ -88,4 +88,11 @@ void World::agree(const std::function<void()>& step) const {
 
 void World::barrier() const { MPI_CHECK(MPI_Barrier(comm_)); }
 
+void World::broadcast(std::string& text) const {
+  int64_t size = int64_t(text.size());
+  MPI_CHECK(MPI_Bcast(&size, 1, MPI_INT64_T, 0, comm_));
+  text.resize(size_t(size));
+  if (size > 0) MPI_CHECK(MPI_Bcast(text.data(), int(size), MPI_CHAR, 0, comm_));
+}
+
 }  // namespace wt

@@ -57,6 +57,9 @@ class World {
 
   void barrier() const;
 
+  // Collective: rank 0's `text` on every rank.
+  void broadcast(std::string& text) const;
+
   // Ends MPI. Idempotent; every Comm must be gone.
   void finalize() noexcept;
 

@@ -60,6 +60,7 @@ class OptionSet {
   Outcome parse(int argc, const char* const* argv);
 
   std::string help_text() const;
+  const std::string& program() const { return program_; }
 
   struct Resolved {
     std::string group, name, value, source;  // source: "default", "command line" or the INI file name

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <string>
+#include <vector>
 #include <filesystem>
 #include <torch/torch.h>
 
@@ -104,6 +105,28 @@ TEST(Launch, VersionNamesTheLibrariesBuiltWith) {
   const Job job = launch(std::string(WANTRAIN_WANTRAIN) + " --version");
   EXPECT_EQ(job.status, 0) << job.output;
   EXPECT_TRUE(std::regex_search(job.output, std::regex("^wantrain \\d+\\.\\d+\\.\\d+\\n  LibTorch "))) << job.output;
+}
+
+TEST(Launch, EveryToolAndSubcommandAnswersVersionWithTheVersion) {
+  const std::vector<std::pair<std::string, std::string>> tools = {
+      {std::string(WANTRAIN_WANTRAIN) + " export", "wantrain export"},
+      {WANTRAIN_WANSAMPLE, "wansample"},
+      {WANTRAIN_WANDATA, "wandata"},
+      {std::string(WANTRAIN_WANDATA) + " synth", "wandata synth"},
+      {std::string(WANTRAIN_WANDATA) + " verify", "wandata verify"},
+      {std::string(WANTRAIN_WANDATA) + " split", "wandata split"},
+      {WANTRAIN_WANBENCH, "wanbench"},
+      {std::string(WANTRAIN_WANBENCH) + " allreduce", "wanbench allreduce"},
+      {std::string(WANTRAIN_WANBENCH) + " io", "wanbench io"},
+      {std::string(WANTRAIN_WANBENCH) + " model", "wanbench model"},
+      {std::string(WANTRAIN_WANBENCH) + " step", "wanbench step"},
+      {std::string(WANTRAIN_WANBENCH) + " ckpt", "wanbench ckpt"}};
+  for (const auto& [command, program] : tools) {
+    const Job job = launch(command + " --version");
+    EXPECT_EQ(job.status, 0) << command << "\n" << job.output;
+    EXPECT_TRUE(std::regex_search(job.output, std::regex("^" + program + " \\d+\\.\\d+\\.\\d+\\n  LibTorch ")))
+        << command << "\n" << job.output;
+  }
 }
 
 TEST(Launch, WanbenchAllreduceChecksEverySizeAndReportsJson) {

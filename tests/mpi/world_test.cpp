@@ -52,6 +52,17 @@ TEST(World, AgreeReturnsWhenEveryRankSucceeds) {
   EXPECT_EQ(runs, 1);
 }
 
+TEST(World, BroadcastGivesEveryRankRankZerosText) {
+  const auto& world = test_world();
+  // Rank r starts with r + 1 characters; rank 0's single 'a' wins, then an empty text does.
+  std::string text(size_t(world.rank() + 1), char('a' + world.rank()));
+  world.broadcast(text);
+  EXPECT_EQ(text, "a");
+  std::string empty = world.is_root() ? "" : "not empty";
+  world.broadcast(empty);
+  EXPECT_EQ(empty, "");
+}
+
 TEST(MpiCheck, FailedCallThrowsWithCallReasonAndRank) {
   const auto& world = test_world();
   int value = 0;

@@ -1,4 +1,4 @@
-#include "version.hpp"
+#include "dist/version.hpp"
 
 #include <fmt/format.h>
 #include <mpi.h>
@@ -8,7 +8,7 @@
 
 namespace wt {
 
-std::string version_text(const char* program) {
+std::string version_text(const std::string& program) {
   char mpi[MPI_MAX_LIBRARY_VERSION_STRING] = {};
   int length = 0;
   MPI_Get_library_version(mpi, &length);
@@ -18,6 +18,10 @@ std::string version_text(const char* program) {
                      WANTRAIN_TORCH_VERSION, WANTRAIN_TORCH_HAS_CUDA ? "CUDA" : "CPU", mpi_name,
                      WANTRAIN_HDF5_VERSION,
                      nccl_built() ? fmt::format("NCCL {}", WANTRAIN_NCCL_VERSION) : std::string("without NCCL"));
+}
+
+std::string help_or_version(OptionSet::Outcome outcome, const OptionSet& options) {
+  return outcome == OptionSet::Outcome::Version ? version_text(options.program()) : options.help_text();
 }
 
 }  // namespace wt

@@ -1,0 +1,16 @@
+// What every tool prints for --version (its version and what it was built
+// with) and, from one place, for --help or --version.
+#pragma once
+
+#include <string>
+
+#include "util/options.hpp"
+
+namespace wt {
+
+std::string version_text(const std::string& program);
+
+// The text for a parse outcome other than Run: the help or the version.
+std::string help_or_version(OptionSet::Outcome outcome, const OptionSet& options);
+
+}  // namespace wt
