@@ -11,16 +11,15 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
-#include "data/dataset.hpp"
-#include "data/shard.hpp"
 #include "dist/backend.hpp"
 #include "dist/mpi_comm.hpp"
 #include "dist/reducer.hpp"
 #include "dist/world.hpp"
-#include "scratch_dataset.hpp"
 #include "model/model_config.hpp"
 #include "model/wan_model.hpp"
-#include "train/trainer.hpp"
+#include "train/engine.hpp"
+#include "train/flow_matching_objective.hpp"
+#include "train/train_config.hpp"
 #include "util/error.hpp"
 #include "util/exit_codes.hpp"
 #include "util/options.hpp"
@@ -48,17 +47,23 @@ double over_ranks(const World& world, double value, MPI_Op op) {
 
 // Mean step time and split over `iters` steps, averaged over ranks (so the
 // phases still add up to no more than the step).
-train::StepTimes time_steps(const World& world, train::Trainer& trainer, int iters) {
+train::StepTimes time_steps(const World& world, train::Engine& engine, const train::Batch& batch, int iters) {
   world.barrier();
   train::StepTimes sum;
   for (int i = 0; i < iters; ++i) {
-    const auto t = trainer.step().times;
+    const auto t = engine.step(batch).times;
     sum.data += t.data, sum.forward += t.forward, sum.backward += t.backward, sum.comm += t.comm,
         sum.optimizer += t.optimizer, sum.total += t.total;
   }
   for (double* v : {&sum.data, &sum.forward, &sum.backward, &sum.comm, &sum.optimizer, &sum.total})
     *v = over_ranks(world, *v / iters, MPI_SUM) / world.size();
   return sum;
+}
+
+// Seeds LibTorch first: every model built from it starts from the same weights.
+model::WanConfig seeded(const model::WanConfig& config) {
+  torch::manual_seed(0);
+  return config;
 }
 
 nlohmann::json to_json(const train::StepTimes& t, double samples_per_step) {
@@ -105,35 +110,44 @@ int run_step_bench(World& world, int argc, char** argv) {
     return kExitOk;
   }
 
-  TrainConfig cfg;
-  cfg.model_config = c.model_config;
-  cfg.batch_size = int(c.batch);
-  cfg.grad_accum = c.grad_accum;
-  cfg.precision = c.precision;
-  cfg.bucket_mb = c.bucket_mb;
-  cfg.threads = c.threads;
-  cfg.steps = c.warmup + c.iters * c.rounds;
-  torch::set_num_threads(threads_per_rank(cfg, world.local_size()));
+  torch::set_num_threads(threads_per_rank(c.threads, world.local_size()));
   auto comm = make_comm(world, Backend::Mpi, {});
 
-  data::SampleShape shape;
-  shape.channels = config.in_dim, shape.frames = c.frames, shape.height = height, shape.width = width;
-  shape.text_len = config.text_len, shape.text_dim = config.text_dim;
-  const int64_t samples_per_step = c.batch * c.grad_accum * world.size();
-  const ScratchDataset scratch(world, shape, samples_per_step * (c.warmup + c.iters * c.rounds));
-  cfg.data = scratch.directory;
+  // This rank's batch of B*K samples, in memory (reading data is wanbench
+  // io's measurement): the step from the batch on, as wantrain takes it.
+  const int64_t per_rank = c.batch * c.grad_accum;
+  torch::manual_seed(1 + world.rank());
+  train::Batch batch;
+  batch.tensors.emplace("latents", torch::randn({per_rank, config.in_dim, c.frames, height, width}));  // [B*K, C, F, H, W]
+  batch.tensors.emplace("text_emb", torch::randn({per_rank, config.text_len, config.text_dim}));      // [B*K, L, D]
+  for (int64_t i = 0; i < per_rank; ++i) batch.indices.push_back(world.rank() * per_rank + i);
+
+  // The model, objective and Engine of each variant: the same initial weights.
+  struct Variant {
+    model::WanModel model;
+    train::FlowMatchingObjective objective;
+    train::Engine engine;
+    Variant(const model::WanConfig& config, Comm& comm, const train::EngineOptions& options)
+        : model(seeded(config)), objective(*model, {}), engine(comm, objective, options) {}
+  };
+  train::EngineOptions engine_options;
+  engine_options.micro_batch = c.batch;
+  engine_options.accumulation = c.grad_accum;
+  engine_options.compute_dtype = c.precision == "bf16" ? at::kBFloat16 : at::kFloat;
+  engine_options.schedule = {1e-4, train::Schedule::Constant, 0, c.warmup + c.iters * c.rounds};
+  engine_options.bucket_bytes = static_cast<int64_t>(c.bucket_mb * (1 << 20));
+  Variant synced(config, *comm, engine_options);
+  engine_options.communicate = false;
+  Variant local(config, *comm, engine_options);
+  const int64_t samples_per_step = per_rank * world.size();
 
   // Both variants side by side, alternating in rounds so that both see the
   // same machine; each reports its round with the median step time.
-  train::TrainerOptions without_communication;
-  without_communication.communicate = false;
-  train::Trainer synced(cfg, *comm, data::Dataset::open(cfg.data), config);
-  train::Trainer local(cfg, *comm, data::Dataset::open(cfg.data), config, without_communication);
-  for (int i = 0; i < c.warmup; ++i) synced.step(), local.step();
+  for (int i = 0; i < c.warmup; ++i) synced.engine.step(batch), local.engine.step(batch);
   std::vector<train::StepTimes> with_rounds, without_rounds;
   for (int round = 0; round < c.rounds; ++round) {
-    with_rounds.push_back(time_steps(world, synced, c.iters));
-    without_rounds.push_back(time_steps(world, local, c.iters));
+    with_rounds.push_back(time_steps(world, synced.engine, batch, c.iters));
+    without_rounds.push_back(time_steps(world, local.engine, batch, c.iters));
   }
   auto median = [](std::vector<train::StepTimes> v) {
     std::sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.total < b.total; });

@@ -134,8 +134,8 @@ void validate(const TrainConfig& c) {
   }
 }
 
-int threads_per_rank(const TrainConfig& cfg, int ranks_on_node) {
-  if (cfg.threads > 0) return cfg.threads;
+int threads_per_rank(int requested, int ranks_on_node) {
+  if (requested > 0) return requested;
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   // A launcher that bound this rank to some cores (mpirun --bind-to, SLURM)
   // already shared the node out: use them all.

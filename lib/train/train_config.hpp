@@ -88,7 +88,11 @@ void declare_options(OptionSet& options, TrainConfig& cfg);
 // Cross-field and range checks; throws UsageError naming the option.
 void validate(const TrainConfig& cfg);
 
-// Threads per rank: cfg.threads, or the node's cores shared among its ranks.
-int threads_per_rank(const TrainConfig& cfg, int ranks_on_node);
+// Threads per rank: `requested` (cfg.threads), or when 0 the cores this rank
+// may use: those a launcher bound it to, else the node's shared among its ranks.
+int threads_per_rank(int requested, int ranks_on_node);
+inline int threads_per_rank(const TrainConfig& cfg, int ranks_on_node) {
+  return threads_per_rank(cfg.threads, ranks_on_node);
+}
 
 }  // namespace wt
