@@ -104,6 +104,10 @@ TEST_F(Wansample, SamplesFromAFileOfTextEmbeddings) {
                          dir_ + "/t.h5");
   ASSERT_EQ(job.status, 0) << job.output;
   EXPECT_EQ(wt::data::inspect_shard(dir_ + "/t.h5").shape.latents_string(), "[N,16,1,4,6] float32");
+  // A file of embeddings has no latents to compare with.
+  const Job compare = sample("--weights " + weights_ + " --text " + shard + " --frames 1 --size 4x6 --compare");
+  EXPECT_EQ(compare.status, 2) << compare.output;
+  EXPECT_EQ(wt::testing::occurrences(compare.output, "option --compare: needs --data"), 1u) << compare.output;
 }
 
 TEST_F(Wansample, WeightsOfAnotherModelAreOneLineAndStatus2) {
