@@ -75,7 +75,7 @@ int run_training(World& world, Comm& comm, const TrainConfig& cfg, data::Dataset
                                               error.message()));
     }
     if (!cfg.val_data.empty())
-      validator = std::make_unique<train::Validator>(cfg.val_data, train::ValidationOptions{cfg.batch_size, 4, cfg.shift});
+      validator = std::make_unique<train::Validator>(cfg.val_data, cfg.batch_size);
     // Rank 0 chooses the file (right after a requeue, nodes may see the
     // `latest` link differently); every rank then reads it (a shared file
     // system, as for the data) and checks it before anything is built.
@@ -170,7 +170,7 @@ int run_training(World& world, Comm& comm, const TrainConfig& cfg, data::Dataset
   train::TrainLog log(world.is_root(), log_options);
 
   auto validate = [&](int64_t step) {
-    const double loss = validator->evaluate(trainer->model(), comm, trainer->compute_dtype());
+    const double loss = validator->evaluate(trainer->objective(), comm, trainer->compute_dtype());
     log.validation(step, loss);
     return loss;
   };

@@ -8,6 +8,12 @@
 #include "train/caption_dropout.hpp"
 
 namespace wt::train {
+namespace {
+// Noise of validation sample i at grid point j: independent of --seed, so
+// runs with different seeds are scored on the same problem.
+constexpr uint64_t kValidationSeed = 0x76616c6964617465;  // "validate"
+constexpr int kValidationGrid = 4;
+}  // namespace
 
 FlowMatchingObjective::FlowMatchingObjective(model::WanModelImpl& model, FlowMatchingObjectiveOptions options)
     : model_(model), options_(options) {
@@ -32,6 +38,25 @@ ObjectiveLoss FlowMatchingObjective::loss(const Batch& micro_batch, const StepCo
   out.prepare_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   out.loss = flow_matching_loss(model_.forward(in.noisy.x_t, in.noisy.timesteps, in.context), in.noisy.target);
   return out;
+}
+
+at::Tensor FlowMatchingObjective::validation_losses(const Batch& batch) {
+  const bool was_training = model_.is_training();
+  model_.eval();
+  const auto x0 = batch.at("latents").to(torch::kFloat32);
+  const auto context = batch.at("text_emb").to(torch::kFloat32);
+  const int64_t b = batch.size();
+  auto sum = torch::zeros({b}, torch::kFloat64);
+  for (int j = 0; j < kValidationGrid; ++j) {
+    const double sigma = shift_sigma((j + 0.5) / kValidationGrid, options_.flow.shift);
+    std::vector<uint64_t> keys(b);
+    for (int64_t i = 0; i < b; ++i) keys[i] = sample_key(kValidationSeed, j, batch.indices[i]);
+    const auto noisy = noisy_batch_at(x0, std::vector<double>(b, sigma), keys);
+    const auto prediction = model_.forward(noisy.x_t, noisy.timesteps, context);
+    sum += per_sample_loss(prediction, noisy.target).to(torch::kCPU, torch::kFloat64);
+  }
+  if (was_training) model_.train();
+  return sum / kValidationGrid;
 }
 
 }  // namespace wt::train

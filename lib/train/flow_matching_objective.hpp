@@ -29,6 +29,10 @@ class FlowMatchingObjective : public Objective {
   const NamedTensors& trainable() const override { return trainable_; }
   std::vector<at::Tensor> buffers() const override;
   ObjectiveLoss loss(const Batch& micro_batch, const StepContext& context) override;
+  // The flow-matching loss at a fixed grid of 4 sigmas per sample,
+  // sigma_j = shift_sigma((j + 0.5) / 4), with noise keyed by (sample, j)
+  // alone, averaged over the grid; the model runs in eval mode.
+  at::Tensor validation_losses(const Batch& batch) override;
 
  protected:
   // The model's inputs: x_t, timesteps and target from noise keyed by

@@ -52,6 +52,11 @@ class Objective {
   // The loss of one micro-batch, called under the Engine's autocast with
   // gradients enabled; the Engine runs backward on it.
   virtual ObjectiveLoss loss(const Batch& micro_batch, const StepContext& context) = 0;
+  // The objective's validation metric for each sample of a held-out batch:
+  // [B] fp64, deterministic (no dependence on the seed, step or batch
+  // split), so that scores compare across steps, runs and world sizes.
+  // Called without gradients, under the Engine's autocast.
+  virtual at::Tensor validation_losses(const Batch& batch) = 0;
 };
 
 }  // namespace wt::train

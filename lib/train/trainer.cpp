@@ -141,6 +141,7 @@ Trainer::~Trainer() = default;
 int64_t Trainer::effective_batch() const { return int64_t(cfg_.batch_size) * comm_.size() * cfg_.grad_accum; }
 double Trainer::peak_lr() const { return scaled_lr(cfg_.lr, effective_batch(), cfg_.scale_lr); }
 model::WanModelImpl& Trainer::model() { return *impl_->model; }
+Objective& Trainer::objective() { return *impl_->objective; }
 const Ema* Trainer::ema() const { return impl_->engine->ema(); }
 int64_t Trainer::steps_taken() const { return impl_->engine->steps_taken(); }
 int64_t Trainer::skipped_steps() const { return impl_->engine->skipped_steps(); }

@@ -82,6 +82,7 @@ class Trainer {
   int64_t skipped_steps() const;
   at::ScalarType compute_dtype() const { return compute_dtype_; }
   model::WanModelImpl& model();
+  Objective& objective();
   const Ema* ema() const;
   Comm& comm() { return comm_; }
 

@@ -32,6 +32,9 @@ class LeastSquares : public wt::train::Objective {
   ObjectiveLoss loss(const Batch& batch, const StepContext&) override {
     return {(batch.at("x").matmul(w_) - batch.at("y")).square().mean()};
   }
+  at::Tensor validation_losses(const Batch& batch) override {
+    return (batch.at("x").matmul(w_) - batch.at("y")).square().to(torch::kFloat64);
+  }
   at::Tensor w() const { return w_.detach().clone(); }
 
  private:
