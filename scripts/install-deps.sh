@@ -13,6 +13,7 @@ packages=(
   libopenblas0-openmp                  # LibTorch's fp32 matrix products: the default reference BLAS is ~27x slower
   nlohmann-json3-dev libspdlog-dev libfmt-dev
   libgtest-dev
+  clang-format                         # the `format` test checks .clang-format's style
   python3 python3-h5py python3-numpy   # the h5py example of docs/data-format.md is tested
   python3-torch                        # an independent PyTorch evaluation of Wan's forward pass checks WanModel
   slurm-wlm munge                      # the slurm/ scripts are tested on a real single-node SLURM
