@@ -69,11 +69,10 @@ void fill(at::Tensor& buffer, int rank) { buffer.copy_(pattern(buffer.numel()) *
 
 // Elements further from the expected value than the dtype's rounding allows.
 int64_t count_wrong(const at::Tensor& result, const at::Tensor& want, int n) {
-  const double eps = at::isFloatingType(result.scalar_type())
-                         ? (result.scalar_type() == at::kBFloat16 ? 1.0 / 128 : result.scalar_type() == at::kHalf
-                                                                                     ? 1.0 / 1024
-                                                                                     : 1e-6)
-                         : 0.0;
+  const double eps = at::isFloatingType(result.scalar_type()) ? (result.scalar_type() == at::kBFloat16 ? 1.0 / 128
+                                                                 : result.scalar_type() == at::kHalf   ? 1.0 / 1024
+                                                                                                       : 1e-6)
+                                                              : 0.0;
   const at::Tensor diff = (result.to(at::kDouble) - want).abs();
   return (diff > want.abs() * (eps * n)).sum().item<int64_t>();
 }
@@ -166,19 +165,19 @@ int run_allreduce_bench(World& world, int argc, char** argv) {
   if (world.is_root() && !cfg.json) {
     std::cout << fmt::format("# wanbench allreduce: {} ranks, dtype {}, op {}, {} iters x {} rounds (median)\n", n,
                              cfg.dtype, cfg.op, cfg.iters, cfg.rounds)
+              << fmt::format("# {:>12} {:>10} | {:>10} {:>8} {:>8} {:>6} | {:>10} {:>8} {:>8} {:>6} | {:>6}\n", "", "",
+                             "wantrain", "", "", "", "raw MPI", "", "", "", "busbw")
               << fmt::format("# {:>12} {:>10} | {:>10} {:>8} {:>8} {:>6} | {:>10} {:>8} {:>8} {:>6} | {:>6}\n",
-                             "", "", "wantrain", "", "", "", "raw MPI", "", "", "", "busbw")
-              << fmt::format("# {:>12} {:>10} | {:>10} {:>8} {:>8} {:>6} | {:>10} {:>8} {:>8} {:>6} | {:>6}\n",
-                             "size(B)", "count", "time(us)", "algbw", "busbw", "#wrong", "time(us)", "algbw",
-                             "busbw", "#wrong", "ratio");
+                             "size(B)", "count", "time(us)", "algbw", "busbw", "#wrong", "time(us)", "algbw", "busbw",
+                             "#wrong", "ratio");
   }
   for (int64_t bytes = cfg.min_bytes; bytes <= cfg.max_bytes; bytes *= cfg.step_factor) {
     const int64_t count = std::max<int64_t>(1, bytes / item);
     at::Tensor buffer = at::empty({count}, at::TensorOptions().dtype(dtype));  // [count]
     auto ours = [&] { comm.all_reduce(buffer, {op}); };
     auto raw = [&] {
-      MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buffer.data_ptr(), static_cast<int>(count), raw_type, raw_op,
-                              comm.native()));
+      MPI_CHECK(
+          MPI_Allreduce(MPI_IN_PLACE, buffer.data_ptr(), static_cast<int>(count), raw_type, raw_op, comm.native()));
       if (op == ReduceOp::Avg) buffer.div_(n);
     };
     Measure m_ours, m_raw;
@@ -206,10 +205,8 @@ int run_allreduce_bench(World& world, int argc, char** argv) {
     const double real_bytes = static_cast<double>(count * item);
     auto row = [&](const Measure& m) {
       const double algbw = real_bytes / m.seconds / 1e9;
-      return nlohmann::json{{"time_us", m.seconds * 1e6},
-                            {"algbw_GBps", algbw},
-                            {"busbw_GBps", algbw * bus_factor},
-                            {"wrong", m.wrong}};
+      return nlohmann::json{
+          {"time_us", m.seconds * 1e6}, {"algbw_GBps", algbw}, {"busbw_GBps", algbw * bus_factor}, {"wrong", m.wrong}};
     };
     nlohmann::json line{{"bytes", count * item}, {"count", count}, {"wantrain", row(m_ours)}, {"mpi", row(m_raw)}};
     line["busbw_ratio"] = m_raw.seconds / m_ours.seconds;
@@ -230,9 +227,15 @@ int run_allreduce_bench(World& world, int argc, char** argv) {
   }
   if (world.is_root()) {
     if (cfg.json) {
-      std::cout << nlohmann::json{{"bench", "allreduce"},   {"ranks", n},           {"dtype", cfg.dtype},
-                                  {"op", cfg.op},           {"iters", cfg.iters},   {"rounds", cfg.rounds},
-                                  {"checked", !cfg.no_check}, {"wrong", total_wrong}, {"rows", rows}}
+      std::cout << nlohmann::json{{"bench", "allreduce"},
+                                  {"ranks", n},
+                                  {"dtype", cfg.dtype},
+                                  {"op", cfg.op},
+                                  {"iters", cfg.iters},
+                                  {"rounds", cfg.rounds},
+                                  {"checked", !cfg.no_check},
+                                  {"wrong", total_wrong},
+                                  {"rows", rows}}
                        .dump(2)
                 << "\n";
     } else {

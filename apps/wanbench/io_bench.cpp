@@ -69,8 +69,8 @@ int64_t raw_read(const data::Dataset& dataset, std::vector<char>& buffer) {
     for (const char* name : {"latents", "text_emb"}) {
       const h5::Handle d = h5::open_dataset(file.get(), name);
       const h5::Handle type = h5::dataset_type(d.get());
-      const int64_t row_bytes = std::string(name) == "latents" ? dataset.shape().latents_bytes()
-                                                                : dataset.shape().text_bytes();
+      const int64_t row_bytes =
+          std::string(name) == "latents" ? dataset.shape().latents_bytes() : dataset.shape().text_bytes();
       const int64_t rows_per_read = std::max<int64_t>(1, (int64_t{64} << 20) / row_bytes);
       buffer.resize(std::max(buffer.size(), static_cast<size_t>(rows_per_read * row_bytes)));
       const h5::Handle space = h5::dataset_space(d.get());
@@ -113,7 +113,8 @@ int run_io_bench(World& world, int argc, char** argv) {
       .add("wan-samples", &c.wan_samples, "samples of the Wan-480p-like dataset")
       .add("batch-size", &c.batch_size, "Loader batch size")
       .add("prefetch", &c.prefetch, "Loader read-ahead in batches")
-      .choice("dtype", &c.dtype, {"float32", "bfloat16", "stored"}, "what the Loader converts to (stored: no conversion)")
+      .choice("dtype", &c.dtype, {"float32", "bfloat16", "stored"},
+              "what the Loader converts to (stored: no conversion)")
       .add("rounds", &c.rounds, "alternating rounds of raw read and Loader; the median is reported")
       .flag("json", &c.json, "print JSON instead of the table");
   if (const auto outcome = options.parse(argc, argv); outcome != OptionSet::Outcome::Run) {
@@ -134,8 +135,9 @@ int run_io_bench(World& world, int argc, char** argv) {
 
   nlohmann::json rows = nlohmann::json::array();
   if (!c.json)
-    std::cout << fmt::format("# wanbench io: batch {}, prefetch {}, Loader output {}, {} rounds (median), page cache warm\n",
-                             c.batch_size, c.prefetch, c.dtype, c.rounds)
+    std::cout << fmt::format(
+                     "# wanbench io: batch {}, prefetch {}, Loader output {}, {} rounds (median), page cache warm\n",
+                     c.batch_size, c.prefetch, c.dtype, c.rounds)
               << fmt::format("# {:<8} {:>8} {:>12} | {:>10} {:>9} | {:>10} {:>9} | {:>6}\n", "shape", "samples",
                              "sample(B)", "raw MB/s", "samples/s", "Loader MB/s", "samples/s", "ratio");
   for (const auto& shape : shapes) {

@@ -102,7 +102,8 @@ int run_model_bench(World&, int argc, char** argv) {
       step_s.push_back(step / double(c.batch));
     }
   }
-  const auto grid_tokens = c.frames / config.patch_size[0] * (height / config.patch_size[1]) * (width / config.patch_size[2]);
+  const auto grid_tokens =
+      c.frames / config.patch_size[0] * (height / config.patch_size[1]) * (width / config.patch_size[2]);
   const nlohmann::json row{{"model_config", c.model_config},
                            {"parameters", model::parameter_count(config)},
                            {"precision", c.precision},
@@ -119,11 +120,13 @@ int run_model_bench(World&, int argc, char** argv) {
   } else {
     std::cout << fmt::format("# wanbench model: {} iters (median) after {} warm-up, {} threads\n", c.iters, c.warmup,
                              torch::get_num_threads());
-    std::cout << "  config                          params  prec  batch  latents          tokens  fwd s/sample  fwd+bwd s/sample  peak RSS MiB  #non-finite\n";
-    std::cout << fmt::format("  {:<30} {:>7.3g}  {:<4}  {:>5}  [{},{},{},{}]  {:>9}  {:>12.4f}  {:>16.4f}  {:>12.0f}  {:>11}\n",
-                             c.model_config.substr(c.model_config.find_last_of('/') + 1), double(model::parameter_count(config)),
-                             c.precision, c.batch, config.in_dim, c.frames, height, width, grid_tokens,
-                             median(forward_s), median(step_s), peak_rss_mib(), non_finite);
+    std::cout << "  config                          params  prec  batch  latents          tokens  fwd s/sample  "
+                 "fwd+bwd s/sample  peak RSS MiB  #non-finite\n";
+    std::cout << fmt::format(
+        "  {:<30} {:>7.3g}  {:<4}  {:>5}  [{},{},{},{}]  {:>9}  {:>12.4f}  {:>16.4f}  {:>12.0f}  {:>11}\n",
+        c.model_config.substr(c.model_config.find_last_of('/') + 1), double(model::parameter_count(config)),
+        c.precision, c.batch, config.in_dim, c.frames, height, width, grid_tokens, median(forward_s), median(step_s),
+        peak_rss_mib(), non_finite);
   }
   return non_finite == 0 ? kExitOk : kExitFailure;
 }

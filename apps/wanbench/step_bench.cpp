@@ -67,8 +67,12 @@ model::WanConfig seeded(const model::WanConfig& config) {
 }
 
 nlohmann::json to_json(const train::StepTimes& t, double samples_per_step) {
-  return {{"step_s", t.total},   {"data_s", t.data},         {"forward_s", t.forward},
-          {"backward_s", t.backward}, {"comm_s", t.comm}, {"optimizer_s", t.optimizer},
+  return {{"step_s", t.total},
+          {"data_s", t.data},
+          {"forward_s", t.forward},
+          {"backward_s", t.backward},
+          {"comm_s", t.comm},
+          {"optimizer_s", t.optimizer},
           {"samples_per_s", samples_per_step / t.total}};
 }
 
@@ -99,9 +103,11 @@ int run_step_bench(World& world, int argc, char** argv) {
     outcome = options.parse(argc, argv);
     if (outcome != OptionSet::Outcome::Run) return;
     if (c.model_config.empty()) throw UsageError("option --model-config: the model config is required");
-    if (c.iters < 1 || c.rounds < 1 || c.warmup < 0 || c.batch < 1 || c.frames < 1 || c.grad_accum < 1 || c.sync_iters < 1)
-      throw UsageError("options --iters, --rounds, --sync-iters, --batch-size, --grad-accum, --frames: must be at least 1 "
-                       "(--warmup at least 0)");
+    if (c.iters < 1 || c.rounds < 1 || c.warmup < 0 || c.batch < 1 || c.frames < 1 || c.grad_accum < 1 ||
+        c.sync_iters < 1)
+      throw UsageError(
+          "options --iters, --rounds, --sync-iters, --batch-size, --grad-accum, --frames: must be at least 1 "
+          "(--warmup at least 0)");
     std::tie(height, width) = parse_height_width(c.size, "size");
     config = model::load_model_config(c.model_config);
   });
@@ -118,8 +124,9 @@ int run_step_bench(World& world, int argc, char** argv) {
   const int64_t per_rank = c.batch * c.grad_accum;
   torch::manual_seed(1 + world.rank());
   train::Batch batch;
-  batch.tensors.emplace("latents", torch::randn({per_rank, config.in_dim, c.frames, height, width}));  // [B*K, C, F, H, W]
-  batch.tensors.emplace("text_emb", torch::randn({per_rank, config.text_len, config.text_dim}));      // [B*K, L, D]
+  batch.tensors.emplace("latents",
+                        torch::randn({per_rank, config.in_dim, c.frames, height, width}));        // [B*K, C, F, H, W]
+  batch.tensors.emplace("text_emb", torch::randn({per_rank, config.text_len, config.text_dim}));  // [B*K, L, D]
   for (int64_t i = 0; i < per_rank; ++i) batch.indices.push_back(world.rank() * per_rank + i);
 
   // The model, objective and Engine of each variant: the same initial weights.
@@ -216,42 +223,41 @@ int run_step_bench(World& world, int argc, char** argv) {
   const double bus = 2.0 * (world.size() - 1) / world.size();
 
   if (!world.is_root()) return kExitOk;
-  nlohmann::json report = {
-      {"model_config", c.model_config},
-      {"parameters", params},
-      {"ranks", world.size()},
-      {"threads_per_rank", torch::get_num_threads()},
-      {"batch_per_rank", c.batch},
-      {"grad_accum", c.grad_accum},
-      {"latents", {config.in_dim, c.frames, height, width}},
-      {"precision", c.precision},
-      {"with_reducer", to_json(with, double(samples_per_step))},
-      {"comm_skipped", to_json(without, double(samples_per_step))},
-      {"exposed_comm_s", exposed},
-      {"exposed_comm_fraction", exposed / with.total},
-      {"sync",
-       {{"bytes", bytes},
-        {"reducer_s", reducer_s},
-        {"backward_with_sync_s", synced_s},
-        {"backward_without_sync_s", local_s},
-        {"mpi_allreduce_s", raw_s},
-        {"reducer_busbw_GBps", bytes / reducer_s * bus / 1e9},
-        {"mpi_busbw_GBps", bytes / raw_s * bus / 1e9},
-        {"reducer_vs_mpi", raw_s / reducer_s},
-        {"buckets", raw_buckets.size()},
-        {"mpi_per_bucket_s", raw_buckets_s},
-        {"reducer_vs_mpi_per_bucket", raw_buckets_s / reducer_s}}}};
+  nlohmann::json report = {{"model_config", c.model_config},
+                           {"parameters", params},
+                           {"ranks", world.size()},
+                           {"threads_per_rank", torch::get_num_threads()},
+                           {"batch_per_rank", c.batch},
+                           {"grad_accum", c.grad_accum},
+                           {"latents", {config.in_dim, c.frames, height, width}},
+                           {"precision", c.precision},
+                           {"with_reducer", to_json(with, double(samples_per_step))},
+                           {"comm_skipped", to_json(without, double(samples_per_step))},
+                           {"exposed_comm_s", exposed},
+                           {"exposed_comm_fraction", exposed / with.total},
+                           {"sync",
+                            {{"bytes", bytes},
+                             {"reducer_s", reducer_s},
+                             {"backward_with_sync_s", synced_s},
+                             {"backward_without_sync_s", local_s},
+                             {"mpi_allreduce_s", raw_s},
+                             {"reducer_busbw_GBps", bytes / reducer_s * bus / 1e9},
+                             {"mpi_busbw_GBps", bytes / raw_s * bus / 1e9},
+                             {"reducer_vs_mpi", raw_s / reducer_s},
+                             {"buckets", raw_buckets.size()},
+                             {"mpi_per_bucket_s", raw_buckets_s},
+                             {"reducer_vs_mpi_per_bucket", raw_buckets_s / reducer_s}}}};
   if (c.json) {
     std::cout << report.dump(2) << '\n';
     return kExitOk;
   }
-  fmt::print("wanbench step: {} ({} parameters), {} rank{} x batch {} x accumulation {}, latents [{},{},{},{}], {}, "
-             "{} thread{} per rank\n",
-             c.model_config, params, world.size(), world.size() == 1 ? "" : "s", c.batch, c.grad_accum,
-             config.in_dim, c.frames, height, width, c.precision, torch::get_num_threads(),
-             torch::get_num_threads() == 1 ? "" : "s");
-  fmt::print("  {:<16} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>10}\n", "seconds per step", "step", "data", "fwd",
-             "bwd", "comm", "optim", "samples/s");
+  fmt::print(
+      "wanbench step: {} ({} parameters), {} rank{} x batch {} x accumulation {}, latents [{},{},{},{}], {}, "
+      "{} thread{} per rank\n",
+      c.model_config, params, world.size(), world.size() == 1 ? "" : "s", c.batch, c.grad_accum, config.in_dim,
+      c.frames, height, width, c.precision, torch::get_num_threads(), torch::get_num_threads() == 1 ? "" : "s");
+  fmt::print("  {:<16} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>10}\n", "seconds per step", "step", "data", "fwd", "bwd",
+             "comm", "optim", "samples/s");
   for (const auto& [label, t] : {std::pair{"with Reducer", with}, std::pair{"comm skipped", without}})
     fmt::print("  {:<16} {:>8.4f} {:>8.4f} {:>8.4f} {:>8.4f} {:>8.4f} {:>8.4f} {:>10.2f}\n", label, t.total, t.data,
                t.forward, t.backward, t.comm, t.optimizer, double(samples_per_step) / t.total);
@@ -261,10 +267,11 @@ int run_step_bench(World& world, int argc, char** argv) {
     fmt::print("  gradient sync: nothing to synchronise on one rank\n");
     return kExitOk;
   }
-  fmt::print("  gradient sync of {:.2f} MB: Reducer {:.2f} ms ({:.2f} GB/s busbw), MPI_Allreduce {:.2f} ms "
-             "({:.2f} GB/s): {:.0f}% of raw MPI (goal >= 85%)\n",
-             bytes / 1e6, reducer_s * 1e3, bytes / reducer_s * bus / 1e9, raw_s * 1e3, bytes / raw_s * bus / 1e9,
-             100 * raw_s / reducer_s);
+  fmt::print(
+      "  gradient sync of {:.2f} MB: Reducer {:.2f} ms ({:.2f} GB/s busbw), MPI_Allreduce {:.2f} ms "
+      "({:.2f} GB/s): {:.0f}% of raw MPI (goal >= 85%)\n",
+      bytes / 1e6, reducer_s * 1e3, bytes / reducer_s * bus / 1e9, raw_s * 1e3, bytes / raw_s * bus / 1e9,
+      100 * raw_s / reducer_s);
   fmt::print("  the same {} bucket{} by raw MPI_Allreduce one after the other: {:.2f} ms: Reducer at {:.0f}% of it\n",
              raw_buckets.size(), raw_buckets.size() == 1 ? "" : "s", raw_buckets_s * 1e3,
              100 * raw_buckets_s / reducer_s);

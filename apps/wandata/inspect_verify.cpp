@@ -103,8 +103,8 @@ int run_verify(World&, int argc, char** argv) {
   }
   for (const auto& p : problems) std::cout << "problem: " << p << "\n";
   if (!problems.empty()) {
-    std::cout << fmt::format("wandata verify: {} problem{} in {}\n", problems.size(),
-                             problems.size() == 1 ? "" : "s", directory);
+    std::cout << fmt::format("wandata verify: {} problem{} in {}\n", problems.size(), problems.size() == 1 ? "" : "s",
+                             directory);
     return kExitFailure;
   }
   std::cout << fmt::format("wandata verify: {} OK: {} shards, {} samples, every sample read and finite\n", directory,

@@ -26,8 +26,10 @@ constexpr const char* kUsage =
 
 int run(wt::World& world, int argc, char** argv) {
   using Command = int (*)(wt::World&, int, char**);
-  const std::map<std::string, Command> commands = {{"synth", wt::run_synth},   {"inspect", wt::run_inspect},
-                                                   {"verify", wt::run_verify}, {"split", wt::run_split},
+  const std::map<std::string, Command> commands = {{"synth", wt::run_synth},
+                                                   {"inspect", wt::run_inspect},
+                                                   {"verify", wt::run_verify},
+                                                   {"split", wt::run_split},
                                                    {"merge", wt::run_merge}};
   const std::string command = argc > 1 ? argv[1] : "";
   if (const auto it = commands.find(command); it != commands.end()) return it->second(world, argc - 1, argv + 1);
@@ -39,9 +41,9 @@ int run(wt::World& world, int argc, char** argv) {
     std::cout << wt::version_text("wandata");
     return wt::kExitOk;
   }
-  throw wt::UsageError(command.empty() ? "no command given (synth|inspect|verify|split|merge)"
-                                       : fmt::format("unknown command '{}' (synth|inspect|verify|split|merge)",
-                                                     command));
+  throw wt::UsageError(command.empty()
+                           ? "no command given (synth|inspect|verify|split|merge)"
+                           : fmt::format("unknown command '{}' (synth|inspect|verify|split|merge)", command));
 }
 
 }  // namespace

@@ -15,8 +15,8 @@ void prepare_output_directory(const std::string& directory) {
   if (ec) throw UsageError(fmt::format("option --out: cannot create {}: {}", directory, ec.message()));
   for (const auto& entry : fs::directory_iterator(directory, ec))
     if (entry.path().extension() == ".h5")
-      throw UsageError(fmt::format("option --out: {} already holds shards ({}); choose an empty directory",
-                                   directory, entry.path().filename().string()));
+      throw UsageError(fmt::format("option --out: {} already holds shards ({}); choose an empty directory", directory,
+                                   entry.path().filename().string()));
 }
 
 }  // namespace wt

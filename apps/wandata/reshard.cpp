@@ -26,15 +26,16 @@ int reshard(const char* command, int argc, char** argv, int64_t default_shards, 
   OptionSet options(std::string("wandata ") + command, many_sources ? "DIR... --out DIR" : "DIR --out DIR");
   options.group(command)
       .standard_options(&config)
-      .positional("data", &sources, many_sources ? "the datasets to join" : "the dataset to split", many_sources ? -1 : 1)
+      .positional("data", &sources, many_sources ? "the datasets to join" : "the dataset to split",
+                  many_sources ? -1 : 1)
       .add("out", &out, "output directory (created; must not hold shards yet)")
       .add("shards", &shards, "number of output shards");
   if (const auto outcome = options.parse(argc, argv); outcome != OptionSet::Outcome::Run) {
     std::cout << help_or_version(outcome, options);
     return kExitOk;
   }
-  if (sources.empty()) throw UsageError(fmt::format("wandata {}: give the dataset director{}", command,
-                                                    many_sources ? "ies" : "y"));
+  if (sources.empty())
+    throw UsageError(fmt::format("wandata {}: give the dataset director{}", command, many_sources ? "ies" : "y"));
   if (out.empty()) throw UsageError("option --out: the output directory is required");
 
   std::vector<data::Dataset> inputs;

@@ -98,8 +98,7 @@ class Task {
     at::Tensor latents = at::empty({c_.channels, c_.frames, c_.height, c_.width});  // [C, F, H, W]
     for (int64_t f = 0; f < c_.frames; ++f) {
       const double fx = b.cx + b.vx * f, fy = b.cy + b.vy * f;
-      const at::Tensor blob =
-          at::exp(-((xs_ - fx).pow(2) + (ys_ - fy).pow(2)) / (2 * b.radius * b.radius));  // [H, W]
+      const at::Tensor blob = at::exp(-((xs_ - fx).pow(2) + (ys_ - fy).pow(2)) / (2 * b.radius * b.radius));  // [H, W]
       latents.select(1, f).copy_(colour_gain_[b.colour].view({c_.channels, 1, 1}) * blob);
     }
     return latents;
@@ -163,8 +162,14 @@ int run_synth(World&, int argc, char** argv) {
 
   prepare_output_directory(c.out);
 
-  const data::SampleShape shape{c.channels, c.frames, c.height, c.width, c.text_len, c.text_dim,
-                                data::parse_stored(c.latent_dtype), data::parse_stored(c.text_dtype)};
+  const data::SampleShape shape{c.channels,
+                                c.frames,
+                                c.height,
+                                c.width,
+                                c.text_len,
+                                c.text_dim,
+                                data::parse_stored(c.latent_dtype),
+                                data::parse_stored(c.text_dtype)};
   const Task task(c);
   Progress progress("synth", c.samples);
   int64_t next = 0;

@@ -78,7 +78,8 @@ int run(World&, int argc, char** argv) {
       .add("png", &c.png,
            "also write a PNG preview (the 4 channels that vary most, one row of frames each; under it the dataset's "
            "own sample)")
-      .flag("compare", &c.compare, "print the correlation and MSE of the sample against the --data sample's own latents");
+      .flag("compare", &c.compare,
+            "print the correlation and MSE of the sample against the --data sample's own latents");
   if (const auto outcome = options.parse(argc, argv); outcome != OptionSet::Outcome::Run) {
     std::cout << help_or_version(outcome, options);
     return kExitOk;
@@ -100,7 +101,8 @@ int run(World&, int argc, char** argv) {
   if (!c.data.empty()) {
     const auto dataset = data::Dataset::open(c.data);
     if (c.index < 0 || c.index >= dataset.size())
-      throw UsageError(fmt::format("option --index: {} is outside the {} samples of {}", c.index, dataset.size(), c.data));
+      throw UsageError(
+          fmt::format("option --index: {} is outside the {} samples of {}", c.index, dataset.size(), c.data));
     const auto& s = dataset.shape();
     train::check_data_fits_model(s, c.data, config, c.model_config);
     reference = torch::empty({s.channels, s.frames, s.height, s.width}, data::scalar_type(s.latents));
@@ -128,17 +130,18 @@ int run(World&, int argc, char** argv) {
   model::WanModel net(config);
   const auto report = model::load_weights(*net, c.weights);
   net->eval();
-  std::cout << fmt::format("wansample: {} ({:.3g} parameters, {}{})\n", c.weights, double(model::parameter_count(config)),
-                           report.summary(), report.diffusers_names ? ", diffusers names" : "");
+  std::cout << fmt::format("wansample: {} ({:.3g} parameters, {}{})\n", c.weights,
+                           double(model::parameter_count(config)), report.summary(),
+                           report.diffusers_names ? ", diffusers names" : "");
 
-  const auto cond = context.unsqueeze(0);        // [1, L, D]
+  const auto cond = context.unsqueeze(0);                  // [1, L, D]
   const auto uncond = train::unconditional_context(cond);  // what --text-drop trains
   const model::AutocastScope autocast(c.precision == "bf16" ? torch::kBFloat16 : torch::kFloat32);
   train::VelocityField velocity = [&](const at::Tensor& x, const at::Tensor& t, bool conditional) {
     return net->forward(x, t, conditional ? cond : uncond);
   };
   auto generator = at::make_generator<at::CPUGeneratorImpl>(c.seed);
-  const auto noise = torch::randn(shape, generator, torch::kFloat32);  // [1, C, F, H, W]
+  const auto noise = torch::randn(shape, generator, torch::kFloat32);                       // [1, C, F, H, W]
   const auto latents = train::euler_sample(noise, velocity, {c.steps, c.shift, c.cfg})[0];  // [C, F, H, W]
 
   data::SampleShape out_shape;
@@ -150,8 +153,9 @@ int run(World&, int argc, char** argv) {
   out_shape.text_dim = context.size(1);
   {
     data::ShardWriter writer(c.out, out_shape, 1, /*with_prompt=*/true);
-    writer.write(0, latents, context, text_len,
-                 fmt::format("wansample of {} (steps {}, shift {}, cfg {}, seed {})", source, c.steps, c.shift, c.cfg, c.seed));
+    writer.write(
+        0, latents, context, text_len,
+        fmt::format("wansample of {} (steps {}, shift {}, cfg {}, seed {})", source, c.steps, c.shift, c.cfg, c.seed));
     writer.close();
   }
   std::cout << fmt::format("wansample: wrote latents {} to {}\n", out_shape.latents_string(), c.out);

@@ -17,7 +17,7 @@ std::vector<int64_t> write_latent_preview(const std::string& path, const std::ve
   const int64_t rows = c * int64_t(videos.size());
   const int64_t width = frames * (tile_w + kGap) + kGap, height = rows * (tile_h + kGap) + kGap;
   auto image = torch::full({height, width}, 32, torch::kUInt8);  // dark grey background
-  const auto range_of = videos.back().to(torch::kFloat32);  // [C, F, H, W]
+  const auto range_of = videos.back().to(torch::kFloat32);       // [C, F, H, W]
   // The channels that vary most: a flat channel shows nothing but noise.
   const auto by_spread = range_of.flatten(1).std(1).argsort(0, /*descending=*/true);  // [C]
   std::vector<int64_t> shown(c);

@@ -41,8 +41,8 @@ int run_export(World& world, int argc, char** argv) {
 
   const auto saved = ckpt::read_checkpoint(checkpoint_path);
   if (ema && saved.ema.empty())
-    throw UsageError(fmt::format("option --ema: checkpoint {} has no EMA (trained without --ema-decay)",
-                                 checkpoint_path));
+    throw UsageError(
+        fmt::format("option --ema: checkpoint {} has no EMA (trained without --ema-decay)", checkpoint_path));
   const auto config = model::parse_model_config(saved.model_config, checkpoint_path + " attribute model_config");
   // Through the model, so the names are exactly its parameters' and the
   // diffusers mapping is the one the loader reads back.

@@ -30,22 +30,23 @@ namespace {
 
 std::string world_table(const wt::World& world, const wt::Comm& comm, const wt::TrainConfig& cfg) {
   const auto peers = world.peers();
-  std::string out = fmt::format("world: {} rank{}, backend {}\n", world.size(), world.size() == 1 ? "" : "s",
-                                comm.backend());
+  std::string out =
+      fmt::format("world: {} rank{}, backend {}\n", world.size(), world.size() == 1 ? "" : "s", comm.backend());
   out += fmt::format("  {:>5}  {:<24}  {:>10}  {:<8}  {:>7}\n", "rank", "host", "local rank", "device", "threads");
   for (const auto& p : peers) {
-    const std::string device =
-        comm.device().is_cuda() ? fmt::format("cuda:{}", p.local_rank) : std::string("cpu");
-    out += fmt::format("  {:>5}  {:<24}  {:>10}  {:<8}  {:>7}\n", p.rank, p.host,
-                       fmt::format("{}/{}", p.local_rank, p.local_size), device,
-                       wt::threads_per_rank(cfg, p.local_size));
+    const std::string device = comm.device().is_cuda() ? fmt::format("cuda:{}", p.local_rank) : std::string("cpu");
+    out +=
+        fmt::format("  {:>5}  {:<24}  {:>10}  {:<8}  {:>7}\n", p.rank, p.host,
+                    fmt::format("{}/{}", p.local_rank, p.local_size), device, wt::threads_per_rank(cfg, p.local_size));
   }
   return out;
 }
 
 int run(wt::World& world, int argc, char** argv) {
   wt::TrainConfig cfg;
-  wt::OptionSet options("wantrain", "[--config run.ini] [options]\n       wantrain export --checkpoint PATH --out FILE [--ema] (see wantrain export --help)");
+  wt::OptionSet options("wantrain",
+                        "[--config run.ini] [options]\n       wantrain export --checkpoint PATH --out FILE [--ema] "
+                        "(see wantrain export --help)");
   wt::declare_options(options, cfg);
 
   auto outcome = wt::OptionSet::Outcome::Run;
@@ -111,9 +112,9 @@ int run(wt::World& world, int argc, char** argv) {
     if (cfg.mode != "distill") return;
     const auto config = wt::train::resolve_teacher_config(cfg.teacher, cfg.teacher_config);
     teacher_config = config;
-    const std::string source =
-        (cfg.teacher_config.empty() ? "the config stored in --teacher " + cfg.teacher
-                                    : "--teacher-config " + cfg.teacher_config) + " (the teacher's)";
+    const std::string source = (cfg.teacher_config.empty() ? "the config stored in --teacher " + cfg.teacher
+                                                           : "--teacher-config " + cfg.teacher_config) +
+                               " (the teacher's)";
     // An image student's frames reach a video teacher as stills (train/teacher.hpp).
     auto seen = config;
     if (model_config && model_config->patch_size[0] == 1) seen.patch_size[0] = 1;
@@ -122,10 +123,10 @@ int run(wt::World& world, int argc, char** argv) {
       wt::model::check_projectable(config, "--teacher " + cfg.teacher, *model_config,
                                    "--model-config " + cfg.model_config);
     const std::string student_init = !cfg.init.empty() ? "--init " + cfg.init : cfg.student_init;
-    model_summary += fmt::format("teacher: {}: {} parameters, dim {}, {} layers, held in {}; student init: {}{}\n",
-                                 cfg.teacher, wt::model::parameter_count(config), config.dim, config.num_layers,
-                                 cfg.teacher_precision, student_init,
-                                 cfg.resume.empty() ? "" : " (when --resume finds no checkpoint)");
+    model_summary +=
+        fmt::format("teacher: {}: {} parameters, dim {}, {} layers, held in {}; student init: {}{}\n", cfg.teacher,
+                    wt::model::parameter_count(config), config.dim, config.num_layers, cfg.teacher_precision,
+                    student_init, cfg.resume.empty() ? "" : " (when --resume finds no checkpoint)");
   });
 
   wt::log::init(world.rank(), world.size());
@@ -142,17 +143,17 @@ int run(wt::World& world, int argc, char** argv) {
   if (world.is_root()) {
     std::cout << "wantrain " << WANTRAIN_VERSION << ": resolved configuration\n"
               << options.resolved_table() << table << data_summary << model_summary
-              << fmt::format("effective batch: {} per rank x {} ranks x {} accumulation steps = {}\n",
-                             cfg.batch_size, world.size(), cfg.grad_accum, effective_batch)
+              << fmt::format("effective batch: {} per rank x {} ranks x {} accumulation steps = {}\n", cfg.batch_size,
+                             world.size(), cfg.grad_accum, effective_batch)
               << fmt::format("optimizer: AdamW, lr {:.4g}{}, {} schedule, {} warm-up steps, precision {}\n",
                              wt::train::scaled_lr(cfg.lr, effective_batch, cfg.scale_lr),
                              cfg.scale_lr ? fmt::format(" (--lr {} x effective batch {})", cfg.lr, effective_batch)
                                           : std::string(),
                              cfg.schedule, cfg.warmup_steps, cfg.precision)
-              << (total_steps > 0 ? fmt::format("steps: {}{}\n", total_steps,
-                                                cfg.epochs > 0 ? fmt::format(" ({} epochs)", cfg.epochs)
-                                                               : std::string())
-                                  : std::string("steps: none given (--steps or --epochs)\n"))
+              << (total_steps > 0
+                      ? fmt::format("steps: {}{}\n", total_steps,
+                                    cfg.epochs > 0 ? fmt::format(" ({} epochs)", cfg.epochs) : std::string())
+                      : std::string("steps: none given (--steps or --epochs)\n"))
               << std::flush;
   }
   comm->barrier();  // the collectives work end to end
@@ -171,7 +172,6 @@ int run(wt::World& world, int argc, char** argv) {
 
 int main(int argc, char** argv) {
   // `wantrain export ...` is a subcommand; everything else is a training run.
-  if (argc > 1 && std::string(argv[1]) == "export")
-    return wt::run_app(argc - 1, argv + 1, wt::run_export);
+  if (argc > 1 && std::string(argv[1]) == "export") return wt::run_app(argc - 1, argv + 1, wt::run_export);
   return wt::run_app(argc, argv, run);
 }

@@ -71,11 +71,10 @@ int run_training(World& world, Comm& comm, const TrainConfig& cfg, data::Dataset
     if (world.is_root()) {
       std::error_code error;
       std::filesystem::create_directories(cfg.output_dir, error);
-      if (error) throw UsageError(fmt::format("option --output-dir: cannot create {}: {}", cfg.output_dir,
-                                              error.message()));
+      if (error)
+        throw UsageError(fmt::format("option --output-dir: cannot create {}: {}", cfg.output_dir, error.message()));
     }
-    if (!cfg.val_data.empty())
-      validator = std::make_unique<train::Validator>(cfg.val_data, cfg.batch_size);
+    if (!cfg.val_data.empty()) validator = std::make_unique<train::Validator>(cfg.val_data, cfg.batch_size);
     // Rank 0 chooses the file (right after a requeue, nodes may see the
     // `latest` link differently); every rank then reads it (a shared file
     // system, as for the data) and checks it before anything is built.
@@ -135,8 +134,8 @@ int run_training(World& world, Comm& comm, const TrainConfig& cfg, data::Dataset
     if (cfg.teacher_precision == "bf16") teacher->hold_in_bf16();
     teacher->to(comm.device());
     if (world.is_root())
-      fmt::print("teacher: {} ({}), checksum {}, frozen{}{}\n", teacher->path(), teacher->source(),
-                 teacher->checksum(), teacher->held_in_bf16() ? ", Linear weights held in bf16" : "",
+      fmt::print("teacher: {} ({}), checksum {}, frozen{}{}\n", teacher->path(), teacher->source(), teacher->checksum(),
+                 teacher->held_in_bf16() ? ", Linear weights held in bf16" : "",
                  teacher->shows_frames_as_stills() ? ", each frame shown to it as a still video" : "");
   }
   const bool resumed = resume.has_value();
@@ -204,11 +203,11 @@ int run_training(World& world, Comm& comm, const TrainConfig& cfg, data::Dataset
       }
       const bool saved = all_ok(comm, written);
       if (world.is_root())
-        fmt::print("stopping at step {} on {}: {}; exit status {}\n", trainer->steps_taken(), signal_name(signal),
-                   saved ? fmt::format("checkpoint {}/{}", cfg.output_dir,
-                                       ckpt::checkpoint_file_name(trainer->steps_taken()))
-                         : std::string("the checkpoint could not be written"),
-                   saved ? fmt::format("{} (requeue, then --resume auto)", kExitRequeue) : std::string("1"));
+        fmt::print(
+            "stopping at step {} on {}: {}; exit status {}\n", trainer->steps_taken(), signal_name(signal),
+            saved ? fmt::format("checkpoint {}/{}", cfg.output_dir, ckpt::checkpoint_file_name(trainer->steps_taken()))
+                  : std::string("the checkpoint could not be written"),
+            saved ? fmt::format("{} (requeue, then --resume auto)", kExitRequeue) : std::string("1"));
       std::fflush(stdout);  // before a launcher's kill-on-bad-exit can end this rank
       return saved ? kExitRequeue : kExitFailure;
     }

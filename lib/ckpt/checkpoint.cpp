@@ -19,12 +19,12 @@ std::string shape_string(at::IntArrayRef sizes) { return fmt::format("[{}]", fmt
 void write_tensor(hid_t location, const std::string& name, const at::Tensor& tensor) {
   const auto data = tensor.detach().to(torch::kCPU, torch::kFloat32).contiguous();
   const std::vector<hsize_t> dims(data.sizes().begin(), data.sizes().end());
-  const h5::Handle space(H5_CHECK(dims.empty() ? H5Screate(H5S_SCALAR)
-                                               : H5Screate_simple(int(dims.size()), dims.data(), nullptr)),
-                         H5Sclose);
-  const h5::Handle set(H5_CHECK(H5Dcreate2(location, name.c_str(), H5T_IEEE_F32LE, space.get(), H5P_DEFAULT,
-                                           H5P_DEFAULT, H5P_DEFAULT)),
-                       H5Dclose);
+  const h5::Handle space(
+      H5_CHECK(dims.empty() ? H5Screate(H5S_SCALAR) : H5Screate_simple(int(dims.size()), dims.data(), nullptr)),
+      H5Sclose);
+  const h5::Handle set(
+      H5_CHECK(H5Dcreate2(location, name.c_str(), H5T_IEEE_F32LE, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)),
+      H5Dclose);
   H5_CHECK(H5Dwrite(set.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data.data_ptr()));
 }
 
@@ -64,14 +64,15 @@ std::vector<std::string> members(hid_t group) {
   return names;
 }
 
-const char* const kStateInts[] = {"step", "epoch", "sampler_epoch", "sampler_consumed", "skipped",
-                                  "loss_scale_good_steps"};
+const char* const kStateInts[] = {
+    "step", "epoch", "sampler_epoch", "sampler_consumed", "skipped", "loss_scale_good_steps"};
 
 // The /trainer group's attributes; `object` names what is being read, for errors.
 TrainerState read_state(hid_t trainer, std::string& object) {
   TrainerState state;
-  int64_t* ints[] = {&state.step,    &state.epoch,   &state.sampler_epoch, &state.sampler_consumed,
-                     &state.skipped, &state.loss_scale_good_steps};
+  int64_t* ints[] = {&state.step,          &state.epoch,
+                     &state.sampler_epoch, &state.sampler_consumed,
+                     &state.skipped,       &state.loss_scale_good_steps};
   for (size_t i = 0; i < std::size(kStateInts); ++i) {
     object = fmt::format("/trainer attribute {}", kStateInts[i]);
     *ints[i] = h5::read_int_attribute(trainer, kStateInts[i]);
@@ -118,8 +119,9 @@ void write_checkpoint(const std::string& path, const Checkpoint& c) {
     }
     {
       const auto trainer = create_group(file.get(), "trainer");
-      const int64_t ints[] = {c.state.step,    c.state.epoch,   c.state.sampler_epoch, c.state.sampler_consumed,
-                              c.state.skipped, c.state.loss_scale_good_steps};
+      const int64_t ints[] = {c.state.step,          c.state.epoch,
+                              c.state.sampler_epoch, c.state.sampler_consumed,
+                              c.state.skipped,       c.state.loss_scale_good_steps};
       for (size_t i = 0; i < std::size(kStateInts); ++i) h5::write_int_attribute(trainer.get(), kStateInts[i], ints[i]);
       h5::write_double_attribute(trainer.get(), "lr", c.state.lr);
       h5::write_double_attribute(trainer.get(), "loss_scale", c.state.loss_scale);
@@ -221,8 +223,8 @@ Checkpoint read_checkpoint(const std::string& path) {
     return c;
   } catch (const std::exception& e) {
     if (object == "the file")
-      throw UsageError(fmt::format("checkpoint {}: not a readable HDF5 file (truncated or corrupt?): {}", path,
-                                   e.what()));
+      throw UsageError(
+          fmt::format("checkpoint {}: not a readable HDF5 file (truncated or corrupt?): {}", path, e.what()));
     throw UsageError(fmt::format("checkpoint {}: {}: {}", path, object, e.what()));
   }
 }
@@ -269,8 +271,7 @@ void check_model_config(const std::string& saved_json, const std::string& path, 
                                  value.dump());
         break;
       }
-  throw UsageError(fmt::format("checkpoint {}: written for another model than {}: {}", path, config_path,
-                               difference));
+  throw UsageError(fmt::format("checkpoint {}: written for another model than {}: {}", path, config_path, difference));
 }
 
 bool is_checkpoint_file(const std::string& path) {
@@ -298,8 +299,8 @@ void check_fits(const Checkpoint& c, const std::string& path, const NamedTensors
     }
     for (const auto& [name, sizes] : by_name)
       if (!expected.count(name))
-        throw UsageError(fmt::format("checkpoint {}: tensor /{}/{} is not a parameter of this model", path, group,
-                                     name));
+        throw UsageError(
+            fmt::format("checkpoint {}: tensor /{}/{} is not a parameter of this model", path, group, name));
   };
   auto sizes_of = [](const NamedTensors& tensors) {
     std::vector<std::pair<std::string, at::IntArrayRef>> out;

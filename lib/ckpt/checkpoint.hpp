@@ -39,7 +39,7 @@ struct TrainerState {
   int64_t epoch = 0;
   int64_t sampler_epoch = 0, sampler_consumed = 0;  // where the next batch starts
   int64_t skipped = 0;
-  double lr = 0;  // of the last step taken
+  double lr = 0;                                                 // of the last step taken
   double loss_scale = std::numeric_limits<double>::quiet_NaN();  // fp16 runs only
   int64_t loss_scale_good_steps = 0;
   double val_loss = std::numeric_limits<double>::quiet_NaN();  // at this step, if validated
@@ -49,7 +49,7 @@ struct Checkpoint {
   NamedTensors model, ema;  // CPU float32
   std::vector<OptimizerSlot> optim;
   TrainerState state;
-  at::Tensor rng_cpu;  // LibTorch's default CPU generator state (uint8)
+  at::Tensor rng_cpu;                    // LibTorch's default CPU generator state (uint8)
   std::string run_config, model_config;  // JSON
   int world_size = 1;
   // Distillation: the teacher's path and the checksum of its weights
@@ -87,7 +87,6 @@ bool is_checkpoint_file(const std::string& path);
 // parameters: every tensor present under /model (and /ema when `need_ema`,
 // /optim when it has AdamW state) with the parameter's shape, nothing extra.
 // UsageError naming the file and the first offending tensor.
-void check_fits(const Checkpoint& checkpoint, const std::string& path, const NamedTensors& parameters,
-                bool need_ema);
+void check_fits(const Checkpoint& checkpoint, const std::string& path, const NamedTensors& parameters, bool need_ema);
 
 }  // namespace wt::ckpt

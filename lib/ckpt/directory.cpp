@@ -82,7 +82,9 @@ void sync_file(const std::string& path) {
   sync_directory(fs::path(path).parent_path().string());
 }
 
-void sync_directory(const std::string& directory) { fsync_path(directory.empty() ? "." : directory, O_RDONLY | O_DIRECTORY); }
+void sync_directory(const std::string& directory) {
+  fsync_path(directory.empty() ? "." : directory, O_RDONLY | O_DIRECTORY);
+}
 
 void replace_link(const std::string& directory, const std::string& link, const std::string& target) {
   const fs::path final_path = fs::path(directory) / link;

@@ -34,10 +34,11 @@ Dataset Dataset::open(const std::string& directory) {
   for (const auto& path : paths) {
     ShardInfo info = inspect_shard(path);
     if (!shards.empty() && info.shape != shards.front().shape)
-      throw UsageError(fmt::format("data: shard {} has latents {}, text_emb {} but shard {} has latents {}, "
-                                   "text_emb {}",
-                                   path, info.shape.latents_string(), info.shape.text_string(), shards.front().path,
-                                   shards.front().shape.latents_string(), shards.front().shape.text_string()));
+      throw UsageError(
+          fmt::format("data: shard {} has latents {}, text_emb {} but shard {} has latents {}, "
+                      "text_emb {}",
+                      path, info.shape.latents_string(), info.shape.text_string(), shards.front().path,
+                      shards.front().shape.latents_string(), shards.front().shape.text_string()));
     shards.push_back(std::move(info));
   }
   Dataset dataset = of(directory, std::move(shards));
@@ -74,10 +75,10 @@ Dataset::Location Dataset::locate(int64_t index) const {
 
 struct SampleReader::Open {
   h5::Handle file, latents, text, prompt;
-  std::vector<int32_t> text_len;             // the whole /text_len, read once
-  h5::Handle latents_space, text_space;      // file dataspaces, reused per read
-  h5::Handle latents_type, text_type;        // memory types: the stored ones (no conversion)
-  h5::Handle latents_row, text_row, one;     // memory dataspaces of one sample
+  std::vector<int32_t> text_len;          // the whole /text_len, read once
+  h5::Handle latents_space, text_space;   // file dataspaces, reused per read
+  h5::Handle latents_type, text_type;     // memory types: the stored ones (no conversion)
+  h5::Handle latents_row, text_row, one;  // memory dataspaces of one sample
 };
 
 SampleReader::SampleReader(const Dataset& dataset) : dataset_(dataset), open_(dataset.shards().size()) {}
@@ -133,8 +134,8 @@ void SampleReader::read(int64_t index, const at::Tensor& latents, const at::Tens
                      text_emb.data_ptr()));
     text_len = o.text_len[row];
   } catch (const Error& e) {
-    throw Error(fmt::format("data: cannot read sample {} (row {}) of shard {}: {}", index, where.row, shard.path,
-                            e.what()));
+    throw Error(
+        fmt::format("data: cannot read sample {} (row {}) of shard {}: {}", index, where.row, shard.path, e.what()));
   }
 }
 

@@ -82,8 +82,8 @@ void write_string_attribute(hid_t object, const std::string& name, const std::st
 
 void write_int_attribute(hid_t object, const std::string& name, long long value) {
   const Handle space(H5_CHECK(H5Screate(H5S_SCALAR)), H5Sclose);
-  const Handle attr(
-      H5_CHECK(H5Acreate2(object, name.c_str(), H5T_STD_I64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT)), H5Aclose);
+  const Handle attr(H5_CHECK(H5Acreate2(object, name.c_str(), H5T_STD_I64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT)),
+                    H5Aclose);
   H5_CHECK(H5Awrite(attr.get(), H5T_NATIVE_LLONG, &value));
 }
 
@@ -99,8 +99,8 @@ double read_double_attribute(hid_t object, const std::string& name) {
 
 void write_double_attribute(hid_t object, const std::string& name, double value) {
   const Handle space(H5_CHECK(H5Screate(H5S_SCALAR)), H5Sclose);
-  const Handle attr(
-      H5_CHECK(H5Acreate2(object, name.c_str(), H5T_IEEE_F64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT)), H5Aclose);
+  const Handle attr(H5_CHECK(H5Acreate2(object, name.c_str(), H5T_IEEE_F64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT)),
+                    H5Aclose);
   H5_CHECK(H5Awrite(attr.get(), H5T_NATIVE_DOUBLE, &value));
 }
 

@@ -75,14 +75,14 @@ void Loader::run() {
 
 at::Tensor Loader::buffer(at::IntArrayRef sizes, at::ScalarType dtype) {
   for (const auto& t : buffers_)
-    if (t.use_count() == 1 && t.storage().use_count() == 1 && t.scalar_type() == dtype && t.sizes() == sizes)
-      return t;
+    if (t.use_count() == 1 && t.storage().use_count() == 1 && t.scalar_type() == dtype && t.sizes() == sizes) return t;
   // Bounded: the batches in flight (queued, held by the trainer) plus staging.
   // Buffers are taken in a fixed order per batch, so the list stays short.
   constexpr size_t kSlack = 8;
   if (buffers_.size() > 3 * static_cast<size_t>(options_.prefetch) + kSlack) {
-    buffers_.erase(std::remove_if(buffers_.begin(), buffers_.end(), [](const at::Tensor& t) { return t.use_count() == 1; }),
-                   buffers_.end());
+    buffers_.erase(
+        std::remove_if(buffers_.begin(), buffers_.end(), [](const at::Tensor& t) { return t.use_count() == 1; }),
+        buffers_.end());
   }
   buffers_.push_back(at::empty(sizes, dtype));
   return buffers_.back();
@@ -110,8 +110,10 @@ Batch Loader::read_batch(SampleReader& reader, const std::vector<int64_t>& indic
   // read (two staging buffers, used in turn). Small ones: inline, where a
   // thread hand-off would cost more than the conversion.
   const bool overlap = (convert_latents || convert_text) && s.latents_bytes() + s.text_bytes() >= (int64_t{1} << 20);
-  const at::Tensor latents_stage2 = overlap && convert_latents ? buffer(latents_stage.sizes(), latents_stage.scalar_type()) : latents_stage;
-  const at::Tensor text_stage2 = overlap && convert_text ? buffer(text_stage.sizes(), text_stage.scalar_type()) : text_stage;
+  const at::Tensor latents_stage2 =
+      overlap && convert_latents ? buffer(latents_stage.sizes(), latents_stage.scalar_type()) : latents_stage;
+  const at::Tensor text_stage2 =
+      overlap && convert_text ? buffer(text_stage.sizes(), text_stage.scalar_type()) : text_stage;
   std::future<void> converting;  // of the previous sample
   int64_t k = 0;
   for (const int64_t slot : order) {

@@ -24,9 +24,9 @@
 namespace wt::data {
 
 struct Batch {
-  at::Tensor latents;   // [B, C, F, H, W] training dtype
-  at::Tensor text_emb;  // [B, L, D] training dtype
-  at::Tensor text_len;  // [B] int32
+  at::Tensor latents;            // [B, C, F, H, W] training dtype
+  at::Tensor text_emb;           // [B, L, D] training dtype
+  at::Tensor text_len;           // [B] int32
   std::vector<int64_t> indices;  // global sample indices, in batch order
   SamplerState position;         // where this batch starts (epoch, samples consumed before it)
 };

@@ -46,21 +46,23 @@ DistributedSampler::DistributedSampler(std::vector<int64_t> shard_sizes, Sampler
     : options_(options), shard_sizes_(std::move(shard_sizes)) {
   const int64_t W = options_.world_size, B = options_.batch_size;
   if (W < 1 || options_.rank < 0 || options_.rank >= W || B < 1)
-    throw Error(fmt::format("DistributedSampler: rank {} of {} with batch {} is not a valid layout", options_.rank,
-                            W, B));
+    throw Error(
+        fmt::format("DistributedSampler: rank {} of {} with batch {} is not a valid layout", options_.rank, W, B));
   const int64_t total = std::accumulate(shard_sizes_.begin(), shard_sizes_.end(), int64_t{0});
   if (!options_.shard_affinity) {
     batches_per_epoch_ = options_.drop_last ? total / (W * B) : ceil_div(total, W * B);
     if (batches_per_epoch_ == 0)
-      throw UsageError(fmt::format("data: {} samples are fewer than one global batch ({} ranks x {} samples per rank "
-                                   "per step = {}); use more data, fewer ranks or a smaller batch",
-                                   total, W, B, W * B));
+      throw UsageError(
+          fmt::format("data: {} samples are fewer than one global batch ({} ranks x {} samples per rank "
+                      "per step = {}); use more data, fewer ranks or a smaller batch",
+                      total, W, B, W * B));
     return;
   }
   if (static_cast<int64_t>(shard_sizes_.size()) < W)
-    throw UsageError(fmt::format("--shard-affinity: {} shards for {} ranks; every rank needs at least one shard "
-                                 "(re-shard with wandata split)",
-                                 shard_sizes_.size(), W));
+    throw UsageError(
+        fmt::format("--shard-affinity: {} shards for {} ranks; every rank needs at least one shard "
+                    "(re-shard with wandata split)",
+                    shard_sizes_.size(), W));
   int64_t fewest = INT64_MAX, most = 0, offset = 0;
   std::vector<int64_t> per_rank(W, 0);
   for (size_t s = 0; s < shard_sizes_.size(); ++s) {
@@ -76,8 +78,8 @@ DistributedSampler::DistributedSampler(std::vector<int64_t> shard_sizes, Sampler
   }
   batches_per_epoch_ = options_.drop_last ? fewest / B : ceil_div(most, B);
   if (batches_per_epoch_ == 0)
-    throw UsageError(fmt::format("--shard-affinity: a rank's shards hold only {} samples, fewer than --batch-size {}",
-                                 fewest, B));
+    throw UsageError(
+        fmt::format("--shard-affinity: a rank's shards hold only {} samples, fewer than --batch-size {}", fewest, B));
 }
 
 const std::vector<int64_t>& DistributedSampler::order(int64_t epoch) const {
@@ -120,9 +122,10 @@ std::vector<int64_t> DistributedSampler::next() {
 void DistributedSampler::restore(const SamplerState& state) {
   if (state.epoch < 0 || state.consumed < 0 || state.consumed % global_batch() != 0 ||
       state.consumed / global_batch() >= batches_per_epoch_)
-    throw UsageError(fmt::format("data: cannot resume at epoch {} after {} samples with a global batch of {} "
-                                 "({} batches per epoch)",
-                                 state.epoch, state.consumed, global_batch(), batches_per_epoch_));
+    throw UsageError(
+        fmt::format("data: cannot resume at epoch {} after {} samples with a global batch of {} "
+                    "({} batches per epoch)",
+                    state.epoch, state.consumed, global_batch(), batches_per_epoch_));
   state_ = state;
 }
 

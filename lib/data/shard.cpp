@@ -72,9 +72,9 @@ Stored stored_of(const std::string& path, hid_t dataset, const char* name, bool 
   if (bf16_allowed && H5Tget_class(type.get()) == H5T_INTEGER && H5Tget_size(type.get()) == 2 &&
       h5::has_attribute(dataset, "dtype") && h5::read_string_attribute(dataset, "dtype") == "bfloat16")
     return Stored::BFloat16;
-  throw UsageError(fmt::format("data: shard {}: {} has an unsupported element type (expected {})", path, name,
-                               bf16_allowed ? "float32, float16, or uint16 with attribute dtype=\"bfloat16\""
-                                            : "float32 or float16"));
+  throw UsageError(fmt::format(
+      "data: shard {}: {} has an unsupported element type (expected {})", path, name,
+      bf16_allowed ? "float32, float16, or uint16 with attribute dtype=\"bfloat16\"" : "float32 or float16"));
 }
 
 }  // namespace
@@ -107,8 +107,8 @@ ShardInfo inspect_shard(const std::string& path) {
     throw fail(fmt::format("root attribute format is missing or not \"{}\"", kShardFormat));
   if (!h5::has_attribute(root, "version")) throw fail("root attribute version is missing");
   if (const auto version = h5::read_int_attribute(root, "version"); version != kShardVersion)
-    throw fail(fmt::format("format version {} is not supported (this wantrain reads version {})", version,
-                           kShardVersion));
+    throw fail(
+        fmt::format("format version {} is not supported (this wantrain reads version {})", version, kShardVersion));
   for (const char* name : {"latents", "text_emb", "text_len"})
     if (!h5::exists(root, name)) throw fail(fmt::format("dataset /{} is missing", name));
 
@@ -126,9 +126,14 @@ ShardInfo inspect_shard(const std::string& path) {
     if (td[0] != ld[0] || nd[0] != ld[0])
       throw fail(fmt::format("sample counts disagree: /latents {}, /text_emb {}, /text_len {}", ld[0], td[0], nd[0]));
     info.samples = static_cast<int64_t>(ld[0]);
-    info.shape = {static_cast<int64_t>(ld[1]), static_cast<int64_t>(ld[2]), static_cast<int64_t>(ld[3]),
-                  static_cast<int64_t>(ld[4]), static_cast<int64_t>(td[1]), static_cast<int64_t>(td[2]),
-                  stored_of(path, latents.get(), "/latents", true), stored_of(path, text.get(), "/text_emb", false)};
+    info.shape = {static_cast<int64_t>(ld[1]),
+                  static_cast<int64_t>(ld[2]),
+                  static_cast<int64_t>(ld[3]),
+                  static_cast<int64_t>(ld[4]),
+                  static_cast<int64_t>(td[1]),
+                  static_cast<int64_t>(td[2]),
+                  stored_of(path, latents.get(), "/latents", true),
+                  stored_of(path, text.get(), "/text_emb", false)};
     const h5::Handle len_type = h5::dataset_type(lengths.get());
     if (H5Tget_class(len_type.get()) != H5T_INTEGER)
       throw fail("/text_len has an unsupported element type (expected int32)");
@@ -198,9 +203,9 @@ ShardWriter::ShardWriter(const std::string& path, const SampleShape& shape, int6
   h5::write_int_attribute(f, "version", kShardVersion);
   impl_->latents_mem_type = hdf5_type(shape.latents);
   impl_->text_mem_type = hdf5_type(shape.text);
-  impl_->latents = create_per_sample(
-      f, "latents", impl_->latents_mem_type.get(), samples,
-      {hsize_t(shape.channels), hsize_t(shape.frames), hsize_t(shape.height), hsize_t(shape.width)});
+  impl_->latents =
+      create_per_sample(f, "latents", impl_->latents_mem_type.get(), samples,
+                        {hsize_t(shape.channels), hsize_t(shape.frames), hsize_t(shape.height), hsize_t(shape.width)});
   if (shape.latents == Stored::BFloat16) h5::write_string_attribute(impl_->latents.get(), "dtype", "bfloat16");
   impl_->text = create_per_sample(f, "text_emb", impl_->text_mem_type.get(), samples,
                                   {hsize_t(shape.text_len), hsize_t(shape.text_dim)});

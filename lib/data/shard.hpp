@@ -31,7 +31,7 @@ Stored parse_stored(const std::string& name);  // "float32" | "float16" | "bfloa
 // Per-sample shape and storage of a shard; every shard of a dataset shares it.
 struct SampleShape {
   int64_t channels = 16, frames = 1, height = 32, width = 32;  // latents [C, F, H, W]
-  int64_t text_len = 64, text_dim = 128;                        // text_emb [L, D]
+  int64_t text_len = 64, text_dim = 128;                       // text_emb [L, D]
   Stored latents = Stored::Float32, text = Stored::Float32;
 
   bool operator==(const SampleShape& other) const;

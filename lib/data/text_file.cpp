@@ -11,20 +11,20 @@
 namespace wt::data {
 
 TextCondition read_text_condition(const std::string& path, int64_t index) {
-  if (!std::filesystem::is_regular_file(path))
-    throw UsageError(fmt::format("text file {}: no such file", path));
+  if (!std::filesystem::is_regular_file(path)) throw UsageError(fmt::format("text file {}: no such file", path));
   h5::Lock lock(h5::library_mutex());
   h5::quiet_errors();
   h5::Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
   if (!file) throw UsageError(fmt::format("text file {}: not a readable HDF5 file", path));
-  if (!h5::exists(file.get(), "text_emb")) throw UsageError(fmt::format("text file {}: has no /text_emb dataset", path));
+  if (!h5::exists(file.get(), "text_emb"))
+    throw UsageError(fmt::format("text file {}: has no /text_emb dataset", path));
   const h5::Handle emb = h5::open_dataset(file.get(), "text_emb");
   auto dims = h5::dims(emb.get());
   const bool batched = dims.size() == 3;  // [N, L, D]; else one [L, D]
   if (dims.size() == 2) dims.insert(dims.begin(), 1);
   if (dims.size() != 3)
-    throw UsageError(fmt::format("text file {}: /text_emb must be [N, L, D] or [L, D], has {} dimensions", path,
-                                 dims.size()));
+    throw UsageError(
+        fmt::format("text file {}: /text_emb must be [N, L, D] or [L, D], has {} dimensions", path, dims.size()));
   const int64_t n = int64_t(dims[0]), len = int64_t(dims[1]), width = int64_t(dims[2]);
   if (index < 0 || index >= n)
     throw UsageError(fmt::format("text file {}: index {} is outside its {} embeddings", path, index, n));
@@ -35,7 +35,8 @@ TextCondition read_text_condition(const std::string& path, int64_t index) {
   if (batched) h5::select_rows(space.get(), hsize_t(index), 1);
   const hsize_t mem_dims[2] = {hsize_t(len), hsize_t(width)};
   const h5::Handle memory(H5Screate_simple(2, mem_dims, nullptr), H5Sclose);
-  H5_CHECK(H5Dread(emb.get(), H5T_NATIVE_FLOAT, memory.get(), space.get(), H5P_DEFAULT, text.embedding.data_ptr<float>()));
+  H5_CHECK(
+      H5Dread(emb.get(), H5T_NATIVE_FLOAT, memory.get(), space.get(), H5P_DEFAULT, text.embedding.data_ptr<float>()));
 
   text.length = int32_t(len);
   if (h5::exists(file.get(), "text_len")) {

@@ -7,16 +7,16 @@
 
 #include "util/error.hpp"
 
-#define CUDA_CHECK(call)                                                                                      \
-  do {                                                                                                        \
-    const cudaError_t wt_cuda_rc_ = (call);                                                                   \
-    if (wt_cuda_rc_ != cudaSuccess)                                                                           \
+#define CUDA_CHECK(call)                                                                                       \
+  do {                                                                                                         \
+    const cudaError_t wt_cuda_rc_ = (call);                                                                    \
+    if (wt_cuda_rc_ != cudaSuccess)                                                                            \
       ::wt::detail::throw_library_failure("CUDA", #call, cudaGetErrorString(wt_cuda_rc_), __FILE__, __LINE__); \
   } while (0)
 
-#define NCCL_CHECK(call)                                                                                      \
-  do {                                                                                                        \
-    const ncclResult_t wt_nccl_rc_ = (call);                                                                  \
-    if (wt_nccl_rc_ != ncclSuccess)                                                                           \
+#define NCCL_CHECK(call)                                                                                       \
+  do {                                                                                                         \
+    const ncclResult_t wt_nccl_rc_ = (call);                                                                   \
+    if (wt_nccl_rc_ != ncclSuccess)                                                                            \
       ::wt::detail::throw_library_failure("NCCL", #call, ncclGetErrorString(wt_nccl_rc_), __FILE__, __LINE__); \
   } while (0)

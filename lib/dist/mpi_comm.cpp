@@ -86,9 +86,10 @@ MPI_Datatype mpi_datatype(at::ScalarType dtype) {
     case at::kBFloat16:
     case at::kHalf: return MPI_UINT16_T;  // reduced by HalfReduceOps
     default:
-      throw Error(fmt::format("MpiComm: dtype {} is not supported (float32, float64, bfloat16, float16, int32, "
-                              "int64, uint8 are)",
-                              c10::toString(dtype)));
+      throw Error(
+          fmt::format("MpiComm: dtype {} is not supported (float32, float64, bfloat16, float16, int32, "
+                      "int64, uint8 are)",
+                      c10::toString(dtype)));
   }
 }
 

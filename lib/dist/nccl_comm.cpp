@@ -145,9 +145,10 @@ class NcclComm final : public Comm {
       if (devices == 0) throw UsageError(fmt::format("--backend nccl: no CUDA device is visible on {}", world.host()));
       device_ = nccl_device_for(world);
       if (device_ < 0)
-        throw UsageError(fmt::format("--backend nccl: {} ranks run on {} but only {} CUDA devices are visible "
-                                     "there; launch at most one rank per GPU",
-                                     world.local_size(), world.host(), devices));
+        throw UsageError(
+            fmt::format("--backend nccl: {} ranks run on {} but only {} CUDA devices are visible "
+                        "there; launch at most one rank per GPU",
+                        world.local_size(), world.host(), devices));
     });
     CUDA_CHECK(cudaSetDevice(device_));
     const NcclUniqueIdBytes bytes = broadcast_nccl_unique_id(world);
@@ -156,8 +157,8 @@ class NcclComm final : public Comm {
     NCCL_CHECK(ncclCommInitRank(&comm_, size_, id, rank_));
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     CUDA_CHECK(cudaMalloc(&barrier_buffer_, sizeof(float)));
-    watchdog_ = std::make_unique<Watchdog>("NCCL", options.timeout,
-                                           [this](const std::string& message) { fail(message); });
+    watchdog_ =
+        std::make_unique<Watchdog>("NCCL", options.timeout, [this](const std::string& message) { fail(message); });
   }
 
   ~NcclComm() override {
@@ -187,11 +188,10 @@ class NcclComm final : public Comm {
     check("all_reduce", t);
     const ncclDataType_t type = nccl_type(t.scalar_type());
     const ncclRedOp_t op = nccl_op(t.scalar_type(), options.op);
-    return launch(fmt::format("all_reduce #{} ({} x {}, {})", seq_++, c10::toString(t.scalar_type()), t.numel(),
-                              to_string(options.op)),
-                  {t}, [&](cudaStream_t s) {
-                    return ncclAllReduce(t.data_ptr(), t.data_ptr(), t.numel(), type, op, comm_, s);
-                  });
+    return launch(
+        fmt::format("all_reduce #{} ({} x {}, {})", seq_++, c10::toString(t.scalar_type()), t.numel(),
+                    to_string(options.op)),
+        {t}, [&](cudaStream_t s) { return ncclAllReduce(t.data_ptr(), t.data_ptr(), t.numel(), type, op, comm_, s); });
   }
 
   WorkPtr broadcast_async(const at::Tensor& t, const BroadcastOptions& options) override {
@@ -240,7 +240,9 @@ class NcclComm final : public Comm {
   WorkPtr barrier_async(const BarrierOptions&) override {
     return launch(
         fmt::format("barrier #{}", seq_++), {},
-        [&](cudaStream_t s) { return ncclAllReduce(barrier_buffer_, barrier_buffer_, 1, ncclFloat32, ncclSum, comm_, s); },
+        [&](cudaStream_t s) {
+          return ncclAllReduce(barrier_buffer_, barrier_buffer_, 1, ncclFloat32, ncclSum, comm_, s);
+        },
         /*host_blocking=*/true);
   }
 
@@ -248,8 +250,8 @@ class NcclComm final : public Comm {
   void check(const char* op, const at::Tensor& t) const {
     if (!t.defined()) throw Error(fmt::format("NcclComm {}: undefined tensor", op));
     if (!t.is_cuda() || t.device().index() != device_)
-      throw Error(fmt::format("NcclComm {}: tensor is on {}, this rank's NCCL device is cuda:{}", op,
-                              t.device().str(), device_));
+      throw Error(fmt::format("NcclComm {}: tensor is on {}, this rank's NCCL device is cuda:{}", op, t.device().str(),
+                              device_));
     if (!t.is_contiguous()) throw Error(fmt::format("NcclComm {}: tensor is not contiguous", op));
   }
 

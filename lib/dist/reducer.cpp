@@ -177,8 +177,10 @@ void Reducer::zero_grad() {
     p.got_grad = false;
     // An optimizer or user that replaced or dropped the gradient would break the views.
     if (!p.tensor.grad().defined() || !p.tensor.grad().is_alias_of(state_->buckets[p.bucket].buffer))
-      throw Error(fmt::format("Reducer: the gradient of '{}' is no longer a view of its bucket "
-                              "(was it set to None by zero_grad(set_to_none)?)", p.name));
+      throw Error(
+          fmt::format("Reducer: the gradient of '{}' is no longer a view of its bucket "
+                      "(was it set to None by zero_grad(set_to_none)?)",
+                      p.name));
   }
 }
 
@@ -212,13 +214,17 @@ void Reducer::finalize_backward() {
   for (auto& b : s.buckets) b.work->wait();
   s.exposed_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (s.options.allow_unused) return;
-  auto any = torch::full({1}, int32_t(unused.size()), torch::TensorOptions().dtype(torch::kInt32).device(s.comm.device()));
+  auto any =
+      torch::full({1}, int32_t(unused.size()), torch::TensorOptions().dtype(torch::kInt32).device(s.comm.device()));
   s.comm.all_reduce(any, {ReduceOp::Max});
   if (any.item<int32_t>() == 0) return;
   if (unused.empty())
-    throw UsageError("Reducer: a parameter got no gradient on another rank (that rank names it; --allow-unused reduces zeros for it)");
-  throw UsageError(fmt::format("Reducer: {} parameter{} got no gradient in this step: {} (use --allow-unused to reduce zeros for them)",
-                               unused.size(), unused.size() == 1 ? "" : "s", fmt::join(unused, ", ")));
+    throw UsageError(
+        "Reducer: a parameter got no gradient on another rank (that rank names it; --allow-unused reduces zeros for "
+        "it)");
+  throw UsageError(fmt::format(
+      "Reducer: {} parameter{} got no gradient in this step: {} (use --allow-unused to reduce zeros for them)",
+      unused.size(), unused.size() == 1 ? "" : "s", fmt::join(unused, ", ")));
 }
 
 std::vector<std::vector<std::string>> Reducer::bucket_parameter_names() const {

@@ -39,9 +39,9 @@
 namespace wt {
 
 struct ReducerOptions {
-  int64_t first_bucket_bytes = int64_t(1) << 20;  // 1 MiB: communication starts early in backward
+  int64_t first_bucket_bytes = int64_t(1) << 20;   // 1 MiB: communication starts early in backward
   int64_t bucket_bytes = 25 * (int64_t(1) << 20);  // --bucket-mb
-  bool allow_unused = false;                         // --allow-unused
+  bool allow_unused = false;                       // --allow-unused
   // false: sum instead of average, for a caller that already divided its loss
   // by the world size (which saves a pass over every gradient after the sum).
   bool average = true;

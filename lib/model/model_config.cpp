@@ -15,8 +15,8 @@ namespace {
 
 using nlohmann::json;
 
-constexpr const char* kKeys[] = {"dim",      "ffn_dim",  "num_heads",  "num_layers", "freq_dim",
-                                 "text_dim", "text_len", "patch_size", "in_dim",     "out_dim",
+constexpr const char* kKeys[] = {"dim",      "ffn_dim",  "num_heads",      "num_layers", "freq_dim",
+                                 "text_dim", "text_len", "patch_size",     "in_dim",     "out_dim",
                                  "eps",      "qk_norm",  "cross_attn_norm"};
 
 // Keys Wan's own config files carry that do not change the network we build.
@@ -42,15 +42,20 @@ bool boolean(const json& doc, const char* key, const std::string& source) {
 
 void validate(const WanConfig& c, const std::string& source) {
   auto fail = [&](const std::string& what) { throw UsageError(fmt::format("model config {}: {}", source, what)); };
-  for (auto [key, value] : {std::pair<const char*, int64_t>{"dim", c.dim}, {"ffn_dim", c.ffn_dim},
-                            {"num_heads", c.num_heads}, {"num_layers", c.num_layers}, {"freq_dim", c.freq_dim},
-                            {"text_dim", c.text_dim}, {"text_len", c.text_len}, {"in_dim", c.in_dim},
+  for (auto [key, value] : {std::pair<const char*, int64_t>{"dim", c.dim},
+                            {"ffn_dim", c.ffn_dim},
+                            {"num_heads", c.num_heads},
+                            {"num_layers", c.num_layers},
+                            {"freq_dim", c.freq_dim},
+                            {"text_dim", c.text_dim},
+                            {"text_len", c.text_len},
+                            {"in_dim", c.in_dim},
                             {"out_dim", c.out_dim}})
     if (value < 1) fail(fmt::format("'{}' must be a positive integer, got {}", key, value));
   for (int64_t p : c.patch_size)
-    if (p < 1) fail(fmt::format("'patch_size' must hold three positive integers, got [{}]", fmt::join(c.patch_size, ",")));
-  if (c.dim % c.num_heads != 0)
-    fail(fmt::format("'dim' {} is not divisible by 'num_heads' {}", c.dim, c.num_heads));
+    if (p < 1)
+      fail(fmt::format("'patch_size' must hold three positive integers, got [{}]", fmt::join(c.patch_size, ",")));
+  if (c.dim % c.num_heads != 0) fail(fmt::format("'dim' {} is not divisible by 'num_heads' {}", c.dim, c.num_heads));
   if (c.head_dim() % 2 != 0)
     fail(fmt::format("head dim dim/num_heads = {} must be even (RoPE rotates channel pairs)", c.head_dim()));
   if (c.freq_dim % 2 != 0) fail(fmt::format("'freq_dim' {} must be even (cos and sin halves)", c.freq_dim));
@@ -71,8 +76,8 @@ WanConfig parse_model_config(const std::string& text, const std::string& source)
     const bool known = std::find_if(std::begin(kKeys), std::end(kKeys),
                                     [&](const char* k) { return item.key() == k; }) != std::end(kKeys);
     if (!known && !informational_key(item.key()))
-      throw UsageError(fmt::format("model config {}: unknown key '{}' (expected {})", source, item.key(),
-                                   fmt::join(kKeys, ", ")));
+      throw UsageError(
+          fmt::format("model config {}: unknown key '{}' (expected {})", source, item.key(), fmt::join(kKeys, ", ")));
   }
 
   WanConfig c;
@@ -86,13 +91,15 @@ WanConfig parse_model_config(const std::string& text, const std::string& source)
   c.in_dim = positive_int(doc, "in_dim", source);
   c.out_dim = positive_int(doc, "out_dim", source);
   const json& patch = doc.at("patch_size");
-  if (!patch.is_array() || patch.size() != 3 ||
-      !std::all_of(patch.begin(), patch.end(), [](const json& p) { return p.is_number_integer() && p.get<int64_t>() >= 1; }))
+  if (!patch.is_array() || patch.size() != 3 || !std::all_of(patch.begin(), patch.end(), [](const json& p) {
+        return p.is_number_integer() && p.get<int64_t>() >= 1;
+      }))
     throw UsageError(fmt::format("model config {}: 'patch_size' must be three positive integers [f, h, w], got {}",
                                  source, patch.dump()));
   for (size_t i = 0; i < 3; ++i) c.patch_size[i] = patch[i].get<int64_t>();
   const json& eps = doc.at("eps");
-  if (!eps.is_number()) throw UsageError(fmt::format("model config {}: 'eps' must be a number, got {}", source, eps.dump()));
+  if (!eps.is_number())
+    throw UsageError(fmt::format("model config {}: 'eps' must be a number, got {}", source, eps.dump()));
   c.eps = eps.get<double>();
   c.qk_norm = boolean(doc, "qk_norm", source);
   c.cross_attn_norm = boolean(doc, "cross_attn_norm", source);
@@ -109,10 +116,18 @@ WanConfig load_model_config(const std::string& path) {
 }
 
 std::string to_json(const WanConfig& c) {
-  json doc = {{"dim", c.dim},           {"ffn_dim", c.ffn_dim},     {"num_heads", c.num_heads},
-              {"num_layers", c.num_layers}, {"freq_dim", c.freq_dim}, {"text_dim", c.text_dim},
-              {"text_len", c.text_len}, {"patch_size", c.patch_size}, {"in_dim", c.in_dim},
-              {"out_dim", c.out_dim},   {"eps", c.eps},             {"qk_norm", c.qk_norm},
+  json doc = {{"dim", c.dim},
+              {"ffn_dim", c.ffn_dim},
+              {"num_heads", c.num_heads},
+              {"num_layers", c.num_layers},
+              {"freq_dim", c.freq_dim},
+              {"text_dim", c.text_dim},
+              {"text_len", c.text_len},
+              {"patch_size", c.patch_size},
+              {"in_dim", c.in_dim},
+              {"out_dim", c.out_dim},
+              {"eps", c.eps},
+              {"qk_norm", c.qk_norm},
               {"cross_attn_norm", c.cross_attn_norm}};
   return doc.dump();
 }

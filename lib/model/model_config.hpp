@@ -16,15 +16,15 @@ struct WanConfig {
   int64_t ffn_dim = 0;    // hidden width of each block's feed-forward
   int64_t num_heads = 0;  // attention heads; dim / num_heads must be even (RoPE pairs)
   int64_t num_layers = 0;
-  int64_t freq_dim = 0;   // width of the sinusoidal time embedding (Wan: 256)
-  int64_t text_dim = 0;   // text encoder width (umT5: 4096)
-  int64_t text_len = 0;   // context positions seen by cross-attention (Wan: 512)
+  int64_t freq_dim = 0;                 // width of the sinusoidal time embedding (Wan: 256)
+  int64_t text_dim = 0;                 // text encoder width (umT5: 4096)
+  int64_t text_len = 0;                 // context positions seen by cross-attention (Wan: 512)
   std::array<int64_t, 3> patch_size{};  // (frames, height, width)
-  int64_t in_dim = 0;     // latent channels in
-  int64_t out_dim = 0;    // latent channels out
-  double eps = 1e-6;      // LayerNorm and RMSNorm epsilon
-  bool qk_norm = true;    // RMSNorm on q and k (norm_q, norm_k parameters)
-  bool cross_attn_norm = true;  // affine LayerNorm norm3 before cross-attention
+  int64_t in_dim = 0;                   // latent channels in
+  int64_t out_dim = 0;                  // latent channels out
+  double eps = 1e-6;                    // LayerNorm and RMSNorm epsilon
+  bool qk_norm = true;                  // RMSNorm on q and k (norm_q, norm_k parameters)
+  bool cross_attn_norm = true;          // affine LayerNorm norm3 before cross-attention
 
   int64_t head_dim() const { return dim / num_heads; }
   int64_t patch_volume() const { return patch_size[0] * patch_size[1] * patch_size[2]; }

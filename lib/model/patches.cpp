@@ -13,8 +13,8 @@ std::array<int64_t, 3> token_grid(at::IntArrayRef sizes, Patch patch) {
   for (size_t a = 0; a < 3; ++a) {
     const int64_t n = sizes[sizes.size() - 3 + a];
     if (n % patch[a] != 0 || n == 0)
-      throw UsageError(fmt::format("latent {} {} is not a positive multiple of the model's patch size {}", kAxis[a],
-                                   n, patch[a]));
+      throw UsageError(
+          fmt::format("latent {} {} is not a positive multiple of the model's patch size {}", kAxis[a], n, patch[a]));
     grid[a] = n / patch[a];
   }
   return grid;

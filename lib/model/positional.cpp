@@ -7,9 +7,9 @@ namespace wt::model {
 at::Tensor sinusoidal_embedding(const at::Tensor& timesteps, int64_t dim) {
   const int64_t half = dim / 2;
   const auto f64 = torch::TensorOptions().dtype(torch::kFloat64).device(timesteps.device());
-  auto exponents = torch::arange(half, f64).div(static_cast<double>(half));       // [half]
+  auto exponents = torch::arange(half, f64).div(static_cast<double>(half));                    // [half]
   auto angles = torch::outer(timesteps.to(torch::kFloat64), torch::pow(10000.0, -exponents));  // [B, half]
-  return torch::cat({torch::cos(angles), torch::sin(angles)}, 1).to(torch::kFloat32);  // [B, dim]
+  return torch::cat({torch::cos(angles), torch::sin(angles)}, 1).to(torch::kFloat32);          // [B, dim]
 }
 
 std::array<int64_t, 3> rope_axis_channels(int64_t head_dim) {
@@ -36,7 +36,7 @@ RopeTable rope_table(std::array<int64_t, 3> grid, int64_t head_dim, at::Device d
 at::Tensor apply_rope(const at::Tensor& x, const RopeTable& table) {
   const auto sizes = x.sizes();  // [B, L, heads, head_dim]
   auto pairs = x.to(torch::kFloat32).view({sizes[0], sizes[1], sizes[2], sizes[3] / 2, 2});
-  auto re = pairs.select(4, 0), im = pairs.select(4, 1);  // [B, L, heads, head_dim/2]
+  auto re = pairs.select(4, 0), im = pairs.select(4, 1);            // [B, L, heads, head_dim/2]
   auto cos = table.cos.unsqueeze(1), sin = table.sin.unsqueeze(1);  // [L, 1, head_dim/2]
   return torch::stack({re * cos - im * sin, re * sin + im * cos}, 4).view(sizes);
 }

@@ -75,7 +75,8 @@ void check_projectable(const WanConfig& t, const std::string& teacher_source, co
 ProjectionReport project_weights(const NamedTensors& teacher, const WanConfig& tc, const NamedTensors& student,
                                  const WanConfig& sc) {
   ProjectionReport report;
-  for (int64_t i = 0; i < sc.num_layers; ++i) report.block_map.push_back(teacher_block_for(i, sc.num_layers, tc.num_layers));
+  for (int64_t i = 0; i < sc.num_layers; ++i)
+    report.block_map.push_back(teacher_block_for(i, sc.num_layers, tc.num_layers));
   std::map<std::string, at::Tensor> by_name(teacher.begin(), teacher.end());
   const int64_t pt = tc.patch_size[0], ps = sc.patch_size[0];
   torch::NoGradGuard no_grad;

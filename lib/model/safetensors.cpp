@@ -21,7 +21,8 @@ TensorDtype tensor_dtype(at::ScalarType dtype) {
     case at::kFloat: return TensorDtype::F32;
     case at::kHalf: return TensorDtype::F16;
     case at::kBFloat16: return TensorDtype::BF16;
-    default: throw UsageError(fmt::format("safetensors: wantrain writes F32, F16 or BF16, not {}", c10::toString(dtype)));
+    default:
+      throw UsageError(fmt::format("safetensors: wantrain writes F32, F16 or BF16, not {}", c10::toString(dtype)));
   }
 }
 
@@ -57,7 +58,8 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
 
 const SafetensorsEntry* SafetensorsFile::find(const std::string& name) const {
   const auto& entries = header_.entries;
-  auto it = std::lower_bound(entries.begin(), entries.end(), name, [](const auto& e, const std::string& n) { return e.name < n; });
+  auto it = std::lower_bound(entries.begin(), entries.end(), name,
+                             [](const auto& e, const std::string& n) { return e.name < n; });
   return it != entries.end() && it->name == name ? &*it : nullptr;
 }
 
@@ -95,7 +97,8 @@ void write_safetensors(const std::string& path, const NamedTensors& tensors, at:
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     out.write(reinterpret_cast<const char*>(length_bytes), 8);
     out.write(text.data(), std::streamsize(text.size()));
-    for (const auto& t : data) out.write(static_cast<const char*>(t.data_ptr()), std::streamsize(t.numel() * t.element_size()));
+    for (const auto& t : data)
+      out.write(static_cast<const char*>(t.data_ptr()), std::streamsize(t.numel() * t.element_size()));
     out.flush();
     if (!out) {
       std::remove(tmp.c_str());

@@ -24,10 +24,14 @@ constexpr uint64_t kMaxHeaderBytes = 100'000'000;
 }
 
 bool dtype_from_name(const std::string& name, TensorDtype& dtype) {
-  if (name == "F32") dtype = TensorDtype::F32;
-  else if (name == "F16") dtype = TensorDtype::F16;
-  else if (name == "BF16") dtype = TensorDtype::BF16;
-  else return false;
+  if (name == "F32")
+    dtype = TensorDtype::F32;
+  else if (name == "F16")
+    dtype = TensorDtype::F16;
+  else if (name == "BF16")
+    dtype = TensorDtype::BF16;
+  else
+    return false;
   return true;
 }
 
@@ -50,12 +54,14 @@ SafetensorsEntry parse_entry(const std::string& path, const std::string& name, c
   const json& shape = v.at("shape");
   const json& offsets = v.at("data_offsets");
   if (!shape.is_array() || shape.size() > 16) fail(fmt::format("shape {} is not a list of sizes", shape.dump()));
-  if (!offsets.is_array() || offsets.size() != 2) fail(fmt::format("data_offsets {} is not [begin, end]", offsets.dump()));
+  if (!offsets.is_array() || offsets.size() != 2)
+    fail(fmt::format("data_offsets {} is not [begin, end]", offsets.dump()));
   uint64_t bytes = dtype_size(e.dtype);
   try {
     for (const json& s : shape) {
       const uint64_t n = unsigned_value(s);
-      if (n > uint64_t(std::numeric_limits<int64_t>::max()) || (n != 0 && bytes > std::numeric_limits<uint64_t>::max() / n))
+      if (n > uint64_t(std::numeric_limits<int64_t>::max()) ||
+          (n != 0 && bytes > std::numeric_limits<uint64_t>::max() / n))
         fail(fmt::format("shape {} is too large", shape.dump()));
       bytes *= n;
       e.shape.push_back(int64_t(n));
@@ -89,7 +95,8 @@ uint64_t dtype_size(TensorDtype dtype) { return dtype == TensorDtype::F32 ? 4 : 
 uint64_t safetensors_header_length(const std::string& path, const unsigned char (&first)[8], uint64_t file_size) {
   uint64_t length = 0;
   for (int i = 7; i >= 0; --i) length = (length << 8) | first[i];
-  if (length > kMaxHeaderBytes) bad(path, fmt::format("header length {} is over the 100 MB limit: not a safetensors file?", length));
+  if (length > kMaxHeaderBytes)
+    bad(path, fmt::format("header length {} is over the 100 MB limit: not a safetensors file?", length));
   if (length > file_size - 8)
     bad(path, fmt::format("header length {} runs past the end of the {}-byte file (truncated?)", length, file_size));
   return length;

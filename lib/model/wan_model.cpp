@@ -20,7 +20,9 @@ nn::LayerNorm layer_norm(int64_t dim, double eps, bool affine) {
 }
 
 // Wan's WanLayerNorm: normalise in fp32, hand back the input's dtype.
-at::Tensor norm_fp32(nn::LayerNorm& norm, const at::Tensor& x) { return norm(x.to(torch::kFloat32)).to(x.scalar_type()); }
+at::Tensor norm_fp32(nn::LayerNorm& norm, const at::Tensor& x) {
+  return norm(x.to(torch::kFloat32)).to(x.scalar_type());
+}
 
 nn::GELU gelu_tanh() { return nn::GELU(nn::GELUOptions().approximate("tanh")); }
 
@@ -78,8 +80,7 @@ WanBlockImpl::WanBlockImpl(const WanConfig& c) {
   ffn = register_module("ffn", nn::Sequential(nn::Linear(c.dim, c.ffn_dim), gelu_tanh(), nn::Linear(c.ffn_dim, c.dim)));
 }
 
-at::Tensor WanBlockImpl::forward(at::Tensor x, const at::Tensor& e0, const at::Tensor& context,
-                                 const RopeTable& rope) {
+at::Tensor WanBlockImpl::forward(at::Tensor x, const at::Tensor& e0, const at::Tensor& context, const RopeTable& rope) {
   std::vector<at::Tensor> m;  // shift_sa, scale_sa, gate_sa, shift_ff, scale_ff, gate_ff: each [B, 1, dim]
   {
     Fp32Scope fp32;
@@ -114,7 +115,8 @@ WanModelImpl::WanModelImpl(WanConfig c) : config_(std::move(c)) {
   const auto& cfg = config_;
   validate(cfg, "(in code)");
   auto patch = torch::IntArrayRef(cfg.patch_size.data(), 3);
-  patch_embedding = register_module("patch_embedding", nn::Conv3d(nn::Conv3dOptions(cfg.in_dim, cfg.dim, patch).stride(patch)));
+  patch_embedding =
+      register_module("patch_embedding", nn::Conv3d(nn::Conv3dOptions(cfg.in_dim, cfg.dim, patch).stride(patch)));
   text_embedding = register_module(
       "text_embedding", nn::Sequential(nn::Linear(cfg.text_dim, cfg.dim), gelu_tanh(), nn::Linear(cfg.dim, cfg.dim)));
   time_embedding = register_module(
@@ -152,7 +154,8 @@ const RopeTable& WanModelImpl::rope_for(std::array<int64_t, 3> grid, at::Device 
 at::Tensor WanModelImpl::forward(const at::Tensor& x, const at::Tensor& t, const at::Tensor& context) {
   const auto& cfg = config_;
   if (x.dim() != 5 || x.size(1) != cfg.in_dim)
-    throw UsageError(fmt::format("model input must be latents [B, {}, F, H, W], got [{}]", cfg.in_dim, fmt::join(x.sizes(), ",")));
+    throw UsageError(
+        fmt::format("model input must be latents [B, {}, F, H, W], got [{}]", cfg.in_dim, fmt::join(x.sizes(), ",")));
   if (context.dim() != 3 || context.size(2) != cfg.text_dim || context.size(1) > cfg.text_len)
     throw UsageError(fmt::format("model context must be [B, <= {}, {}], got [{}]", cfg.text_len, cfg.text_dim,
                                  fmt::join(context.sizes(), ",")));
@@ -168,7 +171,7 @@ at::Tensor WanModelImpl::forward(const at::Tensor& x, const at::Tensor& t, const
   }
 
   auto padded = torch::constant_pad_nd(context, {0, 0, 0, cfg.text_len - context.size(1)});  // [B, text_len, text_dim]
-  auto ctx = text_embedding->forward(padded);                                             // [B, text_len, dim]
+  auto ctx = text_embedding->forward(padded);                                                // [B, text_len, dim]
 
   const RopeTable& rope = rope_for(grid, x.device());
   for (const auto& block : *blocks) tokens = block->as<WanBlockImpl>()->forward(tokens, e0, ctx, rope);

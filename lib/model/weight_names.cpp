@@ -26,22 +26,14 @@ constexpr Rule kTopRules[] = {
 // Applied after a "blocks.N." prefix. diffusers' norm2 is Wan's affine norm3
 // (before cross-attention); the other block norms have no parameters.
 constexpr Rule kBlockRules[] = {
-    {"modulation", "scale_shift_table"},
-    {"self_attn.q.", "attn1.to_q."},
-    {"self_attn.k.", "attn1.to_k."},
-    {"self_attn.v.", "attn1.to_v."},
-    {"self_attn.o.", "attn1.to_out.0."},
-    {"self_attn.norm_q.", "attn1.norm_q."},
-    {"self_attn.norm_k.", "attn1.norm_k."},
-    {"cross_attn.q.", "attn2.to_q."},
-    {"cross_attn.k.", "attn2.to_k."},
-    {"cross_attn.v.", "attn2.to_v."},
-    {"cross_attn.o.", "attn2.to_out.0."},
-    {"cross_attn.norm_q.", "attn2.norm_q."},
-    {"cross_attn.norm_k.", "attn2.norm_k."},
-    {"norm3.", "norm2."},
-    {"ffn.0.", "ffn.net.0.proj."},
-    {"ffn.2.", "ffn.net.2."},
+    {"modulation", "scale_shift_table"},     {"self_attn.q.", "attn1.to_q."},
+    {"self_attn.k.", "attn1.to_k."},         {"self_attn.v.", "attn1.to_v."},
+    {"self_attn.o.", "attn1.to_out.0."},     {"self_attn.norm_q.", "attn1.norm_q."},
+    {"self_attn.norm_k.", "attn1.norm_k."},  {"cross_attn.q.", "attn2.to_q."},
+    {"cross_attn.k.", "attn2.to_k."},        {"cross_attn.v.", "attn2.to_v."},
+    {"cross_attn.o.", "attn2.to_out.0."},    {"cross_attn.norm_q.", "attn2.norm_q."},
+    {"cross_attn.norm_k.", "attn2.norm_k."}, {"norm3.", "norm2."},
+    {"ffn.0.", "ffn.net.0.proj."},           {"ffn.2.", "ffn.net.2."},
 };
 
 // Length of "blocks.N." at the start of `name`, or 0.

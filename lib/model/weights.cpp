@@ -90,7 +90,8 @@ at::Tensor WeightFiles::read(const std::string& name) const {
 std::string LoadReport::summary() const {
   std::vector<std::string> parts;
   if (!missing.empty()) parts.push_back(fmt::format("{} missing ({})", missing.size(), some_names(missing)));
-  if (!unexpected.empty()) parts.push_back(fmt::format("{} unexpected ({})", unexpected.size(), some_names(unexpected)));
+  if (!unexpected.empty())
+    parts.push_back(fmt::format("{} unexpected ({})", unexpected.size(), some_names(unexpected)));
   if (!mismatched.empty())
     parts.push_back(fmt::format("{} of another shape ({})", mismatched.size(), some_names(mismatched, 2)));
   if (parts.empty()) return fmt::format("all {} tensors loaded", loaded.size());

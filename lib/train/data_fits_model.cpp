@@ -15,7 +15,8 @@ void check_data_fits_model(const data::SampleShape& s, const std::string& data_d
   };
   if (s.channels != c.in_dim) fail(fmt::format("latents have {} channels, in_dim is {}", s.channels, c.in_dim));
   if (c.out_dim != c.in_dim)
-    fail(fmt::format("out_dim {} differs from in_dim {}: the flow-matching target has in_dim channels", c.out_dim, c.in_dim));
+    fail(fmt::format("out_dim {} differs from in_dim {}: the flow-matching target has in_dim channels", c.out_dim,
+                     c.in_dim));
   if (s.text_dim != c.text_dim) fail(fmt::format("text_emb has width {}, text_dim is {}", s.text_dim, c.text_dim));
   if (s.text_len > c.text_len)
     fail(fmt::format("text_emb has {} positions, more than text_len {}", s.text_len, c.text_len));

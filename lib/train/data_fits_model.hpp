@@ -18,7 +18,7 @@ namespace wt::train {
 // latent channels differ from in_dim or out_dim, the text width from
 // text_dim, the text length exceeds text_len, or F, H, W are not multiples
 // of patch_size.
-void check_data_fits_model(const data::SampleShape& sample, const std::string& data_dir,
-                           const model::WanConfig& config, const std::string& config_path);
+void check_data_fits_model(const data::SampleShape& sample, const std::string& data_dir, const model::WanConfig& config,
+                           const std::string& config_path);
 
 }  // namespace wt::train

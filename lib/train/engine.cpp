@@ -23,9 +23,7 @@ namespace wt::train {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 // LibTorch keys optimizer state by the parameter's TensorImpl: its address
 // as a string up to 2.1, the pointer itself from 2.2 on. Checkpoints key it
@@ -41,7 +39,9 @@ Key key_of(c10::TensorImpl* impl) {
     return impl;
   }
 }
-OptimizerKey optimizer_key(const at::Tensor& parameter) { return key_of<OptimizerKey>(parameter.unsafeGetTensorImpl()); }
+OptimizerKey optimizer_key(const at::Tensor& parameter) {
+  return key_of<OptimizerKey>(parameter.unsafeGetTensorImpl());
+}
 
 std::vector<at::Tensor> tensors_of(const NamedTensors& named) {
   std::vector<at::Tensor> out;
@@ -66,11 +66,11 @@ Engine::Engine(Comm& comm, Objective& objective, EngineOptions options)
   reducer_options.allow_unused = options_.allow_unused;
   reducer_options.average = false;  // the loss is divided by the world size: the gradient's sum is the mean
   impl_->reducer = std::make_unique<Reducer>(comm, named, objective_.buffers(), reducer_options);
-  impl_->optimizer = std::make_unique<torch::optim::AdamW>(
-      tensors_of(named), torch::optim::AdamWOptions(options_.schedule.at(0))
-                             .betas({options_.adamw.beta1, options_.adamw.beta2})
-                             .weight_decay(options_.adamw.weight_decay)
-                             .eps(options_.adamw.eps));
+  impl_->optimizer =
+      std::make_unique<torch::optim::AdamW>(tensors_of(named), torch::optim::AdamWOptions(options_.schedule.at(0))
+                                                                   .betas({options_.adamw.beta1, options_.adamw.beta2})
+                                                                   .weight_decay(options_.adamw.weight_decay)
+                                                                   .eps(options_.adamw.eps));
   if (options_.ema_decay > 0) impl_->ema = std::make_unique<Ema>(named, options_.ema_decay);
   if (options_.compute_dtype == at::kHalf) impl_->scaler = std::make_unique<LossScaler>();
 }

@@ -65,8 +65,8 @@ struct AdamWOptions {
 };
 
 struct EngineOptions {
-  int64_t micro_batch = 1;  // B: samples per rank per micro-step
-  int accumulation = 1;     // K: micro-steps per optimizer step
+  int64_t micro_batch = 1;                    // B: samples per rank per micro-step
+  int accumulation = 1;                       // K: micro-steps per optimizer step
   at::ScalarType compute_dtype = at::kFloat;  // autocast: kFloat (off), kBFloat16, kHalf (with loss scaling)
   LrSchedule schedule;
   AdamWOptions adamw;

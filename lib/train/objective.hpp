@@ -36,9 +36,9 @@ struct StepContext {
 };
 
 struct ObjectiveLoss {
-  at::Tensor loss;              // fp32 scalar: the mean over the micro-batch
-  double prepare_seconds = 0;   // making inputs (noise, conditioning): reported as data time
-  double teacher_seconds = 0;   // a frozen model's forward, reported apart (distillation)
+  at::Tensor loss;             // fp32 scalar: the mean over the micro-batch
+  double prepare_seconds = 0;  // making inputs (noise, conditioning): reported as data time
+  double teacher_seconds = 0;  // a frozen model's forward, reported apart (distillation)
 };
 
 class Objective {

@@ -45,10 +45,11 @@ model::WanConfig resolve_teacher_config(const std::string& teacher_path, const s
     throw UsageError(fmt::format("option --teacher: {} does not exist", teacher_path));
   if (!ckpt::is_checkpoint_file(teacher_path)) {
     if (config_path.empty())
-      throw UsageError(fmt::format("option --teacher-config: the teacher {} is not a wantrain checkpoint (safetensors "
-                                   "or an index of them), so its model config must be given "
-                                   "(e.g. data/configs/wan2.1-t2v-1.3b.json)",
-                                   teacher_path));
+      throw UsageError(
+          fmt::format("option --teacher-config: the teacher {} is not a wantrain checkpoint (safetensors "
+                      "or an index of them), so its model config must be given "
+                      "(e.g. data/configs/wan2.1-t2v-1.3b.json)",
+                      teacher_path));
     return model::load_model_config(config_path);
   }
   try {

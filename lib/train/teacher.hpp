@@ -44,7 +44,7 @@ class Teacher {
   // gives the same checksum whatever the file layout or names.
   const std::string& checksum() const { return checksum_; }
   const std::string& source() const { return source_; }  // what was loaded, in words
-  model::NamedTensors weights() const;                  // by official name
+  model::NamedTensors weights() const;                   // by official name
 
   // Holds the Linear weights of the blocks and of the text embedding (nearly
   // all parameters) in bf16 and runs the teacher under bf16 autocast; norms,

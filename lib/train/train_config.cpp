@@ -26,9 +26,7 @@ std::istream& operator>>(std::istream& in, Betas& betas) {
   return in;
 }
 
-std::ostream& operator<<(std::ostream& out, const Betas& betas) {
-  return out << betas.beta1 << ',' << betas.beta2;
-}
+std::ostream& operator<<(std::ostream& out, const Betas& betas) { return out << betas.beta1 << ',' << betas.beta2; }
 
 void declare_options(OptionSet& o, TrainConfig& c) {
   o.group("general")

@@ -74,8 +74,8 @@ void TrainLog::record(const StepResult& r, int64_t skipped_total) {
   const double samples_per_s = double(options_.samples_per_step) / step_time;
   const double eta = step_time * double(options_.total_steps - r.step);
   if (progress_->enabled()) {
-    progress_->set_status(fmt::format("loss {:.4f}  lr {:.2e}  {:.1f} samples/s  ETA {}", r.loss, r.lr,
-                                      samples_per_s, duration(eta)));
+    progress_->set_status(
+        fmt::format("loss {:.4f}  lr {:.2e}  {:.1f} samples/s  ETA {}", r.loss, r.lr, samples_per_s, duration(eta)));
     progress_->advance();
   }
   if (!is_logged_step(r.step)) return;
@@ -89,9 +89,9 @@ void TrainLog::record(const StepResult& r, int64_t skipped_total) {
                  "step %lld/%lld  epoch %lld  loss %.5f  lr %.3e  grad %.3f  %.1f samples/s  "
                  "step %.3f s = data %.3f + %sfwd %.3f + bwd %.3f + comm %.3f + optim %.3f  ETA %s\n",
                  static_cast<long long>(r.step), static_cast<long long>(options_.total_steps),
-                 static_cast<long long>(r.epoch), loss, r.lr, r.grad_norm, samples_per_s, step_time,
-                 times_.data / n, teacher.c_str(), times_.forward / n, times_.backward / n, times_.comm / n,
-                 times_.optimizer / n, duration(eta).c_str());
+                 static_cast<long long>(r.epoch), loss, r.lr, r.grad_norm, samples_per_s, step_time, times_.data / n,
+                 teacher.c_str(), times_.forward / n, times_.backward / n, times_.comm / n, times_.optimizer / n,
+                 duration(eta).c_str());
   std::fflush(options_.stream);
 
   nlohmann::json line = {{"step", r.step},

@@ -21,8 +21,8 @@ struct TrainLogOptions {
   bool append = false;       // continue the file of a resumed run
   int log_every = 10;
   int64_t total_steps = 0;
-  int64_t first_step = 0;          // steps already taken (a resumed run)
-  int64_t samples_per_step = 1;    // the effective batch
+  int64_t first_step = 0;        // steps already taken (a resumed run)
+  int64_t samples_per_step = 1;  // the effective batch
   std::FILE* stream = stdout;
 };
 

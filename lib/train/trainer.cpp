@@ -28,9 +28,7 @@ namespace wt::train {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 at::ScalarType compute_dtype_of(const std::string& precision, const at::Device& device) {
   if (precision == "fp32") return at::kFloat;
@@ -46,7 +44,6 @@ data::DistributedSampler make_sampler(const TrainConfig& cfg, const Comm& comm, 
                                   {comm.size(), comm.rank(), int64_t(cfg.batch_size) * cfg.grad_accum, cfg.seed,
                                    !cfg.no_drop_last, cfg.shard_affinity});
 }
-
 
 // Copies `saved` into the tensors of `into` with the same names (shapes checked by ckpt::check_fits).
 void copy_named(const ckpt::NamedTensors& saved, const ckpt::NamedTensors& into) {
@@ -131,8 +128,8 @@ Trainer::Trainer(const TrainConfig& cfg, Comm& comm, data::Dataset dataset, mode
   data::LoaderOptions loader_options;
   loader_options.prefetch = cfg.prefetch;
   const auto& shape = dataset.shape();
-  loader_options.dtype = comm.device().is_cuda() && shape.latents == shape.text ? data::scalar_type(shape.latents)
-                                                                                 : at::kFloat;
+  loader_options.dtype =
+      comm.device().is_cuda() && shape.latents == shape.text ? data::scalar_type(shape.latents) : at::kFloat;
   impl_->loader = std::make_unique<data::Loader>(std::move(dataset), std::move(sampler), loader_options);
 }
 
@@ -176,8 +173,7 @@ void Trainer::start_student(const Teacher& teacher) {
   model::check_projectable(teacher.config(), "--teacher " + teacher.path(), im.model_config,
                            "--model-config " + cfg_.model_config);
   const auto projection = model::project_weights(teacher.weights(), teacher.config(), im.named, im.model_config);
-  if (report)
-    fmt::print("student init: projection from the teacher {}\n{}", teacher.path(), projection.describe());
+  if (report) fmt::print("student init: projection from the teacher {}\n{}", teacher.path(), projection.describe());
 }
 
 void Trainer::restore(const ckpt::Checkpoint& saved, const std::string& path, data::DistributedSampler& sampler) {
@@ -186,18 +182,20 @@ void Trainer::restore(const ckpt::Checkpoint& saved, const std::string& path, da
   // The teacher is an input of a distillation run, as the data are: resuming
   // against other weights would silently change the objective.
   if (im.teacher && saved.teacher.empty())
-    throw UsageError(fmt::format("checkpoint {}: written by a training run (--mode train), not by distillation; "
-                                 "start the student from it with --init instead of --resume",
-                                 path));
+    throw UsageError(
+        fmt::format("checkpoint {}: written by a training run (--mode train), not by distillation; "
+                    "start the student from it with --init instead of --resume",
+                    path));
   if (!im.teacher && !saved.teacher.empty())
-    throw UsageError(fmt::format("checkpoint {}: written by a distillation run (teacher {}); resume it with --mode "
-                                 "distill --teacher, or start from its weights with --init",
-                                 path, saved.teacher));
+    throw UsageError(
+        fmt::format("checkpoint {}: written by a distillation run (teacher {}); resume it with --mode "
+                    "distill --teacher, or start from its weights with --init",
+                    path, saved.teacher));
   if (im.teacher && saved.teacher_checksum != im.teacher->checksum())
-    throw UsageError(fmt::format("checkpoint {}: distilled from the teacher {} ({}), but --teacher {} has other "
-                                 "weights ({}); resume with the same teacher",
-                                 path, saved.teacher, saved.teacher_checksum, im.teacher->path(),
-                                 im.teacher->checksum()));
+    throw UsageError(
+        fmt::format("checkpoint {}: distilled from the teacher {} ({}), but --teacher {} has other "
+                    "weights ({}); resume with the same teacher",
+                    path, saved.teacher, saved.teacher_checksum, im.teacher->path(), im.teacher->checksum()));
   if (state.sampler_consumed % sampler.global_batch() != 0)
     throw UsageError(fmt::format(
         "checkpoint {}: it stopped {} samples into epoch {}, not a whole number of this run's global batches of {} "
@@ -212,10 +210,11 @@ void Trainer::restore(const ckpt::Checkpoint& saved, const std::string& path, da
   const bool saved_affinity = saved_options.is_object() && saved_options.value("shard-affinity", "false") == "true";
   if ((saved_affinity || cfg_.shard_affinity) && state.sampler_consumed != 0 &&
       (saved.world_size != comm_.size() || saved_affinity != cfg_.shard_affinity))
-    throw UsageError(fmt::format("checkpoint {}: written mid-epoch by {} ranks {} --shard-affinity, whose data order "
-                                 "depends on both; resume it on {} ranks {} --shard-affinity",
-                                 path, saved.world_size, saved_affinity ? "with" : "without", saved.world_size,
-                                 saved_affinity ? "with" : "without"));
+    throw UsageError(
+        fmt::format("checkpoint {}: written mid-epoch by {} ranks {} --shard-affinity, whose data order "
+                    "depends on both; resume it on {} ranks {} --shard-affinity",
+                    path, saved.world_size, saved_affinity ? "with" : "without", saved.world_size,
+                    saved_affinity ? "with" : "without"));
   sampler.restore({state.sampler_epoch, state.sampler_consumed});
   impl_->engine->load_state(saved);
   epoch_ = state.epoch;

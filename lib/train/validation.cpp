@@ -31,7 +31,7 @@ double Validator::evaluate(Objective& objective, Comm& comm, at::ScalarType comp
     batch.indices.assign(mine.begin() + first, mine.begin() + std::min(mine.size(), first + size_t(batch_size_)));
     const int64_t b = batch.size();
     auto latents = torch::empty({b, shape.channels, shape.frames, shape.height, shape.width},
-                                data::scalar_type(shape.latents));                                        // [B, C, F, H, W]
+                                data::scalar_type(shape.latents));                                 // [B, C, F, H, W]
     auto text = torch::empty({b, shape.text_len, shape.text_dim}, data::scalar_type(shape.text));  // [B, L, D]
     for (int64_t i = 0; i < b; ++i) {
       int32_t text_len = 0;

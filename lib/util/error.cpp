@@ -17,10 +17,10 @@ const char* base_name(const char* path) {
 }
 }  // namespace
 
-void throw_library_failure(const char* library, const char* call, const std::string& reason,
-                           const char* file, int line) {
-  throw Error(fmt::format("{} call {} failed: {} ({}:{}, {})", library, call, reason, base_name(file), line,
-                          process_label()));
+void throw_library_failure(const char* library, const char* call, const std::string& reason, const char* file,
+                           int line) {
+  throw Error(
+      fmt::format("{} call {} failed: {} ({}:{}, {})", library, call, reason, base_name(file), line, process_label()));
 }
 
 void throw_mpi_failure(int code, const char* call, const char* file, int line) {

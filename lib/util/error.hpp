@@ -36,19 +36,17 @@ namespace detail {
 
 // Evaluates an MPI call once; throws wt::Error unless it returned MPI_SUCCESS.
 // Only meaningful on communicators whose error handler is MPI_ERRORS_RETURN.
-#define MPI_CHECK(call)                                                      \
-  do {                                                                       \
-    const int wt_mpi_rc_ = (call);                                           \
-    if (wt_mpi_rc_ != MPI_SUCCESS)                                           \
-      ::wt::detail::throw_mpi_failure(wt_mpi_rc_, #call, __FILE__, __LINE__); \
+#define MPI_CHECK(call)                                                                                    \
+  do {                                                                                                     \
+    const int wt_mpi_rc_ = (call);                                                                         \
+    if (wt_mpi_rc_ != MPI_SUCCESS) ::wt::detail::throw_mpi_failure(wt_mpi_rc_, #call, __FILE__, __LINE__); \
   } while (0)
 
 // Evaluates an HDF5 call once; throws wt::Error if it returned a negative
 // value (herr_t or hid_t), with the innermost message of HDF5's error stack.
-#define H5_CHECK(call)                                            \
-  [&]() {                                                         \
-    const auto wt_h5_rc_ = (call);                                \
-    if (wt_h5_rc_ < 0)                                            \
-      ::wt::detail::throw_h5_failure(#call, __FILE__, __LINE__);  \
-    return wt_h5_rc_;                                             \
+#define H5_CHECK(call)                                                            \
+  [&]() {                                                                         \
+    const auto wt_h5_rc_ = (call);                                                \
+    if (wt_h5_rc_ < 0) ::wt::detail::throw_h5_failure(#call, __FILE__, __LINE__); \
+    return wt_h5_rc_;                                                             \
   }()

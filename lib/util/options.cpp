@@ -42,12 +42,12 @@ OptionSet& OptionSet::add_described(const char* name, const po::value_semantic* 
 
 OptionSet& OptionSet::flag(const char* name, bool* field, const char* help) {
   // An explicit value is accepted too, so the command line can turn off what an INI file turned on.
-  auto value = po::value<bool>(field)->default_value(*field, to_text(*field))->implicit_value(true, "true")->value_name("BOOL");
+  auto value =
+      po::value<bool>(field)->default_value(*field, to_text(*field))->implicit_value(true, "true")->value_name("BOOL");
   return add_described(name, value, help, [field] { return to_text(*field); });
 }
 
-OptionSet& OptionSet::choice(const char* name, std::string* field, std::vector<std::string> allowed,
-                             const char* help) {
+OptionSet& OptionSet::choice(const char* name, std::string* field, std::vector<std::string> allowed, const char* help) {
   auto value = po::value<std::string>(field)->default_value(*field)->value_name(join(allowed, "|"));
   current_group().add_options()(name, value, help);
   declared_.push_back({captions_.back(), name, [field] { return *field; }, std::move(allowed), field});
@@ -58,12 +58,15 @@ OptionSet& OptionSet::positional(const char* name, std::vector<std::string>* val
   auto value = po::value<std::vector<std::string>>(values)->value_name("VALUE");
   current_group().add_options()(name, value, help);
   positional_.add(name, max);
-  declared_.push_back({captions_.back(), name, [values] {
+  declared_.push_back({captions_.back(),
+                       name,
+                       [values] {
                          std::string out;
                          for (const auto& v : *values) out += (out.empty() ? "" : " ") + v;
                          return out;
                        },
-                       {}, nullptr});
+                       {},
+                       nullptr});
   return *this;
 }
 
@@ -108,7 +111,8 @@ OptionSet::Outcome OptionSet::parse(int argc, const char* const* argv) {
   for (const auto& d : declared_) {
     if (!d.choice_field) continue;
     if (std::find(d.choices.begin(), d.choices.end(), *d.choice_field) == d.choices.end())
-      throw UsageError(fmt::format("option --{}: '{}' is not one of {}", d.name, *d.choice_field, join(d.choices, "|")));
+      throw UsageError(
+          fmt::format("option --{}: '{}' is not one of {}", d.name, *d.choice_field, join(d.choices, "|")));
   }
   return Outcome::Run;
 }
@@ -143,8 +147,8 @@ std::string OptionSet::resolved_table() const {
   std::string out, group;
   for (const auto& r : rows) {
     if (r.group != group) out += fmt::format("  {}\n", group = r.group);
-    out += fmt::format("    {:<{}}  {:<{}}  ({})\n", r.name, name_width, r.value.empty() ? "-" : r.value,
-                       value_width, r.source);
+    out += fmt::format("    {:<{}}  {:<{}}  ({})\n", r.name, name_width, r.value.empty() ? "-" : r.value, value_width,
+                       r.source);
   }
   return out;
 }

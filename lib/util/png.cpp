@@ -20,7 +20,8 @@ void put_chunk(std::string& out, const char* type, const std::string& data) {
   const size_t start = out.size();
   out.append(type, 4);
   out += data;
-  const uLong crc = crc32(0L, reinterpret_cast<const Bytef*>(out.data() + start), static_cast<uInt>(out.size() - start));
+  const uLong crc =
+      crc32(0L, reinterpret_cast<const Bytef*>(out.data() + start), static_cast<uInt>(out.size() - start));
   put_u32(out, static_cast<uint32_t>(crc));
 }
 

@@ -21,7 +21,8 @@ bool is_terminal(std::FILE* stream) {
     return true;  // cannot tell: trust isatty
   const unsigned major_number = major(parent.st_rdev);
   // Terminals: the console and serial ttys (4, 5), pseudo-terminal ends (136-143).
-  return S_ISCHR(parent.st_mode) && (major_number == 4 || major_number == 5 || (major_number >= 136 && major_number <= 143));
+  return S_ISCHR(parent.st_mode) &&
+         (major_number == 4 || major_number == 5 || (major_number >= 136 && major_number <= 143));
 }
 
 Progress::Progress(std::string label, int64_t total, std::FILE* stream)
@@ -48,8 +49,8 @@ void Progress::draw() {
   const int filled = total_ > 0 ? static_cast<int>(kWidth * done_ / total_) : kWidth;
   // \033[K clears what a longer previous status left on the line.
   std::fprintf(stream_, "\r%s [%s%s] %lld/%lld %s\033[K", label_.c_str(), std::string(filled, '#').c_str(),
-               std::string(kWidth - filled, ' ').c_str(), static_cast<long long>(done_),
-               static_cast<long long>(total_), status_.c_str());
+               std::string(kWidth - filled, ' ').c_str(), static_cast<long long>(done_), static_cast<long long>(total_),
+               status_.c_str());
   std::fflush(stream_);
 }
 

@@ -49,9 +49,8 @@ inline std::string fresh(const std::string& name) {
 // `program args` under mpiexec with `ranks` processes and the project's
 // MPIEXEC_PREFLAGS (root, oversubscription) and POSTFLAGS.
 inline std::string mpi_command(int ranks, const std::string& program, const std::string& args) {
-  return std::string(WANTRAIN_MPIEXEC_EXECUTABLE) + " " + WANTRAIN_MPIEXEC_NUMPROC_FLAG + " " +
-         std::to_string(ranks) + " " + WANTRAIN_MPIEXEC_PREFLAGS + " " + program + " " + WANTRAIN_MPIEXEC_POSTFLAGS +
-         " " + args;
+  return std::string(WANTRAIN_MPIEXEC_EXECUTABLE) + " " + WANTRAIN_MPIEXEC_NUMPROC_FLAG + " " + std::to_string(ranks) +
+         " " + WANTRAIN_MPIEXEC_PREFLAGS + " " + program + " " + WANTRAIN_MPIEXEC_POSTFLAGS + " " + args;
 }
 #endif
 

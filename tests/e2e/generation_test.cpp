@@ -47,9 +47,9 @@ class Generation : public ::testing::Test {
   // One dataset per test: CTest runs the tests of this file in parallel.
   void SetUp() override {
     data_ = fresh(std::string("generation-data-") + ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    const Job synth = launch(std::string(WANTRAIN_WANDATA) + " synth --out " + data_ + " --samples " +
-                             std::to_string(kSamples) +
-                             " --shards 1 --frames 1 --size 8x8 --text-len 16 --text-dim 64 --seed 3");
+    const Job synth =
+        launch(std::string(WANTRAIN_WANDATA) + " synth --out " + data_ + " --samples " + std::to_string(kSamples) +
+               " --shards 1 --frames 1 --size 8x8 --text-len 16 --text-dim 64 --seed 3");
     ASSERT_EQ(synth.status, 0) << synth.output;
     truths_ = read_all(wt::data::Dataset::open(data_));
   }
@@ -57,10 +57,10 @@ class Generation : public ::testing::Test {
   // Memorises the dataset: every step sees all of it.
   std::string train(const std::string& name, int steps, const std::string& options) {
     const std::string out = fresh(name);
-    const Job job = launch(std::string(WANTRAIN_WANTRAIN) + " --model-config " + kTiny + " --data " + data_ +
-                           " --output-dir " + out + " --threads 1 --seed 1 --batch-size " + std::to_string(kSamples) +
-                           " --steps " + std::to_string(steps) +
-                           " --lr 3e-3 --schedule cosine --warmup-steps 20 --log-every 1000 " + options);
+    const Job job =
+        launch(std::string(WANTRAIN_WANTRAIN) + " --model-config " + kTiny + " --data " + data_ + " --output-dir " +
+               out + " --threads 1 --seed 1 --batch-size " + std::to_string(kSamples) + " --steps " +
+               std::to_string(steps) + " --lr 3e-3 --schedule cosine --warmup-steps 20 --log-every 1000 " + options);
     EXPECT_EQ(job.status, 0) << job.output;
     return out;
   }

@@ -36,14 +36,15 @@ void expect_matches_reference(const Case& c) {
   wt::model::save_weights(*model, dir + "/weights.safetensors");
 
   const auto [f, h, w] = c.latent_fhw;
-  const auto x = torch::randn({2, config.in_dim, f, h, w});          // [B, C, F, H, W]
-  const auto t = torch::tensor({37.5f, 912.0f});                     // [B]
+  const auto x = torch::randn({2, config.in_dim, f, h, w});                // [B, C, F, H, W]
+  const auto t = torch::tensor({37.5f, 912.0f});                           // [B]
   const auto context = torch::randn({2, c.context_len, config.text_dim});  // [B, Lc, D]
-  wt::model::write_safetensors(dir + "/inputs.safetensors", {{"x", x}, {"t", t}, {"context", context}}, torch::kFloat32);
+  wt::model::write_safetensors(dir + "/inputs.safetensors", {{"x", x}, {"t", t}, {"context", context}},
+                               torch::kFloat32);
 
-  const auto job = wt::testing::launch(std::string(WANTRAIN_PYTHON) + " " + WANTRAIN_SOURCE_DIR +
-                                       "/tests/reference/wan_reference.py " + dir + "/config.json " + dir +
-                                       "/weights.safetensors " + dir + "/inputs.safetensors " + dir + "/out.safetensors");
+  const auto job = wt::testing::launch(
+      std::string(WANTRAIN_PYTHON) + " " + WANTRAIN_SOURCE_DIR + "/tests/reference/wan_reference.py " + dir +
+      "/config.json " + dir + "/weights.safetensors " + dir + "/inputs.safetensors " + dir + "/out.safetensors");
   ASSERT_EQ(job.status, 0) << job.output;
   const auto file = wt::model::SafetensorsFile::open(dir + "/out.safetensors");
   const auto reference = file.read(*file.find("out"));
@@ -58,18 +59,22 @@ void expect_matches_reference(const Case& c) {
 }  // namespace
 
 TEST(WanReference, TinyVideoModelMatchesTheReferenceForwardPass) {
-  expect_matches_reference({"tiny",
-                            R"({"dim": 64, "ffn_dim": 96, "num_heads": 4, "num_layers": 2, "freq_dim": 32, "text_dim": 24,
+  expect_matches_reference(
+      {"tiny",
+       R"({"dim": 64, "ffn_dim": 96, "num_heads": 4, "num_layers": 2, "freq_dim": 32, "text_dim": 24,
                                 "text_len": 10, "patch_size": [1, 2, 2], "in_dim": 4, "out_dim": 6, "eps": 1e-6,
                                 "qk_norm": true, "cross_attn_norm": true})",
-                            {3, 4, 6}, 7});
+       {3, 4, 6},
+       7});
 }
 
 TEST(WanReference, WanHeadDimAndOtherPatchAndNoNormsMatch) {
   // head dim 128 as every Wan release (RoPE parts 44/42/42), a patch over frames, no optional norms
-  expect_matches_reference({"wide-heads",
-                            R"({"dim": 256, "ffn_dim": 64, "num_heads": 2, "num_layers": 1, "freq_dim": 256, "text_dim": 8,
+  expect_matches_reference(
+      {"wide-heads",
+       R"({"dim": 256, "ffn_dim": 64, "num_heads": 2, "num_layers": 1, "freq_dim": 256, "text_dim": 8,
                                 "text_len": 4, "patch_size": [2, 1, 2], "in_dim": 3, "out_dim": 3, "eps": 1e-5,
                                 "qk_norm": false, "cross_attn_norm": false})",
-                            {4, 3, 4}, 4});
+       {4, 3, 4},
+       4});
 }

@@ -49,7 +49,8 @@ at::Tensor sampled_latents(const std::string& shard) {
 std::pair<uint32_t, uint32_t> png_size(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (bytes.size() < 24 || bytes.compare(0, 8, "\x89PNG\r\n\x1a\n") != 0 || bytes.compare(12, 4, "IHDR") != 0) return {0, 0};
+  if (bytes.size() < 24 || bytes.compare(0, 8, "\x89PNG\r\n\x1a\n") != 0 || bytes.compare(12, 4, "IHDR") != 0)
+    return {0, 0};
   auto be32 = [&](size_t at) {
     uint32_t v = 0;
     for (size_t i = 0; i < 4; ++i) v = (v << 8) | static_cast<unsigned char>(bytes[at + i]);
@@ -78,7 +79,8 @@ class Wansample : public ::testing::Test {
 }  // namespace
 
 TEST_F(Wansample, SamplesADatasetPromptToAShardAndAPreview) {
-  const std::string common = " --weights " + weights_ + " --data " + dir_ + "/data --index 3 --steps 3 --cfg 2 --seed 5";
+  const std::string common =
+      " --weights " + weights_ + " --data " + dir_ + "/data --index 3 --steps 3 --cfg 2 --seed 5";
   const Job job = sample(common + " --out " + dir_ + "/a.h5 --png " + dir_ + "/a.png");
   ASSERT_EQ(job.status, 0) << job.output;
   const auto info = wt::data::inspect_shard(dir_ + "/a.h5");
@@ -100,8 +102,8 @@ TEST_F(Wansample, SamplesADatasetPromptToAShardAndAPreview) {
 
 TEST_F(Wansample, SamplesFromAFileOfTextEmbeddings) {
   const std::string shard = wt::data::Dataset::shard_paths(dir_ + "/data").front();
-  const Job job = sample("--weights " + weights_ + " --text " + shard + " --index 1 --frames 1 --size 4x6 --steps 2 --cfg 1 --precision bf16 --out " +
-                         dir_ + "/t.h5");
+  const Job job = sample("--weights " + weights_ + " --text " + shard +
+                         " --index 1 --frames 1 --size 4x6 --steps 2 --cfg 1 --precision bf16 --out " + dir_ + "/t.h5");
   ASSERT_EQ(job.status, 0) << job.output;
   EXPECT_EQ(wt::data::inspect_shard(dir_ + "/t.h5").shape.latents_string(), "[N,16,1,4,6] float32");
   // A file of embeddings has no latents to compare with.
@@ -114,7 +116,8 @@ TEST_F(Wansample, WeightsOfAnotherModelAreOneLineAndStatus2) {
   const std::string student = write_weights(kStudent, dir_ + "/student.safetensors");
   const Job job = sample("--weights " + student + " --data " + dir_ + "/data --out " + dir_ + "/x.h5");
   EXPECT_EQ(job.status, 2) << job.output;
-  EXPECT_EQ(wt::testing::occurrences(job.output, "error: weights " + student + ": do not match the model:"), 1u) << job.output;
+  EXPECT_EQ(wt::testing::occurrences(job.output, "error: weights " + student + ": do not match the model:"), 1u)
+      << job.output;
   EXPECT_FALSE(std::filesystem::exists(dir_ + "/x.h5"));
 
   const Job no_weights = sample("--data " + dir_ + "/data");
@@ -124,7 +127,8 @@ TEST_F(Wansample, WeightsOfAnotherModelAreOneLineAndStatus2) {
   std::ofstream(dir_ + "/junk.safetensors") << "definitely not safetensors";
   const Job junk = sample("--weights " + dir_ + "/junk.safetensors --data " + dir_ + "/data");
   EXPECT_EQ(junk.status, 2) << junk.output;
-  EXPECT_NE(junk.output.find("safetensors " + dir_ + "/junk.safetensors: header length"), std::string::npos) << junk.output;
+  EXPECT_NE(junk.output.find("safetensors " + dir_ + "/junk.safetensors: header length"), std::string::npos)
+      << junk.output;
 
   const Job index = sample("--weights " + weights_ + " --data " + dir_ + "/data --index 6");
   EXPECT_EQ(index.status, 2) << index.output;

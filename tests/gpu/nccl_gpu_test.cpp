@@ -46,9 +46,10 @@ int main(int argc, char** argv) {
   MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, world.comm());
   if (!all) {
     if (world.is_root())
-      std::printf("SKIPPED: NCCL GPU tests need one CUDA device per rank and a CUDA LibTorch "
-                  "(this rank sees %d device(s), LibTorch CUDA: %s)\n",
-                  wt::cuda_device_count(), WANTRAIN_TORCH_HAS_CUDA ? "yes" : "no");
+      std::printf(
+          "SKIPPED: NCCL GPU tests need one CUDA device per rank and a CUDA LibTorch "
+          "(this rank sees %d device(s), LibTorch CUDA: %s)\n",
+          wt::cuda_device_count(), WANTRAIN_TORCH_HAS_CUDA ? "yes" : "no");
     world.finalize();
     return kSkipped;
   }

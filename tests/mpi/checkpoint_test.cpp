@@ -84,8 +84,8 @@ TEST_F(Checkpoints, ResumeMidEpochRepeatsTheUninterruptedRunBitForBit) {
 
   const Job resumed = train(2, stopped, options + "--resume " + stopped + "/step-00000007.h5");
   ASSERT_EQ(resumed.status, 0) << resumed.output;
-  EXPECT_EQ(occurrences(resumed.output, "resume: " + stopped + "/step-00000007.h5 (step 7, epoch 0, written by 2 ranks)"),
-            1u)
+  EXPECT_EQ(
+      occurrences(resumed.output, "resume: " + stopped + "/step-00000007.h5 (step 7, epoch 0, written by 2 ranks)"), 1u)
       << resumed.output;
 
   const auto reference = training_lines(straight), lines = training_lines(stopped);
@@ -125,16 +125,18 @@ TEST_F(Checkpoints, ResumingOnAnotherWorldSizeRepartitionsTheData) {
   ASSERT_EQ(first.status, 0) << first.output;
   const Job other = train(1, affine, "--steps 5 --batch-size 4 --shard-affinity --resume " + affine + "/latest");
   EXPECT_EQ(other.status, 2) << other.output;
-  EXPECT_EQ(occurrences(other.output, "written mid-epoch by 2 ranks with --shard-affinity, whose data order depends "
-                                      "on both; resume it on 2 ranks with --shard-affinity"),
+  EXPECT_EQ(occurrences(other.output,
+                        "written mid-epoch by 2 ranks with --shard-affinity, whose data order depends "
+                        "on both; resume it on 2 ranks with --shard-affinity"),
             1u)
       << other.output;
 
   // A global batch that does not divide the samples consumed cannot continue the epoch.
   const Job odd = train(1, moved, "--steps 12 --batch-size 3 --resume " + moved + "/step-00000005.h5");
   EXPECT_EQ(odd.status, 2) << odd.output;
-  EXPECT_EQ(occurrences(odd.output, "it stopped 20 samples into epoch 0, not a whole number of this run's global "
-                                    "batches of 3"),
+  EXPECT_EQ(occurrences(odd.output,
+                        "it stopped 20 samples into epoch 0, not a whole number of this run's global "
+                        "batches of 3"),
             1u)
       << odd.output;
 }
@@ -344,8 +346,8 @@ TEST_F(Checkpoints, ExportWritesTheCheckpointsWeightsAsSafetensors) {
   ASSERT_EQ(run.status, 0) << run.output;
   const std::string export_command = std::string(WANTRAIN_WANTRAIN) + " export --checkpoint " + dir + "/latest";
   for (const std::string which : {"model", "ema"}) {
-    const Job exported =
-        launch(export_command + " --out " + dir + "/exported-" + which + ".safetensors" + (which == "ema" ? " --ema" : ""));
+    const Job exported = launch(export_command + " --out " + dir + "/exported-" + which + ".safetensors" +
+                                (which == "ema" ? " --ema" : ""));
     ASSERT_EQ(exported.status, 0) << exported.output;
     EXPECT_EQ(weights_difference(dir + "/exported-" + which + ".safetensors", dir + "/" + which + ".safetensors"), 0)
         << which;
@@ -379,8 +381,8 @@ TEST(WanbenchCkpt, ReportsSizeSaveTimesAndStall) {
       std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()), tiny_config());
   EXPECT_EQ(report["tensor_bytes"].get<int64_t>(), 16 * wt::model::parameter_count(config));
   EXPECT_GT(report["checkpoint_bytes"].get<int64_t>(), report["tensor_bytes"].get<int64_t>());
-  for (const char* key : {"sync_save_s", "snapshot_s", "file_write_s", "plain_write_s", "steps_s",
-                          "steps_with_background_write_s"})
+  for (const char* key :
+       {"sync_save_s", "snapshot_s", "file_write_s", "plain_write_s", "steps_s", "steps_with_background_write_s"})
     EXPECT_GT(report[key].get<double>(), 0) << key;
   EXPECT_LT(report["snapshot_s"].get<double>(), report["sync_save_s"].get<double>());
 }

@@ -147,12 +147,12 @@ TEST_F(Distill, ResumeContinuesBitForBitAndRefusesAnotherTeacher) {
   EXPECT_EQ(fs::last_write_time(stopped + "/step-00000005.h5"), before);
 
   // A training run's checkpoint is not a distillation's to resume.
-  const Job train_checkpoint =
-      distill(2, fresh("distill-from-train"), teacher_options() + " --steps 14 --resume " + other_teacher(),
-              tiny_config());
+  const Job train_checkpoint = distill(2, fresh("distill-from-train"),
+                                       teacher_options() + " --steps 14 --resume " + other_teacher(), tiny_config());
   EXPECT_EQ(train_checkpoint.status, 2) << train_checkpoint.output;
-  EXPECT_EQ(occurrences(train_checkpoint.output, "written by a training run (--mode train), not by distillation; "
-                                                 "start the student from it with --init"),
+  EXPECT_EQ(occurrences(train_checkpoint.output,
+                        "written by a training run (--mode train), not by distillation; "
+                        "start the student from it with --init"),
             1u)
       << train_checkpoint.output;
 }
@@ -164,9 +164,9 @@ TEST_F(Distill, BadTeachersAreOneLineAndStatus2) {
   const struct {
     std::string options, line;
   } cases[] = {
-      {"--teacher " + teacher(),
-       "error: option --teacher-config: the teacher " + teacher() + " is not a wantrain checkpoint (safetensors or an "
-       "index of them), so its model config must be given"},
+      {"--teacher " + teacher(), "error: option --teacher-config: the teacher " + teacher() +
+                                     " is not a wantrain checkpoint (safetensors or an "
+                                     "index of them), so its model config must be given"},
       // The student's config for the teacher's file: the extra block and the shapes are named.
       {"--teacher " + teacher() + " --teacher-config " + student_config() + " --student-init random",
        "error: option --teacher: weights " + teacher() + ": do not match the model: 27 unexpected (blocks.1."},
@@ -184,10 +184,10 @@ TEST_F(Distill, BadTeachersAreOneLineAndStatus2) {
   const auto small_teacher = fresh("distill-small-teacher");
   const Job small = distill(2, small_teacher, teacher_options() + " --steps 1");
   ASSERT_EQ(small.status, 0) << small.output;
-  const Job wider = distill(2, fresh("distill-wider"),
-                            "--teacher " + small_teacher + "/model.safetensors --teacher-config " + student_config() +
-                                " --steps 2",
-                            tiny_config());
+  const Job wider =
+      distill(2, fresh("distill-wider"),
+              "--teacher " + small_teacher + "/model.safetensors --teacher-config " + student_config() + " --steps 2",
+              tiny_config());
   EXPECT_EQ(wider.status, 2) << wider.output;
   EXPECT_EQ(occurrences(wider.output, "error: --student-init projection: student --model-config " + tiny_config() +
                                           " has ffn_dim 128, teacher --teacher " + small_teacher +

@@ -25,7 +25,8 @@ Job launch_mpi(const std::string& program_and_args) {
   // mpiexec PREFLAGS program POSTFLAGS args: the program is the first word.
   const auto space = program_and_args.find(' ');
   return launch(std::string(WANTRAIN_MPIEXEC) + " " + program_and_args.substr(0, space) + " " +
-                WANTRAIN_MPIEXEC_POSTFLAGS + " " + (space == std::string::npos ? "" : program_and_args.substr(space + 1)));
+                WANTRAIN_MPIEXEC_POSTFLAGS + " " +
+                (space == std::string::npos ? "" : program_and_args.substr(space + 1)));
 }
 
 const int kRanks = WANTRAIN_TEST_RANKS;
@@ -38,10 +39,10 @@ TEST(Launch, SkippedCollectiveEndsTheJobWithTheTimeoutLine) {
   const Job job = launch_mpi(std::string(WANTRAIN_FAULT_JOB) + " skip 2");
   EXPECT_NE(job.status, 0) << job.output;
   // rank 0 waited in collective #1 (all_reduce) and reports it, naming itself.
-  EXPECT_TRUE(std::regex_search(job.output,
-                                std::regex("\\[rank 0/" + std::to_string(kRanks) +
-                                           " on [^\\]]+\\]: error: MPI all_reduce #1 \\(Float x 16, sum\\) did not "
-                                           "complete within 2 s \\(--comm-timeout\\)")))
+  EXPECT_TRUE(
+      std::regex_search(job.output, std::regex("\\[rank 0/" + std::to_string(kRanks) +
+                                               " on [^\\]]+\\]: error: MPI all_reduce #1 \\(Float x 16, sum\\) did not "
+                                               "complete within 2 s \\(--comm-timeout\\)")))
       << job.output;
   EXPECT_LT(job.seconds, kHangGuardSeconds);
 }
@@ -49,8 +50,7 @@ TEST(Launch, SkippedCollectiveEndsTheJobWithTheTimeoutLine) {
 TEST(Launch, ErrorOnOneRankEndsEveryRankWithThatRanksLine) {
   const Job job = launch_mpi(std::string(WANTRAIN_FAULT_JOB) + " throw");
   EXPECT_EQ(job.status, 1) << job.output;
-  EXPECT_NE(job.output.find("[rank " + std::to_string(kRanks - 1) + "/" + std::to_string(kRanks) +
-                            " on "),
+  EXPECT_NE(job.output.find("[rank " + std::to_string(kRanks - 1) + "/" + std::to_string(kRanks) + " on "),
             std::string::npos)
       << job.output;
   EXPECT_EQ(occurrences(job.output, "error: injected failure on the last rank"), 1u) << job.output;
@@ -80,8 +80,10 @@ TEST(Launch, DryRunPrintsTheConfigurationAndWorldOnceFromRankZero) {
     EXPECT_TRUE(std::regex_search(job.output, std::regex("\\n +" + std::to_string(r) + " +\\S+ +\\d+/\\d+ +cpu")))
         << "rank " << r << " missing from the world table\n"
         << job.output;
-  EXPECT_NE(job.output.find("effective batch: 4 per rank x " + std::to_string(kRanks) + " ranks x 1 accumulation "
-                            "steps = " + std::to_string(4 * kRanks)),
+  EXPECT_NE(job.output.find("effective batch: 4 per rank x " + std::to_string(kRanks) +
+                            " ranks x 1 accumulation "
+                            "steps = " +
+                            std::to_string(4 * kRanks)),
             std::string::npos)
       << job.output;
 }
@@ -125,7 +127,8 @@ TEST(Launch, EveryToolAndSubcommandAnswersVersionWithTheVersion) {
     const Job job = launch(command + " --version");
     EXPECT_EQ(job.status, 0) << command << "\n" << job.output;
     EXPECT_TRUE(std::regex_search(job.output, std::regex("^" + program + " \\d+\\.\\d+\\.\\d+\\n  LibTorch ")))
-        << command << "\n" << job.output;
+        << command << "\n"
+        << job.output;
   }
 }
 
@@ -167,16 +170,15 @@ Job wandata(const std::string& args) { return launch(std::string(WANTRAIN_WANDAT
 TEST(Launch, DryRunDescribesTheDatasetAndItsEpochOnEveryRank) {
   const auto dir = fresh("dry-data");
   ASSERT_EQ(wandata("synth --out " + dir + " --samples 21 --shards 3").status, 0);
-  const Job job = launch_mpi(std::string(WANTRAIN_WANTRAIN) + " --dry-run --backend mpi --data " + dir +
-                             " --batch-size 4");
+  const Job job =
+      launch_mpi(std::string(WANTRAIN_WANTRAIN) + " --dry-run --backend mpi --data " + dir + " --batch-size 4");
   EXPECT_EQ(job.status, 0) << job.output;
   const int per_epoch = 21 / (4 * kRanks);
   EXPECT_NE(job.output.find("data: " + dir + " (3 shards, 21 samples), latents [N,16,1,32,32] float32"),
             std::string::npos)
       << job.output;
-  EXPECT_NE(job.output.find(std::to_string(per_epoch) + " steps per epoch; " +
-                            std::to_string(per_epoch * 4 * kRanks) + " samples per epoch (" +
-                            std::to_string(21 - per_epoch * 4 * kRanks) + " dropped)"),
+  EXPECT_NE(job.output.find(std::to_string(per_epoch) + " steps per epoch; " + std::to_string(per_epoch * 4 * kRanks) +
+                            " samples per epoch (" + std::to_string(21 - per_epoch * 4 * kRanks) + " dropped)"),
             std::string::npos)
       << job.output;
 }
@@ -205,7 +207,8 @@ TEST(Launch, DryRunChecksThatTheDataFitTheModel) {
                               configs + "wan-tiny.json");
   EXPECT_EQ(fits.status, 0) << fits.output;
   const int64_t params = wt::model::parameter_count(wt::model::load_model_config(configs + "wan-tiny.json"));
-  EXPECT_EQ(occurrences(fits.output, "model: " + configs + "wan-tiny.json: " + std::to_string(params) + " parameters"), 1u)
+  EXPECT_EQ(occurrences(fits.output, "model: " + configs + "wan-tiny.json: " + std::to_string(params) + " parameters"),
+            1u)
       << fits.output;
 
   const Job wide = launch_mpi(std::string(WANTRAIN_WANTRAIN) + " --dry-run --data " + dir + " --model-config " +
@@ -325,9 +328,13 @@ TEST(Wandata, VerifyListsEveryProblemAndFails) {
   // Poison sample 1 of the second shard with NaN, and add a shard of another shape.
   const std::string script =
       "import h5py, numpy as np\n"
-      "f = h5py.File('" + dir + "/shard-00001.h5', 'r+')\n"
+      "f = h5py.File('" +
+      dir +
+      "/shard-00001.h5', 'r+')\n"
       "x = f['latents'][1]; x[0, 0, 0, 0] = np.nan; f['latents'][1] = x\n"
-      "g = h5py.File('" + dir + "/shard-00002.h5', 'w')\n"
+      "g = h5py.File('" +
+      dir +
+      "/shard-00002.h5', 'w')\n"
       "g.attrs['format'] = 'wantrain-shard'; g.attrs['version'] = 1\n"
       "g['latents'] = np.zeros((1, 16, 2, 32, 32), np.float32)\n"
       "g['text_emb'] = np.zeros((1, 16, 64), np.float32)\n"
@@ -371,7 +378,8 @@ TEST(Wandata, SplitThenMergeKeepsEverySampleInOrder) {
 
 TEST(Launch, WanbenchIoComparesTheLoaderWithARawReadOfTheSameBytes) {
   const auto dir = fresh("io-bench");
-  const Job job = launch(std::string(WANTRAIN_WANBENCH) + " io --json --shapes tiny --tiny-samples 64 --rounds 1 --dir " + dir);
+  const Job job =
+      launch(std::string(WANTRAIN_WANBENCH) + " io --json --shapes tiny --tiny-samples 64 --rounds 1 --dir " + dir);
   ASSERT_EQ(job.status, 0) << job.output;
   const auto report = nlohmann::json::parse(job.output.substr(job.output.find('{')));
   ASSERT_EQ(report["rows"].size(), 1u);

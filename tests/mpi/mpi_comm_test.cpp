@@ -68,8 +68,7 @@ TEST_P(AllReduce, OverlappingComputeGivesTheSameReduction) {
   expect_matches(t, reduced(op, comm().size()), dtype);
 }
 
-INSTANTIATE_TEST_SUITE_P(DtypesAndOps, AllReduce,
-                         kDtypesAndOps, dtype_and_op_name);
+INSTANTIATE_TEST_SUITE_P(DtypesAndOps, AllReduce, kDtypesAndOps, dtype_and_op_name);
 
 class ReduceScatter : public ::testing::TestWithParam<std::tuple<at::ScalarType, ReduceOp>> {};
 
@@ -84,8 +83,7 @@ TEST_P(ReduceScatter, RankRGetsTheReductionOfChunkR) {
   expect_matches(output, want, dtype);
 }
 
-INSTANTIATE_TEST_SUITE_P(DtypesAndOps, ReduceScatter,
-                         kDtypesAndOps, dtype_and_op_name);
+INSTANTIATE_TEST_SUITE_P(DtypesAndOps, ReduceScatter, kDtypesAndOps, dtype_and_op_name);
 
 class PerDtype : public ::testing::TestWithParam<at::ScalarType> {};
 

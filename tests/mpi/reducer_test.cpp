@@ -83,8 +83,8 @@ TEST(Reducer, GradientsAreTheAverageOfEveryRanksGradient) {
   // Expected: the mean over ranks of each rank's local gradient, computed here.
   for (int r = 0; r < comm().size(); ++r) reference->forward(input_of(r, 4, 6)).pow(2).mean().backward();
   for (size_t i = 0; i < model->parameters().size(); ++i)
-    EXPECT_TRUE(torch::allclose(model->parameters()[i].grad(), reference->parameters()[i].grad() / comm().size(),
-                                1e-6, 1e-7))
+    EXPECT_TRUE(
+        torch::allclose(model->parameters()[i].grad(), reference->parameters()[i].grad() / comm().size(), 1e-6, 1e-7))
         << model->named_parameters()[i].key();
   EXPECT_EQ(reducer.collectives_issued(), int64_t(reducer.bucket_parameter_names().size()));
 }
@@ -110,8 +110,8 @@ TEST(Reducer, AccumulationMicroStepsDoNotCommunicate) {
   for (int r = 0; r < comm().size(); ++r)
     for (int micro = 0; micro < steps; ++micro) reference->forward(input_of(r, 2, 5) + micro).sum().backward();
   for (size_t i = 0; i < model->parameters().size(); ++i)
-    EXPECT_TRUE(torch::allclose(model->parameters()[i].grad(), reference->parameters()[i].grad() / comm().size(),
-                                1e-5, 1e-6));
+    EXPECT_TRUE(
+        torch::allclose(model->parameters()[i].grad(), reference->parameters()[i].grad() / comm().size(), 1e-5, 1e-6));
 }
 
 TEST(Reducer, AParameterWithoutGradientIsNamedOnEveryRank) {
@@ -128,8 +128,9 @@ TEST(Reducer, AParameterWithoutGradientIsNamedOnEveryRank) {
     reducer.finalize_backward();
     FAIL() << "no error for parameters without gradient";
   } catch (const wt::UsageError& e) {
-    EXPECT_STREQ(e.what(), "Reducer: 2 parameters got no gradient in this step: 3.weight, 3.bias "
-                           "(use --allow-unused to reduce zeros for them)");
+    EXPECT_STREQ(e.what(),
+                 "Reducer: 2 parameters got no gradient in this step: 3.weight, 3.bias "
+                 "(use --allow-unused to reduce zeros for them)");
   }
 }
 

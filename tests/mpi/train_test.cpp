@@ -71,7 +71,8 @@ TEST_F(Train, WorldSizeBatchAndAccumulationSplitsGiveTheSameRun) {
       EXPECT_LT(relative(lines[i]["loss"], reference[i]["loss"]), 1e-5) << other << " step " << i + 1;
       EXPECT_LT(relative(lines[i]["grad_norm"], reference[i]["grad_norm"]), 1e-5) << other << " step " << i + 1;
     }
-    EXPECT_LT(weights_difference(run_dir(other) + "/model.safetensors", run_dir("inv-1x4") + "/model.safetensors"), 1e-5)
+    EXPECT_LT(weights_difference(run_dir(other) + "/model.safetensors", run_dir("inv-1x4") + "/model.safetensors"),
+              1e-5)
         << other;
     EXPECT_LT(weights_difference(run_dir(other) + "/ema.safetensors", run_dir("inv-1x4") + "/ema.safetensors"), 1e-5)
         << other;
@@ -84,7 +85,8 @@ TEST_F(Train, WorldSizeBatchAndAccumulationSplitsGiveTheSameRun) {
     EXPECT_NEAR(reference[s - 1]["lr"].get<double>(), expected, 1e-12) << "step " << s;
   }
   // Training moved the weights away from the EMA's slower average.
-  EXPECT_GT(weights_difference(run_dir("inv-1x4") + "/model.safetensors", run_dir("inv-1x4") + "/ema.safetensors"), 1e-4);
+  EXPECT_GT(weights_difference(run_dir("inv-1x4") + "/model.safetensors", run_dir("inv-1x4") + "/ema.safetensors"),
+            1e-4);
 }
 
 TEST_F(Train, TheSameCommandTwiceGivesTheSameLossTrace) {
@@ -96,7 +98,8 @@ TEST_F(Train, TheSameCommandTwiceGivesTheSameLossTrace) {
   ASSERT_EQ(a.size(), 6u);
   ASSERT_EQ(b.size(), 6u);
   for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i]["loss"].get<double>(), b[i]["loss"].get<double>());
-  EXPECT_EQ(weights_difference(run_dir("twice-a") + "/model.safetensors", run_dir("twice-b") + "/model.safetensors"), 0);
+  EXPECT_EQ(weights_difference(run_dir("twice-a") + "/model.safetensors", run_dir("twice-b") + "/model.safetensors"),
+            0);
 }
 
 TEST_F(Train, TwoRankRunLearnsAndReportsFromRankZeroOnly) {
@@ -107,8 +110,8 @@ TEST_F(Train, TwoRankRunLearnsAndReportsFromRankZeroOnly) {
   ASSERT_EQ(lines.size(), 6u);
   // Mean loss of steps 51-60 well below that of steps 1-10.
   EXPECT_LT(lines.back()["loss"].get<double>(), 0.7 * lines.front()["loss"].get<double>()) << job.output;
-  for (const char* key : {"step", "epoch", "loss", "lr", "grad_norm", "samples_per_s", "step_s", "data_s",
-                          "forward_s", "backward_s", "comm_s", "optimizer_s", "skipped_steps", "eta_s"})
+  for (const char* key : {"step", "epoch", "loss", "lr", "grad_norm", "samples_per_s", "step_s", "data_s", "forward_s",
+                          "backward_s", "comm_s", "optimizer_s", "skipped_steps", "eta_s"})
     EXPECT_TRUE(lines.front().contains(key)) << key;
   // 32 samples, global batch 8: 4 steps per epoch, so step 60 is in epoch 14.
   EXPECT_EQ(lines.back()["epoch"], 14);
@@ -195,8 +198,9 @@ TEST_F(Train, OptionsThatCannotTrainAreOneLineAndStatus2) {
   const struct {
     std::string options, line;
   } cases[] = {
-      {"--steps 2 --precision fp16", "error: option --precision: fp16 needs CUDA devices (dynamic loss scaling); "
-                                     "on CPU use bf16"},
+      {"--steps 2 --precision fp16",
+       "error: option --precision: fp16 needs CUDA devices (dynamic loss scaling); "
+       "on CPU use bf16"},
       {"", "error: option --steps: give --steps N or --epochs N to train"},
       {"--steps 2 --mode distill --teacher t.safetensors", "error: option --teacher: t.safetensors does not exist"},
   };
@@ -223,7 +227,8 @@ TEST_F(Train, Bf16AutocastComputesInBf16) {
   // the weights drift apart, but only at bf16's precision (8 mantissa bits).
   // (Wan's head starts at zero, so the first prediction is 0 in any precision.)
   for (size_t i = 0; i < a.size(); ++i) EXPECT_LT(relative(a[i]["loss"], b[i]["loss"]), 2e-2) << "step " << i + 1;
-  const double drift = weights_difference(run_dir("bf16") + "/model.safetensors", run_dir("fp32") + "/model.safetensors");
+  const double drift =
+      weights_difference(run_dir("bf16") + "/model.safetensors", run_dir("fp32") + "/model.safetensors");
   EXPECT_GT(drift, 1e-7);
   EXPECT_LT(drift, 1e-2);
 }
@@ -233,9 +238,10 @@ TEST_F(Train, Bf16AutocastComputesInBf16) {
 namespace {
 
 TEST(WanbenchStep, ReportsTheStepWithAndWithoutCommunicationAndTheSync) {
-  const Job job = launch(mpi_command(2, WANTRAIN_WANBENCH,
-                                     "step --json --model-config " + tiny_config() +
-                                         " --size 8x8 --batch-size 2 --iters 2 --rounds 1 --warmup 1 --sync-iters 2 --threads 1"));
+  const Job job =
+      launch(mpi_command(2, WANTRAIN_WANBENCH,
+                         "step --json --model-config " + tiny_config() +
+                             " --size 8x8 --batch-size 2 --iters 2 --rounds 1 --warmup 1 --sync-iters 2 --threads 1"));
   ASSERT_EQ(job.status, 0) << job.output;
   const auto report = Json::parse(job.output.substr(job.output.find('{')));
   EXPECT_EQ(report["ranks"], 2);

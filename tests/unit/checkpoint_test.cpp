@@ -31,7 +31,8 @@ std::string fresh_dir(const std::string& name) {
 Checkpoint sample(int64_t step, double val_loss = NAN) {
   torch::manual_seed(step);
   Checkpoint c;
-  c.model = {{"blocks.0.norm3.weight", torch::randn({8})}, {"head.modulation", torch::randn({1, 2, 8})},
+  c.model = {{"blocks.0.norm3.weight", torch::randn({8})},
+             {"head.modulation", torch::randn({1, 2, 8})},
              {"scalar", torch::randn({})}};
   for (const auto& [name, t] : c.model) {
     c.ema.emplace_back(name, t * 0.5);

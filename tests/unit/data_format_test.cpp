@@ -137,8 +137,10 @@ TEST(DataFormat, ShardsThatDisagreeNameBothAndTheirShapes) {
   other.frames = 1;
   wt::testing::write_shard(dir + "/000.h5", small_shape(), 2, 0);
   wt::testing::write_shard(dir + "/003.h5", other, 2, 0);
-  EXPECT_EQ(open_error(dir), "data: shard " + dir + "/003.h5 has latents [N,4,1,3,5] float32, text_emb [N,6,8] "
-                             "float32 but shard " + dir + "/000.h5 has latents [N,4,2,3,5] float32, text_emb [N,6,8] float32");
+  EXPECT_EQ(open_error(dir), "data: shard " + dir +
+                                 "/003.h5 has latents [N,4,1,3,5] float32, text_emb [N,6,8] "
+                                 "float32 but shard " +
+                                 dir + "/000.h5 has latents [N,4,2,3,5] float32, text_emb [N,6,8] float32");
 }
 
 TEST(DataFormat, WrongNumberOfDimensionsIsNamed) {
@@ -150,9 +152,9 @@ TEST(DataFormat, WrongNumberOfDimensionsIsNamed) {
     ASSERT_GE(H5Ldelete(file.get(), "latents", H5P_DEFAULT), 0);
     const hsize_t dims[4] = {2, 4, 3, 5};
     const h5::Handle space(H5Screate_simple(4, dims, nullptr), H5Sclose);
-    const h5::Handle d(H5Dcreate2(file.get(), "latents", H5T_IEEE_F32LE, space.get(), H5P_DEFAULT, H5P_DEFAULT,
-                                  H5P_DEFAULT),
-                       H5Dclose);
+    const h5::Handle d(
+        H5Dcreate2(file.get(), "latents", H5T_IEEE_F32LE, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+        H5Dclose);
     ASSERT_TRUE(d);
   }
   EXPECT_EQ(open_error(dir),

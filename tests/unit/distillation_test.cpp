@@ -52,9 +52,7 @@ WanModel random_model(const WanConfig& c, uint64_t seed) {
   return model;
 }
 
-at::Tensor parameter(const WanModel& model, const std::string& name) {
-  return model->named_parameters(true)[name];
-}
+at::Tensor parameter(const WanModel& model, const std::string& name) { return model->named_parameters(true)[name]; }
 
 wt::model::ProjectionReport project(WanModel& teacher, WanModel& student) {
   wt::model::check_projectable(teacher->config(), "teacher", student->config(), "student");
@@ -115,7 +113,8 @@ TEST(Projection, ASmallerStudentTakesLeadingRowsAndColumnsAndSpreadBlocks) {
   // time_projection.1 stacks six chunks of dim rows: chunk k's row r is row k*dim + r.
   const auto s = parameter(student, "time_projection.1.weight"), t = parameter(teacher, "time_projection.1.weight");
   for (int64_t k = 0; k < 6; ++k)
-    EXPECT_TRUE(torch::equal(s.index({Slice(k * 16, k * 16 + 16)}), t.index({Slice(k * 32, k * 32 + 16), Slice(0, 16)})))
+    EXPECT_TRUE(
+        torch::equal(s.index({Slice(k * 16, k * 16 + 16)}), t.index({Slice(k * 32, k * 32 + 16), Slice(0, 16)})))
         << "chunk " << k;
   const auto sb = parameter(student, "time_projection.1.bias"), tb = parameter(teacher, "time_projection.1.bias");
   EXPECT_TRUE(torch::equal(sb.index({Slice(80, 96)}), tb.index({Slice(160, 176)})));
@@ -198,8 +197,9 @@ TEST(Projection, StudentsThatCannotBeProjectedAreOneLineNamingTheField) {
             "--student-init projection: student --model-config s.json has dim 64, teacher --teacher t.safetensors has "
             "32: a student may be smaller than its teacher, not larger (use --student-init random)");
   EXPECT_NE(error(t, deeper).find("has num_layers 3, teacher --teacher t.safetensors has 2"), std::string::npos);
-  EXPECT_NE(error(t, other_latents).find("has in_dim 8, teacher --teacher t.safetensors has 4: both must read the "
-                                         "same latents"),
+  EXPECT_NE(error(t, other_latents)
+                .find("has in_dim 8, teacher --teacher t.safetensors has 4: both must read the "
+                      "same latents"),
             std::string::npos);
   EXPECT_NE(error(t, video).find("the temporal patch must be the teacher's, or 1 for an image student"),
             std::string::npos);
@@ -217,7 +217,8 @@ TEST(DistillationLoss, IsTheMeanSquaredGapToTheTeacherPlusTheWeightedTarget) {
 TEST(Teacher, IsFrozenAndItsChecksumFollowsTheWeightsNotTheFile) {
   const auto c = config(32, 2);
   auto source = random_model(c, 6);
-  const auto official = temp_path("teacher-official.safetensors"), diffusers = temp_path("teacher-diffusers.safetensors");
+  const auto official = temp_path("teacher-official.safetensors"),
+             diffusers = temp_path("teacher-diffusers.safetensors");
   wt::model::save_weights(*source, official);
   wt::model::save_weights(*source, diffusers, at::kFloat, wt::model::WeightNames::Diffusers);
   const wt::train::Teacher a(official, c, "test"), b(diffusers, c, "test");
@@ -249,8 +250,9 @@ TEST(Teacher, HeldInBf16PredictsWithinBf16Precision) {
   bf16.hold_in_bf16();
   for (const auto& [name, w] : bf16.weights()) {
     const bool large_linear = name.find(".ffn.") != std::string::npos || name.find("_attn.q.") != std::string::npos;
-    const bool fp32_by_design = name.find("norm") != std::string::npos || name.find("modulation") != std::string::npos ||
-                                name.rfind("time_", 0) == 0 || name.rfind("head.", 0) == 0;
+    const bool fp32_by_design = name.find("norm") != std::string::npos ||
+                                name.find("modulation") != std::string::npos || name.rfind("time_", 0) == 0 ||
+                                name.rfind("head.", 0) == 0;
     if (large_linear) {
       EXPECT_EQ(w.scalar_type(), at::kBFloat16) << name;
     }
@@ -303,8 +305,9 @@ TEST(Teacher, BadTeacherFilesAreOneLineNamingTheOption) {
   EXPECT_NE(shallower.find("unexpected (blocks.1."), std::string::npos) << shallower;
   EXPECT_NE(shallower.find("(the teacher's config --teacher-config t.json: dim 32, 1 layers)"), std::string::npos);
   // Another width: shapes named.
-  EXPECT_NE(error(path, config(16, 2)).find("of another shape (patch_embedding.weight: file [32,4,1,2,2] vs model "
-                                            "[16,4,1,2,2]"),
+  EXPECT_NE(error(path, config(16, 2))
+                .find("of another shape (patch_embedding.weight: file [32,4,1,2,2] vs model "
+                      "[16,4,1,2,2]"),
             std::string::npos);
   // A missing tensor.
   {
@@ -324,7 +327,8 @@ TEST(Teacher, BadTeacherFilesAreOneLineNamingTheOption) {
     wt::train::resolve_teacher_config(path, "");
     ADD_FAILURE() << "no error";
   } catch (const wt::UsageError& e) {
-    EXPECT_EQ(std::string(e.what()).rfind("option --teacher-config: the teacher " + path + " is not a wantrain checkpoint", 0),
+    EXPECT_EQ(std::string(e.what()).rfind(
+                  "option --teacher-config: the teacher " + path + " is not a wantrain checkpoint", 0),
               0u)
         << e.what();
   }

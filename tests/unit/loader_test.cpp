@@ -19,7 +19,9 @@ struct Fixture {
     wt::testing::write_shard(dir + "/b.h5", shape, 6, 200);
   }
   // (seed, row) of global sample i
-  std::pair<int64_t, int64_t> source(int64_t i) const { return i < 5 ? std::make_pair(100, i) : std::make_pair(200, i - 5); }
+  std::pair<int64_t, int64_t> source(int64_t i) const {
+    return i < 5 ? std::make_pair(100, i) : std::make_pair(200, i - 5);
+  }
 };
 }  // namespace
 
@@ -114,10 +116,11 @@ TEST(Loader, LargeSamplesConvertedWhileTheNextIsReadArriveIntact) {
     const auto batch = loader.next();
     ASSERT_EQ(batch.indices, want);
     for (size_t j = 0; j < want.size(); ++j) {
-      EXPECT_TRUE(torch::equal(batch.latents[j],
-                               wt::testing::expected_latents(s, 3, want[j]).to(at::kHalf).to(at::kFloat)))
+      EXPECT_TRUE(
+          torch::equal(batch.latents[j], wt::testing::expected_latents(s, 3, want[j]).to(at::kHalf).to(at::kFloat)))
           << "sample " << want[j];
-      EXPECT_TRUE(torch::equal(batch.text_emb[j], wt::testing::expected_text(s, 3, want[j]).to(at::kHalf).to(at::kFloat)));
+      EXPECT_TRUE(
+          torch::equal(batch.text_emb[j], wt::testing::expected_text(s, 3, want[j]).to(at::kHalf).to(at::kFloat)));
     }
   }
 }

@@ -22,14 +22,14 @@ std::string config_path(const std::string& name) {
 int64_t count_by_formula(const WanConfig& c) {
   const int64_t d = c.dim, f = c.ffn_dim, pv = c.patch_volume();
   const int64_t linear_dd = d * d + d;
-  int64_t total = d * c.in_dim * pv + d;                      // patch_embedding
-  total += c.text_dim * d + d + linear_dd;                    // text_embedding.0, .2
-  total += c.freq_dim * d + d + linear_dd;                    // time_embedding.0, .2
-  total += d * 6 * d + 6 * d;                                 // time_projection.1
+  int64_t total = d * c.in_dim * pv + d;    // patch_embedding
+  total += c.text_dim * d + d + linear_dd;  // text_embedding.0, .2
+  total += c.freq_dim * d + d + linear_dd;  // time_embedding.0, .2
+  total += d * 6 * d + 6 * d;               // time_projection.1
   const int64_t attention = 4 * linear_dd + (c.qk_norm ? 2 * d : 0);
   const int64_t block = 6 * d + 2 * attention + (c.cross_attn_norm ? 2 * d : 0) + (d * f + f) + (f * d + d);
   total += c.num_layers * block;
-  total += 2 * d + d * c.out_dim * pv + c.out_dim * pv;       // head.modulation, head.head
+  total += 2 * d + d * c.out_dim * pv + c.out_dim * pv;  // head.modulation, head.head
   return total;
 }
 

@@ -45,7 +45,7 @@ TEST(Gradients, GlobalNormAndClippingAcrossBuffers) {
   clip_to_norm({a, b}, 5.0, 1.0);  // scaled by 1/(5 + 1e-6)
   EXPECT_NEAR(global_norm({a, b}), 1.0, 1e-6);
   EXPECT_NEAR(a[0].item<float>() / b[0].item<float>(), 0.75, 1e-6);  // direction kept
-  clip_to_norm({a, b}, 5.0, 0.0);  // 0: off
+  clip_to_norm({a, b}, 5.0, 0.0);                                    // 0: off
   EXPECT_NEAR(global_norm({a, b}), 1.0, 1e-6);
   EXPECT_TRUE(std::isnan(global_norm({torch::tensor({1.0f, NAN})})));
   EXPECT_TRUE(std::isinf(global_norm({torch::tensor({INFINITY})})));

@@ -175,7 +175,8 @@ TEST(Options, HeightWidthParsesOrNamesTheOption) {
       wt::parse_height_width(bad, "size");
       ADD_FAILURE() << bad << " was accepted";
     } catch (const wt::UsageError& e) {
-      EXPECT_EQ(std::string(e.what()), std::string("option --size: '") + bad + "' is not HxW with positive sizes, e.g. 32x32");
+      EXPECT_EQ(std::string(e.what()),
+                std::string("option --size: '") + bad + "' is not HxW with positive sizes, e.g. 32x32");
     }
   }
 }

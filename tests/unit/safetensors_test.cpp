@@ -151,7 +151,8 @@ TEST_F(Safetensors, LoadsAModelSplitByAnIndex) {
   for (const auto& item : source->named_parameters()) {
     const bool in_first = item.key().rfind("blocks.1.", 0) != 0;
     (in_first ? first : second).emplace_back(item.key(), item.value());
-    index["weight_map"][item.key()] = in_first ? "model-00001-of-00002.safetensors" : "model-00002-of-00002.safetensors";
+    index["weight_map"][item.key()] =
+        in_first ? "model-00001-of-00002.safetensors" : "model-00002-of-00002.safetensors";
   }
   wt::model::write_safetensors(path("model-00001-of-00002.safetensors"), first, torch::kBFloat16);
   wt::model::write_safetensors(path("model-00002-of-00002.safetensors"), second, torch::kBFloat16);
@@ -224,16 +225,26 @@ TEST_F(Safetensors, CraftedBadFilesEachGiveOneClearError) {
       {"not-object", R"(["a"])", 0, "the header is not a JSON object"},
       {"dtype", R"({"a":{"dtype":"I64","shape":[1],"data_offsets":[0,8]}})", 8, "tensor 'a': dtype \"I64\" is not one"},
       {"no-shape", R"({"a":{"dtype":"F32","data_offsets":[0,8]}})", 8, "tensor 'a': header entry has no 'shape'"},
-      {"negative", R"({"a":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", 8, "holds something other than non-negative"},
+      {"negative", R"({"a":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", 8,
+       "holds something other than non-negative"},
       {"backwards", R"({"a":{"dtype":"F32","shape":[0],"data_offsets":[8,0]}})", 8, "end before they begin"},
-      {"byte-count", R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", 8, "hold 8 bytes but F32 [3] needs 12"},
-      {"overlap", R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})", 12, "overlaps"},
-      {"hole", R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", 8, "bytes [0, 4) before tensor 'a' belong to no tensor"},
-      {"past-end", R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", 8, "runs past the 8 bytes of data (truncated?)"},
+      {"byte-count", R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", 8,
+       "hold 8 bytes but F32 [3] needs 12"},
+      {"overlap",
+       R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
+       12, "overlaps"},
+      {"hole", R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", 8,
+       "bytes [0, 4) before tensor 'a' belong to no tensor"},
+      {"past-end", R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", 8,
+       "runs past the 8 bytes of data (truncated?)"},
       {"trailing", R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 8, "4 bytes after the last tensor"},
-      {"huge-shape", R"({"a":{"dtype":"F32","shape":[4611686018427387904,4611686018427387904],"data_offsets":[0,8]}})", 8, "is too large"},
-      {"duplicate", R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", 8, "tensor 'a' appears twice"},
-      {"metadata", R"({"__metadata__":{"format":1},"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", 8, "__metadata__ 'format' is not a string"},
+      {"huge-shape", R"({"a":{"dtype":"F32","shape":[4611686018427387904,4611686018427387904],"data_offsets":[0,8]}})",
+       8, "is too large"},
+      {"duplicate",
+       R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+       8, "tensor 'a' appears twice"},
+      {"metadata", R"({"__metadata__":{"format":1},"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", 8,
+       "__metadata__ 'format' is not a string"},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.name);
@@ -253,7 +264,8 @@ TEST_F(Safetensors, CraftedBadFilesEachGiveOneClearError) {
 // exception type.
 TEST_F(Safetensors, CorruptedAndTruncatedFilesNeverCrash) {
   torch::manual_seed(9);
-  wt::model::NamedTensors tensors = {{"w", torch::randn({3, 5})}, {"b", torch::randn({5})}, {"s", torch::randn({1, 2, 2})}};
+  wt::model::NamedTensors tensors = {
+      {"w", torch::randn({3, 5})}, {"b", torch::randn({5})}, {"s", torch::randn({1, 2, 2})}};
   const std::string file = path("small.safetensors");
   wt::model::write_safetensors(file, tensors, torch::kBFloat16);
   std::ifstream in(file, std::ios::binary);

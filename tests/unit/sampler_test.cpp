@@ -125,14 +125,15 @@ TEST(Sampler, FewerSamplesThanAGlobalBatchIsAUsageError) {
     make({3, 4}, 2, 0, 4);
     FAIL();
   } catch (const wt::UsageError& e) {
-    EXPECT_STREQ(e.what(), "data: 7 samples are fewer than one global batch (2 ranks x 4 samples per rank per step = 8); use "
-                           "more data, fewer ranks or a smaller batch");
+    EXPECT_STREQ(e.what(),
+                 "data: 7 samples are fewer than one global batch (2 ranks x 4 samples per rank per step = 8); use "
+                 "more data, fewer ranks or a smaller batch");
   }
 }
 
 TEST(Sampler, StateRestoresExactlyAndAcrossWorldSizes) {
   const std::vector<int64_t> shards = {50};
-  auto a = make(shards, 2, 1, 3);  // 8 batches per epoch
+  auto a = make(shards, 2, 1, 3);         // 8 batches per epoch
   for (int i = 0; i < 11; ++i) a.next();  // into epoch 1
   const SamplerState saved = a.state();
   EXPECT_EQ(saved.epoch, 1);

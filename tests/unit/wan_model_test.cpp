@@ -59,7 +59,8 @@ TEST(Positional, RopeMatchesItsFormula) {
     const int64_t tokens = 24, heads = 2;
     torch::manual_seed(1);
     const auto x = torch::randn({1, tokens, heads, head_dim}, torch::kFloat64);
-    const auto out = wt::model::apply_rope(x.to(torch::kFloat32), wt::model::rope_table(grid, head_dim)).to(torch::kFloat64);
+    const auto out =
+        wt::model::apply_rope(x.to(torch::kFloat32), wt::model::rope_table(grid, head_dim)).to(torch::kFloat64);
     const auto parts = wt::model::rope_axis_channels(head_dim);
     auto xa = x.accessor<double, 4>();
     auto oa = out.accessor<double, 4>();
@@ -141,8 +142,8 @@ TEST(WanBlock, ModulationAndGatingMatchAHandComputation) {
   block->ffn[2]->as<torch::nn::Linear>()->weight.copy_(eye);
   block->norm3->weight.fill_(1);
   // modulation + e0 = rows (shift_sa, scale_sa, gate_sa, shift_ff, scale_ff, gate_ff)
-  const double mod[6][4] = {{0.1, -0.2, 0.3, 0.0},  {0.5, 0.0, -0.5, 1.0}, {1.0, 2.0, 0.5, -1.0},
-                            {-0.3, 0.2, 0.0, 0.1},  {0.0, 1.0, 0.5, -0.5}, {0.5, -1.0, 2.0, 1.0}};
+  const double mod[6][4] = {{0.1, -0.2, 0.3, 0.0}, {0.5, 0.0, -0.5, 1.0}, {1.0, 2.0, 0.5, -1.0},
+                            {-0.3, 0.2, 0.0, 0.1}, {0.0, 1.0, 0.5, -0.5}, {0.5, -1.0, 2.0, 1.0}};
   auto m = torch::empty({1, 6, 4});
   for (int r = 0; r < 6; ++r)
     for (int k = 0; k < 4; ++k) m[0][r][k] = mod[r][k];
@@ -166,7 +167,7 @@ TEST(WanBlock, ModulationAndGatingMatchAHandComputation) {
   std::array<double, 4> h{x_in[0], x_in[1], x_in[2], x_in[3]};
   auto n1 = layer_norm(h);
   for (int k = 0; k < 4; ++k) h[k] += (n1[k] * (1 + mod[1][k]) + mod[0][k]) * mod[2][k];  // self-attention = identity
-  for (int k = 0; k < 4; ++k) h[k] += ctx_in[k];                                         // cross-attention = context
+  for (int k = 0; k < 4; ++k) h[k] += ctx_in[k];                                          // cross-attention = context
   auto n2 = layer_norm(h);
   for (int k = 0; k < 4; ++k) h[k] += gelu_tanh(n2[k] * (1 + mod[4][k]) + mod[3][k]) * mod[5][k];
   for (int k = 0; k < 4; ++k) EXPECT_NEAR(out[0][0][k].item<double>(), h[k], 1e-5) << "channel " << k;
