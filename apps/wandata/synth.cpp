@@ -5,13 +5,15 @@
 // latents are a deterministic function of the text embedding.
 //
 // The task (how parameters become text, each colour's channel mix, and the
-// latent normalisation) comes from --task-seed; which samples are drawn from
-// --seed. A training and a validation set of one task differ in --seed only.
+// latent normalisation) comes from --task-seed and the shape options
+// (--channels, --text-dim, and for the normalisation --frames and --size);
+// which samples are drawn from --seed. A training and a validation set of
+// one task differ in --seed only.
 //
 // Latents are normalised per channel to zero mean and unit standard deviation,
 // as Wan's VAE latents are by the VAE's (z - mean) / std: the statistics are
 // those of a fixed calibration population of the task, the way a VAE's are
-// constants measured once, so every dataset of the task shares them.
+// constants measured once, so every dataset of the task and shape shares them.
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 

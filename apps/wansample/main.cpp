@@ -162,7 +162,7 @@ int run(World&, int argc, char** argv) {
   if (c.compare) {
     const auto m = compare_latents(latents, reference);
     std::cout << fmt::format(
-        "wansample: against {} sample {}: correlation {:.3f}, MSE {:.4f} (the sample's own variance {:.4f})\n", c.data,
+        "wansample: against {} sample {}: correlation {:.3f}, MSE {:.4f} (the reference's variance {:.4f})\n", c.data,
         c.index, m.correlation, m.mse, m.reference_variance);
   }
   if (!c.png.empty()) {

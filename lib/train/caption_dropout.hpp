@@ -27,7 +27,8 @@ at::Tensor unconditional_context(const at::Tensor& context);
 std::vector<bool> caption_drops(const std::vector<int64_t>& sample_indices, uint64_t seed, int64_t step, double p);
 
 // context [B, L, D] with the rows whose drop is true replaced by the
-// unconditional context (a new tensor; `context` itself is not changed).
+// unconditional context: a new tensor, or `context` itself when nothing is
+// dropped; `context` is never changed.
 at::Tensor drop_captions(const at::Tensor& context, const std::vector<bool>& drops);
 
 }  // namespace wt::train

@@ -18,6 +18,10 @@ at::Tensor euler_sample(const at::Tensor& noise, const VelocityField& velocity, 
   auto x = noise.to(torch::kFloat32);
   for (int i = 0; i < options.steps; ++i) {
     auto t = torch::full({x.size(0)}, 1000.0 * sigmas[i], x.options());
+    if (options.cfg == 0.0) {  // unconditional: one model call
+      x = x + (sigmas[i + 1] - sigmas[i]) * velocity(x, t, false).to(torch::kFloat32);
+      continue;
+    }
     auto v = velocity(x, t, true).to(torch::kFloat32);
     if (options.cfg != 1.0) {
       auto v_uncond = velocity(x, t, false).to(torch::kFloat32);

@@ -13,7 +13,7 @@ namespace wt::train {
 struct EulerOptions {
   int steps = 50;
   double shift = 5.0;
-  double cfg = 5.0;  // 1: no guidance (one model call per step)
+  double cfg = 5.0;  // 1: no guidance, 0: unconditional (one model call per step each)
 };
 
 // The N+1 sigmas, from 1 down to 0.

@@ -108,3 +108,19 @@ TEST(EulerSampler, ExactVelocityFieldReturnsX0) {
   const auto once = euler_sample(noise, guided, {1, 1.0, 2.0});
   EXPECT_TRUE(torch::allclose(once, noise - 2.0 * (noise - x0), 1e-5, 1e-5));
 }
+
+// --cfg 0 follows the unconditional field alone, one model call per step.
+TEST(EulerSampler, ZeroGuidanceIsTheUnconditionalFieldAlone) {
+  torch::manual_seed(4);
+  const auto x0 = torch::randn({1, 2, 1, 2, 2});
+  const auto noise = torch::randn({1, 2, 1, 2, 2});
+  int conditional_calls = 0, unconditional_calls = 0;
+  VelocityField field = [&](const at::Tensor& x, const at::Tensor& t, bool conditional) {
+    ++(conditional ? conditional_calls : unconditional_calls);
+    return conditional ? torch::full_like(x, 1e6) : (x - x0) / (t / 1000.0).view({-1, 1, 1, 1, 1});
+  };
+  const auto sample = euler_sample(noise, field, {6, 3.0, 0.0});
+  EXPECT_TRUE(torch::allclose(sample, x0, 1e-4, 1e-4)) << (sample - x0).abs().max();
+  EXPECT_EQ(conditional_calls, 0);
+  EXPECT_EQ(unconditional_calls, 6);
+}
