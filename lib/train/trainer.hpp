@@ -40,8 +40,6 @@ class DistributedSampler;
 namespace wt::train {
 
 class Ema;
-class Engine;
-class Objective;
 class Teacher;
 
 struct TrainerOptions {
