@@ -14,6 +14,7 @@ packages=(
   nlohmann-json3-dev libspdlog-dev libfmt-dev
   libgtest-dev
   clang-format                         # the `format` test checks .clang-format's style
+  clang libclang-rt-14-dev             # the libFuzzer target of tests/fuzz (clang's fuzzer runtime)
   python3 python3-h5py python3-numpy   # the h5py example of docs/data-format.md is tested
   python3-torch                        # an independent PyTorch evaluation of Wan's forward pass checks WanModel
   slurm-wlm munge                      # the slurm/ scripts are tested on a real single-node SLURM

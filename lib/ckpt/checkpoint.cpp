@@ -325,4 +325,10 @@ void check_fits(const Checkpoint& c, const std::string& path, const NamedTensors
   }
 }
 
+void copy_named(const NamedTensors& saved, const NamedTensors& into) {
+  std::map<std::string, at::Tensor> by_name(saved.begin(), saved.end());
+  torch::NoGradGuard no_grad;
+  for (const auto& [name, tensor] : into) tensor.copy_(by_name.at(name));
+}
+
 }  // namespace wt::ckpt

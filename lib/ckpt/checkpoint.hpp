@@ -89,4 +89,8 @@ bool is_checkpoint_file(const std::string& path);
 // UsageError naming the file and the first offending tensor.
 void check_fits(const Checkpoint& checkpoint, const std::string& path, const NamedTensors& parameters, bool need_ema);
 
+// Copies each tensor of `saved` into the tensor of `into` with the same name
+// (every name of `into` must be in `saved`, with its shape: check_fits).
+void copy_named(const NamedTensors& saved, const NamedTensors& into);
+
 }  // namespace wt::ckpt

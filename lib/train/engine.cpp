@@ -206,11 +206,7 @@ void Engine::save_state(ckpt::Checkpoint& c) const {
 
 void Engine::load_state(const ckpt::Checkpoint& saved) {
   auto& im = *impl_;
-  if (im.ema) {
-    std::map<std::string, at::Tensor> by_name(saved.ema.begin(), saved.ema.end());
-    torch::NoGradGuard no_grad;
-    for (const auto& [name, average] : im.ema->averages()) average.copy_(by_name.at(name));
-  }
+  if (im.ema) ckpt::copy_named(saved.ema, im.ema->averages());
   // AdamW's state, created as its first step would, keyed as it looks it up.
   std::map<std::string, const ckpt::OptimizerSlot*> slots;
   for (const auto& slot : saved.optim) slots.emplace(slot.name, &slot);

@@ -7,7 +7,6 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
-#include <map>
 
 #include "ckpt/checkpoint.hpp"
 #include "data/loader.hpp"
@@ -45,13 +44,6 @@ data::DistributedSampler make_sampler(const TrainConfig& cfg, const Comm& comm, 
                                    !cfg.no_drop_last, cfg.shard_affinity});
 }
 
-// Copies `saved` into the tensors of `into` with the same names (shapes checked by ckpt::check_fits).
-void copy_named(const ckpt::NamedTensors& saved, const ckpt::NamedTensors& into) {
-  std::map<std::string, at::Tensor> by_name(saved.begin(), saved.end());
-  torch::NoGradGuard no_grad;
-  for (const auto& [name, tensor] : into) tensor.copy_(by_name.at(name));
-}
-
 }  // namespace
 
 struct Trainer::Impl {
@@ -60,7 +52,6 @@ struct Trainer::Impl {
   std::unique_ptr<Engine> engine;
   std::unique_ptr<data::Loader> loader;
   model::WanConfig model_config;
-  ckpt::NamedTensors named;  // the parameters, by official name
   Teacher* teacher = nullptr;
 
   explicit Impl(model::WanConfig config) : model(std::move(config)) {}
@@ -82,22 +73,6 @@ Trainer::Trainer(const TrainConfig& cfg, Comm& comm, data::Dataset dataset, mode
   if (!cfg.init.empty() && !init_from_checkpoint) model::load_weights(*model, cfg.init, model::LoadMode::Strict);
   model->to(comm.device());
   model->train();
-  auto& named = impl_->named;
-  for (const auto& item : model->named_parameters(/*recurse=*/true)) named.emplace_back(item.key(), item.value());
-  if (options.resume) {
-    ckpt::check_fits(*options.resume, options.resume_path, named, cfg.ema_decay > 0);
-    copy_named(options.resume->model, named);
-  } else if (init_from_checkpoint) {
-    const auto init = ckpt::read_checkpoint(cfg.init);
-    ckpt::check_fits(init, cfg.init, named, false);
-    copy_named(init.model, named);
-  }
-  impl_->teacher = options.teacher;
-  if (options.teacher) {
-    if (options.teacher->config().patch_size[0] > 1 && impl_->model_config.patch_size[0] == 1)
-      options.teacher->show_frames_as_stills(true);
-    if (!options.resume) start_student(*options.teacher);
-  }
   FlowMatchingObjectiveOptions objective_options;
   objective_options.flow = {parse_timestep_sampling(cfg.timestep_sampling), cfg.logit_mean, cfg.logit_std, cfg.shift};
   objective_options.text_drop = cfg.text_drop;
@@ -107,6 +82,22 @@ Trainer::Trainer(const TrainConfig& cfg, Comm& comm, data::Dataset dataset, mode
                                                                cfg.distill_target_weight, compute_dtype_);
   else
     impl_->objective = std::make_unique<FlowMatchingObjective>(*model, objective_options);
+  // The trained parameters by official name: what checkpoints and projection fill.
+  const auto& named = impl_->objective->trainable();
+  if (options.resume) {
+    ckpt::check_fits(*options.resume, options.resume_path, named, cfg.ema_decay > 0);
+    ckpt::copy_named(options.resume->model, named);
+  } else if (init_from_checkpoint) {
+    const auto init = ckpt::read_checkpoint(cfg.init);
+    ckpt::check_fits(init, cfg.init, named, false);
+    ckpt::copy_named(init.model, named);
+  }
+  impl_->teacher = options.teacher;
+  if (options.teacher) {
+    if (options.teacher->config().patch_size[0] > 1 && impl_->model_config.patch_size[0] == 1)
+      options.teacher->show_frames_as_stills(true);
+    if (!options.resume) start_student(*options.teacher);
+  }
 
   EngineOptions engine_options;
   engine_options.micro_batch = cfg.batch_size;
@@ -172,7 +163,8 @@ void Trainer::start_student(const Teacher& teacher) {
   }
   model::check_projectable(teacher.config(), "--teacher " + teacher.path(), im.model_config,
                            "--model-config " + cfg_.model_config);
-  const auto projection = model::project_weights(teacher.weights(), teacher.config(), im.named, im.model_config);
+  const auto projection =
+      model::project_weights(teacher.weights(), teacher.config(), im.objective->trainable(), im.model_config);
   if (report) fmt::print("student init: projection from the teacher {}\n{}", teacher.path(), projection.describe());
 }
 
