@@ -2,7 +2,7 @@
 # `module load`:
 #   P/bin/                  wantrain wandata wansample wanbench (apps/), wanrun (mpi/)
 #   P/lib/                  libwantrain_*.a, cmake/wantrain/ (find_package(wantrain) -> wantrain::core)
-#   P/include/wantrain/     the public headers, as the sources include them ("model/model_config.hpp")
+#   P/include/wantrain/     the public headers, as the sources include them ("wantrain/model/model_config.hpp")
 #   P/share/wantrain/       configs/, run.ini, distill.ini, slurm/ (sbatch scripts), mpi/ (MCA file, examples)
 #   P/share/doc/wantrain/   README.md and docs/
 #   P/modulefiles/wantrain/ VERSION.lua (Lmod) and VERSION (Tcl, Environment Modules)
@@ -12,11 +12,11 @@ set(WANTRAIN_MODULE_MPI "" CACHE STRING
     "A module the wantrain modulefile loads first (e.g. openmpi/4.1); empty: the system MPI")
 
 install(PROGRAMS mpi/wanrun DESTINATION ${CMAKE_INSTALL_BINDIR})
-install(TARGETS wantrain_util wantrain_dist wantrain_data wantrain_model wantrain_ckpt wantrain_train
+install(TARGETS wantrain_util wantrain_io wantrain_distributed wantrain_app wantrain_data wantrain_model wantrain_ckpt wantrain_train
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(DIRECTORY lib/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/wantrain FILES_MATCHING PATTERN "*.hpp")
 install(FILES "${PROJECT_BINARY_DIR}/generated/wantrain/config.hpp"
-        DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/wantrain/wantrain)
+        DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/wantrain)
 install(DIRECTORY data/configs DESTINATION ${CMAKE_INSTALL_DATADIR}/wantrain)
 install(FILES data/run.ini data/distill.ini DESTINATION ${CMAKE_INSTALL_DATADIR}/wantrain)
 install(PROGRAMS slurm/train.sbatch slurm/sweep.sbatch slurm/srun-wantrain

@@ -8,12 +8,13 @@
 #include <chrono>
 #include <iostream>
 
-#include "dist/mpi_comm.hpp"
-#include "dist/world.hpp"
-#include "util/error.hpp"
-#include "util/exit_codes.hpp"
-#include "util/options.hpp"
-#include "dist/version.hpp"
+#include "wantrain/distributed/mpi_comm.hpp"
+#include "wantrain/distributed/world.hpp"
+#include "wantrain/util/error.hpp"
+#include "wantrain/util/exit_codes.hpp"
+#include "wantrain/util/options.hpp"
+#include "wantrain/app/version.hpp"
+#include "wantrain/distributed/mpi_check.hpp"
 
 namespace wt {
 
@@ -43,24 +44,24 @@ at::ScalarType parse_dtype(const std::string& name) {
   return at::kLong;
 }
 
-ReduceOp parse_op(const std::string& name) {
-  if (name == "avg") return ReduceOp::Avg;
-  if (name == "max") return ReduceOp::Max;
-  if (name == "min") return ReduceOp::Min;
-  return ReduceOp::Sum;
+distributed::ReduceOp parse_op(const std::string& name) {
+  if (name == "avg") return distributed::ReduceOp::Avg;
+  if (name == "max") return distributed::ReduceOp::Max;
+  if (name == "min") return distributed::ReduceOp::Min;
+  return distributed::ReduceOp::Sum;
 }
 
 // Rank r's input: (r + 1) * (i % 13 + 1), small integers exact in every dtype.
 at::Tensor pattern(int64_t count) { return at::arange(count, at::kLong).remainder(13).add(1); }
 
 // What every rank must hold after the reduction, derived from the pattern.
-at::Tensor expected(int64_t count, ReduceOp op, int n) {
+at::Tensor expected(int64_t count, distributed::ReduceOp op, int n) {
   const at::Tensor base = pattern(count).to(at::kDouble);
   switch (op) {
-    case ReduceOp::Sum: return base * (n * (n + 1) / 2.0);
-    case ReduceOp::Avg: return base * ((n + 1) / 2.0);
-    case ReduceOp::Max: return base * n;
-    case ReduceOp::Min: return base;
+    case distributed::ReduceOp::Sum: return base * (n * (n + 1) / 2.0);
+    case distributed::ReduceOp::Avg: return base * ((n + 1) / 2.0);
+    case distributed::ReduceOp::Max: return base * n;
+    case distributed::ReduceOp::Min: return base;
   }
   return base;
 }
@@ -82,14 +83,14 @@ struct Measure {
   int64_t wrong = 0;   // summed over ranks
 };
 
-double max_over_ranks(const World& world, double value) {
+double max_over_ranks(const distributed::World& world, double value) {
   double out = 0;
   MPI_CHECK(MPI_Allreduce(&value, &out, 1, MPI_DOUBLE, MPI_MAX, world.comm()));
   return out;
 }
 
 template <class Op>
-double time_op(const World& world, int iters, int warmup, Op op) {
+double time_op(const distributed::World& world, int iters, int warmup, Op op) {
   for (int i = 0; i < warmup; ++i) op();
   world.barrier();
   const auto start = std::chrono::steady_clock::now();
@@ -99,7 +100,7 @@ double time_op(const World& world, int iters, int warmup, Op op) {
 }
 
 template <class Op>
-int64_t check_op(const World& world, at::Tensor& buffer, const at::Tensor& want, Op op) {
+int64_t check_op(const distributed::World& world, at::Tensor& buffer, const at::Tensor& want, Op op) {
   fill(buffer, world.rank());
   op();
   int64_t wrong = count_wrong(buffer, want, world.size()), total = 0;
@@ -114,7 +115,7 @@ double median(std::vector<double> v) {
 
 }  // namespace
 
-int run_allreduce_bench(World& world, int argc, char** argv) {
+int run_allreduce_bench(distributed::World& world, int argc, char** argv) {
   BenchConfig cfg;
   OptionSet options("wanbench allreduce", "[options]");
   options.group("allreduce")
@@ -143,18 +144,18 @@ int run_allreduce_bench(World& world, int argc, char** argv) {
       throw UsageError("option --op: avg is defined for floating dtypes only");
   });
   if (outcome != OptionSet::Outcome::Run) {
-    if (world.is_root()) std::cout << help_or_version(outcome, options);
+    if (world.is_root()) std::cout << app::help_or_version(outcome, options);
     return kExitOk;
   }
 
   const at::ScalarType dtype = parse_dtype(cfg.dtype);
-  const ReduceOp op = parse_op(cfg.op);
-  CommOptions comm_options;
+  const distributed::ReduceOp op = parse_op(cfg.op);
+  distributed::CommOptions comm_options;
   comm_options.timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg.comm_timeout * 1000));
-  MpiComm comm(world, comm_options);
+  distributed::MpiComm comm(world, comm_options);
 
   // Raw MPI gets the same communicator, datatype and reduction MpiComm uses.
-  const MPI_Datatype raw_type = mpi_datatype(dtype);
+  const MPI_Datatype raw_type = distributed::mpi_datatype(dtype);
   const MPI_Op raw_op = comm.native_op(dtype, op);
   const int n = world.size();
   const double bus_factor = n > 1 ? 2.0 * (n - 1) / n : 0.0;
@@ -178,7 +179,7 @@ int run_allreduce_bench(World& world, int argc, char** argv) {
     auto raw = [&] {
       MPI_CHECK(
           MPI_Allreduce(MPI_IN_PLACE, buffer.data_ptr(), static_cast<int>(count), raw_type, raw_op, comm.native()));
-      if (op == ReduceOp::Avg) buffer.div_(n);
+      if (op == distributed::ReduceOp::Avg) buffer.div_(n);
     };
     Measure m_ours, m_raw;
     if (!cfg.no_check) {

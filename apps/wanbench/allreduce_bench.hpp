@@ -2,7 +2,9 @@
 // buffers, size by size, in the manner of nccl-tests.
 #pragma once
 
-namespace wt {
+namespace wt::distributed {
 class World;
-int run_allreduce_bench(World& world, int argc, char** argv);
+}  // namespace wt::distributed
+namespace wt {
+int run_allreduce_bench(distributed::World& world, int argc, char** argv);
 }  // namespace wt

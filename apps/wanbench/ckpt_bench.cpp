@@ -13,18 +13,18 @@
 #include <nlohmann/json.hpp>
 #include <tuple>
 
-#include "ckpt/directory.hpp"
-#include "ckpt/writer.hpp"
-#include "data/dataset.hpp"
-#include "dist/backend.hpp"
-#include "dist/world.hpp"
-#include "model/model_config.hpp"
+#include "wantrain/ckpt/directory.hpp"
+#include "wantrain/ckpt/writer.hpp"
+#include "wantrain/data/dataset.hpp"
+#include "wantrain/distributed/backend.hpp"
+#include "wantrain/distributed/world.hpp"
+#include "wantrain/model/model_config.hpp"
 #include "scratch_dataset.hpp"
-#include "train/trainer.hpp"
-#include "util/error.hpp"
-#include "util/exit_codes.hpp"
-#include "util/options.hpp"
-#include "dist/version.hpp"
+#include "wantrain/train/trainer.hpp"
+#include "wantrain/util/error.hpp"
+#include "wantrain/util/exit_codes.hpp"
+#include "wantrain/util/options.hpp"
+#include "wantrain/app/version.hpp"
 
 namespace wt {
 namespace {
@@ -68,7 +68,7 @@ struct CkptBenchConfig {
 
 }  // namespace
 
-int run_ckpt_bench(World& world, int argc, char** argv) {
+int run_ckpt_bench(distributed::World& world, int argc, char** argv) {
   CkptBenchConfig c;
   OptionSet options("wanbench ckpt", "--model-config JSON [options]");
   options.group("ckpt")
@@ -96,7 +96,7 @@ int run_ckpt_bench(World& world, int argc, char** argv) {
     config = model::load_model_config(c.model_config);
   });
   if (outcome != OptionSet::Outcome::Run) {
-    std::cout << help_or_version(outcome, options);
+    std::cout << app::help_or_version(outcome, options);
     return kExitOk;
   }
 
@@ -107,7 +107,7 @@ int run_ckpt_bench(World& world, int argc, char** argv) {
   cfg.ema_decay = 0.999;
   cfg.steps = 1 + 2 * c.steps * c.rounds + 1;
   torch::set_num_threads(threads_per_rank(cfg, world.local_size()));
-  auto comm = make_comm(world, Backend::Mpi, {});
+  auto comm = distributed::make_comm(world, distributed::Backend::Mpi, {});
   data::SampleShape shape;
   shape.channels = config.in_dim, shape.frames = c.frames, shape.height = height, shape.width = width;
   shape.text_len = config.text_len, shape.text_dim = config.text_dim;

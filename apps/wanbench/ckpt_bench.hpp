@@ -3,7 +3,9 @@
 // rate against a plain sequential write of the same bytes to the same disk.
 #pragma once
 
-namespace wt {
+namespace wt::distributed {
 class World;
-int run_ckpt_bench(World& world, int argc, char** argv);
+}  // namespace wt::distributed
+namespace wt {
+int run_ckpt_bench(distributed::World& world, int argc, char** argv);
 }  // namespace wt

@@ -10,13 +10,13 @@
 #include <fstream>
 #include <iostream>
 
-#include "data/h5.hpp"
-#include "data/loader.hpp"
-#include "dist/world.hpp"
-#include "util/error.hpp"
-#include "util/exit_codes.hpp"
-#include "util/options.hpp"
-#include "dist/version.hpp"
+#include "wantrain/io/h5.hpp"
+#include "wantrain/data/loader.hpp"
+#include "wantrain/distributed/world.hpp"
+#include "wantrain/util/error.hpp"
+#include "wantrain/util/exit_codes.hpp"
+#include "wantrain/util/options.hpp"
+#include "wantrain/app/version.hpp"
 
 namespace fs = std::filesystem;
 
@@ -62,22 +62,22 @@ void make_dataset(const std::string& dir, const Shape& shape, int64_t shards) {
 // in reads of up to 64 MiB, as stored, into one buffer kept across calls:
 // the most a reader could get.
 int64_t raw_read(const data::Dataset& dataset, std::vector<char>& buffer) {
-  h5::Lock lock(h5::library_mutex());
+  io::Lock lock(io::library_mutex());
   int64_t bytes = 0;
   for (const auto& shard : dataset.shards()) {
-    const h5::Handle file = h5::open_file(shard.path);
+    const io::Handle file = io::open_file(shard.path);
     for (const char* name : {"latents", "text_emb"}) {
-      const h5::Handle d = h5::open_dataset(file.get(), name);
-      const h5::Handle type = h5::dataset_type(d.get());
+      const io::Handle d = io::open_dataset(file.get(), name);
+      const io::Handle type = io::dataset_type(d.get());
       const int64_t row_bytes =
           std::string(name) == "latents" ? dataset.shape().latents_bytes() : dataset.shape().text_bytes();
       const int64_t rows_per_read = std::max<int64_t>(1, (int64_t{64} << 20) / row_bytes);
       buffer.resize(std::max(buffer.size(), static_cast<size_t>(rows_per_read * row_bytes)));
-      const h5::Handle space = h5::dataset_space(d.get());
+      const io::Handle space = io::dataset_space(d.get());
       for (int64_t row = 0; row < shard.samples; row += rows_per_read) {
         const int64_t n = std::min(rows_per_read, shard.samples - row);
-        h5::select_rows(space.get(), static_cast<hsize_t>(row), static_cast<hsize_t>(n));
-        const h5::Handle mem = h5::rows_space(space.get(), static_cast<hsize_t>(n));
+        io::select_rows(space.get(), static_cast<hsize_t>(row), static_cast<hsize_t>(n));
+        const io::Handle mem = io::rows_space(space.get(), static_cast<hsize_t>(n));
         H5_CHECK(H5Dread(d.get(), type.get(), mem.get(), space.get(), H5P_DEFAULT, buffer.data()));
         bytes += n * row_bytes;
       }
@@ -101,7 +101,7 @@ double median(std::vector<double> v) {
 
 }  // namespace
 
-int run_io_bench(World& world, int argc, char** argv) {
+int run_io_bench(distributed::World& world, int argc, char** argv) {
   IoConfig c;
   c.dir = (fs::temp_directory_path() / "wanbench-io").string();
   OptionSet options("wanbench io", "[options]");
@@ -118,7 +118,7 @@ int run_io_bench(World& world, int argc, char** argv) {
       .add("rounds", &c.rounds, "alternating rounds of raw read and Loader; the median is reported")
       .flag("json", &c.json, "print JSON instead of the table");
   if (const auto outcome = options.parse(argc, argv); outcome != OptionSet::Outcome::Run) {
-    std::cout << help_or_version(outcome, options);
+    std::cout << app::help_or_version(outcome, options);
     return kExitOk;
   }
   if (world.size() != 1) throw UsageError("wanbench io measures one process: run it without mpirun");

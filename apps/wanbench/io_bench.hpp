@@ -2,7 +2,9 @@
 // bytes, side by side, for a tiny and a Wan-480p-like sample shape.
 #pragma once
 
-namespace wt {
+namespace wt::distributed {
 class World;
-int run_io_bench(World& world, int argc, char** argv);
+}  // namespace wt::distributed
+namespace wt {
+int run_io_bench(distributed::World& world, int argc, char** argv);
 }  // namespace wt

@@ -9,11 +9,11 @@
 #include "io_bench.hpp"
 #include "model_bench.hpp"
 #include "step_bench.hpp"
-#include "dist/app.hpp"
-#include "dist/world.hpp"
-#include "util/error.hpp"
-#include "util/exit_codes.hpp"
-#include "dist/version.hpp"
+#include "wantrain/app/app.hpp"
+#include "wantrain/distributed/world.hpp"
+#include "wantrain/util/error.hpp"
+#include "wantrain/util/exit_codes.hpp"
+#include "wantrain/app/version.hpp"
 
 namespace {
 
@@ -29,7 +29,7 @@ constexpr const char* kUsage =
     "              of the whole model by the Reducer vs raw MPI_Allreduce\n"
     "run 'wanbench COMMAND --help' for its options\n";
 
-int run(wt::World& world, int argc, char** argv) {
+int run(wt::distributed::World& world, int argc, char** argv) {
   const std::string command = argc > 1 ? argv[1] : "";
   if (command == "allreduce") return wt::run_allreduce_bench(world, argc - 1, argv + 1);
   if (command == "ckpt") return wt::run_ckpt_bench(world, argc - 1, argv + 1);
@@ -41,7 +41,7 @@ int run(wt::World& world, int argc, char** argv) {
     return wt::kExitOk;
   }
   if (command == "--version") {
-    if (world.is_root()) std::cout << wt::version_text("wanbench");
+    if (world.is_root()) std::cout << wt::app::version_text("wanbench");
     return wt::kExitOk;
   }
   world.agree([&] {
@@ -53,4 +53,4 @@ int run(wt::World& world, int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) { return wt::run_app(argc, argv, run); }
+int main(int argc, char** argv) { return wt::app::run_app(argc, argv, run); }

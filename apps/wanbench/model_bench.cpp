@@ -9,13 +9,13 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
-#include "model/autocast.hpp"
-#include "model/wan_model.hpp"
-#include "train/flow_matching.hpp"
-#include "util/error.hpp"
-#include "util/exit_codes.hpp"
-#include "util/options.hpp"
-#include "dist/version.hpp"
+#include "wantrain/model/autocast.hpp"
+#include "wantrain/model/wan_model.hpp"
+#include "wantrain/train/flow_matching.hpp"
+#include "wantrain/util/error.hpp"
+#include "wantrain/util/exit_codes.hpp"
+#include "wantrain/util/options.hpp"
+#include "wantrain/app/version.hpp"
 
 namespace wt {
 namespace {
@@ -44,7 +44,7 @@ double median(std::vector<double> v) {
 
 }  // namespace
 
-int run_model_bench(World&, int argc, char** argv) {
+int run_model_bench(distributed::World&, int argc, char** argv) {
   ModelBenchConfig c;
   OptionSet options("wanbench model", "--model-config JSON [options]");
   options.group("model")
@@ -59,7 +59,7 @@ int run_model_bench(World&, int argc, char** argv) {
       .add("threads", &c.threads, "CPU threads (0: LibTorch's default)")
       .flag("json", &c.json, "print JSON instead of the table");
   if (const auto outcome = options.parse(argc, argv); outcome != OptionSet::Outcome::Run) {
-    std::cout << help_or_version(outcome, options);
+    std::cout << app::help_or_version(outcome, options);
     return kExitOk;
   }
   if (c.model_config.empty()) throw UsageError("option --model-config: the model config is required");

@@ -2,7 +2,9 @@
 // process's peak RSS for one model config and precision on this machine.
 #pragma once
 
-namespace wt {
+namespace wt::distributed {
 class World;
-int run_model_bench(World& world, int argc, char** argv);
+}  // namespace wt::distributed
+namespace wt {
+int run_model_bench(distributed::World& world, int argc, char** argv);
 }  // namespace wt

@@ -6,12 +6,13 @@
 
 #include <filesystem>
 
-#include "dist/world.hpp"
-#include "util/error.hpp"
+#include "wantrain/distributed/world.hpp"
+#include "wantrain/util/error.hpp"
+#include "wantrain/distributed/mpi_check.hpp"
 
 namespace wt {
 
-ScratchDataset::ScratchDataset(const World& world, const data::SampleShape& shape, int64_t samples)
+ScratchDataset::ScratchDataset(const distributed::World& world, const data::SampleShape& shape, int64_t samples)
     : owner(world.is_root()) {
   int64_t pid = getpid();  // rank 0's names the directory
   MPI_CHECK(MPI_Bcast(&pid, 1, MPI_INT64_T, 0, world.comm()));

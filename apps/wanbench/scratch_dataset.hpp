@@ -5,16 +5,18 @@
 #include <cstdint>
 #include <string>
 
-#include "data/shard.hpp"
+#include "wantrain/data/shard.hpp"
 
-namespace wt {
+namespace wt::distributed {
 class World;
+}  // namespace wt::distributed
+namespace wt {
 
 struct ScratchDataset {
   std::string directory;
   bool owner;
   // Collective: every rank gets the same directory; `samples` of `shape`.
-  ScratchDataset(const World& world, const data::SampleShape& shape, int64_t samples);
+  ScratchDataset(const distributed::World& world, const data::SampleShape& shape, int64_t samples);
   ~ScratchDataset();
   ScratchDataset(const ScratchDataset&) = delete;
   ScratchDataset& operator=(const ScratchDataset&) = delete;

@@ -11,19 +11,20 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
-#include "dist/backend.hpp"
-#include "dist/mpi_comm.hpp"
-#include "dist/reducer.hpp"
-#include "dist/world.hpp"
-#include "model/model_config.hpp"
-#include "model/wan_model.hpp"
-#include "train/engine.hpp"
-#include "train/flow_matching_objective.hpp"
-#include "train/train_config.hpp"
-#include "util/error.hpp"
-#include "util/exit_codes.hpp"
-#include "util/options.hpp"
-#include "dist/version.hpp"
+#include "wantrain/distributed/backend.hpp"
+#include "wantrain/distributed/mpi_comm.hpp"
+#include "wantrain/distributed/reducer.hpp"
+#include "wantrain/distributed/world.hpp"
+#include "wantrain/model/model_config.hpp"
+#include "wantrain/model/wan_model.hpp"
+#include "wantrain/train/engine.hpp"
+#include "wantrain/train/flow_matching_objective.hpp"
+#include "wantrain/train/train_config.hpp"
+#include "wantrain/util/error.hpp"
+#include "wantrain/util/exit_codes.hpp"
+#include "wantrain/util/options.hpp"
+#include "wantrain/app/version.hpp"
+#include "wantrain/distributed/mpi_check.hpp"
 
 namespace wt {
 namespace {
@@ -39,7 +40,7 @@ struct StepBenchConfig {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
-double over_ranks(const World& world, double value, MPI_Op op) {
+double over_ranks(const distributed::World& world, double value, MPI_Op op) {
   double out = 0;
   MPI_CHECK(MPI_Allreduce(&value, &out, 1, MPI_DOUBLE, op, world.comm()));
   return out;
@@ -47,7 +48,8 @@ double over_ranks(const World& world, double value, MPI_Op op) {
 
 // Mean step time and split over `iters` steps, averaged over ranks (so the
 // phases still add up to no more than the step).
-train::StepTimes time_steps(const World& world, train::Engine& engine, const train::Batch& batch, int iters) {
+train::StepTimes time_steps(const distributed::World& world, train::Engine& engine, const train::Batch& batch,
+                            int iters) {
   world.barrier();
   train::StepTimes sum;
   for (int i = 0; i < iters; ++i) {
@@ -78,7 +80,7 @@ nlohmann::json to_json(const train::StepTimes& t, double samples_per_step) {
 
 }  // namespace
 
-int run_step_bench(World& world, int argc, char** argv) {
+int run_step_bench(distributed::World& world, int argc, char** argv) {
   StepBenchConfig c;
   OptionSet options("wanbench step", "--model-config JSON [options]");
   options.group("step")
@@ -112,12 +114,12 @@ int run_step_bench(World& world, int argc, char** argv) {
     config = model::load_model_config(c.model_config);
   });
   if (outcome != OptionSet::Outcome::Run) {
-    if (world.is_root()) std::cout << help_or_version(outcome, options);
+    if (world.is_root()) std::cout << app::help_or_version(outcome, options);
     return kExitOk;
   }
 
   torch::set_num_threads(threads_per_rank(c.threads, world.local_size()));
-  auto comm = make_comm(world, Backend::Mpi, {});
+  auto comm = distributed::make_comm(world, distributed::Backend::Mpi, {});
 
   // This rank's batch of B*K samples, in memory (reading data is wanbench
   // io's measurement): the step from the batch on, as wantrain takes it.
@@ -134,7 +136,7 @@ int run_step_bench(World& world, int argc, char** argv) {
     model::WanModel model;
     train::FlowMatchingObjective objective;
     train::Engine engine;
-    Variant(const model::WanConfig& config, Comm& comm, const train::EngineOptions& options)
+    Variant(const model::WanConfig& config, distributed::Comm& comm, const train::EngineOptions& options)
         : model(seeded(config)), objective(*model, {}), engine(comm, objective, options) {}
   };
   train::EngineOptions engine_options;
@@ -170,10 +172,10 @@ int run_step_bench(World& world, int argc, char** argv) {
   model::WanModel net(config);
   std::vector<std::pair<std::string, at::Tensor>> named;
   for (const auto& item : net->named_parameters()) named.emplace_back(item.key(), item.value());
-  ReducerOptions reducer_options;
+  distributed::ReducerOptions reducer_options;
   reducer_options.bucket_bytes = static_cast<int64_t>(c.bucket_mb * (1 << 20));
   reducer_options.average = false;  // as the Trainer does: the loss is divided by the world size instead
-  Reducer reducer(*comm, named, {}, reducer_options);
+  distributed::Reducer reducer(*comm, named, {}, reducer_options);
   // The graph is built once and kept, so only backward and the Reducer are
   // timed (gradients accumulate across iterations: zeroing them is not sync).
   at::Tensor total = torch::zeros({});

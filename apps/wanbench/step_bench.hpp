@@ -5,7 +5,9 @@
 // MPI_Allreduce of the same bytes.
 #pragma once
 
-namespace wt {
+namespace wt::distributed {
 class World;
-int run_step_bench(World& world, int argc, char** argv);
+}  // namespace wt::distributed
+namespace wt {
+int run_step_bench(distributed::World& world, int argc, char** argv);
 }  // namespace wt

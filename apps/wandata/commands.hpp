@@ -1,11 +1,13 @@
 // The subcommands of wandata; each parses its own options from argv[1..].
 #pragma once
 
-namespace wt {
+namespace wt::distributed {
 class World;
-int run_synth(World& world, int argc, char** argv);
-int run_inspect(World& world, int argc, char** argv);
-int run_verify(World& world, int argc, char** argv);
-int run_split(World& world, int argc, char** argv);
-int run_merge(World& world, int argc, char** argv);
+}  // namespace wt::distributed
+namespace wt {
+int run_synth(distributed::World& world, int argc, char** argv);
+int run_inspect(distributed::World& world, int argc, char** argv);
+int run_verify(distributed::World& world, int argc, char** argv);
+int run_split(distributed::World& world, int argc, char** argv);
+int run_merge(distributed::World& world, int argc, char** argv);
 }  // namespace wt

@@ -7,13 +7,13 @@
 #include <iostream>
 
 #include "commands.hpp"
-#include "data/dataset.hpp"
-#include "dist/world.hpp"
-#include "util/error.hpp"
-#include "util/exit_codes.hpp"
-#include "util/options.hpp"
-#include "util/progress.hpp"
-#include "dist/version.hpp"
+#include "wantrain/data/dataset.hpp"
+#include "wantrain/distributed/world.hpp"
+#include "wantrain/util/error.hpp"
+#include "wantrain/util/exit_codes.hpp"
+#include "wantrain/util/options.hpp"
+#include "wantrain/util/progress.hpp"
+#include "wantrain/app/version.hpp"
 
 namespace fs = std::filesystem;
 
@@ -28,7 +28,7 @@ std::string directory_operand(const char* command, int argc, char** argv) {
   OptionSet options(std::string("wandata ") + command, "DIR");
   options.group(command).standard_options(&config).positional("data", &dirs, "the dataset directory", 1);
   if (const auto outcome = options.parse(argc, argv); outcome != OptionSet::Outcome::Run) {
-    std::cout << help_or_version(outcome, options);
+    std::cout << app::help_or_version(outcome, options);
     return {};
   }
   if (dirs.empty()) throw UsageError(fmt::format("wandata {}: give the dataset directory", command));
@@ -37,7 +37,7 @@ std::string directory_operand(const char* command, int argc, char** argv) {
 
 }  // namespace
 
-int run_inspect(World&, int argc, char** argv) {
+int run_inspect(distributed::World&, int argc, char** argv) {
   const std::string directory = directory_operand("inspect", argc, argv);
   if (directory.empty()) return kExitOk;
   const data::Dataset dataset = data::Dataset::open(directory);
@@ -58,7 +58,7 @@ int run_inspect(World&, int argc, char** argv) {
   return kExitOk;
 }
 
-int run_verify(World&, int argc, char** argv) {
+int run_verify(distributed::World&, int argc, char** argv) {
   const std::string directory = directory_operand("verify", argc, argv);
   if (directory.empty()) return kExitOk;
   std::vector<std::string> problems;

@@ -6,11 +6,11 @@
 #include <map>
 
 #include "commands.hpp"
-#include "dist/app.hpp"
-#include "dist/world.hpp"
-#include "util/error.hpp"
-#include "util/exit_codes.hpp"
-#include "dist/version.hpp"
+#include "wantrain/app/app.hpp"
+#include "wantrain/distributed/world.hpp"
+#include "wantrain/util/error.hpp"
+#include "wantrain/util/exit_codes.hpp"
+#include "wantrain/app/version.hpp"
 
 namespace {
 
@@ -24,8 +24,8 @@ constexpr const char* kUsage =
     "  merge    join datasets into one, re-sharded\n"
     "run 'wandata COMMAND --help' for its options; docs/data-format.md describes the format\n";
 
-int run(wt::World& world, int argc, char** argv) {
-  using Command = int (*)(wt::World&, int, char**);
+int run(wt::distributed::World& world, int argc, char** argv) {
+  using Command = int (*)(wt::distributed::World&, int, char**);
   const std::map<std::string, Command> commands = {{"synth", wt::run_synth},
                                                    {"inspect", wt::run_inspect},
                                                    {"verify", wt::run_verify},
@@ -38,7 +38,7 @@ int run(wt::World& world, int argc, char** argv) {
     return wt::kExitOk;
   }
   if (command == "--version") {
-    std::cout << wt::version_text("wandata");
+    std::cout << wt::app::version_text("wandata");
     return wt::kExitOk;
   }
   throw wt::UsageError(command.empty()
@@ -48,4 +48,4 @@ int run(wt::World& world, int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) { return wt::run_app(argc, argv, run); }
+int main(int argc, char** argv) { return wt::app::run_app(argc, argv, run); }

@@ -4,7 +4,7 @@
 
 #include <filesystem>
 
-#include "util/error.hpp"
+#include "wantrain/util/error.hpp"
 
 namespace wt {
 

@@ -6,14 +6,14 @@
 #include <iostream>
 
 #include "commands.hpp"
-#include "data/dataset.hpp"
-#include "dist/world.hpp"
+#include "wantrain/data/dataset.hpp"
+#include "wantrain/distributed/world.hpp"
 #include "output_directory.hpp"
-#include "util/error.hpp"
-#include "util/exit_codes.hpp"
-#include "util/options.hpp"
-#include "util/progress.hpp"
-#include "dist/version.hpp"
+#include "wantrain/util/error.hpp"
+#include "wantrain/util/exit_codes.hpp"
+#include "wantrain/util/options.hpp"
+#include "wantrain/util/progress.hpp"
+#include "wantrain/app/version.hpp"
 
 namespace wt {
 
@@ -31,7 +31,7 @@ int reshard(const char* command, int argc, char** argv, int64_t default_shards, 
       .add("out", &out, "output directory (created; must not hold shards yet)")
       .add("shards", &shards, "number of output shards");
   if (const auto outcome = options.parse(argc, argv); outcome != OptionSet::Outcome::Run) {
-    std::cout << help_or_version(outcome, options);
+    std::cout << app::help_or_version(outcome, options);
     return kExitOk;
   }
   if (sources.empty())
@@ -84,7 +84,7 @@ int reshard(const char* command, int argc, char** argv, int64_t default_shards, 
 
 }  // namespace
 
-int run_split(World&, int argc, char** argv) { return reshard("split", argc, argv, 2, false); }
-int run_merge(World&, int argc, char** argv) { return reshard("merge", argc, argv, 1, true); }
+int run_split(distributed::World&, int argc, char** argv) { return reshard("split", argc, argv, 2, false); }
+int run_merge(distributed::World&, int argc, char** argv) { return reshard("merge", argc, argv, 1, true); }
 
 }  // namespace wt

@@ -22,14 +22,14 @@
 
 #include "commands.hpp"
 #include "output_directory.hpp"
-#include "data/sampler.hpp"
-#include "data/shard.hpp"
-#include "dist/world.hpp"
-#include "util/error.hpp"
-#include "util/exit_codes.hpp"
-#include "util/options.hpp"
-#include "util/progress.hpp"
-#include "dist/version.hpp"
+#include "wantrain/data/sampler.hpp"
+#include "wantrain/data/shard.hpp"
+#include "wantrain/distributed/world.hpp"
+#include "wantrain/util/error.hpp"
+#include "wantrain/util/exit_codes.hpp"
+#include "wantrain/util/options.hpp"
+#include "wantrain/util/progress.hpp"
+#include "wantrain/app/version.hpp"
 
 namespace wt {
 
@@ -130,7 +130,7 @@ class Task {
 
 }  // namespace
 
-int run_synth(World&, int argc, char** argv) {
+int run_synth(distributed::World&, int argc, char** argv) {
   SynthConfig c;
   OptionSet options("wandata synth", "--out DIR [options]");
   options.group("synth")
@@ -150,7 +150,7 @@ int run_synth(World&, int argc, char** argv) {
       .choice("latent-dtype", &c.latent_dtype, {"float32", "float16", "bfloat16"}, "how latents are stored")
       .choice("text-dtype", &c.text_dtype, {"float32", "float16"}, "how text embeddings are stored");
   if (const auto outcome = options.parse(argc, argv); outcome != OptionSet::Outcome::Run) {
-    std::cout << help_or_version(outcome, options);
+    std::cout << app::help_or_version(outcome, options);
     return kExitOk;
   }
   if (c.out.empty()) throw UsageError("option --out: the output directory is required");

@@ -8,21 +8,21 @@
 
 #include <iostream>
 
-#include "data/dataset.hpp"
-#include "data/shard.hpp"
-#include "data/text_file.hpp"
-#include "dist/app.hpp"
-#include "model/autocast.hpp"
-#include "model/wan_model.hpp"
-#include "model/weights.hpp"
+#include "wantrain/data/dataset.hpp"
+#include "wantrain/data/shard.hpp"
+#include "wantrain/data/text_file.hpp"
+#include "wantrain/app/app.hpp"
+#include "wantrain/model/autocast.hpp"
+#include "wantrain/model/wan_model.hpp"
+#include "wantrain/model/weights.hpp"
 #include "preview.hpp"
-#include "train/caption_dropout.hpp"
-#include "train/data_fits_model.hpp"
-#include "train/euler_sampler.hpp"
-#include "util/error.hpp"
-#include "util/exit_codes.hpp"
-#include "util/options.hpp"
-#include "dist/version.hpp"
+#include "wantrain/train/caption_dropout.hpp"
+#include "wantrain/train/data_fits_model.hpp"
+#include "wantrain/train/euler_sampler.hpp"
+#include "wantrain/util/error.hpp"
+#include "wantrain/util/exit_codes.hpp"
+#include "wantrain/util/options.hpp"
+#include "wantrain/app/version.hpp"
 
 namespace wt {
 namespace {
@@ -54,7 +54,7 @@ Comparison compare_latents(const at::Tensor& sample, const at::Tensor& reference
   return c;
 }
 
-int run(World&, int argc, char** argv) {
+int run(distributed::World&, int argc, char** argv) {
   SampleConfig c;
   OptionSet options("wansample", "--weights FILE --model-config JSON (--data DIR | --text FILE) [options]");
   options.group("wansample")
@@ -81,7 +81,7 @@ int run(World&, int argc, char** argv) {
       .flag("compare", &c.compare,
             "print the correlation and MSE of the sample against the --data sample's own latents");
   if (const auto outcome = options.parse(argc, argv); outcome != OptionSet::Outcome::Run) {
-    std::cout << help_or_version(outcome, options);
+    std::cout << app::help_or_version(outcome, options);
     return kExitOk;
   }
   if (c.weights.empty()) throw UsageError("option --weights: the model weights are required");
@@ -178,4 +178,4 @@ int run(World&, int argc, char** argv) {
 }  // namespace
 }  // namespace wt
 
-int main(int argc, char** argv) { return wt::run_app(argc, argv, wt::run); }
+int main(int argc, char** argv) { return wt::app::run_app(argc, argv, wt::run); }

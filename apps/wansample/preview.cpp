@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "util/png.hpp"
+#include "wantrain/util/png.hpp"
 
 namespace wt {
 

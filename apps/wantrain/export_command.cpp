@@ -7,19 +7,19 @@
 #include <iostream>
 #include <map>
 
-#include "ckpt/checkpoint.hpp"
-#include "dist/world.hpp"
-#include "model/model_config.hpp"
-#include "model/wan_model.hpp"
-#include "model/weights.hpp"
-#include "util/error.hpp"
-#include "util/exit_codes.hpp"
-#include "util/options.hpp"
-#include "dist/version.hpp"
+#include "wantrain/ckpt/checkpoint.hpp"
+#include "wantrain/distributed/world.hpp"
+#include "wantrain/model/model_config.hpp"
+#include "wantrain/model/wan_model.hpp"
+#include "wantrain/model/weights.hpp"
+#include "wantrain/util/error.hpp"
+#include "wantrain/util/exit_codes.hpp"
+#include "wantrain/util/options.hpp"
+#include "wantrain/app/version.hpp"
 
 namespace wt {
 
-int run_export(World& world, int argc, char** argv) {
+int run_export(distributed::World& world, int argc, char** argv) {
   std::string config_file, checkpoint_path, out, dtype = "fp32", names = "official", model_config_out;
   bool ema = false;
   OptionSet options("wantrain export", "--checkpoint step-N.h5 --out model.safetensors [options]");
@@ -32,7 +32,7 @@ int run_export(World& world, int argc, char** argv) {
       .choice("names", &names, {"official", "diffusers"}, "tensor names: official Wan, or diffusers'")
       .add("model-config-out", &model_config_out, "also write the checkpoint's model config JSON here");
   if (const auto outcome = options.parse(argc, argv); outcome != OptionSet::Outcome::Run) {
-    if (world.is_root()) std::cout << help_or_version(outcome, options);
+    if (world.is_root()) std::cout << app::help_or_version(outcome, options);
     return kExitOk;
   }
   if (checkpoint_path.empty()) throw UsageError("option --checkpoint: the checkpoint to export is required");

@@ -1,9 +1,11 @@
 // `wantrain export`: a checkpoint's weights (or EMA) as safetensors.
 #pragma once
 
-namespace wt {
+namespace wt::distributed {
 class World;
+}  // namespace wt::distributed
+namespace wt {
 
-int run_export(World& world, int argc, char** argv);
+int run_export(distributed::World& world, int argc, char** argv);
 
 }  // namespace wt

@@ -6,29 +6,30 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
-#include "dist/app.hpp"
-#include "dist/backend.hpp"
-#include "data/dataset.hpp"
-#include "data/sampler.hpp"
-#include "dist/world.hpp"
-#include "model/model_config.hpp"
-#include "model/projection.hpp"
-#include "train/data_fits_model.hpp"
-#include "train/lr_schedule.hpp"
-#include "train/teacher.hpp"
-#include "train/train_config.hpp"
-#include "util/error.hpp"
-#include "util/exit_codes.hpp"
-#include "util/log.hpp"
-#include "util/options.hpp"
+#include "wantrain/app/app.hpp"
+#include "wantrain/distributed/backend.hpp"
+#include "wantrain/data/dataset.hpp"
+#include "wantrain/data/sampler.hpp"
+#include "wantrain/distributed/world.hpp"
+#include "wantrain/model/model_config.hpp"
+#include "wantrain/model/projection.hpp"
+#include "wantrain/train/data_fits_model.hpp"
+#include "wantrain/train/lr_schedule.hpp"
+#include "wantrain/train/teacher.hpp"
+#include "wantrain/train/train_config.hpp"
+#include "wantrain/util/error.hpp"
+#include "wantrain/util/exit_codes.hpp"
+#include "wantrain/util/log.hpp"
+#include "wantrain/util/options.hpp"
 #include "export_command.hpp"
 #include "train_run.hpp"
-#include "dist/version.hpp"
+#include "wantrain/app/version.hpp"
 #include "wantrain/config.hpp"
 
 namespace {
 
-std::string world_table(const wt::World& world, const wt::Comm& comm, const wt::TrainConfig& cfg) {
+std::string world_table(const wt::distributed::World& world, const wt::distributed::Comm& comm,
+                        const wt::TrainConfig& cfg) {
   const auto peers = world.peers();
   std::string out =
       fmt::format("world: {} rank{}, backend {}\n", world.size(), world.size() == 1 ? "" : "s", comm.backend());
@@ -42,7 +43,7 @@ std::string world_table(const wt::World& world, const wt::Comm& comm, const wt::
   return out;
 }
 
-int run(wt::World& world, int argc, char** argv) {
+int run(wt::distributed::World& world, int argc, char** argv) {
   wt::TrainConfig cfg;
   wt::OptionSet options("wantrain",
                         "[--config run.ini] [options]\n       wantrain export --checkpoint PATH --out FILE [--ema] "
@@ -59,7 +60,7 @@ int run(wt::World& world, int argc, char** argv) {
     return wt::kExitOk;
   }
   if (outcome == wt::OptionSet::Outcome::Version) {
-    if (world.is_root()) std::cout << wt::version_text("wantrain");
+    if (world.is_root()) std::cout << wt::app::version_text("wantrain");
     return wt::kExitOk;
   }
 
@@ -132,10 +133,11 @@ int run(wt::World& world, int argc, char** argv) {
   wt::log::init(world.rank(), world.size());
   torch::set_num_threads(wt::threads_per_rank(cfg, world.local_size()));
 
-  wt::CommOptions comm_options;
+  wt::distributed::CommOptions comm_options;
   comm_options.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(cfg.comm_timeout * 1000));
-  std::unique_ptr<wt::Comm> comm;
-  world.agree([&] { comm = wt::make_comm(world, wt::parse_backend(cfg.backend), comm_options); });
+  std::unique_ptr<wt::distributed::Comm> comm;
+  world.agree(
+      [&] { comm = wt::distributed::make_comm(world, wt::distributed::parse_backend(cfg.backend), comm_options); });
 
   const std::string table = world_table(world, *comm, cfg);
   const int64_t effective_batch = int64_t(cfg.batch_size) * world.size() * cfg.grad_accum;
@@ -172,6 +174,6 @@ int run(wt::World& world, int argc, char** argv) {
 
 int main(int argc, char** argv) {
   // `wantrain export ...` is a subcommand; everything else is a training run.
-  if (argc > 1 && std::string(argv[1]) == "export") return wt::run_app(argc - 1, argv + 1, wt::run_export);
-  return wt::run_app(argc, argv, run);
+  if (argc > 1 && std::string(argv[1]) == "export") return wt::app::run_app(argc - 1, argv + 1, wt::run_export);
+  return wt::app::run_app(argc, argv, run);
 }

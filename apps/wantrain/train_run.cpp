@@ -11,18 +11,18 @@
 #include <memory>
 #include <optional>
 
-#include "ckpt/checkpoint.hpp"
-#include "ckpt/directory.hpp"
-#include "ckpt/writer.hpp"
-#include "dist/comm.hpp"
-#include "dist/world.hpp"
-#include "train/teacher.hpp"
-#include "train/train_log.hpp"
-#include "train/trainer.hpp"
-#include "train/validation.hpp"
-#include "util/error.hpp"
-#include "util/exit_codes.hpp"
-#include "util/stop_signals.hpp"
+#include "wantrain/ckpt/checkpoint.hpp"
+#include "wantrain/ckpt/directory.hpp"
+#include "wantrain/ckpt/writer.hpp"
+#include "wantrain/distributed/comm.hpp"
+#include "wantrain/distributed/world.hpp"
+#include "wantrain/train/teacher.hpp"
+#include "wantrain/train/train_log.hpp"
+#include "wantrain/train/trainer.hpp"
+#include "wantrain/train/validation.hpp"
+#include "wantrain/util/error.hpp"
+#include "wantrain/util/exit_codes.hpp"
+#include "wantrain/util/stop_signals.hpp"
 
 namespace wt {
 namespace {
@@ -49,15 +49,15 @@ bool report(const std::vector<ckpt::WriteResult>& results, const TrainConfig& cf
 }
 
 // Collective: true when `ok` on every rank.
-bool all_ok(Comm& comm, bool ok) {
+bool all_ok(distributed::Comm& comm, bool ok) {
   auto failed = torch::tensor({int64_t(!ok)}, torch::kInt64).to(comm.device());
-  comm.all_reduce(failed, {ReduceOp::Max});
+  comm.all_reduce(failed, {distributed::ReduceOp::Max});
   return failed.cpu().item<int64_t>() == 0;
 }
 
 }  // namespace
 
-int run_training(World& world, Comm& comm, const TrainConfig& cfg, data::Dataset dataset,
+int run_training(distributed::World& world, distributed::Comm& comm, const TrainConfig& cfg, data::Dataset dataset,
                  const model::WanConfig& model_config, const std::optional<model::WanConfig>& teacher_config,
                  const std::string& run_config) {
   std::unique_ptr<train::Teacher> teacher;
@@ -187,7 +187,7 @@ int run_training(World& world, Comm& comm, const TrainConfig& cfg, data::Dataset
     // The ranks agree at every step boundary on a signal any of them got,
     // and on a failed write rank 0 saw: [signal, write failed].
     auto flags = torch::tensor({int64_t(stop_signal()), int64_t(!writes_ok)}, torch::kInt64).to(comm.device());
-    comm.all_reduce(flags, {ReduceOp::Max});
+    comm.all_reduce(flags, {distributed::ReduceOp::Max});
     flags = flags.cpu();
     if (flags[1].item<int64_t>() != 0) {
       if (writer) writer->drain();

@@ -5,18 +5,20 @@
 #include <optional>
 #include <string>
 
-#include "data/dataset.hpp"
-#include "model/model_config.hpp"
-#include "train/train_config.hpp"
+#include "wantrain/data/dataset.hpp"
+#include "wantrain/model/model_config.hpp"
+#include "wantrain/train/train_config.hpp"
 
-namespace wt {
+namespace wt::distributed {
 class Comm;
 class World;
+}  // namespace wt::distributed
+namespace wt {
 
 // Returns the process exit status: kExitOk, or kExitRequeue after a stop
 // signal and its checkpoint. `run_config` (JSON) goes into checkpoints.
 // `teacher_config` is set for --mode distill.
-int run_training(World& world, Comm& comm, const TrainConfig& cfg, data::Dataset dataset,
+int run_training(distributed::World& world, distributed::Comm& comm, const TrainConfig& cfg, data::Dataset dataset,
                  const model::WanConfig& model_config, const std::optional<model::WanConfig>& teacher_config,
                  const std::string& run_config);
 

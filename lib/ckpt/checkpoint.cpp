@@ -1,4 +1,4 @@
-#include "ckpt/checkpoint.hpp"
+#include "wantrain/ckpt/checkpoint.hpp"
 
 #include <fmt/format.h>
 #include <torch/torch.h>
@@ -7,8 +7,8 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 
-#include "data/h5.hpp"
-#include "util/error.hpp"
+#include "wantrain/io/h5.hpp"
+#include "wantrain/util/error.hpp"
 
 namespace wt::ckpt {
 namespace {
@@ -19,10 +19,10 @@ std::string shape_string(at::IntArrayRef sizes) { return fmt::format("[{}]", fmt
 void write_tensor(hid_t location, const std::string& name, const at::Tensor& tensor) {
   const auto data = tensor.detach().to(torch::kCPU, torch::kFloat32).contiguous();
   const std::vector<hsize_t> dims(data.sizes().begin(), data.sizes().end());
-  const h5::Handle space(
+  const io::Handle space(
       H5_CHECK(dims.empty() ? H5Screate(H5S_SCALAR) : H5Screate_simple(int(dims.size()), dims.data(), nullptr)),
       H5Sclose);
-  const h5::Handle set(
+  const io::Handle set(
       H5_CHECK(H5Dcreate2(location, name.c_str(), H5T_IEEE_F32LE, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)),
       H5Dclose);
   H5_CHECK(H5Dwrite(set.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data.data_ptr()));
@@ -30,21 +30,21 @@ void write_tensor(hid_t location, const std::string& name, const at::Tensor& ten
 
 // A float32 dataset (any stored float type is converted by HDF5).
 at::Tensor read_tensor(hid_t location, const std::string& name) {
-  const auto set = h5::open_dataset(location, name);
-  const auto type = h5::dataset_type(set.get());
+  const auto set = io::open_dataset(location, name);
+  const auto type = io::dataset_type(set.get());
   if (H5Tget_class(type.get()) != H5T_FLOAT) throw Error("not a floating-point dataset");
-  const auto dims = h5::dims(set.get());
+  const auto dims = io::dims(set.get());
   const std::vector<int64_t> sizes(dims.begin(), dims.end());
   auto out = torch::empty(sizes, torch::kFloat32);
   H5_CHECK(H5Dread(set.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data_ptr()));
   return out;
 }
 
-h5::Handle create_group(hid_t location, const std::string& name) {
-  return h5::Handle(H5_CHECK(H5Gcreate2(location, name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)), H5Gclose);
+io::Handle create_group(hid_t location, const std::string& name) {
+  return io::Handle(H5_CHECK(H5Gcreate2(location, name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)), H5Gclose);
 }
-h5::Handle open_group(hid_t location, const std::string& name) {
-  return h5::Handle(H5_CHECK(H5Gopen2(location, name.c_str(), H5P_DEFAULT)), H5Gclose);
+io::Handle open_group(hid_t location, const std::string& name) {
+  return io::Handle(H5_CHECK(H5Gopen2(location, name.c_str(), H5P_DEFAULT)), H5Gclose);
 }
 
 // The names of the links directly under a group, in HDF5's (name) order.
@@ -75,12 +75,12 @@ TrainerState read_state(hid_t trainer, std::string& object) {
                      &state.skipped,       &state.loss_scale_good_steps};
   for (size_t i = 0; i < std::size(kStateInts); ++i) {
     object = fmt::format("/trainer attribute {}", kStateInts[i]);
-    *ints[i] = h5::read_int_attribute(trainer, kStateInts[i]);
+    *ints[i] = io::read_int_attribute(trainer, kStateInts[i]);
   }
   for (const auto& [name, field] : {std::pair{"lr", &state.lr}, std::pair{"loss_scale", &state.loss_scale},
                                     std::pair{"val_loss", &state.val_loss}}) {
     object = fmt::format("/trainer attribute {}", name);
-    *field = h5::read_double_attribute(trainer, name);
+    *field = io::read_double_attribute(trainer, name);
   }
   return state;
 }
@@ -96,9 +96,9 @@ int64_t Checkpoint::tensor_bytes() const {
 }
 
 void write_checkpoint(const std::string& path, const Checkpoint& c) {
-  std::unique_lock<std::mutex> lock(h5::library_mutex());
-  h5::quiet_errors();
-  h5::Handle file;
+  std::unique_lock<std::mutex> lock(io::library_mutex());
+  io::quiet_errors();
+  io::Handle file;
   // Tensor by tensor, letting the Loader's reads in between; the handles
   // are closed under the lock, also when unwinding.
   auto each_unlocked = [&](auto&& write_one) {
@@ -107,29 +107,29 @@ void write_checkpoint(const std::string& path, const Checkpoint& c) {
     write_one();
   };
   try {
-    file = h5::create_file(path);
-    h5::write_string_attribute(file.get(), "format", kFormat);
-    h5::write_int_attribute(file.get(), "version", kVersion);
-    h5::write_int_attribute(file.get(), "world_size", c.world_size);
-    h5::write_string_attribute(file.get(), "run_config", c.run_config);
-    h5::write_string_attribute(file.get(), "model_config", c.model_config);
+    file = io::create_file(path);
+    io::write_string_attribute(file.get(), "format", kFormat);
+    io::write_int_attribute(file.get(), "version", kVersion);
+    io::write_int_attribute(file.get(), "world_size", c.world_size);
+    io::write_string_attribute(file.get(), "run_config", c.run_config);
+    io::write_string_attribute(file.get(), "model_config", c.model_config);
     if (!c.teacher.empty()) {
-      h5::write_string_attribute(file.get(), "teacher", c.teacher);
-      h5::write_string_attribute(file.get(), "teacher_checksum", c.teacher_checksum);
+      io::write_string_attribute(file.get(), "teacher", c.teacher);
+      io::write_string_attribute(file.get(), "teacher_checksum", c.teacher_checksum);
     }
     {
       const auto trainer = create_group(file.get(), "trainer");
       const int64_t ints[] = {c.state.step,          c.state.epoch,
                               c.state.sampler_epoch, c.state.sampler_consumed,
                               c.state.skipped,       c.state.loss_scale_good_steps};
-      for (size_t i = 0; i < std::size(kStateInts); ++i) h5::write_int_attribute(trainer.get(), kStateInts[i], ints[i]);
-      h5::write_double_attribute(trainer.get(), "lr", c.state.lr);
-      h5::write_double_attribute(trainer.get(), "loss_scale", c.state.loss_scale);
-      h5::write_double_attribute(trainer.get(), "val_loss", c.state.val_loss);
+      for (size_t i = 0; i < std::size(kStateInts); ++i) io::write_int_attribute(trainer.get(), kStateInts[i], ints[i]);
+      io::write_double_attribute(trainer.get(), "lr", c.state.lr);
+      io::write_double_attribute(trainer.get(), "loss_scale", c.state.loss_scale);
+      io::write_double_attribute(trainer.get(), "val_loss", c.state.val_loss);
       const auto rng = c.rng_cpu.defined() ? c.rng_cpu.contiguous() : torch::empty({0}, torch::kUInt8);
       const hsize_t n = rng.numel();
-      const h5::Handle space(H5_CHECK(H5Screate_simple(1, &n, nullptr)), H5Sclose);
-      const h5::Handle set(H5_CHECK(H5Dcreate2(trainer.get(), "rng_cpu", H5T_STD_U8LE, space.get(), H5P_DEFAULT,
+      const io::Handle space(H5_CHECK(H5Screate_simple(1, &n, nullptr)), H5Sclose);
+      const io::Handle set(H5_CHECK(H5Dcreate2(trainer.get(), "rng_cpu", H5T_STD_U8LE, space.get(), H5P_DEFAULT,
                                                H5P_DEFAULT, H5P_DEFAULT)),
                            H5Dclose);
       if (n > 0) H5_CHECK(H5Dwrite(set.get(), H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, rng.data_ptr()));
@@ -143,7 +143,7 @@ void write_checkpoint(const std::string& path, const Checkpoint& c) {
     for (const auto& slot : c.optim) {
       each_unlocked([&] {
         const auto group = create_group(optim.get(), slot.name);
-        h5::write_int_attribute(group.get(), "step", slot.step);
+        io::write_int_attribute(group.get(), "step", slot.step);
         write_tensor(group.get(), "exp_avg", slot.exp_avg);
         write_tensor(group.get(), "exp_avg_sq", slot.exp_avg_sq);
       });
@@ -158,30 +158,30 @@ void write_checkpoint(const std::string& path, const Checkpoint& c) {
 }
 
 Checkpoint read_checkpoint(const std::string& path) {
-  h5::Lock lock(h5::library_mutex());
-  h5::quiet_errors();
+  io::Lock lock(io::library_mutex());
+  io::quiet_errors();
   std::string object = "the file";  // what was being read, for the error
   try {
-    const auto file = h5::open_file(path);
+    const auto file = io::open_file(path);
     Checkpoint c;
     object = "attribute format";
-    const auto format = h5::read_string_attribute(file.get(), "format");
+    const auto format = io::read_string_attribute(file.get(), "format");
     if (format != kFormat) throw Error(fmt::format("is '{}', not a {}", format, kFormat));
     object = "attribute version";
-    const auto version = h5::read_int_attribute(file.get(), "version");
+    const auto version = io::read_int_attribute(file.get(), "version");
     if (version != kVersion)
       throw Error(fmt::format("is version {}; this wantrain reads version {}", version, kVersion));
     object = "attribute world_size";
-    c.world_size = int(h5::read_int_attribute(file.get(), "world_size"));
+    c.world_size = int(io::read_int_attribute(file.get(), "world_size"));
     object = "attribute run_config";
-    c.run_config = h5::read_string_attribute(file.get(), "run_config");
+    c.run_config = io::read_string_attribute(file.get(), "run_config");
     object = "attribute model_config";
-    c.model_config = h5::read_string_attribute(file.get(), "model_config");
-    if (h5::has_attribute(file.get(), "teacher")) {
+    c.model_config = io::read_string_attribute(file.get(), "model_config");
+    if (io::has_attribute(file.get(), "teacher")) {
       object = "attribute teacher";
-      c.teacher = h5::read_string_attribute(file.get(), "teacher");
+      c.teacher = io::read_string_attribute(file.get(), "teacher");
       object = "attribute teacher_checksum";
-      c.teacher_checksum = h5::read_string_attribute(file.get(), "teacher_checksum");
+      c.teacher_checksum = io::read_string_attribute(file.get(), "teacher_checksum");
     }
 
     object = "/trainer";
@@ -189,8 +189,8 @@ Checkpoint read_checkpoint(const std::string& path) {
     c.state = read_state(trainer.get(), object);
     object = "/trainer/rng_cpu";
     {
-      const auto set = h5::open_dataset(trainer.get(), "rng_cpu");
-      const auto dims = h5::dims(set.get());
+      const auto set = io::open_dataset(trainer.get(), "rng_cpu");
+      const auto dims = io::dims(set.get());
       if (dims.size() != 1) throw Error("is not one-dimensional");
       c.rng_cpu = torch::empty({int64_t(dims[0])}, torch::kUInt8);
       if (dims[0] > 0)
@@ -199,7 +199,7 @@ Checkpoint read_checkpoint(const std::string& path) {
 
     for (const auto& [group_name, tensors] : {std::pair{"model", &c.model}, std::pair{"ema", &c.ema}}) {
       object = fmt::format("/{}", group_name);
-      if (std::string(group_name) == "ema" && !h5::exists(file.get(), "ema")) continue;
+      if (std::string(group_name) == "ema" && !io::exists(file.get(), "ema")) continue;
       const auto group = open_group(file.get(), group_name);
       for (const auto& name : members(group.get())) {
         object = fmt::format("/{}/{}", group_name, name);
@@ -213,7 +213,7 @@ Checkpoint read_checkpoint(const std::string& path) {
       const auto group = open_group(optim.get(), name);
       OptimizerSlot slot;
       slot.name = name;
-      slot.step = h5::read_int_attribute(group.get(), "step");
+      slot.step = io::read_int_attribute(group.get(), "step");
       object = fmt::format("/optim/{}/exp_avg", name);
       slot.exp_avg = read_tensor(group.get(), "exp_avg");
       object = fmt::format("/optim/{}/exp_avg_sq", name);
@@ -230,11 +230,11 @@ Checkpoint read_checkpoint(const std::string& path) {
 }
 
 TrainerState read_trainer_state(const std::string& path) {
-  h5::Lock lock(h5::library_mutex());
-  h5::quiet_errors();
+  io::Lock lock(io::library_mutex());
+  io::quiet_errors();
   std::string object = "/trainer";
   try {
-    const auto file = h5::open_file(path);
+    const auto file = io::open_file(path);
     const auto trainer = open_group(file.get(), "trainer");
     return read_state(trainer.get(), object);
   } catch (const std::exception& e) {
@@ -243,16 +243,16 @@ TrainerState read_trainer_state(const std::string& path) {
 }
 
 std::string read_model_config(const std::string& path) {
-  h5::Lock lock(h5::library_mutex());
-  h5::quiet_errors();
+  io::Lock lock(io::library_mutex());
+  io::quiet_errors();
   std::string object = "the file";
   try {
-    const auto file = h5::open_file(path);
+    const auto file = io::open_file(path);
     object = "attribute format";
-    const auto format = h5::read_string_attribute(file.get(), "format");
+    const auto format = io::read_string_attribute(file.get(), "format");
     if (format != kFormat) throw Error(fmt::format("is '{}', not a {}", format, kFormat));
     object = "attribute model_config";
-    return h5::read_string_attribute(file.get(), "model_config");
+    return io::read_string_attribute(file.get(), "model_config");
   } catch (const std::exception& e) {
     throw UsageError(fmt::format("checkpoint {}: {}: {}", path, object, e.what()));
   }
@@ -275,8 +275,8 @@ void check_model_config(const std::string& saved_json, const std::string& path, 
 }
 
 bool is_checkpoint_file(const std::string& path) {
-  h5::Lock lock(h5::library_mutex());
-  h5::quiet_errors();
+  io::Lock lock(io::library_mutex());
+  io::quiet_errors();
   return H5Fis_hdf5(path.c_str()) > 0;
 }
 

@@ -1,4 +1,4 @@
-#include "ckpt/directory.hpp"
+#include "wantrain/ckpt/directory.hpp"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -10,7 +10,7 @@
 #include <filesystem>
 #include <regex>
 
-#include "util/error.hpp"
+#include "wantrain/util/error.hpp"
 
 namespace wt::ckpt {
 namespace fs = std::filesystem;

@@ -1,4 +1,4 @@
-#include "ckpt/writer.hpp"
+#include "wantrain/ckpt/writer.hpp"
 
 #include <fmt/format.h>
 #include <sys/resource.h>
@@ -9,8 +9,8 @@
 #include <cmath>
 #include <filesystem>
 
-#include "ckpt/directory.hpp"
-#include "util/error.hpp"
+#include "wantrain/ckpt/directory.hpp"
+#include "wantrain/util/error.hpp"
 
 namespace wt::ckpt {
 

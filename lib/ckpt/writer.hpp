@@ -19,7 +19,7 @@
 #include <string>
 #include <thread>
 
-#include "ckpt/checkpoint.hpp"
+#include "wantrain/ckpt/checkpoint.hpp"
 
 namespace wt::ckpt {
 

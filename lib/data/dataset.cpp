@@ -1,4 +1,4 @@
-#include "data/dataset.hpp"
+#include "wantrain/data/dataset.hpp"
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
@@ -6,9 +6,9 @@
 #include <algorithm>
 #include <filesystem>
 
-#include "data/h5.hpp"
-#include "data/stored_type.hpp"
-#include "util/error.hpp"
+#include "wantrain/io/h5.hpp"
+#include "wantrain/data/stored_type.hpp"
+#include "wantrain/util/error.hpp"
 
 namespace fs = std::filesystem;
 
@@ -74,24 +74,24 @@ Dataset::Location Dataset::locate(int64_t index) const {
 }
 
 struct SampleReader::Open {
-  h5::Handle file, latents, text, prompt;
+  io::Handle file, latents, text, prompt;
   std::vector<int32_t> text_len;          // the whole /text_len, read once
-  h5::Handle latents_space, text_space;   // file dataspaces, reused per read
-  h5::Handle latents_type, text_type;     // memory types: the stored ones (no conversion)
-  h5::Handle latents_row, text_row, one;  // memory dataspaces of one sample
+  io::Handle latents_space, text_space;   // file dataspaces, reused per read
+  io::Handle latents_type, text_type;     // memory types: the stored ones (no conversion)
+  io::Handle latents_row, text_row, one;  // memory dataspaces of one sample
 };
 
 SampleReader::SampleReader(const Dataset& dataset) : dataset_(dataset), open_(dataset.shards().size()) {}
 
 SampleReader::~SampleReader() {
-  h5::Lock lock(h5::library_mutex());
+  io::Lock lock(io::library_mutex());
   open_.clear();
 }
 
 namespace {
-h5::Handle flat_space(int64_t n) {
+io::Handle flat_space(int64_t n) {
   const hsize_t count = static_cast<hsize_t>(n);
-  return h5::Handle(H5_CHECK(H5Screate_simple(1, &count, nullptr)), H5Sclose);
+  return io::Handle(H5_CHECK(H5Screate_simple(1, &count, nullptr)), H5Sclose);
 }
 }  // namespace
 
@@ -99,20 +99,20 @@ SampleReader::Open& SampleReader::file(size_t shard) {
   if (!open_[shard]) {
     const SampleShape& s = dataset_.shape();
     auto o = std::make_unique<Open>();
-    o->file = h5::open_file(dataset_.shards()[shard].path);
-    o->latents = h5::open_dataset(o->file.get(), "latents");
-    o->text = h5::open_dataset(o->file.get(), "text_emb");
-    const h5::Handle lengths = h5::open_dataset(o->file.get(), "text_len");
+    o->file = io::open_file(dataset_.shards()[shard].path);
+    o->latents = io::open_dataset(o->file.get(), "latents");
+    o->text = io::open_dataset(o->file.get(), "text_emb");
+    const io::Handle lengths = io::open_dataset(o->file.get(), "text_len");
     o->text_len.resize(static_cast<size_t>(dataset_.shards()[shard].samples));
     if (!o->text_len.empty())
       H5_CHECK(H5Dread(lengths.get(), H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, o->text_len.data()));
-    if (dataset_.shards()[shard].has_prompt) o->prompt = h5::open_dataset(o->file.get(), "prompt");
-    o->latents_space = h5::dataset_space(o->latents.get());
-    o->text_space = h5::dataset_space(o->text.get());
+    if (dataset_.shards()[shard].has_prompt) o->prompt = io::open_dataset(o->file.get(), "prompt");
+    o->latents_space = io::dataset_space(o->latents.get());
+    o->text_space = io::dataset_space(o->text.get());
     o->latents_type = hdf5_type(s.latents);
     o->text_type = hdf5_type(s.text);
-    o->latents_row = h5::rows_space(o->latents_space.get(), 1);  // [1, C, F, H, W]
-    o->text_row = h5::rows_space(o->text_space.get(), 1);        // [1, L, D]
+    o->latents_row = io::rows_space(o->latents_space.get(), 1);  // [1, C, F, H, W]
+    o->text_row = io::rows_space(o->text_space.get(), 1);        // [1, L, D]
     o->one = flat_space(1);
     open_[shard] = std::move(o);
   }
@@ -122,14 +122,14 @@ SampleReader::Open& SampleReader::file(size_t shard) {
 void SampleReader::read(int64_t index, const at::Tensor& latents, const at::Tensor& text_emb, int32_t& text_len) {
   const Dataset::Location where = dataset_.locate(index);
   const ShardInfo& shard = dataset_.shards()[where.shard];
-  h5::Lock lock(h5::library_mutex());
+  io::Lock lock(io::library_mutex());
   try {
     Open& o = file(where.shard);
     const hsize_t row = static_cast<hsize_t>(where.row);
-    h5::select_rows(o.latents_space.get(), row, 1);
+    io::select_rows(o.latents_space.get(), row, 1);
     H5_CHECK(H5Dread(o.latents.get(), o.latents_type.get(), o.latents_row.get(), o.latents_space.get(), H5P_DEFAULT,
                      latents.data_ptr()));
-    h5::select_rows(o.text_space.get(), row, 1);
+    io::select_rows(o.text_space.get(), row, 1);
     H5_CHECK(H5Dread(o.text.get(), o.text_type.get(), o.text_row.get(), o.text_space.get(), H5P_DEFAULT,
                      text_emb.data_ptr()));
     text_len = o.text_len[row];
@@ -141,12 +141,12 @@ void SampleReader::read(int64_t index, const at::Tensor& latents, const at::Tens
 
 std::string SampleReader::prompt(int64_t index) {
   const Dataset::Location where = dataset_.locate(index);
-  h5::Lock lock(h5::library_mutex());
+  io::Lock lock(io::library_mutex());
   Open& o = file(where.shard);
   if (!o.prompt) return {};
-  const h5::Handle space = h5::dataset_space(o.prompt.get());
-  h5::select_rows(space.get(), static_cast<hsize_t>(where.row), 1);
-  const h5::Handle type = h5::dataset_type(o.prompt.get());
+  const io::Handle space = io::dataset_space(o.prompt.get());
+  io::select_rows(space.get(), static_cast<hsize_t>(where.row), 1);
+  const io::Handle type = io::dataset_type(o.prompt.get());
   char* text = nullptr;
   H5_CHECK(H5Dread(o.prompt.get(), type.get(), o.one.get(), space.get(), H5P_DEFAULT, &text));
   std::string value = text ? text : "";

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "data/shard.hpp"
+#include "wantrain/data/shard.hpp"
 
 namespace wt::data {
 

@@ -1,4 +1,4 @@
-#include "data/loader.hpp"
+#include "wantrain/data/loader.hpp"
 
 #include <ATen/ATen.h>
 
@@ -6,7 +6,7 @@
 #include <future>
 #include <numeric>
 
-#include "util/error.hpp"
+#include "wantrain/util/error.hpp"
 
 namespace wt::data {
 

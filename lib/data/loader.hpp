@@ -18,8 +18,8 @@
 #include <mutex>
 #include <thread>
 
-#include "data/dataset.hpp"
-#include "data/sampler.hpp"
+#include "wantrain/data/dataset.hpp"
+#include "wantrain/data/sampler.hpp"
 
 namespace wt::data {
 

@@ -1,11 +1,11 @@
-#include "data/sampler.hpp"
+#include "wantrain/data/sampler.hpp"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <numeric>
 
-#include "util/error.hpp"
+#include "wantrain/util/error.hpp"
 
 namespace wt::data {
 

@@ -1,11 +1,11 @@
-#include "data/shard.hpp"
+#include "wantrain/data/shard.hpp"
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
-#include "data/h5.hpp"
-#include "data/stored_type.hpp"
-#include "util/error.hpp"
+#include "wantrain/io/h5.hpp"
+#include "wantrain/data/stored_type.hpp"
+#include "wantrain/util/error.hpp"
 
 namespace wt::data {
 
@@ -66,11 +66,11 @@ std::string dims_string(const std::vector<hsize_t>& dims) {
 
 // The storage of a float dataset, or a UsageError naming it.
 Stored stored_of(const std::string& path, hid_t dataset, const char* name, bool bf16_allowed) {
-  const h5::Handle type = h5::dataset_type(dataset);
+  const io::Handle type = io::dataset_type(dataset);
   if (H5Tget_class(type.get()) == H5T_FLOAT && H5Tget_size(type.get()) == 4) return Stored::Float32;
-  if (h5::is_float16(type.get())) return Stored::Float16;
+  if (io::is_float16(type.get())) return Stored::Float16;
   if (bf16_allowed && H5Tget_class(type.get()) == H5T_INTEGER && H5Tget_size(type.get()) == 2 &&
-      h5::has_attribute(dataset, "dtype") && h5::read_string_attribute(dataset, "dtype") == "bfloat16")
+      io::has_attribute(dataset, "dtype") && io::read_string_attribute(dataset, "dtype") == "bfloat16")
     return Stored::BFloat16;
   throw UsageError(fmt::format(
       "data: shard {}: {} has an unsupported element type (expected {})", path, name,
@@ -79,44 +79,44 @@ Stored stored_of(const std::string& path, hid_t dataset, const char* name, bool 
 
 }  // namespace
 
-h5::Handle hdf5_type(Stored stored) {
+io::Handle hdf5_type(Stored stored) {
   switch (stored) {
-    case Stored::Float32: return h5::Handle(H5_CHECK(H5Tcopy(H5T_IEEE_F32LE)), H5Tclose);
-    case Stored::Float16: return h5::float16_type();
-    case Stored::BFloat16: return h5::Handle(H5_CHECK(H5Tcopy(H5T_STD_U16LE)), H5Tclose);  // raw bits
+    case Stored::Float32: return io::Handle(H5_CHECK(H5Tcopy(H5T_IEEE_F32LE)), H5Tclose);
+    case Stored::Float16: return io::float16_type();
+    case Stored::BFloat16: return io::Handle(H5_CHECK(H5Tcopy(H5T_STD_U16LE)), H5Tclose);  // raw bits
   }
   throw Error("unknown storage");
 }
 
 ShardInfo inspect_shard(const std::string& path) {
-  h5::Lock lock(h5::library_mutex());
-  h5::quiet_errors();
+  io::Lock lock(io::library_mutex());
+  io::quiet_errors();
   ShardInfo info;
   info.path = path;
   auto fail = [&](const std::string& what) { return UsageError(fmt::format("data: shard {}: {}", path, what)); };
 
   if (H5Fis_hdf5(path.c_str()) <= 0) throw fail("not an HDF5 file, or truncated or corrupt");
-  h5::Handle file;
+  io::Handle file;
   try {
-    file = h5::open_file(path);
+    file = io::open_file(path);
   } catch (const Error&) {
     throw fail("cannot be opened as HDF5 (truncated or corrupt?)");
   }
   const hid_t root = file.get();
-  if (!h5::has_attribute(root, "format") || h5::read_string_attribute(root, "format") != kShardFormat)
+  if (!io::has_attribute(root, "format") || io::read_string_attribute(root, "format") != kShardFormat)
     throw fail(fmt::format("root attribute format is missing or not \"{}\"", kShardFormat));
-  if (!h5::has_attribute(root, "version")) throw fail("root attribute version is missing");
-  if (const auto version = h5::read_int_attribute(root, "version"); version != kShardVersion)
+  if (!io::has_attribute(root, "version")) throw fail("root attribute version is missing");
+  if (const auto version = io::read_int_attribute(root, "version"); version != kShardVersion)
     throw fail(
         fmt::format("format version {} is not supported (this wantrain reads version {})", version, kShardVersion));
   for (const char* name : {"latents", "text_emb", "text_len"})
-    if (!h5::exists(root, name)) throw fail(fmt::format("dataset /{} is missing", name));
+    if (!io::exists(root, name)) throw fail(fmt::format("dataset /{} is missing", name));
 
   try {
-    const h5::Handle latents = h5::open_dataset(root, "latents");
-    const h5::Handle text = h5::open_dataset(root, "text_emb");
-    const h5::Handle lengths = h5::open_dataset(root, "text_len");
-    const auto ld = h5::dims(latents.get()), td = h5::dims(text.get()), nd = h5::dims(lengths.get());
+    const io::Handle latents = io::open_dataset(root, "latents");
+    const io::Handle text = io::open_dataset(root, "text_emb");
+    const io::Handle lengths = io::open_dataset(root, "text_len");
+    const auto ld = io::dims(latents.get()), td = io::dims(text.get()), nd = io::dims(lengths.get());
     if (ld.size() != 5)
       throw fail(fmt::format("/latents has {} dimensions {}, expected 5 [N,C,F,H,W]", ld.size(), dims_string(ld)));
     if (td.size() != 3)
@@ -134,7 +134,7 @@ ShardInfo inspect_shard(const std::string& path) {
                   static_cast<int64_t>(td[2]),
                   stored_of(path, latents.get(), "/latents", true),
                   stored_of(path, text.get(), "/text_emb", false)};
-    const h5::Handle len_type = h5::dataset_type(lengths.get());
+    const io::Handle len_type = io::dataset_type(lengths.get());
     if (H5Tget_class(len_type.get()) != H5T_INTEGER)
       throw fail("/text_len has an unsupported element type (expected int32)");
     std::vector<int32_t> text_len(info.samples);
@@ -143,9 +143,9 @@ ShardInfo inspect_shard(const std::string& path) {
     for (int64_t i = 0; i < info.samples; ++i)
       if (text_len[i] < 0 || text_len[i] > info.shape.text_len)
         throw fail(fmt::format("sample {}: text_len {} is outside 0..L={}", i, text_len[i], info.shape.text_len));
-    if (h5::exists(root, "prompt")) {
-      const h5::Handle prompt = h5::open_dataset(root, "prompt");
-      const auto pd = h5::dims(prompt.get());
+    if (io::exists(root, "prompt")) {
+      const io::Handle prompt = io::open_dataset(root, "prompt");
+      const auto pd = io::dims(prompt.get());
       if (pd.size() != 1 || pd[0] != ld[0])
         throw fail(fmt::format("/prompt has shape {}, expected [{}]", dims_string(pd), ld[0]));
       info.has_prompt = true;
@@ -161,31 +161,31 @@ ShardInfo inspect_shard(const std::string& path) {
 struct ShardWriter::Impl {
   SampleShape shape;
   int64_t samples;
-  h5::Handle file, latents, text, text_len, prompt;
-  h5::Handle latents_mem_type, text_mem_type;  // memory element types, as stored
+  io::Handle file, latents, text, text_len, prompt;
+  io::Handle latents_mem_type, text_mem_type;  // memory element types, as stored
 };
 
 namespace {
 
 // A dataset [samples, dims...] chunked one sample per chunk.
-h5::Handle create_per_sample(hid_t file, const char* name, hid_t type, int64_t samples,
+io::Handle create_per_sample(hid_t file, const char* name, hid_t type, int64_t samples,
                              const std::vector<hsize_t>& sample_dims) {
   std::vector<hsize_t> dims{static_cast<hsize_t>(samples)}, chunk{1};
   for (auto d : sample_dims) {
     dims.push_back(d);
     chunk.push_back(d);
   }
-  const h5::Handle space(H5_CHECK(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr)), H5Sclose);
-  const h5::Handle props(H5_CHECK(H5Pcreate(H5P_DATASET_CREATE)), H5Pclose);
+  const io::Handle space(H5_CHECK(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr)), H5Sclose);
+  const io::Handle props(H5_CHECK(H5Pcreate(H5P_DATASET_CREATE)), H5Pclose);
   if (samples > 0) H5_CHECK(H5Pset_chunk(props.get(), static_cast<int>(chunk.size()), chunk.data()));
-  return h5::Handle(H5_CHECK(H5Dcreate2(file, name, type, space.get(), H5P_DEFAULT, props.get(), H5P_DEFAULT)),
+  return io::Handle(H5_CHECK(H5Dcreate2(file, name, type, space.get(), H5P_DEFAULT, props.get(), H5P_DEFAULT)),
                     H5Dclose);
 }
 
 void write_row(hid_t dataset, hid_t mem_type, int64_t index, const void* data) {
-  const h5::Handle file_space = h5::dataset_space(dataset);
-  h5::select_rows(file_space.get(), static_cast<hsize_t>(index), 1);
-  const h5::Handle mem_space = h5::rows_space(file_space.get(), 1);
+  const io::Handle file_space = io::dataset_space(dataset);
+  io::select_rows(file_space.get(), static_cast<hsize_t>(index), 1);
+  const io::Handle mem_space = io::rows_space(file_space.get(), 1);
   H5_CHECK(H5Dwrite(dataset, mem_type, mem_space.get(), file_space.get(), H5P_DEFAULT, data));
 }
 
@@ -193,25 +193,25 @@ void write_row(hid_t dataset, hid_t mem_type, int64_t index, const void* data) {
 
 ShardWriter::ShardWriter(const std::string& path, const SampleShape& shape, int64_t samples, bool with_prompt)
     : impl_(std::make_unique<Impl>()) {
-  h5::Lock lock(h5::library_mutex());
-  h5::quiet_errors();
+  io::Lock lock(io::library_mutex());
+  io::quiet_errors();
   impl_->shape = shape;
   impl_->samples = samples;
-  impl_->file = h5::create_file(path);
+  impl_->file = io::create_file(path);
   const hid_t f = impl_->file.get();
-  h5::write_string_attribute(f, "format", kShardFormat);
-  h5::write_int_attribute(f, "version", kShardVersion);
+  io::write_string_attribute(f, "format", kShardFormat);
+  io::write_int_attribute(f, "version", kShardVersion);
   impl_->latents_mem_type = hdf5_type(shape.latents);
   impl_->text_mem_type = hdf5_type(shape.text);
   impl_->latents =
       create_per_sample(f, "latents", impl_->latents_mem_type.get(), samples,
                         {hsize_t(shape.channels), hsize_t(shape.frames), hsize_t(shape.height), hsize_t(shape.width)});
-  if (shape.latents == Stored::BFloat16) h5::write_string_attribute(impl_->latents.get(), "dtype", "bfloat16");
+  if (shape.latents == Stored::BFloat16) io::write_string_attribute(impl_->latents.get(), "dtype", "bfloat16");
   impl_->text = create_per_sample(f, "text_emb", impl_->text_mem_type.get(), samples,
                                   {hsize_t(shape.text_len), hsize_t(shape.text_dim)});
   impl_->text_len = create_per_sample(f, "text_len", H5T_STD_I32LE, samples, {});
   if (with_prompt) {
-    const h5::Handle str(H5_CHECK(H5Tcopy(H5T_C_S1)), H5Tclose);
+    const io::Handle str(H5_CHECK(H5Tcopy(H5T_C_S1)), H5Tclose);
     H5_CHECK(H5Tset_size(str.get(), H5T_VARIABLE));
     H5_CHECK(H5Tset_cset(str.get(), H5T_CSET_UTF8));
     impl_->prompt = create_per_sample(f, "prompt", str.get(), samples, {});
@@ -229,12 +229,12 @@ void ShardWriter::write(int64_t index, const at::Tensor& latents, const at::Tens
     throw Error("ShardWriter: sample shape does not match the shard's");
   const at::Tensor l = latents.to(scalar_type(s.latents)).contiguous();
   const at::Tensor t = text_emb.to(scalar_type(s.text)).contiguous();
-  h5::Lock lock(h5::library_mutex());
+  io::Lock lock(io::library_mutex());
   write_row(impl_->latents.get(), impl_->latents_mem_type.get(), index, l.data_ptr());
   write_row(impl_->text.get(), impl_->text_mem_type.get(), index, t.data_ptr());
   write_row(impl_->text_len.get(), H5T_NATIVE_INT32, index, &text_len);
   if (impl_->prompt) {
-    const h5::Handle str(H5_CHECK(H5Dget_type(impl_->prompt.get())), H5Tclose);
+    const io::Handle str(H5_CHECK(H5Dget_type(impl_->prompt.get())), H5Tclose);
     const char* text = prompt.c_str();
     write_row(impl_->prompt.get(), str.get(), index, &text);
   }
@@ -242,7 +242,7 @@ void ShardWriter::write(int64_t index, const at::Tensor& latents, const at::Tens
 
 void ShardWriter::close() {
   if (!impl_ || !impl_->file) return;
-  h5::Lock lock(h5::library_mutex());
+  io::Lock lock(io::library_mutex());
   impl_->prompt.reset();
   impl_->text_len.reset();
   impl_->text.reset();

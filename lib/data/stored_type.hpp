@@ -2,9 +2,9 @@
 // read into memory (private to lib/data).
 #pragma once
 
-#include "data/h5.hpp"
-#include "data/shard.hpp"
+#include "wantrain/io/h5.hpp"
+#include "wantrain/data/shard.hpp"
 
 namespace wt::data {
-h5::Handle hdf5_type(Stored stored);
+io::Handle hdf5_type(Stored stored);
 }

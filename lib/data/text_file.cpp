@@ -1,25 +1,25 @@
-#include "data/text_file.hpp"
+#include "wantrain/data/text_file.hpp"
 
 #include <fmt/format.h>
 #include <torch/torch.h>
 
 #include <filesystem>
 
-#include "data/h5.hpp"
-#include "util/error.hpp"
+#include "wantrain/io/h5.hpp"
+#include "wantrain/util/error.hpp"
 
 namespace wt::data {
 
 TextCondition read_text_condition(const std::string& path, int64_t index) {
   if (!std::filesystem::is_regular_file(path)) throw UsageError(fmt::format("text file {}: no such file", path));
-  h5::Lock lock(h5::library_mutex());
-  h5::quiet_errors();
-  h5::Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+  io::Lock lock(io::library_mutex());
+  io::quiet_errors();
+  io::Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
   if (!file) throw UsageError(fmt::format("text file {}: not a readable HDF5 file", path));
-  if (!h5::exists(file.get(), "text_emb"))
+  if (!io::exists(file.get(), "text_emb"))
     throw UsageError(fmt::format("text file {}: has no /text_emb dataset", path));
-  const h5::Handle emb = h5::open_dataset(file.get(), "text_emb");
-  auto dims = h5::dims(emb.get());
+  const io::Handle emb = io::open_dataset(file.get(), "text_emb");
+  auto dims = io::dims(emb.get());
   const bool batched = dims.size() == 3;  // [N, L, D]; else one [L, D]
   if (dims.size() == 2) dims.insert(dims.begin(), 1);
   if (dims.size() != 3)
@@ -31,17 +31,17 @@ TextCondition read_text_condition(const std::string& path, int64_t index) {
 
   TextCondition text;
   text.embedding = torch::zeros({len, width});  // [L, D]
-  const h5::Handle space = h5::dataset_space(emb.get());
-  if (batched) h5::select_rows(space.get(), hsize_t(index), 1);
+  const io::Handle space = io::dataset_space(emb.get());
+  if (batched) io::select_rows(space.get(), hsize_t(index), 1);
   const hsize_t mem_dims[2] = {hsize_t(len), hsize_t(width)};
-  const h5::Handle memory(H5Screate_simple(2, mem_dims, nullptr), H5Sclose);
+  const io::Handle memory(H5Screate_simple(2, mem_dims, nullptr), H5Sclose);
   H5_CHECK(
       H5Dread(emb.get(), H5T_NATIVE_FLOAT, memory.get(), space.get(), H5P_DEFAULT, text.embedding.data_ptr<float>()));
 
   text.length = int32_t(len);
-  if (h5::exists(file.get(), "text_len")) {
-    const h5::Handle lengths = h5::open_dataset(file.get(), "text_len");
-    if (h5::dims(lengths.get()) != std::vector<hsize_t>{hsize_t(n)})
+  if (io::exists(file.get(), "text_len")) {
+    const io::Handle lengths = io::open_dataset(file.get(), "text_len");
+    if (io::dims(lengths.get()) != std::vector<hsize_t>{hsize_t(n)})
       throw UsageError(fmt::format("text file {}: /text_len must be [{}] to match /text_emb", path, n));
     std::vector<int32_t> all(static_cast<size_t>(n));
     H5_CHECK(H5Dread(lengths.get(), H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, all.data()));

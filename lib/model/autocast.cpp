@@ -1,4 +1,4 @@
-#include "model/autocast.hpp"
+#include "wantrain/model/autocast.hpp"
 
 #include <ATen/autocast_mode.h>
 

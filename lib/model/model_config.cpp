@@ -1,4 +1,4 @@
-#include "model/model_config.hpp"
+#include "wantrain/model/model_config.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "util/error.hpp"
+#include "wantrain/util/error.hpp"
 
 namespace wt::model {
 namespace {

@@ -1,9 +1,9 @@
-#include "model/patches.hpp"
+#include "wantrain/model/patches.hpp"
 
 #include <fmt/format.h>
 #include <torch/torch.h>
 
-#include "util/error.hpp"
+#include "wantrain/util/error.hpp"
 
 namespace wt::model {
 

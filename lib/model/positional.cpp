@@ -1,4 +1,4 @@
-#include "model/positional.hpp"
+#include "wantrain/model/positional.hpp"
 
 #include <torch/torch.h>
 

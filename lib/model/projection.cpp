@@ -1,4 +1,4 @@
-#include "model/projection.hpp"
+#include "wantrain/model/projection.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -7,7 +7,7 @@
 #include <map>
 #include <regex>
 
-#include "util/error.hpp"
+#include "wantrain/util/error.hpp"
 
 namespace wt::model {
 namespace {

@@ -23,8 +23,8 @@
 #include <utility>
 #include <vector>
 
-#include "model/model_config.hpp"
-#include "model/safetensors.hpp"  // NamedTensors
+#include "wantrain/model/model_config.hpp"
+#include "wantrain/model/safetensors.hpp"  // NamedTensors
 
 namespace wt::model {
 

@@ -1,4 +1,4 @@
-#include "model/safetensors.hpp"
+#include "wantrain/model/safetensors.hpp"
 
 #include <fmt/format.h>
 #include <torch/torch.h>
@@ -9,7 +9,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "util/error.hpp"
+#include "wantrain/util/error.hpp"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "safetensors data is little-endian; so must the host be");
 

@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "model/safetensors_header.hpp"
+#include "wantrain/model/safetensors_header.hpp"
 
 namespace wt::model {
 

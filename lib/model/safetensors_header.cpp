@@ -1,4 +1,4 @@
-#include "model/safetensors_header.hpp"
+#include "wantrain/model/safetensors_header.hpp"
 
 #include <fmt/format.h>
 
@@ -9,7 +9,7 @@
 #include <stdexcept>
 #include <tuple>
 
-#include "util/error.hpp"
+#include "wantrain/util/error.hpp"
 
 namespace wt::model {
 namespace {

@@ -1,4 +1,4 @@
-#include "model/wan_model.hpp"
+#include "wantrain/model/wan_model.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -6,9 +6,9 @@
 
 #include <cmath>
 
-#include "model/autocast.hpp"
-#include "model/patches.hpp"
-#include "util/error.hpp"
+#include "wantrain/model/autocast.hpp"
+#include "wantrain/model/patches.hpp"
+#include "wantrain/util/error.hpp"
 
 namespace wt::model {
 namespace {

@@ -19,8 +19,8 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/modules/normalization.h>
 
-#include "model/model_config.hpp"
-#include "model/positional.hpp"
+#include "wantrain/model/model_config.hpp"
+#include "wantrain/model/positional.hpp"
 
 namespace wt::model {
 

@@ -1,4 +1,4 @@
-#include "model/weight_names.hpp"
+#include "wantrain/model/weight_names.hpp"
 
 #include <algorithm>
 #include <cctype>

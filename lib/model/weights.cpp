@@ -1,4 +1,4 @@
-#include "model/weights.hpp"
+#include "wantrain/model/weights.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -9,8 +9,8 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "model/weight_names.hpp"
-#include "util/error.hpp"
+#include "wantrain/model/weight_names.hpp"
+#include "wantrain/util/error.hpp"
 
 namespace wt::model {
 namespace {

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "model/safetensors.hpp"
+#include "wantrain/model/safetensors.hpp"
 
 namespace torch::nn {
 class Module;

@@ -1,11 +1,11 @@
-#include "train/caption_dropout.hpp"
+#include "wantrain/train/caption_dropout.hpp"
 
 #include <torch/torch.h>
 
 #include <algorithm>
 
-#include "data/sampler.hpp"
-#include "train/flow_matching.hpp"
+#include "wantrain/data/sampler.hpp"
+#include "wantrain/train/flow_matching.hpp"
 
 namespace wt::train {
 namespace {

@@ -1,10 +1,10 @@
-#include "train/data_fits_model.hpp"
+#include "wantrain/train/data_fits_model.hpp"
 
 #include <fmt/format.h>
 
-#include "data/shard.hpp"
-#include "model/model_config.hpp"
-#include "util/error.hpp"
+#include "wantrain/data/shard.hpp"
+#include "wantrain/model/model_config.hpp"
+#include "wantrain/util/error.hpp"
 
 namespace wt::train {
 

@@ -1,8 +1,8 @@
-#include "train/distillation.hpp"
+#include "wantrain/train/distillation.hpp"
 
 #include <torch/torch.h>
 
-#include "train/flow_matching.hpp"
+#include "wantrain/train/flow_matching.hpp"
 
 namespace wt::train {
 

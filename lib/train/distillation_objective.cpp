@@ -1,12 +1,12 @@
-#include "train/distillation_objective.hpp"
+#include "wantrain/train/distillation_objective.hpp"
 
 #include <torch/torch.h>
 
 #include <chrono>
 
-#include "model/wan_model.hpp"
-#include "train/distillation.hpp"
-#include "train/teacher.hpp"
+#include "wantrain/model/wan_model.hpp"
+#include "wantrain/train/distillation.hpp"
+#include "wantrain/train/teacher.hpp"
 
 namespace wt::train {
 namespace {

@@ -4,7 +4,7 @@
 // optional weight on the flow-matching target.
 #pragma once
 
-#include "train/flow_matching_objective.hpp"
+#include "wantrain/train/flow_matching_objective.hpp"
 
 namespace wt::train {
 

@@ -1,4 +1,4 @@
-#include "train/ema.hpp"
+#include "wantrain/train/ema.hpp"
 
 #include <torch/torch.h>
 

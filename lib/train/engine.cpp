@@ -1,4 +1,4 @@
-#include "train/engine.hpp"
+#include "wantrain/train/engine.hpp"
 
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
@@ -11,13 +11,13 @@
 #include <sstream>
 #include <type_traits>
 
-#include "ckpt/checkpoint.hpp"
-#include "dist/comm.hpp"
-#include "dist/reducer.hpp"
-#include "model/autocast.hpp"
-#include "train/ema.hpp"
-#include "train/gradients.hpp"
-#include "train/loss_scaler.hpp"
+#include "wantrain/ckpt/checkpoint.hpp"
+#include "wantrain/distributed/comm.hpp"
+#include "wantrain/distributed/reducer.hpp"
+#include "wantrain/model/autocast.hpp"
+#include "wantrain/train/ema.hpp"
+#include "wantrain/train/gradients.hpp"
+#include "wantrain/train/loss_scaler.hpp"
 
 namespace wt::train {
 namespace {
@@ -52,20 +52,20 @@ std::vector<at::Tensor> tensors_of(const NamedTensors& named) {
 }  // namespace
 
 struct Engine::Impl {
-  std::unique_ptr<Reducer> reducer;
+  std::unique_ptr<distributed::Reducer> reducer;
   std::unique_ptr<torch::optim::AdamW> optimizer;
   std::unique_ptr<Ema> ema;
   std::unique_ptr<LossScaler> scaler;  // fp16 only
 };
 
-Engine::Engine(Comm& comm, Objective& objective, EngineOptions options)
+Engine::Engine(distributed::Comm& comm, Objective& objective, EngineOptions options)
     : comm_(comm), objective_(objective), options_(std::move(options)), impl_(std::make_unique<Impl>()) {
   const auto& named = objective_.trainable();
-  ReducerOptions reducer_options;
+  distributed::ReducerOptions reducer_options;
   reducer_options.bucket_bytes = options_.bucket_bytes;
   reducer_options.allow_unused = options_.allow_unused;
   reducer_options.average = false;  // the loss is divided by the world size: the gradient's sum is the mean
-  impl_->reducer = std::make_unique<Reducer>(comm, named, objective_.buffers(), reducer_options);
+  impl_->reducer = std::make_unique<distributed::Reducer>(comm, named, objective_.buffers(), reducer_options);
   impl_->optimizer =
       std::make_unique<torch::optim::AdamW>(tensors_of(named), torch::optim::AdamWOptions(options_.schedule.at(0))
                                                                    .betas({options_.adamw.beta1, options_.adamw.beta2})
@@ -127,7 +127,7 @@ StepResult Engine::step(const Batch& batch) {
   auto mean_loss = loss_sum / K;
   if (options_.communicate) {
     const auto phase = Clock::now();
-    comm_.all_reduce(mean_loss, {ReduceOp::Avg});
+    comm_.all_reduce(mean_loss, {distributed::ReduceOp::Avg});
     t.comm += seconds_since(phase);
   }
   result.loss = mean_loss.item<double>();

@@ -22,10 +22,10 @@
 #include <cstdint>
 #include <memory>
 
-#include "train/lr_schedule.hpp"
-#include "train/objective.hpp"
+#include "wantrain/train/lr_schedule.hpp"
+#include "wantrain/train/objective.hpp"
 
-namespace wt {
+namespace wt::distributed {
 class Comm;
 }
 namespace wt::ckpt {
@@ -82,7 +82,7 @@ struct EngineOptions {
 class Engine {
  public:
   // The objective must outlive the Engine.
-  Engine(Comm& comm, Objective& objective, EngineOptions options);
+  Engine(distributed::Comm& comm, Objective& objective, EngineOptions options);
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -94,7 +94,8 @@ class Engine {
   int64_t skipped_steps() const { return skipped_; }
   const EngineOptions& options() const { return options_; }
   const Ema* ema() const;
-  Comm& comm() { return comm_; }
+  distributed::Comm& comm() { return comm_; }
+  Objective& objective() { return objective_; }
 
   // Writes the trainable parameters, EMA, optimizer state (by parameter
   // name), step, skipped steps, learning rate, loss scale and RNG state into
@@ -107,7 +108,7 @@ class Engine {
 
  private:
   struct Impl;
-  Comm& comm_;
+  distributed::Comm& comm_;
   Objective& objective_;
   const EngineOptions options_;
   int64_t step_ = 0, skipped_ = 0;

@@ -1,8 +1,8 @@
-#include "train/euler_sampler.hpp"
+#include "wantrain/train/euler_sampler.hpp"
 
 #include <torch/torch.h>
 
-#include "train/flow_matching.hpp"
+#include "wantrain/train/flow_matching.hpp"
 
 namespace wt::train {
 

@@ -1,4 +1,4 @@
-#include "train/flow_matching.hpp"
+#include "wantrain/train/flow_matching.hpp"
 
 #include <fmt/format.h>
 #include <torch/torch.h>
@@ -6,8 +6,8 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <cmath>
 
-#include "data/sampler.hpp"
-#include "util/error.hpp"
+#include "wantrain/data/sampler.hpp"
+#include "wantrain/util/error.hpp"
 
 namespace wt::train {
 

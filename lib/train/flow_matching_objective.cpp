@@ -1,11 +1,11 @@
-#include "train/flow_matching_objective.hpp"
+#include "wantrain/train/flow_matching_objective.hpp"
 
 #include <torch/torch.h>
 
 #include <chrono>
 
-#include "model/wan_model.hpp"
-#include "train/caption_dropout.hpp"
+#include "wantrain/model/wan_model.hpp"
+#include "wantrain/train/caption_dropout.hpp"
 
 namespace wt::train {
 namespace {

@@ -6,8 +6,8 @@
 
 #include <cstdint>
 
-#include "train/flow_matching.hpp"
-#include "train/objective.hpp"
+#include "wantrain/train/flow_matching.hpp"
+#include "wantrain/train/objective.hpp"
 
 namespace wt::model {
 class WanModelImpl;

@@ -1,4 +1,4 @@
-#include "train/gradients.hpp"
+#include "wantrain/train/gradients.hpp"
 
 #include <torch/torch.h>
 

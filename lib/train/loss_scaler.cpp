@@ -1,4 +1,4 @@
-#include "train/loss_scaler.hpp"
+#include "wantrain/train/loss_scaler.hpp"
 
 #include <algorithm>
 

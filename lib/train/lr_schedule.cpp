@@ -1,4 +1,4 @@
-#include "train/lr_schedule.hpp"
+#include "wantrain/train/lr_schedule.hpp"
 
 #include <fmt/format.h>
 
@@ -6,7 +6,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "util/error.hpp"
+#include "wantrain/util/error.hpp"
 
 namespace wt::train {
 

@@ -1,8 +1,8 @@
-#include "train/objective.hpp"
+#include "wantrain/train/objective.hpp"
 
 #include <fmt/format.h>
 
-#include "util/error.hpp"
+#include "wantrain/util/error.hpp"
 
 namespace wt::train {
 

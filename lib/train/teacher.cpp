@@ -1,4 +1,4 @@
-#include "train/teacher.hpp"
+#include "wantrain/train/teacher.hpp"
 
 #include <fmt/format.h>
 #include <torch/torch.h>
@@ -7,11 +7,11 @@
 #include <filesystem>
 #include <map>
 
-#include "ckpt/checkpoint.hpp"
-#include "model/autocast.hpp"
-#include "model/wan_model.hpp"
-#include "model/weights.hpp"
-#include "util/error.hpp"
+#include "wantrain/ckpt/checkpoint.hpp"
+#include "wantrain/model/autocast.hpp"
+#include "wantrain/model/wan_model.hpp"
+#include "wantrain/model/weights.hpp"
+#include "wantrain/util/error.hpp"
 
 namespace wt::train {
 namespace {

@@ -10,8 +10,8 @@
 #include <memory>
 #include <string>
 
-#include "model/model_config.hpp"
-#include "model/projection.hpp"
+#include "wantrain/model/model_config.hpp"
+#include "wantrain/model/projection.hpp"
 
 namespace wt::model {
 class WanModelImpl;

@@ -1,4 +1,4 @@
-#include "train/train_config.hpp"
+#include "wantrain/train/train_config.hpp"
 
 #include <fmt/format.h>
 
@@ -10,8 +10,8 @@
 #include <ostream>
 #include <thread>
 
-#include "util/error.hpp"
-#include "util/options.hpp"
+#include "wantrain/util/error.hpp"
+#include "wantrain/util/options.hpp"
 
 namespace wt {
 

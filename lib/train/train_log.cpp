@@ -1,11 +1,11 @@
-#include "train/train_log.hpp"
+#include "wantrain/train/train_log.hpp"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
 
-#include "util/error.hpp"
+#include "wantrain/util/error.hpp"
 
 namespace wt::train {
 namespace {

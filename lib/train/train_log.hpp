@@ -11,8 +11,8 @@
 #include <memory>
 #include <string>
 
-#include "train/engine.hpp"
-#include "util/progress.hpp"
+#include "wantrain/train/engine.hpp"
+#include "wantrain/util/progress.hpp"
 
 namespace wt::train {
 

@@ -1,4 +1,4 @@
-#include "train/trainer.hpp"
+#include "wantrain/train/trainer.hpp"
 
 #include <fmt/format.h>
 #include <torch/torch.h>
@@ -8,20 +8,20 @@
 #include <filesystem>
 #include <fstream>
 
-#include "ckpt/checkpoint.hpp"
-#include "data/loader.hpp"
-#include "data/shard.hpp"
-#include "dist/comm.hpp"
-#include "model/safetensors.hpp"
-#include "model/wan_model.hpp"
-#include "model/weights.hpp"
-#include "train/distillation_objective.hpp"
-#include "train/ema.hpp"
-#include "train/engine.hpp"
-#include "train/flow_matching_objective.hpp"
-#include "train/lr_schedule.hpp"
-#include "train/teacher.hpp"
-#include "util/error.hpp"
+#include "wantrain/ckpt/checkpoint.hpp"
+#include "wantrain/data/loader.hpp"
+#include "wantrain/data/shard.hpp"
+#include "wantrain/distributed/comm.hpp"
+#include "wantrain/model/safetensors.hpp"
+#include "wantrain/model/wan_model.hpp"
+#include "wantrain/model/weights.hpp"
+#include "wantrain/train/distillation_objective.hpp"
+#include "wantrain/train/ema.hpp"
+#include "wantrain/train/engine.hpp"
+#include "wantrain/train/flow_matching_objective.hpp"
+#include "wantrain/train/lr_schedule.hpp"
+#include "wantrain/train/teacher.hpp"
+#include "wantrain/util/error.hpp"
 
 namespace wt::train {
 namespace {
@@ -37,7 +37,8 @@ at::ScalarType compute_dtype_of(const std::string& precision, const at::Device& 
   return at::kHalf;
 }
 
-data::DistributedSampler make_sampler(const TrainConfig& cfg, const Comm& comm, const data::Dataset& dataset) {
+data::DistributedSampler make_sampler(const TrainConfig& cfg, const distributed::Comm& comm,
+                                      const data::Dataset& dataset) {
   // One loader batch is this rank's whole step: B samples for each of the K micro-batches.
   return data::DistributedSampler(dataset.shard_sizes(),
                                   {comm.size(), comm.rank(), int64_t(cfg.batch_size) * cfg.grad_accum, cfg.seed,
@@ -57,7 +58,7 @@ struct Trainer::Impl {
   explicit Impl(model::WanConfig config) : model(std::move(config)) {}
 };
 
-Trainer::Trainer(const TrainConfig& cfg, Comm& comm, data::Dataset dataset, model::WanConfig model_config,
+Trainer::Trainer(const TrainConfig& cfg, distributed::Comm& comm, data::Dataset dataset, model::WanConfig model_config,
                  TrainerOptions options)
     : cfg_(cfg), comm_(comm), compute_dtype_(compute_dtype_of(cfg.precision, comm.device())) {
   auto sampler = make_sampler(cfg, comm, dataset);

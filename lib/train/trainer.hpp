@@ -21,13 +21,13 @@
 #include <memory>
 #include <string>
 
-#include "ckpt/checkpoint.hpp"
-#include "data/dataset.hpp"
-#include "model/model_config.hpp"
-#include "train/engine.hpp"
-#include "train/train_config.hpp"
+#include "wantrain/ckpt/checkpoint.hpp"
+#include "wantrain/data/dataset.hpp"
+#include "wantrain/model/model_config.hpp"
+#include "wantrain/train/engine.hpp"
+#include "wantrain/train/train_config.hpp"
 
-namespace wt {
+namespace wt::distributed {
 class Comm;
 }
 namespace wt::model {
@@ -63,7 +63,7 @@ class Trainer {
   // from the teacher), broadcasts it
   // from rank 0, and starts the loader. Throws UsageError for options that
   // cannot run (no --steps/--epochs, fp16 without CUDA).
-  Trainer(const TrainConfig& cfg, Comm& comm, data::Dataset dataset, model::WanConfig model_config,
+  Trainer(const TrainConfig& cfg, distributed::Comm& comm, data::Dataset dataset, model::WanConfig model_config,
           TrainerOptions options = {});
   ~Trainer();
   Trainer(const Trainer&) = delete;
@@ -82,7 +82,7 @@ class Trainer {
   model::WanModelImpl& model();
   Objective& objective();
   const Ema* ema() const;
-  Comm& comm() { return comm_; }
+  distributed::Comm& comm() { return comm_; }
 
   // A consistent copy of the whole training state in CPU memory, taken at a
   // step boundary: what a checkpoint stores. `val_loss` is this step's
@@ -103,7 +103,7 @@ class Trainer {
 
   struct Impl;
   const TrainConfig cfg_;
-  Comm& comm_;
+  distributed::Comm& comm_;
   at::ScalarType compute_dtype_;
   int64_t total_steps_ = 0, steps_per_epoch_ = 0, epoch_ = 0;
   std::unique_ptr<Impl> impl_;

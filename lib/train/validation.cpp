@@ -1,13 +1,13 @@
-#include "train/validation.hpp"
+#include "wantrain/train/validation.hpp"
 
 #include <torch/torch.h>
 
 #include <algorithm>
 
-#include "data/shard.hpp"
-#include "dist/comm.hpp"
-#include "model/autocast.hpp"
-#include "train/objective.hpp"
+#include "wantrain/data/shard.hpp"
+#include "wantrain/distributed/comm.hpp"
+#include "wantrain/model/autocast.hpp"
+#include "wantrain/train/objective.hpp"
 
 namespace wt::train {
 
@@ -16,7 +16,7 @@ Validator::Validator(const std::string& directory, int batch_size)
 
 Validator::~Validator() = default;
 
-double Validator::evaluate(Objective& objective, Comm& comm, at::ScalarType compute_dtype) {
+double Validator::evaluate(Objective& objective, distributed::Comm& comm, at::ScalarType compute_dtype) {
   torch::NoGradGuard no_grad;
   const auto device = comm.device();
   const auto& shape = dataset_.shape();
@@ -44,7 +44,7 @@ double Validator::evaluate(Objective& objective, Comm& comm, at::ScalarType comp
   }
 
   auto total = torch::tensor({sum}, torch::dtype(torch::kFloat64)).to(device);
-  comm.all_reduce(total, {ReduceOp::Sum});
+  comm.all_reduce(total, {distributed::ReduceOp::Sum});
   return total.item<double>() / double(dataset_.size());
 }
 

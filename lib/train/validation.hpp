@@ -10,9 +10,9 @@
 
 #include <string>
 
-#include "data/dataset.hpp"
+#include "wantrain/data/dataset.hpp"
 
-namespace wt {
+namespace wt::distributed {
 class Comm;
 }
 
@@ -31,7 +31,7 @@ class Validator {
 
   // The mean of the objective's per-sample metric over every sample, on all
   // ranks. Collective; without gradients, under `compute_dtype` autocast.
-  double evaluate(Objective& objective, Comm& comm, at::ScalarType compute_dtype);
+  double evaluate(Objective& objective, distributed::Comm& comm, at::ScalarType compute_dtype);
 
  private:
   data::Dataset dataset_;

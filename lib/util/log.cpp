@@ -1,4 +1,4 @@
-#include "util/log.hpp"
+#include "wantrain/util/log.hpp"
 
 #include <fmt/format.h>
 #include <spdlog/sinks/stdout_color_sinks.h>

@@ -1,4 +1,4 @@
-#include "util/options.hpp"
+#include "wantrain/util/options.hpp"
 
 #include <fmt/format.h>
 
@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "util/error.hpp"
+#include "wantrain/util/error.hpp"
 
 namespace po = boost::program_options;
 

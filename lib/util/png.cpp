@@ -1,11 +1,11 @@
-#include "util/png.hpp"
+#include "wantrain/util/png.hpp"
 
 #include <fmt/format.h>
 #include <zlib.h>
 
 #include <fstream>
 
-#include "util/error.hpp"
+#include "wantrain/util/error.hpp"
 
 namespace wt {
 namespace {

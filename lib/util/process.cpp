@@ -1,12 +1,18 @@
-#include "util/process.hpp"
+#include "wantrain/util/process.hpp"
 
 #include <fmt/format.h>
-#include <mpi.h>
 #include <unistd.h>
 
 #include <array>
+#include <atomic>
 
 namespace wt {
+
+namespace {
+// rank and size packed in one word, so that any thread reads a consistent
+// pair (error lines come from watchdog and worker threads too); -1: unset.
+std::atomic<int64_t> g_rank_and_size{-1};
+}  // namespace
 
 std::string host_name() {
   std::array<char, 256> buf{};
@@ -14,15 +20,14 @@ std::string host_name() {
   return buf.data();
 }
 
+void set_process_rank(int rank, int size) { g_rank_and_size = (int64_t(rank) << 32) | uint32_t(size); }
+
+void clear_process_rank() { g_rank_and_size = -1; }
+
 std::string process_label() {
-  int initialized = 0, finalized = 0;
-  MPI_Initialized(&initialized);
-  MPI_Finalized(&finalized);
-  if (!initialized || finalized) return host_name();
-  int rank = 0, size = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  return fmt::format("rank {}/{} on {}", rank, size, host_name());
+  const int64_t packed = g_rank_and_size.load();
+  if (packed < 0) return host_name();
+  return fmt::format("rank {}/{} on {}", int(packed >> 32), int(uint32_t(packed)), host_name());
 }
 
 }  // namespace wt

@@ -8,8 +8,12 @@ namespace wt {
 // This machine's host name.
 std::string host_name();
 
-// "rank 1/8 on node03" while MPI is up, "node03" before MPI_Init or after
-// MPI_Finalize. Asks MPI each time rather than caching, so it holds no state.
+// The process's place in the job, set by distributed::World once MPI is up
+// and cleared at MPI_Finalize (util itself knows no MPI).
+void set_process_rank(int rank, int size);
+void clear_process_rank();
+
+// "rank 1/8 on node03" while a rank is set, "node03" otherwise.
 std::string process_label();
 
 }  // namespace wt

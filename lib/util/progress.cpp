@@ -1,4 +1,4 @@
-#include "util/progress.hpp"
+#include "wantrain/util/progress.hpp"
 
 #include <fmt/format.h>
 #include <unistd.h>

@@ -1,4 +1,4 @@
-#include "util/stop_signals.hpp"
+#include "wantrain/util/stop_signals.hpp"
 
 #include <atomic>
 #include <csignal>

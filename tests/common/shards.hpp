@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <string>
 
-#include "data/shard.hpp"
+#include "wantrain/data/shard.hpp"
 
 namespace wt::testing {
 

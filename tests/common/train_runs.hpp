@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "model/safetensors.hpp"
+#include "wantrain/model/safetensors.hpp"
 
 namespace wt::testing::train_runs {
 

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "../common/launch.hpp"
-#include "data/dataset.hpp"
-#include "data/shard.hpp"
+#include "wantrain/data/dataset.hpp"
+#include "wantrain/data/shard.hpp"
 
 namespace {
 
@@ -83,25 +83,36 @@ class Generation : public ::testing::Test {
 
 TEST_F(Generation, EachMemorisedPromptIsSampledBack) {
   const std::string run = train("generation-memorised", 3000, "--text-drop 0.1");
+  // Two noise draws per prompt: one draw's correlation with its sample
+  // varies by about 0.1 with the seed (0.80 to 0.91 measured for sample 0 on
+  // an AMD EPYC), so the criterion is on their mean.
+  constexpr int kDraws = 2;
   for (int i = 0; i < kSamples; ++i) {
-    const Job job = sample(run, i, "--steps 30 --cfg 3 --seed " + std::to_string(10 + i) + " --compare");
-    ASSERT_EQ(job.status, 0) << job.output;
-    const auto x = sampled(run, i);
-    ASSERT_TRUE(torch::isfinite(x).all().item<bool>());
-    // Its own sample, clearly: correlated at 0.8 or more, and more than with
-    // any other sample of the set (a blur of all of them would not do).
-    const double own = correlation(x, truths_[i]);
-    EXPECT_GE(own, 0.8) << "sample " << i << "\n" << job.output;
+    double own = 0;
+    std::vector<double> others(kSamples, 0.0);
+    for (int draw = 0; draw < kDraws; ++draw) {
+      const Job job = sample(run, i, "--steps 30 --cfg 3 --seed " + std::to_string(10 * (draw + 1) + i) + " --compare");
+      ASSERT_EQ(job.status, 0) << job.output;
+      const auto x = sampled(run, i);
+      ASSERT_TRUE(torch::isfinite(x).all().item<bool>());
+      const double correlation_own = correlation(x, truths_[i]);
+      own += correlation_own / kDraws;
+      for (int j = 0; j < kSamples; ++j) others[size_t(j)] += correlation(x, truths_[j]) / kDraws;
+      // --compare prints the same figures.
+      std::smatch m;
+      ASSERT_TRUE(std::regex_search(job.output, m, std::regex("correlation (-?[0-9.]+), MSE ([0-9.]+)"))) << job.output;
+      EXPECT_NEAR(std::stod(m[1]), correlation_own, 1e-3);
+      EXPECT_NEAR(std::stod(m[2]), (x - truths_[i]).square().mean().item<double>(), 1e-3);
+    }
+    // Its own sample, clearly: correlated at 0.8 or more on average, and
+    // more than with any other sample of the set (a blur of all of them
+    // would not do).
+    EXPECT_GE(own, 0.8) << "sample " << i;
     for (int j = 0; j < kSamples; ++j) {
       if (j != i) {
-        EXPECT_GT(own, correlation(x, truths_[j])) << "sample " << i << " against " << j;
+        EXPECT_GT(own, others[size_t(j)]) << "sample " << i << " against " << j;
       }
     }
-    // --compare prints the same figure.
-    std::smatch m;
-    ASSERT_TRUE(std::regex_search(job.output, m, std::regex("correlation (-?[0-9.]+), MSE ([0-9.]+)"))) << job.output;
-    EXPECT_NEAR(std::stod(m[1]), own, 1e-3);
-    EXPECT_NEAR(std::stod(m[2]), (x - truths_[i]).square().mean().item<double>(), 1e-3);
   }
 }
 

@@ -8,10 +8,10 @@
 #include <fstream>
 
 #include "../common/launch.hpp"
-#include "model/model_config.hpp"
-#include "model/safetensors.hpp"
-#include "model/wan_model.hpp"
-#include "model/weights.hpp"
+#include "wantrain/model/model_config.hpp"
+#include "wantrain/model/safetensors.hpp"
+#include "wantrain/model/wan_model.hpp"
+#include "wantrain/model/weights.hpp"
 
 namespace {
 

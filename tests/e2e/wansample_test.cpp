@@ -7,10 +7,10 @@
 #include <fstream>
 
 #include "../common/launch.hpp"
-#include "data/dataset.hpp"
-#include "model/model_config.hpp"
-#include "model/wan_model.hpp"
-#include "model/weights.hpp"
+#include "wantrain/data/dataset.hpp"
+#include "wantrain/model/model_config.hpp"
+#include "wantrain/model/wan_model.hpp"
+#include "wantrain/model/weights.hpp"
 
 namespace {
 

@@ -7,8 +7,8 @@
 #include <cstring>
 #include <string>
 
-#include "model/safetensors_header.hpp"
-#include "util/error.hpp"
+#include "wantrain/model/safetensors_header.hpp"
+#include "wantrain/util/error.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 8) return 0;

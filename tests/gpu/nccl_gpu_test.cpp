@@ -6,24 +6,24 @@
 
 #include <cstdio>
 
-#include "dist/nccl_comm.hpp"
-#include "dist/world.hpp"
+#include "wantrain/distributed/nccl_comm.hpp"
+#include "wantrain/distributed/world.hpp"
 #include "wantrain/config.hpp"
 
 namespace {
 
-wt::World* g_world = nullptr;
+wt::distributed::World* g_world = nullptr;
 constexpr int kSkipped = 77;
 
 TEST(NcclComm, AllReduceBroadcastAllGatherOnGpus) {
-  auto comm = wt::make_nccl_comm(*g_world, {});
+  auto comm = wt::distributed::make_nccl_comm(*g_world, {});
   const int n = comm->size(), r = comm->rank();
   const auto dev = torch::TensorOptions().device(comm->device());
   for (auto dtype : {torch::kFloat, torch::kBFloat16, torch::kHalf}) {
     auto t = torch::full({1 << 20}, r + 1, dev.dtype(dtype));
     comm->all_reduce(t);
     EXPECT_TRUE(torch::all(t.cpu() == n * (n + 1) / 2).item<bool>());
-    comm->all_reduce(t, {wt::ReduceOp::Avg});  // all equal: the average is the value
+    comm->all_reduce(t, {wt::distributed::ReduceOp::Avg});  // all equal: the average is the value
     EXPECT_TRUE(torch::all(t.cpu() == n * (n + 1) / 2).item<bool>());
   }
   auto b = torch::full({1000}, r, dev.dtype(torch::kFloat));
@@ -38,10 +38,10 @@ TEST(NcclComm, AllReduceBroadcastAllGatherOnGpus) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  wt::World world(argc, argv);
+  wt::distributed::World world(argc, argv);
   g_world = &world;
   // Skip on every rank alike when any rank lacks its GPU.
-  const int mine = wt::nccl_usable(world) ? 1 : 0;
+  const int mine = wt::distributed::nccl_usable(world) ? 1 : 0;
   int all = 0;
   MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, world.comm());
   if (!all) {
@@ -49,7 +49,7 @@ int main(int argc, char** argv) {
       std::printf(
           "SKIPPED: NCCL GPU tests need one CUDA device per rank and a CUDA LibTorch "
           "(this rank sees %d device(s), LibTorch CUDA: %s)\n",
-          wt::cuda_device_count(), WANTRAIN_TORCH_HAS_CUDA ? "yes" : "no");
+          wt::distributed::cuda_device_count(), WANTRAIN_TORCH_HAS_CUDA ? "yes" : "no");
     world.finalize();
     return kSkipped;
   }

@@ -4,17 +4,17 @@
 
 #include <cstring>
 
-#include "dist/backend.hpp"
-#include "dist/nccl_comm.hpp"
+#include "wantrain/distributed/backend.hpp"
+#include "wantrain/distributed/nccl_comm.hpp"
 #include "mpi_test_env.hpp"
-#include "util/error.hpp"
+#include "wantrain/util/error.hpp"
 
 TEST(Backend, ParsesTheThreeNamesAndNamesTheOptionOtherwise) {
-  EXPECT_EQ(wt::parse_backend("auto"), wt::Backend::Auto);
-  EXPECT_EQ(wt::parse_backend("mpi"), wt::Backend::Mpi);
-  EXPECT_EQ(wt::parse_backend("nccl"), wt::Backend::Nccl);
+  EXPECT_EQ(wt::distributed::parse_backend("auto"), wt::distributed::Backend::Auto);
+  EXPECT_EQ(wt::distributed::parse_backend("mpi"), wt::distributed::Backend::Mpi);
+  EXPECT_EQ(wt::distributed::parse_backend("nccl"), wt::distributed::Backend::Nccl);
   try {
-    wt::parse_backend("gloo");
+    wt::distributed::parse_backend("gloo");
     FAIL();
   } catch (const wt::UsageError& e) {
     EXPECT_STREQ(e.what(), "option --backend: 'gloo' is not one of auto|mpi|nccl");
@@ -23,17 +23,17 @@ TEST(Backend, ParsesTheThreeNamesAndNamesTheOptionOtherwise) {
 
 TEST(Backend, AutoIsTheSameOnEveryRankAndMpiWithoutAUsableGpu) {
   const auto& world = test_world();
-  const auto resolved = wt::resolve_backend(world, wt::Backend::Auto);
+  const auto resolved = wt::distributed::resolve_backend(world, wt::distributed::Backend::Auto);
   auto mine = torch::full({1}, static_cast<int>(resolved), torch::kInt);
   auto all = torch::empty({world.size()}, torch::kInt);
   test_comm().all_gather(all, mine);
   EXPECT_TRUE(torch::all(all == all[0]).item<bool>());
-  if (!wt::nccl_usable(world)) {
-    EXPECT_EQ(resolved, wt::Backend::Mpi);
+  if (!wt::distributed::nccl_usable(world)) {
+    EXPECT_EQ(resolved, wt::distributed::Backend::Mpi);
   }
 
-  if (resolved == wt::Backend::Mpi) {
-    auto comm = wt::make_comm(world, wt::Backend::Auto);
+  if (resolved == wt::distributed::Backend::Mpi) {
+    auto comm = wt::distributed::make_comm(world, wt::distributed::Backend::Auto);
     EXPECT_STREQ(comm->backend(), "MPI");
     auto t = torch::ones({3});
     comm->all_reduce(t);
@@ -42,10 +42,10 @@ TEST(Backend, AutoIsTheSameOnEveryRankAndMpiWithoutAUsableGpu) {
 }
 
 TEST(Nccl, UniqueIdFromRankZeroArrivesByteIdenticalOnEveryRank) {
-  if (!wt::nccl_built()) GTEST_SKIP() << "this build has no NCCL (WANTRAIN_WITH_NCCL off)";
+  if (!wt::distributed::nccl_built()) GTEST_SKIP() << "this build has no NCCL (WANTRAIN_WITH_NCCL off)";
   const auto& world = test_world();
   // ncclGetUniqueId needs no GPU: it only opens the bootstrap socket.
-  const wt::NcclUniqueIdBytes id = wt::broadcast_nccl_unique_id(world);
+  const wt::distributed::NcclUniqueIdBytes id = wt::distributed::broadcast_nccl_unique_id(world);
   auto mine = torch::empty({static_cast<int64_t>(id.size())}, torch::kByte);
   std::memcpy(mine.data_ptr(), id.data(), id.size());
   auto all = torch::empty({world.size(), static_cast<int64_t>(id.size())}, torch::kByte);  // [ranks, 128]
@@ -54,19 +54,19 @@ TEST(Nccl, UniqueIdFromRankZeroArrivesByteIdenticalOnEveryRank) {
   EXPECT_TRUE(torch::any(all[0] != 0).item<bool>()) << "rank 0 sent an all-zero id";
 
   // A second id is a fresh one, not a replay of the first.
-  const wt::NcclUniqueIdBytes again = wt::broadcast_nccl_unique_id(world);
+  const wt::distributed::NcclUniqueIdBytes again = wt::distributed::broadcast_nccl_unique_id(world);
   EXPECT_NE(std::memcmp(again.data(), id.data(), id.size()), 0);
 }
 
 TEST(Nccl, ExplicitNcclWithoutAUsableGpuIsAUsageErrorOnEveryRank) {
   const auto& world = test_world();
-  if (wt::nccl_usable(world)) GTEST_SKIP() << "a GPU is usable here";
+  if (wt::distributed::nccl_usable(world)) GTEST_SKIP() << "a GPU is usable here";
   try {
-    wt::make_comm(world, wt::Backend::Nccl);
+    wt::distributed::make_comm(world, wt::distributed::Backend::Nccl);
     FAIL() << "make_comm(nccl) succeeded without a usable GPU";
   } catch (const wt::UsageError& e) {
     EXPECT_NE(std::string(e.what()).find("--backend nccl"), std::string::npos) << e.what();
-  } catch (const wt::CollectiveExit& exit) {
+  } catch (const wt::distributed::CollectiveExit& exit) {
     EXPECT_EQ(exit.code, 2);  // the agreed exit: the lowest failing rank printed the reason
   }
 }

@@ -16,10 +16,10 @@
 
 #include "../common/launch.hpp"
 #include "../common/train_runs.hpp"
-#include "ckpt/checkpoint.hpp"
-#include "ckpt/directory.hpp"
-#include "model/model_config.hpp"
-#include "model/safetensors.hpp"
+#include "wantrain/ckpt/checkpoint.hpp"
+#include "wantrain/ckpt/directory.hpp"
+#include "wantrain/model/model_config.hpp"
+#include "wantrain/model/safetensors.hpp"
 
 extern char** environ;
 

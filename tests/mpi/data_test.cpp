@@ -8,7 +8,7 @@
 #include <set>
 
 #include "../common/shards.hpp"
-#include "data/loader.hpp"
+#include "wantrain/data/loader.hpp"
 #include "mpi_test_env.hpp"
 
 using namespace wt;

@@ -11,7 +11,7 @@
 
 #include "../common/launch.hpp"
 #include "../common/train_runs.hpp"
-#include "ckpt/checkpoint.hpp"
+#include "wantrain/ckpt/checkpoint.hpp"
 
 namespace {
 

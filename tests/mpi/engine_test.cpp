@@ -7,10 +7,10 @@
 #include <cmath>
 #include <vector>
 
-#include "dist/comm.hpp"
+#include "wantrain/distributed/comm.hpp"
 #include "mpi_test_env.hpp"
-#include "train/ema.hpp"
-#include "train/engine.hpp"
+#include "wantrain/train/ema.hpp"
+#include "wantrain/train/engine.hpp"
 
 namespace {
 

@@ -5,17 +5,18 @@
 
 #include <string>
 
-#include "dist/app.hpp"
-#include "dist/mpi_comm.hpp"
-#include "dist/world.hpp"
-#include "util/error.hpp"
+#include "wantrain/app/app.hpp"
+#include "wantrain/distributed/mpi_comm.hpp"
+#include "wantrain/distributed/world.hpp"
+#include "wantrain/util/error.hpp"
 
 namespace {
 
-int run(wt::World& world, int argc, char** argv) {
+int run(wt::distributed::World& world, int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
   const double timeout_s = argc > 2 ? std::stod(argv[2]) : 600.0;
-  wt::MpiComm comm(world, wt::CommOptions{std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000))});
+  wt::distributed::MpiComm comm(
+      world, wt::distributed::CommOptions{std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000))});
   const bool last = world.rank() == world.size() - 1;
   comm.barrier();  // every rank is up; collective #0 completes
   if (mode == "skip") {
@@ -35,4 +36,4 @@ int run(wt::World& world, int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) { return wt::run_app(argc, argv, run); }
+int main(int argc, char** argv) { return wt::app::run_app(argc, argv, run); }

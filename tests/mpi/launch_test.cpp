@@ -11,8 +11,8 @@
 #include <torch/torch.h>
 
 #include "../common/launch.hpp"
-#include "data/dataset.hpp"
-#include "model/model_config.hpp"
+#include "wantrain/data/dataset.hpp"
+#include "wantrain/model/model_config.hpp"
 
 namespace {
 

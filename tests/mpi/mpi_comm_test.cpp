@@ -3,30 +3,30 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "dist/mpi_comm.hpp"
+#include "wantrain/distributed/mpi_comm.hpp"
 #include "mpi_test_env.hpp"
-#include "util/error.hpp"
+#include "wantrain/util/error.hpp"
 
 namespace {
 
-using wt::ReduceOp;
+using wt::distributed::ReduceOp;
 
 const std::vector<at::ScalarType> kDtypes = {at::kFloat, at::kDouble, at::kBFloat16, at::kHalf, at::kInt, at::kLong};
 constexpr int64_t kCount = 1031;  // not a power of two, nor a multiple of the chunk sizes tested below
 
-wt::Comm& comm() { return test_comm(); }
+wt::distributed::Comm& comm() { return test_comm(); }
 
 // Rank r holds (r + 1) * (i % 7 + 1): small integers, exact in every dtype.
 torch::Tensor base(int64_t n) { return torch::arange(n, torch::kLong).remainder(7).add(1); }
 torch::Tensor input_of(int rank, at::ScalarType dtype, int64_t n = kCount) { return (base(n) * (rank + 1)).to(dtype); }
 
-torch::Tensor reduced(ReduceOp op, int world, int64_t n = kCount) {
+torch::Tensor reduced(wt::distributed::ReduceOp op, int world, int64_t n = kCount) {
   const auto b = base(n).to(torch::kDouble);
   switch (op) {
-    case ReduceOp::Sum: return b * (world * (world + 1) / 2.0);  // sum of (r + 1) over ranks
-    case ReduceOp::Avg: return b * ((world + 1) / 2.0);
-    case ReduceOp::Max: return b * world;
-    case ReduceOp::Min: return b;
+    case wt::distributed::ReduceOp::Sum: return b * (world * (world + 1) / 2.0);  // sum of (r + 1) over ranks
+    case wt::distributed::ReduceOp::Avg: return b * ((world + 1) / 2.0);
+    case wt::distributed::ReduceOp::Max: return b * world;
+    case wt::distributed::ReduceOp::Min: return b;
   }
   return b;
 }
@@ -41,16 +41,18 @@ void expect_matches(const torch::Tensor& got, const torch::Tensor& want, at::Sca
 std::string name_of(at::ScalarType t) { return c10::toString(t); }
 
 const auto kDtypesAndOps = ::testing::Combine(
-    ::testing::ValuesIn(kDtypes), ::testing::Values(ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max, ReduceOp::Min));
-std::string dtype_and_op_name(const ::testing::TestParamInfo<std::tuple<at::ScalarType, ReduceOp>>& info) {
-  return name_of(std::get<0>(info.param)) + "_" + wt::to_string(std::get<1>(info.param));
+    ::testing::ValuesIn(kDtypes), ::testing::Values(wt::distributed::ReduceOp::Sum, wt::distributed::ReduceOp::Avg,
+                                                    wt::distributed::ReduceOp::Max, wt::distributed::ReduceOp::Min));
+std::string dtype_and_op_name(
+    const ::testing::TestParamInfo<std::tuple<at::ScalarType, wt::distributed::ReduceOp>>& info) {
+  return name_of(std::get<0>(info.param)) + "_" + wt::distributed::to_string(std::get<1>(info.param));
 }
 
-class AllReduce : public ::testing::TestWithParam<std::tuple<at::ScalarType, ReduceOp>> {};
+class AllReduce : public ::testing::TestWithParam<std::tuple<at::ScalarType, wt::distributed::ReduceOp>> {};
 
 TEST_P(AllReduce, EveryRankEndsWithTheReductionOverRanks) {
   const auto [dtype, op] = GetParam();
-  if (op == ReduceOp::Avg && !at::isFloatingType(dtype)) GTEST_SKIP() << "avg is for floating dtypes";
+  if (op == wt::distributed::ReduceOp::Avg && !at::isFloatingType(dtype)) GTEST_SKIP() << "avg is for floating dtypes";
   auto t = input_of(comm().rank(), dtype);
   comm().all_reduce(t, {op});
   EXPECT_EQ(t.scalar_type(), dtype);
@@ -61,7 +63,7 @@ TEST_P(AllReduce, EveryRankEndsWithTheReductionOverRanks) {
 // waited for without holding a core): the same results.
 TEST_P(AllReduce, OverlappingComputeGivesTheSameReduction) {
   const auto [dtype, op] = GetParam();
-  if (op == ReduceOp::Avg && !at::isFloatingType(dtype)) GTEST_SKIP() << "avg is for floating dtypes";
+  if (op == wt::distributed::ReduceOp::Avg && !at::isFloatingType(dtype)) GTEST_SKIP() << "avg is for floating dtypes";
   auto t = input_of(comm().rank(), dtype);
   auto work = comm().all_reduce_async(t, {op, /*overlaps_compute=*/true});
   work->wait();
@@ -70,11 +72,11 @@ TEST_P(AllReduce, OverlappingComputeGivesTheSameReduction) {
 
 INSTANTIATE_TEST_SUITE_P(DtypesAndOps, AllReduce, kDtypesAndOps, dtype_and_op_name);
 
-class ReduceScatter : public ::testing::TestWithParam<std::tuple<at::ScalarType, ReduceOp>> {};
+class ReduceScatter : public ::testing::TestWithParam<std::tuple<at::ScalarType, wt::distributed::ReduceOp>> {};
 
 TEST_P(ReduceScatter, RankRGetsTheReductionOfChunkR) {
   const auto [dtype, op] = GetParam();
-  if (op == ReduceOp::Avg && !at::isFloatingType(dtype)) GTEST_SKIP() << "avg is for floating dtypes";
+  if (op == wt::distributed::ReduceOp::Avg && !at::isFloatingType(dtype)) GTEST_SKIP() << "avg is for floating dtypes";
   const int n = comm().size();
   const auto input = input_of(comm().rank(), dtype, kCount * n);  // [n * kCount]
   auto output = torch::empty({kCount}, dtype);
@@ -128,7 +130,7 @@ TEST(MpiComm, HalfPrecisionSumsRoundOnceFromFp32) {
 TEST(MpiComm, AsyncOpsCompleteAndKeepTheirResults) {
   const int n = comm().size();
   std::vector<torch::Tensor> tensors;
-  std::vector<wt::WorkPtr> works;
+  std::vector<wt::distributed::WorkPtr> works;
   for (int i = 0; i < 8; ++i) {
     tensors.push_back(torch::full({1000 * (i + 1)}, static_cast<float>(comm().rank() + i)));
     works.push_back(comm().all_reduce_async(tensors.back()));
@@ -148,11 +150,12 @@ TEST(MpiComm, AsyncOpsCompleteAndKeepTheirResults) {
 
 TEST(MpiComm, MessagesLargerThanTheChunkCapAreSentInPieces) {
   // A 100-byte cap splits these into 11 (float32) and 21 (bf16) MPI calls.
-  wt::MpiComm small(test_world(), wt::CommOptions{std::chrono::seconds(60)}, /*max_chunk_bytes=*/100);
+  wt::distributed::MpiComm small(test_world(), wt::distributed::CommOptions{std::chrono::seconds(60)},
+                                 /*max_chunk_bytes=*/100);
   for (auto dtype : {at::kFloat, at::kBFloat16}) {
     auto t = input_of(small.rank(), dtype);
     small.all_reduce(t);
-    expect_matches(t, reduced(ReduceOp::Sum, small.size()), dtype);
+    expect_matches(t, reduced(wt::distributed::ReduceOp::Sum, small.size()), dtype);
     const int root = small.size() - 1;
     auto b = small.rank() == root ? input_of(root, dtype) : torch::zeros({kCount}, dtype);
     small.broadcast(b, {root});
@@ -170,14 +173,14 @@ TEST(MpiComm, EmptyTensorsAndBarrierComplete) {
 
 TEST(MpiComm, RejectsBadArgumentsBeforeIssuingAnything) {
   // Checked on the calling rank before any message: no rank is left waiting.
-  EXPECT_THROW(comm().all_reduce(torch::ones({4}, torch::kInt), {ReduceOp::Avg}), wt::Error);
+  EXPECT_THROW(comm().all_reduce(torch::ones({4}, torch::kInt), {wt::distributed::ReduceOp::Avg}), wt::Error);
   EXPECT_THROW(comm().all_reduce(torch::ones({4, 4}).t()), wt::Error);  // not contiguous
   EXPECT_THROW(comm().all_reduce(torch::ones({4}, torch::kBool)), wt::Error);
   EXPECT_THROW(comm().broadcast(torch::ones({4}), {comm().size()}), wt::Error);
   EXPECT_THROW(comm().all_gather(torch::empty({3}), torch::ones({4})), wt::Error);
   EXPECT_THROW(comm().reduce_scatter(torch::empty({4}), torch::ones({3})), wt::Error);
   try {
-    comm().all_reduce(torch::ones({2}, torch::kLong), {ReduceOp::Avg});
+    comm().all_reduce(torch::ones({2}, torch::kLong), {wt::distributed::ReduceOp::Avg});
     FAIL() << "avg on int64 was accepted";
   } catch (const wt::Error& e) {
     EXPECT_STREQ(e.what(), "MpiComm all_reduce: avg is defined for floating dtypes, not Long");

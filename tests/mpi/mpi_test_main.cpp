@@ -5,15 +5,15 @@
 
 #include <cstdio>
 
-#include "dist/mpi_comm.hpp"
-#include "dist/world.hpp"
+#include "wantrain/distributed/mpi_comm.hpp"
+#include "wantrain/distributed/world.hpp"
 #include "mpi_test_env.hpp"
-#include "util/log.hpp"
+#include "wantrain/util/log.hpp"
 
 namespace {
 
-wt::World* g_world = nullptr;
-wt::Comm* g_comm = nullptr;
+wt::distributed::World* g_world = nullptr;
+wt::distributed::Comm* g_comm = nullptr;
 
 // On ranks other than 0: print failed assertions, tagged with the rank.
 class FailurePrinter : public ::testing::EmptyTestEventListener {
@@ -35,11 +35,11 @@ class FailurePrinter : public ::testing::EmptyTestEventListener {
 
 }  // namespace
 
-wt::World& test_world() { return *g_world; }
-wt::Comm& test_comm() { return *g_comm; }
+wt::distributed::World& test_world() { return *g_world; }
+wt::distributed::Comm& test_comm() { return *g_comm; }
 
 int main(int argc, char** argv) {
-  wt::World world(argc, argv);
+  wt::distributed::World world(argc, argv);
   g_world = &world;
   ::testing::InitGoogleTest(&argc, argv);
   wt::log::init(world.rank(), world.size());
@@ -50,7 +50,7 @@ int main(int argc, char** argv) {
   }
   int mine = 0;
   {
-    wt::MpiComm comm(world, wt::CommOptions{std::chrono::seconds(60)});
+    wt::distributed::MpiComm comm(world, wt::distributed::CommOptions{std::chrono::seconds(60)});
     g_comm = &comm;
     mine = RUN_ALL_TESTS() != 0 ? 1 : 0;
     g_comm = nullptr;

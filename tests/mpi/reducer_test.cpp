@@ -4,13 +4,13 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "dist/reducer.hpp"
+#include "wantrain/distributed/reducer.hpp"
 #include "mpi_test_env.hpp"
-#include "util/error.hpp"
+#include "wantrain/util/error.hpp"
 
 namespace {
 
-wt::Comm& comm() { return test_comm(); }
+wt::distributed::Comm& comm() { return test_comm(); }
 
 // `layers` Linear(width, width) in a row.
 torch::nn::Sequential toy_model(int64_t width, int layers = 3) {
@@ -19,8 +19,8 @@ torch::nn::Sequential toy_model(int64_t width, int layers = 3) {
   return model;
 }
 
-wt::Reducer::NamedTensors named(torch::nn::Module& m) {
-  wt::Reducer::NamedTensors out;
+wt::distributed::Reducer::NamedTensors named(torch::nn::Module& m) {
+  wt::distributed::Reducer::NamedTensors out;
   for (const auto& item : m.named_parameters()) out.emplace_back(item.key(), item.value());
   return out;
 }
@@ -35,21 +35,21 @@ torch::Tensor input_of(int rank, int64_t batch, int64_t width) {
 TEST(Reducer, ParametersAreRankZerosAfterConstruction) {
   torch::manual_seed(100 + comm().rank());  // different initial weights on each rank
   auto model = toy_model(8);
-  wt::Reducer reducer(comm(), named(*model), {});
+  wt::distributed::Reducer reducer(comm(), named(*model), {});
   for (const auto& p : model->parameters()) {
     auto high = p.detach().clone(), low = -p.detach().clone();
-    comm().all_reduce(high, {wt::ReduceOp::Max});
-    comm().all_reduce(low, {wt::ReduceOp::Max});
+    comm().all_reduce(high, {wt::distributed::ReduceOp::Max});
+    comm().all_reduce(low, {wt::distributed::ReduceOp::Max});
     EXPECT_TRUE(torch::equal(high, -low));
   }
 }
 
 TEST(Reducer, BucketsTakeParametersInReverseOrderUpToTheirCaps) {
   auto model = toy_model(10);  // weights 400 B, biases 40 B
-  wt::ReducerOptions options;
+  wt::distributed::ReducerOptions options;
   options.first_bucket_bytes = 420;  // closes after 2.bias (40) + 2.weight (400)
   options.bucket_bytes = 800;
-  wt::Reducer reducer(comm(), named(*model), {}, options);
+  wt::distributed::Reducer reducer(comm(), named(*model), {}, options);
   const std::vector<std::vector<std::string>> expected = {
       {"2.bias", "2.weight"}, {"1.bias", "1.weight", "0.bias", "0.weight"}};  // 840 >= 800 closes with 0.weight
   EXPECT_EQ(reducer.bucket_parameter_names(), expected);
@@ -67,10 +67,10 @@ TEST(Reducer, GradientsAreTheAverageOfEveryRanksGradient) {
     torch::NoGradGuard no_grad;
     for (size_t i = 0; i < model->parameters().size(); ++i) reference->parameters()[i].copy_(model->parameters()[i]);
   }
-  wt::ReducerOptions options;
+  wt::distributed::ReducerOptions options;
   options.first_bucket_bytes = 64;  // several buckets
   options.bucket_bytes = 128;
-  wt::Reducer reducer(comm(), named(*model), {}, options);
+  wt::distributed::Reducer reducer(comm(), named(*model), {}, options);
   ASSERT_GT(reducer.bucket_parameter_names().size(), 2u);
 
   reducer.zero_grad();
@@ -92,7 +92,7 @@ TEST(Reducer, GradientsAreTheAverageOfEveryRanksGradient) {
 TEST(Reducer, AccumulationMicroStepsDoNotCommunicate) {
   torch::manual_seed(8);
   auto model = toy_model(5);
-  wt::Reducer reducer(comm(), named(*model), {});
+  wt::distributed::Reducer reducer(comm(), named(*model), {});
   const int steps = 3;
   reducer.zero_grad();
   for (int micro = 0; micro < steps; ++micro) {
@@ -118,7 +118,7 @@ TEST(Reducer, AParameterWithoutGradientIsNamedOnEveryRank) {
   auto model = toy_model(4);
   auto unused = torch::nn::Linear(4, 4);
   model->push_back(unused);  // registered, never called below
-  wt::Reducer reducer(comm(), named(*model), {});
+  wt::distributed::Reducer reducer(comm(), named(*model), {});
   reducer.zero_grad();
   reducer.prepare_for_backward(true);
   auto x = input_of(comm().rank(), 2, 4);
@@ -137,9 +137,9 @@ TEST(Reducer, AParameterWithoutGradientIsNamedOnEveryRank) {
 TEST(Reducer, AllowUnusedReducesZeros) {
   auto model = toy_model(4);
   model->push_back(torch::nn::Linear(4, 4));
-  wt::ReducerOptions options;
+  wt::distributed::ReducerOptions options;
   options.allow_unused = true;
-  wt::Reducer reducer(comm(), named(*model), {}, options);
+  wt::distributed::Reducer reducer(comm(), named(*model), {}, options);
   reducer.zero_grad();
   reducer.prepare_for_backward(true);
   auto x = input_of(comm().rank(), 2, 4);
@@ -157,7 +157,7 @@ TEST(Reducer, ModelsThatDifferBetweenRanksAreNamed) {
   const int64_t width = comm().rank() == comm().size() - 1 ? 6 : 4;
   model->push_back(torch::nn::Linear(4, width));
   try {
-    wt::Reducer reducer(comm(), named(*model), {});
+    wt::distributed::Reducer reducer(comm(), named(*model), {});
     FAIL() << "no error for models that differ";
   } catch (const wt::UsageError& e) {
     const std::string expected = "Reducer: the ranks' models differ at parameter 2 (this rank has '1.weight' [" +

@@ -12,9 +12,9 @@
 #include "../common/launch.hpp"
 #include "../common/shards.hpp"
 #include "../common/train_runs.hpp"
-#include "data/shard.hpp"
-#include "model/model_config.hpp"
-#include "model/safetensors.hpp"
+#include "wantrain/data/shard.hpp"
+#include "wantrain/model/model_config.hpp"
+#include "wantrain/model/safetensors.hpp"
 
 namespace {
 

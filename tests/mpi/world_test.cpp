@@ -4,10 +4,11 @@
 #include <map>
 #include <set>
 
-#include "dist/world.hpp"
+#include "wantrain/distributed/world.hpp"
 #include "mpi_test_env.hpp"
-#include "util/error.hpp"
-#include "util/exit_codes.hpp"
+#include "wantrain/util/error.hpp"
+#include "wantrain/util/exit_codes.hpp"
+#include "wantrain/distributed/mpi_check.hpp"
 
 TEST(World, RanksAreDistinctAndLocalRanksNumberEachNodeFromZero) {
   const auto& world = test_world();
@@ -40,7 +41,7 @@ TEST(World, AgreeMakesEveryRankLeaveWhenOneRankHasAUsageError) {
       if (world.rank() == failing) throw wt::UsageError("option --test: bad on the last rank only");
     });
     FAIL() << "agree() returned although rank " << failing << " failed";
-  } catch (const wt::CollectiveExit& exit) {
+  } catch (const wt::distributed::CollectiveExit& exit) {
     EXPECT_EQ(exit.code, wt::kExitUsage);
   }
 }

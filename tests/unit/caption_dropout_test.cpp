@@ -6,7 +6,7 @@
 #include <cmath>
 #include <numeric>
 
-#include "train/caption_dropout.hpp"
+#include "wantrain/train/caption_dropout.hpp"
 
 using namespace wt::train;
 

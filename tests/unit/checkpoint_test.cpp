@@ -10,10 +10,10 @@
 #include <functional>
 #include <map>
 
-#include "ckpt/checkpoint.hpp"
-#include "ckpt/directory.hpp"
-#include "ckpt/writer.hpp"
-#include "util/error.hpp"
+#include "wantrain/ckpt/checkpoint.hpp"
+#include "wantrain/ckpt/directory.hpp"
+#include "wantrain/ckpt/writer.hpp"
+#include "wantrain/util/error.hpp"
 
 namespace {
 

@@ -11,9 +11,9 @@
 #include <sstream>
 
 #include "../common/shards.hpp"
-#include "data/dataset.hpp"
-#include "data/h5.hpp"
-#include "util/error.hpp"
+#include "wantrain/data/dataset.hpp"
+#include "wantrain/io/h5.hpp"
+#include "wantrain/util/error.hpp"
 
 namespace fs = std::filesystem;
 using namespace wt;
@@ -124,8 +124,8 @@ TEST(DataFormat, ShardMissingADatasetIsNamed) {
   const auto dir = wt::testing::fresh_directory("missing-dataset");
   wt::testing::write_shard(dir + "/a.h5", small_shape(), 2, 0);
   {
-    h5::Lock lock(h5::library_mutex());
-    auto file = h5::open_file(dir + "/a.h5", /*writable=*/true);
+    io::Lock lock(io::library_mutex());
+    auto file = io::open_file(dir + "/a.h5", /*writable=*/true);
     ASSERT_GE(H5Ldelete(file.get(), "text_len", H5P_DEFAULT), 0);
   }
   EXPECT_EQ(open_error(dir), "data: shard " + dir + "/a.h5: dataset /text_len is missing");
@@ -147,12 +147,12 @@ TEST(DataFormat, WrongNumberOfDimensionsIsNamed) {
   const auto dir = wt::testing::fresh_directory("ndims");
   wt::testing::write_shard(dir + "/a.h5", small_shape(), 2, 0);
   {
-    h5::Lock lock(h5::library_mutex());
-    auto file = h5::open_file(dir + "/a.h5", true);
+    io::Lock lock(io::library_mutex());
+    auto file = io::open_file(dir + "/a.h5", true);
     ASSERT_GE(H5Ldelete(file.get(), "latents", H5P_DEFAULT), 0);
     const hsize_t dims[4] = {2, 4, 3, 5};
-    const h5::Handle space(H5Screate_simple(4, dims, nullptr), H5Sclose);
-    const h5::Handle d(
+    const io::Handle space(H5Screate_simple(4, dims, nullptr), H5Sclose);
+    const io::Handle d(
         H5Dcreate2(file.get(), "latents", H5T_IEEE_F32LE, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
         H5Dclose);
     ASSERT_TRUE(d);
@@ -188,8 +188,8 @@ TEST(DataFormat, TruncatedAndCorruptFilesAreNamed) {
 TEST(DataFormat, MissingFormatAttributeIsNamed) {
   const auto dir = wt::testing::fresh_directory("no-format");
   {
-    h5::Lock lock(h5::library_mutex());
-    auto file = h5::create_file(dir + "/a.h5");
+    io::Lock lock(io::library_mutex());
+    auto file = io::create_file(dir + "/a.h5");
   }
   EXPECT_EQ(open_error(dir),
             "data: shard " + dir + "/a.h5: root attribute format is missing or not \"wantrain-shard\"");

@@ -5,13 +5,13 @@
 
 #include <filesystem>
 
-#include "ckpt/checkpoint.hpp"
-#include "model/projection.hpp"
-#include "model/wan_model.hpp"
-#include "model/weights.hpp"
-#include "train/distillation.hpp"
-#include "train/teacher.hpp"
-#include "util/error.hpp"
+#include "wantrain/ckpt/checkpoint.hpp"
+#include "wantrain/model/projection.hpp"
+#include "wantrain/model/wan_model.hpp"
+#include "wantrain/model/weights.hpp"
+#include "wantrain/train/distillation.hpp"
+#include "wantrain/train/teacher.hpp"
+#include "wantrain/util/error.hpp"
 
 namespace {
 

@@ -4,8 +4,8 @@
 
 #include <cmath>
 
-#include "train/euler_sampler.hpp"
-#include "train/flow_matching.hpp"
+#include "wantrain/train/euler_sampler.hpp"
+#include "wantrain/train/flow_matching.hpp"
 
 using namespace wt::train;
 

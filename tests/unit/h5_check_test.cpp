@@ -2,7 +2,7 @@
 #include <gtest/gtest.h>
 #include <hdf5.h>
 
-#include "util/error.hpp"
+#include "wantrain/io/h5_check.hpp"
 
 TEST(H5Check, FailedCallThrowsErrorNamingCallLocationAndReason) {
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);  // no HDF5 stack dump on stderr

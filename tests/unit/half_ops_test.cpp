@@ -4,15 +4,16 @@
 
 #include <limits>
 
-#include "dist/mpi_half_ops.hpp"
+#include "wantrain/distributed/mpi_half_ops.hpp"
 
 namespace {
 
 // Applies the MPI user function as MPI would: inout = in (op) inout.
-torch::Tensor reduce_with_mpi_function(at::ScalarType dtype, wt::ReduceOp op, torch::Tensor in, torch::Tensor inout) {
+torch::Tensor reduce_with_mpi_function(at::ScalarType dtype, wt::distributed::ReduceOp op, torch::Tensor in,
+                                       torch::Tensor inout) {
   int length = static_cast<int>(in.numel());
   MPI_Datatype type = MPI_UINT16_T;
-  wt::half_reduce_function(dtype, op)(in.data_ptr(), inout.data_ptr(), &length, &type);
+  wt::distributed::half_reduce_function(dtype, op)(in.data_ptr(), inout.data_ptr(), &length, &type);
   return inout;
 }
 
@@ -23,7 +24,7 @@ TEST_P(HalfReduce, SumEqualsLibTorchAdditionInThatDtype) {
   const auto a = torch::randn({4099}).to(GetParam());
   const auto b = torch::randn({4099}).to(GetParam()) * 300;
   const auto expected = a + b;  // LibTorch: widen to fp32, add, round once
-  const auto got = reduce_with_mpi_function(GetParam(), wt::ReduceOp::Sum, a.clone(), b.clone());
+  const auto got = reduce_with_mpi_function(GetParam(), wt::distributed::ReduceOp::Sum, a.clone(), b.clone());
   EXPECT_TRUE(torch::equal(got, expected));
 }
 
@@ -33,16 +34,16 @@ TEST_P(HalfReduce, MaxAndMinEqualLibTorchIncludingNaN) {
   auto b = torch::randn({1000}).to(GetParam());
   a[3] = std::numeric_limits<float>::quiet_NaN();
   b[7] = std::numeric_limits<float>::quiet_NaN();
-  const auto max = reduce_with_mpi_function(GetParam(), wt::ReduceOp::Max, a.clone(), b.clone());
-  const auto min = reduce_with_mpi_function(GetParam(), wt::ReduceOp::Min, a.clone(), b.clone());
+  const auto max = reduce_with_mpi_function(GetParam(), wt::distributed::ReduceOp::Max, a.clone(), b.clone());
+  const auto min = reduce_with_mpi_function(GetParam(), wt::distributed::ReduceOp::Min, a.clone(), b.clone());
   EXPECT_TRUE(torch::allclose(max, torch::maximum(a, b), 0, 0, /*equal_nan=*/true));
   EXPECT_TRUE(torch::allclose(min, torch::minimum(a, b), 0, 0, /*equal_nan=*/true));
   EXPECT_TRUE(std::isnan(max[3].item<float>()) && std::isnan(min[7].item<float>()));
 }
 
 TEST_P(HalfReduce, AvgUsesTheSumFunction) {
-  EXPECT_EQ(wt::half_reduce_function(GetParam(), wt::ReduceOp::Avg),
-            wt::half_reduce_function(GetParam(), wt::ReduceOp::Sum));
+  EXPECT_EQ(wt::distributed::half_reduce_function(GetParam(), wt::distributed::ReduceOp::Avg),
+            wt::distributed::half_reduce_function(GetParam(), wt::distributed::ReduceOp::Sum));
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, HalfReduce, ::testing::Values(at::kBFloat16, at::kHalf),

@@ -4,8 +4,8 @@
 #include <torch/torch.h>
 
 #include "../common/shards.hpp"
-#include "data/loader.hpp"
-#include "util/error.hpp"
+#include "wantrain/data/loader.hpp"
+#include "wantrain/util/error.hpp"
 
 using namespace wt;
 namespace fs = std::filesystem;

@@ -6,9 +6,9 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
-#include "model/model_config.hpp"
-#include "model/wan_model.hpp"
-#include "util/error.hpp"
+#include "wantrain/model/model_config.hpp"
+#include "wantrain/model/wan_model.hpp"
+#include "wantrain/util/error.hpp"
 
 namespace {
 

@@ -5,11 +5,11 @@
 
 #include <cmath>
 
-#include "train/ema.hpp"
-#include "train/gradients.hpp"
-#include "train/loss_scaler.hpp"
-#include "train/lr_schedule.hpp"
-#include "util/error.hpp"
+#include "wantrain/train/ema.hpp"
+#include "wantrain/train/gradients.hpp"
+#include "wantrain/train/loss_scaler.hpp"
+#include "wantrain/train/lr_schedule.hpp"
+#include "wantrain/util/error.hpp"
 
 using namespace wt::train;
 

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "util/error.hpp"
-#include "util/options.hpp"
+#include "wantrain/util/error.hpp"
+#include "wantrain/util/options.hpp"
 
 namespace {
 

@@ -9,11 +9,11 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
-#include "model/safetensors.hpp"
-#include "model/weight_names.hpp"
-#include "model/weights.hpp"
-#include "model/wan_model.hpp"
-#include "util/error.hpp"
+#include "wantrain/model/safetensors.hpp"
+#include "wantrain/model/weight_names.hpp"
+#include "wantrain/model/weights.hpp"
+#include "wantrain/model/wan_model.hpp"
+#include "wantrain/util/error.hpp"
 
 namespace fs = std::filesystem;
 using wt::model::WanConfig;

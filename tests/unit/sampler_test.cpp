@@ -7,8 +7,8 @@
 #include <numeric>
 #include <set>
 
-#include "data/sampler.hpp"
-#include "util/error.hpp"
+#include "wantrain/data/sampler.hpp"
+#include "wantrain/util/error.hpp"
 
 using namespace wt::data;
 

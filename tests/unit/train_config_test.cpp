@@ -3,9 +3,9 @@
 
 #include <sstream>
 
-#include "train/train_config.hpp"
-#include "util/error.hpp"
-#include "util/options.hpp"
+#include "wantrain/train/train_config.hpp"
+#include "wantrain/util/error.hpp"
+#include "wantrain/util/options.hpp"
 
 namespace {
 

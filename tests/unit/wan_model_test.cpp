@@ -5,11 +5,11 @@
 
 #include <cmath>
 
-#include "model/autocast.hpp"
-#include "model/patches.hpp"
-#include "model/positional.hpp"
-#include "model/wan_model.hpp"
-#include "util/error.hpp"
+#include "wantrain/model/autocast.hpp"
+#include "wantrain/model/patches.hpp"
+#include "wantrain/model/positional.hpp"
+#include "wantrain/model/wan_model.hpp"
+#include "wantrain/util/error.hpp"
 
 namespace {
 

@@ -5,7 +5,7 @@
 #include <condition_variable>
 #include <mutex>
 
-#include "dist/watchdog.hpp"
+#include "wantrain/distributed/watchdog.hpp"
 
 using namespace std::chrono_literals;
 
@@ -14,7 +14,7 @@ struct Reports {
   std::mutex mutex;
   std::condition_variable cv;
   std::vector<std::string> messages;
-  wt::Watchdog::OnTimeout handler() {
+  wt::distributed::Watchdog::OnTimeout handler() {
     return [this](const std::string& m) {
       std::lock_guard<std::mutex> lock(mutex);
       messages.push_back(m);
@@ -26,7 +26,7 @@ struct Reports {
 
 TEST(Watchdog, ReportsAnOpThatDoesNotFinishWithItsDescription) {
   Reports reports;
-  wt::Watchdog watchdog("MPI", 50ms, reports.handler());
+  wt::distributed::Watchdog watchdog("MPI", 50ms, reports.handler());
   watchdog.watch("all_reduce #7 (float32 x 16, sum)", [] { return false; });
   std::unique_lock<std::mutex> lock(reports.mutex);
   // A generous bound that only guards against a hang; the report comes after ~50 ms.
@@ -40,7 +40,7 @@ TEST(Watchdog, ReportsAnOpThatDoesNotFinishWithItsDescription) {
 TEST(Watchdog, StaysQuietForOpsThatFinish) {
   Reports reports;
   {
-    wt::Watchdog watchdog("MPI", 20ms, reports.handler());
+    wt::distributed::Watchdog watchdog("MPI", 20ms, reports.handler());
     std::atomic<bool> done{false};
     watchdog.watch("broadcast #0 (float32 x 1, root 0)", [&] { return done.load(); });
     done = true;
@@ -52,7 +52,7 @@ TEST(Watchdog, StaysQuietForOpsThatFinish) {
 TEST(Watchdog, ReportsEachOverrunOnce) {
   Reports reports;
   {
-    wt::Watchdog watchdog("NCCL", 10ms, reports.handler());
+    wt::distributed::Watchdog watchdog("NCCL", 10ms, reports.handler());
     watchdog.watch("barrier #3", [] { return false; });
     std::unique_lock<std::mutex> lock(reports.mutex);
     ASSERT_TRUE(reports.cv.wait_for(lock, 30s, [&] { return !reports.messages.empty(); }));

@@ -2,8 +2,8 @@
 // wantrain library: what a user's own tool would do.
 #include <iostream>
 
-#include "model/model_config.hpp"
-#include "util/error.hpp"
+#include "wantrain/model/model_config.hpp"
+#include "wantrain/util/error.hpp"
 #include "wantrain/config.hpp"
 
 int main(int argc, char** argv) {

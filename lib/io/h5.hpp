@@ -1,8 +1,8 @@
 // Small RAII layer over the HDF5 C API, private to lib/data and lib/ckpt.
 //
 // HDF5 here is not built thread-safe: every call into it must hold
-// h5::library_mutex(). The functions below take it themselves; code that
-// calls the C API directly takes it with h5::Lock.
+// io::library_mutex(). The functions below take it themselves; code that
+// calls the C API directly takes it with io::Lock.
 #pragma once
 
 #include <hdf5.h>
@@ -11,8 +11,9 @@
 #include <string>
 #include <utility>
 #include <vector>
+#include "wantrain/io/h5_check.hpp"
 
-namespace wt::h5 {
+namespace wt::io {
 
 std::mutex& library_mutex();
 using Lock = std::lock_guard<std::mutex>;
@@ -83,4 +84,4 @@ void select_rows(hid_t space, hsize_t first, hsize_t count);
 // element by element, some 50x slower.)
 Handle rows_space(hid_t file_space, hsize_t count);
 
-}  // namespace wt::h5
+}  // namespace wt::io

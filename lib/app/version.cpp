@@ -1,12 +1,12 @@
-#include "dist/version.hpp"
+#include "wantrain/app/version.hpp"
 
 #include <fmt/format.h>
 #include <mpi.h>
 
-#include "dist/nccl_comm.hpp"
+#include "wantrain/distributed/nccl_comm.hpp"
 #include "wantrain/config.hpp"
 
-namespace wt {
+namespace wt::app {
 
 std::string version_text(const std::string& program) {
   char mpi[MPI_MAX_LIBRARY_VERSION_STRING] = {};
@@ -14,13 +14,14 @@ std::string version_text(const std::string& program) {
   MPI_Get_library_version(mpi, &length);
   std::string mpi_name(mpi, length);
   mpi_name = mpi_name.substr(0, mpi_name.find_first_of(",\n"));
-  return fmt::format("{} {}\n  LibTorch {} ({}), {}, HDF5 {}, {}\n", program, WANTRAIN_VERSION, WANTRAIN_TORCH_VERSION,
-                     WANTRAIN_TORCH_HAS_CUDA ? "CUDA" : "CPU", mpi_name, WANTRAIN_HDF5_VERSION,
-                     nccl_built() ? fmt::format("NCCL {}", WANTRAIN_NCCL_VERSION) : std::string("without NCCL"));
+  return fmt::format(
+      "{} {}\n  LibTorch {} ({}), {}, HDF5 {}, {}\n", program, WANTRAIN_VERSION, WANTRAIN_TORCH_VERSION,
+      WANTRAIN_TORCH_HAS_CUDA ? "CUDA" : "CPU", mpi_name, WANTRAIN_HDF5_VERSION,
+      distributed::nccl_built() ? fmt::format("NCCL {}", WANTRAIN_NCCL_VERSION) : std::string("without NCCL"));
 }
 
 std::string help_or_version(OptionSet::Outcome outcome, const OptionSet& options) {
   return outcome == OptionSet::Outcome::Version ? version_text(options.program()) : options.help_text();
 }
 
-}  // namespace wt
+}  // namespace wt::app

@@ -1,6 +1,6 @@
-#include "dist/comm.hpp"
+#include "wantrain/distributed/comm.hpp"
 
-namespace wt {
+namespace wt::distributed {
 
 const char* to_string(ReduceOp op) {
   switch (op) {
@@ -12,4 +12,4 @@ const char* to_string(ReduceOp op) {
   return "unknown";
 }
 
-}  // namespace wt
+}  // namespace wt::distributed

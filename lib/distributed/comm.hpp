@@ -17,7 +17,7 @@
 #include <memory>
 #include <string>
 
-namespace wt {
+namespace wt::distributed {
 
 enum class ReduceOp { Sum, Avg, Max, Min };
 const char* to_string(ReduceOp op);
@@ -96,4 +96,4 @@ class Comm {
   void barrier(const BarrierOptions& options = {}) { barrier_async(options)->wait(); }
 };
 
-}  // namespace wt
+}  // namespace wt::distributed

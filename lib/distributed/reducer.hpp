@@ -34,9 +34,9 @@
 #include <utility>
 #include <vector>
 
-#include "dist/comm.hpp"
+#include "wantrain/distributed/comm.hpp"
 
-namespace wt {
+namespace wt::distributed {
 
 struct ReducerOptions {
   int64_t first_bucket_bytes = int64_t(1) << 20;   // 1 MiB: communication starts early in backward
@@ -77,4 +77,4 @@ class Reducer {
   std::shared_ptr<State> state_;
 };
 
-}  // namespace wt
+}  // namespace wt::distributed

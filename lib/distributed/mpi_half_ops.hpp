@@ -9,9 +9,9 @@
 #include <c10/core/ScalarType.h>
 #include <mpi.h>
 
-#include "dist/comm.hpp"
+#include "wantrain/distributed/comm.hpp"
 
-namespace wt {
+namespace wt::distributed {
 
 // The MPI user function for `op` (Avg: the sum) on bf16 or fp16.
 MPI_User_function* half_reduce_function(at::ScalarType dtype, ReduceOp op);
@@ -32,4 +32,4 @@ class HalfReduceOps {
   MPI_Op ops_[2][3];
 };
 
-}  // namespace wt
+}  // namespace wt::distributed

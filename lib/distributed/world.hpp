@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-namespace wt {
+namespace wt::distributed {
 
 // Thrown on every rank by World::agree() to leave main with one status,
 // together, after the error line was printed once.
@@ -70,4 +70,4 @@ class World {
   bool finalized_ = false;
 };
 
-}  // namespace wt
+}  // namespace wt::distributed

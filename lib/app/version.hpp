@@ -4,13 +4,13 @@
 
 #include <string>
 
-#include "util/options.hpp"
+#include "wantrain/util/options.hpp"
 
-namespace wt {
+namespace wt::app {
 
 std::string version_text(const std::string& program);
 
 // The text for a parse outcome other than Run: the help or the version.
 std::string help_or_version(OptionSet::Outcome outcome, const OptionSet& options);
 
-}  // namespace wt
+}  // namespace wt::app

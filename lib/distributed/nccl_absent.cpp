@@ -1,8 +1,8 @@
 // The NCCL backend's entry points in a build without NCCL (WANTRAIN_NCCL_ENABLED off).
-#include "dist/nccl_comm.hpp"
-#include "util/error.hpp"
+#include "wantrain/distributed/nccl_comm.hpp"
+#include "wantrain/util/error.hpp"
 
-namespace wt {
+namespace wt::distributed {
 
 bool nccl_built() { return false; }
 int cuda_device_count() { return 0; }
@@ -19,4 +19,4 @@ std::unique_ptr<Comm> make_nccl_comm(const World&, CommOptions) {
       "(WANTRAIN_WITH_NCCL=ON) or use --backend mpi");
 }
 
-}  // namespace wt
+}  // namespace wt::distributed

@@ -4,9 +4,9 @@
 #include <memory>
 #include <string>
 
-#include "dist/comm.hpp"
+#include "wantrain/distributed/comm.hpp"
 
-namespace wt {
+namespace wt::distributed {
 
 class World;
 
@@ -23,4 +23,4 @@ Backend resolve_backend(const World& world, Backend requested);
 // Collective: the Comm for `backend` (resolved first if auto) over the World.
 std::unique_ptr<Comm> make_comm(const World& world, Backend backend, CommOptions options = {});
 
-}  // namespace wt
+}  // namespace wt::distributed

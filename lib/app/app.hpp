@@ -4,14 +4,16 @@
 
 #include <functional>
 
-namespace wt {
-
+namespace wt::distributed {
 class World;
+}
+
+namespace wt::app {
 
 // Creates the World, runs `body`, finalizes, returns body's exit status.
 // An exception leaving `body` prints one line naming the rank and host and
 // ends every rank with MPI_Abort: status 2 for a UsageError, 1 otherwise.
 // CollectiveExit (from World::agree) leaves together, without an abort.
-int run_app(int argc, char** argv, const std::function<int(World&, int, char**)>& body);
+int run_app(int argc, char** argv, const std::function<int(distributed::World&, int, char**)>& body);
 
-}  // namespace wt
+}  // namespace wt::app

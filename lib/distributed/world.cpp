@@ -1,15 +1,17 @@
-#include "dist/world.hpp"
+#include "wantrain/distributed/world.hpp"
 
 #include <fmt/format.h>
 
 #include <climits>
 
-#include "util/error.hpp"
-#include "util/exit_codes.hpp"
-#include "util/fatal.hpp"
-#include "util/process.hpp"
+#include "wantrain/util/error.hpp"
+#include "wantrain/util/exit_codes.hpp"
+#include "wantrain/util/fatal.hpp"
+#include "wantrain/util/process.hpp"
+#include "wantrain/distributed/abort.hpp"
+#include "wantrain/distributed/mpi_check.hpp"
 
-namespace wt {
+namespace wt::distributed {
 
 namespace {
 const char* thread_level_name(int level) {
@@ -36,6 +38,7 @@ World::World(int& argc, char**& argv) : host_(host_name()) {
   MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
   MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
   MPI_CHECK(MPI_Comm_size(comm_, &size_));
+  set_process_rank(rank_, size_);
 
   // The node-local rank comes from the processes sharing memory with us.
   MPI_Comm node = MPI_COMM_NULL;
@@ -51,6 +54,7 @@ void World::finalize() noexcept {
   if (finalized_) return;
   finalized_ = true;
   if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+  clear_process_rank();
   MPI_Finalize();
 }
 
@@ -95,4 +99,4 @@ void World::broadcast(std::string& text) const {
   if (size > 0) MPI_CHECK(MPI_Bcast(text.data(), int(size), MPI_CHAR, 0, comm_));
 }
 
-}  // namespace wt
+}  // namespace wt::distributed

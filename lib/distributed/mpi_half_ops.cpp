@@ -1,13 +1,14 @@
-#include "dist/mpi_half_ops.hpp"
+#include "wantrain/distributed/mpi_half_ops.hpp"
 
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 
 #include <cmath>
 
-#include "util/error.hpp"
+#include "wantrain/util/error.hpp"
+#include "wantrain/distributed/mpi_check.hpp"
 
-namespace wt {
+namespace wt::distributed {
 
 namespace {
 
@@ -79,4 +80,4 @@ HalfReduceOps::~HalfReduceOps() {
 
 MPI_Op HalfReduceOps::get(at::ScalarType dtype, ReduceOp op) const { return ops_[dtype_slot(dtype)][op_slot(op)]; }
 
-}  // namespace wt
+}  // namespace wt::distributed

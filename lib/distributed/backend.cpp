@@ -1,13 +1,14 @@
-#include "dist/backend.hpp"
+#include "wantrain/distributed/backend.hpp"
 
 #include <fmt/format.h>
 
-#include "dist/mpi_comm.hpp"
-#include "dist/nccl_comm.hpp"
-#include "dist/world.hpp"
-#include "util/error.hpp"
+#include "wantrain/distributed/mpi_comm.hpp"
+#include "wantrain/distributed/nccl_comm.hpp"
+#include "wantrain/distributed/world.hpp"
+#include "wantrain/util/error.hpp"
+#include "wantrain/distributed/mpi_check.hpp"
 
-namespace wt {
+namespace wt::distributed {
 
 Backend parse_backend(const std::string& name) {
   if (name == "auto") return Backend::Auto;
@@ -42,4 +43,4 @@ std::unique_ptr<Comm> make_comm(const World& world, Backend backend, CommOptions
   return std::make_unique<MpiComm>(world, options);
 }
 
-}  // namespace wt
+}  // namespace wt::distributed

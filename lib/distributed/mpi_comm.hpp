@@ -26,11 +26,11 @@
 #include <mutex>
 #include <thread>
 
-#include "dist/comm.hpp"
-#include "dist/mpi_half_ops.hpp"
-#include "dist/watchdog.hpp"
+#include "wantrain/distributed/comm.hpp"
+#include "wantrain/distributed/mpi_half_ops.hpp"
+#include "wantrain/distributed/watchdog.hpp"
 
-namespace wt {
+namespace wt::distributed {
 
 class World;
 
@@ -96,4 +96,4 @@ class MpiComm final : public Comm {
   std::thread worker_;
 };
 
-}  // namespace wt
+}  // namespace wt::distributed

@@ -1,4 +1,4 @@
-#include "dist/nccl_comm.hpp"
+#include "wantrain/distributed/nccl_comm.hpp"
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
@@ -8,18 +8,20 @@
 #include <exception>
 #include <vector>
 
-#include "dist/cuda_check.hpp"
-#include "dist/watchdog.hpp"
-#include "dist/world.hpp"
-#include "util/exit_codes.hpp"
-#include "util/fatal.hpp"
+#include "wantrain/distributed/cuda_check.hpp"
+#include "wantrain/distributed/watchdog.hpp"
+#include "wantrain/distributed/world.hpp"
+#include "wantrain/util/exit_codes.hpp"
+#include "wantrain/util/fatal.hpp"
 #include "wantrain/config.hpp"
+#include "wantrain/distributed/abort.hpp"
+#include "wantrain/distributed/mpi_check.hpp"
 
 #if WANTRAIN_TORCH_HAS_CUDA
 #include <c10/cuda/CUDAStream.h>
 #endif
 
-namespace wt {
+namespace wt::distributed {
 
 static_assert(sizeof(ncclUniqueId) == std::tuple_size<NcclUniqueIdBytes>::value,
               "NcclUniqueIdBytes must hold an ncclUniqueId");
@@ -301,4 +303,4 @@ std::unique_ptr<Comm> make_nccl_comm(const World& world, CommOptions options) {
   return std::make_unique<NcclComm>(world, options);
 }
 
-}  // namespace wt
+}  // namespace wt::distributed

@@ -1,13 +1,14 @@
-#include "dist/watchdog.hpp"
+#include "wantrain/distributed/watchdog.hpp"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 
-#include "util/exit_codes.hpp"
-#include "util/fatal.hpp"
+#include "wantrain/util/exit_codes.hpp"
+#include "wantrain/util/fatal.hpp"
+#include "wantrain/distributed/abort.hpp"
 
-namespace wt {
+namespace wt::distributed {
 
 Watchdog::Watchdog(std::string backend, std::chrono::milliseconds timeout, OnTimeout on_timeout)
     : backend_(std::move(backend)),
@@ -57,4 +58,4 @@ void Watchdog::run() {
   }
 }
 
-}  // namespace wt
+}  // namespace wt::distributed

@@ -1,8 +1,8 @@
-#include "data/h5.hpp"
+#include "wantrain/io/h5.hpp"
 
-#include "util/error.hpp"
+#include "wantrain/util/error.hpp"
 
-namespace wt::h5 {
+namespace wt::io {
 
 std::mutex& library_mutex() {
   static std::mutex mutex;  // the HDF5 library itself is process-global
@@ -139,4 +139,4 @@ Handle rows_space(hid_t file_space, hsize_t count) {
   return Handle(H5_CHECK(H5Screate_simple(rank, dims.data(), nullptr)), H5Sclose);
 }
 
-}  // namespace wt::h5
+}  // namespace wt::io

@@ -15,7 +15,7 @@
 #include <string>
 #include <thread>
 
-namespace wt {
+namespace wt::distributed {
 
 class Watchdog {
  public:
@@ -50,4 +50,4 @@ class Watchdog {
   std::thread thread_;
 };
 
-}  // namespace wt
+}  // namespace wt::distributed

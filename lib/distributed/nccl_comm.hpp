@@ -19,9 +19,9 @@
 #include <array>
 #include <memory>
 
-#include "dist/comm.hpp"
+#include "wantrain/distributed/comm.hpp"
 
-namespace wt {
+namespace wt::distributed {
 
 class World;
 
@@ -46,4 +46,4 @@ NcclUniqueIdBytes broadcast_nccl_unique_id(const World& world);
 // Collective: an NCCL communicator over the whole World.
 std::unique_ptr<Comm> make_nccl_comm(const World& world, CommOptions options);
 
-}  // namespace wt
+}  // namespace wt::distributed

@@ -1,4 +1,4 @@
-#include "dist/mpi_comm.hpp"
+#include "wantrain/distributed/mpi_comm.hpp"
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
@@ -7,12 +7,14 @@
 #include <climits>
 #include <exception>
 
-#include "dist/world.hpp"
-#include "util/error.hpp"
-#include "util/exit_codes.hpp"
-#include "util/fatal.hpp"
+#include "wantrain/distributed/world.hpp"
+#include "wantrain/util/error.hpp"
+#include "wantrain/util/exit_codes.hpp"
+#include "wantrain/util/fatal.hpp"
+#include "wantrain/distributed/abort.hpp"
+#include "wantrain/distributed/mpi_check.hpp"
 
-namespace wt {
+namespace wt::distributed {
 
 namespace {
 
@@ -273,4 +275,4 @@ WorkPtr MpiComm::barrier_async(const BarrierOptions&) {
   return enqueue(fmt::format("barrier #{}", next_seq_++), {}, [this] { MPI_CHECK(MPI_Barrier(comm_)); });
 }
 
-}  // namespace wt
+}  // namespace wt::distributed

@@ -5,7 +5,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
-#include "util/error.hpp"
+#include "wantrain/util/error.hpp"
 
 #define CUDA_CHECK(call)                                                                                       \
   do {                                                                                                         \

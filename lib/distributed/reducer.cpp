@@ -1,4 +1,4 @@
-#include "dist/reducer.hpp"
+#include "wantrain/distributed/reducer.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -10,9 +10,9 @@
 #include <chrono>
 #include <mutex>
 
-#include "util/error.hpp"
+#include "wantrain/util/error.hpp"
 
-namespace wt {
+namespace wt::distributed {
 
 struct Reducer::State {
   struct Param {
@@ -245,4 +245,4 @@ std::vector<at::Tensor> Reducer::bucket_buffers() const {
 int64_t Reducer::collectives_issued() const { return state_->issued; }
 double Reducer::last_exposed_comm_seconds() const { return state_->exposed_seconds; }
 
-}  // namespace wt
+}  // namespace wt::distributed
