@@ -12,6 +12,7 @@ packages=(
   libboost-program-options-dev zlib1g-dev
   libopenblas0-openmp                  # LibTorch's fp32 matrix products: the default reference BLAS is ~27x slower
   nlohmann-json3-dev libspdlog-dev libfmt-dev
+  libcsv-dev                           # csvfit reads CSV with libcsv (RFC 4180)
   libgtest-dev
   clang-format                         # the `format` test checks .clang-format's style
   clang libclang-rt-14-dev             # the libFuzzer target of tests/fuzz (clang's fuzzer runtime)

@@ -20,10 +20,12 @@
 #include "wantrain/distributed/world.hpp"
 #include "wantrain/model/model_config.hpp"
 #include "scratch_dataset.hpp"
-#include "wantrain/train/trainer.hpp"
+#include "wantrain/train/run_plan.hpp"
+#include "wantrain/train/wan_run.hpp"
 #include "wantrain/util/error.hpp"
 #include "wantrain/util/exit_codes.hpp"
 #include "wantrain/util/options.hpp"
+#include "wantrain/util/threads.hpp"
 #include "wantrain/app/version.hpp"
 
 namespace wt {
@@ -100,36 +102,41 @@ int run_ckpt_bench(distributed::World& world, int argc, char** argv) {
     return kExitOk;
   }
 
-  TrainConfig cfg;
-  cfg.model_config = c.model_config;
-  cfg.batch_size = int(c.batch);
-  cfg.threads = c.threads;
-  cfg.ema_decay = 0.999;
-  cfg.steps = 1 + 2 * c.steps * c.rounds + 1;
-  torch::set_num_threads(threads_per_rank(cfg, world.local_size()));
+  train::RunSettings settings;
+  settings.micro_batch = c.batch;
+  settings.ema_decay = 0.999;
+  settings.steps = 1 + 2 * c.steps * c.rounds + 1;
+  torch::set_num_threads(threads_per_rank(c.threads, world.local_size()));
   auto comm = distributed::make_comm(world, distributed::Backend::Mpi, {});
   data::SampleShape shape;
   shape.channels = config.in_dim, shape.frames = c.frames, shape.height = height, shape.width = width;
   shape.text_len = config.text_len, shape.text_dim = config.text_dim;
-  const ScratchDataset scratch(world, shape, c.batch * cfg.steps);
-  cfg.data = scratch.directory;
+  const ScratchDataset scratch(world, shape, c.batch * settings.steps);
   const std::string dir = c.dir.empty() ? scratch.directory + "-ckpt" : c.dir;
   fs::create_directories(dir);
 
-  train::Trainer trainer(cfg, *comm, data::Dataset::open(cfg.data), config);
-  trainer.step();  // AdamW's state exists from the first step on
+  auto dataset = data::Dataset::open(scratch.directory);
+  const auto plan = train::plan_run(settings, 1, 0, dataset.shard_sizes());
+  train::WanRun run(plan, {}, *comm, std::move(dataset), config, {});
+  auto parts = run.fit_run(nullptr);
+  auto step = [&] {
+    int64_t epoch = 0;
+    run.engine().step(parts.batches->next(epoch));
+  };
+  step();  // AdamW's state exists from the first step on
 
   const ckpt::WriterOptions writer_options{dir, 1, false};
   double best = std::numeric_limits<double>::infinity();
   std::vector<double> sync_s, snapshot_s, write_s, plain_s, quiet_s, busy_s;
   int64_t file_bytes = 0, tensor_bytes = 0;
   // Snapshots reuse their buffers, as wantrain's do; the first is untimed.
-  ckpt::Checkpoint snapshot = trainer.snapshot("{}", std::numeric_limits<double>::quiet_NaN());
+  ckpt::Checkpoint snapshot;
+  run.engine().save_state(snapshot);
   ckpt::CheckpointWriter writer(writer_options);
   for (int round = 0; round < c.rounds; ++round) {
     // Synchronous: snapshot, then the whole write (tmp, fsync, rename, latest) on this thread.
     auto start = Clock::now();
-    trainer.snapshot_into(snapshot, "{}", std::numeric_limits<double>::quiet_NaN());
+    run.engine().save_state(snapshot);
     snapshot_s.push_back(seconds_since(start));
     const auto result = ckpt::CheckpointWriter::write_now(snapshot, writer_options, best);
     if (!result.ok()) throw Error(result.error);
@@ -142,12 +149,12 @@ int run_ckpt_bench(distributed::World& world, int argc, char** argv) {
     // Steps with no write, then the same number with a background write
     // submitted before the first (the snapshot is taken on this thread).
     start = Clock::now();
-    for (int i = 0; i < c.steps; ++i) trainer.step();
+    for (int i = 0; i < c.steps; ++i) step();
     quiet_s.push_back(seconds_since(start));
     start = Clock::now();
-    trainer.snapshot_into(snapshot, "{}", std::numeric_limits<double>::quiet_NaN());
+    run.engine().save_state(snapshot);
     writer.submit(std::exchange(snapshot, {}));
-    for (int i = 0; i < c.steps; ++i) trainer.step();
+    for (int i = 0; i < c.steps; ++i) step();
     busy_s.push_back(seconds_since(start));
     if (writer.busy())
       fmt::print(stderr, "wanbench ckpt: the background write outlasted {} steps; raise --steps\n", c.steps);

@@ -19,7 +19,7 @@
 #include "wantrain/model/wan_model.hpp"
 #include "wantrain/train/engine.hpp"
 #include "wantrain/train/flow_matching_objective.hpp"
-#include "wantrain/train/train_config.hpp"
+#include "wantrain/util/threads.hpp"
 #include "wantrain/util/error.hpp"
 #include "wantrain/util/exit_codes.hpp"
 #include "wantrain/util/options.hpp"

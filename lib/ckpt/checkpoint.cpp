@@ -47,42 +47,128 @@ io::Handle open_group(hid_t location, const std::string& name) {
   return io::Handle(H5_CHECK(H5Gopen2(location, name.c_str(), H5P_DEFAULT)), H5Gclose);
 }
 
+// Appends each name an HDF5 iteration (links or attributes) visits to a
+// vector; nothing may unwind through HDF5's C frames.
+template <class Info>
+herr_t collect_name(hid_t, const char* name, const Info*, void* out) noexcept {
+  try {
+    static_cast<std::vector<std::string>*>(out)->emplace_back(name);
+    return 0;
+  } catch (...) {
+    return -1;
+  }
+}
+
 // The names of the links directly under a group, in HDF5's (name) order.
 std::vector<std::string> members(hid_t group) {
   std::vector<std::string> names;
-  H5_CHECK(H5Literate(
-      group, H5_INDEX_NAME, H5_ITER_INC, nullptr,
-      [](hid_t, const char* name, const H5L_info_t*, void* out) -> herr_t {
-        try {  // nothing may unwind through HDF5's C frames
-          static_cast<std::vector<std::string>*>(out)->emplace_back(name);
-          return 0;
-        } catch (...) {
-          return -1;
-        }
-      },
-      &names));
+  H5_CHECK(H5Literate(group, H5_INDEX_NAME, H5_ITER_INC, nullptr, collect_name<H5L_info_t>, &names));
   return names;
 }
 
-const char* const kStateInts[] = {
-    "step", "epoch", "sampler_epoch", "sampler_consumed", "skipped", "loss_scale_good_steps"};
+// The names of an object's attributes, in HDF5's (name) order.
+std::vector<std::string> attribute_names(hid_t object) {
+  std::vector<std::string> names;
+  H5_CHECK(H5Aiterate2(object, H5_INDEX_NAME, H5_ITER_INC, nullptr, collect_name<H5A_info_t>, &names));
+  return names;
+}
 
-// The /trainer group's attributes; `object` names what is being read, for errors.
-TrainerState read_state(hid_t trainer, std::string& object) {
+// The format and version attributes; throws for another format or an unknown version.
+int read_version(hid_t file, std::string& object) {
+  object = "attribute format";
+  const auto format = io::read_string_attribute(file, "format");
+  if (format != kFormat) throw Error(fmt::format("is '{}', not a {}", format, kFormat));
+  object = "attribute version";
+  const auto version = io::read_int_attribute(file, "version");
+  if (version < 1 || version > kVersion)
+    throw Error(fmt::format("is version {}; this wantrain reads versions 1 to {}", version, kVersion));
+  return int(version);
+}
+
+// The engine's and sampler's scalars: /engine, /engine/scaler and /sampler
+// (version 2) or the /trainer group's attributes (version 1). `object` names
+// what is being read, for errors.
+TrainerState read_state(hid_t file, int version, std::string& object) {
   TrainerState state;
-  int64_t* ints[] = {&state.step,          &state.epoch,
-                     &state.sampler_epoch, &state.sampler_consumed,
-                     &state.skipped,       &state.loss_scale_good_steps};
-  for (size_t i = 0; i < std::size(kStateInts); ++i) {
-    object = fmt::format("/trainer attribute {}", kStateInts[i]);
-    *ints[i] = io::read_int_attribute(trainer, kStateInts[i]);
+  const auto read_int = [&](hid_t group, const std::string& where, const char* name, int64_t& field) {
+    object = fmt::format("{} attribute {}", where, name);
+    field = io::read_int_attribute(group, name);
+  };
+  const auto read_double = [&](hid_t group, const std::string& where, const char* name, double& field) {
+    object = fmt::format("{} attribute {}", where, name);
+    field = io::read_double_attribute(group, name);
+  };
+  if (version == 1) {
+    object = "/trainer";
+    const auto trainer = open_group(file, "trainer");
+    read_int(trainer.get(), "/trainer", "step", state.step);
+    read_int(trainer.get(), "/trainer", "epoch", state.epoch);
+    read_int(trainer.get(), "/trainer", "sampler_epoch", state.sampler_epoch);
+    read_int(trainer.get(), "/trainer", "sampler_consumed", state.sampler_consumed);
+    read_int(trainer.get(), "/trainer", "skipped", state.skipped);
+    read_int(trainer.get(), "/trainer", "loss_scale_good_steps", state.loss_scale_good_steps);
+    read_double(trainer.get(), "/trainer", "lr", state.lr);
+    read_double(trainer.get(), "/trainer", "loss_scale", state.loss_scale);
+    read_double(trainer.get(), "/trainer", "val_loss", state.val_loss);
+    return state;
   }
-  for (const auto& [name, field] : {std::pair{"lr", &state.lr}, std::pair{"loss_scale", &state.loss_scale},
-                                    std::pair{"val_loss", &state.val_loss}}) {
-    object = fmt::format("/trainer attribute {}", name);
-    *field = io::read_double_attribute(trainer, name);
-  }
+  object = "/engine";
+  const auto engine = open_group(file, "engine");
+  read_int(engine.get(), "/engine", "step", state.step);
+  read_int(engine.get(), "/engine", "skipped", state.skipped);
+  read_double(engine.get(), "/engine", "lr", state.lr);
+  read_double(engine.get(), "/engine", "val_loss", state.val_loss);
+  object = "/engine/scaler";
+  const auto scaler = open_group(engine.get(), "scaler");
+  read_double(scaler.get(), "/engine/scaler", "loss_scale", state.loss_scale);
+  read_int(scaler.get(), "/engine/scaler", "good_steps", state.loss_scale_good_steps);
+  object = "/sampler";
+  const auto sampler = open_group(file, "sampler");
+  read_int(sampler.get(), "/sampler", "epoch", state.epoch);
+  read_int(sampler.get(), "/sampler", "sampler_epoch", state.sampler_epoch);
+  read_int(sampler.get(), "/sampler", "consumed", state.sampler_consumed);
   return state;
+}
+
+void write_rng(hid_t group, const at::Tensor& rng_cpu) {
+  const auto rng = rng_cpu.defined() ? rng_cpu.contiguous() : torch::empty({0}, torch::kUInt8);
+  const hsize_t n = rng.numel();
+  const io::Handle space(H5_CHECK(H5Screate_simple(1, &n, nullptr)), H5Sclose);
+  const io::Handle set(
+      H5_CHECK(H5Dcreate2(group, "rng_cpu", H5T_STD_U8LE, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)),
+      H5Dclose);
+  if (n > 0) H5_CHECK(H5Dwrite(set.get(), H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, rng.data_ptr()));
+}
+
+at::Tensor read_rng(hid_t group) {
+  const auto set = io::open_dataset(group, "rng_cpu");
+  const auto dims = io::dims(set.get());
+  if (dims.size() != 1) throw Error("is not one-dimensional");
+  auto rng = torch::empty({int64_t(dims[0])}, torch::kUInt8);
+  if (dims[0] > 0) H5_CHECK(H5Dread(set.get(), H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, rng.data_ptr()));
+  return rng;
+}
+
+// Version 1 kept the run's identity at the root and the teacher there too.
+void read_v1_root(hid_t file, Checkpoint& c, std::string& object) {
+  object = "attribute world_size";
+  c.world_size = int(io::read_int_attribute(file, "world_size"));
+  object = "attribute run_config";
+  c.run_config = io::read_string_attribute(file, "run_config");
+  // The affinity was only in the stored options then.
+  const auto options = nlohmann::json::parse(c.run_config, nullptr, false);
+  c.shard_affinity = options.is_object() && options.value("shard-affinity", "false") == "true";
+  c.objective_kind = "flow-matching";
+  if (io::has_attribute(file, "teacher")) {
+    c.objective_kind = "distillation";
+    for (const char* name : {"teacher", "teacher_checksum"}) {
+      object = fmt::format("attribute {}", name);
+      c.objective.emplace(name, io::read_string_attribute(file, name));
+    }
+  }
+  c.state = read_state(file, 1, object);
+  object = "/trainer/rng_cpu";
+  c.rng_cpu = read_rng(open_group(file, "trainer").get());
 }
 
 }  // namespace
@@ -110,39 +196,42 @@ void write_checkpoint(const std::string& path, const Checkpoint& c) {
     file = io::create_file(path);
     io::write_string_attribute(file.get(), "format", kFormat);
     io::write_int_attribute(file.get(), "version", kVersion);
-    io::write_int_attribute(file.get(), "world_size", c.world_size);
-    io::write_string_attribute(file.get(), "run_config", c.run_config);
     io::write_string_attribute(file.get(), "model_config", c.model_config);
-    if (!c.teacher.empty()) {
-      io::write_string_attribute(file.get(), "teacher", c.teacher);
-      io::write_string_attribute(file.get(), "teacher_checksum", c.teacher_checksum);
+    io::write_string_attribute(file.get(), "run_options", c.run_config);
+    {
+      const auto engine = create_group(file.get(), "engine");
+      io::write_int_attribute(engine.get(), "step", c.state.step);
+      io::write_int_attribute(engine.get(), "skipped", c.state.skipped);
+      io::write_double_attribute(engine.get(), "lr", c.state.lr);
+      io::write_double_attribute(engine.get(), "val_loss", c.state.val_loss);
+      write_rng(engine.get(), c.rng_cpu);
+      const auto scaler = create_group(engine.get(), "scaler");
+      io::write_double_attribute(scaler.get(), "loss_scale", c.state.loss_scale);
+      io::write_int_attribute(scaler.get(), "good_steps", c.state.loss_scale_good_steps);
     }
     {
-      const auto trainer = create_group(file.get(), "trainer");
-      const int64_t ints[] = {c.state.step,          c.state.epoch,
-                              c.state.sampler_epoch, c.state.sampler_consumed,
-                              c.state.skipped,       c.state.loss_scale_good_steps};
-      for (size_t i = 0; i < std::size(kStateInts); ++i) io::write_int_attribute(trainer.get(), kStateInts[i], ints[i]);
-      io::write_double_attribute(trainer.get(), "lr", c.state.lr);
-      io::write_double_attribute(trainer.get(), "loss_scale", c.state.loss_scale);
-      io::write_double_attribute(trainer.get(), "val_loss", c.state.val_loss);
-      const auto rng = c.rng_cpu.defined() ? c.rng_cpu.contiguous() : torch::empty({0}, torch::kUInt8);
-      const hsize_t n = rng.numel();
-      const io::Handle space(H5_CHECK(H5Screate_simple(1, &n, nullptr)), H5Sclose);
-      const io::Handle set(H5_CHECK(H5Dcreate2(trainer.get(), "rng_cpu", H5T_STD_U8LE, space.get(), H5P_DEFAULT,
-                                               H5P_DEFAULT, H5P_DEFAULT)),
-                           H5Dclose);
-      if (n > 0) H5_CHECK(H5Dwrite(set.get(), H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, rng.data_ptr()));
+      const auto sampler = create_group(file.get(), "sampler");
+      io::write_int_attribute(sampler.get(), "epoch", c.state.epoch);
+      io::write_int_attribute(sampler.get(), "sampler_epoch", c.state.sampler_epoch);
+      io::write_int_attribute(sampler.get(), "consumed", c.state.sampler_consumed);
+      io::write_int_attribute(sampler.get(), "world_size", c.world_size);
+      io::write_int_attribute(sampler.get(), "shard_affinity", c.shard_affinity);
+    }
+    {
+      const auto objective = create_group(file.get(), "objective");
+      io::write_string_attribute(objective.get(), "kind", c.objective_kind);
+      for (const auto& [name, value] : c.objective) io::write_string_attribute(objective.get(), name, value);
     }
     for (const auto& [group_name, tensors] : {std::pair{"model", &c.model}, std::pair{"ema", &c.ema}}) {
       if (tensors->empty() && std::string(group_name) == "ema") continue;
       const auto group = create_group(file.get(), group_name);
       for (const auto& item : *tensors) each_unlocked([&] { write_tensor(group.get(), item.first, item.second); });
     }
-    const auto optim = create_group(file.get(), "optim");
+    const auto optimizer = create_group(file.get(), "optimizer");
+    io::write_string_attribute(optimizer.get(), "kind", "adamw");
     for (const auto& slot : c.optim) {
       each_unlocked([&] {
-        const auto group = create_group(optim.get(), slot.name);
+        const auto group = create_group(optimizer.get(), slot.name);
         io::write_int_attribute(group.get(), "step", slot.step);
         write_tensor(group.get(), "exp_avg", slot.exp_avg);
         write_tensor(group.get(), "exp_avg_sq", slot.exp_avg_sq);
@@ -164,37 +253,34 @@ Checkpoint read_checkpoint(const std::string& path) {
   try {
     const auto file = io::open_file(path);
     Checkpoint c;
-    object = "attribute format";
-    const auto format = io::read_string_attribute(file.get(), "format");
-    if (format != kFormat) throw Error(fmt::format("is '{}', not a {}", format, kFormat));
-    object = "attribute version";
-    const auto version = io::read_int_attribute(file.get(), "version");
-    if (version != kVersion)
-      throw Error(fmt::format("is version {}; this wantrain reads version {}", version, kVersion));
-    object = "attribute world_size";
-    c.world_size = int(io::read_int_attribute(file.get(), "world_size"));
-    object = "attribute run_config";
-    c.run_config = io::read_string_attribute(file.get(), "run_config");
+    c.version = read_version(file.get(), object);
     object = "attribute model_config";
     c.model_config = io::read_string_attribute(file.get(), "model_config");
-    if (io::has_attribute(file.get(), "teacher")) {
-      object = "attribute teacher";
-      c.teacher = io::read_string_attribute(file.get(), "teacher");
-      object = "attribute teacher_checksum";
-      c.teacher_checksum = io::read_string_attribute(file.get(), "teacher_checksum");
-    }
-
-    object = "/trainer";
-    const auto trainer = open_group(file.get(), "trainer");
-    c.state = read_state(trainer.get(), object);
-    object = "/trainer/rng_cpu";
-    {
-      const auto set = io::open_dataset(trainer.get(), "rng_cpu");
-      const auto dims = io::dims(set.get());
-      if (dims.size() != 1) throw Error("is not one-dimensional");
-      c.rng_cpu = torch::empty({int64_t(dims[0])}, torch::kUInt8);
-      if (dims[0] > 0)
-        H5_CHECK(H5Dread(set.get(), H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, c.rng_cpu.data_ptr()));
+    if (c.version == 1) {
+      read_v1_root(file.get(), c, object);
+    } else {
+      object = "attribute run_options";
+      c.run_config = io::read_string_attribute(file.get(), "run_options");
+      object = "/engine";
+      const auto engine = open_group(file.get(), "engine");
+      c.state = read_state(file.get(), 2, object);
+      object = "/engine/rng_cpu";
+      c.rng_cpu = read_rng(engine.get());
+      object = "/sampler attribute world_size";
+      const auto sampler = open_group(file.get(), "sampler");
+      c.world_size = int(io::read_int_attribute(sampler.get(), "world_size"));
+      object = "/sampler attribute shard_affinity";
+      c.shard_affinity = io::read_int_attribute(sampler.get(), "shard_affinity") != 0;
+      object = "/objective";
+      const auto objective = open_group(file.get(), "objective");
+      for (const auto& name : attribute_names(objective.get())) {
+        object = fmt::format("/objective attribute {}", name);
+        const auto value = io::read_string_attribute(objective.get(), name);
+        if (name == "kind")
+          c.objective_kind = value;
+        else
+          c.objective.emplace(name, value);
+      }
     }
 
     for (const auto& [group_name, tensors] : {std::pair{"model", &c.model}, std::pair{"ema", &c.ema}}) {
@@ -206,17 +292,23 @@ Checkpoint read_checkpoint(const std::string& path) {
         tensors->emplace_back(name, read_tensor(group.get(), name));
       }
     }
-    object = "/optim";
-    const auto optim = open_group(file.get(), "optim");
-    for (const auto& name : members(optim.get())) {
-      object = fmt::format("/optim/{}", name);
-      const auto group = open_group(optim.get(), name);
+    const std::string optimizer_group = c.version == 1 ? "optim" : "optimizer";
+    object = "/" + optimizer_group;
+    const auto optimizer = open_group(file.get(), optimizer_group);
+    if (c.version > 1) {
+      object = "/optimizer attribute kind";
+      const auto kind = io::read_string_attribute(optimizer.get(), "kind");
+      if (kind != "adamw") throw Error(fmt::format("is '{}'; this wantrain continues only AdamW", kind));
+    }
+    for (const auto& name : members(optimizer.get())) {
+      object = fmt::format("/{}/{}", optimizer_group, name);
+      const auto group = open_group(optimizer.get(), name);
       OptimizerSlot slot;
       slot.name = name;
       slot.step = io::read_int_attribute(group.get(), "step");
-      object = fmt::format("/optim/{}/exp_avg", name);
+      object = fmt::format("/{}/{}/exp_avg", optimizer_group, name);
       slot.exp_avg = read_tensor(group.get(), "exp_avg");
-      object = fmt::format("/optim/{}/exp_avg_sq", name);
+      object = fmt::format("/{}/{}/exp_avg_sq", optimizer_group, name);
       slot.exp_avg_sq = read_tensor(group.get(), "exp_avg_sq");
       c.optim.push_back(std::move(slot));
     }
@@ -232,11 +324,10 @@ Checkpoint read_checkpoint(const std::string& path) {
 TrainerState read_trainer_state(const std::string& path) {
   io::Lock lock(io::library_mutex());
   io::quiet_errors();
-  std::string object = "/trainer";
+  std::string object = "the file";
   try {
     const auto file = io::open_file(path);
-    const auto trainer = open_group(file.get(), "trainer");
-    return read_state(trainer.get(), object);
+    return read_state(file.get(), read_version(file.get(), object), object);
   } catch (const std::exception& e) {
     throw UsageError(fmt::format("checkpoint {}: {}: {}", path, object, e.what()));
   }
@@ -282,7 +373,7 @@ bool is_checkpoint_file(const std::string& path) {
 
 void check_fits(const Checkpoint& c, const std::string& path, const NamedTensors& parameters, bool need_ema) {
   if (need_ema && c.ema.empty())
-    throw UsageError(fmt::format("checkpoint {}: has no /ema, but this run keeps an EMA (--ema-decay)", path));
+    throw UsageError(fmt::format("checkpoint {}: has no /ema, but this run keeps an EMA", path));
   const bool has_optim = !c.optim.empty();
   std::map<std::string, at::IntArrayRef> expected;
   for (const auto& [name, tensor] : parameters) expected.emplace(name, tensor.sizes());
@@ -320,7 +411,7 @@ void check_fits(const Checkpoint& c, const std::string& path, const NamedTensors
     for (const auto& suffix : {"/exp_avg", "/exp_avg_sq"}) {
       expected.clear();
       for (const auto& [name, sizes] : saved) expected.emplace(name + suffix, sizes);
-      check_group("optim", std::string(suffix) == "/exp_avg" ? avg : avg_sq);
+      check_group(c.version == 1 ? "optim" : "optimizer", std::string(suffix) == "/exp_avg" ? avg : avg_sq);
     }
   }
 }

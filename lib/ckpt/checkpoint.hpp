@@ -1,13 +1,21 @@
 // One checkpoint: everything a run needs to continue exactly where it was,
-// as one HDF5 file (layout in docs/checkpoint-format.md).
+// as one HDF5 file with one group per component (docs/checkpoint-format.md).
+// Version 2:
 //
-//   /                 attributes format, version, world_size, run_config (JSON), model_config (JSON);
-//                     distillation runs add teacher (path) and teacher_checksum
-//   /trainer          attributes: step, epoch, sampler_epoch, sampler_consumed, skipped, lr,
-//                     loss_scale, loss_scale_good_steps, val_loss; dataset rng_cpu (uint8)
-//   /model/<param>    float32, the parameter's shape, official Wan names
-//   /ema/<param>      float32 (only with --ema-decay)
-//   /optim/<param>/   exp_avg, exp_avg_sq (float32); attribute step (AdamW's count)
+//   /                     attributes format, version, model_config (JSON),
+//                         run_options (JSON: the resolved options, information only)
+//   /engine               attributes step, skipped, lr, val_loss; dataset rng_cpu (uint8)
+//   /engine/scaler        attributes loss_scale, good_steps (fp16 dynamic loss scaling)
+//   /model/<param>        float32, the trainable parameter's shape, by name
+//   /ema/<param>          float32 (only with an EMA)
+//   /optimizer            attribute kind ("adamw"); /optimizer/<param>/ exp_avg, exp_avg_sq
+//                         (float32) and attribute step (AdamW's count), by parameter name
+//   /sampler              attributes epoch, sampler_epoch, consumed, world_size, shard_affinity
+//   /objective            attribute kind, and the objective's own attributes
+//                         (distillation: teacher, teacher_checksum)
+//
+// Version 1 (one /trainer group, the rest at the root, optimizer state
+// under /optim) is still read.
 //
 // Reading checks the whole file before returning, and every error names the
 // file and the tensor or attribute.
@@ -17,6 +25,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -24,7 +33,7 @@
 namespace wt::ckpt {
 
 inline constexpr const char* kFormat = "wantrain-checkpoint";
-inline constexpr int kVersion = 1;
+inline constexpr int kVersion = 2;  // what write_checkpoint writes; versions 1 and 2 are read
 
 using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
 
@@ -52,10 +61,13 @@ struct Checkpoint {
   at::Tensor rng_cpu;                    // LibTorch's default CPU generator state (uint8)
   std::string run_config, model_config;  // JSON
   int world_size = 1;
-  // Distillation: the teacher's path and the checksum of its weights
-  // (train::Teacher::checksum); empty for a training run. The teacher's
-  // weights are not stored: they are an input, like the data.
-  std::string teacher, teacher_checksum;
+  bool shard_affinity = false;  // of the sampler that wrote it: its data order depends on world_size
+  // The objective's kind ("flow-matching", "distillation", ...) and its own
+  // state, e.g. a distillation teacher's path and weights checksum (the
+  // teacher's weights are an input, like the data, and are not stored).
+  std::string objective_kind;
+  std::map<std::string, std::string> objective;
+  int version = kVersion;  // of the file it was read from
 
   int64_t tensor_bytes() const;
 };

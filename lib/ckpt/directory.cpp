@@ -65,15 +65,15 @@ std::optional<std::string> resolve_resume(const std::string& resume, const std::
     // (which would overwrite the old run's metrics).
     const fs::path link = fs::path(output_dir) / "latest";
     if (fs::is_symlink(fs::symlink_status(link, error)) && !linked_checkpoint(output_dir, "latest"))
-      throw UsageError(fmt::format("option --resume: {} names {}, which does not exist", link.string(),
-                                   fs::read_symlink(link, error).string()));
+      throw SettingError("resume", fmt::format("{} names {}, which does not exist", link.string(),
+                                               fs::read_symlink(link, error).string()));
     return linked_checkpoint(output_dir, "latest");
   }
   if (fs::is_directory(resume, error)) {
     if (auto latest = linked_checkpoint(resume, "latest")) return latest;
-    throw UsageError(fmt::format("option --resume: directory {} has no 'latest' checkpoint", resume));
+    throw SettingError("resume", fmt::format("directory {} has no 'latest' checkpoint", resume));
   }
-  if (!fs::exists(resume, error)) throw UsageError(fmt::format("option --resume: {} does not exist", resume));
+  if (!fs::exists(resume, error)) throw SettingError("resume", fmt::format("{} does not exist", resume));
   return resume;
 }
 

@@ -12,7 +12,7 @@ namespace wt::data {
 
 Loader::Loader(Dataset dataset, DistributedSampler sampler, LoaderOptions options)
     : dataset_(std::move(dataset)), sampler_(std::move(sampler)), options_(options), delivered_(sampler_.state()) {
-  if (options_.prefetch < 1) throw UsageError("option --prefetch: must be at least 1");
+  if (options_.prefetch < 1) throw SettingError("prefetch", "must be at least 1");
   thread_ = std::thread([this] { run(); });
 }
 

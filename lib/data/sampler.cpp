@@ -59,10 +59,9 @@ DistributedSampler::DistributedSampler(std::vector<int64_t> shard_sizes, Sampler
     return;
   }
   if (static_cast<int64_t>(shard_sizes_.size()) < W)
-    throw UsageError(
-        fmt::format("--shard-affinity: {} shards for {} ranks; every rank needs at least one shard "
-                    "(re-shard with wandata split)",
-                    shard_sizes_.size(), W));
+    throw SettingError("shard_affinity", fmt::format("{} shards for {} ranks; every rank needs at least one shard "
+                                                     "(re-shard with wandata split)",
+                                                     shard_sizes_.size(), W));
   int64_t fewest = INT64_MAX, most = 0, offset = 0;
   std::vector<int64_t> per_rank(W, 0);
   for (size_t s = 0; s < shard_sizes_.size(); ++s) {
@@ -78,8 +77,9 @@ DistributedSampler::DistributedSampler(std::vector<int64_t> shard_sizes, Sampler
   }
   batches_per_epoch_ = options_.drop_last ? fewest / B : ceil_div(most, B);
   if (batches_per_epoch_ == 0)
-    throw UsageError(
-        fmt::format("--shard-affinity: a rank's shards hold only {} samples, fewer than --batch-size {}", fewest, B));
+    throw SettingError(
+        "shard_affinity",
+        fmt::format("a rank's shards hold only {} samples, fewer than its {} samples per step", fewest, B));
 }
 
 const std::vector<int64_t>& DistributedSampler::order(int64_t epoch) const {

@@ -14,7 +14,7 @@ Backend parse_backend(const std::string& name) {
   if (name == "auto") return Backend::Auto;
   if (name == "mpi") return Backend::Mpi;
   if (name == "nccl") return Backend::Nccl;
-  throw UsageError(fmt::format("option --backend: '{}' is not one of auto|mpi|nccl", name));
+  throw SettingError("backend", fmt::format("'{}' is not one of auto|mpi|nccl", name));
 }
 
 const char* to_string(Backend backend) {

@@ -14,9 +14,9 @@ NcclUniqueIdBytes broadcast_nccl_unique_id(const World&) {
 }
 
 std::unique_ptr<Comm> make_nccl_comm(const World&, CommOptions) {
-  throw UsageError(
-      "--backend nccl: this wantrain was built without NCCL; rebuild with the CUDA toolkit and NCCL installed "
-      "(WANTRAIN_WITH_NCCL=ON) or use --backend mpi");
+  throw SettingError("backend",
+                     "nccl: this wantrain was built without NCCL; rebuild with the CUDA toolkit and NCCL installed "
+                     "(WANTRAIN_WITH_NCCL=ON) or use the MPI backend");
 }
 
 }  // namespace wt::distributed

@@ -142,15 +142,16 @@ class NcclComm final : public Comm {
     // rank without a GPU cannot leave the others waiting in the id broadcast.
     world.agree([&] {
       if (!WANTRAIN_TORCH_HAS_CUDA)
-        throw UsageError("--backend nccl: this LibTorch has no CUDA support; build wantrain against a CUDA LibTorch");
+        throw SettingError("backend",
+                           "nccl: this LibTorch has no CUDA support; build wantrain against a CUDA LibTorch");
       const int devices = cuda_device_count();
-      if (devices == 0) throw UsageError(fmt::format("--backend nccl: no CUDA device is visible on {}", world.host()));
+      if (devices == 0)
+        throw SettingError("backend", fmt::format("nccl: no CUDA device is visible on {}", world.host()));
       device_ = nccl_device_for(world);
       if (device_ < 0)
-        throw UsageError(
-            fmt::format("--backend nccl: {} ranks run on {} but only {} CUDA devices are visible "
-                        "there; launch at most one rank per GPU",
-                        world.local_size(), world.host(), devices));
+        throw SettingError("backend", fmt::format("nccl: {} ranks run on {} but only {} CUDA devices are visible "
+                                                  "there; launch at most one rank per GPU",
+                                                  world.local_size(), world.host(), devices));
     });
     CUDA_CHECK(cudaSetDevice(device_));
     const NcclUniqueIdBytes bytes = broadcast_nccl_unique_id(world);

@@ -219,12 +219,12 @@ void Reducer::finalize_backward() {
   s.comm.all_reduce(any, {ReduceOp::Max});
   if (any.item<int32_t>() == 0) return;
   if (unused.empty())
-    throw UsageError(
-        "Reducer: a parameter got no gradient on another rank (that rank names it; --allow-unused reduces zeros for "
-        "it)");
+    throw UsageError(fmt::format(
+        "Reducer: a parameter got no gradient on another rank (that rank names it; {} reduces zeros for it)",
+        setting_reference("allow_unused")));
   throw UsageError(fmt::format(
-      "Reducer: {} parameter{} got no gradient in this step: {} (use --allow-unused to reduce zeros for them)",
-      unused.size(), unused.size() == 1 ? "" : "s", fmt::join(unused, ", ")));
+      "Reducer: {} parameter{} got no gradient in this step: {} (use {} to reduce zeros for them)", unused.size(),
+      unused.size() == 1 ? "" : "s", fmt::join(unused, ", "), setting_reference("allow_unused")));
 }
 
 std::vector<std::vector<std::string>> Reducer::bucket_parameter_names() const {

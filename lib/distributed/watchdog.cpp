@@ -7,6 +7,7 @@
 #include "wantrain/util/exit_codes.hpp"
 #include "wantrain/util/fatal.hpp"
 #include "wantrain/distributed/abort.hpp"
+#include "wantrain/util/error.hpp"
 
 namespace wt::distributed {
 
@@ -44,9 +45,9 @@ void Watchdog::run() {
         it = tracked_.erase(it);
       } else if (now - it->start > timeout_) {
         const std::string message = fmt::format(
-            "{} {} did not complete within {:.3g} s (--comm-timeout): a rank may have died, skipped this "
+            "{} {} did not complete within {:.3g} s ({}): a rank may have died, skipped this "
             "collective or issued collectives in a different order",
-            backend_, it->description, duration<double>(timeout_).count());
+            backend_, it->description, duration<double>(timeout_).count(), setting_reference("comm_timeout"));
         it = tracked_.erase(it);
         lock.unlock();
         on_timeout_(message);

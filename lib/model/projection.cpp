@@ -46,8 +46,8 @@ void check_projectable(const WanConfig& t, const std::string& teacher_source, co
                        const std::string& student_source) {
   auto fail = [&](const std::string& field, const std::string& theirs, const std::string& ours,
                   const std::string& why) {
-    throw UsageError(fmt::format("--student-init projection: student {} has {} {}, teacher {} has {}: {}",
-                                 student_source, field, ours, teacher_source, theirs, why));
+    throw SettingError("student_init", fmt::format("projection: student {} has {} {}, teacher {} has {}: {}",
+                                                   student_source, field, ours, teacher_source, theirs, why));
   };
   auto same = [&](const char* field, int64_t teacher_value, int64_t student_value, const char* why) {
     if (teacher_value != student_value) fail(field, std::to_string(teacher_value), std::to_string(student_value), why);
@@ -55,7 +55,7 @@ void check_projectable(const WanConfig& t, const std::string& teacher_source, co
   auto not_larger = [&](const char* field, int64_t teacher_value, int64_t student_value) {
     if (student_value > teacher_value)
       fail(field, std::to_string(teacher_value), std::to_string(student_value),
-           "a student may be smaller than its teacher, not larger (use --student-init random)");
+           "a student may be smaller than its teacher, not larger (or start it at random)");
   };
   same("in_dim", t.in_dim, s.in_dim, "both must read the same latents");
   same("out_dim", t.out_dim, s.out_dim, "both must predict the same latents");

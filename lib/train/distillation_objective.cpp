@@ -1,5 +1,6 @@
 #include "wantrain/train/distillation_objective.hpp"
 
+#include <fmt/format.h>
 #include <torch/torch.h>
 
 #include <chrono>
@@ -7,6 +8,7 @@
 #include "wantrain/model/wan_model.hpp"
 #include "wantrain/train/distillation.hpp"
 #include "wantrain/train/teacher.hpp"
+#include "wantrain/util/error.hpp"
 
 namespace wt::train {
 namespace {
@@ -34,6 +36,32 @@ ObjectiveLoss DistillationObjective::loss(const Batch& micro_batch, const StepCo
   const auto prediction = model_.forward(in.noisy.x_t, in.noisy.timesteps, in.context);
   out.loss = distillation_loss(prediction, teacher_prediction, in.noisy.target, target_weight_);
   return out;
+}
+
+}  // namespace wt::train
+
+namespace wt::train {
+
+std::map<std::string, std::string> DistillationObjective::checkpoint_state() const {
+  return {{"teacher", teacher_.path()}, {"teacher_checksum", teacher_.checksum()}};
+}
+
+void DistillationObjective::check_resume(const std::string& kind, const std::map<std::string, std::string>& state,
+                                         const std::string& path) const {
+  if (kind != "distillation")
+    throw UsageError(
+        fmt::format("checkpoint {}: written by a training run (--mode train), not by distillation; "
+                    "start the student from it with --init instead of --resume",
+                    path));
+  const auto value = [&](const char* name) {
+    const auto it = state.find(name);
+    return it == state.end() ? std::string("unknown") : it->second;
+  };
+  if (value("teacher_checksum") != teacher_.checksum())
+    throw UsageError(
+        fmt::format("checkpoint {}: distilled from the teacher {} ({}), but --teacher {} has other "
+                    "weights ({}); resume with the same teacher",
+                    path, value("teacher"), value("teacher_checksum"), teacher_.path(), teacher_.checksum()));
 }
 
 }  // namespace wt::train

@@ -18,6 +18,13 @@ class DistillationObjective : public FlowMatchingObjective {
                         double target_weight, at::ScalarType compute_dtype);
 
   ObjectiveLoss loss(const Batch& micro_batch, const StepContext& context) override;
+  std::string kind() const override { return "distillation"; }
+  // The teacher's path and the checksum of its weights: the teacher is an
+  // input, as the data are, and resuming against other weights would
+  // silently change the objective.
+  std::map<std::string, std::string> checkpoint_state() const override;
+  void check_resume(const std::string& kind, const std::map<std::string, std::string>& state,
+                    const std::string& path) const override;
 
  private:
   const Teacher& teacher_;

@@ -24,12 +24,6 @@ double uniform01(data::PortableRandom& r) { return double(r.next() >> 11) * 0x1.
 
 }  // namespace
 
-TimestepSampling parse_timestep_sampling(const std::string& name) {
-  if (name == "uniform") return TimestepSampling::Uniform;
-  if (name == "logit-normal") return TimestepSampling::LogitNormal;
-  throw UsageError(fmt::format("option --timestep-sampling: '{}' is not uniform or logit-normal", name));
-}
-
 double shift_sigma(double sigma, double shift) { return shift * sigma / (1.0 + (shift - 1.0) * sigma); }
 
 NoisyBatch noisy_batch_at(const at::Tensor& x0, const std::vector<double>& sigmas,

@@ -16,7 +16,6 @@
 namespace wt::train {
 
 enum class TimestepSampling { Uniform, LogitNormal };
-TimestepSampling parse_timestep_sampling(const std::string& name);  // "uniform" | "logit-normal"
 
 struct FlowMatchingOptions {
   TimestepSampling sampling = TimestepSampling::Uniform;

@@ -1,11 +1,13 @@
 #include "wantrain/train/flow_matching_objective.hpp"
 
+#include <fmt/format.h>
 #include <torch/torch.h>
 
 #include <chrono>
 
 #include "wantrain/model/wan_model.hpp"
 #include "wantrain/train/caption_dropout.hpp"
+#include "wantrain/util/error.hpp"
 
 namespace wt::train {
 namespace {
@@ -57,6 +59,22 @@ at::Tensor FlowMatchingObjective::validation_losses(const Batch& batch) {
   }
   if (was_training) model_.train();
   return sum / kValidationGrid;
+}
+
+}  // namespace wt::train
+
+namespace wt::train {
+
+void FlowMatchingObjective::check_resume(const std::string& kind, const std::map<std::string, std::string>& state,
+                                         const std::string& path) const {
+  if (kind == "distillation") {
+    const auto teacher = state.find("teacher");
+    throw UsageError(fmt::format(
+        "checkpoint {}: written by a distillation run (teacher {}); resume it with --mode distill --teacher, or "
+        "start from its weights with --init",
+        path, teacher == state.end() ? std::string("unknown") : teacher->second));
+  }
+  Objective::check_resume(kind, state, path);
 }
 
 }  // namespace wt::train

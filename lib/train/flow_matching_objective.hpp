@@ -33,6 +33,9 @@ class FlowMatchingObjective : public Objective {
   // sigma_j = shift_sigma((j + 0.5) / 4), with noise keyed by (sample, j)
   // alone, averaged over the grid; the model runs in eval mode.
   at::Tensor validation_losses(const Batch& batch) override;
+  std::string kind() const override { return "flow-matching"; }
+  void check_resume(const std::string& kind, const std::map<std::string, std::string>& state,
+                    const std::string& path) const override;
 
  protected:
   // The model's inputs: x_t, timesteps and target from noise keyed by

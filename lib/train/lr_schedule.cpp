@@ -4,17 +4,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 
 #include "wantrain/util/error.hpp"
 
 namespace wt::train {
-
-Schedule parse_schedule(const char* name) {
-  if (std::strcmp(name, "constant") == 0) return Schedule::Constant;
-  if (std::strcmp(name, "cosine") == 0) return Schedule::Cosine;
-  throw UsageError(fmt::format("option --schedule: '{}' is not constant or cosine", name));
-}
 
 double scaled_lr(double lr, int64_t effective_batch, bool scale) {
   return scale ? lr * static_cast<double>(effective_batch) : lr;

@@ -10,7 +10,6 @@
 namespace wt::train {
 
 enum class Schedule { Constant, Cosine };
-Schedule parse_schedule(const char* name);  // "constant" | "cosine"
 
 // lr x effective batch when `scale`, else lr.
 double scaled_lr(double lr, int64_t effective_batch, bool scale);

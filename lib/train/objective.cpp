@@ -12,6 +12,14 @@ const at::Tensor& Batch::at(const std::string& name) const {
   return it->second;
 }
 
+void Objective::check_resume(const std::string& saved_kind, const std::map<std::string, std::string>& state,
+                             const std::string& path) const {
+  if (saved_kind != kind())
+    throw UsageError(fmt::format("checkpoint {}: written by a {} run; this run trains {}", path, saved_kind, kind()));
+  if (state != checkpoint_state())
+    throw UsageError(fmt::format("checkpoint {}: its {} state differs from this run's", path, kind()));
+}
+
 Batch Batch::slice(int64_t first, int64_t count, const at::Device& device) const {
   Batch out;
   out.indices.assign(indices.begin() + first, indices.begin() + first + count);

@@ -57,6 +57,16 @@ class Objective {
   // split), so that scores compare across steps, runs and world sizes.
   // Called without gradients, under the Engine's autocast.
   virtual at::Tensor validation_losses(const Batch& batch) = 0;
+
+  // Checkpoints: the objective's kind ("flow-matching", ...) and its own
+  // state, stored as the file's /objective group.
+  virtual std::string kind() const = 0;
+  virtual std::map<std::string, std::string> checkpoint_state() const { return {}; }
+  // Whether a checkpoint's objective (read from `path`) is one this
+  // objective continues; UsageError naming the file otherwise. By default
+  // the kind and state must be this objective's.
+  virtual void check_resume(const std::string& kind, const std::map<std::string, std::string>& state,
+                            const std::string& path) const;
 };
 
 }  // namespace wt::train

@@ -42,14 +42,13 @@ bool is_bf16_linear(const std::string& name) {
 
 model::WanConfig resolve_teacher_config(const std::string& teacher_path, const std::string& config_path) {
   if (!std::filesystem::exists(teacher_path))
-    throw UsageError(fmt::format("option --teacher: {} does not exist", teacher_path));
+    throw SettingError("teacher", fmt::format("{} does not exist", teacher_path));
   if (!ckpt::is_checkpoint_file(teacher_path)) {
     if (config_path.empty())
-      throw UsageError(
-          fmt::format("option --teacher-config: the teacher {} is not a wantrain checkpoint (safetensors "
-                      "or an index of them), so its model config must be given "
-                      "(e.g. data/configs/wan2.1-t2v-1.3b.json)",
-                      teacher_path));
+      throw SettingError("teacher_config", fmt::format("the teacher {} is not a wantrain checkpoint (safetensors "
+                                                       "or an index of them), so its model config must be given "
+                                                       "(e.g. data/configs/wan2.1-t2v-1.3b.json)",
+                                                       teacher_path));
     return model::load_model_config(config_path);
   }
   try {
@@ -61,7 +60,7 @@ model::WanConfig resolve_teacher_config(const std::string& teacher_path, const s
                                "--teacher-config " + config_path);
     return config;
   } catch (const UsageError& e) {
-    throw UsageError(fmt::format("option --teacher: {}", e.what()));
+    throw SettingError("teacher", e.what());
   }
 }
 
@@ -84,8 +83,8 @@ Teacher::Teacher(const std::string& path, const model::WanConfig& config, const 
       source_ = fmt::format("safetensors, {} names", report.diffusers_names ? "diffusers" : "official");
     }
   } catch (const std::exception& e) {  // a bad file is bad input, whatever layer noticed it
-    throw UsageError(fmt::format("option --teacher: {} (the teacher's config {}: dim {}, {} layers)", e.what(),
-                                 config_source, config.dim, config.num_layers));
+    throw SettingError("teacher", fmt::format("{} (the teacher's config {}: dim {}, {} layers)", e.what(),
+                                              config_source, config.dim, config.num_layers));
   }
   checksum_ = model_checksum(config, named);
   for (auto& parameter : model_->parameters()) parameter.set_requires_grad(false);

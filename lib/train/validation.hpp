@@ -1,4 +1,4 @@
-// Validation: an objective's validation metric over a held-out dataset.
+// Validation: an objective's validation metric over a held-out set.
 // The objective makes the metric deterministic (flow matching: a fixed sigma
 // grid with noise keyed by sample; train/flow_matching_objective.hpp). Rank r
 // of W scores samples r, r+W, ...; the sums are all-reduced, so the result
@@ -6,11 +6,11 @@
 // simply do less work: one collective, no hang).
 #pragma once
 
-#include <ATen/core/Tensor.h>
+#include <c10/core/ScalarType.h>
 
-#include <string>
+#include <memory>
 
-#include "wantrain/data/dataset.hpp"
+#include "wantrain/train/sample_source.hpp"
 
 namespace wt::distributed {
 class Comm;
@@ -22,19 +22,18 @@ class Objective;
 
 class Validator {
  public:
-  // Opens `directory` (UsageError naming it when it is not a dataset);
-  // scores `batch_size` samples at a time.
-  Validator(const std::string& directory, int batch_size);
+  // Scores `batch_size` samples of `samples` at a time.
+  Validator(std::unique_ptr<SampleSource> samples, int batch_size);
   ~Validator();
 
-  const data::Dataset& dataset() const { return dataset_; }
+  const SampleSource& samples() const { return *samples_; }
 
   // The mean of the objective's per-sample metric over every sample, on all
   // ranks. Collective; without gradients, under `compute_dtype` autocast.
   double evaluate(Objective& objective, distributed::Comm& comm, at::ScalarType compute_dtype);
 
  private:
-  data::Dataset dataset_;
+  std::unique_ptr<SampleSource> samples_;
   int batch_size_;
 };
 

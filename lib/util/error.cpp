@@ -6,6 +6,35 @@
 
 #include "wantrain/util/process.hpp"
 
+namespace wt {
+
+namespace {
+// Written once by a tool's main before any other thread exists; read-only after.
+std::map<std::string, std::string>& option_names() {
+  static std::map<std::string, std::string> names;
+  return names;
+}
+std::string describe_setting(const std::string& setting, const std::string& message) {
+  const auto it = option_names().find(setting);
+  return it == option_names().end() ? fmt::format("{}: {}", setting, message)
+                                    : fmt::format("option --{}: {}", it->second, message);
+}
+}  // namespace
+
+SettingError::SettingError(const std::string& setting, const std::string& message)
+    : UsageError(describe_setting(setting, message)), setting_(setting), message_(message) {}
+
+std::string setting_reference(const std::string& setting) {
+  const auto it = option_names().find(setting);
+  return it == option_names().end() ? fmt::format("the {} setting", setting) : "--" + it->second;
+}
+
+void set_option_names(std::map<std::string, std::string> setting_to_option) {
+  option_names() = std::move(setting_to_option);
+}
+
+}  // namespace wt
+
 namespace wt::detail {
 
 namespace {

@@ -12,6 +12,7 @@
 // the library's own description of the failure.
 #pragma once
 
+#include <map>
 #include <stdexcept>
 #include <string>
 
@@ -26,6 +27,30 @@ class UsageError : public Error {
  public:
   using Error::Error;
 };
+
+// A usage error in one setting of a library's typed options, which the
+// library names as it knows it ("shard_affinity"): libraries never name a
+// tool's command-line options. A tool maps the settings it exposes to its
+// option names once, at start-up (set_option_names), so that the line its
+// user reads names the option: "option --shard-affinity: <message>".
+// Unmapped: "<setting>: <message>".
+class SettingError : public UsageError {
+ public:
+  SettingError(const std::string& setting, const std::string& message);
+  const std::string& setting() const { return setting_; }
+  const std::string& message() const { return message_; }
+
+ private:
+  std::string setting_, message_;
+};
+
+// Setting -> option name without dashes ({"shard_affinity", "shard-affinity"}).
+// Called by a tool's main before any library code runs.
+void set_option_names(std::map<std::string, std::string> setting_to_option);
+
+// How a message refers to a setting: "--comm-timeout" where the tool maps
+// it, "the comm_timeout setting" otherwise.
+std::string setting_reference(const std::string& setting);
 
 namespace detail {
 [[noreturn]] void throw_library_failure(const char* library, const char* call, const std::string& reason,

@@ -19,7 +19,7 @@ fi
 rm -rf "$work" && mkdir -p "$work"
 prefix="$work/prefix"
 cmake --install "$build" --prefix "$prefix" >"$work/install.log" || { cat "$work/install.log"; fail "cmake --install"; }
-for f in bin/wantrain bin/wandata bin/wansample bin/wanbench bin/wanrun share/wantrain/configs/wan-tiny.json \
+for f in bin/wantrain bin/wandata bin/wansample bin/wanbench bin/csvfit bin/wanrun share/wantrain/configs/wan-tiny.json \
          share/wantrain/slurm/train.sbatch share/wantrain/slurm/srun-wantrain share/wantrain/mpi/mca-params.conf \
          share/doc/wantrain/cluster.md include/wantrain/model/model_config.hpp lib/cmake/wantrain/wantrainConfig.cmake; do
   [ -e "$prefix/$f" ] || fail "not installed: $f"

@@ -17,7 +17,7 @@ TEST(Backend, ParsesTheThreeNamesAndNamesTheOptionOtherwise) {
     wt::distributed::parse_backend("gloo");
     FAIL();
   } catch (const wt::UsageError& e) {
-    EXPECT_STREQ(e.what(), "option --backend: 'gloo' is not one of auto|mpi|nccl");
+    EXPECT_STREQ(e.what(), "backend: 'gloo' is not one of auto|mpi|nccl");
   }
 }
 
@@ -65,7 +65,7 @@ TEST(Nccl, ExplicitNcclWithoutAUsableGpuIsAUsageErrorOnEveryRank) {
     wt::distributed::make_comm(world, wt::distributed::Backend::Nccl);
     FAIL() << "make_comm(nccl) succeeded without a usable GPU";
   } catch (const wt::UsageError& e) {
-    EXPECT_NE(std::string(e.what()).find("--backend nccl"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("backend: nccl: "), std::string::npos) << e.what();
   } catch (const wt::distributed::CollectiveExit& exit) {
     EXPECT_EQ(exit.code, 2);  // the agreed exit: the lowest failing rank printed the reason
   }

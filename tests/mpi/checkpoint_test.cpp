@@ -126,8 +126,8 @@ TEST_F(Checkpoints, ResumingOnAnotherWorldSizeRepartitionsTheData) {
   const Job other = train(1, affine, "--steps 5 --batch-size 4 --shard-affinity --resume " + affine + "/latest");
   EXPECT_EQ(other.status, 2) << other.output;
   EXPECT_EQ(occurrences(other.output,
-                        "written mid-epoch by 2 ranks with --shard-affinity, whose data order depends "
-                        "on both; resume it on 2 ranks with --shard-affinity"),
+                        "written mid-epoch by 2 ranks with shard affinity, whose data order depends "
+                        "on both; resume it on 2 ranks with shard affinity"),
             1u)
       << other.output;
 
@@ -186,7 +186,7 @@ TEST_F(Checkpoints, BadCheckpointsAreOneLineAndStatus2AndNothingIsOverwritten) {
       {"--resume " + dir + "/cut.h5", tiny_config(), "checkpoint " + dir + "/cut.h5: "},
       {"--resume " + dir + "/absent.h5", tiny_config(), "error: option --resume: " + dir + "/absent.h5 does not exist"},
       {"--resume " + dir + "-no-ema/step-00000002.h5 --ema-decay 0.9", tiny_config(),
-       "checkpoint " + dir + "-no-ema/step-00000002.h5: has no /ema, but this run keeps an EMA (--ema-decay)"},
+       "checkpoint " + dir + "-no-ema/step-00000002.h5: has no /ema, but this run keeps an EMA"},
       {"--resume " + checkpoint, tiny_config(), ""},  // fine: an EMA in the file that this run does not keep
   };
   for (const auto& c : cases) {
@@ -385,6 +385,51 @@ TEST(WanbenchCkpt, ReportsSizeSaveTimesAndStall) {
        {"sync_save_s", "snapshot_s", "file_write_s", "plain_write_s", "steps_s", "steps_with_background_write_s"})
     EXPECT_GT(report[key].get<double>(), 0) << key;
   EXPECT_LT(report["snapshot_s"].get<double>(), report["sync_save_s"].get<double>());
+}
+
+}  // namespace
+
+namespace {
+
+// tests/fixtures/checkpoint-v1: a version-1 file written by an earlier
+// wantrain (2 ranks, step 2 of its data, mid-epoch, with EMA and AdamW
+// state) resumes, and the version-2 files written after it continue the
+// same run bit for bit.
+TEST(CheckpointFormat, AVersion1CheckpointResumes) {
+  const std::string fixture = std::string(WANTRAIN_SOURCE_DIR) + "/tests/fixtures/checkpoint-v1";
+  const std::string data = fresh("ckpt-v1-data"), dir = fresh("ckpt-v1-run");
+  // The fixture's dataset, made again (wandata synth is deterministic; the README says how).
+  const Job synth = launch(std::string(WANTRAIN_WANDATA) + " synth --out " + data +
+                           " --samples 16 --shards 2 --size 8x8 --text-len 8 --text-dim 16");
+  ASSERT_EQ(synth.status, 0) << synth.output;
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy_file(fixture + "/step-00000002.h5", dir + "/step-00000002.h5");
+  const auto run = [&](const std::string& resume, int steps) {
+    return launch(mpi_command(2, WANTRAIN_WANTRAIN,
+                              "--model-config " + fixture + "/model-config.json --data " + data + " --output-dir " +
+                                  dir +
+                                  " --batch-size 2 --ema-decay 0.9 --threads 1 --seed 3 --log-every 1 "
+                                  "--save-every 1 --keep 0 --resume " +
+                                  resume + " --steps " + std::to_string(steps)));
+  };
+  const Job from_v1 = run(dir + "/step-00000002.h5", 4);
+  ASSERT_EQ(from_v1.status, 0) << from_v1.output;
+  EXPECT_EQ(occurrences(from_v1.output, "resume: " + dir + "/step-00000002.h5 (step 2, epoch 0, written by 2 ranks)"),
+            1u)
+      << from_v1.output;
+  const auto first = training_lines(dir);
+  ASSERT_EQ(first.size(), 2u);
+  EXPECT_EQ(first[0]["step"], 3);
+  std::filesystem::copy_file(dir + "/model.safetensors", dir + "/from-v1.safetensors");
+
+  // Step 4 again, from the version-2 file of step 3 that the resumed run wrote.
+  std::filesystem::remove(dir + "/metrics.jsonl");
+  const Job from_v2 = run(dir + "/step-00000003.h5", 4);
+  ASSERT_EQ(from_v2.status, 0) << from_v2.output;
+  const auto again = training_lines(dir);
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0]["loss"].get<double>(), first[1]["loss"].get<double>());
+  EXPECT_EQ(weights_difference(dir + "/model.safetensors", dir + "/from-v1.safetensors"), 0.0);
 }
 
 }  // namespace

@@ -80,8 +80,9 @@ TEST_F(Distill, TheStudentLearnsTheTeacherAndTheCheckpointNamesIt) {
   EXPECT_LT(mean_loss(lines, 18, 6), 0.7 * mean_loss(lines, 0, 6));
   EXPECT_GT(lines[0]["teacher_s"].get<double>(), 0.0);
   const auto saved = wt::ckpt::read_checkpoint(dir + "/step-00000012.h5");
-  EXPECT_EQ(saved.teacher, teacher());
-  EXPECT_EQ(saved.teacher_checksum.rfind("crc32:", 0), 0u) << saved.teacher_checksum;
+  EXPECT_EQ(saved.objective_kind, "distillation");
+  EXPECT_EQ(saved.objective.at("teacher"), teacher());
+  EXPECT_EQ(saved.objective.at("teacher_checksum").rfind("crc32:", 0), 0u);
   // The student's own shapes: 1 block, ffn_dim 64.
   EXPECT_NE(saved.model_config.find("\"ffn_dim\":64"), std::string::npos) << saved.model_config;
   EXPECT_NE(saved.model_config.find("\"num_layers\":1"), std::string::npos) << saved.model_config;
@@ -189,8 +190,8 @@ TEST_F(Distill, BadTeachersAreOneLineAndStatus2) {
               "--teacher " + small_teacher + "/model.safetensors --teacher-config " + student_config() + " --steps 2",
               tiny_config());
   EXPECT_EQ(wider.status, 2) << wider.output;
-  EXPECT_EQ(occurrences(wider.output, "error: --student-init projection: student --model-config " + tiny_config() +
-                                          " has ffn_dim 128, teacher --teacher " + small_teacher +
+  EXPECT_EQ(occurrences(wider.output, "error: option --student-init: projection: student --model-config " +
+                                          tiny_config() + " has ffn_dim 128, teacher --teacher " + small_teacher +
                                           "/model.safetensors has 64: a student may be smaller than its teacher"),
             1u)
       << wider.output;

@@ -32,6 +32,7 @@ class LeastSquares : public wt::train::Objective {
   ObjectiveLoss loss(const Batch& batch, const StepContext&) override {
     return {(batch.at("x").matmul(w_) - batch.at("y")).square().mean()};
   }
+  std::string kind() const override { return "least-squares"; }
   at::Tensor validation_losses(const Batch& batch) override {
     return (batch.at("x").matmul(w_) - batch.at("y")).square().to(torch::kFloat64);
   }

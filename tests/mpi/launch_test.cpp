@@ -42,7 +42,7 @@ TEST(Launch, SkippedCollectiveEndsTheJobWithTheTimeoutLine) {
   EXPECT_TRUE(
       std::regex_search(job.output, std::regex("\\[rank 0/" + std::to_string(kRanks) +
                                                " on [^\\]]+\\]: error: MPI all_reduce #1 \\(Float x 16, sum\\) did not "
-                                               "complete within 2 s \\(--comm-timeout\\)")))
+                                               "complete within 2 s \\(the comm_timeout setting\\)")))
       << job.output;
   EXPECT_LT(job.seconds, kHangGuardSeconds);
 }
@@ -122,7 +122,8 @@ TEST(Launch, EveryToolAndSubcommandAnswersVersionWithTheVersion) {
       {std::string(WANTRAIN_WANBENCH) + " io", "wanbench io"},
       {std::string(WANTRAIN_WANBENCH) + " model", "wanbench model"},
       {std::string(WANTRAIN_WANBENCH) + " step", "wanbench step"},
-      {std::string(WANTRAIN_WANBENCH) + " ckpt", "wanbench ckpt"}};
+      {std::string(WANTRAIN_WANBENCH) + " ckpt", "wanbench ckpt"},
+      {WANTRAIN_CSVFIT, "csvfit"}};
   for (const auto& [command, program] : tools) {
     const Job job = launch(command + " --version");
     EXPECT_EQ(job.status, 0) << command << "\n" << job.output;

@@ -130,7 +130,7 @@ TEST(Reducer, AParameterWithoutGradientIsNamedOnEveryRank) {
   } catch (const wt::UsageError& e) {
     EXPECT_STREQ(e.what(),
                  "Reducer: 2 parameters got no gradient in this step: 3.weight, 3.bias "
-                 "(use --allow-unused to reduce zeros for them)");
+                 "(use the allow_unused setting to reduce zeros for them)");
   }
 }
 

@@ -43,6 +43,9 @@ Checkpoint sample(int64_t step, double val_loss = NAN) {
   c.run_config = R"({"lr":"0.0001"})";
   c.model_config = R"({"dim":8})";
   c.world_size = 2;
+  c.shard_affinity = true;
+  c.objective_kind = "distillation";
+  c.objective = {{"teacher", "t.safetensors"}, {"teacher_checksum", "crc32:0000abcd"}};
   return c;
 }
 
@@ -92,7 +95,46 @@ TEST(Checkpoint, RoundTripKeepsEveryTensorAndField) {
   EXPECT_EQ(back.run_config, saved.run_config);
   EXPECT_EQ(back.model_config, saved.model_config);
   EXPECT_EQ(back.world_size, 2);
+  EXPECT_TRUE(back.shard_affinity);
+  EXPECT_EQ(back.objective_kind, "distillation");
+  EXPECT_EQ(back.objective, saved.objective);
+  EXPECT_EQ(back.version, kVersion);
   EXPECT_EQ(back.model[0].second.dim(), saved.model[0].second.dim());
+}
+
+// Version 2: one group per component, each with its typed attributes.
+TEST(Checkpoint, Version2HasOneGroupPerComponent) {
+  const auto dir = fresh_dir("groups");
+  write_checkpoint(dir + "/c.h5", sample(5));
+  const hid_t file = H5Fopen((dir + "/c.h5").c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  ASSERT_GE(file, 0);
+  for (const char* group : {"/engine", "/engine/scaler", "/model", "/ema", "/optimizer", "/sampler", "/objective"})
+    EXPECT_GT(H5Lexists(file, group, H5P_DEFAULT), 0) << group;
+  for (const char* old : {"/trainer", "/optim"}) EXPECT_EQ(H5Lexists(file, old, H5P_DEFAULT), 0) << old;
+  for (const auto& [object, attribute] :
+       {std::pair{"/sampler", "world_size"}, std::pair{"/sampler", "shard_affinity"}, std::pair{"/engine", "step"},
+        std::pair{"/optimizer", "kind"}, std::pair{"/objective", "teacher_checksum"}})
+    EXPECT_GT(H5Aexists_by_name(file, object, attribute, H5P_DEFAULT), 0) << object << " " << attribute;
+  H5Fclose(file);
+}
+
+// tests/fixtures/checkpoint-v1 (written by wantrain before version 2) reads
+// into the same fields, the shard affinity and teacher from where version 1
+// kept them.
+TEST(Checkpoint, Version1FilesAreRead) {
+  const auto c = read_checkpoint(std::string(WANTRAIN_SOURCE_DIR) + "/tests/fixtures/checkpoint-v1/step-00000002.h5");
+  EXPECT_EQ(c.version, 1);
+  EXPECT_EQ(c.state.step, 2);
+  EXPECT_EQ(c.state.sampler_consumed, 8);  // 2 steps of 2 ranks x batch 2
+  EXPECT_EQ(c.world_size, 2);
+  EXPECT_FALSE(c.shard_affinity);
+  EXPECT_EQ(c.objective_kind, "flow-matching");
+  EXPECT_TRUE(c.objective.empty());
+  EXPECT_EQ(c.model.size(), c.ema.size());
+  ASSERT_EQ(c.model.size(), c.optim.size());
+  for (const auto& slot : c.optim) EXPECT_EQ(slot.step, 2) << slot.name;
+  EXPECT_EQ(
+      read_trainer_state(std::string(WANTRAIN_SOURCE_DIR) + "/tests/fixtures/checkpoint-v1/step-00000002.h5").step, 2);
 }
 
 TEST(Checkpoint, TruncatedOrForeignFilesAreOneLineNamingTheFile) {
@@ -145,11 +187,11 @@ TEST(Checkpoint, ShapeMismatchesAndStrangersAreNamed) {
   Checkpoint no_ema = saved;
   no_ema.ema.clear();
   EXPECT_EQ(message_of([&] { check_fits(no_ema, "x.h5", saved.model, true); }),
-            "checkpoint x.h5: has no /ema, but this run keeps an EMA (--ema-decay)");
+            "checkpoint x.h5: has no /ema, but this run keeps an EMA");
   Checkpoint bad_optim = saved;
   bad_optim.optim[0].exp_avg_sq = torch::zeros({3});
   EXPECT_EQ(message_of([&] { check_fits(bad_optim, "x.h5", saved.model, true); }),
-            "checkpoint x.h5: tensor /optim/blocks.0.norm3.weight/exp_avg_sq has shape [3], the model's is [8]");
+            "checkpoint x.h5: tensor /optimizer/blocks.0.norm3.weight/exp_avg_sq has shape [3], the model's is [8]");
   EXPECT_NO_THROW(check_fits(saved, "x.h5", saved.model, true));
 }
 
@@ -168,12 +210,12 @@ TEST(CheckpointWriter, LatestNamesTheNewestAndKeepPrunesOnlyAfterANewOneIsComple
   EXPECT_EQ(resolve_resume("auto", dir), dir + "/step-00000030.h5");
   EXPECT_EQ(resolve_resume(dir, "elsewhere"), dir + "/step-00000030.h5");
   EXPECT_EQ(resolve_resume("auto", fresh_dir("empty")), std::nullopt);
-  EXPECT_NE(message_of([&] { resolve_resume(dir + "/nothing.h5", dir); }).find("option --resume:"), std::string::npos);
+  EXPECT_NE(message_of([&] { resolve_resume(dir + "/nothing.h5", dir); }).find("resume: "), std::string::npos);
   // A `latest` naming a missing file is damage, not a fresh start.
   const auto dangling = fresh_dir("dangling");
   fs::create_symlink("step-00000009.h5", dangling + "/latest");
   EXPECT_EQ(message_of([&] { resolve_resume("auto", dangling); }),
-            "option --resume: " + dangling + "/latest names step-00000009.h5, which does not exist");
+            "resume: " + dangling + "/latest names step-00000009.h5, which does not exist");
   for (const auto& entry : fs::directory_iterator(dir))
     EXPECT_EQ(entry.path().extension(), entry.path().filename() == "latest" ? "" : ".h5") << entry.path();
 }

@@ -194,8 +194,8 @@ TEST(Projection, StudentsThatCannotBeProjectedAreOneLineNamingTheField) {
   auto wider = config(64, 2), deeper = config(32, 3), other_latents = config(32, 2), video = config(32, 2, {2, 2, 2});
   other_latents.in_dim = 8;
   EXPECT_EQ(error(t, wider),
-            "--student-init projection: student --model-config s.json has dim 64, teacher --teacher t.safetensors has "
-            "32: a student may be smaller than its teacher, not larger (use --student-init random)");
+            "student_init: projection: student --model-config s.json has dim 64, teacher --teacher t.safetensors has "
+            "32: a student may be smaller than its teacher, not larger (or start it at random)");
   EXPECT_NE(error(t, deeper).find("has num_layers 3, teacher --teacher t.safetensors has 2"), std::string::npos);
   EXPECT_NE(error(t, other_latents)
                 .find("has in_dim 8, teacher --teacher t.safetensors has 4: both must read the "
@@ -301,7 +301,7 @@ TEST(Teacher, BadTeacherFilesAreOneLineNamingTheOption) {
   };
   // A config with another depth: the file's extra block is named.
   const auto shallower = error(path, config(32, 1));
-  EXPECT_EQ(shallower.rfind("option --teacher: weights " + path + ": do not match the model: ", 0), 0u) << shallower;
+  EXPECT_EQ(shallower.rfind("teacher: weights " + path + ": do not match the model: ", 0), 0u) << shallower;
   EXPECT_NE(shallower.find("unexpected (blocks.1."), std::string::npos) << shallower;
   EXPECT_NE(shallower.find("(the teacher's config --teacher-config t.json: dim 32, 1 layers)"), std::string::npos);
   // Another width: shapes named.
@@ -321,14 +321,13 @@ TEST(Teacher, BadTeacherFilesAreOneLineNamingTheOption) {
   // A truncated file.
   fs::copy_file(path, temp_path("teacher-truncated.safetensors"), fs::copy_options::overwrite_existing);
   fs::resize_file(temp_path("teacher-truncated.safetensors"), fs::file_size(path) / 2);
-  EXPECT_EQ(error(temp_path("teacher-truncated.safetensors"), c).rfind("option --teacher: ", 0), 0u);
+  EXPECT_EQ(error(temp_path("teacher-truncated.safetensors"), c).rfind("teacher: ", 0), 0u);
   // Neither a config nor a checkpoint to take one from.
   try {
     wt::train::resolve_teacher_config(path, "");
     ADD_FAILURE() << "no error";
   } catch (const wt::UsageError& e) {
-    EXPECT_EQ(std::string(e.what()).rfind(
-                  "option --teacher-config: the teacher " + path + " is not a wantrain checkpoint", 0),
+    EXPECT_EQ(std::string(e.what()).rfind("teacher_config: the teacher " + path + " is not a wantrain checkpoint", 0),
               0u)
         << e.what();
   }

@@ -3,15 +3,16 @@
 
 #include <sstream>
 
-#include "wantrain/train/train_config.hpp"
+#include "train_config.hpp"
+#include "wantrain/util/threads.hpp"
 #include "wantrain/util/error.hpp"
 #include "wantrain/util/options.hpp"
 
 namespace {
 
-std::string validation_error(wt::TrainConfig cfg) {
+std::string validation_error(wt::wantrain::TrainConfig cfg) {
   try {
-    wt::validate(cfg);
+    wt::wantrain::validate(cfg);
   } catch (const wt::UsageError& e) {
     return e.what();
   }
@@ -21,9 +22,9 @@ std::string validation_error(wt::TrainConfig cfg) {
 }  // namespace
 
 TEST(TrainConfig, DeclaresEveryOptionNamedInTheDesign) {
-  wt::TrainConfig cfg;
+  wt::wantrain::TrainConfig cfg;
   wt::OptionSet options("wantrain", "[options]");
-  wt::declare_options(options, cfg);
+  wt::wantrain::declare_options(options, cfg);
   const std::string help = options.help_text();
   // The command-line names that scripts, docs and users rely on (design.md).
   for (const char* name : {"config",
@@ -80,14 +81,14 @@ TEST(TrainConfig, DeclaresEveryOptionNamedInTheDesign) {
 TEST(TrainConfig, DefaultsAreValid) { EXPECT_EQ(validation_error({}), "valid"); }
 
 TEST(TrainConfig, StepsAndEpochsAreExclusive) {
-  wt::TrainConfig cfg;
+  wt::wantrain::TrainConfig cfg;
   cfg.steps = 10;
   cfg.epochs = 2;
   EXPECT_EQ(validation_error(cfg), "option --steps: give --steps or --epochs, not both");
 }
 
 TEST(TrainConfig, RangeChecksNameTheOption) {
-  wt::TrainConfig a, b, c, d, e;
+  wt::wantrain::TrainConfig a, b, c, d, e;
   a.batch_size = 0;
   b.ema_decay = 1.0;
   c.comm_timeout = 0;
@@ -101,12 +102,12 @@ TEST(TrainConfig, RangeChecksNameTheOption) {
 }
 
 TEST(TrainConfig, BetasReadAsCommaSeparatedPairInUnitInterval) {
-  wt::Betas betas;
+  wt::wantrain::Betas betas;
   std::istringstream("0.8,0.95") >> betas;
   EXPECT_DOUBLE_EQ(betas.beta1, 0.8);
   EXPECT_DOUBLE_EQ(betas.beta2, 0.95);
   for (const char* bad : {"0.9", "0.9;0.99", "1.2,0.9", "0.9,-0.1"}) {
-    wt::Betas b;
+    wt::wantrain::Betas b;
     std::istringstream in(bad);
     in >> b;
     EXPECT_TRUE(in.fail()) << bad;
@@ -117,10 +118,10 @@ TEST(TrainConfig, BetasReadAsCommaSeparatedPairInUnitInterval) {
 }
 
 TEST(TrainConfig, ThreadsDefaultToTheNodesCoresSharedAmongItsRanks) {
-  wt::TrainConfig cfg;
+  wt::wantrain::TrainConfig cfg;
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  EXPECT_EQ(wt::threads_per_rank(cfg, 1), cores);
-  EXPECT_EQ(wt::threads_per_rank(cfg, cores * 2), 1);
+  EXPECT_EQ(wt::threads_per_rank(cfg.threads, 1), cores);
+  EXPECT_EQ(wt::threads_per_rank(cfg.threads, cores * 2), 1);
   cfg.threads = 3;
-  EXPECT_EQ(wt::threads_per_rank(cfg, 8), 3);
+  EXPECT_EQ(wt::threads_per_rank(cfg.threads, 8), 3);
 }

@@ -1,19 +1,16 @@
-#include "wantrain/train/train_config.hpp"
+#include "train_config.hpp"
 
 #include <fmt/format.h>
-
-#include <sched.h>
 
 #include <algorithm>
 #include <cmath>
 #include <istream>
 #include <ostream>
-#include <thread>
 
 #include "wantrain/util/error.hpp"
 #include "wantrain/util/options.hpp"
 
-namespace wt {
+namespace wt::wantrain {
 
 std::istream& operator>>(std::istream& in, Betas& betas) {
   char comma = 0;
@@ -132,17 +129,58 @@ void validate(const TrainConfig& c) {
   }
 }
 
-int threads_per_rank(int requested, int ranks_on_node) {
-  if (requested > 0) return requested;
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  // A launcher that bound this rank to some cores (mpirun --bind-to, SLURM)
-  // already shared the node out: use them all.
-  cpu_set_t mask;
-  if (sched_getaffinity(0, sizeof mask, &mask) == 0) {
-    const int allowed = CPU_COUNT(&mask);
-    if (allowed > 0 && allowed < cores) return allowed;
+train::RunSettings run_settings(const TrainConfig& c, const at::Device& device) {
+  train::RunSettings s;
+  s.micro_batch = c.batch_size;
+  s.accumulation = c.grad_accum;
+  s.steps = c.steps;
+  s.epochs = c.epochs;
+  s.seed = c.seed;
+  s.drop_last = !c.no_drop_last;
+  s.shard_affinity = c.shard_affinity;
+  s.lr = c.lr;
+  s.scale_lr = c.scale_lr;
+  s.schedule = c.schedule == "cosine" ? train::Schedule::Cosine : train::Schedule::Constant;
+  s.warmup_steps = c.warmup_steps;
+  s.adamw = {c.betas.beta1, c.betas.beta2, c.weight_decay, 1e-8};
+  s.clip = c.clip;
+  s.ema_decay = c.ema_decay;
+  s.bucket_bytes = static_cast<int64_t>(c.bucket_mb * (1 << 20));
+  s.allow_unused = c.allow_unused;
+  if (c.precision == "bf16") s.compute_dtype = at::kBFloat16;
+  if (c.precision == "fp16") {
+    require(device.is_cuda(), "precision", "fp16 needs CUDA devices (dynamic loss scaling); on CPU use bf16");
+    s.compute_dtype = at::kHalf;
   }
-  return std::max(1, cores / std::max(1, ranks_on_node));
+  return s;
 }
 
-}  // namespace wt
+train::WanRunOptions wan_run_options(const TrainConfig& c) {
+  train::WanRunOptions o;
+  o.model_config_name = "--model-config " + c.model_config;
+  o.teacher_name = "--teacher " + c.teacher;
+  o.init = c.init;
+  o.objective.flow = {
+      c.timestep_sampling == "logit-normal" ? train::TimestepSampling::LogitNormal : train::TimestepSampling::Uniform,
+      c.logit_mean, c.logit_std, c.shift};
+  o.objective.text_drop = c.text_drop;
+  o.objective.seed = c.seed;
+  o.distill_target_weight = c.distill_target_weight;
+  o.student_init = c.student_init == "random" ? train::StudentInit::Random : train::StudentInit::Projection;
+  o.prefetch = c.prefetch;
+  return o;
+}
+
+train::FitOptions fit_options(const TrainConfig& c) {
+  train::FitOptions o;
+  o.output_dir = c.output_dir;
+  o.save_every = c.save_every;
+  o.keep = c.keep;
+  o.keep_best = c.keep_best;
+  o.val_every = c.val_every;
+  o.log_every = c.log_every;
+  o.stop_on_checkpoint_error = c.on_ckpt_error == "fail";
+  return o;
+}
+
+}  // namespace wt::wantrain

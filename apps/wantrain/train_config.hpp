@@ -1,14 +1,22 @@
 // TrainConfig: every option of `wantrain`, declared once (train_config.cpp)
-// for the command line, the --config INI file, --help and the start-up table.
+// for the command line, the --config INI file, --help and the start-up table,
+// and its mapping onto the library's typed settings (RunSettings,
+// WanRunOptions, FitOptions): the one place where option text becomes enums.
 #pragma once
 
 #include <cstdint>
 #include <iosfwd>
 #include <string>
 
-namespace wt {
+#include "wantrain/train/fit.hpp"
+#include "wantrain/train/run_plan.hpp"
+#include "wantrain/train/wan_run.hpp"
 
+namespace wt {
 class OptionSet;
+}
+
+namespace wt::wantrain {
 
 // AdamW's (beta1, beta2), written "0.9,0.999".
 struct Betas {
@@ -88,11 +96,10 @@ void declare_options(OptionSet& options, TrainConfig& cfg);
 // Cross-field and range checks; throws UsageError naming the option.
 void validate(const TrainConfig& cfg);
 
-// Threads per rank: `requested` (cfg.threads), or when 0 the cores this rank
-// may use: those a launcher bound it to, else the node's shared among its ranks.
-int threads_per_rank(int requested, int ranks_on_node);
-inline int threads_per_rank(const TrainConfig& cfg, int ranks_on_node) {
-  return threads_per_rank(cfg.threads, ranks_on_node);
-}
+// The library's typed settings for these options. run_settings throws
+// UsageError naming --precision for fp16 on a CPU device.
+train::RunSettings run_settings(const TrainConfig& cfg, const at::Device& device);
+train::WanRunOptions wan_run_options(const TrainConfig& cfg);
+train::FitOptions fit_options(const TrainConfig& cfg);
 
-}  // namespace wt
+}  // namespace wt::wantrain

@@ -1,0 +1,31 @@
+// A numeric table read from a CSV file (RFC 4180, parsed by libcsv): a header
+// row of column names, then rows of finite numbers. For small tabular inputs
+// such as metrics, schedules or per-sample values; a file is read whole, and
+// anything malformed is a UsageError naming the file, line and column.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace wt::data {
+
+struct CsvTable {
+  std::string path;
+  std::vector<std::string> columns;  // header names, in file order
+  int64_t rows = 0;
+  std::vector<double> values;  // row-major, rows * columns.size()
+
+  // Index of a column by name; UsageError naming the file, the missing name and listing the columns.
+  int64_t column(const std::string& name) const;
+};
+
+// Reads the whole file. Every bad input is a one-line UsageError naming the file and, where it applies, the line
+// (1-based, the header is line 1; for a record, the line on which it starts, counting newlines inside quoted fields)
+// and the column (1-based index and header name); a quoting error names the line it is found on, an unterminated
+// quote the line its record starts on. Header names and cells are trimmed of whitespace; a cell must be one finite
+// number for std::strtod (so hex floats pass too). Blank lines are skipped; CRLF endings and a UTF-8 byte order mark
+// are fine; lines are counted by '\n' only, so a file ended by lone CRs is all line 1.
+CsvTable read_csv_table(const std::string& path);
+
+}  // namespace wt::data

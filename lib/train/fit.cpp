@@ -1,0 +1,240 @@
+#include "wantrain/train/fit.hpp"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <torch/torch.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+
+#include "wantrain/ckpt/directory.hpp"
+#include "wantrain/ckpt/writer.hpp"
+#include "wantrain/distributed/comm.hpp"
+#include "wantrain/distributed/world.hpp"
+#include "wantrain/train/run_plan.hpp"
+#include "wantrain/train/train_log.hpp"
+#include "wantrain/train/validation.hpp"
+#include "wantrain/util/error.hpp"
+#include "wantrain/util/exit_codes.hpp"
+#include "wantrain/util/stop_signals.hpp"
+
+namespace wt::train {
+namespace {
+
+constexpr double kNoValidation = std::numeric_limits<double>::quiet_NaN();
+
+// What the training thread does with finished background writes (rank 0).
+// Returns false when a write failed and the run must stop on it.
+bool report(const std::vector<ckpt::WriteResult>& results, const FitOptions& options) {
+  bool ok = true;
+  for (const auto& r : results) {
+    if (r.ok()) {
+      spdlog::info("checkpoint {} written in {:.2f} s", r.path, r.seconds);
+      continue;
+    }
+    if (options.stop_on_checkpoint_error) {
+      spdlog::error("{} (stopping on a failed checkpoint write; the previous checkpoint is intact)", r.error);
+      ok = false;
+    } else {
+      spdlog::warn("{} (training goes on; the previous checkpoint is intact)", r.error);
+    }
+  }
+  return ok;
+}
+
+// Collective: true when `ok` on every rank.
+bool all_ok(distributed::Comm& comm, bool ok) {
+  auto failed = torch::tensor({int64_t(!ok)}, torch::kInt64).to(comm.device());
+  comm.all_reduce(failed, {distributed::ReduceOp::Max});
+  return failed.cpu().item<int64_t>() == 0;
+}
+
+}  // namespace
+
+StartPoint start_run(distributed::World& world, const FitOptions& options, const std::string& resume,
+                     const std::string& model_config_name) {
+  StartPoint start;
+  world.agree([&] {
+    if (world.is_root()) {
+      std::error_code error;
+      std::filesystem::create_directories(options.output_dir, error);
+      if (error)
+        throw SettingError("output_dir", fmt::format("cannot create {}: {}", options.output_dir, error.message()));
+    }
+    // Rank 0 chooses the file (right after a requeue, nodes may see the
+    // `latest` link differently); every rank then reads it (a shared file
+    // system, as for the data) and checks it before anything is built.
+    if (!resume.empty()) {
+      std::string chosen, error;
+      if (world.is_root()) {
+        try {
+          chosen = ckpt::resolve_resume(resume, options.output_dir).value_or("");
+        } catch (const UsageError& e) {
+          error = e.what();
+        }
+      }
+      world.broadcast(chosen);
+      world.broadcast(error);
+      if (!error.empty()) {
+        if (world.is_root()) throw UsageError(error);
+        return;
+      }
+      if (!chosen.empty()) {
+        start.checkpoint = ckpt::read_checkpoint(chosen);
+        start.path = chosen;
+        ckpt::check_model_config(start.checkpoint->model_config, start.path, options.model_config, model_config_name);
+      }
+    }
+    if (world.is_root() && options.keep_best)
+      if (const auto best = ckpt::linked_checkpoint(options.output_dir, "best"))
+        start.best_val_loss = ckpt::read_trainer_state(*best).val_loss;
+  });
+  if (world.is_root() && !resume.empty()) {
+    const auto& saved = start.checkpoint;
+    if (saved)
+      fmt::print("resume: {} (step {}, epoch {}, written by {} rank{}{})\n", start.path, saved->state.step,
+                 saved->state.epoch, saved->world_size, saved->world_size == 1 ? "" : "s",
+                 saved->world_size == world.size() ? "" : "; the sampler re-partitions its position");
+    else
+      fmt::print("resume: auto: no checkpoint in {}; starting fresh\n", options.output_dir);
+  }
+  return start;
+}
+
+void restore_sampler(const ckpt::Checkpoint& saved, const std::string& path, data::DistributedSampler& sampler) {
+  const auto& state = saved.state;
+  if (state.sampler_consumed % sampler.global_batch() != 0)
+    throw UsageError(fmt::format(
+        "checkpoint {}: it stopped {} samples into epoch {}, not a whole number of this run's global batches of {} "
+        "({} samples past the last whole one; global batch = batch size x ranks x accumulation); resume with the "
+        "same effective batch",
+        path, state.sampler_consumed, state.sampler_epoch, sampler.global_batch(),
+        state.sampler_consumed % sampler.global_batch()));
+  // With shard affinity each rank's order depends on the world size: a
+  // position mid-epoch names other samples under another world size, or
+  // with affinity switched on or off.
+  const bool affinity = sampler.options().shard_affinity;
+  if ((saved.shard_affinity || affinity) && state.sampler_consumed != 0 &&
+      (saved.world_size != sampler.options().world_size || saved.shard_affinity != affinity))
+    throw UsageError(
+        fmt::format("checkpoint {}: written mid-epoch by {} ranks {} shard affinity, whose data order "
+                    "depends on both; resume it on {} ranks {} shard affinity",
+                    path, saved.world_size, saved.shard_affinity ? "with" : "without", saved.world_size,
+                    saved.shard_affinity ? "with" : "without"));
+  sampler.restore({state.sampler_epoch, state.sampler_consumed});
+}
+
+int fit(distributed::World& world, distributed::Comm& comm, const RunPlan& plan, FitRun run, const FitOptions& options,
+        double best_val_loss) {
+  Engine& engine = *run.engine;
+  const StopSignalHandlers stop_signals;  // from here on a signal means "checkpoint and requeue"
+  const bool resumed = run.resumed;
+  int64_t epoch = run.first_epoch;
+
+  // Rank 0's writer; other ranks never touch the file system for checkpoints.
+  std::unique_ptr<ckpt::CheckpointWriter> writer;
+  if (world.is_root()) {
+    for (const auto& partial : ckpt::remove_partial_writes(options.output_dir))
+      spdlog::warn("removed {}, left by a checkpoint write that did not finish", partial);
+    ckpt::WriterOptions writer_options{options.output_dir, options.keep, options.keep_best, best_val_loss};
+    writer = std::make_unique<ckpt::CheckpointWriter>(writer_options);
+  }
+  int64_t last_saved = resumed ? engine.steps_taken() : -1;
+  auto save = [&](double val_loss) {
+    if (writer && engine.steps_taken() != last_saved) {
+      auto c = writer->recycle();
+      engine.save_state(c);
+      const auto position = run.batches->position();
+      c.state.epoch = epoch;
+      c.state.sampler_epoch = position.epoch;
+      c.state.sampler_consumed = position.consumed;
+      c.state.val_loss = val_loss;
+      c.world_size = plan.world_size;
+      c.shard_affinity = plan.sampler.shard_affinity;
+      c.run_config = options.run_options;
+      c.model_config = options.model_config;
+      c.objective_kind = engine.objective().kind();
+      c.objective = engine.objective().checkpoint_state();
+      writer->submit(std::move(c));
+    }
+    last_saved = engine.steps_taken();
+  };
+
+  TrainLogOptions log_options;
+  log_options.metrics_path = options.output_dir + "/metrics.jsonl";
+  log_options.append = resumed;
+  log_options.log_every = options.log_every;
+  log_options.total_steps = plan.total_steps;
+  log_options.first_step = engine.steps_taken();
+  log_options.samples_per_step = plan.effective_batch;
+  TrainLog log(world.is_root(), log_options);
+
+  const at::ScalarType compute_dtype = plan.engine.compute_dtype;
+  auto validate = [&](int64_t step) {
+    const double loss = run.validator->evaluate(engine.objective(), comm, compute_dtype);
+    log.validation(step, loss);
+    return loss;
+  };
+  using Clock = std::chrono::steady_clock;
+  bool writes_ok = true;
+  double val_loss = kNoValidation;  // of the step just taken
+  while (engine.steps_taken() < plan.total_steps) {
+    const auto wait = Clock::now();
+    const Batch batch = run.batches->next(epoch);
+    const double waited = std::chrono::duration<double>(Clock::now() - wait).count();
+    StepResult result = engine.step(batch);
+    result.epoch = epoch;
+    result.times.data += waited;
+    result.times.total += waited;
+    log.record(result, engine.skipped_steps());
+    const bool done = engine.steps_taken() >= plan.total_steps;
+    val_loss = kNoValidation;
+    if (run.validator && (done || (options.val_every > 0 && result.step % options.val_every == 0)))
+      val_loss = validate(result.step);
+    if (options.save_every > 0 && result.step % options.save_every == 0) save(val_loss);
+    if (writer) writes_ok = report(writer->take_results(), options) && writes_ok;
+
+    // The ranks agree at every step boundary on a signal any of them got,
+    // and on a failed write rank 0 saw: [signal, write failed].
+    auto flags = torch::tensor({int64_t(stop_signal()), int64_t(!writes_ok)}, torch::kInt64).to(comm.device());
+    comm.all_reduce(flags, {distributed::ReduceOp::Max});
+    flags = flags.cpu();
+    if (flags[1].item<int64_t>() != 0) {
+      if (writer) writer->drain();
+      return kExitFailure;
+    }
+    if (const int signal = int(flags[0].item<int64_t>()); signal != 0) {
+      save(val_loss);
+      bool written = true;  // whatever the error policy says: the message must be true
+      if (writer) {
+        const auto results = writer->drain();
+        report(results, options);
+        for (const auto& r : results) written = written && r.ok();
+      }
+      const bool saved = all_ok(comm, written);
+      if (world.is_root())
+        fmt::print("stopping at step {} on {}: {}; exit status {}\n", engine.steps_taken(), signal_name(signal),
+                   saved ? fmt::format("checkpoint {}/{}", options.output_dir,
+                                       ckpt::checkpoint_file_name(engine.steps_taken()))
+                         : std::string("the checkpoint could not be written"),
+                   saved ? fmt::format("{} (requeue, then --resume auto)", kExitRequeue) : std::string("1"));
+      std::fflush(stdout);  // before a launcher's kill-on-bad-exit can end this rank
+      return saved ? kExitRequeue : kExitFailure;
+    }
+  }
+  log.finish(engine.skipped_steps());
+
+  // The final checkpoint; not after a failed write that stops the run.
+  // Every rank learns how the writes went, so all exit with one status.
+  writes_ok = all_ok(comm, writes_ok && (!writer || report(writer->drain(), options)));
+  if (writes_ok || !options.stop_on_checkpoint_error) save(val_loss);
+  writes_ok = all_ok(comm, writes_ok && (!writer || report(writer->drain(), options)));
+  std::string weights;
+  if (world.is_root() && run.save_weights) weights = run.save_weights(options.output_dir);
+  comm.barrier();  // the weights are complete before any rank reports success
+  if (world.is_root() && !weights.empty()) fmt::print("{}\n", weights);
+  return writes_ok || !options.stop_on_checkpoint_error ? kExitOk : kExitFailure;
+}
+
+}  // namespace wt::train

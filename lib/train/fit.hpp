@@ -1,0 +1,87 @@
+// fit: the training loop of any model family, data-parallel over a Comm.
+//
+//   start_run   (collective) output directory, resume choice on rank 0,
+//               the checkpoint read and checked on every rank
+//   ... the app builds its model, objective, Engine and BatchSource, and
+//       restores their state from the start point ...
+//   fit         Engine steps over the BatchSource; validation every
+//               val_every steps and at the end; checkpoints every
+//               save_every steps on rank 0's background writer; the
+//               metrics log; at every step boundary the ranks agree on a
+//               stop signal (checkpoint, then the requeue status) and on a
+//               failed write; at the end the final checkpoint and weights.
+//
+// Returns the process exit status: kExitOk, kExitRequeue after a stop
+// signal and its checkpoint, kExitFailure after a failed checkpoint write
+// that the options say must stop the run.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <optional>
+#include <string>
+
+#include "wantrain/ckpt/checkpoint.hpp"
+#include "wantrain/train/engine.hpp"
+#include "wantrain/train/sample_source.hpp"
+
+namespace wt::distributed {
+class Comm;
+class World;
+}  // namespace wt::distributed
+
+namespace wt::train {
+
+class Validator;
+struct RunPlan;
+
+struct FitOptions {
+  std::string output_dir;
+  int64_t save_every = 0;  // 0: only the final checkpoint
+  int keep = 3;            // checkpoints kept; 0: all
+  bool keep_best = false;  // also keep the lowest validation loss as `best`
+  int64_t val_every = 0;   // 0: validate only at the end
+  int log_every = 10;
+  bool stop_on_checkpoint_error = true;  // false: warn and train on
+  std::string run_options;               // JSON, stored in checkpoints as information
+  std::string model_config;              // JSON, stored in checkpoints; a resume checks it
+};
+
+// Where a run starts: fresh, or from a checkpoint.
+struct StartPoint {
+  std::optional<ckpt::Checkpoint> checkpoint;
+  std::string path;
+  double best_val_loss = std::numeric_limits<double>::infinity();  // of the directory's `best`
+};
+
+// Collective. Creates the output directory (rank 0); resolves `resume`
+// ("" none, "auto" the directory's latest if any, or a path) on rank 0 and
+// reads the chosen checkpoint on every rank, checking it was written for
+// options.model_config (described as `model_config_name` in errors).
+// Prints on rank 0 where the run starts.
+StartPoint start_run(distributed::World& world, const FitOptions& options, const std::string& resume,
+                     const std::string& model_config_name);
+
+// Checks that `saved`'s sampler position fits this run's sampler (the same
+// global batch; with shard affinity, the same world size and affinity) and
+// restores `sampler` to it; UsageError naming the file otherwise.
+void restore_sampler(const ckpt::Checkpoint& saved, const std::string& path, data::DistributedSampler& sampler);
+
+// What fit drives, built by the app for its model family.
+struct FitRun {
+  Engine* engine = nullptr;  // over the objective being trained
+  BatchSource* batches = nullptr;
+  Validator* validator = nullptr;  // optional
+  bool resumed = false;            // continues a checkpoint (metrics append, no re-save of its step)
+  int64_t first_epoch = 0;         // a resumed run's epoch
+  // Rank 0, at the end: writes the final weights into the output directory
+  // and returns the line that names them.
+  std::function<std::string(const std::string& directory)> save_weights;
+};
+
+// `best_val_loss`: the start point's (what a new `best` must beat).
+int fit(distributed::World& world, distributed::Comm& comm, const RunPlan& plan, FitRun run, const FitOptions& options,
+        double best_val_loss);
+
+}  // namespace wt::train

@@ -1,0 +1,69 @@
+#include "wantrain/train/run_plan.hpp"
+
+#include <fmt/format.h>
+
+#include <numeric>
+
+namespace wt::train {
+
+const char* precision_name(at::ScalarType compute_dtype) {
+  switch (compute_dtype) {
+    case at::kBFloat16: return "bf16";
+    case at::kHalf: return "fp16";
+    default: return "fp32";
+  }
+}
+
+RunPlan plan_run(const RunSettings& s, int world_size, int rank, const std::vector<int64_t>& shard_sizes) {
+  RunPlan plan;
+  plan.settings = s;
+  plan.world_size = world_size;
+  plan.effective_batch = s.micro_batch * world_size * s.accumulation;
+  plan.dataset_size = std::accumulate(shard_sizes.begin(), shard_sizes.end(), int64_t(0));
+  plan.sampler = {world_size, rank, s.micro_batch * s.accumulation, s.seed, s.drop_last, s.shard_affinity};
+  if (!shard_sizes.empty()) {  // no data: a dry run that shows the rest of the plan
+    const data::DistributedSampler sampler(shard_sizes, plan.sampler);
+    plan.steps_per_epoch = sampler.batches_per_epoch();
+    plan.samples_per_epoch = plan.steps_per_epoch * sampler.global_batch();
+  }
+  plan.total_steps = s.steps > 0 ? s.steps : s.epochs * plan.steps_per_epoch;
+
+  auto& e = plan.engine;
+  e.micro_batch = s.micro_batch;
+  e.accumulation = s.accumulation;
+  e.compute_dtype = s.compute_dtype;
+  e.schedule = {scaled_lr(s.lr, plan.effective_batch, s.scale_lr), s.schedule, s.warmup_steps,
+                std::max<int64_t>(plan.total_steps, 1)};
+  e.adamw = s.adamw;
+  e.clip = s.clip;
+  e.ema_decay = s.ema_decay;
+  e.bucket_bytes = s.bucket_bytes;
+  e.allow_unused = s.allow_unused;
+  return plan;
+}
+
+std::string RunPlan::describe_epoch() const {
+  const auto& s = settings;
+  return fmt::format("      {} steps per epoch; {} samples per epoch{}\n", steps_per_epoch, samples_per_epoch,
+                     s.shard_affinity ? std::string(" (shard affinity)")
+                     : samples_per_epoch > dataset_size
+                         ? fmt::format(" ({} padded by wrap-around)", samples_per_epoch - dataset_size)
+                     : samples_per_epoch < dataset_size ? fmt::format(" ({} dropped)", dataset_size - samples_per_epoch)
+                                                        : std::string(" (all)"));
+}
+
+std::string RunPlan::describe() const {
+  const auto& s = settings;
+  std::string out = fmt::format("effective batch: {} per rank x {} ranks x {} accumulation steps = {}\n", s.micro_batch,
+                                world_size, s.accumulation, effective_batch);
+  out += fmt::format(
+      "optimizer: AdamW, lr {:.4g}{}, {} schedule, {} warm-up steps, precision {}\n", engine.schedule.peak,
+      s.scale_lr ? fmt::format(" (lr {} x effective batch {})", s.lr, effective_batch) : std::string(),
+      s.schedule == Schedule::Cosine ? "cosine" : "constant", s.warmup_steps, precision_name(s.compute_dtype));
+  out += total_steps > 0 ? fmt::format("steps: {}{}\n", total_steps,
+                                       s.steps == 0 ? fmt::format(" ({} epochs)", s.epochs) : std::string())
+                         : std::string("steps: none given\n");
+  return out;
+}
+
+}  // namespace wt::train

@@ -1,0 +1,77 @@
+// WanRun: a WanModel trained on an HDF5 shard dataset, assembled for fit():
+// the model (fresh from the seed, from `init` weights, from a resumed
+// checkpoint, or projected from a distillation teacher), its objective
+// (flow matching, or distillation when a teacher is given), the Engine and
+// the prefetching shard batches, all from one RunPlan.
+//
+//   ShardBatches (this rank's B*K samples) -> Engine::step -> K micro-batches
+//   of B: flow-matching noise and caption dropout keyed by (seed, step,
+//   sample) -> WanModel -> loss -> backward and gradient all-reduce -> update.
+//
+// The sampler gives rank r of W the per-rank batch B*K of global step k, so
+// the samples of a step, their noise and dropped captions, and therefore the
+// averaged gradient do not depend on how B, W and K split the effective
+// batch: 1 rank with 2B, 2 ranks with B and 1 rank with B and K = 2 take the
+// same steps.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "wantrain/data/dataset.hpp"
+#include "wantrain/model/model_config.hpp"
+#include "wantrain/train/fit.hpp"
+#include "wantrain/train/flow_matching_objective.hpp"
+
+namespace wt::model {
+class WanModelImpl;
+}
+
+namespace wt::train {
+
+class Teacher;
+
+enum class StudentInit { Projection, Random };
+
+struct WanRunOptions {
+  // How the model config and the teacher are named in messages (an app
+  // passes its option and value, e.g. "--model-config wan-tiny.json").
+  std::string model_config_name, teacher_name;
+  std::string init;  // weights to start from: safetensors file or index, or a checkpoint; "" none
+  FlowMatchingObjectiveOptions objective;
+  double distill_target_weight = 0;                    // distillation only
+  StudentInit student_init = StudentInit::Projection;  // a fresh distillation student without `init`
+  int prefetch = 2;
+};
+
+class WanRun {
+ public:
+  // Builds everything on this rank; rank 0's parameters are broadcast by the
+  // Engine. `start` is fit's start point (its checkpoint restores the
+  // weights, Engine state and sampler position); `teacher`, when given,
+  // makes this a distillation run and must outlive it.
+  WanRun(const RunPlan& plan, const WanRunOptions& options, distributed::Comm& comm, data::Dataset dataset,
+         model::WanConfig config, const StartPoint& start, Teacher* teacher = nullptr);
+  ~WanRun();
+  WanRun(const WanRun&) = delete;
+  WanRun& operator=(const WanRun&) = delete;
+
+  // fit's view of this run.
+  FitRun fit_run(Validator* validator);
+
+  Engine& engine();
+  Objective& objective();
+  model::WanModelImpl& model();
+
+  // Writes <dir>/model.safetensors (and ema.safetensors with EMA) and
+  // model-config.json, what wansample reads; returns the line naming them.
+  std::string save_weights(const std::string& directory) const;
+
+ private:
+  void start_student(const Teacher& teacher, const WanRunOptions& options, int rank, uint64_t seed);
+
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace wt::train
