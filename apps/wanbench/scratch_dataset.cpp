@@ -1,22 +1,19 @@
 #include "scratch_dataset.hpp"
 
-#include <fmt/format.h>
 #include <torch/torch.h>
 #include <unistd.h>
 
 #include <filesystem>
 
 #include "wantrain/distributed/world.hpp"
-#include "wantrain/util/error.hpp"
-#include "wantrain/distributed/mpi_check.hpp"
 
 namespace wt {
 
 ScratchDataset::ScratchDataset(const distributed::World& world, const data::SampleShape& shape, int64_t samples)
     : owner(world.is_root()) {
-  int64_t pid = getpid();  // rank 0's names the directory
-  MPI_CHECK(MPI_Bcast(&pid, 1, MPI_INT64_T, 0, world.comm()));
-  directory = (std::filesystem::temp_directory_path() / fmt::format("wanbench-data-{}", pid)).string();
+  std::string pid = std::to_string(getpid());  // rank 0's names the directory
+  world.broadcast(pid);
+  directory = (std::filesystem::temp_directory_path() / ("wanbench-data-" + pid)).string();
   if (world.is_root()) {
     std::filesystem::create_directories(directory);
     data::ShardWriter writer(data::shard_path(directory, 0), shape, samples, false);

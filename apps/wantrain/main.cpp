@@ -58,7 +58,8 @@ int run(distributed::World& world, int argc, char** argv) {
                     {"allow_unused", "allow-unused"},
                     {"teacher", "teacher"},
                     {"teacher_config", "teacher-config"},
-                    {"student_init", "student-init"}});
+                    {"student_init", "student-init"},
+                    {"init", "init"}});
   TrainConfig cfg;
   OptionSet options("wantrain",
                     "[--config run.ini] [options]\n       wantrain export --checkpoint PATH --out FILE [--ema] "
@@ -182,16 +183,6 @@ int run(distributed::World& world, int argc, char** argv) {
                                           teacher.get());
   });
   start.checkpoint.reset();  // its state lives in the run now
-  if (teacher) {
-    // After the student's projection, which reads the teacher in fp32; the
-    // device only ever holds the teacher in its final precision.
-    if (cfg.teacher_precision == "bf16") teacher->hold_in_bf16();
-    teacher->to(comm->device());
-    if (world.is_root())
-      fmt::print("teacher: {} ({}), checksum {}, frozen{}{}\n", teacher->path(), teacher->source(), teacher->checksum(),
-                 teacher->held_in_bf16() ? ", Linear weights held in bf16" : "",
-                 teacher->shows_frames_as_stills() ? ", each frame shown to it as a still video" : "");
-  }
   return train::fit(world, *comm, plan, run->fit_run(validator.get()), fit_options, start.best_val_loss);
 }
 

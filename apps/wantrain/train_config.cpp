@@ -167,6 +167,7 @@ train::WanRunOptions wan_run_options(const TrainConfig& c) {
   o.objective.seed = c.seed;
   o.distill_target_weight = c.distill_target_weight;
   o.student_init = c.student_init == "random" ? train::StudentInit::Random : train::StudentInit::Projection;
+  o.teacher_bf16 = c.teacher_precision == "bf16";
   o.prefetch = c.prefetch;
   return o;
 }

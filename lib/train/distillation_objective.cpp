@@ -49,19 +49,20 @@ std::map<std::string, std::string> DistillationObjective::checkpoint_state() con
 void DistillationObjective::check_resume(const std::string& kind, const std::map<std::string, std::string>& state,
                                          const std::string& path) const {
   if (kind != "distillation")
-    throw UsageError(
-        fmt::format("checkpoint {}: written by a training run (--mode train), not by distillation; "
-                    "start the student from it with --init instead of --resume",
-                    path));
+    throw UsageError(fmt::format(
+        "checkpoint {}: written by a {} run, not by distillation; start the student from it with {} instead of "
+        "resuming it",
+        path, kind, setting_reference("init")));
   const auto value = [&](const char* name) {
     const auto it = state.find(name);
     return it == state.end() ? std::string("unknown") : it->second;
   };
   if (value("teacher_checksum") != teacher_.checksum())
     throw UsageError(
-        fmt::format("checkpoint {}: distilled from the teacher {} ({}), but --teacher {} has other "
+        fmt::format("checkpoint {}: distilled from the teacher {} ({}), but {} {} has other "
                     "weights ({}); resume with the same teacher",
-                    path, value("teacher"), value("teacher_checksum"), teacher_.path(), teacher_.checksum()));
+                    path, value("teacher"), value("teacher_checksum"), setting_reference("teacher"), teacher_.path(),
+                    teacher_.checksum()));
 }
 
 }  // namespace wt::train

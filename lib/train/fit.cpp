@@ -218,7 +218,8 @@ int fit(distributed::World& world, distributed::Comm& comm, const RunPlan& plan,
                    saved ? fmt::format("checkpoint {}/{}", options.output_dir,
                                        ckpt::checkpoint_file_name(engine.steps_taken()))
                          : std::string("the checkpoint could not be written"),
-                   saved ? fmt::format("{} (requeue, then --resume auto)", kExitRequeue) : std::string("1"));
+                   saved ? fmt::format("{} (requeue, then {} auto)", kExitRequeue, setting_reference("resume"))
+                         : std::string("1"));
       std::fflush(stdout);  // before a launcher's kill-on-bad-exit can end this rank
       return saved ? kExitRequeue : kExitFailure;
     }

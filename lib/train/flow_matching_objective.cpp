@@ -70,9 +70,9 @@ void FlowMatchingObjective::check_resume(const std::string& kind, const std::map
   if (kind == "distillation") {
     const auto teacher = state.find("teacher");
     throw UsageError(fmt::format(
-        "checkpoint {}: written by a distillation run (teacher {}); resume it with --mode distill --teacher, or "
-        "start from its weights with --init",
-        path, teacher == state.end() ? std::string("unknown") : teacher->second));
+        "checkpoint {}: written by a distillation run (teacher {}); resume it as distillation from that teacher, or "
+        "start from its weights with {}",
+        path, teacher == state.end() ? std::string("unknown") : teacher->second, setting_reference("init")));
   }
   Objective::check_resume(kind, state, path);
 }

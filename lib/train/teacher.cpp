@@ -57,7 +57,7 @@ model::WanConfig resolve_teacher_config(const std::string& teacher_path, const s
         model::parse_model_config(stored, fmt::format("checkpoint {}: attribute model_config", teacher_path));
     if (!config_path.empty())
       ckpt::check_model_config(stored, teacher_path, model::to_json(model::load_model_config(config_path)),
-                               "--teacher-config " + config_path);
+                               setting_reference("teacher_config") + " " + config_path);
     return config;
   } catch (const UsageError& e) {
     throw SettingError("teacher", e.what());

@@ -70,6 +70,12 @@ WanRun::WanRun(const RunPlan& plan, const WanRunOptions& options, distributed::C
   if (teacher) {
     if (teacher->config().patch_size[0] > 1 && im.config.patch_size[0] == 1) teacher->show_frames_as_stills(true);
     if (!resume) start_student(*teacher, options, comm.rank(), plan.settings.seed);
+    if (options.teacher_bf16) teacher->hold_in_bf16();
+    teacher->to(comm.device());
+    if (comm.rank() == 0)
+      fmt::print("teacher: {} ({}), checksum {}, frozen{}{}\n", teacher->path(), teacher->source(), teacher->checksum(),
+                 teacher->held_in_bf16() ? ", Linear weights held in bf16" : "",
+                 teacher->shows_frames_as_stills() ? ", each frame shown to it as a still video" : "");
   }
 
   im.engine = std::make_unique<Engine>(comm, *im.objective, plan.engine);

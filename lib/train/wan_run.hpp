@@ -40,6 +40,7 @@ struct WanRunOptions {
   std::string init;  // weights to start from: safetensors file or index, or a checkpoint; "" none
   FlowMatchingObjectiveOptions objective;
   double distill_target_weight = 0;                    // distillation only
+  bool teacher_bf16 = false;                           // hold the teacher's Linear weights in bf16
   StudentInit student_init = StudentInit::Projection;  // a fresh distillation student without `init`
   int prefetch = 2;
 };
@@ -48,8 +49,10 @@ class WanRun {
  public:
   // Builds everything on this rank; rank 0's parameters are broadcast by the
   // Engine. `start` is fit's start point (its checkpoint restores the
-  // weights, Engine state and sampler position); `teacher`, when given,
-  // makes this a distillation run and must outlive it.
+  // weights, Engine state and sampler position); `teacher`, loaded in fp32
+  // on the CPU, makes this a distillation run and must outlive it: the run
+  // projects the student from it, then puts it in its final precision on
+  // the device (which never holds it in fp32 unless asked to).
   WanRun(const RunPlan& plan, const WanRunOptions& options, distributed::Comm& comm, data::Dataset dataset,
          model::WanConfig config, const StartPoint& start, Teacher* teacher = nullptr);
   ~WanRun();

@@ -152,7 +152,7 @@ TEST_F(Distill, ResumeContinuesBitForBitAndRefusesAnotherTeacher) {
                                        teacher_options() + " --steps 14 --resume " + other_teacher(), tiny_config());
   EXPECT_EQ(train_checkpoint.status, 2) << train_checkpoint.output;
   EXPECT_EQ(occurrences(train_checkpoint.output,
-                        "written by a training run (--mode train), not by distillation; "
+                        "written by a flow-matching run, not by distillation; "
                         "start the student from it with --init"),
             1u)
       << train_checkpoint.output;
