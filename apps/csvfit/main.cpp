@@ -7,10 +7,10 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include <cmath>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "wantrain/app/app.hpp"
 #include "wantrain/app/version.hpp"
@@ -18,7 +18,9 @@
 #include "wantrain/data/csv_table.hpp"
 #include "wantrain/distributed/backend.hpp"
 #include "wantrain/distributed/world.hpp"
+#include "wantrain/model/mlp.hpp"
 #include "wantrain/model/safetensors.hpp"
+#include "wantrain/train/ema.hpp"
 #include "wantrain/train/fit.hpp"
 #include "wantrain/train/regression_objective.hpp"
 #include "wantrain/train/run_plan.hpp"
@@ -28,6 +30,8 @@
 #include "wantrain/util/exit_codes.hpp"
 #include "wantrain/util/log.hpp"
 #include "wantrain/util/options.hpp"
+#include "wantrain/util/stop_signals.hpp"
+#include "wantrain/util/text.hpp"
 #include "wantrain/util/threads.hpp"
 
 namespace wt::csvfit {
@@ -81,51 +85,14 @@ void check(bool ok, const char* option, const std::string& expected) {
   if (!ok) throw UsageError(fmt::format("option --{}: {}", option, expected));
 }
 
-std::vector<std::string> split(const std::string& list, char separator = ',') {
-  std::vector<std::string> items;
-  std::stringstream in(list);
-  for (std::string item; std::getline(in, item, separator);) items.push_back(item);
-  return items;
-}
-
 std::vector<int64_t> hidden_widths(const std::string& text) {
   std::vector<int64_t> widths;
-  for (const auto& item : split(text)) {
-    size_t used = 0;
-    int64_t width = 0;
-    try {
-      width = std::stoll(item, &used);
-    } catch (const std::exception&) {
-    }
-    check(used == item.size() && width > 0, "hidden", fmt::format("'{}' is not a list of positive widths", text));
-    widths.push_back(width);
+  for (const auto& item : split_list(text)) {
+    char* end = nullptr;
+    widths.push_back(std::strtoll(item.c_str(), &end, 10));
+    check(!item.empty() && *end == 0 && widths.back() > 0, "hidden", fmt::format("'{}' is not a list of widths", text));
   }
   return widths;
-}
-
-// The table's input and target columns as [N, F] and [N, T] fp32 tensors.
-std::pair<at::Tensor, at::Tensor> split_columns(const data::CsvTable& table, const std::vector<std::string>& inputs,
-                                                const std::vector<std::string>& targets) {
-  const auto all = torch::from_blob(const_cast<double*>(table.values.data()),
-                                    {table.rows, int64_t(table.columns.size())}, torch::kFloat64);
-  auto pick = [&](const std::vector<std::string>& names) {
-    std::vector<int64_t> index;
-    for (const auto& name : names) index.push_back(table.column(name));
-    return all.index_select(1, torch::tensor(index, torch::kLong)).to(torch::kFloat32);
-  };
-  return {pick(inputs), pick(targets)};
-}
-
-torch::nn::Sequential make_mlp(int64_t inputs, const std::vector<int64_t>& hidden, int64_t outputs) {
-  torch::nn::Sequential mlp;
-  int64_t width = inputs;
-  for (const int64_t h : hidden) {
-    mlp->push_back(torch::nn::Linear(width, h));
-    mlp->push_back(torch::nn::GELU());
-    width = h;
-  }
-  mlp->push_back(torch::nn::Linear(width, outputs));
-  return mlp;
 }
 
 int run(distributed::World& world, int argc, char** argv) {
@@ -143,6 +110,16 @@ int run(distributed::World& world, int argc, char** argv) {
     check((c.steps > 0) != (c.epochs > 0), "steps", "give --steps N or --epochs N (one of them)");
     check(c.lr > 0, "lr", "must be positive");
     check(c.ema_decay >= 0 && c.ema_decay < 1, "ema-decay", "must be in [0, 1)");
+    check(c.log_every >= 1, "log-every", "must be at least 1");
+    check(std::isfinite(c.comm_timeout) && c.comm_timeout >= 0.001 && c.comm_timeout <= 1e7, "comm-timeout",
+          "must be a positive number of seconds");
+    for (const auto& [name, value] : {std::pair{"keep", double(c.keep)},
+                                      {"save-every", double(c.save_every)},
+                                      {"val-every", double(c.val_every)},
+                                      {"warmup-steps", double(c.warmup_steps)},
+                                      {"clip", c.clip},
+                                      {"weight-decay", c.weight_decay}})
+      check(value >= 0, name, "must be 0 or more");
     hidden_widths(c.hidden);
   });
   if (outcome != OptionSet::Outcome::Run) {
@@ -157,29 +134,37 @@ int run(distributed::World& world, int argc, char** argv) {
 
   // Every rank reads the CSVs (a shared file system, as for wantrain's shards).
   data::CsvTable train_table, val_table;
-  std::vector<std::string> inputs, targets = split(c.target_cols);
+  std::vector<std::string> inputs, targets = split_list(c.target_cols);
   world.agree([&] {
     train_table = data::read_csv_table(c.data);
     for (const auto& name : targets) train_table.column(name);  // names the file and lists its columns
     for (const auto& name : train_table.columns)
       if (std::find(targets.begin(), targets.end(), name) == targets.end()) inputs.push_back(name);
     if (inputs.empty()) throw UsageError(fmt::format("{}: no input columns left besides --target-cols", c.data));
+    if (train_table.rows < 2)
+      throw UsageError(fmt::format("{}: one data row; the standardisation needs at least 2", c.data));
     if (!c.val_data.empty()) {
       val_table = data::read_csv_table(c.val_data);
       for (const auto& name : train_table.columns) val_table.column(name);
     }
   });
-  auto [x, y] = split_columns(train_table, inputs, targets);
+  const auto x = train_table.columns_tensor(inputs), y = train_table.columns_tensor(targets);  // fp64
 
   // Standardisation from rank 0's statistics (broadcast: every rank must
-  // scale alike); they belong to the model, so they are in its config.
-  auto stats = torch::cat({x.mean(0), y.mean(0), x.std(0).clamp_min(1e-12), y.std(0).clamp_min(1e-12)});
+  // scale alike), in fp64 on one thread (the same figures whatever the
+  // thread count); they belong to the model, so they are in its config.
+  const int threads = torch::get_num_threads();
+  torch::set_num_threads(1);
+  const auto all = torch::cat({x, y}, 1);
+  auto stats = torch::cat({all.mean(0), all.std(0).clamp_min(1e-12)});
+  torch::set_num_threads(threads);
   comm->broadcast(stats, {0});
   const int64_t F = x.size(1), T = y.size(1);
   const auto mean = stats.slice(0, 0, F + T), scale = stats.slice(0, F + T);
   auto standardise = [&](const at::Tensor& in, const at::Tensor& out) {
-    return std::map<std::string, at::Tensor>{{"x", (in - mean.slice(0, 0, F)) / scale.slice(0, 0, F)},
-                                             {"y", (out - mean.slice(0, F)) / scale.slice(0, F)}};
+    return std::map<std::string, at::Tensor>{
+        {"x", ((in - mean.slice(0, 0, F)) / scale.slice(0, 0, F)).to(torch::kFloat32)},
+        {"y", ((out - mean.slice(0, F)) / scale.slice(0, F)).to(torch::kFloat32)}};
   };
   train::TensorSamples samples(standardise(x, y));
   const auto hidden = hidden_widths(c.hidden);
@@ -188,8 +173,8 @@ int run(distributed::World& world, int argc, char** argv) {
       {"inputs", inputs},
       {"targets", targets},
       {"hidden", hidden},
-      {"mean", std::vector<float>(mean.data_ptr<float>(), mean.data_ptr<float>() + F + T)},
-      {"scale", std::vector<float>(scale.data_ptr<float>(), scale.data_ptr<float>() + F + T)}};
+      {"mean", std::vector<double>(mean.data_ptr<double>(), mean.data_ptr<double>() + F + T)},
+      {"scale", std::vector<double>(scale.data_ptr<double>(), scale.data_ptr<double>() + F + T)}};
 
   train::RunSettings settings;
   settings.micro_batch = c.batch_size;
@@ -215,7 +200,10 @@ int run(distributed::World& world, int argc, char** argv) {
               << std::flush;
   if (c.dry_run) return kExitOk;
 
+  nlohmann::json run_options = nlohmann::json::object();
+  for (const auto& option : options.resolved()) run_options[option.name] = option.value;
   train::FitOptions fit_options;
+  fit_options.run_options = run_options.dump();
   fit_options.output_dir = c.output_dir;
   fit_options.save_every = c.save_every;
   fit_options.keep = c.keep;
@@ -223,22 +211,28 @@ int run(distributed::World& world, int argc, char** argv) {
   fit_options.log_every = c.log_every;
   fit_options.stop_on_checkpoint_error = c.on_ckpt_error == "fail";
   fit_options.model_config = model_json.dump();
+  const StopSignalHandlers stop_signals;  // from here on a signal means "checkpoint and requeue"
   train::StartPoint start = train::start_run(world, fit_options, c.resume, "the data and options of this run");
 
+  // The model, objective and Engine, with a resumed checkpoint's state:
+  // every rank checks it alike, so a misfit is one line and status 2.
   torch::manual_seed(c.seed);
-  auto mlp = make_mlp(F, hidden, T);
+  auto mlp = model::make_mlp(F, hidden, T);
   train::RegressionObjective objective(mlp);
   data::DistributedSampler sampler({samples.size()}, plan.sampler);
-  if (start.checkpoint) {
-    objective.check_resume(start.checkpoint->objective_kind, start.checkpoint->objective, start.path);
-    ckpt::check_fits(*start.checkpoint, start.path, objective.trainable(), c.ema_decay > 0);
-    ckpt::copy_named(start.checkpoint->model, objective.trainable());
-  }
-  train::Engine engine(*comm, objective, plan.engine);
+  std::unique_ptr<train::Engine> engine;
   train::FitRun fit_run;
+  world.agree([&] {
+    if (start.checkpoint) {
+      objective.check_resume(start.checkpoint->objective_kind, start.checkpoint->objective, start.path);
+      ckpt::check_fits(*start.checkpoint, start.path, objective.trainable(), c.ema_decay > 0);
+      ckpt::copy_named(start.checkpoint->model, objective.trainable());
+      train::restore_sampler(*start.checkpoint, start.path, sampler);
+    }
+  });
+  engine = std::make_unique<train::Engine>(*comm, objective, plan.engine);
   if (start.checkpoint) {
-    train::restore_sampler(*start.checkpoint, start.path, sampler);
-    engine.load_state(*start.checkpoint);
+    engine->load_state(*start.checkpoint);
     fit_run.resumed = true;
     fit_run.first_epoch = start.checkpoint->state.epoch;
     start.checkpoint.reset();
@@ -246,17 +240,21 @@ int run(distributed::World& world, int argc, char** argv) {
   train::SampledBatches batches(samples, std::move(sampler));
   std::unique_ptr<train::Validator> validator;
   if (!c.val_data.empty()) {
-    auto [vx, vy] = split_columns(val_table, inputs, targets);
-    validator =
-        std::make_unique<train::Validator>(std::make_unique<train::TensorSamples>(standardise(vx, vy)), c.batch_size);
+    const auto held_out = standardise(val_table.columns_tensor(inputs), val_table.columns_tensor(targets));
+    validator = std::make_unique<train::Validator>(std::make_unique<train::TensorSamples>(held_out), c.batch_size);
   }
-  fit_run.engine = &engine;
+  fit_run.engine = engine.get();
   fit_run.batches = &batches;
   fit_run.validator = validator.get();
   fit_run.save_weights = [&](const std::string& dir) {
     model::write_safetensors(dir + "/model.safetensors", objective.trainable(), at::kFloat);
-    std::ofstream(dir + "/model-config.json") << model_json.dump(2) << '\n';
-    return fmt::format("weights: {0}/model.safetensors, config (with the standardisation) {0}/model-config.json", dir);
+    if (const auto* ema = engine->ema())
+      model::write_safetensors(dir + "/ema.safetensors", ema->averages(), at::kFloat);
+    std::ofstream config(dir + "/model-config.json");
+    config << model_json.dump(2) << '\n';
+    if (!config) throw Error(fmt::format("{}/model-config.json: cannot write", dir));
+    return fmt::format("weights: {0}/model.safetensors{1}, config (with the standardisation) {0}/model-config.json",
+                       dir, engine->ema() ? fmt::format(" (EMA: {}/ema.safetensors)", dir) : std::string());
   };
   return train::fit(world, *comm, plan, fit_run, fit_options, start.best_val_loss);
 }

@@ -28,6 +28,7 @@
 #include "wantrain/util/exit_codes.hpp"
 #include "wantrain/util/log.hpp"
 #include "wantrain/util/options.hpp"
+#include "wantrain/util/stop_signals.hpp"
 #include "wantrain/util/threads.hpp"
 
 namespace wt::wantrain {
@@ -159,6 +160,7 @@ int run(distributed::World& world, int argc, char** argv) {
   train::FitOptions fit_options = wantrain::fit_options(cfg);
   fit_options.run_options = run_options.dump();
   fit_options.model_config = model::to_json(*model_config);
+  const StopSignalHandlers stop_signals;  // from here on a signal means "checkpoint and requeue"
   train::StartPoint start = train::start_run(world, fit_options, cfg.resume, "--model-config " + cfg.model_config);
 
   std::unique_ptr<train::Validator> validator;

@@ -2,6 +2,7 @@
 
 #include <csv.h>
 #include <fmt/format.h>
+#include <torch/torch.h>
 
 #include <cerrno>
 #include <cmath>
@@ -184,6 +185,17 @@ CsvTable read_csv_table(const std::string& path) {
   if (!p.header_done) p.fail("empty file: expected a header row of column names");
   if (table.rows == 0) p.fail("no data rows after the header");
   return table;
+}
+
+at::Tensor CsvTable::columns_tensor(const std::vector<std::string>& names) const {
+  auto out = torch::empty({rows, int64_t(names.size())}, torch::kFloat64);
+  auto* data = out.data_ptr<double>();
+  const size_t width = columns.size();
+  for (size_t j = 0; j < names.size(); ++j) {
+    const auto c = size_t(column(names[j]));
+    for (int64_t i = 0; i < rows; ++i) data[size_t(i) * names.size() + j] = values[size_t(i) * width + c];
+  }
+  return out;
 }
 
 }  // namespace wt::data

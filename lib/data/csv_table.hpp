@@ -4,6 +4,8 @@
 // anything malformed is a UsageError naming the file, line and column.
 #pragma once
 
+#include <ATen/core/Tensor.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -18,6 +20,9 @@ struct CsvTable {
 
   // Index of a column by name; UsageError naming the file, the missing name and listing the columns.
   int64_t column(const std::string& name) const;
+  // The named columns as an [rows, names.size()] fp64 tensor, in that order
+  // (each name checked as column() does).
+  at::Tensor columns_tensor(const std::vector<std::string>& names) const;
 };
 
 // Reads the whole file. Every bad input is a one-line UsageError naming the file and, where it applies, the line

@@ -1,8 +1,9 @@
-// Small RAII layer over the HDF5 C API, private to lib/data and lib/ckpt.
+// Small RAII layer over the HDF5 C API, for lib/data and lib/ckpt.
 //
 // HDF5 here is not built thread-safe: every call into it must hold
-// io::library_mutex(). The functions below take it themselves; code that
-// calls the C API directly takes it with io::Lock.
+// io::library_mutex(). The functions below do not take it: their callers
+// hold it (io::Lock, or a std::unique_lock they release between tensors),
+// around these and any direct call of the C API alike.
 #pragma once
 
 #include <hdf5.h>

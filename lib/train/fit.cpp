@@ -128,7 +128,6 @@ void restore_sampler(const ckpt::Checkpoint& saved, const std::string& path, dat
 int fit(distributed::World& world, distributed::Comm& comm, const RunPlan& plan, FitRun run, const FitOptions& options,
         double best_val_loss) {
   Engine& engine = *run.engine;
-  const StopSignalHandlers stop_signals;  // from here on a signal means "checkpoint and requeue"
   const bool resumed = run.resumed;
   int64_t epoch = run.first_epoch;
 

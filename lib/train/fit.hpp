@@ -14,6 +14,11 @@
 // Returns the process exit status: kExitOk, kExitRequeue after a stop
 // signal and its checkpoint, kExitFailure after a failed checkpoint write
 // that the options say must stop the run.
+//
+// The caller installs the stop-signal handlers (util/stop_signals.hpp)
+// before start_run, so that a signal during start-up (reading the resume
+// checkpoint, loading a teacher, building the model) is answered at the
+// first step boundary instead of killing the process.
 #pragma once
 
 #include <cstdint>

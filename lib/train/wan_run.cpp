@@ -70,6 +70,13 @@ WanRun::WanRun(const RunPlan& plan, const WanRunOptions& options, distributed::C
   if (teacher) {
     if (teacher->config().patch_size[0] > 1 && im.config.patch_size[0] == 1) teacher->show_frames_as_stills(true);
     if (!resume) start_student(*teacher, options, comm.rank(), plan.settings.seed);
+  }
+
+  im.engine = std::make_unique<Engine>(comm, *im.objective, plan.engine);
+  if (teacher) {
+    // After the student's projection, which reads the teacher in fp32, and
+    // after the Engine's broadcast: the device only ever holds the teacher
+    // in its final precision.
     if (options.teacher_bf16) teacher->hold_in_bf16();
     teacher->to(comm.device());
     if (comm.rank() == 0)
@@ -77,8 +84,6 @@ WanRun::WanRun(const RunPlan& plan, const WanRunOptions& options, distributed::C
                  teacher->held_in_bf16() ? ", Linear weights held in bf16" : "",
                  teacher->shows_frames_as_stills() ? ", each frame shown to it as a still video" : "");
   }
-
-  im.engine = std::make_unique<Engine>(comm, *im.objective, plan.engine);
   if (resume) {
     restore_sampler(*resume, start.path, sampler);
     im.engine->load_state(*resume);

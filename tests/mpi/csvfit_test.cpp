@@ -132,6 +132,8 @@ TEST_F(Csvfit, BadCsvsAreOneLineAndStatus2) {
        "text.csv: line 3, column 2 (x2): 'two' is not a number"},
       {write("empty.csv", ""), "empty.csv: empty file: expected a header row of column names"},
       {write("no-target.csv", "x1,x2,x3,y1\n1,2,3,4\n"), "no-target.csv: no column 'y2'"},
+      {write("one-row.csv", "x1,x2,x3,y1,y2\n1,2,3,4,5\n"),
+       "one-row.csv: one data row; the standardisation needs at least 2"},
   };
   for (const auto& c : cases) {
     const Job job = launch(
@@ -141,6 +143,24 @@ TEST_F(Csvfit, BadCsvsAreOneLineAndStatus2) {
     EXPECT_EQ(occurrences(job.output, "error: " + bad + "/" + c.expected), 1u) << job.output;
     EXPECT_EQ(occurrences(job.output, "error:"), 1u) << job.output;
   }
+}
+
+TEST_F(Csvfit, BadOptionsAndAMisfittingCheckpointAreOneLineAndStatus2) {
+  const Job zero = fit(2, "csvfit-bad-option", "--steps 2 --log-every 0");
+  EXPECT_EQ(zero.status, 2) << zero.output;
+  EXPECT_EQ(occurrences(zero.output, "error: option --log-every: must be at least 1"), 1u) << zero.output;
+  // A checkpoint without EMA cannot continue a run that keeps one: refused on every rank alike, before training.
+  const Job first = fit(2, "csvfit-no-ema", "--steps 2 --batch-size 8");
+  ASSERT_EQ(first.status, 0) << first.output;
+  const std::string dir = run_dir("csvfit-no-ema");
+  const Job resumed = launch(mpi_command(2, WANTRAIN_CSVFIT,
+                                         "--data " + dir_ + "/train.csv --target-cols y1,y2 --output-dir " + dir +
+                                             " --threads 1 --seed 3 --steps 4 --batch-size 8 --ema-decay 0.9 "
+                                             "--resume auto"));
+  EXPECT_EQ(resumed.status, 2) << resumed.output;
+  EXPECT_EQ(occurrences(resumed.output, "error: checkpoint " + dir + "/step-00000002.h5: has no /ema"), 1u)
+      << resumed.output;
+  EXPECT_EQ(occurrences(resumed.output, "error:"), 1u) << resumed.output;
 }
 
 TEST_F(Csvfit, DryRunPrintsThePlan) {
