@@ -60,7 +60,8 @@ int run(distributed::World& world, int argc, char** argv) {
                     {"teacher", "teacher"},
                     {"teacher_config", "teacher-config"},
                     {"student_init", "student-init"},
-                    {"init", "init"}});
+                    {"init", "init"},
+                    {"max_skipped", "max-skipped"}});
   TrainConfig cfg;
   OptionSet options("wantrain",
                     "[--config run.ini] [options]\n       wantrain export --checkpoint PATH --out FILE [--ema] "

@@ -86,6 +86,8 @@ void declare_options(OptionSet& o, TrainConfig& c) {
               "bf16 holds the teacher's block and text Linear weights in bf16 (half the memory)")
       .add("distill-target-weight", &c.distill_target_weight,
            "w in loss = MSE(student, teacher) + w * MSE(student, eps - x0)");
+  o.group("faults").add("max-skipped", &c.max_skipped,
+                        "consecutive skipped (non-finite) steps after which the run stops with status 1 (0: no limit)");
 }
 
 namespace {
@@ -118,6 +120,7 @@ void validate(const TrainConfig& c) {
   require(c.save_every >= 0, "save-every", "must be 0 or more");
   require(c.keep >= 0, "keep", "must be 0 (keep all) or more");
   require(c.distill_target_weight >= 0, "distill-target-weight", "must be 0 or more");
+  require(c.max_skipped >= 0, "max-skipped", "must be 0 (no limit) or more");
   if (c.mode == "distill") require(!c.teacher.empty(), "teacher", "--mode distill needs a teacher");
   if (c.mode != "distill") {  // distillation options in a training run: refused rather than ignored
     const char* only = "only used with --mode distill";
@@ -181,6 +184,7 @@ train::FitOptions fit_options(const TrainConfig& c) {
   o.val_every = c.val_every;
   o.log_every = c.log_every;
   o.stop_on_checkpoint_error = c.on_ckpt_error == "fail";
+  o.max_skipped = c.max_skipped;
   return o;
 }
 

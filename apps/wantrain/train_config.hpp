@@ -88,6 +88,9 @@ struct TrainConfig {
   std::string student_init = "projection";
   std::string teacher_precision = "fp32";
   double distill_target_weight = 0.0;
+
+  // faults
+  std::int64_t max_skipped = 20;
 };
 
 // Declares every option of `cfg` in `options` (fields are filled by parse()).

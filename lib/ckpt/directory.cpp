@@ -1,6 +1,7 @@
 #include "wantrain/ckpt/directory.hpp"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -128,6 +129,35 @@ std::vector<std::string> remove_partial_writes(const std::string& directory) {
     if (fs::remove_all(entry.path(), remove_error) > 0) removed.push_back(entry.path().string());
   }
   return removed;
+}
+
+DirectoryLock::DirectoryLock(const std::string& directory) {
+  const std::string path = (fs::path(directory) / ".wantrain.lock").string();
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd_ < 0) throw SettingError("output_dir", fmt::format("cannot open {}: {}", path, std::strerror(errno)));
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    const int error = errno;
+    char holder[256] = {};
+    const ssize_t n = ::pread(fd_, holder, sizeof holder - 1, 0);
+    ::close(fd_);
+    fd_ = -1;
+    std::string who = n > 0 ? std::string(holder, size_t(n)) : std::string("unknown");
+    while (!who.empty() && (who.back() == '\n' || who.back() == ' ')) who.pop_back();
+    if (error == EWOULDBLOCK)
+      throw SettingError("output_dir", fmt::format("{} is in use by another job ({}); give each job its own "
+                                                   "output directory",
+                                                   directory, who));
+    throw SettingError("output_dir", fmt::format("cannot lock {}: {}", path, std::strerror(error)));
+  }
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  const std::string holder = fmt::format("host {} pid {}\n", host, ::getpid());
+  if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, holder.data(), holder.size(), 0) != ssize_t(holder.size()))
+    throw SettingError("output_dir", fmt::format("cannot write {}: {}", path, std::strerror(errno)));
+}
+
+DirectoryLock::~DirectoryLock() {
+  if (fd_ >= 0) ::close(fd_);  // releases the flock
 }
 
 }  // namespace wt::ckpt

@@ -42,4 +42,22 @@ std::vector<std::string> prune(const std::string& directory, int keep);
 // Removes `step-*.h5.tmp` left by a writer that died mid-write; returns them.
 std::vector<std::string> remove_partial_writes(const std::string& directory);
 
+// One job owns an output directory: an exclusive flock(2) on
+// `directory/.wantrain.lock`, held for the object's lifetime, with the
+// holder's host and pid written in the file. The kernel releases it when the
+// process ends however it ends, so a dead job's lock file is simply taken
+// over. A second holder is refused with a SettingError (setting
+// "output_dir") naming the directory and the holder. flock is per host on
+// some network file systems (old NFS clients): see docs/checkpoint-format.md.
+class DirectoryLock {
+ public:
+  explicit DirectoryLock(const std::string& directory);
+  ~DirectoryLock();
+  DirectoryLock(const DirectoryLock&) = delete;
+  DirectoryLock& operator=(const DirectoryLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
 }  // namespace wt::ckpt

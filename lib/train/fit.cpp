@@ -17,6 +17,7 @@
 #include "wantrain/train/validation.hpp"
 #include "wantrain/util/error.hpp"
 #include "wantrain/util/exit_codes.hpp"
+#include "wantrain/util/fatal.hpp"
 #include "wantrain/util/stop_signals.hpp"
 
 namespace wt::train {
@@ -61,6 +62,7 @@ StartPoint start_run(distributed::World& world, const FitOptions& options, const
       std::filesystem::create_directories(options.output_dir, error);
       if (error)
         throw SettingError("output_dir", fmt::format("cannot create {}: {}", options.output_dir, error.message()));
+      start.lock = std::make_shared<ckpt::DirectoryLock>(options.output_dir);
     }
     // Rank 0 chooses the file (right after a requeue, nodes may see the
     // `latest` link differently); every rank then reads it (a shared file
@@ -177,6 +179,7 @@ int fit(distributed::World& world, distributed::Comm& comm, const RunPlan& plan,
   };
   using Clock = std::chrono::steady_clock;
   bool writes_ok = true;
+  int64_t skipped_in_a_row = 0;     // the skip decision is the same on every rank, so is this
   double val_loss = kNoValidation;  // of the step just taken
   while (engine.steps_taken() < plan.total_steps) {
     const auto wait = Clock::now();
@@ -187,6 +190,16 @@ int fit(distributed::World& world, distributed::Comm& comm, const RunPlan& plan,
     result.times.data += waited;
     result.times.total += waited;
     log.record(result, engine.skipped_steps());
+    skipped_in_a_row = result.skipped ? skipped_in_a_row + 1 : 0;
+    if (options.max_skipped > 0 && skipped_in_a_row >= options.max_skipped) {
+      if (writer) report(writer->drain(), options);
+      if (world.is_root())
+        print_error_line(fmt::format(
+            "stopping at step {}: {} steps in a row had a non-finite loss or gradient and were skipped ({} {}); "
+            "check the data (wandata verify), the learning rate and the precision",
+            result.step, skipped_in_a_row, setting_reference("max_skipped"), options.max_skipped));
+      return kExitFailure;
+    }
     const bool done = engine.steps_taken() >= plan.total_steps;
     val_loss = kNoValidation;
     if (run.validator && (done || (options.val_every > 0 && result.step % options.val_every == 0)))

@@ -24,10 +24,12 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <string>
 
 #include "wantrain/ckpt/checkpoint.hpp"
+#include "wantrain/ckpt/directory.hpp"
 #include "wantrain/train/engine.hpp"
 #include "wantrain/train/sample_source.hpp"
 
@@ -49,18 +51,23 @@ struct FitOptions {
   int64_t val_every = 0;   // 0: validate only at the end
   int log_every = 10;
   bool stop_on_checkpoint_error = true;  // false: warn and train on
-  std::string run_options;               // JSON, stored in checkpoints as information
-  std::string model_config;              // JSON, stored in checkpoints; a resume checks it
+  // Consecutive skipped (non-finite) steps after which the run stops with
+  // kExitFailure: a run that can only skip learns nothing. 0: no limit.
+  int64_t max_skipped = 20;
+  std::string run_options;   // JSON, stored in checkpoints as information
+  std::string model_config;  // JSON, stored in checkpoints; a resume checks it
 };
 
 // Where a run starts: fresh, or from a checkpoint.
 struct StartPoint {
+  std::shared_ptr<ckpt::DirectoryLock> lock;  // rank 0: this job owns the output directory while it is held
   std::optional<ckpt::Checkpoint> checkpoint;
   std::string path;
   double best_val_loss = std::numeric_limits<double>::infinity();  // of the directory's `best`
 };
 
-// Collective. Creates the output directory (rank 0); resolves `resume`
+// Collective. Creates the output directory and takes its lock (rank 0: one
+// job per directory, held while the returned StartPoint lives); resolves `resume`
 // ("" none, "auto" the directory's latest if any, or a path) on rank 0 and
 // reads the chosen checkpoint on every rank, checking it was written for
 // options.model_config (described as `model_config_name` in errors).

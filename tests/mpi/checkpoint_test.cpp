@@ -1,8 +1,10 @@
 // Checkpoints as users meet them: whole wantrain jobs under mpiexec that
 // save, stop, resume, get signalled, meet bad files, and export.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/file.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -59,6 +61,37 @@ class Checkpoints : public ::testing::Test {
   static std::string data_;
 };
 std::string Checkpoints::data_;
+
+// One job owns an output directory: a second one is refused before it
+// touches anything (the first job's partial write and metrics stay), and
+// the directory is free again once the holder is gone.
+TEST_F(Checkpoints, ASecondJobOnTheSameOutputDirectoryIsRefusedAndTouchesNothing) {
+  const auto dir = fresh("ckpt-locked");
+  fs::create_directories(dir);
+  // The holder: this test process, as a running job would hold it.
+  const int fd = ::open((dir + "/.wantrain.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::flock(fd, LOCK_EX), 0);
+  const std::string holder = "host node07 pid 4242\n";
+  ASSERT_EQ(::write(fd, holder.data(), holder.size()), ssize_t(holder.size()));
+  std::ofstream(dir + "/step-00000003.h5.tmp") << "the other job's write in progress";
+  std::ofstream(dir + "/metrics.jsonl") << "{\"step\":1}\n";
+
+  const Job second = train(2, dir, "--steps 2 --batch-size 2");
+  EXPECT_EQ(second.status, 2) << second.output;
+  EXPECT_EQ(occurrences(second.output, "error: option --output-dir: " + dir +
+                                           " is in use by another job (host node07 pid 4242); give each job its own "
+                                           "output directory"),
+            1u)
+      << second.output;
+  EXPECT_TRUE(fs::exists(dir + "/step-00000003.h5.tmp"));
+  std::ifstream metrics(dir + "/metrics.jsonl");
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(metrics), {}), "{\"step\":1}\n");
+
+  ::close(fd);  // the holder is gone: its lock file stays, and is taken over
+  const Job third = train(2, dir, "--steps 2 --batch-size 2");
+  EXPECT_EQ(third.status, 0) << third.output;
+}
 
 // 2 ranks, 16 steps; one run straight through, one stopped after step 7's
 // checkpoint (the later files removed, as if it had died) and resumed.

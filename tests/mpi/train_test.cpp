@@ -183,6 +183,41 @@ TEST_F(Train, NonFiniteLossSkipsTheStepOnEveryRank) {
     EXPECT_TRUE(torch::isfinite(weights.read(entry)).all().item<bool>()) << entry.name;
 }
 
+TEST_F(Train, ARunThatCanOnlySkipStopsAfterMaxSkippedSteps) {
+  // Every sample holds a NaN: every step is skipped.
+  const std::string dir = wt::testing::fresh_directory("train-all-nan-data");
+  wt::data::SampleShape s;
+  s.channels = 16, s.frames = 1, s.height = 8, s.width = 8, s.text_len = 16, s.text_dim = 64;
+  {
+    wt::data::ShardWriter writer(dir + "/shard-00000.h5", s, 8, false);
+    for (int64_t row = 0; row < 8; ++row) {
+      auto latents = wt::testing::expected_latents(s, 1, row);
+      latents[0][0][0][0] = std::nan("");
+      writer.write(row, latents, wt::testing::expected_text(s, 1, row), wt::testing::expected_text_len(s, row));
+    }
+  }
+  const auto run = [&](const std::string& name, const std::string& options) {
+    return launch(mpi_command(2, WANTRAIN_WANTRAIN,
+                              "--model-config " + tiny_config() + " --data " + dir + " --output-dir " + fresh(name) +
+                                  " --steps 50 --log-every 1 --batch-size 2 --threads 1 " + options));
+  };
+  const Job limited = run("all-nan-3", "--max-skipped 3");
+  EXPECT_EQ(limited.status, 1) << limited.output;
+  EXPECT_EQ(occurrences(limited.output,
+                        "error: stopping at step 3: 3 steps in a row had a non-finite loss or gradient "
+                        "and were skipped (--max-skipped 3)"),
+            1u)
+      << limited.output;
+  EXPECT_EQ(occurrences(limited.output, "error:"), 1u) << limited.output;
+  const auto lines = training_lines(run_dir("all-nan-3"));
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines.back()["skipped_steps"], 3);
+  // The default stops such a run at 20 steps.
+  const Job by_default = run("all-nan-default", "");
+  EXPECT_EQ(by_default.status, 1) << by_default.output;
+  EXPECT_EQ(training_lines(run_dir("all-nan-default")).size(), 20u);
+}
+
 TEST_F(Train, EpochsCountWholePassesOverTheData) {
   // 32 samples, 2 ranks x 2 x 2 accumulation = 8 per step: 4 steps per epoch.
   const Job job = train(2, "epochs", "--epochs 2 --log-every 1 --batch-size 2 --grad-accum 2");

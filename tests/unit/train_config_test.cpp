@@ -74,7 +74,8 @@ TEST(TrainConfig, DeclaresEveryOptionNamedInTheDesign) {
                            "teacher-config",
                            "student-init",
                            "teacher-precision",
-                           "distill-target-weight"})
+                           "distill-target-weight",
+                           "max-skipped"})
     EXPECT_NE(help.find(std::string("--") + name + " "), std::string::npos) << "--" << name;
 }
 
