@@ -56,14 +56,18 @@ bool all_ok(distributed::Comm& comm, bool ok) {
 StartPoint start_run(distributed::World& world, const FitOptions& options, const std::string& resume,
                      const std::string& model_config_name) {
   StartPoint start;
+  // Each agreement holds one phase, so that an error on rank 0 meets the
+  // other ranks in the agreement's collective, never in a broadcast of the
+  // next phase (which would hang the job).
   world.agree([&] {
-    if (world.is_root()) {
-      std::error_code error;
-      std::filesystem::create_directories(options.output_dir, error);
-      if (error)
-        throw SettingError("output_dir", fmt::format("cannot create {}: {}", options.output_dir, error.message()));
-      start.lock = std::make_shared<ckpt::DirectoryLock>(options.output_dir);
-    }
+    if (!world.is_root()) return;
+    std::error_code error;
+    std::filesystem::create_directories(options.output_dir, error);
+    if (error)
+      throw SettingError("output_dir", fmt::format("cannot create {}: {}", options.output_dir, error.message()));
+    start.lock = std::make_shared<ckpt::DirectoryLock>(options.output_dir);
+  });
+  world.agree([&] {
     // Rank 0 chooses the file (right after a requeue, nodes may see the
     // `latest` link differently); every rank then reads it (a shared file
     // system, as for the data) and checks it before anything is built.

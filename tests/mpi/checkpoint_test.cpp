@@ -77,8 +77,11 @@ TEST_F(Checkpoints, ASecondJobOnTheSameOutputDirectoryIsRefusedAndTouchesNothing
   std::ofstream(dir + "/step-00000003.h5.tmp") << "the other job's write in progress";
   std::ofstream(dir + "/metrics.jsonl") << "{\"step\":1}\n";
 
-  const Job second = train(2, dir, "--steps 2 --batch-size 2");
+  // --resume auto, as srun-wantrain passes it: the refusal must not leave
+  // the other rank waiting for the resume choice.
+  const Job second = train(2, dir, "--steps 2 --batch-size 2 --resume auto");
   EXPECT_EQ(second.status, 2) << second.output;
+  EXPECT_LT(second.seconds, 60) << second.output;
   EXPECT_EQ(occurrences(second.output, "error: option --output-dir: " + dir +
                                            " is in use by another job (host node07 pid 4242); give each job its own "
                                            "output directory"),
@@ -91,6 +94,16 @@ TEST_F(Checkpoints, ASecondJobOnTheSameOutputDirectoryIsRefusedAndTouchesNothing
   ::close(fd);  // the holder is gone: its lock file stays, and is taken over
   const Job third = train(2, dir, "--steps 2 --batch-size 2");
   EXPECT_EQ(third.status, 0) << third.output;
+}
+
+// Rank 0 cannot make the output directory while --resume auto waits for its
+// choice on the other ranks: one line and status 2 at once, not a hang.
+TEST_F(Checkpoints, AnOutputDirectoryThatCannotBeMadeIsOneLineEvenWithResumeAuto) {
+  const Job job = train(2, "/proc/wantrain-none/run", "--steps 2 --batch-size 2 --resume auto");
+  EXPECT_EQ(job.status, 2) << job.output;
+  EXPECT_EQ(occurrences(job.output, "error: option --output-dir: cannot create /proc/wantrain-none/run: "), 1u)
+      << job.output;
+  EXPECT_LT(job.seconds, 60) << job.output;
 }
 
 // 2 ranks, 16 steps; one run straight through, one stopped after step 7's
