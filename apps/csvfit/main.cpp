@@ -8,7 +8,6 @@
 #include <torch/torch.h>
 
 #include <cmath>
-#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
@@ -27,6 +26,7 @@
 #include "wantrain/train/tensor_samples.hpp"
 #include "wantrain/train/validation.hpp"
 #include "wantrain/util/error.hpp"
+#include "wantrain/util/files.hpp"
 #include "wantrain/util/exit_codes.hpp"
 #include "wantrain/util/log.hpp"
 #include "wantrain/util/options.hpp"
@@ -250,9 +250,7 @@ int run(distributed::World& world, int argc, char** argv) {
     model::write_safetensors(dir + "/model.safetensors", objective.trainable(), at::kFloat);
     if (const auto* ema = engine->ema())
       model::write_safetensors(dir + "/ema.safetensors", ema->averages(), at::kFloat);
-    std::ofstream config(dir + "/model-config.json");
-    config << model_json.dump(2) << '\n';
-    if (!config) throw Error(fmt::format("{}/model-config.json: cannot write", dir));
+    write_file_durably(dir + "/model-config.json", model_json.dump(2) + "\n");
     return fmt::format("weights: {0}/model.safetensors{1}, config (with the standardisation) {0}/model-config.json",
                        dir, engine->ema() ? fmt::format(" (EMA: {}/ema.safetensors)", dir) : std::string());
   };

@@ -238,7 +238,7 @@ void write_checkpoint(const std::string& path, const Checkpoint& c) {
       });
     }
     H5_CHECK(H5Fflush(file.get(), H5F_SCOPE_GLOBAL));
-    file.reset();
+    H5_CHECK(H5Fclose(file.release()));  // the last data reach the file here: its failure is a failed write
   } catch (const std::exception& e) {
     if (!lock.owns_lock()) lock.lock();
     file.reset();

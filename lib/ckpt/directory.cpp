@@ -12,6 +12,7 @@
 #include <regex>
 
 #include "wantrain/util/error.hpp"
+#include "wantrain/util/files.hpp"
 
 namespace wt::ckpt {
 namespace fs = std::filesystem;
@@ -19,15 +20,6 @@ namespace {
 
 const std::regex kComplete(R"(step-(\d{8,})\.h5)");
 const std::regex kPartial(R"(step-(\d{8,})\.h5\.tmp)");
-
-void fsync_path(const std::string& path, int flags) {
-  const int fd = ::open(path.c_str(), flags | O_CLOEXEC);
-  if (fd < 0) throw Error(fmt::format("{}: cannot open to sync: {}", path, std::strerror(errno)));
-  const int rc = ::fsync(fd);
-  const int error = errno;
-  ::close(fd);
-  if (rc != 0) throw Error(fmt::format("{}: fsync failed: {}", path, std::strerror(error)));
-}
 
 }  // namespace
 
@@ -76,15 +68,6 @@ std::optional<std::string> resolve_resume(const std::string& resume, const std::
   }
   if (!fs::exists(resume, error)) throw SettingError("resume", fmt::format("{} does not exist", resume));
   return resume;
-}
-
-void sync_file(const std::string& path) {
-  fsync_path(path, O_RDONLY);
-  sync_directory(fs::path(path).parent_path().string());
-}
-
-void sync_directory(const std::string& directory) {
-  fsync_path(directory.empty() ? "." : directory, O_RDONLY | O_DIRECTORY);
 }
 
 void replace_link(const std::string& directory, const std::string& link, const std::string& target) {

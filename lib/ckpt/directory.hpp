@@ -28,10 +28,6 @@ std::optional<std::string> linked_checkpoint(const std::string& directory, const
 // naming the option when PATH has none.
 std::optional<std::string> resolve_resume(const std::string& resume, const std::string& output_dir);
 
-// Makes `path` durable: fsync of the file, then of its directory.
-void sync_file(const std::string& path);
-void sync_directory(const std::string& directory);
-
 // Atomically points `directory/link` at `target` (a name in the directory).
 void replace_link(const std::string& directory, const std::string& link, const std::string& target);
 

@@ -11,6 +11,7 @@
 
 #include "wantrain/ckpt/directory.hpp"
 #include "wantrain/util/error.hpp"
+#include "wantrain/util/files.hpp"
 
 namespace wt::ckpt {
 

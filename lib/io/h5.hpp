@@ -45,6 +45,8 @@ class Handle {
     if (id_ >= 0 && close_) close_(id_);
     id_ = -1;
   }
+  // Gives up ownership, for a close whose result matters (H5Fclose of a file written).
+  hid_t release() noexcept { return std::exchange(id_, -1); }
 
  private:
   hid_t id_ = -1;

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "wantrain/util/error.hpp"
+#include "wantrain/util/files.hpp"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "safetensors data is little-endian; so must the host be");
 
@@ -106,8 +107,10 @@ void write_safetensors(const std::string& path, const NamedTensors& tensors, at:
     }
   }
   std::error_code ec;
+  sync_file(tmp);  // the bytes are on disk before the name says the file is complete
   std::filesystem::rename(tmp, path, ec);
   if (ec) throw Error(fmt::format("safetensors {}: cannot rename {} into place ({})", path, tmp, ec.message()));
+  sync_directory(std::filesystem::path(path).parent_path().string());
 }
 
 }  // namespace wt::model

@@ -4,7 +4,6 @@
 #include <torch/torch.h>
 
 #include <filesystem>
-#include <fstream>
 
 #include "wantrain/ckpt/checkpoint.hpp"
 #include "wantrain/distributed/comm.hpp"
@@ -18,6 +17,7 @@
 #include "wantrain/train/shard_source.hpp"
 #include "wantrain/train/teacher.hpp"
 #include "wantrain/util/error.hpp"
+#include "wantrain/util/files.hpp"
 
 namespace wt::train {
 
@@ -133,9 +133,7 @@ std::string WanRun::save_weights(const std::string& directory) const {
   model::save_weights(*impl_->model, directory + "/model.safetensors");
   const auto* ema = impl_->engine->ema();
   if (ema) model::write_safetensors(directory + "/ema.safetensors", ema->averages(), at::kFloat);
-  std::ofstream config(directory + "/model-config.json");
-  config << model::to_json(impl_->config) << '\n';
-  if (!config) throw Error(fmt::format("{}/model-config.json: cannot write", directory));
+  write_file_durably(directory + "/model-config.json", model::to_json(impl_->config) + "\n");
   return fmt::format("weights: {0}/model.safetensors{1}, config {0}/model-config.json", directory,
                      ema ? fmt::format(" (EMA: {}/ema.safetensors)", directory) : std::string());
 }

@@ -1,0 +1,57 @@
+#include "wantrain/util/files.hpp"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "wantrain/util/error.hpp"
+
+namespace wt {
+namespace {
+
+void fsync_path(const std::string& path, int flags) {
+  const int fd = ::open(path.c_str(), flags | O_CLOEXEC);
+  if (fd < 0) throw Error(fmt::format("{}: cannot open to sync: {}", path, std::strerror(errno)));
+  const int rc = ::fsync(fd);
+  const int error = errno;
+  ::close(fd);
+  if (rc != 0) throw Error(fmt::format("{}: fsync failed: {}", path, std::strerror(error)));
+}
+
+}  // namespace
+
+void sync_file(const std::string& path) {
+  fsync_path(path, O_RDONLY);
+  sync_directory(std::filesystem::path(path).parent_path().string());
+}
+
+void sync_directory(const std::string& directory) {
+  fsync_path(directory.empty() ? "." : directory, O_RDONLY | O_DIRECTORY);
+}
+
+void write_file_durably(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  try {
+    {
+      std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+      out << text;
+      out.close();
+      if (!out) throw Error(fmt::format("{}: cannot write (disk full or no permission?)", tmp));
+    }
+    fsync_path(tmp, O_RDONLY);
+    if (std::rename(tmp.c_str(), path.c_str()) != 0)
+      throw Error(fmt::format("{}: cannot rename {} into place: {}", path, tmp, std::strerror(errno)));
+    sync_directory(std::filesystem::path(path).parent_path().string());
+  } catch (...) {
+    std::remove(tmp.c_str());
+    throw;
+  }
+}
+
+}  // namespace wt

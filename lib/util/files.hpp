@@ -1,0 +1,17 @@
+// Durable files: what a crash or power loss must not leave half-written.
+#pragma once
+
+#include <string>
+
+namespace wt {
+
+// Makes `path` durable: fsync of the file, then of its directory.
+void sync_file(const std::string& path);
+void sync_directory(const std::string& directory);
+
+// Writes `text` to `path` through `path.tmp`: written, fsynced, renamed
+// over `path`, directory fsynced; a reader sees the old file or the whole
+// new one. Error naming the file when any step fails (the tmp is removed).
+void write_file_durably(const std::string& path, const std::string& text);
+
+}  // namespace wt
