@@ -118,6 +118,7 @@ int run_ckpt_bench(distributed::World& world, int argc, char** argv) {
   auto dataset = data::Dataset::open(scratch.directory);
   const auto plan = train::plan_run(settings, 1, 0, dataset.shard_sizes());
   train::WanRun run(plan, {}, *comm, std::move(dataset), config, {});
+  run.connect(*comm, {});
   auto parts = run.fit_run(nullptr);
   auto step = [&] {
     int64_t epoch = 0;

@@ -185,6 +185,7 @@ int run(distributed::World& world, int argc, char** argv) {
     run = std::make_unique<train::WanRun>(plan, wan_run_options(cfg), *comm, std::move(*dataset), *model_config, start,
                                           teacher.get());
   });
+  run->connect(*comm, start);
   start.checkpoint.reset();  // its state lives in the run now
   return train::fit(world, *comm, plan, run->fit_run(validator.get()), fit_options, start.best_val_loss);
 }

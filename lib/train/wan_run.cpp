@@ -31,6 +31,12 @@ struct WanRun::Impl {
   int64_t first_epoch = 0;
   bool resumed = false;
   int rank = 0;
+  // Kept from construction for connect().
+  std::unique_ptr<data::DistributedSampler> sampler;
+  std::unique_ptr<data::Dataset> dataset;
+  int prefetch = 2;
+  bool teacher_bf16 = false;
+  EngineOptions engine_options;
 
   explicit Impl(model::WanConfig c) : model(c), config(std::move(c)) {}
 };
@@ -72,26 +78,37 @@ WanRun::WanRun(const RunPlan& plan, const WanRunOptions& options, distributed::C
     if (!resume) start_student(*teacher, options, comm.rank(), plan.settings.seed);
   }
 
-  im.engine = std::make_unique<Engine>(comm, *im.objective, plan.engine);
-  if (teacher) {
+  if (resume) {
+    restore_sampler(*resume, start.path, sampler);
+    im.first_epoch = resume->state.epoch;
+  }
+  im.sampler = std::make_unique<data::DistributedSampler>(std::move(sampler));
+  im.dataset = std::make_unique<data::Dataset>(std::move(dataset));
+  im.prefetch = options.prefetch;
+  im.teacher_bf16 = options.teacher_bf16;
+  im.engine_options = plan.engine;
+}
+
+void WanRun::connect(distributed::Comm& comm, const StartPoint& start) {
+  auto& im = *impl_;
+  im.engine = std::make_unique<Engine>(comm, *im.objective, im.engine_options);
+  if (Teacher* teacher = im.teacher) {
     // After the student's projection, which reads the teacher in fp32, and
     // after the Engine's broadcast: the device only ever holds the teacher
     // in its final precision.
-    if (options.teacher_bf16) teacher->hold_in_bf16();
+    if (im.teacher_bf16) teacher->hold_in_bf16();
     teacher->to(comm.device());
     if (comm.rank() == 0)
       fmt::print("teacher: {} ({}), checksum {}, frozen{}{}\n", teacher->path(), teacher->source(), teacher->checksum(),
                  teacher->held_in_bf16() ? ", Linear weights held in bf16" : "",
                  teacher->shows_frames_as_stills() ? ", each frame shown to it as a still video" : "");
   }
-  if (resume) {
-    restore_sampler(*resume, start.path, sampler);
-    im.engine->load_state(*resume);
-    im.first_epoch = resume->state.epoch;
+  if (start.checkpoint) {
+    im.engine->load_state(*start.checkpoint);
     im.resumed = true;
   }
-  im.batches =
-      std::make_unique<ShardBatches>(std::move(dataset), std::move(sampler), options.prefetch, comm.device().is_cuda());
+  im.batches = std::make_unique<ShardBatches>(std::move(*im.dataset), std::move(*im.sampler), im.prefetch,
+                                              comm.device().is_cuda());
 }
 
 WanRun::~WanRun() = default;

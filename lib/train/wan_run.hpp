@@ -47,14 +47,20 @@ struct WanRunOptions {
 
 class WanRun {
  public:
-  // Builds everything on this rank; rank 0's parameters are broadcast by the
-  // Engine. `start` is fit's start point (its checkpoint restores the
-  // weights, Engine state and sampler position); `teacher`, loaded in fp32
-  // on the CPU, makes this a distillation run and must outlive it: the run
-  // projects the student from it, then puts it in its final precision on
-  // the device (which never holds it in fp32 unless asked to).
+  // Builds the model, objective and sampler on this rank, with no
+  // collective: every check that can fail on one rank alone (init weights,
+  // a resumed checkpoint's fit, the sampler position) happens here, so a
+  // caller runs it inside World::agree. `start` is fit's start point (its
+  // checkpoint restores the weights and sampler position); `teacher`,
+  // loaded in fp32 on the CPU, makes this a distillation run and must
+  // outlive it (the student is projected from it here).
   WanRun(const RunPlan& plan, const WanRunOptions& options, distributed::Comm& comm, data::Dataset dataset,
          model::WanConfig config, const StartPoint& start, Teacher* teacher = nullptr);
+
+  // Collective, after construction on every rank: the Engine (which
+  // broadcasts rank 0's parameters), the teacher in its final precision on
+  // the device, the resumed Engine state, and the prefetching batches.
+  void connect(distributed::Comm& comm, const StartPoint& start);
   ~WanRun();
   WanRun(const WanRun&) = delete;
   WanRun& operator=(const WanRun&) = delete;
