@@ -30,7 +30,6 @@ struct WanRun::Impl {
   Teacher* teacher = nullptr;
   int64_t first_epoch = 0;
   bool resumed = false;
-  int rank = 0;
   // Kept from construction for connect().
   std::unique_ptr<data::DistributedSampler> sampler;
   std::unique_ptr<data::Dataset> dataset;
@@ -49,7 +48,6 @@ WanRun::WanRun(const RunPlan& plan, const WanRunOptions& options, distributed::C
   torch::manual_seed(plan.settings.seed);  // the same initial weights for the same seed (rank 0's are broadcast)
   impl_ = std::make_unique<Impl>(std::move(config));
   auto& im = *impl_;
-  im.rank = comm.rank();
   im.teacher = teacher;
   auto& model = im.model;
   const bool init_from_checkpoint = !options.init.empty() && ckpt::is_checkpoint_file(options.init);
@@ -114,8 +112,6 @@ void WanRun::connect(distributed::Comm& comm, const StartPoint& start) {
 WanRun::~WanRun() = default;
 
 Engine& WanRun::engine() { return *impl_->engine; }
-Objective& WanRun::objective() { return *impl_->objective; }
-model::WanModelImpl& WanRun::model() { return *impl_->model; }
 
 FitRun WanRun::fit_run(Validator* validator) {
   FitRun run;

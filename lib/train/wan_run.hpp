@@ -23,10 +23,6 @@
 #include "wantrain/train/fit.hpp"
 #include "wantrain/train/flow_matching_objective.hpp"
 
-namespace wt::model {
-class WanModelImpl;
-}
-
 namespace wt::train {
 
 class Teacher;
@@ -69,8 +65,6 @@ class WanRun {
   FitRun fit_run(Validator* validator);
 
   Engine& engine();
-  Objective& objective();
-  model::WanModelImpl& model();
 
   // Writes <dir>/model.safetensors (and ema.safetensors with EMA) and
   // model-config.json, what wansample reads; returns the line naming them.

@@ -81,7 +81,6 @@ TEST_F(Checkpoints, ASecondJobOnTheSameOutputDirectoryIsRefusedAndTouchesNothing
   // the other rank waiting for the resume choice.
   const Job second = train(2, dir, "--steps 2 --batch-size 2 --resume auto");
   EXPECT_EQ(second.status, 2) << second.output;
-  EXPECT_LT(second.seconds, 60) << second.output;
   EXPECT_EQ(occurrences(second.output, "error: option --output-dir: " + dir +
                                            " is in use by another job (host node07 pid 4242); give each job its own "
                                            "output directory"),
@@ -103,7 +102,6 @@ TEST_F(Checkpoints, AnOutputDirectoryThatCannotBeMadeIsOneLineEvenWithResumeAuto
   EXPECT_EQ(job.status, 2) << job.output;
   EXPECT_EQ(occurrences(job.output, "error: option --output-dir: cannot create /proc/wantrain-none/run: "), 1u)
       << job.output;
-  EXPECT_LT(job.seconds, 60) << job.output;
 }
 
 // 2 ranks, 16 steps; one run straight through, one stopped after step 7's
