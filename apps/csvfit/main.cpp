@@ -130,6 +130,7 @@ int run(distributed::World& world, int argc, char** argv) {
   torch::set_num_threads(threads_per_rank(c.threads, world.local_size()));
   distributed::CommOptions comm_options;
   comm_options.timeout = std::chrono::milliseconds(int64_t(c.comm_timeout * 1000));
+  world.set_timeout(comm_options.timeout);
   const auto comm = distributed::make_comm(world, distributed::Backend::Mpi, comm_options);
 
   // Every rank reads the CSVs (a shared file system, as for wantrain's shards).
@@ -211,7 +212,6 @@ int run(distributed::World& world, int argc, char** argv) {
   fit_options.log_every = c.log_every;
   fit_options.stop_on_checkpoint_error = c.on_ckpt_error == "fail";
   fit_options.model_config = model_json.dump();
-  const StopSignalHandlers stop_signals;  // from here on a signal means "checkpoint and requeue"
   train::StartPoint start = train::start_run(world, fit_options, c.resume, "the data and options of this run");
 
   // The model, objective and Engine, with a resumed checkpoint's state:
@@ -260,4 +260,7 @@ int run(distributed::World& world, int argc, char** argv) {
 }  // namespace
 }  // namespace wt::csvfit
 
-int main(int argc, char** argv) { return wt::app::run_app(argc, argv, wt::csvfit::run); }
+int main(int argc, char** argv) {
+  const wt::StopSignalHandlers stop_signals;  // for the process's whole life, as wantrain's (train/fit.hpp)
+  return wt::app::run_app(argc, argv, wt::csvfit::run);
+}

@@ -29,6 +29,7 @@
 #include "wantrain/util/log.hpp"
 #include "wantrain/util/options.hpp"
 #include "wantrain/util/stop_signals.hpp"
+#include "wantrain/util/test_hooks.hpp"
 #include "wantrain/util/threads.hpp"
 
 namespace wt::wantrain {
@@ -61,7 +62,8 @@ int run(distributed::World& world, int argc, char** argv) {
                     {"teacher_config", "teacher-config"},
                     {"student_init", "student-init"},
                     {"init", "init"},
-                    {"max_skipped", "max-skipped"}});
+                    {"max_skipped", "max-skipped"},
+                    {"checkpoint_timeout", "checkpoint-timeout"}});
   TrainConfig cfg;
   OptionSet options("wantrain",
                     "[--config run.ini] [options]\n       wantrain export --checkpoint PATH --out FILE [--ema] "
@@ -77,6 +79,8 @@ int run(distributed::World& world, int argc, char** argv) {
     if (world.is_root()) std::cout << app::help_or_version(outcome, options);
     return kExitOk;
   }
+  const auto comm_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(cfg.comm_timeout * 1000));
+  world.set_timeout(comm_timeout);  // bounds every start-up agreement below, too
 
   // The data are checked on every rank before anything else starts; a bad
   // dataset is one line and status 2 for the whole job.
@@ -128,7 +132,7 @@ int run(distributed::World& world, int argc, char** argv) {
   torch::set_num_threads(threads_per_rank(cfg.threads, world.local_size()));
 
   distributed::CommOptions comm_options;
-  comm_options.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(cfg.comm_timeout * 1000));
+  comm_options.timeout = comm_timeout;
   std::unique_ptr<distributed::Comm> comm;
   world.agree([&] { comm = distributed::make_comm(world, distributed::parse_backend(cfg.backend), comm_options); });
 
@@ -161,7 +165,6 @@ int run(distributed::World& world, int argc, char** argv) {
   train::FitOptions fit_options = wantrain::fit_options(cfg);
   fit_options.run_options = run_options.dump();
   fit_options.model_config = model::to_json(*model_config);
-  const StopSignalHandlers stop_signals;  // from here on a signal means "checkpoint and requeue"
   train::StartPoint start = train::start_run(world, fit_options, cfg.resume, "--model-config " + cfg.model_config);
 
   std::unique_ptr<train::Validator> validator;
@@ -187,7 +190,9 @@ int run(distributed::World& world, int argc, char** argv) {
   });
   run->connect(*comm, start);
   start.checkpoint.reset();  // its state lives in the run now
-  return train::fit(world, *comm, plan, run->fit_run(validator.get()), fit_options, start.best_val_loss);
+  const int status = train::fit(world, *comm, plan, run->fit_run(validator.get()), fit_options, start.best_val_loss);
+  test_delay("after_fit");
+  return status;
 }
 
 }  // namespace
@@ -196,5 +201,10 @@ int run(distributed::World& world, int argc, char** argv) {
 int main(int argc, char** argv) {
   // `wantrain export ...` is a subcommand; everything else is a training run.
   if (argc > 1 && std::string(argv[1]) == "export") return wt::app::run_app(argc - 1, argv + 1, wt::run_export);
+  // For the whole life of a training process, a stop signal is recorded and
+  // answered (train/fit.hpp): before the first step, exit 75 with nothing to
+  // save; at a step boundary, checkpoint and 75; during the final
+  // checkpoint, finish it and 75; after the run, ignored (status 0).
+  const wt::StopSignalHandlers stop_signals;
   return wt::app::run_app(argc, argv, wt::wantrain::run);
 }

@@ -86,8 +86,12 @@ void declare_options(OptionSet& o, TrainConfig& c) {
               "bf16 holds the teacher's block and text Linear weights in bf16 (half the memory)")
       .add("distill-target-weight", &c.distill_target_weight,
            "w in loss = MSE(student, teacher) + w * MSE(student, eps - x0)");
-  o.group("faults").add("max-skipped", &c.max_skipped,
-                        "consecutive skipped (non-finite) steps after which the run stops with status 1 (0: no limit)");
+  o.group("faults")
+      .add("max-skipped", &c.max_skipped,
+           "consecutive skipped (non-finite) steps after which the run stops with status 1 (0: no limit)")
+      .add("checkpoint-timeout", &c.checkpoint_timeout,
+           "seconds rank 0 may wait for a checkpoint write before the job is ended; the other ranks wait with it "
+           "(a slow write is not a dead rank: --comm-timeout does not apply)");
 }
 
 namespace {
@@ -121,6 +125,8 @@ void validate(const TrainConfig& c) {
   require(c.keep >= 0, "keep", "must be 0 (keep all) or more");
   require(c.distill_target_weight >= 0, "distill-target-weight", "must be 0 or more");
   require(c.max_skipped >= 0, "max-skipped", "must be 0 (no limit) or more");
+  require(std::isfinite(c.checkpoint_timeout) && c.checkpoint_timeout >= 0.001 && c.checkpoint_timeout <= 1e7,
+          "checkpoint-timeout", "must be a positive number of seconds");
   if (c.mode == "distill") require(!c.teacher.empty(), "teacher", "--mode distill needs a teacher");
   if (c.mode != "distill") {  // distillation options in a training run: refused rather than ignored
     const char* only = "only used with --mode distill";
@@ -185,6 +191,7 @@ train::FitOptions fit_options(const TrainConfig& c) {
   o.log_every = c.log_every;
   o.stop_on_checkpoint_error = c.on_ckpt_error == "fail";
   o.max_skipped = c.max_skipped;
+  o.checkpoint_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(c.checkpoint_timeout * 1000));
   return o;
 }
 

@@ -91,6 +91,7 @@ struct TrainConfig {
 
   // faults
   std::int64_t max_skipped = 20;
+  double checkpoint_timeout = 3600;
 };
 
 // Declares every option of `cfg` in `options` (fields are filled by parse()).

@@ -12,8 +12,10 @@ namespace wt::app {
 
 // Creates the World, runs `body`, finalizes, returns body's exit status.
 // An exception leaving `body` prints one line naming the rank and host and
-// ends every rank with MPI_Abort: status 2 for a UsageError, 1 otherwise.
-// CollectiveExit (from World::agree) leaves together, without an abort.
+// ends every rank with MPI_Abort (status 2 for a UsageError, 1 otherwise)
+// before any destructor runs: the exception is left uncaught, and the
+// terminate handler installed here reports it. CollectiveExit (from
+// World::agree) leaves together, unwinding normally, without an abort.
 int run_app(int argc, char** argv, const std::function<int(distributed::World&, int, char**)>& body);
 
 }  // namespace wt::app

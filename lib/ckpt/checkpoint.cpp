@@ -1,6 +1,8 @@
 #include "wantrain/ckpt/checkpoint.hpp"
 
 #include <fmt/format.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <torch/torch.h>
 
 #include <map>
@@ -9,6 +11,7 @@
 
 #include "wantrain/io/h5.hpp"
 #include "wantrain/util/error.hpp"
+#include "wantrain/util/json.hpp"
 
 namespace wt::ckpt {
 namespace {
@@ -156,7 +159,7 @@ void read_v1_root(hid_t file, Checkpoint& c, std::string& object) {
   object = "attribute run_config";
   c.run_config = io::read_string_attribute(file, "run_config");
   // The affinity was only in the stored options then.
-  const auto options = nlohmann::json::parse(c.run_config, nullptr, false);
+  const auto options = parse_json_or_discarded(c.run_config);
   c.shard_affinity = options.is_object() && options.value("shard-affinity", "false") == "true";
   c.objective_kind = "flow-matching";
   if (io::has_attribute(file, "teacher")) {
@@ -180,6 +183,30 @@ int64_t Checkpoint::tensor_bytes() const {
   for (const auto& slot : optim) bytes += (slot.exp_avg.numel() + slot.exp_avg_sq.numel()) * 4;
   return bytes;
 }
+
+namespace {
+
+// Closes a file whose write failed (ENOSPC, EIO), which the caller deletes.
+// Closing flushes HDF5's cached metadata; on the disk that just failed that
+// fails too, and HDF 1.10 then keeps a half-closed file that crashes the
+// process in MPI_Finalize. So HDF5's descriptor is first pointed at an
+// anonymous memory file, where the flush succeeds and goes nowhere.
+void discard_unwritable(io::Handle& file) {
+  if (!file) return;
+  void* handle = nullptr;
+  if (H5Fget_vfd_handle(file.get(), H5P_DEFAULT, &handle) >= 0 && handle) {
+    const int fd = *static_cast<int*>(handle);
+    const int sink = static_cast<int>(syscall(SYS_memfd_create, "wantrain-discarded-checkpoint", 0));
+    if (sink >= 0) {
+      dup2(sink, fd);
+      close(sink);
+    }
+  }
+  H5Eclear2(H5E_DEFAULT);
+  file.reset();
+}
+
+}  // namespace
 
 void write_checkpoint(const std::string& path, const Checkpoint& c) {
   std::unique_lock<std::mutex> lock(io::library_mutex());
@@ -241,7 +268,7 @@ void write_checkpoint(const std::string& path, const Checkpoint& c) {
     H5_CHECK(H5Fclose(file.release()));  // the last data reach the file here: its failure is a failed write
   } catch (const std::exception& e) {
     if (!lock.owns_lock()) lock.lock();
-    file.reset();
+    discard_unwritable(file);
     throw Error(fmt::format("checkpoint {}: cannot write: {}", path, e.what()));
   }
 }
@@ -351,15 +378,15 @@ std::string read_model_config(const std::string& path) {
 
 void check_model_config(const std::string& saved_json, const std::string& path, const std::string& config_json,
                         const std::string& config_path) {
-  const auto theirs = nlohmann::json::parse(saved_json, nullptr, false);
-  const auto ours = nlohmann::json::parse(config_json);
+  const auto theirs = parse_json_or_discarded(saved_json);
+  const auto ours = parse_json(config_json);
   if (theirs == ours) return;
   std::string difference = "it is not a model config";
   if (theirs.is_object())
     for (const auto& [key, value] : ours.items())
       if (!theirs.contains(key) || theirs[key] != value) {
-        difference = fmt::format("{} is {} there, {} here", key, theirs.contains(key) ? theirs[key].dump() : "absent",
-                                 value.dump());
+        difference = fmt::format("{} is {} there, {} here", key,
+                                 theirs.contains(key) ? json_excerpt(theirs[key]) : "absent", json_excerpt(value));
         break;
       }
   throw UsageError(fmt::format("checkpoint {}: written for another model than {}: {}", path, config_path, difference));

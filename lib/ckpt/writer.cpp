@@ -12,6 +12,7 @@
 #include "wantrain/ckpt/directory.hpp"
 #include "wantrain/util/error.hpp"
 #include "wantrain/util/files.hpp"
+#include "wantrain/util/test_hooks.hpp"
 
 namespace wt::ckpt {
 
@@ -50,6 +51,11 @@ std::vector<WriteResult> CheckpointWriter::drain() {
   return std::exchange(results_, {});
 }
 
+bool CheckpointWriter::wait_idle(std::chrono::milliseconds bound) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  return changed_.wait_for(lock, bound, [this] { return !pending_ && !writing_; });
+}
+
 bool CheckpointWriter::busy() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return pending_ || writing_;
@@ -86,6 +92,7 @@ WriteResult CheckpointWriter::write_now(const Checkpoint& checkpoint, const Writ
   const std::string path = (fs::path(options.directory) / name).string();
   const std::string temporary = path + ".tmp";
   try {
+    test_delay("checkpoint_write");
     write_checkpoint(temporary, checkpoint);
     sync_file(temporary);
     std::error_code error;

@@ -11,6 +11,7 @@
 // its message is kept for the training thread to take.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <limits>
@@ -55,6 +56,9 @@ class CheckpointWriter {
   std::vector<WriteResult> take_results();
   // Waits for the write in flight, then returns every untaken result.
   std::vector<WriteResult> drain();
+  // Waits at most `bound` for the writer to have nothing in flight; false
+  // when it still has (a write stalled on a slow or hung file system).
+  bool wait_idle(std::chrono::milliseconds bound);
   bool busy() const;
 
   // The same steps, on the calling thread: what the background thread does.

@@ -9,6 +9,7 @@
 #include "wantrain/io/h5.hpp"
 #include "wantrain/data/stored_type.hpp"
 #include "wantrain/util/error.hpp"
+#include "wantrain/util/test_hooks.hpp"
 
 namespace fs = std::filesystem;
 
@@ -103,6 +104,7 @@ SampleReader::Open& SampleReader::file(size_t shard) {
     o->latents = io::open_dataset(o->file.get(), "latents");
     o->text = io::open_dataset(o->file.get(), "text_emb");
     const io::Handle lengths = io::open_dataset(o->file.get(), "text_len");
+    check_shard_unchanged(dataset_.shards()[shard], o->latents.get(), o->text.get(), lengths.get());
     o->text_len.resize(static_cast<size_t>(dataset_.shards()[shard].samples));
     if (!o->text_len.empty())
       H5_CHECK(H5Dread(lengths.get(), H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, o->text_len.data()));
@@ -124,6 +126,7 @@ void SampleReader::read(int64_t index, const at::Tensor& latents, const at::Tens
   const ShardInfo& shard = dataset_.shards()[where.shard];
   io::Lock lock(io::library_mutex());
   try {
+    test_failure("sample_read");
     Open& o = file(where.shard);
     const hsize_t row = static_cast<hsize_t>(where.row);
     io::select_rows(o.latents_space.get(), row, 1);

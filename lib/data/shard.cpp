@@ -3,6 +3,10 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <filesystem>
+#include <tuple>
+
 #include "wantrain/io/h5.hpp"
 #include "wantrain/data/stored_type.hpp"
 #include "wantrain/util/error.hpp"
@@ -69,12 +73,52 @@ Stored stored_of(const std::string& path, hid_t dataset, const char* name, bool 
   const io::Handle type = io::dataset_type(dataset);
   if (H5Tget_class(type.get()) == H5T_FLOAT && H5Tget_size(type.get()) == 4) return Stored::Float32;
   if (io::is_float16(type.get())) return Stored::Float16;
+  // bfloat16 is stored as its raw bits: unsigned 16-bit integers. A signed
+  // type would be read through HDF5's conversion, which clamps negatives to 0.
   if (bf16_allowed && H5Tget_class(type.get()) == H5T_INTEGER && H5Tget_size(type.get()) == 2 &&
-      io::has_attribute(dataset, "dtype") && io::read_string_attribute(dataset, "dtype") == "bfloat16")
+      H5Tget_sign(type.get()) == H5T_SGN_NONE && io::has_attribute(dataset, "dtype") &&
+      io::read_string_attribute(dataset, "dtype") == "bfloat16")
     return Stored::BFloat16;
   throw UsageError(fmt::format(
       "data: shard {}: {} has an unsupported element type (expected {})", path, name,
       bf16_allowed ? "float32, float16, or uint16 with attribute dtype=\"bfloat16\"" : "float32 or float16"));
+}
+
+// Caps on a shard's sizes, checked before anything is allocated from them:
+// far above real data (Wan 720p, 81 frames: latents [16, 21, 90, 160]),
+// low enough that products of them fit 64 bits.
+constexpr hsize_t kMaxSampleDim = hsize_t(1) << 20;
+constexpr hsize_t kMaxSampleElements = hsize_t(1) << 32;
+
+// Checks the dimensions read from a shard against the caps and each other
+// (fail names the file); N may not exceed the file's size in bytes, since
+// every sample stores at least its text_len.
+template <class Fail>
+void check_dims(const std::vector<hsize_t>& ld, const std::vector<hsize_t>& td, const std::vector<hsize_t>& nd,
+                uintmax_t file_bytes, Fail fail) {
+  if (ld.size() != 5)
+    throw fail(fmt::format("/latents has {} dimensions {}, expected 5 [N,C,F,H,W]", ld.size(), dims_string(ld)));
+  if (td.size() != 3)
+    throw fail(fmt::format("/text_emb has {} dimensions {}, expected 3 [N,L,D]", td.size(), dims_string(td)));
+  if (nd.size() != 1)
+    throw fail(fmt::format("/text_len has {} dimensions {}, expected 1 [N]", nd.size(), dims_string(nd)));
+  if (td[0] != ld[0] || nd[0] != ld[0])
+    throw fail(fmt::format("sample counts disagree: /latents {}, /text_emb {}, /text_len {}", ld[0], td[0], nd[0]));
+  if (ld[0] > file_bytes)
+    throw fail(
+        fmt::format("{} samples cannot be stored in a file of {} bytes (corrupt or hostile?)", ld[0], file_bytes));
+  hsize_t latents = 1, text = 1;
+  for (size_t i = 1; i < 5; ++i) latents *= std::min(ld[i], kMaxSampleDim + 1);
+  for (size_t i = 1; i < 3; ++i) text *= std::min(td[i], kMaxSampleDim + 1);
+  for (const auto& [name, dims, elements] : {std::tuple{"/latents", &ld, latents}, {"/text_emb", &td, text}}) {
+    for (size_t i = 1; i < dims->size(); ++i)
+      if ((*dims)[i] < 1 || (*dims)[i] > kMaxSampleDim)
+        throw fail(fmt::format("{} has shape {}: each per-sample size must be in 1..{}", name, dims_string(*dims),
+                               kMaxSampleDim));
+    if (elements > kMaxSampleElements)
+      throw fail(
+          fmt::format("{} has shape {}: more than {} elements a sample", name, dims_string(*dims), kMaxSampleElements));
+  }
 }
 
 }  // namespace
@@ -117,14 +161,9 @@ ShardInfo inspect_shard(const std::string& path) {
     const io::Handle text = io::open_dataset(root, "text_emb");
     const io::Handle lengths = io::open_dataset(root, "text_len");
     const auto ld = io::dims(latents.get()), td = io::dims(text.get()), nd = io::dims(lengths.get());
-    if (ld.size() != 5)
-      throw fail(fmt::format("/latents has {} dimensions {}, expected 5 [N,C,F,H,W]", ld.size(), dims_string(ld)));
-    if (td.size() != 3)
-      throw fail(fmt::format("/text_emb has {} dimensions {}, expected 3 [N,L,D]", td.size(), dims_string(td)));
-    if (nd.size() != 1)
-      throw fail(fmt::format("/text_len has {} dimensions {}, expected 1 [N]", nd.size(), dims_string(nd)));
-    if (td[0] != ld[0] || nd[0] != ld[0])
-      throw fail(fmt::format("sample counts disagree: /latents {}, /text_emb {}, /text_len {}", ld[0], td[0], nd[0]));
+    std::error_code size_error;
+    const uintmax_t file_bytes = std::filesystem::file_size(path, size_error);
+    check_dims(ld, td, nd, size_error ? 0 : file_bytes, fail);
     info.samples = static_cast<int64_t>(ld[0]);
     info.shape = {static_cast<int64_t>(ld[1]),
                   static_cast<int64_t>(ld[2]),
@@ -156,6 +195,34 @@ ShardInfo inspect_shard(const std::string& path) {
     throw fail(fmt::format("unreadable ({})", e.what()));
   }
   return info;
+}
+
+void check_shard_unchanged(const ShardInfo& info, hid_t latents, hid_t text, hid_t lengths) {
+  auto fail = [&](const std::string& what) {
+    return Error(
+        fmt::format("data: shard {} changed after the run started: {}; the files of a dataset must not change "
+                    "while a run reads them",
+                    info.path, what));
+  };
+  const SampleShape& s = info.shape;
+  const auto n = static_cast<hsize_t>(info.samples);
+  auto h = [](int64_t v) { return static_cast<hsize_t>(v); };
+  const std::vector<hsize_t> want_latents{n, h(s.channels), h(s.frames), h(s.height), h(s.width)},
+      want_text{n, h(s.text_len), h(s.text_dim)}, want_lengths{n};
+  for (const auto& [name, dataset, want] : {std::tuple{"/latents", latents, &want_latents},
+                                            {"/text_emb", text, &want_text},
+                                            {"/text_len", lengths, &want_lengths}})
+    if (const auto now = io::dims(dataset); now != *want)
+      throw fail(fmt::format("{} is {}, it was {}", name, dims_string(now), dims_string(*want)));
+  try {
+    if (stored_of(info.path, latents, "/latents", true) != s.latents ||
+        stored_of(info.path, text, "/text_emb", false) != s.text)
+      throw fail("its element types differ");
+  } catch (const UsageError& e) {
+    throw fail(e.what());
+  }
+  const io::Handle length_type = io::dataset_type(lengths);
+  if (H5Tget_class(length_type.get()) != H5T_INTEGER) throw fail("/text_len is no longer integers");
 }
 
 struct ShardWriter::Impl {

@@ -1,5 +1,5 @@
-// The HDF5 element type of each Stored dtype, as written in shards and as
-// read into memory (private to lib/data).
+// HDF5 details of shards shared by the shard reader and writer (private to
+// lib/data): the element type of each Stored dtype, as written and as read.
 #pragma once
 
 #include "wantrain/io/h5.hpp"
@@ -7,4 +7,10 @@
 
 namespace wt::data {
 io::Handle hdf5_type(Stored stored);
-}
+
+// For a shard opened again after inspect_shard (the reader opens each file
+// when it first needs it): throws Error naming the file when its datasets'
+// shapes or element types are no longer `info`'s, before anything is read
+// into buffers sized from `info`. The caller holds the HDF5 lock.
+void check_shard_unchanged(const ShardInfo& info, hid_t latents, hid_t text, hid_t lengths);
+}  // namespace wt::data

@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <climits>
+#include <thread>
 
 #include "wantrain/util/error.hpp"
 #include "wantrain/util/exit_codes.hpp"
@@ -67,7 +69,9 @@ std::vector<World::Peer> World::peers() const {
   Packed mine{rank_, local_rank_, local_size_, {}};
   host_.copy(mine.host, kHostChars - 1);
   std::vector<Packed> all(size_);
-  MPI_CHECK(MPI_Allgather(&mine, sizeof(Packed), MPI_BYTE, all.data(), sizeof(Packed), MPI_BYTE, comm_));
+  MPI_Request request = MPI_REQUEST_NULL;
+  MPI_CHECK(MPI_Iallgather(&mine, sizeof(Packed), MPI_BYTE, all.data(), sizeof(Packed), MPI_BYTE, comm_, &request));
+  wait(request, "all_gather (the ranks' identities)", timeout_);
   std::vector<Peer> out;
   for (const auto& p : all) out.push_back({p.rank, p.local_rank, p.local_size, p.host});
   return out;
@@ -84,19 +88,58 @@ void World::agree(const std::function<void()>& step) const {
   }
   const int mine = failed ? rank_ : INT_MAX;
   int first_failed = INT_MAX;
-  MPI_CHECK(MPI_Allreduce(&mine, &first_failed, 1, MPI_INT, MPI_MIN, comm_));
+  MPI_Request request = MPI_REQUEST_NULL;
+  MPI_CHECK(MPI_Iallreduce(&mine, &first_failed, 1, MPI_INT, MPI_MIN, comm_, &request));
+  wait(request, "agreement (a start-up or shutdown step)", timeout_);
   if (first_failed == INT_MAX) return;
   if (first_failed == rank_) print_error_line(message);
   throw CollectiveExit{kExitUsage};
 }
 
-void World::barrier() const { MPI_CHECK(MPI_Barrier(comm_)); }
+void World::barrier() const {
+  MPI_Request request = MPI_REQUEST_NULL;
+  MPI_CHECK(MPI_Ibarrier(comm_, &request));
+  wait(request, "barrier", timeout_);
+}
 
 void World::broadcast(std::string& text) const {
   int64_t size = int64_t(text.size());
-  MPI_CHECK(MPI_Bcast(&size, 1, MPI_INT64_T, 0, comm_));
+  MPI_Request request = MPI_REQUEST_NULL;
+  MPI_CHECK(MPI_Ibcast(&size, 1, MPI_INT64_T, 0, comm_, &request));
+  wait(request, "broadcast", timeout_);
   text.resize(size_t(size));
-  if (size > 0) MPI_CHECK(MPI_Bcast(text.data(), int(size), MPI_CHAR, 0, comm_));
+  if (size == 0) return;
+  MPI_CHECK(MPI_Ibcast(text.data(), int(size), MPI_CHAR, 0, comm_, &request));
+  wait(request, "broadcast", timeout_);
+}
+
+std::vector<int64_t> World::max_over_ranks(std::vector<int64_t> values, const std::string& what,
+                                           std::chrono::milliseconds bound) const {
+  std::vector<int64_t> out(values.size());
+  MPI_Request request = MPI_REQUEST_NULL;
+  MPI_CHECK(MPI_Iallreduce(values.data(), out.data(), int(values.size()), MPI_INT64_T, MPI_MAX, comm_, &request));
+  wait(request, what.c_str(), bound);
+  return out;
+}
+
+void World::wait(MPI_Request& request, const char* what, std::chrono::milliseconds bound) const {
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  // Poll: a fast collective costs one or two tests; a long wait sleeps in
+  // steps of up to 1 ms, which no start-up step notices.
+  auto pause = std::chrono::microseconds(1);
+  for (;;) {
+    int done = 0;
+    MPI_CHECK(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
+    if (done) return;
+    if (Clock::now() - start > bound)
+      abort_job(fmt::format("world {} did not complete within {:.3g} s ({}): another rank died, is stuck, or left "
+                            "the job's sequence of steps",
+                            what, std::chrono::duration<double>(bound).count(), setting_reference("comm_timeout")),
+                kExitFailure);
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(1000));
+  }
 }
 
 }  // namespace wt::distributed

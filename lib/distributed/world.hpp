@@ -6,12 +6,17 @@
 // every Comm before finalize(); finalize() runs from main (or ~World), never
 // from a static destructor. Without a launcher the process is a world of one.
 //
-// World's own collectives (peers(), agree()) run on a private duplicate of
-// MPI_COMM_WORLD, from the main thread, in the same order on every rank.
+// World's own collectives (peers(), agree(), ...) run on a private duplicate
+// of MPI_COMM_WORLD, from the main thread, in the same order on every rank.
+// Each is bounded: it polls a non-blocking MPI operation, and a rank that
+// waits longer than timeout() prints one line naming the operation and ends
+// the job, so that no start-up or shutdown step can hang it.
 #pragma once
 
 #include <mpi.h>
 
+#include <chrono>
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -60,6 +65,16 @@ class World {
   // Collective: rank 0's `text` on every rank.
   void broadcast(std::string& text) const;
 
+  // Collective: the maximum of each element over the ranks, waiting at most
+  // `bound` (a wait that knows its own length, e.g. a checkpoint write).
+  std::vector<int64_t> max_over_ranks(std::vector<int64_t> values, const std::string& what,
+                                      std::chrono::milliseconds bound) const;
+
+  // How long a World collective may wait for the other ranks (the comm
+  // timeout once the options are read; 10 minutes until then).
+  void set_timeout(std::chrono::milliseconds timeout) { timeout_ = timeout; }
+  std::chrono::milliseconds timeout() const { return timeout_; }
+
   // Ends MPI. Idempotent; every Comm must be gone.
   void finalize() noexcept;
 
@@ -68,6 +83,10 @@ class World {
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
   std::string host_;
   bool finalized_ = false;
+  std::chrono::milliseconds timeout_{std::chrono::minutes(10)};
+
+  // Waits for `request` (of the collective `what`) for at most `bound`.
+  void wait(MPI_Request& request, const char* what, std::chrono::milliseconds bound) const;
 };
 
 }  // namespace wt::distributed

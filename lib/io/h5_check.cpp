@@ -8,7 +8,12 @@ namespace wt::io::detail {
 
 namespace {
 herr_t keep_innermost(unsigned n, const H5E_error2_t* err, void* out) {
-  if (n == 0 && err->desc) *static_cast<std::string*>(out) = err->desc;
+  if (n == 0 && err->desc) {
+    std::string desc = err->desc;  // HDF5's I/O errors span lines: an error is one line here
+    for (auto& c : desc)
+      if (c == '\n' || c == '\r') c = ' ';
+    *static_cast<std::string*>(out) = desc;
+  }
   return 0;
 }
 }  // namespace

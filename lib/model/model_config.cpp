@@ -7,8 +7,10 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <tuple>
 
 #include "wantrain/util/error.hpp"
+#include "wantrain/util/json.hpp"
 
 namespace wt::model {
 namespace {
@@ -27,14 +29,15 @@ bool informational_key(const std::string& key) {
 int64_t positive_int(const json& doc, const char* key, const std::string& source) {
   const json& v = doc.at(key);
   if (!v.is_number_integer() || v.get<int64_t>() < 1)
-    throw UsageError(fmt::format("model config {}: '{}' must be a positive integer, got {}", source, key, v.dump()));
+    throw UsageError(
+        fmt::format("model config {}: '{}' must be a positive integer, got {}", source, key, json_excerpt(v)));
   return v.get<int64_t>();
 }
 
 bool boolean(const json& doc, const char* key, const std::string& source) {
   const json& v = doc.at(key);
   if (!v.is_boolean())
-    throw UsageError(fmt::format("model config {}: '{}' must be true or false, got {}", source, key, v.dump()));
+    throw UsageError(fmt::format("model config {}: '{}' must be true or false, got {}", source, key, json_excerpt(v)));
   return v.get<bool>();
 }
 
@@ -52,21 +55,36 @@ void validate(const WanConfig& c, const std::string& source) {
                             {"in_dim", c.in_dim},
                             {"out_dim", c.out_dim}})
     if (value < 1) fail(fmt::format("'{}' must be a positive integer, got {}", key, value));
+  // Caps far above any released Wan model (14B: dim 5120, 40 layers), so
+  // that a corrupt or hostile config is refused here, before any size is
+  // multiplied out or any memory allocated.
+  for (auto [key, value, cap] : {std::tuple<const char*, int64_t, int64_t>{"dim", c.dim, 1 << 16},
+                                 {"ffn_dim", c.ffn_dim, 1 << 18},
+                                 {"num_heads", c.num_heads, 1 << 10},
+                                 {"num_layers", c.num_layers, 1 << 10},
+                                 {"freq_dim", c.freq_dim, 1 << 16},
+                                 {"text_dim", c.text_dim, 1 << 16},
+                                 {"text_len", c.text_len, 1 << 20},
+                                 {"in_dim", c.in_dim, 1 << 12},
+                                 {"out_dim", c.out_dim, 1 << 12}})
+    if (value > cap) fail(fmt::format("'{}' is {}, more than {}, the most wantrain accepts", key, value, cap));
   for (int64_t p : c.patch_size)
-    if (p < 1)
-      fail(fmt::format("'patch_size' must hold three positive integers, got [{}]", fmt::join(c.patch_size, ",")));
+    if (p < 1 || p > 64)
+      fail(fmt::format("'patch_size' must hold three integers in 1..64, got [{}]", fmt::join(c.patch_size, ",")));
   if (c.dim % c.num_heads != 0) fail(fmt::format("'dim' {} is not divisible by 'num_heads' {}", c.dim, c.num_heads));
   if (c.head_dim() % 2 != 0)
     fail(fmt::format("head dim dim/num_heads = {} must be even (RoPE rotates channel pairs)", c.head_dim()));
   if (c.freq_dim % 2 != 0) fail(fmt::format("'freq_dim' {} must be even (cos and sin halves)", c.freq_dim));
   if (!(c.eps > 0.0 && c.eps < 1.0)) fail(fmt::format("'eps' must be in (0, 1), got {}", c.eps));
+  if (const int64_t params = parameter_count(c); params > kMaxParameters)
+    fail(fmt::format("{} parameters, more than {:.0e}, the most wantrain accepts", params, double(kMaxParameters)));
 }
 
 WanConfig parse_model_config(const std::string& text, const std::string& source) {
   json doc;
   try {
-    doc = json::parse(text);
-  } catch (const json::parse_error& e) {
+    doc = parse_json(text);
+  } catch (const JsonError& e) {
     throw UsageError(fmt::format("model config {}: not valid JSON ({})", source, e.what()));
   }
   if (!doc.is_object()) throw UsageError(fmt::format("model config {}: expected a JSON object", source));
@@ -95,11 +113,11 @@ WanConfig parse_model_config(const std::string& text, const std::string& source)
         return p.is_number_integer() && p.get<int64_t>() >= 1;
       }))
     throw UsageError(fmt::format("model config {}: 'patch_size' must be three positive integers [f, h, w], got {}",
-                                 source, patch.dump()));
+                                 source, json_excerpt(patch)));
   for (size_t i = 0; i < 3; ++i) c.patch_size[i] = patch[i].get<int64_t>();
   const json& eps = doc.at("eps");
   if (!eps.is_number())
-    throw UsageError(fmt::format("model config {}: 'eps' must be a number, got {}", source, eps.dump()));
+    throw UsageError(fmt::format("model config {}: 'eps' must be a number, got {}", source, json_excerpt(eps)));
   c.eps = eps.get<double>();
   c.qk_norm = boolean(doc, "qk_norm", source);
   c.cross_attn_norm = boolean(doc, "cross_attn_norm", source);
@@ -171,11 +189,13 @@ std::vector<ParameterShape> parameter_shapes(const WanConfig& c) {
 }
 
 int64_t parameter_count(const WanConfig& config) {
+  if (config.num_layers > (1 << 20)) throw Error(fmt::format("{} layers: not a model", config.num_layers));
   int64_t total = 0;
   for (const auto& [name, shape] : parameter_shapes(config)) {
     int64_t n = 1;
-    for (int64_t s : shape) n *= s;
-    total += n;
+    for (int64_t s : shape)
+      if (__builtin_mul_overflow(n, s, &n)) throw Error(fmt::format("the size of {} overflows 64 bits", name));
+    if (__builtin_add_overflow(total, n, &total)) throw Error("the parameter count overflows 64 bits");
   }
   return total;
 }

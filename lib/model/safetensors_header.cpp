@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include "wantrain/util/error.hpp"
+#include "wantrain/util/json.hpp"
 
 namespace wt::model {
 namespace {
@@ -50,32 +51,32 @@ SafetensorsEntry parse_entry(const std::string& path, const std::string& name, c
   e.name = name;
   const json& dtype = v.at("dtype");
   if (!dtype.is_string() || !dtype_from_name(dtype.get<std::string>(), e.dtype))
-    fail(fmt::format("dtype {} is not one wantrain reads (F32, F16, BF16)", dtype.dump()));
+    fail(fmt::format("dtype {} is not one wantrain reads (F32, F16, BF16)", json_excerpt(dtype)));
   const json& shape = v.at("shape");
   const json& offsets = v.at("data_offsets");
-  if (!shape.is_array() || shape.size() > 16) fail(fmt::format("shape {} is not a list of sizes", shape.dump()));
+  if (!shape.is_array() || shape.size() > 16) fail(fmt::format("shape {} is not a list of sizes", json_excerpt(shape)));
   if (!offsets.is_array() || offsets.size() != 2)
-    fail(fmt::format("data_offsets {} is not [begin, end]", offsets.dump()));
+    fail(fmt::format("data_offsets {} is not [begin, end]", json_excerpt(offsets)));
   uint64_t bytes = dtype_size(e.dtype);
   try {
     for (const json& s : shape) {
       const uint64_t n = unsigned_value(s);
       if (n > uint64_t(std::numeric_limits<int64_t>::max()) ||
           (n != 0 && bytes > std::numeric_limits<uint64_t>::max() / n))
-        fail(fmt::format("shape {} is too large", shape.dump()));
+        fail(fmt::format("shape {} is too large", json_excerpt(shape)));
       bytes *= n;
       e.shape.push_back(int64_t(n));
     }
     e.begin = unsigned_value(offsets[0]);
     e.end = unsigned_value(offsets[1]);
   } catch (const std::invalid_argument&) {
-    fail(fmt::format("shape {} or data_offsets {} holds something other than non-negative integers", shape.dump(),
-                     offsets.dump()));
+    fail(fmt::format("shape {} or data_offsets {} holds something other than non-negative integers",
+                     json_excerpt(shape), json_excerpt(offsets)));
   }
   if (e.end < e.begin) fail(fmt::format("data_offsets [{}, {}] end before they begin", e.begin, e.end));
   if (e.end - e.begin != bytes)
     fail(fmt::format("data_offsets [{}, {}] hold {} bytes but {} {} needs {}", e.begin, e.end, e.end - e.begin,
-                     dtype.get<std::string>(), shape.dump(), bytes));
+                     dtype.get<std::string>(), json_excerpt(shape), bytes));
   return e;
 }
 
@@ -110,12 +111,12 @@ SafetensorsHeader parse_safetensors_header(const std::string& path, const std::s
   std::string duplicate;
   json doc;
   try {
-    doc = json::parse(header, [&](int depth, json::parse_event_t event, json& parsed) {
+    doc = parse_json(header, [&](int depth, json::parse_event_t event, json& parsed) {
       if (depth == 1 && event == json::parse_event_t::key && !seen.insert(parsed.get<std::string>()).second)
         duplicate = parsed.get<std::string>();
       return true;
     });
-  } catch (const json::exception& e) {
+  } catch (const JsonError& e) {
     bad(path, fmt::format("the header is not valid JSON ({})", e.what()));
   }
   if (!duplicate.empty()) bad(path, fmt::format("tensor '{}' appears twice in the header", duplicate));

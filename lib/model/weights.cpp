@@ -6,11 +6,13 @@
 
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <nlohmann/json.hpp>
 #include <set>
 
 #include "wantrain/model/weight_names.hpp"
 #include "wantrain/util/error.hpp"
+#include "wantrain/util/json.hpp"
 
 namespace wt::model {
 namespace {
@@ -40,10 +42,12 @@ WeightFiles WeightFiles::open(const std::string& path) {
   }
   std::ifstream in(path);
   if (!in) throw UsageError(fmt::format("weights index {}: cannot open the file", path));
+  std::ostringstream text;
+  text << in.rdbuf();
   json doc;
   try {
-    in >> doc;
-  } catch (const json::exception& e) {
+    doc = parse_json(text.str());
+  } catch (const JsonError& e) {
     throw UsageError(fmt::format("weights index {}: not valid JSON ({})", path, e.what()));
   }
   if (!doc.is_object() || !doc.contains("weight_map") || !doc["weight_map"].is_object())
@@ -54,7 +58,7 @@ WeightFiles WeightFiles::open(const std::string& path) {
   for (const auto& item : doc["weight_map"].items()) {
     if (!item.value().is_string())
       throw UsageError(fmt::format("weights index {}: tensor '{}' maps to {}, not a file name", path, item.key(),
-                                   item.value().dump()));
+                                   json_excerpt(item.value())));
     const std::string file = item.value().get<std::string>();
     if (file_of.count(file)) continue;
     const std::string file_path = (dir / file).string();

@@ -10,6 +10,7 @@
 
 #include "wantrain/ckpt/directory.hpp"
 #include "wantrain/ckpt/writer.hpp"
+#include "wantrain/distributed/abort.hpp"
 #include "wantrain/distributed/comm.hpp"
 #include "wantrain/distributed/world.hpp"
 #include "wantrain/train/run_plan.hpp"
@@ -19,6 +20,7 @@
 #include "wantrain/util/exit_codes.hpp"
 #include "wantrain/util/fatal.hpp"
 #include "wantrain/util/stop_signals.hpp"
+#include "wantrain/util/test_hooks.hpp"
 
 namespace wt::train {
 namespace {
@@ -44,11 +46,29 @@ bool report(const std::vector<ckpt::WriteResult>& results, const FitOptions& opt
   return ok;
 }
 
-// Collective: true when `ok` on every rank.
-bool all_ok(distributed::Comm& comm, bool ok) {
-  auto failed = torch::tensor({int64_t(!ok)}, torch::kInt64).to(comm.device());
-  comm.all_reduce(failed, {distributed::ReduceOp::Max});
-  return failed.cpu().item<int64_t>() == 0;
+// Rank 0: waits for the write in flight, at most options.checkpoint_timeout;
+// past it the job ends with the writer's own line (the other ranks wait in a
+// World agreement meanwhile, never under the comm timeout). The .tmp left
+// behind is removed by the next start; `latest` names the previous file.
+void wait_for_writer(ckpt::CheckpointWriter& writer, const FitOptions& options) {
+  if (writer.wait_idle(options.checkpoint_timeout)) return;
+  distributed::abort_job(
+      fmt::format("a checkpoint write in {} has not finished after {:.3g} s ({}): the file system is too slow or "
+                  "hung; the previous checkpoint is intact",
+                  options.output_dir, std::chrono::duration<double>(options.checkpoint_timeout).count(),
+                  setting_reference("checkpoint_timeout")),
+      kExitFailure);
+}
+
+// Collective over the World: the maximum of `values` over the ranks. Rank 0
+// may be in wait_for_writer meanwhile, so the bound is the checkpoint
+// timeout plus a margin in which rank 0's own abort reaches the others
+// first (this bound only catches a rank 0 that vanished silently).
+std::vector<int64_t> agree_after_writes(const distributed::World& world, const FitOptions& options,
+                                        std::vector<int64_t> values) {
+  return world.max_over_ranks(
+      std::move(values), "agreement after a checkpoint write",
+      options.checkpoint_timeout + std::max<std::chrono::milliseconds>(world.timeout(), std::chrono::seconds(60)));
 }
 
 }  // namespace
@@ -145,9 +165,23 @@ int fit(distributed::World& world, distributed::Comm& comm, const RunPlan& plan,
     ckpt::WriterOptions writer_options{options.output_dir, options.keep, options.keep_best, best_val_loss};
     writer = std::make_unique<ckpt::CheckpointWriter>(writer_options);
   }
+  // Collective: rank 0 drains its writer (bounded) and reports; true on
+  // every rank when every write so far succeeded and `ok`.
+  auto finish_writes = [&](bool ok) {
+    if (writer) {
+      wait_for_writer(*writer, options);
+      ok = report(writer->drain(), options) && ok;
+    }
+    return agree_after_writes(world, options, {int64_t(!ok)})[0] == 0;
+  };
   int64_t last_saved = resumed ? engine.steps_taken() : -1;
+  // Collective (at the same steps on every rank): rank 0 hands a snapshot to
+  // its writer once the previous write finished; the others wait for that.
   auto save = [&](double val_loss) {
-    if (writer && engine.steps_taken() != last_saved) {
+    if (engine.steps_taken() == last_saved) return;
+    if (writer) wait_for_writer(*writer, options);
+    agree_after_writes(world, options, {0});
+    if (writer) {
       auto c = writer->recycle();
       engine.save_state(c);
       const auto position = run.batches->position();
@@ -181,6 +215,17 @@ int fit(distributed::World& world, distributed::Comm& comm, const RunPlan& plan,
     log.validation(step, loss);
     return loss;
   };
+  // A stop signal that came during start-up: nothing new to save (a resumed
+  // run's checkpoint is `latest` already); the requeue starts again from it.
+  test_delay("before_first_step");
+  if (const int signal = int(world.max_over_ranks({stop_signal()}, "agreement on a stop signal", world.timeout())[0])) {
+    if (world.is_root())
+      fmt::print("stopping before the first step on {}: nothing to save; exit status {} (requeue, then {} auto)\n",
+                 signal_name(signal), kExitRequeue, setting_reference("resume"));
+    std::fflush(stdout);
+    return kExitRequeue;
+  }
+
   using Clock = std::chrono::steady_clock;
   bool writes_ok = true;
   int64_t skipped_in_a_row = 0;     // the skip decision is the same on every rank, so is this
@@ -196,7 +241,7 @@ int fit(distributed::World& world, distributed::Comm& comm, const RunPlan& plan,
     log.record(result, engine.skipped_steps());
     skipped_in_a_row = result.skipped ? skipped_in_a_row + 1 : 0;
     if (options.max_skipped > 0 && skipped_in_a_row >= options.max_skipped) {
-      if (writer) report(writer->drain(), options);
+      finish_writes(true);
       if (world.is_root())
         print_error_line(fmt::format(
             "stopping at step {}: {} steps in a row had a non-finite loss or gradient and were skipped ({} {}); "
@@ -217,18 +262,19 @@ int fit(distributed::World& world, distributed::Comm& comm, const RunPlan& plan,
     comm.all_reduce(flags, {distributed::ReduceOp::Max});
     flags = flags.cpu();
     if (flags[1].item<int64_t>() != 0) {
-      if (writer) writer->drain();
+      finish_writes(true);
       return kExitFailure;
     }
     if (const int signal = int(flags[0].item<int64_t>()); signal != 0) {
       save(val_loss);
       bool written = true;  // whatever the error policy says: the message must be true
       if (writer) {
+        wait_for_writer(*writer, options);
         const auto results = writer->drain();
         report(results, options);
         for (const auto& r : results) written = written && r.ok();
       }
-      const bool saved = all_ok(comm, written);
+      const bool saved = agree_after_writes(world, options, {int64_t(!written)})[0] == 0;
       if (world.is_root())
         fmt::print("stopping at step {} on {}: {}; exit status {}\n", engine.steps_taken(), signal_name(signal),
                    saved ? fmt::format("checkpoint {}/{}", options.output_dir,
@@ -244,9 +290,21 @@ int fit(distributed::World& world, distributed::Comm& comm, const RunPlan& plan,
 
   // The final checkpoint; not after a failed write that stops the run.
   // Every rank learns how the writes went, so all exit with one status.
-  writes_ok = all_ok(comm, writes_ok && (!writer || report(writer->drain(), options)));
+  writes_ok = finish_writes(writes_ok);
   if (writes_ok || !options.stop_on_checkpoint_error) save(val_loss);
-  writes_ok = all_ok(comm, writes_ok && (!writer || report(writer->drain(), options)));
+  writes_ok = finish_writes(writes_ok);
+  // A stop signal while the final checkpoint was written: it is complete,
+  // and the requeued job (--resume auto) only writes the weights.
+  if (const int signal = int(world.max_over_ranks({stop_signal()}, "agreement on a stop signal", world.timeout())[0])) {
+    if (world.is_root())
+      fmt::print(
+          "stopping after the last step on {}: the final checkpoint {}; exit status {} (requeue, then {} auto)\n",
+          signal_name(signal),
+          writes_ok ? "is complete (" + options.output_dir + "/latest)" : std::string("could not be written"),
+          kExitRequeue, setting_reference("resume"));
+    std::fflush(stdout);
+    return writes_ok ? kExitRequeue : kExitFailure;
+  }
   std::string weights;
   if (world.is_root() && run.save_weights) weights = run.save_weights(options.output_dir);
   comm.barrier();  // the weights are complete before any rank reports success

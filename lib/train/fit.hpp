@@ -15,12 +15,21 @@
 // signal and its checkpoint, kExitFailure after a failed checkpoint write
 // that the options say must stop the run.
 //
-// The caller installs the stop-signal handlers (util/stop_signals.hpp)
-// before start_run, so that a signal during start-up (reading the resume
-// checkpoint, loading a teacher, building the model) is answered at the
-// first step boundary instead of killing the process.
+// The caller installs the stop-signal handlers (util/stop_signals.hpp) for
+// the process's whole life. fit answers a signal in each window: one during
+// start-up (reading the resume checkpoint, loading a teacher, building the
+// model) ends the run before the first step with kExitRequeue and nothing
+// to save; one at a step boundary checkpoints and returns kExitRequeue; one
+// while the final checkpoint is written lets it finish and returns
+// kExitRequeue (the requeued run only writes the weights); one after fit
+// returned is ignored.
+//
+// Rank 0 waits for its checkpoint writer only at save points, on a stop and
+// at the end, each time at most checkpoint_timeout, while the other ranks
+// wait in a World agreement: a slow write is never taken for a dead rank.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <limits>
@@ -54,6 +63,10 @@ struct FitOptions {
   // Consecutive skipped (non-finite) steps after which the run stops with
   // kExitFailure: a run that can only skip learns nothing. 0: no limit.
   int64_t max_skipped = 20;
+  // How long rank 0 may wait for a checkpoint write (the other ranks wait
+  // with it in a World agreement of this length, not under the comm
+  // timeout: a slow write is not a dead rank). Past it the job is ended.
+  std::chrono::milliseconds checkpoint_timeout{std::chrono::hours(1)};
   std::string run_options;   // JSON, stored in checkpoints as information
   std::string model_config;  // JSON, stored in checkpoints; a resume checks it
 };

@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "wantrain/util/error.hpp"
+#include "wantrain/util/json.hpp"
 
 namespace wt::train {
 namespace {
@@ -23,7 +24,7 @@ void keep_lines_up_to(const std::string& path, int64_t step) {
   if (!in) return;
   std::string kept;
   for (std::string line; std::getline(in, line);) {
-    const auto json = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    const auto json = parse_json_or_discarded(line);
     if (json.is_object() && json.contains("step") && json["step"].is_number_integer() &&
         json["step"].get<int64_t>() <= step)
       kept += line + '\n';

@@ -28,6 +28,7 @@ extern char** environ;
 namespace {
 
 namespace fs = std::filesystem;
+using wt::testing::children_of;
 using wt::testing::fresh;
 using wt::testing::Job;
 using wt::testing::launch;
@@ -261,27 +262,6 @@ TEST_F(Checkpoints, AFailedWriteStopsOrWarnsPerOptionAndKeepsThePreviousCheckpoi
       EXPECT_EQ(wt::ckpt::linked_checkpoint(dir, "latest"), dir + "/step-00000005.h5");
     }
   }
-}
-
-// The pids of the processes whose parent is `parent` (mpiexec's ranks).
-std::vector<pid_t> children_of(pid_t parent) {
-  std::vector<pid_t> out;
-  for (const auto& entry : fs::directory_iterator("/proc")) {
-    const auto name = entry.path().filename().string();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream stat(entry.path() / "stat");
-    std::string line;
-    if (!std::getline(stat, line)) continue;
-    // pid (comm) state ppid ...: comm may hold spaces, so read after the last ')'.
-    const auto close = line.rfind(')');
-    if (close == std::string::npos) continue;
-    std::istringstream rest(line.substr(close + 1));
-    std::string state;
-    pid_t ppid = 0;
-    rest >> state >> ppid;
-    if (ppid == parent) out.push_back(std::stoi(name));
-  }
-  return out;
 }
 
 // SIGTERM to one rank: both ranks agree at the next step boundary, rank 0

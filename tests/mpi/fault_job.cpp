@@ -1,9 +1,13 @@
 // A 2-rank job that goes wrong on purpose, for launch_test.cpp:
 //   fault_job skip  TIMEOUT   the last rank skips an all_reduce that the others issue
 //   fault_job throw           the last rank throws while the others wait in a barrier
+//   fault_job throw-blocked   the same, from a scope whose destructor would block for an hour
+//   fault_job agree-skip TIMEOUT   the last rank skips a World agreement the others enter
 #include <torch/torch.h>
 
+#include <chrono>
 #include <string>
+#include <thread>
 
 #include "wantrain/app/app.hpp"
 #include "wantrain/distributed/mpi_comm.hpp"
@@ -31,7 +35,22 @@ int run(wt::distributed::World& world, int argc, char** argv) {
     comm.barrier();  // only an abort can end this wait (the timeout is long)
     return 0;
   }
-  throw wt::UsageError("fault_job: mode must be skip or throw");
+  if (mode == "throw-blocked") {
+    // Like a checkpoint writer draining a write that never ends: the line
+    // must be printed, and the job ended, before this destructor runs.
+    struct BlocksOnDestruction {
+      ~BlocksOnDestruction() { std::this_thread::sleep_for(std::chrono::hours(1)); }
+    } blocks;
+    if (last) throw wt::Error("injected failure on the last rank");
+    comm.barrier();
+    return 0;
+  }
+  if (mode == "agree-skip") {
+    world.set_timeout(std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)));
+    if (!last) world.agree([] {});  // never matched by the last rank
+    return 0;
+  }
+  throw wt::UsageError("fault_job: mode must be skip, throw, throw-blocked or agree-skip");
 }
 
 }  // namespace

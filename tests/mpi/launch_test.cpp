@@ -57,6 +57,28 @@ TEST(Launch, ErrorOnOneRankEndsEveryRankWithThatRanksLine) {
   EXPECT_LT(job.seconds, kHangGuardSeconds);
 }
 
+// The failing rank's line comes before any destructor: one that would block
+// (a writer's drain, a comm's join) cannot hold the job or hide the cause.
+TEST(Launch, ErrorOnOneRankIsReportedBeforeADestructorThatBlocks) {
+  const Job job = launch("timeout 60 " + std::string(WANTRAIN_MPIEXEC) + " " + WANTRAIN_FAULT_JOB + " " +
+                         WANTRAIN_MPIEXEC_POSTFLAGS + " throw-blocked");
+  EXPECT_EQ(job.status, 1) << job.output;
+  EXPECT_EQ(occurrences(job.output, "error: injected failure on the last rank"), 1u) << job.output;
+  EXPECT_LT(job.seconds, 30) << job.output;
+}
+
+// World's own collectives are bounded: a rank that never enters an agreement
+// ends the job after the comm timeout, with a line naming the agreement.
+TEST(Launch, AnAgreementOneRankNeverEntersEndsTheJobAfterTheTimeout) {
+  const Job job = launch_mpi(std::string(WANTRAIN_FAULT_JOB) + " agree-skip 2");
+  EXPECT_EQ(job.status, 1) << job.output;
+  EXPECT_TRUE(std::regex_search(job.output, std::regex("\\[rank 0/" + std::to_string(kRanks) +
+                                                       " on [^\\]]+\\]: error: world agreement \\(a start-up or "
+                                                       "shutdown step\\) did not complete within 2 s")))
+      << job.output;
+  EXPECT_LT(job.seconds, kHangGuardSeconds);
+}
+
 TEST(Launch, UnknownOptionIsOneLineAndStatus2) {
   const Job job = launch_mpi(std::string(WANTRAIN_WANTRAIN) + " --dry-run --bogus 3");
   EXPECT_EQ(job.status, 2) << job.output;

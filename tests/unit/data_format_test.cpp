@@ -30,6 +30,24 @@ std::string open_error(const std::string& directory) {
   return "opened without error";
 }
 
+// Replaces dataset `name` of shard `path` with an empty one of `dims`,
+// chunked one row per chunk (nothing is allocated for its rows).
+void replace_dataset(const std::string& path, const char* name, hid_t type, std::vector<hsize_t> dims,
+                     const char* dtype_attribute = nullptr) {
+  io::Lock lock(io::library_mutex());
+  auto file = io::open_file(path, true);
+  ASSERT_GE(H5Ldelete(file.get(), name, H5P_DEFAULT), 0);
+  const io::Handle space(H5Screate_simple(int(dims.size()), dims.data(), nullptr), H5Sclose);
+  std::vector<hsize_t> chunk = dims;
+  chunk[0] = 1;
+  for (auto& c : chunk) c = std::min<hsize_t>(c, 1024);
+  const io::Handle props(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+  H5Pset_chunk(props.get(), int(chunk.size()), chunk.data());
+  const io::Handle d(H5Dcreate2(file.get(), name, type, space.get(), H5P_DEFAULT, props.get(), H5P_DEFAULT), H5Dclose);
+  ASSERT_TRUE(d);
+  if (dtype_attribute) io::write_string_attribute(d.get(), "dtype", dtype_attribute);
+}
+
 class StoredDtypes : public ::testing::TestWithParam<std::tuple<data::Stored, data::Stored>> {};
 
 }  // namespace
@@ -193,4 +211,76 @@ TEST(DataFormat, MissingFormatAttributeIsNamed) {
   }
   EXPECT_EQ(open_error(dir),
             "data: shard " + dir + "/a.h5: root attribute format is missing or not \"wantrain-shard\"");
+}
+
+// Hostile shards are refused from their metadata, before any buffer is sized
+// from it: a sample count no file of that size can hold, per-sample sizes
+// past the caps, a signed type labelled bfloat16.
+TEST(DataFormat, HostileShapesAndTypesAreRefusedBeforeAllocating) {
+  const auto s = small_shape();  // latents [4,2,3,5], text [6,8]
+  const hsize_t huge = hsize_t(1) << 40;
+  {
+    const auto dir = wt::testing::fresh_directory("huge-n");
+    wt::testing::write_shard(dir + "/a.h5", s, 2, 0);
+    replace_dataset(dir + "/a.h5", "latents", H5T_IEEE_F32LE, {huge, 4, 2, 3, 5});
+    replace_dataset(dir + "/a.h5", "text_emb", H5T_IEEE_F32LE, {huge, 6, 8});
+    replace_dataset(dir + "/a.h5", "text_len", H5T_STD_I32LE, {huge});
+    const std::string error = open_error(dir);
+    EXPECT_EQ(error.rfind("data: shard " + dir + "/a.h5: 1099511627776 samples cannot be stored in a file of ", 0), 0u)
+        << error;
+  }
+  {
+    const auto dir = wt::testing::fresh_directory("huge-dims");
+    wt::testing::write_shard(dir + "/a.h5", s, 2, 0);
+    replace_dataset(dir + "/a.h5", "latents", H5T_IEEE_F32LE, {2, 4, 2, hsize_t(1) << 21, 5});
+    EXPECT_EQ(open_error(dir), "data: shard " + dir +
+                                   "/a.h5: /latents has shape [2,4,2,2097152,5]: each per-sample size must be in "
+                                   "1..1048576");
+  }
+  {
+    const auto dir = wt::testing::fresh_directory("huge-product");
+    wt::testing::write_shard(dir + "/a.h5", s, 2, 0);
+    replace_dataset(dir + "/a.h5", "text_emb", H5T_IEEE_F32LE, {2, 1 << 20, 1 << 20});
+    EXPECT_EQ(open_error(dir), "data: shard " + dir +
+                                   "/a.h5: /text_emb has shape [2,1048576,1048576]: more than 4294967296 elements a "
+                                   "sample");
+  }
+  {
+    const auto dir = wt::testing::fresh_directory("signed-bf16");
+    wt::testing::write_shard(dir + "/a.h5", s, 2, 0);
+    replace_dataset(dir + "/a.h5", "latents", H5T_STD_I16LE, {2, 4, 2, 3, 5}, "bfloat16");
+    EXPECT_EQ(open_error(dir), "data: shard " + dir +
+                                   "/a.h5: /latents has an unsupported element type (expected float32, float16, or "
+                                   "uint16 with attribute dtype=\"bfloat16\")");
+  }
+}
+
+// A shard replaced after the dataset was opened (more samples, other
+// sizes) is named when the reader opens it, before a row is read into
+// buffers sized from the dataset.
+TEST(DataFormat, AShardChangedAfterOpeningIsNamedNotRead) {
+  const auto s = small_shape();
+  for (const std::string change : {"more-samples", "other-sizes"}) {
+    SCOPED_TRACE(change);
+    const auto dir = wt::testing::fresh_directory("changed-" + change);
+    wt::testing::write_shard(dir + "/a.h5", s, 2, 0);
+    const auto dataset = data::Dataset::open(dir);
+    auto other = s;
+    if (change == "other-sizes") other.height = 7;
+    wt::testing::write_shard(dir + "/a.h5", other, change == "more-samples" ? 50 : 2, 0);
+    data::SampleReader reader(dataset);
+    auto latents = torch::empty({s.channels, s.frames, s.height, s.width});
+    auto text = torch::empty({s.text_len, s.text_dim});
+    int32_t length = 0;
+    try {
+      reader.read(0, latents, text, length);
+      FAIL() << "a changed shard was read";
+    } catch (const Error& e) {
+      const std::string expected = change == "more-samples" ? "/latents is [50,4,2,3,5], it was [2,4,2,3,5]"
+                                                            : "/latents is [2,4,2,7,5], it was [2,4,2,3,5]";
+      EXPECT_NE(std::string(e.what()).find("shard " + dir + "/a.h5 changed after the run started: " + expected),
+                std::string::npos)
+          << e.what();
+    }
+  }
 }

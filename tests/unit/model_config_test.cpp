@@ -1,6 +1,8 @@
 // Model configs: the shipped files, their parameter counts from shapes alone,
 // the model's parameters against those shapes, and each bad config's error.
 #include <gtest/gtest.h>
+
+#include <tuple>
 #include <torch/torch.h>
 
 #include <filesystem>
@@ -125,6 +127,45 @@ TEST(ModelConfig, WrongKeysAndValuesAreNamed) {
   } catch (const wt::UsageError& e) {
     EXPECT_NE(std::string(e.what()).find("model config broken.json: not valid JSON"), std::string::npos) << e.what();
   }
+}
+
+// Hostile configs are refused before anything is sized from them: caps on
+// every size, a bounded parameter count, JSON nesting, long values shortened.
+TEST(ModelConfig, HostileConfigsAreRefusedWithOneLine) {
+  for (const auto& [key, value, expected] :
+       {std::tuple<const char*, int64_t, std::string>{"num_layers", int64_t(1) << 40,
+                                                      "'num_layers' is 1099511627776, more than 1024"},
+        {"dim", int64_t(1) << 20, "'dim' is 1048576, more than 65536"},
+        {"ffn_dim", int64_t(1) << 30, "'ffn_dim' is 1073741824, more than 262144"},
+        {"text_len", int64_t(1) << 40, "'text_len' is 1099511627776, more than 1048576"}}) {
+    auto doc = tiny_json();
+    doc[key] = value;
+    EXPECT_NE(error_of(doc).find(expected), std::string::npos) << error_of(doc);
+  }
+  // Each size within its cap, the whole beyond a trillion parameters.
+  auto big = tiny_json();
+  big["dim"] = 65536;
+  big["num_heads"] = 512;
+  big["ffn_dim"] = 262144;
+  big["num_layers"] = 1024;
+  EXPECT_NE(error_of(big).find("parameters, more than 1e+12"), std::string::npos) << error_of(big);
+  auto patch = tiny_json();
+  patch["patch_size"] = {1, 2, 1000};
+  EXPECT_NE(error_of(patch).find("'patch_size' must hold three integers in 1..64"), std::string::npos)
+      << error_of(patch);
+
+  const std::string deep = "{\"dim\": " + std::string(100000, '[') + std::string(100000, ']') + "}";
+  try {
+    wt::model::parse_model_config(deep, "deep.json");
+    FAIL() << "no error for deeply nested JSON";
+  } catch (const wt::UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("model config deep.json: not valid JSON (nested deeper than 32 levels"),
+              std::string::npos)
+        << e.what();
+  }
+  auto long_value = tiny_json();
+  long_value["eps"] = std::string(100000, 'x');
+  EXPECT_LT(error_of(long_value).size(), 200u) << error_of(long_value);
 }
 
 TEST(ModelConfig, JsonRoundTrip) {

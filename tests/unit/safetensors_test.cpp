@@ -245,12 +245,21 @@ TEST_F(Safetensors, CraftedBadFilesEachGiveOneClearError) {
        8, "tensor 'a' appears twice"},
       {"metadata", R"({"__metadata__":{"format":1},"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", 8,
        "__metadata__ 'format' is not a string"},
+      // Deep nesting where an error message would print the value: refused
+      // by the parser's depth limit, never a stack overflow.
+      {"deep",
+       R"({"a":{"dtype":"F32","shape":)" + std::string(200000, '[') + std::string(200000, ']') +
+           R"(,"data_offsets":[0,8]}})",
+       8, "nested deeper than 32 levels"},
+      {"long-shape", R"({"a":{"dtype":"F32","shape":[)" + std::string(100000, '1') + R"(],"data_offsets":[0,8]}})", 8,
+       "not valid JSON"},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.name);
     const std::string error = open_error(craft(c.name + ".safetensors", c.header, c.data));
     EXPECT_EQ(error.rfind("safetensors " + path(c.name + ".safetensors") + ": ", 0), 0u) << error;
     EXPECT_NE(error.find(c.expected), std::string::npos) << error;
+    EXPECT_LT(error.size(), 400u) << error;  // one readable line, whatever the file holds
   }
   EXPECT_NE(open_error(craft("long.safetensors", good, 8, 1'000'000)).find("runs past the end"), std::string::npos);
   EXPECT_NE(open_error(craft("huge.safetensors", good, 8, ~0ull)).find("over the 100 MB limit"), std::string::npos);

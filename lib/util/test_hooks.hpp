@@ -1,0 +1,25 @@
+// Fault-injection points for the fault tests (tests/mpi, label `faults`).
+// Unset, a point costs one environment lookup.
+//
+// WANTRAIN_TEST_DELAY=point:seconds[,point:seconds...] sleeps when the
+// process reaches a named point, which opens a window wide enough for a test
+// to hit deterministically (a slow checkpoint write, a signal before the
+// first step):
+//   checkpoint_write    rank 0's writer thread, before each checkpoint file
+//   before_first_step   every rank, as train::fit starts
+//   after_fit           every rank, after train::fit returned
+//
+// WANTRAIN_TEST_FAIL=point:N makes the N-th call of test_failure(point)
+// throw Error, where the real failure would (set it for one rank only, e.g.
+// through the launcher's MPMD syntax):
+//   sample_read         the data reader, as if a read failed (EIO)
+#pragma once
+
+#include <string_view>
+
+namespace wt {
+
+void test_delay(std::string_view point);
+void test_failure(std::string_view point);
+
+}  // namespace wt
