@@ -71,6 +71,7 @@ struct Background {
 
 inline Background start_background(const std::string& command_line, const std::string& log) {
   Background job{-1, log, std::chrono::steady_clock::now()};
+  std::filesystem::remove(log);  // an earlier run's log must not be read as this one's
   const std::string line = "exec " + command_line + " > " + log + " 2>&1";
   const char* argv[] = {"sh", "-c", line.c_str(), nullptr};
   if (posix_spawn(&job.pid, "/bin/sh", nullptr, nullptr, const_cast<char**>(argv), environ) != 0) job.pid = -1;
