@@ -297,11 +297,11 @@ int fit(distributed::World& world, distributed::Comm& comm, const RunPlan& plan,
   // and the requeued job (--resume auto) only writes the weights.
   if (const int signal = int(world.max_over_ranks({stop_signal()}, "agreement on a stop signal", world.timeout())[0])) {
     if (world.is_root())
-      fmt::print(
-          "stopping after the last step on {}: the final checkpoint {}; exit status {} (requeue, then {} auto)\n",
-          signal_name(signal),
-          writes_ok ? "is complete (" + options.output_dir + "/latest)" : std::string("could not be written"),
-          kExitRequeue, setting_reference("resume"));
+      fmt::print("stopping after the last step on {}: {}\n", signal_name(signal),
+                 writes_ok ? fmt::format("the final checkpoint is complete ({}/latest); exit status {} (requeue, then "
+                                         "{} auto)",
+                                         options.output_dir, kExitRequeue, setting_reference("resume"))
+                           : std::string("the final checkpoint could not be written; exit status 1"));
     std::fflush(stdout);
     return writes_ok ? kExitRequeue : kExitFailure;
   }

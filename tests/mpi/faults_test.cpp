@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <sys/stat.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <string>
 
@@ -33,6 +34,11 @@ using namespace wt::testing::train_runs;
 // How long a job may take to end after its fault (the bound for a
 // killed rank; every other fault here ends faster).
 constexpr double kEndWithinSeconds = 30;
+
+// The figure docs/cluster.md's failure table quotes, in the test's output.
+void report_time(const char* fault, double seconds) {
+  std::printf("[  FIGURE  ] %s: the job ended %.2f s after it\n", fault, seconds);
+}
 
 class Faults : public ::testing::Test {
  protected:
@@ -89,6 +95,10 @@ TEST_F(Faults, ASigkilledRankEndsTheJobAndResumeAutoFinishesTheRun) {
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
   EXPECT_NE(ended.status, 0) << ended.output;
   EXPECT_LT(seconds, kEndWithinSeconds) << ended.output;
+  report_time("SIGKILL of one rank", seconds);
+  // The launcher names the lost rank (Open MPI's wording).
+  EXPECT_EQ(occurrences(ended.output, "process rank 1 with PID"), 1u) << ended.output;
+  EXPECT_EQ(occurrences(ended.output, "exited on signal 9"), 1u) << ended.output;
   const int64_t step = latest_step(dir);
   ASSERT_GE(step, 2) << ended.output;
   const Job resumed = train(dir, "--steps " + std::to_string(step + 2) + " --resume auto");
@@ -113,6 +123,7 @@ TEST_F(Faults, AReadErrorOnOneRankDuringTrainingEndsTheJobWithItsLine) {
   EXPECT_EQ(occurrences(job.output, "injected failure at sample_read"), 1u) << job.output;
   EXPECT_EQ(occurrences(job.output, "did not complete"), 0u) << job.output;
   EXPECT_GE(latest_step(dir), 2) << job.output;
+  report_time("a read error on one rank (whole job, start-up included)", job.seconds);
 }
 
 // A usage error on one rank during start-up (its --init unreadable there
@@ -130,6 +141,7 @@ TEST_F(Faults, AStartUpErrorOnOneRankIsItsLineAndStatus2AtOnce) {
   EXPECT_EQ(occurrences(job.output, "[rank 1/2 on "), 1u) << job.output;
   EXPECT_EQ(occurrences(job.output, dir + "-absent.safetensors"), 1u) << job.output;
   EXPECT_FALSE(has_checkpoint_files(dir));
+  report_time("a start-up error on one rank (whole job)", job.seconds);
 }
 
 // A checkpoint write slower than --comm-timeout is not a dead rank: the
@@ -168,6 +180,7 @@ TEST_F(Faults, ACheckpointWriteThatNeverFinishesEndsTheJobWithItsOwnLine) {
   EXPECT_EQ(occurrences(job.output, "has not finished after 2 s (--checkpoint-timeout)"), 1u) << job.output;
   EXPECT_EQ(occurrences(job.output, "did not complete"), 0u) << job.output;
   EXPECT_EQ(latest_step(dir), 2);
+  report_time("a write that never finishes, --checkpoint-timeout 2 (whole job)", job.seconds);
 }
 
 // A stop signal during start-up: nothing to save, the requeue status.
@@ -249,6 +262,7 @@ TEST_F(Faults, AFullFileSystemFailsTheWriteAndKeepsLatest) {
   EXPECT_LT(job.seconds, kEndWithinSeconds) << job.output;
   EXPECT_EQ(latest_step(dir), 2);
   EXPECT_FALSE(fs::exists(dir + "/step-00000004.h5.tmp"));
+  report_time("a full file system (whole job)", job.seconds);
 }
 
 }  // namespace

@@ -5,6 +5,8 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -251,6 +253,22 @@ TEST(CheckpointWriter, AFailedWriteIsReportedAndLeavesThePreviousCheckpointIntac
   EXPECT_FALSE(fs::exists(dir + "/step-00000004.h5.tmp"));
   EXPECT_EQ(linked_checkpoint(dir, "latest"), dir + "/step-00000002.h5");
   EXPECT_EQ(read_checkpoint(dir + "/step-00000002.h5").state.step, 2);
+}
+
+// wait_idle is bounded: false while a write is in flight past the bound
+// (a slow write, injected through the test hook), true once it finished.
+TEST(CheckpointWriter, WaitIdleIsBoundedWhileAWriteIsInFlight) {
+  const auto dir = fresh_dir("wait-idle");
+  CheckpointWriter writer({dir, 3, false});
+  EXPECT_TRUE(writer.wait_idle(std::chrono::milliseconds(0)));
+  setenv("WANTRAIN_TEST_DELAY", "checkpoint_write:1", 1);
+  writer.submit(sample(2));
+  EXPECT_FALSE(writer.wait_idle(std::chrono::milliseconds(50)));
+  unsetenv("WANTRAIN_TEST_DELAY");
+  EXPECT_TRUE(writer.wait_idle(std::chrono::seconds(60)));
+  const auto results = writer.drain();
+  ASSERT_EQ(results.size(), 1u);
+  EXPECT_TRUE(results[0].ok()) << results[0].error;
 }
 
 TEST(CheckpointDirectory, PartialWritesAreRecognisedAndRemoved) {
