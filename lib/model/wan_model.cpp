@@ -39,10 +39,10 @@ at::Tensor RMSNormImpl::forward(const at::Tensor& x) {
 }
 
 AttentionImpl::AttentionImpl(const WanConfig& c) : heads_(c.num_heads), head_dim_(c.head_dim()) {
-  q = register_module("q", nn::Linear(c.dim, c.dim));
-  k = register_module("k", nn::Linear(c.dim, c.dim));
-  v = register_module("v", nn::Linear(c.dim, c.dim));
-  o = register_module("o", nn::Linear(c.dim, c.dim));
+  q = register_module("q", Linear(c.dim, c.dim));
+  k = register_module("k", Linear(c.dim, c.dim));
+  v = register_module("v", Linear(c.dim, c.dim));
+  o = register_module("o", Linear(c.dim, c.dim));
   if (c.qk_norm) {
     norm_q = register_module("norm_q", RMSNorm(c.dim, c.eps));
     norm_k = register_module("norm_k", RMSNorm(c.dim, c.eps));
@@ -77,7 +77,7 @@ WanBlockImpl::WanBlockImpl(const WanConfig& c) {
   if (c.cross_attn_norm) norm3 = register_module("norm3", layer_norm(c.dim, c.eps, true));
   cross_attn = register_module("cross_attn", Attention(c));
   norm2 = register_module("norm2", layer_norm(c.dim, c.eps, false));
-  ffn = register_module("ffn", nn::Sequential(nn::Linear(c.dim, c.ffn_dim), gelu_tanh(), nn::Linear(c.ffn_dim, c.dim)));
+  ffn = register_module("ffn", nn::Sequential(Linear(c.dim, c.ffn_dim), gelu_tanh(), Linear(c.ffn_dim, c.dim)));
 }
 
 at::Tensor WanBlockImpl::forward(at::Tensor x, const at::Tensor& e0, const at::Tensor& context, const RopeTable& rope) {
@@ -130,10 +130,15 @@ WanModelImpl::WanModelImpl(WanConfig c) : config_(std::move(c)) {
 
 void WanModelImpl::init_weights() {
   torch::NoGradGuard no_grad;
+  // Both kinds of Linear in one pass, in registration order: the generator's
+  // draws are those of a model built from torch::nn::Linear alone.
   for (auto& module : modules(/*include_self=*/false))
     if (auto* linear = module->as<nn::Linear>()) {
       nn::init::xavier_uniform_(linear->weight);
       nn::init::zeros_(linear->bias);
+    } else if (auto* block_linear = module->as<Linear>()) {
+      nn::init::xavier_uniform_(block_linear->weight);
+      nn::init::zeros_(block_linear->bias);
     }
   // xavier over the flattened kernel [dim, in_dim * prod(patch)], as Wan does
   nn::init::xavier_uniform_(patch_embedding->weight.view({config_.dim, -1}));

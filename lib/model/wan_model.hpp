@@ -19,6 +19,7 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/modules/normalization.h>
 
+#include "wantrain/model/linear.hpp"
 #include "wantrain/model/model_config.hpp"
 #include "wantrain/model/positional.hpp"
 
@@ -45,7 +46,7 @@ class AttentionImpl : public torch::nn::Module {
   // x [B, L, dim], source [B, S, dim] -> [B, L, dim]
   at::Tensor forward(const at::Tensor& x, const at::Tensor& source, const RopeTable* rope);
 
-  torch::nn::Linear q{nullptr}, k{nullptr}, v{nullptr}, o{nullptr};
+  Linear q{nullptr}, k{nullptr}, v{nullptr}, o{nullptr};  // model::Linear: LoRA targets
   RMSNorm norm_q{nullptr}, norm_k{nullptr};
 
  private:
@@ -62,7 +63,7 @@ class WanBlockImpl : public torch::nn::Module {
   at::Tensor modulation;  // [1, 6, dim]
   torch::nn::LayerNorm norm1{nullptr}, norm3{nullptr}, norm2{nullptr};
   Attention self_attn{nullptr}, cross_attn{nullptr};
-  torch::nn::Sequential ffn{nullptr};
+  torch::nn::Sequential ffn{nullptr};  // model::Linear, GELU (tanh), model::Linear
 };
 TORCH_MODULE(WanBlock);
 

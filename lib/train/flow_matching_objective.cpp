@@ -19,7 +19,8 @@ constexpr int kValidationGrid = 4;
 
 FlowMatchingObjective::FlowMatchingObjective(model::WanModelImpl& model, FlowMatchingObjectiveOptions options)
     : model_(model), options_(options) {
-  for (const auto& item : model_.named_parameters(/*recurse=*/true)) trainable_.emplace_back(item.key(), item.value());
+  for (const auto& item : model_.named_parameters(/*recurse=*/true))
+    if (item.value().requires_grad()) trainable_.emplace_back(item.key(), item.value());
 }
 
 std::vector<at::Tensor> FlowMatchingObjective::buffers() const { return model_.buffers(); }

@@ -23,7 +23,9 @@ struct FlowMatchingObjectiveOptions {
 
 class FlowMatchingObjective : public Objective {
  public:
-  // `model` must outlive the objective; all its parameters are trained.
+  // `model` must outlive the objective. Its parameters that require a
+  // gradient are trained: all of them, or only the adapters after
+  // model::add_lora froze the rest.
   FlowMatchingObjective(model::WanModelImpl& model, FlowMatchingObjectiveOptions options);
 
   const NamedTensors& trainable() const override { return trainable_; }

@@ -138,8 +138,8 @@ TEST(WanBlock, ModulationAndGatingMatchAHandComputation) {
     (*attn)->norm_q->weight.fill_(1);
     (*attn)->norm_k->weight.fill_(1);
   }
-  block->ffn[0]->as<torch::nn::Linear>()->weight.copy_(eye);
-  block->ffn[2]->as<torch::nn::Linear>()->weight.copy_(eye);
+  block->ffn[0]->as<wt::model::Linear>()->weight.copy_(eye);
+  block->ffn[2]->as<wt::model::Linear>()->weight.copy_(eye);
   block->norm3->weight.fill_(1);
   // modulation + e0 = rows (shift_sa, scale_sa, gate_sa, shift_ff, scale_ff, gate_ff)
   const double mod[6][4] = {{0.1, -0.2, 0.3, 0.0}, {0.5, 0.0, -0.5, 1.0}, {1.0, 2.0, 0.5, -1.0},

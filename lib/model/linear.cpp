@@ -1,0 +1,49 @@
+#include "wantrain/model/linear.hpp"
+
+#include <torch/torch.h>
+
+#include <cmath>
+
+#include "wantrain/util/error.hpp"
+
+namespace wt::model {
+
+LinearImpl::LinearImpl(int64_t in, int64_t out) : in_features(in), out_features(out) {
+  // torch::nn::Linear's own initialisation, so that a model draws the same
+  // numbers from the generator whichever of the two its layers are.
+  torch::nn::LinearImpl reference(in, out);
+  weight = register_parameter("weight", reference.weight.detach().clone());
+  bias = register_parameter("bias", reference.bias.detach().clone());
+}
+
+at::Tensor LinearImpl::forward(const at::Tensor& x) {
+  auto y = torch::nn::functional::linear(x, weight, bias);
+  if (!lora_A.defined()) return y;
+  const auto input = lora_dropout_ > 0 ? torch::dropout(x, lora_dropout_, is_training()) : x;
+  return y + torch::nn::functional::linear(torch::nn::functional::linear(input, lora_A), lora_B) * lora_scale_;
+}
+
+void LinearImpl::add_lora(int64_t rank, double alpha, double dropout) {
+  if (has_lora()) throw Error("this Linear already has a LoRA adapter");
+  const auto options = weight.options().dtype(torch::kFloat32);
+  auto a = torch::empty({rank, in_features}, options);
+  torch::nn::init::kaiming_uniform_(a, std::sqrt(5.0));
+  lora_A = register_parameter("lora_A", a);
+  lora_B = register_parameter("lora_B", torch::zeros({out_features, rank}, options));
+  lora_scale_ = alpha / double(rank);
+  lora_dropout_ = dropout;
+}
+
+void LinearImpl::merge_lora() {
+  if (!has_lora()) return;
+  torch::NoGradGuard no_grad;
+  const auto delta = torch::matmul(lora_B.to(torch::kFloat32), lora_A.to(torch::kFloat32)) * lora_scale_;
+  weight.copy_((weight.to(torch::kFloat32) + delta).to(weight.scalar_type()));
+  // The registered parameters go too, so that names and counts are the base's again.
+  parameters_.erase("lora_A");
+  parameters_.erase("lora_B");
+  lora_A = lora_B = at::Tensor();
+  lora_scale_ = lora_dropout_ = 0;
+}
+
+}  // namespace wt::model

@@ -1,0 +1,38 @@
+// Linear: WanModel's block Linear layers (attention q, k, v, o and the FFN),
+// with the official names (weight [out, in], bias [out]) and room for a LoRA
+// adapter (lora.hpp):
+//
+//   y = x W^T + b + scale * dropout(x) A^T B^T,   A [r, in], B [out, r]
+//
+// Without an adapter it is torch::nn::Linear exactly: the same initial
+// values from the same generator draws, and the same forward.
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/nn/pimpl.h>
+
+namespace wt::model {
+
+class LinearImpl : public torch::nn::Module {
+ public:
+  LinearImpl(int64_t in_features, int64_t out_features);
+  at::Tensor forward(const at::Tensor& x);
+
+  // Adds the trainable pair lora_A (random, as PEFT: Kaiming-uniform with
+  // a = sqrt(5), from LibTorch's global generator) and lora_B (zero), so
+  // the output is unchanged until B is trained. scale = alpha / rank.
+  void add_lora(int64_t rank, double alpha, double dropout);
+  bool has_lora() const { return lora_A.defined(); }
+  double lora_scale() const { return lora_scale_; }
+  // weight += scale * B A, in fp32, then the adapter is gone.
+  void merge_lora();
+
+  int64_t in_features, out_features;
+  at::Tensor weight, bias, lora_A, lora_B;
+
+ private:
+  double lora_scale_ = 0, lora_dropout_ = 0;
+};
+TORCH_MODULE(Linear);
+
+}  // namespace wt::model

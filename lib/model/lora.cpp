@@ -1,0 +1,69 @@
+#include "wantrain/model/lora.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+
+#include "wantrain/model/linear.hpp"
+#include "wantrain/model/wan_model.hpp"
+#include "wantrain/util/error.hpp"
+
+namespace wt::model {
+namespace {
+
+// The target Linear `name` (e.g. "self_attn.q") of `block`.
+LinearImpl& target_of(WanBlockImpl& block, const std::string& name) {
+  const auto modules = block.named_modules("", /*include_self=*/false);
+  const auto* found = modules.find(name);
+  auto* linear = found ? (*found)->as<LinearImpl>() : nullptr;
+  if (!linear) throw Error(fmt::format("Wan block has no Linear layer {}", name));
+  return *linear;
+}
+
+std::vector<std::string> chosen_targets(const LoraOptions& options) {
+  return options.targets.empty() ? lora_targets() : options.targets;
+}
+
+}  // namespace
+
+const std::vector<std::string>& lora_targets() {
+  static const std::vector<std::string> names = {"self_attn.q",  "self_attn.k",  "self_attn.v",  "self_attn.o",
+                                                 "cross_attn.q", "cross_attn.k", "cross_attn.v", "cross_attn.o",
+                                                 "ffn.0",        "ffn.2"};
+  return names;
+}
+
+void check_lora_options(const LoraOptions& options) {
+  if (options.rank < 1) throw SettingError("lora_rank", fmt::format("must be at least 1, got {}", options.rank));
+  if (!(options.alpha >= 0)) throw SettingError("lora_alpha", fmt::format("must be 0 or more, got {}", options.alpha));
+  if (!(options.dropout >= 0 && options.dropout < 1))
+    throw SettingError("lora_dropout", fmt::format("must be in [0, 1), got {}", options.dropout));
+  const auto& valid = lora_targets();
+  for (const auto& target : options.targets)
+    if (std::find(valid.begin(), valid.end(), target) == valid.end())
+      throw SettingError("lora_targets", fmt::format("'{}' is not a Linear layer of a Wan block (valid: {})", target,
+                                                     fmt::join(valid, ", ")));
+}
+
+int64_t add_lora(WanModelImpl& model, const LoraOptions& options) {
+  check_lora_options(options);
+  for (auto& parameter : model.parameters()) parameter.set_requires_grad(false);
+  const double alpha = options.alpha > 0 ? options.alpha : double(options.rank);
+  int64_t count = 0;
+  for (const auto& block : *model.blocks)
+    for (const auto& name : chosen_targets(options)) {
+      auto& linear = target_of(*block->as<WanBlockImpl>(), name);
+      linear.add_lora(options.rank, alpha, options.dropout);
+      count += linear.lora_A.numel() + linear.lora_B.numel();
+    }
+  return count;
+}
+
+void merge_lora(WanModelImpl& model) {
+  for (auto& module : model.modules(/*include_self=*/false))
+    if (auto* linear = module->as<LinearImpl>()) linear->merge_lora();
+}
+
+}  // namespace wt::model

@@ -1,0 +1,41 @@
+// LoRA on WanModel: low-rank adapters on the blocks' Linear layers, the
+// rest of the model frozen (docs/lora.md).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace wt::model {
+
+class WanModelImpl;
+
+struct LoraOptions {
+  int64_t rank = 0;    // 0: no LoRA
+  double alpha = 0;    // the adapter's output is scaled by alpha / rank; 0 means alpha = rank
+  double dropout = 0;  // on the adapter's input, while training
+  // Each block's Linear layers that get an adapter, by their official
+  // names within the block (lora_targets()); empty: all of them.
+  std::vector<std::string> targets;
+};
+
+// Every Linear layer of a Wan block, by its official name within the block:
+// self_attn.{q,k,v,o}, cross_attn.{q,k,v,o}, ffn.0, ffn.2.
+const std::vector<std::string>& lora_targets();
+
+// Checks `options` (a positive rank, alpha >= 0, dropout in [0, 1), known
+// targets); UsageError naming the setting (lora_rank, lora_alpha,
+// lora_dropout, lora_targets) otherwise.
+void check_lora_options(const LoraOptions& options);
+
+// Freezes every parameter of `model` (requires_grad false) and adds an
+// adapter to each target Linear of every block: afterwards the adapters are
+// the model's only trainable parameters, and its output is unchanged until
+// they are trained. Returns the number of adapter parameters.
+int64_t add_lora(WanModelImpl& model, const LoraOptions& options);
+
+// Folds every adapter into its base weight (weight += alpha/rank * B A) and
+// removes it: the model's parameters are the base's names again.
+void merge_lora(WanModelImpl& model);
+
+}  // namespace wt::model

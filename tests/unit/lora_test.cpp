@@ -1,0 +1,173 @@
+// LoRA on WanModel: adding adapters changes nothing until they are trained;
+// only the adapters train; an adapter is base + alpha/rank * B A exactly as
+// its merged weight says; bad options are named.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <string>
+
+#include "wantrain/model/linear.hpp"
+#include "wantrain/model/lora.hpp"
+#include "wantrain/model/model_config.hpp"
+#include "wantrain/model/wan_model.hpp"
+#include "wantrain/train/flow_matching_objective.hpp"
+#include "wantrain/util/error.hpp"
+
+namespace {
+
+using wt::model::LoraOptions;
+using wt::model::WanConfig;
+using wt::model::WanModel;
+
+WanConfig tiny() {
+  WanConfig c;
+  c.dim = 32;
+  c.ffn_dim = 64;
+  c.num_heads = 2;
+  c.num_layers = 2;
+  c.freq_dim = 32;
+  c.text_dim = 16;
+  c.text_len = 8;
+  c.patch_size = {1, 2, 2};
+  c.in_dim = 4;
+  c.out_dim = 4;
+  return c;
+}
+
+struct Inputs {
+  at::Tensor x, t, context;
+};
+Inputs inputs() {
+  torch::manual_seed(3);
+  return {torch::randn({2, 4, 2, 4, 4}), torch::tensor({100.0f, 700.0f}), torch::randn({2, 8, 16})};
+}
+at::Tensor run(WanModel& model, const Inputs& in) { return model->forward(in.x, in.t, in.context); }
+
+// The model's output from a seed, with LoRA options applied (rank 0: none).
+// The head is zero-initialised, as in Wan: give it values so outputs depend
+// on every block.
+WanModel seeded_model(const LoraOptions& lora) {
+  torch::manual_seed(7);
+  WanModel model(tiny());
+  {
+    torch::NoGradGuard no_grad;
+    model->head->head->weight.normal_(0, 0.02);
+  }
+  if (lora.rank > 0) wt::model::add_lora(*model, lora);
+  return model;
+}
+
+}  // namespace
+
+TEST(Lora, AddingAdaptersLeavesTheOutputUnchanged) {
+  const auto in = inputs();
+  auto base = seeded_model({});
+  auto adapted = seeded_model({4, 8, 0, {}});
+  EXPECT_TRUE(torch::equal(run(base, in), run(adapted, in)));
+}
+
+TEST(Lora, OnlyTheAdaptersOfTheChosenTargetsTrain) {
+  LoraOptions lora{4, 0, 0, {"self_attn.q", "ffn.2"}};
+  auto model = seeded_model({});
+  const int64_t added = wt::model::add_lora(*model, lora);
+  const auto c = tiny();
+  // Per block: q [4, 32] + [32, 4], ffn.2 [4, 64] + [32, 4].
+  EXPECT_EQ(added, c.num_layers * (4 * 32 + 32 * 4 + 4 * 64 + 32 * 4));
+  int64_t trainable = 0;
+  for (const auto& item : model->named_parameters()) {
+    const bool adapter = item.key().find(".lora_") != std::string::npos;
+    EXPECT_EQ(item.value().requires_grad(), adapter) << item.key();
+    if (item.value().requires_grad()) trainable += item.value().numel();
+  }
+  EXPECT_EQ(trainable, added);
+  const auto names = model->named_parameters();
+  EXPECT_NE(names.find("blocks.1.self_attn.q.lora_A"), nullptr);
+  EXPECT_NE(names.find("blocks.0.ffn.2.lora_B"), nullptr);
+  EXPECT_EQ(names.find("blocks.0.self_attn.k.lora_A"), nullptr);
+
+  // A backward pass reaches the adapters only; B starts at zero, so only
+  // B has a gradient at first (A's is B^T times the output gradient).
+  const auto in = inputs();
+  run(model, in).square().mean().backward();
+  for (const auto& item : model->named_parameters()) {
+    if (!item.value().requires_grad()) {
+      EXPECT_FALSE(item.value().grad().defined()) << item.key();
+      continue;
+    }
+    ASSERT_TRUE(item.value().grad().defined()) << item.key();
+    if (item.key().find("lora_B") != std::string::npos) {
+      EXPECT_GT(item.value().grad().abs().max().item<float>(), 0.0f) << item.key();
+    }
+  }
+}
+
+TEST(Lora, AnAdapterIsItsMergedWeight) {
+  const auto in = inputs();
+  LoraOptions lora{3, 6, 0, {}};  // scale 2
+  auto model = seeded_model(lora);
+  {
+    torch::NoGradGuard no_grad;
+    torch::manual_seed(5);
+    for (const auto& item : model->named_parameters())
+      if (item.key().find("lora_B") != std::string::npos) item.value().normal_(0, 0.05);
+  }
+  auto* q = model->blocks[0]->as<wt::model::WanBlockImpl>()->self_attn->q.get();
+  const auto expected_q = q->weight.detach() + 2.0 * torch::matmul(q->lora_B.detach(), q->lora_A.detach());
+  const auto adapted = run(model, in).detach();
+  wt::model::merge_lora(*model);
+  EXPECT_FALSE(q->has_lora());
+  EXPECT_EQ(model->named_parameters().size(), WanModel(tiny())->named_parameters().size());
+  EXPECT_TRUE(torch::allclose(q->weight, expected_q, 1e-6, 1e-6));
+  const auto merged = run(model, in);
+  auto base = seeded_model({});
+  EXPECT_FALSE(torch::equal(adapted, run(base, in)));  // the adapters did change the output
+  EXPECT_TRUE(torch::allclose(merged, adapted, 1e-4, 1e-5)) << (merged - adapted).abs().max().item<float>();
+}
+
+TEST(Lora, BadOptionsNameTheSetting) {
+  auto error = [](const LoraOptions& options) -> std::string {
+    try {
+      wt::model::check_lora_options(options);
+    } catch (const wt::SettingError& e) {
+      return e.setting() + ": " + e.message();
+    }
+    return "(no error)";
+  };
+  EXPECT_EQ(error({4, 0, 0, {}}), "(no error)");
+  EXPECT_EQ(error({0, 0, 0, {}}), "lora_rank: must be at least 1, got 0");
+  EXPECT_EQ(error({4, -1, 0, {}}), "lora_alpha: must be 0 or more, got -1");
+  EXPECT_EQ(error({4, 0, 1, {}}), "lora_dropout: must be in [0, 1), got 1");
+  EXPECT_EQ(error({4, 0, 0, {"self_attn.q", "attn1.to_q"}}),
+            "lora_targets: 'attn1.to_q' is not a Linear layer of a Wan block (valid: self_attn.q, self_attn.k, "
+            "self_attn.v, self_attn.o, cross_attn.q, cross_attn.k, cross_attn.v, cross_attn.o, ffn.0, ffn.2)");
+}
+
+// Without adapters the block Linear is torch::nn::Linear: the same draws
+// from the generator and the same output.
+TEST(Lora, TheBlockLinearIsTorchsLinearWithoutAnAdapter) {
+  torch::manual_seed(11);
+  torch::nn::Linear reference(6, 5);
+  const auto after_reference = torch::rand({1});
+  torch::manual_seed(11);
+  wt::model::Linear ours(6, 5);
+  const auto after_ours = torch::rand({1});
+  EXPECT_TRUE(torch::equal(ours->weight, reference->weight));
+  EXPECT_TRUE(torch::equal(ours->bias, reference->bias));
+  EXPECT_TRUE(torch::equal(after_ours, after_reference));
+  const auto x = torch::randn({3, 6});
+  EXPECT_TRUE(torch::equal(ours->forward(x), reference->forward(x)));
+}
+
+// The training seam: an objective over a LoRA model declares the adapters,
+// and nothing else, as what the Engine reduces, steps, averages and saves.
+TEST(Lora, TheObjectiveTrainsExactlyTheAdapters) {
+  auto model = seeded_model({2, 0, 0, {"cross_attn.v"}});
+  wt::train::FlowMatchingObjective objective(*model, {});
+  const auto& trainable = objective.trainable();
+  ASSERT_EQ(trainable.size(), size_t(2 * tiny().num_layers));
+  EXPECT_EQ(trainable[0].first, "blocks.0.cross_attn.v.lora_A");
+  EXPECT_EQ(trainable[1].first, "blocks.0.cross_attn.v.lora_B");
+  EXPECT_EQ(trainable[3].first, "blocks.1.cross_attn.v.lora_B");
+  auto full = seeded_model({});
+  EXPECT_EQ(wt::train::FlowMatchingObjective(*full, {}).trainable().size(), full->named_parameters().size());
+}
