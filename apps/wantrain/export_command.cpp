@@ -40,6 +40,11 @@ int run_export(distributed::World& world, int argc, char** argv) {
   if (!world.is_root()) return kExitOk;  // one writer, however it was launched
 
   const auto saved = ckpt::read_checkpoint(checkpoint_path);
+  if (const auto lora = saved.objective.find("lora"); lora != saved.objective.end())
+    throw UsageError(
+        fmt::format("checkpoint {}: it holds LoRA adapters ({}), not a model; the run that wrote it "
+                    "wrote them as lora.safetensors (docs/lora.md)",
+                    checkpoint_path, lora->second));
   if (ema && saved.ema.empty())
     throw UsageError(
         fmt::format("option --ema: checkpoint {} has no EMA (trained without --ema-decay)", checkpoint_path));

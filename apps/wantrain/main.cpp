@@ -63,7 +63,11 @@ int run(distributed::World& world, int argc, char** argv) {
                     {"student_init", "student-init"},
                     {"init", "init"},
                     {"max_skipped", "max-skipped"},
-                    {"checkpoint_timeout", "checkpoint-timeout"}});
+                    {"checkpoint_timeout", "checkpoint-timeout"},
+                    {"lora_rank", "lora-rank"},
+                    {"lora_alpha", "lora-alpha"},
+                    {"lora_targets", "lora-targets"},
+                    {"lora_dropout", "lora-dropout"}});
   TrainConfig cfg;
   OptionSet options("wantrain",
                     "[--config run.ini] [options]\n       wantrain export --checkpoint PATH --out FILE [--ema] "

@@ -9,6 +9,7 @@
 
 #include "wantrain/util/error.hpp"
 #include "wantrain/util/options.hpp"
+#include "wantrain/util/text.hpp"
 
 namespace wt::wantrain {
 
@@ -77,6 +78,13 @@ void declare_options(OptionSet& o, TrainConfig& c) {
       .flag("keep-best", &c.keep_best, "also keep the checkpoint with the lowest validation loss")
       .add("resume", &c.resume, "auto (the output directory's latest checkpoint) or a checkpoint path")
       .choice("on-ckpt-error", &c.on_ckpt_error, {"warn", "fail"}, "what a failed checkpoint write does");
+  o.group("lora")
+      .add("lora-rank", &c.lora_rank, "LoRA fine-tuning: the adapters' rank (0: train the whole model)")
+      .add("lora-alpha", &c.lora_alpha, "the adapters' output is scaled by alpha / rank (0: alpha = rank)")
+      .add("lora-targets", &c.lora_targets,
+           "each block's Linear layers that get adapters, comma-separated (self_attn.q ... cross_attn.o, ffn.0, "
+           "ffn.2; empty: all)")
+      .add("lora-dropout", &c.lora_dropout, "dropout on the adapters' input while training");
   o.group("distillation")
       .add("teacher", &c.teacher, "teacher weights: safetensors file or index, or a checkpoint (its EMA if stored)")
       .add("teacher-config", &c.teacher_config, "teacher model config JSON (a checkpoint teacher carries its own)")
@@ -125,6 +133,14 @@ void validate(const TrainConfig& c) {
   require(c.keep >= 0, "keep", "must be 0 (keep all) or more");
   require(c.distill_target_weight >= 0, "distill-target-weight", "must be 0 or more");
   require(c.max_skipped >= 0, "max-skipped", "must be 0 (no limit) or more");
+  require(c.lora_rank >= 0, "lora-rank", "must be 0 (no LoRA) or more");
+  if (c.lora_rank > 0) {
+    model::check_lora_options(lora_options(c));
+    require(c.mode != "distill", "lora-rank", "LoRA is not available with --mode distill yet");
+  } else {
+    require(c.lora_alpha == 0 && c.lora_dropout == 0 && c.lora_targets.empty(), "lora-rank",
+            "--lora-alpha, --lora-dropout and --lora-targets need --lora-rank R");
+  }
   require(std::isfinite(c.checkpoint_timeout) && c.checkpoint_timeout >= 0.001 && c.checkpoint_timeout <= 1e7,
           "checkpoint-timeout", "must be a positive number of seconds");
   if (c.mode == "distill") require(!c.teacher.empty(), "teacher", "--mode distill needs a teacher");
@@ -164,6 +180,10 @@ train::RunSettings run_settings(const TrainConfig& c, const at::Device& device) 
   return s;
 }
 
+model::LoraOptions lora_options(const TrainConfig& c) {
+  return {c.lora_rank, c.lora_alpha, c.lora_dropout, split_list(c.lora_targets)};
+}
+
 train::WanRunOptions wan_run_options(const TrainConfig& c) {
   train::WanRunOptions o;
   o.model_config_name = "--model-config " + c.model_config;
@@ -178,6 +198,7 @@ train::WanRunOptions wan_run_options(const TrainConfig& c) {
   o.student_init = c.student_init == "random" ? train::StudentInit::Random : train::StudentInit::Projection;
   o.teacher_bf16 = c.teacher_precision == "bf16";
   o.prefetch = c.prefetch;
+  o.lora = lora_options(c);
   return o;
 }
 

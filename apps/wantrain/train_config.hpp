@@ -91,6 +91,12 @@ struct TrainConfig {
 
   // faults
   std::int64_t max_skipped = 20;
+
+  // lora
+  std::int64_t lora_rank = 0;
+  double lora_alpha = 0;
+  std::string lora_targets;
+  double lora_dropout = 0;
   double checkpoint_timeout = 3600;
 };
 
@@ -104,6 +110,7 @@ void validate(const TrainConfig& cfg);
 // UsageError naming --precision for fp16 on a CPU device.
 train::RunSettings run_settings(const TrainConfig& cfg, const at::Device& device);
 train::WanRunOptions wan_run_options(const TrainConfig& cfg);
+model::LoraOptions lora_options(const TrainConfig& cfg);
 train::FitOptions fit_options(const TrainConfig& cfg);
 
 }  // namespace wt::wantrain

@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "wantrain/model/linear.hpp"
+#include "wantrain/model/safetensors.hpp"
 #include "wantrain/model/wan_model.hpp"
 #include "wantrain/util/error.hpp"
 
@@ -59,6 +60,36 @@ int64_t add_lora(WanModelImpl& model, const LoraOptions& options) {
       count += linear.lora_A.numel() + linear.lora_B.numel();
     }
   return count;
+}
+
+std::string describe_lora(const LoraOptions& options) {
+  const double alpha = options.alpha > 0 ? options.alpha : double(options.rank);
+  std::string text =
+      fmt::format("rank {}, alpha {:g} (scale {:g}), targets {}", options.rank, alpha, alpha / double(options.rank),
+                  options.targets.empty() ? std::string("all") : fmt::format("{}", fmt::join(options.targets, ",")));
+  if (options.dropout > 0) text += fmt::format(", dropout {:g}", options.dropout);
+  return text;
+}
+
+void write_lora_file(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& adapters,
+                     const LoraOptions& options, const std::string& base) {
+  const double alpha = options.alpha > 0 ? options.alpha : double(options.rank);
+  NamedTensors out;
+  for (const auto& [name, tensor] : adapters) {
+    const auto at = name.rfind(".lora_");
+    if (at == std::string::npos) throw Error(fmt::format("{} is not a LoRA adapter", name));
+    const std::string layer = "diffusion_model." + name.substr(0, at);
+    out.emplace_back(layer + name.substr(at) + ".weight", tensor);
+    if (name.compare(at, std::string::npos, ".lora_B") == 0)
+      out.emplace_back(layer + ".alpha", torch::tensor(float(alpha)));
+  }
+  write_safetensors(path, out, at::kFloat,
+                    {{"format", "pt"},
+                     {"lora_rank", std::to_string(options.rank)},
+                     {"lora_alpha", fmt::format("{:g}", alpha)},
+                     {"lora_targets", options.targets.empty() ? fmt::format("{}", fmt::join(lora_targets(), ","))
+                                                              : fmt::format("{}", fmt::join(options.targets, ","))},
+                     {"base_checksum", base}});
 }
 
 void merge_lora(WanModelImpl& model) {

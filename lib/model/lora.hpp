@@ -2,6 +2,8 @@
 // rest of the model frozen (docs/lora.md).
 #pragma once
 
+#include <ATen/core/Tensor.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -33,6 +35,18 @@ void check_lora_options(const LoraOptions& options);
 // the model's only trainable parameters, and its output is unchanged until
 // they are trained. Returns the number of adapter parameters.
 int64_t add_lora(WanModelImpl& model, const LoraOptions& options);
+
+// One line: "rank 4, alpha 4 (scale 1), targets self_attn.q,ffn.0" (or
+// "targets all"), dropout when set.
+std::string describe_lora(const LoraOptions& options);
+
+// The adapters of `adapters` (named as the model names them:
+// "blocks.0.self_attn.q.lora_A", ...) in the layout ComfyUI and diffusers
+// load for Wan: "diffusion_model.blocks.0.self_attn.q.lora_A.weight" [r, in],
+// "....lora_B.weight" [out, r] and a "....alpha" scalar per layer, in fp32,
+// with __metadata__ (rank, alpha, targets and `base`, the base's checksum).
+void write_lora_file(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& adapters,
+                     const LoraOptions& options, const std::string& base);
 
 // Folds every adapter into its base weight (weight += alpha/rank * B A) and
 // removes it: the model's parameters are the base's names again.

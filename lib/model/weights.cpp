@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <torch/torch.h>
+#include <zlib.h>
 
 #include <filesystem>
 #include <fstream>
@@ -148,6 +149,18 @@ void save_weights(const torch::nn::Module& module, const std::string& path, at::
   for (const auto& item : module.named_parameters(/*recurse=*/true))
     tensors.emplace_back(names == WeightNames::Diffusers ? diffusers_name(item.key()) : item.key(), item.value());
   write_safetensors(path, tensors, dtype);
+}
+
+std::string weights_checksum(const WanConfig& config, const NamedTensors& weights) {
+  uLong crc = crc32_z(0L, Z_NULL, 0);
+  const std::string config_json = to_json(config);
+  crc = crc32_z(crc, reinterpret_cast<const Bytef*>(config_json.data()), config_json.size());
+  for (const auto& [name, tensor] : weights) {
+    crc = crc32_z(crc, reinterpret_cast<const Bytef*>(name.data()), name.size());
+    const auto data = tensor.detach().to(torch::kCPU, torch::kFloat32).contiguous();
+    crc = crc32_z(crc, static_cast<const Bytef*>(data.data_ptr()), size_t(data.numel()) * sizeof(float));
+  }
+  return fmt::format("crc32:{:08x}", crc);
 }
 
 }  // namespace wt::model

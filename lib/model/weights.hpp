@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "wantrain/model/model_config.hpp"
 #include "wantrain/model/safetensors.hpp"
 
 namespace torch::nn {
@@ -51,6 +52,11 @@ enum class LoadMode { Strict, Lenient };
 // shape-mismatched tensor is a UsageError naming them, and nothing is copied.
 // Lenient: copies what matches and reports the rest.
 LoadReport load_weights(torch::nn::Module& module, const std::string& path, LoadMode mode = LoadMode::Strict);
+
+// "crc32:xxxxxxxx" over the config and each tensor's name and fp32 bytes, in
+// order: what identifies a frozen model (a distillation teacher, a LoRA
+// base) in checkpoints, whatever file layout or dtype it was read from.
+std::string weights_checksum(const WanConfig& config, const NamedTensors& weights);
 
 enum class WeightNames { Official, Diffusers };
 

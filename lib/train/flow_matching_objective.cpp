@@ -66,8 +66,27 @@ at::Tensor FlowMatchingObjective::validation_losses(const Batch& batch) {
 
 namespace wt::train {
 
+std::map<std::string, std::string> FlowMatchingObjective::checkpoint_state() const {
+  if (options_.lora.empty()) return {};
+  return {{"lora", options_.lora}, {"lora_base", options_.lora_base}};
+}
+
 void FlowMatchingObjective::check_resume(const std::string& kind, const std::map<std::string, std::string>& state,
                                          const std::string& path) const {
+  // Only adapters are in a LoRA checkpoint: the same adapters, on the same base.
+  auto saved = [&](const char* key) {
+    const auto it = state.find(key);
+    return it == state.end() ? std::string() : it->second;
+  };
+  if (kind == this->kind() && saved("lora") != options_.lora)
+    throw UsageError(fmt::format("checkpoint {}: written {}, this run {}; resume with the same LoRA options", path,
+                                 saved("lora").empty() ? "by a full training run" : "with " + saved("lora"),
+                                 options_.lora.empty() ? "trains the whole model" : "has " + options_.lora));
+  if (kind == this->kind() && saved("lora_base") != options_.lora_base)
+    throw UsageError(
+        fmt::format("checkpoint {}: its LoRA adapters were trained on base weights {}, this run's base is "
+                    "{}; resume with the same {}",
+                    path, saved("lora_base"), options_.lora_base, setting_reference("init")));
   if (kind == "distillation") {
     const auto teacher = state.find("teacher");
     throw UsageError(fmt::format(

@@ -5,6 +5,8 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <string>
 
 #include "wantrain/train/flow_matching.hpp"
 #include "wantrain/train/objective.hpp"
@@ -19,6 +21,10 @@ struct FlowMatchingObjectiveOptions {
   FlowMatchingOptions flow;
   double text_drop = 0.1;  // probability of the unconditional context
   uint64_t seed = 0;       // keys each sample's noise and caption drop with the step
+  // With LoRA (model::add_lora): the adapters' description and the frozen
+  // base's weights_checksum. Checkpoints record both, since they hold only
+  // the adapters, and a resume must find the same ones. Empty otherwise.
+  std::string lora, lora_base;
 };
 
 class FlowMatchingObjective : public Objective {
@@ -35,6 +41,7 @@ class FlowMatchingObjective : public Objective {
   // sigma_j = shift_sigma((j + 0.5) / 4), with noise keyed by (sample, j)
   // alone, averaged over the grid; the model runs in eval mode.
   at::Tensor validation_losses(const Batch& batch) override;
+  std::map<std::string, std::string> checkpoint_state() const override;
   std::string kind() const override { return "flow-matching"; }
   void check_resume(const std::string& kind, const std::map<std::string, std::string>& state,
                     const std::string& path) const override;

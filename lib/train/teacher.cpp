@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 #include <torch/torch.h>
-#include <zlib.h>
 
 #include <filesystem>
 #include <map>
@@ -15,19 +14,6 @@
 
 namespace wt::train {
 namespace {
-
-// crc32 over the config and each parameter's name and fp32 bytes, in order.
-std::string model_checksum(const model::WanConfig& config, const model::NamedTensors& weights) {
-  uLong crc = crc32_z(0L, Z_NULL, 0);
-  const std::string config_json = model::to_json(config);
-  crc = crc32_z(crc, reinterpret_cast<const Bytef*>(config_json.data()), config_json.size());
-  for (const auto& [name, tensor] : weights) {
-    crc = crc32_z(crc, reinterpret_cast<const Bytef*>(name.data()), name.size());
-    const auto data = tensor.detach().to(torch::kCPU, torch::kFloat32).contiguous();
-    crc = crc32_z(crc, static_cast<const Bytef*>(data.data_ptr()), size_t(data.numel()) * sizeof(float));
-  }
-  return fmt::format("crc32:{:08x}", crc);
-}
 
 bool is_bf16_linear(const std::string& name) {
   if (name.rfind("text_embedding.", 0) == 0) return true;
@@ -86,7 +72,7 @@ Teacher::Teacher(const std::string& path, const model::WanConfig& config, const 
     throw SettingError("teacher", fmt::format("{} (the teacher's config {}: dim {}, {} layers)", e.what(),
                                               config_source, config.dim, config.num_layers));
   }
-  checksum_ = model_checksum(config, named);
+  checksum_ = model::weights_checksum(config, named);
   for (auto& parameter : model_->parameters()) parameter.set_requires_grad(false);
   model_->eval();
 }

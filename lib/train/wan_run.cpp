@@ -36,6 +36,8 @@ struct WanRun::Impl {
   int prefetch = 2;
   bool teacher_bf16 = false;
   EngineOptions engine_options;
+  model::LoraOptions lora;
+  std::string lora_base;  // the frozen base's checksum
 
   explicit Impl(model::WanConfig c) : model(c), config(std::move(c)) {}
 };
@@ -50,26 +52,48 @@ WanRun::WanRun(const RunPlan& plan, const WanRunOptions& options, distributed::C
   auto& im = *impl_;
   im.teacher = teacher;
   auto& model = im.model;
+  const bool lora = options.lora.rank > 0;
+  if (lora && teacher)
+    throw SettingError("lora_rank", "LoRA is not available with distillation yet; train the student in full");
   const bool init_from_checkpoint = !options.init.empty() && ckpt::is_checkpoint_file(options.init);
   if (!options.init.empty() && !init_from_checkpoint)
     model::load_weights(*model, options.init, model::LoadMode::Strict);
+  // A checkpoint's whole model: before any adapter, and on a LoRA resume too
+  // (its checkpoint holds only the adapters; the base comes from here).
+  if (init_from_checkpoint && (!resume || lora)) {
+    model::NamedTensors all;
+    for (const auto& item : model->named_parameters()) all.emplace_back(item.key(), item.value());
+    const auto init = ckpt::read_checkpoint(options.init);
+    ckpt::check_fits(init, options.init, all, false);
+    ckpt::copy_named(init.model, all);
+  }
+  auto objective_options = options.objective;
+  if (lora) {
+    model::NamedTensors base;
+    for (const auto& item : model->named_parameters()) base.emplace_back(item.key(), item.value());
+    im.lora = options.lora;
+    im.lora_base = model::weights_checksum(im.config, base);
+    const int64_t adapters = model::add_lora(*model, options.lora);
+    objective_options.lora = model::describe_lora(options.lora);
+    objective_options.lora_base = im.lora_base;
+    if (comm.rank() == 0)
+      fmt::print("lora: {}; {} adapter parameters trained, the base's {} frozen ({}, {})\n", objective_options.lora,
+                 adapters, model::parameter_count(im.config), options.init.empty() ? "from the seed" : options.init,
+                 im.lora_base);
+  }
   model->to(comm.device());
   model->train();
   if (teacher)
-    im.objective = std::make_unique<DistillationObjective>(*model, *teacher, options.objective,
+    im.objective = std::make_unique<DistillationObjective>(*model, *teacher, objective_options,
                                                            options.distill_target_weight, plan.engine.compute_dtype);
   else
-    im.objective = std::make_unique<FlowMatchingObjective>(*model, options.objective);
+    im.objective = std::make_unique<FlowMatchingObjective>(*model, objective_options);
   // The trained parameters by official name: what checkpoints and projection fill.
   const auto& named = im.objective->trainable();
   if (resume) {
     im.objective->check_resume(resume->objective_kind, resume->objective, start.path);
     ckpt::check_fits(*resume, start.path, named, plan.engine.ema_decay > 0);
     ckpt::copy_named(resume->model, named);
-  } else if (init_from_checkpoint) {
-    const auto init = ckpt::read_checkpoint(options.init);
-    ckpt::check_fits(init, options.init, named, false);
-    ckpt::copy_named(init.model, named);
   }
   if (teacher) {
     if (teacher->config().patch_size[0] > 1 && im.config.patch_size[0] == 1) teacher->show_frames_as_stills(true);
@@ -143,8 +167,16 @@ void WanRun::start_student(const Teacher& teacher, const WanRunOptions& options,
 
 std::string WanRun::save_weights(const std::string& directory) const {
   std::filesystem::create_directories(directory);
-  model::save_weights(*impl_->model, directory + "/model.safetensors");
   const auto* ema = impl_->engine->ema();
+  if (impl_->lora.rank > 0) {
+    const auto& im = *impl_;
+    model::write_lora_file(directory + "/lora.safetensors", im.objective->trainable(), im.lora, im.lora_base);
+    if (ema) model::write_lora_file(directory + "/lora-ema.safetensors", ema->averages(), im.lora, im.lora_base);
+    write_file_durably(directory + "/model-config.json", model::to_json(im.config) + "\n");
+    return fmt::format("weights: {0}/lora.safetensors (LoRA adapters{1}), config {0}/model-config.json", directory,
+                       ema ? fmt::format("; EMA: {}/lora-ema.safetensors", directory) : std::string());
+  }
+  model::save_weights(*impl_->model, directory + "/model.safetensors");
   if (ema) model::write_safetensors(directory + "/ema.safetensors", ema->averages(), at::kFloat);
   write_file_durably(directory + "/model-config.json", model::to_json(impl_->config) + "\n");
   return fmt::format("weights: {0}/model.safetensors{1}, config {0}/model-config.json", directory,

@@ -19,6 +19,7 @@
 #include <string>
 
 #include "wantrain/data/dataset.hpp"
+#include "wantrain/model/lora.hpp"
 #include "wantrain/model/model_config.hpp"
 #include "wantrain/train/fit.hpp"
 #include "wantrain/train/flow_matching_objective.hpp"
@@ -39,6 +40,10 @@ struct WanRunOptions {
   bool teacher_bf16 = false;                           // hold the teacher's Linear weights in bf16
   StudentInit student_init = StudentInit::Projection;  // a fresh distillation student without `init`
   int prefetch = 2;
+  // rank > 0: LoRA fine-tuning. The model (from `init`, or the seed) is
+  // frozen and adapters are trained; checkpoints hold the adapters only, and
+  // the run's weights are lora.safetensors (model/lora.hpp).
+  model::LoraOptions lora;
 };
 
 class WanRun {
@@ -67,7 +72,9 @@ class WanRun {
   Engine& engine();
 
   // Writes <dir>/model.safetensors (and ema.safetensors with EMA) and
-  // model-config.json, what wansample reads; returns the line naming them.
+  // model-config.json, what wansample reads; with LoRA, lora.safetensors
+  // (and lora-ema.safetensors) instead of the model's weights. Returns the
+  // line naming them.
   std::string save_weights(const std::string& directory) const;
 
  private:

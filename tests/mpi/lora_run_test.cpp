@@ -1,0 +1,145 @@
+// LoRA fine-tuning as users run it: wantrain --lora-rank on a base given by
+// --init, on 1 and 2 ranks, resumed, and with bad options; read back through
+// metrics.jsonl, checkpoints and lora.safetensors.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <string>
+
+#include "../common/launch.hpp"
+#include "../common/train_runs.hpp"
+#include "wantrain/ckpt/checkpoint.hpp"
+#include "wantrain/ckpt/directory.hpp"
+#include "wantrain/model/safetensors.hpp"
+
+namespace {
+
+using wt::testing::fresh;
+using wt::testing::Job;
+using wt::testing::launch;
+using wt::testing::mpi_command;
+using wt::testing::occurrences;
+using namespace wt::testing::train_runs;
+
+class LoraRun : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    data_ = fresh("lora-data");
+    const Job synth = launch(std::string(WANTRAIN_WANDATA) + " synth --out " + data_ +
+                             " --samples 32 --shards 2 --frames 1 --size 8x8 --text-len 16 --text-dim 64 --seed 5");
+    ASSERT_EQ(synth.status, 0) << synth.output;
+    // Two different bases: a few full-training steps from two seeds.
+    for (const auto& [name, seed] : {std::pair{"lora-base-a", 1}, {"lora-base-b", 2}}) {
+      const Job base = train(1, name, "--steps 3 --batch-size 4 --seed " + std::to_string(seed), "");
+      ASSERT_EQ(base.status, 0) << base.output;
+    }
+  }
+
+  static Job train(int ranks, const std::string& name, const std::string& options, const std::string& fresh_dir = "y") {
+    const std::string dir = fresh_dir.empty() ? run_dir(name) : fresh(name);
+    const Job job = launch(mpi_command(ranks, WANTRAIN_WANTRAIN,
+                                       "--model-config " + tiny_config() + " --data " + data_ + " --output-dir " + dir +
+                                           " --threads 1 --backend mpi --log-every 1 " + options));
+    EXPECT_LT(job.seconds, kHangGuardSeconds);
+    return job;
+  }
+  static std::string base(const std::string& which) { return run_dir("lora-base-" + which) + "/model.safetensors"; }
+  static std::string lora(const std::string& extra = "") {
+    return "--lora-rank 4 --lora-alpha 8 --lr 1e-2 --seed 7 --text-drop 0.3 " + extra;
+  }
+
+  static std::string data_;
+};
+std::string LoraRun::data_;
+
+// The adapters are trained on 2 ranks x B exactly as on 1 rank x 2B; only
+// they are checkpointed and written, in the layout ComfyUI/diffusers load.
+TEST_F(LoraRun, TwoRanksTrainTheAdaptersAsOneRankWithTheBatchDoubled) {
+  const std::string common = lora("--steps 8 --init " + base("a") + " --ema-decay 0.9 ");
+  const Job one = train(1, "lora-1x4", common + "--batch-size 4");
+  const Job two = train(2, "lora-2x2", common + "--batch-size 2");
+  ASSERT_EQ(one.status, 0) << one.output;
+  ASSERT_EQ(two.status, 0) << two.output;
+  // wan-tiny: 2 blocks x (8 attention layers 64 -> 64 + ffn.0 64 -> 128 + ffn.2 128 -> 64), r (in + out) each, r = 4.
+  const int64_t adapters = 2 * (8 * 4 * (64 + 64) + 2 * 4 * (64 + 128));
+  EXPECT_EQ(occurrences(two.output, "lora: rank 4, alpha 8 (scale 2), targets all; " + std::to_string(adapters) +
+                                        " adapter parameters trained"),
+            1u)
+      << two.output;
+  const auto a = training_lines(run_dir("lora-1x4")), b = training_lines(run_dir("lora-2x2"));
+  ASSERT_EQ(a.size(), 8u);
+  ASSERT_EQ(b.size(), 8u);
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_LT(relative(b[i]["loss"], a[i]["loss"]), 1e-5) << "step " << i + 1;
+  EXPECT_LT(weights_difference(run_dir("lora-2x2") + "/lora.safetensors", run_dir("lora-1x4") + "/lora.safetensors"),
+            1e-5);
+
+  const auto file = wt::model::SafetensorsFile::open(run_dir("lora-2x2") + "/lora.safetensors");
+  EXPECT_EQ(file.entries().size(), size_t(2 * 10 * 3));  // 2 blocks x 10 layers x (A, B, alpha)
+  const auto* a_entry = file.find("diffusion_model.blocks.1.ffn.2.lora_A.weight");
+  const auto* b_entry = file.find("diffusion_model.blocks.1.ffn.2.lora_B.weight");
+  const auto* alpha = file.find("diffusion_model.blocks.1.ffn.2.alpha");
+  ASSERT_TRUE(a_entry && b_entry && alpha);
+  EXPECT_EQ(a_entry->shape, (std::vector<int64_t>{4, 128}));  // [r, ffn_dim]
+  EXPECT_EQ(b_entry->shape, (std::vector<int64_t>{64, 4}));   // [dim, r]
+  EXPECT_EQ(file.read(*alpha).item<float>(), 8.0f);
+  EXPECT_GT(file.read(*b_entry).abs().max().item<float>(), 0.0f);  // B moved from zero
+  EXPECT_FALSE(std::filesystem::exists(run_dir("lora-2x2") + "/model.safetensors"));
+  EXPECT_TRUE(std::filesystem::exists(run_dir("lora-2x2") + "/lora-ema.safetensors"));
+
+  const auto checkpoint = wt::ckpt::read_checkpoint(*wt::ckpt::linked_checkpoint(run_dir("lora-2x2"), "latest"));
+  ASSERT_EQ(checkpoint.model.size(), size_t(2 * 10 * 2));
+  for (const auto& [name, tensor] : checkpoint.model) EXPECT_NE(name.find(".lora_"), std::string::npos) << name;
+  EXPECT_EQ(checkpoint.optim.size(), checkpoint.model.size());
+  const Job exported = launch(std::string(WANTRAIN_WANTRAIN) + " export --checkpoint " + run_dir("lora-2x2") +
+                              "/latest --out " + run_dir("lora-2x2") + "/x.safetensors");
+  EXPECT_EQ(exported.status, 2) << exported.output;
+  EXPECT_EQ(
+      occurrences(exported.output, "it holds LoRA adapters (rank 4, alpha 8 (scale 2), targets all), not a model"), 1u)
+      << exported.output;
+}
+
+// A LoRA run resumed is the uninterrupted run bit for bit; the resume needs
+// the same base and the same adapters.
+TEST_F(LoraRun, ResumeIsBitwiseAndNeedsTheSameBaseAndAdapters) {
+  const std::string common = lora("--batch-size 2 --init " + base("a") + " ");
+  ASSERT_EQ(train(2, "lora-straight", common + "--steps 6").status, 0);
+  ASSERT_EQ(train(2, "lora-resumed", common + "--steps 3").status, 0);
+  const Job resumed = train(2, "lora-resumed", common + "--steps 6 --resume auto", "");
+  ASSERT_EQ(resumed.status, 0) << resumed.output;
+  EXPECT_EQ(
+      weights_difference(run_dir("lora-resumed") + "/lora.safetensors", run_dir("lora-straight") + "/lora.safetensors"),
+      0);
+
+  const std::string latest = run_dir("lora-resumed") + "/latest";
+  const Job other_base =
+      train(2, "lora-other-base", lora("--batch-size 2 --steps 8 --init " + base("b") + " --resume " + latest));
+  EXPECT_EQ(other_base.status, 2) << other_base.output;
+  EXPECT_EQ(occurrences(other_base.output, "its LoRA adapters were trained on base weights crc32:"), 1u)
+      << other_base.output;
+  const Job other_rank =
+      train(2, "lora-other-rank", "--lora-rank 8 --batch-size 2 --steps 8 --init " + base("a") + " --resume " + latest);
+  EXPECT_EQ(other_rank.status, 2) << other_rank.output;
+  EXPECT_EQ(occurrences(other_rank.output, "written with rank 4, alpha 8 (scale 2), targets all, this run has rank 8"),
+            1u)
+      << other_rank.output;
+}
+
+TEST_F(LoraRun, BadOptionsAreOneLineAndStatus2) {
+  struct Case {
+    std::string options, expected;
+  };
+  for (const auto& c : std::vector<Case>{
+           {"--lora-rank 4 --lora-targets self_attn.q,attn1.to_q",
+            "option --lora-targets: 'attn1.to_q' is not a Linear layer of a Wan block (valid: self_attn.q"},
+           {"--lora-alpha 8", "option --lora-rank: --lora-alpha, --lora-dropout and --lora-targets need --lora-rank R"},
+           {"--lora-rank 4 --lora-dropout 1", "option --lora-dropout: must be in [0, 1), got 1"},
+           {"--lora-rank 4 --mode distill --teacher " + base("a") + " --teacher-config " + tiny_config(),
+            "option --lora-rank: LoRA is not available with --mode distill yet"}}) {
+    SCOPED_TRACE(c.options);
+    const Job job = train(2, "lora-bad", "--steps 2 --batch-size 2 " + c.options);
+    EXPECT_EQ(job.status, 2) << job.output;
+    EXPECT_EQ(occurrences(job.output, c.expected), 1u) << job.output;
+  }
+}
+
+}  // namespace
