@@ -67,7 +67,8 @@ int run(distributed::World& world, int argc, char** argv) {
                     {"lora_rank", "lora-rank"},
                     {"lora_alpha", "lora-alpha"},
                     {"lora_targets", "lora-targets"},
-                    {"lora_dropout", "lora-dropout"}});
+                    {"lora_dropout", "lora-dropout"},
+                    {"timestep_range", "timestep-range"}});
   TrainConfig cfg;
   OptionSet options("wantrain",
                     "[--config run.ini] [options]\n       wantrain export --checkpoint PATH --out FILE [--ema] "

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <tuple>
+#include <cstdlib>
 #include <istream>
 #include <ostream>
 
@@ -51,6 +53,9 @@ void declare_options(OptionSet& o, TrainConfig& c) {
       .add("logit-mean", &c.logit_mean, "mean of logit-normal sigma sampling")
       .add("logit-std", &c.logit_std, "standard deviation of logit-normal sigma sampling")
       .add("shift", &c.shift, "sigma shift s: sigma' = s*sigma/(1+(s-1)*sigma)")
+      .add("timestep-range", &c.timestep_range,
+           "LO,HI: train on sigma' in [LO, HI] only (0 <= LO < HI <= 1; sigma' = timestep / 1000), e.g. 0.875,1 for "
+           "Wan2.2's high-noise expert")
       .add("text-drop", &c.text_drop,
            "probability that a sample's text context is replaced by the unconditional (all-zero) one that "
            "wansample's classifier-free guidance uses");
@@ -116,6 +121,7 @@ void validate(const TrainConfig& c) {
   require(c.val_every >= 0, "val-every", "must be 0 (never) or more");
   require(c.logit_std > 0, "logit-std", "must be positive");
   require(c.shift > 0, "shift", "must be positive");
+  sigma_range(c);  // throws on a malformed range
   require(c.text_drop >= 0 && c.text_drop <= 1, "text-drop", "must be a probability in [0, 1]");
   require(c.steps >= 0, "steps", "must be 0 or more");
   require(c.epochs >= 0, "epochs", "must be 0 or more");
@@ -180,6 +186,28 @@ train::RunSettings run_settings(const TrainConfig& c, const at::Device& device) 
   return s;
 }
 
+std::pair<double, double> sigma_range(const TrainConfig& c) {
+  if (c.timestep_range.empty()) return {0.0, 1.0};
+  const auto parts = split_list(c.timestep_range);
+  double lo = -1, hi = -1;
+  char* end = nullptr;
+  if (parts.size() == 2) {
+    lo = std::strtod(parts[0].c_str(), &end);
+    if (*end != '\0' || parts[0].empty()) lo = -1;
+    hi = std::strtod(parts[1].c_str(), &end);
+    if (*end != '\0' || parts[1].empty()) hi = -1;
+  }
+  if (lo > 1 || hi > 1)
+    throw UsageError(
+        fmt::format("option --timestep-range: {} looks like timesteps in [0, 1000]; give sigma' = "
+                    "timestep / 1000 in [0, 1], e.g. 0.875,1",
+                    c.timestep_range));
+  if (!(lo >= 0 && lo < hi && hi <= 1))
+    throw UsageError(
+        fmt::format("option --timestep-range: expected LO,HI with 0 <= LO < HI <= 1, got {}", c.timestep_range));
+  return {lo, hi};
+}
+
 model::LoraOptions lora_options(const TrainConfig& c) {
   return {c.lora_rank, c.lora_alpha, c.lora_dropout, split_list(c.lora_targets)};
 }
@@ -192,6 +220,7 @@ train::WanRunOptions wan_run_options(const TrainConfig& c) {
   o.objective.flow = {
       c.timestep_sampling == "logit-normal" ? train::TimestepSampling::LogitNormal : train::TimestepSampling::Uniform,
       c.logit_mean, c.logit_std, c.shift};
+  std::tie(o.objective.flow.sigma_min, o.objective.flow.sigma_max) = sigma_range(c);
   o.objective.text_drop = c.text_drop;
   o.objective.seed = c.seed;
   o.distill_target_weight = c.distill_target_weight;

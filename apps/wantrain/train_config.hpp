@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <iosfwd>
 #include <string>
+#include <utility>
 
 #include "wantrain/train/fit.hpp"
 #include "wantrain/train/run_plan.hpp"
@@ -53,7 +54,8 @@ struct TrainConfig {
   double logit_mean = 0.0;
   double logit_std = 1.0;
   double shift = 5.0;
-  double text_drop = 0.1;  // caption dropout to the unconditional context (CFG)
+  std::string timestep_range;  // "LO,HI" of sigma after the shift; empty: [0, 1]
+  double text_drop = 0.1;      // caption dropout to the unconditional context (CFG)
 
   // optimisation
   std::int64_t steps = 0;
@@ -111,6 +113,8 @@ void validate(const TrainConfig& cfg);
 train::RunSettings run_settings(const TrainConfig& cfg, const at::Device& device);
 train::WanRunOptions wan_run_options(const TrainConfig& cfg);
 model::LoraOptions lora_options(const TrainConfig& cfg);
+// --timestep-range as [min, max] of sigma after the shift; [0, 1] when unset.
+std::pair<double, double> sigma_range(const TrainConfig& cfg);
 train::FitOptions fit_options(const TrainConfig& cfg);
 
 }  // namespace wt::wantrain

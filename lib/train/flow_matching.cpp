@@ -26,6 +26,10 @@ double uniform01(data::PortableRandom& r) { return double(r.next() >> 11) * 0x1.
 
 double shift_sigma(double sigma, double shift) { return shift * sigma / (1.0 + (shift - 1.0) * sigma); }
 
+double training_sigma(double sigma, const FlowMatchingOptions& options) {
+  return options.sigma_min + (options.sigma_max - options.sigma_min) * shift_sigma(sigma, options.shift);
+}
+
 NoisyBatch noisy_batch_at(const at::Tensor& x0, const std::vector<double>& sigmas,
                           const std::vector<uint64_t>& noise_keys) {
   const int64_t b = x0.size(0);
@@ -63,7 +67,7 @@ NoisyBatch make_noisy_batch(const at::Tensor& x0, const std::vector<int64_t>& sa
       const double z = std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
       sigma = 1.0 / (1.0 + std::exp(-(options.logit_mean + options.logit_std * z)));
     }
-    sigmas[i] = shift_sigma(sigma, options.shift);
+    sigmas[i] = training_sigma(sigma, options);
     keys[i] = r.next();
   }
   return noisy_batch_at(x0, sigmas, keys);

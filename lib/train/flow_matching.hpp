@@ -21,10 +21,19 @@ struct FlowMatchingOptions {
   TimestepSampling sampling = TimestepSampling::Uniform;
   double logit_mean = 0.0, logit_std = 1.0;
   double shift = 5.0;
+  // The range of sigma after the shift (timesteps / 1000), for fine-tuning
+  // one expert of Wan2.2 (its high-noise expert: [0.875, 1]). The shifted
+  // sigma s is mapped to min + (max - min) * s, as min/max timestep options
+  // of other Wan trainers do.
+  double sigma_min = 0.0, sigma_max = 1.0;
+  bool full_range() const { return sigma_min == 0.0 && sigma_max == 1.0; }
 };
 
 // s*sigma / (1 + (s-1)*sigma): s > 1 spends more steps at high noise.
 double shift_sigma(double sigma, double shift);
+
+// A drawn sigma in [0, 1] through the shift and into the options' range.
+double training_sigma(double sigma, const FlowMatchingOptions& options);
 
 struct NoisyBatch {
   at::Tensor x_t;        // [B, C, F, H, W], x0's dtype and device

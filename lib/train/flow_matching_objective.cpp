@@ -11,6 +11,11 @@
 
 namespace wt::train {
 namespace {
+
+std::string sigma_range(const FlowMatchingOptions& flow) {
+  return fmt::format("[{:g}, {:g}]", flow.sigma_min, flow.sigma_max);
+}
+
 // Noise of validation sample i at grid point j: independent of --seed, so
 // runs with different seeds are scored on the same problem.
 constexpr uint64_t kValidationSeed = 0x76616c6964617465;  // "validate"
@@ -51,7 +56,7 @@ at::Tensor FlowMatchingObjective::validation_losses(const Batch& batch) {
   const int64_t b = batch.size();
   auto sum = torch::zeros({b}, torch::kFloat64);
   for (int j = 0; j < kValidationGrid; ++j) {
-    const double sigma = shift_sigma((j + 0.5) / kValidationGrid, options_.flow.shift);
+    const double sigma = training_sigma((j + 0.5) / kValidationGrid, options_.flow);
     std::vector<uint64_t> keys(b);
     for (int64_t i = 0; i < b; ++i) keys[i] = sample_key(kValidationSeed, j, batch.indices[i]);
     const auto noisy = noisy_batch_at(x0, std::vector<double>(b, sigma), keys);
@@ -67,8 +72,10 @@ at::Tensor FlowMatchingObjective::validation_losses(const Batch& batch) {
 namespace wt::train {
 
 std::map<std::string, std::string> FlowMatchingObjective::checkpoint_state() const {
-  if (options_.lora.empty()) return {};
-  return {{"lora", options_.lora}, {"lora_base", options_.lora_base}};
+  std::map<std::string, std::string> state;
+  if (!options_.lora.empty()) state = {{"lora", options_.lora}, {"lora_base", options_.lora_base}};
+  if (!options_.flow.full_range()) state["sigma_range"] = sigma_range(options_.flow);
+  return state;
 }
 
 void FlowMatchingObjective::check_resume(const std::string& kind, const std::map<std::string, std::string>& state,
@@ -78,6 +85,12 @@ void FlowMatchingObjective::check_resume(const std::string& kind, const std::map
     const auto it = state.find(key);
     return it == state.end() ? std::string() : it->second;
   };
+  const std::string range = options_.flow.full_range() ? "" : sigma_range(options_.flow);
+  if (kind == this->kind() && saved("sigma_range") != range)
+    throw UsageError(
+        fmt::format("checkpoint {}: trained on sigma in {}, this run on {} ({}); resume with the same range", path,
+                    saved("sigma_range").empty() ? "[0, 1]" : saved("sigma_range"), range.empty() ? "[0, 1]" : range,
+                    setting_reference("timestep_range")));
   if (kind == this->kind() && saved("lora") != options_.lora)
     throw UsageError(fmt::format("checkpoint {}: written {}, this run {}; resume with the same LoRA options", path,
                                  saved("lora").empty() ? "by a full training run" : "with " + saved("lora"),

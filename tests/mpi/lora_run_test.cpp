@@ -124,6 +124,27 @@ TEST_F(LoraRun, ResumeIsBitwiseAndNeedsTheSameBaseAndAdapters) {
       << other_rank.output;
 }
 
+// One expert of Wan2.2: --timestep-range is recorded in the checkpoint and a
+// resume must keep it; the other form (timesteps in [0, 1000]) is refused.
+TEST_F(LoraRun, ATimestepRangeIsKeptAcrossAResume) {
+  const std::string common = lora("--batch-size 2 --init " + base("a") + " ");
+  const Job expert = train(2, "lora-expert", common + "--steps 3 --timestep-range 0.875,1");
+  ASSERT_EQ(expert.status, 0) << expert.output;
+  const auto saved = wt::ckpt::read_checkpoint(*wt::ckpt::linked_checkpoint(run_dir("lora-expert"), "latest"));
+  EXPECT_EQ(saved.objective.at("sigma_range"), "[0.875, 1]");
+  const Job full = train(2, "lora-expert", common + "--steps 4 --resume auto", "");
+  EXPECT_EQ(full.status, 2) << full.output;
+  EXPECT_EQ(occurrences(full.output, "trained on sigma in [0.875, 1], this run on [0, 1] (--timestep-range)"), 1u)
+      << full.output;
+  const Job same = train(2, "lora-expert", common + "--steps 4 --resume auto --timestep-range 0.875,1", "");
+  EXPECT_EQ(same.status, 0) << same.output;
+  for (const std::string bad : {"875,1000", "0.9,0.5", "0.5"}) {
+    const Job job = train(2, "lora-bad-range", "--steps 2 --batch-size 2 --timestep-range " + bad);
+    EXPECT_EQ(job.status, 2) << job.output;
+    EXPECT_EQ(occurrences(job.output, "option --timestep-range: "), 1u) << job.output;
+  }
+}
+
 TEST_F(LoraRun, BadOptionsAreOneLineAndStatus2) {
   struct Case {
     std::string options, expected;

@@ -70,6 +70,28 @@ TEST(FlowMatching, TimestepSamplingDistributions) {
   EXPECT_TRUE(torch::allclose(sh, 5 * u / (1 + 4 * u), 1e-5, 1e-6));
 }
 
+// --timestep-range: each row's sigma is the full-range sigma of the same
+// draw mapped into [min, max], noise and all.
+TEST(FlowMatching, ATimestepRangeMapsEachDrawIntoIt) {
+  torch::manual_seed(0);
+  const auto x0 = torch::randn({64, 2, 1, 2, 2});
+  std::vector<int64_t> indices(64);
+  for (int64_t i = 0; i < 64; ++i) indices[i] = i;
+  for (const auto sampling : {TimestepSampling::Uniform, TimestepSampling::LogitNormal}) {
+    FlowMatchingOptions full;
+    full.sampling = sampling;
+    FlowMatchingOptions expert = full;
+    expert.sigma_min = 0.875;
+    expert.sigma_max = 1.0;
+    const auto a = make_noisy_batch(x0, indices, 3, 5, full), b = make_noisy_batch(x0, indices, 3, 5, expert);
+    const auto expected = 0.875 + 0.125 * a.sigmas.to(torch::kFloat64);
+    EXPECT_TRUE(torch::allclose(b.sigmas.to(torch::kFloat64), expected, 0, 1e-6));
+    EXPECT_GE(b.sigmas.min().item<float>(), 0.875f);
+    EXPECT_LE(b.sigmas.max().item<float>(), 1.0f);
+    EXPECT_TRUE(torch::equal(b.target, a.target));  // the same noise
+  }
+}
+
 TEST(FlowMatching, LossIsMeanSquaredError) {
   const auto a = torch::tensor({1.0f, 2.0f, 3.0f, 4.0f}), b = torch::tensor({0.0f, 2.0f, 5.0f, 4.0f});
   EXPECT_FLOAT_EQ(flow_matching_loss(a, b).item<float>(), (1.0f + 4.0f) / 4.0f);
