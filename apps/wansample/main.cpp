@@ -7,6 +7,8 @@
 #include <torch/torch.h>
 
 #include <iostream>
+#include <cstdlib>
+#include <cmath>
 
 #include "wantrain/data/dataset.hpp"
 #include "wantrain/data/shard.hpp"
@@ -14,6 +16,7 @@
 #include "wantrain/app/app.hpp"
 #include "wantrain/model/autocast.hpp"
 #include "wantrain/model/wan_model.hpp"
+#include "wantrain/model/lora_file.hpp"
 #include "wantrain/model/weights.hpp"
 #include "preview.hpp"
 #include "wantrain/train/caption_dropout.hpp"
@@ -34,6 +37,7 @@ struct SampleConfig {
   double shift = 5.0, cfg = 5.0;
   uint64_t seed = 0;
   bool compare = false;
+  std::vector<std::string> loras, lora_scales;
 };
 
 // How close a sample is to the dataset's own latents of its prompt.
@@ -79,7 +83,11 @@ int run(distributed::World&, int argc, char** argv) {
            "also write a PNG preview (the 4 channels that vary most, one row of frames each; under it the dataset's "
            "own sample)")
       .flag("compare", &c.compare,
-            "print the correlation and MSE of the sample against the --data sample's own latents");
+            "print the correlation and MSE of the sample against the --data sample's own latents")
+      .repeated("lora", &c.loras,
+                "a LoRA file to apply (repeatable): wantrain/ComfyUI (diffusion_model.*), diffusers (transformer.*) "
+                "or kohya (lora_unet_*) layout")
+      .repeated("lora-scale", &c.lora_scales, "the strength of each --lora, in order (one value: all; default 1)");
   if (const auto outcome = options.parse(argc, argv); outcome != OptionSet::Outcome::Run) {
     std::cout << app::help_or_version(outcome, options);
     return kExitOk;
@@ -92,6 +100,17 @@ int run(distributed::World&, int argc, char** argv) {
   if (!(c.cfg >= 0)) throw UsageError("option --cfg: must be 0 or more");
   if (c.compare && c.data.empty()) throw UsageError("option --compare: needs --data (the sample to compare with)");
   if (c.threads > 0) torch::set_num_threads(c.threads);
+  if (!c.lora_scales.empty() && c.lora_scales.size() != 1 && c.lora_scales.size() != c.loras.size())
+    throw UsageError(fmt::format("option --lora-scale: give one value, or one per --lora ({} given for {} files)",
+                                 c.lora_scales.size(), c.loras.size()));
+  std::vector<double> scales;
+  for (const auto& text : c.lora_scales) {
+    char* end = nullptr;
+    const double value = std::strtod(text.c_str(), &end);
+    if (text.empty() || *end != '\0' || !std::isfinite(value))
+      throw UsageError(fmt::format("option --lora-scale: '{}' is not a number", text));
+    scales.push_back(value);
+  }
 
   const model::WanConfig config = model::load_model_config(c.model_config);
   at::Tensor context, reference;  // [L, D]; the dataset's latents [C, F, H, W]
@@ -133,6 +152,11 @@ int run(distributed::World&, int argc, char** argv) {
   std::cout << fmt::format("wansample: {} ({:.3g} parameters, {}{})\n", c.weights,
                            double(model::parameter_count(config)), report.summary(),
                            report.diffusers_names ? ", diffusers names" : "");
+  for (size_t i = 0; i < c.loras.size(); ++i) {
+    const double scale = scales.empty() ? 1.0 : scales[scales.size() == 1 ? 0 : i];
+    const int layers = model::merge_lora_file(*net, c.loras[i], scale);
+    std::cout << fmt::format("wansample: LoRA {} merged at scale {:g} ({} layers)\n", c.loras[i], scale, layers);
+  }
 
   const auto cond = context.unsqueeze(0);                  // [1, L, D]
   const auto uncond = train::unconditional_context(cond);  // what --text-drop trains

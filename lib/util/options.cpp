@@ -54,6 +54,15 @@ OptionSet& OptionSet::choice(const char* name, std::string* field, std::vector<s
   return *this;
 }
 
+OptionSet& OptionSet::repeated(const char* name, std::vector<std::string>* values, const char* help) {
+  auto value = po::value<std::vector<std::string>>(values)->composing()->value_name("VALUE");
+  return add_described(name, value, help, [values] {
+    std::string out;
+    for (const auto& v : *values) out += (out.empty() ? "" : " ") + v;
+    return out.empty() ? std::string("-") : out;
+  });
+}
+
 OptionSet& OptionSet::positional(const char* name, std::vector<std::string>* values, const char* help, int max) {
   auto value = po::value<std::vector<std::string>>(values)->value_name("VALUE");
   current_group().add_options()(name, value, help);

@@ -46,6 +46,10 @@ class OptionSet {
   // A string option whose value must be one of `allowed`.
   OptionSet& choice(const char* name, std::string* field, std::vector<std::string> allowed, const char* help);
 
+  // A valued option that may be given several times (--name A --name B),
+  // collected in order.
+  OptionSet& repeated(const char* name, std::vector<std::string>* values, const char* help);
+
   // Operands after the options (e.g. `wandata verify DIR`): up to `max`
   // (-1: any number) collected into `values`, also accepted as --name VALUE.
   OptionSet& positional(const char* name, std::vector<std::string>* values, const char* help, int max = -1);

@@ -4,13 +4,20 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <filesystem>
 #include <string>
+#include <utility>
 
 #include "../common/launch.hpp"
 #include "../common/train_runs.hpp"
 #include "wantrain/ckpt/checkpoint.hpp"
 #include "wantrain/ckpt/directory.hpp"
+#include "wantrain/data/dataset.hpp"
+#include "wantrain/model/lora_file.hpp"
+#include "wantrain/model/model_config.hpp"
 #include "wantrain/model/safetensors.hpp"
+#include "wantrain/model/wan_model.hpp"
+#include "wantrain/model/weights.hpp"
 
 namespace {
 
@@ -143,6 +150,40 @@ TEST_F(LoraRun, ATimestepRangeIsKeptAcrossAResume) {
     EXPECT_EQ(job.status, 2) << job.output;
     EXPECT_EQ(occurrences(job.output, "option --timestep-range: "), 1u) << job.output;
   }
+}
+
+// wansample --lora FILE samples what the merged weights sample: the run's
+// adapters folded into its base, written as a full model.
+TEST_F(LoraRun, WansampleWithTheLoraSamplesAsTheMergedWeights) {
+  const std::string dir = run_dir("lora-sample");
+  ASSERT_EQ(train(2, "lora-sample", lora("--batch-size 2 --steps 20 --init " + base("a"))).status, 0);
+  {
+    wt::model::WanModel merged(wt::model::load_model_config(tiny_config()));
+    wt::model::load_weights(*merged, base("a"));
+    EXPECT_EQ(wt::model::merge_lora_file(*merged, dir + "/lora.safetensors", 1.0), 2 * 10);
+    wt::model::save_weights(*merged, dir + "/merged.safetensors");
+  }
+  auto sample = [&](const std::string& name, const std::string& weights) {
+    std::filesystem::create_directories(dir + "/" + name);
+    const Job job =
+        launch(std::string(WANTRAIN_WANSAMPLE) + " --model-config " + tiny_config() + " --data " + data_ +
+               " --index 3 --steps 4 --threads 1 --weights " + weights + " --out " + dir + "/" + name + "/s.h5");
+    EXPECT_EQ(job.status, 0) << job.output;
+    const auto dataset = wt::data::Dataset::open(dir + "/" + name);
+    const auto& shape = dataset.shape();
+    auto latents = torch::empty({shape.channels, shape.frames, shape.height, shape.width});
+    auto text = torch::empty({shape.text_len, shape.text_dim});
+    int32_t length = 0;
+    wt::data::SampleReader(dataset).read(0, latents, text, length);
+    return std::pair{latents, job.output};
+  };
+  const auto [with_lora, output] = sample("with-lora", base("a") + " --lora " + dir + "/lora.safetensors");
+  EXPECT_EQ(occurrences(output, "wansample: LoRA " + dir + "/lora.safetensors merged at scale 1 (20 layers)"), 1u)
+      << output;
+  const auto merged = sample("merged", dir + "/merged.safetensors").first;
+  const auto plain = sample("base", base("a")).first;
+  EXPECT_TRUE(torch::allclose(with_lora, merged, 1e-4, 1e-5)) << (with_lora - merged).abs().max().item<float>();
+  EXPECT_GT((with_lora - plain).abs().max().item<float>(), 1e-3);  // the adapters matter
 }
 
 TEST_F(LoraRun, BadOptionsAreOneLineAndStatus2) {

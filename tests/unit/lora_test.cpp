@@ -4,10 +4,15 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
+#include <functional>
 #include <string>
 
 #include "wantrain/model/linear.hpp"
 #include "wantrain/model/lora.hpp"
+#include "wantrain/model/lora_file.hpp"
+#include "wantrain/model/safetensors.hpp"
+#include "wantrain/model/weight_names.hpp"
 #include "wantrain/model/model_config.hpp"
 #include "wantrain/model/wan_model.hpp"
 #include "wantrain/train/flow_matching_objective.hpp"
@@ -170,4 +175,109 @@ TEST(Lora, TheObjectiveTrainsExactlyTheAdapters) {
   EXPECT_EQ(trainable[3].first, "blocks.1.cross_attn.v.lora_B");
   auto full = seeded_model({});
   EXPECT_EQ(wt::train::FlowMatchingObjective(*full, {}).trainable().size(), full->named_parameters().size());
+}
+
+namespace {
+
+// A LoRA'd tiny model whose adapters have been "trained" (B random), and
+// its adapters as the model names them.
+WanModel trained_lora_model(const LoraOptions& lora) {
+  auto model = seeded_model(lora);
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(21);
+  for (const auto& item : model->named_parameters())
+    if (item.key().find("lora_B") != std::string::npos) item.value().normal_(0, 0.05);
+  return model;
+}
+std::vector<std::pair<std::string, at::Tensor>> adapters_of(WanModel& model) {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (const auto& item : model->named_parameters())
+    if (item.key().find(".lora_") != std::string::npos) out.emplace_back(item.key(), item.value().detach());
+  return out;
+}
+std::string temp(const std::string& name) { return ::testing::TempDir() + "lora-" + name; }
+
+}  // namespace
+
+// A LoRA file in each of the three layouts merges into the base as
+// base + scale * alpha / r * B A, and the merged model computes what the
+// adapted model computes.
+TEST(LoraFile, EachLayoutMergesAsTheAdaptedModelComputes) {
+  const LoraOptions lora{4, 8, 0, {"self_attn.q", "cross_attn.v", "ffn.0"}};
+  auto adapted = trained_lora_model(lora);
+  const auto adapters = adapters_of(adapted);
+  const auto in = inputs();
+  const auto expected = run(adapted, in).detach();
+
+  // The same adapters under each layout's names.
+  const std::string native = temp("native.safetensors");
+  wt::model::write_lora_file(native, adapters, lora, "crc32:00000000");
+  auto rename = [&](const std::string& path, const std::function<std::string(const std::string&, bool)>& name_of) {
+    wt::model::NamedTensors out;
+    for (const auto& [name, tensor] : adapters) {
+      const auto at = name.rfind(".lora_");
+      const std::string layer = name.substr(0, at);
+      const bool down = name.compare(at, std::string::npos, ".lora_A") == 0;
+      out.emplace_back(name_of(layer, down), tensor);
+      if (!down)
+        out.emplace_back(name_of(layer, false).substr(0, name_of(layer, false).rfind(".lora")) + ".alpha",
+                         torch::tensor(8.0f));
+    }
+    wt::model::write_safetensors(path, out, at::kFloat);
+  };
+  const std::string diffusers = temp("diffusers.safetensors"), kohya = temp("kohya.safetensors");
+  rename(diffusers, [](const std::string& layer, bool down) {
+    const std::string official = layer + ".weight";
+    const std::string d = wt::model::diffusers_name(official);
+    return "transformer." + d.substr(0, d.size() - 7) + (down ? ".lora_A.weight" : ".lora_B.weight");
+  });
+  rename(kohya, [](std::string layer, bool down) {
+    std::replace(layer.begin(), layer.end(), '.', '_');
+    return "lora_unet_" + layer + (down ? ".lora_down.weight" : ".lora_up.weight");
+  });
+  for (const auto& file : {native, diffusers, kohya}) {
+    SCOPED_TRACE(file);
+    auto base = seeded_model({});
+    EXPECT_EQ(wt::model::merge_lora_file(*base, file, 1.0), 3 * tiny().num_layers);
+    auto* q = base->blocks[1]->as<wt::model::WanBlockImpl>()->self_attn->q.get();
+    auto* adapted_q = adapted->blocks[1]->as<wt::model::WanBlockImpl>()->self_attn->q.get();
+    const auto want = adapted_q->weight.detach() +
+                      (8.0 / 4.0) * torch::matmul(adapted_q->lora_B.detach(), adapted_q->lora_A.detach());
+    EXPECT_TRUE(torch::allclose(q->weight, want, 1e-6, 1e-6));
+    const auto merged = run(base, in);
+    EXPECT_TRUE(torch::allclose(merged, expected, 1e-4, 1e-5)) << (merged - expected).abs().max().item<float>();
+  }
+  // A scale multiplies the change.
+  auto half = seeded_model({});
+  wt::model::merge_lora_file(*half, native, 0.5);
+  auto* q = half->blocks[0]->as<wt::model::WanBlockImpl>()->self_attn->q.get();
+  auto* adapted_q = adapted->blocks[0]->as<wt::model::WanBlockImpl>()->self_attn->q.get();
+  EXPECT_TRUE(torch::allclose(
+      q->weight, adapted_q->weight.detach() + torch::matmul(adapted_q->lora_B.detach(), adapted_q->lora_A.detach()),
+      1e-6, 1e-6));
+}
+
+TEST(LoraFile, AFileThatDoesNotFitTheModelNamesTheFirstMisfit) {
+  auto error = [](const wt::model::NamedTensors& tensors) -> std::string {
+    const std::string path = temp("misfit.safetensors");
+    wt::model::write_safetensors(path, tensors, at::kFloat);
+    auto base = seeded_model({});
+    try {
+      wt::model::merge_lora_file(*base, path, 1.0);
+    } catch (const wt::UsageError& e) {
+      return std::string(e.what()).substr(path.size() + 7);  // after "LoRA <path>: "
+    }
+    return "(no error)";
+  };
+  EXPECT_EQ(error({{"diffusion_model.blocks.0.self_attn.x.lora_A.weight", torch::zeros({4, 32})},
+                   {"diffusion_model.blocks.0.self_attn.x.lora_B.weight", torch::zeros({32, 4})}}),
+            "'diffusion_model.blocks.0.self_attn.x.lora_A.weight' adapts no Linear layer of this model");
+  EXPECT_EQ(error({{"diffusion_model.blocks.0.ffn.0.lora_A.weight", torch::zeros({4, 32})},
+                   {"diffusion_model.blocks.0.ffn.0.lora_B.weight", torch::zeros({32, 4})}}),
+            "layer blocks.0.ffn.0: adapters [4, 32] and [32, 4] do not fit its weight [64, 32] (expected [r, 32] and "
+            "[64, r])");
+  EXPECT_EQ(error({{"diffusion_model.blocks.0.ffn.0.lora_A.weight", torch::zeros({4, 32})}}),
+            "layer blocks.0.ffn.0 has only one of its two LoRA matrices");
+  EXPECT_EQ(error({{"blocks.0.ffn.0.weight", torch::zeros({64, 32})}}),
+            "'blocks.0.ffn.0.weight' is not a LoRA tensor (.lora_A/.lora_B/.lora_down/.lora_up .weight, or .alpha)");
 }
