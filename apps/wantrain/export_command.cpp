@@ -7,71 +7,157 @@
 #include <iostream>
 #include <map>
 
+#include "wantrain/app/version.hpp"
 #include "wantrain/ckpt/checkpoint.hpp"
 #include "wantrain/distributed/world.hpp"
+#include "wantrain/model/lora.hpp"
 #include "wantrain/model/model_config.hpp"
 #include "wantrain/model/wan_model.hpp"
 #include "wantrain/model/weights.hpp"
 #include "wantrain/util/error.hpp"
 #include "wantrain/util/exit_codes.hpp"
+#include "wantrain/util/json.hpp"
 #include "wantrain/util/options.hpp"
-#include "wantrain/app/version.hpp"
+#include "wantrain/util/text.hpp"
 
 namespace wt {
+namespace {
+
+struct ExportOptions {
+  bool ema = false;
+  std::string out, names, dtype_name;
+  at::ScalarType dtype = at::kFloat;
+};
+
+// A whole model's checkpoint: its weights (or EMA) as safetensors, through
+// the model, so the names are exactly its parameters' and the diffusers
+// mapping is the one the loader reads back.
+void export_model(const ckpt::Checkpoint& saved, const std::string& path, const model::WanConfig& config,
+                  const ExportOptions& o) {
+  model::WanModel model(config);
+  std::vector<std::pair<std::string, at::Tensor>> named;
+  for (const auto& item : model->named_parameters(true)) named.emplace_back(item.key(), item.value());
+  ckpt::Checkpoint tensors;
+  tensors.model = o.ema ? saved.ema : saved.model;
+  ckpt::check_fits(tensors, path, named, false);
+  {
+    torch::NoGradGuard no_grad;
+    ckpt::copy_named(tensors.model, named);
+  }
+  model::save_weights(*model, o.out, o.dtype,
+                      o.names == "diffusers" ? model::WeightNames::Diffusers : model::WeightNames::Official);
+  fmt::print("exported {} {} tensors of step {} ({} names, {}) to {}\n", named.size(), o.ema ? "EMA" : "model",
+             saved.state.step, o.names, o.dtype_name, o.out);
+}
+
+// A LoRA checkpoint's adapter settings, from the run options it stores.
+model::LoraOptions lora_settings(const ckpt::Checkpoint& saved, const std::string& path) {
+  const auto options = parse_json_or_discarded(saved.run_config);
+  auto text = [&](const char* key) -> std::string {
+    if (!options.is_object() || !options.contains(key) || !options[key].is_string())
+      throw UsageError(fmt::format("checkpoint {}: its stored run options lack {}", path, key));
+    return options[key].get<std::string>();
+  };
+  model::LoraOptions lora;
+  try {
+    lora.rank = std::stoll(text("lora-rank"));
+    lora.alpha = std::stod(text("lora-alpha"));
+  } catch (const std::logic_error&) {
+    throw UsageError(fmt::format("checkpoint {}: its stored lora-rank or lora-alpha is not a number", path));
+  }
+  lora.targets = split_list(text("lora-targets"));
+  model::check_lora_options(lora);
+  return lora;
+}
+
+// A LoRA checkpoint: its adapters as a LoRA file, or with `merge_base`
+// (which must be the base they were trained on) folded in as full weights.
+void export_lora(const ckpt::Checkpoint& saved, const std::string& path, const model::WanConfig& config,
+                 const ExportOptions& o, const std::string& merge_base) {
+  const auto lora = lora_settings(saved, path);
+  const auto& adapters = o.ema ? saved.ema : saved.model;
+  const std::string trained_base = saved.objective.at("lora_base");
+  if (merge_base.empty()) {
+    model::write_lora_file(o.out, adapters, lora, trained_base,
+                           o.names == "diffusers" ? model::LoraNames::Diffusers : model::LoraNames::Official, o.dtype);
+    fmt::print("exported the {} LoRA adapters of step {} ({}; {} names, base {}) to {}\n", o.ema ? "EMA" : "trained",
+               saved.state.step, saved.objective.at("lora"), o.names, trained_base, o.out);
+    return;
+  }
+  model::WanModel model(config);
+  model::load_weights(*model, merge_base);
+  model::NamedTensors base;
+  for (const auto& item : model->named_parameters()) base.emplace_back(item.key(), item.value());
+  if (const auto checksum = model::weights_checksum(config, base); checksum != trained_base)
+    throw UsageError(
+        fmt::format("option --merge: {} has checksum {}, but the adapters of checkpoint {} were trained "
+                    "on {}",
+                    merge_base, checksum, path, trained_base));
+  model::add_lora(*model, lora);
+  model::NamedTensors into;
+  for (const auto& item : model->named_parameters())
+    if (item.value().requires_grad()) into.emplace_back(item.key(), item.value());
+  ckpt::Checkpoint tensors;
+  tensors.model = adapters;
+  ckpt::check_fits(tensors, path, into, false);
+  {
+    torch::NoGradGuard no_grad;
+    ckpt::copy_named(adapters, into);
+  }
+  model::merge_lora(*model);
+  model::save_weights(*model, o.out, o.dtype,
+                      o.names == "diffusers" ? model::WeightNames::Diffusers : model::WeightNames::Official);
+  fmt::print("exported {} with the {} LoRA adapters of step {} folded in ({} names, {}) to {}\n", merge_base,
+             o.ema ? "EMA" : "trained", saved.state.step, o.names, o.dtype_name, o.out);
+}
+
+}  // namespace
 
 int run_export(distributed::World& world, int argc, char** argv) {
-  std::string config_file, checkpoint_path, out, dtype = "fp32", names = "official", model_config_out;
-  bool ema = false;
+  std::string config_file, checkpoint_path, dtype = "fp32", model_config_out, merge;
+  ExportOptions o;
+  o.names = "official";
   OptionSet options("wantrain export", "--checkpoint step-N.h5 --out model.safetensors [options]");
   options.group("wantrain export")
       .standard_options(&config_file)
       .add("checkpoint", &checkpoint_path, "wantrain checkpoint (.h5) to read")
-      .add("out", &out, "safetensors file to write")
-      .flag("ema", &ema, "export the EMA weights instead of the trained ones")
+      .add("out", &o.out, "safetensors file to write")
+      .flag("ema", &o.ema, "export the EMA weights instead of the trained ones")
       .choice("dtype", &dtype, {"fp32", "bf16", "fp16"}, "stored dtype")
-      .choice("names", &names, {"official", "diffusers"}, "tensor names: official Wan, or diffusers'")
-      .add("model-config-out", &model_config_out, "also write the checkpoint's model config JSON here");
+      .choice("names", &o.names, {"official", "diffusers"}, "tensor names: official Wan, or diffusers'")
+      .add("model-config-out", &model_config_out, "also write the checkpoint's model config JSON here")
+      .add("merge", &merge,
+           "LoRA checkpoints: write full weights, the adapters folded into this base (the run's --init); without "
+           "it the adapters are written as a LoRA file");
   if (const auto outcome = options.parse(argc, argv); outcome != OptionSet::Outcome::Run) {
     if (world.is_root()) std::cout << app::help_or_version(outcome, options);
     return kExitOk;
   }
   if (checkpoint_path.empty()) throw UsageError("option --checkpoint: the checkpoint to export is required");
-  if (out.empty()) throw UsageError("option --out: the safetensors file to write is required");
+  if (o.out.empty()) throw UsageError("option --out: the safetensors file to write is required");
   if (!world.is_root()) return kExitOk;  // one writer, however it was launched
+  o.dtype = dtype == "bf16" ? at::kBFloat16 : dtype == "fp16" ? at::kHalf : at::kFloat;
+  o.dtype_name = dtype;
 
   const auto saved = ckpt::read_checkpoint(checkpoint_path);
-  if (const auto lora = saved.objective.find("lora"); lora != saved.objective.end())
+  const bool is_lora = saved.objective.count("lora") > 0;
+  if (!merge.empty() && !is_lora)
     throw UsageError(
-        fmt::format("checkpoint {}: it holds LoRA adapters ({}), not a model; the run that wrote it "
-                    "wrote them as lora.safetensors (docs/lora.md)",
-                    checkpoint_path, lora->second));
-  if (ema && saved.ema.empty())
+        fmt::format("option --merge: checkpoint {} holds a whole model, not LoRA adapters", checkpoint_path));
+  if (o.ema && saved.ema.empty())
     throw UsageError(
         fmt::format("option --ema: checkpoint {} has no EMA (trained without --ema-decay)", checkpoint_path));
   const auto config = model::parse_model_config(saved.model_config, checkpoint_path + " attribute model_config");
-  // Through the model, so the names are exactly its parameters' and the
-  // diffusers mapping is the one the loader reads back.
-  model::WanModel model(config);
-  std::vector<std::pair<std::string, at::Tensor>> named;
-  for (const auto& item : model->named_parameters(true)) named.emplace_back(item.key(), item.value());
-  ckpt::Checkpoint tensors;
-  tensors.model = ema ? saved.ema : saved.model;
-  ckpt::check_fits(tensors, checkpoint_path, named, false);
-  std::map<std::string, at::Tensor> by_name(tensors.model.begin(), tensors.model.end());
-  {
-    torch::NoGradGuard no_grad;
-    for (auto& [name, parameter] : named) parameter.copy_(by_name.at(name));
+  if (is_lora) {
+    export_lora(saved, checkpoint_path, config, o, merge);
+  } else {
+    export_model(saved, checkpoint_path, config, o);
   }
-  const auto stored = dtype == "bf16" ? at::kBFloat16 : dtype == "fp16" ? at::kHalf : at::kFloat;
-  model::save_weights(*model, out, stored,
-                      names == "diffusers" ? model::WeightNames::Diffusers : model::WeightNames::Official);
   if (!model_config_out.empty()) {
     std::ofstream file(model_config_out);
     file << model::to_json(config) << '\n';
     if (!file) throw Error(fmt::format("{}: cannot write", model_config_out));
   }
-  fmt::print("exported {} {} tensors of step {} ({} names, {}) to {}\n", named.size(), ema ? "EMA" : "model",
-             saved.state.step, names, dtype, out);
   return kExitOk;
 }
 

@@ -1,4 +1,5 @@
-// `wantrain export`: a checkpoint's weights (or EMA) as safetensors.
+// `wantrain export`: a checkpoint's weights (or EMA) as safetensors; a LoRA
+// checkpoint's adapters as a LoRA file, or merged into their base.
 #pragma once
 
 namespace wt::distributed {

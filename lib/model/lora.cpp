@@ -8,6 +8,7 @@
 
 #include "wantrain/model/linear.hpp"
 #include "wantrain/model/safetensors.hpp"
+#include "wantrain/model/weight_names.hpp"
 #include "wantrain/model/wan_model.hpp"
 #include "wantrain/util/error.hpp"
 
@@ -72,18 +73,23 @@ std::string describe_lora(const LoraOptions& options) {
 }
 
 void write_lora_file(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& adapters,
-                     const LoraOptions& options, const std::string& base) {
+                     const LoraOptions& options, const std::string& base, LoraNames names, at::ScalarType dtype) {
   const double alpha = options.alpha > 0 ? options.alpha : double(options.rank);
   NamedTensors out;
   for (const auto& [name, tensor] : adapters) {
     const auto at = name.rfind(".lora_");
     if (at == std::string::npos) throw Error(fmt::format("{} is not a LoRA adapter", name));
-    const std::string layer = "diffusion_model." + name.substr(0, at);
+    const std::string official = name.substr(0, at);
+    std::string layer = "diffusion_model." + official;
+    if (names == LoraNames::Diffusers) {
+      const std::string renamed = diffusers_name(official + ".weight");
+      layer = "transformer." + renamed.substr(0, renamed.size() - 7);
+    }
     out.emplace_back(layer + name.substr(at) + ".weight", tensor);
     if (name.compare(at, std::string::npos, ".lora_B") == 0)
       out.emplace_back(layer + ".alpha", torch::tensor(float(alpha)));
   }
-  write_safetensors(path, out, at::kFloat,
+  write_safetensors(path, out, dtype,
                     {{"format", "pt"},
                      {"lora_rank", std::to_string(options.rank)},
                      {"lora_alpha", fmt::format("{:g}", alpha)},

@@ -40,13 +40,19 @@ int64_t add_lora(WanModelImpl& model, const LoraOptions& options);
 // "targets all"), dropout when set.
 std::string describe_lora(const LoraOptions& options);
 
+enum class LoraNames {
+  Official,   // diffusion_model.blocks.0.self_attn.q.lora_A.weight: ComfyUI's layout
+  Diffusers,  // transformer.blocks.0.attn1.to_q.lora_A.weight: diffusers' Wan LoRA loader
+};
+
 // The adapters of `adapters` (named as the model names them:
-// "blocks.0.self_attn.q.lora_A", ...) in the layout ComfyUI and diffusers
-// load for Wan: "diffusion_model.blocks.0.self_attn.q.lora_A.weight" [r, in],
-// "....lora_B.weight" [out, r] and a "....alpha" scalar per layer, in fp32,
-// with __metadata__ (rank, alpha, targets and `base`, the base's checksum).
+// "blocks.0.self_attn.q.lora_A", ...) as a LoRA file: per layer
+// "<prefix><layer>.lora_A.weight" [r, in], "....lora_B.weight" [out, r] and a
+// "....alpha" scalar, in `dtype`, with __metadata__ (rank, alpha, targets
+// and `base`, the base's checksum).
 void write_lora_file(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& adapters,
-                     const LoraOptions& options, const std::string& base);
+                     const LoraOptions& options, const std::string& base, LoraNames names = LoraNames::Official,
+                     at::ScalarType dtype = at::kFloat);
 
 // Folds every adapter into its base weight (weight += alpha/rank * B A) and
 // removes it: the model's parameters are the base's names again.

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "../common/launch.hpp"
 #include "../common/train_runs.hpp"
@@ -97,12 +98,32 @@ TEST_F(LoraRun, TwoRanksTrainTheAdaptersAsOneRankWithTheBatchDoubled) {
   ASSERT_EQ(checkpoint.model.size(), size_t(2 * 10 * 2));
   for (const auto& [name, tensor] : checkpoint.model) EXPECT_NE(name.find(".lora_"), std::string::npos) << name;
   EXPECT_EQ(checkpoint.optim.size(), checkpoint.model.size());
-  const Job exported = launch(std::string(WANTRAIN_WANTRAIN) + " export --checkpoint " + run_dir("lora-2x2") +
-                              "/latest --out " + run_dir("lora-2x2") + "/x.safetensors");
-  EXPECT_EQ(exported.status, 2) << exported.output;
-  EXPECT_EQ(
-      occurrences(exported.output, "it holds LoRA adapters (rank 4, alpha 8 (scale 2), targets all), not a model"), 1u)
-      << exported.output;
+  // wantrain export: the adapters again (as the run wrote them), under
+  // diffusers' names, and merged into the base.
+  const std::string dir = run_dir("lora-2x2"),
+                    exporting = std::string(WANTRAIN_WANTRAIN) + " export --checkpoint " + dir + "/latest --out " + dir;
+  for (const std::string& args : std::vector<std::string>{
+           "/exported.safetensors", "/exported-ema.safetensors --ema", "/diffusers.safetensors --names diffusers",
+           "/merged.safetensors --merge " + base("a"), "/x.safetensors --merge " + base("b")}) {
+    const Job job = launch(exporting + args);
+    if (args.find(base("b")) != std::string::npos) {
+      EXPECT_EQ(job.status, 2) << job.output;
+      EXPECT_EQ(occurrences(job.output, "option --merge: " + base("b") + " has checksum crc32:"), 1u) << job.output;
+    } else {
+      EXPECT_EQ(job.status, 0) << job.output;
+    }
+  }
+  EXPECT_EQ(weights_difference(dir + "/exported.safetensors", dir + "/lora.safetensors"), 0);
+  EXPECT_EQ(weights_difference(dir + "/exported-ema.safetensors", dir + "/lora-ema.safetensors"), 0);
+  wt::model::WanModel by_hand(wt::model::load_model_config(tiny_config())), by_diffusers(by_hand->config());
+  wt::model::load_weights(*by_hand, base("a"));
+  wt::model::load_weights(*by_diffusers, base("a"));
+  wt::model::merge_lora_file(*by_hand, dir + "/lora.safetensors", 1.0);
+  wt::model::merge_lora_file(*by_diffusers, dir + "/diffusers.safetensors", 1.0);
+  wt::model::save_weights(*by_hand, dir + "/by-hand.safetensors");
+  wt::model::save_weights(*by_diffusers, dir + "/by-diffusers.safetensors");
+  EXPECT_EQ(weights_difference(dir + "/by-diffusers.safetensors", dir + "/by-hand.safetensors"), 0);
+  EXPECT_LT(weights_difference(dir + "/merged.safetensors", dir + "/by-hand.safetensors"), 1e-7);
 }
 
 // A LoRA run resumed is the uninterrupted run bit for bit; the resume needs
