@@ -85,9 +85,16 @@ void export_lora(const ckpt::Checkpoint& saved, const std::string& path, const m
     return;
   }
   model::WanModel model(config);
-  model::load_weights(*model, merge_base);
   model::NamedTensors base;
   for (const auto& item : model->named_parameters()) base.emplace_back(item.key(), item.value());
+  if (ckpt::is_checkpoint_file(merge_base)) {  // a run's --init may be a checkpoint's whole model
+    const auto init = ckpt::read_checkpoint(merge_base);
+    ckpt::check_fits(init, merge_base, base, false);
+    torch::NoGradGuard no_grad;
+    ckpt::copy_named(init.model, base);
+  } else {
+    model::load_weights(*model, merge_base);
+  }
   if (const auto checksum = model::weights_checksum(config, base); checksum != trained_base)
     throw UsageError(
         fmt::format("option --merge: {} has checksum {}, but the adapters of checkpoint {} were trained "

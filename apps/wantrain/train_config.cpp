@@ -122,6 +122,7 @@ void validate(const TrainConfig& c) {
   require(c.logit_std > 0, "logit-std", "must be positive");
   require(c.shift > 0, "shift", "must be positive");
   sigma_range(c);  // throws on a malformed range
+  require(c.timestep_range.empty() || c.mode != "distill", "timestep-range", "not available with --mode distill yet");
   require(c.text_drop >= 0 && c.text_drop <= 1, "text-drop", "must be a probability in [0, 1]");
   require(c.steps >= 0, "steps", "must be 0 or more");
   require(c.epochs >= 0, "epochs", "must be 0 or more");

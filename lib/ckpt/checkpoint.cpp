@@ -265,7 +265,10 @@ void write_checkpoint(const std::string& path, const Checkpoint& c) {
       });
     }
     H5_CHECK(H5Fflush(file.get(), H5F_SCOPE_GLOBAL));
-    H5_CHECK(H5Fclose(file.release()));  // the last data reach the file here: its failure is a failed write
+    // The last data reach the file here: its failure is a failed write, and
+    // the file is still ours to discard.
+    H5_CHECK(H5Fclose(file.get()));
+    file.release();
   } catch (const std::exception& e) {
     if (!lock.owns_lock()) lock.lock();
     discard_unwritable(file);

@@ -85,8 +85,8 @@ Stored stored_of(const std::string& path, hid_t dataset, const char* name, bool 
 }
 
 // Caps on a shard's sizes, checked before anything is allocated from them:
-// far above real data (Wan 720p, 81 frames: latents [16, 21, 90, 160]),
-// low enough that products of them fit 64 bits.
+// far above real data (Wan 720p, 81 frames: latents [16, 21, 90, 160]);
+// the element count a sample is computed saturating, so it cannot wrap.
 constexpr hsize_t kMaxSampleDim = hsize_t(1) << 20;
 constexpr hsize_t kMaxSampleElements = hsize_t(1) << 32;
 
@@ -104,12 +104,19 @@ void check_dims(const std::vector<hsize_t>& ld, const std::vector<hsize_t>& td, 
     throw fail(fmt::format("/text_len has {} dimensions {}, expected 1 [N]", nd.size(), dims_string(nd)));
   if (td[0] != ld[0] || nd[0] != ld[0])
     throw fail(fmt::format("sample counts disagree: /latents {}, /text_emb {}, /text_len {}", ld[0], td[0], nd[0]));
-  if (ld[0] > file_bytes)
+  if (file_bytes > 0 && ld[0] > file_bytes)
     throw fail(
         fmt::format("{} samples cannot be stored in a file of {} bytes (corrupt or hostile?)", ld[0], file_bytes));
-  hsize_t latents = 1, text = 1;
-  for (size_t i = 1; i < 5; ++i) latents *= std::min(ld[i], kMaxSampleDim + 1);
-  for (size_t i = 1; i < 3; ++i) text *= std::min(td[i], kMaxSampleDim + 1);
+  // Products saturate past the cap instead of wrapping around.
+  auto elements = [](const std::vector<hsize_t>& dims) {
+    hsize_t n = 1;
+    for (size_t i = 1; i < dims.size(); ++i) {
+      const hsize_t d = std::max<hsize_t>(dims[i], 1);
+      n = n > (kMaxSampleElements + 1) / d ? kMaxSampleElements + 1 : n * d;
+    }
+    return n;
+  };
+  const hsize_t latents = elements(ld), text = elements(td);
   for (const auto& [name, dims, elements] : {std::tuple{"/latents", &ld, latents}, {"/text_emb", &td, text}}) {
     for (size_t i = 1; i < dims->size(); ++i)
       if ((*dims)[i] < 1 || (*dims)[i] > kMaxSampleDim)
@@ -163,7 +170,7 @@ ShardInfo inspect_shard(const std::string& path) {
     const auto ld = io::dims(latents.get()), td = io::dims(text.get()), nd = io::dims(lengths.get());
     std::error_code size_error;
     const uintmax_t file_bytes = std::filesystem::file_size(path, size_error);
-    check_dims(ld, td, nd, size_error ? 0 : file_bytes, fail);
+    check_dims(ld, td, nd, size_error ? 0 : file_bytes, fail);  // 0: size unknown, that check skipped
     info.samples = static_cast<int64_t>(ld[0]);
     info.shape = {static_cast<int64_t>(ld[1]),
                   static_cast<int64_t>(ld[2]),

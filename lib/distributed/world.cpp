@@ -114,15 +114,15 @@ void World::broadcast(std::string& text) const {
 }
 
 std::vector<int64_t> World::max_over_ranks(std::vector<int64_t> values, const std::string& what,
-                                           std::chrono::milliseconds bound) const {
+                                           std::chrono::milliseconds bound, const char* setting) const {
   std::vector<int64_t> out(values.size());
   MPI_Request request = MPI_REQUEST_NULL;
   MPI_CHECK(MPI_Iallreduce(values.data(), out.data(), int(values.size()), MPI_INT64_T, MPI_MAX, comm_, &request));
-  wait(request, what.c_str(), bound);
+  wait(request, what.c_str(), bound, setting);
   return out;
 }
 
-void World::wait(MPI_Request& request, const char* what, std::chrono::milliseconds bound) const {
+void World::wait(MPI_Request& request, const char* what, std::chrono::milliseconds bound, const char* setting) const {
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
   // Poll: a fast collective costs one or two tests; a long wait sleeps in
@@ -133,9 +133,9 @@ void World::wait(MPI_Request& request, const char* what, std::chrono::millisecon
     MPI_CHECK(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
     if (done) return;
     if (Clock::now() - start > bound)
-      abort_job(fmt::format("world {} did not complete within {:.3g} s ({}): another rank died, is stuck, or left "
+      abort_job(fmt::format("world {} did not complete within {:g} s ({}): another rank died, is stuck, or left "
                             "the job's sequence of steps",
-                            what, std::chrono::duration<double>(bound).count(), setting_reference("comm_timeout")),
+                            what, std::chrono::duration<double>(bound).count(), setting_reference(setting)),
                 kExitFailure);
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::microseconds(1000));

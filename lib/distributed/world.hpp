@@ -66,9 +66,10 @@ class World {
   void broadcast(std::string& text) const;
 
   // Collective: the maximum of each element over the ranks, waiting at most
-  // `bound` (a wait that knows its own length, e.g. a checkpoint write).
+  // `bound` (a wait that knows its own length, e.g. a checkpoint write);
+  // `setting` is what the timeout line names as the bound's source.
   std::vector<int64_t> max_over_ranks(std::vector<int64_t> values, const std::string& what,
-                                      std::chrono::milliseconds bound) const;
+                                      std::chrono::milliseconds bound, const char* setting = "comm_timeout") const;
 
   // How long a World collective may wait for the other ranks (the comm
   // timeout once the options are read; 10 minutes until then).
@@ -86,7 +87,8 @@ class World {
   std::chrono::milliseconds timeout_{std::chrono::minutes(10)};
 
   // Waits for `request` (of the collective `what`) for at most `bound`.
-  void wait(MPI_Request& request, const char* what, std::chrono::milliseconds bound) const;
+  void wait(MPI_Request& request, const char* what, std::chrono::milliseconds bound,
+            const char* setting = "comm_timeout") const;
 };
 
 }  // namespace wt::distributed

@@ -43,6 +43,10 @@ void check_lora_options(const LoraOptions& options) {
   if (!(options.dropout >= 0 && options.dropout < 1))
     throw SettingError("lora_dropout", fmt::format("must be in [0, 1), got {}", options.dropout));
   const auto& valid = lora_targets();
+  for (size_t i = 0; i < options.targets.size(); ++i)
+    if (std::find(options.targets.begin(), options.targets.begin() + i, options.targets[i]) !=
+        options.targets.begin() + i)
+      throw SettingError("lora_targets", fmt::format("'{}' is named twice", options.targets[i]));
   for (const auto& target : options.targets)
     if (std::find(valid.begin(), valid.end(), target) == valid.end())
       throw SettingError("lora_targets", fmt::format("'{}' is not a Linear layer of a Wan block (valid: {})", target,
@@ -80,14 +84,18 @@ void write_lora_file(const std::string& path, const std::vector<std::pair<std::s
     const auto at = name.rfind(".lora_");
     if (at == std::string::npos) throw Error(fmt::format("{} is not a LoRA adapter", name));
     const std::string official = name.substr(0, at);
-    std::string layer = "diffusion_model." + official;
+    const bool up = name.compare(at, std::string::npos, ".lora_B") == 0;
     if (names == LoraNames::Diffusers) {
+      // diffusers applies transformer.* adapters at alpha = r: the scale
+      // alpha / r is folded into B, and no alpha is written.
       const std::string renamed = diffusers_name(official + ".weight");
-      layer = "transformer." + renamed.substr(0, renamed.size() - 7);
+      const std::string layer = "transformer." + renamed.substr(0, renamed.size() - 7);
+      out.emplace_back(layer + name.substr(at) + ".weight", up ? tensor * (alpha / double(options.rank)) : tensor);
+      continue;
     }
+    const std::string layer = "diffusion_model." + official;
     out.emplace_back(layer + name.substr(at) + ".weight", tensor);
-    if (name.compare(at, std::string::npos, ".lora_B") == 0)
-      out.emplace_back(layer + ".alpha", torch::tensor(float(alpha)));
+    if (up) out.emplace_back(layer + ".alpha", torch::tensor(float(alpha)));
   }
   write_safetensors(path, out, dtype,
                     {{"format", "pt"},

@@ -84,6 +84,7 @@ std::map<std::string, LoraLayer> read_lora_file(const std::string& path, WanMode
     auto& slot = out[layer];
     const auto tensor = file.read(entry).to(torch::kFloat32);
     if (part == Part::Alpha) {
+      if (tensor.numel() != 1) throw fail(fmt::format("'{}' is not a scalar", name));
       slot.alpha = tensor.item<double>();
     } else {
       (part == Part::Down ? slot.down : slot.up) = tensor;
@@ -93,9 +94,11 @@ std::map<std::string, LoraLayer> read_lora_file(const std::string& path, WanMode
     if (!adapter.down.defined() || !adapter.up.defined())
       throw fail(fmt::format("layer {} has only one of its two LoRA matrices", layer));
     const auto weight = weight_of(layers.official.at(layer));
+    if (adapter.down.dim() != 2 || adapter.up.dim() != 2 || adapter.down.size(0) < 1)
+      throw fail(fmt::format("layer {}: adapters [{}] and [{}] are not matrices of rank 1 or more", layer,
+                             fmt::join(adapter.down.sizes(), ", "), fmt::join(adapter.up.sizes(), ", ")));
     const int64_t r = adapter.down.size(0);
-    if (adapter.down.dim() != 2 || adapter.up.dim() != 2 || adapter.up.size(1) != r ||
-        adapter.down.size(1) != weight.size(1) || adapter.up.size(0) != weight.size(0))
+    if (adapter.up.size(1) != r || adapter.down.size(1) != weight.size(1) || adapter.up.size(0) != weight.size(0))
       throw fail(
           fmt::format("layer {}: adapters [{}] and [{}] do not fit its weight [{}, {}] (expected [r, {}] and "
                       "[{}, r])",

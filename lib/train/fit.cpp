@@ -53,7 +53,7 @@ bool report(const std::vector<ckpt::WriteResult>& results, const FitOptions& opt
 void wait_for_writer(ckpt::CheckpointWriter& writer, const FitOptions& options) {
   if (writer.wait_idle(options.checkpoint_timeout)) return;
   distributed::abort_job(
-      fmt::format("a checkpoint write in {} has not finished after {:.3g} s ({}): the file system is too slow or "
+      fmt::format("a checkpoint write in {} has not finished after {:g} s ({}): the file system is too slow or "
                   "hung; the previous checkpoint is intact",
                   options.output_dir, std::chrono::duration<double>(options.checkpoint_timeout).count(),
                   setting_reference("checkpoint_timeout")),
@@ -68,7 +68,8 @@ std::vector<int64_t> agree_after_writes(const distributed::World& world, const F
                                         std::vector<int64_t> values) {
   return world.max_over_ranks(
       std::move(values), "agreement after a checkpoint write",
-      options.checkpoint_timeout + std::max<std::chrono::milliseconds>(world.timeout(), std::chrono::seconds(60)));
+      options.checkpoint_timeout + std::max<std::chrono::milliseconds>(world.timeout(), std::chrono::seconds(60)),
+      "checkpoint_timeout");
 }
 
 }  // namespace

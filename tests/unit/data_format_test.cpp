@@ -246,6 +246,16 @@ TEST(DataFormat, HostileShapesAndTypesAreRefusedBeforeAllocating) {
                                    "sample");
   }
   {
+    // Each size within its cap, their product past 2^64: refused, not wrapped around to a small count.
+    const auto dir = wt::testing::fresh_directory("wrapping-product");
+    wt::testing::write_shard(dir + "/a.h5", s, 2, 0);
+    const hsize_t big = hsize_t(1) << 20;
+    replace_dataset(dir + "/a.h5", "latents", H5T_IEEE_F32LE, {2, 16, big, big, big});
+    EXPECT_EQ(open_error(dir), "data: shard " + dir +
+                                   "/a.h5: /latents has shape [2,16,1048576,1048576,1048576]: more than 4294967296 "
+                                   "elements a sample");
+  }
+  {
     const auto dir = wt::testing::fresh_directory("signed-bf16");
     wt::testing::write_shard(dir + "/a.h5", s, 2, 0);
     replace_dataset(dir + "/a.h5", "latents", H5T_STD_I16LE, {2, 4, 2, 3, 5}, "bfloat16");

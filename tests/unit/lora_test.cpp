@@ -142,6 +142,7 @@ TEST(Lora, BadOptionsNameTheSetting) {
   EXPECT_EQ(error({0, 0, 0, {}}), "lora_rank: must be at least 1, got 0");
   EXPECT_EQ(error({4, -1, 0, {}}), "lora_alpha: must be 0 or more, got -1");
   EXPECT_EQ(error({4, 0, 1, {}}), "lora_dropout: must be in [0, 1), got 1");
+  EXPECT_EQ(error({4, 0, 0, {"ffn.0", "ffn.0"}}), "lora_targets: 'ffn.0' is named twice");
   EXPECT_EQ(error({4, 0, 0, {"self_attn.q", "attn1.to_q"}}),
             "lora_targets: 'attn1.to_q' is not a Linear layer of a Wan block (valid: self_attn.q, self_attn.k, "
             "self_attn.v, self_attn.o, cross_attn.q, cross_attn.k, cross_attn.v, cross_attn.o, ffn.0, ffn.2)");
