@@ -6,6 +6,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build pkg-config ccache
+  libtsan2                             # the tsan preset (ThreadSanitizer's runtime; g++ usually brings it)
   libtorch-dev
   openmpi-bin libopenmpi-dev
   libhdf5-openmpi-dev hdf5-tools

@@ -1,8 +1,6 @@
 #include "wantrain/ckpt/checkpoint.hpp"
 
 #include <fmt/format.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 #include <torch/torch.h>
 
 #include <map>
@@ -184,30 +182,6 @@ int64_t Checkpoint::tensor_bytes() const {
   return bytes;
 }
 
-namespace {
-
-// Closes a file whose write failed (ENOSPC, EIO), which the caller deletes.
-// Closing flushes HDF5's cached metadata; on the disk that just failed that
-// fails too, and HDF 1.10 then keeps a half-closed file that crashes the
-// process in MPI_Finalize. So HDF5's descriptor is first pointed at an
-// anonymous memory file, where the flush succeeds and goes nowhere.
-void discard_unwritable(io::Handle& file) {
-  if (!file) return;
-  void* handle = nullptr;
-  if (H5Fget_vfd_handle(file.get(), H5P_DEFAULT, &handle) >= 0 && handle) {
-    const int fd = *static_cast<int*>(handle);
-    const int sink = static_cast<int>(syscall(SYS_memfd_create, "wantrain-discarded-checkpoint", 0));
-    if (sink >= 0) {
-      dup2(sink, fd);
-      close(sink);
-    }
-  }
-  H5Eclear2(H5E_DEFAULT);
-  file.reset();
-}
-
-}  // namespace
-
 void write_checkpoint(const std::string& path, const Checkpoint& c) {
   std::unique_lock<std::mutex> lock(io::library_mutex());
   io::quiet_errors();
@@ -271,7 +245,7 @@ void write_checkpoint(const std::string& path, const Checkpoint& c) {
     file.release();
   } catch (const std::exception& e) {
     if (!lock.owns_lock()) lock.lock();
-    discard_unwritable(file);
+    io::discard_file(file);
     throw Error(fmt::format("checkpoint {}: cannot write: {}", path, e.what()));
   }
 }

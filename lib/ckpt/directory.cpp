@@ -135,8 +135,12 @@ DirectoryLock::DirectoryLock(const std::string& directory) {
   char host[256] = {};
   gethostname(host, sizeof host - 1);
   const std::string holder = fmt::format("host {} pid {}\n", host, ::getpid());
-  if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, holder.data(), holder.size(), 0) != ssize_t(holder.size()))
-    throw SettingError("output_dir", fmt::format("cannot write {}: {}", path, std::strerror(errno)));
+  if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, holder.data(), holder.size(), 0) != ssize_t(holder.size())) {
+    const int error = errno;
+    ::close(fd_);  // the destructor does not run for a constructor that throws
+    fd_ = -1;
+    throw SettingError("output_dir", fmt::format("cannot write {}: {}", path, std::strerror(error)));
+  }
 }
 
 DirectoryLock::~DirectoryLock() {

@@ -53,6 +53,14 @@ class Handle {
   Closer close_ = nullptr;
 };
 
+// Closes a file being written whose write failed (ENOSPC, EIO), which the
+// caller then deletes. Closing flushes HDF5's cached metadata; on the disk
+// that just failed that fails too, and HDF5 1.10 then keeps a half-closed
+// file that crashes the process in MPI_Finalize. So the file's descriptor is
+// first pointed at an anonymous memory file, where the flush succeeds and
+// goes nowhere. `file` is empty afterwards.
+void discard_file(Handle& file);
+
 // Turns off HDF5's own error-stack printing: wantrain reports errors itself.
 void quiet_errors();
 

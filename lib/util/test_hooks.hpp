@@ -1,5 +1,6 @@
 // Fault-injection points for the fault tests (tests/mpi, label `faults`).
-// Unset, a point costs one environment lookup.
+// Unset, a delay point costs one environment lookup and a failure point
+// (read once per process) a branch.
 //
 // WANTRAIN_TEST_DELAY=point:seconds[,point:seconds...] sleeps when the
 // process reaches a named point, which opens a window wide enough for a test

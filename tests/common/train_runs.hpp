@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/launch.hpp"
 #include "wantrain/model/safetensors.hpp"
 
 namespace wt::testing::train_runs {
@@ -22,6 +23,19 @@ using Json = nlohmann::json;
 inline constexpr double kHangGuardSeconds = 150;
 
 inline std::string tiny_config() { return std::string(WANTRAIN_SOURCE_DIR) + "/data/configs/wan-tiny.json"; }
+
+#ifdef WANTRAIN_WANDATA
+// A fresh synthetic dataset in wan-tiny's shape (one 8x8 latent frame, text
+// 16 x 64) of `samples` samples in 2 shards, in fresh(name); its path.
+inline std::string synth_tiny_data(const std::string& name, int samples, int seed) {
+  const std::string dir = fresh(name);
+  const Job synth =
+      launch(std::string(WANTRAIN_WANDATA) + " synth --out " + dir + " --samples " + std::to_string(samples) +
+             " --shards 2 --frames 1 --size 8x8 --text-len 16 --text-dim 64 " + "--seed " + std::to_string(seed));
+  EXPECT_EQ(synth.status, 0) << synth.output;
+  return dir;
+}
+#endif
 
 inline std::vector<Json> read_metrics(const std::string& dir) {
   std::vector<Json> lines;

@@ -40,10 +40,7 @@ class Checkpoints : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     // 40 samples, global batch 4: 10 steps an epoch, so step 7 is mid-epoch.
-    data_ = fresh("ckpt-data");
-    const Job synth = launch(std::string(WANTRAIN_WANDATA) + " synth --out " + data_ +
-                             " --samples 40 --shards 2 --frames 1 --size 8x8 --text-len 16 --text-dim 64 --seed 9");
-    ASSERT_EQ(synth.status, 0) << synth.output;
+    data_ = synth_tiny_data("ckpt-data", 40, 9);
   }
 
   static std::string command(int ranks, const std::string& dir, const std::string& options,

@@ -30,10 +30,7 @@ class Distill : public ::testing::Test {
   // Image data (one frame), and a wan-tiny teacher trained on it for 12
   // steps, with its step-6 checkpoint as "another teacher".
   static void SetUpTestSuite() {
-    data_ = fresh("distill-data");
-    const Job synth = launch(std::string(WANTRAIN_WANDATA) + " synth --out " + data_ +
-                             " --samples 32 --shards 2 --frames 1 --size 8x8 --text-len 16 --text-dim 64 --seed 4");
-    ASSERT_EQ(synth.status, 0) << synth.output;
+    data_ = synth_tiny_data("distill-data", 32, 4);
     teacher_dir_ = fresh("distill-teacher");
     const Job teacher = launch(mpi_command(
         2, WANTRAIN_WANTRAIN,

@@ -42,12 +42,7 @@ void report_time(const char* fault, double seconds) {
 
 class Faults : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    data_ = fresh("faults-data");
-    const Job synth = launch(std::string(WANTRAIN_WANDATA) + " synth --out " + data_ +
-                             " --samples 40 --shards 2 --frames 1 --size 8x8 --text-len 16 --text-dim 64 --seed 9");
-    ASSERT_EQ(synth.status, 0) << synth.output;
-  }
+  static void SetUpTestSuite() { data_ = synth_tiny_data("faults-data", 40, 9); }
 
   static std::string arguments(const std::string& dir, const std::string& options) {
     return "--model-config " + tiny_config() + " --data " + data_ + " --output-dir " + dir +

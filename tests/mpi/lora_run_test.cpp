@@ -32,10 +32,7 @@ using namespace wt::testing::train_runs;
 class LoraRun : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    data_ = fresh("lora-data");
-    const Job synth = launch(std::string(WANTRAIN_WANDATA) + " synth --out " + data_ +
-                             " --samples 32 --shards 2 --frames 1 --size 8x8 --text-len 16 --text-dim 64 --seed 5");
-    ASSERT_EQ(synth.status, 0) << synth.output;
+    data_ = synth_tiny_data("lora-data", 32, 5);
     // Two different bases: a few full-training steps from two seeds.
     for (const auto& [name, seed] : {std::pair{"lora-base-a", 1}, {"lora-base-b", 2}}) {
       const Job base = train(1, name, "--steps 3 --batch-size 4 --seed " + std::to_string(seed), "");

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -26,14 +27,25 @@ using wt::testing::occurrences;
 using Json = nlohmann::json;
 using namespace wt::testing::train_runs;
 
+// One shard of `samples` samples in the wan-tiny shape, in a fresh
+// directory; the samples for which `has_nan(row)` hold a NaN in their latents.
+std::string nan_data(const std::string& name, int64_t samples, const std::function<bool(int64_t)>& has_nan) {
+  const std::string dir = wt::testing::fresh_directory(name);
+  wt::data::SampleShape s;
+  s.channels = 16, s.frames = 1, s.height = 8, s.width = 8, s.text_len = 16, s.text_dim = 64;
+  wt::data::ShardWriter writer(dir + "/shard-00000.h5", s, samples, false);
+  for (int64_t row = 0; row < samples; ++row) {
+    auto latents = wt::testing::expected_latents(s, 1, row);
+    if (has_nan(row)) latents[0][0][3][3] = std::nan("");
+    writer.write(row, latents, wt::testing::expected_text(s, 1, row), wt::testing::expected_text_len(s, row));
+  }
+  writer.close();
+  return dir;
+}
+
 class Train : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    data_ = fresh("train-data");
-    const Job synth = launch(std::string(WANTRAIN_WANDATA) + " synth --out " + data_ +
-                             " --samples 32 --shards 2 --frames 1 --size 8x8 --text-len 16 --text-dim 64 --seed 5");
-    ASSERT_EQ(synth.status, 0) << synth.output;
-  }
+  static void SetUpTestSuite() { data_ = synth_tiny_data("train-data", 32, 5); }
 
   // wantrain on `ranks` ranks with the common options and `options`; its output dir is fresh(name).
   static Job train(int ranks, const std::string& name, const std::string& options) {
@@ -158,17 +170,7 @@ TEST_F(Train, ValidationLossOnTwoRanksEqualsOneRank) {
 
 TEST_F(Train, NonFiniteLossSkipsTheStepOnEveryRank) {
   // 16 samples in the wan-tiny shape, sample 5 holding a NaN.
-  const std::string dir = wt::testing::fresh_directory("train-nan-data");
-  wt::data::SampleShape s;
-  s.channels = 16, s.frames = 1, s.height = 8, s.width = 8, s.text_len = 16, s.text_dim = 64;
-  {
-    wt::data::ShardWriter writer(dir + "/shard-00000.h5", s, 16, false);
-    for (int64_t row = 0; row < 16; ++row) {
-      auto latents = wt::testing::expected_latents(s, 1, row);
-      if (row == 5) latents[0][0][3][3] = std::nan("");
-      writer.write(row, latents, wt::testing::expected_text(s, 1, row), wt::testing::expected_text_len(s, row));
-    }
-  }
+  const std::string dir = nan_data("train-nan-data", 16, [](int64_t row) { return row == 5; });
   // Global batch 4: 4 steps per epoch, so 8 steps meet sample 5 twice.
   const Job job = launch(mpi_command(2, WANTRAIN_WANTRAIN,
                                      "--model-config " + tiny_config() + " --data " + dir + " --output-dir " +
@@ -185,17 +187,7 @@ TEST_F(Train, NonFiniteLossSkipsTheStepOnEveryRank) {
 
 TEST_F(Train, ARunThatCanOnlySkipStopsAfterMaxSkippedSteps) {
   // Every sample holds a NaN: every step is skipped.
-  const std::string dir = wt::testing::fresh_directory("train-all-nan-data");
-  wt::data::SampleShape s;
-  s.channels = 16, s.frames = 1, s.height = 8, s.width = 8, s.text_len = 16, s.text_dim = 64;
-  {
-    wt::data::ShardWriter writer(dir + "/shard-00000.h5", s, 8, false);
-    for (int64_t row = 0; row < 8; ++row) {
-      auto latents = wt::testing::expected_latents(s, 1, row);
-      latents[0][0][0][0] = std::nan("");
-      writer.write(row, latents, wt::testing::expected_text(s, 1, row), wt::testing::expected_text_len(s, row));
-    }
-  }
+  const std::string dir = nan_data("train-all-nan-data", 8, [](int64_t) { return true; });
   const auto run = [&](const std::string& name, const std::string& options) {
     return launch(mpi_command(2, WANTRAIN_WANTRAIN,
                               "--model-config " + tiny_config() + " --data " + dir + " --output-dir " + fresh(name) +
