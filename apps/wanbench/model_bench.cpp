@@ -1,7 +1,6 @@
 #include "model_bench.hpp"
 
 #include <fmt/format.h>
-#include <sys/resource.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -14,6 +13,7 @@
 #include "wantrain/train/flow_matching.hpp"
 #include "wantrain/util/error.hpp"
 #include "wantrain/util/exit_codes.hpp"
+#include "wantrain/util/memory.hpp"
 #include "wantrain/util/options.hpp"
 #include "wantrain/app/version.hpp"
 
@@ -29,12 +29,6 @@ struct ModelBenchConfig {
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-double peak_rss_mib() {
-  rusage usage{};
-  getrusage(RUSAGE_SELF, &usage);
-  return double(usage.ru_maxrss) / 1024.0;  // Linux reports KiB
 }
 
 double median(std::vector<double> v) {

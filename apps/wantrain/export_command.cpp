@@ -84,7 +84,11 @@ void export_lora(const ckpt::Checkpoint& saved, const std::string& path, const m
                saved.state.step, saved.objective.at("lora"), o.names, trained_base, o.out);
     return;
   }
-  model::WanModel model(config);
+  // The base as the run held it (an fp32 file held in bf16 is its rounded
+  // values: what the adapters were trained on and the checksum names).
+  const auto held = saved.objective.find("lora_base_precision");
+  const bool bf16_base = held != saved.objective.end() && held->second == "bf16";
+  model::WanModel model(config, bf16_base ? at::kBFloat16 : at::kFloat);
   model::NamedTensors base;
   for (const auto& item : model->named_parameters()) base.emplace_back(item.key(), item.value());
   if (ckpt::is_checkpoint_file(merge_base)) {  // a run's --init may be a checkpoint's whole model
@@ -100,6 +104,7 @@ void export_lora(const ckpt::Checkpoint& saved, const std::string& path, const m
         fmt::format("option --merge: {} has checksum {}, but the adapters of checkpoint {} were trained "
                     "on {}",
                     merge_base, checksum, path, trained_base));
+  model->to(torch::kFloat32);  // the sum base + scale B A in fp32, rounded once to --dtype on writing
   model::add_lora(*model, lora);
   model::NamedTensors into;
   for (const auto& item : model->named_parameters())

@@ -68,7 +68,8 @@ int run(distributed::World& world, int argc, char** argv) {
                     {"lora_alpha", "lora-alpha"},
                     {"lora_targets", "lora-targets"},
                     {"lora_dropout", "lora-dropout"},
-                    {"timestep_range", "timestep-range"}});
+                    {"timestep_range", "timestep-range"},
+                    {"base_precision", "base-precision"}});
   TrainConfig cfg;
   OptionSet options("wantrain",
                     "[--config run.ini] [options]\n       wantrain export --checkpoint PATH --out FILE [--ema] "

@@ -89,7 +89,10 @@ void declare_options(OptionSet& o, TrainConfig& c) {
       .add("lora-targets", &c.lora_targets,
            "each block's Linear layers that get adapters, comma-separated (self_attn.q ... cross_attn.o, ffn.0, "
            "ffn.2; empty: all)")
-      .add("lora-dropout", &c.lora_dropout, "dropout on the adapters' input while training");
+      .add("lora-dropout", &c.lora_dropout, "dropout on the adapters' input while training")
+      .choice("base-precision", &c.base_precision, {"auto", "bf16", "fp32"},
+              "LoRA: the frozen base's block Linears held in bf16 (built and loaded straight into bf16, never an "
+              "fp32 copy) or fp32; auto: bf16");
   o.group("distillation")
       .add("teacher", &c.teacher, "teacher weights: safetensors file or index, or a checkpoint (its EMA if stored)")
       .add("teacher-config", &c.teacher_config, "teacher model config JSON (a checkpoint teacher carries its own)")
@@ -145,8 +148,8 @@ void validate(const TrainConfig& c) {
     model::check_lora_options(lora_options(c));
     require(c.mode != "distill", "lora-rank", "LoRA is not available with --mode distill yet");
   } else {
-    require(c.lora_alpha == 0 && c.lora_dropout == 0 && c.lora_targets.empty(), "lora-rank",
-            "--lora-alpha, --lora-dropout and --lora-targets need --lora-rank R");
+    require(c.lora_alpha == 0 && c.lora_dropout == 0 && c.lora_targets.empty() && c.base_precision == "auto",
+            "lora-rank", "--lora-alpha, --lora-dropout, --lora-targets and --base-precision need --lora-rank R");
   }
   require(std::isfinite(c.checkpoint_timeout) && c.checkpoint_timeout >= 0.001 && c.checkpoint_timeout <= 1e7,
           "checkpoint-timeout", "must be a positive number of seconds");
@@ -229,6 +232,7 @@ train::WanRunOptions wan_run_options(const TrainConfig& c) {
   o.teacher_bf16 = c.teacher_precision == "bf16";
   o.prefetch = c.prefetch;
   o.lora = lora_options(c);
+  if (c.lora_rank > 0) o.base_dtype = c.base_precision == "fp32" ? at::kFloat : at::kBFloat16;
   return o;
 }
 

@@ -99,6 +99,7 @@ struct TrainConfig {
   double lora_alpha = 0;
   std::string lora_targets;
   double lora_dropout = 0;
+  std::string base_precision = "auto";  // auto: bf16 with LoRA
   double checkpoint_timeout = 3600;
 };
 

@@ -1,5 +1,6 @@
 #include "wantrain/model/linear.hpp"
 
+#include <ATen/autocast_mode.h>
 #include <torch/torch.h>
 
 #include <cmath>
@@ -8,16 +9,27 @@
 
 namespace wt::model {
 
-LinearImpl::LinearImpl(int64_t in, int64_t out) : in_features(in), out_features(out) {
+LinearImpl::LinearImpl(int64_t in, int64_t out, at::ScalarType dtype) : in_features(in), out_features(out) {
   // torch::nn::Linear's own initialisation, so that a model draws the same
-  // numbers from the generator whichever of the two its layers are.
+  // numbers from the generator whichever of the two its layers are. Only
+  // this one layer is ever in fp32 when `dtype` is bf16.
   torch::nn::LinearImpl reference(in, out);
-  weight = register_parameter("weight", reference.weight.detach().clone());
-  bias = register_parameter("bias", reference.bias.detach().clone());
+  weight = register_parameter("weight", reference.weight.detach().to(dtype, false, /*copy=*/true));
+  bias = register_parameter("bias", reference.bias.detach().to(dtype, false, /*copy=*/true));
 }
 
+namespace {
+bool autocast_on(const at::Tensor& x) {
+  return x.is_cuda() ? at::autocast::is_enabled() : at::autocast::is_cpu_enabled();
+}
+}  // namespace
+
 at::Tensor LinearImpl::forward(const at::Tensor& x) {
-  auto y = torch::nn::functional::linear(x, weight, bias);
+  // A base held in another dtype than the input (bf16 weights, fp32
+  // activations) computes in its own dtype and hands back the input's.
+  auto y = x.scalar_type() == weight.scalar_type() || autocast_on(x)
+               ? torch::nn::functional::linear(x, weight, bias)
+               : torch::nn::functional::linear(x.to(weight.scalar_type()), weight, bias).to(x.scalar_type());
   if (!lora_A.defined()) return y;
   const auto input = lora_dropout_ > 0 ? torch::dropout(x, lora_dropout_, is_training()) : x;
   return y + torch::nn::functional::linear(torch::nn::functional::linear(input, lora_A), lora_B) * lora_scale_;

@@ -6,6 +6,10 @@
 //
 // Without an adapter it is torch::nn::Linear exactly: the same initial
 // values from the same generator draws, and the same forward.
+//
+// A frozen base may be held in bf16 (`dtype`): its product then runs in
+// bf16, and the adapter's in the input's dtype. Under autocast both follow
+// autocast, as any Linear does.
 #pragma once
 
 #include <torch/nn/module.h>
@@ -15,7 +19,9 @@ namespace wt::model {
 
 class LinearImpl : public torch::nn::Module {
  public:
-  LinearImpl(int64_t in_features, int64_t out_features);
+  // The weight and bias are drawn in fp32 and then held in `dtype`, so a
+  // bf16 layer holds the rounded values of its fp32 twin.
+  LinearImpl(int64_t in_features, int64_t out_features, at::ScalarType dtype = at::kFloat);
   at::Tensor forward(const at::Tensor& x);
 
   // Adds the trainable pair lora_A (random, as PEFT: Kaiming-uniform with

@@ -38,11 +38,12 @@ at::Tensor RMSNormImpl::forward(const at::Tensor& x) {
   return (xf * torch::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps_)).to(x.scalar_type()) * weight;
 }
 
-AttentionImpl::AttentionImpl(const WanConfig& c) : heads_(c.num_heads), head_dim_(c.head_dim()) {
-  q = register_module("q", Linear(c.dim, c.dim));
-  k = register_module("k", Linear(c.dim, c.dim));
-  v = register_module("v", Linear(c.dim, c.dim));
-  o = register_module("o", Linear(c.dim, c.dim));
+AttentionImpl::AttentionImpl(const WanConfig& c, at::ScalarType linear_dtype)
+    : heads_(c.num_heads), head_dim_(c.head_dim()) {
+  q = register_module("q", Linear(c.dim, c.dim, linear_dtype));
+  k = register_module("k", Linear(c.dim, c.dim, linear_dtype));
+  v = register_module("v", Linear(c.dim, c.dim, linear_dtype));
+  o = register_module("o", Linear(c.dim, c.dim, linear_dtype));
   if (c.qk_norm) {
     norm_q = register_module("norm_q", RMSNorm(c.dim, c.eps));
     norm_k = register_module("norm_k", RMSNorm(c.dim, c.eps));
@@ -70,14 +71,15 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x, const at::Tensor& source,
   return o(out.transpose(1, 2).reshape({b, len, heads_ * head_dim_}));
 }
 
-WanBlockImpl::WanBlockImpl(const WanConfig& c) {
+WanBlockImpl::WanBlockImpl(const WanConfig& c, at::ScalarType linear_dtype) {
   modulation = register_parameter("modulation", torch::randn({1, 6, c.dim}) / std::sqrt(double(c.dim)));
   norm1 = register_module("norm1", layer_norm(c.dim, c.eps, false));
-  self_attn = register_module("self_attn", Attention(c));
+  self_attn = register_module("self_attn", Attention(c, linear_dtype));
   if (c.cross_attn_norm) norm3 = register_module("norm3", layer_norm(c.dim, c.eps, true));
-  cross_attn = register_module("cross_attn", Attention(c));
+  cross_attn = register_module("cross_attn", Attention(c, linear_dtype));
   norm2 = register_module("norm2", layer_norm(c.dim, c.eps, false));
-  ffn = register_module("ffn", nn::Sequential(Linear(c.dim, c.ffn_dim), gelu_tanh(), Linear(c.ffn_dim, c.dim)));
+  ffn = register_module("ffn", nn::Sequential(Linear(c.dim, c.ffn_dim, linear_dtype), gelu_tanh(),
+                                              Linear(c.ffn_dim, c.dim, linear_dtype)));
 }
 
 at::Tensor WanBlockImpl::forward(at::Tensor x, const at::Tensor& e0, const at::Tensor& context, const RopeTable& rope) {
@@ -111,7 +113,9 @@ at::Tensor WanHeadImpl::forward(const at::Tensor& x, const at::Tensor& e) {
   return head(norm(x.to(torch::kFloat32)) * (1 + m[1]) + m[0]);
 }
 
-WanModelImpl::WanModelImpl(WanConfig c) : config_(std::move(c)) {
+WanModelImpl::WanModelImpl(WanConfig c, at::ScalarType block_linear_dtype) : config_(std::move(c)) {
+  if (block_linear_dtype != at::kFloat && block_linear_dtype != at::kBFloat16)
+    throw Error("WanModel: block Linears are held in fp32 or bf16");
   const auto& cfg = config_;
   validate(cfg, "(in code)");
   auto patch = torch::IntArrayRef(cfg.patch_size.data(), 3);
@@ -123,7 +127,7 @@ WanModelImpl::WanModelImpl(WanConfig c) : config_(std::move(c)) {
       "time_embedding", nn::Sequential(nn::Linear(cfg.freq_dim, cfg.dim), nn::SiLU(), nn::Linear(cfg.dim, cfg.dim)));
   time_projection = register_module("time_projection", nn::Sequential(nn::SiLU(), nn::Linear(cfg.dim, 6 * cfg.dim)));
   blocks = register_module("blocks", nn::ModuleList());
-  for (int64_t i = 0; i < cfg.num_layers; ++i) blocks->push_back(WanBlock(cfg));
+  for (int64_t i = 0; i < cfg.num_layers; ++i) blocks->push_back(WanBlock(cfg, block_linear_dtype));
   head = register_module("head", WanHead(cfg));
   init_weights();
 }
@@ -137,7 +141,10 @@ void WanModelImpl::init_weights() {
       nn::init::xavier_uniform_(linear->weight);
       nn::init::zeros_(linear->bias);
     } else if (auto* block_linear = module->as<Linear>()) {
-      nn::init::xavier_uniform_(block_linear->weight);
+      // Drawn in fp32 (the same draws for either dtype), one layer at a time.
+      auto weight = torch::empty(block_linear->weight.sizes(), torch::kFloat32);
+      nn::init::xavier_uniform_(weight);
+      block_linear->weight.copy_(weight);
       nn::init::zeros_(block_linear->bias);
     }
   // xavier over the flattened kernel [dim, in_dim * prod(patch)], as Wan does

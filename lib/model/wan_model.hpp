@@ -42,7 +42,7 @@ TORCH_MODULE(RMSNorm);
 // table; cross-attention passes none and attends over every context position.
 class AttentionImpl : public torch::nn::Module {
  public:
-  AttentionImpl(const WanConfig& config);
+  AttentionImpl(const WanConfig& config, at::ScalarType linear_dtype = at::kFloat);
   // x [B, L, dim], source [B, S, dim] -> [B, L, dim]
   at::Tensor forward(const at::Tensor& x, const at::Tensor& source, const RopeTable* rope);
 
@@ -56,7 +56,7 @@ TORCH_MODULE(Attention);
 
 class WanBlockImpl : public torch::nn::Module {
  public:
-  explicit WanBlockImpl(const WanConfig& config);
+  explicit WanBlockImpl(const WanConfig& config, at::ScalarType linear_dtype = at::kFloat);
   // x [B, L, dim], e0 [B, 6, dim] fp32, context [B, text_len, dim]
   at::Tensor forward(at::Tensor x, const at::Tensor& e0, const at::Tensor& context, const RopeTable& rope);
 
@@ -82,8 +82,12 @@ TORCH_MODULE(WanHead);
 class WanModelImpl : public torch::nn::Module {
  public:
   // Parameters are initialised as Wan's init_weights does, from LibTorch's
-  // global generator (torch::manual_seed).
-  explicit WanModelImpl(WanConfig config);
+  // global generator (torch::manual_seed). `block_linear_dtype` kBFloat16
+  // holds the blocks' Linear weights and biases (nearly all parameters) in
+  // bf16 from the start, one layer at a time in fp32 while it is drawn: a
+  // frozen LoRA base that never exists in fp32. The draws, and so the
+  // values before rounding, are those of the fp32 model.
+  explicit WanModelImpl(WanConfig config, at::ScalarType block_linear_dtype = at::kFloat);
 
   // x [B, in_dim, F, H, W] latents (F, H, W multiples of patch_size),
   // t [B] timesteps in [0, 1000], context [B, Lc, text_dim] with Lc <= text_len

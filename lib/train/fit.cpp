@@ -17,6 +17,7 @@
 #include "wantrain/train/train_log.hpp"
 #include "wantrain/train/validation.hpp"
 #include "wantrain/util/error.hpp"
+#include "wantrain/util/memory.hpp"
 #include "wantrain/util/exit_codes.hpp"
 #include "wantrain/util/fatal.hpp"
 #include "wantrain/util/stop_signals.hpp"
@@ -24,6 +25,17 @@
 
 namespace wt::train {
 namespace {
+
+// Every rank's peak RSS in MiB, for the closing line (collective: each rank
+// fills its own slot of a sum).
+std::vector<double> peak_rss_per_rank(distributed::Comm& comm) {
+  auto slots = torch::zeros({comm.size()}, torch::kFloat64);
+  slots[comm.rank()] = peak_rss_mib();
+  slots = slots.to(comm.device());
+  comm.all_reduce(slots, {distributed::ReduceOp::Sum});
+  slots = slots.cpu();
+  return {slots.data_ptr<double>(), slots.data_ptr<double>() + slots.numel()};
+}
 
 constexpr double kNoValidation = std::numeric_limits<double>::quiet_NaN();
 
@@ -287,7 +299,7 @@ int fit(distributed::World& world, distributed::Comm& comm, const RunPlan& plan,
       return saved ? kExitRequeue : kExitFailure;
     }
   }
-  log.finish(engine.skipped_steps());
+  log.finish(engine.skipped_steps(), peak_rss_per_rank(comm));
 
   // The final checkpoint; not after a failed write that stops the run.
   // Every rank learns how the writes went, so all exit with one status.

@@ -73,7 +73,10 @@ namespace wt::train {
 
 std::map<std::string, std::string> FlowMatchingObjective::checkpoint_state() const {
   std::map<std::string, std::string> state;
-  if (!options_.lora.empty()) state = {{"lora", options_.lora}, {"lora_base", options_.lora_base}};
+  if (!options_.lora.empty())
+    state = {{"lora", options_.lora},
+             {"lora_base", options_.lora_base},
+             {"lora_base_precision", options_.lora_base_precision}};
   if (!options_.flow.full_range()) state["sigma_range"] = sigma_range(options_.flow);
   return state;
 }
@@ -95,6 +98,13 @@ void FlowMatchingObjective::check_resume(const std::string& kind, const std::map
     throw UsageError(fmt::format("checkpoint {}: written {}, this run {}; resume with the same LoRA options", path,
                                  saved("lora").empty() ? "by a full training run" : "with " + saved("lora"),
                                  options_.lora.empty() ? "trains the whole model" : "has " + options_.lora));
+  // Before the checksum: an fp32 base file held in bf16 is other weights,
+  // and this says why.
+  if (kind == this->kind() && saved("lora_base_precision") != options_.lora_base_precision)
+    throw UsageError(fmt::format(
+        "checkpoint {}: its LoRA adapters were trained on a base held in {}, this run "
+        "holds it in {}; resume with the same {}",
+        path, saved("lora_base_precision"), options_.lora_base_precision, setting_reference("base_precision")));
   if (kind == this->kind() && saved("lora_base") != options_.lora_base)
     throw UsageError(
         fmt::format("checkpoint {}: its LoRA adapters were trained on base weights {}, this run's base is "

@@ -23,8 +23,9 @@ struct FlowMatchingObjectiveOptions {
   uint64_t seed = 0;       // keys each sample's noise and caption drop with the step
   // With LoRA (model::add_lora): the adapters' description and the frozen
   // base's weights_checksum. Checkpoints record both, since they hold only
-  // the adapters, and a resume must find the same ones. Empty otherwise.
-  std::string lora, lora_base;
+  // the adapters, and a resume must find the same ones; and the precision
+  // the base's block Linears are held in ("bf16" or "fp32"). Empty otherwise.
+  std::string lora, lora_base, lora_base_precision;
 };
 
 class FlowMatchingObjective : public Objective {

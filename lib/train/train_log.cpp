@@ -1,12 +1,14 @@
 #include "wantrain/train/train_log.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
 
 #include "wantrain/util/error.hpp"
 #include "wantrain/util/json.hpp"
+#include "wantrain/util/memory.hpp"
 
 namespace wt::train {
 namespace {
@@ -109,6 +111,7 @@ void TrainLog::record(const StepResult& r, int64_t skipped_total) {
                          {"comm_s", times_.comm / n},
                          {"optimizer_s", times_.optimizer / n},
                          {"skipped_steps", skipped_total},
+                         {"peak_rss_mib", peak_rss_mib()},  // rank 0's so far; every rank's at the end
                          {"eta_s", eta}};
   write_line(line.dump());
   steps_ = 0;
@@ -124,14 +127,25 @@ void TrainLog::validation(int64_t step, double loss) {
   write_line(nlohmann::json{{"step", step}, {"val_loss", loss}}.dump());
 }
 
-void TrainLog::finish(int64_t skipped_total) {
+void TrainLog::finish(int64_t skipped_total, const std::vector<double>& peak_rss_mib) {
   if (!enabled_) return;
   progress_.reset();  // ends the bar's line
-  std::fprintf(options_.stream, "trained %lld steps in %s (%.1f samples/s), %lld skipped\n",
-               static_cast<long long>(run_steps_), duration(run_wall_).c_str(),
-               run_wall_ > 0 ? double(run_steps_ * options_.samples_per_step) / run_wall_ : 0.0,
-               static_cast<long long>(skipped_total));
+  std::vector<std::string> rss;
+  for (const double mib : peak_rss_mib) rss.push_back(fmt::format("{:.0f}", mib));
+  const double samples_per_s = run_wall_ > 0 ? double(run_steps_ * options_.samples_per_step) / run_wall_ : 0.0;
+  std::fprintf(options_.stream, "trained %lld steps in %s (%.1f samples/s), %lld skipped; peak RSS per rank %s MiB\n",
+               static_cast<long long>(run_steps_), duration(run_wall_).c_str(), samples_per_s,
+               static_cast<long long>(skipped_total), fmt::format("{}", fmt::join(rss, ", ")).c_str());
   std::fflush(options_.stream);
+  // With the last step's number, so that a resume's truncation treats it
+  // as that step's.
+  write_line(nlohmann::json{{"step", options_.total_steps},
+                            {"run_steps", run_steps_},
+                            {"run_s", run_wall_},
+                            {"run_samples_per_s", samples_per_s},
+                            {"skipped_steps", skipped_total},
+                            {"peak_rss_mib_per_rank", peak_rss_mib}}
+                 .dump());
 }
 
 void TrainLog::write_line(const std::string& json) {

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "wantrain/train/engine.hpp"
 #include "wantrain/util/progress.hpp"
@@ -34,8 +35,9 @@ class TrainLog {
 
   void record(const StepResult& step, int64_t skipped_total);
   void validation(int64_t step, double loss);
-  // The closing line: steps, mean samples/s, skipped steps, wall time.
-  void finish(int64_t skipped_total);
+  // The closing line: steps, mean samples/s, skipped steps, wall time and
+  // each rank's peak RSS (MiB, by rank); also a last metrics.jsonl line.
+  void finish(int64_t skipped_total, const std::vector<double>& peak_rss_mib);
 
   bool is_logged_step(int64_t step) const;
 

@@ -39,7 +39,7 @@ struct WanRun::Impl {
   model::LoraOptions lora;
   std::string lora_base;  // the frozen base's checksum
 
-  explicit Impl(model::WanConfig c) : model(c), config(std::move(c)) {}
+  Impl(model::WanConfig c, at::ScalarType base_dtype) : model(c, base_dtype), config(std::move(c)) {}
 };
 
 WanRun::WanRun(const RunPlan& plan, const WanRunOptions& options, distributed::Comm& comm, data::Dataset dataset,
@@ -47,14 +47,16 @@ WanRun::WanRun(const RunPlan& plan, const WanRunOptions& options, distributed::C
   const ckpt::Checkpoint* resume = start.checkpoint ? &*start.checkpoint : nullptr;
   data::DistributedSampler sampler(dataset.shard_sizes(), plan.sampler);
 
-  torch::manual_seed(plan.settings.seed);  // the same initial weights for the same seed (rank 0's are broadcast)
-  impl_ = std::make_unique<Impl>(std::move(config));
-  auto& im = *impl_;
-  im.teacher = teacher;
-  auto& model = im.model;
   const bool lora = options.lora.rank > 0;
   if (lora && teacher)
     throw SettingError("lora_rank", "LoRA is not available with distillation yet; train the student in full");
+  if (!lora && options.base_dtype != at::kFloat)
+    throw SettingError("base_precision", "only a LoRA run has a frozen base to hold in bf16");
+  torch::manual_seed(plan.settings.seed);  // the same initial weights for the same seed (rank 0's are broadcast)
+  impl_ = std::make_unique<Impl>(std::move(config), options.base_dtype);
+  auto& im = *impl_;
+  im.teacher = teacher;
+  auto& model = im.model;
   const bool init_from_checkpoint = !options.init.empty() && ckpt::is_checkpoint_file(options.init);
   if (!options.init.empty() && !init_from_checkpoint)
     model::load_weights(*model, options.init, model::LoadMode::Strict);
@@ -76,10 +78,12 @@ WanRun::WanRun(const RunPlan& plan, const WanRunOptions& options, distributed::C
     const int64_t adapters = model::add_lora(*model, options.lora);
     objective_options.lora = model::describe_lora(options.lora);
     objective_options.lora_base = im.lora_base;
+    objective_options.lora_base_precision = options.base_dtype == at::kBFloat16 ? "bf16" : "fp32";
     if (comm.rank() == 0)
-      fmt::print("lora: {}; {} adapter parameters trained, the base's {} frozen ({}, {})\n", objective_options.lora,
-                 adapters, model::parameter_count(im.config), options.init.empty() ? "from the seed" : options.init,
-                 im.lora_base);
+      fmt::print("lora: {}; {} adapter parameters trained, the base's {} frozen ({}, {}; block Linears held in {})\n",
+                 objective_options.lora, adapters, model::parameter_count(im.config),
+                 options.init.empty() ? "from the seed" : options.init, im.lora_base,
+                 objective_options.lora_base_precision);
   }
   model->to(comm.device());
   model->train();

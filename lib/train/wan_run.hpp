@@ -15,6 +15,8 @@
 // same steps.
 #pragma once
 
+#include <c10/core/ScalarType.h>
+
 #include <memory>
 #include <string>
 
@@ -44,6 +46,9 @@ struct WanRunOptions {
   // frozen and adapters are trained; checkpoints hold the adapters only, and
   // the run's weights are lora.safetensors (model/lora.hpp).
   model::LoraOptions lora;
+  // With LoRA: the frozen base's block Linears held in kBFloat16 (built,
+  // loaded and kept so: never an fp32 copy of them) or kFloat.
+  at::ScalarType base_dtype = at::kFloat;
 };
 
 class WanRun {

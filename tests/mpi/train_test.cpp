@@ -1,5 +1,6 @@
 // wantrain trains: whole jobs under mpiexec on small synthetic datasets, read
 // back through metrics.jsonl and the weights they write.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -128,6 +129,22 @@ TEST_F(Train, TwoRankRunLearnsAndReportsFromRankZeroOnly) {
   // 32 samples, global batch 8: 4 steps per epoch, so step 60 is in epoch 14.
   EXPECT_EQ(lines.back()["epoch"], 14);
   EXPECT_EQ(lines.back()["skipped_steps"], 0);
+  // Rank 0's peak RSS on each logged step; every rank's in the closing
+  // record, which the closing line prints too.
+  EXPECT_GT(lines.back()["peak_rss_mib"].get<double>(), 10.0);
+  const auto summary = read_metrics(dir).back();
+  EXPECT_EQ(summary["step"], 60);
+  EXPECT_EQ(summary["run_steps"], 60);
+  ASSERT_EQ(summary["peak_rss_mib_per_rank"].size(), 2u) << summary.dump();
+  std::vector<std::string> per_rank;
+  for (const auto& mib : summary["peak_rss_mib_per_rank"]) {
+    EXPECT_GT(mib.get<double>(), 10.0);  // LibTorch alone is more
+    EXPECT_LT(mib.get<double>(), 24.0 * 1024);
+    per_rank.push_back(fmt::format("{:.0f}", mib.get<double>()));
+  }
+  EXPECT_GE(summary["peak_rss_mib_per_rank"][0].get<double>(), lines.back()["peak_rss_mib"].get<double>());
+  EXPECT_EQ(occurrences(job.output, fmt::format("peak RSS per rank {}, {} MiB\n", per_rank[0], per_rank[1])), 1u)
+      << job.output;
 
   // One line per logged step, from rank 0 only, with the step-time split.
   EXPECT_EQ(occurrences(job.output, "step 10/60  epoch 2  loss "), 1u) << job.output;

@@ -8,6 +8,7 @@
 #include <functional>
 #include <string>
 
+#include "wantrain/model/autocast.hpp"
 #include "wantrain/model/linear.hpp"
 #include "wantrain/model/lora.hpp"
 #include "wantrain/model/lora_file.hpp"
@@ -15,6 +16,7 @@
 #include "wantrain/model/weight_names.hpp"
 #include "wantrain/model/model_config.hpp"
 #include "wantrain/model/wan_model.hpp"
+#include "wantrain/model/weights.hpp"
 #include "wantrain/train/flow_matching_objective.hpp"
 #include "wantrain/util/error.hpp"
 
@@ -51,9 +53,9 @@ at::Tensor run(WanModel& model, const Inputs& in) { return model->forward(in.x, 
 // The model's output from a seed, with LoRA options applied (rank 0: none).
 // The head is zero-initialised, as in Wan: give it values so outputs depend
 // on every block.
-WanModel seeded_model(const LoraOptions& lora) {
+WanModel seeded_model(const LoraOptions& lora, at::ScalarType base_dtype = at::kFloat) {
   torch::manual_seed(7);
-  WanModel model(tiny());
+  WanModel model(tiny(), base_dtype);
   {
     torch::NoGradGuard no_grad;
     model->head->head->weight.normal_(0, 0.02);
@@ -69,6 +71,85 @@ TEST(Lora, AddingAdaptersLeavesTheOutputUnchanged) {
   auto base = seeded_model({});
   auto adapted = seeded_model({4, 8, 0, {}});
   EXPECT_TRUE(torch::equal(run(base, in), run(adapted, in)));
+}
+
+bool is_block_linear(const std::string& name) {
+  if (name.rfind("blocks.", 0) != 0) return false;
+  for (const char* part : {"_attn.q.", "_attn.k.", "_attn.v.", "_attn.o.", ".ffn."})
+    if (name.find(part) != std::string::npos) return true;
+  return false;
+}
+
+// A bf16 base is built in bf16: its block Linears are the fp32 model's
+// values rounded, from the same draws; everything else is the fp32 model's.
+TEST(Lora, ABf16BaseHoldsTheFp32ModelRounded) {
+  auto fp32 = seeded_model({});
+  auto bf16 = seeded_model({}, at::kBFloat16);
+  const auto reference = fp32->named_parameters();
+  int64_t block_linears = 0;
+  for (const auto& item : bf16->named_parameters()) {
+    const auto& expected = reference[item.key()];
+    if (is_block_linear(item.key())) {
+      ++block_linears;
+      EXPECT_EQ(item.value().scalar_type(), at::kBFloat16) << item.key();
+      EXPECT_TRUE(torch::equal(item.value(), expected.to(at::kBFloat16))) << item.key();
+    } else {
+      EXPECT_EQ(item.value().scalar_type(), at::kFloat) << item.key();
+      EXPECT_TRUE(torch::equal(item.value(), expected)) << item.key();
+    }
+  }
+  EXPECT_EQ(block_linears, tiny().num_layers * 10 * 2);  // 10 Linears a block, weight and bias
+}
+
+// Under bf16 autocast an fp32 model computes its Linears on the bf16-rounded
+// weights, which is what a bf16 base holds: the outputs are the same bits.
+// Without autocast the bf16 base computes its Linears in bf16 and the rest
+// in fp32, so it stays within bf16 precision of the fp32 model.
+TEST(Lora, ABf16BaseComputesAsTheFp32ModelUnderBf16Autocast) {
+  const auto in = inputs();
+  auto fp32 = seeded_model({});
+  auto bf16 = seeded_model({}, at::kBFloat16);
+  {
+    wt::model::AutocastScope autocast(at::kBFloat16);
+    EXPECT_TRUE(torch::equal(run(fp32, in), run(bf16, in)));
+  }
+  const auto expected = run(fp32, in);
+  const auto got = run(bf16, in);
+  EXPECT_EQ(got.scalar_type(), at::kFloat);
+  EXPECT_LT((got - expected).abs().max().item<double>(), 0.02 * expected.abs().max().item<double>());
+}
+
+TEST(Lora, AdaptersOnABf16BaseTrainInFp32AndStartAtTheBase) {
+  const auto in = inputs();
+  auto base = seeded_model({}, at::kBFloat16);
+  auto adapted = seeded_model({4, 8, 0, {}}, at::kBFloat16);
+  EXPECT_TRUE(torch::equal(run(base, in), run(adapted, in)));
+  run(adapted, in).square().mean().backward();
+  for (const auto& item : adapted->named_parameters()) {
+    if (item.key().find(".lora_") == std::string::npos) {
+      EXPECT_FALSE(item.value().grad().defined()) << item.key();
+      continue;
+    }
+    EXPECT_EQ(item.value().scalar_type(), at::kFloat) << item.key();
+    ASSERT_TRUE(item.value().grad().defined()) << item.key();
+    EXPECT_EQ(item.value().grad().scalar_type(), at::kFloat) << item.key();
+  }
+}
+
+// --init into a bf16 base: a bf16 file's tensors are copied in as they are.
+TEST(Lora, WeightsLoadIntoABf16BaseInBf16) {
+  auto source = seeded_model({});
+  const std::string path = ::testing::TempDir() + "/lora-bf16-base.safetensors";
+  wt::model::save_weights(*source, path, at::kBFloat16);
+  torch::manual_seed(99);
+  WanModel base(tiny(), at::kBFloat16);
+  wt::model::load_weights(*base, path);
+  const auto expected = source->named_parameters();
+  for (const auto& item : base->named_parameters()) {
+    EXPECT_EQ(item.value().scalar_type(), is_block_linear(item.key()) ? at::kBFloat16 : at::kFloat) << item.key();
+    EXPECT_TRUE(torch::equal(item.value().to(at::kFloat), expected[item.key()].to(at::kBFloat16).to(at::kFloat)))
+        << item.key();
+  }
 }
 
 TEST(Lora, OnlyTheAdaptersOfTheChosenTargetsTrain) {
