@@ -123,16 +123,36 @@ void export_lora(const ckpt::Checkpoint& saved, const std::string& path, const m
              o.ema ? "EMA" : "trained", saved.state.step, o.names, o.dtype_name, o.out);
 }
 
+// No checkpoint: the weights a fresh run with --seed starts from (Wan's
+// initialisation), e.g. a stand-in base of a real config's size where no
+// released weights can be had. With --dtype bf16 the blocks' Linears are
+// built in bf16, so a real size never exists in fp32 here either.
+void export_seed(const std::string& config_path, uint64_t seed, const ExportOptions& o) {
+  const auto config = model::load_model_config(config_path);
+  torch::manual_seed(seed);
+  model::WanModel model(config, o.dtype == at::kBFloat16 ? at::kBFloat16 : at::kFloat);
+  model::save_weights(*model, o.out, o.dtype,
+                      o.names == "diffusers" ? model::WeightNames::Diffusers : model::WeightNames::Official);
+  fmt::print("exported the initial weights of seed {} for {} ({} parameters; {} names, {}) to {}\n", seed,
+             config_path, model::parameter_count(config), o.names, o.dtype_name, o.out);
+}
+
 }  // namespace
 
 int run_export(distributed::World& world, int argc, char** argv) {
-  std::string config_file, checkpoint_path, dtype = "fp32", model_config_out, merge;
+  std::string config_file, checkpoint_path, dtype = "fp32", model_config_out, merge, model_config;
+  uint64_t seed = 0;
   ExportOptions o;
   o.names = "official";
-  OptionSet options("wantrain export", "--checkpoint step-N.h5 --out model.safetensors [options]");
+  OptionSet options("wantrain export",
+                    "--checkpoint step-N.h5 --out model.safetensors [options]\n       wantrain export "
+                    "--model-config C.json --seed S --out base.safetensors [--dtype bf16]");
   options.group("wantrain export")
       .standard_options(&config_file)
       .add("checkpoint", &checkpoint_path, "wantrain checkpoint (.h5) to read")
+      .add("model-config", &model_config,
+           "instead of --checkpoint: write the initial weights a fresh run of this model config starts from")
+      .add("seed", &seed, "with --model-config: the run's --seed")
       .add("out", &o.out, "safetensors file to write")
       .flag("ema", &o.ema, "export the EMA weights instead of the trained ones")
       .choice("dtype", &dtype, {"fp32", "bf16", "fp16"}, "stored dtype")
@@ -145,11 +165,19 @@ int run_export(distributed::World& world, int argc, char** argv) {
     if (world.is_root()) std::cout << app::help_or_version(outcome, options);
     return kExitOk;
   }
-  if (checkpoint_path.empty()) throw UsageError("option --checkpoint: the checkpoint to export is required");
+  if (checkpoint_path.empty() == model_config.empty())
+    throw UsageError(
+        "option --checkpoint: give the checkpoint to export, or --model-config for a seed's initial weights");
+  if (!model_config.empty() && (o.ema || !merge.empty() || !model_config_out.empty()))
+    throw UsageError("option --model-config: --ema, --merge and --model-config-out need --checkpoint");
   if (o.out.empty()) throw UsageError("option --out: the safetensors file to write is required");
   if (!world.is_root()) return kExitOk;  // one writer, however it was launched
   o.dtype = dtype == "bf16" ? at::kBFloat16 : dtype == "fp16" ? at::kHalf : at::kFloat;
   o.dtype_name = dtype;
+  if (!model_config.empty()) {
+    export_seed(model_config, seed, o);
+    return kExitOk;
+  }
 
   const auto saved = ckpt::read_checkpoint(checkpoint_path);
   const bool is_lora = saved.objective.count("lora") > 0;

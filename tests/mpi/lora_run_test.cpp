@@ -231,6 +231,42 @@ TEST_F(LoraRun, WansampleWithTheLoraSamplesAsTheMergedWeights) {
   EXPECT_GT((with_lora - plain).abs().max().item<float>(), 1e-3);  // the adapters matter
 }
 
+// wantrain export --model-config --seed writes the weights a run from that
+// seed starts from: a LoRA run from the seed and one from the file hold the
+// same base (the same checksum). In bf16 (built in bf16, every tensor
+// written in bf16) the file is the fp32 one rounded.
+TEST_F(LoraRun, ASeedsInitialWeightsExportAsTheBaseOfARunFromThatSeed) {
+  auto checksum_of = [](const std::string& output) {
+    const auto at = output.find("crc32:");
+    return at == std::string::npos ? std::string() : output.substr(at, 14);
+  };
+  auto file = [](const std::string& dtype) { return run_dir("lora-seed-" + dtype) + ".safetensors"; };
+  for (const std::string dtype : {"fp32", "bf16"}) {
+    const Job exported = launch(std::string(WANTRAIN_WANTRAIN) + " export --model-config " + tiny_config() +
+                                " --seed 11 --dtype " + dtype + " --out " + file(dtype));
+    ASSERT_EQ(exported.status, 0) << exported.output;
+  }
+  const std::string common = "--lora-rank 4 --batch-size 2 --steps 1 --base-precision fp32 --seed 11";
+  const Job from_seed = train(2, "lora-from-seed", common);
+  const Job from_file = train(2, "lora-from-file", common + " --init " + file("fp32"));
+  ASSERT_EQ(from_seed.status, 0) << from_seed.output;
+  ASSERT_EQ(from_file.status, 0) << from_file.output;
+  EXPECT_FALSE(checksum_of(from_seed.output).empty()) << from_seed.output;
+  EXPECT_EQ(checksum_of(from_seed.output), checksum_of(from_file.output)) << from_file.output;
+
+  const auto fp32 = wt::model::SafetensorsFile::open(file("fp32"));
+  const auto bf16 = wt::model::SafetensorsFile::open(file("bf16"));
+  ASSERT_EQ(bf16.entries().size(), fp32.entries().size());
+  for (const auto& entry : bf16.entries()) {
+    EXPECT_EQ(entry.dtype, wt::model::TensorDtype::BF16) << entry.name;
+    EXPECT_TRUE(torch::equal(bf16.read(entry), fp32.read(*fp32.find(entry.name)).to(at::kBFloat16))) << entry.name;
+  }
+  const Job neither = launch(std::string(WANTRAIN_WANTRAIN) + " export --out " + run_dir("x") + ".safetensors");
+  EXPECT_EQ(neither.status, 2) << neither.output;
+  EXPECT_EQ(occurrences(neither.output, "option --checkpoint: give the checkpoint to export, or --model-config"), 1u)
+      << neither.output;
+}
+
 TEST_F(LoraRun, BadOptionsAreOneLineAndStatus2) {
   struct Case {
     std::string options, expected;
