@@ -127,14 +127,22 @@ void export_lora(const ckpt::Checkpoint& saved, const std::string& path, const m
 // initialisation), e.g. a stand-in base of a real config's size where no
 // released weights can be had. With --dtype bf16 the blocks' Linears are
 // built in bf16, so a real size never exists in fp32 here either.
-void export_seed(const std::string& config_path, uint64_t seed, const ExportOptions& o) {
+// With `stand_in` the output head, zero in Wan's initialisation (so no
+// block reaches the output and a LoRA on such a base learns nothing), is
+// drawn as Xavier uniform too: a base whose blocks all matter.
+void export_seed(const std::string& config_path, uint64_t seed, bool stand_in, const ExportOptions& o) {
   const auto config = model::load_model_config(config_path);
   torch::manual_seed(seed);
   model::WanModel model(config, o.dtype == at::kBFloat16 ? at::kBFloat16 : at::kFloat);
+  if (stand_in) {
+    torch::NoGradGuard no_grad;
+    torch::nn::init::xavier_uniform_(model->head->head->weight);
+  }
   model::save_weights(*model, o.out, o.dtype,
                       o.names == "diffusers" ? model::WeightNames::Diffusers : model::WeightNames::Official);
-  fmt::print("exported the initial weights of seed {} for {} ({} parameters; {} names, {}) to {}\n", seed,
-             config_path, model::parameter_count(config), o.names, o.dtype_name, o.out);
+  fmt::print("exported the initial weights of seed {}{} for {} ({} parameters; {} names, {}) to {}\n", seed,
+             stand_in ? " with a random head" : "", config_path, model::parameter_count(config), o.names, o.dtype_name,
+             o.out);
 }
 
 }  // namespace
@@ -142,6 +150,7 @@ void export_seed(const std::string& config_path, uint64_t seed, const ExportOpti
 int run_export(distributed::World& world, int argc, char** argv) {
   std::string config_file, checkpoint_path, dtype = "fp32", model_config_out, merge, model_config;
   uint64_t seed = 0;
+  bool stand_in = false;
   ExportOptions o;
   o.names = "official";
   OptionSet options("wantrain export",
@@ -153,6 +162,9 @@ int run_export(distributed::World& world, int argc, char** argv) {
       .add("model-config", &model_config,
            "instead of --checkpoint: write the initial weights a fresh run of this model config starts from")
       .add("seed", &seed, "with --model-config: the run's --seed")
+      .flag("random-head", &stand_in,
+            "with --model-config: draw the output head too (zero in Wan's initialisation): a stand-in base for "
+            "LoRA, whose blocks all reach the output")
       .add("out", &o.out, "safetensors file to write")
       .flag("ema", &o.ema, "export the EMA weights instead of the trained ones")
       .choice("dtype", &dtype, {"fp32", "bf16", "fp16"}, "stored dtype")
@@ -170,12 +182,13 @@ int run_export(distributed::World& world, int argc, char** argv) {
         "option --checkpoint: give the checkpoint to export, or --model-config for a seed's initial weights");
   if (!model_config.empty() && (o.ema || !merge.empty() || !model_config_out.empty()))
     throw UsageError("option --model-config: --ema, --merge and --model-config-out need --checkpoint");
+  if (stand_in && model_config.empty()) throw UsageError("option --random-head: needs --model-config");
   if (o.out.empty()) throw UsageError("option --out: the safetensors file to write is required");
   if (!world.is_root()) return kExitOk;  // one writer, however it was launched
   o.dtype = dtype == "bf16" ? at::kBFloat16 : dtype == "fp16" ? at::kHalf : at::kFloat;
   o.dtype_name = dtype;
   if (!model_config.empty()) {
-    export_seed(model_config, seed, o);
+    export_seed(model_config, seed, stand_in, o);
     return kExitOk;
   }
 

@@ -71,7 +71,10 @@ void declare_options(OptionSet& o, TrainConfig& c) {
       .add("clip", &c.clip, "clip gradients to this global norm (0: off)")
       .add("ema-decay", &c.ema_decay, "EMA decay of the weights (0: no EMA)")
       .add("grad-accum", &c.grad_accum, "micro-steps accumulated per optimizer step")
-      .choice("precision", &c.precision, {"fp32", "bf16", "fp16"}, "compute precision (master weights stay fp32)");
+      .choice("precision", &c.precision, {"fp32", "bf16", "fp16"}, "compute precision (master weights stay fp32)")
+      .add("grad-checkpoint", &c.grad_checkpoint,
+           "activation checkpointing: none, blocks (each Wan block keeps no activations and runs again in "
+           "backward) or every-N (blocks 0, N, 2N, ...): less memory for about one more forward");
   o.group("distributed")
       .choice("backend", &c.backend, {"auto", "mpi", "nccl"}, "collectives backend (auto: nccl with GPUs, else mpi)")
       .add("bucket-mb", &c.bucket_mb, "gradient bucket size in MiB")
@@ -124,7 +127,8 @@ void validate(const TrainConfig& c) {
   require(c.val_every >= 0, "val-every", "must be 0 (never) or more");
   require(c.logit_std > 0, "logit-std", "must be positive");
   require(c.shift > 0, "shift", "must be positive");
-  sigma_range(c);  // throws on a malformed range
+  sigma_range(c);             // throws on a malformed range
+  grad_checkpoint_every(c);  // likewise
   require(c.timestep_range.empty() || c.mode != "distill", "timestep-range", "not available with --mode distill yet");
   require(c.text_drop >= 0 && c.text_drop <= 1, "text-drop", "must be a probability in [0, 1]");
   require(c.steps >= 0, "steps", "must be 0 or more");
@@ -212,6 +216,19 @@ std::pair<double, double> sigma_range(const TrainConfig& c) {
   return {lo, hi};
 }
 
+int64_t grad_checkpoint_every(const TrainConfig& c) {
+  if (c.grad_checkpoint == "none") return 0;
+  if (c.grad_checkpoint == "blocks") return 1;
+  const std::string prefix = "every-";
+  if (c.grad_checkpoint.rfind(prefix, 0) == 0) {
+    const std::string n = c.grad_checkpoint.substr(prefix.size());
+    if (!n.empty() && n.size() <= 6 && n.find_first_not_of("0123456789") == std::string::npos && std::stoi(n) >= 1)
+      return std::stoi(n);
+  }
+  throw UsageError(fmt::format("option --grad-checkpoint: expected none, blocks or every-N with N >= 1, got '{}'",
+                               c.grad_checkpoint));
+}
+
 model::LoraOptions lora_options(const TrainConfig& c) {
   return {c.lora_rank, c.lora_alpha, c.lora_dropout, split_list(c.lora_targets)};
 }
@@ -233,6 +250,7 @@ train::WanRunOptions wan_run_options(const TrainConfig& c) {
   o.prefetch = c.prefetch;
   o.lora = lora_options(c);
   if (c.lora_rank > 0) o.base_dtype = c.base_precision == "fp32" ? at::kFloat : at::kBFloat16;
+  o.grad_checkpoint = grad_checkpoint_every(c);
   return o;
 }
 

@@ -70,6 +70,7 @@ struct TrainConfig {
   double ema_decay = 0.0;
   int grad_accum = 1;
   std::string precision = "fp32";
+  std::string grad_checkpoint = "none";  // none, blocks or every-N
 
   // distributed
   std::string backend = "auto";
@@ -114,6 +115,9 @@ void validate(const TrainConfig& cfg);
 train::RunSettings run_settings(const TrainConfig& cfg, const at::Device& device);
 train::WanRunOptions wan_run_options(const TrainConfig& cfg);
 model::LoraOptions lora_options(const TrainConfig& cfg);
+// --grad-checkpoint as WanModel::set_grad_checkpoint's N: none 0, blocks 1,
+// every-N N; UsageError naming the option otherwise.
+int64_t grad_checkpoint_every(const TrainConfig& cfg);
 // --timestep-range as [min, max] of sigma after the shift; [0, 1] when unset.
 std::pair<double, double> sigma_range(const TrainConfig& cfg);
 train::FitOptions fit_options(const TrainConfig& cfg);

@@ -3,19 +3,52 @@
 #include <ATen/autocast_mode.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "wantrain/util/error.hpp"
 
 namespace wt::model {
 
+void fill_uniform_drawn_in_fp32(const at::Tensor& target, double from, double to) {
+  torch::NoGradGuard no_grad;
+  if (target.scalar_type() == at::kFloat) {
+    target.uniform_(from, to);
+    return;
+  }
+  // LibTorch's CPU uniform_ draws element after element from the generator,
+  // so chunks of an fp32 buffer give the numbers one fp32 tensor would. A
+  // buffer of fixed size, reused: no fp32 copy of a layer, and no heap holes
+  // of its size left behind (those added 1.5 GB to a 1.3B bf16 base).
+  constexpr int64_t kChunk = int64_t(1) << 18;  // 1 MiB of fp32
+  auto flat = target.view({-1});
+  auto buffer = torch::empty({std::min(kChunk, flat.numel())}, torch::kFloat32);
+  for (int64_t at = 0; at < flat.numel(); at += kChunk) {
+    auto part = buffer.narrow(0, 0, std::min(kChunk, flat.numel() - at));
+    part.uniform_(from, to);
+    flat.narrow(0, at, part.numel()).copy_(part);
+  }
+}
+
 LinearImpl::LinearImpl(int64_t in, int64_t out, at::ScalarType dtype) : in_features(in), out_features(out) {
-  // torch::nn::Linear's own initialisation, so that a model draws the same
-  // numbers from the generator whichever of the two its layers are. Only
-  // this one layer is ever in fp32 when `dtype` is bf16.
-  torch::nn::LinearImpl reference(in, out);
-  weight = register_parameter("weight", reference.weight.detach().to(dtype, false, /*copy=*/true));
-  bias = register_parameter("bias", reference.bias.detach().to(dtype, false, /*copy=*/true));
+  if (dtype == at::kFloat) {
+    // torch::nn::Linear's own initialisation, so that a model draws the same
+    // numbers from the generator whichever of the two its layers are.
+    torch::nn::LinearImpl reference(in, out);
+    weight = register_parameter("weight", reference.weight.detach().clone());
+    bias = register_parameter("bias", reference.bias.detach().clone());
+    return;
+  }
+  // The same draws, rounded: torch::nn::Linear's reset_parameters is
+  // kaiming_uniform_(weight, a = sqrt(5)) and bias ~ U(+-1 / sqrt(in)),
+  // with the bounds computed as LibTorch computes them.
+  const double gain = std::sqrt(2.0 / (1 + std::pow(std::sqrt(5.0), 2)));
+  const double weight_bound = std::sqrt(3.0) * (gain / std::sqrt(double(in)));
+  const double bias_bound = 1 / std::sqrt(double(in));
+  weight = register_parameter("weight", torch::empty({out, in}, torch::dtype(dtype)));
+  bias = register_parameter("bias", torch::empty({out}, torch::dtype(dtype)));
+  fill_uniform_drawn_in_fp32(weight, -weight_bound, weight_bound);
+  fill_uniform_drawn_in_fp32(bias, -bias_bound, bias_bound);
 }
 
 namespace {

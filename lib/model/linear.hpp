@@ -19,8 +19,8 @@ namespace wt::model {
 
 class LinearImpl : public torch::nn::Module {
  public:
-  // The weight and bias are drawn in fp32 and then held in `dtype`, so a
-  // bf16 layer holds the rounded values of its fp32 twin.
+  // The weight and bias are drawn in fp32 and held in `dtype` (kFloat or
+  // kBFloat16): a bf16 layer holds the rounded values of its fp32 twin.
   LinearImpl(int64_t in_features, int64_t out_features, at::ScalarType dtype = at::kFloat);
   at::Tensor forward(const at::Tensor& x);
 
@@ -40,5 +40,10 @@ class LinearImpl : public torch::nn::Module {
   double lora_scale_ = 0, lora_dropout_ = 0;
 };
 TORCH_MODULE(Linear);
+
+// target ~ U(from, to) drawn in fp32 from LibTorch's global generator and
+// rounded to target's dtype: for a bf16 target, the rounded values of the
+// same draw into an fp32 tensor of its shape, without that tensor.
+void fill_uniform_drawn_in_fp32(const at::Tensor& target, double from, double to);
 
 }  // namespace wt::model

@@ -8,6 +8,7 @@
 
 #include "wantrain/model/autocast.hpp"
 #include "wantrain/model/patches.hpp"
+#include "wantrain/model/recompute.hpp"
 #include "wantrain/util/error.hpp"
 
 namespace wt::model {
@@ -141,10 +142,10 @@ void WanModelImpl::init_weights() {
       nn::init::xavier_uniform_(linear->weight);
       nn::init::zeros_(linear->bias);
     } else if (auto* block_linear = module->as<Linear>()) {
-      // Drawn in fp32 (the same draws for either dtype), one layer at a time.
-      auto weight = torch::empty(block_linear->weight.sizes(), torch::kFloat32);
-      nn::init::xavier_uniform_(weight);
-      block_linear->weight.copy_(weight);
+      // xavier_uniform_'s bound, drawn in fp32 whatever the layer's dtype.
+      const auto& w = block_linear->weight;
+      const double bound = std::sqrt(3.0) * std::sqrt(2.0 / double(w.size(0) + w.size(1)));
+      fill_uniform_drawn_in_fp32(w, -bound, bound);
       nn::init::zeros_(block_linear->bias);
     }
   // xavier over the flattened kernel [dim, in_dim * prod(patch)], as Wan does
@@ -186,7 +187,11 @@ at::Tensor WanModelImpl::forward(const at::Tensor& x, const at::Tensor& t, const
   auto ctx = text_embedding->forward(padded);                                                // [B, text_len, dim]
 
   const RopeTable& rope = rope_for(grid, x.device());
-  for (const auto& block : *blocks) tokens = block->as<WanBlockImpl>()->forward(tokens, e0, ctx, rope);
+  for (size_t i = 0; i < blocks->size(); ++i) {
+    auto& block = *blocks[i]->as<WanBlockImpl>();
+    tokens = recompute_every_ > 0 && int64_t(i) % recompute_every_ == 0 ? recomputed_block(block, tokens, e0, ctx, rope)
+                                                                        : block.forward(tokens, e0, ctx, rope);
+  }
 
   auto out = head(tokens, e);  // [B, L, prod(patch) * out_dim]
   return unpatchify(out, grid, cfg.patch_size, cfg.out_dim);

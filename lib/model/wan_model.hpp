@@ -96,6 +96,12 @@ class WanModelImpl : public torch::nn::Module {
 
   const WanConfig& config() const { return config_; }
 
+  // Activation checkpointing (model/recompute.hpp): with every = N > 0,
+  // blocks 0, N, 2N, ... keep no activations and are run again in backward
+  // (N = 1: every block); 0: off. Gradients are those without it.
+  void set_grad_checkpoint(int64_t every) { recompute_every_ = every; }
+  int64_t grad_checkpoint() const { return recompute_every_; }
+
   torch::nn::Conv3d patch_embedding{nullptr};
   torch::nn::Sequential text_embedding{nullptr}, time_embedding{nullptr}, time_projection{nullptr};
   torch::nn::ModuleList blocks{nullptr};
@@ -109,6 +115,7 @@ class WanModelImpl : public torch::nn::Module {
   WanConfig config_;
   std::array<int64_t, 3> rope_grid_{};
   RopeTable rope_;
+  int64_t recompute_every_ = 0;
 };
 TORCH_MODULE(WanModel);
 

@@ -49,6 +49,9 @@ struct WanRunOptions {
   // With LoRA: the frozen base's block Linears held in kBFloat16 (built,
   // loaded and kept so: never an fp32 copy of them) or kFloat.
   at::ScalarType base_dtype = at::kFloat;
+  // Activation checkpointing of the trained model: every N-th block
+  // recomputed in backward (WanModel::set_grad_checkpoint); 0 off.
+  int64_t grad_checkpoint = 0;
 };
 
 class WanRun {

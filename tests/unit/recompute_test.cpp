@@ -1,0 +1,132 @@
+// Activation checkpointing (--grad-checkpoint): recomputing blocks in
+// backward gives the gradients of the plain backward, bit for bit in fp32
+// (but for the order of one sum),
+// for a whole model and for LoRA adapters (whose first block has no input
+// that needs a gradient), with LoRA dropout drawing the same mask, and
+// under bf16 autocast; and every gradient still arrives through its
+// parameter's AccumulateGrad, where the Reducer's hooks sit.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <map>
+#include <string>
+
+#include "wantrain/model/autocast.hpp"
+#include "wantrain/model/lora.hpp"
+#include "wantrain/model/wan_model.hpp"
+
+namespace {
+
+using wt::model::WanConfig;
+using wt::model::WanModel;
+
+WanConfig small() {
+  WanConfig c;
+  c.dim = 32;
+  c.ffn_dim = 64;
+  c.num_heads = 2;
+  c.num_layers = 3;
+  c.freq_dim = 32;
+  c.text_dim = 16;
+  c.text_len = 8;
+  c.patch_size = {1, 2, 2};
+  c.in_dim = 4;
+  c.out_dim = 4;
+  return c;
+}
+
+struct Run {
+  at::Tensor output;
+  std::map<std::string, at::Tensor> grads;
+  int hooks = 0;  // gradients that reached a parameter's AccumulateGrad
+};
+
+// One forward and backward of a seeded model, every N-th block recomputed.
+Run forward_backward(int64_t every, const wt::model::LoraOptions& lora, at::ScalarType autocast = at::kFloat) {
+  torch::manual_seed(7);
+  WanModel model(small());
+  {
+    torch::NoGradGuard no_grad;
+    model->head->head->weight.normal_(0, 0.02);  // zero in Wan's init: no block would reach the output
+  }
+  if (lora.rank > 0) {
+    wt::model::add_lora(*model, lora);
+    torch::NoGradGuard no_grad;
+    for (const auto& item : model->named_parameters())
+      if (item.key().find("lora_B") != std::string::npos) item.value().normal_(0, 0.1);
+  }
+  model->set_grad_checkpoint(every);
+  model->train();
+  Run run;
+  for (const auto& item : model->named_parameters())
+    if (item.value().requires_grad())
+      item.value().register_hook([&run](const at::Tensor& grad) {
+        ++run.hooks;
+        return grad;
+      });
+  torch::manual_seed(3);
+  const auto x = torch::randn({2, 4, 2, 4, 4}), context = torch::randn({2, 5, 16});
+  const auto t = torch::tensor({100.0f, 700.0f});
+  torch::manual_seed(11);  // what LoRA dropout draws from
+  {
+    wt::model::AutocastScope scope(autocast);
+    run.output = model->forward(x, t, context).to(torch::kFloat32);
+  }
+  run.output.square().mean().backward();
+  for (const auto& item : model->named_parameters())
+    if (item.value().requires_grad()) run.grads[item.key()] = item.value().grad();
+  // The generator is where the plain run leaves it: recomputation drew
+  // its dropout masks from a restored state and put it back.
+  run.output = torch::cat({run.output.flatten(), torch::rand({4})});
+  return run;
+}
+
+// Bitwise, except upstream of the context and the time embedding, which
+// every block uses: there the blocks' gradients are summed in another order
+// (each recomputed block hands back its own sum), so within 1e-6 relative;
+// under bf16 autocast those sums are bf16, so within its precision.
+void expect_same(const Run& plain, const Run& recomputed, double shared_tolerance = 1e-6) {
+  EXPECT_TRUE(torch::equal(plain.output, recomputed.output));
+  ASSERT_EQ(plain.grads.size(), recomputed.grads.size());
+  EXPECT_EQ(plain.hooks, recomputed.hooks);
+  EXPECT_EQ(recomputed.hooks, int(recomputed.grads.size()));
+  for (const auto& [name, grad] : plain.grads) {
+    const auto& other = recomputed.grads.at(name);
+    ASSERT_TRUE(grad.defined() && other.defined()) << name;
+    const bool shared_upstream = name.rfind("text_embedding.", 0) == 0 || name.rfind("time_", 0) == 0;
+    if (shared_upstream) {
+      EXPECT_LE((grad - other).abs().max().item<double>(), shared_tolerance * grad.abs().max().item<double>()) << name;
+    } else {
+      EXPECT_TRUE(torch::equal(grad, other)) << name;
+    }
+  }
+}
+
+TEST(GradCheckpoint, EveryBlockRecomputedGivesTheSameGradientsBitwise) {
+  const auto plain = forward_backward(0, {});
+  expect_same(plain, forward_backward(1, {}));
+  expect_same(plain, forward_backward(2, {}));  // blocks 0 and 2
+}
+
+TEST(GradCheckpoint, LoraAdaptersGetTheirGradientsInTheFirstBlockToo) {
+  const wt::model::LoraOptions lora{4, 8, 0, {}};
+  const auto plain = forward_backward(0, lora);
+  const auto recomputed = forward_backward(1, lora);
+  expect_same(plain, recomputed);
+  EXPECT_GT(recomputed.grads.at("blocks.0.self_attn.q.lora_A").abs().max().item<float>(), 0.0f);
+}
+
+TEST(GradCheckpoint, LoraDropoutDrawsTheSameMaskWhenRecomputed) {
+  const wt::model::LoraOptions lora{4, 8, 0.3, {}};
+  expect_same(forward_backward(0, lora), forward_backward(1, lora));
+}
+
+TEST(GradCheckpoint, Bf16AutocastIsRecomputedUnderBf16) {
+  const auto plain = forward_backward(0, {}, at::kBFloat16);
+  expect_same(plain, forward_backward(1, {}, at::kBFloat16), 1.0 / 128);  // 2 bf16 ulps
+  // Not the fp32 gradients: the recomputation ran under bf16 too.
+  EXPECT_FALSE(
+      torch::equal(plain.grads.at("blocks.1.ffn.0.weight"), forward_backward(1, {}).grads.at("blocks.1.ffn.0.weight")));
+}
+
+}  // namespace
