@@ -127,7 +127,7 @@ void validate(const TrainConfig& c) {
   require(c.val_every >= 0, "val-every", "must be 0 (never) or more");
   require(c.logit_std > 0, "logit-std", "must be positive");
   require(c.shift > 0, "shift", "must be positive");
-  sigma_range(c);             // throws on a malformed range
+  sigma_range(c);            // throws on a malformed range
   grad_checkpoint_every(c);  // likewise
   require(c.timestep_range.empty() || c.mode != "distill", "timestep-range", "not available with --mode distill yet");
   require(c.text_drop >= 0 && c.text_drop <= 1, "text-drop", "must be a probability in [0, 1]");

@@ -102,6 +102,44 @@ TEST_F(Train, WorldSizeBatchAndAccumulationSplitsGiveTheSameRun) {
             1e-4);
 }
 
+// --grad-checkpoint recomputes blocks in backward and changes nothing else:
+// 2 ranks x B with every block recomputed, 1 rank x 2B with every second
+// one, 1 rank x B x 2 accumulation steps and 2 ranks without take the same
+// steps (the Reducer's hooks fire for
+// recomputed blocks too: the ranks' gradients are averaged).
+TEST_F(Train, GradCheckpointingTakesTheSameStepsOnAnyWorldSize) {
+  const std::string common = "--steps 12 --log-every 1 --lr 1e-3 --clip 0.5 --text-drop 0.3 ";
+  const Job plain = train(2, "gc-plain", common + "--batch-size 2");
+  const Job blocks = train(2, "gc-blocks", common + "--batch-size 2 --grad-checkpoint blocks");
+  const Job every2 = train(1, "gc-every2", common + "--batch-size 4 --grad-checkpoint every-2");
+  const Job accum = train(1, "gc-accum", common + "--batch-size 2 --grad-accum 2 --grad-checkpoint blocks");
+  ASSERT_EQ(accum.status, 0) << accum.output;
+  ASSERT_EQ(plain.status, 0) << plain.output;
+  ASSERT_EQ(blocks.status, 0) << blocks.output;
+  ASSERT_EQ(every2.status, 0) << every2.output;
+  const auto reference = training_lines(run_dir("gc-plain"));
+  ASSERT_EQ(reference.size(), 12u);
+  for (const std::string other : {"gc-blocks", "gc-every2", "gc-accum"}) {
+    const auto lines = training_lines(run_dir(other));
+    ASSERT_EQ(lines.size(), 12u) << other;
+    for (size_t i = 0; i < lines.size(); ++i) {
+      EXPECT_LT(relative(lines[i]["loss"], reference[i]["loss"]), 1e-5) << other << " step " << i + 1;
+      EXPECT_LT(relative(lines[i]["grad_norm"], reference[i]["grad_norm"]), 1e-5) << other << " step " << i + 1;
+    }
+    EXPECT_LT(weights_difference(run_dir(other) + "/model.safetensors", run_dir("gc-plain") + "/model.safetensors"),
+              1e-5)
+        << other;
+  }
+  for (const std::string bad : {"every-0", "some", "every-x"}) {
+    const Job job = train(2, "gc-bad", "--steps 2 --grad-checkpoint " + bad);
+    EXPECT_EQ(job.status, 2) << job.output;
+    EXPECT_EQ(occurrences(job.output,
+                          "option --grad-checkpoint: expected none, blocks or every-N with N >= 1, got '" + bad + "'"),
+              1u)
+        << job.output;
+  }
+}
+
 TEST_F(Train, TheSameCommandTwiceGivesTheSameLossTrace) {
   const std::string options = "--steps 6 --log-every 1 --batch-size 2 --lr 1e-3";
   const Job first = train(2, "twice-a", options), second = train(2, "twice-b", options);
