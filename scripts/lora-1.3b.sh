@@ -12,20 +12,28 @@
 # data between runs; about 3 minutes on 2 cores, 8 GB of memory, 3 GB disk.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-dir=${1:-${TMPDIR:-/tmp}/wantrain-lora-1.3b}
-shift || true
-bin=${WANTRAIN_BIN:-build/release/apps}
-[[ -x $bin/wantrain/wantrain ]] || scripts/build.sh release
+dir=${TMPDIR:-/tmp}/wantrain-lora-1.3b
+if [[ $# -gt 0 && $1 != -* ]]; then
+  dir=$1
+  shift
+fi
+bin=${WANTRAIN_BIN:-build/release/apps}  # WANTRAIN_BIN: another build's apps/ (it must be built)
+[[ -n ${WANTRAIN_BIN:-} || -x $bin/wantrain/wantrain ]] || scripts/build.sh release
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 mkdir -p "$dir"
 config=data/configs/wan2.1-t2v-1.3b.json
+# The export writes its file atomically; the data directory is made under
+# another name and renamed, so an interrupted run leaves nothing half made.
 [[ -f $dir/base.safetensors ]] ||
   "$bin/wantrain/wantrain" export --model-config "$config" --seed 1 --random-head --dtype bf16 \
     --out "$dir/base.safetensors"
-[[ -d $dir/data ]] ||
-  "$bin/wandata/wandata" synth --out "$dir/data" --samples 8 --shards 2 --size 16x16 --text-len 16 --text-dim 4096 \
-    --seed 1
+if [[ ! -d $dir/data ]]; then
+  rm -rf "$dir/data.partial"
+  "$bin/wandata/wandata" synth --out "$dir/data.partial" --samples 8 --shards 2 --size 16x16 --text-len 16 \
+    --text-dim 4096 --seed 1
+  mv "$dir/data.partial" "$dir/data"
+fi
 rm -rf "$dir/run"
 mpirun -np 2 --oversubscribe "$bin/wantrain/wantrain" --config data/lora.ini --init "$dir/base.safetensors" \
   --data "$dir/data" --val-data "$dir/data" --output-dir "$dir/run" --threads 1 \

@@ -29,6 +29,10 @@ struct ExportOptions {
   at::ScalarType dtype = at::kFloat;
 };
 
+model::WeightNames weight_names(const ExportOptions& o) {
+  return o.names == "diffusers" ? model::WeightNames::Diffusers : model::WeightNames::Official;
+}
+
 // A whole model's checkpoint: its weights (or EMA) as safetensors, through
 // the model, so the names are exactly its parameters' and the diffusers
 // mapping is the one the loader reads back.
@@ -44,8 +48,7 @@ void export_model(const ckpt::Checkpoint& saved, const std::string& path, const 
     torch::NoGradGuard no_grad;
     ckpt::copy_named(tensors.model, named);
   }
-  model::save_weights(*model, o.out, o.dtype,
-                      o.names == "diffusers" ? model::WeightNames::Diffusers : model::WeightNames::Official);
+  model::save_weights(*model, o.out, o.dtype, weight_names(o));
   fmt::print("exported {} {} tensors of step {} ({} names, {}) to {}\n", named.size(), o.ema ? "EMA" : "model",
              saved.state.step, o.names, o.dtype_name, o.out);
 }
@@ -104,7 +107,9 @@ void export_lora(const ckpt::Checkpoint& saved, const std::string& path, const m
         fmt::format("option --merge: {} has checksum {}, but the adapters of checkpoint {} were trained "
                     "on {}",
                     merge_base, checksum, path, trained_base));
-  model->to(torch::kFloat32);  // the sum base + scale B A in fp32, rounded once to --dtype on writing
+  // merge_lora sums base + scale B A in fp32 and rounds once into the
+  // weight's dtype: a bf16 base written as bf16 needs no fp32 copy of it.
+  if (o.dtype != at::kBFloat16) model->to(torch::kFloat32);
   model::add_lora(*model, lora);
   model::NamedTensors into;
   for (const auto& item : model->named_parameters())
@@ -117,8 +122,7 @@ void export_lora(const ckpt::Checkpoint& saved, const std::string& path, const m
     ckpt::copy_named(adapters, into);
   }
   model::merge_lora(*model);
-  model::save_weights(*model, o.out, o.dtype,
-                      o.names == "diffusers" ? model::WeightNames::Diffusers : model::WeightNames::Official);
+  model::save_weights(*model, o.out, o.dtype, weight_names(o));
   fmt::print("exported {} with the {} LoRA adapters of step {} folded in ({} names, {}) to {}\n", merge_base,
              o.ema ? "EMA" : "trained", saved.state.step, o.names, o.dtype_name, o.out);
 }
@@ -138,8 +142,7 @@ void export_seed(const std::string& config_path, uint64_t seed, bool stand_in, c
     torch::NoGradGuard no_grad;
     torch::nn::init::xavier_uniform_(model->head->head->weight);
   }
-  model::save_weights(*model, o.out, o.dtype,
-                      o.names == "diffusers" ? model::WeightNames::Diffusers : model::WeightNames::Official);
+  model::save_weights(*model, o.out, o.dtype, weight_names(o));
   fmt::print("exported the initial weights of seed {}{} for {} ({} parameters; {} names, {}) to {}\n", seed,
              stand_in ? " with a random head" : "", config_path, model::parameter_count(config), o.names, o.dtype_name,
              o.out);
@@ -177,9 +180,12 @@ int run_export(distributed::World& world, int argc, char** argv) {
     if (world.is_root()) std::cout << app::help_or_version(outcome, options);
     return kExitOk;
   }
-  if (checkpoint_path.empty() == model_config.empty())
+  if (checkpoint_path.empty() && model_config.empty())
     throw UsageError(
         "option --checkpoint: give the checkpoint to export, or --model-config for a seed's initial weights");
+  if (!checkpoint_path.empty() && !model_config.empty())
+    throw UsageError("option --model-config: give --checkpoint or --model-config, not both");
+  if (seed != 0 && model_config.empty()) throw UsageError("option --seed: needs --model-config");
   if (!model_config.empty() && (o.ema || !merge.empty() || !model_config_out.empty()))
     throw UsageError("option --model-config: --ema, --merge and --model-config-out need --checkpoint");
   if (stand_in && model_config.empty()) throw UsageError("option --random-head: needs --model-config");

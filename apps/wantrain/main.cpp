@@ -73,7 +73,8 @@ int run(distributed::World& world, int argc, char** argv) {
   TrainConfig cfg;
   OptionSet options("wantrain",
                     "[--config run.ini] [options]\n       wantrain export --checkpoint PATH --out FILE [--ema] "
-                    "(see wantrain export --help)");
+                    "(see wantrain export --help)\n       wantrain export --model-config C.json --seed S --out FILE "
+                    "[--random-head] [--dtype bf16]");
   declare_options(options, cfg);
 
   auto outcome = OptionSet::Outcome::Run;

@@ -1,8 +1,14 @@
 #include "wantrain/model/autocast.hpp"
 
 #include <ATen/autocast_mode.h>
+#include <ATen/core/Tensor.h>
 
 namespace wt::model {
+
+c10::ScalarType autocast_dtype(const at::Tensor& x) {
+  if (x.is_cuda()) return at::autocast::is_enabled() ? at::autocast::get_autocast_gpu_dtype() : at::kFloat;
+  return at::autocast::is_cpu_enabled() ? at::autocast::get_autocast_cpu_dtype() : at::kFloat;
+}
 
 AutocastScope::AutocastScope(c10::ScalarType dtype)
     : cpu_(at::autocast::is_cpu_enabled()),

@@ -4,7 +4,15 @@
 
 #include <c10/core/ScalarType.h>
 
+namespace at {
+class Tensor;
+}
+
 namespace wt::model {
+
+// The dtype autocast computes matrix products in on x's device right now;
+// kFloat when autocast is off there.
+c10::ScalarType autocast_dtype(const at::Tensor& x);
 
 // Runs matrix products in `dtype` (kBFloat16 or kHalf) on CPU and CUDA, as
 // torch.autocast does; kFloat leaves autocast off.

@@ -1,11 +1,11 @@
 #include "wantrain/model/linear.hpp"
 
-#include <ATen/autocast_mode.h>
 #include <torch/torch.h>
 
 #include <algorithm>
 #include <cmath>
 
+#include "wantrain/model/autocast.hpp"
 #include "wantrain/util/error.hpp"
 
 namespace wt::model {
@@ -51,16 +51,10 @@ LinearImpl::LinearImpl(int64_t in, int64_t out, at::ScalarType dtype) : in_featu
   fill_uniform_drawn_in_fp32(bias, -bias_bound, bias_bound);
 }
 
-namespace {
-bool autocast_on(const at::Tensor& x) {
-  return x.is_cuda() ? at::autocast::is_enabled() : at::autocast::is_cpu_enabled();
-}
-}  // namespace
-
 at::Tensor LinearImpl::forward(const at::Tensor& x) {
   // A base held in another dtype than the input (bf16 weights, fp32
   // activations) computes in its own dtype and hands back the input's.
-  auto y = x.scalar_type() == weight.scalar_type() || autocast_on(x)
+  auto y = x.scalar_type() == weight.scalar_type() || autocast_dtype(x) != at::kFloat
                ? torch::nn::functional::linear(x, weight, bias)
                : torch::nn::functional::linear(x.to(weight.scalar_type()), weight, bias).to(x.scalar_type());
   if (!lora_A.defined()) return y;

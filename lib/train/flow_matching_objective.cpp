@@ -100,11 +100,14 @@ void FlowMatchingObjective::check_resume(const std::string& kind, const std::map
                                  options_.lora.empty() ? "trains the whole model" : "has " + options_.lora));
   // Before the checksum: an fp32 base file held in bf16 is other weights,
   // and this says why.
-  if (kind == this->kind() && saved("lora_base_precision") != options_.lora_base_precision)
-    throw UsageError(fmt::format(
-        "checkpoint {}: its LoRA adapters were trained on a base held in {}, this run "
-        "holds it in {}; resume with the same {}",
-        path, saved("lora_base_precision"), options_.lora_base_precision, setting_reference("base_precision")));
+  // (LoRA checkpoints from before the option held their base in fp32.)
+  const std::string held =
+      saved("lora").empty() || !saved("lora_base_precision").empty() ? saved("lora_base_precision") : "fp32";
+  if (kind == this->kind() && held != options_.lora_base_precision)
+    throw UsageError(
+        fmt::format("checkpoint {}: its LoRA adapters were trained on a base held in {}, this run "
+                    "holds it in {}; resume with the same {}",
+                    path, held, options_.lora_base_precision, setting_reference("base_precision")));
   if (kind == this->kind() && saved("lora_base") != options_.lora_base)
     throw UsageError(
         fmt::format("checkpoint {}: its LoRA adapters were trained on base weights {}, this run's base is "

@@ -261,6 +261,27 @@ TEST_F(LoraRun, ASeedsInitialWeightsExportAsTheBaseOfARunFromThatSeed) {
     EXPECT_EQ(entry.dtype, wt::model::TensorDtype::BF16) << entry.name;
     EXPECT_TRUE(torch::equal(bf16.read(entry), fp32.read(*fp32.find(entry.name)).to(at::kBFloat16))) << entry.name;
   }
+  // --random-head: the same weights but for the head, which Wan's
+  // initialisation zeroes (so no block would reach the output).
+  const std::string head_file = run_dir("lora-seed-head") + ".safetensors";
+  const Job head = launch(std::string(WANTRAIN_WANTRAIN) + " export --model-config " + tiny_config() +
+                          " --seed 11 --random-head --out " + head_file);
+  ASSERT_EQ(head.status, 0) << head.output;
+  const auto with_head = wt::model::SafetensorsFile::open(head_file);
+  for (const auto& entry : with_head.entries()) {
+    const auto plain = fp32.read(*fp32.find(entry.name));
+    if (entry.name == "head.head.weight") {
+      EXPECT_EQ(plain.abs().max().item<float>(), 0.0f);
+      EXPECT_GT(with_head.read(entry).abs().min().item<float>(), 0.0f);
+    } else {
+      EXPECT_TRUE(torch::equal(with_head.read(entry), plain)) << entry.name;
+    }
+  }
+  const Job both = launch(std::string(WANTRAIN_WANTRAIN) + " export --checkpoint x.h5 --model-config " + tiny_config() +
+                          " --out " + run_dir("x") + ".safetensors");
+  EXPECT_EQ(both.status, 2) << both.output;
+  EXPECT_EQ(occurrences(both.output, "option --model-config: give --checkpoint or --model-config, not both"), 1u)
+      << both.output;
   const Job neither = launch(std::string(WANTRAIN_WANTRAIN) + " export --out " + run_dir("x") + ".safetensors");
   EXPECT_EQ(neither.status, 2) << neither.output;
   EXPECT_EQ(occurrences(neither.output, "option --checkpoint: give the checkpoint to export, or --model-config"), 1u)

@@ -190,6 +190,9 @@ TEST_F(Train, TwoRankRunLearnsAndReportsFromRankZeroOnly) {
   EXPECT_EQ(occurrences(job.output, "resolved configuration"), 1u) << job.output;
   EXPECT_EQ(occurrences(job.output, "trained 60 steps in "), 1u) << job.output;
   EXPECT_EQ(occurrences(job.output, "[rank 1/2"), 0u) << job.output;
+  // Its output went to a pipe, not a terminal: no colour codes in the log.
+  EXPECT_EQ(job.output.find("\x1b["), std::string::npos) << job.output;
+  EXPECT_NE(job.output.find("] [info] checkpoint "), std::string::npos) << job.output;
   EXPECT_NE(job.output.find("optimizer: AdamW, lr 0.003, constant schedule, 5 warm-up steps, precision fp32"),
             std::string::npos)
       << job.output;

@@ -6,9 +6,14 @@
 // under bf16 autocast; and every gradient still arrives through its
 // parameter's AccumulateGrad, where the Reducer's hooks sit.
 #include <gtest/gtest.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/variable.h>
 #include <torch/torch.h>
 
 #include <map>
+#include <memory>
+#include <vector>
 #include <string>
 
 #include "wantrain/model/autocast.hpp"
@@ -41,6 +46,19 @@ struct Run {
   int hooks = 0;  // gradients that reached a parameter's AccumulateGrad
 };
 
+class CountingHook : public torch::autograd::FunctionPostHook {
+ public:
+  explicit CountingHook(int& count) : count_(count) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                            const torch::autograd::variable_list&) override {
+    ++count_;
+    return outputs;
+  }
+
+ private:
+  int& count_;
+};
+
 // One forward and backward of a seeded model, every N-th block recomputed.
 Run forward_backward(int64_t every, const wt::model::LoraOptions& lora, at::ScalarType autocast = at::kFloat) {
   torch::manual_seed(7);
@@ -58,12 +76,13 @@ Run forward_backward(int64_t every, const wt::model::LoraOptions& lora, at::Scal
   model->set_grad_checkpoint(every);
   model->train();
   Run run;
+  // As the Reducer listens: a post hook on each parameter's AccumulateGrad.
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;
   for (const auto& item : model->named_parameters())
-    if (item.value().requires_grad())
-      item.value().register_hook([&run](const at::Tensor& grad) {
-        ++run.hooks;
-        return grad;
-      });
+    if (item.value().requires_grad()) {
+      accumulators.push_back(torch::autograd::impl::grad_accumulator(item.value()));
+      accumulators.back()->add_post_hook(std::make_unique<CountingHook>(run.hooks));
+    }
   torch::manual_seed(3);
   const auto x = torch::randn({2, 4, 2, 4, 4}), context = torch::randn({2, 5, 16});
   const auto t = torch::tensor({100.0f, 700.0f});
