@@ -8,6 +8,7 @@
 #include <functional>
 #include <string>
 
+#include "../common/small_models.hpp"
 #include "wantrain/model/autocast.hpp"
 #include "wantrain/model/linear.hpp"
 #include "wantrain/model/lora.hpp"
@@ -26,20 +27,7 @@ using wt::model::LoraOptions;
 using wt::model::WanConfig;
 using wt::model::WanModel;
 
-WanConfig tiny() {
-  WanConfig c;
-  c.dim = 32;
-  c.ffn_dim = 64;
-  c.num_heads = 2;
-  c.num_layers = 2;
-  c.freq_dim = 32;
-  c.text_dim = 16;
-  c.text_len = 8;
-  c.patch_size = {1, 2, 2};
-  c.in_dim = 4;
-  c.out_dim = 4;
-  return c;
-}
+WanConfig tiny() { return wt::testing::small_wan_config(); }
 
 struct Inputs {
   at::Tensor x, t, context;
@@ -50,18 +38,8 @@ Inputs inputs() {
 }
 at::Tensor run(WanModel& model, const Inputs& in) { return model->forward(in.x, in.t, in.context); }
 
-// The model's output from a seed, with LoRA options applied (rank 0: none).
-// The head is zero-initialised, as in Wan: give it values so outputs depend
-// on every block.
 WanModel seeded_model(const LoraOptions& lora, at::ScalarType base_dtype = at::kFloat) {
-  torch::manual_seed(7);
-  WanModel model(tiny(), base_dtype);
-  {
-    torch::NoGradGuard no_grad;
-    model->head->head->weight.normal_(0, 0.02);
-  }
-  if (lora.rank > 0) wt::model::add_lora(*model, lora);
-  return model;
+  return wt::testing::seeded_small_model(tiny(), lora, base_dtype);
 }
 
 }  // namespace

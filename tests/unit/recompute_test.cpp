@@ -16,29 +16,12 @@
 #include <vector>
 #include <string>
 
+#include "../common/small_models.hpp"
 #include "wantrain/model/autocast.hpp"
 #include "wantrain/model/lora.hpp"
 #include "wantrain/model/wan_model.hpp"
 
 namespace {
-
-using wt::model::WanConfig;
-using wt::model::WanModel;
-
-WanConfig small() {
-  WanConfig c;
-  c.dim = 32;
-  c.ffn_dim = 64;
-  c.num_heads = 2;
-  c.num_layers = 3;
-  c.freq_dim = 32;
-  c.text_dim = 16;
-  c.text_len = 8;
-  c.patch_size = {1, 2, 2};
-  c.in_dim = 4;
-  c.out_dim = 4;
-  return c;
-}
 
 struct Run {
   at::Tensor output;
@@ -61,12 +44,7 @@ class CountingHook : public torch::autograd::FunctionPostHook {
 
 // One forward and backward of a seeded model, every N-th block recomputed.
 Run forward_backward(int64_t every, const wt::model::LoraOptions& lora, at::ScalarType autocast = at::kFloat) {
-  torch::manual_seed(7);
-  WanModel model(small());
-  {
-    torch::NoGradGuard no_grad;
-    model->head->head->weight.normal_(0, 0.02);  // zero in Wan's init: no block would reach the output
-  }
+  auto model = wt::testing::seeded_small_model(wt::testing::small_wan_config(3));
   if (lora.rank > 0) {
     wt::model::add_lora(*model, lora);
     torch::NoGradGuard no_grad;
