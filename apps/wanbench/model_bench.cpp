@@ -22,7 +22,7 @@ namespace {
 
 struct ModelBenchConfig {
   std::string config_file, model_config, size = "32x32", precision = "fp32";
-  int64_t batch = 2, frames = 5;
+  int64_t batch = 2, frames = 5, attention_chunk = 0, grad_checkpoint = 0;
   int iters = 5, warmup = 1, threads = 0;
   bool json = false;
 };
@@ -48,6 +48,8 @@ int run_model_bench(distributed::World&, int argc, char** argv) {
       .add("frames", &c.frames, "latent frames F")
       .add("size", &c.size, "latent HxW")
       .choice("precision", &c.precision, {"fp32", "bf16"}, "fp32, or bf16 autocast (fp32 weights)")
+      .add("attention-chunk", &c.attention_chunk, "queries per attention chunk, as wantrain's (0: all at once)")
+      .add("grad-checkpoint", &c.grad_checkpoint, "recompute every N-th block in backward (0: none)")
       .add("iters", &c.iters, "timed steps (the median is reported)")
       .add("warmup", &c.warmup, "untimed steps first")
       .add("threads", &c.threads, "CPU threads (0: LibTorch's default)")
@@ -59,6 +61,8 @@ int run_model_bench(distributed::World&, int argc, char** argv) {
   if (c.model_config.empty()) throw UsageError("option --model-config: the model config is required");
   if (c.iters < 1 || c.warmup < 0 || c.batch < 1 || c.frames < 1)
     throw UsageError("options --iters, --batch, --frames: must be at least 1 (--warmup at least 0)");
+  if (c.attention_chunk < 0 || c.grad_checkpoint < 0)
+    throw UsageError("options --attention-chunk, --grad-checkpoint: must be 0 (off) or more");
   const auto [height, width] = parse_height_width(c.size, "size");
   if (c.threads > 0) torch::set_num_threads(c.threads);
 
@@ -71,6 +75,8 @@ int run_model_bench(distributed::World&, int argc, char** argv) {
     torch::NoGradGuard no_grad;
     net->head->head->weight.normal_(0.0, 0.02);
   }
+  net->set_attention_chunk(c.attention_chunk);
+  net->set_grad_checkpoint(c.grad_checkpoint);
   const auto x0 = torch::randn({c.batch, config.in_dim, c.frames, height, width});  // [B, C, F, H, W]
   const auto context = torch::randn({c.batch, config.text_len, config.text_dim});   // [B, L, D]
   std::vector<int64_t> indices(c.batch);
@@ -101,6 +107,8 @@ int run_model_bench(distributed::World&, int argc, char** argv) {
   const nlohmann::json row{{"model_config", c.model_config},
                            {"parameters", model::parameter_count(config)},
                            {"precision", c.precision},
+                           {"attention_chunk", c.attention_chunk},
+                           {"grad_checkpoint", c.grad_checkpoint},
                            {"batch", c.batch},
                            {"latents", {config.in_dim, c.frames, height, width}},
                            {"tokens", grid_tokens},
@@ -112,8 +120,9 @@ int run_model_bench(distributed::World&, int argc, char** argv) {
   if (c.json) {
     std::cout << row.dump() << "\n";
   } else {
-    std::cout << fmt::format("# wanbench model: {} iters (median) after {} warm-up, {} threads\n", c.iters, c.warmup,
-                             torch::get_num_threads());
+    std::cout << fmt::format(
+        "# wanbench model: {} iters (median) after {} warm-up, {} threads, attention chunk {}, grad checkpoint {}\n",
+        c.iters, c.warmup, torch::get_num_threads(), c.attention_chunk, c.grad_checkpoint);
     std::cout << "  config                          params  prec  batch  latents          tokens  fwd s/sample  "
                  "fwd+bwd s/sample  peak RSS MiB  #non-finite\n";
     std::cout << fmt::format(

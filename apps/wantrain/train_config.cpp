@@ -74,7 +74,10 @@ void declare_options(OptionSet& o, TrainConfig& c) {
       .choice("precision", &c.precision, {"fp32", "bf16", "fp16"}, "compute precision (master weights stay fp32)")
       .add("grad-checkpoint", &c.grad_checkpoint,
            "activation checkpointing: none, blocks (each Wan block keeps no activations and runs again in "
-           "backward) or every-N (blocks 0, N, 2N, ...): less memory for about one more forward");
+           "backward) or every-N (blocks 0, N, 2N, ...): less memory for about one more forward")
+      .add("attention-chunk", &c.attention_chunk,
+           "attention over this many queries at a time, recomputed per chunk in backward: memory linear in the "
+           "token count instead of quadratic (0: the whole score matrix)");
   o.group("distributed")
       .choice("backend", &c.backend, {"auto", "mpi", "nccl"}, "collectives backend (auto: nccl with GPUs, else mpi)")
       .add("bucket-mb", &c.bucket_mb, "gradient bucket size in MiB")
@@ -140,6 +143,7 @@ void validate(const TrainConfig& c) {
   require(c.clip >= 0, "clip", "must be 0 (off) or more");
   require(c.ema_decay >= 0 && c.ema_decay < 1, "ema-decay", "must be in [0, 1)");
   require(c.grad_accum >= 1, "grad-accum", "must be at least 1");
+  require(c.attention_chunk >= 0, "attention-chunk", "must be 0 (off) or a number of queries");
   require(c.bucket_mb > 0, "bucket-mb", "must be positive");
   require(std::isfinite(c.comm_timeout) && c.comm_timeout >= 0.001 && c.comm_timeout <= 1e7, "comm-timeout",
           "must be a positive number of seconds");
@@ -251,6 +255,7 @@ train::WanRunOptions wan_run_options(const TrainConfig& c) {
   o.lora = lora_options(c);
   if (c.lora_rank > 0) o.base_dtype = c.base_precision == "fp32" ? at::kFloat : at::kBFloat16;
   o.grad_checkpoint = grad_checkpoint_every(c);
+  o.attention_chunk = c.attention_chunk;
   return o;
 }
 

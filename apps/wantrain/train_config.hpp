@@ -71,6 +71,7 @@ struct TrainConfig {
   int grad_accum = 1;
   std::string precision = "fp32";
   std::string grad_checkpoint = "none";  // none, blocks or every-N
+  std::int64_t attention_chunk = 0;      // queries per attention chunk; 0: all at once
 
   // distributed
   std::string backend = "auto";

@@ -6,6 +6,7 @@
 
 #include <cmath>
 
+#include "wantrain/model/attention.hpp"
 #include "wantrain/model/autocast.hpp"
 #include "wantrain/model/patches.hpp"
 #include "wantrain/model/recompute.hpp"
@@ -64,6 +65,10 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x, const at::Tensor& source,
   if (rope) {
     qs = apply_rope(qs, *rope);
     ks = apply_rope(ks, *rope);
+  }
+  if (chunk > 0) {  // exact, without the [B, heads, L, S] scores (model/attention.hpp)
+    const auto out = chunked_attention(qs.transpose(1, 2), ks.transpose(1, 2), vs.transpose(1, 2), chunk);
+    return o(out.transpose(1, 2).reshape({b, len, heads_ * head_dim_}));
   }
   // [B, heads, L, S] scores, softmax over the source positions
   auto scores = torch::matmul(qs.transpose(1, 2), ks.permute({0, 2, 3, 1})) / std::sqrt(double(head_dim_));
@@ -154,6 +159,14 @@ void WanModelImpl::init_weights() {
     for (auto& module : (*seq)->modules(false))
       if (auto* linear = module->as<nn::Linear>()) nn::init::normal_(linear->weight, 0.0, 0.02);
   nn::init::zeros_(head->head->weight);
+}
+
+void WanModelImpl::set_attention_chunk(int64_t queries) {
+  attention_chunk_ = queries;
+  for (const auto& block : *blocks) {
+    auto& b = *block->as<WanBlockImpl>();
+    b.self_attn->chunk = b.cross_attn->chunk = queries;
+  }
 }
 
 const RopeTable& WanModelImpl::rope_for(std::array<int64_t, 3> grid, at::Device device) {

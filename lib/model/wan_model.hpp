@@ -48,6 +48,7 @@ class AttentionImpl : public torch::nn::Module {
 
   Linear q{nullptr}, k{nullptr}, v{nullptr}, o{nullptr};  // model::Linear: LoRA targets
   RMSNorm norm_q{nullptr}, norm_k{nullptr};
+  int64_t chunk = 0;  // > 0: chunked_attention over this many queries at a time
 
  private:
   int64_t heads_, head_dim_;
@@ -102,6 +103,12 @@ class WanModelImpl : public torch::nn::Module {
   void set_grad_checkpoint(int64_t every) { recompute_every_ = every; }
   int64_t grad_checkpoint() const { return recompute_every_; }
 
+  // Self- and cross-attention over `queries` query rows at a time, with a
+  // backward that recomputes each chunk (model/attention.hpp): attention
+  // memory linear in the token count. 0: the whole score matrix at once.
+  void set_attention_chunk(int64_t queries);
+  int64_t attention_chunk() const { return attention_chunk_; }
+
   torch::nn::Conv3d patch_embedding{nullptr};
   torch::nn::Sequential text_embedding{nullptr}, time_embedding{nullptr}, time_projection{nullptr};
   torch::nn::ModuleList blocks{nullptr};
@@ -115,7 +122,7 @@ class WanModelImpl : public torch::nn::Module {
   WanConfig config_;
   std::array<int64_t, 3> rope_grid_{};
   RopeTable rope_;
-  int64_t recompute_every_ = 0;
+  int64_t recompute_every_ = 0, attention_chunk_ = 0;
 };
 TORCH_MODULE(WanModel);
 

@@ -52,6 +52,8 @@ struct WanRunOptions {
   // Activation checkpointing of the trained model: every N-th block
   // recomputed in backward (WanModel::set_grad_checkpoint); 0 off.
   int64_t grad_checkpoint = 0;
+  // Attention over this many queries at a time (WanModel::set_attention_chunk); 0 off.
+  int64_t attention_chunk = 0;
 };
 
 class WanRun {

@@ -104,8 +104,8 @@ TEST_F(Train, WorldSizeBatchAndAccumulationSplitsGiveTheSameRun) {
 
 // --grad-checkpoint recomputes blocks in backward and changes nothing else:
 // 2 ranks x B with every block recomputed, 1 rank x 2B with every second
-// one, 1 rank x B x 2 accumulation steps and 2 ranks without take the same
-// steps (the Reducer's hooks fire for
+// one, 1 rank x B x 2 accumulation steps, 2 ranks with chunked attention
+// as well, and 2 ranks without take the same steps (the Reducer's hooks fire for
 // recomputed blocks too: the ranks' gradients are averaged).
 TEST_F(Train, GradCheckpointingTakesTheSameStepsOnAnyWorldSize) {
   const std::string common = "--steps 12 --log-every 1 --lr 1e-3 --clip 0.5 --text-drop 0.3 ";
@@ -114,12 +114,15 @@ TEST_F(Train, GradCheckpointingTakesTheSameStepsOnAnyWorldSize) {
   const Job every2 = train(1, "gc-every2", common + "--batch-size 4 --grad-checkpoint every-2");
   const Job accum = train(1, "gc-accum", common + "--batch-size 2 --grad-accum 2 --grad-checkpoint blocks");
   ASSERT_EQ(accum.status, 0) << accum.output;
+  // Chunked attention (5 queries at a time: wan-tiny's 16 tokens do not divide) too.
+  const Job chunked = train(2, "gc-chunked", common + "--batch-size 2 --grad-checkpoint blocks --attention-chunk 5");
+  ASSERT_EQ(chunked.status, 0) << chunked.output;
   ASSERT_EQ(plain.status, 0) << plain.output;
   ASSERT_EQ(blocks.status, 0) << blocks.output;
   ASSERT_EQ(every2.status, 0) << every2.output;
   const auto reference = training_lines(run_dir("gc-plain"));
   ASSERT_EQ(reference.size(), 12u);
-  for (const std::string other : {"gc-blocks", "gc-every2", "gc-accum"}) {
+  for (const std::string other : {"gc-blocks", "gc-every2", "gc-accum", "gc-chunked"}) {
     const auto lines = training_lines(run_dir(other));
     ASSERT_EQ(lines.size(), 12u) << other;
     for (size_t i = 0; i < lines.size(); ++i) {
@@ -130,6 +133,10 @@ TEST_F(Train, GradCheckpointingTakesTheSameStepsOnAnyWorldSize) {
               1e-5)
         << other;
   }
+  const Job negative = train(2, "gc-bad", "--steps 2 --attention-chunk -1");
+  EXPECT_EQ(negative.status, 2) << negative.output;
+  EXPECT_EQ(occurrences(negative.output, "option --attention-chunk: must be 0 (off) or a number of queries"), 1u)
+      << negative.output;
   for (const std::string bad : {"every-0", "some", "every-x"}) {
     const Job job = train(2, "gc-bad", "--steps 2 --grad-checkpoint " + bad);
     EXPECT_EQ(job.status, 2) << job.output;

@@ -1,0 +1,74 @@
+// Chunked attention: the same values and gradients as the full score
+// matrix, for any chunk (dividing L or not, larger than L), for self- and
+// cross-attention (text_len != L), in fp32 and under bf16 autocast.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <string>
+
+#include "../common/small_models.hpp"
+#include "wantrain/model/attention.hpp"
+#include "wantrain/model/autocast.hpp"
+
+namespace {
+
+double relative_max(const at::Tensor& got, const at::Tensor& expected) {
+  return (got.to(torch::kFloat64) - expected.to(torch::kFloat64)).abs().max().item<double>() /
+         expected.to(torch::kFloat64).abs().max().item<double>();
+}
+
+// softmax(q kᵀ / sqrt(d)) v with every score at once, through autograd.
+at::Tensor full_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  const auto scores = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(double(q.size(-1)));
+  return torch::matmul(torch::softmax(scores, -1), v);
+}
+
+TEST(ChunkedAttention, EqualsTheFullScoreMatrixInValueAndGradient) {
+  torch::manual_seed(1);
+  for (const int64_t chunk : {1, 4, 13, 100}) {
+    SCOPED_TRACE(chunk);
+    auto q = torch::randn({2, 3, 13, 8}, torch::requires_grad());  // L = 13: no chunk but 1 and 13 divides it
+    auto k = torch::randn({2, 3, 9, 8}, torch::requires_grad());   // S = 9 != L, as cross-attention
+    auto v = torch::randn({2, 3, 9, 8}, torch::requires_grad());
+    const auto d_out = torch::randn({2, 3, 13, 8});
+    const auto expected = full_attention(q, k, v);
+    const auto expected_grads = torch::autograd::grad({expected}, {q, k, v}, {d_out});
+    const auto got = wt::model::chunked_attention(q, k, v, chunk);
+    const auto got_grads = torch::autograd::grad({got}, {q, k, v}, {d_out});
+    EXPECT_LT(relative_max(got, expected), 1e-6);
+    for (size_t i = 0; i < 3; ++i) EXPECT_LT(relative_max(got_grads[i], expected_grads[i]), 1e-5) << "input " << i;
+  }
+}
+
+// The whole model, chunked or not: 45 tokens (a 3 x 3 x 5 grid) in chunks
+// of 7, cross-attention over text_len 8.
+void expect_model_matches(at::ScalarType autocast, double tolerance) {
+  auto forward_backward = [&](int64_t chunk) {
+    auto model = wt::testing::seeded_small_model(wt::testing::small_wan_config());
+    model->set_attention_chunk(chunk);
+    torch::manual_seed(3);
+    const auto x = torch::randn({2, 4, 3, 6, 10}), context = torch::randn({2, 5, 16});
+    at::Tensor out;
+    {
+      wt::model::AutocastScope scope(autocast);
+      out = model->forward(x, torch::tensor({100.0f, 700.0f}), context).to(torch::kFloat32);
+    }
+    out.square().mean().backward();
+    std::vector<std::pair<std::string, at::Tensor>> grads;
+    for (const auto& item : model->named_parameters()) grads.emplace_back(item.key(), item.value().grad());
+    return std::pair{out, grads};
+  };
+  const auto [expected, expected_grads] = forward_backward(0);
+  const auto [got, got_grads] = forward_backward(7);
+  EXPECT_LT(relative_max(got, expected), tolerance);
+  for (size_t i = 0; i < got_grads.size(); ++i)
+    EXPECT_LT(relative_max(got_grads[i].second, expected_grads[i].second), tolerance) << got_grads[i].first;
+}
+
+TEST(ChunkedAttention, TheModelComputesAsWithTheFullScoresInFp32) { expect_model_matches(at::kFloat, 1e-5); }
+
+// bf16 products round the same values at other places (exp(s - lse)
+// against softmax's own normalisation): within a few bf16 ulps.
+TEST(ChunkedAttention, TheModelComputesAsWithTheFullScoresUnderBf16) { expect_model_matches(at::kBFloat16, 1.0 / 32); }
+
+}  // namespace
