@@ -76,6 +76,8 @@ class ChunkedAttention : public torch::autograd::Function<ChunkedAttention> {
 }  // namespace
 
 at::Tensor chunked_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t chunk) {
+  TORCH_CHECK(chunk >= 1, "chunked_attention: chunk must be at least 1, got ", chunk);
+  TORCH_CHECK(q.size(-1) == k.size(-1) && k.size(-2) == v.size(-2), "chunked_attention: q, k, v do not fit");
   return ChunkedAttention::apply(q, k, v, chunk);
 }
 
