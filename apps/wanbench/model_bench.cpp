@@ -3,28 +3,50 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdio>
 #include <chrono>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "wantrain/model/tensor_memory.hpp"
+#include "wantrain/app/version.hpp"
 #include "wantrain/model/autocast.hpp"
 #include "wantrain/model/wan_model.hpp"
 #include "wantrain/train/flow_matching.hpp"
+#include "wantrain/train/memory_plan.hpp"
 #include "wantrain/util/error.hpp"
 #include "wantrain/util/exit_codes.hpp"
 #include "wantrain/util/memory.hpp"
 #include "wantrain/util/options.hpp"
-#include "wantrain/app/version.hpp"
 
 namespace wt {
 namespace {
+
+constexpr double kMiB = 1024.0 * 1024.0;
 
 struct ModelBenchConfig {
   std::string config_file, model_config, size = "32x32", precision = "fp32";
   int64_t batch = 2, frames = 5, attention_chunk = 0, grad_checkpoint = 0;
   int iters = 5, warmup = 1, threads = 0;
-  bool json = false;
+  bool json = false, tokens_sweep = false;
+};
+
+// One configuration's forward and backward, and its memory against the plan:
+// the tensors' bytes as LibTorch's allocator hands them out (what the plan
+// predicts) and the process's resident set (which adds what malloc keeps).
+struct Point {
+  int64_t batch = 0, frames = 0, height = 0, width = 0, attention_chunk = 0, grad_checkpoint = 0;
+  int64_t tokens = 0;
+  double forward_s = 0, step_s = 0;               // per sample, medians
+  double state_mib = 0;                           // tensors before the first forward: parameters, gradients, inputs
+  double peak_mib = 0;                            // the most tensor bytes alive during the steps
+  double runtime_mib = 0, peak_rss_mib = 0;       // the resident set before the model, and its high-water mark
+  double plan_mib = 0, plan_activations_mib = 0;  // the plan's tensors (runtime excluded) and activations
+  int non_finite = 0;
+  double activations_mib() const { return peak_mib - state_mib; }
 };
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
@@ -34,6 +56,231 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
+}
+
+Point measure(const model::WanConfig& config, const ModelBenchConfig& c, Point p) {
+  model::count_tensor_memory();
+  model::reset_peak_tensor_bytes();
+  const double base_tensors = double(model::live_tensor_bytes());
+  p.runtime_mib = current_rss_bytes() / kMiB;
+  const auto dtype = c.precision == "bf16" ? torch::kBFloat16 : torch::kFloat32;
+  {
+    torch::manual_seed(0);
+    model::WanModel net(config);
+    // Random inputs of the real shapes; the head starts at zero, so give it
+    // weights that make the backward pass do the work it does in training.
+    torch::NoGradGuard no_grad;
+    net->head->head->weight.normal_(0.0, 0.02);
+    net->set_attention_chunk(p.attention_chunk);
+    net->set_grad_checkpoint(p.grad_checkpoint);
+    for (auto& parameter : net->parameters()) parameter.mutable_grad() = torch::zeros_like(parameter);
+    const auto x0 = torch::randn({p.batch, config.in_dim, p.frames, p.height, p.width});  // [B, C, F, H, W]
+    const auto context = torch::randn({p.batch, config.text_len, config.text_dim});       // [B, L, D]
+    std::vector<int64_t> indices(p.batch);
+    for (int64_t i = 0; i < p.batch; ++i) indices[i] = i;
+    const auto noisy = train::make_noisy_batch(x0, indices, 0, 0, {});
+    p.state_mib = (double(model::live_tensor_bytes()) - base_tensors) / kMiB;
+
+    torch::AutoGradMode grad_mode(true);
+    std::vector<double> forward_s, step_s;
+    for (int i = 0; i < c.warmup + c.iters; ++i) {
+      net->zero_grad();
+      const auto start = std::chrono::steady_clock::now();
+      at::Tensor loss;
+      {
+        model::AutocastScope autocast(dtype);
+        loss = train::flow_matching_loss(net->forward(noisy.x_t, noisy.timesteps, context), noisy.target);
+      }
+      const double forward = seconds_since(start);
+      loss.backward();
+      const double step = seconds_since(start);
+      if (!std::isfinite(loss.item<double>())) ++p.non_finite;
+      if (i >= c.warmup) {
+        forward_s.push_back(forward / double(p.batch));
+        step_s.push_back(step / double(p.batch));
+      }
+    }
+    p.forward_s = median(forward_s);
+    p.step_s = median(step_s);
+    p.peak_mib = (double(model::peak_tensor_bytes()) - base_tensors) / kMiB;
+    p.peak_rss_mib = peak_rss_mib();
+  }
+
+  train::MemoryPlanSettings plan;
+  plan.model = config;
+  plan.step = {p.batch, {p.frames, p.height, p.width}, dtype, p.attention_chunk, p.grad_checkpoint};
+  plan.optimizer = false;  // forward and backward only
+  const auto memory = train::plan_memory(plan);
+  p.tokens = memory.activations.tokens;
+  p.plan_mib = memory.total() / kMiB;
+  p.plan_activations_mib = memory.activations.total() / kMiB;
+  return p;
+}
+
+nlohmann::json to_json(const Point& p) {
+  return {{"batch", p.batch},
+          {"latents", {p.frames, p.height, p.width}},
+          {"tokens", p.tokens},
+          {"attention_chunk", p.attention_chunk},
+          {"grad_checkpoint", p.grad_checkpoint},
+          {"forward_s_per_sample", p.forward_s},
+          {"forward_backward_s_per_sample", p.step_s},
+          {"state_mib", p.state_mib},
+          {"peak_tensor_mib", p.peak_mib},
+          {"activations_mib", p.activations_mib()},
+          {"plan_mib", p.plan_mib},
+          {"plan_activations_mib", p.plan_activations_mib},
+          {"runtime_mib", p.runtime_mib},
+          {"peak_rss_mib", p.peak_rss_mib},
+          {"non_finite_losses", p.non_finite}};
+}
+
+Point from_json(const nlohmann::json& j) {
+  Point p;
+  p.batch = j.at("batch");
+  p.frames = j.at("latents").at(0);
+  p.height = j.at("latents").at(1);
+  p.width = j.at("latents").at(2);
+  p.tokens = j.at("tokens");
+  p.attention_chunk = j.at("attention_chunk");
+  p.grad_checkpoint = j.at("grad_checkpoint");
+  p.forward_s = j.at("forward_s_per_sample");
+  p.step_s = j.at("forward_backward_s_per_sample");
+  p.state_mib = j.at("state_mib");
+  p.peak_mib = j.at("peak_tensor_mib");
+  p.plan_mib = j.at("plan_mib");
+  p.plan_activations_mib = j.at("plan_activations_mib");
+  p.runtime_mib = j.at("runtime_mib");
+  p.peak_rss_mib = j.at("peak_rss_mib");
+  p.non_finite = j.at("non_finite_losses");
+  return p;
+}
+
+// Measures `p` in a process of its own (this program again, with --json):
+// the allocator's state after a larger configuration would otherwise leave
+// its mark on the next one's resident set.
+Point measure_in_child(const ModelBenchConfig& c, const Point& p) {
+  char self[4096] = {};
+  const ssize_t length = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (length <= 0) throw Error("wanbench model --tokens-sweep: cannot find its own executable (/proc/self/exe)");
+  auto quote = [](const std::string& text) {
+    std::string out = "'";
+    for (char ch : text) out += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+    return out + "'";
+  };
+  const std::string command = fmt::format(
+      "{} model --model-config {} --batch {} --frames {} --size {}x{} --precision {} --attention-chunk {} "
+      "--grad-checkpoint {} --iters {} --warmup {} --threads {} --json",
+      quote(std::string(self, size_t(length))), quote(c.model_config), p.batch, p.frames, p.height, p.width,
+      c.precision, p.attention_chunk, p.grad_checkpoint, c.iters, c.warmup, torch::get_num_threads());
+  FILE* child = popen(command.c_str(), "r");
+  if (!child) throw Error(fmt::format("wanbench model --tokens-sweep: cannot start {}", command));
+  std::string output;
+  char buffer[4096];
+  while (const size_t n = fread(buffer, 1, sizeof(buffer), child)) output.append(buffer, n);
+  const int status = pclose(child);
+  const auto json_start = output.rfind("\n{");  // the last line; log lines may come first
+  try {
+    return from_json(nlohmann::json::parse(output.substr(json_start == std::string::npos ? 0 : json_start + 1)));
+  } catch (const nlohmann::json::exception&) {
+    throw Error(
+        fmt::format("wanbench model --tokens-sweep: the point '{}' failed (status {}): {}", command, status, output));
+  }
+}
+
+const char* kHeader =
+    "  tokens  attention  checkpoint  fwd s/sample  fwd+bwd s/sample  tensors MiB  plan MiB  plan/meas.  "
+    "activations MiB  plan act. MiB  peak RSS MiB  RSS/(plan+runtime)\n";
+
+std::string row(const Point& p) {
+  return fmt::format(
+      "  {:>6}  {:<9}  {:<10}  {:>12.4f}  {:>16.4f}  {:>11.0f}  {:>8.0f}  {:>10.2f}  {:>15.0f}  {:>13.0f}  {:>12.0f}  "
+      "{:>18.2f}\n",
+      p.tokens, p.attention_chunk > 0 ? fmt::format("chunk {}", p.attention_chunk) : "full",
+      p.grad_checkpoint > 0 ? fmt::format("every {}", p.grad_checkpoint) : "none", p.forward_s, p.step_s, p.peak_mib,
+      p.plan_mib, p.plan_mib / p.peak_mib, p.activations_mib(), p.plan_activations_mib, p.peak_rss_mib,
+      p.peak_rss_mib / (p.plan_mib + p.runtime_mib));
+}
+
+// 1k, 2k, 4k and 8k tokens (frames 1, 2, 4, 8 of --size), each with full
+// attention (what the model did before chunking), chunked attention, and
+// chunked attention with every block checkpointed; then the goals.
+int tokens_sweep(const ModelBenchConfig& c, int64_t height, int64_t width) {
+  const int64_t chunk = c.attention_chunk > 0 ? c.attention_chunk : 512;
+  struct Variant {
+    int64_t chunk, checkpoint;
+  };
+  const std::vector<Variant> variants{{0, 0}, {chunk, 0}, {chunk, 1}};
+  const std::vector<int64_t> frames{1, 2, 4, 8};
+  std::vector<std::vector<Point>> points(variants.size());
+  if (!c.json)
+    std::cout
+        << fmt::format(
+               "# wanbench model --tokens-sweep: {}, batch {}, {}, latents Fx{}x{}, {} iters (median) after {} "
+               "warm-up, {} threads, each point in a process of its own; tensors: the most bytes of tensors alive "
+               "at once (LibTorch's allocator), activations: that minus parameters, gradients and inputs\n",
+               c.model_config, c.batch, c.precision, height, width, c.iters, c.warmup, torch::get_num_threads())
+        << kHeader;
+  int non_finite = 0;
+  nlohmann::json rows = nlohmann::json::array();
+  for (const int64_t f : frames)
+    for (size_t v = 0; v < variants.size(); ++v) {
+      Point p;
+      p.batch = c.batch;
+      p.frames = f;
+      p.height = height;
+      p.width = width;
+      p.attention_chunk = variants[v].chunk;
+      p.grad_checkpoint = variants[v].checkpoint;
+      p = measure_in_child(c, p);
+      non_finite += p.non_finite;
+      points[v].push_back(p);
+      rows.push_back(to_json(p));
+      if (!c.json) std::cout << row(p) << std::flush;
+    }
+  // The goals of docs/performance.md, "Memory against tokens".
+  const auto& full = points[0];
+  const auto& chunked = points[1];
+  const auto& checkpointed = points[2];
+  double worst_plan = 0, worst_rss = 0;
+  for (const auto& variant : points)
+    for (const auto& p : variant) {
+      worst_plan = std::max(worst_plan, std::abs(p.plan_mib / p.peak_mib - 1));
+      worst_rss = std::max(worst_rss, std::abs((p.plan_mib + p.runtime_mib) / p.peak_rss_mib - 1));
+    }
+  auto growth = [](const std::vector<Point>& v, double Point::*field) { return v.back().*field / v.front().*field; };
+  const nlohmann::json goals{
+      {"peak_8k_over_1k_full", growth(full, &Point::peak_mib)},
+      {"peak_8k_over_1k_chunked", growth(chunked, &Point::peak_mib)},
+      {"peak_8k_over_1k_chunked_checkpointed", growth(checkpointed, &Point::peak_mib)},
+      {"peak_rss_8k_over_1k_full", growth(full, &Point::peak_rss_mib)},
+      {"peak_rss_8k_over_1k_chunked", growth(chunked, &Point::peak_rss_mib)},
+      {"peak_rss_8k_over_1k_chunked_checkpointed", growth(checkpointed, &Point::peak_rss_mib)},
+      {"activations_4k_checkpointed_over_chunked", checkpointed[2].activations_mib() / chunked[2].activations_mib()},
+      {"step_time_4k_checkpointed_over_chunked", checkpointed[2].step_s / chunked[2].step_s},
+      {"largest_plan_error", worst_plan},
+      {"largest_plan_error_rss", worst_rss}};
+  if (c.json) {
+    std::cout << nlohmann::json{{"model_config", c.model_config},
+                                {"precision", c.precision},
+                                {"points", rows},
+                                {"goals", goals}}
+                     .dump()
+              << "\n";
+  } else {
+    auto g = [&](const char* key) { return goals[key].get<double>(); };
+    std::cout << fmt::format(
+        "  peak(8k) / peak(1k), tensors: full attention {:.2f}x, chunked {:.2f}x, chunked + checkpointing {:.2f}x "
+        "(goal <= 10x); peak RSS: {:.2f}x, {:.2f}x, {:.2f}x\n"
+        "  activations at 4k tokens, checkpointing / not: {:.2f} (goal <= 1/3); its step time {:.2f}x\n"
+        "  plan vs measured tensors: within {:.0f}% at every point (goal 25%); plan + runtime vs peak RSS: within "
+        "{:.0f}%\n",
+        g("peak_8k_over_1k_full"), g("peak_8k_over_1k_chunked"), g("peak_8k_over_1k_chunked_checkpointed"),
+        g("peak_rss_8k_over_1k_full"), g("peak_rss_8k_over_1k_chunked"), g("peak_rss_8k_over_1k_chunked_checkpointed"),
+        g("activations_4k_checkpointed_over_chunked"), g("step_time_4k_checkpointed_over_chunked"), 100 * worst_plan,
+        100 * worst_rss);
+  }
+  return non_finite == 0 ? kExitOk : kExitFailure;
 }
 
 }  // namespace
@@ -50,6 +297,10 @@ int run_model_bench(distributed::World&, int argc, char** argv) {
       .choice("precision", &c.precision, {"fp32", "bf16"}, "fp32, or bf16 autocast (fp32 weights)")
       .add("attention-chunk", &c.attention_chunk, "queries per attention chunk, as wantrain's (0: all at once)")
       .add("grad-checkpoint", &c.grad_checkpoint, "recompute every N-th block in backward (0: none)")
+      .flag("tokens-sweep", &c.tokens_sweep,
+            "measure frames 1, 2, 4, 8 of --size (1k to 8k tokens at 64x64), each with full attention, chunked "
+            "attention (--attention-chunk, default 512) and chunked with every block checkpointed, against the "
+            "memory plan")
       .add("iters", &c.iters, "timed steps (the median is reported)")
       .add("warmup", &c.warmup, "untimed steps first")
       .add("threads", &c.threads, "CPU threads (0: LibTorch's default)")
@@ -63,75 +314,37 @@ int run_model_bench(distributed::World&, int argc, char** argv) {
     throw UsageError("options --iters, --batch, --frames: must be at least 1 (--warmup at least 0)");
   if (c.attention_chunk < 0 || c.grad_checkpoint < 0)
     throw UsageError("options --attention-chunk, --grad-checkpoint: must be 0 (off) or more");
+  if (c.tokens_sweep && c.grad_checkpoint > 0)
+    throw UsageError("option --grad-checkpoint: --tokens-sweep measures with and without checkpointing itself");
   const auto [height, width] = parse_height_width(c.size, "size");
   if (c.threads > 0) torch::set_num_threads(c.threads);
-
   const auto config = model::load_model_config(c.model_config);
-  torch::manual_seed(0);
-  model::WanModel net(config);
-  // Random inputs of the real shapes; the head starts at zero, so give it weights
-  // that make the backward pass do the work it does in training.
-  {
-    torch::NoGradGuard no_grad;
-    net->head->head->weight.normal_(0.0, 0.02);
-  }
-  net->set_attention_chunk(c.attention_chunk);
-  net->set_grad_checkpoint(c.grad_checkpoint);
-  const auto x0 = torch::randn({c.batch, config.in_dim, c.frames, height, width});  // [B, C, F, H, W]
-  const auto context = torch::randn({c.batch, config.text_len, config.text_dim});   // [B, L, D]
-  std::vector<int64_t> indices(c.batch);
-  for (int64_t i = 0; i < c.batch; ++i) indices[i] = i;
-  const auto noisy = train::make_noisy_batch(x0, indices, 0, 0, {});
+  if (c.tokens_sweep) return tokens_sweep(c, height, width);
 
-  std::vector<double> forward_s, step_s;
-  int non_finite = 0;
-  for (int i = 0; i < c.warmup + c.iters; ++i) {
-    net->zero_grad();
-    const auto start = std::chrono::steady_clock::now();
-    at::Tensor loss;
-    {
-      model::AutocastScope autocast(c.precision == "bf16" ? torch::kBFloat16 : torch::kFloat32);
-      loss = train::flow_matching_loss(net->forward(noisy.x_t, noisy.timesteps, context), noisy.target);
-    }
-    const double forward = seconds_since(start);
-    loss.backward();
-    const double step = seconds_since(start);
-    if (!std::isfinite(loss.item<double>())) ++non_finite;
-    if (i >= c.warmup) {
-      forward_s.push_back(forward / double(c.batch));
-      step_s.push_back(step / double(c.batch));
-    }
-  }
-  const auto grid_tokens =
-      c.frames / config.patch_size[0] * (height / config.patch_size[1]) * (width / config.patch_size[2]);
-  const nlohmann::json row{{"model_config", c.model_config},
-                           {"parameters", model::parameter_count(config)},
-                           {"precision", c.precision},
-                           {"attention_chunk", c.attention_chunk},
-                           {"grad_checkpoint", c.grad_checkpoint},
-                           {"batch", c.batch},
-                           {"latents", {config.in_dim, c.frames, height, width}},
-                           {"tokens", grid_tokens},
-                           {"threads", torch::get_num_threads()},
-                           {"forward_s_per_sample", median(forward_s)},
-                           {"forward_backward_s_per_sample", median(step_s)},
-                           {"peak_rss_mib", peak_rss_mib()},
-                           {"non_finite_losses", non_finite}};
+  Point p;
+  p.batch = c.batch;
+  p.frames = c.frames;
+  p.height = height;
+  p.width = width;
+  p.attention_chunk = c.attention_chunk;
+  p.grad_checkpoint = c.grad_checkpoint;
+  p = measure(config, c, p);
   if (c.json) {
-    std::cout << row.dump() << "\n";
+    auto out = to_json(p);
+    out["model_config"] = c.model_config;
+    out["parameters"] = model::parameter_count(config);
+    out["precision"] = c.precision;
+    out["threads"] = torch::get_num_threads();
+    std::cout << out.dump() << "\n";
   } else {
     std::cout << fmt::format(
-        "# wanbench model: {} iters (median) after {} warm-up, {} threads, attention chunk {}, grad checkpoint {}\n",
-        c.iters, c.warmup, torch::get_num_threads(), c.attention_chunk, c.grad_checkpoint);
-    std::cout << "  config                          params  prec  batch  latents          tokens  fwd s/sample  "
-                 "fwd+bwd s/sample  peak RSS MiB  #non-finite\n";
-    std::cout << fmt::format(
-        "  {:<30} {:>7.3g}  {:<4}  {:>5}  [{},{},{},{}]  {:>9}  {:>12.4f}  {:>16.4f}  {:>12.0f}  {:>11}\n",
-        c.model_config.substr(c.model_config.find_last_of('/') + 1), double(model::parameter_count(config)),
-        c.precision, c.batch, config.in_dim, c.frames, height, width, grid_tokens, median(forward_s), median(step_s),
-        peak_rss_mib(), non_finite);
+                     "# wanbench model: {} ({:.3g} parameters), batch {}, {}, latents [{},{},{},{}], {} iters "
+                     "(median) after {} warm-up, {} threads\n",
+                     c.model_config, double(model::parameter_count(config)), c.batch, c.precision, config.in_dim,
+                     c.frames, height, width, c.iters, c.warmup, torch::get_num_threads())
+              << kHeader << row(p);
   }
-  return non_finite == 0 ? kExitOk : kExitFailure;
+  return p.non_finite == 0 ? kExitOk : kExitFailure;
 }
 
 }  // namespace wt

@@ -1,6 +1,7 @@
 // wantrain: train or distill a Wan diffusion transformer, data-parallel over MPI ranks.
 // Options -> TrainConfig -> the library's typed settings -> RunPlan -> WanRun -> train::fit.
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
 #include <iostream>
@@ -14,6 +15,7 @@
 #include "wantrain/config.hpp"
 #include "wantrain/data/dataset.hpp"
 #include "wantrain/distributed/backend.hpp"
+#include "wantrain/distributed/nccl_comm.hpp"
 #include "wantrain/distributed/world.hpp"
 #include "wantrain/model/model_config.hpp"
 #include "wantrain/model/projection.hpp"
@@ -27,6 +29,7 @@
 #include "wantrain/util/error.hpp"
 #include "wantrain/util/exit_codes.hpp"
 #include "wantrain/util/log.hpp"
+#include "wantrain/util/memory.hpp"
 #include "wantrain/util/options.hpp"
 #include "wantrain/util/stop_signals.hpp"
 #include "wantrain/util/test_hooks.hpp"
@@ -47,6 +50,44 @@ std::string world_table(const distributed::World& world, const distributed::Comm
                        threads_per_rank(cfg.threads, p.local_size));
   }
   return out;
+}
+
+struct MemorySummary {
+  std::string table;
+  std::vector<std::string> warnings;  // one per limit the plan exceeds
+};
+
+// The memory plan of this rank (train/memory_plan.hpp) at the data's
+// latents or --plan-latents, and the limits it exceeds.
+MemorySummary memory_summary(distributed::World& world, const distributed::Comm& comm, const TrainConfig& cfg,
+                             const std::optional<model::WanConfig>& model_config,
+                             const std::optional<model::WanConfig>& teacher_config, const data::SampleShape* data) {
+  if (!model_config) return {};
+  if (!data && cfg.plan_latents.empty())
+    return {"memory plan: needs the token count: give --data, or --plan-latents FxHxW\n", {}};
+  std::optional<train::MemoryPlan> memory;
+  world.agree([&] {
+    const auto latents = data ? std::array<int64_t, 3>{data->frames, data->height, data->width} : plan_latents(cfg);
+    const int64_t sample_elements = model_config->in_dim * latents[0] * latents[1] * latents[2] +
+                                    (data ? data->text_len : model_config->text_len) * model_config->text_dim;
+    auto settings =
+        memory_plan_settings(cfg, *model_config, teacher_config, latents, 4 * sample_elements, comm.device());
+    settings.runtime_bytes = current_rss_bytes();
+    settings.checkpoint_snapshot = world.is_root();
+    try {
+      memory = train::plan_memory(settings);
+    } catch (const UsageError& e) {  // latents that do not fit the patch: name where they came from
+      if (data) throw;
+      throw UsageError(fmt::format("option --plan-latents: {}", e.what()));
+    }
+  });
+  const auto device = comm.device();
+  return {memory->describe(),
+          train::memory_warnings(*memory,
+                                 device.is_cuda()
+                                     ? std::optional<double>(distributed::cuda_device_memory_bytes(device.index()))
+                                     : std::nullopt,
+                                 physical_memory_bytes(), world.local_size())};
 }
 
 int run(distributed::World& world, int argc, char** argv) {
@@ -155,9 +196,14 @@ int run(distributed::World& world, int argc, char** argv) {
                             dataset->shape().text_string(), plan.describe_epoch())
               : std::string("data: none given (--data)\n");
   const std::string table = world_table(world, *comm, cfg);
+  const MemorySummary memory =
+      memory_summary(world, *comm, cfg, model_config, teacher_config, dataset ? &dataset->shape() : nullptr);
   if (world.is_root())
     std::cout << "wantrain " << WANTRAIN_VERSION << ": resolved configuration\n"
-              << options.resolved_table() << table << data_summary << model_summary << plan.describe() << std::flush;
+              << options.resolved_table() << table << data_summary << model_summary << plan.describe() << memory.table
+              << std::flush;
+  if (world.is_root())
+    for (const auto& warning : memory.warnings) spdlog::warn("{}", warning);
   comm->barrier();  // the collectives work end to end
   if (cfg.dry_run) return kExitOk;
 

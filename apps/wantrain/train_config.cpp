@@ -47,7 +47,10 @@ void declare_options(OptionSet& o, TrainConfig& c) {
       .add("val-every", &c.val_every, "steps between validation passes (0: never)");
   o.group("model")
       .add("model-config", &c.model_config, "model config JSON (Wan keys), e.g. data/configs/wan-tiny.json")
-      .add("init", &c.init, "safetensors file or checkpoint to start from");
+      .add("init", &c.init, "safetensors file or checkpoint to start from")
+      .add("plan-latents", &c.plan_latents,
+           "FxHxW: the latent frames, height and width the memory plan assumes without --data (480p, 81 frames: "
+           "21x60x104)");
   o.group("objective")
       .choice("timestep-sampling", &c.timestep_sampling, {"uniform", "logit-normal"}, "how sigma is drawn")
       .add("logit-mean", &c.logit_mean, "mean of logit-normal sigma sampling")
@@ -130,7 +133,8 @@ void validate(const TrainConfig& c) {
   require(c.val_every >= 0, "val-every", "must be 0 (never) or more");
   require(c.logit_std > 0, "logit-std", "must be positive");
   require(c.shift > 0, "shift", "must be positive");
-  sigma_range(c);            // throws on a malformed range
+  sigma_range(c);  // throws on a malformed range
+  if (!c.plan_latents.empty()) plan_latents(c);
   grad_checkpoint_every(c);  // likewise
   require(c.timestep_range.empty() || c.mode != "distill", "timestep-range", "not available with --mode distill yet");
   require(c.text_drop >= 0 && c.text_drop <= 1, "text-drop", "must be a probability in [0, 1]");
@@ -271,6 +275,46 @@ train::FitOptions fit_options(const TrainConfig& c) {
   o.max_skipped = c.max_skipped;
   o.checkpoint_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(c.checkpoint_timeout * 1000));
   return o;
+}
+
+std::array<int64_t, 3> plan_latents(const TrainConfig& c) {
+  std::array<int64_t, 3> latents{};
+  const auto parts = split_list(c.plan_latents, 'x');
+  bool ok = parts.size() == 3;
+  for (size_t i = 0; ok && i < 3; ++i) {
+    char* end = nullptr;
+    const long long n = std::strtoll(parts[i].c_str(), &end, 10);
+    ok = !parts[i].empty() && *end == '\0' && n >= 1 && n <= (1 << 20);
+    latents[i] = n;
+  }
+  if (!ok)
+    throw UsageError(fmt::format(
+        "option --plan-latents: expected FxHxW, the latent frames, height and width (e.g. 21x60x104), got '{}'",
+        c.plan_latents));
+  return latents;
+}
+
+train::MemoryPlanSettings memory_plan_settings(const TrainConfig& c, const model::WanConfig& model,
+                                               const std::optional<model::WanConfig>& teacher,
+                                               std::array<int64_t, 3> latents, int64_t sample_bytes,
+                                               const at::Device& device) {
+  train::MemoryPlanSettings s;
+  s.model = model;
+  s.step.batch = c.batch_size;
+  s.step.latents = latents;
+  s.step.compute_dtype = run_settings(c, device).compute_dtype;
+  s.step.attention_chunk = c.attention_chunk;
+  s.step.grad_checkpoint_every = grad_checkpoint_every(c);
+  s.ema = c.ema_decay > 0;
+  const auto run = wan_run_options(c);
+  s.lora = run.lora;
+  s.base_dtype = run.base_dtype;
+  s.teacher = teacher;
+  s.teacher_bf16 = run.teacher_bf16;
+  s.prefetch = c.prefetch;
+  s.sample_bytes = sample_bytes;
+  s.on_device = device.is_cuda();
+  return s;
 }
 
 }  // namespace wt::wantrain

@@ -4,12 +4,15 @@
 // WanRunOptions, FitOptions): the one place where option text becomes enums.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <iosfwd>
+#include <optional>
 #include <string>
 #include <utility>
 
 #include "wantrain/train/fit.hpp"
+#include "wantrain/train/memory_plan.hpp"
 #include "wantrain/train/run_plan.hpp"
 #include "wantrain/train/wan_run.hpp"
 
@@ -48,6 +51,7 @@ struct TrainConfig {
   // model
   std::string model_config;
   std::string init;
+  std::string plan_latents;  // "FxHxW": latents for the memory plan when there is no --data
 
   // objective
   std::string timestep_sampling = "uniform";
@@ -122,5 +126,13 @@ int64_t grad_checkpoint_every(const TrainConfig& cfg);
 // --timestep-range as [min, max] of sigma after the shift; [0, 1] when unset.
 std::pair<double, double> sigma_range(const TrainConfig& cfg);
 train::FitOptions fit_options(const TrainConfig& cfg);
+// --plan-latents as (F, H, W); UsageError naming the option when malformed.
+std::array<int64_t, 3> plan_latents(const TrainConfig& cfg);
+// The memory plan's settings for this run of `model` on `device`, at latents
+// (F, H, W) and `sample_bytes` per sample as the loader hands it over.
+train::MemoryPlanSettings memory_plan_settings(const TrainConfig& cfg, const model::WanConfig& model,
+                                               const std::optional<model::WanConfig>& teacher,
+                                               std::array<int64_t, 3> latents, int64_t sample_bytes,
+                                               const at::Device& device);
 
 }  // namespace wt::wantrain

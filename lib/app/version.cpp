@@ -1,5 +1,6 @@
 #include "wantrain/app/version.hpp"
 
+#include <dlfcn.h>
 #include <fmt/format.h>
 #include <mpi.h>
 
@@ -8,6 +9,14 @@
 
 namespace wt::app {
 
+namespace {
+
+// Which malloc this process runs on: TCMalloc when it is linked in (the
+// apps, WANTRAIN_MALLOC) or preloaded, glibc's otherwise.
+const char* malloc_name() { return dlsym(RTLD_DEFAULT, "tc_malloc") != nullptr ? "TCMalloc" : "glibc malloc"; }
+
+}  // namespace
+
 std::string version_text(const std::string& program) {
   char mpi[MPI_MAX_LIBRARY_VERSION_STRING] = {};
   int length = 0;
@@ -15,9 +24,10 @@ std::string version_text(const std::string& program) {
   std::string mpi_name(mpi, length);
   mpi_name = mpi_name.substr(0, mpi_name.find_first_of(",\n"));
   return fmt::format(
-      "{} {}\n  LibTorch {} ({}), {}, HDF5 {}, {}\n", program, WANTRAIN_VERSION, WANTRAIN_TORCH_VERSION,
+      "{} {}\n  LibTorch {} ({}), {}, HDF5 {}, {}, {}\n", program, WANTRAIN_VERSION, WANTRAIN_TORCH_VERSION,
       WANTRAIN_TORCH_HAS_CUDA ? "CUDA" : "CPU", mpi_name, WANTRAIN_HDF5_VERSION,
-      distributed::nccl_built() ? fmt::format("NCCL {}", WANTRAIN_NCCL_VERSION) : std::string("without NCCL"));
+      distributed::nccl_built() ? fmt::format("NCCL {}", WANTRAIN_NCCL_VERSION) : std::string("without NCCL"),
+      malloc_name());
 }
 
 std::string help_or_version(OptionSet::Outcome outcome, const OptionSet& options) {

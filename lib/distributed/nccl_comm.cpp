@@ -40,6 +40,15 @@ int cuda_device_count() {
   return 0;
 }
 
+double cuda_device_memory_bytes(int device) {
+  cudaDeviceProp properties{};
+  if (cudaGetDeviceProperties(&properties, device) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return double(properties.totalGlobalMem);
+}
+
 int nccl_device_for(const World& world) {
   const int devices = cuda_device_count();
   if (devices == 1) return 0;

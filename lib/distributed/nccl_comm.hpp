@@ -31,6 +31,10 @@ bool nccl_built();
 // CUDA devices visible to this process (0 without a driver, a device or NCCL).
 int cuda_device_count();
 
+// A CUDA device's total memory in bytes (0 when it cannot be read, or in a
+// build without NCCL): the capacity the memory plan is compared against.
+double cuda_device_memory_bytes(int device);
+
 // The GPU this rank uses: its node-local rank, or 0 when the launcher gave
 // each rank a single visible GPU (srun --gpus-per-task=1); -1 when there is
 // none for it (more ranks on the node than visible GPUs).

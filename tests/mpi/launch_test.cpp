@@ -129,6 +129,67 @@ TEST(Launch, VersionNamesTheLibrariesBuiltWith) {
   const Job job = launch(std::string(WANTRAIN_WANTRAIN) + " --version");
   EXPECT_EQ(job.status, 0) << job.output;
   EXPECT_TRUE(std::regex_search(job.output, std::regex("^wantrain \\d+\\.\\d+\\.\\d+\\n  LibTorch "))) << job.output;
+  // The malloc the apps run on (cmake/WantrainMalloc.cmake), as the process finds it.
+  const std::string malloc_name = std::string(WANTRAIN_APPS_MALLOC) == "tcmalloc" ? "TCMalloc" : "glibc malloc";
+  EXPECT_TRUE(std::regex_search(job.output, std::regex(", " + malloc_name + "\\n$"))) << job.output;
+}
+
+TEST(Launch, DryRunPrintsTheMemoryPlanOfTheRun) {
+  const std::string configs = std::string(WANTRAIN_SOURCE_DIR) + "/data/configs/";
+  const Job job = launch_mpi(std::string(WANTRAIN_WANTRAIN) + " --dry-run --backend mpi --model-config " + configs +
+                             "wan-tiny.json --plan-latents 2x32x32 --grad-checkpoint blocks --attention-chunk 64 "
+                             "--ema-decay 0.99");
+  EXPECT_EQ(job.status, 0) << job.output;
+  EXPECT_EQ(occurrences(job.output, "memory plan per rank:"), 1u) << job.output;
+  // wan-tiny's patch is (1, 2, 2): 2 x 16 x 16 tokens.
+  EXPECT_EQ(occurrences(job.output, "batch 1 x 512 tokens, attention chunk 64, checkpointing every block"), 1u)
+      << job.output;
+  const int64_t params = wt::model::parameter_count(wt::model::load_model_config(configs + "wan-tiny.json"));
+  for (const std::string& line :
+       {std::to_string(params) + " parameters, fp32", std::string("fp32, in the Reducer's buckets"),
+        std::string("AdamW's two moments, fp32"), std::string("averaged weights, fp32"),
+        std::string("the trained state copied for the writer thread (rank 0)"),
+        std::string("activations without checkpointing (--grad-checkpoint none)")})
+    EXPECT_EQ(occurrences(job.output, line), 1u) << line << "\n" << job.output;
+  EXPECT_EQ(occurrences(job.output, "warning"), 0u) << job.output;
+
+  const Job no_tokens = launch_mpi(std::string(WANTRAIN_WANTRAIN) + " --dry-run --backend mpi --model-config " +
+                                   configs + "wan-tiny.json");
+  EXPECT_EQ(no_tokens.status, 0) << no_tokens.output;
+  EXPECT_EQ(occurrences(no_tokens.output, "memory plan: needs the token count: give --data, or --plan-latents FxHxW"),
+            1u)
+      << no_tokens.output;
+}
+
+TEST(Launch, DryRunWarnsOnceWhenThePlanExceedsTheHostMemory) {
+  // Wan2.1-14B at 480p x 81 frames in fp32 with full attention: terabytes.
+  const Job job = launch_mpi(std::string(WANTRAIN_WANTRAIN) + " --dry-run --backend mpi --model-config " +
+                             WANTRAIN_SOURCE_DIR + "/data/configs/wan2.1-t2v-14b.json --plan-latents 21x60x104");
+  EXPECT_EQ(job.status, 0) << job.output;
+  EXPECT_EQ(occurrences(job.output, "[warning] the memory plan needs "), 1u) << job.output;
+  EXPECT_TRUE(std::regex_search(job.output, std::regex("GiB of host memory per rank, more than this node's [0-9.]+ GiB "
+                                                       "shared by " +
+                                                       std::to_string(kRanks) + " ranks")))
+      << job.output;
+}
+
+TEST(Launch, PlanLatentsAreCheckedAndNamed) {
+  const std::string tiny = std::string(WANTRAIN_SOURCE_DIR) + "/data/configs/wan-tiny.json";
+  const Job malformed = launch_mpi(std::string(WANTRAIN_WANTRAIN) + " --dry-run --plan-latents 2x32");
+  EXPECT_EQ(malformed.status, 2) << malformed.output;
+  EXPECT_EQ(occurrences(malformed.output,
+                        "error: option --plan-latents: expected FxHxW, the latent frames, height and "
+                        "width (e.g. 21x60x104), got '2x32'"),
+            1u)
+      << malformed.output;
+  const Job unfit =
+      launch_mpi(std::string(WANTRAIN_WANTRAIN) + " --dry-run --model-config " + tiny + " --plan-latents 1x31x32");
+  EXPECT_EQ(unfit.status, 2) << unfit.output;
+  EXPECT_EQ(occurrences(unfit.output,
+                        "error: option --plan-latents: latent height 31 is not a positive multiple of "
+                        "the model's patch size 2"),
+            1u)
+      << unfit.output;
 }
 
 TEST(Launch, EveryToolAndSubcommandAnswersVersionWithTheVersion) {

@@ -1,0 +1,179 @@
+#include "wantrain/train/memory_plan.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace wt::train {
+namespace {
+
+constexpr double kMiB = 1024.0 * 1024.0;
+
+int64_t elements(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t s : shape) n *= s;
+  return n;
+}
+
+// "blocks.3.self_attn.q.weight" -> "self_attn.q" when the name is a block
+// Linear's weight or bias; "" otherwise.
+std::string block_linear(const std::string& name) {
+  if (name.rfind("blocks.", 0) != 0) return "";
+  const auto layer_start = name.find('.', 7) + 1;
+  const auto last = name.rfind('.');
+  const std::string layer = name.substr(layer_start, last - layer_start);
+  const auto& linears = model::lora_targets();
+  return std::find(linears.begin(), linears.end(), layer) != linears.end() ? layer : "";
+}
+
+struct ModelBytes {
+  double fp32 = 0;       // every parameter in fp32
+  double held = 0;       // block Linears in `linear_bytes` per element, the rest fp32
+  int64_t adapters = 0;  // LoRA parameters for these options (rank 0: none)
+};
+
+ModelBytes model_bytes(const model::WanConfig& config, double linear_bytes, const model::LoraOptions& lora) {
+  const auto& targets = lora.targets.empty() ? model::lora_targets() : lora.targets;
+  ModelBytes m;
+  for (const auto& [name, shape] : model::parameter_shapes(config)) {
+    const double n = double(elements(shape));
+    const std::string layer = block_linear(name);
+    m.fp32 += 4 * n;
+    m.held += (layer.empty() ? 4 : linear_bytes) * n;
+    // A LoRA adapter per target Linear: A [r, in] and B [out, r].
+    if (lora.rank > 0 && shape.size() == 2 && !layer.empty() &&
+        std::find(targets.begin(), targets.end(), layer) != targets.end())
+      m.adapters += lora.rank * (shape[0] + shape[1]);
+  }
+  return m;
+}
+
+// The teacher's Linears that Teacher::hold_in_bf16 converts: the blocks'
+// and the text embedding's.
+double teacher_bytes(const model::WanConfig& config, bool bf16) {
+  double bytes = 0;
+  for (const auto& [name, shape] : model::parameter_shapes(config)) {
+    const bool linear = !block_linear(name).empty() || name.rfind("text_embedding.", 0) == 0;
+    bytes += (bf16 && linear ? 2 : 4) * double(elements(shape));
+  }
+  return bytes;
+}
+
+std::string describe_step(const model::ActivationSettings& s, const model::ActivationMemory& m) {
+  std::string checkpointing = s.grad_checkpoint_every == 0 ? "no checkpointing"
+                              : s.grad_checkpoint_every == 1
+                                  ? "checkpointing every block"
+                                  : fmt::format("checkpointing every {} blocks", s.grad_checkpoint_every);
+  return fmt::format(
+      "batch {} x {} tokens, {}, {}", s.batch, m.tokens,
+      s.attention_chunk > 0 ? fmt::format("attention chunk {}", s.attention_chunk) : std::string("full attention"),
+      checkpointing);
+}
+
+}  // namespace
+
+std::string format_bytes(double bytes) {
+  if (bytes >= 1024 * kMiB) return fmt::format("{:.1f} GiB", bytes / (1024 * kMiB));
+  return fmt::format("{:.0f} MiB", bytes / kMiB);
+}
+
+double MemoryPlan::total() const {
+  double sum = 0;
+  for (const auto& item : items) sum += item.bytes;
+  return sum;
+}
+
+double MemoryPlan::device_total() const {
+  double sum = 0;
+  for (const auto& item : items)
+    if (item.on_device) sum += item.bytes;
+  return sum;
+}
+
+double MemoryPlan::host_total() const { return total() - device_total(); }
+
+MemoryPlan plan_memory(const MemoryPlanSettings& s) {
+  MemoryPlan plan;
+  auto add = [&](std::string name, std::string detail, double bytes, bool on_device) {
+    plan.items.push_back({std::move(name), std::move(detail), bytes, on_device});
+  };
+  const bool dev = s.on_device;
+  add("runtime", "this process before the model: libraries, MPI, threads (measured)", s.runtime_bytes, false);
+
+  const bool lora = s.lora.rank > 0;
+  const auto weights = model_bytes(s.model, lora && s.base_dtype == at::kBFloat16 ? 2 : 4, s.lora);
+  const double trained = lora ? 4 * double(weights.adapters) : weights.fp32;
+  if (lora) {
+    add("frozen base",
+        fmt::format("{} parameters, block Linears in {}", model::parameter_count(s.model),
+                    s.base_dtype == at::kBFloat16 ? "bf16" : "fp32"),
+        weights.held, dev);
+    add("parameters", fmt::format("{} LoRA adapter parameters (rank {}), fp32", weights.adapters, s.lora.rank), trained,
+        dev);
+  } else {
+    add("parameters", fmt::format("{} parameters, fp32", model::parameter_count(s.model)), trained, dev);
+  }
+  add("gradients", "fp32, in the Reducer's buckets", trained, dev);
+  if (s.optimizer) add("optimizer", "AdamW's two moments, fp32", 2 * trained, dev);
+  if (s.ema) add("EMA", "averaged weights, fp32", trained, dev);
+  if (s.teacher) {
+    const double held = teacher_bytes(*s.teacher, s.teacher_bf16);
+    const double load = teacher_bytes(*s.teacher, false);
+    plan.startup_host_bytes = s.runtime_bytes + load;
+    add("teacher",
+        fmt::format("{} parameters, {}; read in fp32 first ({} at start-up)", model::parameter_count(*s.teacher),
+                    s.teacher_bf16 ? "Linears in bf16" : "fp32", format_bytes(load)),
+        held, dev);
+  }
+  if (s.sample_bytes > 0)
+    add("data", fmt::format("{} batches of {} in the loader", s.prefetch + 1, s.step.batch),
+        double(s.prefetch + 1) * double(s.step.batch) * double(s.sample_bytes), false);
+  if (s.checkpoint_snapshot)
+    add("checkpoint copy", "the trained state copied for the writer thread (rank 0)",
+        trained * (1 + (s.optimizer ? 2 : 0) + (s.ema ? 1 : 0)), false);
+
+  auto step = s.step;
+  if (lora) step.block_linear_dtype = s.base_dtype;
+  plan.activations = model::activation_memory(s.model, step);
+  auto other = step;
+  other.grad_checkpoint_every = s.step.grad_checkpoint_every > 0 ? 0 : 1;
+  plan.alternative = model::activation_memory(s.model, other);
+  add("activations", describe_step(step, plan.activations), plan.activations.total(), dev);
+  return plan;
+}
+
+std::string MemoryPlan::describe() const {
+  std::string out = "memory plan per rank:\n";
+  for (const auto& item : items)
+    if (item.bytes > 0) out += fmt::format("  {:<16} {:>10}  {}\n", item.name, format_bytes(item.bytes), item.detail);
+  const bool checkpointing = activations.blocks_checkpointed > 0;
+  out += fmt::format("  {:<16} {:>10}  activations {} checkpointing (--grad-checkpoint {})\n", "",
+                     format_bytes(alternative.total()), checkpointing ? "without" : "with",
+                     checkpointing ? "none" : "blocks");
+  const double device = device_total();
+  if (device > 0)
+    out += fmt::format("  {:<16} {:>10}  on the GPU; {} on the host\n", "total", format_bytes(device),
+                       format_bytes(host_total()));
+  else
+    out += fmt::format("  {:<16} {:>10}\n", "total", format_bytes(total()));
+  return out;
+}
+
+std::vector<std::string> memory_warnings(const MemoryPlan& plan, std::optional<double> device_bytes, double host_bytes,
+                                         int ranks_on_host) {
+  std::vector<std::string> warnings;
+  const double share = host_bytes / double(std::max(ranks_on_host, 1));
+  const double host_need = std::max(plan.host_total(), plan.startup_host_bytes);
+  const char* knobs = "(docs/training.md, \"Fitting a job\")";
+  if (host_need > share)
+    warnings.push_back(fmt::format(
+        "the memory plan needs {} of host memory per rank, more than this node's {} shared by {} rank{} ({} each) {}",
+        format_bytes(host_need), format_bytes(host_bytes), ranks_on_host, ranks_on_host == 1 ? "" : "s",
+        format_bytes(share), knobs));
+  if (device_bytes && plan.device_total() > *device_bytes)
+    warnings.push_back(fmt::format("the memory plan needs {} on the GPU, more than its {} {}",
+                                   format_bytes(plan.device_total()), format_bytes(*device_bytes), knobs));
+  return warnings;
+}
+
+}  // namespace wt::train

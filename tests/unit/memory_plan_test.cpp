@@ -1,0 +1,190 @@
+// The memory plan (train/memory_plan.hpp) against what a run allocates:
+// parameter and adapter counts against a built model, activations against
+// the bytes LibTorch's allocator hands out in a forward and backward, and
+// the shape of the activation model (linear with chunked attention,
+// quadratic without, checkpointing keeping block inputs only).
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "../common/small_models.hpp"
+#include "wantrain/model/activation_memory.hpp"
+#include "wantrain/model/autocast.hpp"
+#include "wantrain/model/lora.hpp"
+#include "wantrain/model/tensor_memory.hpp"
+#include "wantrain/train/flow_matching.hpp"
+#include "wantrain/train/memory_plan.hpp"
+#include "wantrain/util/error.hpp"
+
+namespace {
+
+using wt::model::activation_memory;
+using wt::model::ActivationSettings;
+using wt::testing::small_wan_config;
+
+ActivationSettings step(int64_t frames, int64_t chunk = 0, int64_t checkpoint = 0, int64_t batch = 1) {
+  ActivationSettings s;
+  s.batch = batch;
+  s.latents = {frames, 16, 16};
+  s.attention_chunk = chunk;
+  s.grad_checkpoint_every = checkpoint;
+  return s;
+}
+
+double tensor_bytes(const std::vector<at::Tensor>& tensors) {
+  double bytes = 0;
+  for (const auto& t : tensors) bytes += double(t.numel() * t.element_size());
+  return bytes;
+}
+
+TEST(ActivationMemory, ChunkedAttentionIsLinearInTokensAndFullAttentionQuadratic) {
+  const auto config = small_wan_config();
+  // Tokens go 64, 128, 192 (frames 1, 2, 3 of 16x16 in 2x2 patches).
+  auto saved = [&](int64_t frames, int64_t chunk) {
+    return activation_memory(config, step(frames, chunk)).block_saved;
+  };
+  EXPECT_EQ(activation_memory(config, step(3)).tokens, 192);
+  const double chunked_step = saved(2, 32) - saved(1, 32);
+  EXPECT_NEAR(saved(3, 32) - saved(2, 32), chunked_step, 1e-9 * chunked_step);
+  // Full attention adds softmax's fp32 [heads, L, L + text_len] per sample:
+  // its second difference over L = 64, 128, 192 is 4 bytes x heads x 2 x 64^2.
+  const double second = saved(3, 0) - 2 * saved(2, 0) + saved(1, 0);
+  EXPECT_DOUBLE_EQ(second, 4.0 * config.num_heads * 2 * 64 * 64);
+}
+
+TEST(ActivationMemory, CheckpointingKeepsBlockInputsAndRecomputesOneBlock) {
+  const auto config = small_wan_config(/*layers=*/5);
+  const auto kept = activation_memory(config, step(2, 32));
+  const auto every_block = activation_memory(config, step(2, 32, 1));
+  const auto every_2 = activation_memory(config, step(2, 32, 2));
+  EXPECT_EQ(kept.blocks_kept, 5);
+  EXPECT_EQ(every_block.blocks_checkpointed, 5);
+  EXPECT_EQ(every_2.blocks_checkpointed, 3);  // blocks 0, 2, 4
+  EXPECT_EQ(every_2.blocks_kept, 2);
+  // A checkpointed block keeps its fp32 input [B, L, dim] for the recomputation.
+  EXPECT_DOUBLE_EQ(every_block.checkpointed_block_saved, 4.0 * 128 * config.dim);
+  // Every block checkpointed: the inputs, and one block while backward
+  // recomputes it (the last, when all inputs are still held).
+  EXPECT_DOUBLE_EQ(every_block.blocks, 5 * every_block.checkpointed_block_saved + kept.block_saved);
+  EXPECT_DOUBLE_EQ(kept.blocks, 5 * kept.block_saved);
+  // Every 2nd: recomputing block 4 holds blocks 0-3 (two of them whole), its
+  // input and its tensors; the end of forward holds less.
+  EXPECT_DOUBLE_EQ(every_2.blocks, 2 * kept.block_saved + 3 * every_2.checkpointed_block_saved + kept.block_saved);
+  EXPECT_LT(every_block.total(), kept.total());
+}
+
+TEST(ActivationMemory, LatentsThatDoNotFitThePatchAreAUsageError) {
+  auto s = step(1);
+  s.latents = {1, 15, 16};
+  try {
+    activation_memory(small_wan_config(), s);
+    FAIL() << "no error";
+  } catch (const wt::UsageError& e) {
+    EXPECT_STREQ(e.what(), "latent height 15 is not a positive multiple of the model's patch size 2");
+  }
+}
+
+TEST(MemoryPlan, ModelStateMatchesTheBuiltModel) {
+  const auto config = small_wan_config();
+  wt::train::MemoryPlanSettings s;
+  s.model = config;
+  s.step = step(1);
+  s.ema = true;
+  s.checkpoint_snapshot = true;
+  const auto plan = wt::train::plan_memory(s);
+  auto item = [&](const wt::train::MemoryPlan& p, const std::string& name) {
+    for (const auto& i : p.items)
+      if (i.name == name) return i.bytes;
+    ADD_FAILURE() << "no item " << name;
+    return 0.0;
+  };
+  const auto model = wt::testing::seeded_small_model(config);
+  const double weights = tensor_bytes(model->parameters());
+  EXPECT_DOUBLE_EQ(item(plan, "parameters"), weights);
+  EXPECT_DOUBLE_EQ(item(plan, "gradients"), weights);
+  EXPECT_DOUBLE_EQ(item(plan, "optimizer"), 2 * weights);
+  EXPECT_DOUBLE_EQ(item(plan, "EMA"), weights);
+  EXPECT_DOUBLE_EQ(item(plan, "checkpoint copy"), 4 * weights);  // weights, two moments, EMA
+
+  // LoRA on a bf16 base: the adapters are what is trained; the base is the
+  // model as built with bf16 block Linears.
+  s.ema = false;
+  s.lora.rank = 4;
+  s.lora.targets = {"self_attn.q", "ffn.0"};
+  s.base_dtype = at::kBFloat16;
+  const auto lora_plan = wt::train::plan_memory(s);
+  const auto lora_model = wt::testing::seeded_small_model(config, s.lora, at::kBFloat16);
+  std::vector<at::Tensor> adapters, base;
+  for (const auto& parameter : lora_model->parameters())
+    (parameter.requires_grad() ? adapters : base).push_back(parameter);
+  EXPECT_DOUBLE_EQ(item(lora_plan, "parameters"), tensor_bytes(adapters));
+  EXPECT_DOUBLE_EQ(item(lora_plan, "frozen base"), tensor_bytes(base));
+  EXPECT_DOUBLE_EQ(item(lora_plan, "optimizer"), 2 * tensor_bytes(adapters));
+}
+
+// What a training step allocates beyond the model state, counted at
+// LibTorch's allocator, against the plan: within 25% for full and chunked
+// attention, with and without checkpointing, in fp32 and under bf16.
+TEST(MemoryPlan, ActivationsAreWithinAQuarterOfWhatAStepAllocates) {
+  wt::model::count_tensor_memory();
+  auto config = small_wan_config(/*layers=*/4);
+  config.dim = 64;
+  config.ffn_dim = 256;
+  config.num_heads = 4;
+  struct Case {
+    int64_t chunk, checkpoint;
+    at::ScalarType dtype;
+  };
+  for (const Case c : {Case{0, 0, at::kFloat}, Case{64, 0, at::kFloat}, Case{64, 1, at::kFloat},
+                       Case{0, 0, at::kBFloat16}, Case{64, 0, at::kBFloat16}, Case{64, 2, at::kBFloat16}}) {
+    SCOPED_TRACE(::testing::Message() << "chunk " << c.chunk << ", checkpoint every " << c.checkpoint << ", "
+                                      << c.dtype);
+    auto settings = step(/*frames=*/4, c.chunk, c.checkpoint, /*batch=*/2);  // 256 tokens
+    settings.compute_dtype = c.dtype;
+    double measured = 0;
+    {
+      auto model = wt::testing::seeded_small_model(config);
+      model->set_attention_chunk(c.chunk);
+      model->set_grad_checkpoint(c.checkpoint);
+      for (auto& p : model->parameters()) p.mutable_grad() = torch::zeros_like(p);
+      const auto x = torch::randn({2, config.in_dim, 4, 16, 16});
+      const auto context = torch::randn({2, config.text_len, config.text_dim});
+      const auto t = torch::full({2}, 500.0);
+      const auto target = torch::randn_like(x);
+      const double before = double(wt::model::live_tensor_bytes());
+      wt::model::reset_peak_tensor_bytes();
+      at::Tensor loss;
+      {
+        wt::model::AutocastScope autocast(c.dtype);
+        loss = wt::train::flow_matching_loss(model->forward(x, t, context), target);
+      }
+      loss.backward();
+      measured = double(wt::model::peak_tensor_bytes()) - before;
+    }
+    // The plan's inputs (latents, noise, target...) are the step's own here:
+    // compare the blocks' share, which dominates at any real size.
+    const auto planned = activation_memory(config, settings);
+    const double planned_bytes = planned.total();
+    EXPECT_GT(planned_bytes, 0.75 * measured);
+    EXPECT_LT(planned_bytes, 1.25 * measured);
+  }
+}
+
+TEST(MemoryPlan, WarnsWhenThePlanExceedsTheHostOrTheDevice) {
+  wt::train::MemoryPlanSettings s;
+  s.model = small_wan_config();
+  s.step = step(1);
+  s.runtime_bytes = 100 << 20;
+  const auto plan = wt::train::plan_memory(s);
+  EXPECT_TRUE(wt::train::memory_warnings(plan, std::nullopt, 64.0 * (1 << 30), 8).empty());
+  const auto host = wt::train::memory_warnings(plan, std::nullopt, 400.0 * (1 << 20), 8);
+  ASSERT_EQ(host.size(), 1u);
+  EXPECT_NE(host[0].find("more than this node's 400 MiB shared by 8 ranks (50 MiB each)"), std::string::npos)
+      << host[0];
+  s.on_device = true;
+  const auto gpu_plan = wt::train::plan_memory(s);
+  const auto device = wt::train::memory_warnings(gpu_plan, 1.0 * (1 << 20), 64.0 * (1 << 30), 1);
+  ASSERT_EQ(device.size(), 1u);
+  EXPECT_NE(device[0].find("on the GPU, more than its 1 MiB"), std::string::npos) << device[0];
+}
+
+}  // namespace
