@@ -32,7 +32,7 @@ namespace {
 
 struct SampleConfig {
   std::string config_file, weights, model_config, data, text, size, out = "sample.h5", png, precision = "fp32";
-  int64_t index = 0, frames = 0;
+  int64_t index = 0, frames = 0, attention_chunk = 0;
   int steps = 50, threads = 0;
   double shift = 5.0, cfg = 5.0;
   uint64_t seed = 0;
@@ -77,6 +77,9 @@ int run(distributed::World&, int argc, char** argv) {
            "trains; 1: no guidance, 0: unconditional")
       .add("seed", &c.seed, "seed of the initial noise")
       .choice("precision", &c.precision, {"fp32", "bf16"}, "matrix products in fp32 or bf16 (autocast)")
+      .add("attention-chunk", &c.attention_chunk,
+           "attention over this many queries at a time: memory linear in the token count (0: the whole score "
+           "matrix), as wantrain's")
       .add("threads", &c.threads, "CPU threads (0: LibTorch's default)")
       .add("out", &c.out, "output: the latents as a one-sample shard")
       .add("png", &c.png,
@@ -96,6 +99,7 @@ int run(distributed::World&, int argc, char** argv) {
   if (c.model_config.empty()) throw UsageError("option --model-config: the model config is required");
   if (c.data.empty() == c.text.empty()) throw UsageError("options --data, --text: give exactly one");
   if (c.steps < 1) throw UsageError("option --steps: must be at least 1");
+  if (c.attention_chunk < 0) throw UsageError("option --attention-chunk: must be 0 (off) or a number of queries");
   if (c.shift <= 0) throw UsageError("option --shift: must be positive");
   if (!(c.cfg >= 0)) throw UsageError("option --cfg: must be 0 or more");
   if (c.compare && c.data.empty()) throw UsageError("option --compare: needs --data (the sample to compare with)");
@@ -149,6 +153,7 @@ int run(distributed::World&, int argc, char** argv) {
   model::WanModel net(config);
   const auto report = model::load_weights(*net, c.weights);
   net->eval();
+  net->set_attention_chunk(c.attention_chunk);
   std::cout << fmt::format("wansample: {} ({:.3g} parameters, {}{})\n", c.weights,
                            double(model::parameter_count(config)), report.summary(),
                            report.diffusers_names ? ", diffusers names" : "");

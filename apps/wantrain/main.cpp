@@ -81,13 +81,19 @@ MemorySummary memory_summary(distributed::World& world, const distributed::Comm&
       throw UsageError(fmt::format("option --plan-latents: {}", e.what()));
     }
   });
+  // What the plan is held against: the GPU's memory (GPU runs) and the node's, shared by its ranks.
   const auto device = comm.device();
-  return {memory->describe(),
-          train::memory_warnings(*memory,
-                                 device.is_cuda()
-                                     ? std::optional<double>(distributed::cuda_device_memory_bytes(device.index()))
-                                     : std::nullopt,
-                                 physical_memory_bytes(), world.local_size())};
+  std::optional<double> device_bytes;
+  std::string table = memory->describe();
+  if (device.is_cuda()) {
+    device_bytes = distributed::cuda_device_memory_bytes(device.index());
+    table += fmt::format("  {:<16} {:>10}  this rank's GPU ({})\n", "capacity", train::format_bytes(*device_bytes),
+                         device.str());
+  }
+  const double host = physical_memory_bytes();
+  table += fmt::format("  {:<16} {:>10}  this node's memory, shared by {} rank{} on it\n", "host",
+                       train::format_bytes(host), world.local_size(), world.local_size() == 1 ? "" : "s");
+  return {table, train::memory_warnings(*memory, device_bytes, host, world.local_size())};
 }
 
 int run(distributed::World& world, int argc, char** argv) {

@@ -310,6 +310,8 @@ train::MemoryPlanSettings memory_plan_settings(const TrainConfig& c, const model
   s.lora = run.lora;
   s.base_dtype = run.base_dtype;
   s.teacher = teacher;
+  // An image student's frames reach a video teacher as stills (train/teacher.hpp).
+  if (teacher && model.patch_size[0] == 1) s.teacher->patch_size[0] = 1;
   s.teacher_bf16 = run.teacher_bf16;
   s.prefetch = c.prefetch;
   s.sample_bytes = sample_bytes;

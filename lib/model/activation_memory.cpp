@@ -121,7 +121,7 @@ ActivationMemory activation_memory(const WanConfig& c, const ActivationSettings&
   // - feed-forward backward: the gradients of GELU's output and input;
   // - self-attention backward, which runs after the feed-forward's and
   //   cross-attention's saved tensors are freed: full attention's two
-  //   [heads, L, L] gradients and the scores, or one chunk's fp32 scores,
+  //   [heads, L, L] gradients, or one chunk's fp32 scores,
   //   probabilities, their gradient and two temporaries (six [heads, Q, L])
   //   with the gradients of q, k, v and the output;
   // - self-attention forward, before the rest of the block is saved: the
@@ -130,7 +130,7 @@ ActivationMemory activation_memory(const WanConfig& c, const ActivationSettings&
   const double full_scores = heads * tokens * tokens * f;
   const double residual = 2 * tokens * d * f;
   const double feed_forward = 2 * tokens * double(c.ffn_dim) * a;
-  const double attention_backward = chunked ? 6 * chunk_scores + tokens * d * (a + f + f + a) : 3 * full_scores;
+  const double attention_backward = chunked ? 6 * chunk_scores + tokens * d * (a + f + f + a) : 2 * full_scores;
   const double attention_forward = chunked ? 3 * chunk_scores : 2 * full_scores;
   // Autocast casts each fp32 weight of a Linear (and the patch embedding's
   // convolution) once per forward and keeps the copy until backward is done;
@@ -149,6 +149,27 @@ ActivationMemory activation_memory(const WanConfig& c, const ActivationSettings&
   m.temporary = batch * residual + std::max({batch * feed_forward, batch * attention_backward - after_self_attention,
                                              batch * attention_forward - after_self_attention, 0.0});
   return m;
+}
+
+double inference_memory(const WanConfig& c, const ActivationSettings& s) {
+  const auto grid = token_grid(at::IntArrayRef(s.latents.data(), 3), c.patch_size);
+  const double batch = double(s.batch), tokens = double(grid[0] * grid[1] * grid[2]);
+  const double d = double(c.dim), heads = double(c.num_heads), f = 4, a = s.compute_dtype != at::kFloat ? 2 : 4;
+  // In flight inside a block: the residual stream, the normed and modulated
+  // input, q, k, v, RoPE's outputs and the attention output (eight fp32
+  // [B, L, dim] at most), plus the largest op: the feed-forward's hidden
+  // activations, or attention's scores (a chunk's, shifted and
+  // exponentiated, or the whole matrix and its softmax).
+  const double block = 8 * tokens * d * f;
+  const double feed_forward = 2 * tokens * double(c.ffn_dim) * a;
+  const double attention = s.attention_chunk > 0
+                               ? 3 * heads * double(std::min(s.attention_chunk, int64_t(tokens))) * tokens * f
+                               : 2 * heads * tokens * tokens * f;
+  // Outside the blocks: the context as given, padded and embedded, and the
+  // latents in and out.
+  const double latent = double(c.in_dim) * double(s.latents[0] * s.latents[1] * s.latents[2]) * f;
+  const double outside = double(c.text_len) * (double(c.text_dim) * 2 * f + d * 3 * a) + 3 * latent;
+  return batch * (block + std::max(feed_forward, attention) + outside);
 }
 
 }  // namespace wt::model

@@ -40,4 +40,9 @@ struct ActivationMemory {
 // UsageError when the latents do not divide into patches.
 ActivationMemory activation_memory(const WanConfig& config, const ActivationSettings& settings);
 
+// The peak bytes of one forward without autograd (a distillation teacher's,
+// a sampler's) at these settings (checkpointing does not apply): the
+// residual stream and one block's tensors in flight, with its largest op.
+double inference_memory(const WanConfig& config, const ActivationSettings& settings);
+
 }  // namespace wt::model

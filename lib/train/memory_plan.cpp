@@ -138,7 +138,18 @@ MemoryPlan plan_memory(const MemoryPlanSettings& s) {
   auto other = step;
   other.grad_checkpoint_every = s.step.grad_checkpoint_every > 0 ? 0 : 1;
   plan.alternative = model::activation_memory(s.model, other);
-  add("activations", describe_step(step, plan.activations), plan.activations.total(), dev);
+  std::string detail = describe_step(step, plan.activations);
+  double activations = plan.activations.total();
+  if (s.teacher) {
+    // The teacher predicts first, without autograd; the student's step
+    // follows once its working memory is free, so the larger of the two counts.
+    auto teacher_step = step;
+    if (s.teacher_bf16) teacher_step.compute_dtype = at::kBFloat16;
+    plan.teacher_forward = model::inference_memory(*s.teacher, teacher_step);
+    detail += fmt::format("; the teacher's forward {}", format_bytes(plan.teacher_forward));
+    activations = std::max(activations, plan.teacher_forward);
+  }
+  add("activations", detail, activations, dev);
   return plan;
 }
 

@@ -79,6 +79,8 @@ Teacher::Teacher(const std::string& path, const model::WanConfig& config, const 
 
 void Teacher::to(at::Device device) { model_->to(device); }
 
+void Teacher::set_attention_chunk(int64_t queries) { model_->set_attention_chunk(queries); }
+
 Teacher::~Teacher() = default;
 
 model::NamedTensors Teacher::weights() const {

@@ -52,6 +52,8 @@ class Teacher {
   void hold_in_bf16();
   bool held_in_bf16() const { return bf16_; }
   void to(at::Device device);
+  // Attention over this many queries at a time (WanModel::set_attention_chunk; 0 off).
+  void set_attention_chunk(int64_t queries);
 
   // For an image student (temporal patch 1) of a video teacher (temporal
   // patch pt > 1): each input frame is shown to the teacher as a still of

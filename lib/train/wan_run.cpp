@@ -89,6 +89,7 @@ WanRun::WanRun(const RunPlan& plan, const WanRunOptions& options, distributed::C
   model->train();
   model->set_grad_checkpoint(options.grad_checkpoint);
   model->set_attention_chunk(options.attention_chunk);
+  if (teacher) teacher->set_attention_chunk(options.attention_chunk);
   if (teacher)
     im.objective = std::make_unique<DistillationObjective>(*model, *teacher, objective_options,
                                                            options.distill_target_weight, plan.engine.compute_dtype);

@@ -52,7 +52,8 @@ struct WanRunOptions {
   // Activation checkpointing of the trained model: every N-th block
   // recomputed in backward (WanModel::set_grad_checkpoint); 0 off.
   int64_t grad_checkpoint = 0;
-  // Attention over this many queries at a time (WanModel::set_attention_chunk); 0 off.
+  // Attention over this many queries at a time, in the trained model and a
+  // teacher (WanModel::set_attention_chunk); 0 off.
   int64_t attention_chunk = 0;
 };
 

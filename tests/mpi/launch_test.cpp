@@ -151,6 +151,9 @@ TEST(Launch, DryRunPrintsTheMemoryPlanOfTheRun) {
         std::string("the trained state copied for the writer thread (rank 0)"),
         std::string("activations without checkpointing (--grad-checkpoint none)")})
     EXPECT_EQ(occurrences(job.output, line), 1u) << line << "\n" << job.output;
+  EXPECT_TRUE(std::regex_search(job.output, std::regex("\\n  host +[0-9.]+ GiB  this node's memory, shared by " +
+                                                       std::to_string(kRanks) + " ranks on it\\n")))
+      << job.output;
   EXPECT_EQ(occurrences(job.output, "warning"), 0u) << job.output;
 
   const Job no_tokens = launch_mpi(std::string(WANTRAIN_WANTRAIN) + " --dry-run --backend mpi --model-config " +

@@ -169,6 +169,45 @@ TEST(MemoryPlan, ActivationsAreWithinAQuarterOfWhatAStepAllocates) {
   }
 }
 
+TEST(MemoryPlan, ATeacherIsHeldInItsPrecisionAndItsForwardCountsWhenLarger) {
+  wt::train::MemoryPlanSettings s;
+  s.model = small_wan_config();
+  s.step = step(2, 0);
+  auto teacher = small_wan_config(/*layers=*/3);
+  teacher.dim = 64;
+  teacher.num_heads = 8;
+  s.teacher = teacher;
+  const auto plan = wt::train::plan_memory(s);
+  const auto& items = plan.items;
+  auto item = [&](const std::string& name) {
+    for (const auto& i : items)
+      if (i.name == name) return i.bytes;
+    return -1.0;
+  };
+  torch::manual_seed(0);
+  wt::model::WanModel fp32_teacher(teacher);
+  EXPECT_DOUBLE_EQ(item("teacher"), tensor_bytes(fp32_teacher->parameters()));
+  EXPECT_DOUBLE_EQ(plan.teacher_forward, wt::model::inference_memory(teacher, s.step));
+  EXPECT_DOUBLE_EQ(item("activations"), std::max(plan.activations.total(), plan.teacher_forward));
+  // Held in bf16: the blocks' and the text embedding's Linear weights and biases.
+  s.teacher_bf16 = true;
+  double bf16_bytes = 0;
+  for (const auto& [name, shape] : wt::model::parameter_shapes(teacher)) {
+    double n = 1;
+    for (int64_t size : shape) n *= double(size);
+    const bool linear = name.rfind("text_embedding.", 0) == 0 ||
+                        (name.find(".self_attn.") != std::string::npos && name.find(".norm_") == std::string::npos) ||
+                        (name.find(".cross_attn.") != std::string::npos && name.find(".norm_") == std::string::npos) ||
+                        name.find(".ffn.") != std::string::npos;
+    bf16_bytes += n * (linear ? 2 : 4);
+  }
+  const auto bf16_plan = wt::train::plan_memory(s);
+  for (const auto& i : bf16_plan.items)
+    if (i.name == "teacher") {
+      EXPECT_DOUBLE_EQ(i.bytes, bf16_bytes);
+    }
+}
+
 TEST(MemoryPlan, WarnsWhenThePlanExceedsTheHostOrTheDevice) {
   wt::train::MemoryPlanSettings s;
   s.model = small_wan_config();
