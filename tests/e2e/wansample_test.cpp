@@ -100,6 +100,24 @@ TEST_F(Wansample, SamplesADatasetPromptToAShardAndAPreview) {
   EXPECT_FALSE(torch::equal(sampled_latents(dir_ + "/c.h5"), latents));
 }
 
+TEST_F(Wansample, ChunkedAttentionSamplesWhatTheWholeScoreMatrixSamples) {
+  // 2 x 4 x 4 = 32 tokens in chunks of 5 (no chunk divides them) and of 64 (one).
+  const std::string common =
+      " --weights " + weights_ + " --data " + dir_ + "/data --index 2 --steps 3 --cfg 2 --seed 5 --out " + dir_;
+  ASSERT_EQ(sample(common + "/whole.h5").status, 0);
+  const auto whole = sampled_latents(dir_ + "/whole.h5");
+  for (const char* chunk : {"5", "64"}) {
+    const Job job = sample(common + "/chunk.h5 --attention-chunk " + chunk);
+    ASSERT_EQ(job.status, 0) << job.output;
+    EXPECT_TRUE(torch::allclose(sampled_latents(dir_ + "/chunk.h5"), whole, 1e-4, 1e-4)) << "chunk " << chunk;
+  }
+  const Job bad = sample(common + "/bad.h5 --attention-chunk -1");
+  EXPECT_EQ(bad.status, 2) << bad.output;
+  EXPECT_EQ(wt::testing::occurrences(bad.output, "option --attention-chunk: must be 0 (off) or a number of queries"),
+            1u)
+      << bad.output;
+}
+
 TEST_F(Wansample, SamplesFromAFileOfTextEmbeddings) {
   const std::string shard = wt::data::Dataset::shard_paths(dir_ + "/data").front();
   const Job job = sample("--weights " + weights_ + " --text " + shard +

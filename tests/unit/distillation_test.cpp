@@ -268,6 +268,17 @@ TEST(Teacher, HeldInBf16PredictsWithinBf16Precision) {
   EXPECT_LT(relative, 3e-2);  // at bf16's precision (8 mantissa bits, through 2 blocks)
 }
 
+TEST(Teacher, PredictsTheSameInAttentionChunks) {
+  const auto c = config(32, 2);
+  const auto path = temp_path("teacher-chunked.safetensors");
+  wt::model::save_weights(*random_model(c, 7), path);
+  wt::train::Teacher teacher(path, c, "test");
+  const auto in = inputs(c, 2);
+  const auto whole = teacher.predict(in.x, in.t, in.context, at::kFloat);
+  teacher.set_attention_chunk(5);  // 12 tokens: chunks of 5, 5 and 2
+  EXPECT_TRUE(torch::allclose(teacher.predict(in.x, in.t, in.context, at::kFloat), whole, 1e-5, 1e-6));
+}
+
 TEST(Teacher, ACheckpointTeacherGivesItsEmaWeightsAndItsOwnConfig) {
   const auto c = config(32, 1);
   const auto model = random_model(c, 8), ema = random_model(c, 9);
