@@ -133,19 +133,23 @@ ActivationMemory activation_memory(const WanConfig& c, const ActivationSettings&
   const double attention_backward = chunked ? 6 * chunk_scores + tokens * d * (a + f + f + a) : 2 * full_scores;
   const double attention_forward = chunked ? 3 * chunk_scores : 2 * full_scores;
   // Autocast casts each fp32 weight of a Linear (and the patch embedding's
-  // convolution) once per forward and keeps the copy until backward is done;
-  // the time embedding runs in fp32 (biases, 1/dim of a weight, left out).
-  if (autocast)
+  // convolution) once per forward, and the copy is kept until backward is
+  // done (cached, or saved by the Linear for a frozen weight): a kept
+  // block's until its backward, a checkpointed block's only while backward
+  // recomputes it (its no-grad forward keeps none). The time embedding runs
+  // in fp32; biases (1/dim of a weight) are left out.
+  if (autocast) {
+    double embeddings = 0, block_weights = 0;
     for (const auto& [name, shape] : parameter_shapes(c)) {
-      const bool block = name.rfind("blocks.", 0) == 0;
-      const bool cast =
-          (block && shape.size() == 2 && s.block_linear_dtype == at::kFloat) ||
-          ((name.rfind("text_embedding.", 0) == 0 || name.rfind("patch_embedding.", 0) == 0) && shape.size() > 1);
-      if (!cast) continue;
       double n = 1;
       for (int64_t size : shape) n *= double(size);
-      m.weight_casts += n * a;
+      if (name.rfind("blocks.0.", 0) == 0 && shape.size() == 2 && s.block_linear_dtype == at::kFloat)
+        block_weights += n * a;
+      else if ((name.rfind("text_embedding.", 0) == 0 || name.rfind("patch_embedding.", 0) == 0) && shape.size() > 1)
+        embeddings += n * a;
     }
+    m.weight_casts = embeddings + block_weights * double(m.blocks_kept + (m.blocks_checkpointed > 0 ? 1 : 0));
+  }
   m.temporary = batch * residual + std::max({batch * feed_forward, batch * attention_backward - after_self_attention,
                                              batch * attention_forward - after_self_attention, 0.0});
   return m;

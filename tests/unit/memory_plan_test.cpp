@@ -134,8 +134,9 @@ TEST(MemoryPlan, ActivationsAreWithinAQuarterOfWhatAStepAllocates) {
     int64_t chunk, checkpoint;
     at::ScalarType dtype;
   };
-  for (const Case c : {Case{0, 0, at::kFloat}, Case{64, 0, at::kFloat}, Case{64, 1, at::kFloat},
-                       Case{0, 0, at::kBFloat16}, Case{64, 0, at::kBFloat16}, Case{64, 2, at::kBFloat16}}) {
+  for (const Case c :
+       {Case{0, 0, at::kFloat}, Case{64, 0, at::kFloat}, Case{64, 1, at::kFloat}, Case{0, 0, at::kBFloat16},
+        Case{64, 0, at::kBFloat16}, Case{64, 1, at::kBFloat16}, Case{64, 2, at::kBFloat16}}) {
     SCOPED_TRACE(::testing::Message() << "chunk " << c.chunk << ", checkpoint every " << c.checkpoint << ", "
                                       << c.dtype);
     auto settings = step(/*frames=*/4, c.chunk, c.checkpoint, /*batch=*/2);  // 256 tokens
