@@ -1,5 +1,5 @@
 # The apps' malloc. LibTorch's CPU tensors come from malloc; glibc's keeps
-# the memory of freed activations resident between steps (peak RSS 1.4-1.6x
+# the memory of freed activations resident between steps (peak RSS 1.6-2x
 # the tensors alive, docs/performance.md) and gperftools' TCMalloc does not,
 # and is faster on the same steps. WANTRAIN_MALLOC: AUTO links TCMalloc
 # (libtcmalloc_minimal) into the apps when found, tcmalloc requires it,
@@ -8,6 +8,9 @@
 set(WANTRAIN_MALLOC AUTO CACHE STRING "malloc of the apps: AUTO (TCMalloc when found), tcmalloc or system")
 set_property(CACHE WANTRAIN_MALLOC PROPERTY STRINGS AUTO tcmalloc system)
 
+if(NOT WANTRAIN_MALLOC MATCHES "^(AUTO|tcmalloc|system)$")
+  message(FATAL_ERROR "WANTRAIN_MALLOC=${WANTRAIN_MALLOC}: expected AUTO, tcmalloc or system")
+endif()
 add_library(wantrain_malloc INTERFACE)
 set(WANTRAIN_MALLOC_USED "system")
 if(NOT WANTRAIN_MALLOC STREQUAL "system")

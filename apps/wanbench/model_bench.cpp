@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 
 #include "wantrain/model/tensor_memory.hpp"
 #include "wantrain/app/version.hpp"
+#include "wantrain/distributed/world.hpp"
 #include "wantrain/model/autocast.hpp"
 #include "wantrain/model/wan_model.hpp"
 #include "wantrain/train/flow_matching.hpp"
@@ -179,12 +181,15 @@ Point measure_in_child(const ModelBenchConfig& c, const Point& p) {
   char buffer[4096];
   while (const size_t n = fread(buffer, 1, sizeof(buffer), child)) output.append(buffer, n);
   const int status = pclose(child);
+  const std::string how = WIFSIGNALED(status) ? fmt::format("killed by signal {} (out of memory?)", WTERMSIG(status))
+                          : WIFEXITED(status) ? fmt::format("exit status {}", WEXITSTATUS(status))
+                                              : fmt::format("wait status {}", status);
   const auto json_start = output.rfind("\n{");  // the last line; log lines may come first
   try {
     return from_json(nlohmann::json::parse(output.substr(json_start == std::string::npos ? 0 : json_start + 1)));
   } catch (const nlohmann::json::exception&) {
-    throw Error(
-        fmt::format("wanbench model --tokens-sweep: the point '{}' failed (status {}): {}", command, status, output));
+    throw Error(fmt::format("wanbench model --tokens-sweep: the point {}x{}x{} failed ({}): {}", p.frames, p.height,
+                            p.width, how, output.empty() ? std::string("no output") : output));
   }
 }
 
@@ -285,7 +290,7 @@ int tokens_sweep(const ModelBenchConfig& c, int64_t height, int64_t width) {
 
 }  // namespace
 
-int run_model_bench(distributed::World&, int argc, char** argv) {
+int run_model_bench(distributed::World& world, int argc, char** argv) {
   ModelBenchConfig c;
   OptionSet options("wanbench model", "--model-config JSON [options]");
   options.group("model")
@@ -314,6 +319,9 @@ int run_model_bench(distributed::World&, int argc, char** argv) {
     throw UsageError("options --iters, --batch, --frames: must be at least 1 (--warmup at least 0)");
   if (c.attention_chunk < 0 || c.grad_checkpoint < 0)
     throw UsageError("options --attention-chunk, --grad-checkpoint: must be 0 (off) or more");
+  // Each point is a process of its own, started here: not under a launcher.
+  if (c.tokens_sweep && world.size() > 1)
+    throw UsageError("option --tokens-sweep: run wanbench model without mpirun or srun");
   if (c.tokens_sweep && c.grad_checkpoint > 0)
     throw UsageError("option --grad-checkpoint: --tokens-sweep measures with and without checkpointing itself");
   const auto [height, width] = parse_height_width(c.size, "size");

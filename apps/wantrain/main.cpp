@@ -68,8 +68,8 @@ MemorySummary memory_summary(distributed::World& world, const distributed::Comm&
   std::optional<train::MemoryPlan> memory;
   world.agree([&] {
     const auto latents = data ? std::array<int64_t, 3>{data->frames, data->height, data->width} : plan_latents(cfg);
-    const int64_t sample_elements = model_config->in_dim * latents[0] * latents[1] * latents[2] +
-                                    (data ? data->text_len : model_config->text_len) * model_config->text_dim;
+    const double sample_elements = double(model_config->in_dim) * double(latents[0] * latents[1] * latents[2]) +
+                                   double((data ? data->text_len : model_config->text_len) * model_config->text_dim);
     auto settings =
         memory_plan_settings(cfg, *model_config, teacher_config, latents, 4 * sample_elements, comm.device());
     settings.runtime_bytes = current_rss_bytes();
@@ -86,9 +86,10 @@ MemorySummary memory_summary(distributed::World& world, const distributed::Comm&
   std::optional<double> device_bytes;
   std::string table = memory->describe();
   if (device.is_cuda()) {
-    device_bytes = distributed::cuda_device_memory_bytes(device.index());
-    table += fmt::format("  {:<16} {:>10}  this rank's GPU ({})\n", "capacity", train::format_bytes(*device_bytes),
-                         device.str());
+    const double capacity = distributed::cuda_device_memory_bytes(device.index());
+    if (capacity > 0) device_bytes = capacity;  // 0: unreadable, no comparison
+    table += fmt::format("  {:<16} {:>10}  this rank's GPU ({})\n", "capacity",
+                         capacity > 0 ? train::format_bytes(capacity) : std::string("unknown"), device.str());
   }
   const double host = physical_memory_bytes();
   table += fmt::format("  {:<16} {:>10}  this node's memory, shared by {} rank{} on it\n", "host",

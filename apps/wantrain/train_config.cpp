@@ -296,7 +296,7 @@ std::array<int64_t, 3> plan_latents(const TrainConfig& c) {
 
 train::MemoryPlanSettings memory_plan_settings(const TrainConfig& c, const model::WanConfig& model,
                                                const std::optional<model::WanConfig>& teacher,
-                                               std::array<int64_t, 3> latents, int64_t sample_bytes,
+                                               std::array<int64_t, 3> latents, double sample_bytes,
                                                const at::Device& device) {
   train::MemoryPlanSettings s;
   s.model = model;
@@ -310,8 +310,6 @@ train::MemoryPlanSettings memory_plan_settings(const TrainConfig& c, const model
   s.lora = run.lora;
   s.base_dtype = run.base_dtype;
   s.teacher = teacher;
-  // An image student's frames reach a video teacher as stills (train/teacher.hpp).
-  if (teacher && model.patch_size[0] == 1) s.teacher->patch_size[0] = 1;
   s.teacher_bf16 = run.teacher_bf16;
   s.prefetch = c.prefetch;
   s.sample_bytes = sample_bytes;

@@ -132,7 +132,7 @@ std::array<int64_t, 3> plan_latents(const TrainConfig& cfg);
 // (F, H, W) and `sample_bytes` per sample as the loader hands it over.
 train::MemoryPlanSettings memory_plan_settings(const TrainConfig& cfg, const model::WanConfig& model,
                                                const std::optional<model::WanConfig>& teacher,
-                                               std::array<int64_t, 3> latents, int64_t sample_bytes,
+                                               std::array<int64_t, 3> latents, double sample_bytes,
                                                const at::Device& device);
 
 }  // namespace wt::wantrain

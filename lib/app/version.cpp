@@ -11,9 +11,15 @@ namespace wt::app {
 
 namespace {
 
-// Which malloc this process runs on: TCMalloc when it is linked in (the
-// apps, WANTRAIN_MALLOC) or preloaded, glibc's otherwise.
-const char* malloc_name() { return dlsym(RTLD_DEFAULT, "tc_malloc") != nullptr ? "TCMalloc" : "glibc malloc"; }
+// Which malloc this process runs on, by what `malloc` resolves to: TCMalloc
+// (linked into the apps, WANTRAIN_MALLOC, or preloaded) defines it as an
+// alias of tc_malloc; jemalloc brings mallocx; otherwise glibc's.
+const char* malloc_name() {
+  void* const in_use = dlsym(RTLD_DEFAULT, "malloc");
+  if (in_use != nullptr && in_use == dlsym(RTLD_DEFAULT, "tc_malloc")) return "TCMalloc";
+  if (dlsym(RTLD_DEFAULT, "mallocx") != nullptr) return "jemalloc";
+  return "glibc malloc";
+}
 
 }  // namespace
 

@@ -1,6 +1,7 @@
 #include "wantrain/model/tensor_memory.hpp"
 
 #include <c10/core/CPUAllocator.h>
+#include <c10/core/alignment.h>
 
 #include <atomic>
 
@@ -9,11 +10,11 @@ namespace {
 
 std::atomic<int64_t> live{0}, peak{0};
 
-// Each allocation is the default allocator's, 64 bytes longer: the size
+// Each allocation is the default allocator's, one alignment unit longer: the size
 // sits in front of the data, which keeps the default's alignment. Data and
 // context are one pointer, as raw_allocate() (which some kernels use)
 // requires.
-constexpr size_t kHeader = 64;
+constexpr size_t kHeader = c10::gAlignment;  // keeps the default allocator's alignment
 c10::Allocator* base = nullptr;
 
 void release(void* data) {

@@ -127,7 +127,7 @@ MemoryPlan plan_memory(const MemoryPlanSettings& s) {
   }
   if (s.sample_bytes > 0)
     add("data", fmt::format("{} batches of {} in the loader", s.prefetch + 1, s.step.batch),
-        double(s.prefetch + 1) * double(s.step.batch) * double(s.sample_bytes), false);
+        double(s.prefetch + 1) * double(s.step.batch) * s.sample_bytes, false);
   if (s.checkpoint_snapshot)
     add("checkpoint copy", "the trained state copied for the writer thread (rank 0)",
         trained * (1 + (s.optimizer ? 2 : 0) + (s.ema ? 1 : 0)), false);
@@ -145,6 +145,9 @@ MemoryPlan plan_memory(const MemoryPlanSettings& s) {
     // follows once its working memory is free, so the larger of the two counts.
     auto teacher_step = step;
     if (s.teacher_bf16) teacher_step.compute_dtype = at::kBFloat16;
+    // An image student's frames reach a video teacher as stills, each
+    // repeated over the teacher's temporal patch (train/teacher.hpp).
+    if (s.model.patch_size[0] == 1) teacher_step.latents[0] *= s.teacher->patch_size[0];
     plan.teacher_forward = model::inference_memory(*s.teacher, teacher_step);
     detail += fmt::format("; the teacher's forward {}", format_bytes(plan.teacher_forward));
     activations = std::max(activations, plan.teacher_forward);

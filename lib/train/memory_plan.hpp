@@ -2,8 +2,9 @@
 // gradients, optimizer state, EMA, a frozen base or teacher, the loader's
 // batches, the checkpoint snapshot) and the activations of one step at its
 // batch and token count, with and without activation checkpointing, worked
-// out from the shapes before anything is allocated. `wantrain --dry-run`
-// prints it; `wanbench model --tokens-sweep` measures it (docs/model.md).
+// out from the shapes before anything is allocated. Every wantrain start-up
+// banner (and --dry-run) prints it; `wanbench model --tokens-sweep` measures
+// it (docs/model.md).
 #pragma once
 
 #include <c10/core/ScalarType.h>
@@ -31,7 +32,7 @@ struct MemoryPlanSettings {
   std::optional<model::WanConfig> teacher;  // distillation
   bool teacher_bf16 = false;                // its Linears in bf16, the rest fp32
   int prefetch = 0;                         // the loader's batches waiting beside the one in use
-  int64_t sample_bytes = 0;                 // one sample's latents and text as the loader hands them over
+  double sample_bytes = 0;                  // one sample's latents and text as the loader hands them over
   bool checkpoint_snapshot = false;         // this rank copies the trained state for the checkpoint writer
   double runtime_bytes = 0;                 // the process before any of this (libraries, MPI): measured
   bool on_device = false;                   // model state and activations on a GPU; the rest on the host

@@ -219,6 +219,35 @@ TEST(Launch, EveryToolAndSubcommandAnswersVersionWithTheVersion) {
   }
 }
 
+TEST(Launch, WanbenchModelSweepsTokensAgainstThePlanInProcessesOfTheirOwn) {
+  const std::string sweep = std::string(WANTRAIN_WANBENCH) + " model --model-config " + WANTRAIN_SOURCE_DIR +
+                            "/data/configs/wan-tiny.json --tokens-sweep --size 8x8 --iters 1 --warmup 0 --threads 1";
+  const Job job = launch(sweep + " --json");
+  ASSERT_EQ(job.status, 0) << job.output;
+  const auto start = job.output.rfind("\n{");
+  const auto doc = nlohmann::json::parse(job.output.substr(start == std::string::npos ? 0 : start + 1));
+  // Frames 1, 2, 4, 8 of 8x8 in wan-tiny's (1, 2, 2) patches, each with full
+  // attention, chunked (512, the default) and chunked with every block checkpointed.
+  ASSERT_EQ(doc.at("points").size(), 12u) << job.output;
+  for (size_t i = 0; i < 12; ++i) {
+    const auto& point = doc["points"][i];
+    EXPECT_EQ(point.at("tokens").get<int64_t>(), int64_t(16) << (i / 3)) << point;
+    EXPECT_EQ(point.at("attention_chunk").get<int64_t>(), i % 3 == 0 ? 0 : 512) << point;
+    EXPECT_EQ(point.at("grad_checkpoint").get<int64_t>(), i % 3 == 2 ? 1 : 0) << point;
+    EXPECT_GT(point.at("peak_tensor_mib").get<double>(), point.at("state_mib").get<double>()) << point;
+    EXPECT_GT(point.at("plan_mib").get<double>(), 0.0) << point;
+    EXPECT_EQ(point.at("non_finite_losses").get<int>(), 0) << point;
+  }
+  for (const char* goal : {"peak_8k_over_1k_chunked", "activations_4k_checkpointed_over_chunked", "largest_plan_error"})
+    EXPECT_TRUE(doc.at("goals").contains(goal)) << goal;
+
+  // Under a launcher each rank would start the children: refused.
+  const Job ranks = launch_mpi(sweep);
+  EXPECT_EQ(ranks.status, 2) << ranks.output;
+  EXPECT_GE(occurrences(ranks.output, "option --tokens-sweep: run wanbench model without mpirun or srun"), 1u)
+      << ranks.output;
+}
+
 TEST(Launch, WanbenchAllreduceChecksEverySizeAndReportsJson) {
   // 1 KiB .. 64 KiB in steps of 4: 1K, 4K, 16K, 64K.
   for (const std::string dtype : {"float32", "bfloat16"}) {
