@@ -133,9 +133,9 @@ void validate(const TrainConfig& c) {
   require(c.val_every >= 0, "val-every", "must be 0 (never) or more");
   require(c.logit_std > 0, "logit-std", "must be positive");
   require(c.shift > 0, "shift", "must be positive");
-  sigma_range(c);  // throws on a malformed range
-  if (!c.plan_latents.empty()) plan_latents(c);
+  sigma_range(c);            // throws on a malformed range
   grad_checkpoint_every(c);  // likewise
+  if (!c.plan_latents.empty()) plan_latents(c);
   require(c.timestep_range.empty() || c.mode != "distill", "timestep-range", "not available with --mode distill yet");
   require(c.text_drop >= 0 && c.text_drop <= 1, "text-drop", "must be a probability in [0, 1]");
   require(c.steps >= 0, "steps", "must be 0 or more");
@@ -278,20 +278,8 @@ train::FitOptions fit_options(const TrainConfig& c) {
 }
 
 std::array<int64_t, 3> plan_latents(const TrainConfig& c) {
-  std::array<int64_t, 3> latents{};
-  const auto parts = split_list(c.plan_latents, 'x');
-  bool ok = parts.size() == 3;
-  for (size_t i = 0; ok && i < 3; ++i) {
-    char* end = nullptr;
-    const long long n = std::strtoll(parts[i].c_str(), &end, 10);
-    ok = !parts[i].empty() && *end == '\0' && n >= 1 && n <= (1 << 20);
-    latents[i] = n;
-  }
-  if (!ok)
-    throw UsageError(fmt::format(
-        "option --plan-latents: expected FxHxW, the latent frames, height and width (e.g. 21x60x104), got '{}'",
-        c.plan_latents));
-  return latents;
+  const auto sizes = parse_sizes(c.plan_latents, "FxHxW", "21x60x104", "plan-latents");
+  return {sizes[0], sizes[1], sizes[2]};
 }
 
 train::MemoryPlanSettings memory_plan_settings(const TrainConfig& c, const model::WanConfig& model,

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "wantrain/model/patches.hpp"
+#include "wantrain/model/weight_names.hpp"
 
 namespace wt::model {
 namespace {
@@ -141,12 +142,12 @@ ActivationMemory activation_memory(const WanConfig& c, const ActivationSettings&
   if (autocast) {
     double embeddings = 0, block_weights = 0;
     for (const auto& [name, shape] : parameter_shapes(c)) {
-      double n = 1;
-      for (int64_t size : shape) n *= double(size);
-      if (name.rfind("blocks.0.", 0) == 0 && shape.size() == 2 && s.block_linear_dtype == at::kFloat)
-        block_weights += n * a;
-      else if ((name.rfind("text_embedding.", 0) == 0 || name.rfind("patch_embedding.", 0) == 0) && shape.size() > 1)
-        embeddings += n * a;
+      const double bytes = double(element_count(shape)) * a;
+      if (shape.size() < 2) continue;  // biases and norms
+      if (name.rfind("blocks.0.", 0) == 0 && !block_linear(name).empty() && s.block_linear_dtype == at::kFloat)
+        block_weights += bytes;
+      else if (name.rfind("text_embedding.", 0) == 0 || name.rfind("patch_embedding.", 0) == 0)
+        embeddings += bytes;
     }
     m.weight_casts = embeddings + block_weights * double(m.blocks_kept + (m.blocks_checkpointed > 0 ? 1 : 0));
   }

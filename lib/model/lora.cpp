@@ -30,12 +30,7 @@ std::vector<std::string> chosen_targets(const LoraOptions& options) {
 
 }  // namespace
 
-const std::vector<std::string>& lora_targets() {
-  static const std::vector<std::string> names = {"self_attn.q",  "self_attn.k",  "self_attn.v",  "self_attn.o",
-                                                 "cross_attn.q", "cross_attn.k", "cross_attn.v", "cross_attn.o",
-                                                 "ffn.0",        "ffn.2"};
-  return names;
-}
+const std::vector<std::string>& lora_targets() { return block_linear_names(); }
 
 void check_lora_options(const LoraOptions& options) {
   if (options.rank < 1) throw SettingError("lora_rank", fmt::format("must be at least 1, got {}", options.rank));

@@ -188,15 +188,20 @@ std::vector<ParameterShape> parameter_shapes(const WanConfig& c) {
   return shapes;
 }
 
+int64_t element_count(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t s : shape)
+    if (__builtin_mul_overflow(n, s, &n))
+      throw Error(fmt::format("a tensor of [{}] overflows 64 bits", fmt::join(shape, ",")));
+  return n;
+}
+
 int64_t parameter_count(const WanConfig& config) {
   if (config.num_layers > (1 << 20)) throw Error(fmt::format("{} layers: not a model", config.num_layers));
   int64_t total = 0;
-  for (const auto& [name, shape] : parameter_shapes(config)) {
-    int64_t n = 1;
-    for (int64_t s : shape)
-      if (__builtin_mul_overflow(n, s, &n)) throw Error(fmt::format("the size of {} overflows 64 bits", name));
-    if (__builtin_add_overflow(total, n, &total)) throw Error("the parameter count overflows 64 bits");
-  }
+  for (const auto& [name, shape] : parameter_shapes(config))
+    if (__builtin_add_overflow(total, element_count(shape), &total))
+      throw Error("the parameter count overflows 64 bits");
   return total;
 }
 

@@ -44,6 +44,8 @@ using ParameterShape = std::pair<std::string, std::vector<int64_t>>;
 // Every parameter of WanModel(config) by its official Wan name, in the
 // model's registration order.
 std::vector<ParameterShape> parameter_shapes(const WanConfig& config);
+// Elements of a tensor of this shape, overflow-checked like parameter_count.
+int64_t element_count(const std::vector<int64_t>& shape);
 // Overflow-checked (Error when a size does not fit 64 bits).
 int64_t parameter_count(const WanConfig& config);
 inline constexpr int64_t kMaxParameters = 1'000'000'000'000;  // validate() refuses more

@@ -45,6 +45,26 @@ size_t block_prefix_length(const std::string& name) {
   return i > blocks.size() && i < name.size() && name[i] == '.' ? i + 1 : 0;
 }
 
+}  // namespace
+
+const std::vector<std::string>& block_linear_names() {
+  static const std::vector<std::string> names = {"self_attn.q",  "self_attn.k",  "self_attn.v",  "self_attn.o",
+                                                 "cross_attn.q", "cross_attn.k", "cross_attn.v", "cross_attn.o",
+                                                 "ffn.0",        "ffn.2"};
+  return names;
+}
+
+std::string block_linear(const std::string& name) {
+  const size_t prefix = block_prefix_length(name);
+  const size_t last = name.rfind('.');
+  if (prefix == 0 || last == std::string::npos || last < prefix) return "";
+  const std::string layer = name.substr(prefix, last - prefix);
+  const auto& names = block_linear_names();
+  return std::find(names.begin(), names.end(), layer) != names.end() ? layer : "";
+}
+
+namespace {
+
 template <size_t N>
 std::string rename(const std::string& name, const Rule (&rules)[N], bool to_official) {
   for (const Rule& rule : rules) {

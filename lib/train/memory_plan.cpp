@@ -4,27 +4,13 @@
 
 #include <algorithm>
 
+#include "wantrain/model/weight_names.hpp"
+#include "wantrain/train/teacher.hpp"
+
 namespace wt::train {
 namespace {
 
 constexpr double kMiB = 1024.0 * 1024.0;
-
-int64_t elements(const std::vector<int64_t>& shape) {
-  int64_t n = 1;
-  for (int64_t s : shape) n *= s;
-  return n;
-}
-
-// "blocks.3.self_attn.q.weight" -> "self_attn.q" when the name is a block
-// Linear's weight or bias; "" otherwise.
-std::string block_linear(const std::string& name) {
-  if (name.rfind("blocks.", 0) != 0) return "";
-  const auto layer_start = name.find('.', 7) + 1;
-  const auto last = name.rfind('.');
-  const std::string layer = name.substr(layer_start, last - layer_start);
-  const auto& linears = model::lora_targets();
-  return std::find(linears.begin(), linears.end(), layer) != linears.end() ? layer : "";
-}
 
 struct ModelBytes {
   double fp32 = 0;       // every parameter in fp32
@@ -36,8 +22,8 @@ ModelBytes model_bytes(const model::WanConfig& config, double linear_bytes, cons
   const auto& targets = lora.targets.empty() ? model::lora_targets() : lora.targets;
   ModelBytes m;
   for (const auto& [name, shape] : model::parameter_shapes(config)) {
-    const double n = double(elements(shape));
-    const std::string layer = block_linear(name);
+    const double n = double(model::element_count(shape));
+    const std::string layer = model::block_linear(name);
     m.fp32 += 4 * n;
     m.held += (layer.empty() ? 4 : linear_bytes) * n;
     // A LoRA adapter per target Linear: A [r, in] and B [out, r].
@@ -48,14 +34,11 @@ ModelBytes model_bytes(const model::WanConfig& config, double linear_bytes, cons
   return m;
 }
 
-// The teacher's Linears that Teacher::hold_in_bf16 converts: the blocks'
-// and the text embedding's.
+// The teacher as Teacher holds it: fp32, or with its Linears in bf16.
 double teacher_bytes(const model::WanConfig& config, bool bf16) {
   double bytes = 0;
-  for (const auto& [name, shape] : model::parameter_shapes(config)) {
-    const bool linear = !block_linear(name).empty() || name.rfind("text_embedding.", 0) == 0;
-    bytes += (bf16 && linear ? 2 : 4) * double(elements(shape));
-  }
+  for (const auto& [name, shape] : model::parameter_shapes(config))
+    bytes += (bf16 && held_in_bf16_by_teacher(name) ? 2 : 4) * double(model::element_count(shape));
   return bytes;
 }
 
@@ -74,6 +57,7 @@ std::string describe_step(const model::ActivationSettings& s, const model::Activ
 
 std::string format_bytes(double bytes) {
   if (bytes >= 1024 * kMiB) return fmt::format("{:.1f} GiB", bytes / (1024 * kMiB));
+  if (bytes < 10 * kMiB) return fmt::format("{:.1f} MiB", bytes / kMiB);  // small models: not "0 MiB"
   return fmt::format("{:.0f} MiB", bytes / kMiB);
 }
 
@@ -161,9 +145,8 @@ std::string MemoryPlan::describe() const {
   for (const auto& item : items)
     if (item.bytes > 0) out += fmt::format("  {:<16} {:>10}  {}\n", item.name, format_bytes(item.bytes), item.detail);
   const bool checkpointing = activations.blocks_checkpointed > 0;
-  out += fmt::format("  {:<16} {:>10}  activations {} checkpointing (--grad-checkpoint {})\n", "",
-                     format_bytes(alternative.total()), checkpointing ? "without" : "with",
-                     checkpointing ? "none" : "blocks");
+  out += fmt::format("  {:<16} {:>10}  activations {}\n", "", format_bytes(alternative.total()),
+                     checkpointing ? "without checkpointing" : "with every block checkpointed");
   const double device = device_total();
   if (device > 0)
     out += fmt::format("  {:<16} {:>10}  on the GPU; {} on the host\n", "total", format_bytes(device),

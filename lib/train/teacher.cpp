@@ -9,22 +9,14 @@
 #include "wantrain/ckpt/checkpoint.hpp"
 #include "wantrain/model/autocast.hpp"
 #include "wantrain/model/wan_model.hpp"
+#include "wantrain/model/weight_names.hpp"
 #include "wantrain/model/weights.hpp"
 #include "wantrain/util/error.hpp"
 
 namespace wt::train {
-namespace {
-
-bool is_bf16_linear(const std::string& name) {
-  if (name.rfind("text_embedding.", 0) == 0) return true;
-  if (name.rfind("blocks.", 0) != 0) return false;
-  for (const char* part : {".self_attn.q.", ".self_attn.k.", ".self_attn.v.", ".self_attn.o.", ".cross_attn.q.",
-                           ".cross_attn.k.", ".cross_attn.v.", ".cross_attn.o.", ".ffn."})
-    if (name.find(part) != std::string::npos) return true;
-  return false;
+bool held_in_bf16_by_teacher(const std::string& name) {
+  return name.rfind("text_embedding.", 0) == 0 || !model::block_linear(name).empty();
 }
-
-}  // namespace
 
 model::WanConfig resolve_teacher_config(const std::string& teacher_path, const std::string& config_path) {
   if (!std::filesystem::exists(teacher_path))
@@ -92,7 +84,7 @@ model::NamedTensors Teacher::weights() const {
 void Teacher::hold_in_bf16() {
   torch::NoGradGuard no_grad;
   for (auto& [name, parameter] : weights())
-    if (is_bf16_linear(name)) parameter.set_data(parameter.to(torch::kBFloat16));
+    if (held_in_bf16_by_teacher(name)) parameter.set_data(parameter.to(torch::kBFloat16));
   bf16_ = true;
 }
 

@@ -22,6 +22,10 @@ namespace wt::train {
 // The teacher's config: --teacher-config, or the model_config of a teacher
 // checkpoint (checked against --teacher-config when both are given).
 // UsageError naming the option when neither gives one or the file is bad.
+// Whether Teacher::hold_in_bf16 holds this parameter (official name) in
+// bf16: the Linears of the blocks and of the text embedding.
+bool held_in_bf16_by_teacher(const std::string& name);
+
 model::WanConfig resolve_teacher_config(const std::string& teacher_path, const std::string& config_path);
 
 class Teacher {

@@ -162,17 +162,28 @@ std::string OptionSet::resolved_table() const {
   return out;
 }
 
-std::pair<int64_t, int64_t> parse_height_width(const std::string& text, const char* option) {
-  const auto x = text.find('x');
-  try {
-    size_t used_h = 0, used_w = 0;
-    if (x != std::string::npos) {
-      const long long h = std::stoll(text.substr(0, x), &used_h), w = std::stoll(text.substr(x + 1), &used_w);
-      if (used_h == x && used_w == text.size() - x - 1 && h > 0 && w > 0) return {h, w};
-    }
-  } catch (const std::exception&) {
+std::vector<int64_t> parse_sizes(const std::string& text, const std::string& form, const char* example,
+                                 const char* option) {
+  const size_t count = size_t(std::count(form.begin(), form.end(), 'x')) + 1;
+  std::vector<int64_t> sizes;
+  size_t start = 0;
+  while (sizes.size() < count && start <= text.size()) {
+    const size_t end = std::min(text.find('x', start), text.size());
+    const std::string part = text.substr(start, end - start);
+    const bool digits = !part.empty() && part.size() <= 7 && part.find_first_not_of("0123456789") == std::string::npos;
+    if (!digits || std::stoll(part) < 1 || std::stoll(part) > (1 << 20)) break;
+    sizes.push_back(std::stoll(part));
+    start = end + 1;
   }
-  throw UsageError(fmt::format("option --{}: '{}' is not HxW with positive sizes, e.g. 32x32", option, text));
+  if (sizes.size() != count || start != text.size() + 1)
+    throw UsageError(
+        fmt::format("option --{}: '{}' is not {} with positive sizes, e.g. {}", option, text, form, example));
+  return sizes;
+}
+
+std::pair<int64_t, int64_t> parse_height_width(const std::string& text, const char* option) {
+  const auto sizes = parse_sizes(text, "HxW", "32x32", option);
+  return {sizes[0], sizes[1]};
 }
 
 }  // namespace wt

@@ -20,8 +20,12 @@
 
 namespace wt {
 
-// "HxW" with positive sizes (e.g. --size 32x32) as {height, width}; a
-// UsageError naming `option` otherwise.
+// Sizes written as `form` says ("HxW", "FxHxW": one number per letter),
+// each from 1 to 2^20; a UsageError naming `option` and quoting `example`
+// otherwise.
+std::vector<int64_t> parse_sizes(const std::string& text, const std::string& form, const char* example,
+                                 const char* option);
+// "HxW" (e.g. --size 32x32) as {height, width}.
 std::pair<int64_t, int64_t> parse_height_width(const std::string& text, const char* option);
 
 class OptionSet {

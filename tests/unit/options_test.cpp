@@ -168,6 +168,22 @@ TEST(OptionSet, HelpListsEveryDeclaredOptionWithItsDefault) {
   EXPECT_NE(help.find("--batch-size N (=1)"), std::string::npos) << help;
 }
 
+TEST(Options, SizesParseAsTheirFormSaysOrNameTheOption) {
+  EXPECT_EQ(wt::parse_sizes("21x60x104", "FxHxW", "21x60x104", "plan-latents"), (std::vector<int64_t>{21, 60, 104}));
+  EXPECT_EQ(wt::parse_sizes("1x1048576x1", "FxHxW", "21x60x104", "plan-latents"),
+            (std::vector<int64_t>{1, 1 << 20, 1}));
+  for (const char* bad : {"21x60", "21x60x104x", "x21x60x104", "21x60x0", "21x60x1048577", "+21x60x104", " 21x60x104",
+                          "21x6e1x104", ""}) {
+    try {
+      wt::parse_sizes(bad, "FxHxW", "21x60x104", "plan-latents");
+      ADD_FAILURE() << "'" << bad << "' was accepted";
+    } catch (const wt::UsageError& e) {
+      EXPECT_EQ(std::string(e.what()),
+                std::string("option --plan-latents: '") + bad + "' is not FxHxW with positive sizes, e.g. 21x60x104");
+    }
+  }
+}
+
 TEST(Options, HeightWidthParsesOrNamesTheOption) {
   EXPECT_EQ(wt::parse_height_width("32x48", "size"), (std::pair<int64_t, int64_t>{32, 48}));
   for (const char* bad : {"32", "x32", "32x", "0x4", "4x-1", "4x4x4", "axb", "4 x4"}) {
