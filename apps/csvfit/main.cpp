@@ -232,7 +232,7 @@ int run(distributed::World& world, int argc, char** argv) {
   });
   engine = std::make_unique<train::Engine>(*comm, objective, plan.engine);
   if (start.checkpoint) {
-    engine->load_state(*start.checkpoint);
+    engine->load_state(*start.checkpoint, start.path);
     fit_run.resumed = true;
     fit_run.first_epoch = start.checkpoint->state.epoch;
     start.checkpoint.reset();
@@ -246,7 +246,8 @@ int run(distributed::World& world, int argc, char** argv) {
   fit_run.engine = engine.get();
   fit_run.batches = &batches;
   fit_run.validator = validator.get();
-  fit_run.save_weights = [&](const std::string& dir) {
+  fit_run.save_weights = [&](const std::string& dir, bool write) -> std::string {
+    if (!write) return {};
     model::write_safetensors(dir + "/model.safetensors", objective.trainable(), at::kFloat);
     if (const auto* ema = engine->ema())
       model::write_safetensors(dir + "/ema.safetensors", ema->averages(), at::kFloat);

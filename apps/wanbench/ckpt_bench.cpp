@@ -126,7 +126,9 @@ int run_ckpt_bench(distributed::World& world, int argc, char** argv) {
   };
   step();  // AdamW's state exists from the first step on
 
-  const ckpt::WriterOptions writer_options{dir, 1, false};
+  ckpt::WriterOptions writer_options;
+  writer_options.directory = dir;
+  writer_options.keep = 1;
   double best = std::numeric_limits<double>::infinity();
   std::vector<double> sync_s, snapshot_s, write_s, plain_s, quiet_s, busy_s;
   int64_t file_bytes = 0, tensor_bytes = 0;

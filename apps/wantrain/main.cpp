@@ -106,6 +106,7 @@ int run(distributed::World& world, int argc, char** argv) {
                     {"backend", "backend"},
                     {"comm_timeout", "comm-timeout"},
                     {"allow_unused", "allow-unused"},
+                    {"zero", "zero"},
                     {"teacher", "teacher"},
                     {"teacher_config", "teacher-config"},
                     {"student_init", "student-init"},

@@ -84,6 +84,9 @@ void declare_options(OptionSet& o, TrainConfig& c) {
   o.group("distributed")
       .choice("backend", &c.backend, {"auto", "mpi", "nccl"}, "collectives backend (auto: nccl with GPUs, else mpi)")
       .add("bucket-mb", &c.bucket_mb, "gradient bucket size in MiB")
+      .add("zero", &c.zero,
+           "ZeRO stage: 0 (every rank keeps the whole AdamW state and EMA) or 1 (each rank keeps 1/ranks of "
+           "them: gradients reduce-scattered, weights all-gathered after the update)")
       .add("comm-timeout", &c.comm_timeout, "seconds a collective may take before the job is ended")
       .flag("allow-unused", &c.allow_unused, "allow parameters that get no gradient (their slot is zero-filled)");
   o.group("checkpoints")
@@ -149,6 +152,7 @@ void validate(const TrainConfig& c) {
   require(c.grad_accum >= 1, "grad-accum", "must be at least 1");
   require(c.attention_chunk >= 0, "attention-chunk", "must be 0 (off) or a number of queries");
   require(c.bucket_mb > 0, "bucket-mb", "must be positive");
+  require(c.zero == 0 || c.zero == 1, "zero", "must be 0 (off) or 1 (optimizer state and EMA sharded)");
   require(std::isfinite(c.comm_timeout) && c.comm_timeout >= 0.001 && c.comm_timeout <= 1e7, "comm-timeout",
           "must be a positive number of seconds");
   require(c.save_every >= 0, "save-every", "must be 0 or more");
@@ -194,6 +198,7 @@ train::RunSettings run_settings(const TrainConfig& c, const at::Device& device) 
   s.ema_decay = c.ema_decay;
   s.bucket_bytes = static_cast<int64_t>(c.bucket_mb * (1 << 20));
   s.allow_unused = c.allow_unused;
+  s.zero = c.zero;
   if (c.precision == "bf16") s.compute_dtype = at::kBFloat16;
   if (c.precision == "fp16") {
     require(device.is_cuda(), "precision", "fp16 needs CUDA devices (dynamic loss scaling); on CPU use bf16");
@@ -274,6 +279,7 @@ train::FitOptions fit_options(const TrainConfig& c) {
   o.stop_on_checkpoint_error = c.on_ckpt_error == "fail";
   o.max_skipped = c.max_skipped;
   o.checkpoint_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(c.checkpoint_timeout * 1000));
+  o.sharded_state = c.zero == 1;
   return o;
 }
 

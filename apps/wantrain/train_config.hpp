@@ -80,6 +80,7 @@ struct TrainConfig {
   // distributed
   std::string backend = "auto";
   double bucket_mb = 25.0;
+  int zero = 0;                 // ZeRO stage
   double comm_timeout = 600.0;  // seconds
   bool allow_unused = false;
 

@@ -7,6 +7,8 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 
+#include "wantrain/ckpt/tensor_io.hpp"
+#include "wantrain/ckpt/shard_file.hpp"
 #include "wantrain/io/h5.hpp"
 #include "wantrain/util/error.hpp"
 #include "wantrain/util/json.hpp"
@@ -16,64 +18,6 @@ namespace {
 
 std::string shape_string(at::IntArrayRef sizes) { return fmt::format("[{}]", fmt::join(sizes, ",")); }
 
-// One float32 tensor as a dataset of its shape (a scalar dataspace for 0-d).
-void write_tensor(hid_t location, const std::string& name, const at::Tensor& tensor) {
-  const auto data = tensor.detach().to(torch::kCPU, torch::kFloat32).contiguous();
-  const std::vector<hsize_t> dims(data.sizes().begin(), data.sizes().end());
-  const io::Handle space(
-      H5_CHECK(dims.empty() ? H5Screate(H5S_SCALAR) : H5Screate_simple(int(dims.size()), dims.data(), nullptr)),
-      H5Sclose);
-  const io::Handle set(
-      H5_CHECK(H5Dcreate2(location, name.c_str(), H5T_IEEE_F32LE, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)),
-      H5Dclose);
-  H5_CHECK(H5Dwrite(set.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data.data_ptr()));
-}
-
-// A float32 dataset (any stored float type is converted by HDF5).
-at::Tensor read_tensor(hid_t location, const std::string& name) {
-  const auto set = io::open_dataset(location, name);
-  const auto type = io::dataset_type(set.get());
-  if (H5Tget_class(type.get()) != H5T_FLOAT) throw Error("not a floating-point dataset");
-  const auto dims = io::dims(set.get());
-  const std::vector<int64_t> sizes(dims.begin(), dims.end());
-  auto out = torch::empty(sizes, torch::kFloat32);
-  H5_CHECK(H5Dread(set.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data_ptr()));
-  return out;
-}
-
-io::Handle create_group(hid_t location, const std::string& name) {
-  return io::Handle(H5_CHECK(H5Gcreate2(location, name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)), H5Gclose);
-}
-io::Handle open_group(hid_t location, const std::string& name) {
-  return io::Handle(H5_CHECK(H5Gopen2(location, name.c_str(), H5P_DEFAULT)), H5Gclose);
-}
-
-// Appends each name an HDF5 iteration (links or attributes) visits to a
-// vector; nothing may unwind through HDF5's C frames.
-template <class Info>
-herr_t collect_name(hid_t, const char* name, const Info*, void* out) noexcept {
-  try {
-    static_cast<std::vector<std::string>*>(out)->emplace_back(name);
-    return 0;
-  } catch (...) {
-    return -1;
-  }
-}
-
-// The names of the links directly under a group, in HDF5's (name) order.
-std::vector<std::string> members(hid_t group) {
-  std::vector<std::string> names;
-  H5_CHECK(H5Literate(group, H5_INDEX_NAME, H5_ITER_INC, nullptr, collect_name<H5L_info_t>, &names));
-  return names;
-}
-
-// The names of an object's attributes, in HDF5's (name) order.
-std::vector<std::string> attribute_names(hid_t object) {
-  std::vector<std::string> names;
-  H5_CHECK(H5Aiterate2(object, H5_INDEX_NAME, H5_ITER_INC, nullptr, collect_name<H5A_info_t>, &names));
-  return names;
-}
-
 // The format and version attributes; throws for another format or an unknown version.
 int read_version(hid_t file, std::string& object) {
   object = "attribute format";
@@ -81,8 +25,8 @@ int read_version(hid_t file, std::string& object) {
   if (format != kFormat) throw Error(fmt::format("is '{}', not a {}", format, kFormat));
   object = "attribute version";
   const auto version = io::read_int_attribute(file, "version");
-  if (version < 1 || version > kVersion)
-    throw Error(fmt::format("is version {}; this wantrain reads versions 1 to {}", version, kVersion));
+  if (version < 1 || version > kShardedVersion)
+    throw Error(fmt::format("is version {}; this wantrain reads versions 1 to {}", version, kShardedVersion));
   return int(version);
 }
 
@@ -179,6 +123,8 @@ int64_t Checkpoint::tensor_bytes() const {
   for (const auto& [name, t] : model) bytes += t.numel() * 4;
   for (const auto& [name, t] : ema) bytes += t.numel() * 4;
   for (const auto& slot : optim) bytes += (slot.exp_avg.numel() + slot.exp_avg_sq.numel()) * 4;
+  for (const auto& slice : shard.slices)
+    bytes += (slice.exp_avg.numel() + slice.exp_avg_sq.numel() + (slice.ema.defined() ? slice.ema.numel() : 0)) * 4;
   return bytes;
 }
 
@@ -196,7 +142,8 @@ void write_checkpoint(const std::string& path, const Checkpoint& c) {
   try {
     file = io::create_file(path);
     io::write_string_attribute(file.get(), "format", kFormat);
-    io::write_int_attribute(file.get(), "version", kVersion);
+    const bool sharded = c.shard.ranks > 0;
+    io::write_int_attribute(file.get(), "version", sharded ? kShardedVersion : kVersion);
     io::write_string_attribute(file.get(), "model_config", c.model_config);
     io::write_string_attribute(file.get(), "run_options", c.run_config);
     {
@@ -224,13 +171,17 @@ void write_checkpoint(const std::string& path, const Checkpoint& c) {
       for (const auto& [name, value] : c.objective) io::write_string_attribute(objective.get(), name, value);
     }
     for (const auto& [group_name, tensors] : {std::pair{"model", &c.model}, std::pair{"ema", &c.ema}}) {
-      if (tensors->empty() && std::string(group_name) == "ema") continue;
+      if ((tensors->empty() || sharded) && std::string(group_name) == "ema") continue;
       const auto group = create_group(file.get(), group_name);
       for (const auto& item : *tensors) each_unlocked([&] { write_tensor(group.get(), item.first, item.second); });
     }
     const auto optimizer = create_group(file.get(), "optimizer");
     io::write_string_attribute(optimizer.get(), "kind", "adamw");
-    for (const auto& slot : c.optim) {
+    if (sharded) {
+      io::write_int_attribute(optimizer.get(), "zero_shards", c.shard.ranks);
+      io::write_int_attribute(optimizer.get(), "ema", c.sharded_ema);
+    }
+    for (const auto& slot : c.optim) {  // empty when sharded
       each_unlocked([&] {
         const auto group = create_group(optimizer.get(), slot.name);
         io::write_int_attribute(group.get(), "step", slot.step);
@@ -250,7 +201,10 @@ void write_checkpoint(const std::string& path, const Checkpoint& c) {
   }
 }
 
-Checkpoint read_checkpoint(const std::string& path) {
+namespace {
+
+// The main file: everything but a sharded checkpoint's slices.
+Checkpoint read_main_file(const std::string& path, ReadParts parts) {
   io::Lock lock(io::library_mutex());
   io::quiet_errors();
   std::string object = "the file";  // what was being read, for the error
@@ -289,7 +243,7 @@ Checkpoint read_checkpoint(const std::string& path) {
 
     for (const auto& [group_name, tensors] : {std::pair{"model", &c.model}, std::pair{"ema", &c.ema}}) {
       object = fmt::format("/{}", group_name);
-      if (std::string(group_name) == "ema" && !io::exists(file.get(), "ema")) continue;
+      if (std::string(group_name) == "ema" && (!parts.state || !io::exists(file.get(), "ema"))) continue;
       const auto group = open_group(file.get(), group_name);
       for (const auto& name : members(group.get())) {
         object = fmt::format("/{}/{}", group_name, name);
@@ -304,6 +258,14 @@ Checkpoint read_checkpoint(const std::string& path) {
       const auto kind = io::read_string_attribute(optimizer.get(), "kind");
       if (kind != "adamw") throw Error(fmt::format("is '{}'; this wantrain continues only AdamW", kind));
     }
+    if (c.version == kShardedVersion) {
+      object = "/optimizer attribute zero_shards";
+      c.shard.ranks = int(io::read_int_attribute(optimizer.get(), "zero_shards"));
+      object = "/optimizer attribute ema";
+      c.sharded_ema = io::read_int_attribute(optimizer.get(), "ema") != 0;
+      return c;
+    }
+    if (!parts.state) return c;
     for (const auto& name : members(optimizer.get())) {
       object = fmt::format("/{}/{}", optimizer_group, name);
       const auto group = open_group(optimizer.get(), name);
@@ -323,6 +285,25 @@ Checkpoint read_checkpoint(const std::string& path) {
           fmt::format("checkpoint {}: not a readable HDF5 file (truncated or corrupt?): {}", path, e.what()));
     throw UsageError(fmt::format("checkpoint {}: {}: {}", path, object, e.what()));
   }
+}
+
+}  // namespace
+
+Checkpoint read_checkpoint(const std::string& path, ReadParts parts) {
+  Checkpoint c = read_main_file(path, parts);
+  if (c.version != kShardedVersion || !parts.state) return c;
+  // Whole tensors gathered from the shard files, shaped like the model's.
+  const StateReader reader(path);
+  std::vector<std::pair<std::string, int64_t>> parameters;
+  for (const auto& [name, t] : c.model) parameters.emplace_back(name, t.numel());
+  reader.check(parameters, c.sharded_ema);
+  using Kind = StateReader::Kind;
+  for (const auto& [name, t] : c.model) {
+    auto whole = [&](Kind kind) { return reader.read(kind, name, 0, t.numel()).view(t.sizes()); };
+    c.optim.push_back({name, reader.step(name), whole(Kind::ExpAvg), whole(Kind::ExpAvgSq)});
+    if (c.sharded_ema) c.ema.emplace_back(name, whole(Kind::Ema));
+  }
+  return c;
 }
 
 TrainerState read_trainer_state(const std::string& path) {

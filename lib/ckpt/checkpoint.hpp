@@ -14,6 +14,11 @@
 //   /objective            attribute kind, and the objective's own attributes
 //                         (distillation: teacher, teacher_checksum)
 //
+// Version 3 is a ZeRO-1 (sharded) checkpoint: the same file without /ema
+// and /optimizer members; /optimizer has attributes zero_shards (W) and ema
+// (1 when the shards hold an EMA), and W shard files beside it hold every
+// rank's slices of the AdamW moments and EMA (shard_file.hpp).
+//
 // Version 1 (one /trainer group, the rest at the root, optimizer state
 // under /optim) is still read.
 //
@@ -33,7 +38,8 @@
 namespace wt::ckpt {
 
 inline constexpr const char* kFormat = "wantrain-checkpoint";
-inline constexpr int kVersion = 2;  // what write_checkpoint writes; versions 1 and 2 are read
+inline constexpr int kVersion = 2;         // what write_checkpoint writes unsharded
+inline constexpr int kShardedVersion = 3;  // and with shard files; versions 1 to 3 are read
 
 using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
 
@@ -41,6 +47,20 @@ struct OptimizerSlot {
   std::string name;  // the parameter's
   int64_t step = 0;  // AdamW's bias-correction count
   at::Tensor exp_avg, exp_avg_sq;
+};
+
+// ZeRO-1: one rank's part of the optimizer state and EMA, as slices of the
+// flattened parameters: elements [offset, offset + count) of `name`.
+struct StateSlice {
+  std::string name;
+  int64_t offset = 0;
+  int64_t numel = 0;  // the whole parameter's
+  int64_t step = 0;   // AdamW's count
+  at::Tensor exp_avg, exp_avg_sq, ema;  // [count] float32; ema undefined without one
+};
+struct ShardPart {
+  int rank = 0, ranks = 0;  // ranks 0: not a sharded checkpoint
+  std::vector<StateSlice> slices;
 };
 
 struct TrainerState {
@@ -68,8 +88,20 @@ struct Checkpoint {
   std::string objective_kind;
   std::map<std::string, std::string> objective;
   int version = kVersion;  // of the file it was read from
+  // Sharded (ZeRO-1): this rank's slices, written to its shard file; the
+  // main file (rank 0's) then holds no optimizer state or EMA.
+  ShardPart shard;
+  bool sharded_ema = false;  // the shards hold an EMA
 
   int64_t tensor_bytes() const;
+};
+
+// What read_checkpoint reads besides the model and the trainer state.
+struct ReadParts {
+  // The AdamW moments and EMA: from the file, or gathered from its shard
+  // files. false leaves `optim` and `ema` empty (a ZeRO run reads its own
+  // slices with a StateReader instead).
+  bool state = true;
 };
 
 // Writes `checkpoint` to `path` (created or truncated). Holds the HDF5
@@ -79,7 +111,7 @@ void write_checkpoint(const std::string& path, const Checkpoint& checkpoint);
 // Reads a whole checkpoint. UsageError naming the file and the object for a
 // file that is not a readable HDF5 file, another format or version, a
 // missing or malformed attribute or tensor.
-Checkpoint read_checkpoint(const std::string& path);
+Checkpoint read_checkpoint(const std::string& path, ReadParts parts = {});
 
 // The /trainer attributes only (no tensors): e.g. the validation loss of `best`.
 TrainerState read_trainer_state(const std::string& path);

@@ -19,7 +19,20 @@ namespace fs = std::filesystem;
 namespace {
 
 const std::regex kComplete(R"(step-(\d{8,})\.h5)");
-const std::regex kPartial(R"(step-(\d{8,})\.h5\.tmp)");
+const std::regex kPartial(R"(step-(\d{8,})(\.zero-\d+-of-\d+)?\.h5\.tmp)");
+const std::regex kShard(R"(step-(\d{8,})\.zero-\d+-of-\d+\.h5)");
+
+// The ZeRO shard files of step `step` in `directory`.
+std::vector<fs::path> shard_files_of(const std::string& directory, const std::string& step) {
+  std::vector<fs::path> out;
+  std::error_code error;
+  for (const auto& entry : fs::directory_iterator(directory, error)) {
+    std::smatch match;
+    const auto name = entry.path().filename().string();
+    if (std::regex_match(name, match, kShard) && match[1] == step) out.push_back(entry.path());
+  }
+  return out;
+}
 
 }  // namespace
 
@@ -97,7 +110,12 @@ std::vector<std::string> prune(const std::string& directory, int keep) {
     std::error_code error;
     const auto canonical = fs::canonical(all[i], error).string();
     if (error || std::find(protect.begin(), protect.end(), canonical) != protect.end()) continue;
-    if (fs::remove(all[i], error)) removed.push_back(all[i]);
+    if (!fs::remove(all[i], error)) continue;
+    removed.push_back(all[i]);
+    std::smatch match;
+    const auto name = fs::path(all[i]).filename().string();
+    if (std::regex_match(name, match, kComplete))
+      for (const auto& shard : shard_files_of(directory, match[1])) fs::remove(shard, error);
   }
   return removed;
 }
@@ -107,7 +125,12 @@ std::vector<std::string> remove_partial_writes(const std::string& directory) {
   std::error_code error;
   for (const auto& entry : fs::directory_iterator(directory, error)) {
     const auto name = entry.path().filename().string();
-    if (!std::regex_match(name, kPartial)) continue;
+    std::smatch match;
+    // A shard whose checkpoint was never completed (a write that failed or
+    // died between the shards and the main file) is partial too.
+    const bool orphan = std::regex_match(name, match, kShard) &&
+                        !fs::exists(fs::path(directory) / fmt::format("step-{}.h5", match[1].str()));
+    if (!orphan && !std::regex_match(name, kPartial)) continue;
     std::error_code remove_error;
     if (fs::remove_all(entry.path(), remove_error) > 0) removed.push_back(entry.path().string());
   }

@@ -4,6 +4,8 @@
 //   step-00000120.h5    complete checkpoints (written as step-....h5.tmp, then renamed)
 //   latest -> step-00000120.h5   symlink, replaced atomically by rename
 //   best   -> step-00000100.h5   with --keep-best: the lowest validation loss
+//   step-00000120.zero-1-of-2.h5  ZeRO-1: rank 1's shard of step-00000120.h5
+//                       (shard_file.hpp), pruned and removed with it
 #pragma once
 
 #include <cstdint>
@@ -35,7 +37,8 @@ void replace_link(const std::string& directory, const std::string& link, const s
 // none), never one that `latest` or `best` names. Returns what it removed.
 std::vector<std::string> prune(const std::string& directory, int keep);
 
-// Removes `step-*.h5.tmp` left by a writer that died mid-write; returns them.
+// Removes `step-*.h5.tmp` left by a writer that died mid-write, and shard
+// files whose checkpoint is missing; returns them.
 std::vector<std::string> remove_partial_writes(const std::string& directory);
 
 // One job owns an output directory: an exclusive flock(2) on

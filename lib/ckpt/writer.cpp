@@ -10,6 +10,7 @@
 #include <filesystem>
 
 #include "wantrain/ckpt/directory.hpp"
+#include "wantrain/ckpt/shard_file.hpp"
 #include "wantrain/util/error.hpp"
 #include "wantrain/util/files.hpp"
 #include "wantrain/util/test_hooks.hpp"
@@ -82,6 +83,27 @@ void CheckpointWriter::run() {
   }
 }
 
+namespace {
+
+// The commit: `temporary` becomes `path` (the moment the checkpoint exists),
+// then `latest`, `best` and pruning.
+void commit(const std::string& temporary, const std::string& path, const std::string& name, const Checkpoint& checkpoint,
+            const WriterOptions& options, double& best_val_loss) {
+  std::error_code error;
+  std::filesystem::rename(temporary, path, error);
+  if (error) throw Error(fmt::format("checkpoint {}: cannot rename {} to it: {}", path, temporary, error.message()));
+  sync_directory(options.directory);
+  replace_link(options.directory, "latest", name);
+  const double val = checkpoint.state.val_loss;
+  if (options.keep_best && std::isfinite(val) && val < best_val_loss) {
+    replace_link(options.directory, "best", name);
+    best_val_loss = val;
+  }
+  prune(options.directory, options.keep);
+}
+
+}  // namespace
+
 WriteResult CheckpointWriter::write_now(const Checkpoint& checkpoint, const WriterOptions& options,
                                         double& best_val_loss) {
   namespace fs = std::filesystem;
@@ -91,27 +113,55 @@ WriteResult CheckpointWriter::write_now(const Checkpoint& checkpoint, const Writ
   const std::string name = checkpoint_file_name(checkpoint.state.step);
   const std::string path = (fs::path(options.directory) / name).string();
   const std::string temporary = path + ".tmp";
-  try {
-    test_delay("checkpoint_write");
-    write_checkpoint(temporary, checkpoint);
-    sync_file(temporary);
-    std::error_code error;
-    fs::rename(temporary, path, error);
-    if (error) throw Error(fmt::format("checkpoint {}: cannot rename {} to it: {}", path, temporary, error.message()));
-    sync_directory(options.directory);
-    replace_link(options.directory, "latest", name);
-    const double val = checkpoint.state.val_loss;
-    if (options.keep_best && std::isfinite(val) && val < best_val_loss) {
-      replace_link(options.directory, "best", name);
-      best_val_loss = val;
-    }
-    prune(options.directory, options.keep);
-    result.path = path;
-  } catch (const std::exception& e) {
+  const bool sharded = checkpoint.shard.ranks > 0;
+  const bool root = options.rank == 0;
+  const std::string shard =
+      sharded ? (fs::path(options.directory) /
+                 shard_file_name(checkpoint.state.step, checkpoint.shard.rank, checkpoint.shard.ranks))
+                    .string()
+              : std::string();
+  auto remove_files = [&] {
     std::error_code ignored;
     fs::remove(temporary, ignored);
+    if (sharded) {
+      fs::remove(shard + ".tmp", ignored);
+      fs::remove(shard, ignored);
+    }
+  };
+  try {
+    test_delay("checkpoint_write");
+    if (sharded) {
+      write_shard(shard + ".tmp", checkpoint.shard, checkpoint.state.step);
+      sync_file(shard + ".tmp");
+      std::error_code error;
+      fs::rename(shard + ".tmp", shard, error);
+      if (error) throw Error(fmt::format("checkpoint shard {}: cannot rename its .tmp: {}", shard, error.message()));
+    }
+    if (root) {
+      write_checkpoint(temporary, checkpoint);
+      sync_file(temporary);
+    }
+    if (sharded) sync_directory(options.directory);
+  } catch (const std::exception& e) {
+    remove_files();
     result.error = e.what();
   }
+  // Sharded: the main file becomes the checkpoint only once every rank's shard is durable.
+  if (sharded && !options.agree(result.ok())) {
+    if (result.ok())
+      result.error = fmt::format("checkpoint {}: not completed: another rank could not write its shard", path);
+    remove_files();
+  }
+  if (result.ok() && root) {
+    try {
+      commit(temporary, path, name, checkpoint, options, best_val_loss);
+      result.path = path;
+    } catch (const std::exception& e) {
+      remove_files();
+      result.error = e.what();
+    }
+  }
+  if (result.ok() && !root) result.path = shard;
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;
 }

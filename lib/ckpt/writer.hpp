@@ -14,6 +14,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <mutex>
 #include <optional>
@@ -31,6 +32,14 @@ struct WriterOptions {
   // The best validation loss among checkpoints already in the directory
   // (from a resumed run's `best`).
   double best_val_loss = std::numeric_limits<double>::infinity();
+  // ZeRO-1 (a Checkpoint with shard.ranks > 0): every rank has a writer and
+  // writes its shard file; rank 0 also writes the main file as .tmp and
+  // commits it (rename, links, pruning) only when `agree`, called once per
+  // checkpoint on every rank's writer thread with this rank's success (a
+  // collective), says that every shard is durable. A failure anywhere
+  // removes that checkpoint's files on every rank.
+  int rank = 0;
+  std::function<bool(bool ok)> agree;
 };
 
 struct WriteResult {

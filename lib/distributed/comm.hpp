@@ -36,6 +36,7 @@ struct BroadcastOptions {
 struct AllGatherOptions {};
 struct ReduceScatterOptions {
   ReduceOp op = ReduceOp::Sum;
+  bool overlaps_compute = false;  // as AllReduceOptions'
 };
 struct BarrierOptions {};
 
@@ -71,7 +72,8 @@ class Comm {
   // In place: every rank ends with root's `tensor`.
   virtual WorkPtr broadcast_async(const at::Tensor& tensor, const BroadcastOptions& options = {}) = 0;
   // output [size, *input.shape] (or any contiguous tensor of size*numel
-  // elements): row r is rank r's input.
+  // elements): row r is rank r's input. In place when `input` is this
+  // rank's row of `output` (the same memory): nothing is copied for it.
   virtual WorkPtr all_gather_async(const at::Tensor& output, const at::Tensor& input,
                                    const AllGatherOptions& options = {}) = 0;
   // input holds size chunks of output.numel() elements; rank r's output is

@@ -246,9 +246,13 @@ WorkPtr MpiComm::all_gather_async(const at::Tensor& output, const at::Tensor& in
                             c10::toString(output.scalar_type())));
   const MPI_Datatype type = mpi_datatype(input.scalar_type());
   const int count = checked_count("all_gather", input.numel());
-  return enqueue(describe("all_gather", next_seq_++, input), {output, input}, [this, output, input, type, count] {
-    MPI_CHECK(MPI_Allgather(input.data_ptr(), count, type, output.data_ptr(), count, type, comm_));
-  });
+  const bool in_place =
+      input.data_ptr() == static_cast<char*>(output.data_ptr()) + int64_t(rank_) * input.numel() * input.element_size();
+  return enqueue(describe("all_gather", next_seq_++, input, in_place ? ", in place" : ""), {output, input},
+                 [this, output, input, type, count, in_place] {
+                   MPI_CHECK(MPI_Allgather(in_place ? MPI_IN_PLACE : input.data_ptr(), count, type, output.data_ptr(),
+                                           count, type, comm_));
+                 });
 }
 
 WorkPtr MpiComm::reduce_scatter_async(const at::Tensor& output, const at::Tensor& input,
@@ -264,9 +268,17 @@ WorkPtr MpiComm::reduce_scatter_async(const at::Tensor& output, const at::Tensor
   const MPI_Op op = native_op(input.scalar_type(), options.op);
   const int count = checked_count("reduce_scatter", output.numel());
   const bool average = options.op == ReduceOp::Avg;
+  const bool polite = options.overlaps_compute;
   return enqueue(describe("reduce_scatter", next_seq_++, input, fmt::format(", {}", to_string(options.op))),
-                 {output, input}, [this, output, input, type, op, count, average] {
-                   MPI_CHECK(MPI_Reduce_scatter_block(input.data_ptr(), output.data_ptr(), count, type, op, comm_));
+                 {output, input}, [this, output, input, type, op, count, average, polite] {
+                   if (polite) {
+                     MPI_Request request;
+                     MPI_CHECK(MPI_Ireduce_scatter_block(input.data_ptr(), output.data_ptr(), count, type, op, comm_,
+                                                         &request));
+                     wait_for(request, *waiters_);
+                   } else {
+                     MPI_CHECK(MPI_Reduce_scatter_block(input.data_ptr(), output.data_ptr(), count, type, op, comm_));
+                   }
                    if (average) output.detach().div_(size_);
                  });
 }

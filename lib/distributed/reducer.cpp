@@ -27,6 +27,7 @@ struct Reducer::State {
   struct Bucket {
     std::vector<size_t> params;
     at::Tensor buffer;  // [numel] flat; the params' grads are views into it
+    at::Tensor shard;   // shard mode: [numel / world size], this rank's reduced slice
     size_t pending = 0;
     WorkPtr work;
   };
@@ -50,7 +51,9 @@ struct Reducer::State {
       launch(buckets[next_bucket++], during_backward);
   }
   void launch(Bucket& b, bool during_backward) {
-    b.work = comm.all_reduce_async(b.buffer, {options.average ? ReduceOp::Avg : ReduceOp::Sum, during_backward});
+    const ReduceOp op = options.average ? ReduceOp::Avg : ReduceOp::Sum;
+    b.work = options.shard ? comm.reduce_scatter_async(b.shard, b.buffer, {op, during_backward})
+                           : comm.all_reduce_async(b.buffer, {op, during_backward});
     ++issued;
   }
   void on_gradient(size_t index) {
@@ -147,11 +150,16 @@ Reducer::Reducer(Comm& comm, NamedTensors parameters, std::vector<at::Tensor> bu
     s.params[k].bucket = s.buckets.size() - 1;
     bucket_bytes += t.numel() * t.element_size();
   }
+  // Shard mode: every rank's slice a whole number of 16 elements (64-byte
+  // aligned in fp32, as vectorised kernels like).
+  const int64_t granule = options.shard ? 16 * int64_t(comm.size()) : 1;
   for (auto& b : s.buckets) {
     int64_t numel = 0;
     for (size_t k : b.params) numel += s.params[k].tensor.numel();
+    numel = (numel + granule - 1) / granule * granule;
     const at::Tensor& first = s.params[b.params.front()].tensor;
     b.buffer = torch::zeros({numel}, first.options().requires_grad(false));  // [numel]
+    if (options.shard) b.shard = torch::zeros({numel / comm.size()}, b.buffer.options());
     int64_t offset = 0;
     for (size_t k : b.params) {
       at::Tensor& t = s.params[k].tensor;
@@ -240,6 +248,28 @@ std::vector<at::Tensor> Reducer::bucket_buffers() const {
   std::vector<at::Tensor> buffers;
   for (const auto& b : state_->buckets) buffers.push_back(b.buffer);
   return buffers;
+}
+
+std::vector<BucketLayout> Reducer::bucket_layouts() const {
+  std::vector<BucketLayout> layouts;
+  for (const auto& b : state_->buckets) {
+    BucketLayout layout;
+    layout.numel = b.buffer.numel();
+    int64_t offset = 0;
+    for (size_t k : b.params) {
+      const auto& p = state_->params[k];
+      layout.entries.push_back({p.name, offset, p.tensor.numel()});
+      offset += p.tensor.numel();
+    }
+    layouts.push_back(std::move(layout));
+  }
+  return layouts;
+}
+
+std::vector<at::Tensor> Reducer::gradient_shards() const {
+  std::vector<at::Tensor> shards;
+  for (const auto& b : state_->buckets) shards.push_back(b.shard);
+  return shards;
 }
 
 int64_t Reducer::collectives_issued() const { return state_->issued; }

@@ -18,6 +18,12 @@
 // on every rank while the rest of backward runs. Non-synchronising
 // micro-steps only accumulate, with no communication.
 //
+// With `shard` (ZeRO stage 1) a bucket is reduce-scattered instead: its
+// buffer is padded to a multiple of 16 x world size elements, and rank r
+// receives the reduced slice r of it (gradient_shards()), the part of the
+// model whose optimizer state it keeps; the full buffers then hold only this
+// rank's own (unreduced) gradients.
+//
 // A parameter that got no gradient in a whole step is an error on every rank
 // naming it (one extra 4-byte all-reduce per step makes the ranks agree), or
 // with allow_unused its zero slot is reduced like the rest.
@@ -45,6 +51,18 @@ struct ReducerOptions {
   // false: sum instead of average, for a caller that already divided its loss
   // by the world size (which saves a pass over every gradient after the sum).
   bool average = true;
+  bool shard = false;  // reduce-scatter each bucket (ZeRO-1) instead of all-reducing it
+};
+
+// Where the reduced parameters lie in the flat buckets (padded in shard mode).
+struct BucketLayout {
+  struct Entry {
+    std::string name;
+    int64_t offset = 0;  // elements into the bucket
+    int64_t numel = 0;
+  };
+  std::vector<Entry> entries;  // in bucket order (reverse registration order)
+  int64_t numel = 0;           // of the buffer, padding included
 };
 
 class Reducer {
@@ -68,6 +86,10 @@ class Reducer {
   // Introspection for tests, benchmarks and logs.
   std::vector<std::vector<std::string>> bucket_parameter_names() const;
   std::vector<at::Tensor> bucket_buffers() const;
+  std::vector<BucketLayout> bucket_layouts() const;
+  // Shard mode: per bucket, this rank's slice of the reduced gradients
+  // ([bucket numel / world size], valid after a synchronising finalize_backward).
+  std::vector<at::Tensor> gradient_shards() const;
   int64_t collectives_issued() const;        // bucket all-reduces so far
   double last_exposed_comm_seconds() const;  // time finalize_backward waited for buckets
 

@@ -1,5 +1,6 @@
 #include "wantrain/train/engine.hpp"
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -12,12 +13,15 @@
 #include <type_traits>
 
 #include "wantrain/ckpt/checkpoint.hpp"
+#include "wantrain/ckpt/shard_file.hpp"
 #include "wantrain/distributed/comm.hpp"
 #include "wantrain/distributed/reducer.hpp"
 #include "wantrain/model/autocast.hpp"
 #include "wantrain/train/ema.hpp"
 #include "wantrain/train/gradients.hpp"
 #include "wantrain/train/loss_scaler.hpp"
+#include "wantrain/train/zero_shards.hpp"
+#include "wantrain/util/error.hpp"
 
 namespace wt::train {
 namespace {
@@ -53,6 +57,7 @@ std::vector<at::Tensor> tensors_of(const NamedTensors& named) {
 
 struct Engine::Impl {
   std::unique_ptr<distributed::Reducer> reducer;
+  std::unique_ptr<ZeroShards> zero;  // zero = 1 only
   std::unique_ptr<torch::optim::AdamW> optimizer;
   std::unique_ptr<Ema> ema;
   std::unique_ptr<LossScaler> scaler;  // fp16 only
@@ -65,19 +70,42 @@ Engine::Engine(distributed::Comm& comm, Objective& objective, EngineOptions opti
   reducer_options.bucket_bytes = options_.bucket_bytes;
   reducer_options.allow_unused = options_.allow_unused;
   reducer_options.average = false;  // the loss is divided by the world size: the gradient's sum is the mean
+  if (options_.zero != 0 && options_.zero != 1)
+    throw SettingError("zero", fmt::format("is {}; stages 0 and 1 exist", options_.zero));
+  reducer_options.shard = options_.zero == 1;
   impl_->reducer = std::make_unique<distributed::Reducer>(comm, named, objective_.buffers(), reducer_options);
+  // What AdamW and the EMA update: the parameters, or this rank's slices of
+  // them (with their gradient slices attached as .grad).
+  NamedTensors updated = named;
+  if (options_.zero == 1) {
+    impl_->zero = std::make_unique<ZeroShards>(comm, *impl_->reducer, named);
+    const auto gradients = impl_->reducer->gradient_shards();
+    updated.clear();
+    for (size_t b = 0; b < gradients.size(); ++b) {
+      at::Tensor slice = impl_->zero->parameter_shards()[b];
+      slice.mutable_grad() = gradients[b];
+      updated.emplace_back(fmt::format("bucket {}", b), slice);
+    }
+  }
   impl_->optimizer =
-      std::make_unique<torch::optim::AdamW>(tensors_of(named), torch::optim::AdamWOptions(options_.schedule.at(0))
-                                                                   .betas({options_.adamw.beta1, options_.adamw.beta2})
-                                                                   .weight_decay(options_.adamw.weight_decay)
-                                                                   .eps(options_.adamw.eps));
-  if (options_.ema_decay > 0) impl_->ema = std::make_unique<Ema>(named, options_.ema_decay);
+      std::make_unique<torch::optim::AdamW>(tensors_of(updated), torch::optim::AdamWOptions(options_.schedule.at(0))
+                                                                     .betas({options_.adamw.beta1, options_.adamw.beta2})
+                                                                     .weight_decay(options_.adamw.weight_decay)
+                                                                     .eps(options_.adamw.eps));
+  if (options_.ema_decay > 0) impl_->ema = std::make_unique<Ema>(updated, options_.ema_decay);
   if (options_.compute_dtype == at::kHalf) impl_->scaler = std::make_unique<LossScaler>();
 }
 
 Engine::~Engine() = default;
 
 const Ema* Engine::ema() const { return impl_->ema.get(); }
+
+NamedTensors Engine::ema_weights() const {
+  const auto& im = *impl_;
+  if (!im.ema) return {};
+  if (!im.zero) return im.ema->averages();
+  return im.zero->gather(tensors_of(im.ema->averages()));
+}
 
 StepResult Engine::step(const Batch& batch) {
   auto& im = *impl_;
@@ -133,9 +161,16 @@ StepResult Engine::step(const Batch& batch) {
   result.loss = mean_loss.item<double>();
 
   const auto phase = Clock::now();
-  const auto buffers = im.reducer->bucket_buffers();
+  // The reduced gradients: whole on every rank, or this rank's slices.
+  const auto buffers = im.zero ? im.reducer->gradient_shards() : im.reducer->bucket_buffers();
   if (im.scaler) scale_gradients(buffers, 1.0 / loss_scale);
-  result.grad_norm = global_norm(buffers);
+  if (im.zero) {
+    auto squares = torch::full({1}, sum_of_squares(buffers), torch::dtype(torch::kFloat64).device(device));
+    comm_.all_reduce(squares, {distributed::ReduceOp::Sum});
+    result.grad_norm = std::sqrt(squares.item<double>());
+  } else {
+    result.grad_norm = global_norm(buffers);
+  }
   result.lr = options_.schedule.at(step_);
   const bool finite = std::isfinite(result.loss) && std::isfinite(result.grad_norm);
   if (finite) {
@@ -144,6 +179,7 @@ StepResult Engine::step(const Batch& batch) {
       static_cast<torch::optim::AdamWOptions&>(group.options()).lr(result.lr);
     im.optimizer->step();
     if (im.ema) im.ema->update();
+    if (im.zero) im.zero->all_gather_parameters();
   } else {
     result.skipped = true;
     ++skipped_;
@@ -178,11 +214,43 @@ void Engine::save_state(ckpt::Checkpoint& c) const {
     }
   };
   const auto& named = objective_.trainable();
-  put_all(c.model, named);
-  put_all(c.ema, im.ema ? im.ema->averages() : NamedTensors{});
   const auto& optimizer_state = im.optimizer->state();
+  if (im.zero) {
+    put_all(c.model, comm_.rank() == 0 ? named : NamedTensors{});
+    c.ema.clear();
+    c.optim.clear();
+    c.shard.rank = comm_.rank();
+    c.shard.ranks = comm_.size();
+    c.sharded_ema = im.ema != nullptr;
+    const auto& slices = im.zero->parameter_shards();
+    c.shard.slices.resize(im.zero->pieces().size());
+    size_t k = 0;
+    for (const auto& piece : im.zero->pieces()) {
+      auto& slice = c.shard.slices[k++];
+      slice.name = piece.name;
+      slice.offset = piece.param_offset;
+      slice.numel = piece.numel;
+      const auto it = optimizer_state.find(optimizer_key(slices[piece.bucket]));
+      auto cut = [&](const at::Tensor& t) { return t.narrow(0, piece.shard_offset, piece.count); };
+      if (it != optimizer_state.end()) {
+        const auto& adam = static_cast<const torch::optim::AdamWParamState&>(*it->second);
+        slice.step = adam.step();
+        put(slice.exp_avg, cut(adam.exp_avg()));
+        put(slice.exp_avg_sq, cut(adam.exp_avg_sq()));
+      } else {  // no step taken yet: AdamW's initial state
+        slice.step = 0;
+        put(slice.exp_avg, torch::zeros({piece.count}));
+        put(slice.exp_avg_sq, torch::zeros({piece.count}));
+      }
+      if (im.ema) put(slice.ema, cut(im.ema->averages()[piece.bucket].second));
+    }
+  } else {
+    c.shard = {};
+    put_all(c.model, named);
+    put_all(c.ema, im.ema ? im.ema->averages() : NamedTensors{});
+  }
   size_t i = 0;
-  for (const auto& [name, parameter] : named) {
+  for (const auto& [name, parameter] : im.zero ? NamedTensors{} : named) {
     const auto it = optimizer_state.find(optimizer_key(parameter));
     if (it == optimizer_state.end()) continue;
     const auto& adam = static_cast<const torch::optim::AdamWParamState&>(*it->second);
@@ -204,7 +272,62 @@ void Engine::save_state(ckpt::Checkpoint& c) const {
   c.rng_cpu = generator.get_state();
 }
 
-void Engine::load_state(const ckpt::Checkpoint& saved) {
+void Engine::load_state(const ckpt::Checkpoint& saved, const std::string& path) {
+  auto& im = *impl_;
+  if (im.zero) {
+    load_slices(path);
+  } else {
+    load_whole(saved);
+  }
+  const auto& state = saved.state;
+  if (im.scaler && std::isfinite(state.loss_scale)) im.scaler->restore(state.loss_scale, state.loss_scale_good_steps);
+  if (saved.rng_cpu.defined() && saved.rng_cpu.numel() > 0) {
+    auto generator = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    generator.set_state(saved.rng_cpu);
+  }
+  step_ = state.step;
+  skipped_ = state.skipped;
+}
+
+void Engine::load_slices(const std::string& path) {
+  auto& im = *impl_;
+  const ckpt::StateReader reader(path);
+  std::vector<std::pair<std::string, int64_t>> numels;
+  for (const auto& [name, parameter] : objective_.trainable()) numels.emplace_back(name, parameter.numel());
+  reader.check(numels, im.ema != nullptr);
+  torch::NoGradGuard no_grad;
+  using Kind = ckpt::StateReader::Kind;
+  const auto& slices = im.zero->parameter_shards();
+  std::vector<at::Tensor> exp_avg, exp_avg_sq;
+  std::vector<int64_t> steps(slices.size(), 0);
+  for (const auto& slice : slices) {
+    exp_avg.push_back(torch::zeros_like(slice));
+    exp_avg_sq.push_back(torch::zeros_like(slice));
+  }
+  for (const auto& piece : im.zero->pieces()) {
+    auto into = [&](const at::Tensor& t, Kind kind) {
+      t.narrow(0, piece.shard_offset, piece.count)
+          .copy_(reader.read(kind, piece.name, piece.param_offset, piece.count));
+    };
+    if (im.ema) into(im.ema->averages()[piece.bucket].second, Kind::Ema);
+    if (!reader.has_optimizer()) continue;
+    into(exp_avg[piece.bucket], Kind::ExpAvg);
+    into(exp_avg_sq[piece.bucket], Kind::ExpAvgSq);
+    steps[piece.bucket] = reader.step(piece.name);
+  }
+  if (!reader.has_optimizer()) return;  // no step taken yet
+  auto& optimizer_state = im.optimizer->state();
+  for (size_t b = 0; b < slices.size(); ++b) {
+    auto param_state = std::make_unique<torch::optim::AdamWParamState>();
+    param_state->step(steps[b]);
+    param_state->exp_avg(exp_avg[b]);
+    param_state->exp_avg_sq(exp_avg_sq[b]);
+    optimizer_state[optimizer_key(slices[b])] = std::move(param_state);
+  }
+}
+
+void Engine::load_whole(const ckpt::Checkpoint& saved) {
   auto& im = *impl_;
   if (im.ema) ckpt::copy_named(saved.ema, im.ema->averages());
   // AdamW's state, created as its first step would, keyed as it looks it up.
@@ -220,15 +343,6 @@ void Engine::load_state(const ckpt::Checkpoint& saved) {
     param_state->exp_avg_sq(it->second->exp_avg_sq.to(parameter.device()).clone());
     optimizer_state[optimizer_key(parameter)] = std::move(param_state);
   }
-  const auto& state = saved.state;
-  if (im.scaler && std::isfinite(state.loss_scale)) im.scaler->restore(state.loss_scale, state.loss_scale_good_steps);
-  if (saved.rng_cpu.defined() && saved.rng_cpu.numel() > 0) {
-    auto generator = at::detail::getDefaultCPUGenerator();
-    std::lock_guard<std::mutex> lock(generator.mutex());
-    generator.set_state(saved.rng_cpu);
-  }
-  step_ = state.step;
-  skipped_ = state.skipped;
 }
 
 }  // namespace wt::train

@@ -7,6 +7,12 @@
 //   -> loss averaged over ranks -> global grad norm -> skip if non-finite
 //   -> clip -> AdamW at the scheduled rate -> EMA -> loss scale update.
 //
+// With zero = 1 (ZeRO stage 1) the buckets are reduce-scattered instead;
+// each rank clips, steps AdamW and updates the EMA on its 1/W slice of the
+// flat weights (ZeroShards), the norm is the all-reduced sum of the slices'
+// squares, and an all-gather hands every rank the new weights. The update is
+// the same elementwise arithmetic as without sharding.
+//
 // The Engine knows no model, dataset, file format or command line: the
 // objective names its trainable parameters, and the caller hands it batches.
 //
@@ -21,6 +27,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "wantrain/train/lr_schedule.hpp"
 #include "wantrain/train/objective.hpp"
@@ -77,6 +84,7 @@ struct EngineOptions {
   // false: no gradient synchronisation (wanbench step measures the step
   // without it; each rank then trains on its own gradients).
   bool communicate = true;
+  int zero = 0;  // ZeRO stage: 0 (replicated optimizer state) or 1 (sharded)
 };
 
 class Engine {
@@ -93,20 +101,33 @@ class Engine {
   int64_t steps_taken() const { return step_; }
   int64_t skipped_steps() const { return skipped_; }
   const EngineOptions& options() const { return options_; }
+  // The EMA's own tensors: per parameter, or with zero = 1 this rank's
+  // per-bucket slices (ema_weights() has them whole).
   const Ema* ema() const;
+  // Collective with zero = 1: the EMA weights by parameter name, whole on
+  // every rank (empty without an EMA).
+  NamedTensors ema_weights() const;
   distributed::Comm& comm() { return comm_; }
   Objective& objective() { return objective_; }
 
   // Writes the trainable parameters, EMA, optimizer state (by parameter
   // name), step, skipped steps, learning rate, loss scale and RNG state into
-  // `into`, reusing its CPU tensors where names and shapes match.
+  // `into`, reusing its CPU tensors where names and shapes match. With
+  // zero = 1 the EMA and optimizer state are this rank's slices (into.shard),
+  // and only rank 0 copies the parameters.
   void save_state(ckpt::Checkpoint& into) const;
   // Restores what save_state wrote, except the parameters (the caller has
   // loaded them before constructing the Engine, so that rank 0's broadcast
-  // carries them). `saved` has been checked against the parameters.
-  void load_state(const ckpt::Checkpoint& saved);
+  // carries them). Without ZeRO, `saved` holds the optimizer state and EMA
+  // whole, checked against the parameters; with zero = 1 this rank reads
+  // its slices from the checkpoint at `path` (any world size, sharded or
+  // not), checked there (UsageError naming the file and tensor).
+  void load_state(const ckpt::Checkpoint& saved, const std::string& path);
 
  private:
+  void load_whole(const ckpt::Checkpoint& saved);
+  void load_slices(const std::string& path);
+
   struct Impl;
   distributed::Comm& comm_;
   Objective& objective_;

@@ -12,6 +12,7 @@
 #include "wantrain/ckpt/writer.hpp"
 #include "wantrain/distributed/abort.hpp"
 #include "wantrain/distributed/comm.hpp"
+#include "wantrain/distributed/mpi_comm.hpp"
 #include "wantrain/distributed/world.hpp"
 #include "wantrain/train/run_plan.hpp"
 #include "wantrain/train/train_log.hpp"
@@ -120,7 +121,7 @@ StartPoint start_run(distributed::World& world, const FitOptions& options, const
         return;
       }
       if (!chosen.empty()) {
-        start.checkpoint = ckpt::read_checkpoint(chosen);
+        start.checkpoint = ckpt::read_checkpoint(chosen, {/*state=*/!options.sharded_state});
         start.path = chosen;
         ckpt::check_model_config(start.checkpoint->model_config, start.path, options.model_config, model_config_name);
       }
@@ -170,14 +171,30 @@ int fit(distributed::World& world, distributed::Comm& comm, const RunPlan& plan,
   const bool resumed = run.resumed;
   int64_t epoch = run.first_epoch;
 
-  // Rank 0's writer; other ranks never touch the file system for checkpoints.
+  // Rank 0's writer; without ZeRO the other ranks never touch the file
+  // system for checkpoints. With it every rank writes its shard, and the
+  // writers agree on each checkpoint over a communicator of their own
+  // (ended by its watchdog after the checkpoint timeout).
   std::unique_ptr<ckpt::CheckpointWriter> writer;
-  if (world.is_root()) {
+  std::shared_ptr<distributed::MpiComm> writers_comm;
+  if (world.is_root())
     for (const auto& partial : ckpt::remove_partial_writes(options.output_dir))
       spdlog::warn("removed {}, left by a checkpoint write that did not finish", partial);
-    ckpt::WriterOptions writer_options{options.output_dir, options.keep, options.keep_best, best_val_loss};
-    writer = std::make_unique<ckpt::CheckpointWriter>(writer_options);
+  ckpt::WriterOptions writer_options;
+  writer_options.directory = options.output_dir;
+  writer_options.keep = options.keep;
+  writer_options.keep_best = options.keep_best;
+  writer_options.best_val_loss = best_val_loss;
+  writer_options.rank = world.rank();
+  if (options.sharded_state) {
+    writers_comm = std::make_shared<distributed::MpiComm>(world, distributed::CommOptions{options.checkpoint_timeout});
+    writer_options.agree = [writers_comm](bool ok) {
+      auto failed = torch::tensor({int32_t(!ok)}, torch::kInt32);
+      writers_comm->all_reduce(failed, {distributed::ReduceOp::Max});
+      return failed.item<int32_t>() == 0;
+    };
   }
+  if (world.is_root() || options.sharded_state) writer = std::make_unique<ckpt::CheckpointWriter>(writer_options);
   // Collective: rank 0 drains its writer (bounded) and reports; true on
   // every rank when every write so far succeeded and `ok`.
   auto finish_writes = [&](bool ok) {
@@ -319,7 +336,7 @@ int fit(distributed::World& world, distributed::Comm& comm, const RunPlan& plan,
     return writes_ok ? kExitRequeue : kExitFailure;
   }
   std::string weights;
-  if (world.is_root() && run.save_weights) weights = run.save_weights(options.output_dir);
+  if (run.save_weights) weights = run.save_weights(options.output_dir, world.is_root());
   comm.barrier();  // the weights are complete before any rank reports success
   if (world.is_root() && !weights.empty()) fmt::print("{}\n", weights);
   return writes_ok || !options.stop_on_checkpoint_error ? kExitOk : kExitFailure;

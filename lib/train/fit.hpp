@@ -69,6 +69,10 @@ struct FitOptions {
   std::chrono::milliseconds checkpoint_timeout{std::chrono::hours(1)};
   std::string run_options;   // JSON, stored in checkpoints as information
   std::string model_config;  // JSON, stored in checkpoints; a resume checks it
+  // ZeRO-1: every rank writes its shard of each checkpoint (beside rank 0's
+  // main file), and a resume reads only the main file here (the Engine
+  // reads its own slices of the optimizer state and EMA).
+  bool sharded_state = false;
 };
 
 // Where a run starts: fresh, or from a checkpoint.
@@ -100,9 +104,10 @@ struct FitRun {
   Validator* validator = nullptr;  // optional
   bool resumed = false;            // continues a checkpoint (metrics append, no re-save of its step)
   int64_t first_epoch = 0;         // a resumed run's epoch
-  // Rank 0, at the end: writes the final weights into the output directory
-  // and returns the line that names them.
-  std::function<std::string(const std::string& directory)> save_weights;
+  // At the end, on every rank (collective: a ZeRO run's EMA is gathered);
+  // where `write` (rank 0) it writes the final weights into the output
+  // directory and returns the line that names them.
+  std::function<std::string(const std::string& directory, bool write)> save_weights;
 };
 
 // `best_val_loss`: the start point's (what a new `best` must beat).

@@ -11,6 +11,9 @@ namespace wt::train {
 
 // sqrt(sum of squares) over all buffers (NaN or Inf when any gradient is).
 double global_norm(const std::vector<at::Tensor>& buffers);
+// The sum of squares alone: what ranks holding shards of the gradients add
+// up before the square root.
+double sum_of_squares(const std::vector<at::Tensor>& buffers);
 
 // Multiplies every buffer by `factor`.
 void scale_gradients(const std::vector<at::Tensor>& buffers, double factor);

@@ -39,6 +39,7 @@ RunPlan plan_run(const RunSettings& s, int world_size, int rank, const std::vect
   e.ema_decay = s.ema_decay;
   e.bucket_bytes = s.bucket_bytes;
   e.allow_unused = s.allow_unused;
+  e.zero = s.zero;
   return plan;
 }
 

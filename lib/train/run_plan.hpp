@@ -35,6 +35,7 @@ struct RunSettings {
   at::ScalarType compute_dtype = at::kFloat;
   int64_t bucket_bytes = 25 << 20;
   bool allow_unused = false;
+  int zero = 0;  // ZeRO stage (EngineOptions::zero)
 };
 
 struct RunPlan {

@@ -99,7 +99,8 @@ WanRun::WanRun(const RunPlan& plan, const WanRunOptions& options, distributed::C
   const auto& named = im.objective->trainable();
   if (resume) {
     im.objective->check_resume(resume->objective_kind, resume->objective, start.path);
-    ckpt::check_fits(*resume, start.path, named, plan.engine.ema_decay > 0);
+    // With ZeRO the optimizer state and EMA are read (and checked) slice by slice in Engine::load_state.
+    ckpt::check_fits(*resume, start.path, named, plan.engine.ema_decay > 0 && plan.engine.zero == 0);
     ckpt::copy_named(resume->model, named);
   }
   if (teacher) {
@@ -133,7 +134,7 @@ void WanRun::connect(distributed::Comm& comm, const StartPoint& start) {
                  teacher->shows_frames_as_stills() ? ", each frame shown to it as a still video" : "");
   }
   if (start.checkpoint) {
-    im.engine->load_state(*start.checkpoint);
+    im.engine->load_state(*start.checkpoint, start.path);
     im.resumed = true;
   }
   im.batches = std::make_unique<ShardBatches>(std::move(*im.dataset), std::move(*im.sampler), im.prefetch,
@@ -151,7 +152,7 @@ FitRun WanRun::fit_run(Validator* validator) {
   run.validator = validator;
   run.first_epoch = impl_->first_epoch;
   run.resumed = impl_->resumed;
-  run.save_weights = [this](const std::string& directory) { return save_weights(directory); };
+  run.save_weights = [this](const std::string& directory, bool write) { return save_weights(directory, write); };
   return run;
 }
 
@@ -172,19 +173,21 @@ void WanRun::start_student(const Teacher& teacher, const WanRunOptions& options,
   if (report) fmt::print("student init: projection from the teacher {}\n{}", teacher.path(), projection.describe());
 }
 
-std::string WanRun::save_weights(const std::string& directory) const {
+std::string WanRun::save_weights(const std::string& directory, bool write) const {
+  const auto ema_weights = impl_->engine->ema_weights();
+  if (!write) return {};
+  const auto* ema = ema_weights.empty() ? nullptr : &ema_weights;
   std::filesystem::create_directories(directory);
-  const auto* ema = impl_->engine->ema();
   if (impl_->lora.rank > 0) {
     const auto& im = *impl_;
     model::write_lora_file(directory + "/lora.safetensors", im.objective->trainable(), im.lora, im.lora_base);
-    if (ema) model::write_lora_file(directory + "/lora-ema.safetensors", ema->averages(), im.lora, im.lora_base);
+    if (ema) model::write_lora_file(directory + "/lora-ema.safetensors", *ema, im.lora, im.lora_base);
     write_file_durably(directory + "/model-config.json", model::to_json(im.config) + "\n");
     return fmt::format("weights: {0}/lora.safetensors (LoRA adapters{1}), config {0}/model-config.json", directory,
                        ema ? fmt::format("; EMA: {}/lora-ema.safetensors", directory) : std::string());
   }
   model::save_weights(*impl_->model, directory + "/model.safetensors");
-  if (ema) model::write_safetensors(directory + "/ema.safetensors", ema->averages(), at::kFloat);
+  if (ema) model::write_safetensors(directory + "/ema.safetensors", *ema, at::kFloat);
   write_file_durably(directory + "/model-config.json", model::to_json(impl_->config) + "\n");
   return fmt::format("weights: {0}/model.safetensors{1}, config {0}/model-config.json", directory,
                      ema ? fmt::format(" (EMA: {}/ema.safetensors)", directory) : std::string());

@@ -84,9 +84,10 @@ class WanRun {
 
   // Writes <dir>/model.safetensors (and ema.safetensors with EMA) and
   // model-config.json, what wansample reads; with LoRA, lora.safetensors
-  // (and lora-ema.safetensors) instead of the model's weights. Returns the
-  // line naming them.
-  std::string save_weights(const std::string& directory) const;
+  // (and lora-ema.safetensors) instead of the model's weights, where
+  // `write`. Returns the line naming them. Collective with ZeRO (the EMA is
+  // gathered from every rank).
+  std::string save_weights(const std::string& directory, bool write = true) const;
 
  private:
   void start_student(const Teacher& teacher, const WanRunOptions& options, int rank, uint64_t seed);

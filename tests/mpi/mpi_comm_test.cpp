@@ -85,6 +85,18 @@ TEST_P(ReduceScatter, RankRGetsTheReductionOfChunkR) {
   expect_matches(output, want, dtype);
 }
 
+// The Reducer's sharded buckets take the non-blocking path during backward.
+TEST_P(ReduceScatter, OverlappingComputeGivesTheSameReduction) {
+  const auto [dtype, op] = GetParam();
+  if (op == wt::distributed::ReduceOp::Avg && !at::isFloatingType(dtype)) GTEST_SKIP() << "avg is for floating dtypes";
+  const int n = comm().size();
+  const auto input = input_of(comm().rank(), dtype, kCount * n);  // [n * kCount]
+  auto output = torch::empty({kCount}, dtype);
+  comm().reduce_scatter_async(output, input, {op, /*overlaps_compute=*/true})->wait();
+  const auto want = reduced(op, n, kCount * n).slice(0, comm().rank() * kCount, (comm().rank() + 1) * kCount);
+  expect_matches(output, want, dtype);
+}
+
 INSTANTIATE_TEST_SUITE_P(DtypesAndOps, ReduceScatter, kDtypesAndOps, dtype_and_op_name);
 
 class PerDtype : public ::testing::TestWithParam<at::ScalarType> {};
@@ -102,6 +114,15 @@ TEST_P(PerDtype, AllGatherPutsEachRanksInputInItsRow) {
   const auto input = input_of(comm().rank(), GetParam(), 5);
   auto output = torch::empty({n, 5}, GetParam());  // [ranks, 5]
   comm().all_gather(output, input);
+  for (int r = 0; r < n; ++r) expect_matches(output[r], input_of(r, GetParam(), 5).to(torch::kDouble), GetParam());
+}
+
+// ZeRO's parameter all-gather: each rank's input is its own row of the output.
+TEST_P(PerDtype, AllGatherInPlaceFillsTheOtherRows) {
+  const int n = comm().size();
+  auto output = torch::zeros({n, 5}, GetParam());  // [ranks, 5]
+  output[comm().rank()].copy_(input_of(comm().rank(), GetParam(), 5));
+  comm().all_gather(output, output[comm().rank()]);
   for (int r = 0; r < n; ++r) expect_matches(output[r], input_of(r, GetParam(), 5).to(torch::kDouble), GetParam());
 }
 

@@ -19,6 +19,14 @@
 
 namespace {
 
+wt::ckpt::WriterOptions writer_options(const std::string& dir, int keep, bool keep_best) {
+  wt::ckpt::WriterOptions options;
+  options.directory = dir;
+  options.keep = keep;
+  options.keep_best = keep_best;
+  return options;
+}
+
 namespace fs = std::filesystem;
 using namespace wt::ckpt;
 
@@ -200,7 +208,7 @@ TEST(Checkpoint, ShapeMismatchesAndStrangersAreNamed) {
 TEST(CheckpointWriter, LatestNamesTheNewestAndKeepPrunesOnlyAfterANewOneIsComplete) {
   const auto dir = fresh_dir("writer");
   {
-    CheckpointWriter writer({dir, 2, false});
+    CheckpointWriter writer(writer_options(dir, 2, false));
     for (int64_t step : {10, 20, 30}) writer.submit(sample(step));
     const auto results = writer.drain();
     ASSERT_EQ(results.size(), 3u);
@@ -224,7 +232,7 @@ TEST(CheckpointWriter, LatestNamesTheNewestAndKeepPrunesOnlyAfterANewOneIsComple
 
 TEST(CheckpointWriter, KeepBestKeepsTheLowestValidationLossBeyondKeep) {
   const auto dir = fresh_dir("best");
-  CheckpointWriter writer({dir, 1, true});
+  CheckpointWriter writer(writer_options(dir, 1, true));
   writer.submit(sample(1, 0.5));
   writer.submit(sample(2, 0.2));
   writer.submit(sample(3, 0.3));
@@ -237,7 +245,7 @@ TEST(CheckpointWriter, KeepBestKeepsTheLowestValidationLossBeyondKeep) {
 
 TEST(CheckpointWriter, AFailedWriteIsReportedAndLeavesThePreviousCheckpointIntact) {
   const auto dir = fresh_dir("fails");
-  CheckpointWriter writer({dir, 3, false});
+  CheckpointWriter writer(writer_options(dir, 3, false));
   writer.submit(sample(2));
   // The next checkpoint's name is taken by a non-empty directory: the
   // rename fails after the whole file was written (as a full disk would
@@ -259,7 +267,7 @@ TEST(CheckpointWriter, AFailedWriteIsReportedAndLeavesThePreviousCheckpointIntac
 // (a slow write, injected through the test hook), true once it finished.
 TEST(CheckpointWriter, WaitIdleIsBoundedWhileAWriteIsInFlight) {
   const auto dir = fresh_dir("wait-idle");
-  CheckpointWriter writer({dir, 3, false});
+  CheckpointWriter writer(writer_options(dir, 3, false));
   EXPECT_TRUE(writer.wait_idle(std::chrono::milliseconds(0)));
   setenv("WANTRAIN_TEST_DELAY", "checkpoint_write:1", 1);
   writer.submit(sample(2));

@@ -1,0 +1,69 @@
+#include "wantrain/ckpt/tensor_io.hpp"
+
+#include <torch/torch.h>
+
+#include "wantrain/util/error.hpp"
+
+namespace wt::ckpt {
+
+// One float32 tensor as a dataset of its shape (a scalar dataspace for 0-d).
+void write_tensor(hid_t location, const std::string& name, const at::Tensor& tensor) {
+  const auto data = tensor.detach().to(torch::kCPU, torch::kFloat32).contiguous();
+  const std::vector<hsize_t> dims(data.sizes().begin(), data.sizes().end());
+  const io::Handle space(
+      H5_CHECK(dims.empty() ? H5Screate(H5S_SCALAR) : H5Screate_simple(int(dims.size()), dims.data(), nullptr)),
+      H5Sclose);
+  const io::Handle set(
+      H5_CHECK(H5Dcreate2(location, name.c_str(), H5T_IEEE_F32LE, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)),
+      H5Dclose);
+  H5_CHECK(H5Dwrite(set.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data.data_ptr()));
+}
+
+// A float32 dataset (any stored float type is converted by HDF5).
+at::Tensor read_tensor(hid_t location, const std::string& name) {
+  const auto set = io::open_dataset(location, name);
+  const auto type = io::dataset_type(set.get());
+  if (H5Tget_class(type.get()) != H5T_FLOAT) throw Error("not a floating-point dataset");
+  const auto dims = io::dims(set.get());
+  const std::vector<int64_t> sizes(dims.begin(), dims.end());
+  auto out = torch::empty(sizes, torch::kFloat32);
+  H5_CHECK(H5Dread(set.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data_ptr()));
+  return out;
+}
+
+io::Handle create_group(hid_t location, const std::string& name) {
+  return io::Handle(H5_CHECK(H5Gcreate2(location, name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)), H5Gclose);
+}
+io::Handle open_group(hid_t location, const std::string& name) {
+  return io::Handle(H5_CHECK(H5Gopen2(location, name.c_str(), H5P_DEFAULT)), H5Gclose);
+}
+
+namespace {
+
+// Appends each name an HDF5 iteration (links or attributes) visits to a
+// vector; nothing may unwind through HDF5's C frames.
+template <class Info>
+herr_t collect_name(hid_t, const char* name, const Info*, void* out) noexcept {
+  try {
+    static_cast<std::vector<std::string>*>(out)->emplace_back(name);
+    return 0;
+  } catch (...) {
+    return -1;
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> members(hid_t group) {
+  std::vector<std::string> names;
+  H5_CHECK(H5Literate(group, H5_INDEX_NAME, H5_ITER_INC, nullptr, collect_name<H5L_info_t>, &names));
+  return names;
+}
+
+std::vector<std::string> attribute_names(hid_t object) {
+  std::vector<std::string> names;
+  H5_CHECK(H5Aiterate2(object, H5_INDEX_NAME, H5_ITER_INC, nullptr, collect_name<H5A_info_t>, &names));
+  return names;
+}
+
+}  // namespace wt::ckpt
