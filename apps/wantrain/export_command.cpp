@@ -95,7 +95,7 @@ void export_lora(const ckpt::Checkpoint& saved, const std::string& path, const m
   model::NamedTensors base;
   for (const auto& item : model->named_parameters()) base.emplace_back(item.key(), item.value());
   if (ckpt::is_checkpoint_file(merge_base)) {  // a run's --init may be a checkpoint's whole model
-    const auto init = ckpt::read_checkpoint(merge_base);
+    const auto init = ckpt::read_checkpoint(merge_base, {false, false});
     ckpt::check_fits(init, merge_base, base, false);
     torch::NoGradGuard no_grad;
     ckpt::copy_named(init.model, base);
@@ -198,7 +198,7 @@ int run_export(distributed::World& world, int argc, char** argv) {
     return kExitOk;
   }
 
-  const auto saved = ckpt::read_checkpoint(checkpoint_path);
+  const auto saved = ckpt::read_checkpoint(checkpoint_path, {/*optimizer=*/false, /*ema=*/o.ema});
   const bool is_lora = saved.objective.count("lora") > 0;
   if (!merge.empty() && !is_lora)
     throw UsageError(

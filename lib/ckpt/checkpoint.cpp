@@ -243,7 +243,7 @@ Checkpoint read_main_file(const std::string& path, ReadParts parts) {
 
     for (const auto& [group_name, tensors] : {std::pair{"model", &c.model}, std::pair{"ema", &c.ema}}) {
       object = fmt::format("/{}", group_name);
-      if (std::string(group_name) == "ema" && (!parts.state || !io::exists(file.get(), "ema"))) continue;
+      if (std::string(group_name) == "ema" && (!parts.ema || !io::exists(file.get(), "ema"))) continue;
       const auto group = open_group(file.get(), group_name);
       for (const auto& name : members(group.get())) {
         object = fmt::format("/{}/{}", group_name, name);
@@ -265,7 +265,7 @@ Checkpoint read_main_file(const std::string& path, ReadParts parts) {
       c.sharded_ema = io::read_int_attribute(optimizer.get(), "ema") != 0;
       return c;
     }
-    if (!parts.state) return c;
+    if (!parts.optimizer) return c;
     for (const auto& name : members(optimizer.get())) {
       object = fmt::format("/{}/{}", optimizer_group, name);
       const auto group = open_group(optimizer.get(), name);
@@ -291,17 +291,17 @@ Checkpoint read_main_file(const std::string& path, ReadParts parts) {
 
 Checkpoint read_checkpoint(const std::string& path, ReadParts parts) {
   Checkpoint c = read_main_file(path, parts);
-  if (c.version != kShardedVersion || !parts.state) return c;
+  if (c.version != kShardedVersion || !(parts.optimizer || (parts.ema && c.sharded_ema))) return c;
   // Whole tensors gathered from the shard files, shaped like the model's.
   const StateReader reader(path);
   std::vector<std::pair<std::string, int64_t>> parameters;
   for (const auto& [name, t] : c.model) parameters.emplace_back(name, t.numel());
-  reader.check(parameters, c.sharded_ema);
+  reader.check(parameters, parts.ema && c.sharded_ema);
   using Kind = StateReader::Kind;
   for (const auto& [name, t] : c.model) {
     auto whole = [&](Kind kind) { return reader.read(kind, name, 0, t.numel()).view(t.sizes()); };
-    c.optim.push_back({name, reader.step(name), whole(Kind::ExpAvg), whole(Kind::ExpAvgSq)});
-    if (c.sharded_ema) c.ema.emplace_back(name, whole(Kind::Ema));
+    if (parts.optimizer) c.optim.push_back({name, reader.step(name), whole(Kind::ExpAvg), whole(Kind::ExpAvgSq)});
+    if (parts.ema && c.sharded_ema) c.ema.emplace_back(name, whole(Kind::Ema));
   }
   return c;
 }

@@ -54,8 +54,8 @@ struct OptimizerSlot {
 struct StateSlice {
   std::string name;
   int64_t offset = 0;
-  int64_t numel = 0;  // the whole parameter's
-  int64_t step = 0;   // AdamW's count
+  int64_t numel = 0;                    // the whole parameter's
+  int64_t step = 0;                     // AdamW's count
   at::Tensor exp_avg, exp_avg_sq, ema;  // [count] float32; ema undefined without one
 };
 struct ShardPart {
@@ -97,11 +97,12 @@ struct Checkpoint {
 };
 
 // What read_checkpoint reads besides the model and the trainer state.
+// The AdamW moments and the EMA come from the file, or are gathered from
+// its shard files; each left out stays empty (a ZeRO run reads its own
+// slices with a StateReader instead, an export or a teacher needs no moments).
 struct ReadParts {
-  // The AdamW moments and EMA: from the file, or gathered from its shard
-  // files. false leaves `optim` and `ema` empty (a ZeRO run reads its own
-  // slices with a StateReader instead).
-  bool state = true;
+  bool optimizer = true;
+  bool ema = true;
 };
 
 // Writes `checkpoint` to `path` (created or truncated). Holds the HDF5

@@ -127,13 +127,13 @@ StateReader::StateReader(const std::string& path) : path_(path) {
       const auto part = io::open_file(shard);
       object = "attribute format";
       if (io::read_string_attribute(part.get(), "format") != kShardFormat) throw Error("is not a shard file");
-      for (auto [attribute, want] : {std::pair{"rank", int64_t(rank)}, std::pair{"ranks", int64_t(ranks)},
-                                     std::pair{"step", step}}) {
+      for (auto [attribute, want] :
+           {std::pair{"rank", int64_t(rank)}, std::pair{"ranks", int64_t(ranks)}, std::pair{"step", step}}) {
         object = fmt::format("attribute {}", attribute);
         const auto got = io::read_int_attribute(part.get(), attribute);
         if (got != want)
-          throw Error(fmt::format("is {}, but the checkpoint {} wants {} (a shard of another checkpoint?)", got, path,
-                                  want));
+          throw Error(
+              fmt::format("is {}, but the checkpoint {} wants {} (a shard of another checkpoint?)", got, path, want));
       }
       object = "/optimizer";
       const auto moments = open_group(part.get(), "optimizer");
@@ -183,14 +183,14 @@ void StateReader::check(const std::vector<std::pair<std::string, int64_t>>& para
           throw UsageError(fmt::format("checkpoint {}: {} of {} has {} elements, the model's parameter {}", p.file,
                                        what, name, p.numel, numel));
         if (p.offset != covered)
-          throw UsageError(fmt::format("checkpoint {}: {} of {}: the slices {} elements {} (at {} in {})", path_, what,
+          throw UsageError(fmt::format("checkpoint {}: {} of {}: the slices {} element {} (at {} in {})", path_, what,
                                        name, p.offset < covered ? "overlap at" : "leave a gap before", p.offset,
                                        p.dataset, p.file));
         covered += p.count;
       }
       if (covered != numel)
-        throw UsageError(
-            fmt::format("checkpoint {}: {} of {}: the slices cover {} of {} elements", path_, what, name, covered, numel));
+        throw UsageError(fmt::format("checkpoint {}: {} of {}: the slices cover {} of {} elements", path_, what, name,
+                                     covered, numel));
     }
     for (const auto& [name, pieces] : index)
       if (!expected.count(name))

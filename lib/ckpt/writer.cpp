@@ -85,13 +85,10 @@ void CheckpointWriter::run() {
 
 namespace {
 
-// The commit: `temporary` becomes `path` (the moment the checkpoint exists),
-// then `latest`, `best` and pruning.
-void commit(const std::string& temporary, const std::string& path, const std::string& name, const Checkpoint& checkpoint,
-            const WriterOptions& options, double& best_val_loss) {
-  std::error_code error;
-  std::filesystem::rename(temporary, path, error);
-  if (error) throw Error(fmt::format("checkpoint {}: cannot rename {} to it: {}", path, temporary, error.message()));
+// The commit, after `temporary` became `path` (the moment the checkpoint
+// exists, with its shards): `latest`, `best` and pruning.
+void publish(const std::string& path, const std::string& name, const Checkpoint& checkpoint,
+             const WriterOptions& options, double& best_val_loss) {
   sync_directory(options.directory);
   replace_link(options.directory, "latest", name);
   const double val = checkpoint.state.val_loss;
@@ -100,6 +97,17 @@ void commit(const std::string& temporary, const std::string& path, const std::st
     best_val_loss = val;
   }
   prune(options.directory, options.keep);
+}
+
+// The writers' agreement on a sharded checkpoint: false when any rank
+// failed, or when the agreement itself did (which must not end this thread).
+bool agree(const WriterOptions& options, bool ok) {
+  if (!options.agree) return false;  // a sharded checkpoint needs every rank's writer
+  try {
+    return options.agree(ok);
+  } catch (const std::exception&) {
+    return false;
+  }
 }
 
 }  // namespace
@@ -131,6 +139,7 @@ WriteResult CheckpointWriter::write_now(const Checkpoint& checkpoint, const Writ
   try {
     test_delay("checkpoint_write");
     if (sharded) {
+      test_failure("shard_write");
       write_shard(shard + ".tmp", checkpoint.shard, checkpoint.state.step);
       sync_file(shard + ".tmp");
       std::error_code error;
@@ -147,18 +156,25 @@ WriteResult CheckpointWriter::write_now(const Checkpoint& checkpoint, const Writ
     result.error = e.what();
   }
   // Sharded: the main file becomes the checkpoint only once every rank's shard is durable.
-  if (sharded && !options.agree(result.ok())) {
+  if (sharded && !agree(options, result.ok())) {
     if (result.ok())
       result.error = fmt::format("checkpoint {}: not completed: another rank could not write its shard", path);
     remove_files();
   }
   if (result.ok() && root) {
-    try {
-      commit(temporary, path, name, checkpoint, options, best_val_loss);
-      result.path = path;
-    } catch (const std::exception& e) {
+    std::error_code error;
+    fs::rename(temporary, path, error);
+    if (error) {
+      // Not a checkpoint: its shards (other ranks' too) go at the next start.
       remove_files();
-      result.error = e.what();
+      result.error = fmt::format("checkpoint {}: cannot rename {} to it: {}", path, temporary, error.message());
+    } else {
+      try {
+        publish(path, name, checkpoint, options, best_val_loss);
+        result.path = path;
+      } catch (const std::exception& e) {
+        result.error = e.what();  // complete, but `latest` may still name the one before
+      }
     }
   }
   if (result.ok() && !root) result.path = shard;

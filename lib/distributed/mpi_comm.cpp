@@ -246,8 +246,12 @@ WorkPtr MpiComm::all_gather_async(const at::Tensor& output, const at::Tensor& in
                             c10::toString(output.scalar_type())));
   const MPI_Datatype type = mpi_datatype(input.scalar_type());
   const int count = checked_count("all_gather", input.numel());
-  const bool in_place =
-      input.data_ptr() == static_cast<char*>(output.data_ptr()) + int64_t(rank_) * input.numel() * input.element_size();
+  const char* out_begin = static_cast<const char*>(output.data_ptr());
+  const char* in_begin = static_cast<const char*>(input.data_ptr());
+  const int64_t in_bytes = input.numel() * input.element_size();
+  const bool in_place = in_begin == out_begin + int64_t(rank_) * in_bytes;
+  if (!in_place && in_begin < out_begin + output.numel() * output.element_size() && out_begin < in_begin + in_bytes)
+    throw Error("MpiComm all_gather: the input overlaps the output without being this rank's row of it");
   return enqueue(describe("all_gather", next_seq_++, input, in_place ? ", in place" : ""), {output, input},
                  [this, output, input, type, count, in_place] {
                    MPI_CHECK(MPI_Allgather(in_place ? MPI_IN_PLACE : input.data_ptr(), count, type, output.data_ptr(),
@@ -269,18 +273,18 @@ WorkPtr MpiComm::reduce_scatter_async(const at::Tensor& output, const at::Tensor
   const int count = checked_count("reduce_scatter", output.numel());
   const bool average = options.op == ReduceOp::Avg;
   const bool polite = options.overlaps_compute;
-  return enqueue(describe("reduce_scatter", next_seq_++, input, fmt::format(", {}", to_string(options.op))),
-                 {output, input}, [this, output, input, type, op, count, average, polite] {
-                   if (polite) {
-                     MPI_Request request;
-                     MPI_CHECK(MPI_Ireduce_scatter_block(input.data_ptr(), output.data_ptr(), count, type, op, comm_,
-                                                         &request));
-                     wait_for(request, *waiters_);
-                   } else {
-                     MPI_CHECK(MPI_Reduce_scatter_block(input.data_ptr(), output.data_ptr(), count, type, op, comm_));
-                   }
-                   if (average) output.detach().div_(size_);
-                 });
+  return enqueue(
+      describe("reduce_scatter", next_seq_++, input, fmt::format(", {}", to_string(options.op))), {output, input},
+      [this, output, input, type, op, count, average, polite] {
+        if (polite) {
+          MPI_Request request;
+          MPI_CHECK(MPI_Ireduce_scatter_block(input.data_ptr(), output.data_ptr(), count, type, op, comm_, &request));
+          wait_for(request, *waiters_);
+        } else {
+          MPI_CHECK(MPI_Reduce_scatter_block(input.data_ptr(), output.data_ptr(), count, type, op, comm_));
+        }
+        if (average) output.detach().div_(size_);
+      });
 }
 
 WorkPtr MpiComm::barrier_async(const BarrierOptions&) {

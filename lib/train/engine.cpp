@@ -72,6 +72,8 @@ Engine::Engine(distributed::Comm& comm, Objective& objective, EngineOptions opti
   reducer_options.average = false;  // the loss is divided by the world size: the gradient's sum is the mean
   if (options_.zero != 0 && options_.zero != 1)
     throw SettingError("zero", fmt::format("is {}; stages 0 and 1 exist", options_.zero));
+  if (options_.zero == 1 && !options_.communicate)
+    throw Error("Engine: zero = 1 needs communication (its gradients arrive by reduce-scatter)");
   reducer_options.shard = options_.zero == 1;
   impl_->reducer = std::make_unique<distributed::Reducer>(comm, named, objective_.buffers(), reducer_options);
   // What AdamW and the EMA update: the parameters, or this rank's slices of
@@ -87,11 +89,11 @@ Engine::Engine(distributed::Comm& comm, Objective& objective, EngineOptions opti
       updated.emplace_back(fmt::format("bucket {}", b), slice);
     }
   }
-  impl_->optimizer =
-      std::make_unique<torch::optim::AdamW>(tensors_of(updated), torch::optim::AdamWOptions(options_.schedule.at(0))
-                                                                     .betas({options_.adamw.beta1, options_.adamw.beta2})
-                                                                     .weight_decay(options_.adamw.weight_decay)
-                                                                     .eps(options_.adamw.eps));
+  impl_->optimizer = std::make_unique<torch::optim::AdamW>(tensors_of(updated),
+                                                           torch::optim::AdamWOptions(options_.schedule.at(0))
+                                                               .betas({options_.adamw.beta1, options_.adamw.beta2})
+                                                               .weight_decay(options_.adamw.weight_decay)
+                                                               .eps(options_.adamw.eps));
   if (options_.ema_decay > 0) impl_->ema = std::make_unique<Ema>(updated, options_.ema_decay);
   if (options_.compute_dtype == at::kHalf) impl_->scaler = std::make_unique<LossScaler>();
 }
@@ -99,6 +101,18 @@ Engine::Engine(distributed::Comm& comm, Objective& objective, EngineOptions opti
 Engine::~Engine() = default;
 
 const Ema* Engine::ema() const { return impl_->ema.get(); }
+
+int64_t Engine::state_bytes() const {
+  const auto& im = *impl_;
+  int64_t bytes = 0;
+  for (const auto& [key, state] : im.optimizer->state()) {
+    const auto& adam = static_cast<const torch::optim::AdamWParamState&>(*state);
+    bytes += adam.exp_avg().nbytes() + adam.exp_avg_sq().nbytes();
+  }
+  if (im.ema)
+    for (const auto& [name, average] : im.ema->averages()) bytes += average.nbytes();
+  return bytes;
+}
 
 NamedTensors Engine::ema_weights() const {
   const auto& im = *impl_;

@@ -99,6 +99,8 @@ class Engine {
   StepResult step(const Batch& batch);
 
   int64_t steps_taken() const { return step_; }
+  // Bytes of AdamW moments and EMA this rank holds (1/W of them with zero = 1).
+  int64_t state_bytes() const;
   int64_t skipped_steps() const { return skipped_; }
   const EngineOptions& options() const { return options_; }
   // The EMA's own tensors: per parameter, or with zero = 1 this rank's

@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "wantrain/ckpt/directory.hpp"
+#include "wantrain/ckpt/shard_file.hpp"
 #include "wantrain/ckpt/writer.hpp"
 #include "wantrain/distributed/abort.hpp"
 #include "wantrain/distributed/comm.hpp"
@@ -121,7 +122,10 @@ StartPoint start_run(distributed::World& world, const FitOptions& options, const
         return;
       }
       if (!chosen.empty()) {
-        start.checkpoint = ckpt::read_checkpoint(chosen, {/*state=*/!options.sharded_state});
+        start.checkpoint = ckpt::read_checkpoint(chosen, {!options.sharded_state, !options.sharded_state});
+        // A ZeRO run reads its slices later (Engine::load_state): its shard
+        // files are found and checked now, with the rest.
+        if (options.sharded_state) ckpt::StateReader check_shards(chosen);
         start.path = chosen;
         ckpt::check_model_config(start.checkpoint->model_config, start.path, options.model_config, model_config_name);
       }

@@ -48,7 +48,7 @@ Teacher::Teacher(const std::string& path, const model::WanConfig& config, const 
   auto named = weights();
   try {
     if (ckpt::is_checkpoint_file(path)) {
-      const auto saved = ckpt::read_checkpoint(path);
+      const auto saved = ckpt::read_checkpoint(path, {/*optimizer=*/false, /*ema=*/true});
       const bool use_ema = !saved.ema.empty();
       ckpt::check_fits(saved, path, named, use_ema);
       std::map<std::string, at::Tensor> by_name;

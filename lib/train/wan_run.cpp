@@ -65,7 +65,7 @@ WanRun::WanRun(const RunPlan& plan, const WanRunOptions& options, distributed::C
   if (init_from_checkpoint && (!resume || lora)) {
     model::NamedTensors all;
     for (const auto& item : model->named_parameters()) all.emplace_back(item.key(), item.value());
-    const auto init = ckpt::read_checkpoint(options.init);
+    const auto init = ckpt::read_checkpoint(options.init, {false, false});
     ckpt::check_fits(init, options.init, all, false);
     ckpt::copy_named(init.model, all);
   }

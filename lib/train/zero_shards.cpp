@@ -54,13 +54,14 @@ NamedTensors ZeroShards::gather(const std::vector<at::Tensor>& slices) const {
   torch::NoGradGuard no_grad;
   std::vector<at::Tensor> whole;
   for (size_t b = 0; b < flat_.size(); ++b) {
-    whole.push_back(torch::empty_like(flat_[b]));
+    whole.push_back(torch::empty({flat_[b].numel()}, slices[b].options()));
     comm_.all_gather(whole.back(), slices[b].contiguous());
   }
   NamedTensors out;
   for (size_t i = 0; i < trainable_.size(); ++i) {
     const auto& [name, parameter] = trainable_[i];
-    out.emplace_back(name, whole[places_[i].bucket].narrow(0, places_[i].offset, parameter.numel()).view(parameter.sizes()));
+    out.emplace_back(name,
+                     whole[places_[i].bucket].narrow(0, places_[i].offset, parameter.numel()).view(parameter.sizes()));
   }
   return out;
 }

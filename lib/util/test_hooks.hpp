@@ -14,6 +14,7 @@
 // throw Error, where the real failure would (set it for one rank only, e.g.
 // through the launcher's MPMD syntax):
 //   sample_read         the data reader, as if a read failed (EIO)
+//   shard_write         a rank's ZeRO checkpoint shard, as if its write failed
 #pragma once
 
 #include <string_view>

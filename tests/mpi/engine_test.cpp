@@ -133,4 +133,82 @@ TEST(Engine, ANonFiniteLossOnOneRankSkipsTheStepOnEveryRank) {
     EXPECT_NEAR(objective.w()[j].item<double>(), -g[j] / (std::abs(g[j]) + 1.0), 1e-5) << "w" << j;
 }
 
+// A small two-layer regression with parameters of assorted sizes, so that
+// small buckets split them across buckets and ranks' slices.
+class TwoLayers : public wt::train::Objective {
+ public:
+  TwoLayers() {
+    torch::manual_seed(11);
+    for (auto [name, shape] :
+         {std::pair<const char*, std::vector<int64_t>>{"w1", {37, 5}}, {"b1", {37}}, {"w2", {3, 37}}, {"b2", {3}}})
+      trainable_.emplace_back(name, (0.3 * torch::randn(shape)).requires_grad_());
+  }
+  const NamedTensors& trainable() const override { return trainable_; }
+  std::vector<at::Tensor> buffers() const override { return {}; }
+  ObjectiveLoss loss(const Batch& batch, const StepContext&) override {
+    const auto& p = trainable_;
+    const auto hidden = torch::tanh(batch.at("x").matmul(p[0].second.t()) + p[1].second);
+    return {(hidden.matmul(p[2].second.t()) + p[3].second - batch.at("y")).square().mean()};
+  }
+  std::string kind() const override { return "two-layers"; }
+  at::Tensor validation_losses(const Batch&) override { return {}; }
+
+ private:
+  NamedTensors trainable_;
+};
+
+Batch random_batch(int rank, int step) {
+  torch::manual_seed(1000 * step + rank);
+  Batch b;
+  b.tensors.emplace("x", torch::randn({kPerRank, 5}));
+  b.tensors.emplace("y", torch::randn({kPerRank, 3}));
+  for (int j = 0; j < kPerRank; ++j) b.indices.push_back(rank * kPerRank + j);
+  return b;
+}
+
+// ZeRO-1 is the same optimisation: the same losses, gradient norms, weights
+// and EMA as replicated AdamW (elementwise arithmetic on slices of the same
+// reduced gradients), with 1/W of the AdamW moments and EMA on each rank.
+TEST(Engine, ZeroOneTakesTheSameStepsWithItsShareOfTheState) {
+  auto& comm = test_comm();
+  EngineOptions o;
+  o.micro_batch = kPerRank;
+  o.schedule = {3e-2, wt::train::Schedule::Constant, 0, 10};
+  o.clip = 0.5;
+  o.ema_decay = 0.8;
+  o.bucket_bytes = 400;  // several buckets, parameters split across ranks' slices
+  TwoLayers replicated_objective, sharded_objective;
+  Engine replicated(comm, replicated_objective, o);
+  o.zero = 1;
+  Engine sharded(comm, sharded_objective, o);
+  for (int step = 0; step < 4; ++step) {
+    const auto a = replicated.step(random_batch(comm.rank(), step));
+    const auto b = sharded.step(random_batch(comm.rank(), step));
+    EXPECT_NEAR(b.loss, a.loss, 1e-6 * a.loss) << "step " << step;
+    EXPECT_NEAR(b.grad_norm, a.grad_norm, 1e-6 * a.grad_norm) << "step " << step;
+    if (step == 0) {
+      EXPECT_GT(a.grad_norm, o.clip) << "the test means to clip";
+    }
+  }
+  const auto ema_a = replicated.ema_weights(), ema_b = sharded.ema_weights();
+  ASSERT_EQ(ema_a.size(), 4u);
+  ASSERT_EQ(ema_b.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) {
+    const auto& [name, w] = replicated_objective.trainable()[i];
+    EXPECT_TRUE(torch::allclose(sharded_objective.trainable()[i].second, w, 1e-6, 1e-7)) << name;
+    EXPECT_EQ(ema_b[i].first, name);
+    EXPECT_TRUE(torch::allclose(ema_b[i].second, ema_a[i].second, 1e-6, 1e-7)) << name;
+    // The model's weights moved away from their EMA: the comparison has something to compare.
+    EXPECT_FALSE(torch::allclose(ema_a[i].second, w, 1e-4, 1e-5)) << name;
+  }
+  // Moments (2) and EMA (1) of every parameter, 4 bytes each: whole without
+  // sharding, 1/W of the buckets (padded to 16 W elements each) with it.
+  int64_t numel = 0;
+  for (const auto& [name, w] : replicated_objective.trainable()) numel += w.numel();
+  EXPECT_EQ(replicated.state_bytes(), 3 * 4 * numel);
+  const int64_t buckets = 4;  // at most one per parameter with 400-byte buckets
+  EXPECT_GE(sharded.state_bytes(), 3 * 4 * numel / comm.size());
+  EXPECT_LE(sharded.state_bytes(), 3 * 4 * (numel / comm.size() + buckets * 16));
+}
+
 }  // namespace

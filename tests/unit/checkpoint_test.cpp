@@ -13,6 +13,7 @@
 #include <map>
 
 #include "wantrain/ckpt/checkpoint.hpp"
+#include "wantrain/ckpt/shard_file.hpp"
 #include "wantrain/ckpt/directory.hpp"
 #include "wantrain/ckpt/writer.hpp"
 #include "wantrain/util/error.hpp"
@@ -75,6 +76,102 @@ void expect_same(const NamedTensors& a, const NamedTensors& b) {
     ASSERT_TRUE(by_name.count(name)) << name;
     EXPECT_TRUE(torch::equal(t, by_name[name])) << name;
   }
+}
+
+// `whole` split into ZeRO shard files: each tensor's flattened elements cut
+// at `cuts` (element offsets where rank r's slice starts, r >= 1), the main
+// file at dir/step-N.h5 beside them; the shard parts, for tampering.
+std::vector<ShardPart> write_sharded(const std::string& dir, const Checkpoint& whole, std::vector<int64_t> cuts) {
+  const int ranks = int(cuts.size()) + 1;
+  std::vector<ShardPart> parts(ranks);
+  for (int r = 0; r < ranks; ++r) parts[r] = {r, ranks, {}};
+  for (size_t i = 0; i < whole.model.size(); ++i) {
+    const auto& [name, t] = whole.model[i];
+    for (int r = 0; r < ranks; ++r) {
+      const int64_t begin = std::min(r == 0 ? 0 : cuts[r - 1], t.numel());
+      const int64_t end = std::min(r == ranks - 1 ? t.numel() : cuts[r], t.numel());
+      if (begin >= end) continue;
+      auto cut = [&](const at::Tensor& x) { return x.flatten().narrow(0, begin, end - begin).clone(); };
+      parts[r].slices.push_back({name, begin, t.numel(), whole.optim[i].step, cut(whole.optim[i].exp_avg),
+                                 cut(whole.optim[i].exp_avg_sq), cut(whole.ema[i].second)});
+    }
+  }
+  Checkpoint main = whole;
+  main.shard = parts[0];
+  main.sharded_ema = true;
+  write_checkpoint(dir + "/" + checkpoint_file_name(whole.state.step), main);
+  for (const auto& part : parts)
+    write_shard(dir + "/" + shard_file_name(whole.state.step, part.rank, ranks), part, whole.state.step);
+  return parts;
+}
+
+// A sharded checkpoint reads back whole (its AdamW state and EMA gathered
+// from the shard files), and a StateReader reads any range of it across
+// the shards' boundaries.
+TEST(ShardedCheckpoint, ReadsBackWholeAndByRangesAcrossShards) {
+  const auto dir = fresh_dir("sharded");
+  const auto c = sample(9);
+  write_sharded(dir, c, {5, 12});  // rank 0: elements 0-4 of each tensor, rank 1: 5-11, rank 2: 12-
+  const auto back = read_checkpoint(dir + "/step-00000009.h5");
+  EXPECT_EQ(back.version, kShardedVersion);
+  EXPECT_EQ(back.shard.ranks, 3);
+  expect_same(back.model, c.model);
+  expect_same(back.ema, c.ema);
+  ASSERT_EQ(back.optim.size(), c.optim.size());
+  for (size_t i = 0; i < c.optim.size(); ++i) {
+    EXPECT_EQ(back.optim[i].name, c.optim[i].name);
+    EXPECT_EQ(back.optim[i].step, 9);
+    EXPECT_TRUE(torch::equal(back.optim[i].exp_avg, c.optim[i].exp_avg)) << c.optim[i].name;
+    EXPECT_TRUE(torch::equal(back.optim[i].exp_avg_sq, c.optim[i].exp_avg_sq)) << c.optim[i].name;
+  }
+  // Without the state: the main file alone.
+  const auto main_only = read_checkpoint(dir + "/step-00000009.h5", {false, false});
+  EXPECT_TRUE(main_only.optim.empty());
+  EXPECT_TRUE(main_only.ema.empty());
+  const StateReader reader(dir + "/step-00000009.h5");
+  using Kind = StateReader::Kind;
+  const auto& modulation = c.optim[1].exp_avg;  // [1, 2, 8], rank 0: 0-4, rank 1: 5-11, rank 2: 12-15
+  EXPECT_TRUE(torch::equal(reader.read(Kind::ExpAvg, "head.modulation", 3, 11), modulation.flatten().narrow(0, 3, 11)));
+  // An unsharded checkpoint reads by ranges alike.
+  write_checkpoint(dir + "/whole.h5", c);
+  const StateReader whole(dir + "/whole.h5");
+  EXPECT_TRUE(torch::equal(whole.read(Kind::Ema, "head.modulation", 6, 4), c.ema[1].second.flatten().narrow(0, 6, 4)));
+  EXPECT_NO_THROW(whole.check({{"blocks.0.norm3.weight", 8}, {"head.modulation", 16}, {"scalar", 1}}, true));
+}
+
+// Slices that leave a gap, a parameter of another size, and a shard file
+// that is missing are each one line naming the file and tensor.
+TEST(ShardedCheckpoint, GapsSizesAndMissingShardsAreNamed) {
+  const auto dir = fresh_dir("sharded-bad");
+  const auto c = sample(4);
+  auto parts = write_sharded(dir, c, {5});
+  const std::string path = dir + "/step-00000004.h5";
+  const std::vector<std::pair<std::string, int64_t>> sizes = {
+      {"blocks.0.norm3.weight", 8}, {"head.modulation", 16}, {"scalar", 1}};
+  EXPECT_NO_THROW(StateReader(path).check(sizes, true));
+  auto other_sizes = sizes;
+  other_sizes[1].second = 17;
+  EXPECT_NE(message_of([&] {
+              StateReader(path).check(other_sizes, true);
+            }).find("optimizer exp_avg of head.modulation has 16 elements, the model's parameter 17"),
+            std::string::npos);
+  // Rank 1's slice of head.modulation moved one element on: a gap at 5.
+  for (auto& slice : parts[1].slices)
+    if (slice.name == "head.modulation") {
+      slice.offset = 6;
+      slice.exp_avg = slice.exp_avg.narrow(0, 0, 10);
+      slice.exp_avg_sq = slice.exp_avg_sq.narrow(0, 0, 10);
+      slice.ema = slice.ema.narrow(0, 0, 10);
+    }
+  write_shard(dir + "/" + shard_file_name(4, 1, 2), parts[1], 4);
+  EXPECT_EQ(message_of([&] { StateReader(path).check(sizes, true); }),
+            "checkpoint " + path +
+                ": optimizer exp_avg of head.modulation: the slices leave a gap before element 6 "
+                "(at /optimizer/head.modulation/exp_avg in " +
+                dir + "/step-00000004.zero-1-of-2.h5)");
+  fs::remove(dir + "/" + shard_file_name(4, 1, 2));
+  EXPECT_EQ(message_of([&] { read_checkpoint(path); }),
+            "checkpoint " + dir + "/step-00000004.zero-1-of-2.h5: the file: is missing");
 }
 
 TEST(Checkpoint, RoundTripKeepsEveryTensorAndField) {
