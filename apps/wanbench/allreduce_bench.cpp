@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <iostream>
 
 #include "wantrain/distributed/mpi_comm.hpp"
@@ -30,6 +31,7 @@ struct BenchConfig {
   int rounds = 3;
   std::string dtype = "float32";
   std::string op = "sum";
+  std::string collective = "all-reduce";
   bool no_check = false;
   bool json = false;
   double comm_timeout = 600;
@@ -99,13 +101,70 @@ double time_op(const distributed::World& world, int iters, int warmup, Op op) {
   return max_over_ranks(world, local);
 }
 
-template <class Op>
-int64_t check_op(const distributed::World& world, at::Tensor& buffer, const at::Tensor& want, Op op) {
-  fill(buffer, world.rank());
-  op();
-  int64_t wrong = count_wrong(buffer, want, world.size()), total = 0;
-  MPI_CHECK(MPI_Allreduce(&wrong, &total, 1, MPI_INT64_T, MPI_SUM, world.comm()));
+int64_t sum_over_ranks(const distributed::World& world, int64_t value) {
+  int64_t total = 0;
+  MPI_CHECK(MPI_Allreduce(&value, &total, 1, MPI_INT64_T, MPI_SUM, world.comm()));
   return total;
+}
+
+// One collective on buffers of `count` elements in all (nccl-tests' size:
+// the all-reduce's buffer, the reduce-scatter's input, the all-gather's
+// output), through wantrain's Comm and through raw MPI on the same
+// communicator, datatype and reduction.
+struct Collective {
+  std::function<void()> reset;  // the inputs to the pattern
+  std::function<void()> ours, raw;
+  std::function<int64_t()> wrong;  // elements off the derived result, this rank
+  double bus_factor = 0;           // busbw / algbw
+};
+
+Collective make_collective(const std::string& kind, distributed::MpiComm& comm, at::ScalarType dtype,
+                           distributed::ReduceOp op, int64_t count) {
+  const int n = comm.size(), rank = comm.rank();
+  const MPI_Datatype raw_type = distributed::mpi_datatype(dtype);
+  const MPI_Op raw_op = comm.native_op(dtype, op);
+  const auto options = at::TensorOptions().dtype(dtype);
+  Collective c;
+  if (kind == "all-reduce") {
+    auto buffer = at::empty({count}, options);  // [count]
+    c.reset = [=]() mutable { fill(buffer, rank); };
+    c.ours = [=, &comm] { comm.all_reduce(buffer, {op}); };
+    c.raw = [=, &comm]() mutable {
+      MPI_CHECK(
+          MPI_Allreduce(MPI_IN_PLACE, buffer.data_ptr(), static_cast<int>(count), raw_type, raw_op, comm.native()));
+      if (op == distributed::ReduceOp::Avg) buffer.div_(n);
+    };
+    c.wrong = [=] { return count_wrong(buffer, expected(count, op, n), n); };
+    c.bus_factor = n > 1 ? 2.0 * (n - 1) / n : 0.0;
+    return c;
+  }
+  const int64_t slice = count / n;
+  if (kind == "reduce-scatter") {
+    auto input = at::empty({slice * n}, options), output = at::empty({slice}, options);  // [n * slice], [slice]
+    c.reset = [=]() mutable { fill(input, rank); };
+    c.ours = [=, &comm] { comm.reduce_scatter(output, input, {op}); };
+    c.raw = [=, &comm]() mutable {
+      MPI_CHECK(MPI_Reduce_scatter_block(input.data_ptr(), output.data_ptr(), static_cast<int>(slice), raw_type,
+                                         raw_op, comm.native()));
+      if (op == distributed::ReduceOp::Avg) output.div_(n);
+    };
+    c.wrong = [=] { return count_wrong(output, expected(slice * n, op, n).narrow(0, rank * slice, slice), n); };
+  } else {  // all-gather: row r of the output is rank r's pattern
+    auto input = at::empty({slice}, options), output = at::empty({n, slice}, options);  // [slice], [n, slice]
+    c.reset = [=]() mutable { fill(input, rank); };
+    c.ours = [=, &comm] { comm.all_gather(output, input); };
+    c.raw = [=, &comm] {
+      MPI_CHECK(MPI_Allgather(input.data_ptr(), static_cast<int>(slice), raw_type, output.data_ptr(),
+                              static_cast<int>(slice), raw_type, comm.native()));
+    };
+    c.wrong = [=] {
+      int64_t wrong = 0;
+      for (int r = 0; r < n; ++r) wrong += count_wrong(output[r], pattern(slice).to(at::kDouble) * (r + 1), 1);
+      return wrong;
+    };
+  }
+  c.bus_factor = n > 1 ? double(n - 1) / n : 0.0;
+  return c;
 }
 
 double median(std::vector<double> v) {
@@ -128,6 +187,8 @@ int run_allreduce_bench(distributed::World& world, int argc, char** argv) {
       .add("rounds", &cfg.rounds, "alternating rounds of wantrain and raw MPI; the median is reported")
       .choice("dtype", &cfg.dtype, {"float32", "float64", "bfloat16", "float16", "int32", "int64"}, "element type")
       .choice("op", &cfg.op, {"sum", "avg", "max", "min"}, "reduction")
+      .choice("collective", &cfg.collective, {"all-reduce", "reduce-scatter", "all-gather"},
+              "the collective timed (reduce-scatter and all-gather: what --zero 1 runs); sizes are the whole buffer")
       .flag("no-check", &cfg.no_check, "skip the correctness check of each size")
       .flag("json", &cfg.json, "print JSON instead of the table")
       .add("comm-timeout", &cfg.comm_timeout, "seconds a collective may take before the job is ended");
@@ -140,6 +201,8 @@ int run_allreduce_bench(distributed::World& world, int argc, char** argv) {
     if (cfg.step_factor < 2) throw UsageError("option --step-factor: must be at least 2");
     if (cfg.iters < 1 || cfg.warmup < 0 || cfg.rounds < 1)
       throw UsageError("options --iters/--warmup/--rounds: need iters >= 1, warmup >= 0, rounds >= 1");
+    if (cfg.collective != "all-reduce" && cfg.min_bytes < 16 * int64_t(world.size()))
+      throw UsageError(fmt::format("option --min-bytes: {} needs at least 16 bytes per rank", cfg.collective));
     if (cfg.op == "avg" && (cfg.dtype == "int32" || cfg.dtype == "int64"))
       throw UsageError("option --op: avg is defined for floating dtypes only");
   });
@@ -154,18 +217,14 @@ int run_allreduce_bench(distributed::World& world, int argc, char** argv) {
   comm_options.timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg.comm_timeout * 1000));
   distributed::MpiComm comm(world, comm_options);
 
-  // Raw MPI gets the same communicator, datatype and reduction MpiComm uses.
-  const MPI_Datatype raw_type = distributed::mpi_datatype(dtype);
-  const MPI_Op raw_op = comm.native_op(dtype, op);
   const int n = world.size();
-  const double bus_factor = n > 1 ? 2.0 * (n - 1) / n : 0.0;
 
   nlohmann::json rows = nlohmann::json::array();
   int64_t total_wrong = 0;
   const int64_t item = at::elementSize(dtype);
   if (world.is_root() && !cfg.json) {
-    std::cout << fmt::format("# wanbench allreduce: {} ranks, dtype {}, op {}, {} iters x {} rounds (median)\n", n,
-                             cfg.dtype, cfg.op, cfg.iters, cfg.rounds)
+    std::cout << fmt::format("# wanbench allreduce: {}, {} ranks, dtype {}, op {}, {} iters x {} rounds (median)\n",
+                             cfg.collective, n, cfg.dtype, cfg.op, cfg.iters, cfg.rounds)
               << fmt::format("# {:>12} {:>10} | {:>10} {:>8} {:>8} {:>6} | {:>10} {:>8} {:>8} {:>6} | {:>6}\n", "", "",
                              "wantrain", "", "", "", "raw MPI", "", "", "", "busbw")
               << fmt::format("# {:>12} {:>10} | {:>10} {:>8} {:>8} {:>6} | {:>10} {:>8} {:>8} {:>6} | {:>6}\n",
@@ -173,30 +232,27 @@ int run_allreduce_bench(distributed::World& world, int argc, char** argv) {
                              "#wrong", "ratio");
   }
   for (int64_t bytes = cfg.min_bytes; bytes <= cfg.max_bytes; bytes *= cfg.step_factor) {
-    const int64_t count = std::max<int64_t>(1, bytes / item);
-    at::Tensor buffer = at::empty({count}, at::TensorOptions().dtype(dtype));  // [count]
-    auto ours = [&] { comm.all_reduce(buffer, {op}); };
-    auto raw = [&] {
-      MPI_CHECK(
-          MPI_Allreduce(MPI_IN_PLACE, buffer.data_ptr(), static_cast<int>(count), raw_type, raw_op, comm.native()));
-      if (op == distributed::ReduceOp::Avg) buffer.div_(n);
-    };
+    int64_t count = std::max<int64_t>(1, bytes / item);
+    if (cfg.collective != "all-reduce") count = count / n * n;  // a whole slice per rank
+    const Collective collective = make_collective(cfg.collective, comm, dtype, op, count);
     Measure m_ours, m_raw;
     if (!cfg.no_check) {
-      const at::Tensor want = expected(count, op, n);
-      m_ours.wrong = check_op(world, buffer, want, ours);
-      m_raw.wrong = check_op(world, buffer, want, raw);
+      for (auto [m, run] : {std::pair{&m_ours, &collective.ours}, std::pair{&m_raw, &collective.raw}}) {
+        collective.reset();
+        (*run)();
+        m->wrong = sum_over_ranks(world, collective.wrong());
+      }
     }
     // Values grow under repeated in-place sums: start each timed run from the pattern.
     std::vector<double> t_ours, t_raw;
     // Alternate which goes first, so neither profits from the other's warm-up.
     for (int r = 0; r < cfg.rounds; ++r) {
       for (int turn = 0; turn < 2; ++turn) {
-        fill(buffer, world.rank());
+        collective.reset();
         if ((r + turn) % 2 == 0)
-          t_ours.push_back(time_op(world, cfg.iters, cfg.warmup, ours));
+          t_ours.push_back(time_op(world, cfg.iters, cfg.warmup, collective.ours));
         else
-          t_raw.push_back(time_op(world, cfg.iters, cfg.warmup, raw));
+          t_raw.push_back(time_op(world, cfg.iters, cfg.warmup, collective.raw));
       }
     }
     m_ours.seconds = median(t_ours);
@@ -207,7 +263,8 @@ int run_allreduce_bench(distributed::World& world, int argc, char** argv) {
     auto row = [&](const Measure& m) {
       const double algbw = real_bytes / m.seconds / 1e9;
       return nlohmann::json{
-          {"time_us", m.seconds * 1e6}, {"algbw_GBps", algbw}, {"busbw_GBps", algbw * bus_factor}, {"wrong", m.wrong}};
+          {"time_us", m.seconds * 1e6}, {"algbw_GBps", algbw}, {"busbw_GBps", algbw * collective.bus_factor},
+          {"wrong", m.wrong}};
     };
     nlohmann::json line{{"bytes", count * item}, {"count", count}, {"wantrain", row(m_ours)}, {"mpi", row(m_raw)}};
     line["busbw_ratio"] = m_raw.seconds / m_ours.seconds;
@@ -229,6 +286,7 @@ int run_allreduce_bench(distributed::World& world, int argc, char** argv) {
   if (world.is_root()) {
     if (cfg.json) {
       std::cout << nlohmann::json{{"bench", "allreduce"},
+                                  {"collective", cfg.collective},
                                   {"ranks", n},
                                   {"dtype", cfg.dtype},
                                   {"op", cfg.op},
@@ -240,8 +298,8 @@ int run_allreduce_bench(distributed::World& world, int argc, char** argv) {
                        .dump(2)
                 << "\n";
     } else {
-      std::cout << fmt::format("# busbw = algbw * 2(n-1)/n; ratio = wantrain busbw / raw MPI busbw; {} wrong\n",
-                               total_wrong);
+      std::cout << fmt::format("# busbw = algbw * {}; ratio = wantrain busbw / raw MPI busbw; {} wrong\n",
+                               cfg.collective == "all-reduce" ? "2(n-1)/n" : "(n-1)/n", total_wrong);
     }
   }
   return total_wrong == 0 ? kExitOk : kExitFailure;

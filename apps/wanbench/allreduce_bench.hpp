@@ -1,5 +1,6 @@
-// `wanbench allreduce`: Comm::all_reduce against raw MPI_Allreduce on the same
-// buffers, size by size, in the manner of nccl-tests.
+// `wanbench allreduce`: Comm::all_reduce, reduce_scatter or all_gather
+// (--collective) against the raw MPI call on the same buffers, size by size,
+// in the manner of nccl-tests.
 #pragma once
 
 namespace wt::distributed {

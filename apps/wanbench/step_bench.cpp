@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <memory>
 #include <chrono>
 #include <tuple>
 #include <filesystem>
@@ -34,6 +35,7 @@ struct StepBenchConfig {
   int64_t batch = 2, frames = 1;
   int grad_accum = 1, iters = 10, warmup = 2, rounds = 3, threads = 0, sync_iters = 10;
   double bucket_mb = 25;
+  bool zero = false;
   bool json = false;
 };
 
@@ -97,6 +99,8 @@ int run_step_bench(distributed::World& world, int argc, char** argv) {
       .add("warmup", &c.warmup, "untimed steps first")
       .add("sync-iters", &c.sync_iters, "timed whole-model gradient syncs")
       .add("threads", &c.threads, "CPU threads per rank (0: the node's cores shared among its ranks)")
+      .flag("zero", &c.zero,
+            "also time a --zero 1 Engine (AdamW state sharded: reduce-scatter, sliced update, all-gather)")
       .flag("json", &c.json, "print JSON instead of the table");
   auto outcome = OptionSet::Outcome::Run;
   model::WanConfig config;
@@ -146,16 +150,26 @@ int run_step_bench(distributed::World& world, int argc, char** argv) {
   engine_options.schedule = {1e-4, train::Schedule::Constant, 0, c.warmup + c.iters * c.rounds};
   engine_options.bucket_bytes = static_cast<int64_t>(c.bucket_mb * (1 << 20));
   Variant synced(config, *comm, engine_options);
+  std::unique_ptr<Variant> sharded;
+  if (c.zero) {
+    engine_options.zero = 1;
+    sharded = std::make_unique<Variant>(config, *comm, engine_options);
+    engine_options.zero = 0;
+  }
   engine_options.communicate = false;
   Variant local(config, *comm, engine_options);
   const int64_t samples_per_step = per_rank * world.size();
 
   // Both variants side by side, alternating in rounds so that both see the
   // same machine; each reports its round with the median step time.
-  for (int i = 0; i < c.warmup; ++i) synced.engine.step(batch), local.engine.step(batch);
-  std::vector<train::StepTimes> with_rounds, without_rounds;
+  for (int i = 0; i < c.warmup; ++i) {
+    synced.engine.step(batch), local.engine.step(batch);
+    if (sharded) sharded->engine.step(batch);
+  }
+  std::vector<train::StepTimes> with_rounds, without_rounds, sharded_rounds;
   for (int round = 0; round < c.rounds; ++round) {
     with_rounds.push_back(time_steps(world, synced.engine, batch, c.iters));
+    if (sharded) sharded_rounds.push_back(time_steps(world, sharded->engine, batch, c.iters));
     without_rounds.push_back(time_steps(world, local.engine, batch, c.iters));
   }
   auto median = [](std::vector<train::StepTimes> v) {
@@ -164,6 +178,12 @@ int run_step_bench(distributed::World& world, int argc, char** argv) {
   };
   const auto with = median(with_rounds), without = median(without_rounds);
   const double exposed = with.total - without.total;
+  // AdamW's moments per rank, measured on each Engine's tensors (the largest rank's).
+  auto state_mb = [&](const train::Engine& engine) {
+    return over_ranks(world, double(engine.state_bytes()) / 1e6, MPI_MAX);
+  };
+  const double synced_state_mb = state_mb(synced.engine);
+  const double sharded_state_mb = sharded ? state_mb(sharded->engine) : 0;
 
   // Whole-model gradient sync: a backward whose gradients cost next to
   // nothing to compute (d/dp sum(p) = 1), with and without the Reducer
@@ -237,6 +257,7 @@ int run_step_bench(distributed::World& world, int argc, char** argv) {
                            {"comm_skipped", to_json(without, double(samples_per_step))},
                            {"exposed_comm_s", exposed},
                            {"exposed_comm_fraction", exposed / with.total},
+                           {"optimizer_state_MB_per_rank", synced_state_mb},
                            {"sync",
                             {{"bytes", bytes},
                              {"reducer_s", reducer_s},
@@ -249,6 +270,12 @@ int run_step_bench(distributed::World& world, int argc, char** argv) {
                              {"buckets", raw_buckets.size()},
                              {"mpi_per_bucket_s", raw_buckets_s},
                              {"reducer_vs_mpi_per_bucket", raw_buckets_s / reducer_s}}}};
+  if (sharded) {
+    const auto zero = median(sharded_rounds);
+    report["zero1"] = to_json(zero, double(samples_per_step));
+    report["zero1"]["optimizer_state_MB_per_rank"] = sharded_state_mb;
+    report["zero1"]["step_vs_reducer"] = zero.total / with.total;
+  }
   if (c.json) {
     std::cout << report.dump(2) << '\n';
     return kExitOk;
@@ -260,11 +287,17 @@ int run_step_bench(distributed::World& world, int argc, char** argv) {
       c.frames, height, width, c.precision, torch::get_num_threads(), torch::get_num_threads() == 1 ? "" : "s");
   fmt::print("  {:<16} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>10}\n", "seconds per step", "step", "data", "fwd", "bwd",
              "comm", "optim", "samples/s");
-  for (const auto& [label, t] : {std::pair{"with Reducer", with}, std::pair{"comm skipped", without}})
+  std::vector<std::pair<std::string, train::StepTimes>> rows = {{"with Reducer", with}, {"comm skipped", without}};
+  if (sharded) rows.insert(rows.begin() + 1, {"ZeRO-1", median(sharded_rounds)});
+  for (const auto& [label, t] : rows)
     fmt::print("  {:<16} {:>8.4f} {:>8.4f} {:>8.4f} {:>8.4f} {:>8.4f} {:>8.4f} {:>10.2f}\n", label, t.total, t.data,
                t.forward, t.backward, t.comm, t.optimizer, double(samples_per_step) / t.total);
   fmt::print("  exposed communication: {:.4f} s = {:.1f}% of the step (goal <= 10%)\n", exposed,
              100 * exposed / with.total);
+  if (sharded)
+    fmt::print("  ZeRO-1: step {:.2f}x the Reducer's; AdamW moments {:.1f} MB per rank against {:.1f} MB ({:.2f}x)\n",
+               report["zero1"]["step_vs_reducer"].get<double>(), sharded_state_mb, synced_state_mb,
+               sharded_state_mb / synced_state_mb);
   if (world.size() == 1) {
     fmt::print("  gradient sync: nothing to synchronise on one rank\n");
     return kExitOk;

@@ -291,7 +291,7 @@ std::array<int64_t, 3> plan_latents(const TrainConfig& c) {
 train::MemoryPlanSettings memory_plan_settings(const TrainConfig& c, const model::WanConfig& model,
                                                const std::optional<model::WanConfig>& teacher,
                                                std::array<int64_t, 3> latents, double sample_bytes,
-                                               const at::Device& device) {
+                                               const at::Device& device, int world_size) {
   train::MemoryPlanSettings s;
   s.model = model;
   s.step.batch = c.batch_size;
@@ -308,6 +308,7 @@ train::MemoryPlanSettings memory_plan_settings(const TrainConfig& c, const model
   s.prefetch = c.prefetch;
   s.sample_bytes = sample_bytes;
   s.on_device = device.is_cuda();
+  s.zero_shards = c.zero == 1 ? world_size : 1;
   return s;
 }
 

@@ -130,10 +130,11 @@ train::FitOptions fit_options(const TrainConfig& cfg);
 // --plan-latents as (F, H, W); UsageError naming the option when malformed.
 std::array<int64_t, 3> plan_latents(const TrainConfig& cfg);
 // The memory plan's settings for this run of `model` on `device`, at latents
-// (F, H, W) and `sample_bytes` per sample as the loader hands it over.
+// (F, H, W) and `sample_bytes` per sample as the loader hands it over, on
+// `world_size` ranks (what --zero 1 splits the optimizer state over).
 train::MemoryPlanSettings memory_plan_settings(const TrainConfig& cfg, const model::WanConfig& model,
                                                const std::optional<model::WanConfig>& teacher,
                                                std::array<int64_t, 3> latents, double sample_bytes,
-                                               const at::Device& device);
+                                               const at::Device& device, int world_size);
 
 }  // namespace wt::wantrain

@@ -97,9 +97,15 @@ MemoryPlan plan_memory(const MemoryPlanSettings& s) {
   } else {
     add("parameters", fmt::format("{} parameters, fp32", model::parameter_count(s.model)), trained, dev);
   }
-  add("gradients", "fp32, in the Reducer's buckets", trained, dev);
-  if (s.optimizer) add("optimizer", "AdamW's two moments, fp32", 2 * trained, dev);
-  if (s.ema) add("EMA", "averaged weights, fp32", trained, dev);
+  const double shards = std::max(1, s.zero_shards);
+  const std::string share = shards > 1 ? fmt::format(", this rank's 1/{} (ZeRO-1)", s.zero_shards) : "";
+  if (shards > 1)
+    add("gradients", fmt::format("fp32, in the Reducer's buckets, and the reduced 1/{} slice", s.zero_shards),
+        trained * (1 + 1 / shards), dev);
+  else
+    add("gradients", "fp32, in the Reducer's buckets", trained, dev);
+  if (s.optimizer) add("optimizer", "AdamW's two moments, fp32" + share, 2 * trained / shards, dev);
+  if (s.ema) add("EMA", "averaged weights, fp32" + share, trained / shards, dev);
   if (s.teacher) {
     const double held = teacher_bytes(*s.teacher, s.teacher_bf16);
     const double load = teacher_bytes(*s.teacher, false);
@@ -112,9 +118,12 @@ MemoryPlan plan_memory(const MemoryPlanSettings& s) {
   if (s.sample_bytes > 0)
     add("data", fmt::format("{} batches of {} in the loader", s.prefetch + 1, s.step.batch),
         double(s.prefetch + 1) * double(s.step.batch) * s.sample_bytes, false);
+  // The writer's copy: rank 0's weights, and each rank's (share of) the state.
+  const double state_copy = trained * ((s.optimizer ? 2 : 0) + (s.ema ? 1 : 0)) / shards;
   if (s.checkpoint_snapshot)
-    add("checkpoint copy", "the trained state copied for the writer thread (rank 0)",
-        trained * (1 + (s.optimizer ? 2 : 0) + (s.ema ? 1 : 0)), false);
+    add("checkpoint copy", "the trained state copied for the writer thread (rank 0)", trained + state_copy, false);
+  else if (shards > 1)
+    add("checkpoint copy", "this rank's share of the state, copied for its shard writer", state_copy, false);
 
   auto step = s.step;
   if (lora) step.block_linear_dtype = s.base_dtype;

@@ -25,6 +25,9 @@ struct MemoryPlanSettings {
   model::ActivationSettings step;  // batch, latents, compute dtype, attention chunk, checkpointing
   bool optimizer = true;           // AdamW's two moments (false: forward and backward only)
   bool ema = false;
+  // ZeRO-1 (--zero 1): the moments and EMA are split over this many ranks,
+  // and a reduced gradient slice of 1/zero_shards joins the gradients; 1: off.
+  int zero_shards = 1;
   // LoRA: the adapters are trained, the model is a frozen base whose block
   // Linears are held in base_dtype.
   model::LoraOptions lora;  // rank 0: no LoRA

@@ -115,6 +115,20 @@ TEST(MemoryPlan, ModelStateMatchesTheBuiltModel) {
   EXPECT_DOUBLE_EQ(item(plan, "EMA"), weights);
   EXPECT_DOUBLE_EQ(item(plan, "checkpoint copy"), 4 * weights);  // weights, two moments, EMA
 
+  // ZeRO-1 over 4 ranks: a quarter of the moments and EMA on each, plus the
+  // reduced gradient slice; rank 0 copies the weights and its share.
+  s.zero_shards = 4;
+  const auto sharded = wt::train::plan_memory(s);
+  EXPECT_DOUBLE_EQ(item(sharded, "parameters"), weights);
+  EXPECT_DOUBLE_EQ(item(sharded, "gradients"), 1.25 * weights);
+  EXPECT_DOUBLE_EQ(item(sharded, "optimizer"), 0.5 * weights);
+  EXPECT_DOUBLE_EQ(item(sharded, "EMA"), 0.25 * weights);
+  EXPECT_DOUBLE_EQ(item(sharded, "checkpoint copy"), 1.75 * weights);
+  s.checkpoint_snapshot = false;
+  EXPECT_DOUBLE_EQ(item(wt::train::plan_memory(s), "checkpoint copy"), 0.75 * weights);
+  s.zero_shards = 1;
+  s.checkpoint_snapshot = true;
+
   // LoRA on a bf16 base: the adapters are what is trained; the base is the
   // model as built with bf16 block Linears.
   s.ema = false;
