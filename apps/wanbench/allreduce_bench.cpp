@@ -144,8 +144,8 @@ Collective make_collective(const std::string& kind, distributed::MpiComm& comm, 
     c.reset = [=]() mutable { fill(input, rank); };
     c.ours = [=, &comm] { comm.reduce_scatter(output, input, {op}); };
     c.raw = [=, &comm]() mutable {
-      MPI_CHECK(MPI_Reduce_scatter_block(input.data_ptr(), output.data_ptr(), static_cast<int>(slice), raw_type,
-                                         raw_op, comm.native()));
+      MPI_CHECK(MPI_Reduce_scatter_block(input.data_ptr(), output.data_ptr(), static_cast<int>(slice), raw_type, raw_op,
+                                         comm.native()));
       if (op == distributed::ReduceOp::Avg) output.div_(n);
     };
     c.wrong = [=] { return count_wrong(output, expected(slice * n, op, n).narrow(0, rank * slice, slice), n); };
@@ -262,9 +262,10 @@ int run_allreduce_bench(distributed::World& world, int argc, char** argv) {
     const double real_bytes = static_cast<double>(count * item);
     auto row = [&](const Measure& m) {
       const double algbw = real_bytes / m.seconds / 1e9;
-      return nlohmann::json{
-          {"time_us", m.seconds * 1e6}, {"algbw_GBps", algbw}, {"busbw_GBps", algbw * collective.bus_factor},
-          {"wrong", m.wrong}};
+      return nlohmann::json{{"time_us", m.seconds * 1e6},
+                            {"algbw_GBps", algbw},
+                            {"busbw_GBps", algbw * collective.bus_factor},
+                            {"wrong", m.wrong}};
     };
     nlohmann::json line{{"bytes", count * item}, {"count", count}, {"wantrain", row(m_ours)}, {"mpi", row(m_raw)}};
     line["busbw_ratio"] = m_raw.seconds / m_ours.seconds;
@@ -285,16 +286,11 @@ int run_allreduce_bench(distributed::World& world, int argc, char** argv) {
   }
   if (world.is_root()) {
     if (cfg.json) {
-      std::cout << nlohmann::json{{"bench", "allreduce"},
-                                  {"collective", cfg.collective},
-                                  {"ranks", n},
-                                  {"dtype", cfg.dtype},
-                                  {"op", cfg.op},
-                                  {"iters", cfg.iters},
-                                  {"rounds", cfg.rounds},
-                                  {"checked", !cfg.no_check},
-                                  {"wrong", total_wrong},
-                                  {"rows", rows}}
+      std::cout << nlohmann::json{{"bench", "allreduce"}, {"collective", cfg.collective},
+                                  {"ranks", n},           {"dtype", cfg.dtype},
+                                  {"op", cfg.op},         {"iters", cfg.iters},
+                                  {"rounds", cfg.rounds}, {"checked", !cfg.no_check},
+                                  {"wrong", total_wrong}, {"rows", rows}}
                        .dump(2)
                 << "\n";
     } else {

@@ -70,9 +70,8 @@ MemorySummary memory_summary(distributed::World& world, const distributed::Comm&
     const auto latents = data ? std::array<int64_t, 3>{data->frames, data->height, data->width} : plan_latents(cfg);
     const double sample_elements = double(model_config->in_dim) * double(latents[0] * latents[1] * latents[2]) +
                                    double((data ? data->text_len : model_config->text_len) * model_config->text_dim);
-    auto settings =
-        memory_plan_settings(cfg, *model_config, teacher_config, latents, 4 * sample_elements, comm.device(),
-                             world.size());
+    auto settings = memory_plan_settings(cfg, *model_config, teacher_config, latents, 4 * sample_elements,
+                                         comm.device(), world.size());
     settings.runtime_bytes = current_rss_bytes();
     settings.checkpoint_snapshot = world.is_root();
     try {

@@ -272,6 +272,30 @@ TEST(Launch, WanbenchAllreduceChecksEverySizeAndReportsJson) {
   }
 }
 
+// ZeRO-1's collectives against raw MPI, checked the same way: sizes are the
+// whole buffer, busbw is algbw * (n-1)/n.
+TEST(Launch, WanbenchReduceScatterAndAllGatherCheckEverySize) {
+  for (const std::string collective : {"reduce-scatter", "all-gather"}) {
+    const Job job = launch_mpi(std::string(WANTRAIN_WANBENCH) + " allreduce --json --collective " + collective +
+                               " --min-bytes 1024 --max-bytes 65536 --iters 2 --warmup 1 --rounds 1");
+    ASSERT_EQ(job.status, 0) << job.output;
+    const auto report = nlohmann::json::parse(job.output.substr(job.output.find('{')));
+    EXPECT_EQ(report["collective"], collective);
+    EXPECT_EQ(report["wrong"], 0);
+    ASSERT_EQ(report["rows"].size(), 4u);
+    for (const auto& row : report["rows"])
+      for (const char* impl : {"wantrain", "mpi"}) {
+        EXPECT_EQ(row[impl]["wrong"], 0);
+        EXPECT_NEAR(row[impl]["busbw_GBps"].get<double>(),
+                    row[impl]["algbw_GBps"].get<double>() * double(kRanks - 1) / kRanks, 1e-9);
+      }
+  }
+  const Job tiny = launch_mpi(std::string(WANTRAIN_WANBENCH) + " allreduce --collective all-gather --min-bytes 8");
+  EXPECT_EQ(tiny.status, 2) << tiny.output;
+  EXPECT_EQ(occurrences(tiny.output, "option --min-bytes: all-gather needs at least 16 bytes per rank"), 1u)
+      << tiny.output;
+}
+
 TEST(Launch, WanbenchUnknownCommandIsStatus2) {
   const Job job = launch_mpi(std::string(WANTRAIN_WANBENCH) + " allgather");
   EXPECT_EQ(job.status, 2) << job.output;

@@ -354,4 +354,24 @@ TEST(WanbenchStep, ReportsTheStepWithAndWithoutCommunicationAndTheSync) {
   EXPECT_EQ(report["comm_skipped"]["comm_s"].get<double>(), 0.0);  // nothing was communicated
 }
 
+// --zero adds a ZeRO-1 Engine: its step, and AdamW's moments per rank
+// measured on its tensors: half of the Reducer Engine's on 2 ranks, up to
+// the padding of its bucket (16 elements per rank).
+TEST(WanbenchStep, ZeroReportsTheShardedStepAndHalfTheMoments) {
+  const Job job = launch(mpi_command(2, WANTRAIN_WANBENCH,
+                                     "step --json --zero --model-config " + tiny_config() +
+                                         " --size 8x8 --batch-size 2 --iters 2 --rounds 1 --warmup 1 --sync-iters 2 "
+                                         "--threads 1"));
+  ASSERT_EQ(job.status, 0) << job.output;
+  const auto report = Json::parse(job.output.substr(job.output.find('{')));
+  const double parameters = report["parameters"].get<double>();
+  EXPECT_DOUBLE_EQ(report["optimizer_state_MB_per_rank"].get<double>(), 8 * parameters / 1e6);
+  const double sharded = report["zero1"]["optimizer_state_MB_per_rank"].get<double>();
+  EXPECT_GE(sharded, 8 * parameters / 2 / 1e6);
+  EXPECT_LE(sharded, 8 * (parameters / 2 + 16) / 1e6);
+  EXPECT_GT(report["zero1"]["step_s"].get<double>(), 0);
+  EXPECT_NEAR(report["zero1"]["step_vs_reducer"].get<double>(),
+              report["zero1"]["step_s"].get<double>() / report["with_reducer"]["step_s"].get<double>(), 1e-12);
+}
+
 }  // namespace
