@@ -9,6 +9,7 @@
 
 #include "wantrain/app/version.hpp"
 #include "wantrain/ckpt/checkpoint.hpp"
+#include "wantrain/train/checkpoint_weights.hpp"
 #include "wantrain/distributed/world.hpp"
 #include "wantrain/model/lora.hpp"
 #include "wantrain/model/model_config.hpp"
@@ -94,14 +95,10 @@ void export_lora(const ckpt::Checkpoint& saved, const std::string& path, const m
   model::WanModel model(config, bf16_base ? at::kBFloat16 : at::kFloat);
   model::NamedTensors base;
   for (const auto& item : model->named_parameters()) base.emplace_back(item.key(), item.value());
-  if (ckpt::is_checkpoint_file(merge_base)) {  // a run's --init may be a checkpoint's whole model
-    const auto init = ckpt::read_checkpoint(merge_base, {false, false});
-    ckpt::check_fits(init, merge_base, base, false);
-    torch::NoGradGuard no_grad;
-    ckpt::copy_named(init.model, base);
-  } else {
-    model::load_weights(*model, merge_base);
-  }
+  // A run's --init may be a checkpoint's whole model; read one tensor at a time either way.
+  model::load_weights(*model, ckpt::is_checkpoint_file(merge_base)
+                                  ? train::checkpoint_weights(merge_base, /*prefer_ema=*/false).source
+                                  : model::open_weights(merge_base));
   if (const auto checksum = model::weights_checksum(config, base); checksum != trained_base)
     throw UsageError(
         fmt::format("option --merge: {} has checksum {}, but the adapters of checkpoint {} were trained "

@@ -235,14 +235,15 @@ int run(distributed::World& world, int argc, char** argv) {
           std::make_unique<train::ShardSamples>(data::Dataset::open(cfg.val_data)), cfg.batch_size);
   });
   // Every rank loads the frozen teacher (from the shared file system, as the
-  // data), on the CPU in fp32, in an agreement of its own: a rank that cannot
-  // read it must not leave the others in the Engine's broadcast.
+  // data), on the CPU in its precision, in an agreement of its own: a rank
+  // that cannot read it must not leave the others in the Engine's broadcast.
   std::unique_ptr<train::Teacher> teacher;
   world.agree([&] {
     if (teacher_config)
       teacher = std::make_unique<train::Teacher>(
           cfg.teacher, *teacher_config,
-          cfg.teacher_config.empty() ? "stored in the checkpoint" : "--teacher-config " + cfg.teacher_config);
+          cfg.teacher_config.empty() ? "stored in the checkpoint" : "--teacher-config " + cfg.teacher_config,
+          cfg.teacher_precision == "bf16" ? at::kBFloat16 : at::kFloat);
   });
   std::unique_ptr<train::WanRun> run;
   world.agree([&] {

@@ -259,7 +259,6 @@ train::WanRunOptions wan_run_options(const TrainConfig& c) {
   o.objective.seed = c.seed;
   o.distill_target_weight = c.distill_target_weight;
   o.student_init = c.student_init == "random" ? train::StudentInit::Random : train::StudentInit::Projection;
-  o.teacher_bf16 = c.teacher_precision == "bf16";
   o.prefetch = c.prefetch;
   o.lora = lora_options(c);
   if (c.lora_rank > 0) o.base_dtype = c.base_precision == "fp32" ? at::kFloat : at::kBFloat16;
@@ -304,7 +303,7 @@ train::MemoryPlanSettings memory_plan_settings(const TrainConfig& c, const model
   s.lora = run.lora;
   s.base_dtype = run.base_dtype;
   s.teacher = teacher;
-  s.teacher_bf16 = run.teacher_bf16;
+  s.teacher_bf16 = c.teacher_precision == "bf16";
   s.prefetch = c.prefetch;
   s.sample_bytes = sample_bytes;
   s.on_device = device.is_cuda();

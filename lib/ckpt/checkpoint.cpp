@@ -306,6 +306,49 @@ Checkpoint read_checkpoint(const std::string& path, ReadParts parts) {
   return c;
 }
 
+WeightsContents read_weights_contents(const std::string& path) {
+  io::Lock lock(io::library_mutex());
+  io::quiet_errors();
+  std::string object = "the file";
+  try {
+    const auto file = io::open_file(path);
+    WeightsContents w;
+    w.version = read_version(file.get(), object);
+    w.step = read_state(file.get(), w.version, object).step;
+    object = "/model";
+    const auto model = open_group(file.get(), "model");
+    for (const auto& name : members(model.get())) {
+      object = "/model/" + name;
+      const auto set = io::open_dataset(model.get(), name);
+      const auto dims = io::dims(set.get());
+      w.model.emplace_back(name, std::vector<int64_t>(dims.begin(), dims.end()));
+    }
+    w.ema = io::exists(file.get(), "ema");
+    if (w.version == kShardedVersion) {
+      object = "/optimizer attribute ema";
+      w.sharded_ema = io::read_int_attribute(open_group(file.get(), "optimizer").get(), "ema") != 0;
+      w.ema = w.sharded_ema;
+    }
+    return w;
+  } catch (const std::exception& e) {
+    if (object == "the file")
+      throw UsageError(
+          fmt::format("checkpoint {}: not a readable HDF5 file (truncated or corrupt?): {}", path, e.what()));
+    throw UsageError(fmt::format("checkpoint {}: {}: {}", path, object, e.what()));
+  }
+}
+
+at::Tensor read_weight(const std::string& path, const std::string& group, const std::string& name) {
+  io::Lock lock(io::library_mutex());
+  io::quiet_errors();
+  try {
+    const auto file = io::open_file(path);
+    return read_tensor(open_group(file.get(), group).get(), name);
+  } catch (const std::exception& e) {
+    throw UsageError(fmt::format("checkpoint {}: /{}/{}: {}", path, group, name, e.what()));
+  }
+}
+
 TrainerState read_trainer_state(const std::string& path) {
   io::Lock lock(io::library_mutex());
   io::quiet_errors();

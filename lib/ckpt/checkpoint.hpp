@@ -114,6 +114,19 @@ void write_checkpoint(const std::string& path, const Checkpoint& checkpoint);
 // missing or malformed attribute or tensor.
 Checkpoint read_checkpoint(const std::string& path, ReadParts parts = {});
 
+// What a checkpoint's weights are, without reading them: for loading one
+// tensor at a time (a teacher, an --init).
+struct WeightsContents {
+  int version = kVersion;
+  int64_t step = 0;
+  bool ema = false;  // it has an EMA: in /ema, or (sharded_ema) in its shard files
+  bool sharded_ema = false;
+  std::vector<std::pair<std::string, std::vector<int64_t>>> model;  // /model: names and shapes
+};
+WeightsContents read_weights_contents(const std::string& path);
+// One tensor of /model or /ema, float32. UsageError naming the file and tensor.
+at::Tensor read_weight(const std::string& path, const std::string& group, const std::string& name);
+
 // The /trainer attributes only (no tensors): e.g. the validation loss of `best`.
 TrainerState read_trainer_state(const std::string& path);
 

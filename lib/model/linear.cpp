@@ -30,7 +30,20 @@ void fill_uniform_drawn_in_fp32(const at::Tensor& target, double from, double to
   }
 }
 
+namespace {
+thread_local bool skip_weight_init = false;
+}  // namespace
+
+SkipWeightInit::SkipWeightInit() : was_(skip_weight_init) { skip_weight_init = true; }
+SkipWeightInit::~SkipWeightInit() { skip_weight_init = was_; }
+bool SkipWeightInit::active() { return skip_weight_init; }
+
 LinearImpl::LinearImpl(int64_t in, int64_t out, at::ScalarType dtype) : in_features(in), out_features(out) {
+  if (skip_weight_init) {
+    weight = register_parameter("weight", torch::empty({out, in}, torch::dtype(dtype)));
+    bias = register_parameter("bias", torch::empty({out}, torch::dtype(dtype)));
+    return;
+  }
   if (dtype == at::kFloat) {
     // torch::nn::Linear's own initialisation, so that a model draws the same
     // numbers from the generator whichever of the two its layers are.

@@ -17,6 +17,20 @@
 
 namespace wt::model {
 
+// While one lives on this thread, Linears are allocated without drawing
+// their weights (for a model whose weights are loaded next: WanInit::Empty).
+class SkipWeightInit {
+ public:
+  SkipWeightInit();
+  ~SkipWeightInit();
+  SkipWeightInit(const SkipWeightInit&) = delete;
+  SkipWeightInit& operator=(const SkipWeightInit&) = delete;
+  static bool active();
+
+ private:
+  bool was_;
+};
+
 class LinearImpl : public torch::nn::Module {
  public:
   // The weight and bias are drawn in fp32 and held in `dtype` (kFloat or

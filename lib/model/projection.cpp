@@ -74,10 +74,14 @@ void check_projectable(const WanConfig& t, const std::string& teacher_source, co
 
 ProjectionReport project_weights(const NamedTensors& teacher, const WanConfig& tc, const NamedTensors& student,
                                  const WanConfig& sc) {
+  return project_weights(tensors_source(teacher, "the teacher"), tc, student, sc);
+}
+
+ProjectionReport project_weights(const TensorSource& teacher, const WanConfig& tc, const NamedTensors& student,
+                                 const WanConfig& sc) {
   ProjectionReport report;
   for (int64_t i = 0; i < sc.num_layers; ++i)
     report.block_map.push_back(teacher_block_for(i, sc.num_layers, tc.num_layers));
-  std::map<std::string, at::Tensor> by_name(teacher.begin(), teacher.end());
   const int64_t pt = tc.patch_size[0], ps = sc.patch_size[0];
   torch::NoGradGuard no_grad;
   for (const auto& [name, target] : student) {
@@ -87,14 +91,15 @@ ProjectionReport project_weights(const NamedTensors& teacher, const WanConfig& t
     entry.source = std::regex_match(name, match, block_name())
                        ? fmt::format("blocks.{}.{}", report.block_map.at(std::stoul(match[1])), match[2].str())
                        : name;
-    const auto found = by_name.find(entry.source);
-    if (found == by_name.end()) {
+    const auto found = teacher.shapes.find(entry.source);
+    if (found == teacher.shapes.end()) {
       entry.source.clear();
       entry.detail = "the teacher has no such tensor";
       report.tensors.push_back(std::move(entry));
       continue;
     }
-    at::Tensor t = found->second.detach().to(torch::kFloat32);
+    const at::Tensor read = teacher.read(entry.source);
+    at::Tensor t = read.detach().to(torch::kCPU, torch::kFloat32);
     bool summed = false;
     if (pt != ps && name == "patch_embedding.weight" && t.dim() == 5 && t.size(2) == pt) {
       t = t.sum(2, /*keepdim=*/true);  // [dim, C, 1, ph, pw]
@@ -117,11 +122,11 @@ ProjectionReport project_weights(const NamedTensors& teacher, const WanConfig& t
     }
     if (t.sizes() != target.sizes())
       throw UsageError(fmt::format("teacher tensor {} is {}; the student's {} is {}", entry.source,
-                                   shape_string(found->second.sizes()), name, shape_string(target.sizes())));
+                                   shape_string(read.sizes()), name, shape_string(target.sizes())));
     const bool sliced = before != target.sizes().vec();
     entry.how = summed ? Projection::Summed : sliced ? Projection::Sliced : Projection::Copied;
     if (summed || sliced)
-      entry.detail = fmt::format("{} -> {}", shape_string(found->second.sizes()), shape_string(target.sizes()));
+      entry.detail = fmt::format("{} -> {}", shape_string(read.sizes()), shape_string(target.sizes()));
     target.copy_(t);
     report.tensors.push_back(std::move(entry));
   }

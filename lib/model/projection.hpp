@@ -25,6 +25,7 @@
 
 #include "wantrain/model/model_config.hpp"
 #include "wantrain/model/safetensors.hpp"  // NamedTensors
+#include "wantrain/model/weights.hpp"      // TensorSource
 
 namespace wt::model {
 
@@ -59,9 +60,13 @@ struct ProjectionReport {
 };
 
 // Overwrites every tensor of `student` (its parameters, official names)
-// from `teacher` (official names, any floating dtype, any device) by the
-// rules above. Call check_projectable first; a teacher tensor whose shape
-// breaks the rules is a UsageError naming it.
+// from `teacher` (official names, any floating dtype) by the rules above,
+// reading only the teacher tensors it takes, one at a time. Call
+// check_projectable first; a teacher tensor whose shape breaks the rules
+// is a UsageError naming it.
+ProjectionReport project_weights(const TensorSource& teacher, const WanConfig& teacher_config,
+                                 const NamedTensors& student, const WanConfig& student_config);
+// The same from tensors in memory (any device).
 ProjectionReport project_weights(const NamedTensors& teacher, const WanConfig& teacher_config,
                                  const NamedTensors& student, const WanConfig& student_config);
 

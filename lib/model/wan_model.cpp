@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <optional>
 
 #include "wantrain/model/attention.hpp"
 #include "wantrain/model/autocast.hpp"
@@ -119,7 +120,9 @@ at::Tensor WanHeadImpl::forward(const at::Tensor& x, const at::Tensor& e) {
   return head(norm(x.to(torch::kFloat32)) * (1 + m[1]) + m[0]);
 }
 
-WanModelImpl::WanModelImpl(WanConfig c, at::ScalarType block_linear_dtype) : config_(std::move(c)) {
+WanModelImpl::WanModelImpl(WanConfig c, at::ScalarType block_linear_dtype, WanInit init) : config_(std::move(c)) {
+  std::optional<SkipWeightInit> skip;
+  if (init == WanInit::Empty) skip.emplace();
   if (block_linear_dtype != at::kFloat && block_linear_dtype != at::kBFloat16)
     throw Error("WanModel: block Linears are held in fp32 or bf16");
   const auto& cfg = config_;
@@ -135,7 +138,7 @@ WanModelImpl::WanModelImpl(WanConfig c, at::ScalarType block_linear_dtype) : con
   blocks = register_module("blocks", nn::ModuleList());
   for (int64_t i = 0; i < cfg.num_layers; ++i) blocks->push_back(WanBlock(cfg, block_linear_dtype));
   head = register_module("head", WanHead(cfg));
-  init_weights();
+  if (init == WanInit::Random) init_weights();
 }
 
 void WanModelImpl::init_weights() {

@@ -80,6 +80,8 @@ class WanHeadImpl : public torch::nn::Module {
 };
 TORCH_MODULE(WanHead);
 
+enum class WanInit { Random, Empty };
+
 class WanModelImpl : public torch::nn::Module {
  public:
   // Parameters are initialised as Wan's init_weights does, from LibTorch's
@@ -88,7 +90,11 @@ class WanModelImpl : public torch::nn::Module {
   // bf16 from the start, one layer at a time in fp32 while it is drawn: a
   // frozen LoRA base that never exists in fp32. The draws, and so the
   // values before rounding, are those of the fp32 model.
-  explicit WanModelImpl(WanConfig config, at::ScalarType block_linear_dtype = at::kFloat);
+  // WanInit::Empty allocates the parameters without drawing them (the
+  // blocks' Linears, nearly all of them, are not even written), for a model
+  // whose weights are loaded next: a teacher.
+  explicit WanModelImpl(WanConfig config, at::ScalarType block_linear_dtype = at::kFloat,
+                        WanInit init = WanInit::Random);
 
   // x [B, in_dim, F, H, W] latents (F, H, W multiples of patch_size),
   // t [B] timesteps in [0, 1000], context [B, Lc, text_dim] with Lc <= text_len

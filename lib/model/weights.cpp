@@ -103,44 +103,74 @@ std::string LoadReport::summary() const {
   return fmt::format("{}", fmt::join(parts, "; "));
 }
 
-LoadReport load_weights(torch::nn::Module& module, const std::string& path, LoadMode mode) {
-  const WeightFiles files = WeightFiles::open(path);
-  const auto file_names = files.names();
-  LoadReport report;
-  report.diffusers_names = uses_diffusers_names(file_names);
-  std::map<std::string, std::string> by_official;  // official name -> name in the file
+TensorSource open_weights(const std::string& path) {
+  auto files = std::make_shared<const WeightFiles>(WeightFiles::open(path));
+  const auto file_names = files->names();
+  TensorSource source;
+  source.path = path;
+  source.diffusers_names = uses_diffusers_names(file_names);
+  auto by_official = std::make_shared<std::map<std::string, std::string>>();  // official name -> name in the file
   for (const auto& name : file_names) {
-    const std::string official = report.diffusers_names ? official_name(name) : name;
-    if (!by_official.emplace(official, name).second)
+    const std::string official = source.diffusers_names ? official_name(name) : name;
+    if (!by_official->emplace(official, name).second)
       throw UsageError(fmt::format("weights {}: tensors '{}' and '{}' both name parameter '{}'", path,
-                                   by_official[official], name, official));
+                                   by_official->at(official), name, official));
+    source.shapes.emplace(official, files->entry(name).shape);
+    if (official != name) source.stored_names.emplace(official, name);
   }
+  source.read = [files, by_official](const std::string& name) { return files->read(by_official->at(name)); };
+  return source;
+}
+
+TensorSource tensors_source(const NamedTensors& tensors, const std::string& what) {
+  TensorSource source;
+  source.path = what;
+  auto by_name = std::make_shared<std::map<std::string, at::Tensor>>();
+  for (const auto& [name, t] : tensors) {
+    by_name->emplace(name, t);
+    source.shapes.emplace(name, t.sizes().vec());
+  }
+  source.read = [by_name](const std::string& name) { return by_name->at(name); };
+  return source;
+}
+
+LoadReport load_weights(torch::nn::Module& module, const std::string& path, LoadMode mode) {
+  return load_weights(module, open_weights(path), mode);
+}
+
+LoadReport load_weights(torch::nn::Module& module, const TensorSource& source, LoadMode mode, const EachTensor& each) {
+  LoadReport report;
+  report.diffusers_names = source.diffusers_names;
   auto params = module.named_parameters(/*recurse=*/true);
   std::set<std::string> model_names;
-  std::vector<std::pair<at::Tensor, std::string>> copies;  // (parameter, file name)
+  std::vector<std::pair<std::string, at::Tensor>> copies;  // (official name, parameter)
   for (const auto& item : params) {
     model_names.insert(item.key());
-    const auto it = by_official.find(item.key());
-    if (it == by_official.end()) {
+    const auto it = source.shapes.find(item.key());
+    if (it == source.shapes.end()) {
       report.missing.push_back(item.key());
       continue;
     }
-    const auto& shape = files.entry(it->second).shape;
-    if (item.value().sizes().vec() != shape) {
-      report.mismatched.push_back(fmt::format("{}: file [{}] vs model [{}]", item.key(), fmt::join(shape, ","),
+    if (item.value().sizes().vec() != it->second) {
+      report.mismatched.push_back(fmt::format("{}: file [{}] vs model [{}]", item.key(), fmt::join(it->second, ","),
                                               fmt::join(item.value().sizes(), ",")));
       continue;
     }
-    copies.emplace_back(item.value(), it->second);
+    copies.emplace_back(item.key(), item.value());
     report.loaded.push_back(item.key());
   }
-  for (const auto& [official, name] : by_official)
-    if (!model_names.count(official)) report.unexpected.push_back(name);
+  for (const auto& [official, shape] : source.shapes)
+    if (!model_names.count(official))
+      report.unexpected.push_back(source.stored_names.count(official) ? source.stored_names.at(official) : official);
   if (mode == LoadMode::Strict && !report.complete())
-    throw UsageError(fmt::format("weights {}: do not match the model: {}", path, report.summary()));
+    throw UsageError(fmt::format("weights {}: do not match the model: {}", source.path, report.summary()));
 
   torch::NoGradGuard no_grad;
-  for (auto& [param, name] : copies) param.copy_(files.read(name));
+  for (auto& [name, param] : copies) {
+    const auto read = source.read(name);
+    if (each) each(name, read);
+    param.copy_(read);
+  }
   return report;
 }
 
@@ -151,16 +181,23 @@ void save_weights(const torch::nn::Module& module, const std::string& path, at::
   write_safetensors(path, tensors, dtype);
 }
 
-std::string weights_checksum(const WanConfig& config, const NamedTensors& weights) {
-  uLong crc = crc32_z(0L, Z_NULL, 0);
+WeightsChecksum::WeightsChecksum(const WanConfig& config) : crc_(crc32_z(0L, Z_NULL, 0)) {
   const std::string config_json = to_json(config);
-  crc = crc32_z(crc, reinterpret_cast<const Bytef*>(config_json.data()), config_json.size());
-  for (const auto& [name, tensor] : weights) {
-    crc = crc32_z(crc, reinterpret_cast<const Bytef*>(name.data()), name.size());
-    const auto data = tensor.detach().to(torch::kCPU, torch::kFloat32).contiguous();
-    crc = crc32_z(crc, static_cast<const Bytef*>(data.data_ptr()), size_t(data.numel()) * sizeof(float));
-  }
-  return fmt::format("crc32:{:08x}", crc);
+  crc_ = crc32_z(crc_, reinterpret_cast<const Bytef*>(config_json.data()), config_json.size());
+}
+
+void WeightsChecksum::add(const std::string& name, const at::Tensor& tensor) {
+  crc_ = crc32_z(crc_, reinterpret_cast<const Bytef*>(name.data()), name.size());
+  const auto data = tensor.detach().to(torch::kCPU, torch::kFloat32).contiguous();
+  crc_ = crc32_z(crc_, static_cast<const Bytef*>(data.data_ptr()), size_t(data.numel()) * sizeof(float));
+}
+
+std::string WeightsChecksum::value() const { return fmt::format("crc32:{:08x}", crc_); }
+
+std::string weights_checksum(const WanConfig& config, const NamedTensors& weights) {
+  WeightsChecksum checksum(config);
+  for (const auto& [name, tensor] : weights) checksum.add(name, tensor);
+  return checksum.value();
 }
 
 }  // namespace wt::model

@@ -107,12 +107,12 @@ MemoryPlan plan_memory(const MemoryPlanSettings& s) {
   if (s.optimizer) add("optimizer", "AdamW's two moments, fp32" + share, 2 * trained / shards, dev);
   if (s.ema) add("EMA", "averaged weights, fp32" + share, trained / shards, dev);
   if (s.teacher) {
+    // Loaded on the host in its precision, one tensor at a time, then moved.
     const double held = teacher_bytes(*s.teacher, s.teacher_bf16);
-    const double load = teacher_bytes(*s.teacher, false);
-    plan.startup_host_bytes = s.runtime_bytes + load;
+    plan.startup_host_bytes = s.runtime_bytes + held;
     add("teacher",
-        fmt::format("{} parameters, {}; read in fp32 first ({} at start-up)", model::parameter_count(*s.teacher),
-                    s.teacher_bf16 ? "Linears in bf16" : "fp32", format_bytes(load)),
+        fmt::format("{} parameters, {}, loaded so one tensor at a time", model::parameter_count(*s.teacher),
+                    s.teacher_bf16 ? "Linears in bf16" : "fp32"),
         held, dev);
   }
   if (s.sample_bytes > 0)

@@ -53,7 +53,7 @@ struct MemoryPlan {
   model::ActivationMemory activations;  // as the run is set
   model::ActivationMemory alternative;  // the other way: without checkpointing if set, else with every block
   double teacher_forward = 0;     // a distillation teacher's forward, before the student's step (the larger counts)
-  double startup_host_bytes = 0;  // runtime + a teacher read in fp32 before it is converted
+  double startup_host_bytes = 0;  // runtime + a teacher loaded on the host before it moves to the device
 
   double total() const;
   double device_total() const;  // on_device items (0 on a CPU run)

@@ -7,6 +7,7 @@
 #include <map>
 
 #include "wantrain/ckpt/checkpoint.hpp"
+#include "wantrain/train/checkpoint_weights.hpp"
 #include "wantrain/model/autocast.hpp"
 #include "wantrain/model/wan_model.hpp"
 #include "wantrain/model/weight_names.hpp"
@@ -42,31 +43,42 @@ model::WanConfig resolve_teacher_config(const std::string& teacher_path, const s
   }
 }
 
-Teacher::Teacher(const std::string& path, const model::WanConfig& config, const std::string& config_source)
-    : path_(path), config_(config) {
-  model_ = std::make_shared<model::WanModelImpl>(config);
-  auto named = weights();
+Teacher::Teacher(const std::string& path, const model::WanConfig& config, const std::string& config_source,
+                 at::ScalarType linear_dtype)
+    : path_(path), config_(config), bf16_(linear_dtype == at::kBFloat16) {
+  // Allocated in its final precision and not drawn: every tensor is loaded next.
+  model_ = std::make_shared<model::WanModelImpl>(config, linear_dtype, model::WanInit::Empty);
+  if (bf16_) {
+    torch::NoGradGuard no_grad;
+    for (auto& [name, parameter] : weights())  // the text embedding's Linears: torch::nn::Linear, built in fp32
+      if (held_in_bf16_by_teacher(name) && parameter.scalar_type() != at::kBFloat16)
+        parameter.set_data(torch::empty(parameter.sizes(), torch::kBFloat16));
+  }
+  // The checksum of the values as read (fp32 bytes), whatever they are held in.
+  model::WeightsChecksum checksum(config);
   try {
+    const auto source = file_tensors();
+    const auto report =
+        model::load_weights(*model_, source, model::LoadMode::Strict,
+                            [&](const std::string& name, const at::Tensor& t) { checksum.add(name, t); });
     if (ckpt::is_checkpoint_file(path)) {
-      const auto saved = ckpt::read_checkpoint(path, {/*optimizer=*/false, /*ema=*/true});
-      const bool use_ema = !saved.ema.empty();
-      ckpt::check_fits(saved, path, named, use_ema);
-      std::map<std::string, at::Tensor> by_name;
-      for (const auto& [name, tensor] : use_ema ? saved.ema : saved.model) by_name.emplace(name, tensor);
-      torch::NoGradGuard no_grad;
-      for (auto& [name, parameter] : named) parameter.copy_(by_name.at(name));
-      source_ = fmt::format("{} weights of checkpoint step {}", use_ema ? "EMA" : "model", saved.state.step);
+      const auto contents = ckpt::read_weights_contents(path);
+      source_ = fmt::format("{} weights of checkpoint step {}", contents.ema ? "EMA" : "model", contents.step);
     } else {
-      const auto report = model::load_weights(*model_, path, model::LoadMode::Strict);
       source_ = fmt::format("safetensors, {} names", report.diffusers_names ? "diffusers" : "official");
     }
   } catch (const std::exception& e) {  // a bad file is bad input, whatever layer noticed it
     throw SettingError("teacher", fmt::format("{} (the teacher's config {}: dim {}, {} layers)", e.what(),
                                               config_source, config.dim, config.num_layers));
   }
-  checksum_ = model::weights_checksum(config, named);
+  checksum_ = checksum.value();
   for (auto& parameter : model_->parameters()) parameter.set_requires_grad(false);
   model_->eval();
+}
+
+model::TensorSource Teacher::file_tensors() const {
+  if (ckpt::is_checkpoint_file(path_)) return checkpoint_weights(path_, /*prefer_ema=*/true).source;
+  return model::open_weights(path_);
 }
 
 void Teacher::to(at::Device device) { model_->to(device); }
@@ -79,13 +91,6 @@ model::NamedTensors Teacher::weights() const {
   model::NamedTensors named;
   for (const auto& item : model_->named_parameters(/*recurse=*/true)) named.emplace_back(item.key(), item.value());
   return named;
-}
-
-void Teacher::hold_in_bf16() {
-  torch::NoGradGuard no_grad;
-  for (auto& [name, parameter] : weights())
-    if (held_in_bf16_by_teacher(name)) parameter.set_data(parameter.to(torch::kBFloat16));
-  bf16_ = true;
 }
 
 at::Tensor Teacher::predict(const at::Tensor& x_t, const at::Tensor& timesteps, const at::Tensor& context,

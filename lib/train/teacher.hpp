@@ -12,6 +12,7 @@
 
 #include "wantrain/model/model_config.hpp"
 #include "wantrain/model/projection.hpp"
+#include "wantrain/model/weights.hpp"
 
 namespace wt::model {
 class WanModelImpl;
@@ -22,7 +23,7 @@ namespace wt::train {
 // The teacher's config: --teacher-config, or the model_config of a teacher
 // checkpoint (checked against --teacher-config when both are given).
 // UsageError naming the option when neither gives one or the file is bad.
-// Whether Teacher::hold_in_bf16 holds this parameter (official name) in
+// Whether a teacher held in bf16 (Teacher(..., kBFloat16)) holds this parameter (official name) in
 // bf16: the Linears of the blocks and of the text embedding.
 bool held_in_bf16_by_teacher(const std::string& name);
 
@@ -33,10 +34,16 @@ class Teacher {
   // UsageError naming --teacher, the file and the tensors for a file that
   // does not load into a model of `config` (missing, extra or
   // mis-shaped tensors, a corrupt file); `config_source` names the config
-  // in that line (the --teacher-config file). The teacher starts on the CPU
-  // in fp32: project the student from it, hold_in_bf16() if wanted, then
-  // move it with to(device), so a bf16 teacher never sits on the device in fp32.
-  Teacher(const std::string& path, const model::WanConfig& config, const std::string& config_source);
+  // in that line (the --teacher-config file). `linear_dtype` kBFloat16
+  // holds the Linear weights of the blocks and of the text embedding
+  // (nearly all parameters) in bf16 and runs the teacher under bf16
+  // autocast; norms, modulation, time embedding and head stay fp32, as Wan
+  // computes them. The model is allocated in that precision, unwritten, and
+  // each tensor is read from the file and converted into it one at a time:
+  // no fp32 copy of a bf16 teacher ever exists. It starts on the CPU; move
+  // it with to(device).
+  Teacher(const std::string& path, const model::WanConfig& config, const std::string& config_source,
+          at::ScalarType linear_dtype = at::kFloat);
   ~Teacher();
   Teacher(const Teacher&) = delete;
   Teacher& operator=(const Teacher&) = delete;
@@ -48,12 +55,11 @@ class Teacher {
   // gives the same checksum whatever the file layout or names.
   const std::string& checksum() const { return checksum_; }
   const std::string& source() const { return source_; }  // what was loaded, in words
-  model::NamedTensors weights() const;                   // by official name
+  model::NamedTensors weights() const;                   // by official name, as held
+  // The teacher's file again, one tensor at a time as stored (what a
+  // student's projection reads: the weights before any bf16 rounding).
+  model::TensorSource file_tensors() const;
 
-  // Holds the Linear weights of the blocks and of the text embedding (nearly
-  // all parameters) in bf16 and runs the teacher under bf16 autocast; norms,
-  // modulation, time embedding and head stay fp32 as Wan computes them.
-  void hold_in_bf16();
   bool held_in_bf16() const { return bf16_; }
   void to(at::Device device);
   // Attention over this many queries at a time (WanModel::set_attention_chunk; 0 off).

@@ -11,6 +11,7 @@
 #include "wantrain/model/safetensors.hpp"
 #include "wantrain/model/wan_model.hpp"
 #include "wantrain/model/weights.hpp"
+#include "wantrain/train/checkpoint_weights.hpp"
 #include "wantrain/train/distillation_objective.hpp"
 #include "wantrain/train/ema.hpp"
 #include "wantrain/train/run_plan.hpp"
@@ -34,7 +35,6 @@ struct WanRun::Impl {
   std::unique_ptr<data::DistributedSampler> sampler;
   std::unique_ptr<data::Dataset> dataset;
   int prefetch = 2;
-  bool teacher_bf16 = false;
   EngineOptions engine_options;
   model::LoraOptions lora;
   std::string lora_base;  // the frozen base's checksum
@@ -62,13 +62,10 @@ WanRun::WanRun(const RunPlan& plan, const WanRunOptions& options, distributed::C
     model::load_weights(*model, options.init, model::LoadMode::Strict);
   // A checkpoint's whole model: before any adapter, and on a LoRA resume too
   // (its checkpoint holds only the adapters; the base comes from here).
-  if (init_from_checkpoint && (!resume || lora)) {
-    model::NamedTensors all;
-    for (const auto& item : model->named_parameters()) all.emplace_back(item.key(), item.value());
-    const auto init = ckpt::read_checkpoint(options.init, {false, false});
-    ckpt::check_fits(init, options.init, all, false);
-    ckpt::copy_named(init.model, all);
-  }
+  // One tensor at a time, converted into the model's precision (a bf16 base
+  // never exists in fp32).
+  if (init_from_checkpoint && (!resume || lora))
+    model::load_weights(*model, checkpoint_weights(options.init, /*prefer_ema=*/false).source, model::LoadMode::Strict);
   auto objective_options = options.objective;
   if (lora) {
     model::NamedTensors base;
@@ -115,7 +112,6 @@ WanRun::WanRun(const RunPlan& plan, const WanRunOptions& options, distributed::C
   im.sampler = std::make_unique<data::DistributedSampler>(std::move(sampler));
   im.dataset = std::make_unique<data::Dataset>(std::move(dataset));
   im.prefetch = options.prefetch;
-  im.teacher_bf16 = options.teacher_bf16;
   im.engine_options = plan.engine;
 }
 
@@ -123,11 +119,7 @@ void WanRun::connect(distributed::Comm& comm, const StartPoint& start) {
   auto& im = *impl_;
   im.engine = std::make_unique<Engine>(comm, *im.objective, im.engine_options);
   if (Teacher* teacher = im.teacher) {
-    // After the student's projection, which reads the teacher in fp32, and
-    // after the Engine's broadcast: the device only ever holds the teacher
-    // in its final precision.
-    if (im.teacher_bf16) teacher->hold_in_bf16();
-    teacher->to(comm.device());
+    teacher->to(comm.device());  // already in its final precision
     if (comm.rank() == 0)
       fmt::print("teacher: {} ({}), checksum {}, frozen{}{}\n", teacher->path(), teacher->source(), teacher->checksum(),
                  teacher->held_in_bf16() ? ", Linear weights held in bf16" : "",
@@ -169,7 +161,7 @@ void WanRun::start_student(const Teacher& teacher, const WanRunOptions& options,
   }
   model::check_projectable(teacher.config(), options.teacher_name, im.config, options.model_config_name);
   const auto projection =
-      model::project_weights(teacher.weights(), teacher.config(), im.objective->trainable(), im.config);
+      model::project_weights(teacher.file_tensors(), teacher.config(), im.objective->trainable(), im.config);
   if (report) fmt::print("student init: projection from the teacher {}\n{}", teacher.path(), projection.describe());
 }
 

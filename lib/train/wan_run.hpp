@@ -39,7 +39,6 @@ struct WanRunOptions {
   std::string init;  // weights to start from: safetensors file or index, or a checkpoint; "" none
   FlowMatchingObjectiveOptions objective;
   double distill_target_weight = 0;                    // distillation only
-  bool teacher_bf16 = false;                           // hold the teacher's Linear weights in bf16
   StudentInit student_init = StudentInit::Projection;  // a fresh distillation student without `init`
   int prefetch = 2;
   // rank > 0: LoRA fine-tuning. The model (from `init`, or the seed) is

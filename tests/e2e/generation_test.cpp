@@ -83,10 +83,12 @@ class Generation : public ::testing::Test {
 
 TEST_F(Generation, EachMemorisedPromptIsSampledBack) {
   const std::string run = train("generation-memorised", 3000, "--text-drop 0.1");
-  // Two noise draws per prompt: one draw's correlation with its sample
-  // varies by about 0.1 with the seed (0.80 to 0.91 measured for sample 0 on
-  // an AMD EPYC), so the criterion is on their mean.
-  constexpr int kDraws = 2;
+  // Four noise draws per prompt: one draw's correlation with its sample
+  // varies by 0.2 with the noise seed (0.70 to 0.92 over 14 draws for sample
+  // 0 of one run on an Intel Xeon; 0.80 to 0.91 for another run, on an AMD
+  // EPYC), and which run is which changes with any rounding in training (a
+  // clip factor in the 6th digit), so the criterion is on their mean.
+  constexpr int kDraws = 4;
   for (int i = 0; i < kSamples; ++i) {
     double own = 0;
     std::vector<double> others(kSamples, 0.0);
@@ -104,13 +106,13 @@ TEST_F(Generation, EachMemorisedPromptIsSampledBack) {
       EXPECT_NEAR(std::stod(m[1]), correlation_own, 1e-3);
       EXPECT_NEAR(std::stod(m[2]), (x - truths_[i]).square().mean().item<double>(), 1e-3);
     }
-    // Its own sample, clearly: correlated at 0.8 or more on average, and
-    // more than with any other sample of the set (a blur of all of them
-    // would not do).
-    EXPECT_GE(own, 0.8) << "sample " << i;
+    // Its own sample, clearly: correlated at 0.75 or more on average, and
+    // by 0.2 more than with any other sample of the set (a blur of all of
+    // them would not do).
+    EXPECT_GE(own, 0.75) << "sample " << i;
     for (int j = 0; j < kSamples; ++j) {
       if (j != i) {
-        EXPECT_GT(own, others[size_t(j)]) << "sample " << i << " against " << j;
+        EXPECT_GT(own, others[size_t(j)] + 0.2) << "sample " << i << " against " << j;
       }
     }
   }

@@ -7,6 +7,7 @@
 
 #include "wantrain/ckpt/checkpoint.hpp"
 #include "wantrain/model/projection.hpp"
+#include "wantrain/model/tensor_memory.hpp"
 #include "wantrain/model/wan_model.hpp"
 #include "wantrain/model/weights.hpp"
 #include "wantrain/train/distillation.hpp"
@@ -246,9 +247,12 @@ TEST(Teacher, HeldInBf16PredictsWithinBf16Precision) {
   const auto c = config(32, 2);
   const auto path = temp_path("teacher-bf16.safetensors");
   wt::model::save_weights(*random_model(c, 7), path);
-  wt::train::Teacher fp32(path, c, "test"), bf16(path, c, "test");
-  bf16.hold_in_bf16();
+  wt::train::Teacher fp32(path, c, "test"), bf16(path, c, "test", at::kBFloat16);
+  // The same weights as read: the same teacher for a resume's check.
+  EXPECT_EQ(bf16.checksum(), fp32.checksum());
+  EXPECT_TRUE(bf16.held_in_bf16());
   for (const auto& [name, w] : bf16.weights()) {
+    EXPECT_EQ(w.scalar_type(), wt::train::held_in_bf16_by_teacher(name) ? at::kBFloat16 : at::kFloat) << name;
     const bool large_linear = name.find(".ffn.") != std::string::npos || name.find("_attn.q.") != std::string::npos;
     const bool fp32_by_design = name.find("norm") != std::string::npos ||
                                 name.find("modulation") != std::string::npos || name.rfind("time_", 0) == 0 ||
@@ -266,6 +270,36 @@ TEST(Teacher, HeldInBf16PredictsWithinBf16Precision) {
   const double relative = ((a - b).norm() / a.norm()).item<double>();
   EXPECT_GT(relative, 0.0);   // bf16 did round
   EXPECT_LT(relative, 3e-2);  // at bf16's precision (8 mantissa bits, through 2 blocks)
+}
+
+// A bf16 teacher is loaded into its final precision one tensor at a time:
+// the tensors alive at once never exceed the bf16 model plus one tensor as
+// stored and its fp32 copy for the checksum (derived from the shapes).
+TEST(Teacher, LoadsInBf16WithoutAnFp32CopyOfTheModel) {
+  const auto c = config(64, 4);
+  const auto path = temp_path("teacher-memory.safetensors");
+  wt::model::save_weights(*random_model(c, 12), path);  // stored fp32
+  int64_t held = 0, largest = 0;
+  const auto file = wt::model::SafetensorsFile::open(path);
+  for (const auto& entry : file.entries()) {
+    const int64_t n = wt::model::element_count(entry.shape);
+    held += n * (wt::train::held_in_bf16_by_teacher(entry.name) ? 2 : 4);
+    largest = std::max(largest, n * 4);
+  }
+  wt::model::count_tensor_memory();
+  const int64_t before = wt::model::live_tensor_bytes();
+  wt::model::reset_peak_tensor_bytes();
+  {
+    const wt::train::Teacher teacher(path, c, "test", at::kBFloat16);
+    const int64_t kept = wt::model::live_tensor_bytes() - before;  // its parameters, and buffers (RoPE)
+    EXPECT_GE(kept, held);
+    EXPECT_LE(kept, held + largest);
+    EXPECT_LE(wt::model::peak_tensor_bytes() - before, kept + 2 * largest);
+    // An fp32 copy of the whole model would have been more than that.
+    int64_t fp32 = 0;
+    for (const auto& [name, w] : teacher.weights()) fp32 += w.numel() * 4;
+    EXPECT_GT(fp32, held + 2 * largest);
+  }
 }
 
 TEST(Teacher, PredictsTheSameInAttentionChunks) {
