@@ -104,6 +104,26 @@ TEST_F(Zero, ShardedRunEqualsReplicatedRun) {
   std::sort(left.begin(), left.end());
   EXPECT_EQ(left, (std::vector<std::string>{"step-00000008.h5", "step-00000008.zero-0-of-2.h5",
                                             "step-00000008.zero-1-of-2.h5"}));
+  // A distillation teacher from the sharded checkpoint takes its EMA, gathered
+  // from the shards: the same weights (checksum) as the EMA file the run wrote.
+  std::string checksums[2];
+  const std::string teachers[2] = {
+      "--teacher " + dir + "/latest",
+      "--teacher " + dir + "/ema.safetensors --teacher-config " + dir + "/model-config.json"};
+  for (int t = 0; t < 2; ++t) {
+    const Job distill = launch(mpi_command(1, WANTRAIN_WANTRAIN,
+                                           "--mode distill " + teachers[t] + " --model-config " + tiny_config() +
+                                               " --data " + data_ + " --output-dir " + fresh("zero-teacher") +
+                                               " --threads 1 --steps 1 --batch-size 2 --teacher-precision bf16"));
+    ASSERT_EQ(distill.status, 0) << distill.output;
+    const auto at = distill.output.find("checksum crc32:");
+    ASSERT_NE(at, std::string::npos) << distill.output;
+    checksums[t] = distill.output.substr(at, 23);
+    if (t == 0) {
+      EXPECT_NE(distill.output.find("EMA weights of checkpoint step 8"), std::string::npos) << distill.output;
+    }
+  }
+  EXPECT_EQ(checksums[0], checksums[1]);
   // Export gathers the EMA from the shards.
   const Job exported = launch(std::string(WANTRAIN_WANTRAIN) + " export --checkpoint " + dir + "/latest --ema --out " +
                               dir + "/exported-ema.safetensors");
