@@ -129,25 +129,14 @@ int64_t Checkpoint::tensor_bytes() const {
 }
 
 void write_checkpoint(const std::string& path, const Checkpoint& c) {
-  std::unique_lock<std::mutex> lock(io::library_mutex());
-  io::quiet_errors();
-  io::Handle file;
-  // Tensor by tensor, letting the Loader's reads in between; the handles
-  // are closed under the lock, also when unwinding.
-  auto each_unlocked = [&](auto&& write_one) {
-    lock.unlock();
-    lock.lock();
-    write_one();
-  };
-  try {
-    file = io::create_file(path);
-    io::write_string_attribute(file.get(), "format", kFormat);
+  write_file(path, "checkpoint", [&](hid_t file, const std::function<void()>& between_tensors) {
+    io::write_string_attribute(file, "format", kFormat);
     const bool sharded = c.shard.ranks > 0;
-    io::write_int_attribute(file.get(), "version", sharded ? kShardedVersion : kVersion);
-    io::write_string_attribute(file.get(), "model_config", c.model_config);
-    io::write_string_attribute(file.get(), "run_options", c.run_config);
+    io::write_int_attribute(file, "version", sharded ? kShardedVersion : kVersion);
+    io::write_string_attribute(file, "model_config", c.model_config);
+    io::write_string_attribute(file, "run_options", c.run_config);
     {
-      const auto engine = create_group(file.get(), "engine");
+      const auto engine = create_group(file, "engine");
       io::write_int_attribute(engine.get(), "step", c.state.step);
       io::write_int_attribute(engine.get(), "skipped", c.state.skipped);
       io::write_double_attribute(engine.get(), "lr", c.state.lr);
@@ -158,7 +147,7 @@ void write_checkpoint(const std::string& path, const Checkpoint& c) {
       io::write_int_attribute(scaler.get(), "good_steps", c.state.loss_scale_good_steps);
     }
     {
-      const auto sampler = create_group(file.get(), "sampler");
+      const auto sampler = create_group(file, "sampler");
       io::write_int_attribute(sampler.get(), "epoch", c.state.epoch);
       io::write_int_attribute(sampler.get(), "sampler_epoch", c.state.sampler_epoch);
       io::write_int_attribute(sampler.get(), "consumed", c.state.sampler_consumed);
@@ -166,39 +155,32 @@ void write_checkpoint(const std::string& path, const Checkpoint& c) {
       io::write_int_attribute(sampler.get(), "shard_affinity", c.shard_affinity);
     }
     {
-      const auto objective = create_group(file.get(), "objective");
+      const auto objective = create_group(file, "objective");
       io::write_string_attribute(objective.get(), "kind", c.objective_kind);
       for (const auto& [name, value] : c.objective) io::write_string_attribute(objective.get(), name, value);
     }
     for (const auto& [group_name, tensors] : {std::pair{"model", &c.model}, std::pair{"ema", &c.ema}}) {
       if ((tensors->empty() || sharded) && std::string(group_name) == "ema") continue;
-      const auto group = create_group(file.get(), group_name);
-      for (const auto& item : *tensors) each_unlocked([&] { write_tensor(group.get(), item.first, item.second); });
+      const auto group = create_group(file, group_name);
+      for (const auto& item : *tensors) {
+        between_tensors();
+        write_tensor(group.get(), item.first, item.second);
+      }
     }
-    const auto optimizer = create_group(file.get(), "optimizer");
+    const auto optimizer = create_group(file, "optimizer");
     io::write_string_attribute(optimizer.get(), "kind", "adamw");
     if (sharded) {
       io::write_int_attribute(optimizer.get(), "zero_shards", c.shard.ranks);
       io::write_int_attribute(optimizer.get(), "ema", c.sharded_ema);
     }
     for (const auto& slot : c.optim) {  // empty when sharded
-      each_unlocked([&] {
-        const auto group = create_group(optimizer.get(), slot.name);
-        io::write_int_attribute(group.get(), "step", slot.step);
-        write_tensor(group.get(), "exp_avg", slot.exp_avg);
-        write_tensor(group.get(), "exp_avg_sq", slot.exp_avg_sq);
-      });
+      between_tensors();
+      const auto group = create_group(optimizer.get(), slot.name);
+      io::write_int_attribute(group.get(), "step", slot.step);
+      write_tensor(group.get(), "exp_avg", slot.exp_avg);
+      write_tensor(group.get(), "exp_avg_sq", slot.exp_avg_sq);
     }
-    H5_CHECK(H5Fflush(file.get(), H5F_SCOPE_GLOBAL));
-    // The last data reach the file here: its failure is a failed write, and
-    // the file is still ours to discard.
-    H5_CHECK(H5Fclose(file.get()));
-    file.release();
-  } catch (const std::exception& e) {
-    if (!lock.owns_lock()) lock.lock();
-    io::discard_file(file);
-    throw Error(fmt::format("checkpoint {}: cannot write: {}", path, e.what()));
-  }
+  });
 }
 
 namespace {

@@ -28,23 +28,17 @@ std::vector<std::string> shard_paths(const std::string& path, int64_t step, int 
 }
 
 void write_shard(const std::string& path, const ShardPart& part, int64_t step) {
-  std::unique_lock<std::mutex> lock(io::library_mutex());
-  io::quiet_errors();
-  io::Handle file;
-  try {
-    file = io::create_file(path);
-    io::write_string_attribute(file.get(), "format", kShardFormat);
-    io::write_int_attribute(file.get(), "version", 1);
-    io::write_int_attribute(file.get(), "rank", part.rank);
-    io::write_int_attribute(file.get(), "ranks", part.ranks);
-    io::write_int_attribute(file.get(), "step", step);
-    const auto optimizer = create_group(file.get(), "optimizer");
+  write_file(path, "checkpoint shard", [&](hid_t file, const std::function<void()>& between_tensors) {
+    io::write_string_attribute(file, "format", kShardFormat);
+    io::write_int_attribute(file, "version", 1);
+    io::write_int_attribute(file, "rank", part.rank);
+    io::write_int_attribute(file, "ranks", part.ranks);
+    io::write_int_attribute(file, "step", step);
+    const auto optimizer = create_group(file, "optimizer");
     const bool with_ema = !part.slices.empty() && part.slices.front().ema.defined();
-    const io::Handle ema = with_ema ? create_group(file.get(), "ema") : io::Handle();
+    const io::Handle ema = with_ema ? create_group(file, "ema") : io::Handle();
     for (const auto& slice : part.slices) {
-      // Tensor by tensor, letting the Loader's reads in between.
-      lock.unlock();
-      lock.lock();
+      between_tensors();
       const auto group = create_group(optimizer.get(), slice.name);
       io::write_int_attribute(group.get(), "offset", slice.offset);
       io::write_int_attribute(group.get(), "numel", slice.numel);
@@ -57,14 +51,7 @@ void write_shard(const std::string& path, const ShardPart& part, int64_t step) {
       io::write_int_attribute(set.get(), "offset", slice.offset);
       io::write_int_attribute(set.get(), "numel", slice.numel);
     }
-    H5_CHECK(H5Fflush(file.get(), H5F_SCOPE_GLOBAL));
-    H5_CHECK(H5Fclose(file.get()));
-    file.release();
-  } catch (const std::exception& e) {
-    if (!lock.owns_lock()) lock.lock();
-    io::discard_file(file);
-    throw Error(fmt::format("checkpoint shard {}: cannot write: {}", path, e.what()));
-  }
+  });
 }
 
 namespace {

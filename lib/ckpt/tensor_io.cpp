@@ -1,10 +1,38 @@
 #include "wantrain/ckpt/tensor_io.hpp"
 
+#include <fmt/format.h>
 #include <torch/torch.h>
+
+#include <mutex>
 
 #include "wantrain/util/error.hpp"
 
 namespace wt::ckpt {
+
+void write_file(const std::string& path, const std::string& what,
+                const std::function<void(hid_t file, const std::function<void()>& between_tensors)>& write) {
+  std::unique_lock<std::mutex> lock(io::library_mutex());
+  io::quiet_errors();
+  io::Handle file;
+  // The handles are closed under the lock, also when unwinding.
+  const std::function<void()> between_tensors = [&] {
+    lock.unlock();
+    lock.lock();
+  };
+  try {
+    file = io::create_file(path);
+    write(file.get(), between_tensors);
+    H5_CHECK(H5Fflush(file.get(), H5F_SCOPE_GLOBAL));
+    // The last data reach the file here: its failure is a failed write, and
+    // the file is still ours to discard.
+    H5_CHECK(H5Fclose(file.get()));
+    file.release();
+  } catch (const std::exception& e) {
+    if (!lock.owns_lock()) lock.lock();
+    io::discard_file(file);
+    throw Error(fmt::format("{} {}: cannot write: {}", what, path, e.what()));
+  }
+}
 
 // One float32 tensor as a dataset of its shape (a scalar dataspace for 0-d).
 void write_tensor(hid_t location, const std::string& name, const at::Tensor& tensor) {
