@@ -200,9 +200,11 @@ at::Tensor StateReader::read(Kind kind, const std::string& name, int64_t offset,
     const int64_t begin = std::max(offset, p.offset), end = std::min(offset + count, p.offset + p.count);
     if (begin >= end) continue;
     try {
+      // Only the rows that hold this range: a rank reads its share, not the tensor.
       const auto file = io::open_file(p.file);
-      const auto values = read_tensor(file.get(), p.dataset).flatten();
-      out.narrow(0, begin - offset, end - begin).copy_(values.narrow(0, begin - p.offset, end - begin));
+      int64_t first = 0;
+      const auto values = read_rows_covering(file.get(), p.dataset, begin - p.offset, end - p.offset, first);
+      out.narrow(0, begin - offset, end - begin).copy_(values.narrow(0, begin - p.offset - first, end - begin));
     } catch (const std::exception& e) {
       throw UsageError(fmt::format("checkpoint {}: {}: {}", p.file, p.dataset, e.what()));
     }

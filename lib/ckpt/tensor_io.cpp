@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <mutex>
 
 #include "wantrain/util/error.hpp"
@@ -56,6 +57,29 @@ at::Tensor read_tensor(hid_t location, const std::string& name) {
   const std::vector<int64_t> sizes(dims.begin(), dims.end());
   auto out = torch::empty(sizes, torch::kFloat32);
   H5_CHECK(H5Dread(set.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data_ptr()));
+  return out;
+}
+
+at::Tensor read_rows_covering(hid_t location, const std::string& name, int64_t begin, int64_t end, int64_t& first) {
+  const auto set = io::open_dataset(location, name);
+  const auto type = io::dataset_type(set.get());
+  if (H5Tget_class(type.get()) != H5T_FLOAT) throw Error("not a floating-point dataset");
+  const auto dims = io::dims(set.get());
+  if (dims.empty()) {  // a scalar: its one element
+    first = 0;
+    return read_tensor(location, name).reshape({1});
+  }
+  int64_t row = 1;
+  for (size_t d = 1; d < dims.size(); ++d) row *= int64_t(dims[d]);
+  const int64_t first_row = begin / std::max<int64_t>(row, 1);
+  const int64_t rows = row == 0 ? 0 : (end + row - 1) / row - first_row;
+  first = first_row * row;
+  auto out = torch::empty({rows * row}, torch::kFloat32);
+  if (rows == 0) return out;
+  const auto file_space = io::dataset_space(set.get());
+  io::select_rows(file_space.get(), hsize_t(first_row), hsize_t(rows));
+  const auto memory_space = io::rows_space(file_space.get(), hsize_t(rows));
+  H5_CHECK(H5Dread(set.get(), H5T_NATIVE_FLOAT, memory_space.get(), file_space.get(), H5P_DEFAULT, out.data_ptr()));
   return out;
 }
 

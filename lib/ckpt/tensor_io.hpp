@@ -25,6 +25,11 @@ void write_tensor(hid_t location, const std::string& name, const at::Tensor& ten
 // A float32 tensor of the dataset's shape (any stored float type is converted by HDF5).
 at::Tensor read_tensor(hid_t location, const std::string& name);
 
+// Elements [begin, end) of a float dataset flattened (row-major), read as
+// the rows of its leading dimension that hold them: float32 [rows * row
+// size], starting at element `first` (<= begin) of the flattened dataset.
+at::Tensor read_rows_covering(hid_t location, const std::string& name, int64_t begin, int64_t end, int64_t& first);
+
 io::Handle create_group(hid_t location, const std::string& name);
 io::Handle open_group(hid_t location, const std::string& name);
 

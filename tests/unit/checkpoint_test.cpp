@@ -137,6 +137,18 @@ TEST(ShardedCheckpoint, ReadsBackWholeAndByRangesAcrossShards) {
   const StateReader whole(dir + "/whole.h5");
   EXPECT_TRUE(torch::equal(whole.read(Kind::Ema, "head.modulation", 6, 4), c.ema[1].second.flatten().narrow(0, 6, 4)));
   EXPECT_NO_THROW(whole.check({{"blocks.0.norm3.weight", 8}, {"head.modulation", 16}, {"scalar", 1}}, true));
+  // Ranges that start and end inside rows of a matrix, and a scalar.
+  Checkpoint matrix = c;
+  matrix.model = {{"w", torch::randn({5, 3})}, {"s", torch::randn({})}};
+  matrix.ema = {{"w", torch::randn({5, 3})}, {"s", torch::randn({})}};
+  matrix.optim = {{"w", 9, torch::randn({5, 3}), torch::rand({5, 3})}, {"s", 9, torch::randn({}), torch::rand({})}};
+  write_checkpoint(dir + "/matrix.h5", matrix);
+  const StateReader rows(dir + "/matrix.h5");
+  for (auto [begin, count] : {std::pair<int64_t, int64_t>{4, 7}, {0, 15}, {14, 1}, {3, 3}})
+    EXPECT_TRUE(torch::equal(rows.read(Kind::ExpAvgSq, "w", begin, count),
+                             matrix.optim[0].exp_avg_sq.flatten().narrow(0, begin, count)))
+        << begin << "+" << count;
+  EXPECT_TRUE(torch::equal(rows.read(Kind::Ema, "s", 0, 1), matrix.ema[1].second.reshape({1})));
 }
 
 // Slices that leave a gap, a parameter of another size, and a shard file
