@@ -243,7 +243,7 @@ int run_allreduce_bench(distributed::World& world, int argc, char** argv) {
         m->wrong = sum_over_ranks(world, collective.wrong());
       }
     }
-    // Values grow under repeated in-place sums: start each timed run from the pattern.
+    // Each timed run starts from the pattern (an in-place all-reduce grows its values).
     std::vector<double> t_ours, t_raw;
     // Alternate which goes first, so neither profits from the other's warm-up.
     for (int r = 0; r < cfg.rounds; ++r) {

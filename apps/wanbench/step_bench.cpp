@@ -152,9 +152,9 @@ int run_step_bench(distributed::World& world, int argc, char** argv) {
   Variant synced(config, *comm, engine_options);
   std::unique_ptr<Variant> sharded;
   if (c.zero) {
-    engine_options.zero = 1;
-    sharded = std::make_unique<Variant>(config, *comm, engine_options);
-    engine_options.zero = 0;
+    auto zero_options = engine_options;
+    zero_options.zero = 1;
+    sharded = std::make_unique<Variant>(config, *comm, zero_options);
   }
   engine_options.communicate = false;
   Variant local(config, *comm, engine_options);
@@ -177,6 +177,7 @@ int run_step_bench(distributed::World& world, int argc, char** argv) {
     return v[v.size() / 2];
   };
   const auto with = median(with_rounds), without = median(without_rounds);
+  const auto zero = sharded ? median(sharded_rounds) : train::StepTimes{};
   const double exposed = with.total - without.total;
   // AdamW's moments per rank, measured on each Engine's tensors (the largest rank's).
   auto state_mb = [&](const train::Engine& engine) {
@@ -271,7 +272,6 @@ int run_step_bench(distributed::World& world, int argc, char** argv) {
                              {"mpi_per_bucket_s", raw_buckets_s},
                              {"reducer_vs_mpi_per_bucket", raw_buckets_s / reducer_s}}}};
   if (sharded) {
-    const auto zero = median(sharded_rounds);
     report["zero1"] = to_json(zero, double(samples_per_step));
     report["zero1"]["optimizer_state_MB_per_rank"] = sharded_state_mb;
     report["zero1"]["step_vs_reducer"] = zero.total / with.total;
@@ -288,7 +288,7 @@ int run_step_bench(distributed::World& world, int argc, char** argv) {
   fmt::print("  {:<16} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>10}\n", "seconds per step", "step", "data", "fwd", "bwd",
              "comm", "optim", "samples/s");
   std::vector<std::pair<std::string, train::StepTimes>> rows = {{"with Reducer", with}, {"comm skipped", without}};
-  if (sharded) rows.insert(rows.begin() + 1, {"ZeRO-1", median(sharded_rounds)});
+  if (sharded) rows.insert(rows.begin() + 1, {"ZeRO-1", zero});
   for (const auto& [label, t] : rows)
     fmt::print("  {:<16} {:>8.4f} {:>8.4f} {:>8.4f} {:>8.4f} {:>8.4f} {:>8.4f} {:>10.2f}\n", label, t.total, t.data,
                t.forward, t.backward, t.comm, t.optimizer, double(samples_per_step) / t.total);

@@ -243,7 +243,7 @@ int run(distributed::World& world, int argc, char** argv) {
       teacher = std::make_unique<train::Teacher>(
           cfg.teacher, *teacher_config,
           cfg.teacher_config.empty() ? "stored in the checkpoint" : "--teacher-config " + cfg.teacher_config,
-          cfg.teacher_precision == "bf16" ? at::kBFloat16 : at::kFloat);
+          teacher_dtype(cfg));
   });
   std::unique_ptr<train::WanRun> run;
   world.agree([&] {

@@ -267,6 +267,10 @@ train::WanRunOptions wan_run_options(const TrainConfig& c) {
   return o;
 }
 
+at::ScalarType teacher_dtype(const TrainConfig& c) {
+  return c.teacher_precision == "bf16" ? at::kBFloat16 : at::kFloat;
+}
+
 train::FitOptions fit_options(const TrainConfig& c) {
   train::FitOptions o;
   o.output_dir = c.output_dir;
@@ -303,7 +307,7 @@ train::MemoryPlanSettings memory_plan_settings(const TrainConfig& c, const model
   s.lora = run.lora;
   s.base_dtype = run.base_dtype;
   s.teacher = teacher;
-  s.teacher_bf16 = c.teacher_precision == "bf16";
+  s.teacher_bf16 = teacher_dtype(c) == at::kBFloat16;
   s.prefetch = c.prefetch;
   s.sample_bytes = sample_bytes;
   s.on_device = device.is_cuda();

@@ -121,6 +121,8 @@ void validate(const TrainConfig& cfg);
 train::RunSettings run_settings(const TrainConfig& cfg, const at::Device& device);
 train::WanRunOptions wan_run_options(const TrainConfig& cfg);
 model::LoraOptions lora_options(const TrainConfig& cfg);
+// --teacher-precision as the dtype the teacher's Linears are held in.
+at::ScalarType teacher_dtype(const TrainConfig& cfg);
 // --grad-checkpoint as WanModel::set_grad_checkpoint's N: none 0, blocks 1,
 // every-N N; UsageError naming the option otherwise.
 int64_t grad_checkpoint_every(const TrainConfig& cfg);

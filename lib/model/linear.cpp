@@ -36,7 +36,6 @@ thread_local bool skip_weight_init = false;
 
 SkipWeightInit::SkipWeightInit() : was_(skip_weight_init) { skip_weight_init = true; }
 SkipWeightInit::~SkipWeightInit() { skip_weight_init = was_; }
-bool SkipWeightInit::active() { return skip_weight_init; }
 
 LinearImpl::LinearImpl(int64_t in, int64_t out, at::ScalarType dtype) : in_features(in), out_features(out) {
   if (skip_weight_init) {

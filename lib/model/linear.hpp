@@ -25,7 +25,6 @@ class SkipWeightInit {
   ~SkipWeightInit();
   SkipWeightInit(const SkipWeightInit&) = delete;
   SkipWeightInit& operator=(const SkipWeightInit&) = delete;
-  static bool active();
 
  private:
   bool was_;

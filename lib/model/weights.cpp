@@ -109,16 +109,18 @@ TensorSource open_weights(const std::string& path) {
   TensorSource source;
   source.path = path;
   source.diffusers_names = uses_diffusers_names(file_names);
-  auto by_official = std::make_shared<std::map<std::string, std::string>>();  // official name -> name in the file
   for (const auto& name : file_names) {
     const std::string official = source.diffusers_names ? official_name(name) : name;
-    if (!by_official->emplace(official, name).second)
+    if (!source.shapes.emplace(official, files->entry(name).shape).second)
       throw UsageError(fmt::format("weights {}: tensors '{}' and '{}' both name parameter '{}'", path,
-                                   by_official->at(official), name, official));
-    source.shapes.emplace(official, files->entry(name).shape);
+                                   source.stored_names.count(official) ? source.stored_names.at(official) : official,
+                                   name, official));
     if (official != name) source.stored_names.emplace(official, name);
   }
-  source.read = [files, by_official](const std::string& name) { return files->read(by_official->at(name)); };
+  source.read = [files, stored = source.stored_names](const std::string& name) {
+    const auto it = stored.find(name);
+    return files->read(it == stored.end() ? name : it->second);
+  };
   return source;
 }
 

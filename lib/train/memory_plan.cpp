@@ -111,8 +111,8 @@ MemoryPlan plan_memory(const MemoryPlanSettings& s) {
     const double held = teacher_bytes(*s.teacher, s.teacher_bf16);
     plan.startup_host_bytes = s.runtime_bytes + held;
     add("teacher",
-        fmt::format("{} parameters, {}, loaded so one tensor at a time", model::parameter_count(*s.teacher),
-                    s.teacher_bf16 ? "Linears in bf16" : "fp32"),
+        fmt::format("{} parameters, {}, loaded in that precision one tensor at a time",
+                    model::parameter_count(*s.teacher), s.teacher_bf16 ? "Linears in bf16" : "fp32"),
         held, dev);
   }
   if (s.sample_bytes > 0)
@@ -121,7 +121,10 @@ MemoryPlan plan_memory(const MemoryPlanSettings& s) {
   // The writer's copy: rank 0's weights, and each rank's (share of) the state.
   const double state_copy = trained * ((s.optimizer ? 2 : 0) + (s.ema ? 1 : 0)) / shards;
   if (s.checkpoint_snapshot)
-    add("checkpoint copy", "the trained state copied for the writer thread (rank 0)", trained + state_copy, false);
+    add("checkpoint copy",
+        shards > 1 ? "the weights and this rank's share of the state, copied for the writer thread (rank 0)"
+                   : "the trained state copied for the writer thread (rank 0)",
+        trained + state_copy, false);
   else if (shards > 1)
     add("checkpoint copy", "this rank's share of the state, copied for its shard writer", state_copy, false);
 

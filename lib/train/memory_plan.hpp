@@ -36,9 +36,11 @@ struct MemoryPlanSettings {
   bool teacher_bf16 = false;                // its Linears in bf16, the rest fp32
   int prefetch = 0;                         // the loader's batches waiting beside the one in use
   double sample_bytes = 0;                  // one sample's latents and text as the loader hands them over
-  bool checkpoint_snapshot = false;         // this rank copies the trained state for the checkpoint writer
-  double runtime_bytes = 0;                 // the process before any of this (libraries, MPI): measured
-  bool on_device = false;                   // model state and activations on a GPU; the rest on the host
+  // This rank (rank 0) copies the weights and the state for the checkpoint
+  // writer; with zero_shards > 1 every other rank copies its share of the state.
+  bool checkpoint_snapshot = false;
+  double runtime_bytes = 0;  // the process before any of this (libraries, MPI): measured
+  bool on_device = false;    // model state and activations on a GPU; the rest on the host
 };
 
 struct MemoryItem {

@@ -58,9 +58,10 @@ std::string RunPlan::describe() const {
   std::string out = fmt::format("effective batch: {} per rank x {} ranks x {} accumulation steps = {}\n", s.micro_batch,
                                 world_size, s.accumulation, effective_batch);
   out += fmt::format(
-      "optimizer: AdamW, lr {:.4g}{}, {} schedule, {} warm-up steps, precision {}\n", engine.schedule.peak,
+      "optimizer: AdamW, lr {:.4g}{}, {} schedule, {} warm-up steps, precision {}{}\n", engine.schedule.peak,
       s.scale_lr ? fmt::format(" (lr {} x effective batch {})", s.lr, effective_batch) : std::string(),
-      s.schedule == Schedule::Cosine ? "cosine" : "constant", s.warmup_steps, precision_name(s.compute_dtype));
+      s.schedule == Schedule::Cosine ? "cosine" : "constant", s.warmup_steps, precision_name(s.compute_dtype),
+      s.zero == 1 ? fmt::format("; state and EMA sharded over the {} ranks (ZeRO-1)", world_size) : std::string());
   out += total_steps > 0 ? fmt::format("steps: {}{}\n", total_steps,
                                        s.steps == 0 ? fmt::format(" ({} epochs)", s.epochs) : std::string())
                          : std::string("steps: none given\n");

@@ -57,16 +57,16 @@ Teacher::Teacher(const std::string& path, const model::WanConfig& config, const 
   // The checksum of the values as read (fp32 bytes), whatever they are held in.
   model::WeightsChecksum checksum(config);
   try {
-    const auto source = file_tensors();
-    const auto report =
-        model::load_weights(*model_, source, model::LoadMode::Strict,
-                            [&](const std::string& name, const at::Tensor& t) { checksum.add(name, t); });
     if (ckpt::is_checkpoint_file(path)) {
-      const auto contents = ckpt::read_weights_contents(path);
-      source_ = fmt::format("{} weights of checkpoint step {}", contents.ema ? "EMA" : "model", contents.step);
+      auto saved = checkpoint_weights(path, /*prefer_ema=*/true);
+      file_ = std::move(saved.source);
+      source_ = fmt::format("{} weights of checkpoint step {}", saved.ema ? "EMA" : "model", saved.step);
     } else {
-      source_ = fmt::format("safetensors, {} names", report.diffusers_names ? "diffusers" : "official");
+      file_ = model::open_weights(path);
+      source_ = fmt::format("safetensors, {} names", file_.diffusers_names ? "diffusers" : "official");
     }
+    model::load_weights(*model_, file_, model::LoadMode::Strict,
+                        [&](const std::string& name, const at::Tensor& t) { checksum.add(name, t); });
   } catch (const std::exception& e) {  // a bad file is bad input, whatever layer noticed it
     throw SettingError("teacher", fmt::format("{} (the teacher's config {}: dim {}, {} layers)", e.what(),
                                               config_source, config.dim, config.num_layers));
@@ -74,11 +74,6 @@ Teacher::Teacher(const std::string& path, const model::WanConfig& config, const 
   checksum_ = checksum.value();
   for (auto& parameter : model_->parameters()) parameter.set_requires_grad(false);
   model_->eval();
-}
-
-model::TensorSource Teacher::file_tensors() const {
-  if (ckpt::is_checkpoint_file(path_)) return checkpoint_weights(path_, /*prefer_ema=*/true).source;
-  return model::open_weights(path_);
 }
 
 void Teacher::to(at::Device device) { model_->to(device); }

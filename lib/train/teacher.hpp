@@ -20,13 +20,14 @@ class WanModelImpl;
 
 namespace wt::train {
 
+// Whether a teacher held in bf16 (Teacher(..., kBFloat16)) holds this
+// parameter (official name) in bf16: the Linears of the blocks and of the
+// text embedding.
+bool held_in_bf16_by_teacher(const std::string& name);
+
 // The teacher's config: --teacher-config, or the model_config of a teacher
 // checkpoint (checked against --teacher-config when both are given).
 // UsageError naming the option when neither gives one or the file is bad.
-// Whether a teacher held in bf16 (Teacher(..., kBFloat16)) holds this parameter (official name) in
-// bf16: the Linears of the blocks and of the text embedding.
-bool held_in_bf16_by_teacher(const std::string& name);
-
 model::WanConfig resolve_teacher_config(const std::string& teacher_path, const std::string& config_path);
 
 class Teacher {
@@ -58,7 +59,7 @@ class Teacher {
   model::NamedTensors weights() const;                   // by official name, as held
   // The teacher's file again, one tensor at a time as stored (what a
   // student's projection reads: the weights before any bf16 rounding).
-  model::TensorSource file_tensors() const;
+  const model::TensorSource& file_tensors() const { return file_; }
 
   bool held_in_bf16() const { return bf16_; }
   void to(at::Device device);
@@ -82,6 +83,7 @@ class Teacher {
   std::string path_, checksum_, source_;
   model::WanConfig config_;
   std::shared_ptr<model::WanModelImpl> model_;
+  model::TensorSource file_;  // its file's index (headers only), kept for the projection
   bool bf16_ = false, stills_ = false;
 };
 

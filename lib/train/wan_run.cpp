@@ -160,9 +160,14 @@ void WanRun::start_student(const Teacher& teacher, const WanRunOptions& options,
     return;
   }
   model::check_projectable(teacher.config(), options.teacher_name, im.config, options.model_config_name);
-  const auto projection =
-      model::project_weights(teacher.file_tensors(), teacher.config(), im.objective->trainable(), im.config);
-  if (report) fmt::print("student init: projection from the teacher {}\n{}", teacher.path(), projection.describe());
+  // Rank 0's student is the one the Engine broadcasts: only it reads the
+  // teacher, from its tensors as loaded, or from its file when they are held
+  // rounded to bf16.
+  if (!report) return;
+  const auto projection = model::project_weights(
+      teacher.held_in_bf16() ? teacher.file_tensors() : model::tensors_source(teacher.weights(), teacher.path()),
+      teacher.config(), im.objective->trainable(), im.config);
+  fmt::print("student init: projection from the teacher {}\n{}", teacher.path(), projection.describe());
 }
 
 std::string WanRun::save_weights(const std::string& directory, bool write) const {

@@ -63,8 +63,8 @@ class WanRun {
   // a resumed checkpoint's fit, the sampler position) happens here, so a
   // caller runs it inside World::agree. `start` is fit's start point (its
   // checkpoint restores the weights and sampler position); `teacher`,
-  // loaded in fp32 on the CPU, makes this a distillation run and must
-  // outlive it (the student is projected from it here).
+  // loaded on the CPU in its precision, makes this a distillation run and
+  // must outlive it (rank 0 projects the student from it here).
   WanRun(const RunPlan& plan, const WanRunOptions& options, distributed::Comm& comm, data::Dataset dataset,
          model::WanConfig config, const StartPoint& start, Teacher* teacher = nullptr);
 

@@ -369,9 +369,11 @@ TEST(WanbenchStep, ZeroReportsTheShardedStepAndHalfTheMoments) {
   const double sharded = report["zero1"]["optimizer_state_MB_per_rank"].get<double>();
   EXPECT_GE(sharded, 8 * parameters / 2 / 1e6);
   EXPECT_LE(sharded, 8 * (parameters / 2 + 16) / 1e6);
-  EXPECT_GT(report["zero1"]["step_s"].get<double>(), 0);
-  EXPECT_NEAR(report["zero1"]["step_vs_reducer"].get<double>(),
-              report["zero1"]["step_s"].get<double>() / report["with_reducer"]["step_s"].get<double>(), 1e-12);
+  // Its phases are parts of its step.
+  const auto& z = report["zero1"];
+  EXPECT_LE(z["data_s"].get<double>() + z["forward_s"].get<double>() + z["backward_s"].get<double>() +
+                z["comm_s"].get<double>() + z["optimizer_s"].get<double>(),
+            z["step_s"].get<double>() * 1.0001);
 }
 
 }  // namespace

@@ -75,6 +75,7 @@ TEST_F(Zero, ShardedRunEqualsReplicatedRun) {
   const Job sharded = train(2, "zero-1", "--batch-size 2 --save-every 4 --zero 1");
   ASSERT_EQ(replicated.status, 0) << replicated.output;
   ASSERT_EQ(sharded.status, 0) << sharded.output;
+  EXPECT_EQ(occurrences(sharded.output, "; state and EMA sharded over the 2 ranks (ZeRO-1)"), 1u) << sharded.output;
   const auto a = training_lines(run_dir("zero-0")), b = training_lines(run_dir("zero-1"));
   ASSERT_EQ(a.size(), 8u);
   ASSERT_EQ(b.size(), 8u);
