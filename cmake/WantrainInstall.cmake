@@ -3,7 +3,7 @@
 #   P/bin/                  wantrain wandata wansample wanbench (apps/), wanrun (mpi/)
 #   P/lib/                  libwantrain_*.a, cmake/wantrain/ (find_package(wantrain) -> wantrain::core)
 #   P/include/wantrain/     the public headers, as the sources include them ("wantrain/model/model_config.hpp")
-#   P/share/wantrain/       configs/, run.ini, distill.ini, slurm/ (sbatch scripts), mpi/ (MCA file, examples)
+#   P/share/wantrain/       configs/, run.ini, distill.ini, plot_metrics.py, slurm/ (sbatch scripts), mpi/ (MCA file, examples)
 #   P/share/doc/wantrain/   README.md and docs/
 #   P/modulefiles/wantrain/ VERSION.lua (Lmod) and VERSION (Tcl, Environment Modules)
 # The modulefiles and the package config are written at install time, so
@@ -12,7 +12,8 @@ set(WANTRAIN_MODULE_MPI "" CACHE STRING
     "A module the wantrain modulefile loads first (e.g. openmpi/4.1); empty: the system MPI")
 
 install(PROGRAMS mpi/wanrun DESTINATION ${CMAKE_INSTALL_BINDIR})
-install(TARGETS wantrain_util wantrain_io wantrain_distributed wantrain_app wantrain_data wantrain_model wantrain_ckpt wantrain_train
+install(PROGRAMS scripts/plot_metrics.py DESTINATION ${CMAKE_INSTALL_DATADIR}/wantrain)  # wantrain plot
+install(TARGETS wantrain_util wantrain_io wantrain_distributed wantrain_app wantrain_data wantrain_model wantrain_ckpt wantrain_report wantrain_train
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(DIRECTORY lib/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/wantrain FILES_MATCHING PATTERN "*.hpp")
 install(FILES "${PROJECT_BINARY_DIR}/generated/wantrain/config.hpp"

@@ -18,10 +18,11 @@
 #include "wantrain/model/wan_model.hpp"
 #include "wantrain/model/lora_file.hpp"
 #include "wantrain/model/weights.hpp"
-#include "preview.hpp"
 #include "wantrain/train/caption_dropout.hpp"
 #include "wantrain/train/data_fits_model.hpp"
 #include "wantrain/train/euler_sampler.hpp"
+#include "wantrain/train/latent_comparison.hpp"
+#include "wantrain/train/latent_preview.hpp"
 #include "wantrain/util/error.hpp"
 #include "wantrain/util/exit_codes.hpp"
 #include "wantrain/util/options.hpp"
@@ -39,24 +40,6 @@ struct SampleConfig {
   bool compare = false;
   std::vector<std::string> loras, lora_scales;
 };
-
-// How close a sample is to the dataset's own latents of its prompt.
-struct Comparison {
-  double correlation = 0;  // Pearson, over every element
-  double mse = 0;
-  double reference_variance = 0;  // the MSE of predicting the reference's mean everywhere
-};
-
-Comparison compare_latents(const at::Tensor& sample, const at::Tensor& reference) {
-  const auto a = sample.to(torch::kFloat64).flatten(), b = reference.to(torch::kFloat64).flatten();
-  const auto da = a - a.mean(), db = b - b.mean();
-  Comparison c;
-  c.mse = (a - b).square().mean().item<double>();
-  c.reference_variance = db.square().mean().item<double>();
-  const double norms = (da.square().sum() * db.square().sum()).sqrt().item<double>();
-  c.correlation = norms > 0 ? (da * db).sum().item<double>() / norms : 0.0;
-  return c;
-}
 
 int run(distributed::World&, int argc, char** argv) {
   SampleConfig c;
@@ -189,7 +172,7 @@ int run(distributed::World&, int argc, char** argv) {
   }
   std::cout << fmt::format("wansample: wrote latents {} to {}\n", out_shape.latents_string(), c.out);
   if (c.compare) {
-    const auto m = compare_latents(latents, reference);
+    const auto m = train::compare_latents(latents, reference);
     std::cout << fmt::format(
         "wansample: against {} sample {}: correlation {:.3f}, MSE {:.4f} (the reference's variance {:.4f})\n", c.data,
         c.index, m.correlation, m.mse, m.reference_variance);
@@ -197,7 +180,7 @@ int run(distributed::World&, int argc, char** argv) {
   if (!c.png.empty()) {
     std::vector<at::Tensor> videos{latents};
     if (reference.defined()) videos.push_back(reference);
-    const auto shown = write_latent_preview(c.png, videos);
+    const auto shown = train::write_latent_preview(c.png, videos);
     std::cout << fmt::format("wansample: wrote preview {} (channels {}{})\n", c.png, fmt::join(shown, ", "),
                              reference.defined() ? "; the sample above the dataset's own latents" : "");
   }

@@ -9,6 +9,8 @@
 #include <optional>
 
 #include "export_command.hpp"
+#include "plot_command.hpp"
+#include "report_command.hpp"
 #include "train_config.hpp"
 #include "wantrain/app/app.hpp"
 #include "wantrain/app/version.hpp"
@@ -50,6 +52,23 @@ std::string world_table(const distributed::World& world, const distributed::Comm
                        threads_per_rank(cfg.threads, p.local_size));
   }
   return out;
+}
+
+// What run.json says ran, and where.
+train::RunIdentity run_identity(const distributed::World& world, const distributed::Comm& comm, int argc, char** argv) {
+  train::RunIdentity identity;
+  identity.program = "wantrain";
+  identity.version = WANTRAIN_VERSION;
+  identity.git_commit = app::git_commit();
+  for (int i = 0; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const bool quote = arg.empty() || arg.find_first_of(" \t'\"$") != std::string::npos;
+    identity.command_line += (i > 0 ? " " : "") + (quote ? "'" + arg + "'" : arg);
+  }
+  for (const auto& peer : world.peers()) identity.hosts.push_back(peer.host);
+  identity.backend = comm.backend();
+  identity.device = comm.device().str();
+  return identity;
 }
 
 struct MemorySummary {
@@ -118,12 +137,15 @@ int run(distributed::World& world, int argc, char** argv) {
                     {"lora_targets", "lora-targets"},
                     {"lora_dropout", "lora-dropout"},
                     {"timestep_range", "timestep-range"},
-                    {"base_precision", "base-precision"}});
+                    {"base_precision", "base-precision"},
+                    {"sample_index", "sample-index"}});
   TrainConfig cfg;
-  OptionSet options("wantrain",
-                    "[--config run.ini] [options]\n       wantrain export --checkpoint PATH --out FILE [--ema] "
-                    "(see wantrain export --help)\n       wantrain export --model-config C.json --seed S --out FILE "
-                    "[--random-head] [--dtype bf16]");
+  OptionSet options(
+      "wantrain",
+      "[--config run.ini] [options]\n       wantrain plot RUN_DIR [--out FILE]   wantrain report RUN_DIR\n"
+      "       wantrain export --checkpoint PATH --out FILE [--ema] "
+      "(see wantrain export --help)\n       wantrain export --model-config C.json --seed S --out FILE "
+      "[--random-head] [--dtype bf16]");
   declare_options(options, cfg);
 
   auto outcome = OptionSet::Outcome::Run;
@@ -207,9 +229,8 @@ int run(distributed::World& world, int argc, char** argv) {
   const MemorySummary memory =
       memory_summary(world, *comm, cfg, model_config, teacher_config, dataset ? &dataset->shape() : nullptr);
   if (world.is_root())
-    std::cout << "wantrain " << WANTRAIN_VERSION << ": resolved configuration\n"
-              << options.resolved_table() << table << data_summary << model_summary << plan.describe() << memory.table
-              << std::flush;
+    log::info_lines("wantrain " WANTRAIN_VERSION ": resolved configuration\n" + options.resolved_table() + table +
+                    data_summary + model_summary + plan.describe() + memory.table);
   if (world.is_root())
     for (const auto& warning : memory.warnings) spdlog::warn("{}", warning);
   comm->barrier();  // the collectives work end to end
@@ -225,6 +246,7 @@ int run(distributed::World& world, int argc, char** argv) {
   for (const auto& option : options.resolved()) run_options[option.name] = option.value;
   train::FitOptions fit_options = wantrain::fit_options(cfg);
   fit_options.run_options = run_options.dump();
+  fit_options.identity = run_identity(world, *comm, argc, argv);
   fit_options.model_config = model::to_json(*model_config);
   train::StartPoint start = train::start_run(world, fit_options, cfg.resume, "--model-config " + cfg.model_config);
 
@@ -261,8 +283,10 @@ int run(distributed::World& world, int argc, char** argv) {
 }  // namespace wt::wantrain
 
 int main(int argc, char** argv) {
-  // `wantrain export ...` is a subcommand; everything else is a training run.
+  // `wantrain export ...`, `plot ...` and `report ...` are subcommands; everything else is a training run.
   if (argc > 1 && std::string(argv[1]) == "export") return wt::app::run_app(argc - 1, argv + 1, wt::run_export);
+  if (argc > 1 && std::string(argv[1]) == "plot") return wt::app::run_local(argc - 1, argv + 1, wt::run_plot);
+  if (argc > 1 && std::string(argv[1]) == "report") return wt::app::run_local(argc - 1, argv + 1, wt::run_report);
   // For the whole life of a training process, a stop signal is recorded and
   // answered (train/fit.hpp): before the first step, exit 75 with nothing to
   // save; at a step boundary, checkpoint and 75; during the final

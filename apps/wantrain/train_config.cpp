@@ -37,6 +37,15 @@ void declare_options(OptionSet& o, TrainConfig& c) {
       .flag("dry-run", &c.dry_run, "print the resolved configuration and the world, then exit")
       .add("log-every", &c.log_every, "steps between log lines when not on a terminal")
       .add("threads", &c.threads, "CPU threads per rank (0: the node's cores shared among its ranks)");
+  o.group("watching a run")
+      .flag("tensorboard", &c.tensorboard,
+            "write TensorBoard event files into OUTPUT-DIR/tb (--tensorboard=false: none)")
+      .add("sample-every", &c.sample_every,
+           "draw a sample every N steps and after the last one, with the EMA weights (or the weights), into "
+           "OUTPUT-DIR/samples/ (0: never)")
+      .add("sample-index", &c.sample_index, "the training sample whose prompt is drawn and compared with")
+      .add("sample-steps", &c.sample_steps, "Euler steps of each sample (wansample --steps)")
+      .add("sample-cfg", &c.sample_cfg, "classifier-free guidance of each sample (wansample --cfg)");
   o.group("data")
       .add("data", &c.data, "training dataset: a directory of HDF5 shards (*.h5)")
       .add("batch-size", &c.batch_size, "samples per rank per micro-step")
@@ -134,6 +143,10 @@ void validate(const TrainConfig& c) {
   require(c.batch_size >= 1, "batch-size", "must be at least 1");
   require(c.prefetch >= 1, "prefetch", "must be at least 1");
   require(c.val_every >= 0, "val-every", "must be 0 (never) or more");
+  require(c.sample_every >= 0, "sample-every", "must be 0 (never) or more");
+  require(c.sample_index >= 0, "sample-index", "must be 0 or more");
+  require(c.sample_steps >= 1, "sample-steps", "must be at least 1");
+  require(c.sample_cfg >= 0, "sample-cfg", "must be 0 or more");
   require(c.logit_std > 0, "logit-std", "must be positive");
   require(c.shift > 0, "shift", "must be positive");
   sigma_range(c);            // throws on a malformed range
@@ -264,6 +277,14 @@ train::WanRunOptions wan_run_options(const TrainConfig& c) {
   if (c.lora_rank > 0) o.base_dtype = c.base_precision == "fp32" ? at::kFloat : at::kBFloat16;
   o.grad_checkpoint = grad_checkpoint_every(c);
   o.attention_chunk = c.attention_chunk;
+  if (c.sample_every > 0) {
+    train::TrainingSampleOptions sample;
+    sample.index = c.sample_index;
+    sample.euler = {c.sample_steps, c.shift, c.sample_cfg};
+    sample.seed = c.seed;
+    sample.directory = c.output_dir + "/samples";
+    o.sample = sample;  // compute_dtype: the run's, set by WanRun
+  }
   return o;
 }
 
@@ -283,6 +304,8 @@ train::FitOptions fit_options(const TrainConfig& c) {
   o.max_skipped = c.max_skipped;
   o.checkpoint_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(c.checkpoint_timeout * 1000));
   o.sharded_state = c.zero == 1;
+  o.tensorboard = c.tensorboard;
+  o.sample_every = c.sample_every;
   return o;
 }
 

@@ -39,6 +39,13 @@ struct TrainConfig {
   int log_every = 10;
   int threads = 0;  // 0: the node's cores shared among its ranks
 
+  // watching a run
+  bool tensorboard = true;
+  std::int64_t sample_every = 0;
+  std::int64_t sample_index = 0;
+  int sample_steps = 50;
+  double sample_cfg = 5.0;
+
   // data
   std::string data;
   int batch_size = 1;  // per rank

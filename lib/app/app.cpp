@@ -7,6 +7,7 @@
 #include "wantrain/distributed/world.hpp"
 #include "wantrain/util/error.hpp"
 #include "wantrain/util/exit_codes.hpp"
+#include "wantrain/util/fatal.hpp"
 
 namespace wt::app {
 namespace {
@@ -49,6 +50,18 @@ int run_app(int argc, char** argv, const std::function<int(distributed::World&, 
   }
   world.finalize();
   return status;
+}
+
+int run_local(int argc, char** argv, const std::function<int(int, char**)>& body) {
+  try {
+    return body(argc, argv);
+  } catch (const UsageError& e) {
+    print_error_line(e.what());
+    return kExitUsage;
+  } catch (const std::exception& e) {
+    print_error_line(e.what());
+    return kExitFailure;
+  }
 }
 
 }  // namespace wt::app

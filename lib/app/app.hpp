@@ -18,4 +18,9 @@ namespace wt::app {
 // World::agree) leaves together, unwinding normally, without an abort.
 int run_app(int argc, char** argv, const std::function<int(distributed::World&, int, char**)>& body);
 
+// For a subcommand that needs no MPI (wantrain plot, wantrain report): runs
+// `body`; an exception leaving it is one error line and status 2 for a
+// UsageError, 1 otherwise.
+int run_local(int argc, char** argv, const std::function<int(int, char**)>& body);
+
 }  // namespace wt::app

@@ -7,6 +7,7 @@ namespace wt::distributed {
 bool nccl_built() { return false; }
 int cuda_device_count() { return 0; }
 double cuda_device_memory_bytes(int) { return 0; }
+double cuda_device_memory_in_use_bytes(int) { return 0; }
 int nccl_device_for(const World&) { return -1; }
 bool nccl_usable(const World&) { return false; }
 

@@ -49,6 +49,24 @@ double cuda_device_memory_bytes(int device) {
   return double(properties.totalGlobalMem);
 }
 
+double cuda_device_memory_in_use_bytes(int device) {
+  int current = 0;
+  if (cudaGetDevice(&current) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  // cudaMemGetInfo answers for the current device.
+  if (current != device && cudaSetDevice(device) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  size_t free = 0, total = 0;
+  const bool read = cudaMemGetInfo(&free, &total) == cudaSuccess;
+  if (!read) cudaGetLastError();
+  if (current != device) cudaSetDevice(current);
+  return read ? double(total - free) : 0.0;
+}
+
 int nccl_device_for(const World& world) {
   const int devices = cuda_device_count();
   if (devices == 1) return 0;

@@ -35,6 +35,12 @@ int cuda_device_count();
 // build without NCCL): the capacity the memory plan is compared against.
 double cuda_device_memory_bytes(int device);
 
+// Bytes in use on a CUDA device now (cudaMemGetInfo: total - free, so what
+// LibTorch's caching allocator holds, the CUDA context and any other process
+// on it); 0 when it cannot be read or without NCCL. Sampled at log steps for
+// the run's peak device memory.
+double cuda_device_memory_in_use_bytes(int device);
+
 // The GPU this rank uses: its node-local rank, or 0 when the launcher gave
 // each rank a single visible GPU (srun --gpus-per-task=1); -1 when there is
 // none for it (more ranks on the node than visible GPUs).

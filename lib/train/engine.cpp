@@ -203,6 +203,7 @@ StepResult Engine::step(const Batch& batch) {
                    std::isfinite(result.loss) ? "gradient norm" : "loss");
   }
   if (im.scaler) im.scaler->update(finite);
+  if (im.scaler) result.loss_scale = im.scaler->scale();
   t.optimizer = seconds_since(phase);
 
   result.step = ++step_;

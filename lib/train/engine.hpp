@@ -27,6 +27,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <limits>
 #include <string>
 
 #include "wantrain/train/lr_schedule.hpp"
@@ -60,8 +61,9 @@ struct StepResult {
   int64_t epoch = 0;  // of this step's data (set by whoever knows the data)
   double loss = 0;    // averaged over ranks and micro-batches
   double lr = 0;
-  double grad_norm = 0;  // before clipping
-  bool skipped = false;  // non-finite loss or gradient: no update on any rank
+  double grad_norm = 0;                                          // before clipping
+  bool skipped = false;                                          // non-finite loss or gradient: no update on any rank
+  double loss_scale = std::numeric_limits<double>::quiet_NaN();  // fp16: the scale after this step; NaN otherwise
   StepTimes times;
 };
 

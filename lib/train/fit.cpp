@@ -14,6 +14,7 @@
 #include "wantrain/distributed/abort.hpp"
 #include "wantrain/distributed/comm.hpp"
 #include "wantrain/distributed/mpi_comm.hpp"
+#include "wantrain/distributed/nccl_comm.hpp"
 #include "wantrain/distributed/world.hpp"
 #include "wantrain/train/run_plan.hpp"
 #include "wantrain/train/train_log.hpp"
@@ -28,16 +29,28 @@
 namespace wt::train {
 namespace {
 
-// Every rank's peak RSS in MiB, for the closing line (collective: each rank
-// fills its own slot of a sum).
-std::vector<double> peak_rss_per_rank(distributed::Comm& comm) {
-  auto slots = torch::zeros({comm.size()}, torch::kFloat64);
+// Every rank's peak memory in MiB (collective: each rank fills its own
+// slots of a sum). Device memory is sampled now: `device_peak` keeps this
+// rank's most seen.
+MemoryPeaks memory_peaks(distributed::Comm& comm, double& device_peak) {
+  const int ranks = comm.size();
+  const bool gpu = comm.device().is_cuda();
+  if (gpu) device_peak = std::max(device_peak, distributed::cuda_device_memory_in_use_bytes(comm.device().index()));
+  auto slots = torch::zeros({2 * ranks}, torch::kFloat64);
   slots[comm.rank()] = peak_rss_mib();
+  slots[ranks + comm.rank()] = device_peak / (1024.0 * 1024.0);
   slots = slots.to(comm.device());
   comm.all_reduce(slots, {distributed::ReduceOp::Sum});
   slots = slots.cpu();
-  return {slots.data_ptr<double>(), slots.data_ptr<double>() + slots.numel()};
+  const double* values = slots.data_ptr<double>();
+  MemoryPeaks peaks;
+  peaks.rss_mib.assign(values, values + ranks);
+  if (gpu) peaks.device_mib.assign(values + ranks, values + 2 * ranks);
+  return peaks;
 }
+
+// This rank's own figure, where the others cannot be asked (an error).
+MemoryPeaks own_memory_peak() { return {{peak_rss_mib()}, {}}; }
 
 constexpr double kNoValidation = std::numeric_limits<double>::quiet_NaN();
 
@@ -137,11 +150,11 @@ StartPoint start_run(distributed::World& world, const FitOptions& options, const
   if (world.is_root() && !resume.empty()) {
     const auto& saved = start.checkpoint;
     if (saved)
-      fmt::print("resume: {} (step {}, epoch {}, written by {} rank{}{})\n", start.path, saved->state.step,
-                 saved->state.epoch, saved->world_size, saved->world_size == 1 ? "" : "s",
-                 saved->world_size == world.size() ? "" : "; the sampler re-partitions its position");
+      spdlog::info("resume: {} (step {}, epoch {}, written by {} rank{}{})", start.path, saved->state.step,
+                   saved->state.epoch, saved->world_size, saved->world_size == 1 ? "" : "s",
+                   saved->world_size == world.size() ? "" : "; the sampler re-partitions its position");
     else
-      fmt::print("resume: auto: no checkpoint in {}; starting fresh\n", options.output_dir);
+      spdlog::info("resume: auto: no checkpoint in {}; starting fresh", options.output_dir);
   }
   return start;
 }
@@ -169,8 +182,12 @@ void restore_sampler(const ckpt::Checkpoint& saved, const std::string& path, dat
   sampler.restore({state.sampler_epoch, state.sampler_consumed});
 }
 
-int fit(distributed::World& world, distributed::Comm& comm, const RunPlan& plan, FitRun run, const FitOptions& options,
-        double best_val_loss) {
+namespace {
+
+// fit's loop; `reason` says how it ended, for run.json.
+int fit_steps(distributed::World& world, distributed::Comm& comm, const RunPlan& plan, FitRun& run,
+              const FitOptions& options, double best_val_loss, TrainLog& log, RunRecord& record, std::string& reason,
+              double& device_peak) {
   Engine& engine = *run.engine;
   const bool resumed = run.resumed;
   int64_t epoch = run.first_epoch;
@@ -234,28 +251,31 @@ int fit(distributed::World& world, distributed::Comm& comm, const RunPlan& plan,
     last_saved = engine.steps_taken();
   };
 
-  TrainLogOptions log_options;
-  log_options.metrics_path = options.output_dir + "/metrics.jsonl";
-  log_options.append = resumed;
-  log_options.log_every = options.log_every;
-  log_options.total_steps = plan.total_steps;
-  log_options.first_step = engine.steps_taken();
-  log_options.samples_per_step = plan.effective_batch;
-  TrainLog log(world.is_root(), log_options);
-
   const at::ScalarType compute_dtype = plan.engine.compute_dtype;
   auto validate = [&](int64_t step) {
     const double loss = run.validator->evaluate(engine.objective(), comm, compute_dtype);
     log.validation(step, loss);
+    record.validation(step, loss);
     return loss;
+  };
+  // Rank 0 draws while the others wait in a World agreement bounded like a
+  // checkpoint write (rank 0's own long work), never under the comm timeout.
+  auto draw_sample = [&](int64_t step) {
+    if (const auto sample = run.draw_sample(step)) {
+      log.sample(step, *sample);
+      record.sample(step, *sample);
+    }
+    world.max_over_ranks({0}, "agreement after drawing a training sample", options.checkpoint_timeout + world.timeout(),
+                         "checkpoint_timeout");
   };
   // A stop signal that came during start-up: nothing new to save (a resumed
   // run's checkpoint is `latest` already); the requeue starts again from it.
   test_delay("before_first_step");
   if (const int signal = int(world.max_over_ranks({stop_signal()}, "agreement on a stop signal", world.timeout())[0])) {
+    reason = fmt::format("stopped before the first step by {} (nothing to save)", signal_name(signal));
     if (world.is_root())
-      fmt::print("stopping before the first step on {}: nothing to save; exit status {} (requeue, then {} auto)\n",
-                 signal_name(signal), kExitRequeue, setting_reference("resume"));
+      spdlog::info("stopping before the first step on {}: nothing to save; exit status {} (requeue, then {} auto)",
+                   signal_name(signal), kExitRequeue, setting_reference("resume"));
     std::fflush(stdout);
     return kExitRequeue;
   }
@@ -272,7 +292,8 @@ int fit(distributed::World& world, distributed::Comm& comm, const RunPlan& plan,
     result.epoch = epoch;
     result.times.data += waited;
     result.times.total += waited;
-    log.record(result, engine.skipped_steps());
+    log.record(result, engine.skipped_steps(),
+               log.is_logged_step(result.step) ? memory_peaks(comm, device_peak) : MemoryPeaks{});
     skipped_in_a_row = result.skipped ? skipped_in_a_row + 1 : 0;
     if (options.max_skipped > 0 && skipped_in_a_row >= options.max_skipped) {
       finish_writes(true);
@@ -281,12 +302,15 @@ int fit(distributed::World& world, distributed::Comm& comm, const RunPlan& plan,
             "stopping at step {}: {} steps in a row had a non-finite loss or gradient and were skipped ({} {}); "
             "check the data (wandata verify), the learning rate and the precision",
             result.step, skipped_in_a_row, setting_reference("max_skipped"), options.max_skipped));
+      reason = fmt::format("stopped at step {}: {} steps in a row were skipped (non-finite loss or gradient)",
+                           result.step, skipped_in_a_row);
       return kExitFailure;
     }
     const bool done = engine.steps_taken() >= plan.total_steps;
     val_loss = kNoValidation;
     if (run.validator && (done || (options.val_every > 0 && result.step % options.val_every == 0)))
       val_loss = validate(result.step);
+    if (options.sample_every > 0 && (done || result.step % options.sample_every == 0)) draw_sample(result.step);
     if (options.save_every > 0 && result.step % options.save_every == 0) save(val_loss);
     if (writer) writes_ok = report(writer->take_results(), options) && writes_ok;
 
@@ -297,6 +321,7 @@ int fit(distributed::World& world, distributed::Comm& comm, const RunPlan& plan,
     flags = flags.cpu();
     if (flags[1].item<int64_t>() != 0) {
       finish_writes(true);
+      reason = fmt::format("stopped at step {}: a checkpoint write failed", engine.steps_taken());
       return kExitFailure;
     }
     if (const int signal = int(flags[0].item<int64_t>()); signal != 0) {
@@ -310,17 +335,19 @@ int fit(distributed::World& world, distributed::Comm& comm, const RunPlan& plan,
       }
       const bool saved = agree_after_writes(world, options, {int64_t(!written)})[0] == 0;
       if (world.is_root())
-        fmt::print("stopping at step {} on {}: {}; exit status {}\n", engine.steps_taken(), signal_name(signal),
-                   saved ? fmt::format("checkpoint {}/{}", options.output_dir,
-                                       ckpt::checkpoint_file_name(engine.steps_taken()))
-                         : std::string("the checkpoint could not be written"),
-                   saved ? fmt::format("{} (requeue, then {} auto)", kExitRequeue, setting_reference("resume"))
-                         : std::string("1"));
+        spdlog::info("stopping at step {} on {}: {}; exit status {}", engine.steps_taken(), signal_name(signal),
+                     saved ? fmt::format("checkpoint {}/{}", options.output_dir,
+                                         ckpt::checkpoint_file_name(engine.steps_taken()))
+                           : std::string("the checkpoint could not be written"),
+                     saved ? fmt::format("{} (requeue, then {} auto)", kExitRequeue, setting_reference("resume"))
+                           : std::string("1"));
       std::fflush(stdout);  // before a launcher's kill-on-bad-exit can end this rank
+      reason = fmt::format("stopped at step {} by {}: {}", engine.steps_taken(), signal_name(signal),
+                           saved ? "checkpoint written, requeue to go on" : "the checkpoint could not be written");
       return saved ? kExitRequeue : kExitFailure;
     }
   }
-  log.finish(engine.skipped_steps(), peak_rss_per_rank(comm));
+  log.finish(engine.skipped_steps(), memory_peaks(comm, device_peak));
 
   // The final checkpoint; not after a failed write that stops the run.
   // Every rank learns how the writes went, so all exit with one status.
@@ -331,19 +358,69 @@ int fit(distributed::World& world, distributed::Comm& comm, const RunPlan& plan,
   // and the requeued job (--resume auto) only writes the weights.
   if (const int signal = int(world.max_over_ranks({stop_signal()}, "agreement on a stop signal", world.timeout())[0])) {
     if (world.is_root())
-      fmt::print("stopping after the last step on {}: {}\n", signal_name(signal),
-                 writes_ok ? fmt::format("the final checkpoint is complete ({}/latest); exit status {} (requeue, then "
-                                         "{} auto)",
-                                         options.output_dir, kExitRequeue, setting_reference("resume"))
-                           : std::string("the final checkpoint could not be written; exit status 1"));
+      spdlog::info("stopping after the last step on {}: {}", signal_name(signal),
+                   writes_ok
+                       ? fmt::format("the final checkpoint is complete ({}/latest); exit status {} (requeue, then "
+                                     "{} auto)",
+                                     options.output_dir, kExitRequeue, setting_reference("resume"))
+                       : std::string("the final checkpoint could not be written; exit status 1"));
     std::fflush(stdout);
+    reason = fmt::format(
+        "finished, then stopped by {} while the final checkpoint was written{}", signal_name(signal),
+        writes_ok ? " (it is complete; the requeued run writes the weights)" : " (it could not be written)");
     return writes_ok ? kExitRequeue : kExitFailure;
   }
   std::string weights;
   if (run.save_weights) weights = run.save_weights(options.output_dir, world.is_root());
   comm.barrier();  // the weights are complete before any rank reports success
-  if (world.is_root() && !weights.empty()) fmt::print("{}\n", weights);
+  if (world.is_root() && !weights.empty()) spdlog::info("{}", weights);
+  reason = writes_ok ? "finished" : "finished; a checkpoint write failed";
   return writes_ok || !options.stop_on_checkpoint_error ? kExitOk : kExitFailure;
+}
+
+}  // namespace
+
+int fit(distributed::World& world, distributed::Comm& comm, const RunPlan& plan, FitRun run, const FitOptions& options,
+        double best_val_loss) {
+  if (options.sample_every > 0 && !run.draw_sample)
+    throw UsageError("fit: sample_every is set, but this run cannot draw samples");
+  const int64_t first_step = run.engine->steps_taken();
+  TrainLogOptions log_options;
+  log_options.metrics_path = options.output_dir + "/metrics.jsonl";
+  if (options.tensorboard) log_options.tensorboard_dir = options.output_dir + "/tb";
+  log_options.append = run.resumed;
+  log_options.log_every = options.log_every;
+  log_options.total_steps = plan.total_steps;
+  log_options.first_step = first_step;
+  log_options.samples_per_step = plan.effective_batch;
+  TrainLog log(world.is_root(), log_options);
+  RunRecord record(world.is_root(), options.output_dir, options.identity, options.run_options, options.model_config,
+                   first_step, plan.total_steps);
+  auto progress = [&] {
+    RunProgress p;
+    p.last_step = run.engine->steps_taken();
+    p.steps = log.run_steps();
+    p.train_seconds = log.run_seconds();
+    p.samples_per_s = p.train_seconds > 0 ? double(p.steps * plan.effective_batch) / p.train_seconds : 0.0;
+    p.last_loss = log.last_loss();
+    return p;
+  };
+  std::string reason;
+  double device_peak = 0;
+  int status = kExitFailure;
+  try {
+    status = fit_steps(world, comm, plan, run, options, best_val_loss, log, record, reason, device_peak);
+  } catch (const std::exception& e) {
+    // This rank's view only: the others may be gone. Recorded, then ended as before.
+    try {
+      record.write(kExitFailure, fmt::format("error: {}", e.what()), progress(), own_memory_peak());
+    } catch (const std::exception&) {
+    }
+    throw;
+  }
+  // Every return of fit_steps is reached by all ranks together.
+  record.write(status, reason, progress(), memory_peaks(comm, device_peak));
+  return status;
 }
 
 }  // namespace wt::train

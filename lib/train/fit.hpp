@@ -9,7 +9,8 @@
 //               save_every steps on rank 0's background writer; the
 //               metrics log; at every step boundary the ranks agree on a
 //               stop signal (checkpoint, then the requeue status) and on a
-//               failed write; at the end the final checkpoint and weights.
+//               failed write; samples every sample_every steps; at the end
+//               the final checkpoint and weights; run.json however it ends.
 //
 // Returns the process exit status: kExitOk, kExitRequeue after a stop
 // signal and its checkpoint, kExitFailure after a failed checkpoint write
@@ -40,7 +41,9 @@
 #include "wantrain/ckpt/checkpoint.hpp"
 #include "wantrain/ckpt/directory.hpp"
 #include "wantrain/train/engine.hpp"
+#include "wantrain/train/run_record.hpp"
 #include "wantrain/train/sample_source.hpp"
+#include "wantrain/train/train_log.hpp"
 
 namespace wt::distributed {
 class Comm;
@@ -73,6 +76,9 @@ struct FitOptions {
   // main file), and a resume reads only the main file here (the Engine
   // reads its own slices of the optimizer state and EMA).
   bool sharded_state = false;
+  bool tensorboard = true;   // TensorBoard event files in <output_dir>/tb
+  int64_t sample_every = 0;  // FitRun::draw_sample every N steps and after the last; 0 never
+  RunIdentity identity;      // what run.json names
 };
 
 // Where a run starts: fresh, or from a checkpoint.
@@ -108,6 +114,10 @@ struct FitRun {
   // where `write` (rank 0) it writes the final weights into the output
   // directory and returns the line that names them.
   std::function<std::string(const std::string& directory, bool write)> save_weights;
+  // Collective (with ZeRO the EMA is gathered); rank 0 draws a sample of the
+  // model as trained so far, writes its PNG and returns what to log, the
+  // other ranks return nothing. Needed with sample_every.
+  std::function<std::optional<SampleReport>(int64_t step)> draw_sample;
 };
 
 // `best_val_loss`: the start point's (what a new `best` must beat).

@@ -3,12 +3,13 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
 
+#include <cmath>
 #include <cstdio>
 
 #include "wantrain/util/error.hpp"
 #include "wantrain/util/json.hpp"
-#include "wantrain/util/memory.hpp"
 
 namespace wt::train {
 namespace {
@@ -42,6 +43,25 @@ void keep_lines_up_to(const std::string& path, int64_t step) {
   if (std::rename(temporary.c_str(), path.c_str()) != 0) throw Error(fmt::format("{}: cannot replace", path));
 }
 
+std::string per_rank(const std::vector<double>& mib) {
+  std::vector<std::string> text;
+  for (const double value : mib) text.push_back(fmt::format("{:.0f}", value));
+  return fmt::format("{}", fmt::join(text, ", "));
+}
+
+// Memory as TensorBoard scalars, one tag per rank.
+void add_memory(std::vector<report::Scalar>& scalars, const MemoryPeaks& peaks) {
+  for (size_t r = 0; r < peaks.rss_mib.size(); ++r)
+    scalars.push_back({fmt::format("memory/peak_rss_mib/rank_{}", r), peaks.rss_mib[r]});
+  for (size_t r = 0; r < peaks.device_mib.size(); ++r)
+    scalars.push_back({fmt::format("memory/peak_device_mib/rank_{}", r), peaks.device_mib[r]});
+}
+
+void add_memory(nlohmann::json& line, const MemoryPeaks& peaks) {
+  if (!peaks.rss_mib.empty()) line["peak_rss_mib_per_rank"] = peaks.rss_mib;
+  if (!peaks.device_mib.empty()) line["peak_device_mib_per_rank"] = peaks.device_mib;
+}
+
 }  // namespace
 
 TrainLog::TrainLog(bool enabled, TrainLogOptions options) : enabled_(enabled), options_(std::move(options)) {
@@ -49,6 +69,11 @@ TrainLog::TrainLog(bool enabled, TrainLogOptions options) : enabled_(enabled), o
   if (options_.append) keep_lines_up_to(options_.metrics_path, options_.first_step);
   metrics_.open(options_.metrics_path, options_.append ? std::ios::app : std::ios::trunc);
   if (!metrics_) throw Error(fmt::format("{}: cannot open for writing", options_.metrics_path));
+  if (!options_.tensorboard_dir.empty()) {
+    tensorboard_ = std::make_unique<report::TensorBoardWriter>(options_.tensorboard_dir,
+                                                               options_.append ? options_.first_step : 0);
+    for (const auto& note : tensorboard_->notes()) spdlog::warn("{}", note);
+  }
   progress_ = std::make_unique<Progress>("train", options_.total_steps, options_.stream);
   if (progress_->enabled()) progress_->advance(options_.first_step);
 }
@@ -59,7 +84,12 @@ bool TrainLog::is_logged_step(int64_t step) const {
   return step % options_.log_every == 0 || step == options_.total_steps;
 }
 
-void TrainLog::record(const StepResult& r, int64_t skipped_total) {
+void TrainLog::line(const std::string& text) {
+  if (progress_->enabled()) progress_->interrupt();  // the bar's line stays; the message goes under it
+  spdlog::info("{}", text);
+}
+
+void TrainLog::record(const StepResult& r, int64_t skipped_total, const MemoryPeaks& peaks) {
   if (!enabled_) return;
   ++steps_;
   ++run_steps_;
@@ -85,19 +115,20 @@ void TrainLog::record(const StepResult& r, int64_t skipped_total) {
 
   const double n = steps_;
   const double loss = loss_sum_ / n;
+  last_loss_ = loss;
+  const bool scaled = std::isfinite(r.loss_scale);
   // Distillation adds the teacher's forward to the split.
   const std::string teacher = times_.teacher > 0 ? fmt::format("teacher {:.3f} + ", times_.teacher / n) : "";
   if (!progress_->enabled())
-    std::fprintf(options_.stream,
-                 "step %lld/%lld  epoch %lld  loss %.5f  lr %.3e  grad %.3f  %.1f samples/s  "
-                 "step %.3f s = data %.3f + %sfwd %.3f + bwd %.3f + comm %.3f + optim %.3f  ETA %s\n",
-                 static_cast<long long>(r.step), static_cast<long long>(options_.total_steps),
-                 static_cast<long long>(r.epoch), loss, r.lr, r.grad_norm, samples_per_s, step_time, times_.data / n,
-                 teacher.c_str(), times_.forward / n, times_.backward / n, times_.comm / n, times_.optimizer / n,
-                 duration(eta).c_str());
-  std::fflush(options_.stream);
+    spdlog::info(
+        "step {}/{}  epoch {}  loss {:.5f}  lr {:.3e}  grad {:.3f}{}  {:.1f} samples/s  "
+        "step {:.3f} s = data {:.3f} + {}fwd {:.3f} + bwd {:.3f} + comm {:.3f} + optim {:.3f}  ETA {}",
+        r.step, options_.total_steps, r.epoch, loss, r.lr, r.grad_norm,
+        scaled ? fmt::format("  loss scale {:g}", r.loss_scale) : std::string(), samples_per_s, step_time,
+        times_.data / n, teacher, times_.forward / n, times_.backward / n, times_.comm / n, times_.optimizer / n,
+        duration(eta));
 
-  nlohmann::json line = {{"step", r.step},
+  nlohmann::json json = {{"step", r.step},
                          {"epoch", r.epoch},
                          {"loss", loss},
                          {"lr", r.lr},
@@ -111,9 +142,29 @@ void TrainLog::record(const StepResult& r, int64_t skipped_total) {
                          {"comm_s", times_.comm / n},
                          {"optimizer_s", times_.optimizer / n},
                          {"skipped_steps", skipped_total},
-                         {"peak_rss_mib", peak_rss_mib()},  // rank 0's so far; every rank's at the end
                          {"eta_s", eta}};
-  write_line(line.dump());
+  if (scaled) json["loss_scale"] = r.loss_scale;
+  if (!peaks.rss_mib.empty()) json["peak_rss_mib"] = peaks.rss_mib[0];  // rank 0's, as before per-rank figures
+  add_memory(json, peaks);
+  write_line(json.dump());
+
+  if (tensorboard_) {
+    std::vector<report::Scalar> scalars = {{"train/loss", loss},
+                                           {"train/lr", r.lr},
+                                           {"train/grad_norm", r.grad_norm},
+                                           {"train/samples_per_s", samples_per_s},
+                                           {"train/skipped_steps", double(skipped_total)},
+                                           {"time/step_s", step_time},
+                                           {"time/data_s", times_.data / n},
+                                           {"time/forward_s", times_.forward / n},
+                                           {"time/backward_s", times_.backward / n},
+                                           {"time/comm_s", times_.comm / n},
+                                           {"time/optimizer_s", times_.optimizer / n}};
+    if (times_.teacher > 0) scalars.push_back({"time/teacher_s", times_.teacher / n});
+    if (scaled) scalars.push_back({"train/loss_scale", r.loss_scale});
+    add_memory(scalars, peaks);
+    tensorboard_->scalars(r.step, scalars);
+  }
   steps_ = 0;
   loss_sum_ = wall_ = 0;
   times_ = {};
@@ -121,31 +172,49 @@ void TrainLog::record(const StepResult& r, int64_t skipped_total) {
 
 void TrainLog::validation(int64_t step, double loss) {
   if (!enabled_) return;
-  if (progress_->enabled()) std::fputc('\n', options_.stream);  // keep the bar's line
-  std::fprintf(options_.stream, "step %lld  validation loss %.5f\n", static_cast<long long>(step), loss);
-  std::fflush(options_.stream);
+  line(fmt::format("step {}  validation loss {:.5f}", step, loss));
   write_line(nlohmann::json{{"step", step}, {"val_loss", loss}}.dump());
+  if (tensorboard_) tensorboard_->scalars(step, {{"val/loss", loss}});
 }
 
-void TrainLog::finish(int64_t skipped_total, const std::vector<double>& peak_rss_mib) {
+void TrainLog::sample(int64_t step, const SampleReport& s) {
+  if (!enabled_) return;
+  line(
+      fmt::format("step {}  sample of training sample {}: correlation {:.3f}, MSE {:.4f} against its latents; {} "
+                  "({:.2f} s)",
+                  step, s.index, s.correlation, s.mse, s.png_path, s.seconds));
+  write_line(nlohmann::json{{"step", step},
+                            {"sample_index", s.index},
+                            {"sample_correlation", s.correlation},
+                            {"sample_mse", s.mse},
+                            {"sample_s", s.seconds},
+                            {"sample_png", s.png_path}}
+                 .dump());
+  if (tensorboard_) {
+    tensorboard_->scalars(
+        step, {{"sample/correlation", s.correlation}, {"sample/mse", s.mse}, {"sample/seconds", s.seconds}});
+    tensorboard_->image(step, "sample/preview", s.image);
+  }
+}
+
+void TrainLog::finish(int64_t skipped_total, const MemoryPeaks& peaks) {
   if (!enabled_) return;
   progress_.reset();  // ends the bar's line
-  std::vector<std::string> rss;
-  for (const double mib : peak_rss_mib) rss.push_back(fmt::format("{:.0f}", mib));
   const double samples_per_s = run_wall_ > 0 ? double(run_steps_ * options_.samples_per_step) / run_wall_ : 0.0;
-  std::fprintf(options_.stream, "trained %lld steps in %s (%.1f samples/s), %lld skipped; peak RSS per rank %s MiB\n",
-               static_cast<long long>(run_steps_), duration(run_wall_).c_str(), samples_per_s,
-               static_cast<long long>(skipped_total), fmt::format("{}", fmt::join(rss, ", ")).c_str());
-  std::fflush(options_.stream);
+  spdlog::info("trained {} steps in {} ({:.1f} samples/s), {} skipped; peak RSS per rank {} MiB{}", run_steps_,
+               duration(run_wall_), samples_per_s, skipped_total, per_rank(peaks.rss_mib),
+               peaks.device_mib.empty()
+                   ? std::string()
+                   : fmt::format("; peak device memory per rank {} MiB", per_rank(peaks.device_mib)));
   // With the last step's number, so that a resume's truncation treats it
   // as that step's.
-  write_line(nlohmann::json{{"step", options_.total_steps},
-                            {"run_steps", run_steps_},
-                            {"run_s", run_wall_},
-                            {"run_samples_per_s", samples_per_s},
-                            {"skipped_steps", skipped_total},
-                            {"peak_rss_mib_per_rank", peak_rss_mib}}
-                 .dump());
+  nlohmann::json json = {{"step", options_.total_steps},
+                         {"run_steps", run_steps_},
+                         {"run_s", run_wall_},
+                         {"run_samples_per_s", samples_per_s},
+                         {"skipped_steps", skipped_total}};
+  add_memory(json, peaks);
+  write_line(json.dump());
 }
 
 void TrainLog::write_line(const std::string& json) {

@@ -1,8 +1,11 @@
 // What a training run reports, on rank 0 only: a progress bar when stdout is
-// a terminal, else one line every --log-every steps (SLURM log files), and
-// one JSON object per logged step in <output-dir>/metrics.jsonl. A logged
-// step reports the means over the steps since the previous one (loss, step
-// time and its split) and the latest lr and gradient norm.
+// a terminal a person watches (not under SLURM), else one log line every
+// --log-every steps; one JSON object per logged step in
+// <output-dir>/metrics.jsonl; and the same figures as TensorBoard scalars in
+// <output-dir>/tb/ (report/tensorboard_writer.hpp). A logged step reports
+// the means over the steps since the previous one (loss, step time and its
+// split), the latest lr, gradient norm and loss scale, and each rank's peak
+// memory so far.
 #pragma once
 
 #include <cstdint>
@@ -12,19 +15,37 @@
 #include <string>
 #include <vector>
 
+#include "wantrain/report/tensorboard_writer.hpp"
 #include "wantrain/train/engine.hpp"
 #include "wantrain/util/progress.hpp"
 
 namespace wt::train {
 
 struct TrainLogOptions {
-  std::string metrics_path;  // <output-dir>/metrics.jsonl
-  bool append = false;       // continue the file of a resumed run
+  std::string metrics_path;     // <output-dir>/metrics.jsonl
+  std::string tensorboard_dir;  // <output-dir>/tb; empty: no event files
+  bool append = false;          // continue the files of a resumed run
   int log_every = 10;
   int64_t total_steps = 0;
   int64_t first_step = 0;        // steps already taken (a resumed run)
   int64_t samples_per_step = 1;  // the effective batch
-  std::FILE* stream = stdout;
+  std::FILE* stream = stdout;    // the progress bar's
+};
+
+// Each rank's peak memory so far, in MiB, by rank (collected by fit).
+struct MemoryPeaks {
+  std::vector<double> rss_mib;
+  std::vector<double> device_mib;  // GPU runs only: the most device memory seen in use
+};
+
+// A sample drawn during training (train/training_sample.hpp).
+struct SampleReport {
+  int64_t index = 0;       // of the training sample whose prompt it was drawn for
+  double correlation = 0;  // against that sample's latents
+  double mse = 0;
+  double seconds = 0;    // what drawing it cost
+  std::string png_path;  // samples/step-N.png
+  report::Image image;   // the same PNG, for TensorBoard
 };
 
 class TrainLog {
@@ -33,20 +54,30 @@ class TrainLog {
   TrainLog(bool enabled, TrainLogOptions options);
   ~TrainLog();
 
-  void record(const StepResult& step, int64_t skipped_total);
+  // `peaks` at logged steps (is_logged_step), empty otherwise.
+  void record(const StepResult& step, int64_t skipped_total, const MemoryPeaks& peaks);
   void validation(int64_t step, double loss);
+  void sample(int64_t step, const SampleReport& sample);
   // The closing line: steps, mean samples/s, skipped steps, wall time and
-  // each rank's peak RSS (MiB, by rank); also a last metrics.jsonl line.
-  void finish(int64_t skipped_total, const std::vector<double>& peak_rss_mib);
+  // each rank's peak memory; also a last metrics.jsonl line.
+  void finish(int64_t skipped_total, const MemoryPeaks& peaks);
 
+  // The same answer on every rank: fit collects memory peaks at these.
   bool is_logged_step(int64_t step) const;
+
+  // The whole run so far (rank 0): steps, their wall time, the last logged loss.
+  int64_t run_steps() const { return run_steps_; }
+  double run_seconds() const { return run_wall_; }
+  double last_loss() const { return last_loss_; }
 
  private:
   void write_line(const std::string& json);
+  void line(const std::string& text);  // one log line (keeps a progress bar's line intact)
 
   const bool enabled_;
   const TrainLogOptions options_;
   std::ofstream metrics_;
+  std::unique_ptr<report::TensorBoardWriter> tensorboard_;
   std::unique_ptr<Progress> progress_;
   // Since the last logged step:
   int64_t steps_ = 0;
@@ -55,6 +86,7 @@ class TrainLog {
   // Whole run:
   int64_t run_steps_ = 0;
   double run_wall_ = 0;
+  double last_loss_ = std::numeric_limits<double>::quiet_NaN();
 };
 
 }  // namespace wt::train

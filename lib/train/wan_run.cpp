@@ -1,6 +1,7 @@
 #include "wantrain/train/wan_run.hpp"
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
 #include <filesystem>
@@ -19,6 +20,7 @@
 #include "wantrain/train/teacher.hpp"
 #include "wantrain/util/error.hpp"
 #include "wantrain/util/files.hpp"
+#include "wantrain/util/log.hpp"
 
 namespace wt::train {
 
@@ -37,7 +39,9 @@ struct WanRun::Impl {
   int prefetch = 2;
   EngineOptions engine_options;
   model::LoraOptions lora;
-  std::string lora_base;  // the frozen base's checksum
+  std::string lora_base;                              // the frozen base's checksum
+  std::unique_ptr<TrainingSampler> training_sampler;  // with options.sample
+  int rank = 0;
 
   Impl(model::WanConfig c, at::ScalarType base_dtype) : model(c, base_dtype), config(std::move(c)) {}
 };
@@ -56,6 +60,14 @@ WanRun::WanRun(const RunPlan& plan, const WanRunOptions& options, distributed::C
   impl_ = std::make_unique<Impl>(std::move(config), options.base_dtype);
   auto& im = *impl_;
   im.teacher = teacher;
+  im.rank = comm.rank();
+  // Every rank reads the sample (a few MB at most): a bad --sample-index is
+  // the same error everywhere.
+  if (options.sample) {
+    auto sample = *options.sample;
+    sample.compute_dtype = plan.engine.compute_dtype;  // sampled as trained
+    im.training_sampler = std::make_unique<TrainingSampler>(dataset, sample);
+  }
   auto& model = im.model;
   const bool init_from_checkpoint = !options.init.empty() && ckpt::is_checkpoint_file(options.init);
   if (!options.init.empty() && !init_from_checkpoint)
@@ -77,10 +89,10 @@ WanRun::WanRun(const RunPlan& plan, const WanRunOptions& options, distributed::C
     objective_options.lora_base = im.lora_base;
     objective_options.lora_base_precision = options.base_dtype == at::kBFloat16 ? "bf16" : "fp32";
     if (comm.rank() == 0)
-      fmt::print("lora: {}; {} adapter parameters trained, the base's {} frozen ({}, {}; block Linears held in {})\n",
-                 objective_options.lora, adapters, model::parameter_count(im.config),
-                 options.init.empty() ? "from the seed" : options.init, im.lora_base,
-                 objective_options.lora_base_precision);
+      spdlog::info("lora: {}; {} adapter parameters trained, the base's {} frozen ({}, {}; block Linears held in {})",
+                   objective_options.lora, adapters, model::parameter_count(im.config),
+                   options.init.empty() ? "from the seed" : options.init, im.lora_base,
+                   objective_options.lora_base_precision);
   }
   model->to(comm.device());
   model->train();
@@ -121,9 +133,9 @@ void WanRun::connect(distributed::Comm& comm, const StartPoint& start) {
   if (Teacher* teacher = im.teacher) {
     teacher->to(comm.device());  // already in its final precision
     if (comm.rank() == 0)
-      fmt::print("teacher: {} ({}), checksum {}, frozen{}{}\n", teacher->path(), teacher->source(), teacher->checksum(),
-                 teacher->held_in_bf16() ? ", Linear weights held in bf16" : "",
-                 teacher->shows_frames_as_stills() ? ", each frame shown to it as a still video" : "");
+      spdlog::info("teacher: {} ({}), checksum {}, frozen{}{}", teacher->path(), teacher->source(), teacher->checksum(),
+                   teacher->held_in_bf16() ? ", Linear weights held in bf16" : "",
+                   teacher->shows_frames_as_stills() ? ", each frame shown to it as a still video" : "");
   }
   if (start.checkpoint) {
     im.engine->load_state(*start.checkpoint, start.path);
@@ -145,6 +157,7 @@ FitRun WanRun::fit_run(Validator* validator) {
   run.first_epoch = impl_->first_epoch;
   run.resumed = impl_->resumed;
   run.save_weights = [this](const std::string& directory, bool write) { return save_weights(directory, write); };
+  if (impl_->training_sampler) run.draw_sample = [this](int64_t step) { return draw_sample(step); };
   return run;
 }
 
@@ -152,11 +165,11 @@ void WanRun::start_student(const Teacher& teacher, const WanRunOptions& options,
   auto& im = *impl_;
   const bool report = rank == 0;
   if (!options.init.empty()) {
-    if (report) fmt::print("student init: the weights of {} (not projected)\n", options.init);
+    if (report) spdlog::info("student init: the weights of {} (not projected)", options.init);
     return;
   }
   if (options.student_init == StudentInit::Random) {
-    if (report) fmt::print("student init: random (seed {})\n", seed);
+    if (report) spdlog::info("student init: random (seed {})", seed);
     return;
   }
   model::check_projectable(teacher.config(), options.teacher_name, im.config, options.model_config_name);
@@ -167,7 +180,15 @@ void WanRun::start_student(const Teacher& teacher, const WanRunOptions& options,
   const auto projection = model::project_weights(
       teacher.held_in_bf16() ? teacher.file_tensors() : model::tensors_source(teacher.weights(), teacher.path()),
       teacher.config(), im.objective->trainable(), im.config);
-  fmt::print("student init: projection from the teacher {}\n{}", teacher.path(), projection.describe());
+  log::info_lines(
+      fmt::format("student init: projection from the teacher {}\n{}", teacher.path(), projection.describe()));
+}
+
+std::optional<SampleReport> WanRun::draw_sample(int64_t step) const {
+  auto& im = *impl_;  // the model is drawn with (and left as it was)
+  const auto ema = im.engine->ema_weights();
+  if (im.rank != 0) return std::nullopt;
+  return im.training_sampler->draw(*im.model, im.objective->trainable(), ema, step);
 }
 
 std::string WanRun::save_weights(const std::string& directory, bool write) const {

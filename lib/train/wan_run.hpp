@@ -18,6 +18,7 @@
 #include <c10/core/ScalarType.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "wantrain/data/dataset.hpp"
@@ -25,6 +26,7 @@
 #include "wantrain/model/model_config.hpp"
 #include "wantrain/train/fit.hpp"
 #include "wantrain/train/flow_matching_objective.hpp"
+#include "wantrain/train/training_sample.hpp"
 
 namespace wt::train {
 
@@ -54,6 +56,9 @@ struct WanRunOptions {
   // Attention over this many queries at a time, in the trained model and a
   // teacher (WanModel::set_attention_chunk); 0 off.
   int64_t attention_chunk = 0;
+  // Samples drawn during training (fit's sample_every): of which training
+  // sample, how, and where their PNGs go.
+  std::optional<TrainingSampleOptions> sample;
 };
 
 class WanRun {
@@ -87,6 +92,10 @@ class WanRun {
   // `write`. Returns the line naming them. Collective with ZeRO (the EMA is
   // gathered from every rank).
   std::string save_weights(const std::string& directory, bool write = true) const;
+
+  // fit's draw_sample: collective with ZeRO (the EMA is gathered); rank 0
+  // draws with the EMA weights, or the weights without an EMA.
+  std::optional<SampleReport> draw_sample(int64_t step) const;
 
  private:
   void start_student(const Teacher& teacher, const WanRunOptions& options, int rank, uint64_t seed);

@@ -1,12 +1,18 @@
-// Rank-aware logging on top of spdlog: "[12:00:01.123] [rank 0/8] [info] ...".
+// Rank-aware logging on top of spdlog: "[2026-11-25 12:00:01.123] [rank 0/8] [info] ...".
 #pragma once
 
 #include <spdlog/spdlog.h>
+
+#include <string>
 
 namespace wt::log {
 
 // Sets the default logger. Rank 0 logs at `level`; other ranks log warnings
 // and errors only, so SLURM log files stay readable.
 void init(int rank, int size, spdlog::level::level_enum level = spdlog::level::info);
+
+// Each line of `text` (a table, say) as an info line of its own, so that
+// every line in a log file carries the same time and rank prefix.
+void info_lines(const std::string& text);
 
 }  // namespace wt::log

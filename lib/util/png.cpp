@@ -27,9 +27,9 @@ void put_chunk(std::string& out, const char* type, const std::string& data) {
 
 }  // namespace
 
-void write_png_gray(const std::string& path, int width, int height, const std::vector<uint8_t>& pixels) {
+std::string encode_png_gray(int width, int height, const std::vector<uint8_t>& pixels) {
   if (width < 1 || height < 1 || pixels.size() != size_t(width) * size_t(height))
-    throw Error(fmt::format("png {}: {} pixels do not make a {}x{} image", path, pixels.size(), width, height));
+    throw Error(fmt::format("png: {} pixels do not make a {}x{} image", pixels.size(), width, height));
   std::string raw;  // each row: filter type 0 (none), then its bytes
   raw.reserve(size_t(height) * (width + 1));
   for (int y = 0; y < height; ++y) {
@@ -40,7 +40,7 @@ void write_png_gray(const std::string& path, int width, int height, const std::v
   std::string packed(packed_size, '\0');
   if (compress2(reinterpret_cast<Bytef*>(packed.data()), &packed_size, reinterpret_cast<const Bytef*>(raw.data()),
                 static_cast<uLong>(raw.size()), Z_BEST_COMPRESSION) != Z_OK)
-    throw Error(fmt::format("png {}: zlib could not compress the image", path));
+    throw Error("png: zlib could not compress the image");
   packed.resize(packed_size);
 
   std::string header;
@@ -51,6 +51,11 @@ void write_png_gray(const std::string& path, int width, int height, const std::v
   put_chunk(file, "IHDR", header);
   put_chunk(file, "IDAT", packed);
   put_chunk(file, "IEND", "");
+  return file;
+}
+
+void write_png_gray(const std::string& path, int width, int height, const std::vector<uint8_t>& pixels) {
+  const std::string file = encode_png_gray(width, height, pixels);
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out.write(file.data(), std::streamsize(file.size()));
   if (!out.flush()) throw Error(fmt::format("png {}: cannot write the file", path));

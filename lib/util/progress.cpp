@@ -7,6 +7,7 @@
 #include <sys/sysmacros.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 namespace wt {
@@ -25,8 +26,17 @@ bool is_terminal(std::FILE* stream) {
          (major_number == 4 || major_number == 5 || (major_number >= 136 && major_number <= 143));
 }
 
+bool shows_live_output(std::FILE* stream) { return std::getenv("SLURM_JOB_ID") == nullptr && is_terminal(stream); }
+
 Progress::Progress(std::string label, int64_t total, std::FILE* stream)
-    : label_(std::move(label)), stream_(stream), total_(total), enabled_(is_terminal(stream)) {}
+    : label_(std::move(label)), stream_(stream), total_(total), enabled_(shows_live_output(stream)) {}
+
+void Progress::interrupt() {
+  if (!enabled_) return;
+  std::fputc('\n', stream_);
+  std::fflush(stream_);
+  last_draw_ = {};  // draw again at once
+}
 
 Progress::~Progress() {
   if (!enabled_) return;

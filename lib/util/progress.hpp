@@ -1,5 +1,5 @@
 // A progress bar for long operations, drawn on a stream (stderr by default)
-// only when it is a terminal (SLURM log files get no carriage-return noise).
+// only when it shows live output (SLURM log files get no carriage-return noise).
 #pragma once
 
 #include <chrono>
@@ -14,6 +14,11 @@ namespace wt {
 // parent's same stream too.
 bool is_terminal(std::FILE* stream);
 
+// Whether live output (a redrawn progress bar, colours) suits `stream`: a
+// terminal, outside a SLURM job (SLURM_JOB_ID), whose output is read later
+// from files even when an interactive step has a terminal.
+bool shows_live_output(std::FILE* stream);
+
 class Progress {
  public:
   Progress(std::string label, int64_t total, std::FILE* stream = stderr);
@@ -22,6 +27,9 @@ class Progress {
   Progress& operator=(const Progress&) = delete;
 
   void advance(int64_t n = 1);
+  // Ends the bar's line so that a message can be printed under it; the bar
+  // is drawn again on the next advance.
+  void interrupt();
   // Text drawn after the counts, e.g. the latest loss and the ETA.
   void set_status(std::string status) { status_ = std::move(status); }
   bool enabled() const { return enabled_; }

@@ -1,4 +1,4 @@
-#include "preview.hpp"
+#include "wantrain/train/latent_preview.hpp"
 
 #include <torch/torch.h>
 
@@ -6,10 +6,9 @@
 
 #include "wantrain/util/png.hpp"
 
-namespace wt {
+namespace wt::train {
 
-std::vector<int64_t> write_latent_preview(const std::string& path, const std::vector<at::Tensor>& videos,
-                                          int64_t channels, int64_t scale) {
+LatentPreview latent_preview(const std::vector<at::Tensor>& videos, int64_t channels, int64_t scale) {
   constexpr int64_t kGap = 2;  // background pixels between tiles
   const auto& first = videos.front();
   const int64_t c = std::min(channels, first.size(0)), frames = first.size(1);
@@ -39,8 +38,16 @@ std::vector<int64_t> write_latent_preview(const std::string& path, const std::ve
   }
   image = image.contiguous();
   const auto* data = image.data_ptr<uint8_t>();
-  write_png_gray(path, int(width), int(height), std::vector<uint8_t>(data, data + image.numel()));
-  return shown;
+  return {int(width), int(height), std::vector<uint8_t>(data, data + image.numel()), shown};
 }
 
-}  // namespace wt
+std::string LatentPreview::png() const { return encode_png_gray(width, height, pixels); }
+
+std::vector<int64_t> write_latent_preview(const std::string& path, const std::vector<at::Tensor>& videos,
+                                          int64_t channels, int64_t scale) {
+  const auto preview = latent_preview(videos, channels, scale);
+  write_png_gray(path, preview.width, preview.height, preview.pixels);
+  return preview.channels;
+}
+
+}  // namespace wt::train
