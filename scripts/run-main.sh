@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The main job on a fresh Debian 12 machine: install what is missing, build,
 # make a small synthetic dataset, train wan-mini on it with 2 ranks using the
-# sample configuration (data/run.ini), then sample from the trained weights
-# with a PNG preview. Everything lands in runs/sample/.
+# sample configuration (data/run.ini; TensorBoard files and a sample every 400
+# steps), plot the metrics and print the run report, then sample from the
+# trained weights with a PNG preview. Everything lands in runs/sample/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,6 +25,10 @@ for set in "synth 16 1" "synth-val 32 2"; do
 done
 mpirun -np 2 --oversubscribe build/release/apps/wantrain/wantrain --config data/run.ini \
   --data data/synth --val-data data/synth-val --output-dir runs/sample
+# What a person looks at: the loss, rate, throughput and step-time split as a
+# PNG, and how the run went (run.json) as a table.
+build/release/apps/wantrain/wantrain plot runs/sample --out runs/sample/plot.png
+build/release/apps/wantrain/wantrain report runs/sample
 # Wan's own sampling defaults (50 steps, guidance 5) from the EMA weights;
 # --compare prints how close the sample is to training sample 0's latents.
 build/release/apps/wansample/wansample --weights runs/sample/ema.safetensors \

@@ -86,6 +86,8 @@ TensorBoardWriter::TensorBoardWriter(const std::string& directory, int64_t first
   // TensorBoard orders a directory's files by name: the time comes first.
   const auto seconds = static_cast<long long>(wall_time());
   path_ = fmt::format("{}/events.out.tfevents.{}.{}.{}", directory, seconds, host_name(), getpid());
+  for (int n = 1; fs::exists(path_); ++n)  // another writer of this process in the same second
+    path_ = fmt::format("{}/events.out.tfevents.{}.{}.{}.{}", directory, seconds, host_name(), getpid(), n);
   file_ = std::fopen(path_.c_str(), "wb");
   if (!file_) throw Error(fmt::format("tensorboard: cannot create {}: {}", path_, std::strerror(errno)));
 

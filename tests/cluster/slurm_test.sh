@@ -108,7 +108,7 @@ preempt)
   grep -q "stopping at step [0-9]* on SIGUSR1: checkpoint" <<<"$out" || { echo "$out"; fail "no checkpoint on USR1"; }
   grep -q "wantrain checkpointed (status 75): requeueing" <<<"$out" || { echo "$out"; fail "no requeue on status 75"; }
   grep -q "restart 1:" <<<"$out" || { echo "$out"; fail "the requeued job did not start again"; }
-  grep -q "^resume: $work/preempted/step-" <<<"$out" || { echo "$out"; fail "the requeued job did not resume"; }
+  grep -qF "] resume: $work/preempted/step-" <<<"$out" || { echo "$out"; fail "the requeued job did not resume"; }
   grep -q "wantrain exited with status 0" <<<"$out" || { echo "$out"; fail "the requeued job did not finish"; }
   cmp "$work/straight/model.safetensors" "$work/preempted/model.safetensors" \
     || fail "the pre-empted run's final weights differ from the uninterrupted run's"

@@ -4,6 +4,7 @@
 // within a bounded time, with the documented status and one line, leaving
 // `latest` loadable. Delays and failures are injected through
 // util/test_hooks.hpp where a real one cannot be made on demand.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -66,6 +67,10 @@ class Faults : public ::testing::Test {
     for (const auto& entry : fs::directory_iterator(dir))
       if (entry.path().filename().string().rfind("step-", 0) == 0) return true;
     return false;
+  }
+  // run.json: how the run ended, as rank 0 recorded it.
+  static nlohmann::json run_record(const std::string& dir) {
+    return nlohmann::json::parse(wt::testing::read_text(dir + "/run.json"), nullptr, false);
   }
   // Sends `signal` to the last rank of a background job.
   static void signal_last_rank(const Background& job, int signal) {
@@ -161,6 +166,12 @@ TEST_F(Faults, APreemptionCheckpointSlowerThanTheCommTimeoutIsWrittenAndExits75)
   EXPECT_EQ(ended.status, 75) << ended.output;
   EXPECT_EQ(occurrences(ended.output, "did not complete"), 0u) << ended.output;
   EXPECT_GE(latest_step(dir), 3) << ended.output;
+  const auto record = run_record(dir);
+  EXPECT_EQ(record["exit_status"], 75) << record.dump();
+  EXPECT_EQ(record["exit_reason"],
+            fmt::format("stopped at step {} by SIGTERM: checkpoint written, requeue to go on", latest_step(dir)))
+      << record.dump();
+  EXPECT_EQ(record["last_step"], latest_step(dir));
 }
 
 // A write that never finishes ends the job after --checkpoint-timeout with
@@ -192,6 +203,10 @@ TEST_F(Faults, AStopSignalBeforeTheFirstStepExits75WithNothingToSave) {
       << ended.output;
   EXPECT_FALSE(has_checkpoint_files(dir));
   EXPECT_TRUE(training_lines(dir).empty());
+  const auto record = run_record(dir);
+  EXPECT_EQ(record["exit_status"], 75) << record.dump();
+  EXPECT_EQ(record["exit_reason"], "stopped before the first step by SIGTERM (nothing to save)") << record.dump();
+  EXPECT_EQ(record["steps"], 0);
 }
 
 // A stop signal while the final checkpoint is written: it completes, the

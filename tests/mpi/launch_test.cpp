@@ -151,8 +151,9 @@ TEST(Launch, DryRunPrintsTheMemoryPlanOfTheRun) {
         std::string("the trained state copied for the writer thread (rank 0)"),
         std::string("activations without checkpointing\n")})
     EXPECT_EQ(occurrences(job.output, line), 1u) << line << "\n" << job.output;
-  EXPECT_TRUE(std::regex_search(job.output, std::regex("\\n  host +[0-9.]+ GiB  this node's memory, shared by " +
-                                                       std::to_string(kRanks) + " ranks on it\\n")))
+  EXPECT_TRUE(
+      std::regex_search(job.output, std::regex("\\[info\\]   host +[0-9.]+ GiB  this node's memory, shared by " +
+                                               std::to_string(kRanks) + " ranks on it\\n")))
       << job.output;
   EXPECT_EQ(occurrences(job.output, "warning"), 0u) << job.output;
 
@@ -197,6 +198,8 @@ TEST(Launch, PlanLatentsAreCheckedAndNamed) {
 TEST(Launch, EveryToolAndSubcommandAnswersVersionWithTheVersion) {
   const std::vector<std::pair<std::string, std::string>> tools = {
       {std::string(WANTRAIN_WANTRAIN) + " export", "wantrain export"},
+      {std::string(WANTRAIN_WANTRAIN) + " plot", "wantrain plot"},
+      {std::string(WANTRAIN_WANTRAIN) + " report", "wantrain report"},
       {WANTRAIN_WANSAMPLE, "wansample"},
       {WANTRAIN_WANDATA, "wandata"},
       {std::string(WANTRAIN_WANDATA) + " synth", "wandata synth"},
@@ -212,7 +215,9 @@ TEST(Launch, EveryToolAndSubcommandAnswersVersionWithTheVersion) {
   for (const auto& [command, program] : tools) {
     const Job job = launch(command + " --version");
     EXPECT_EQ(job.status, 0) << command << "\n" << job.output;
-    EXPECT_TRUE(std::regex_search(job.output, std::regex("^" + program + " \\d+\\.\\d+\\.\\d+\\n  LibTorch ")))
+    EXPECT_TRUE(std::regex_search(
+        job.output,
+        std::regex("^" + program + " \\d+\\.\\d+\\.\\d+ \\(git ([0-9a-f]+(-dirty)?|unknown)\\)\\n  LibTorch ")))
         << command << "\n"
         << job.output;
   }
