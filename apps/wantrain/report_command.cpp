@@ -13,16 +13,11 @@
 #include "wantrain/util/error.hpp"
 #include "wantrain/util/exit_codes.hpp"
 #include "wantrain/util/json.hpp"
+#include "wantrain/util/text.hpp"
 #include "wantrain/util/options.hpp"
 
 namespace wt {
 namespace {
-
-std::string duration(double seconds) {
-  const auto s = static_cast<int64_t>(seconds + 0.5);
-  return s >= 3600 ? fmt::format("{}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
-                   : fmt::format("{}:{:02}", s / 60, s % 60);
-}
 
 // A number of the record, or "-" when absent or null.
 std::string figure(const nlohmann::json& record, const char* key, const char* format = "{:.5f}") {
@@ -77,8 +72,8 @@ int run_report(int argc, char** argv) {
   row("steps",
       fmt::format("{} -> {} of {} ({} this run)", r.value("first_step", int64_t(0)), r.value("last_step", int64_t(0)),
                   r.value("total_steps", int64_t(0)), r.value("steps", int64_t(0))));
-  row("time", fmt::format("{} wall, {} training, {} samples/s", duration(r.value("wall_s", 0.0)),
-                          duration(r.value("train_s", 0.0)), figure(r, "samples_per_s", "{:.1f}")));
+  row("time", fmt::format("{} wall, {} training, {} samples/s", format_duration(r.value("wall_s", 0.0)),
+                          format_duration(r.value("train_s", 0.0)), figure(r, "samples_per_s", "{:.1f}")));
   row("loss", fmt::format("{} (the last logged interval's mean)", figure(r, "final_loss")));
   const int64_t best_step = r.value("best_val_step", int64_t(-1));
   row("val loss", fmt::format("final {}, best {}{}", figure(r, "final_val_loss"), figure(r, "best_val_loss"),

@@ -10,15 +10,10 @@
 
 #include "wantrain/util/error.hpp"
 #include "wantrain/util/json.hpp"
+#include "wantrain/util/text.hpp"
 
 namespace wt::train {
 namespace {
-
-std::string duration(double seconds) {
-  const auto s = static_cast<int64_t>(seconds + 0.5);
-  return s >= 3600 ? fmt::format("{}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
-                   : fmt::format("{}:{:02}", s / 60, s % 60);
-}
 
 // A resumed run continues the file from its checkpoint's step: lines the
 // interrupted run logged after it are dropped (they are logged again).
@@ -107,8 +102,8 @@ void TrainLog::record(const StepResult& r, int64_t skipped_total, const MemoryPe
   const double samples_per_s = double(options_.samples_per_step) / step_time;
   const double eta = step_time * double(options_.total_steps - r.step);
   if (progress_->enabled()) {
-    progress_->set_status(
-        fmt::format("loss {:.4f}  lr {:.2e}  {:.1f} samples/s  ETA {}", r.loss, r.lr, samples_per_s, duration(eta)));
+    progress_->set_status(fmt::format("loss {:.4f}  lr {:.2e}  {:.1f} samples/s  ETA {}", r.loss, r.lr, samples_per_s,
+                                      format_duration(eta)));
     progress_->advance();
   }
   if (!is_logged_step(r.step)) return;
@@ -126,7 +121,7 @@ void TrainLog::record(const StepResult& r, int64_t skipped_total, const MemoryPe
         r.step, options_.total_steps, r.epoch, loss, r.lr, r.grad_norm,
         scaled ? fmt::format("  loss scale {:g}", r.loss_scale) : std::string(), samples_per_s, step_time,
         times_.data / n, teacher, times_.forward / n, times_.backward / n, times_.comm / n, times_.optimizer / n,
-        duration(eta));
+        format_duration(eta));
 
   nlohmann::json json = {{"step", r.step},
                          {"epoch", r.epoch},
@@ -202,7 +197,7 @@ void TrainLog::finish(int64_t skipped_total, const MemoryPeaks& peaks) {
   progress_.reset();  // ends the bar's line
   const double samples_per_s = run_wall_ > 0 ? double(run_steps_ * options_.samples_per_step) / run_wall_ : 0.0;
   spdlog::info("trained {} steps in {} ({:.1f} samples/s), {} skipped; peak RSS per rank {} MiB{}", run_steps_,
-               duration(run_wall_), samples_per_s, skipped_total, per_rank(peaks.rss_mib),
+               format_duration(run_wall_), samples_per_s, skipped_total, per_rank(peaks.rss_mib),
                peaks.device_mib.empty()
                    ? std::string()
                    : fmt::format("; peak device memory per rank {} MiB", per_rank(peaks.device_mib)));

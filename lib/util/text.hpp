@@ -1,4 +1,4 @@
-// Small text helpers shared by tools' option handling.
+// Small text helpers shared by tools' option handling and reports.
 #pragma once
 
 #include <string>
@@ -8,5 +8,8 @@ namespace wt {
 
 // "a,b,,c" -> {"a", "b", "", "c"}; "" -> {}.
 std::vector<std::string> split_list(const std::string& text, char separator = ',');
+
+// Seconds as "M:SS", or "H:MM:SS" from an hour on (rounded to the second).
+std::string format_duration(double seconds);
 
 }  // namespace wt
