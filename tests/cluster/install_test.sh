@@ -21,6 +21,7 @@ prefix="$work/prefix"
 cmake --install "$build" --prefix "$prefix" >"$work/install.log" || { cat "$work/install.log"; fail "cmake --install"; }
 for f in bin/wantrain bin/wandata bin/wansample bin/wanbench bin/csvfit bin/wanrun share/wantrain/configs/wan-tiny.json \
          share/wantrain/slurm/train.sbatch share/wantrain/slurm/srun-wantrain share/wantrain/mpi/mca-params.conf \
+         share/wantrain/plot_metrics.py lib/libwantrain_report.a \
          share/doc/wantrain/cluster.md include/wantrain/model/model_config.hpp lib/cmake/wantrain/wantrainConfig.cmake; do
   [ -e "$prefix/$f" ] || fail "not installed: $f"
 done
@@ -44,6 +45,9 @@ PATH=/usr/bin:/bin bash -euo pipefail -c '
     || { cat wanrun.log; echo "FAIL: the 2-rank job through the installed wanrun"; exit 1; }
   grep -q "world: 2 ranks" wanrun.log && grep -q "trained 3 steps" wanrun.log \
     || { cat wanrun.log; echo "FAIL: no 2-rank run in wanrun.log"; exit 1; }
+  wantrain plot run > plot.log 2>&1 && [ -s run/plot.png ] \
+    || { cat plot.log; echo "FAIL: wantrain plot with the installed share/wantrain/plot_metrics.py"; exit 1; }
+  wantrain report run | grep -q "finished (exit status 0)" || { echo "FAIL: wantrain report of the installed job"; exit 1; }
   module unload wantrain
   ! command -v wantrain >/dev/null || { echo "FAIL: wantrain still on PATH after module unload"; exit 1; }
 '
