@@ -63,7 +63,9 @@ train::RunIdentity run_identity(const distributed::World& world, const distribut
   for (int i = 0; i < argc; ++i) {
     const std::string arg = argv[i];
     const bool quote = arg.empty() || arg.find_first_of(" \t'\"$") != std::string::npos;
-    identity.command_line += (i > 0 ? " " : "") + (quote ? "'" + arg + "'" : arg);
+    std::string quoted;  // as a shell reads it back: ' inside becomes '\''
+    for (const char c : arg) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    identity.command_line += (i > 0 ? " " : "") + (quote ? "'" + quoted + "'" : arg);
   }
   for (const auto& peer : world.peers()) identity.hosts.push_back(peer.host);
   identity.backend = comm.backend();

@@ -26,6 +26,14 @@ std::string figure(const nlohmann::json& record, const char* key, const char* fo
   return fmt::format(fmt::runtime(format), it->get<double>());
 }
 
+// A field as text whatever its type: "-" when absent or null (a start that
+// ended without a record has a null exit status).
+std::string text(const nlohmann::json& record, const char* key) {
+  const auto it = record.find(key);
+  if (it == record.end() || it->is_null()) return "-";
+  return it->is_string() ? it->get<std::string>() : it->dump();
+}
+
 std::string per_rank(const nlohmann::json& values) {
   std::vector<std::string> text;
   if (values.is_array())
@@ -51,48 +59,56 @@ int run_report(int argc, char** argv) {
   const std::string path = run_dirs.front() + "/run.json";
   std::ifstream in(path);
   if (!in) throw UsageError(fmt::format("{}: no such file (wantrain writes it when a run ends or stops)", path));
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const auto r = parse_json_or_discarded(text);
-  if (!r.is_object() || !r.contains("exit_status") || !r["exit_status"].is_number_integer())
+  const std::string contents((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto r = parse_json_or_discarded(contents);
+  if (!r.is_object() || !r.contains("exit_status") || !(r["exit_status"].is_null() || r["exit_status"].is_number()))
     throw UsageError(fmt::format("{}: not a wantrain run record (JSON with exit_status)", path));
 
-  const auto& world = r.value("world", nlohmann::json::object());
+  // Every field read as text or a number, never assumed: a record may come
+  // from another version, and a start under way has nulls.
+  const auto world = r.value("world", nlohmann::json::object());
   std::set<std::string> hosts;
-  for (const auto& h : world.value("hosts", nlohmann::json::array()))
-    if (h.is_string()) hosts.insert(h.get<std::string>());
-  const auto& sample = r.value("last_sample", nlohmann::json());
-  std::string out = fmt::format("run {}: {} (exit status {})\n", run_dirs.front(), r.value("exit_reason", "?"),
-                                r["exit_status"].get<int>());
+  if (world.is_object() && world.contains("hosts") && world["hosts"].is_array())
+    for (const auto& h : world["hosts"])
+      if (h.is_string()) hosts.insert(h.get<std::string>());
+  const std::string ranks = world.is_object() ? text(world, "ranks") : "-";
+  std::string out =
+      fmt::format("run {}: {} (exit status {})\n", run_dirs.front(), text(r, "exit_reason"), text(r, "exit_status"));
   auto row = [&out](const char* name, const std::string& value) { out += fmt::format("  {:<14} {}\n", name, value); };
-  row("wantrain", fmt::format("{} (git {})", r.value("version", "?"), r.value("git_commit", "?")));
-  row("command", r.value("command_line", "?"));
-  row("world", fmt::format("{} rank{} on {} host{} ({}), backend {}, {}", world.value("ranks", 0),
-                           world.value("ranks", 0) == 1 ? "" : "s", hosts.size(), hosts.size() == 1 ? "" : "s",
-                           fmt::join(hosts, ", "), world.value("backend", "?"), world.value("device", "?")));
-  row("steps",
-      fmt::format("{} -> {} of {} ({} this run)", r.value("first_step", int64_t(0)), r.value("last_step", int64_t(0)),
-                  r.value("total_steps", int64_t(0)), r.value("steps", int64_t(0))));
-  row("time", fmt::format("{} wall, {} training, {} samples/s", format_duration(r.value("wall_s", 0.0)),
-                          format_duration(r.value("train_s", 0.0)), figure(r, "samples_per_s", "{:.1f}")));
+  row("wantrain", fmt::format("{} (git {})", text(r, "version"), text(r, "git_commit")));
+  row("command", text(r, "command_line"));
+  row("world",
+      fmt::format("{} rank{} on {} host{} ({}), backend {}, {}", ranks, ranks == "1" ? "" : "s", hosts.size(),
+                  hosts.size() == 1 ? "" : "s", fmt::join(hosts, ", "),
+                  world.is_object() ? text(world, "backend") : "-", world.is_object() ? text(world, "device") : "-"));
+  row("steps", fmt::format("{} -> {} of {} ({} this run)", text(r, "first_step"), text(r, "last_step"),
+                           text(r, "total_steps"), text(r, "steps")));
+  auto seconds = [&r](const char* key) {
+    const auto it = r.find(key);
+    return it != r.end() && it->is_number() ? format_duration(it->get<double>()) : std::string("-");
+  };
+  row("time", fmt::format("{} wall, {} training, {} samples/s", seconds("wall_s"), seconds("train_s"),
+                          figure(r, "samples_per_s", "{:.1f}")));
   row("loss", fmt::format("{} (the last logged interval's mean)", figure(r, "final_loss")));
-  const int64_t best_step = r.value("best_val_step", int64_t(-1));
+  const std::string best_step = text(r, "best_val_step");
   row("val loss", fmt::format("final {}, best {}{}", figure(r, "final_val_loss"), figure(r, "best_val_loss"),
-                              best_step >= 0 ? fmt::format(" at step {}", best_step) : std::string()));
+                              best_step != "-" && best_step != "-1" ? " at step " + best_step : std::string()));
+  const auto sample = r.value("last_sample", nlohmann::json());
   if (sample.is_object())
     row("sample", fmt::format("correlation {} at step {} ({})", figure(sample, "correlation", "{:.3f}"),
-                              sample.value("step", int64_t(0)), sample.value("png", "")));
+                              text(sample, "step"), text(sample, "png")));
   row("peak RSS", per_rank(r.value("peak_rss_mib_per_rank", nlohmann::json())));
   if (r.contains("peak_device_mib_per_rank"))
     row("peak device", per_rank(r.value("peak_device_mib_per_rank", nlohmann::json())));
-  const auto& latest = r.value("latest_checkpoint", nlohmann::json());
-  row("checkpoint", latest.is_string() ? latest.get<std::string>() : std::string("none"));
-  row("started", fmt::format("{}, finished {}", r.value("started", "?"), r.value("finished", "?")));
-  for (const auto& earlier : r.value("earlier_runs", nlohmann::json::array()))
-    if (earlier.is_object())
-      row("earlier run",
-          fmt::format("steps {} -> {}: {} (exit status {}), started {}", earlier.value("first_step", int64_t(0)),
-                      earlier.value("last_step", int64_t(0)), earlier.value("exit_reason", "?"),
-                      earlier.value("exit_status", -1), earlier.value("started", "?")));
+  row("checkpoint", text(r, "latest_checkpoint") == "-" ? std::string("none") : text(r, "latest_checkpoint"));
+  row("started", fmt::format("{}, finished {}", text(r, "started"), text(r, "finished")));
+  const auto earlier_runs = r.value("earlier_runs", nlohmann::json::array());
+  if (earlier_runs.is_array())
+    for (const auto& earlier : earlier_runs)
+      if (earlier.is_object())
+        row("earlier run", fmt::format("steps {} -> {}: {} (exit status {}), started {}", text(earlier, "first_step"),
+                                       text(earlier, "last_step"), text(earlier, "exit_reason"),
+                                       text(earlier, "exit_status"), text(earlier, "started")));
   std::cout << out;
   return kExitOk;
 }

@@ -12,6 +12,7 @@ namespace wt::distributed {
 void abort_job(std::string_view message, int exit_code) {
   print_error_line(message);
   std::fflush(stdout);
+  run_fatal_hook(message);  // bounded: the abort comes in any case
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);

@@ -56,7 +56,8 @@ std::string cut_file(const std::string& path, int64_t last_step) {
     fs::remove(path, error);
     if (error) throw Error(fmt::format("tensorboard: cannot remove {}: {}", path, error.message()));
   } else if (dropped) {
-    const std::string temporary = path + ".tmp";
+    // Not named *tfevents*: a TensorBoard watching the directory must not load it.
+    const std::string temporary = (fs::path(path).parent_path() / ".cut-events.tmp").string();
     {
       std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
       out.write(kept.data(), std::streamsize(kept.size()));

@@ -49,6 +49,17 @@ MemoryPeaks memory_peaks(distributed::Comm& comm, double& device_peak) {
   return peaks;
 }
 
+// What run.json says of the steps so far (rank 0's log knows them).
+RunProgress progress_of(const Engine& engine, const TrainLog& log, int64_t samples_per_step) {
+  RunProgress p;
+  p.last_step = engine.steps_taken();
+  p.steps = log.run_steps();
+  p.train_seconds = log.run_seconds();
+  p.samples_per_s = p.train_seconds > 0 ? double(p.steps * samples_per_step) / p.train_seconds : 0.0;
+  p.last_loss = log.last_loss();
+  return p;
+}
+
 // This rank's own figure, where the others cannot be asked (an error).
 MemoryPeaks own_memory_peak() { return {{peak_rss_mib()}, {}}; }
 
@@ -92,9 +103,10 @@ void wait_for_writer(ckpt::CheckpointWriter& writer, const FitOptions& options) 
 // timeout plus a margin in which rank 0's own abort reaches the others
 // first (this bound only catches a rank 0 that vanished silently).
 std::vector<int64_t> agree_after_writes(const distributed::World& world, const FitOptions& options,
-                                        std::vector<int64_t> values) {
+                                        std::vector<int64_t> values,
+                                        const std::string& what = "agreement after a checkpoint write") {
   return world.max_over_ranks(
-      std::move(values), "agreement after a checkpoint write",
+      std::move(values), what,
       options.checkpoint_timeout + std::max<std::chrono::milliseconds>(world.timeout(), std::chrono::seconds(60)),
       "checkpoint_timeout");
 }
@@ -249,6 +261,7 @@ int fit_steps(distributed::World& world, distributed::Comm& comm, const RunPlan&
       writer->submit(std::move(c));
     }
     last_saved = engine.steps_taken();
+    record.write_started();  // a job killed from here on is recorded this far
   };
 
   const at::ScalarType compute_dtype = plan.engine.compute_dtype;
@@ -258,15 +271,14 @@ int fit_steps(distributed::World& world, distributed::Comm& comm, const RunPlan&
     record.validation(step, loss);
     return loss;
   };
-  // Rank 0 draws while the others wait in a World agreement bounded like a
-  // checkpoint write (rank 0's own long work), never under the comm timeout.
+  // Rank 0 draws while the others wait in the agreement that follows its
+  // checkpoint writes (rank 0's own long work), never under the comm timeout.
   auto draw_sample = [&](int64_t step) {
     if (const auto sample = run.draw_sample(step)) {
       log.sample(step, *sample);
       record.sample(step, *sample);
     }
-    world.max_over_ranks({0}, "agreement after drawing a training sample", options.checkpoint_timeout + world.timeout(),
-                         "checkpoint_timeout");
+    agree_after_writes(world, options, {0}, "agreement after drawing a training sample");
   };
   // A stop signal that came during start-up: nothing new to save (a resumed
   // run's checkpoint is `latest` already); the requeue starts again from it.
@@ -294,6 +306,7 @@ int fit_steps(distributed::World& world, distributed::Comm& comm, const RunPlan&
     result.times.total += waited;
     log.record(result, engine.skipped_steps(),
                log.is_logged_step(result.step) ? memory_peaks(comm, device_peak) : MemoryPeaks{});
+    record.progress(progress_of(engine, log, plan.effective_batch));
     skipped_in_a_row = result.skipped ? skipped_in_a_row + 1 : 0;
     if (options.max_skipped > 0 && skipped_in_a_row >= options.max_skipped) {
       finish_writes(true);
@@ -396,30 +409,18 @@ int fit(distributed::World& world, distributed::Comm& comm, const RunPlan& plan,
   TrainLog log(world.is_root(), log_options);
   RunRecord record(world.is_root(), options.output_dir, options.identity, options.run_options, options.model_config,
                    first_step, plan.total_steps);
-  auto progress = [&] {
-    RunProgress p;
-    p.last_step = run.engine->steps_taken();
-    p.steps = log.run_steps();
-    p.train_seconds = log.run_seconds();
-    p.samples_per_s = p.train_seconds > 0 ? double(p.steps * plan.effective_batch) / p.train_seconds : 0.0;
-    p.last_loss = log.last_loss();
-    return p;
-  };
   std::string reason;
   double device_peak = 0;
-  int status = kExitFailure;
-  try {
-    status = fit_steps(world, comm, plan, run, options, best_val_loss, log, record, reason, device_peak);
-  } catch (const std::exception& e) {
-    // This rank's view only: the others may be gone. Recorded, then ended as before.
-    try {
-      record.write(kExitFailure, fmt::format("error: {}", e.what()), progress(), own_memory_peak());
-    } catch (const std::exception&) {
-    }
-    throw;
-  }
+  // An error ends the job without unwinding (app/app.hpp): rank 0 records it
+  // from the fatal hook, with its own memory only (the others may be gone).
+  const FatalHookScope on_fatal_error([&](std::string_view message) {
+    record.write(kExitFailure, fmt::format("error: {}", message), own_memory_peak());
+  });
+  record.write_started();
+  const int status = fit_steps(world, comm, plan, run, options, best_val_loss, log, record, reason, device_peak);
   // Every return of fit_steps is reached by all ranks together.
-  record.write(status, reason, progress(), memory_peaks(comm, device_peak));
+  record.progress(progress_of(*run.engine, log, plan.effective_batch));
+  record.write(status, reason, memory_peaks(comm, device_peak));
   return status;
 }
 

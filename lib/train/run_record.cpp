@@ -32,6 +32,7 @@ RunRecord::RunRecord(bool enabled, std::string output_dir, RunIdentity identity,
       first_step_(first_step),
       total_steps_(total_steps),
       started_(std::chrono::system_clock::now()) {
+  progress_.last_step = first_step_;
   if (!enabled_ || first_step_ == 0) return;
   // The starts this one continues: those that began before its first step
   // (a start the resume point precedes is superseded by this one).
@@ -41,26 +42,41 @@ RunRecord::RunRecord(bool enabled, std::string output_dir, RunIdentity identity,
   const auto previous = parse_json_or_discarded(text);
   if (!previous.is_object()) return;
   auto starts = previous.value("earlier_runs", nlohmann::json::array());
-  nlohmann::json last = {{"started", previous.value("started", "")},
-                         {"finished", previous.value("finished", "")},
-                         {"first_step", previous.value("first_step", int64_t(0))},
-                         {"last_step", previous.value("last_step", int64_t(0))},
-                         {"exit_status", previous.value("exit_status", -1)},
-                         {"exit_reason", previous.value("exit_reason", "")}};
+  if (!starts.is_array()) starts = nlohmann::json::array();
+  nlohmann::json last = nlohmann::json::object();
+  for (const char* key : {"started", "finished", "first_step", "last_step", "exit_status", "exit_reason"})
+    last[key] = previous.contains(key) ? previous[key] : nlohmann::json();  // null: it ended without a record
   starts.push_back(last);
-  for (const auto& start : starts)
-    if (start.is_object() && start.value("first_step", int64_t(0)) < first_step_) earlier_runs_.push_back(start);
-  const auto best = previous.find("best_val_loss");
-  if (best != previous.end() && best->is_number() && previous.value("best_val_step", int64_t(-1)) <= first_step_) {
-    best_val_loss_ = best->get<double>();
-    best_val_step_ = previous.value("best_val_step", int64_t(-1));
+  for (const auto& start : starts) {
+    const auto first = start.is_object() ? start.find("first_step") : start.end();
+    if (start.is_object() && first != start.end() && first->is_number_integer() && first->get<int64_t>() < first_step_)
+      earlier_runs_.push_back(start);
   }
+  const auto best = previous.find("best_val_loss");
+  const auto best_step = previous.find("best_val_step");
+  if (best != previous.end() && best->is_number() && best_step != previous.end() && best_step->is_number_integer() &&
+      best_step->get<int64_t>() <= first_step_) {
+    best_val_loss_ = best->get<double>();
+    best_val_step_ = best_step->get<int64_t>();
+  }
+}
+
+void RunRecord::write_started() const {
+  if (!enabled_) return;
+  write_json(nlohmann::json(), "running, or ended without a record (killed, or an error on another rank)", {});
+}
+
+void RunRecord::progress(const RunProgress& progress) {
+  if (!enabled_) return;
+  const std::lock_guard<std::mutex> lock(mutex_);
+  progress_ = progress;
 }
 
 void RunRecord::validation(int64_t step, double loss) {
   if (!enabled_) return;
+  const std::lock_guard<std::mutex> lock(mutex_);
   final_val_loss_ = loss;
-  if (!(loss >= best_val_loss_)) {  // also when there is no best yet (NaN)
+  if (std::isfinite(loss) && !(loss >= best_val_loss_)) {  // also when there is no best yet (NaN)
     best_val_loss_ = loss;
     best_val_step_ = step;
   }
@@ -68,13 +84,21 @@ void RunRecord::validation(int64_t step, double loss) {
 
 void RunRecord::sample(int64_t step, const SampleReport& s) {
   if (!enabled_) return;
+  const std::lock_guard<std::mutex> lock(mutex_);
   last_sample_ = {
       {"step", step}, {"index", s.index}, {"correlation", s.correlation}, {"mse", s.mse}, {"png", s.png_path}};
 }
 
-void RunRecord::write(int status, const std::string& reason, const RunProgress& p, const MemoryPeaks& peaks) const {
+void RunRecord::write(int status, const std::string& reason, const MemoryPeaks& peaks) const {
   if (!enabled_) return;
+  write_json(status, reason, peaks);
+}
+
+void RunRecord::write_json(const nlohmann::json& status, const std::string& reason, const MemoryPeaks& peaks) const {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  const RunProgress& p = progress_;
   const auto now = std::chrono::system_clock::now();
+  const bool ended = !status.is_null();
   nlohmann::json record = {{"program", identity_.program},
                            {"version", identity_.version},
                            {"git_commit", identity_.git_commit},
@@ -87,7 +111,7 @@ void RunRecord::write(int status, const std::string& reason, const RunProgress& 
                            {"config", parse_json_or_discarded(config_json_)},
                            {"model_config", parse_json_or_discarded(model_config_json_)},
                            {"started", utc(started_)},
-                           {"finished", utc(now)},
+                           {"finished", ended ? nlohmann::json(utc(now)) : nlohmann::json()},
                            {"wall_s", std::chrono::duration<double>(now - started_).count()},
                            {"first_step", first_step_},
                            {"last_step", p.last_step},

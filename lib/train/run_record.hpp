@@ -1,15 +1,17 @@
 // run.json: how one start of a run on an output directory went, written by
-// rank 0 into <output-dir>/run.json when fit returns, however it returns
-// (finished, a stop signal, a failed checkpoint write, too many skipped
-// steps, an error), so that a person or a script finds in one place what
-// ran, on what, how far and how fast, and why it ended. A resumed run keeps
-// the earlier starts it continues under "earlier_runs". `wantrain report`
-// prints it (docs/training.md#watching-a-run has the fields).
+// rank 0 into <output-dir>/run.json when training starts (exit_status null:
+// running, or ended without a record) and again when fit returns however it
+// returns (finished, a stop signal, a failed checkpoint write, too many
+// skipped steps) or an error ends the job on rank 0, so that a person or a
+// script finds in one place what ran, on what, how far and how fast, and
+// why it ended. A resumed run keeps the earlier starts it continues under
+// "earlier_runs". `wantrain report` prints it (docs/training.md#watching-a-run).
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <limits>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -42,12 +44,18 @@ class RunRecord {
   RunRecord(bool enabled, std::string output_dir, RunIdentity identity, std::string config_json,
             std::string model_config_json, int64_t first_step, int64_t total_steps);
 
+  // The record of a start under way (exit_status null), as far as it got.
+  void write_started() const;
+
+  void progress(const RunProgress& progress);
   void validation(int64_t step, double loss);
   void sample(int64_t step, const SampleReport& sample);
 
-  // Writes run.json whole (through a .tmp and rename): `status` is the
-  // process exit status, `reason` one line of why the run ended.
-  void write(int status, const std::string& reason, const RunProgress& progress, const MemoryPeaks& peaks) const;
+  // Writes run.json whole (through a .tmp and rename) with the progress last
+  // recorded: `status` is the process exit status, `reason` one line of why
+  // the run ended. Safe from another thread (the fatal hook) while this one
+  // records.
+  void write(int status, const std::string& reason, const MemoryPeaks& peaks) const;
 
  private:
   bool enabled_;
@@ -61,6 +69,10 @@ class RunRecord {
   double best_val_loss_ = std::numeric_limits<double>::quiet_NaN();
   int64_t best_val_step_ = -1;
   nlohmann::json last_sample_;
+  RunProgress progress_;
+  mutable std::mutex mutex_;  // the fields that progress(), validation() and sample() change
+
+  void write_json(const nlohmann::json& status, const std::string& reason, const MemoryPeaks& peaks) const;
 };
 
 }  // namespace wt::train

@@ -2,6 +2,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
 #include <chrono>
@@ -26,9 +27,10 @@ class SwappedWeights {
   SwappedWeights(const NamedTensors& trainable, const NamedTensors& weights) : trainable_(trainable) {
     if (weights.empty()) return;
     TORCH_CHECK(weights.size() == trainable.size(), "a sample's weights name every trained parameter");
+    for (size_t i = 0; i < trainable.size(); ++i)  // all checked before any is swapped
+      TORCH_CHECK(weights[i].first == trainable[i].first, "a sample's weights come in the trained parameters' order");
     saved_.reserve(trainable.size());
     for (size_t i = 0; i < trainable.size(); ++i) {
-      TORCH_CHECK(weights[i].first == trainable[i].first, "a sample's weights come in the trained parameters' order");
       auto parameter = trainable[i].second;
       saved_.push_back(parameter.data());
       parameter.set_data(weights[i].second.to(parameter.options()));
@@ -108,10 +110,16 @@ SampleReport TrainingSampler::draw(model::WanModelImpl& model, const NamedTensor
   report.mse = comparison.mse;
   const auto preview = latent_preview({latents, latents_});
   report.image = {preview.width, preview.height, 1, preview.png()};
+  // A sample is for looking at: a full or read-only disk costs its PNG, not the run.
   std::error_code error;
   std::filesystem::create_directories(options_.directory, error);
   report.png_path = fmt::format("{}/step-{:08d}.png", options_.directory, step);
-  write_file_durably(report.png_path, report.image.png);
+  try {
+    write_file_durably(report.png_path, report.image.png);
+  } catch (const Error& e) {
+    spdlog::warn("{} (the sample is not saved; training goes on)", e.what());
+    report.png_path.clear();
+  }
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return report;
 }

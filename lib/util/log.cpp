@@ -13,8 +13,9 @@ void init(int rank, int size, spdlog::level::level_enum level) {
   auto logger = spdlog::get("wantrain");
   // Colour only for a person at a terminal (a rank's stdout under mpirun is
   // a pseudo-terminal even when the job's output goes to a file), never
-  // under SLURM, and never when NO_COLOR is set (no-color.org).
-  const bool colour = shows_live_output(stdout) && std::getenv("NO_COLOR") == nullptr;
+  // under SLURM, and never when NO_COLOR is set and not empty (no-color.org).
+  const char* no_color = std::getenv("NO_COLOR");
+  const bool colour = shows_live_output(stdout) && (no_color == nullptr || *no_color == '\0');
   if (!logger)
     logger = spdlog::stdout_color_mt("wantrain", colour ? spdlog::color_mode::always : spdlog::color_mode::never);
   // The one format of every line: date and time, so that a log file read

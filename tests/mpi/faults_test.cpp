@@ -101,9 +101,21 @@ TEST_F(Faults, ASigkilledRankEndsTheJobAndResumeAutoFinishesTheRun) {
   EXPECT_EQ(occurrences(ended.output, "exited on signal 9"), 1u) << ended.output;
   const int64_t step = latest_step(dir);
   ASSERT_GE(step, 2) << ended.output;
+  // Rank 0 was ended by the launcher: run.json still says the start is under way.
+  EXPECT_TRUE(run_record(dir)["exit_status"].is_null()) << run_record(dir).dump();
   const Job resumed = train(dir, "--steps " + std::to_string(step + 2) + " --resume auto");
   EXPECT_EQ(resumed.status, 0) << resumed.output;
   EXPECT_EQ(training_lines(dir).back()["step"], step + 2);
+  // The killed start is an earlier run of the resumed one, with no exit status.
+  const auto record = run_record(dir);
+  EXPECT_EQ(record["exit_status"], 0) << record.dump();
+  ASSERT_EQ(record["earlier_runs"].size(), 1u) << record.dump();
+  EXPECT_TRUE(record["earlier_runs"][0]["exit_status"].is_null()) << record.dump();
+  const Job report = launch(std::string(WANTRAIN_WANTRAIN) + " report " + dir);
+  EXPECT_EQ(report.status, 0) << report.output;
+  EXPECT_EQ(occurrences(report.output, "ended without a record (killed, or an error on another rank) (exit status -)"),
+            1u)
+      << report.output;
 }
 
 // A read that fails on one rank in the middle of training ends every rank
@@ -186,6 +198,10 @@ TEST_F(Faults, ACheckpointWriteThatNeverFinishesEndsTheJobWithItsOwnLine) {
   EXPECT_EQ(occurrences(job.output, "has not finished after 2 s (--checkpoint-timeout)"), 1u) << job.output;
   EXPECT_EQ(occurrences(job.output, "did not complete"), 0u) << job.output;
   EXPECT_EQ(latest_step(dir), 2);
+  const auto record = run_record(dir);  // from the fatal hook, before the abort
+  EXPECT_EQ(record["exit_status"], 1) << record.dump();
+  EXPECT_EQ(record["exit_reason"].get<std::string>().rfind("error: a checkpoint write in " + dir, 0), 0u)
+      << record.dump();
   report_time("a write that never finishes, --checkpoint-timeout 2 (whole job)", job.seconds);
 }
 

@@ -99,7 +99,8 @@ TEST(Launch, DryRunPrintsTheConfigurationAndWorldOnceFromRankZero) {
   EXPECT_EQ(occurrences(job.output, "world: " + std::to_string(kRanks) + " ranks, backend MPI"), 1u) << job.output;
   EXPECT_TRUE(std::regex_search(job.output, std::regex("lr +0\\.0003 +\\(command line\\)"))) << job.output;
   for (int r = 0; r < kRanks; ++r)
-    EXPECT_TRUE(std::regex_search(job.output, std::regex("\\n +" + std::to_string(r) + " +\\S+ +\\d+/\\d+ +cpu")))
+    EXPECT_TRUE(
+        std::regex_search(job.output, std::regex("\\[info\\] +" + std::to_string(r) + " +\\S+ +\\d+/\\d+ +cpu")))
         << "rank " << r << " missing from the world table\n"
         << job.output;
   EXPECT_NE(job.output.find("effective batch: 4 per rank x " + std::to_string(kRanks) +
@@ -128,7 +129,9 @@ TEST(Launch, WithoutALauncherWantrainIsAWorldOfOne) {
 TEST(Launch, VersionNamesTheLibrariesBuiltWith) {
   const Job job = launch(std::string(WANTRAIN_WANTRAIN) + " --version");
   EXPECT_EQ(job.status, 0) << job.output;
-  EXPECT_TRUE(std::regex_search(job.output, std::regex("^wantrain \\d+\\.\\d+\\.\\d+\\n  LibTorch "))) << job.output;
+  EXPECT_TRUE(std::regex_search(
+      job.output, std::regex("^wantrain \\d+\\.\\d+\\.\\d+ \\(git ([0-9a-f]+(-dirty)?|unknown)\\)\\n  LibTorch ")))
+      << job.output;
   // The malloc the apps run on (cmake/WantrainMalloc.cmake), as the process finds it.
   const std::string malloc_name = std::string(WANTRAIN_APPS_MALLOC) == "tcmalloc" ? "TCMalloc" : "glibc malloc";
   EXPECT_TRUE(std::regex_search(job.output, std::regex(", " + malloc_name + "\\n$"))) << job.output;
