@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "wantrain/app/app.hpp"
+#include "wantrain/app/run_identity.hpp"
 #include "wantrain/app/version.hpp"
 #include "wantrain/ckpt/checkpoint.hpp"
 #include "wantrain/data/csv_table.hpp"
@@ -193,12 +194,10 @@ int run(distributed::World& world, int argc, char** argv) {
   train::RunPlan plan;
   world.agree([&] { plan = train::plan_run(settings, world.size(), world.rank(), {samples.size()}); });
   if (world.is_root())
-    std::cout << "csvfit: resolved configuration\n"
-              << options.resolved_table()
-              << fmt::format("data: {} ({} rows), inputs {}, targets {}\n{}", c.data, samples.size(),
-                             fmt::join(inputs, ","), fmt::join(targets, ","), plan.describe_epoch())
-              << fmt::format("model: MLP {} -> {} -> {}\n", F, fmt::join(hidden, " -> "), T) << plan.describe()
-              << std::flush;
+    log::info_lines("csvfit: resolved configuration\n" + options.resolved_table() +
+                    fmt::format("data: {} ({} rows), inputs {}, targets {}\n{}", c.data, samples.size(),
+                                fmt::join(inputs, ","), fmt::join(targets, ","), plan.describe_epoch()) +
+                    fmt::format("model: MLP {} -> {} -> {}\n", F, fmt::join(hidden, " -> "), T) + plan.describe());
   if (c.dry_run) return kExitOk;
 
   nlohmann::json run_options = nlohmann::json::object();
@@ -212,6 +211,7 @@ int run(distributed::World& world, int argc, char** argv) {
   fit_options.log_every = c.log_every;
   fit_options.stop_on_checkpoint_error = c.on_ckpt_error == "fail";
   fit_options.model_config = model_json.dump();
+  fit_options.identity = app::run_identity("csvfit", world, *comm, argc, argv);
   train::StartPoint start = train::start_run(world, fit_options, c.resume, "the data and options of this run");
 
   // The model, objective and Engine, with a resumed checkpoint's state:

@@ -13,6 +13,7 @@
 #include "report_command.hpp"
 #include "train_config.hpp"
 #include "wantrain/app/app.hpp"
+#include "wantrain/app/run_identity.hpp"
 #include "wantrain/app/version.hpp"
 #include "wantrain/config.hpp"
 #include "wantrain/data/dataset.hpp"
@@ -52,25 +53,6 @@ std::string world_table(const distributed::World& world, const distributed::Comm
                        threads_per_rank(cfg.threads, p.local_size));
   }
   return out;
-}
-
-// What run.json says ran, and where.
-train::RunIdentity run_identity(const distributed::World& world, const distributed::Comm& comm, int argc, char** argv) {
-  train::RunIdentity identity;
-  identity.program = "wantrain";
-  identity.version = WANTRAIN_VERSION;
-  identity.git_commit = app::git_commit();
-  for (int i = 0; i < argc; ++i) {
-    const std::string arg = argv[i];
-    const bool quote = arg.empty() || arg.find_first_of(" \t'\"$") != std::string::npos;
-    std::string quoted;  // as a shell reads it back: ' inside becomes '\''
-    for (const char c : arg) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
-    identity.command_line += (i > 0 ? " " : "") + (quote ? "'" + quoted + "'" : arg);
-  }
-  for (const auto& peer : world.peers()) identity.hosts.push_back(peer.host);
-  identity.backend = comm.backend();
-  identity.device = comm.device().str();
-  return identity;
 }
 
 struct MemorySummary {
@@ -248,7 +230,7 @@ int run(distributed::World& world, int argc, char** argv) {
   for (const auto& option : options.resolved()) run_options[option.name] = option.value;
   train::FitOptions fit_options = wantrain::fit_options(cfg);
   fit_options.run_options = run_options.dump();
-  fit_options.identity = run_identity(world, *comm, argc, argv);
+  fit_options.identity = app::run_identity("wantrain", world, *comm, argc, argv);
   fit_options.model_config = model::to_json(*model_config);
   train::StartPoint start = train::start_run(world, fit_options, cfg.resume, "--model-config " + cfg.model_config);
 

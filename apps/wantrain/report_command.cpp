@@ -75,7 +75,7 @@ int run_report(int argc, char** argv) {
   std::string out =
       fmt::format("run {}: {} (exit status {})\n", run_dirs.front(), text(r, "exit_reason"), text(r, "exit_status"));
   auto row = [&out](const char* name, const std::string& value) { out += fmt::format("  {:<14} {}\n", name, value); };
-  row("wantrain", fmt::format("{} (git {})", text(r, "version"), text(r, "git_commit")));
+  row("program", fmt::format("{} {} (git {})", text(r, "program"), text(r, "version"), text(r, "git_commit")));
   row("command", text(r, "command_line"));
   row("world",
       fmt::format("{} rank{} on {} host{} ({}), backend {}, {}", ranks, ranks == "1" ? "" : "s", hosts.size(),
