@@ -2,11 +2,13 @@
 
 #include <fmt/chrono.h>
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include <cmath>
 #include <fstream>
 
 #include "wantrain/ckpt/directory.hpp"
+#include "wantrain/util/error.hpp"
 #include "wantrain/util/files.hpp"
 #include "wantrain/util/json.hpp"
 
@@ -131,7 +133,13 @@ void RunRecord::write_json(const nlohmann::json& status, const std::string& reas
   if (!peaks.device_mib.empty()) record["peak_device_mib_per_rank"] = peaks.device_mib;
   const auto latest = ckpt::linked_checkpoint(output_dir_, "latest");
   record["latest_checkpoint"] = latest ? nlohmann::json(*latest) : nlohmann::json();
-  write_file_durably(output_dir_ + "/run.json", record.dump(2) + "\n");
+  // A record is for reading: a full or read-only disk costs it, never the run.
+  try {
+    write_file_durably(output_dir_ + "/run.json", record.dump(2) + "\n");
+  } catch (const Error& e) {
+    if (!write_failed_) spdlog::warn("{} (run.json is not updated; training goes on)", e.what());
+    write_failed_ = true;
+  }
 }
 
 }  // namespace wt::train

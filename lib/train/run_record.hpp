@@ -53,8 +53,8 @@ class RunRecord {
 
   // Writes run.json whole (through a .tmp and rename) with the progress last
   // recorded: `status` is the process exit status, `reason` one line of why
-  // the run ended. Safe from another thread (the fatal hook) while this one
-  // records.
+  // the run ended. A write that fails is a warning (once), never an error.
+  // Safe from another thread (the fatal hook) while this one records.
   void write(int status, const std::string& reason, const MemoryPeaks& peaks) const;
 
  private:
@@ -70,7 +70,8 @@ class RunRecord {
   int64_t best_val_step_ = -1;
   nlohmann::json last_sample_;
   RunProgress progress_;
-  mutable std::mutex mutex_;  // the fields that progress(), validation() and sample() change
+  mutable bool write_failed_ = false;  // warned once
+  mutable std::mutex mutex_;           // the fields that progress(), validation() and sample() change
 
   void write_json(const nlohmann::json& status, const std::string& reason, const MemoryPeaks& peaks) const;
 };

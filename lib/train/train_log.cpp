@@ -65,9 +65,11 @@ TrainLog::TrainLog(bool enabled, TrainLogOptions options) : enabled_(enabled), o
   metrics_.open(options_.metrics_path, options_.append ? std::ios::app : std::ios::trunc);
   if (!metrics_) throw Error(fmt::format("{}: cannot open for writing", options_.metrics_path));
   if (!options_.tensorboard_dir.empty()) {
-    tensorboard_ = std::make_unique<report::TensorBoardWriter>(options_.tensorboard_dir,
-                                                               options_.append ? options_.first_step : 0);
-    for (const auto& note : tensorboard_->notes()) spdlog::warn("{}", note);
+    to_tensorboard([&] {
+      tensorboard_ = std::make_unique<report::TensorBoardWriter>(options_.tensorboard_dir,
+                                                                 options_.append ? options_.first_step : 0);
+      for (const auto& note : tensorboard_->notes()) spdlog::warn("{}", note);
+    });
   }
   progress_ = std::make_unique<Progress>("train", options_.total_steps, options_.stream);
   if (progress_->enabled()) progress_->advance(options_.first_step);
@@ -158,7 +160,7 @@ void TrainLog::record(const StepResult& r, int64_t skipped_total, const MemoryPe
     if (times_.teacher > 0) scalars.push_back({"time/teacher_s", times_.teacher / n});
     if (scaled) scalars.push_back({"train/loss_scale", r.loss_scale});
     add_memory(scalars, peaks);
-    tensorboard_->scalars(r.step, scalars);
+    to_tensorboard([&] { tensorboard_->scalars(r.step, scalars); });
   }
   steps_ = 0;
   loss_sum_ = wall_ = 0;
@@ -169,7 +171,7 @@ void TrainLog::validation(int64_t step, double loss) {
   if (!enabled_) return;
   line(fmt::format("step {}  validation loss {:.5f}", step, loss));
   write_line(nlohmann::json{{"step", step}, {"val_loss", loss}}.dump());
-  if (tensorboard_) tensorboard_->scalars(step, {{"val/loss", loss}});
+  if (tensorboard_) to_tensorboard([&] { tensorboard_->scalars(step, {{"val/loss", loss}}); });
 }
 
 void TrainLog::sample(int64_t step, const SampleReport& s) {
@@ -185,11 +187,12 @@ void TrainLog::sample(int64_t step, const SampleReport& s) {
                             {"sample_s", s.seconds},
                             {"sample_png", s.png_path}}
                  .dump());
-  if (tensorboard_) {
-    tensorboard_->scalars(
-        step, {{"sample/correlation", s.correlation}, {"sample/mse", s.mse}, {"sample/seconds", s.seconds}});
-    tensorboard_->image(step, "sample/preview", s.image);
-  }
+  if (tensorboard_)
+    to_tensorboard([&] {
+      tensorboard_->scalars(
+          step, {{"sample/correlation", s.correlation}, {"sample/mse", s.mse}, {"sample/seconds", s.seconds}});
+      tensorboard_->image(step, "sample/preview", s.image);
+    });
 }
 
 void TrainLog::finish(int64_t skipped_total, const MemoryPeaks& peaks) {
@@ -210,6 +213,17 @@ void TrainLog::finish(int64_t skipped_total, const MemoryPeaks& peaks) {
                          {"skipped_steps", skipped_total}};
   add_memory(json, peaks);
   write_line(json.dump());
+}
+
+void TrainLog::to_tensorboard(const std::function<void()>& write) {
+  // The event files are a view of metrics.jsonl: a full or read-only disk
+  // ends them with one warning, never the run.
+  try {
+    write();
+  } catch (const Error& e) {
+    spdlog::warn("{} (no more TensorBoard events in this run; metrics.jsonl goes on)", e.what());
+    tensorboard_.reset();
+  }
 }
 
 void TrainLog::write_line(const std::string& json) {

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -72,6 +73,7 @@ class TrainLog {
 
  private:
   void write_line(const std::string& json);
+  void to_tensorboard(const std::function<void()>& write);
   void line(const std::string& text);  // one log line (keeps a progress bar's line intact)
 
   const bool enabled_;
