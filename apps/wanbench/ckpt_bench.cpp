@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <torch/torch.h>
 #include <unistd.h>
 
@@ -13,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <tuple>
 
+#include "plausibility.hpp"
 #include "wantrain/ckpt/directory.hpp"
 #include "wantrain/ckpt/writer.hpp"
 #include "wantrain/data/dataset.hpp"
@@ -65,7 +67,7 @@ struct CkptBenchConfig {
   std::string config_file, model_config, size = "16x16", dir;
   int64_t batch = 1, frames = 1;
   int steps = 10, rounds = 3, threads = 0;
-  bool json = false;
+  bool json = false, strict = false;
 };
 
 }  // namespace
@@ -83,7 +85,8 @@ int run_ckpt_bench(distributed::World& world, int argc, char** argv) {
       .add("rounds", &c.rounds, "alternating rounds (medians are reported)")
       .add("dir", &c.dir, "where checkpoints are written (default: a new directory under $TMPDIR)")
       .add("threads", &c.threads, "CPU threads for training (0: the node's cores shared among its ranks)")
-      .flag("json", &c.json, "print JSON instead of the table");
+      .flag("json", &c.json, "print JSON instead of the table")
+      .flag("strict", &c.strict, "exit 1 when a figure is unreliable (too short, too few rounds, an impossible ratio)");
   auto outcome = OptionSet::Outcome::Run;
   model::WanConfig config;
   int64_t height = 0, width = 0;
@@ -170,6 +173,18 @@ int run_ckpt_bench(distributed::World& world, int argc, char** argv) {
 
   const double sync = median(sync_s), snap = median(snapshot_s), write = median(write_s), plain = median(plain_s);
   const double stall = median(busy_s) - median(quiet_s);
+  // A background write cannot speed training up beyond noise, nor stall it by
+  // more than a synchronous save would; the checkpoint's file cannot be
+  // written faster than plain write(2)+fsync of the same bytes beyond noise.
+  bench::Plausibility check;
+  check.enough_rounds(c.rounds);
+  check.resolvable("the synchronous save", sync);
+  check.resolvable("the file write", write);
+  check.resolvable("the steps without a write", median(quiet_s));
+  check.within("the stall / synchronous save", stall / sync, -0.1, 1.1,
+               "a background write cannot speed training up, nor stall it more than a synchronous save");
+  check.within("the file write / plain write", plain / write, 0, 1.25,
+               "the checkpoint file is written with no fewer bytes or fsyncs than the plain write");
   if (c.json) {
     std::cout << nlohmann::json{{"model_config", c.model_config},
                                 {"checkpoint_bytes", file_bytes},
@@ -182,10 +197,11 @@ int run_ckpt_bench(distributed::World& world, int argc, char** argv) {
                                 {"steps_with_background_write_s", median(busy_s)},
                                 {"stall_s", stall},
                                 {"stall_vs_sync", stall / sync},
-                                {"write_vs_plain", plain / write}}
+                                {"write_vs_plain", plain / write},
+                                {"unreliable", check.notes()}}
                      .dump(2)
               << '\n';
-    return kExitOk;
+    return c.strict && !check.ok() ? kExitFailure : kExitOk;
   }
   fmt::print("wanbench ckpt: {} ({} parameters), AdamW + EMA, {} steps per variant, {} rounds (medians), dir {}\n",
              c.model_config, model::parameter_count(config), c.steps, c.rounds, c.dir.empty() ? "$TMPDIR" : dir);
@@ -198,7 +214,8 @@ int run_ckpt_bench(distributed::World& world, int argc, char** argv) {
              median(busy_s));
   fmt::print("  training stall of the background write: {:.3f} s = {:.1f}% of the synchronous save (goal <= 10%)\n",
              stall, 100 * stall / sync);
-  return kExitOk;
+  if (!check.ok()) fmt::print("  UNRELIABLE: {}\n", fmt::join(check.notes(), "; "));
+  return c.strict && !check.ok() ? kExitFailure : kExitOk;
 }
 
 }  // namespace wt

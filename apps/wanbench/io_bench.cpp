@@ -9,7 +9,9 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <iterator>
 
+#include "plausibility.hpp"
 #include "wantrain/io/h5.hpp"
 #include "wantrain/data/loader.hpp"
 #include "wantrain/distributed/world.hpp"
@@ -28,7 +30,7 @@ struct IoConfig {
   std::string config_file, dir, shapes = "tiny,wan480p", dtype = "float32";
   int64_t tiny_samples = 2048, wan_samples = 48, batch_size = 4, shards = 4;
   int prefetch = 4, rounds = 3;
-  bool json = false;
+  bool json = false, strict = false;
 };
 
 struct Shape {
@@ -41,9 +43,14 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-// Writes the benchmark dataset once (random values; only the bytes matter).
+// Writes the benchmark dataset once (random values; only the bytes matter);
+// a later run reuses it when it was made with the same samples and shards.
 void make_dataset(const std::string& dir, const Shape& shape, int64_t shards) {
-  if (fs::exists(dir + "/.complete")) return;
+  const std::string made = fmt::format("samples {} shards {}\n", shape.samples, shards);
+  if (std::ifstream marker(dir + "/.complete"); marker) {
+    const std::string text((std::istreambuf_iterator<char>(marker)), std::istreambuf_iterator<char>());
+    if (text == made) return;
+  }
   fs::remove_all(dir);
   fs::create_directories(dir);
   const auto& s = shape.sample;
@@ -55,7 +62,7 @@ void make_dataset(const std::string& dir, const Shape& shape, int64_t shards) {
     data::ShardWriter writer(data::shard_path(dir, k), s, end - next, false);
     for (int64_t row = 0; next < end; ++next, ++row) writer.write(row, latents + next, text, s.text_len);
   }
-  std::ofstream(dir + "/.complete") << "done\n";
+  std::ofstream(dir + "/.complete") << made;
 }
 
 // Every byte of /latents and /text_emb, shard after shard, in storage order,
@@ -116,7 +123,8 @@ int run_io_bench(distributed::World& world, int argc, char** argv) {
       .choice("dtype", &c.dtype, {"float32", "bfloat16", "stored"},
               "what the Loader converts to (stored: no conversion)")
       .add("rounds", &c.rounds, "alternating rounds of raw read and Loader; the median is reported")
-      .flag("json", &c.json, "print JSON instead of the table");
+      .flag("json", &c.json, "print JSON instead of the table")
+      .flag("strict", &c.strict, "exit 1 when a row is unreliable (too short, too few rounds, an impossible ratio)");
   if (const auto outcome = options.parse(argc, argv); outcome != OptionSet::Outcome::Run) {
     std::cout << app::help_or_version(outcome, options);
     return kExitOk;
@@ -134,6 +142,7 @@ int run_io_bench(distributed::World& world, int argc, char** argv) {
   if (shapes.empty()) throw UsageError("option --shapes: name tiny, wan480p or both");
 
   nlohmann::json rows = nlohmann::json::array();
+  int unreliable = 0;  // rows
   if (!c.json)
     std::cout << fmt::format(
                      "# wanbench io: batch {}, prefetch {}, Loader output {}, {} rounds (median), page cache warm\n",
@@ -153,16 +162,25 @@ int run_io_bench(distributed::World& world, int argc, char** argv) {
     std::vector<char> raw_buffer;
     raw_read(dataset, raw_buffer);  // warm-up: the page cache and the raw buffer,
     loader_epoch(loader);           // and the Loader's buffers
-    std::vector<double> raw, loaded;
+    std::vector<double> raw, loaded, raw_seconds, loader_seconds;
     for (int r = 0; r < c.rounds; ++r) {
       auto start = std::chrono::steady_clock::now();
       const int64_t raw_bytes = raw_read(dataset, raw_buffer);
-      raw.push_back(raw_bytes / seconds_since(start));
+      raw_seconds.push_back(seconds_since(start));
+      raw.push_back(raw_bytes / raw_seconds.back());
       start = std::chrono::steady_clock::now();
       const int64_t loader_bytes = loader_epoch(loader);
-      loaded.push_back(loader_bytes / seconds_since(start));
+      loader_seconds.push_back(seconds_since(start));
+      loaded.push_back(loader_bytes / loader_seconds.back());
     }
     const double raw_bps = median(raw), loader_bps = median(loaded);
+    bench::Plausibility check;
+    check.enough_rounds(c.rounds);
+    check.resolvable("the raw read", median(raw_seconds));
+    check.resolvable("the Loader's epoch", median(loader_seconds));
+    check.within("the ratio", loader_bps / raw_bps, 0, 1.25,
+                 "the Loader reads the same bytes as the raw read, and converts and copies them");
+    unreliable += check.ok() ? 0 : 1;
     nlohmann::json row{{"shape", shape.name},
                        {"samples", shape.samples},
                        {"sample_bytes", sample_bytes},
@@ -170,12 +188,13 @@ int run_io_bench(distributed::World& world, int argc, char** argv) {
                        {"raw_samples_per_s", raw_bps / sample_bytes},
                        {"loader_MBps", loader_bps / 1e6},
                        {"loader_samples_per_s", loader_bps / sample_bytes},
-                       {"ratio", loader_bps / raw_bps}};
+                       {"ratio", loader_bps / raw_bps},
+                       {"unreliable", check.notes()}};
     rows.push_back(row);
     if (!c.json)
-      std::cout << fmt::format("  {:<8} {:>8} {:>12.0f} | {:>10.1f} {:>9.1f} | {:>10.1f} {:>9.1f} | {:>6.3f}\n",
+      std::cout << fmt::format("  {:<8} {:>8} {:>12.0f} | {:>10.1f} {:>9.1f} | {:>10.1f} {:>9.1f} | {:>6.3f}{}\n",
                                shape.name, shape.samples, sample_bytes, raw_bps / 1e6, raw_bps / sample_bytes,
-                               loader_bps / 1e6, loader_bps / sample_bytes, loader_bps / raw_bps)
+                               loader_bps / 1e6, loader_bps / sample_bytes, loader_bps / raw_bps, check.row_suffix())
                 << std::flush;
   }
   if (c.json)
@@ -184,6 +203,10 @@ int run_io_bench(distributed::World& world, int argc, char** argv) {
               << "\n";
   else
     std::cout << "# ratio = Loader MB/s / raw MB/s; MB = 1e6 bytes as stored (latents + text_emb)\n";
+  if (c.strict && unreliable > 0) {
+    std::cout << fmt::format("wanbench io: {} unreliable row{} (--strict)\n", unreliable, unreliable == 1 ? "" : "s");
+    return kExitFailure;
+  }
   return kExitOk;
 }
 

@@ -65,7 +65,7 @@ int run_verify(distributed::World&, int argc, char** argv) {
   std::vector<data::ShardInfo> good;
   for (const auto& path : data::Dataset::shard_paths(directory)) {
     try {
-      data::ShardInfo info = data::inspect_shard(path);
+      data::ShardInfo info = data::inspect_shard(path, &problems);
       if (!good.empty() && info.shape != good.front().shape) {
         problems.push_back(fmt::format("shard {} has latents {}, text_emb {} but shard {} has latents {}, text_emb {}",
                                        path, info.shape.latents_string(), info.shape.text_string(), good.front().path,

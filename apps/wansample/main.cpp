@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cmath>
 
+#include "wantrain/ckpt/checkpoint.hpp"
 #include "wantrain/data/dataset.hpp"
 #include "wantrain/data/shard.hpp"
 #include "wantrain/data/text_file.hpp"
@@ -19,12 +20,14 @@
 #include "wantrain/model/lora_file.hpp"
 #include "wantrain/model/weights.hpp"
 #include "wantrain/train/caption_dropout.hpp"
+#include "wantrain/train/checkpoint_weights.hpp"
 #include "wantrain/train/data_fits_model.hpp"
 #include "wantrain/train/euler_sampler.hpp"
 #include "wantrain/train/latent_comparison.hpp"
 #include "wantrain/train/latent_preview.hpp"
 #include "wantrain/util/error.hpp"
 #include "wantrain/util/exit_codes.hpp"
+#include "wantrain/util/files.hpp"
 #include "wantrain/util/options.hpp"
 #include "wantrain/app/version.hpp"
 
@@ -32,7 +35,7 @@ namespace wt {
 namespace {
 
 struct SampleConfig {
-  std::string config_file, weights, model_config, data, text, size, out = "sample.h5", png, precision = "fp32";
+  std::string config_file, weights, checkpoint, checkpoint_weights = "auto", model_config, data, text, size, out = "sample.h5", png, precision = "fp32";
   int64_t index = 0, frames = 0, attention_chunk = 0;
   int steps = 50, threads = 0;
   double shift = 5.0, cfg = 5.0;
@@ -41,13 +44,30 @@ struct SampleConfig {
   std::vector<std::string> loras, lora_scales;
 };
 
+// The model config: --model-config, or the one --checkpoint stores (checked
+// against --model-config when both are given).
+model::WanConfig sampling_model_config(const SampleConfig& c) {
+  if (c.checkpoint.empty()) return model::load_model_config(c.model_config);
+  const std::string stored = ckpt::read_model_config(c.checkpoint);
+  if (!c.model_config.empty())
+    ckpt::check_model_config(stored, c.checkpoint, model::to_json(model::load_model_config(c.model_config)),
+                             "--model-config " + c.model_config);
+  return model::parse_model_config(stored, fmt::format("checkpoint {}: attribute model_config", c.checkpoint));
+}
+
 int run(distributed::World&, int argc, char** argv) {
   SampleConfig c;
-  OptionSet options("wansample", "--weights FILE --model-config JSON (--data DIR | --text FILE) [options]");
+  OptionSet options("wansample",
+                    "(--weights FILE --model-config JSON | --checkpoint PATH) (--data DIR | --text FILE) [options]");
   options.group("wansample")
       .standard_options(&c.config_file)
       .add("weights", &c.weights, "model weights: .safetensors or .safetensors.index.json (Wan or diffusers names)")
-      .add("model-config", &c.model_config, "model config JSON (data/configs/*.json)")
+      .add("checkpoint", &c.checkpoint,
+           "a wantrain checkpoint (e.g. runs/a/latest) instead of --weights: its weights and its stored model config")
+      .choice("checkpoint-weights", &c.checkpoint_weights, {"auto", "ema", "model"},
+              "which weights of --checkpoint: auto (the EMA when the run kept one), ema or model")
+      .add("model-config", &c.model_config,
+           "model config JSON (data/configs/*.json); with --checkpoint, optional and checked against the stored one")
       .add("data", &c.data, "condition on the text embedding of a dataset sample (shape from the dataset)")
       .add("text", &c.text, "condition on an HDF5 file of embeddings: /text_emb [N,L,D] or [L,D], optional /text_len")
       .add("index", &c.index, "which sample of --data or row of --text")
@@ -78,9 +98,14 @@ int run(distributed::World&, int argc, char** argv) {
     std::cout << app::help_or_version(outcome, options);
     return kExitOk;
   }
-  if (c.weights.empty()) throw UsageError("option --weights: the model weights are required");
-  if (c.model_config.empty()) throw UsageError("option --model-config: the model config is required");
+  if (c.weights.empty() == c.checkpoint.empty())
+    throw UsageError("options --weights, --checkpoint: give exactly one (the model weights to sample with)");
+  if (c.checkpoint.empty() && c.model_config.empty())
+    throw UsageError("option --model-config: the model config is required with --weights");
   if (c.data.empty() == c.text.empty()) throw UsageError("options --data, --text: give exactly one");
+  for (const auto& [option, path] : {std::pair{"weights", c.weights}, {"checkpoint", c.checkpoint}})
+    if (const auto why = path.empty() ? std::string() : unreadable_file_reason(path); !why.empty())
+      throw UsageError(fmt::format("option --{}: {}: {}", option, path, why));
   if (c.steps < 1) throw UsageError("option --steps: must be at least 1");
   if (c.attention_chunk < 0) throw UsageError("option --attention-chunk: must be 0 (off) or a number of queries");
   if (c.shift <= 0) throw UsageError("option --shift: must be positive");
@@ -99,7 +124,7 @@ int run(distributed::World&, int argc, char** argv) {
     scales.push_back(value);
   }
 
-  const model::WanConfig config = model::load_model_config(c.model_config);
+  const model::WanConfig config = sampling_model_config(c);
   at::Tensor context, reference;  // [L, D]; the dataset's latents [C, F, H, W]
   int32_t text_len = 0;
   std::string source;
@@ -134,12 +159,24 @@ int run(distributed::World&, int argc, char** argv) {
                                  context.size(0), context.size(1), c.model_config, config.text_len, config.text_dim));
 
   model::WanModel net(config);
-  const auto report = model::load_weights(*net, c.weights);
+  if (c.checkpoint.empty()) {
+    const auto report = model::load_weights(*net, c.weights);
+    std::cout << fmt::format("wansample: {} ({:.3g} parameters, {}{})\n", c.weights,
+                             double(model::parameter_count(config)), report.summary(),
+                             report.diffusers_names ? ", diffusers names" : "");
+  } else {
+    const auto saved = train::checkpoint_weights(c.checkpoint, c.checkpoint_weights != "model");
+    if (c.checkpoint_weights == "ema" && !saved.ema)
+      throw UsageError(fmt::format("option --checkpoint-weights: checkpoint {} holds no EMA weights (its run had no "
+                                   "--ema-decay); use auto or model",
+                                   c.checkpoint));
+    const auto report = model::load_weights(*net, saved.source);
+    std::cout << fmt::format("wansample: {} ({:.3g} parameters, {} weights of step {}, {})\n", c.checkpoint,
+                             double(model::parameter_count(config)), saved.ema ? "EMA" : "model", saved.step,
+                             report.summary());
+  }
   net->eval();
   net->set_attention_chunk(c.attention_chunk);
-  std::cout << fmt::format("wansample: {} ({:.3g} parameters, {}{})\n", c.weights,
-                           double(model::parameter_count(config)), report.summary(),
-                           report.diffusers_names ? ", diffusers names" : "");
   for (size_t i = 0; i < c.loras.size(); ++i) {
     const double scale = scales.empty() ? 1.0 : scales[scales.size() == 1 ? 0 : i];
     const int layers = model::merge_lora_file(*net, c.loras[i], scale);

@@ -204,6 +204,13 @@ int run(distributed::World& world, int argc, char** argv) {
     plan = train::plan_run(run_settings(cfg, comm->device()), world.size(), world.rank(),
                            dataset ? dataset->shard_sizes() : std::vector<int64_t>{});
   });
+  // What a training run lacks is its one line, before the configuration table.
+  world.agree([&] {
+    if (cfg.dry_run) return;
+    if (!dataset) throw UsageError("option --data: a training dataset is needed (or --dry-run)");
+    if (!model_config) throw UsageError("option --model-config: a model config is needed (or --dry-run)");
+    if (plan.total_steps <= 0) throw UsageError("option --steps: give --steps N or --epochs N to train");
+  });
   const std::string data_summary =
       dataset ? fmt::format("data: {} ({} shards, {} samples), latents {}, text_emb {}\n{}", cfg.data,
                             dataset->shards().size(), dataset->size(), dataset->shape().latents_string(),
@@ -219,12 +226,6 @@ int run(distributed::World& world, int argc, char** argv) {
     for (const auto& warning : memory.warnings) spdlog::warn("{}", warning);
   comm->barrier();  // the collectives work end to end
   if (cfg.dry_run) return kExitOk;
-
-  world.agree([&] {
-    if (!dataset) throw UsageError("option --data: a training dataset is needed (or --dry-run)");
-    if (!model_config) throw UsageError("option --model-config: a model config is needed (or --dry-run)");
-    if (plan.total_steps <= 0) throw UsageError("option --steps: give --steps N or --epochs N to train");
-  });
 
   nlohmann::json run_options = nlohmann::json::object();
   for (const auto& option : options.resolved()) run_options[option.name] = option.value;

@@ -2,6 +2,7 @@
 
 #include <exception>
 #include <string>
+#include <thread>
 
 #include "wantrain/distributed/abort.hpp"
 #include "wantrain/distributed/world.hpp"
@@ -11,6 +12,12 @@
 
 namespace wt::app {
 namespace {
+
+// The thread that initialised MPI: only it may finalize MPI.
+std::thread::id& main_thread() {
+  static std::thread::id id;
+  return id;
+}
 
 // Reached for an exception that no handler takes. The C++ runtime then calls
 // terminate without unwinding the stack (the Itanium ABI's two-phase
@@ -32,6 +39,7 @@ namespace {
       message = "unknown exception";
     }
   }
+  if (std::this_thread::get_id() == main_thread()) distributed::end_job_from_main_thread(message, status);
   distributed::abort_job(message, status);
 }
 
@@ -39,6 +47,7 @@ namespace {
 
 int run_app(int argc, char** argv, const std::function<int(distributed::World&, int, char**)>& body) {
   distributed::World world(argc, argv);
+  main_thread() = std::this_thread::get_id();
   std::set_terminate(end_job_on_uncaught_exception);
   int status = kExitOk;
   // Only the agreed exit is caught here (it leaves every rank together, after

@@ -11,10 +11,17 @@
 #include "wantrain/ckpt/shard_file.hpp"
 #include "wantrain/io/h5.hpp"
 #include "wantrain/util/error.hpp"
+#include "wantrain/util/files.hpp"
 #include "wantrain/util/json.hpp"
 
 namespace wt::ckpt {
 namespace {
+
+// A missing or unreadable path is said as such, before HDF5 would call it corrupt.
+void require_readable(const std::string& path) {
+  if (const auto why = unreadable_file_reason(path); !why.empty())
+    throw UsageError(fmt::format("checkpoint {}: {}", path, why));
+}
 
 std::string shape_string(at::IntArrayRef sizes) { return fmt::format("[{}]", fmt::join(sizes, ",")); }
 
@@ -189,6 +196,7 @@ namespace {
 Checkpoint read_main_file(const std::string& path, ReadParts parts) {
   io::Lock lock(io::library_mutex());
   io::quiet_errors();
+  require_readable(path);
   std::string object = "the file";  // what was being read, for the error
   try {
     const auto file = io::open_file(path);
@@ -291,6 +299,7 @@ Checkpoint read_checkpoint(const std::string& path, ReadParts parts) {
 WeightsContents read_weights_contents(const std::string& path) {
   io::Lock lock(io::library_mutex());
   io::quiet_errors();
+  require_readable(path);
   std::string object = "the file";
   try {
     const auto file = io::open_file(path);
@@ -323,6 +332,7 @@ WeightsContents read_weights_contents(const std::string& path) {
 at::Tensor read_weight(const std::string& path, const std::string& group, const std::string& name) {
   io::Lock lock(io::library_mutex());
   io::quiet_errors();
+  require_readable(path);
   try {
     const auto file = io::open_file(path);
     return read_tensor(open_group(file.get(), group).get(), name);
@@ -334,6 +344,7 @@ at::Tensor read_weight(const std::string& path, const std::string& group, const 
 TrainerState read_trainer_state(const std::string& path) {
   io::Lock lock(io::library_mutex());
   io::quiet_errors();
+  require_readable(path);
   std::string object = "the file";
   try {
     const auto file = io::open_file(path);
@@ -346,6 +357,7 @@ TrainerState read_trainer_state(const std::string& path) {
 std::string read_model_config(const std::string& path) {
   io::Lock lock(io::library_mutex());
   io::quiet_errors();
+  require_readable(path);
   std::string object = "the file";
   try {
     const auto file = io::open_file(path);

@@ -139,7 +139,7 @@ io::Handle hdf5_type(Stored stored) {
   throw Error("unknown storage");
 }
 
-ShardInfo inspect_shard(const std::string& path) {
+ShardInfo inspect_shard(const std::string& path, std::vector<std::string>* sample_problems) {
   io::Lock lock(io::library_mutex());
   io::quiet_errors();
   ShardInfo info;
@@ -187,8 +187,11 @@ ShardInfo inspect_shard(const std::string& path) {
     if (info.samples > 0)
       H5_CHECK(H5Dread(lengths.get(), H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, text_len.data()));
     for (int64_t i = 0; i < info.samples; ++i)
-      if (text_len[i] < 0 || text_len[i] > info.shape.text_len)
-        throw fail(fmt::format("sample {}: text_len {} is outside 0..L={}", i, text_len[i], info.shape.text_len));
+      if (text_len[i] < 0 || text_len[i] > info.shape.text_len) {
+        const auto problem = fail(fmt::format("sample {}: text_len {} is outside 0..L={}", i, text_len[i], info.shape.text_len));
+        if (!sample_problems) throw problem;
+        sample_problems->push_back(problem.what());
+      }
     if (io::exists(root, "prompt")) {
       const io::Handle prompt = io::open_dataset(root, "prompt");
       const auto pd = io::dims(prompt.get());
@@ -252,6 +255,8 @@ io::Handle create_per_sample(hid_t file, const char* name, hid_t type, int64_t s
   const io::Handle space(H5_CHECK(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr)), H5Sclose);
   const io::Handle props(H5_CHECK(H5Pcreate(H5P_DATASET_CREATE)), H5Pclose);
   if (samples > 0) H5_CHECK(H5Pset_chunk(props.get(), static_cast<int>(chunk.size()), chunk.data()));
+  // No modification times in the object headers: the same data make the same bytes.
+  H5_CHECK(H5Pset_obj_track_times(props.get(), false));
   return io::Handle(H5_CHECK(H5Dcreate2(file, name, type, space.get(), H5P_DEFAULT, props.get(), H5P_DEFAULT)),
                     H5Dclose);
 }

@@ -58,7 +58,10 @@ int64_t shard_first_sample(int64_t k, int64_t total, int64_t shards);
 // Opens one shard and checks its structure: format attributes, datasets,
 // ranks, dtypes, matching N, text_len within [0, L]. Throws UsageError with
 // one line naming the file and the dataset or attribute at fault.
-ShardInfo inspect_shard(const std::string& path);
+// With `sample_problems`, a sample's bad field (text_len out of range) is
+// appended there, one line each, and the shard is still returned: what
+// `wandata verify` uses to go on to every other sample.
+ShardInfo inspect_shard(const std::string& path, std::vector<std::string>* sample_problems = nullptr);
 
 // Writes a shard of `samples` samples, one sample at a time. The file is
 // complete when close() (or the destructor) has run.

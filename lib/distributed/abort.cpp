@@ -3,7 +3,9 @@
 #include <mpi.h>
 
 #include <cstdio>
+#include <chrono>
 #include <cstdlib>
+#include <thread>
 
 #include "wantrain/util/fatal.hpp"
 
@@ -17,6 +19,25 @@ void abort_job(std::string_view message, int exit_code) {
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
   if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, exit_code);
+  std::_Exit(exit_code);
+}
+
+void end_job_from_main_thread(std::string_view message, int exit_code) {
+  int initialized = 0, finalized = 0, size = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized && !finalized) MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (size != 1) abort_job(message, exit_code);
+  print_error_line(message);
+  std::fflush(stdout);
+  run_fatal_hook(message);
+  // Another thread may still hold MPI (a comm worker); if that keeps
+  // MPI_Finalize from returning, the status comes anyway.
+  std::thread([exit_code] {
+    std::this_thread::sleep_for(std::chrono::seconds(10));
+    std::_Exit(exit_code);
+  }).detach();
+  MPI_Finalize();
   std::_Exit(exit_code);
 }
 

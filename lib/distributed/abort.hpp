@@ -11,4 +11,11 @@ namespace wt::distributed {
 // otherwise. Safe from any thread.
 [[noreturn]] void abort_job(std::string_view message, int exit_code);
 
+// The same for an error on the thread that initialised MPI: when the world
+// is one rank there is no other rank to stop, so MPI is finalized cleanly
+// (no launcher's MPI_ABORT banner after the one line) before the exit; in a
+// larger world, or when finalizing does not return within seconds, this is
+// abort_job.
+[[noreturn]] void end_job_from_main_thread(std::string_view message, int exit_code);
+
 }  // namespace wt::distributed

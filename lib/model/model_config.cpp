@@ -10,6 +10,8 @@
 #include <tuple>
 
 #include "wantrain/util/error.hpp"
+#include "wantrain/util/files.hpp"
+#include "wantrain/util/text.hpp"
 #include "wantrain/util/json.hpp"
 
 namespace wt::model {
@@ -88,15 +90,18 @@ WanConfig parse_model_config(const std::string& text, const std::string& source)
     throw UsageError(fmt::format("model config {}: not valid JSON ({})", source, e.what()));
   }
   if (!doc.is_object()) throw UsageError(fmt::format("model config {}: expected a JSON object", source));
-  for (const char* key : kKeys)
-    if (!doc.contains(key)) throw UsageError(fmt::format("model config {}: missing key '{}'", source, key));
+  // Unknown keys first: a misspelled key is the cause of the missing one it was meant to be.
+  const std::vector<std::string> keys(std::begin(kKeys), std::end(kKeys));
   for (const auto& item : doc.items()) {
-    const bool known = std::find_if(std::begin(kKeys), std::end(kKeys),
-                                    [&](const char* k) { return item.key() == k; }) != std::end(kKeys);
-    if (!known && !informational_key(item.key()))
-      throw UsageError(
-          fmt::format("model config {}: unknown key '{}' (expected {})", source, item.key(), fmt::join(kKeys, ", ")));
+    const bool known = std::find(keys.begin(), keys.end(), item.key()) != keys.end();
+    if (!known && !informational_key(item.key())) {
+      const std::string hint = did_you_mean(item.key(), keys);
+      throw UsageError(fmt::format("model config {}: unknown key '{}'{}", source, item.key(),
+                                   hint.empty() ? fmt::format(" (expected {})", fmt::join(keys, ", ")) : hint));
+    }
   }
+  for (const auto& key : keys)
+    if (!doc.contains(key)) throw UsageError(fmt::format("model config {}: missing key '{}'", source, key));
 
   WanConfig c;
   c.dim = positive_int(doc, "dim", source);
@@ -126,6 +131,8 @@ WanConfig parse_model_config(const std::string& text, const std::string& source)
 }
 
 WanConfig load_model_config(const std::string& path) {
+  if (const auto why = unreadable_file_reason(path); !why.empty())
+    throw UsageError(fmt::format("model config {}: {}", path, why));
   std::ifstream in(path);
   if (!in) throw UsageError(fmt::format("model config {}: cannot open the file", path));
   std::ostringstream text;

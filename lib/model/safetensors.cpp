@@ -40,6 +40,7 @@ at::ScalarType scalar_type(TensorDtype dtype) {
 
 SafetensorsFile SafetensorsFile::open(const std::string& path) {
   auto bad = [&](const std::string& what) { throw UsageError(fmt::format("safetensors {}: {}", path, what)); };
+  if (const auto why = unreadable_file_reason(path); !why.empty()) bad(why);
   std::error_code ec;
   const auto size = std::filesystem::file_size(path, ec);
   if (ec) bad(fmt::format("cannot read the file ({})", ec.message()));

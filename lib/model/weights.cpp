@@ -13,6 +13,7 @@
 
 #include "wantrain/model/weight_names.hpp"
 #include "wantrain/util/error.hpp"
+#include "wantrain/util/files.hpp"
 #include "wantrain/util/json.hpp"
 
 namespace wt::model {
@@ -41,6 +42,8 @@ WeightFiles WeightFiles::open(const std::string& path) {
     for (const auto& e : w.files_[0].entries()) w.tensors_[e.name] = {0, &e};
     return w;
   }
+  if (const auto why = unreadable_file_reason(path); !why.empty())
+    throw UsageError(fmt::format("weights index {}: {}", path, why));
   std::ifstream in(path);
   if (!in) throw UsageError(fmt::format("weights index {}: cannot open the file", path));
   std::ostringstream text;

@@ -4,7 +4,6 @@
 
 #include <cstring>
 
-#include "wantrain/util/process.hpp"
 
 namespace wt {
 
@@ -46,8 +45,10 @@ const char* base_name(const char* path) {
 
 void throw_library_failure(const char* library, const char* call, const std::string& reason, const char* file,
                            int line) {
-  throw Error(
-      fmt::format("{} call {} failed: {} ({}:{}, {})", library, call, reason, base_name(file), line, process_label()));
+  // The function's name only: the C++ expression around its arguments means nothing to a user.
+  const std::string call_text = call;
+  const std::string function = call_text.substr(0, call_text.find('('));
+  throw Error(fmt::format("{} {} failed: {} ({}:{})", library, function, reason, base_name(file), line));
 }
 
 }  // namespace wt::detail

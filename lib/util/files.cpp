@@ -54,4 +54,13 @@ void write_file_durably(const std::string& path, const std::string& text) {
   }
 }
 
+std::string unreadable_file_reason(const std::string& path) {
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);
+  if (status.type() == std::filesystem::file_type::not_found) return "no such file";
+  if (status.type() == std::filesystem::file_type::directory) return "is a directory, not a file";
+  if (::access(path.c_str(), R_OK) != 0) return fmt::format("cannot be read: {}", std::strerror(errno));
+  return {};
+}
+
 }  // namespace wt

@@ -14,4 +14,10 @@ void sync_directory(const std::string& directory);
 // new one. Error naming the file when any step fails (the tmp is removed).
 void write_file_durably(const std::string& path, const std::string& text);
 
+// Why `path` cannot be read as a file, in a user's words ("no such file",
+// "is a directory, not a file", "cannot be read: Permission denied"), or
+// empty when it is a readable file. Called before a library opens it, so
+// the user sees the cause rather than the library's message.
+std::string unreadable_file_reason(const std::string& path);
+
 }  // namespace wt

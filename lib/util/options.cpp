@@ -7,6 +7,8 @@
 #include <fstream>
 
 #include "wantrain/util/error.hpp"
+#include "wantrain/util/files.hpp"
+#include "wantrain/util/text.hpp"
 
 namespace po = boost::program_options;
 
@@ -90,10 +92,24 @@ OptionSet& OptionSet::standard_options(std::string* config_file) {
 OptionSet::Outcome OptionSet::parse(int argc, const char* const* argv) {
   po::options_description all;
   for (const auto& g : groups_) all.add(*g);
+  std::vector<std::string> names = {"help", "version", "config"};
+  for (const auto& d : declared_) names.push_back(d.name);
+  // Boost's message, with the closest declared option when it looks like a typo.
+  auto usage_error = [&](const po::error& e, const std::string& where, const std::string& dashes) {
+    std::string message = where + e.what();
+    if (const auto* unknown = dynamic_cast<const po::unknown_option*>(&e)) {
+      std::string name = unknown->get_option_name();
+      name.erase(0, name.find_first_not_of('-'));
+      std::vector<std::string> spelled;
+      for (const auto& n : names) spelled.push_back(dashes + n);
+      message += did_you_mean(dashes + name, spelled);
+    }
+    return UsageError(message);
+  };
   try {
     po::store(po::command_line_parser(argc, argv).options(all).positional(positional_).run(), sources_cli_);
   } catch (const po::error& e) {
-    throw UsageError(e.what());
+    throw usage_error(e, "", "--");
   }
   if (sources_cli_.count("help")) return Outcome::Help;
   if (sources_cli_.count("version")) return Outcome::Version;
@@ -101,14 +117,14 @@ OptionSet::Outcome OptionSet::parse(int argc, const char* const* argv) {
   sources_all_ = sources_cli_;
   if (config_file_ && sources_cli_.count("config")) {
     config_name_ = sources_cli_["config"].as<std::string>();
+    if (const auto why = unreadable_file_reason(config_name_); !why.empty())
+      throw UsageError(fmt::format("--config {}: {}", config_name_, why));
     std::ifstream in(config_name_);
-    std::error_code ec;
-    if (!in || !std::filesystem::is_regular_file(config_name_, ec))
-      throw UsageError(fmt::format("--config {}: cannot open the file", config_name_));
+    if (!in) throw UsageError(fmt::format("--config {}: cannot open the file", config_name_));
     try {
       po::store(po::parse_config_file(in, all, /*allow_unregistered=*/false), sources_all_);
     } catch (const po::error& e) {
-      throw UsageError(fmt::format("--config {}: {}", config_name_, e.what()));
+      throw usage_error(e, fmt::format("--config {}: ", config_name_), "");
     }
   }
   try {

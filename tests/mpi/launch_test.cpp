@@ -481,6 +481,7 @@ TEST(Wandata, VerifyListsEveryProblemAndFails) {
       dir +
       "/shard-00001.h5', 'r+')\n"
       "x = f['latents'][1]; x[0, 0, 0, 0] = np.nan; f['latents'][1] = x\n"
+      "f['text_len'][0] = 999\n"  // a bad field first: the NaN after it must still be found
       "g = h5py.File('" +
       dir +
       "/shard-00002.h5', 'w')\n"
@@ -498,7 +499,23 @@ TEST(Wandata, VerifyListsEveryProblemAndFails) {
   EXPECT_NE(verify.output.find("problem: shard " + dir + "/shard-00002.h5 has latents [N,16,2,32,32] float32"),
             std::string::npos)
       << verify.output;
-  EXPECT_NE(verify.output.find("2 problems in " + dir), std::string::npos) << verify.output;
+  EXPECT_NE(verify.output.find("problem: data: shard " + dir + "/shard-00001.h5: sample 0: text_len 999 is outside 0..L=16"),
+            std::string::npos)
+      << verify.output;
+  EXPECT_NE(verify.output.find("3 problems in " + dir), std::string::npos) << verify.output;
+}
+
+TEST(Wandata, SynthWithTheSameSeedWritesTheSameBytes) {
+  const auto a = fresh("synth-same-a"), b = fresh("synth-same-b");
+  const std::string args = " --samples 6 --shards 2 --frames 1 --size 8x8 --text-len 8 --text-dim 8 --seed 7";
+  ASSERT_EQ(wandata("synth --out " + a + args).status, 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));  // a timestamp would differ now
+  ASSERT_EQ(wandata("synth --out " + b + args).status, 0);
+  for (const char* shard : {"/shard-00000.h5", "/shard-00001.h5"}) {
+    const auto bytes_a = wt::testing::read_text(a + shard), bytes_b = wt::testing::read_text(b + shard);
+    EXPECT_FALSE(bytes_a.empty()) << shard;
+    EXPECT_TRUE(bytes_a == bytes_b) << shard << " differs between two runs with the same seed";
+  }
 }
 
 TEST(Wandata, SplitThenMergeKeepsEverySampleInOrder) {
@@ -539,4 +556,22 @@ TEST(Launch, WanbenchIoComparesTheLoaderWithARawReadOfTheSameBytes) {
   EXPECT_EQ(row["sample_bytes"].get<double>(), 16 * 32 * 32 * 2 + 16 * 64 * 4);
   EXPECT_NEAR(row["ratio"].get<double>(), row["loader_MBps"].get<double>() / row["raw_MBps"].get<double>(), 1e-9);
   EXPECT_GT(row["loader_samples_per_s"].get<double>(), 0);
+  // One round of 64 small samples is below what can be measured: said on the row.
+  const auto notes = row["unreliable"].dump();
+  EXPECT_NE(notes.find("1 round: a median needs --rounds 3 or more"), std::string::npos) << notes;
+  EXPECT_NE(notes.find("below the 20 ms the clock and page cache resolve"), std::string::npos) << notes;
+}
+
+TEST(Launch, WanbenchStrictRefusesUnreliableFigures) {
+  const auto dir = fresh("io-bench-strict");
+  const Job io = launch(std::string(WANTRAIN_WANBENCH) + " io --shapes tiny --tiny-samples 16 --rounds 1 --strict --dir " +
+                        dir);
+  EXPECT_EQ(io.status, 1) << io.output;
+  EXPECT_NE(io.output.find("UNRELIABLE: 1 round"), std::string::npos) << io.output;
+  EXPECT_NE(io.output.find("wanbench io: 1 unreliable row (--strict)"), std::string::npos) << io.output;
+  const Job ckpt = launch(std::string(WANTRAIN_WANBENCH) + " ckpt --model-config " + WANTRAIN_SOURCE_DIR +
+                          "/data/configs/wan-tiny.json --size 8x8 --steps 1 --rounds 1 --strict");
+  EXPECT_EQ(ckpt.status, 1) << ckpt.output;
+  EXPECT_NE(ckpt.output.find("UNRELIABLE: 1 round: a median needs --rounds 3 or more"), std::string::npos)
+      << ckpt.output;
 }
