@@ -6,8 +6,8 @@ namespace wt::bench {
 
 void Plausibility::enough_rounds(int rounds) {
   if (rounds < kMinRounds)
-    notes_.push_back(fmt::format("{} round{}: a median needs --rounds {} or more", rounds, rounds == 1 ? "" : "s",
-                                 kMinRounds));
+    notes_.push_back(
+        fmt::format("{} round{}: a median needs --rounds {} or more", rounds, rounds == 1 ? "" : "s", kMinRounds));
 }
 
 void Plausibility::resolvable(const std::string& what, double seconds) {

@@ -35,7 +35,8 @@ namespace wt {
 namespace {
 
 struct SampleConfig {
-  std::string config_file, weights, checkpoint, checkpoint_weights = "auto", model_config, data, text, size, out = "sample.h5", png, precision = "fp32";
+  std::string config_file, weights, checkpoint, checkpoint_weights = "auto", model_config, data, text, size,
+                                                out = "sample.h5", png, precision = "fp32";
   int64_t index = 0, frames = 0, attention_chunk = 0;
   int steps = 50, threads = 0;
   double shift = 5.0, cfg = 5.0;
@@ -167,9 +168,10 @@ int run(distributed::World&, int argc, char** argv) {
   } else {
     const auto saved = train::checkpoint_weights(c.checkpoint, c.checkpoint_weights != "model");
     if (c.checkpoint_weights == "ema" && !saved.ema)
-      throw UsageError(fmt::format("option --checkpoint-weights: checkpoint {} holds no EMA weights (its run had no "
-                                   "--ema-decay); use auto or model",
-                                   c.checkpoint));
+      throw UsageError(
+          fmt::format("option --checkpoint-weights: checkpoint {} holds no EMA weights (its run had no "
+                      "--ema-decay); use auto or model",
+                      c.checkpoint));
     const auto report = model::load_weights(*net, saved.source);
     std::cout << fmt::format("wansample: {} ({:.3g} parameters, {} weights of step {}, {})\n", c.checkpoint,
                              double(model::parameter_count(config)), saved.ema ? "EMA" : "model", saved.step,

@@ -188,7 +188,8 @@ ShardInfo inspect_shard(const std::string& path, std::vector<std::string>* sampl
       H5_CHECK(H5Dread(lengths.get(), H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, text_len.data()));
     for (int64_t i = 0; i < info.samples; ++i)
       if (text_len[i] < 0 || text_len[i] > info.shape.text_len) {
-        const auto problem = fail(fmt::format("sample {}: text_len {} is outside 0..L={}", i, text_len[i], info.shape.text_len));
+        const auto problem =
+            fail(fmt::format("sample {}: text_len {} is outside 0..L={}", i, text_len[i], info.shape.text_len));
         if (!sample_problems) throw problem;
         sample_problems->push_back(problem.what());
       }

@@ -152,3 +152,39 @@ TEST_F(Wansample, WeightsOfAnotherModelAreOneLineAndStatus2) {
   EXPECT_EQ(index.status, 2) << index.output;
   EXPECT_NE(index.output.find("option --index: 6 is outside the 6 samples"), std::string::npos) << index.output;
 }
+
+TEST_F(Wansample, SamplesAWantrainCheckpointAsItsExportedWeights) {
+  // A two-step run with an EMA, and one without.
+  const std::string train = std::string(WANTRAIN_WANTRAIN) + " --model-config " + kTiny + " --data " + dir_ +
+                            "/data --steps 2 --batch-size 2 --threads 1 --tensorboard=false --output-dir " + dir_;
+  ASSERT_EQ(launch(train + "/ema --ema-decay 0.9").status, 0);
+  ASSERT_EQ(launch(train + "/plain").status, 0);
+  const std::string common = " --data " + dir_ + "/data --index 1 --steps 2 --cfg 2 --seed 3 --out " + dir_;
+  for (const std::string ema : {"", " --ema"}) {
+    SCOPED_TRACE(ema);
+    const Job exported = launch(std::string(WANTRAIN_WANTRAIN) + " export --checkpoint " + dir_ + "/ema/latest --out " +
+                                dir_ + "/w.safetensors" + ema);
+    ASSERT_EQ(exported.status, 0) << exported.output;
+    ASSERT_EQ(sample("--weights " + dir_ + "/w.safetensors" + common + "/from-weights.h5").status, 0);
+    // auto takes the EMA the run kept; model the plain weights. The stored config is checked against --model-config.
+    const Job job = sample("--checkpoint " + dir_ + "/ema/latest --checkpoint-weights " +
+                           (ema.empty() ? "model" : "auto") + common + "/from-checkpoint.h5");
+    ASSERT_EQ(job.status, 0) << job.output;
+    EXPECT_NE(job.output.find(ema.empty() ? "model weights of step 2" : "EMA weights of step 2"), std::string::npos)
+        << job.output;
+    EXPECT_TRUE(
+        torch::equal(sampled_latents(dir_ + "/from-checkpoint.h5"), sampled_latents(dir_ + "/from-weights.h5")));
+  }
+  // Without --model-config the checkpoint's own config is used.
+  const Job own = launch(std::string(WANTRAIN_WANSAMPLE) + " --threads 1 --checkpoint " + dir_ + "/ema/latest" +
+                         common + "/own.h5");
+  ASSERT_EQ(own.status, 0) << own.output;
+  EXPECT_TRUE(torch::equal(sampled_latents(dir_ + "/own.h5"), sampled_latents(dir_ + "/from-checkpoint.h5")));
+  // Asking for an EMA the run never kept is one line.
+  const Job none = sample("--checkpoint " + dir_ + "/plain/latest --checkpoint-weights ema" + common + "/x.h5");
+  EXPECT_EQ(none.status, 2) << none.output;
+  EXPECT_EQ(wt::testing::occurrences(none.output, "error: option --checkpoint-weights: checkpoint " + dir_ +
+                                                      "/plain/latest holds no EMA weights"),
+            1u)
+      << none.output;
+}

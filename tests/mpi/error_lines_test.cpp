@@ -37,8 +37,7 @@ TEST(ErrorLines, MisspelledOptionsAreNamedWithTheClosestOne) {
   expect_one_line(kWantrain, "--lrr 3", "unrecognised option '--lrr' (did you mean '--lr'?)");
   expect_one_line(kWantrain, "--bach-size 3", "unrecognised option '--bach-size' (did you mean '--batch-size'?)");
   expect_one_line(kWansample, "--stpes 3", "unrecognised option '--stpes' (did you mean '--steps'?)");
-  expect_one_line(kWandata, "synth --out x --sampels 3",
-                  "unrecognised option '--sampels' (did you mean '--samples'?)");
+  expect_one_line(kWandata, "synth --out x --sampels 3", "unrecognised option '--sampels' (did you mean '--samples'?)");
   expect_one_line(kCsvfit, "--epohcs 3", "unrecognised option '--epohcs' (did you mean '--epochs'?)");
   // Nothing close: no guess.
   const Job job = launch(kWantrain + " --zzzzzzzz 1");
@@ -70,8 +69,9 @@ TEST(ErrorLines, AMissingFileSaysSoAndNamesIt) {
                   "checkpoint " + missing + ": no such file");
   expect_one_line(kWantrain, "--dry-run --model-config " + missing, "model config " + missing + ": no such file");
   expect_one_line(kWantrain, "--config " + missing, "--config " + missing + ": no such file");
-  expect_one_line(kWansample, "--weights " + missing + " --model-config " + kSource +
-                                  "/data/configs/wan-tiny.json --text x --frames 1 --size 8x8",
+  expect_one_line(kWansample,
+                  "--weights " + missing + " --model-config " + kSource +
+                      "/data/configs/wan-tiny.json --text x --frames 1 --size 8x8",
                   "option --weights: " + missing + ": no such file");
   expect_one_line(kWansample, "--checkpoint " + missing + " --text x --frames 1 --size 8x8",
                   "option --checkpoint: " + missing + ": no such file");

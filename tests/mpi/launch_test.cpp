@@ -499,8 +499,9 @@ TEST(Wandata, VerifyListsEveryProblemAndFails) {
   EXPECT_NE(verify.output.find("problem: shard " + dir + "/shard-00002.h5 has latents [N,16,2,32,32] float32"),
             std::string::npos)
       << verify.output;
-  EXPECT_NE(verify.output.find("problem: data: shard " + dir + "/shard-00001.h5: sample 0: text_len 999 is outside 0..L=16"),
-            std::string::npos)
+  EXPECT_NE(
+      verify.output.find("problem: data: shard " + dir + "/shard-00001.h5: sample 0: text_len 999 is outside 0..L=16"),
+      std::string::npos)
       << verify.output;
   EXPECT_NE(verify.output.find("3 problems in " + dir), std::string::npos) << verify.output;
 }
@@ -564,8 +565,8 @@ TEST(Launch, WanbenchIoComparesTheLoaderWithARawReadOfTheSameBytes) {
 
 TEST(Launch, WanbenchStrictRefusesUnreliableFigures) {
   const auto dir = fresh("io-bench-strict");
-  const Job io = launch(std::string(WANTRAIN_WANBENCH) + " io --shapes tiny --tiny-samples 16 --rounds 1 --strict --dir " +
-                        dir);
+  const Job io =
+      launch(std::string(WANTRAIN_WANBENCH) + " io --shapes tiny --tiny-samples 16 --rounds 1 --strict --dir " + dir);
   EXPECT_EQ(io.status, 1) << io.output;
   EXPECT_NE(io.output.find("UNRELIABLE: 1 round"), std::string::npos) << io.output;
   EXPECT_NE(io.output.find("wanbench io: 1 unreliable row (--strict)"), std::string::npos) << io.output;
