@@ -130,6 +130,9 @@ def parse_page(path, name):
                         raise PageError(f"{block.where()}: a {block.language} block without a <!-- test --> or "
                                         "<!-- skip: why --> marker before it")
                     apply_marker(block, *pending)
+                    for old, _ in block.fast:
+                        if old not in block.text:
+                            raise PageError(f"{block.where()}: fast: {old!r} is not in the block")
                     blocks.append(block)
                     pending = None
                 in_fence = None
