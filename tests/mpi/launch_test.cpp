@@ -368,7 +368,7 @@ TEST(Launch, DryRunChecksThatTheDataFitTheModel) {
 
   const Job missing = launch_mpi(std::string(WANTRAIN_WANTRAIN) + " --dry-run --model-config " + dir + "/none.json");
   EXPECT_EQ(missing.status, 2) << missing.output;
-  EXPECT_EQ(occurrences(missing.output, "error: model config " + dir + "/none.json: cannot open the file"), 1u)
+  EXPECT_EQ(occurrences(missing.output, "error: model config " + dir + "/none.json: no such file"), 1u)
       << missing.output;
 }
 

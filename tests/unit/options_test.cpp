@@ -9,6 +9,7 @@
 
 #include "wantrain/util/error.hpp"
 #include "wantrain/util/options.hpp"
+#include "wantrain/util/text.hpp"
 
 namespace {
 
@@ -149,8 +150,7 @@ TEST(OptionSet, BadIniValueNamesTheFile) {
 
 TEST(OptionSet, MissingIniFileIsNamed) {
   Fixture f;
-  EXPECT_EQ(usage_error_of(f, {"--config", "/nonexistent/run.ini"}),
-            "--config /nonexistent/run.ini: cannot open the file");
+  EXPECT_EQ(usage_error_of(f, {"--config", "/nonexistent/run.ini"}), "--config /nonexistent/run.ini: no such file");
 }
 
 TEST(OptionSet, HelpAndVersionAreReportedNotParsedFurther) {
@@ -195,4 +195,17 @@ TEST(Options, HeightWidthParsesOrNamesTheOption) {
                 std::string("option --size: '") + bad + "' is not HxW with positive sizes, e.g. 32x32");
     }
   }
+}
+
+TEST(DidYouMean, NamesTheClosestCandidateWhenItIsATypo) {
+  const std::vector<std::string> names = {"lr", "steps", "warmup-steps", "batch-size", "num_heads"};
+  EXPECT_EQ(wt::did_you_mean("stpes", names), " (did you mean 'steps'?)");         // two letters swapped: one edit
+  EXPECT_EQ(wt::did_you_mean("num_head", names), " (did you mean 'num_heads'?)");  // one letter missing
+  EXPECT_EQ(wt::did_you_mean("warmup_steps", names), " (did you mean 'warmup-steps'?)");
+  EXPECT_EQ(wt::did_you_mean("lrr", names), " (did you mean 'lr'?)");  // short words allow one edit
+  EXPECT_EQ(wt::did_you_mean("--bach-size", {"--batch-size"}, ""), " (did you mean --batch-size?)");
+  // More edits than a third of the word: no guess.
+  EXPECT_EQ(wt::did_you_mean("zzzzzz", names), "");
+  EXPECT_EQ(wt::did_you_mean("xy", names), "");
+  EXPECT_EQ(wt::did_you_mean("anything", {}), "");
 }
