@@ -11,7 +11,13 @@ if(NOT _want_nccl MATCHES "^(OFF|FALSE|0|NO)$")
   endif()
   find_package(CUDAToolkit QUIET)
   if(CUDAToolkit_FOUND)
-    find_package(NCCL 2.10 QUIET)  # ncclAvg and ncclBfloat16
+    # 2.14: the non-blocking communicator (ncclCommInitRankConfig with
+    # blocking = 0, ncclInProgress, ncclCommFinalize) that bounds the join by
+    # --comm-timeout; ncclAvg and ncclBfloat16 are older.
+    find_package(NCCL 2.14 QUIET)
+    if(NOT NCCL_FOUND AND NCCL_VERSION)
+      message(STATUS "NCCL ${NCCL_VERSION} at ${NCCL_INCLUDE_DIR} is older than the 2.14 wantrain needs")
+    endif()
   endif()
   if(CUDAToolkit_FOUND AND NCCL_FOUND)
     set(WANTRAIN_NCCL_ENABLED ON)

@@ -90,7 +90,7 @@ Point measure(const model::WanConfig& config, const ModelBenchConfig& c, Point p
       const auto start = std::chrono::steady_clock::now();
       at::Tensor loss;
       {
-        model::AutocastScope autocast(dtype);
+        model::AutocastScope autocast(dtype, torch::kCPU);
         loss = train::flow_matching_loss(net->forward(noisy.x_t, noisy.timesteps, context), noisy.target);
       }
       const double forward = seconds_since(start);

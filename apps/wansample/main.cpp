@@ -14,6 +14,7 @@
 #include "wantrain/data/dataset.hpp"
 #include "wantrain/data/shard.hpp"
 #include "wantrain/data/text_file.hpp"
+#include "wantrain/distributed/device_placement.hpp"
 #include "wantrain/app/app.hpp"
 #include "wantrain/model/autocast.hpp"
 #include "wantrain/model/wan_model.hpp"
@@ -36,7 +37,7 @@ namespace {
 
 struct SampleConfig {
   std::string config_file, weights, checkpoint, checkpoint_weights = "auto", model_config, data, text, size,
-                                                out = "sample.h5", png, precision = "fp32";
+                                                out = "sample.h5", png, precision = "fp32", device = "auto";
   int64_t index = 0, frames = 0, attention_chunk = 0;
   int steps = 50, threads = 0;
   double shift = 5.0, cfg = 5.0;
@@ -44,6 +45,18 @@ struct SampleConfig {
   bool compare = false;
   std::vector<std::string> loras, lora_scales;
 };
+
+// --device auto|cpu|cuda|cuda:N as the library's request.
+distributed::DeviceRequest parse_device(const std::string& text) {
+  using Kind = distributed::DeviceRequest::Kind;
+  if (text == "auto") return {Kind::Auto, 0};
+  if (text == "cpu") return {Kind::Cpu, 0};
+  if (text == "cuda") return {Kind::Cuda, 0};
+  if (text.rfind("cuda:", 0) == 0 && text.size() > 5 && text.size() < 9 &&
+      text.find_first_not_of("0123456789", 5) == std::string::npos)
+    return {Kind::Cuda, std::stoi(text.substr(5))};
+  throw UsageError(fmt::format("option --device: '{}' is not one of auto|cpu|cuda|cuda:N", text));
+}
 
 // The model config: --model-config, or the one --checkpoint stores (checked
 // against --model-config when both are given).
@@ -57,6 +70,7 @@ model::WanConfig sampling_model_config(const SampleConfig& c) {
 }
 
 int run(distributed::World&, int argc, char** argv) {
+  set_option_names({{"device", "device"}});  // the library's settings that errors may name
   SampleConfig c;
   OptionSet options("wansample",
                     "(--weights FILE --model-config JSON | --checkpoint PATH) (--data DIR | --text FILE) [options]");
@@ -84,6 +98,9 @@ int run(distributed::World&, int argc, char** argv) {
       .add("attention-chunk", &c.attention_chunk,
            "attention over this many queries at a time: memory linear in the token count (0: the whole score "
            "matrix), as wantrain's")
+      .add("device", &c.device,
+           "auto (the first CUDA device when LibTorch sees one, else the CPU), cpu, cuda or cuda:N; the noise is "
+           "drawn on the CPU, so every device samples from the same start")
       .add("threads", &c.threads, "CPU threads (0: LibTorch's default)")
       .add("out", &c.out, "output: the latents as a one-sample shard")
       .add("png", &c.png,
@@ -113,6 +130,9 @@ int run(distributed::World&, int argc, char** argv) {
   if (!(c.cfg >= 0)) throw UsageError("option --cfg: must be 0 or more");
   if (c.compare && c.data.empty()) throw UsageError("option --compare: needs --data (the sample to compare with)");
   if (c.threads > 0) torch::set_num_threads(c.threads);
+  const auto chosen = distributed::choose_device(parse_device(c.device), "device");
+  if (!chosen.warning.empty()) std::cerr << "wansample: warning: " << chosen.warning << "\n";
+  const torch::Device device = chosen.device;
   if (!c.lora_scales.empty() && c.lora_scales.size() != 1 && c.lora_scales.size() != c.loras.size())
     throw UsageError(fmt::format("option --lora-scale: give one value, or one per --lora ({} given for {} files)",
                                  c.lora_scales.size(), c.loras.size()));
@@ -177,6 +197,7 @@ int run(distributed::World&, int argc, char** argv) {
                              double(model::parameter_count(config)), saved.ema ? "EMA" : "model", saved.step,
                              report.summary());
   }
+  net->to(device);
   net->eval();
   net->set_attention_chunk(c.attention_chunk);
   for (size_t i = 0; i < c.loras.size(); ++i) {
@@ -185,15 +206,16 @@ int run(distributed::World&, int argc, char** argv) {
     std::cout << fmt::format("wansample: LoRA {} merged at scale {:g} ({} layers)\n", c.loras[i], scale, layers);
   }
 
-  const auto cond = context.unsqueeze(0);                  // [1, L, D]
+  const auto cond = context.unsqueeze(0).to(device);       // [1, L, D]
   const auto uncond = train::unconditional_context(cond);  // what --text-drop trains
-  const model::AutocastScope autocast(c.precision == "bf16" ? torch::kBFloat16 : torch::kFloat32);
+  const model::AutocastScope autocast(c.precision == "bf16" ? torch::kBFloat16 : torch::kFloat32, device.type());
   train::VelocityField velocity = [&](const at::Tensor& x, const at::Tensor& t, bool conditional) {
     return net->forward(x, t, conditional ? cond : uncond);
   };
   auto generator = at::make_generator<at::CPUGeneratorImpl>(c.seed);
-  const auto noise = torch::randn(shape, generator, torch::kFloat32);                       // [1, C, F, H, W]
-  const auto latents = train::euler_sample(noise, velocity, {c.steps, c.shift, c.cfg})[0];  // [C, F, H, W]
+  const auto noise = torch::randn(shape, generator, torch::kFloat32).to(device);  // [1, C, F, H, W]
+  const auto latents =
+      train::euler_sample(noise, velocity, {c.steps, c.shift, c.cfg})[0].to(torch::kCPU);  // [C, F, H, W]
 
   data::SampleShape out_shape;
   out_shape.channels = shape[1];

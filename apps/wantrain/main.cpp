@@ -41,13 +41,17 @@
 namespace wt::wantrain {
 namespace {
 
-std::string world_table(const distributed::World& world, const distributed::Comm& comm, const TrainConfig& cfg) {
+// Each rank's device as it really is: the CUDA ordinal it took and its PCI
+// bus id (one GPU per task shows every rank on its own cuda:0).
+std::string world_table(const distributed::World& world, const distributed::Comm& comm,
+                        const distributed::BackendChoice& choice, const TrainConfig& cfg) {
   const auto peers = world.peers();
   std::string out =
       fmt::format("world: {} rank{}, backend {}\n", world.size(), world.size() == 1 ? "" : "s", comm.backend());
   out += fmt::format("  {:>5}  {:<24}  {:>10}  {:<8}  {:>7}\n", "rank", "host", "local rank", "device", "threads");
   for (const auto& p : peers) {
-    const std::string device = comm.device().is_cuda() ? fmt::format("cuda:{}", p.local_rank) : std::string("cpu");
+    const std::string device =
+        comm.device().is_cuda() ? choice.placement.ranks.at(size_t(p.rank)).describe() : std::string("cpu");
     out += fmt::format("  {:>5}  {:<24}  {:>10}  {:<8}  {:>7}\n", p.rank, p.host,
                        fmt::format("{}/{}", p.local_rank, p.local_size), device,
                        threads_per_rank(cfg.threads, p.local_size));
@@ -196,7 +200,19 @@ int run(distributed::World& world, int argc, char** argv) {
   distributed::CommOptions comm_options;
   comm_options.timeout = comm_timeout;
   std::unique_ptr<distributed::Comm> comm;
-  world.agree([&] { comm = distributed::make_comm(world, distributed::parse_backend(cfg.backend), comm_options); });
+  const auto choice = distributed::choose_backend(world, distributed::parse_backend(cfg.backend));
+  // Computing on the CPU of a GPU node is never silent: one warning, or with
+  // --require-gpu the run's one error line.
+  const std::string on_cpu = distributed::cpu_on_gpu_nodes(world, choice);
+  world.agree([&] {
+    if (!on_cpu.empty() && cfg.require_gpu) throw UsageError("option --require-gpu: " + on_cpu);
+  });
+  if (!on_cpu.empty() && world.is_root()) spdlog::warn("{}", on_cpu);
+  world.agree([&] { comm = distributed::make_comm(world, choice, comm_options); });
+  world.agree([&] {
+    if (cfg.require_gpu && !comm->device().is_cuda())
+      throw UsageError("option --require-gpu: no rank of this job sees an NVIDIA GPU");
+  });
 
   // The run plan, computed once: what the banner prints and everything below uses.
   train::RunPlan plan;
@@ -216,7 +232,7 @@ int run(distributed::World& world, int argc, char** argv) {
                             dataset->shards().size(), dataset->size(), dataset->shape().latents_string(),
                             dataset->shape().text_string(), plan.describe_epoch())
               : std::string("data: none given (--data)\n");
-  const std::string table = world_table(world, *comm, cfg);
+  const std::string table = world_table(world, *comm, choice, cfg);
   const MemorySummary memory =
       memory_summary(world, *comm, cfg, model_config, teacher_config, dataset ? &dataset->shape() : nullptr);
   if (world.is_root())

@@ -97,6 +97,9 @@ void declare_options(OptionSet& o, TrainConfig& c) {
            "ZeRO stage: 0 (every rank keeps the whole AdamW state and EMA) or 1 (each rank keeps 1/ranks of "
            "them: gradients reduce-scattered, weights all-gathered after the update)")
       .add("comm-timeout", &c.comm_timeout, "seconds a collective may take before the job is ended")
+      .flag("require-gpu", &c.require_gpu,
+            "refuse to compute on the CPU: a GPU per rank or an error line (without it, the CPU on a node with "
+            "NVIDIA GPUs is one warning: a CPU-only build, --backend mpi, or two ranks on one GPU)")
       .flag("allow-unused", &c.allow_unused, "allow parameters that get no gradient (their slot is zero-filled)");
   o.group("checkpoints")
       .add("save-every", &c.save_every, "steps between checkpoints (0: only at the end)")

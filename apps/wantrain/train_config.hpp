@@ -36,6 +36,7 @@ struct TrainConfig {
   std::string mode = "train";
   std::uint64_t seed = 0;
   bool dry_run = false;
+  bool require_gpu = false;  // refuse to compute on the CPU when the job's nodes have NVIDIA GPUs
   int log_every = 10;
   int threads = 0;  // 0: the node's cores shared among its ranks
 

@@ -2,11 +2,14 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <spdlog/spdlog.h>
+
 #include "wantrain/distributed/mpi_comm.hpp"
 #include "wantrain/distributed/nccl_comm.hpp"
+#include "wantrain/distributed/device_placement.hpp"
 #include "wantrain/distributed/world.hpp"
 #include "wantrain/util/error.hpp"
-#include "wantrain/distributed/mpi_check.hpp"
 
 namespace wt::distributed {
 
@@ -26,21 +29,48 @@ const char* to_string(Backend backend) {
   return "unknown";
 }
 
-Backend resolve_backend(const World& world, Backend requested) {
-  if (requested != Backend::Auto) return requested;
-  const int mine = nccl_usable(world) ? 1 : 0;
-  int everyone = 0;
-  MPI_CHECK(MPI_Allreduce(&mine, &everyone, 1, MPI_INT, MPI_MIN, world.comm()));
-  return everyone ? Backend::Nccl : Backend::Mpi;
+BackendChoice choose_backend(const World& world, Backend requested) {
+  BackendChoice choice;
+  choice.requested = requested;
+  if (requested == Backend::Mpi) return choice;
+  choice.placement = place_gpus(world);
+  if (requested == Backend::Nccl || choice.placement.usable()) {
+    choice.backend = Backend::Nccl;
+  } else if (choice.placement.any_gpu()) {
+    choice.fallback = fmt::format("backend auto: NCCL cannot serve every rank ({}); using MPI on the CPU instead",
+                                  choice.placement.problem);
+  }
+  return choice;
 }
 
+Backend resolve_backend(const World& world, Backend requested) { return choose_backend(world, requested).backend; }
+
 std::unique_ptr<Comm> make_comm(const World& world, Backend backend, CommOptions options) {
-  switch (resolve_backend(world, backend)) {
-    case Backend::Nccl: return make_nccl_comm(world, options);
-    case Backend::Mpi:
-    case Backend::Auto: break;
-  }
+  const BackendChoice choice = choose_backend(world, backend);
+  if (!choice.fallback.empty() && world.is_root()) spdlog::warn("{}", choice.fallback);
+  return make_comm(world, choice, options);
+}
+
+std::unique_ptr<Comm> make_comm(const World& world, const BackendChoice& choice, CommOptions options) {
+  if (choice.backend == Backend::Nccl) return make_nccl_comm(world, choice.placement, options);
   return std::make_unique<MpiComm>(world, options);
+}
+
+std::string cpu_on_gpu_nodes(const World& world, const BackendChoice& choice) {
+  if (choice.backend == Backend::Nccl) return "";
+  // The driver's list counts GPUs that this build cannot see through CUDA.
+  const int64_t mine = std::max<int64_t>(nvidia_gpus_on_node(), cuda_device_count());
+  const int64_t most = world.max_over_ranks({mine}, "agreement (GPUs on the nodes)", world.timeout())[0];
+  if (most == 0) return "";
+  std::string why;
+  if (choice.requested == Backend::Mpi)
+    why = fmt::format("{} mpi was asked for", setting_reference("backend"));
+  else if (!nccl_built())
+    why = "this wantrain was built without NCCL (configure with the CUDA toolkit and WANTRAIN_WITH_NCCL=ON)";
+  else
+    why = "NCCL cannot serve every rank: " + choice.placement.problem;
+  return fmt::format("computing on the CPU although a node of this job has {} NVIDIA GPU{}: {}", most,
+                     most == 1 ? "" : "s", why);
 }
 
 }  // namespace wt::distributed

@@ -4,7 +4,10 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstring>
+#include <thread>
 #include <exception>
 #include <vector>
 
@@ -13,6 +16,7 @@
 #include "wantrain/distributed/world.hpp"
 #include "wantrain/util/exit_codes.hpp"
 #include "wantrain/util/fatal.hpp"
+#include "wantrain/util/test_hooks.hpp"
 #include "wantrain/config.hpp"
 #include "wantrain/distributed/abort.hpp"
 #include "wantrain/distributed/mpi_check.hpp"
@@ -22,6 +26,12 @@
 #endif
 
 namespace wt::distributed {
+
+// The non-blocking communicator (ncclConfig_t, ncclInProgress,
+// ncclCommFinalize) is NCCL 2.14's; CMake asks for it too.
+#if !defined(NCCL_VERSION_CODE) || NCCL_VERSION_CODE < NCCL_VERSION(2, 14, 0)
+#error "wantrain's NCCL backend needs NCCL 2.14 or newer"
+#endif
 
 static_assert(sizeof(ncclUniqueId) == std::tuple_size<NcclUniqueIdBytes>::value,
               "NcclUniqueIdBytes must hold an ncclUniqueId");
@@ -67,13 +77,36 @@ double cuda_device_memory_in_use_bytes(int device) {
   return read ? double(total - free) : 0.0;
 }
 
-int nccl_device_for(const World& world) {
+RankDevice this_rank_device(const World& world) {
+  RankDevice mine;
+  if (!WANTRAIN_TORCH_HAS_CUDA) {
+    mine.why_none = "this LibTorch has no CUDA support; build wantrain against a CUDA LibTorch";
+    return mine;
+  }
   const int devices = cuda_device_count();
-  if (devices == 1) return 0;
-  return world.local_rank() < devices ? world.local_rank() : -1;
+  if (devices == 0) {
+    mine.why_none = "no CUDA device is visible";
+    return mine;
+  }
+  if (devices == 1) {
+    mine.ordinal = 0;  // the launcher gave this rank one GPU, or every rank the same one: the bus ids tell
+  } else if (world.local_rank() < devices) {
+    mine.ordinal = world.local_rank();
+  } else {
+    mine.why_none = fmt::format(
+        "{} ranks run there but only {} CUDA devices are visible; launch at most one rank "
+        "per GPU",
+        world.local_size(), devices);
+    return mine;
+  }
+  char bus_id[32] = {};
+  if (cudaDeviceGetPCIBusId(bus_id, int(sizeof bus_id), mine.ordinal) == cudaSuccess) {
+    mine.bus_id = bus_id;
+  } else {
+    cudaGetLastError();  // no bus id: the ordinal alone then names the device
+  }
+  return mine;
 }
-
-bool nccl_usable(const World& world) { return WANTRAIN_TORCH_HAS_CUDA && nccl_device_for(world) >= 0; }
 
 NcclUniqueIdBytes broadcast_nccl_unique_id(const World& world) {
   NcclUniqueIdBytes bytes{};
@@ -164,27 +197,32 @@ class NcclWork final : public Work {
 
 class NcclComm final : public Comm {
  public:
-  NcclComm(const World& world, CommOptions options) : rank_(world.rank()), size_(world.size()) {
-    // Checked on every rank and agreed on before the first collective, so a
-    // rank without a GPU cannot leave the others waiting in the id broadcast.
+  NcclComm(const World& world, const GpuPlacement& placement, CommOptions options)
+      : rank_(world.rank()), size_(world.size()), timeout_(options.timeout) {
+    // Every rank holds the same placement: all refuse together, before the
+    // id broadcast, and the lowest rank says why.
     world.agree([&] {
-      if (!WANTRAIN_TORCH_HAS_CUDA)
-        throw SettingError("backend",
-                           "nccl: this LibTorch has no CUDA support; build wantrain against a CUDA LibTorch");
-      const int devices = cuda_device_count();
-      if (devices == 0)
-        throw SettingError("backend", fmt::format("nccl: no CUDA device is visible on {}", world.host()));
-      device_ = nccl_device_for(world);
-      if (device_ < 0)
-        throw SettingError("backend", fmt::format("nccl: {} ranks run on {} but only {} CUDA devices are visible "
-                                                  "there; launch at most one rank per GPU",
-                                                  world.local_size(), world.host(), devices));
+      if (!placement.usable()) throw SettingError("backend", "nccl: " + placement.problem);
     });
+    device_ = placement.ranks.at(size_t(rank_)).ordinal;
     CUDA_CHECK(cudaSetDevice(device_));
     const NcclUniqueIdBytes bytes = broadcast_nccl_unique_id(world);
     ncclUniqueId id;
     std::memcpy(&id, bytes.data(), sizeof id);
-    NCCL_CHECK(ncclCommInitRank(&comm_, size_, id, rank_));
+    // Non-blocking: the join is polled against the comm timeout, so a peer
+    // that never arrives (or a wrong NCCL_SOCKET_IFNAME) ends the job with
+    // one line instead of hanging it in ncclCommInitRank.
+    test_delay("nccl_join");
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    const ncclResult_t joined = ncclCommInitRankConfig(&comm_, size_, id, rank_, &config);
+    if (joined != ncclSuccess && joined != ncclInProgress) {
+      if (comm_ != nullptr) ncclCommAbort(comm_);
+      abort_job(fmt::format("NCCL could not create its communicator on {} ({}): {}", world.host(),
+                            placement.ranks[size_t(rank_)].describe(), ncclGetErrorString(joined)),
+                kExitFailure);
+    }
+    settle(fmt::format("communicator creation on {} ({})", world.host(), placement.ranks[size_t(rank_)].describe()));
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     CUDA_CHECK(cudaMalloc(&barrier_buffer_, sizeof(float)));
     watchdog_ =
@@ -204,6 +242,8 @@ class NcclComm final : public Comm {
     watchdog_.reset();
     cudaFree(barrier_buffer_);
     cudaStreamDestroy(stream_);
+    // A non-blocking communicator finalizes asynchronously: flush, then free.
+    if (ncclCommFinalize(comm_) == ncclInProgress) settle("finalize");
     ncclCommDestroy(comm_);
   }
   NcclComm(const NcclComm&) = delete;
@@ -290,6 +330,31 @@ class NcclComm final : public Comm {
     abort_job(message, kExitFailure);
   }
 
+  // A non-blocking communicator answers ncclInProgress while NCCL finishes a
+  // call in the background: wait for its state to leave that, at most the
+  // comm timeout; an error or the timeout aborts the communicator and ends
+  // the job with one line.
+  void settle(const std::string& what) {
+    using Clock = std::chrono::steady_clock;
+    const auto start = Clock::now();
+    auto pause = std::chrono::microseconds(1);
+    for (;;) {
+      ncclResult_t state = ncclSuccess;
+      const ncclResult_t asked = ncclCommGetAsyncError(comm_, &state);
+      if (asked != ncclSuccess) state = asked;
+      if (state == ncclSuccess) return;
+      if (state != ncclInProgress)
+        fail(fmt::format("NCCL {} failed: {} ({})", what, ncclGetErrorString(state), ncclGetLastError(comm_)));
+      if (Clock::now() - start > timeout_)
+        fail(
+            fmt::format("NCCL {} did not complete within {:g} s ({}): a peer is stuck or unreachable (check "
+                        "NCCL_SOCKET_IFNAME and that every rank started)",
+                        what, std::chrono::duration<double>(timeout_).count(), setting_reference("comm_timeout")));
+      std::this_thread::sleep_for(pause);
+      pause = std::min(pause * 2, std::chrono::microseconds(1000));
+    }
+  }
+
   template <class Call>
   WorkPtr launch(std::string description, std::vector<at::Tensor> keep_alive, Call call, bool host_blocking = false) {
     CUDA_CHECK(cudaSetDevice(device_));
@@ -299,7 +364,12 @@ class NcclComm final : public Comm {
     CUDA_CHECK(cudaEventRecord(ready, compute_stream(device_)));
     CUDA_CHECK(cudaStreamWaitEvent(stream_, ready, 0));
     CUDA_CHECK(cudaEventDestroy(ready));
-    NCCL_CHECK(call(stream_));
+    const ncclResult_t queued = call(stream_);
+    if (queued == ncclInProgress)
+      settle(description);  // non-blocking: enqueued once the state is no longer in progress
+    else if (queued != ncclSuccess)
+      fail(fmt::format("NCCL {} could not be queued: {} ({})", description, ncclGetErrorString(queued),
+                       ncclGetLastError(comm_)));
     auto work = std::make_shared<NcclWork>(device_, stream_, std::move(keep_alive), host_blocking);
     // The watchdog holds the Work (and so its tensors) until the op is done,
     // and ends the job at once on an asynchronous NCCL or CUDA error.
@@ -317,6 +387,7 @@ class NcclComm final : public Comm {
   }
 
   int rank_, size_;
+  std::chrono::milliseconds timeout_;
   int device_ = 0;
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
@@ -327,8 +398,8 @@ class NcclComm final : public Comm {
 
 }  // namespace
 
-std::unique_ptr<Comm> make_nccl_comm(const World& world, CommOptions options) {
-  return std::make_unique<NcclComm>(world, options);
+std::unique_ptr<Comm> make_nccl_comm(const World& world, const GpuPlacement& placement, CommOptions options) {
+  return std::make_unique<NcclComm>(world, placement, options);
 }
 
 }  // namespace wt::distributed

@@ -2,8 +2,9 @@
 //
 // Contract: collective construction on every rank of the World; then Comm's
 // contract. Rank 0 creates the ncclUniqueId, MPI_Bcast hands its bytes to
-// every rank, and each rank joins with ncclCommInitRank on the GPU whose
-// index is its node-local rank. Collectives run on a CUDA stream the NcclComm
+// every rank, and each rank joins (ncclCommInitRankConfig, non-blocking,
+// polled under the comm timeout) on its own GPU, which place_gpus has
+// checked no other rank takes. Collectives run on a CUDA stream the NcclComm
 // owns; each op first waits (with an event) for the work already queued on
 // the caller's current compute stream, and Work::wait() makes the compute
 // stream wait for the op: the host does not block (except for barrier(),
@@ -20,6 +21,7 @@
 #include <memory>
 
 #include "wantrain/distributed/comm.hpp"
+#include "wantrain/distributed/device_placement.hpp"
 
 namespace wt::distributed {
 
@@ -41,19 +43,24 @@ double cuda_device_memory_bytes(int device);
 // the run's peak device memory.
 double cuda_device_memory_in_use_bytes(int device);
 
-// The GPU this rank uses: its node-local rank, or 0 when the launcher gave
-// each rank a single visible GPU (srun --gpus-per-task=1); -1 when there is
-// none for it (more ranks on the node than visible GPUs).
-int nccl_device_for(const World& world);
-
-// Whether NCCL can serve this rank: built, LibTorch has CUDA, and a GPU for it.
-bool nccl_usable(const World& world);
+// The GPU this rank would take (rank and host left for the caller): its
+// node-local rank's device, or device 0 when the launcher let the rank see a
+// single GPU (srun --gpus-per-task=1); none, with the reason, without CUDA in
+// this build or LibTorch, or with more ranks on the node than visible GPUs.
+// Whether another rank took the same device is place_gpus' question
+// (device_placement.hpp).
+RankDevice this_rank_device(const World& world);
 
 // Collective: rank 0's fresh ncclUniqueId, as bytes, on every rank.
 using NcclUniqueIdBytes = std::array<char, 128>;
 NcclUniqueIdBytes broadcast_nccl_unique_id(const World& world);
 
-// Collective: an NCCL communicator over the whole World.
-std::unique_ptr<Comm> make_nccl_comm(const World& world, CommOptions options);
+// Collective: an NCCL communicator over the whole World, each rank on its
+// device of `placement` (place_gpus). A placement that is not usable is a
+// UsageError naming --backend on every rank. The communicator is created
+// non-blocking and polled: a join that does not finish within
+// options.timeout (a peer that never arrives, a wrong NCCL_SOCKET_IFNAME) is
+// aborted with one line, never a hang.
+std::unique_ptr<Comm> make_nccl_comm(const World& world, const GpuPlacement& placement, CommOptions options);
 
 }  // namespace wt::distributed

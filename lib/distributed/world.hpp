@@ -65,6 +65,10 @@ class World {
   // Collective: rank 0's `text` on every rank.
   void broadcast(std::string& text) const;
 
+  // Collective: every rank's `mine`, indexed by rank, on every rank; `what`
+  // names the exchange in the timeout line.
+  std::vector<std::string> all_gather(const std::string& mine, const char* what) const;
+
   // Collective: the maximum of each element over the ranks, waiting at most
   // `bound` (a wait that knows its own length, e.g. a checkpoint write);
   // `setting` is what the timeout line names as the bound's source.

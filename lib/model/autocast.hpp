@@ -1,7 +1,14 @@
-// Mixed precision scopes. LibTorch's autocast state is thread-local; these
-// set it for the current thread and restore what was there on exit.
+// Mixed precision scopes. LibTorch's autocast state is thread-local and kept
+// per device type; these set it for the current thread and restore what was
+// there on exit.
+//
+// Every call into LibTorch's autocast API is in autocast.cpp, behind one
+// version gate: LibTorch >= 2.4 has device-typed calls
+// (set_autocast_enabled(device_type, ...)) and warns on the older per-device
+// names, which 1.13 (Debian 12's, the one CI compiles) alone provides.
 #pragma once
 
+#include <c10/core/DeviceType.h>
 #include <c10/core/ScalarType.h>
 
 namespace at {
@@ -13,23 +20,28 @@ namespace wt::model {
 // The dtype autocast computes matrix products in on x's device right now;
 // kFloat when autocast is off there.
 c10::ScalarType autocast_dtype(const at::Tensor& x);
+// The same for a device type (CPU or CUDA; any other counts as CPU).
+c10::ScalarType autocast_dtype(c10::DeviceType device);
 
-// Runs matrix products in `dtype` (kBFloat16 or kHalf) on CPU and CUDA, as
-// torch.autocast does; kFloat leaves autocast off.
+// Runs matrix products on `device` in `dtype` (kBFloat16 or kHalf), as
+// torch.autocast(device_type) does; kFloat turns autocast off there. Only
+// `device`'s state is touched: a GPU run never switches CPU autocast on.
 class AutocastScope {
  public:
-  explicit AutocastScope(c10::ScalarType dtype);
+  AutocastScope(c10::ScalarType dtype, c10::DeviceType device);
   ~AutocastScope();
   AutocastScope(const AutocastScope&) = delete;
   AutocastScope& operator=(const AutocastScope&) = delete;
 
  private:
-  bool cpu_, gpu_;
-  c10::ScalarType cpu_dtype_, gpu_dtype_;
+  c10::DeviceType device_;
+  bool was_enabled_;
+  c10::ScalarType was_dtype_;
 };
 
-// Turns autocast off inside: what Wan computes in fp32 (norms, modulation,
-// time embedding, head) stays fp32 under a bf16 run.
+// Turns autocast off inside, on the devices where it is on: what Wan computes
+// in fp32 (norms, modulation, time embedding, head) stays fp32 under a bf16
+// run. A device whose autocast is off is not touched.
 class Fp32Scope {
  public:
   Fp32Scope();
@@ -38,7 +50,7 @@ class Fp32Scope {
   Fp32Scope& operator=(const Fp32Scope&) = delete;
 
  private:
-  bool cpu_, gpu_;
+  bool cpu_, cuda_;  // what was switched off here, to switch back on
 };
 
 }  // namespace wt::model

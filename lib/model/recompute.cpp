@@ -88,7 +88,7 @@ class BlockRecompute : public torch::autograd::Function<BlockRecompute> {
     at::Tensor output;
     {
       torch::AutoGradMode grad(true);
-      AutocastScope autocast(static_cast<at::ScalarType>(ctx->saved_data["autocast"].toInt()));
+      AutocastScope autocast(static_cast<at::ScalarType>(ctx->saved_data["autocast"].toInt()), device.type());
       output = block->forward(inputs[0], inputs[1], inputs[2], RopeTable{saved[3], saved[4]});
     }
     set_generator_state(device, after_forward);

@@ -144,7 +144,7 @@ StepResult Engine::step(const Batch& batch) {
     im.reducer->prepare_for_backward(sync);
     ObjectiveLoss out;
     {
-      model::AutocastScope autocast(options_.compute_dtype);
+      model::AutocastScope autocast(options_.compute_dtype, device.type());
       out = objective_.loss(micro, {step_});
     }
     t.data += out.prepare_seconds;

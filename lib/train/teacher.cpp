@@ -91,7 +91,8 @@ model::NamedTensors Teacher::weights() const {
 at::Tensor Teacher::predict(const at::Tensor& x_t, const at::Tensor& timesteps, const at::Tensor& context,
                             at::ScalarType compute_dtype) const {
   torch::NoGradGuard no_grad;
-  model::AutocastScope autocast(bf16_ || compute_dtype == at::kHalf ? at::kBFloat16 : compute_dtype);
+  model::AutocastScope autocast(bf16_ || compute_dtype == at::kHalf ? at::kBFloat16 : compute_dtype,
+                                x_t.device().type());
   const int64_t pt = config_.patch_size[0];
   if (!stills_ || pt == 1) return model_->forward(x_t, timesteps, context).to(torch::kFloat32);
   // [B, C, F, H, W] -> each frame repeated pt times -> prediction [B, C, F*pt, H, W] -> frame means.

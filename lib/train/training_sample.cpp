@@ -89,7 +89,7 @@ SampleReport TrainingSampler::draw(model::WanModelImpl& model, const NamedTensor
     torch::NoGradGuard no_grad;
     const SwappedWeights swapped(trainable, weights);
     const EvalMode eval(model);
-    const model::AutocastScope autocast(options_.compute_dtype);
+    const model::AutocastScope autocast(options_.compute_dtype, device.type());
     const auto cond = context_.unsqueeze(0).to(device);  // [1, L, D]
     const auto uncond = unconditional_context(cond);     // what caption dropout trains
     VelocityField velocity = [&](const at::Tensor& x, const at::Tensor& t, bool conditional) {

@@ -9,6 +9,8 @@
 //   checkpoint_write    rank 0's writer thread, before each checkpoint file
 //   before_first_step   every rank, as train::fit starts
 //   after_fit           every rank, after train::fit returned
+//   nccl_join           a rank about to join the NCCL communicator (the
+//                       join deadline's GPU test delays one rank past it)
 //
 // WANTRAIN_TEST_FAIL=point:N makes the N-th call of test_failure(point)
 // throw Error, where the real failure would (set it for one rank only, e.g.

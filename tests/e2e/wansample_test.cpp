@@ -188,3 +188,25 @@ TEST_F(Wansample, SamplesAWantrainCheckpointAsItsExportedWeights) {
             1u)
       << none.output;
 }
+
+TEST_F(Wansample, DeviceCpuSamplesWhatAutoSamplesAndCudaIsRefusedWithoutIt) {
+  const std::string common =
+      "--weights " + weights_ + " --data " + dir_ + "/data --index 1 --steps 2 --seed 4 --out " + dir_;
+  ASSERT_EQ(sample(common + "/auto.h5").status, 0);
+  const Job cpu = sample(common + "/cpu.h5 --device cpu");
+  ASSERT_EQ(cpu.status, 0) << cpu.output;
+  // This build's LibTorch has no CUDA (Debian's): auto is the CPU.
+  EXPECT_TRUE(torch::equal(sampled_latents(dir_ + "/cpu.h5"), sampled_latents(dir_ + "/auto.h5")));
+  if (torch::cuda::is_available()) GTEST_SKIP() << "a CUDA device is visible: the refusals below do not apply";
+  for (const std::string device : {"cuda", "cuda:1"}) {
+    const Job job = sample(common + "/x.h5 --device " + device);
+    EXPECT_EQ(job.status, 2) << job.output;
+    EXPECT_EQ(wt::testing::occurrences(job.output, "error: option --device: cuda:"), 1u) << job.output;
+  }
+  const Job bad = sample(common + "/x.h5 --device gpu");
+  EXPECT_EQ(bad.status, 2) << bad.output;
+  EXPECT_EQ(wt::testing::occurrences(bad.output, "error: option --device: 'gpu' is not one of auto|cpu|cuda|cuda:N"),
+            1u)
+      << bad.output;
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/x.h5"));
+}

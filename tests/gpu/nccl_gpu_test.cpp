@@ -4,11 +4,18 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cmath>
 #include <cstdio>
+#include <limits>
 
+#include "wantrain/distributed/device_placement.hpp"
 #include "wantrain/distributed/nccl_comm.hpp"
 #include "wantrain/distributed/world.hpp"
+#include "wantrain/ckpt/checkpoint.hpp"
 #include "wantrain/config.hpp"
+#include "wantrain/distributed/mpi_comm.hpp"
+#include "wantrain/distributed/reducer.hpp"
+#include "wantrain/train/engine.hpp"
 
 namespace {
 
@@ -16,7 +23,7 @@ wt::distributed::World* g_world = nullptr;
 constexpr int kSkipped = 77;
 
 TEST(NcclComm, AllReduceBroadcastAllGatherOnGpus) {
-  auto comm = wt::distributed::make_nccl_comm(*g_world, {});
+  auto comm = wt::distributed::make_nccl_comm(*g_world, wt::distributed::place_gpus(*g_world), {});
   const int n = comm->size(), r = comm->rank();
   const auto dev = torch::TensorOptions().device(comm->device());
   for (auto dtype : {torch::kFloat, torch::kBFloat16, torch::kHalf}) {
@@ -35,21 +42,141 @@ TEST(NcclComm, AllReduceBroadcastAllGatherOnGpus) {
   comm->barrier();
 }
 
+// A small MLP; the same weights on every rank and device from the seed.
+torch::nn::Sequential toy_model(int64_t width) {
+  torch::manual_seed(7);
+  return torch::nn::Sequential(torch::nn::Linear(width, 3 * width), torch::nn::GELU(),
+                               torch::nn::Linear(3 * width, width));
+}
+
+at::Tensor input_of(int rank, int64_t rows, int64_t width) {
+  return torch::linspace(-1.0, 1.0, rows * width).reshape({rows, width}) * (1.0 + 0.5 * rank);
+}
+
+wt::distributed::Reducer::NamedTensors named(torch::nn::Module& model) {
+  wt::distributed::Reducer::NamedTensors out;
+  for (const auto& item : model.named_parameters()) out.emplace_back(item.key(), item.value());
+  return out;
+}
+
+// The Reducer on GPUs: hooks fire on CUDA gradients, buckets are CUDA views,
+// and the reduced gradient is what the CPU computes for the whole batch
+// (1 x 2B = 2 x B).
+TEST(ReducerOnGpu, GradientsEqualTheCpuGradientOfTheWholeBatch) {
+  auto comm = wt::distributed::make_nccl_comm(*g_world, wt::distributed::place_gpus(*g_world), {});
+  auto model = toy_model(32);
+  auto reference = toy_model(32);  // stays on the CPU
+  model->to(comm->device());
+  wt::distributed::ReducerOptions options;
+  options.first_bucket_bytes = 4096;  // several buckets
+  options.bucket_bytes = 8192;
+  wt::distributed::Reducer reducer(*comm, named(*model), {}, options);
+  for (const auto& bucket : reducer.bucket_buffers()) EXPECT_TRUE(bucket.is_cuda());
+  reducer.zero_grad();
+  reducer.prepare_for_backward(true);
+  model->forward(input_of(comm->rank(), 4, 32).to(comm->device())).pow(2).mean().backward();
+  reducer.finalize_backward();
+  for (int r = 0; r < comm->size(); ++r) reference->forward(input_of(r, 4, 32)).pow(2).mean().backward();
+  const auto params = model->parameters(), expected = reference->parameters();
+  for (size_t i = 0; i < params.size(); ++i)
+    EXPECT_TRUE(torch::allclose(params[i].grad().cpu(), expected[i].grad() / comm->size(), 1e-4, 1e-6)) << i;
+}
+
+// loss = mean((x w - y)^2) on the GPU, for the trainer steps below.
+class GpuLeastSquares : public wt::train::Objective {
+ public:
+  explicit GpuLeastSquares(torch::Device device)
+      : w_(torch::full({8}, 0.1, torch::TensorOptions().device(device)).requires_grad_()) {
+    trainable_.emplace_back("w", w_);
+  }
+  const wt::train::NamedTensors& trainable() const override { return trainable_; }
+  std::vector<at::Tensor> buffers() const override { return {}; }
+  wt::train::ObjectiveLoss loss(const wt::train::Batch& batch, const wt::train::StepContext&) override {
+    return {(torch::matmul(batch.at("x"), w_.unsqueeze(1)).squeeze(1) - batch.at("y")).square().mean()};
+  }
+  std::string kind() const override { return "least-squares"; }
+  at::Tensor validation_losses(const wt::train::Batch& batch) override {
+    return (torch::matmul(batch.at("x"), w_.unsqueeze(1)).squeeze(1) - batch.at("y")).square();
+  }
+  at::Tensor w() const { return w_.detach().cpu(); }
+
+ private:
+  at::Tensor w_;
+  wt::train::NamedTensors trainable_;
+};
+
+wt::train::Batch batch_of(int rank, bool poison) {
+  wt::train::Batch b;
+  auto x = input_of(rank, 2, 8), y = torch::linspace(0.0, 1.0, 2);
+  if (poison) y[0] = std::numeric_limits<float>::infinity();
+  b.tensors["x"] = x;
+  b.tensors["y"] = y;
+  b.indices = {2 * rank, 2 * rank + 1};
+  return b;
+}
+
+// A bf16 and an fp16 step on the GPU take the step the CPU takes in fp32,
+// within the precision of the products; an overflow on one rank skips the
+// step on every rank and backs the fp16 scale off.
+TEST(EngineOnGpu, Bf16AndFp16StepsFollowTheCpuAndSkipTogether) {
+  auto gpu = wt::distributed::make_nccl_comm(*g_world, wt::distributed::place_gpus(*g_world), {});
+  wt::distributed::MpiComm cpu(*g_world, {});
+  wt::train::EngineOptions options;
+  options.micro_batch = 2;
+  options.schedule = {0.01, wt::train::Schedule::Constant, 0, 10};
+  GpuLeastSquares reference_objective(torch::kCPU);
+  wt::train::Engine reference(cpu, reference_objective, options);
+  const auto expected = reference.step(batch_of(gpu->rank(), false));
+  for (const auto dtype : {at::kBFloat16, at::kHalf}) {
+    options.compute_dtype = dtype;
+    GpuLeastSquares objective(gpu->device());
+    wt::train::Engine engine(*gpu, objective, options);
+    const auto got = engine.step(batch_of(gpu->rank(), false));
+    EXPECT_FALSE(got.skipped);
+    EXPECT_NEAR(got.loss, expected.loss, 2e-2 * std::abs(expected.loss)) << c10::toString(dtype);
+    EXPECT_TRUE(torch::allclose(objective.w(), reference_objective.w(), 1e-2, 1e-3)) << c10::toString(dtype);
+    if (dtype == at::kHalf) {
+      const double scale = got.loss_scale;
+      const auto overflow = engine.step(batch_of(gpu->rank(), /*poison=*/gpu->rank() == 0));
+      EXPECT_TRUE(overflow.skipped);  // on every rank, rank 0's infinity or not
+      EXPECT_LT(overflow.loss_scale, scale);
+    }
+  }
+}
+
+// The checkpoint snapshot copies GPU state to the CPU, as it was at the call.
+TEST(EngineOnGpu, SnapshotHoldsTheGpuStateOnTheCpu) {
+  auto gpu = wt::distributed::make_nccl_comm(*g_world, wt::distributed::place_gpus(*g_world), {});
+  wt::train::EngineOptions options;
+  options.micro_batch = 2;
+  options.ema_decay = 0.9;
+  options.schedule = {0.01, wt::train::Schedule::Constant, 0, 10};
+  GpuLeastSquares objective(gpu->device());
+  wt::train::Engine engine(*gpu, objective, options);
+  engine.step(batch_of(gpu->rank(), false));
+  wt::ckpt::Checkpoint snapshot;
+  engine.save_state(snapshot);
+  ASSERT_EQ(snapshot.model.size(), 1u);
+  EXPECT_TRUE(snapshot.model[0].second.is_cpu());
+  EXPECT_TRUE(torch::equal(snapshot.model[0].second, objective.w()));
+  ASSERT_EQ(snapshot.optim.size(), 1u);
+  EXPECT_TRUE(snapshot.optim[0].exp_avg.is_cpu());
+  EXPECT_EQ(snapshot.optim[0].step, 1);
+  engine.step(batch_of(gpu->rank(), false));  // the snapshot does not follow
+  EXPECT_FALSE(torch::equal(snapshot.model[0].second, objective.w()));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   wt::distributed::World world(argc, argv);
   g_world = &world;
   // Skip on every rank alike when any rank lacks its GPU.
-  const int mine = wt::distributed::nccl_usable(world) ? 1 : 0;
-  int all = 0;
-  MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, world.comm());
-  if (!all) {
+  const auto placement = wt::distributed::place_gpus(world);
+  if (!placement.usable()) {
     if (world.is_root())
-      std::printf(
-          "SKIPPED: NCCL GPU tests need one CUDA device per rank and a CUDA LibTorch "
-          "(this rank sees %d device(s), LibTorch CUDA: %s)\n",
-          wt::distributed::cuda_device_count(), WANTRAIN_TORCH_HAS_CUDA ? "yes" : "no");
+      std::printf("SKIPPED: NCCL GPU tests need one CUDA device per rank and a CUDA LibTorch: %s\n",
+                  placement.problem.c_str());
     world.finalize();
     return kSkipped;
   }

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "wantrain/distributed/backend.hpp"
+#include "wantrain/distributed/device_placement.hpp"
 #include "wantrain/distributed/nccl_comm.hpp"
 #include "mpi_test_env.hpp"
 #include "wantrain/util/error.hpp"
@@ -28,7 +29,7 @@ TEST(Backend, AutoIsTheSameOnEveryRankAndMpiWithoutAUsableGpu) {
   auto all = torch::empty({world.size()}, torch::kInt);
   test_comm().all_gather(all, mine);
   EXPECT_TRUE(torch::all(all == all[0]).item<bool>());
-  if (!wt::distributed::nccl_usable(world)) {
+  if (!wt::distributed::place_gpus(world).usable()) {
     EXPECT_EQ(resolved, wt::distributed::Backend::Mpi);
   }
 
@@ -60,7 +61,7 @@ TEST(Nccl, UniqueIdFromRankZeroArrivesByteIdenticalOnEveryRank) {
 
 TEST(Nccl, ExplicitNcclWithoutAUsableGpuIsAUsageErrorOnEveryRank) {
   const auto& world = test_world();
-  if (wt::distributed::nccl_usable(world)) GTEST_SKIP() << "a GPU is usable here";
+  if (wt::distributed::place_gpus(world).usable()) GTEST_SKIP() << "a GPU is usable here";
   try {
     wt::distributed::make_comm(world, wt::distributed::Backend::Nccl);
     FAIL() << "make_comm(nccl) succeeded without a usable GPU";
@@ -69,4 +70,36 @@ TEST(Nccl, ExplicitNcclWithoutAUsableGpuIsAUsageErrorOnEveryRank) {
   } catch (const wt::distributed::CollectiveExit& exit) {
     EXPECT_EQ(exit.code, 2);  // the agreed exit: the lowest failing rank printed the reason
   }
+}
+
+TEST(Placement, EveryRankHoldsEveryRanksDeviceAndTheSameVerdict) {
+  const auto& world = test_world();
+  const auto placement = wt::distributed::place_gpus(world);
+  ASSERT_EQ(placement.ranks.size(), size_t(world.size()));
+  const auto peers = world.peers();
+  for (int r = 0; r < world.size(); ++r) {
+    EXPECT_EQ(placement.ranks[size_t(r)].rank, r);
+    EXPECT_EQ(placement.ranks[size_t(r)].host, peers[size_t(r)].host);
+  }
+  // The verdict is a function of what was gathered: the same on every rank.
+  const auto verdicts = world.all_gather(placement.problem, "test");
+  for (const auto& v : verdicts) EXPECT_EQ(v, verdicts[0]);
+  if (!placement.any_gpu()) {
+    // A CPU node: the reason is named, and auto takes MPI without a warning.
+    EXPECT_FALSE(placement.usable());
+    EXPECT_NE(placement.problem.find("rank"), std::string::npos) << placement.problem;
+    const auto choice = wt::distributed::choose_backend(world, wt::distributed::Backend::Auto);
+    EXPECT_EQ(choice.backend, wt::distributed::Backend::Mpi);
+    EXPECT_EQ(choice.fallback, "");
+  }
+}
+
+TEST(World, AllGatherOfStringsOfDifferentLengthsAndEmptyOnes) {
+  const auto& world = test_world();
+  const std::string mine =
+      world.rank() == 0 ? std::string() : std::string(size_t(world.rank()) * 1000, char('a' + world.rank()));
+  const auto all = world.all_gather(mine, "test");
+  ASSERT_EQ(all.size(), size_t(world.size()));
+  for (int r = 0; r < world.size(); ++r)
+    EXPECT_EQ(all[size_t(r)], r == 0 ? std::string() : std::string(size_t(r) * 1000, char('a' + r)));
 }

@@ -11,6 +11,7 @@
 #include <torch/torch.h>
 
 #include "../common/launch.hpp"
+#include "wantrain/distributed/device_placement.hpp"
 #include "wantrain/data/dataset.hpp"
 #include "wantrain/model/model_config.hpp"
 
@@ -109,6 +110,22 @@ TEST(Launch, DryRunPrintsTheConfigurationAndWorldOnceFromRankZero) {
                             std::to_string(4 * kRanks)),
             std::string::npos)
       << job.output;
+}
+
+// --require-gpu: a job that would compute on the CPU is refused in one line,
+// before the configuration table; without it a CPU node says nothing.
+TEST(Launch, RequireGpuRefusesACpuJobInOneLine) {
+  if (wt::distributed::nvidia_gpus_on_node() > 0) GTEST_SKIP() << "this node has NVIDIA GPUs";
+  const Job plain = launch_mpi(std::string(WANTRAIN_WANTRAIN) + " --dry-run");
+  EXPECT_EQ(plain.status, 0) << plain.output;
+  EXPECT_EQ(occurrences(plain.output, "NVIDIA GPU"), 0u) << plain.output;
+  for (const std::string backend : {"auto", "mpi"}) {
+    const Job job = launch_mpi(std::string(WANTRAIN_WANTRAIN) + " --dry-run --require-gpu --backend " + backend);
+    EXPECT_EQ(job.status, 2) << job.output;
+    EXPECT_EQ(occurrences(job.output, "error: option --require-gpu: no rank of this job sees an NVIDIA GPU"), 1u)
+        << job.output;
+    EXPECT_EQ(occurrences(job.output, "resolved configuration"), 0u) << job.output;
+  }
 }
 
 TEST(Launch, IniConfigFileIsReadWithTheSameNames) {

@@ -50,7 +50,7 @@ void expect_model_matches(at::ScalarType autocast, double tolerance) {
     const auto x = torch::randn({2, 4, 3, 6, 10}), context = torch::randn({2, 5, 16});
     at::Tensor out;
     {
-      wt::model::AutocastScope scope(autocast);
+      wt::model::AutocastScope scope(autocast, torch::kCPU);
       out = model->forward(x, torch::tensor({100.0f, 700.0f}), context).to(torch::kFloat32);
     }
     out.square().mean().backward();

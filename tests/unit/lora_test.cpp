@@ -88,7 +88,7 @@ TEST(Lora, ABf16BaseComputesAsTheFp32ModelUnderBf16Autocast) {
   auto fp32 = seeded_model({});
   auto bf16 = seeded_model({}, at::kBFloat16);
   {
-    wt::model::AutocastScope autocast(at::kBFloat16);
+    wt::model::AutocastScope autocast(at::kBFloat16, at::kCPU);
     EXPECT_TRUE(torch::equal(run(fp32, in), run(bf16, in)));
   }
   const auto expected = run(fp32, in);

@@ -176,7 +176,7 @@ TEST(MemoryPlan, ActivationsAreWithinAQuarterOfWhatAStepAllocates) {
       wt::model::reset_peak_tensor_bytes();
       at::Tensor loss;
       {
-        wt::model::AutocastScope autocast(c.dtype);
+        wt::model::AutocastScope autocast(c.dtype, torch::kCPU);
         loss = wt::train::flow_matching_loss(model->forward(x, t, context), target);
       }
       loss.backward();

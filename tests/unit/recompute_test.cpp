@@ -66,7 +66,7 @@ Run forward_backward(int64_t every, const wt::model::LoraOptions& lora, at::Scal
   const auto t = torch::tensor({100.0f, 700.0f});
   torch::manual_seed(11);  // what LoRA dropout draws from
   {
-    wt::model::AutocastScope scope(autocast);
+    wt::model::AutocastScope scope(autocast, torch::kCPU);
     run.output = model->forward(x, t, context).to(torch::kFloat32);
   }
   run.output.square().mean().backward();

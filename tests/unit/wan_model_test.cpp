@@ -213,7 +213,7 @@ TEST(WanModel, Bf16AutocastStaysCloseToFp32AndKeepsFp32Parts) {
   const auto reference = model->forward(x, t, ctx);
   at::Tensor low;
   {
-    wt::model::AutocastScope bf16(torch::kBFloat16);
+    wt::model::AutocastScope bf16(torch::kBFloat16, torch::kCPU);
     low = model->forward(x, t, ctx);
   }
   EXPECT_EQ(low.scalar_type(), torch::kFloat32);  // the head runs in fp32
