@@ -48,14 +48,19 @@ std::string world_table(const distributed::World& world, const distributed::Comm
   const auto peers = world.peers();
   std::string out =
       fmt::format("world: {} rank{}, backend {}\n", world.size(), world.size() == 1 ? "" : "s", comm.backend());
-  out += fmt::format("  {:>5}  {:<24}  {:>10}  {:<8}  {:>7}\n", "rank", "host", "local rank", "device", "threads");
+  std::vector<std::string> devices;
+  size_t width = 8;  // "cuda:0 (PCI 0000:3b:00.0)" on GPUs, "cpu" here
   for (const auto& p : peers) {
-    const std::string device =
-        comm.device().is_cuda() ? choice.placement.ranks.at(size_t(p.rank)).describe() : std::string("cpu");
-    out += fmt::format("  {:>5}  {:<24}  {:>10}  {:<8}  {:>7}\n", p.rank, p.host,
-                       fmt::format("{}/{}", p.local_rank, p.local_size), device,
-                       threads_per_rank(cfg.threads, p.local_size));
+    devices.push_back(comm.device().is_cuda() ? choice.placement.ranks.at(size_t(p.rank)).describe()
+                                              : std::string("cpu"));
+    width = std::max(width, devices.back().size());
   }
+  out +=
+      fmt::format("  {:>5}  {:<24}  {:>10}  {:<{}}  {:>7}\n", "rank", "host", "local rank", "device", width, "threads");
+  for (const auto& p : peers)
+    out += fmt::format("  {:>5}  {:<24}  {:>10}  {:<{}}  {:>7}\n", p.rank, p.host,
+                       fmt::format("{}/{}", p.local_rank, p.local_size), devices[size_t(p.rank)], width,
+                       threads_per_rank(cfg.threads, p.local_size));
   return out;
 }
 

@@ -58,8 +58,10 @@ std::unique_ptr<Comm> make_comm(const World& world, const BackendChoice& choice,
 
 std::string cpu_on_gpu_nodes(const World& world, const BackendChoice& choice) {
   if (choice.backend == Backend::Nccl) return "";
-  // The driver's list counts GPUs that this build cannot see through CUDA.
-  const int64_t mine = std::max<int64_t>(nvidia_gpus_on_node(), cuda_device_count());
+  // The driver's list counts GPUs that this build cannot see through CUDA
+  // (asking a CUDA runtime without a driver would only print its complaint).
+  const bool sees_one = !choice.placement.ranks.empty() && choice.placement.ranks[size_t(world.rank())].ordinal >= 0;
+  const int64_t mine = std::max<int64_t>(nvidia_gpus_on_node(), sees_one ? 1 : 0);
   const int64_t most = world.max_over_ranks({mine}, "agreement (GPUs on the nodes)", world.timeout())[0];
   if (most == 0) return "";
   std::string why;

@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -222,7 +223,9 @@ class NcclComm final : public Comm {
                             placement.ranks[size_t(rank_)].describe(), ncclGetErrorString(joined)),
                 kExitFailure);
     }
+    joining_ = true;
     settle(fmt::format("communicator creation on {} ({})", world.host(), placement.ranks[size_t(rank_)].describe()));
+    joining_ = false;
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     CUDA_CHECK(cudaMalloc(&barrier_buffer_, sizeof(float)));
     watchdog_ =
@@ -325,8 +328,15 @@ class NcclComm final : public Comm {
     if (!t.is_contiguous()) throw Error(fmt::format("NcclComm {}: tensor is not contiguous", op));
   }
 
-  [[noreturn]] void fail(const std::string& message) {
-    ncclCommAbort(comm_);
+  // Ends the job once, whichever thread sees the failure first (the
+  // watchdog and the main thread can both see one asynchronous error): the
+  // other waits for MPI_Abort to end the process. `abort_nccl` false for a
+  // join that never finished: ncclCommAbort could wait on it in turn, and
+  // MPI_Abort frees everything anyway.
+  [[noreturn]] void fail(const std::string& message, bool abort_nccl = true) {
+    if (failing_.exchange(true))
+      for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+    if (abort_nccl) ncclCommAbort(comm_);
     abort_job(message, kExitFailure);
   }
 
@@ -346,10 +356,10 @@ class NcclComm final : public Comm {
       if (state != ncclInProgress)
         fail(fmt::format("NCCL {} failed: {} ({})", what, ncclGetErrorString(state), ncclGetLastError(comm_)));
       if (Clock::now() - start > timeout_)
-        fail(
-            fmt::format("NCCL {} did not complete within {:g} s ({}): a peer is stuck or unreachable (check "
-                        "NCCL_SOCKET_IFNAME and that every rank started)",
-                        what, std::chrono::duration<double>(timeout_).count(), setting_reference("comm_timeout")));
+        fail(fmt::format("NCCL {} did not complete within {:g} s ({}): a peer is stuck or unreachable (check "
+                         "NCCL_SOCKET_IFNAME and that every rank started)",
+                         what, std::chrono::duration<double>(timeout_).count(), setting_reference("comm_timeout")),
+             /*abort_nccl=*/!joining_);
       std::this_thread::sleep_for(pause);
       pause = std::min(pause * 2, std::chrono::microseconds(1000));
     }
@@ -393,6 +403,8 @@ class NcclComm final : public Comm {
   cudaStream_t stream_ = nullptr;
   void* barrier_buffer_ = nullptr;  // [1] float
   std::uint64_t seq_ = 0;
+  bool joining_ = false;              // in the join: a timeout does not ncclCommAbort
+  std::atomic<bool> failing_{false};  // fail() runs once
   std::unique_ptr<Watchdog> watchdog_;
 };
 
