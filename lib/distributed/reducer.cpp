@@ -42,6 +42,7 @@ struct Reducer::State {
   size_t next_bucket = 0;  // the next bucket to start, in index order
   int64_t issued = 0;
   double exposed_seconds = 0;
+  std::vector<std::string> unused;  // names without a gradient on the last synchronising micro-step
 
   State(Comm& c, ReducerOptions o) : comm(c), options(o) {}
 
@@ -208,11 +209,22 @@ void Reducer::prepare_for_backward(bool sync) {
 void Reducer::finalize_backward() {
   State& s = *state_;
   if (!s.sync) return;
-  std::vector<std::string> unused;
+  finalize_backward_unchecked();
+  if (s.options.allow_unused) return;
+  auto any =
+      torch::full({1}, int32_t(s.unused.size()), torch::TensorOptions().dtype(torch::kInt32).device(s.comm.device()));
+  s.comm.all_reduce(any, {ReduceOp::Max});
+  check_unused(any.item<int32_t>());
+}
+
+void Reducer::finalize_backward_unchecked() {
+  State& s = *state_;
+  if (!s.sync) return;
   {
     std::lock_guard<std::mutex> lock(s.mutex);
+    s.unused.clear();
     for (auto& p : s.params)
-      if (!p.got_grad) unused.push_back(p.name);
+      if (!p.got_grad) s.unused.push_back(p.name);
     // Buckets whose gradients did not all arrive (unused parameters) start now, still in order.
     for (auto& b : s.buckets) b.pending = 0;
     s.launch_ready_buckets(/*during_backward=*/false);
@@ -221,18 +233,20 @@ void Reducer::finalize_backward() {
   const auto start = std::chrono::steady_clock::now();
   for (auto& b : s.buckets) b.work->wait();
   s.exposed_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (s.options.allow_unused) return;
-  auto any =
-      torch::full({1}, int32_t(unused.size()), torch::TensorOptions().dtype(torch::kInt32).device(s.comm.device()));
-  s.comm.all_reduce(any, {ReduceOp::Max});
-  if (any.item<int32_t>() == 0) return;
-  if (unused.empty())
+}
+
+int64_t Reducer::unused_parameters() const { return int64_t(state_->unused.size()); }
+
+void Reducer::check_unused(int64_t over_ranks) const {
+  const State& s = *state_;
+  if (s.options.allow_unused || over_ranks == 0) return;
+  if (s.unused.empty())
     throw UsageError(fmt::format(
         "Reducer: a parameter got no gradient on another rank (that rank names it; {} reduces zeros for it)",
         setting_reference("allow_unused")));
   throw UsageError(fmt::format(
-      "Reducer: {} parameter{} got no gradient in this step: {} (use {} to reduce zeros for them)", unused.size(),
-      unused.size() == 1 ? "" : "s", fmt::join(unused, ", "), setting_reference("allow_unused")));
+      "Reducer: {} parameter{} got no gradient in this step: {} (use {} to reduce zeros for them)", s.unused.size(),
+      s.unused.size() == 1 ? "" : "s", fmt::join(s.unused, ", "), setting_reference("allow_unused")));
 }
 
 std::vector<std::vector<std::string>> Reducer::bucket_parameter_names() const {

@@ -80,8 +80,19 @@ class Reducer {
   // Before each backward: `sync` on the last micro-step of a step.
   void prepare_for_backward(bool sync);
   // After each backward: on a synchronising micro-step, starts what is left,
-  // waits for every bucket and checks for parameters without a gradient.
+  // waits for every bucket and checks for parameters without a gradient
+  // (unless allow_unused: one all-reduce and one host read, UsageError
+  // naming them on every rank).
   void finalize_backward();
+  // The same without the check, for a caller that folds this rank's
+  // unused_parameters() into a reduction of its own (the Engine's one
+  // all-reduce per step) and then calls check_unused with their sum.
+  void finalize_backward_unchecked();
+  // Parameters without a gradient on the last synchronising micro-step, on this rank.
+  int64_t unused_parameters() const;
+  // Throws what finalize_backward does when `over_ranks` (the sum of every
+  // rank's unused_parameters()) is not 0; nothing with allow_unused.
+  void check_unused(int64_t over_ranks) const;
 
   // Introspection for tests, benchmarks and logs.
   std::vector<std::vector<std::string>> bucket_parameter_names() const;

@@ -156,35 +156,49 @@ StepResult Engine::step(const Batch& batch) {
     loss_sum += out.loss.detach().to(torch::kFloat64);
     t.backward += seconds_since(phase);
 
-    // Waiting for the buckets backward did not finish, and the ranks'
-    // agreement on unused parameters: the communication left exposed.
+    // Waiting for the buckets backward did not finish: the communication
+    // left exposed.
     phase = Clock::now();
-    im.reducer->finalize_backward();
+    im.reducer->finalize_backward_unchecked();
     if (sync) t.comm += seconds_since(phase);
   }
 
-  // The loss averaged over ranks: what is logged, and (with the gradient
-  // norm, identical everywhere after the all-reduce) what decides a skip, so
-  // every rank decides alike.
-  auto mean_loss = loss_sum / K;
-  if (options_.communicate) {
-    const auto phase = Clock::now();
-    comm_.all_reduce(mean_loss, {distributed::ReduceOp::Avg});
-    t.comm += seconds_since(phase);
-  }
-  result.loss = mean_loss.item<double>();
-
-  const auto phase = Clock::now();
+  // The step's figures in one reduction and one host read, so that a GPU
+  // run's host waits for the device once per step: [loss, parameters
+  // without a gradient, with ZeRO each bucket slice's sum of squares],
+  // summed over ranks, then read together with this rank's bucket norms
+  // (whole gradients, identical on every rank without ZeRO). The loss
+  // averaged over ranks and the gradient norm decide a skip, so every rank
+  // decides alike.
+  auto phase = Clock::now();
   // The reduced gradients: whole on every rank, or this rank's slices.
   const auto buffers = im.zero ? im.reducer->gradient_shards() : im.reducer->bucket_buffers();
   if (im.scaler) scale_gradients(buffers, 1.0 / loss_scale);
+  const auto norms = bucket_norms(buffers).to(device);  // [buckets]
+  const auto figures = torch::dtype(torch::kFloat64).device(device);
+  std::vector<at::Tensor> summed = {(loss_sum / K).reshape({1}),
+                                    torch::full({1}, double(im.reducer->unused_parameters()), figures)};
+  if (im.zero) summed.push_back(norms.square());
+  auto summary = torch::cat(summed);
+  t.optimizer += seconds_since(phase);
+  phase = Clock::now();
+  if (options_.communicate) comm_.all_reduce(summary, {distributed::ReduceOp::Sum});
+  const auto host = (im.zero ? summary : torch::cat({summary, norms})).cpu();  // the step's one host read
+  ++result.host_reads;
+  (options_.communicate ? t.comm : t.optimizer) += seconds_since(phase);
+  const double* v = host.data_ptr<double>();
+  const double ranks = options_.communicate ? comm_.size() : 1;
+  result.loss = v[0] / ranks;  // as an Avg reduction computes it: the sum, divided once
+  im.reducer->check_unused(int64_t(v[1]));
   if (im.zero) {
-    auto squares = torch::full({1}, sum_of_squares(buffers), torch::dtype(torch::kFloat64).device(device));
-    comm_.all_reduce(squares, {distributed::ReduceOp::Sum});
-    result.grad_norm = std::sqrt(squares.item<double>());
+    double squares = 0;
+    for (size_t b = 0; b < buffers.size(); ++b) squares += v[2 + b];
+    result.grad_norm = std::sqrt(squares);
   } else {
-    result.grad_norm = global_norm(buffers);
+    result.grad_norm = norm_of(v + 2, buffers.size());
   }
+
+  phase = Clock::now();
   result.lr = options_.schedule.at(step_);
   const bool finite = std::isfinite(result.loss) && std::isfinite(result.grad_norm);
   if (finite) {
@@ -204,7 +218,7 @@ StepResult Engine::step(const Batch& batch) {
   }
   if (im.scaler) im.scaler->update(finite);
   if (im.scaler) result.loss_scale = im.scaler->scale();
-  t.optimizer = seconds_since(phase);
+  t.optimizer += seconds_since(phase);
 
   result.step = ++step_;
   t.total = seconds_since(step_start);

@@ -4,8 +4,11 @@
 //     objective.loss under autocast -> loss * scale / (K * W) -> backward,
 //     the Reducer all-reducing gradient buckets as they fill (only on the
 //     last micro-batch)
-//   -> loss averaged over ranks -> global grad norm -> skip if non-finite
+//   -> one all-reduce of the step's figures (loss, parameters without a
+//      gradient) and one host read of them with the bucket norms: the
+//      loss averaged over ranks, the global grad norm -> skip if non-finite
 //   -> clip -> AdamW at the scheduled rate -> EMA -> loss scale update.
+// Collectives per step: the buckets + 1; host reads: 1.
 //
 // With zero = 1 (ZeRO stage 1) the buckets are reduce-scattered instead;
 // each rank clips, steps AdamW and updates the EMA on its 1/W slice of the
@@ -64,6 +67,9 @@ struct StepResult {
   double grad_norm = 0;                                          // before clipping
   bool skipped = false;                                          // non-finite loss or gradient: no update on any rank
   double loss_scale = std::numeric_limits<double>::quiet_NaN();  // fp16: the scale after this step; NaN otherwise
+  // Device-to-host reads the Engine made in this step (a debug count: the
+  // host waits for the device at each; the design is one per step).
+  int host_reads = 0;
   StepTimes times;
 };
 

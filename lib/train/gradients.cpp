@@ -6,20 +6,27 @@
 
 namespace wt::train {
 
-double sum_of_squares(const std::vector<at::Tensor>& buffers) {
+at::Tensor bucket_norms(const std::vector<at::Tensor>& buffers) {
   torch::NoGradGuard no_grad;
-  double sum = 0;
-  for (const auto& b : buffers) {
-    // One fused pass per bucket, accumulated in double: fp32 accumulation
-    // is off by ~1e-5 relative over 1e5 elements, enough that slices of
-    // the same gradients (ZeRO) would disagree with the whole.
-    const double n = at::linalg_vector_norm(b, 2, c10::nullopt, false, at::kDouble).item<double>();
-    sum += n * n;
-  }
-  return sum;
+  if (buffers.empty()) return torch::zeros({0}, torch::kFloat64);
+  std::vector<at::Tensor> norms;
+  // One fused pass per bucket, accumulated in double: fp32 accumulation is
+  // off by ~1e-5 relative over 1e5 elements, enough that slices of the same
+  // gradients (ZeRO) would disagree with the whole.
+  for (const auto& b : buffers) norms.push_back(at::linalg_vector_norm(b, 2, c10::nullopt, false, at::kDouble));
+  return torch::stack(norms);
 }
 
-double global_norm(const std::vector<at::Tensor>& buffers) { return std::sqrt(sum_of_squares(buffers)); }
+double norm_of(const double* norms, size_t count) {
+  double sum = 0;
+  for (size_t i = 0; i < count; ++i) sum += norms[i] * norms[i];
+  return std::sqrt(sum);
+}
+
+double global_norm(const std::vector<at::Tensor>& buffers) {
+  const auto norms = bucket_norms(buffers).cpu();
+  return norm_of(norms.data_ptr<double>(), size_t(norms.numel()));
+}
 
 void scale_gradients(const std::vector<at::Tensor>& buffers, double factor) {
   torch::NoGradGuard no_grad;

@@ -9,11 +9,14 @@
 
 namespace wt::train {
 
+// Each buffer's L2 norm, accumulated in double, as a [buffers] kFloat64
+// tensor on their device: no host read, so it can travel with the step's
+// other figures in one copy.
+at::Tensor bucket_norms(const std::vector<at::Tensor>& buffers);
+// sqrt of the sum of squares of `norms` (bucket_norms, read), in order.
+double norm_of(const double* norms, size_t count);
 // sqrt(sum of squares) over all buffers (NaN or Inf when any gradient is).
 double global_norm(const std::vector<at::Tensor>& buffers);
-// The sum of squares alone: what ranks holding shards of the gradients add
-// up before the square root.
-double sum_of_squares(const std::vector<at::Tensor>& buffers);
 
 // Multiplies every buffer by `factor`.
 void scale_gradients(const std::vector<at::Tensor>& buffers, double factor);

@@ -212,3 +212,68 @@ TEST(Engine, ZeroOneTakesTheSameStepsWithItsShareOfTheState) {
 }
 
 }  // namespace
+
+namespace {
+
+// The test Comm, counting the collectives issued through it: what the
+// Engine's step costs in synchronisations, measured on the real MPI path.
+class CountingComm final : public wt::distributed::Comm {
+ public:
+  explicit CountingComm(wt::distributed::Comm& real) : real_(real) {}
+  const char* backend() const override { return real_.backend(); }
+  int rank() const override { return real_.rank(); }
+  int size() const override { return real_.size(); }
+  at::Device device() const override { return real_.device(); }
+  wt::distributed::WorkPtr all_reduce_async(const at::Tensor& t, const wt::distributed::AllReduceOptions& o) override {
+    ++issued;
+    return real_.all_reduce_async(t, o);
+  }
+  wt::distributed::WorkPtr broadcast_async(const at::Tensor& t, const wt::distributed::BroadcastOptions& o) override {
+    ++issued;
+    return real_.broadcast_async(t, o);
+  }
+  wt::distributed::WorkPtr all_gather_async(const at::Tensor& out, const at::Tensor& in,
+                                            const wt::distributed::AllGatherOptions& o) override {
+    ++issued;
+    return real_.all_gather_async(out, in, o);
+  }
+  wt::distributed::WorkPtr reduce_scatter_async(const at::Tensor& out, const at::Tensor& in,
+                                                const wt::distributed::ReduceScatterOptions& o) override {
+    ++issued;
+    return real_.reduce_scatter_async(out, in, o);
+  }
+  wt::distributed::WorkPtr barrier_async(const wt::distributed::BarrierOptions& o) override {
+    ++issued;
+    return real_.barrier_async(o);
+  }
+  int64_t issued = 0;
+
+ private:
+  wt::distributed::Comm& real_;
+};
+
+}  // namespace
+
+// One step costs its gradient buckets plus one reduction of the step's
+// figures (with ZeRO, plus the weights' all-gather), and one host read,
+// whatever the accumulation, with or without a skip.
+TEST(Engine, AStepIsItsBucketsPlusOneCollectiveAndOneHostRead) {
+  CountingComm comm(test_comm());
+  for (const int zero : {0, 1}) {
+    for (const int k : {1, kPerRank}) {
+      SCOPED_TRACE("zero " + std::to_string(zero) + ", accumulation " + std::to_string(k));
+      LeastSquares objective;  // one parameter: one bucket
+      EngineOptions options = readable_options(k, kPerRank / k, 1.0, 0.9);
+      options.zero = zero;
+      Engine engine(comm, objective, options);
+      for (const bool poison : {false, true}) {
+        const int64_t before = comm.issued;
+        const auto result = engine.step(rank_batch(comm.rank(), poison && comm.rank() == 0));
+        EXPECT_EQ(result.skipped, poison);
+        const int64_t expected = 1 + 1 + (zero == 1 && !poison ? 1 : 0);  // bucket, figures, all-gather
+        EXPECT_EQ(comm.issued - before, expected);
+        EXPECT_EQ(result.host_reads, 1);
+      }
+    }
+  }
+}
