@@ -27,6 +27,7 @@ namespace wt::train {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+constexpr int kSignalSlots = 64;  // signal numbers 1..64 (Linux's, real-time ones included)
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 // LibTorch keys optimizer state by the parameter's TensorImpl: its address
@@ -121,7 +122,7 @@ NamedTensors Engine::ema_weights() const {
   return im.zero->gather(tensors_of(im.ema->averages()));
 }
 
-StepResult Engine::step(const Batch& batch) {
+StepResult Engine::step(const Batch& batch, const StepFlags& flags) {
   auto& im = *impl_;
   const auto step_start = Clock::now();
   StepResult result;
@@ -176,8 +177,15 @@ StepResult Engine::step(const Batch& batch) {
   if (im.scaler) scale_gradients(buffers, 1.0 / loss_scale);
   const auto norms = bucket_norms(buffers).to(device);  // [buckets]
   const auto figures = torch::dtype(torch::kFloat64).device(device);
+  // The flags as counts, so that one Sum carries them: [write failed] and
+  // one slot per signal number, the highest counted one winning.
+  auto flag_counts = torch::zeros({1 + kSignalSlots}, torch::kFloat64);
+  flag_counts[0] = flags.write_failed ? 1.0 : 0.0;
+  const int mine = flags.stop_signal ? flags.stop_signal() : 0;
+  if (mine > 0 && mine <= kSignalSlots) flag_counts[mine] = 1.0;
   std::vector<at::Tensor> summed = {(loss_sum / K).reshape({1}),
-                                    torch::full({1}, double(im.reducer->unused_parameters()), figures)};
+                                    torch::full({1}, double(im.reducer->unused_parameters()), figures),
+                                    flag_counts.to(device)};
   if (im.zero) summed.push_back(norms.square());
   auto summary = torch::cat(summed);
   t.optimizer += seconds_since(phase);
@@ -190,12 +198,16 @@ StepResult Engine::step(const Batch& batch) {
   const double ranks = options_.communicate ? comm_.size() : 1;
   result.loss = v[0] / ranks;  // as an Avg reduction computes it: the sum, divided once
   im.reducer->check_unused(int64_t(v[1]));
+  result.write_failed = v[2] > 0;
+  for (int signal = kSignalSlots; signal >= 1 && result.stop_signal == 0; --signal)
+    if (v[2 + signal] > 0) result.stop_signal = signal;
+  const double* norm_figures = v + 3 + kSignalSlots;
   if (im.zero) {
     double squares = 0;
-    for (size_t b = 0; b < buffers.size(); ++b) squares += v[2 + b];
+    for (size_t b = 0; b < buffers.size(); ++b) squares += norm_figures[b];
     result.grad_norm = std::sqrt(squares);
   } else {
-    result.grad_norm = norm_of(v + 2, buffers.size());
+    result.grad_norm = norm_of(norm_figures, buffers.size());
   }
 
   phase = Clock::now();

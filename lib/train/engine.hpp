@@ -5,7 +5,7 @@
 //     the Reducer all-reducing gradient buckets as they fill (only on the
 //     last micro-batch)
 //   -> one all-reduce of the step's figures (loss, parameters without a
-//      gradient) and one host read of them with the bucket norms: the
+//      gradient, the caller's stop and write-failure flags) and one host read of them with the bucket norms: the
 //      loss averaged over ranks, the global grad norm -> skip if non-finite
 //   -> clip -> AdamW at the scheduled rate -> EMA -> loss scale update.
 // Collectives per step: the buckets + 1; host reads: 1.
@@ -29,6 +29,7 @@
 #include <c10/core/ScalarType.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <limits>
 #include <string>
@@ -67,10 +68,25 @@ struct StepResult {
   double grad_norm = 0;                                          // before clipping
   bool skipped = false;                                          // non-finite loss or gradient: no update on any rank
   double loss_scale = std::numeric_limits<double>::quiet_NaN();  // fp16: the scale after this step; NaN otherwise
+  // What the ranks agreed on in the step's reduction (StepFlags): the
+  // highest stop signal any rank had (0: none), and whether any rank's
+  // checkpoint write had failed.
+  int stop_signal = 0;
+  bool write_failed = false;
   // Device-to-host reads the Engine made in this step (a debug count: the
   // host waits for the device at each; the design is one per step).
   int host_reads = 0;
   StepTimes times;
+};
+
+// What the caller asks the ranks to agree on at this step, carried in the
+// step's one reduction instead of a collective of its own: a stop signal
+// this rank received (its number, 1..64; 0: none), asked for at the
+// reduction itself so that a signal that came during the step's compute
+// counts at this step, and a failed checkpoint write this rank saw.
+struct StepFlags {
+  std::function<int()> stop_signal;  // empty: never
+  bool write_failed = false;
 };
 
 struct AdamWOptions {
@@ -103,8 +119,10 @@ class Engine {
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  // One optimizer step on this rank's batch of micro_batch * accumulation samples.
-  StepResult step(const Batch& batch);
+  // One optimizer step on this rank's batch of micro_batch * accumulation
+  // samples; `flags` are agreed on with the other ranks (StepResult's
+  // stop_signal and write_failed).
+  StepResult step(const Batch& batch, const StepFlags& flags = {});
 
   int64_t steps_taken() const { return step_; }
   // Bytes of AdamW moments and EMA this rank holds (1/W of them with zero = 1).

@@ -300,7 +300,10 @@ int fit_steps(distributed::World& world, distributed::Comm& comm, const RunPlan&
     const auto wait = Clock::now();
     const Batch batch = run.batches->next(epoch);
     const double waited = std::chrono::duration<double>(Clock::now() - wait).count();
-    StepResult result = engine.step(batch);
+    // The ranks agree on a signal any of them got and a failed write any
+    // of them saw in the step's own reduction (no collective of their own):
+    // what arrives after it counts at the next step.
+    StepResult result = engine.step(batch, {stop_signal, !writes_ok});
     result.epoch = epoch;
     result.times.data += waited;
     result.times.total += waited;
@@ -319,6 +322,12 @@ int fit_steps(distributed::World& world, distributed::Comm& comm, const RunPlan&
                            result.step, skipped_in_a_row);
       return kExitFailure;
     }
+    // A failed write stops the run before it writes anything more.
+    if (result.write_failed) {
+      finish_writes(true);
+      reason = fmt::format("stopped at step {}: a checkpoint write failed", engine.steps_taken());
+      return kExitFailure;
+    }
     const bool done = engine.steps_taken() >= plan.total_steps;
     val_loss = kNoValidation;
     if (run.validator && (done || (options.val_every > 0 && result.step % options.val_every == 0)))
@@ -327,17 +336,7 @@ int fit_steps(distributed::World& world, distributed::Comm& comm, const RunPlan&
     if (options.save_every > 0 && result.step % options.save_every == 0) save(val_loss);
     if (writer) writes_ok = report(writer->take_results(), options) && writes_ok;
 
-    // The ranks agree at every step boundary on a signal any of them got,
-    // and on a failed write rank 0 saw: [signal, write failed].
-    auto flags = torch::tensor({int64_t(stop_signal()), int64_t(!writes_ok)}, torch::kInt64).to(comm.device());
-    comm.all_reduce(flags, {distributed::ReduceOp::Max});
-    flags = flags.cpu();
-    if (flags[1].item<int64_t>() != 0) {
-      finish_writes(true);
-      reason = fmt::format("stopped at step {}: a checkpoint write failed", engine.steps_taken());
-      return kExitFailure;
-    }
-    if (const int signal = int(flags[0].item<int64_t>()); signal != 0) {
+    if (const int signal = result.stop_signal; signal != 0) {
       save(val_loss);
       bool written = true;  // whatever the error policy says: the message must be true
       if (writer) {

@@ -277,3 +277,22 @@ TEST(Engine, AStepIsItsBucketsPlusOneCollectiveAndOneHostRead) {
     }
   }
 }
+
+// The caller's flags travel in the step's reduction: every rank learns the
+// highest stop signal and any failed write, whichever rank had them.
+TEST(Engine, StopSignalsAndFailedWritesAreAgreedInTheStep) {
+  auto& comm = test_comm();
+  LeastSquares objective;
+  Engine engine(comm, objective, readable_options(1, kPerRank, 1.0, 0.0));
+  const auto none = engine.step(rank_batch(comm.rank()));
+  EXPECT_EQ(none.stop_signal, 0);
+  EXPECT_FALSE(none.write_failed);
+  const int last = comm.size() - 1;
+  wt::train::StepFlags flags;
+  flags.write_failed = comm.rank() == 0;
+  flags.stop_signal = [&] { return comm.rank() == last ? 15 : (comm.rank() == 0 ? 10 : 0); };
+  const auto flagged = engine.step(rank_batch(comm.rank()), flags);
+  EXPECT_EQ(flagged.stop_signal, 15);  // the highest: SIGTERM (the last rank's) over SIGUSR1 (rank 0's)
+  EXPECT_TRUE(flagged.write_failed);
+  EXPECT_FALSE(flagged.skipped);
+}
