@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "wantrain/train/ema.hpp"
+#include "wantrain/train/foreach_adamw.hpp"
 #include "wantrain/train/gradients.hpp"
 #include "wantrain/train/loss_scaler.hpp"
 #include "wantrain/train/lr_schedule.hpp"
@@ -78,4 +79,46 @@ TEST(LossScaler, HalvesOnOverflowAndDoublesAfterAnIntervalOfGoodSteps) {
   EXPECT_EQ(scaler.scale(), 512);
   for (int i = 0; i < 20; ++i) scaler.update(false);
   EXPECT_EQ(scaler.scale(), 1);  // never below 1
+}
+
+// The multi-tensor AdamW step takes torch::optim::AdamW's steps: 20 of them
+// with weight decay, a changing rate, tensors of several shapes and one
+// parameter without a gradient, which neither touches.
+TEST(ForeachAdamW, TakesTorchAdamWsStepsTo1e6) {
+  torch::manual_seed(5);
+  const std::vector<std::vector<int64_t>> shapes = {{7, 3}, {5}, {2, 2, 4}, {1}};
+  std::vector<at::Tensor> mine, reference;
+  for (const auto& shape : shapes) {
+    auto t = torch::randn(shape);
+    mine.push_back(t.clone().requires_grad_());
+    reference.push_back(t.clone().requires_grad_());
+  }
+  const auto options = torch::optim::AdamWOptions(1e-2).betas({0.9, 0.99}).weight_decay(0.05).eps(1e-8);
+  torch::optim::AdamW foreach_optimizer(mine, options), torch_optimizer(reference, options);
+  for (int step = 0; step < 20; ++step) {
+    for (size_t i = 0; i + 1 < shapes.size(); ++i) {  // the last parameter never gets a gradient
+      const auto g = torch::randn(shapes[i]) * (1.0 + step);
+      mine[i].mutable_grad() = g.clone();
+      reference[i].mutable_grad() = g.clone();
+    }
+    for (auto* o : {&foreach_optimizer, &torch_optimizer})
+      for (auto& group : o->param_groups())
+        static_cast<torch::optim::AdamWOptions&>(group.options()).lr(1e-2 / (1 + step));
+    wt::train::foreach_adamw_step(foreach_optimizer);
+    torch_optimizer.step();
+  }
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    EXPECT_TRUE(torch::allclose(mine[i], reference[i], 1e-6, 1e-7)) << "parameter " << i;
+    const auto a = foreach_optimizer.state().find(wt::train::optimizer_key(mine[i]));
+    const auto b = torch_optimizer.state().find(wt::train::optimizer_key(reference[i]));
+    ASSERT_EQ(a == foreach_optimizer.state().end(), b == torch_optimizer.state().end()) << i;
+    if (a == foreach_optimizer.state().end()) continue;
+    const auto& sa = static_cast<const torch::optim::AdamWParamState&>(*a->second);
+    const auto& sb = static_cast<const torch::optim::AdamWParamState&>(*b->second);
+    EXPECT_EQ(sa.step(), 20);
+    EXPECT_EQ(sa.step(), sb.step());
+    EXPECT_TRUE(torch::allclose(sa.exp_avg(), sb.exp_avg(), 1e-6, 1e-9)) << i;
+    EXPECT_TRUE(torch::allclose(sa.exp_avg_sq(), sb.exp_avg_sq(), 1e-6, 1e-12)) << i;
+  }
+  EXPECT_TRUE(torch::equal(mine.back(), reference.back()));  // untouched: no gradient
 }
