@@ -89,17 +89,12 @@ RankDevice this_rank_device(const World& world) {
     mine.why_none = "no CUDA device is visible";
     return mine;
   }
-  if (devices == 1) {
-    mine.ordinal = 0;  // the launcher gave this rank one GPU, or every rank the same one: the bus ids tell
-  } else if (world.local_rank() < devices) {
-    mine.ordinal = world.local_rank();
-  } else {
-    mine.why_none = fmt::format(
-        "{} ranks run there but only {} CUDA devices are visible; launch at most one rank "
-        "per GPU",
-        world.local_size(), devices);
-    return mine;
-  }
+  // The node-local rank's device among those this rank sees: all of the
+  // node's GPUs (rank i takes cuda:i), its own one (srun --gpus-per-task=1:
+  // cuda:0) or its own few (--gpus-per-task=N). Ranks that land on one GPU
+  // this way (more ranks than GPUs, one CUDA_VISIBLE_DEVICES for all) are
+  // told apart by the bus ids: place_gpus names them.
+  mine.ordinal = world.local_rank() % devices;
   char bus_id[32] = {};
   if (cudaDeviceGetPCIBusId(bus_id, int(sizeof bus_id), mine.ordinal) == cudaSuccess) {
     mine.bus_id = bus_id;

@@ -43,11 +43,12 @@ double cuda_device_memory_bytes(int device);
 // the run's peak device memory.
 double cuda_device_memory_in_use_bytes(int device);
 
-// The GPU this rank would take (rank and host left for the caller): its
-// node-local rank's device, or device 0 when the launcher let the rank see a
-// single GPU (srun --gpus-per-task=1); none, with the reason, without CUDA in
-// this build or LibTorch, or with more ranks on the node than visible GPUs.
-// Whether another rank took the same device is place_gpus' question
+// The GPU this rank would take (rank and host left for the caller): device
+// (node-local rank mod the devices it sees), so rank i of a node takes
+// cuda:i when every rank sees all GPUs, and cuda:0 when the launcher gives
+// each rank its own (srun --gpus-per-task=1); none, with the reason, without
+// CUDA in this build or LibTorch, or without a visible device. Whether
+// another rank took the same device is place_gpus' question
 // (device_placement.hpp).
 RankDevice this_rank_device(const World& world);
 
