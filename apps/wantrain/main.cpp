@@ -210,14 +210,12 @@ int run(distributed::World& world, int argc, char** argv) {
   // --require-gpu the run's one error line.
   const std::string on_cpu = distributed::cpu_on_gpu_nodes(world, choice);
   world.agree([&] {
-    if (!on_cpu.empty() && cfg.require_gpu) throw UsageError("option --require-gpu: " + on_cpu);
+    if (cfg.require_gpu && choice.backend != distributed::Backend::Nccl)
+      throw UsageError("option --require-gpu: " +
+                       (on_cpu.empty() ? std::string("no rank of this job sees an NVIDIA GPU") : on_cpu));
   });
   if (!on_cpu.empty() && world.is_root()) spdlog::warn("{}", on_cpu);
   world.agree([&] { comm = distributed::make_comm(world, choice, comm_options); });
-  world.agree([&] {
-    if (cfg.require_gpu && !comm->device().is_cuda())
-      throw UsageError("option --require-gpu: no rank of this job sees an NVIDIA GPU");
-  });
 
   // The run plan, computed once: what the banner prints and everything below uses.
   train::RunPlan plan;

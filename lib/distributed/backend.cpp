@@ -37,8 +37,8 @@ BackendChoice choose_backend(const World& world, Backend requested) {
   if (requested == Backend::Nccl || choice.placement.usable()) {
     choice.backend = Backend::Nccl;
   } else if (choice.placement.any_gpu()) {
-    choice.fallback = fmt::format("backend auto: NCCL cannot serve every rank ({}); using MPI on the CPU instead",
-                                  choice.placement.problem);
+    choice.fallback = fmt::format("{} auto: NCCL cannot serve every rank ({}); using MPI on the CPU instead",
+                                  setting_reference("backend"), choice.placement.problem);
   }
   return choice;
 }

@@ -19,7 +19,7 @@ struct RankDevice {
   std::string host;
   int ordinal = -1;      // the CUDA device index among those this rank sees; -1: no GPU for it
   std::string bus_id;    // its PCI bus id (e.g. 0000:3b:00.0), what tells two ranks' devices apart
-  std::string why_none;  // with ordinal -1: why (no CUDA in this build, none visible, too few)
+  std::string why_none;  // with ordinal -1: why (no CUDA in this build or LibTorch, none visible)
 
   // "cuda:1 (PCI 0000:3b:00.0)", or "cpu".
   std::string describe() const;

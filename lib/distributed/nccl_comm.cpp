@@ -4,7 +4,6 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -17,6 +16,7 @@
 #include "wantrain/distributed/world.hpp"
 #include "wantrain/util/exit_codes.hpp"
 #include "wantrain/util/fatal.hpp"
+#include "wantrain/util/poll.hpp"
 #include "wantrain/util/test_hooks.hpp"
 #include "wantrain/config.hpp"
 #include "wantrain/distributed/abort.hpp"
@@ -340,24 +340,21 @@ class NcclComm final : public Comm {
   // comm timeout; an error or the timeout aborts the communicator and ends
   // the job with one line.
   void settle(const std::string& what) {
-    using Clock = std::chrono::steady_clock;
-    const auto start = Clock::now();
-    auto pause = std::chrono::microseconds(1);
-    for (;;) {
-      ncclResult_t state = ncclSuccess;
-      const ncclResult_t asked = ncclCommGetAsyncError(comm_, &state);
-      if (asked != ncclSuccess) state = asked;
-      if (state == ncclSuccess) return;
-      if (state != ncclInProgress)
-        fail(fmt::format("NCCL {} failed: {} ({})", what, ncclGetErrorString(state), ncclGetLastError(comm_)));
-      if (Clock::now() - start > timeout_)
-        fail(fmt::format("NCCL {} did not complete within {:g} s ({}): a peer is stuck or unreachable (check "
-                         "NCCL_SOCKET_IFNAME and that every rank started)",
-                         what, std::chrono::duration<double>(timeout_).count(), setting_reference("comm_timeout")),
-             /*abort_nccl=*/!joining_);
-      std::this_thread::sleep_for(pause);
-      pause = std::min(pause * 2, std::chrono::microseconds(1000));
-    }
+    const bool settled = poll_until(
+        [&] {
+          ncclResult_t state = ncclSuccess;
+          const ncclResult_t asked = ncclCommGetAsyncError(comm_, &state);
+          if (asked != ncclSuccess) state = asked;
+          if (state != ncclSuccess && state != ncclInProgress)
+            fail(fmt::format("NCCL {} failed: {} ({})", what, ncclGetErrorString(state), ncclGetLastError(comm_)));
+          return state == ncclSuccess;
+        },
+        timeout_);
+    if (!settled)
+      fail(fmt::format("NCCL {} did not complete within {:g} s ({}): a peer is stuck or unreachable (check "
+                       "NCCL_SOCKET_IFNAME and that every rank started)",
+                       what, std::chrono::duration<double>(timeout_).count(), setting_reference("comm_timeout")),
+           /*abort_nccl=*/!joining_);
   }
 
   template <class Call>

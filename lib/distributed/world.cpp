@@ -2,13 +2,12 @@
 
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <climits>
-#include <thread>
 
 #include "wantrain/util/error.hpp"
 #include "wantrain/util/exit_codes.hpp"
 #include "wantrain/util/fatal.hpp"
+#include "wantrain/util/poll.hpp"
 #include "wantrain/util/process.hpp"
 #include "wantrain/distributed/abort.hpp"
 #include "wantrain/distributed/mpi_check.hpp"
@@ -140,23 +139,18 @@ std::vector<int64_t> World::max_over_ranks(std::vector<int64_t> values, const st
 }
 
 void World::wait(MPI_Request& request, const char* what, std::chrono::milliseconds bound, const char* setting) const {
-  using Clock = std::chrono::steady_clock;
-  const auto start = Clock::now();
-  // Poll: a fast collective costs one or two tests; a long wait sleeps in
-  // steps of up to 1 ms, which no start-up step notices.
-  auto pause = std::chrono::microseconds(1);
-  for (;;) {
-    int done = 0;
-    MPI_CHECK(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
-    if (done) return;
-    if (Clock::now() - start > bound)
-      abort_job(fmt::format("world {} did not complete within {:g} s ({}): another rank died, is stuck, or left "
-                            "the job's sequence of steps",
-                            what, std::chrono::duration<double>(bound).count(), setting_reference(setting)),
-                kExitFailure);
-    std::this_thread::sleep_for(pause);
-    pause = std::min(pause * 2, std::chrono::microseconds(1000));
-  }
+  const bool done = poll_until(
+      [&] {
+        int finished = 0;
+        MPI_CHECK(MPI_Test(&request, &finished, MPI_STATUS_IGNORE));
+        return finished != 0;
+      },
+      bound);
+  if (!done)
+    abort_job(fmt::format("world {} did not complete within {:g} s ({}): another rank died, is stuck, or left "
+                          "the job's sequence of steps",
+                          what, std::chrono::duration<double>(bound).count(), setting_reference(setting)),
+              kExitFailure);
 }
 
 }  // namespace wt::distributed

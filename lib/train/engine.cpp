@@ -9,8 +9,6 @@
 #include <cmath>
 #include <limits>
 #include <map>
-#include <sstream>
-#include <type_traits>
 
 #include "wantrain/ckpt/checkpoint.hpp"
 #include "wantrain/ckpt/shard_file.hpp"
@@ -161,14 +159,14 @@ StepResult Engine::step(const Batch& batch, const StepFlags& flags) {
   const auto norms = bucket_norms(buffers).to(device);  // [buckets]
   const auto figures = torch::dtype(torch::kFloat64).device(device);
   // The flags as counts, so that one Sum carries them: [write failed] and
-  // one slot per signal number, the highest counted one winning.
-  auto flag_counts = torch::zeros({1 + kSignalSlots}, torch::kFloat64);
-  flag_counts[0] = flags.write_failed ? 1.0 : 0.0;
+  // one slot per signal number, the highest counted one winning. Filled on
+  // the device (kernels with scalar arguments): no host-to-device copy.
+  auto flag_counts = torch::zeros({1 + kSignalSlots}, figures);
+  if (flags.write_failed) flag_counts[0].fill_(1.0);
   const int mine = flags.stop_signal ? flags.stop_signal() : 0;
-  if (mine > 0 && mine <= kSignalSlots) flag_counts[mine] = 1.0;
+  if (mine > 0 && mine <= kSignalSlots) flag_counts[mine].fill_(1.0);
   std::vector<at::Tensor> summed = {(loss_sum / K).reshape({1}),
-                                    torch::full({1}, double(im.reducer->unused_parameters()), figures),
-                                    flag_counts.to(device)};
+                                    torch::full({1}, double(im.reducer->unused_parameters()), figures), flag_counts};
   if (im.zero) summed.push_back(norms.square());
   auto summary = torch::cat(summed);
   t.optimizer += seconds_since(phase);

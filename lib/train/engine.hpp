@@ -5,8 +5,9 @@
 //     the Reducer all-reducing gradient buckets as they fill (only on the
 //     last micro-batch)
 //   -> one all-reduce of the step's figures (loss, parameters without a
-//      gradient, the caller's stop and write-failure flags) and one host read of them with the bucket norms: the
-//      loss averaged over ranks, the global grad norm -> skip if non-finite
+//      gradient, the caller's stop and write-failure flags) and one host
+//      read of them with the bucket norms: the loss averaged over ranks,
+//      the global grad norm -> skip if non-finite
 //   -> clip -> AdamW at the scheduled rate -> EMA -> loss scale update.
 // Collectives per step: the buckets + 1; host reads: 1.
 //
