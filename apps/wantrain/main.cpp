@@ -208,7 +208,7 @@ int run(distributed::World& world, int argc, char** argv) {
   const auto choice = distributed::choose_backend(world, distributed::parse_backend(cfg.backend));
   // Computing on the CPU of a GPU node is never silent: one warning, or with
   // --require-gpu the run's one error line.
-  const std::string on_cpu = distributed::cpu_on_gpu_nodes(world, choice);
+  const std::string on_cpu = distributed::cpu_on_gpu_nodes(world, choice, distributed::nvidia_gpus_on_node());
   world.agree([&] {
     if (cfg.require_gpu && choice.backend != distributed::Backend::Nccl)
       throw UsageError("option --require-gpu: " +

@@ -56,17 +56,17 @@ std::unique_ptr<Comm> make_comm(const World& world, const BackendChoice& choice,
   return std::make_unique<MpiComm>(world, options);
 }
 
-std::string cpu_on_gpu_nodes(const World& world, const BackendChoice& choice) {
+std::string cpu_on_gpu_nodes(const World& world, const BackendChoice& choice, int driver_gpus) {
   if (choice.backend == Backend::Nccl) return "";
   // The driver's list counts GPUs that this build cannot see through CUDA
   // (asking a CUDA runtime without a driver would only print its complaint).
   const bool sees_one = !choice.placement.ranks.empty() && choice.placement.ranks[size_t(world.rank())].ordinal >= 0;
-  const int64_t mine = std::max<int64_t>(nvidia_gpus_on_node(), sees_one ? 1 : 0);
+  const int64_t mine = std::max<int64_t>(driver_gpus, sees_one ? 1 : 0);
   const int64_t most = world.max_over_ranks({mine}, "agreement (GPUs on the nodes)", world.timeout())[0];
   if (most == 0) return "";
   std::string why;
   if (choice.requested == Backend::Mpi)
-    why = fmt::format("{} mpi was asked for", setting_reference("backend"));
+    why = fmt::format("{} is mpi", setting_reference("backend"));
   else if (!nccl_built())
     why = "this wantrain was built without NCCL (configure with the CUDA toolkit and WANTRAIN_WITH_NCCL=ON)";
   else

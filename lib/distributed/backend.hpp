@@ -44,7 +44,8 @@ std::unique_ptr<Comm> make_comm(const World& world, const BackendChoice& choice,
 // Collective: why this job computes on the CPU although NVIDIA GPUs sit in
 // its nodes, in one line the same on every rank; "" when it runs on GPUs or
 // its nodes have none. A CPU-only build or LibTorch, --backend mpi, or an
-// auto that fell back (two ranks on one GPU): never silent.
-std::string cpu_on_gpu_nodes(const World& world, const BackendChoice& choice);
+// auto that fell back (two ranks on one GPU): never silent. `driver_gpus`:
+// the GPUs this rank's node lists (nvidia_gpus_on_node()).
+std::string cpu_on_gpu_nodes(const World& world, const BackendChoice& choice, int driver_gpus);
 
 }  // namespace wt::distributed

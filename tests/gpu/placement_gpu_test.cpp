@@ -53,8 +53,9 @@ int placement(wt::distributed::World& world) {
   expect(contains(placement.problem, "would share one GPU"), "the problem names the sharing: " + placement.problem);
   expect(choice.backend == Backend::Mpi, "auto falls back to MPI");
   expect(contains(choice.fallback, "using MPI on the CPU instead"), "the fallback says so: " + choice.fallback);
-  expect(contains(wt::distributed::cpu_on_gpu_nodes(world, choice), "NVIDIA GPU"),
-         "computing on the CPU of a GPU node is news");
+  expect(
+      contains(wt::distributed::cpu_on_gpu_nodes(world, choice, wt::distributed::nvidia_gpus_on_node()), "NVIDIA GPU"),
+      "computing on the CPU of a GPU node is news");
   try {
     wt::distributed::make_comm(world, Backend::Nccl);
     expect(false, "an explicit nccl on a shared GPU is refused");

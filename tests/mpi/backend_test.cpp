@@ -103,3 +103,23 @@ TEST(World, AllGatherOfStringsOfDifferentLengthsAndEmptyOnes) {
   for (int r = 0; r < world.size(); ++r)
     EXPECT_EQ(all[size_t(r)], r == 0 ? std::string() : std::string(size_t(r) * 1000, char('a' + r)));
 }
+
+// A CPU run on a node whose driver lists GPUs is named, the same line on
+// every rank, with the cause; on nodes without any it is silent.
+TEST(Placement, ComputingOnTheCpuOfAGpuNodeIsNamedWithItsCause) {
+  const auto& world = test_world();
+  const int last = world.size() - 1;
+  const auto mpi = wt::distributed::choose_backend(world, wt::distributed::Backend::Mpi);
+  EXPECT_EQ(wt::distributed::cpu_on_gpu_nodes(world, mpi, 0), "");
+  const std::string asked = wt::distributed::cpu_on_gpu_nodes(world, mpi, world.rank() == last ? 4 : 0);
+  EXPECT_EQ(asked, "computing on the CPU although a node of this job has 4 NVIDIA GPUs: the backend setting is mpi");
+  const auto automatic = wt::distributed::choose_backend(world, wt::distributed::Backend::Auto);
+  if (automatic.backend == wt::distributed::Backend::Nccl) GTEST_SKIP() << "NCCL serves these ranks";
+  const std::string fell = wt::distributed::cpu_on_gpu_nodes(world, automatic, world.rank() == last ? 1 : 0);
+  EXPECT_EQ(fell.rfind("computing on the CPU although a node of this job has 1 NVIDIA GPU: ", 0), 0u) << fell;
+  // The cause: no NCCL in this build, or why NCCL cannot serve the ranks.
+  EXPECT_NE(fell.find(wt::distributed::nccl_built() ? "NCCL cannot serve every rank: " + automatic.placement.problem
+                                                    : std::string("built without NCCL")),
+            std::string::npos)
+      << fell;
+}
