@@ -157,8 +157,11 @@ int run_io_bench(distributed::World& world, int argc, char** argv) {
     const at::ScalarType dtype = c.dtype == "float32"    ? at::kFloat
                                  : c.dtype == "bfloat16" ? at::kBFloat16
                                                          : data::scalar_type(dataset.shape().latents);
+    data::LoaderOptions options;
+    options.prefetch = c.prefetch;
+    options.dtype = dtype;
     data::Loader loader(dataset, data::DistributedSampler(dataset.shard_sizes(), {1, 0, c.batch_size, 1, true, false}),
-                        {c.prefetch, dtype});
+                        options);
     std::vector<char> raw_buffer;
     raw_read(dataset, raw_buffer);  // warm-up: the page cache and the raw buffer,
     loader_epoch(loader);           // and the Loader's buffers

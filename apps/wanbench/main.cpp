@@ -8,6 +8,7 @@
 #include "ckpt_bench.hpp"
 #include "io_bench.hpp"
 #include "model_bench.hpp"
+#include "optim_bench.hpp"
 #include "step_bench.hpp"
 #include "wantrain/app/app.hpp"
 #include "wantrain/distributed/world.hpp"
@@ -25,6 +26,8 @@ constexpr const char* kUsage =
     "              a plain write of the same bytes (run without mpirun)\n"
     "  io          Loader throughput vs a raw sequential read of the same bytes (run without mpirun)\n"
     "  model       WanModel forward and forward+backward seconds per sample and peak RSS (run without mpirun)\n"
+    "  optim       the optimizer phase on a model's parameters: AdamW's loop vs the multi-tensor and fused steps,\n"
+    "              the EMA per tensor vs multi-tensor (run without mpirun)\n"
     "  step        Trainer step time and split, with the Reducer and with communication skipped; gradient sync\n"
     "              of the whole model by the Reducer vs raw MPI_Allreduce\n"
     "run 'wanbench COMMAND --help' for its options\n";
@@ -35,6 +38,7 @@ int run(wt::distributed::World& world, int argc, char** argv) {
   if (command == "ckpt") return wt::run_ckpt_bench(world, argc - 1, argv + 1);
   if (command == "io") return wt::run_io_bench(world, argc - 1, argv + 1);
   if (command == "model") return wt::run_model_bench(world, argc - 1, argv + 1);
+  if (command == "optim") return wt::run_optim_bench(world, argc - 1, argv + 1);
   if (command == "step") return wt::run_step_bench(world, argc - 1, argv + 1);
   if (command == "--help" || command == "-h") {
     if (world.is_root()) std::cout << kUsage;
@@ -45,8 +49,9 @@ int run(wt::distributed::World& world, int argc, char** argv) {
     return wt::kExitOk;
   }
   world.agree([&] {
-    throw wt::UsageError(command.empty() ? std::string("no command given (allreduce|ckpt|io|model|step)")
-                                         : fmt::format("unknown command '{}' (allreduce|ckpt|io|model|step)", command));
+    throw wt::UsageError(command.empty()
+                             ? std::string("no command given (allreduce|ckpt|io|model|optim|step)")
+                             : fmt::format("unknown command '{}' (allreduce|ckpt|io|model|optim|step)", command));
   });
   return wt::kExitUsage;
 }

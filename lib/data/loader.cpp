@@ -73,34 +73,42 @@ void Loader::run() {
   }
 }
 
-at::Tensor Loader::buffer(at::IntArrayRef sizes, at::ScalarType dtype) {
-  for (const auto& t : buffers_)
-    if (t.use_count() == 1 && t.storage().use_count() == 1 && t.scalar_type() == dtype && t.sizes() == sizes) return t;
+bool Loader::Buffer::free() const {
+  return tensor.use_count() == 1 && tensor.storage().use_count() == 1 && (!fence || fence->done());
+}
+
+at::Tensor Loader::buffer(at::IntArrayRef sizes, at::ScalarType dtype, const std::shared_ptr<CopyFence>& fence) {
+  for (auto& b : buffers_)
+    if (b.tensor.scalar_type() == dtype && b.tensor.sizes() == sizes && b.free()) {
+      b.fence = fence;
+      return b.tensor;
+    }
   // Bounded: the batches in flight (queued, held by the trainer) plus staging.
   // Buffers are taken in a fixed order per batch, so the list stays short.
   constexpr size_t kSlack = 8;
-  if (buffers_.size() > 3 * static_cast<size_t>(options_.prefetch) + kSlack) {
-    buffers_.erase(
-        std::remove_if(buffers_.begin(), buffers_.end(), [](const at::Tensor& t) { return t.use_count() == 1; }),
-        buffers_.end());
-  }
-  buffers_.push_back(at::empty(sizes, dtype));
-  return buffers_.back();
+  if (buffers_.size() > 3 * static_cast<size_t>(options_.prefetch) + kSlack)
+    buffers_.erase(std::remove_if(buffers_.begin(), buffers_.end(), [](const Buffer& b) { return b.free(); }),
+                   buffers_.end());
+  buffers_.push_back({at::empty(sizes, at::TensorOptions().dtype(dtype).pinned_memory(options_.pin_memory)), fence});
+  return buffers_.back().tensor;
 }
 
 Batch Loader::read_batch(SampleReader& reader, const std::vector<int64_t>& indices, SamplerState position) {
   const SampleShape& s = dataset_.shape();
   const int64_t B = static_cast<int64_t>(indices.size());
-  at::Tensor latents = buffer({B, s.channels, s.frames, s.height, s.width}, options_.dtype);  // [B,C,F,H,W]
-  at::Tensor text = buffer({B, s.text_len, s.text_dim}, options_.dtype);                      // [B,L,D]
-  at::Tensor text_len = at::empty({B}, at::kInt);                                             // [B]
+  auto fence = std::make_shared<CopyFence>();
+  at::Tensor latents = buffer({B, s.channels, s.frames, s.height, s.width}, options_.dtype, fence);  // [B,C,F,H,W]
+  at::Tensor text = buffer({B, s.text_len, s.text_dim}, options_.dtype, fence);                      // [B,L,D]
+  at::Tensor text_len = at::empty({B}, at::kInt);                                                    // [B]
   // Samples stored in another dtype go through a one-sample staging buffer
   // and are converted right after the read, while still in cache.
   const bool convert_latents = scalar_type(s.latents) != options_.dtype;
   const bool convert_text = scalar_type(s.text) != options_.dtype;
   const at::Tensor latents_stage =
-      convert_latents ? buffer({s.channels, s.frames, s.height, s.width}, scalar_type(s.latents)) : at::Tensor();
-  const at::Tensor text_stage = convert_text ? buffer({s.text_len, s.text_dim}, scalar_type(s.text)) : at::Tensor();
+      convert_latents ? buffer({s.channels, s.frames, s.height, s.width}, scalar_type(s.latents), nullptr)
+                      : at::Tensor();
+  const at::Tensor text_stage =
+      convert_text ? buffer({s.text_len, s.text_dim}, scalar_type(s.text), nullptr) : at::Tensor();
   // Sorted order: sequential reads within a shard.
   std::vector<int64_t> order(indices.size());
   std::iota(order.begin(), order.end(), 0);
@@ -111,9 +119,9 @@ Batch Loader::read_batch(SampleReader& reader, const std::vector<int64_t>& indic
   // thread hand-off would cost more than the conversion.
   const bool overlap = (convert_latents || convert_text) && s.latents_bytes() + s.text_bytes() >= (int64_t{1} << 20);
   const at::Tensor latents_stage2 =
-      overlap && convert_latents ? buffer(latents_stage.sizes(), latents_stage.scalar_type()) : latents_stage;
+      overlap && convert_latents ? buffer(latents_stage.sizes(), latents_stage.scalar_type(), nullptr) : latents_stage;
   const at::Tensor text_stage2 =
-      overlap && convert_text ? buffer(text_stage.sizes(), text_stage.scalar_type()) : text_stage;
+      overlap && convert_text ? buffer(text_stage.sizes(), text_stage.scalar_type(), nullptr) : text_stage;
   std::future<void> converting;  // of the previous sample
   int64_t k = 0;
   for (const int64_t slot : order) {
@@ -132,7 +140,10 @@ Batch Loader::read_batch(SampleReader& reader, const std::vector<int64_t>& indic
       convert();
   }
   if (converting.valid()) converting.get();
-  return {latents, text, text_len, indices, position};
+  Batch batch{latents, text, text_len, indices, position, batches_read_++, {}, fence};
+  if (options_.finish)
+    options_.finish(batch, [&](at::IntArrayRef sizes, at::ScalarType dtype) { return buffer(sizes, dtype, fence); });
+  return batch;
 }
 
 }  // namespace wt::data

@@ -4,8 +4,11 @@
 // Contract: the Loader's thread is the only one that reads the dataset; it
 // reads each batch's samples in sorted order (sequential within a shard),
 // keeps the shards open, and converts to the training dtype, into buffers it
-// recycles once the trainer has dropped a batch. Up to
-// `prefetch` batches wait ready. An error in the thread (an unreadable
+// recycles once the trainer has dropped a batch and its copies to the device
+// have finished (the batch's CopyFence). For a GPU the buffers are pinned,
+// so those copies run asynchronously. Up to `prefetch` batches wait ready;
+// an optional `finish` adds work that depends only on the batch (a
+// trainer's noise) on the same thread. An error in the thread (an unreadable
 // sample) is rethrown by next() in the caller's thread as wt::Error naming
 // the shard and sample. The destructor stops and joins the thread.
 #pragma once
@@ -15,9 +18,14 @@
 #include <condition_variable>
 #include <deque>
 #include <exception>
+#include <functional>
+#include <map>
+#include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 
+#include "wantrain/data/copy_fence.hpp"
 #include "wantrain/data/dataset.hpp"
 #include "wantrain/data/sampler.hpp"
 
@@ -29,11 +37,26 @@ struct Batch {
   at::Tensor text_len;           // [B] int32
   std::vector<int64_t> indices;  // global sample indices, in batch order
   SamplerState position;         // where this batch starts (epoch, samples consumed before it)
+  int64_t number = 0;            // 0 for the first batch this Loader read, then 1, 2, ...
+  // Tensors added by LoaderOptions::finish, in the Loader's buffers too.
+  std::map<std::string, at::Tensor> extra;
+  // Record it after copying the batch's tensors to a device: until it is
+  // done the Loader does not refill their buffers.
+  std::shared_ptr<CopyFence> copied;
 };
 
 struct LoaderOptions {
-  int prefetch = 2;
-  at::ScalarType dtype = at::kFloat;
+  LoaderOptions(int prefetch = 2, at::ScalarType dtype = at::kFloat) : prefetch(prefetch), dtype(dtype) {}
+  int prefetch;
+  at::ScalarType dtype;
+  // Page-locked buffers, for batches that go to a GPU (needs LibTorch with
+  // CUDA).
+  bool pin_memory = false;
+  // Called on the loader's thread with each batch once it is read; may add
+  // tensors to batch.extra, taking them from `allocate` (the recycled,
+  // pinned buffers). Its exceptions reach next() as a read error's do.
+  using Allocate = std::function<at::Tensor(at::IntArrayRef sizes, at::ScalarType dtype)>;
+  std::function<void(Batch&, const Allocate& allocate)> finish;
 };
 
 class Loader {
@@ -57,17 +80,25 @@ class Loader {
  private:
   void run();
   Batch read_batch(SampleReader& reader, const std::vector<int64_t>& indices, SamplerState position);
-  // A tensor of this shape and dtype from the recycled buffers, or a new one.
-  at::Tensor buffer(at::IntArrayRef sizes, at::ScalarType dtype);
+  // A tensor of this shape and dtype from the recycled buffers, or a new one;
+  // `fence` (null for staging) is the batch's that will hold it.
+  at::Tensor buffer(at::IntArrayRef sizes, at::ScalarType dtype, const std::shared_ptr<CopyFence>& fence);
 
   const Dataset dataset_;
   DistributedSampler sampler_;  // advanced by the thread only
   const LoaderOptions options_;
   SamplerState delivered_;
   // The loader thread's buffers (staging and batch tensors). A buffer is
-  // reused once nothing but this list refers to it, so steady-state loading
-  // allocates (and page-faults) nothing.
-  std::vector<at::Tensor> buffers_;
+  // reused once nothing but this list refers to it and the copies of the
+  // batch that held it are done, so steady-state loading allocates (and
+  // page-faults, or pins) nothing.
+  struct Buffer {
+    at::Tensor tensor;
+    std::shared_ptr<CopyFence> fence;  // of the batch it went into last
+    bool free() const;
+  };
+  std::vector<Buffer> buffers_;
+  int64_t batches_read_ = 0;
 
   mutable std::mutex mutex_;
   std::condition_variable changed_;

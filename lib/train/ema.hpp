@@ -18,7 +18,13 @@ class Ema {
   // Starts as a copy of `weights` (which it keeps referring to).
   Ema(NamedTensors weights, double decay);
 
+  // One update: per tensor (lerp_) on the CPU, with multi-tensor ops on a
+  // GPU, where a kernel launch per tensor would cost more than the update.
   void update();
+  // The multi-tensor update update() takes on a GPU: ema += (1 - decay) *
+  // (weight - ema) over all tensors at once. Public so that its arithmetic
+  // is tested on the CPU.
+  void update_multi_tensor();
   double decay() const { return decay_; }
   // The averaged weights, under the same names.
   const NamedTensors& averages() const { return averages_; }

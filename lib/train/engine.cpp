@@ -12,11 +12,12 @@
 
 #include "wantrain/ckpt/checkpoint.hpp"
 #include "wantrain/ckpt/shard_file.hpp"
+#include "wantrain/data/copy_fence.hpp"
 #include "wantrain/distributed/comm.hpp"
 #include "wantrain/distributed/reducer.hpp"
 #include "wantrain/model/autocast.hpp"
 #include "wantrain/train/ema.hpp"
-#include "wantrain/train/foreach_adamw.hpp"
+#include "wantrain/train/adamw_step.hpp"
 #include "wantrain/train/gradients.hpp"
 #include "wantrain/train/loss_scaler.hpp"
 #include "wantrain/train/zero_shards.hpp"
@@ -198,14 +199,13 @@ StepResult Engine::step(const Batch& batch, const StepFlags& flags) {
     clip_to_norm(buffers, result.grad_norm, options_.clip);
     for (auto& group : im.optimizer->param_groups())
       static_cast<torch::optim::AdamWOptions&>(group.options()).lr(result.lr);
-    // Multi-tensor AdamW where it fuses kernels (CUDA); on the CPU its
-    // _foreach_ ops only loop, and measured slower than AdamW's own loop
-    // (wanbench step, wan-small: optim 0.12 against 0.10 s), whose
-    // temporaries stay in cache.
+    // Multi-tensor AdamW where it fuses kernels (CUDA); on the CPU, where
+    // _foreach_ ops only loop, one fused pass over each parameter
+    // (docs/performance.md has both measured against AdamW's loop).
     if (device.is_cuda())
       foreach_adamw_step(*im.optimizer);
     else
-      im.optimizer->step();
+      fused_adamw_step(*im.optimizer);
     if (im.ema) im.ema->update();
     if (im.zero) im.zero->all_gather_parameters();
   } else {
@@ -227,13 +227,16 @@ StepResult Engine::step(const Batch& batch, const StepFlags& flags) {
 
 void Engine::save_state(ckpt::Checkpoint& c) const {
   auto& im = *impl_;
-  // Copies `t` into `slot`, reusing its buffer when it fits.
-  auto put = [](at::Tensor& slot, const at::Tensor& t) {
-    if (slot.defined() && slot.sizes() == t.sizes() && slot.scalar_type() == at::kFloat && slot.is_cpu()) {
-      slot.copy_(t.detach());
-    } else {
-      slot = t.detach().to(torch::kCPU, torch::kFloat32, false, /*copy=*/true);
-    }
+  // Copies `t` into `slot` as fp32 on the CPU, reusing the slot's buffer
+  // (the previous checkpoint's, from the writer) when it fits. From a GPU
+  // the slots are pinned and the copies queued; one wait at the end covers
+  // them all, instead of a blocking copy per tensor.
+  const bool from_device = !comm_.device().is_cpu();
+  auto put = [from_device](at::Tensor& slot, const at::Tensor& t) {
+    const bool fits = slot.defined() && slot.sizes() == t.sizes() && slot.scalar_type() == at::kFloat &&
+                      slot.is_cpu() && (!from_device || slot.is_pinned());
+    if (!fits) slot = at::empty(t.sizes(), at::TensorOptions(at::kFloat).pinned_memory(from_device));
+    slot.copy_(t.detach(), /*non_blocking=*/from_device);
   };
   auto put_all = [&](ckpt::NamedTensors& list, const NamedTensors& from) {
     list.resize(from.size());
@@ -297,8 +300,14 @@ void Engine::save_state(ckpt::Checkpoint& c) const {
   c.state.loss_scale = im.scaler ? im.scaler->scale() : std::numeric_limits<double>::quiet_NaN();
   c.state.loss_scale_good_steps = im.scaler ? im.scaler->good_steps() : 0;
   auto generator = at::detail::getDefaultCPUGenerator();
-  std::lock_guard<std::mutex> lock(generator.mutex());
-  c.rng_cpu = generator.get_state();
+  {
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    c.rng_cpu = generator.get_state();
+  }
+  // The writer thread reads the slots once this returns.
+  data::CopyFence copied;
+  copied.record(comm_.device());
+  copied.wait();
 }
 
 void Engine::load_state(const ckpt::Checkpoint& saved, const std::string& path) {

@@ -143,7 +143,8 @@ class Engine {
   // name), step, skipped steps, learning rate, loss scale and RNG state into
   // `into`, reusing its CPU tensors where names and shapes match. With
   // zero = 1 the EMA and optimizer state are this rank's slices (into.shard),
-  // and only rank 0 copies the parameters.
+  // and only rank 0 copies the parameters. From a GPU the CPU tensors are
+  // pinned and filled by queued copies, waited for once before it returns.
   void save_state(ckpt::Checkpoint& into) const;
   // Restores what save_state wrote, except the parameters (the caller has
   // loaded them before constructing the Engine, so that rank 0's broadcast

@@ -30,30 +30,30 @@ double training_sigma(double sigma, const FlowMatchingOptions& options) {
   return options.sigma_min + (options.sigma_max - options.sigma_min) * shift_sigma(sigma, options.shift);
 }
 
-NoisyBatch noisy_batch_at(const at::Tensor& x0, const std::vector<double>& sigmas,
-                          const std::vector<uint64_t>& noise_keys) {
-  const int64_t b = x0.size(0);
+Noise noise_at(at::IntArrayRef x0_sizes, const std::vector<double>& sigmas, const std::vector<uint64_t>& noise_keys,
+               Noise into) {
+  const int64_t b = x0_sizes[0];
   TORCH_CHECK(int64_t(sigmas.size()) == b && int64_t(noise_keys.size()) == b, "one sigma and noise key per row");
-  auto noise = torch::empty(x0.sizes(), torch::kFloat32);  // [B, C, F, H, W] on CPU
+  auto place = [](at::Tensor& t, at::IntArrayRef sizes) {
+    if (!t.defined()) t = torch::empty(sizes, torch::kFloat32);
+    TORCH_CHECK(t.sizes() == sizes && t.scalar_type() == torch::kFloat32 && t.is_cpu() && t.is_contiguous(),
+                "noise goes into CPU fp32 tensors of its shape");
+  };
+  Noise noise = std::move(into);
+  place(noise.eps, x0_sizes);  // [B, C, F, H, W]
+  place(noise.sigmas, {b});    // [B]
   for (int64_t i = 0; i < b; ++i) {
     auto generator = at::make_generator<at::CPUGeneratorImpl>(noise_keys[i]);
-    noise[i].normal_(0.0, 1.0, generator);
+    noise.eps[i].normal_(0.0, 1.0, generator);
   }
-  auto sigma = torch::tensor(std::vector<float>(sigmas.begin(), sigmas.end())).to(x0.device());  // [B]
-  auto eps = noise.to(x0.device());
-  auto s = sigma.view({b, 1, 1, 1, 1});
-  auto x0f = x0.to(torch::kFloat32);
-  NoisyBatch batch;
-  batch.x_t = ((1 - s) * x0f + s * eps).to(x0.scalar_type());
-  batch.sigmas = sigma;
-  batch.timesteps = sigma * 1000.0f;
-  batch.target = eps - x0f;
-  return batch;
+  auto* sigma = noise.sigmas.data_ptr<float>();
+  for (int64_t i = 0; i < b; ++i) sigma[i] = static_cast<float>(sigmas[size_t(i)]);
+  return noise;
 }
 
-NoisyBatch make_noisy_batch(const at::Tensor& x0, const std::vector<int64_t>& sample_indices, uint64_t seed,
-                            int64_t step, const FlowMatchingOptions& options) {
-  const int64_t b = x0.size(0);
+Noise training_noise(at::IntArrayRef x0_sizes, const std::vector<int64_t>& sample_indices, uint64_t seed, int64_t step,
+                     const FlowMatchingOptions& options, Noise into) {
+  const int64_t b = x0_sizes[0];
   TORCH_CHECK(int64_t(sample_indices.size()) == b, "one sample index per batch row");
   std::vector<double> sigmas(b);
   std::vector<uint64_t> keys(b);
@@ -70,7 +70,32 @@ NoisyBatch make_noisy_batch(const at::Tensor& x0, const std::vector<int64_t>& sa
     sigmas[i] = training_sigma(sigma, options);
     keys[i] = r.next();
   }
-  return noisy_batch_at(x0, sigmas, keys);
+  return noise_at(x0_sizes, sigmas, keys, std::move(into));
+}
+
+NoisyBatch apply_noise(const at::Tensor& x0, const Noise& noise) {
+  const int64_t b = x0.size(0);
+  TORCH_CHECK(noise.eps.sizes() == x0.sizes() && noise.sigmas.numel() == b, "noise of another batch shape");
+  const auto sigma = noise.sigmas.to(x0.device());  // [B]
+  const auto eps = noise.eps.to(x0.device());
+  const auto s = sigma.view({b, 1, 1, 1, 1});
+  const auto x0f = x0.to(torch::kFloat32);
+  NoisyBatch batch;
+  batch.x_t = ((1 - s) * x0f + s * eps).to(x0.scalar_type());
+  batch.sigmas = sigma;
+  batch.timesteps = sigma * 1000.0f;
+  batch.target = eps - x0f;
+  return batch;
+}
+
+NoisyBatch noisy_batch_at(const at::Tensor& x0, const std::vector<double>& sigmas,
+                          const std::vector<uint64_t>& noise_keys) {
+  return apply_noise(x0, noise_at(x0.sizes(), sigmas, noise_keys));
+}
+
+NoisyBatch make_noisy_batch(const at::Tensor& x0, const std::vector<int64_t>& sample_indices, uint64_t seed,
+                            int64_t step, const FlowMatchingOptions& options) {
+  return apply_noise(x0, training_noise(x0.sizes(), sample_indices, seed, step, options));
 }
 
 at::Tensor flow_matching_loss(const at::Tensor& prediction, const at::Tensor& target) {

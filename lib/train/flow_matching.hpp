@@ -45,12 +45,34 @@ struct NoisyBatch {
 // A generator seed from (seed, step, global sample index): portable.
 uint64_t sample_key(uint64_t seed, int64_t step, int64_t index);
 
-// x0 [B, C, F, H, W] noised to the given (already shifted) sigma per row,
-// with row i's noise drawn from a generator seeded by noise_keys[i].
+// What noises a batch: each row's (already shifted) sigma, [B] fp32, and its
+// noise eps, x0's shape in fp32, both on the CPU. A pure function of the
+// keys, so it can be made ahead of the step on another thread.
+struct Noise {
+  at::Tensor sigmas;  // [B] fp32
+  at::Tensor eps;     // [B, C, F, H, W] fp32
+};
+
+// Row i's eps drawn from a generator seeded by noise_keys[i]. Written into
+// `into`'s CPU fp32 tensors of those shapes where defined, else new ones.
+Noise noise_at(at::IntArrayRef x0_sizes, const std::vector<double>& sigmas, const std::vector<uint64_t>& noise_keys,
+               Noise into = {});
+
+// The training noise of samples `sample_indices` at `step`: sigma and eps
+// keyed by (seed, step, index), into `into` as noise_at writes.
+Noise training_noise(at::IntArrayRef x0_sizes, const std::vector<int64_t>& sample_indices, uint64_t seed, int64_t step,
+                     const FlowMatchingOptions& options, Noise into = {});
+
+// x0 [B, C, F, H, W] noised with `noise` (on any device: it is moved to
+// x0's).
+NoisyBatch apply_noise(const at::Tensor& x0, const Noise& noise);
+
+// apply_noise(x0, noise_at(...)).
 NoisyBatch noisy_batch_at(const at::Tensor& x0, const std::vector<double>& sigmas,
                           const std::vector<uint64_t>& noise_keys);
 
-// x0 [B, C, F, H, W]; sample_indices[i] is the global dataset index of row i.
+// x0 [B, C, F, H, W]; sample_indices[i] is the global dataset index of row
+// i: apply_noise(x0, training_noise(...)).
 NoisyBatch make_noisy_batch(const at::Tensor& x0, const std::vector<int64_t>& sample_indices, uint64_t seed,
                             int64_t step, const FlowMatchingOptions& options);
 

@@ -20,6 +20,9 @@ std::string sigma_range(const FlowMatchingOptions& flow) {
 // runs with different seeds are scored on the same problem.
 constexpr uint64_t kValidationSeed = 0x76616c6964617465;  // "validate"
 constexpr int kValidationGrid = 4;
+// The batch tensors make_inputs_ahead adds.
+constexpr const char* kNoiseSigma = "noise.sigma";
+constexpr const char* kNoiseEps = "noise.eps";
 }  // namespace
 
 FlowMatchingObjective::FlowMatchingObjective(model::WanModelImpl& model, FlowMatchingObjectiveOptions options)
@@ -33,7 +36,16 @@ std::vector<at::Tensor> FlowMatchingObjective::buffers() const { return model_.b
 FlowMatchingObjective::Inputs FlowMatchingObjective::prepare(const Batch& micro_batch,
                                                              const StepContext& context) const {
   const auto x0 = micro_batch.at("latents").to(torch::kFloat32);
-  Inputs inputs{make_noisy_batch(x0, micro_batch.indices, options_.seed, context.step, options_.flow), {}};
+  Noise noise;
+  if (micro_batch.tensors.count(kNoiseEps)) {
+    if (micro_batch.ahead_step != context.step)
+      throw Error(fmt::format("internal: a batch's noise was made for step {} but is used at step {}",
+                              micro_batch.ahead_step, context.step));
+    noise = {micro_batch.at(kNoiseSigma), micro_batch.at(kNoiseEps)};
+  } else {
+    noise = training_noise(x0.sizes(), micro_batch.indices, options_.seed, context.step, options_.flow);
+  }
+  Inputs inputs{apply_noise(x0, noise), {}};
   inputs.context = drop_captions(micro_batch.at("text_emb").to(torch::kFloat32),
                                  caption_drops(micro_batch.indices, options_.seed, context.step, options_.text_drop));
   return inputs;
@@ -46,6 +58,15 @@ ObjectiveLoss FlowMatchingObjective::loss(const Batch& micro_batch, const StepCo
   out.prepare_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   out.loss = flow_matching_loss(model_.forward(in.noisy.x_t, in.noisy.timesteps, in.context), in.noisy.target);
   return out;
+}
+
+void FlowMatchingObjective::make_inputs_ahead(Batch& batch, int64_t step, const HostAllocator& allocate) const {
+  const auto sizes = batch.at("latents").sizes();
+  Noise noise = training_noise(sizes, batch.indices, options_.seed, step, options_.flow,
+                               {allocate({sizes[0]}, torch::kFloat32), allocate(sizes, torch::kFloat32)});
+  batch.tensors[kNoiseSigma] = std::move(noise.sigmas);
+  batch.tensors[kNoiseEps] = std::move(noise.eps);
+  batch.ahead_step = step;
 }
 
 at::Tensor FlowMatchingObjective::validation_losses(const Batch& batch) {

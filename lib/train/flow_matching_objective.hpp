@@ -38,6 +38,9 @@ class FlowMatchingObjective : public Objective {
   const NamedTensors& trainable() const override { return trainable_; }
   std::vector<at::Tensor> buffers() const override;
   ObjectiveLoss loss(const Batch& micro_batch, const StepContext& context) override;
+  // Each sample's sigma and noise eps for `step`: "noise.sigma" [B] and
+  // "noise.eps" [B, C, F, H, W], fp32.
+  void make_inputs_ahead(Batch& batch, int64_t step, const HostAllocator& allocate) const override;
   // The flow-matching loss at a fixed grid of 4 sigmas per sample,
   // sigma_j = shift_sigma((j + 0.5) / 4), with noise keyed by (sample, j)
   // alone, averaged over the grid; the model runs in eval mode.
@@ -49,7 +52,8 @@ class FlowMatchingObjective : public Objective {
 
  protected:
   // The model's inputs: x_t, timesteps and target from noise keyed by
-  // (seed, step, sample), and the context after caption dropout.
+  // (seed, step, sample), made ahead or drawn now, and the context after
+  // caption dropout.
   struct Inputs {
     NoisyBatch noisy;
     at::Tensor context;  // [B, L, D] fp32

@@ -23,8 +23,10 @@ void Objective::check_resume(const std::string& saved_kind, const std::map<std::
 Batch Batch::slice(int64_t first, int64_t count, const at::Device& device) const {
   Batch out;
   out.indices.assign(indices.begin() + first, indices.begin() + first + count);
+  out.ahead_step = ahead_step;
   for (const auto& [name, tensor] : tensors)
     out.tensors.emplace(name, tensor.narrow(0, first, count).to(device, /*non_blocking=*/true));
+  if (copied) copied->record(device);  // the host buffers may be refilled once these copies are done
   return out;
 }
 

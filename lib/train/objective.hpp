@@ -9,10 +9,14 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "wantrain/data/copy_fence.hpp"
 
 namespace wt::train {
 
@@ -23,11 +27,18 @@ using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
 struct Batch {
   std::map<std::string, at::Tensor> tensors;
   std::vector<int64_t> indices;
+  // The optimizer step whose inputs Objective::make_inputs_ahead added to
+  // `tensors`; -1 when none were.
+  int64_t ahead_step = -1;
+  // Set when the tensors live in a loader's recycled host buffers: slice()
+  // records it after its copies to a device.
+  std::shared_ptr<data::CopyFence> copied;
 
   // The tensor called `name`; throws naming it when absent.
   const at::Tensor& at(const std::string& name) const;
   int64_t size() const { return int64_t(indices.size()); }
-  // Samples [first, first + count), tensors moved to `device`.
+  // Samples [first, first + count), tensors moved to `device` (queued:
+  // non_blocking from pinned memory, then `copied` is recorded).
   Batch slice(int64_t first, int64_t count, const at::Device& device) const;
 };
 
@@ -41,6 +52,9 @@ struct ObjectiveLoss {
   double teacher_seconds = 0;  // a frozen model's forward, reported apart (distillation)
 };
 
+// Host tensors for inputs made ahead: from a loader's recycled buffers.
+using HostAllocator = std::function<at::Tensor(at::IntArrayRef sizes, at::ScalarType dtype)>;
+
 class Objective {
  public:
   virtual ~Objective() = default;
@@ -52,6 +66,14 @@ class Objective {
   // The loss of one micro-batch, called under the Engine's autocast with
   // gradients enabled; the Engine runs backward on it.
   virtual ObjectiveLoss loss(const Batch& micro_batch, const StepContext& context) = 0;
+  // Inputs that depend only on the batch and the step (flow matching's
+  // noise), added to batch.tensors and marked with batch.ahead_step, from
+  // tensors `allocate` gives. A loader calls it on its own thread while
+  // training runs, so the inputs reach the device with the batch instead of
+  // being drawn and copied inside the step: it must read nothing but the
+  // objective's options. loss() gives the same result for a batch with and
+  // without them. Default: nothing is made ahead.
+  virtual void make_inputs_ahead(Batch& batch, int64_t step, const HostAllocator& allocate) const {}
   // The objective's validation metric for each sample of a held-out batch:
   // [B] fp64, deterministic (no dependence on the seed, step or batch
   // split), so that scores compare across steps, runs and world sizes.

@@ -29,13 +29,29 @@ Batch ShardSamples::read(const std::vector<int64_t>& indices) {
   return batch;
 }
 
-ShardBatches::ShardBatches(data::Dataset dataset, data::DistributedSampler sampler, int prefetch,
-                           bool device_converts) {
-  data::LoaderOptions options;
-  options.prefetch = prefetch;
+ShardBatches::ShardBatches(data::Dataset dataset, data::DistributedSampler sampler,
+                           const ShardBatchesOptions& options) {
+  data::LoaderOptions loader;
+  loader.prefetch = options.prefetch;
   const auto& shape = dataset.shape();
-  options.dtype = device_converts && shape.latents == shape.text ? data::scalar_type(shape.latents) : at::kFloat;
-  loader_ = std::make_unique<data::Loader>(std::move(dataset), std::move(sampler), options);
+  loader.dtype = options.for_gpu && shape.latents == shape.text ? data::scalar_type(shape.latents) : at::kFloat;
+  loader.pin_memory = options.for_gpu;
+  if (const Objective* objective = options.objective) {
+    const int64_t first_step = options.first_step;
+    loader.finish = [objective, first_step](data::Batch& loaded, const data::LoaderOptions::Allocate& allocate) {
+      Batch batch;  // the objective sees the batch as the Engine will
+      batch.indices = loaded.indices;
+      batch.tensors.emplace("latents", loaded.latents);
+      batch.tensors.emplace("text_emb", loaded.text_emb);
+      objective->make_inputs_ahead(batch, first_step + loaded.number, allocate);
+      batch.tensors.erase("latents");
+      batch.tensors.erase("text_emb");
+      loaded.extra = std::move(batch.tensors);
+    };
+  }
+  loader_ = std::make_unique<data::Loader>(std::move(dataset), std::move(sampler), loader);
+  first_step_ = options.first_step;
+  has_ahead_ = options.objective != nullptr;
 }
 
 ShardBatches::~ShardBatches() = default;
@@ -45,8 +61,11 @@ Batch ShardBatches::next(int64_t& epoch) {
   epoch = loaded.position.epoch;
   Batch batch;
   batch.indices = std::move(loaded.indices);
+  batch.tensors = std::move(loaded.extra);
   batch.tensors.emplace("latents", std::move(loaded.latents));
   batch.tensors.emplace("text_emb", std::move(loaded.text_emb));
+  if (has_ahead_) batch.ahead_step = first_step_ + loaded.number;
+  batch.copied = std::move(loaded.copied);
   return batch;
 }
 

@@ -28,18 +28,32 @@ class ShardSamples final : public SampleSource {
   std::unique_ptr<data::SampleReader> reader_;
 };
 
-// Training batches from the prefetching Loader. On GPU the loader hands over
-// the stored dtype (half the bytes to copy for fp16 data) and the device
-// converts; on CPU its thread converts to fp32, off the training thread.
+struct ShardBatchesOptions {
+  int prefetch = 2;
+  // Batches go to a GPU: the loader hands over the stored dtype (half the
+  // bytes to copy for fp16 data) in pinned buffers, and the device
+  // converts. Otherwise the loader's thread converts to fp32, off the
+  // training thread.
+  bool for_gpu = false;
+  // Makes the objective's inputs ahead on the loader's thread
+  // (Objective::make_inputs_ahead); the batches are those of steps
+  // first_step, first_step + 1, ... Optional.
+  const Objective* objective = nullptr;
+  int64_t first_step = 0;
+};
+
+// Training batches from the prefetching Loader.
 class ShardBatches final : public BatchSource {
  public:
-  ShardBatches(data::Dataset dataset, data::DistributedSampler sampler, int prefetch, bool device_converts);
+  ShardBatches(data::Dataset dataset, data::DistributedSampler sampler, const ShardBatchesOptions& options);
   ~ShardBatches() override;
   Batch next(int64_t& epoch) override;
   data::SamplerState position() const override;
 
  private:
   std::unique_ptr<data::Loader> loader_;
+  int64_t first_step_ = 0;
+  bool has_ahead_ = false;
 };
 
 }  // namespace wt::train

@@ -141,8 +141,12 @@ void WanRun::connect(distributed::Comm& comm, const StartPoint& start) {
     im.engine->load_state(*start.checkpoint, start.path);
     im.resumed = true;
   }
-  im.batches = std::make_unique<ShardBatches>(std::move(*im.dataset), std::move(*im.sampler), im.prefetch,
-                                              comm.device().is_cuda());
+  ShardBatchesOptions batches;
+  batches.prefetch = im.prefetch;
+  batches.for_gpu = comm.device().is_cuda();
+  batches.objective = im.objective.get();  // the noise is drawn on the loader's thread
+  batches.first_step = im.engine->steps_taken();
+  im.batches = std::make_unique<ShardBatches>(std::move(*im.dataset), std::move(*im.sampler), batches);
 }
 
 WanRun::~WanRun() = default;

@@ -16,6 +16,8 @@
 #include "wantrain/distributed/mpi_comm.hpp"
 #include "wantrain/distributed/reducer.hpp"
 #include "wantrain/train/engine.hpp"
+#include "wantrain/train/shard_source.hpp"
+#include "../common/shards.hpp"
 
 namespace {
 
@@ -162,8 +164,44 @@ TEST(EngineOnGpu, SnapshotHoldsTheGpuStateOnTheCpu) {
   ASSERT_EQ(snapshot.optim.size(), 1u);
   EXPECT_TRUE(snapshot.optim[0].exp_avg.is_cpu());
   EXPECT_EQ(snapshot.optim[0].step, 1);
+  EXPECT_TRUE(snapshot.model[0].second.is_pinned()) << "queued copies need page-locked memory";
   engine.step(batch_of(gpu->rank(), false));  // the snapshot does not follow
   EXPECT_FALSE(torch::equal(snapshot.model[0].second, objective.w()));
+  // The next snapshot reuses the pinned buffers and holds the new state.
+  const void* buffer = snapshot.model[0].second.data_ptr();
+  engine.save_state(snapshot);
+  EXPECT_EQ(snapshot.model[0].second.data_ptr(), buffer);
+  EXPECT_TRUE(torch::equal(snapshot.model[0].second, objective.w()));
+}
+
+// Batches for a GPU come in pinned buffers and are copied with
+// non_blocking; the Loader refills a buffer only after its batch's copies
+// are done (CopyFence). Each batch is dropped right after its copy is
+// queued, while the loader reads ahead into recycled buffers: what reaches
+// the device must still be the batch's own samples.
+TEST(LoaderOnGpu, PinnedBatchesReachTheDeviceIntactWhileBuffersAreRecycled) {
+  const auto placement = wt::distributed::place_gpus(*g_world);
+  const c10::Device device(c10::kCUDA, static_cast<c10::DeviceIndex>(placement.ranks[size_t(g_world->rank())].ordinal));
+  const auto shape = wt::testing::small_shape(wt::data::Stored::Float32, wt::data::Stored::Float32);
+  const auto dir = wt::testing::fresh_directory("gpu-loader-" + std::to_string(g_world->rank()));
+  wt::testing::write_shard(dir + "/a.h5", shape, 8, 5);
+  wt::train::ShardBatchesOptions options;
+  options.prefetch = 2;
+  options.for_gpu = true;
+  wt::train::ShardBatches source(wt::data::Dataset::open(dir),
+                                 wt::data::DistributedSampler({8}, {1, 0, 2, 3, true, false}), options);
+  std::vector<std::pair<std::vector<int64_t>, at::Tensor>> arrived;
+  for (int n = 0; n < 16; ++n) {
+    int64_t epoch = 0;
+    wt::train::Batch batch = source.next(epoch);
+    EXPECT_TRUE(batch.at("latents").is_pinned());
+    const auto on_device = batch.slice(0, batch.size(), device);
+    arrived.emplace_back(batch.indices, on_device.at("latents"));
+  }  // each host batch is dropped here, its copy perhaps still queued
+  for (const auto& [indices, latents] : arrived)
+    for (size_t j = 0; j < indices.size(); ++j)
+      EXPECT_TRUE(torch::equal(latents[int64_t(j)].cpu(), wt::testing::expected_latents(shape, 5, indices[j])))
+          << "sample " << indices[j];
 }
 
 }  // namespace

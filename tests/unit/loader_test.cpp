@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <set>
+
 #include "../common/shards.hpp"
 #include "wantrain/data/loader.hpp"
 #include "wantrain/util/error.hpp"
@@ -123,4 +125,45 @@ TEST(Loader, LargeSamplesConvertedWhileTheNextIsReadArriveIntact) {
           torch::equal(batch.text_emb[j], wt::testing::expected_text(s, 3, want[j]).to(at::kHalf).to(at::kFloat)));
     }
   }
+}
+
+TEST(Loader, FinishAddsTensorsFromTheRecycledBuffersToEachBatchInOrder) {
+  Fixture f("loader-finish");
+  auto dataset = data::Dataset::open(f.dir);
+  data::DistributedSampler sampler(dataset.shard_sizes(), {1, 0, 2, 4, true, false});
+  data::LoaderOptions options(2, at::kFloat);
+  options.finish = [](data::Batch& batch, const data::LoaderOptions::Allocate& allocate) {
+    auto first = allocate({int64_t(batch.indices.size())}, at::kLong);  // [B]
+    for (size_t j = 0; j < batch.indices.size(); ++j) first[int64_t(j)] = batch.indices[j] * 1000 + batch.number;
+    batch.extra["tag"] = first;
+  };
+  data::Loader loader(dataset, sampler, options);
+  std::set<const void*> tag_buffers;
+  for (int64_t n = 0; n < 12; ++n) {
+    const data::Batch batch = loader.next();
+    EXPECT_EQ(batch.number, n);
+    const auto tag = batch.extra.at("tag");
+    for (size_t j = 0; j < batch.indices.size(); ++j)
+      EXPECT_EQ(tag[int64_t(j)].item<int64_t>(), batch.indices[j] * 1000 + n);
+    ASSERT_TRUE(batch.copied);
+    batch.copied->record(at::kCPU);  // a CPU copy is finished when it returns
+    EXPECT_TRUE(batch.copied->done());
+    tag_buffers.insert(tag.data_ptr());
+  }
+  // Batches held by nobody give their buffers back: a few in turn, not 12.
+  EXPECT_LE(tag_buffers.size(), size_t(4));
+}
+
+TEST(Loader, ABatchStillHeldIsNeverRefilledWhileTheLoaderReadsAhead) {
+  Fixture f("loader-held");
+  auto dataset = data::Dataset::open(f.dir);
+  data::DistributedSampler sampler(dataset.shard_sizes(), {1, 0, 3, 2, true, false});
+  data::Loader loader(dataset, sampler, {2, at::kFloat});
+  const data::Batch held = loader.next();
+  const auto micro = held.latents.narrow(0, 1, 2);  // what a micro-batch keeps on the CPU: a view
+  const auto latents = held.latents.clone(), text = held.text_emb.clone(), view = micro.clone();
+  for (int i = 0; i < 10; ++i) loader.next();  // three epochs' worth of reads into recycled buffers
+  EXPECT_TRUE(torch::equal(held.latents, latents));
+  EXPECT_TRUE(torch::equal(held.text_emb, text));
+  EXPECT_TRUE(torch::equal(micro, view));
 }
