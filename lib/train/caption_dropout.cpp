@@ -31,8 +31,13 @@ at::Tensor drop_captions(const at::Tensor& context, const std::vector<bool>& dro
   if (std::none_of(drops.begin(), drops.end(), [](bool d) { return d; })) return context;
   std::vector<uint8_t> keep(drops.size());
   for (size_t i = 0; i < drops.size(); ++i) keep[i] = drops[i] ? 0 : 1;
-  const auto mask = torch::tensor(keep).to(context.device(), torch::kBool).view({-1, 1, 1});  // [B, 1, 1]
-  return torch::where(mask, context, unconditional_context(context));
+  return drop_captions(context, torch::tensor(keep).to(context.device(), torch::kBool));
+}
+
+at::Tensor drop_captions(const at::Tensor& context, const at::Tensor& keep) {
+  TORCH_CHECK(keep.dim() == 1 && keep.size(0) == context.size(0) && keep.scalar_type() == torch::kBool,
+              "one bool per batch row");
+  return torch::where(keep.view({-1, 1, 1}), context, unconditional_context(context));  // keep: [B, 1, 1]
 }
 
 }  // namespace wt::train

@@ -31,4 +31,9 @@ std::vector<bool> caption_drops(const std::vector<int64_t>& sample_indices, uint
 // dropped; `context` is never changed.
 at::Tensor drop_captions(const at::Tensor& context, const std::vector<bool>& drops);
 
+// The same with the draws as a mask already on the context's device:
+// keep [B] bool, false where the caption is dropped (no host-to-device copy
+// here, as the std::vector<bool> form must make).
+at::Tensor drop_captions(const at::Tensor& context, const at::Tensor& keep);
+
 }  // namespace wt::train

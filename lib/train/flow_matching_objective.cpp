@@ -23,6 +23,7 @@ constexpr int kValidationGrid = 4;
 // The batch tensors make_inputs_ahead adds.
 constexpr const char* kNoiseSigma = "noise.sigma";
 constexpr const char* kNoiseEps = "noise.eps";
+constexpr const char* kCaptionKeep = "caption.keep";
 }  // namespace
 
 FlowMatchingObjective::FlowMatchingObjective(model::WanModelImpl& model, FlowMatchingObjectiveOptions options)
@@ -46,8 +47,12 @@ FlowMatchingObjective::Inputs FlowMatchingObjective::prepare(const Batch& micro_
     noise = training_noise(x0.sizes(), micro_batch.indices, options_.seed, context.step, options_.flow);
   }
   Inputs inputs{apply_noise(x0, noise), {}};
-  inputs.context = drop_captions(micro_batch.at("text_emb").to(torch::kFloat32),
-                                 caption_drops(micro_batch.indices, options_.seed, context.step, options_.text_drop));
+  const auto text = micro_batch.at("text_emb").to(torch::kFloat32);
+  const auto keep = micro_batch.tensors.find(kCaptionKeep);
+  inputs.context =
+      keep != micro_batch.tensors.end()
+          ? drop_captions(text, keep->second)
+          : drop_captions(text, caption_drops(micro_batch.indices, options_.seed, context.step, options_.text_drop));
   return inputs;
 }
 
@@ -66,6 +71,12 @@ void FlowMatchingObjective::make_inputs_ahead(Batch& batch, int64_t step, const 
                                {allocate({sizes[0]}, torch::kFloat32), allocate(sizes, torch::kFloat32)});
   batch.tensors[kNoiseSigma] = std::move(noise.sigmas);
   batch.tensors[kNoiseEps] = std::move(noise.eps);
+  if (options_.text_drop > 0) {  // the drops as a mask that travels with the batch
+    const auto drops = caption_drops(batch.indices, options_.seed, step, options_.text_drop);
+    auto keep = allocate({sizes[0]}, torch::kBool);  // [B]
+    for (size_t i = 0; i < drops.size(); ++i) keep.data_ptr<bool>()[i] = !drops[i];
+    batch.tensors[kCaptionKeep] = std::move(keep);
+  }
   batch.ahead_step = step;
 }
 

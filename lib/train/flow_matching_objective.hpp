@@ -39,7 +39,8 @@ class FlowMatchingObjective : public Objective {
   std::vector<at::Tensor> buffers() const override;
   ObjectiveLoss loss(const Batch& micro_batch, const StepContext& context) override;
   // Each sample's sigma and noise eps for `step`: "noise.sigma" [B] and
-  // "noise.eps" [B, C, F, H, W], fp32.
+  // "noise.eps" [B, C, F, H, W], fp32; with caption dropout its draws,
+  // "caption.keep" [B] bool.
   void make_inputs_ahead(Batch& batch, int64_t step, const HostAllocator& allocate) const override;
   // The flow-matching loss at a fixed grid of 4 sigmas per sample,
   // sigma_j = shift_sigma((j + 0.5) / 4), with noise keyed by (sample, j)

@@ -58,7 +58,7 @@ TEST(InputsAhead, NoiseFromTheLoaderGivesTheStepTheSameLossAndGradients) {
   auto model = wt::testing::seeded_small_model(wt::testing::small_wan_config());
   train::FlowMatchingObjectiveOptions options;
   options.seed = 17;
-  options.text_drop = 0.5;  // caption dropout still drawn in the step, from the same key
+  options.text_drop = 0.5;  // the caption drops travel with the batch too
   train::FlowMatchingObjective objective(*model, options);
   const int64_t first_step = 5, B = 2, K = 2;
   train::ShardBatchesOptions source_options;
@@ -72,6 +72,7 @@ TEST(InputsAhead, NoiseFromTheLoaderGivesTheStepTheSameLossAndGradients) {
     const int64_t step = first_step + n;
     ASSERT_EQ(batch.ahead_step, step);
     ASSERT_EQ(batch.tensors.count("noise.eps"), 1u);
+    ASSERT_EQ(batch.tensors.count("caption.keep"), 1u);
     const train::Batch plain = without_inputs_ahead(batch);
     for (int64_t m = 0; m < K; ++m) {  // micro-batches, as the Engine slices them
       const auto ahead = loss_of(objective, batch.slice(m * B, B, at::kCPU), step);
