@@ -31,7 +31,7 @@ namespace wt {
 namespace {
 
 struct StepBenchConfig {
-  std::string config_file, model_config, size = "16x16", precision = "fp32";
+  std::string config_file, model_config, size = "16x16", precision = "fp32", grad_comm_dtype = "fp32";
   int64_t batch = 2, frames = 1;
   int grad_accum = 1, iters = 10, warmup = 2, rounds = 3, threads = 0, sync_iters = 10;
   double bucket_mb = 25;
@@ -94,6 +94,8 @@ int run_step_bench(distributed::World& world, int argc, char** argv) {
       .add("size", &c.size, "latent HxW")
       .choice("precision", &c.precision, {"fp32", "bf16"}, "fp32, or bf16 autocast")
       .add("bucket-mb", &c.bucket_mb, "Reducer bucket size in MiB")
+      .choice("grad-comm-dtype", &c.grad_comm_dtype, {"fp32", "bf16", "fp16"},
+              "the dtype gradients are reduced in, as wantrain's option")
       .add("iters", &c.iters, "timed steps of each variant per round")
       .add("rounds", &c.rounds, "alternating rounds of both variants (the median round is reported)")
       .add("warmup", &c.warmup, "untimed steps first")
@@ -149,6 +151,9 @@ int run_step_bench(distributed::World& world, int argc, char** argv) {
   engine_options.compute_dtype = c.precision == "bf16" ? at::kBFloat16 : at::kFloat;
   engine_options.schedule = {1e-4, train::Schedule::Constant, 0, c.warmup + c.iters * c.rounds};
   engine_options.bucket_bytes = static_cast<int64_t>(c.bucket_mb * (1 << 20));
+  engine_options.grad_comm_dtype = c.grad_comm_dtype == "bf16"   ? at::kBFloat16
+                                   : c.grad_comm_dtype == "fp16" ? at::kHalf
+                                                                 : at::kFloat;
   Variant synced(config, *comm, engine_options);
   std::unique_ptr<Variant> sharded;
   if (c.zero) {
@@ -196,6 +201,7 @@ int run_step_bench(distributed::World& world, int argc, char** argv) {
   distributed::ReducerOptions reducer_options;
   reducer_options.bucket_bytes = static_cast<int64_t>(c.bucket_mb * (1 << 20));
   reducer_options.average = false;  // as the Trainer does: the loss is divided by the world size instead
+  reducer_options.comm_dtype = engine_options.grad_comm_dtype;
   distributed::Reducer reducer(*comm, named, {}, reducer_options);
   // The graph is built once and kept, so only backward and the Reducer are
   // timed (gradients accumulate across iterations: zeroing them is not sync).
@@ -282,9 +288,10 @@ int run_step_bench(distributed::World& world, int argc, char** argv) {
   }
   fmt::print(
       "wanbench step: {} ({} parameters), {} rank{} x batch {} x accumulation {}, latents [{},{},{},{}], {}, "
-      "{} thread{} per rank\n",
+      "gradients reduced in {}, {} thread{} per rank\n",
       c.model_config, params, world.size(), world.size() == 1 ? "" : "s", c.batch, c.grad_accum, config.in_dim,
-      c.frames, height, width, c.precision, torch::get_num_threads(), torch::get_num_threads() == 1 ? "" : "s");
+      c.frames, height, width, c.precision, c.grad_comm_dtype, torch::get_num_threads(),
+      torch::get_num_threads() == 1 ? "" : "s");
   fmt::print("  {:<16} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>10}\n", "seconds per step", "step", "data", "fwd", "bwd",
              "comm", "optim", "samples/s");
   std::vector<std::pair<std::string, train::StepTimes>> rows = {{"with Reducer", with}, {"comm skipped", without}};

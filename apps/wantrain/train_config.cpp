@@ -93,6 +93,9 @@ void declare_options(OptionSet& o, TrainConfig& c) {
   o.group("distributed")
       .choice("backend", &c.backend, {"auto", "mpi", "nccl"}, "collectives backend (auto: nccl with GPUs, else mpi)")
       .add("bucket-mb", &c.bucket_mb, "gradient bucket size in MiB")
+      .choice("grad-comm-dtype", &c.grad_comm_dtype, {"fp32", "bf16", "fp16"},
+              "the dtype gradients are reduced in: bf16 or fp16 halve the bytes between ranks, the sum rounded to "
+              "16 bits (as PyTorch DDP's compression hooks)")
       .add("zero", &c.zero,
            "ZeRO stage: 0 (every rank keeps the whole AdamW state and EMA) or 1 (each rank keeps 1/ranks of "
            "them: gradients reduce-scattered, weights all-gathered after the update)")
@@ -213,6 +216,9 @@ train::RunSettings run_settings(const TrainConfig& c, const at::Device& device) 
   s.clip = c.clip;
   s.ema_decay = c.ema_decay;
   s.bucket_bytes = static_cast<int64_t>(c.bucket_mb * (1 << 20));
+  s.grad_comm_dtype = c.grad_comm_dtype == "bf16"   ? at::kBFloat16
+                      : c.grad_comm_dtype == "fp16" ? at::kHalf
+                                                    : at::kFloat;
   s.allow_unused = c.allow_unused;
   s.zero = c.zero;
   if (c.precision == "bf16") s.compute_dtype = at::kBFloat16;

@@ -88,6 +88,7 @@ struct TrainConfig {
   // distributed
   std::string backend = "auto";
   double bucket_mb = 25.0;
+  std::string grad_comm_dtype = "fp32";
   int zero = 0;                 // ZeRO stage
   double comm_timeout = 600.0;  // seconds
   bool allow_unused = false;

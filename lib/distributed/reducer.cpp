@@ -28,6 +28,9 @@ struct Reducer::State {
     std::vector<size_t> params;
     at::Tensor buffer;  // [numel] flat; the params' grads are views into it
     at::Tensor shard;   // shard mode: [numel / world size], this rank's reduced slice
+    // With a 16-bit comm dtype: what travels, [numel] and in shard mode its
+    // reduced slice [numel / world size].
+    at::Tensor wire, wire_shard;
     size_t pending = 0;
     WorkPtr work;
   };
@@ -51,11 +54,33 @@ struct Reducer::State {
     while (next_bucket < buckets.size() && buckets[next_bucket].pending == 0)
       launch(buckets[next_bucket++], during_backward);
   }
+  // A bucket narrower than fp32 already travels as it is.
+  bool compressed(const Bucket& b) const {
+    return options.comm_dtype != at::kFloat && b.buffer.scalar_type() == at::kFloat;
+  }
   void launch(Bucket& b, bool during_backward) {
-    const ReduceOp op = options.average ? ReduceOp::Avg : ReduceOp::Sum;
-    b.work = options.shard ? comm.reduce_scatter_async(b.shard, b.buffer, {op, during_backward})
-                           : comm.all_reduce_async(b.buffer, {op, during_backward});
+    ReduceOp op = options.average ? ReduceOp::Avg : ReduceOp::Sum;
+    at::Tensor in = b.buffer, out = b.shard;
+    if (compressed(b)) {
+      if (!b.wire.defined()) {
+        b.wire = at::empty_like(b.buffer, b.buffer.options().dtype(options.comm_dtype));
+        if (options.shard) b.wire_shard = at::empty_like(b.shard, b.shard.options().dtype(options.comm_dtype));
+      }
+      b.wire.copy_(b.buffer);
+      in = b.wire;
+      out = b.wire_shard;
+      op = ReduceOp::Sum;  // averaged after widening, in the buckets' precision
+    }
+    b.work = options.shard ? comm.reduce_scatter_async(out, in, {op, during_backward})
+                           : comm.all_reduce_async(in, {op, during_backward});
     ++issued;
+  }
+  // After the bucket's work completed: the 16-bit sum widened back.
+  void widen(Bucket& b) {
+    if (!compressed(b)) return;
+    at::Tensor& into = options.shard ? b.shard : b.buffer;
+    into.copy_(options.shard ? b.wire_shard : b.wire);
+    if (options.average) into.div_(comm.size());
   }
   void on_gradient(size_t index) {
     std::lock_guard<std::mutex> lock(mutex);
@@ -120,6 +145,9 @@ void check_same_parameters(Comm& comm, const Reducer::NamedTensors& parameters) 
 
 Reducer::Reducer(Comm& comm, NamedTensors parameters, std::vector<at::Tensor> buffers, ReducerOptions options)
     : state_(std::make_shared<State>(comm, options)) {
+  if (options.comm_dtype != at::kFloat && options.comm_dtype != at::kBFloat16 && options.comm_dtype != at::kHalf)
+    throw SettingError("grad_comm_dtype",
+                       fmt::format("is {}; gradients travel as fp32, bf16 or fp16", c10::toString(options.comm_dtype)));
   State& s = *state_;
   check_same_parameters(comm, parameters);
   {
@@ -231,7 +259,10 @@ void Reducer::finalize_backward_unchecked() {
     s.sync = false;
   }
   const auto start = std::chrono::steady_clock::now();
-  for (auto& b : s.buckets) b.work->wait();
+  for (auto& b : s.buckets) {
+    b.work->wait();
+    s.widen(b);
+  }
   s.exposed_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 

@@ -52,6 +52,12 @@ struct ReducerOptions {
   // by the world size (which saves a pass over every gradient after the sum).
   bool average = true;
   bool shard = false;  // reduce-scatter each bucket (ZeRO-1) instead of all-reducing it
+  // The dtype gradients travel in (--grad-comm-dtype): the buckets' own
+  // (kFloat), or kBFloat16 / kHalf, as PyTorch DDP's compression hooks do:
+  // a full bucket is narrowed into a 16-bit copy, that copy is summed over
+  // the ranks, and the sum is widened back into the bucket (then averaged):
+  // half the bytes on the wire, the sum rounded to 16 bits.
+  at::ScalarType comm_dtype = at::kFloat;
 };
 
 // Where the reduced parameters lie in the flat buckets (padded in shard mode).

@@ -51,6 +51,7 @@ Engine::Engine(distributed::Comm& comm, Objective& objective, EngineOptions opti
   const auto& named = objective_.trainable();
   distributed::ReducerOptions reducer_options;
   reducer_options.bucket_bytes = options_.bucket_bytes;
+  reducer_options.comm_dtype = options_.grad_comm_dtype;
   reducer_options.allow_unused = options_.allow_unused;
   reducer_options.average = false;  // the loss is divided by the world size: the gradient's sum is the mean
   if (options_.zero != 0 && options_.zero != 1)

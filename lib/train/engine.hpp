@@ -105,6 +105,9 @@ struct EngineOptions {
   double clip = 1.0;       // global-norm clipping; 0: off
   double ema_decay = 0.0;  // 0: no EMA
   int64_t bucket_bytes = 25 << 20;
+  // The dtype gradients are reduced in: kFloat, or kBFloat16 / kHalf (half
+  // the bytes, the sum rounded to 16 bits; distributed::ReducerOptions).
+  at::ScalarType grad_comm_dtype = at::kFloat;
   bool allow_unused = false;  // trainable parameters may get no gradient
   // false: no gradient synchronisation (wanbench step measures the step
   // without it; each rank then trains on its own gradients).

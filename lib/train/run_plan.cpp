@@ -38,6 +38,7 @@ RunPlan plan_run(const RunSettings& s, int world_size, int rank, const std::vect
   e.clip = s.clip;
   e.ema_decay = s.ema_decay;
   e.bucket_bytes = s.bucket_bytes;
+  e.grad_comm_dtype = s.grad_comm_dtype;
   e.allow_unused = s.allow_unused;
   e.zero = s.zero;
   return plan;

@@ -34,6 +34,7 @@ struct RunSettings {
   double ema_decay = 0.0;
   at::ScalarType compute_dtype = at::kFloat;
   int64_t bucket_bytes = 25 << 20;
+  at::ScalarType grad_comm_dtype = at::kFloat;  // EngineOptions::grad_comm_dtype
   bool allow_unused = false;
   int zero = 0;  // ZeRO stage (EngineOptions::zero)
 };

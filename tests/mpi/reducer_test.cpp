@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <map>
+
 #include "wantrain/distributed/reducer.hpp"
 #include "mpi_test_env.hpp"
 #include "wantrain/util/error.hpp"
@@ -87,6 +89,62 @@ TEST(Reducer, GradientsAreTheAverageOfEveryRanksGradient) {
         torch::allclose(model->parameters()[i].grad(), reference->parameters()[i].grad() / comm().size(), 1e-6, 1e-7))
         << model->named_parameters()[i].key();
   EXPECT_EQ(reducer.collectives_issued(), int64_t(reducer.bucket_parameter_names().size()));
+}
+
+// --grad-comm-dtype bf16|fp16: each rank's gradients travel in 16 bits and
+// are summed there, so on 2 ranks a gradient is exactly LibTorch's 16-bit
+// a + b of the two ranks' rounded gradients, widened to fp32 and averaged;
+// with shard (ZeRO-1) each rank's slice is its part of that.
+TEST(Reducer, SixteenBitCommSumsTheRanksRoundedGradients) {
+  if (comm().size() != 2) GTEST_SKIP() << "the exact 16-bit sum is derived for 2 ranks";
+  for (const auto dtype : {at::kBFloat16, at::kHalf})
+    for (const bool shard : {false, true}) {
+      torch::manual_seed(7);
+      auto model = toy_model(6);
+      auto local = toy_model(6);  // each rank's own gradient, by rank
+      {
+        torch::NoGradGuard no_grad;
+        for (size_t i = 0; i < model->parameters().size(); ++i) local->parameters()[i].copy_(model->parameters()[i]);
+      }
+      wt::distributed::ReducerOptions options;
+      options.first_bucket_bytes = 64;
+      options.bucket_bytes = 128;
+      options.comm_dtype = dtype;
+      options.shard = shard;
+      wt::distributed::Reducer reducer(comm(), named(*model), {}, options);
+      reducer.zero_grad();
+      reducer.prepare_for_backward(true);
+      model->forward(input_of(comm().rank(), 4, 6)).pow(2).mean().backward();
+      reducer.finalize_backward();
+
+      std::vector<std::vector<at::Tensor>> grads(2);  // [rank][parameter]
+      for (int r = 0; r < 2; ++r) {
+        for (auto& p : local->parameters()) p.mutable_grad() = at::Tensor();
+        local->forward(input_of(r, 4, 6)).pow(2).mean().backward();
+        for (auto& p : local->parameters()) grads[size_t(r)].push_back(p.grad().clone());
+      }
+      std::vector<at::Tensor> expected;  // in the buckets' order and padding, as the reduced gradient
+      for (size_t i = 0; i < grads[0].size(); ++i)
+        expected.push_back((grads[0][i].to(dtype) + grads[1][i].to(dtype)).to(at::kFloat) / 2);
+      if (!shard) {
+        for (size_t i = 0; i < expected.size(); ++i)
+          EXPECT_TRUE(torch::equal(model->parameters()[i].grad(), expected[i]))
+              << c10::toString(dtype) << " " << model->named_parameters()[i].key();
+        continue;
+      }
+      // Shard mode: this rank's slice of each bucket, laid out as bucket_layouts() says.
+      const auto layouts = reducer.bucket_layouts();
+      const auto shards = reducer.gradient_shards();
+      std::map<std::string, size_t> index;
+      for (size_t i = 0; i < model->named_parameters().size(); ++i) index[model->named_parameters()[i].key()] = i;
+      for (size_t b = 0; b < layouts.size(); ++b) {
+        auto whole = torch::zeros({shards[b].numel() * 2});
+        for (const auto& e : layouts[b].entries)
+          whole.narrow(0, e.offset, expected[index[e.name]].numel()).copy_(expected[index[e.name]].flatten());
+        EXPECT_TRUE(torch::equal(shards[b], whole.narrow(0, comm().rank() * shards[b].numel(), shards[b].numel())))
+            << c10::toString(dtype) << " shard of bucket " << b;
+      }
+    }
 }
 
 TEST(Reducer, AccumulationMicroStepsDoNotCommunicate) {

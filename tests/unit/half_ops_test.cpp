@@ -28,6 +28,29 @@ TEST_P(HalfReduce, SumEqualsLibTorchAdditionInThatDtype) {
   EXPECT_TRUE(torch::equal(got, expected));
 }
 
+// The vectorised sums round as LibTorch does at the edges too: ties,
+// subnormals, overflow to infinity, infinities and NaN, at every position of
+// a vector (lengths around the 8- and 16-lane blocks).
+TEST_P(HalfReduce, SumEqualsLibTorchAtTheEdges) {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  const auto info = GetParam() == at::kBFloat16 ? std::make_pair(0x1p-133f, 0x1.fep127f)  // subnormal, max
+                                                : std::make_pair(0x1p-24f, 65504.0f);
+  const std::vector<float> edge = {0.0f,         -0.0f, info.first,     -info.first, 3 * info.first, info.second,
+                                   -info.second, 1.0f,  1.0f + 0x1p-9f, inf,         -inf,           nan,
+                                   0x1p-8f,      1e-3f, -2.5f,          7.0f};
+  for (int length : {1, 7, 8, 9, 15, 16, 17, 33}) {
+    std::vector<float> x, y;
+    for (int i = 0; i < length; ++i) {
+      x.push_back(edge[size_t(i) % edge.size()]);
+      y.push_back(edge[size_t(i * 7 + 3) % edge.size()]);
+    }
+    const auto a = torch::tensor(x).to(GetParam()), b = torch::tensor(y).to(GetParam());
+    const auto got = reduce_with_mpi_function(GetParam(), wt::distributed::ReduceOp::Sum, a.clone(), b.clone());
+    EXPECT_TRUE(torch::allclose(got.to(torch::kFloat), (a + b).to(torch::kFloat), 0, 0, /*equal_nan=*/true))
+        << "length " << length;
+  }
+}
+
 TEST_P(HalfReduce, MaxAndMinEqualLibTorchIncludingNaN) {
   torch::manual_seed(2);
   auto a = torch::randn({1000}).to(GetParam());
