@@ -78,18 +78,20 @@ bool Loader::Buffer::free() const {
 }
 
 at::Tensor Loader::buffer(at::IntArrayRef sizes, at::ScalarType dtype, const std::shared_ptr<CopyFence>& fence) {
+  const bool pin = options_.pin_memory && fence;  // staging never leaves the host
   for (auto& b : buffers_)
-    if (b.tensor.scalar_type() == dtype && b.tensor.sizes() == sizes && b.free()) {
+    if (b.tensor.scalar_type() == dtype && b.tensor.sizes() == sizes && b.pinned == pin && b.free()) {
       b.fence = fence;
       return b.tensor;
     }
-  // Bounded: the batches in flight (queued, held by the trainer) plus staging.
-  // Buffers are taken in a fixed order per batch, so the list stays short.
-  constexpr size_t kSlack = 8;
-  if (buffers_.size() > 3 * static_cast<size_t>(options_.prefetch) + kSlack)
+  // Bounded: the batches in flight (queued, held by the trainer, a copy not
+  // yet done) times the buffers a batch takes, plus staging. Buffers are
+  // taken in a fixed order per batch, so the list stays short.
+  constexpr size_t kPerBatch = 8, kSlack = 8;
+  if (buffers_.size() > kPerBatch * (static_cast<size_t>(options_.prefetch) + 3) + kSlack)
     buffers_.erase(std::remove_if(buffers_.begin(), buffers_.end(), [](const Buffer& b) { return b.free(); }),
                    buffers_.end());
-  buffers_.push_back({at::empty(sizes, at::TensorOptions().dtype(dtype).pinned_memory(options_.pin_memory)), fence});
+  buffers_.push_back({at::empty(sizes, at::TensorOptions().dtype(dtype).pinned_memory(pin)), fence, pin});
   return buffers_.back().tensor;
 }
 

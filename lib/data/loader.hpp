@@ -95,6 +95,7 @@ class Loader {
   struct Buffer {
     at::Tensor tensor;
     std::shared_ptr<CopyFence> fence;  // of the batch it went into last
+    bool pinned = false;
     bool free() const;
   };
   std::vector<Buffer> buffers_;

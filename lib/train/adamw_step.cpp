@@ -107,7 +107,7 @@ void fused_update(float* __restrict p, const float* __restrict g, float* __restr
       const float vi = v[i] * beta2 + one_minus_beta2 * gi * gi;
       m[i] = mi;
       v[i] = vi;
-      p[i] = p[i] * decay + step * (mi / (std::sqrt(vi) / sqrt_bc2 + eps));
+      p[i] = p[i] * decay + (step * mi) / (std::sqrt(vi) / sqrt_bc2 + eps);  // addcdiv: (value * m) / denom
     }
   });
 }

@@ -18,12 +18,24 @@ void Ema::update() {
 
 void Ema::update_multi_tensor() {
   torch::NoGradGuard no_grad;
+  // LibTorch 1.13 has no _foreach_lerp_: the differences are temporaries,
+  // so they are made for groups of at most 64 MiB of tensors at a time.
+  constexpr int64_t kGroupElements = int64_t(16) << 20;
   std::vector<at::Tensor> averages, weights;
+  int64_t elements = 0;
+  auto flush = [&] {
+    if (!averages.empty()) at::_foreach_add_(averages, at::_foreach_sub(weights, averages), 1.0 - decay_);
+    averages.clear();
+    weights.clear();
+    elements = 0;
+  };
   for (size_t i = 0; i < weights_.size(); ++i) {
     averages.push_back(averages_[i].second);
     weights.push_back(weights_[i].second.to(torch::kFloat32));
+    elements += averages.back().numel();
+    if (elements >= kGroupElements) flush();
   }
-  at::_foreach_add_(averages, at::_foreach_sub(weights, averages), 1.0 - decay_);
+  flush();
 }
 
 }  // namespace wt::train

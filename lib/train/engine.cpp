@@ -232,12 +232,21 @@ void Engine::save_state(ckpt::Checkpoint& c) const {
   // (the previous checkpoint's, from the writer) when it fits. From a GPU
   // the slots are pinned and the copies queued; one wait at the end covers
   // them all, instead of a blocking copy per tensor.
+  // Page-locked memory is held for the whole run (the slots are reused) and
+  // taken from what the OS may not swap: at most kPinnedBudget of it; the
+  // rest of a larger snapshot is copied into ordinary memory, blocking.
+  constexpr int64_t kPinnedBudget = int64_t(8) << 30;
   const bool from_device = !comm_.device().is_cpu();
-  auto put = [from_device](at::Tensor& slot, const at::Tensor& t) {
-    const bool fits = slot.defined() && slot.sizes() == t.sizes() && slot.scalar_type() == at::kFloat &&
-                      slot.is_cpu() && (!from_device || slot.is_pinned());
-    if (!fits) slot = at::empty(t.sizes(), at::TensorOptions(at::kFloat).pinned_memory(from_device));
-    slot.copy_(t.detach(), /*non_blocking=*/from_device);
+  int64_t pinned = 0;
+  auto put = [&](at::Tensor& slot, const at::Tensor& t) {
+    const bool fits = slot.defined() && slot.sizes() == t.sizes() && slot.scalar_type() == at::kFloat && slot.is_cpu();
+    if (!fits) {
+      const bool pin = from_device && pinned + t.numel() * 4 <= kPinnedBudget;
+      slot = at::empty(t.sizes(), at::TensorOptions(at::kFloat).pinned_memory(pin));
+    }
+    const bool queued = from_device && slot.is_pinned();
+    if (queued) pinned += slot.numel() * 4;
+    slot.copy_(t.detach(), /*non_blocking=*/queued);
   };
   auto put_all = [&](ckpt::NamedTensors& list, const NamedTensors& from) {
     list.resize(from.size());
