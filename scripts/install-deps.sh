@@ -22,7 +22,7 @@ packages=(
   clang-format                         # the `format` test checks .clang-format's style
   clang libclang-rt-14-dev             # the libFuzzer target of tests/fuzz (clang's fuzzer runtime)
   python3 python3-h5py python3-numpy   # the h5py example of docs/data-format.md is tested
-  python3-torch                        # an independent PyTorch evaluation of Wan's forward pass checks WanModel
+  python3-torch                        # an independent PyTorch evaluation of Wan's forward pass checks WanModel; scripts/vs_torch.py trains against PyTorch DDP
   slurm-wlm munge                      # the slurm/ scripts are tested on a real single-node SLURM
   lmod                                 # the installed modulefile is tested with `module load`
 )

@@ -12,6 +12,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "wantrain/app/float_dtype.hpp"
 #include "wantrain/distributed/backend.hpp"
 #include "wantrain/distributed/mpi_comm.hpp"
 #include "wantrain/distributed/reducer.hpp"
@@ -151,9 +152,7 @@ int run_step_bench(distributed::World& world, int argc, char** argv) {
   engine_options.compute_dtype = c.precision == "bf16" ? at::kBFloat16 : at::kFloat;
   engine_options.schedule = {1e-4, train::Schedule::Constant, 0, c.warmup + c.iters * c.rounds};
   engine_options.bucket_bytes = static_cast<int64_t>(c.bucket_mb * (1 << 20));
-  engine_options.grad_comm_dtype = c.grad_comm_dtype == "bf16"   ? at::kBFloat16
-                                   : c.grad_comm_dtype == "fp16" ? at::kHalf
-                                                                 : at::kFloat;
+  engine_options.grad_comm_dtype = app::float_dtype(c.grad_comm_dtype);
   Variant synced(config, *comm, engine_options);
   std::unique_ptr<Variant> sharded;
   if (c.zero) {

@@ -7,6 +7,7 @@
 #include <iostream>
 #include <map>
 
+#include "wantrain/app/float_dtype.hpp"
 #include "wantrain/app/version.hpp"
 #include "wantrain/ckpt/checkpoint.hpp"
 #include "wantrain/train/checkpoint_weights.hpp"
@@ -188,7 +189,7 @@ int run_export(distributed::World& world, int argc, char** argv) {
   if (stand_in && model_config.empty()) throw UsageError("option --random-head: needs --model-config");
   if (o.out.empty()) throw UsageError("option --out: the safetensors file to write is required");
   if (!world.is_root()) return kExitOk;  // one writer, however it was launched
-  o.dtype = dtype == "bf16" ? at::kBFloat16 : dtype == "fp16" ? at::kHalf : at::kFloat;
+  o.dtype = app::float_dtype(dtype);
   o.dtype_name = dtype;
   if (!model_config.empty()) {
     export_seed(model_config, seed, stand_in, o);

@@ -80,10 +80,14 @@ MemorySummary memory_summary(distributed::World& world, const distributed::Comm&
   std::optional<train::MemoryPlan> memory;
   world.agree([&] {
     const auto latents = data ? std::array<int64_t, 3>{data->frames, data->height, data->width} : plan_latents(cfg);
-    const double sample_elements = double(model_config->in_dim) * double(latents[0] * latents[1] * latents[2]) +
-                                   double((data ? data->text_len : model_config->text_len) * model_config->text_dim);
-    auto settings = memory_plan_settings(cfg, *model_config, teacher_config, latents, 4 * sample_elements,
-                                         comm.device(), world.size());
+    const double latent_elements = double(model_config->in_dim) * double(latents[0] * latents[1] * latents[2]);
+    const double sample_elements =
+        latent_elements + double((data ? data->text_len : model_config->text_len) * model_config->text_dim);
+    // Each sample's latents and text, and the noise the loader draws for it:
+    // eps (fp32, the latents' shape), sigma (fp32) and the caption-drop flag.
+    const double sample_bytes = 4 * sample_elements + 4 * latent_elements + 4 + 1;
+    auto settings =
+        memory_plan_settings(cfg, *model_config, teacher_config, latents, sample_bytes, comm.device(), world.size());
     settings.runtime_bytes = current_rss_bytes();
     settings.checkpoint_snapshot = world.is_root();
     try {

@@ -9,6 +9,7 @@
 #include <istream>
 #include <ostream>
 
+#include "wantrain/app/float_dtype.hpp"
 #include "wantrain/util/error.hpp"
 #include "wantrain/util/options.hpp"
 #include "wantrain/util/text.hpp"
@@ -216,9 +217,7 @@ train::RunSettings run_settings(const TrainConfig& c, const at::Device& device) 
   s.clip = c.clip;
   s.ema_decay = c.ema_decay;
   s.bucket_bytes = static_cast<int64_t>(c.bucket_mb * (1 << 20));
-  s.grad_comm_dtype = c.grad_comm_dtype == "bf16"   ? at::kBFloat16
-                      : c.grad_comm_dtype == "fp16" ? at::kHalf
-                                                    : at::kFloat;
+  s.grad_comm_dtype = app::float_dtype(c.grad_comm_dtype);
   s.allow_unused = c.allow_unused;
   s.zero = c.zero;
   if (c.precision == "bf16") s.compute_dtype = at::kBFloat16;
@@ -344,6 +343,7 @@ train::MemoryPlanSettings memory_plan_settings(const TrainConfig& c, const model
   s.sample_bytes = sample_bytes;
   s.on_device = device.is_cuda();
   s.zero_shards = c.zero == 1 ? world_size : 1;
+  s.grad_comm_dtype = app::float_dtype(c.grad_comm_dtype);
   return s;
 }
 

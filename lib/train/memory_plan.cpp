@@ -99,11 +99,14 @@ MemoryPlan plan_memory(const MemoryPlanSettings& s) {
   }
   const double shards = std::max(1, s.zero_shards);
   const std::string share = shards > 1 ? fmt::format(", this rank's 1/{} (ZeRO-1)", s.zero_shards) : "";
+  const bool narrow_comm = s.grad_comm_dtype != at::kFloat;  // a 16-bit copy of each bucket, and of the slice
+  const std::string copies = narrow_comm ? ", with their 16-bit copies for the reduction" : "";
+  const double comm_factor = narrow_comm ? 1.5 : 1.0;
   if (shards > 1)
-    add("gradients", fmt::format("fp32, in the Reducer's buckets, and the reduced 1/{} slice", s.zero_shards),
-        trained * (1 + 1 / shards), dev);
+    add("gradients", fmt::format("fp32, in the Reducer's buckets, and the reduced 1/{} slice{}", s.zero_shards, copies),
+        trained * (1 + 1 / shards) * comm_factor, dev);
   else
-    add("gradients", "fp32, in the Reducer's buckets", trained, dev);
+    add("gradients", "fp32, in the Reducer's buckets" + copies, trained * comm_factor, dev);
   if (s.optimizer) add("optimizer", "AdamW's two moments, fp32" + share, 2 * trained / shards, dev);
   if (s.ema) add("EMA", "averaged weights, fp32" + share, trained / shards, dev);
   if (s.teacher) {
@@ -116,7 +119,7 @@ MemoryPlan plan_memory(const MemoryPlanSettings& s) {
         held, dev);
   }
   if (s.sample_bytes > 0)
-    add("data", fmt::format("{} batches of {} in the loader", s.prefetch + 1, s.step.batch),
+    add("data", fmt::format("{} batches of {} in the loader, with their noise", s.prefetch + 1, s.step.batch),
         double(s.prefetch + 1) * double(s.step.batch) * s.sample_bytes, false);
   // The writer's copy: rank 0's weights, and each rank's (share of) the state.
   const double state_copy = trained * ((s.optimizer ? 2 : 0) + (s.ema ? 1 : 0)) / shards;

@@ -35,7 +35,10 @@ struct MemoryPlanSettings {
   std::optional<model::WanConfig> teacher;  // distillation
   bool teacher_bf16 = false;                // its Linears in bf16, the rest fp32
   int prefetch = 0;                         // the loader's batches waiting beside the one in use
-  double sample_bytes = 0;                  // one sample's latents and text as the loader hands them over
+  double sample_bytes = 0;                  // one sample's latents, text and noise as the loader hands them over
+  // The dtype gradients are reduced in: a 16-bit one keeps a 16-bit copy of
+  // the fp32 buckets (EngineOptions::grad_comm_dtype).
+  at::ScalarType grad_comm_dtype = at::kFloat;
   // This rank (rank 0) copies the weights and the state for the checkpoint
   // writer; with zero_shards > 1 every other rank copies its share of the state.
   bool checkpoint_snapshot = false;

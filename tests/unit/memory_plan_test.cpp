@@ -126,7 +126,13 @@ TEST(MemoryPlan, ModelStateMatchesTheBuiltModel) {
   EXPECT_DOUBLE_EQ(item(sharded, "checkpoint copy"), 1.75 * weights);
   s.checkpoint_snapshot = false;
   EXPECT_DOUBLE_EQ(item(wt::train::plan_memory(s), "checkpoint copy"), 0.75 * weights);
+  // Gradients reduced in 16 bits: a 2-byte copy of each 4-byte gradient
+  // (and of the slice under ZeRO-1).
+  s.grad_comm_dtype = at::kBFloat16;
+  EXPECT_DOUBLE_EQ(item(wt::train::plan_memory(s), "gradients"), 1.25 * 1.5 * weights);
   s.zero_shards = 1;
+  EXPECT_DOUBLE_EQ(item(wt::train::plan_memory(s), "gradients"), 1.5 * weights);
+  s.grad_comm_dtype = at::kFloat;
   s.checkpoint_snapshot = true;
 
   // LoRA on a bf16 base: the adapters are what is trained; the base is the
