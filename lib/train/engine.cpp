@@ -230,11 +230,10 @@ void Engine::save_state(ckpt::Checkpoint& c) const {
   auto& im = *impl_;
   // Copies `t` into `slot` as fp32 on the CPU, reusing the slot's buffer
   // (the previous checkpoint's, from the writer) when it fits. From a GPU
-  // the slots are pinned and the copies queued; one wait at the end covers
-  // them all, instead of a blocking copy per tensor.
-  // Page-locked memory is held for the whole run (the slots are reused) and
-  // taken from what the OS may not swap: at most kPinnedBudget of it; the
-  // rest of a larger snapshot is copied into ordinary memory, blocking.
+  // new slots are page-locked and their copies queued, one wait at the end
+  // covering them all; since the slots live for the whole run and the OS
+  // cannot swap them, at most kPinnedBudget is pinned and the rest of a
+  // larger snapshot is copied into ordinary memory, blocking.
   constexpr int64_t kPinnedBudget = int64_t(8) << 30;
   const bool from_device = !comm_.device().is_cpu();
   int64_t pinned = 0;
