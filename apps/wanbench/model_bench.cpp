@@ -12,6 +12,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "op_profile.hpp"
 #include "wantrain/model/tensor_memory.hpp"
 #include "wantrain/app/version.hpp"
 #include "wantrain/distributed/world.hpp"
@@ -32,7 +33,7 @@ constexpr double kMiB = 1024.0 * 1024.0;
 struct ModelBenchConfig {
   std::string config_file, model_config, size = "32x32", precision = "fp32";
   int64_t batch = 2, frames = 5, attention_chunk = 0, grad_checkpoint = 0;
-  int iters = 5, warmup = 1, threads = 0;
+  int iters = 5, warmup = 1, threads = 0, profile = 0;
   bool json = false, tokens_sweep = false;
 };
 
@@ -48,6 +49,7 @@ struct Point {
   double runtime_mib = 0, peak_rss_mib = 0;       // the resident set before the model, and its high-water mark
   double plan_mib = 0, plan_activations_mib = 0;  // the plan's tensors (runtime excluded) and activations
   int non_finite = 0;
+  std::vector<OpTime> ops;  // --profile: operators by self time over `iters` more steps
   double activations_mib() const { return peak_mib - state_mib; }
 };
 
@@ -84,15 +86,19 @@ Point measure(const model::WanConfig& config, const ModelBenchConfig& c, Point p
     p.state_mib = (double(model::live_tensor_bytes()) - base_tensors) / kMiB;
 
     torch::AutoGradMode grad_mode(true);
-    std::vector<double> forward_s, step_s;
-    for (int i = 0; i < c.warmup + c.iters; ++i) {
+    auto forward_backward = [&] {
       net->zero_grad();
-      const auto start = std::chrono::steady_clock::now();
       at::Tensor loss;
       {
         model::AutocastScope autocast(dtype, torch::kCPU);
         loss = train::flow_matching_loss(net->forward(noisy.x_t, noisy.timesteps, context), noisy.target);
       }
+      return loss;
+    };
+    std::vector<double> forward_s, step_s;
+    for (int i = 0; i < c.warmup + c.iters; ++i) {
+      const auto start = std::chrono::steady_clock::now();
+      const auto loss = forward_backward();
       const double forward = seconds_since(start);
       loss.backward();
       const double step = seconds_since(start);
@@ -101,6 +107,11 @@ Point measure(const model::WanConfig& config, const ModelBenchConfig& c, Point p
         forward_s.push_back(forward / double(p.batch));
         step_s.push_back(step / double(p.batch));
       }
+    }
+    if (c.profile > 0) {  // after the timed steps: the profiler's overhead stays out of their times
+      OpProfile profile;
+      for (int i = 0; i < c.iters; ++i) forward_backward().backward();
+      p.ops = profile.stop();
     }
     p.forward_s = median(forward_s);
     p.step_s = median(step_s);
@@ -309,6 +320,9 @@ int run_model_bench(distributed::World& world, int argc, char** argv) {
       .add("iters", &c.iters, "timed steps (the median is reported)")
       .add("warmup", &c.warmup, "untimed steps first")
       .add("threads", &c.threads, "CPU threads (0: LibTorch's default)")
+      .add("profile", &c.profile,
+           "then profile --iters more steps with LibTorch's autograd profiler and print the N operators with the "
+           "most self time (0: off)")
       .flag("json", &c.json, "print JSON instead of the table");
   if (const auto outcome = options.parse(argc, argv); outcome != OptionSet::Outcome::Run) {
     std::cout << app::help_or_version(outcome, options);
@@ -317,8 +331,9 @@ int run_model_bench(distributed::World& world, int argc, char** argv) {
   if (c.model_config.empty()) throw UsageError("option --model-config: the model config is required");
   if (c.iters < 1 || c.warmup < 0 || c.batch < 1 || c.frames < 1)
     throw UsageError("options --iters, --batch, --frames: must be at least 1 (--warmup at least 0)");
-  if (c.attention_chunk < 0 || c.grad_checkpoint < 0)
-    throw UsageError("options --attention-chunk, --grad-checkpoint: must be 0 (off) or more");
+  if (c.attention_chunk < 0 || c.grad_checkpoint < 0 || c.profile < 0)
+    throw UsageError("options --attention-chunk, --grad-checkpoint, --profile: must be 0 (off) or more");
+  if (c.tokens_sweep && c.profile > 0) throw UsageError("option --profile: profile one point, not --tokens-sweep");
   // Each point is a process of its own, started here: not under a launcher.
   if (c.tokens_sweep && world.size() > 1)
     throw UsageError("option --tokens-sweep: run wanbench model without mpirun or srun");
@@ -343,6 +358,15 @@ int run_model_bench(distributed::World& world, int argc, char** argv) {
     out["parameters"] = model::parameter_count(config);
     out["precision"] = c.precision;
     out["threads"] = torch::get_num_threads();
+    if (c.profile > 0) {
+      auto ops = nlohmann::json::array();
+      for (size_t i = 0; i < std::min(size_t(c.profile), p.ops.size()); ++i)
+        ops.push_back({{"name", p.ops[i].name},
+                       {"calls_per_step", p.ops[i].calls / c.iters},
+                       {"self_ms_per_step", p.ops[i].self_ms / c.iters},
+                       {"total_ms_per_step", p.ops[i].total_ms / c.iters}});
+      out["profile"] = ops;
+    }
     std::cout << out.dump() << "\n";
   } else {
     std::cout << fmt::format(
@@ -351,6 +375,9 @@ int run_model_bench(distributed::World& world, int argc, char** argv) {
                      c.model_config, double(model::parameter_count(config)), c.batch, c.precision, config.in_dim,
                      c.frames, height, width, c.iters, c.warmup, torch::get_num_threads())
               << kHeader << row(p);
+    if (c.profile > 0)
+      std::cout << fmt::format("# operators by self time, forward and backward, over {} profiled steps\n", c.iters)
+                << format_op_times(p.ops, size_t(c.profile), c.iters);
   }
   return p.non_finite == 0 ? kExitOk : kExitFailure;
 }

@@ -33,20 +33,21 @@ BlockBytes block_bytes(const WanConfig& c, bool autocast, bool chunked) {
   // Full attention: softmax's output (and its cast); per [L, L] (self) or [L, text_len] (cross) score.
   self.per_score = cross.per_score = chunked ? 0 : (autocast ? f + a : f);
   if (!autocast) {
-    // q and k of self-attention: Linear's output, RMSNorm's x * rsqrt and
-    // its output (RoPE's input), and what attention saves: RoPE's output
-    // (chunked), or matmul's contiguous copy of it (full).
-    const double qk = c.qk_norm ? 4 : 2;
+    // q and k of self-attention: Linear's output (the fused RMSNorm's
+    // input) and what attention saves: RoPE's output (chunked), or matmul's
+    // contiguous copy of it (full). RoPE saves nothing of its input.
+    const double qk = c.qk_norm ? 2 : 1;
     // Self-attention: the block input (norm1's), norm1's output (a factor of
     // the modulation), the modulated input (q, k, v's), q, k, v (or its
     // copy), the heads' output reshaped for o (a copy), o's output (a
     // factor of the gate); chunked attention also saves its output.
     self.per_token = d * f * (1 + 1 + 1 + 2 * qk + 1 + 1 + 1 + (chunked ? 1 : 0));
     // Cross-attention: its input x (norm3's), norm3's output (q's input),
-    // q (Linear, RMSNorm's product, its output or matmul's copy), the heads'
-    // output copy (chunked: and the output); k and v over the context alike.
-    cross.per_token = d * f * (1 + (c.cross_attn_norm ? 1 : 0) + (c.qk_norm ? 3 : 1) + 1 + (chunked ? 1 : 0));
-    cross.per_context = d * f * ((c.qk_norm ? 3 : 1) + 1);
+    // q (Linear's output, the RMSNorm's input, and the scaled q attention
+    // saves or matmul's copy of it), the heads' output copy (chunked: and
+    // the output); k and v over the context alike.
+    cross.per_token = d * f * (1 + (c.cross_attn_norm ? 1 : 0) + (c.qk_norm ? 2 : 1) + 1 + (chunked ? 1 : 0));
+    cross.per_context = d * f * ((c.qk_norm ? 2 : 1) + 1);
     // Feed-forward: x (norm2's), norm2's output, the modulated input, the
     // first Linear's output (GELU's input), GELU's output, the second's.
     ff.per_token = d * f * 4 + 2 * ffn * f;

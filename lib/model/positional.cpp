@@ -33,12 +33,14 @@ RopeTable rope_table(std::array<int64_t, 3> grid, int64_t head_dim, at::Device d
   return {torch::cos(angles).to(device, torch::kFloat32), torch::sin(angles).to(device, torch::kFloat32)};
 }
 
-at::Tensor apply_rope(const at::Tensor& x, const RopeTable& table) {
+at::Tensor apply_rope(const at::Tensor& x, const RopeTable& table, double scale) {
+  // One complex product per element, (re + i im)(cos + i sin) * scale: its
+  // backward is one product with the conjugate, and nothing of x is saved.
   const auto sizes = x.sizes();  // [B, L, heads, head_dim]
-  auto pairs = x.to(torch::kFloat32).view({sizes[0], sizes[1], sizes[2], sizes[3] / 2, 2});
-  auto re = pairs.select(4, 0), im = pairs.select(4, 1);            // [B, L, heads, head_dim/2]
-  auto cos = table.cos.unsqueeze(1), sin = table.sin.unsqueeze(1);  // [L, 1, head_dim/2]
-  return torch::stack({re * cos - im * sin, re * sin + im * cos}, 4).view(sizes);
+  const auto pairs = torch::view_as_complex(
+      x.to(torch::kFloat32).contiguous().view({sizes[0], sizes[1], sizes[2], sizes[3] / 2, 2}));
+  const auto turn = torch::complex(table.cos * scale, table.sin * scale).unsqueeze(1);  // [L, 1, head_dim/2]
+  return torch::view_as_real(pairs * turn).view(sizes);
 }
 
 }  // namespace wt::model

@@ -26,7 +26,8 @@ struct RopeTable {
 RopeTable rope_table(std::array<int64_t, 3> grid, int64_t head_dim, at::Device device = at::kCPU);
 
 // Rotates adjacent channel pairs (2j, 2j+1) = (real, imag) of x [B, L, heads,
-// head_dim] by the table's angles (on x's device); returns fp32.
-at::Tensor apply_rope(const at::Tensor& x, const RopeTable& table);
+// head_dim] by the table's angles (on x's device) and multiplies by `scale`
+// (attention folds its 1/sqrt(head_dim) into q's rotation); returns fp32.
+at::Tensor apply_rope(const at::Tensor& x, const RopeTable& table, double scale = 1.0);
 
 }  // namespace wt::model

@@ -11,6 +11,7 @@
 #include "wantrain/model/autocast.hpp"
 #include "wantrain/model/patches.hpp"
 #include "wantrain/model/recompute.hpp"
+#include "wantrain/model/rms_norm.hpp"
 #include "wantrain/util/error.hpp"
 
 namespace wt::model {
@@ -35,11 +36,7 @@ RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps_(eps) {
   weight = register_parameter("weight", torch::ones({dim}));
 }
 
-at::Tensor RMSNormImpl::forward(const at::Tensor& x) {
-  Fp32Scope fp32;
-  auto xf = x.to(torch::kFloat32);
-  return (xf * torch::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps_)).to(x.scalar_type()) * weight;
-}
+at::Tensor RMSNormImpl::forward(const at::Tensor& x) { return rms_norm(x, weight, eps_); }
 
 AttentionImpl::AttentionImpl(const WanConfig& c, at::ScalarType linear_dtype)
     : heads_(c.num_heads), head_dim_(c.head_dim()) {
@@ -63,16 +60,26 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x, const at::Tensor& source,
   qs = qs.view({b, len, heads_, head_dim_});      // [B, L, heads, head_dim]
   ks = ks.view({b, src_len, heads_, head_dim_});  // [B, S, heads, head_dim]
   auto vs = v(source).view({b, src_len, heads_, head_dim_});
-  if (rope) {
-    qs = apply_rope(qs, *rope);
-    ks = apply_rope(ks, *rope);
-  }
-  if (chunk > 0) {  // exact, without the [B, heads, L, S] scores (model/attention.hpp)
+  if (chunk > 0) {  // exact, without the [B, heads, L, S] scores (model/attention.hpp); it scales itself
+    if (rope) {
+      qs = apply_rope(qs, *rope);
+      ks = apply_rope(ks, *rope);
+    }
     const auto out = chunked_attention(qs.transpose(1, 2), ks.transpose(1, 2), vs.transpose(1, 2), chunk);
     return o(out.transpose(1, 2).reshape({b, len, heads_ * head_dim_}));
   }
+  // softmax(q k^T / sqrt(head_dim)), the scale folded into q: into its
+  // rotation in self-attention, on q (L x head_dim, not the L x S scores) in
+  // cross-attention.
+  const double scale = 1.0 / std::sqrt(double(head_dim_));
+  if (rope) {
+    qs = apply_rope(qs, *rope, scale);
+    ks = apply_rope(ks, *rope);
+  } else {
+    qs = qs * scale;
+  }
   // [B, heads, L, S] scores, softmax over the source positions
-  auto scores = torch::matmul(qs.transpose(1, 2), ks.permute({0, 2, 3, 1})) / std::sqrt(double(head_dim_));
+  auto scores = torch::matmul(qs.transpose(1, 2), ks.permute({0, 2, 3, 1}));
   auto weights = torch::softmax(scores.to(torch::kFloat32), -1).to(vs.scalar_type());
   auto out = torch::matmul(weights, vs.transpose(1, 2));  // [B, heads, L, head_dim]
   return o(out.transpose(1, 2).reshape({b, len, heads_ * head_dim_}));
@@ -95,17 +102,18 @@ at::Tensor WanBlockImpl::forward(at::Tensor x, const at::Tensor& e0, const at::T
     Fp32Scope fp32;
     m = (modulation + e0).chunk(6, 1);
   }
-  const auto attn_in = norm_fp32(norm1, x).to(torch::kFloat32) * (1 + m[1]) + m[0];
+  // norm * (1 + scale) + shift and x + y * gate: one addcmul each
+  const auto attn_in = torch::addcmul(m[0], norm_fp32(norm1, x).to(torch::kFloat32), 1 + m[1]);
   auto y = self_attn(attn_in, attn_in, &rope);
   {
     Fp32Scope fp32;
-    x = x + y * m[2];
+    x = torch::addcmul(x, y, m[2]);
   }
   auto cross_in = norm3 ? norm_fp32(norm3, x) : x;
   x = x + cross_attn(cross_in, context, nullptr);
-  y = ffn->forward(norm_fp32(norm2, x).to(torch::kFloat32) * (1 + m[4]) + m[3]);
+  y = ffn->forward(torch::addcmul(m[3], norm_fp32(norm2, x).to(torch::kFloat32), 1 + m[4]));
   Fp32Scope fp32;
-  return x + y * m[5];
+  return torch::addcmul(x, y, m[5]);
 }
 
 WanHeadImpl::WanHeadImpl(const WanConfig& c) {
@@ -117,7 +125,7 @@ WanHeadImpl::WanHeadImpl(const WanConfig& c) {
 at::Tensor WanHeadImpl::forward(const at::Tensor& x, const at::Tensor& e) {
   Fp32Scope fp32;
   auto m = (modulation + e.unsqueeze(1)).chunk(2, 1);  // shift, scale: [B, 1, dim]
-  return head(norm(x.to(torch::kFloat32)) * (1 + m[1]) + m[0]);
+  return head(torch::addcmul(m[0], norm(x.to(torch::kFloat32)), 1 + m[1]));
 }
 
 WanModelImpl::WanModelImpl(WanConfig c, at::ScalarType block_linear_dtype, WanInit init) : config_(std::move(c)) {

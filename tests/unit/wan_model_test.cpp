@@ -8,6 +8,7 @@
 #include "wantrain/model/autocast.hpp"
 #include "wantrain/model/patches.hpp"
 #include "wantrain/model/positional.hpp"
+#include "wantrain/model/rms_norm.hpp"
 #include "wantrain/model/wan_model.hpp"
 #include "wantrain/util/error.hpp"
 
@@ -81,6 +82,64 @@ TEST(Positional, RopeMatchesItsFormula) {
             }
         }
   }
+}
+
+// The scale folded into the rotation (attention's 1/sqrt(head_dim) on q) is
+// the unscaled rotation times the scale.
+TEST(Positional, RopeScaleMultipliesTheRotation) {
+  torch::manual_seed(3);
+  const auto x = torch::randn({2, 6, 2, 12});
+  const auto table = wt::model::rope_table({1, 2, 3}, 12);
+  EXPECT_TRUE(torch::allclose(wt::model::apply_rope(x, table, 0.25), wt::model::apply_rope(x, table) * 0.25, 1e-6,
+                              1e-7));
+}
+
+// The fused CPU RMSNorm (fp32, contiguous) against its formula evaluated with
+// tensor ops in fp64: output and both gradients. Rows not a multiple of the
+// backward's 64-row blocks, a dim not a multiple of the 16 lanes.
+TEST(RmsNorm, FusedPassesMatchTheFormulaAndItsGradients) {
+  torch::manual_seed(4);
+  for (const int64_t dim : {40, 256}) {
+    SCOPED_TRACE(dim);
+    const auto x = torch::randn({3, 47, dim}) * 3;
+    const auto weight = torch::rand({dim}) + 0.5;
+    const auto grad = torch::randn({3, 47, dim});
+    auto run = [&](at::ScalarType dtype) {
+      auto xi = x.to(dtype).clone().requires_grad_(true);
+      auto wi = weight.to(dtype).clone().requires_grad_(true);
+      const auto y = wt::model::rms_norm(xi, wi, 1e-6);
+      y.backward(grad.to(dtype));
+      return std::vector<at::Tensor>{y.detach().to(torch::kFloat64), xi.grad().to(torch::kFloat64),
+                                     wi.grad().to(torch::kFloat64)};
+    };
+    const auto fused = run(torch::kFloat32), reference = run(torch::kFloat64);
+    const char* names[] = {"output", "grad x", "grad weight"};
+    for (int i = 0; i < 3; ++i) {
+      const double scale = reference[i].abs().max().item<double>();
+      EXPECT_LT((fused[i] - reference[i]).abs().max().item<double>(), 1e-5 * scale) << names[i];
+    }
+  }
+}
+
+// Rows are split over threads, but each row and each block of the weight's
+// gradient is summed in one fixed order: the same bits at 1 and 2 threads.
+TEST(RmsNorm, FusedPassesGiveTheSameBitsAtAnyThreadCount) {
+  torch::manual_seed(5);
+  const auto x = torch::randn({4, 300, 64});
+  const auto weight = torch::rand({64});
+  const auto grad = torch::randn({4, 300, 64});
+  const int threads = torch::get_num_threads();
+  auto run = [&](int n) {
+    torch::set_num_threads(n);
+    auto xi = x.clone().requires_grad_(true);
+    auto wi = weight.clone().requires_grad_(true);
+    const auto y = wt::model::rms_norm(xi, wi, 1e-6);
+    y.backward(grad);
+    return std::vector<at::Tensor>{y.detach(), xi.grad(), wi.grad()};
+  };
+  const auto one = run(1), two = run(2);
+  torch::set_num_threads(threads);
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(torch::equal(one[i], two[i])) << i;
 }
 
 TEST(Patches, UnpatchifyInvertsPatchify) {
