@@ -325,6 +325,51 @@ TEST_F(Train, Bf16AutocastComputesInBf16) {
   EXPECT_LT(drift, 1e-2);
 }
 
+// --grad-comm-dtype bf16 and fp16 against fp32 over 50 steps. The tolerance
+// is derived, not measured (docs/training.md, "16-bit gradient reduction"):
+// - each element of the averaged gradient carries a relative error of at
+//   most 2u (a rank's gradient rounded to 16 bits, then their sum rounded
+//   once): u = 2^-8 for bf16, 2^-11 for fp16;
+// - Adam's m/sqrt(v) then moves by at most 2 K rho for a relative gradient
+//   error rho, where K = sqrt((1-b1)^2 / (1-b2) / (1 - b1^2/b2)) bounds
+//   sum |m terms| / sqrt(v) (Cauchy-Schwarz over the moments' weights);
+// - so after the updates of steps s < t each weight has moved by an error of
+//   at most 4 K u * sum(lr_s), and rounding errors, being independent and of
+//   mean zero, add up in the loss's first-order change grad . delta with a
+//   standard deviation of at most |grad|_2 times that over sqrt(3) (a
+//   rounding error is uniform within its half-ulp);
+// - five such standard deviations, with |grad|_2 the fp32 run's grad_norm.
+// The first step's loss is the same bits in every run: no reduction has yet acted.
+TEST_F(Train, SixteenBitGradientReductionStaysWithinItsDerivedToleranceOfFp32) {
+  const std::string options = "--steps 50 --log-every 1 --batch-size 2 --lr 1e-3 --grad-comm-dtype ";
+  const Job fp32 = train(2, "comm-fp32", options + "fp32");
+  ASSERT_EQ(fp32.status, 0) << fp32.output;
+  const auto reference = training_lines(run_dir("comm-fp32"));
+  ASSERT_EQ(reference.size(), 50u);
+  const double b1 = 0.9, b2 = 0.999;  // wantrain's AdamW betas (training.md)
+  const double k = std::sqrt((1 - b1) * (1 - b1) / (1 - b2) / (1 - b1 * b1 / b2));
+  for (const auto& [dtype, u] : {std::pair<std::string, double>{"bf16", std::ldexp(1.0, -8)}, {"fp16", std::ldexp(1.0, -11)}}) {
+    SCOPED_TRACE(dtype);
+    const Job job = train(2, "comm-" + dtype, options + dtype);
+    ASSERT_EQ(job.status, 0) << job.output;
+    const auto lines = training_lines(run_dir("comm-" + dtype));
+    ASSERT_EQ(lines.size(), 50u);
+    EXPECT_EQ(lines[0]["loss"].get<double>(), reference[0]["loss"].get<double>());
+    double lr_sum = 0, largest = 0, closest = 0;  // |difference| and its share of the tolerance
+    for (size_t i = 1; i < lines.size(); ++i) {
+      lr_sum += reference[i - 1]["lr"].get<double>();
+      const double tolerance = 5 * reference[i]["grad_norm"].get<double>() * 4 * k * u / std::sqrt(3.0) * lr_sum;
+      const double difference = std::abs(lines[i]["loss"].get<double>() - reference[i]["loss"].get<double>());
+      EXPECT_LE(difference, tolerance) << "step " << i + 1;
+      largest = std::max(largest, difference);
+      closest = std::max(closest, difference / tolerance);
+    }
+    EXPECT_GT(largest, 0) << "the 16-bit reduction changed nothing: was it used?";
+    std::cout << fmt::format("{}: largest loss difference {:.3g}, at most {:.3g} of the tolerance\n", dtype, largest,
+                             closest);
+  }
+}
+
 }  // namespace
 
 namespace {
