@@ -36,8 +36,8 @@ std::vector<OpTime> OpProfile::stop() {
   std::map<uint64_t, std::vector<Span>> threads;
   for (const auto& event : result->events()) {
     if (event.deviceType() != c10::DeviceType::CPU) continue;
-    threads[event.startThreadId()].push_back({event.startUs(), event.startUs() + event.durationUs(), event.name(),
-                                             event.flops()});
+    threads[event.startThreadId()].push_back(
+        {event.startUs(), event.startUs() + event.durationUs(), event.name(), event.flops()});
   }
   std::map<std::string, OpTime> by_name;
   for (auto& [thread, spans] : threads) {

@@ -37,8 +37,8 @@ at::Tensor apply_rope(const at::Tensor& x, const RopeTable& table, double scale)
   // One complex product per element, (re + i im)(cos + i sin) * scale: its
   // backward is one product with the conjugate, and nothing of x is saved.
   const auto sizes = x.sizes();  // [B, L, heads, head_dim]
-  const auto pairs = torch::view_as_complex(
-      x.to(torch::kFloat32).contiguous().view({sizes[0], sizes[1], sizes[2], sizes[3] / 2, 2}));
+  const auto pairs =
+      torch::view_as_complex(x.to(torch::kFloat32).contiguous().view({sizes[0], sizes[1], sizes[2], sizes[3] / 2, 2}));
   const auto turn = torch::complex(table.cos * scale, table.sin * scale).unsqueeze(1);  // [L, 1, head_dim/2]
   return torch::view_as_real(pairs * turn).view(sizes);
 }

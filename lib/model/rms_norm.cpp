@@ -98,8 +98,8 @@ class FusedRmsNorm : public torch::autograd::Function<FusedRmsNorm> {
 }  // namespace
 
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
-  if (x.device().is_cpu() && x.scalar_type() == at::kFloat && weight.scalar_type() == at::kFloat &&
-      x.is_contiguous() && weight.is_contiguous() && x.numel() > 0)
+  if (x.device().is_cpu() && x.scalar_type() == at::kFloat && weight.scalar_type() == at::kFloat && x.is_contiguous() &&
+      weight.is_contiguous() && x.numel() > 0)
     return FusedRmsNorm::apply(x, weight, eps);
   Fp32Scope fp32;
   const auto xf = x.to(torch::kFloat32);

@@ -348,7 +348,8 @@ TEST_F(Train, SixteenBitGradientReductionStaysWithinItsDerivedToleranceOfFp32) {
   ASSERT_EQ(reference.size(), 50u);
   const double b1 = 0.9, b2 = 0.999;  // wantrain's AdamW betas (training.md)
   const double k = std::sqrt((1 - b1) * (1 - b1) / (1 - b2) / (1 - b1 * b1 / b2));
-  for (const auto& [dtype, u] : {std::pair<std::string, double>{"bf16", std::ldexp(1.0, -8)}, {"fp16", std::ldexp(1.0, -11)}}) {
+  for (const auto& [dtype, u] :
+       {std::pair<std::string, double>{"bf16", std::ldexp(1.0, -8)}, {"fp16", std::ldexp(1.0, -11)}}) {
     SCOPED_TRACE(dtype);
     const Job job = train(2, "comm-" + dtype, options + dtype);
     ASSERT_EQ(job.status, 0) << job.output;

@@ -90,8 +90,8 @@ TEST(Positional, RopeScaleMultipliesTheRotation) {
   torch::manual_seed(3);
   const auto x = torch::randn({2, 6, 2, 12});
   const auto table = wt::model::rope_table({1, 2, 3}, 12);
-  EXPECT_TRUE(torch::allclose(wt::model::apply_rope(x, table, 0.25), wt::model::apply_rope(x, table) * 0.25, 1e-6,
-                              1e-7));
+  EXPECT_TRUE(
+      torch::allclose(wt::model::apply_rope(x, table, 0.25), wt::model::apply_rope(x, table) * 0.25, 1e-6, 1e-7));
 }
 
 // The fused CPU RMSNorm (fp32, contiguous) against its formula evaluated with
