@@ -88,6 +88,7 @@ MemorySummary memory_summary(distributed::World& world, const distributed::Comm&
     const double sample_bytes = 4 * sample_elements + 4 * latent_elements + 4 + 1;
     auto settings =
         memory_plan_settings(cfg, *model_config, teacher_config, latents, sample_bytes, comm.device(), world.size());
+    if (data) settings.staged_bytes = double(train::staged_bytes_per_sample(*data, comm.device().is_cuda()));
     settings.runtime_bytes = current_rss_bytes();
     settings.checkpoint_snapshot = world.is_root();
     try {

@@ -3,7 +3,6 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
-#include <future>
 #include <numeric>
 
 #include "wantrain/util/error.hpp"
@@ -102,46 +101,27 @@ Batch Loader::read_batch(SampleReader& reader, const std::vector<int64_t>& indic
   at::Tensor latents = buffer({B, s.channels, s.frames, s.height, s.width}, options_.dtype, fence);  // [B,C,F,H,W]
   at::Tensor text = buffer({B, s.text_len, s.text_dim}, options_.dtype, fence);                      // [B,L,D]
   at::Tensor text_len = at::empty({B}, at::kInt);                                                    // [B]
-  // Samples stored in another dtype go through a one-sample staging buffer
-  // and are converted right after the read, while still in cache.
   const bool convert_latents = scalar_type(s.latents) != options_.dtype;
   const bool convert_text = scalar_type(s.text) != options_.dtype;
-  const at::Tensor latents_stage =
-      convert_latents ? buffer({s.channels, s.frames, s.height, s.width}, scalar_type(s.latents), nullptr)
-                      : at::Tensor();
-  const at::Tensor text_stage =
-      convert_text ? buffer({s.text_len, s.text_dim}, scalar_type(s.text), nullptr) : at::Tensor();
   // Sorted order: sequential reads within a shard.
   std::vector<int64_t> order(indices.size());
   std::iota(order.begin(), order.end(), 0);
   std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return indices[a] < indices[b]; });
   int32_t* lengths = text_len.data_ptr<int32_t>();
-  // Large samples: convert sample k on a helper thread while sample k+1 is
-  // read (two staging buffers, used in turn). Small ones: inline, where a
-  // thread hand-off would cost more than the conversion.
-  const bool overlap = (convert_latents || convert_text) && s.latents_bytes() + s.text_bytes() >= (int64_t{1} << 20);
-  const at::Tensor latents_stage2 =
-      overlap && convert_latents ? buffer(latents_stage.sizes(), latents_stage.scalar_type(), nullptr) : latents_stage;
-  const at::Tensor text_stage2 =
-      overlap && convert_text ? buffer(text_stage.sizes(), text_stage.scalar_type(), nullptr) : text_stage;
-  std::future<void> converting;  // of the previous sample
-  int64_t k = 0;
-  for (const int64_t slot : order) {
-    const bool second = overlap && (k++ % 2 == 1);
-    const at::Tensor l = convert_latents ? (second ? latents_stage2 : latents_stage) : latents[slot];
-    const at::Tensor t = convert_text ? (second ? text_stage2 : text_stage) : text[slot];
-    reader.read(indices[slot], l, t, lengths[slot]);
-    if (converting.valid()) converting.get();  // frees the other staging buffer
-    auto convert = [=] {
-      if (convert_latents) latents[slot].copy_(l);
-      if (convert_text) text[slot].copy_(t);
-    };
-    if (overlap)
-      converting = std::async(std::launch::async, convert);
-    else
-      convert();
+  // Samples stored in another dtype are read as stored into a staging
+  // buffer of the batch's shape, then converted in one call. Measured
+  // (docs/performance.md, "Loading"): as fast as converting each sample on a
+  // helper thread while the next is read (both are memory-bound), and
+  // faster than a conversion call per small sample.
+  if (convert_latents || convert_text) {
+    const at::Tensor l = convert_latents ? buffer(latents.sizes(), scalar_type(s.latents), nullptr) : latents;
+    const at::Tensor t = convert_text ? buffer(text.sizes(), scalar_type(s.text), nullptr) : text;
+    for (const int64_t slot : order) reader.read(indices[slot], l[slot], t[slot], lengths[slot]);
+    if (convert_latents) latents.copy_(l);
+    if (convert_text) text.copy_(t);
+  } else {
+    for (const int64_t slot : order) reader.read(indices[slot], latents[slot], text[slot], lengths[slot]);
   }
-  if (converting.valid()) converting.get();
   Batch batch{latents, text, text_len, indices, position, batches_read_++, {}, fence};
   if (options_.finish)
     options_.finish(batch, [&](at::IntArrayRef sizes, at::ScalarType dtype) { return buffer(sizes, dtype, fence); });

@@ -119,8 +119,10 @@ MemoryPlan plan_memory(const MemoryPlanSettings& s) {
         held, dev);
   }
   if (s.sample_bytes > 0)
-    add("data", fmt::format("{} batches of {} in the loader, with their noise", s.prefetch + 1, s.step.batch),
-        double(s.prefetch + 1) * double(s.step.batch) * s.sample_bytes, false);
+    add("data",
+        fmt::format("{} batches of {} in the loader, with their noise{}", s.prefetch + 1, s.step.batch,
+                    s.staged_bytes > 0 ? ", and one as stored before conversion" : ""),
+        double(s.step.batch) * (double(s.prefetch + 1) * s.sample_bytes + s.staged_bytes), false);
   // The writer's copy: rank 0's weights, and each rank's (share of) the state.
   const double state_copy = trained * ((s.optimizer ? 2 : 0) + (s.ema ? 1 : 0)) / shards;
   if (s.checkpoint_snapshot)

@@ -29,12 +29,22 @@ Batch ShardSamples::read(const std::vector<int64_t>& indices) {
   return batch;
 }
 
+at::ScalarType loader_dtype(const data::SampleShape& shape, bool for_gpu) {
+  return for_gpu && shape.latents == shape.text ? data::scalar_type(shape.latents) : at::kFloat;
+}
+
+int64_t staged_bytes_per_sample(const data::SampleShape& shape, bool for_gpu) {
+  const auto dtype = loader_dtype(shape, for_gpu);
+  return (data::scalar_type(shape.latents) != dtype ? shape.latents_bytes() : 0) +
+         (data::scalar_type(shape.text) != dtype ? shape.text_bytes() : 0);
+}
+
 ShardBatches::ShardBatches(data::Dataset dataset, data::DistributedSampler sampler,
                            const ShardBatchesOptions& options) {
   data::LoaderOptions loader;
   loader.prefetch = options.prefetch;
   const auto& shape = dataset.shape();
-  loader.dtype = options.for_gpu && shape.latents == shape.text ? data::scalar_type(shape.latents) : at::kFloat;
+  loader.dtype = loader_dtype(shape, options.for_gpu);
   loader.pin_memory = options.for_gpu;
   if (const Objective* objective = options.objective) {
     const int64_t first_step = options.first_step;

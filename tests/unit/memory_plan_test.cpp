@@ -13,6 +13,7 @@
 #include "wantrain/model/tensor_memory.hpp"
 #include "wantrain/train/flow_matching.hpp"
 #include "wantrain/train/memory_plan.hpp"
+#include "wantrain/train/shard_source.hpp"
 #include "wantrain/util/error.hpp"
 
 namespace {
@@ -134,6 +135,21 @@ TEST(MemoryPlan, ModelStateMatchesTheBuiltModel) {
   EXPECT_DOUBLE_EQ(item(wt::train::plan_memory(s), "gradients"), 1.5 * weights);
   s.grad_comm_dtype = at::kFloat;
   s.checkpoint_snapshot = true;
+  // The loader: prefetch + 1 batches as handed over, and one batch of the
+  // parts it reads as stored before converting them.
+  s.prefetch = 2;
+  s.sample_bytes = 1000;
+  s.staged_bytes = 300;
+  EXPECT_DOUBLE_EQ(item(wt::train::plan_memory(s), "data"), double(s.step.batch) * (3 * 1000 + 300));
+  wt::data::SampleShape fp16_latents;  // fp16 latents, fp32 text
+  fp16_latents.latents = wt::data::Stored::Float16;
+  EXPECT_EQ(wt::train::staged_bytes_per_sample(fp16_latents, /*for_gpu=*/false), fp16_latents.latents_bytes());
+  EXPECT_EQ(wt::train::staged_bytes_per_sample(fp16_latents, /*for_gpu=*/true), fp16_latents.latents_bytes());
+  fp16_latents.text = wt::data::Stored::Float16;  // one dtype: the GPU gets it as stored
+  EXPECT_EQ(wt::train::staged_bytes_per_sample(fp16_latents, /*for_gpu=*/true), 0);
+  EXPECT_EQ(wt::train::staged_bytes_per_sample(fp16_latents, /*for_gpu=*/false),
+            fp16_latents.latents_bytes() + fp16_latents.text_bytes());
+  s.sample_bytes = s.staged_bytes = 0;
 
   // LoRA on a bf16 base: the adapters are what is trained; the base is the
   // model as built with bf16 block Linears.
