@@ -133,7 +133,7 @@ int run_ckpt_bench(distributed::World& world, int argc, char** argv) {
   writer_options.directory = dir;
   writer_options.keep = 1;
   double best = std::numeric_limits<double>::infinity();
-  std::vector<double> sync_s, snapshot_s, write_s, plain_s, quiet_s, busy_s;
+  std::vector<double> sync_s, snapshot_s, handoff_s, write_s, plain_s, quiet_s, busy_s;
   int64_t file_bytes = 0, tensor_bytes = 0;
   // Snapshots reuse their buffers, as wantrain's do; the first is untimed.
   ckpt::Checkpoint snapshot;
@@ -143,6 +143,7 @@ int run_ckpt_bench(distributed::World& world, int argc, char** argv) {
     // Synchronous: snapshot, then the whole write (tmp, fsync, rename, latest) on this thread.
     auto start = Clock::now();
     run.engine().save_state(snapshot);
+    if (snapshot.filled.valid()) snapshot.filled.get();  // the whole copy, as a synchronous save makes it
     snapshot_s.push_back(seconds_since(start));
     const auto result = ckpt::CheckpointWriter::write_now(snapshot, writer_options, best);
     if (!result.ok()) throw Error(result.error);
@@ -153,12 +154,13 @@ int run_ckpt_bench(distributed::World& world, int argc, char** argv) {
     plain_s.push_back(plain_write_seconds(dir + "/plain.bin", file_bytes));
 
     // Steps with no write, then the same number with a background write
-    // submitted before the first (the snapshot is taken on this thread).
+    // submitted before the first (save_state on this thread, as wantrain's).
     start = Clock::now();
     for (int i = 0; i < c.steps; ++i) step();
     quiet_s.push_back(seconds_since(start));
     start = Clock::now();
     run.engine().save_state(snapshot);
+    handoff_s.push_back(seconds_since(start));
     writer.submit(std::exchange(snapshot, {}));
     for (int i = 0; i < c.steps; ++i) step();
     busy_s.push_back(seconds_since(start));
@@ -191,6 +193,7 @@ int run_ckpt_bench(distributed::World& world, int argc, char** argv) {
                                 {"tensor_bytes", tensor_bytes},
                                 {"sync_save_s", sync},
                                 {"snapshot_s", snap},
+                                {"snapshot_on_training_thread_s", median(handoff_s)},
                                 {"file_write_s", write},
                                 {"plain_write_s", plain},
                                 {"steps_s", median(quiet_s)},
@@ -208,11 +211,13 @@ int run_ckpt_bench(distributed::World& world, int argc, char** argv) {
   fmt::print("  checkpoint: {:.1f} MB on disk ({:.1f} MB of tensors)\n", file_bytes / 1e6, tensor_bytes / 1e6);
   fmt::print("  synchronous save: {:.3f} s = snapshot {:.3f} s + file {:.3f} s (tmp, fsync, rename, latest)\n", sync,
              snap, write);
+  fmt::print("  the snapshot's time on the training thread: {:.3f} s (its copies run beside the next step)\n",
+             median(handoff_s));
   fmt::print("  file write {:.0f} MB/s vs plain write(2)+fsync of the same bytes {:.0f} MB/s: {:.0f}%\n",
              file_bytes / write / 1e6, file_bytes / plain / 1e6, 100 * plain / write);
   fmt::print("  {} steps: {:.3f} s without a write, {:.3f} s with a background write\n", c.steps, median(quiet_s),
              median(busy_s));
-  fmt::print("  training stall of the background write: {:.3f} s = {:.1f}% of the synchronous save (goal <= 10%)\n",
+  fmt::print("  training stall of the background write: {:.3f} s = {:.1f}% of the synchronous save (goal <= 5%)\n",
              stall, 100 * stall / sync);
   if (!check.ok()) fmt::print("  UNRELIABLE: {}\n", fmt::join(check.notes(), "; "));
   return c.strict && !check.ok() ? kExitFailure : kExitOk;

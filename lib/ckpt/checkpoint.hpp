@@ -29,6 +29,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <future>
 #include <limits>
 #include <map>
 #include <string>
@@ -92,6 +93,9 @@ struct Checkpoint {
   // main file (rank 0's) then holds no optimizer state or EMA.
   ShardPart shard;
   bool sharded_ema = false;  // the shards hold an EMA
+  // Valid while the tensors above are still being copied in (the Engine's
+  // snapshot finishes on a thread of its own): a writer waits for it first.
+  std::shared_future<void> filled;
 
   int64_t tensor_bytes() const;
 };

@@ -116,6 +116,7 @@ WriteResult CheckpointWriter::write_now(const Checkpoint& checkpoint, const Writ
                                         double& best_val_loss) {
   namespace fs = std::filesystem;
   const auto start = std::chrono::steady_clock::now();
+  if (checkpoint.filled.valid()) checkpoint.filled.get();  // the snapshot's copies, then the file
   WriteResult result;
   result.step = checkpoint.state.step;
   const std::string name = checkpoint_file_name(checkpoint.state.step);

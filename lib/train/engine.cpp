@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <future>
 #include <limits>
 #include <map>
 
@@ -44,6 +45,13 @@ struct Engine::Impl {
   std::unique_ptr<torch::optim::AdamW> optimizer;
   std::unique_ptr<Ema> ema;
   std::unique_ptr<LossScaler> scaler;  // fp16 only
+  // The CPU snapshot's copies, running on their own thread (save_state).
+  std::shared_future<void> snapshot;
+  // Before anything writes into what the snapshot copies: the update, a load.
+  void wait_for_snapshot() {
+    if (snapshot.valid()) snapshot.get();
+    snapshot = {};
+  }
 };
 
 Engine::Engine(distributed::Comm& comm, Objective& objective, EngineOptions options)
@@ -203,6 +211,7 @@ StepResult Engine::step(const Batch& batch, const StepFlags& flags) {
     // Multi-tensor AdamW where it fuses kernels (CUDA); on the CPU, where
     // _foreach_ ops only loop, one fused pass over each parameter
     // (docs/performance.md has both measured against AdamW's loop).
+    im.wait_for_snapshot();
     if (device.is_cuda())
       foreach_adamw_step(*im.optimizer);
     else
@@ -228,22 +237,31 @@ StepResult Engine::step(const Batch& batch, const StepFlags& flags) {
 
 void Engine::save_state(ckpt::Checkpoint& c) const {
   auto& im = *impl_;
+  im.wait_for_snapshot();  // the previous one may still fill these slots
   // Copies `t` into `slot` as fp32 on the CPU, reusing the slot's buffer
   // (the previous checkpoint's, from the writer) when it fits. From a GPU
   // new slots are page-locked and their copies queued, one wait at the end
   // covering them all; since the slots live for the whole run and the OS
   // cannot swap them, at most kPinnedBudget is pinned and the rest of a
-  // larger snapshot is copied into ordinary memory, blocking.
+  // larger snapshot is copied into ordinary memory, blocking. On the CPU the
+  // copies run on a thread of their own while the next step's forward and
+  // backward (which only read these tensors) go on; the step's update and
+  // the writer wait for them.
   constexpr int64_t kPinnedBudget = int64_t(8) << 30;
   const bool from_device = !comm_.device().is_cpu();
   int64_t pinned = 0;
+  std::vector<std::pair<at::Tensor, at::Tensor>> deferred;  // slot, source
   auto put = [&](at::Tensor& slot, const at::Tensor& t) {
     const bool fits = slot.defined() && slot.sizes() == t.sizes() && slot.scalar_type() == at::kFloat && slot.is_cpu();
     if (!fits) {
       const bool pin = from_device && pinned + t.numel() * 4 <= kPinnedBudget;
       slot = at::empty(t.sizes(), at::TensorOptions(at::kFloat).pinned_memory(pin));
     }
-    const bool queued = from_device && slot.is_pinned();
+    if (!from_device) {
+      deferred.emplace_back(slot, t.detach());
+      return;
+    }
+    const bool queued = slot.is_pinned();
     if (queued) pinned += slot.numel() * 4;
     slot.copy_(t.detach(), /*non_blocking=*/queued);
   };
@@ -313,6 +331,14 @@ void Engine::save_state(ckpt::Checkpoint& c) const {
     std::lock_guard<std::mutex> lock(generator.mutex());
     c.rng_cpu = generator.get_state();
   }
+  if (!from_device) {
+    im.snapshot = std::async(std::launch::async, [copies = std::move(deferred)] {
+                    at::init_num_threads();
+                    for (const auto& [slot, source] : copies) slot.copy_(source);
+                  }).share();
+    c.filled = im.snapshot;
+    return;
+  }
   // The writer thread reads the slots once this returns.
   data::CopyFence copied;
   copied.record(comm_.device());
@@ -321,6 +347,7 @@ void Engine::save_state(ckpt::Checkpoint& c) const {
 
 void Engine::load_state(const ckpt::Checkpoint& saved, const std::string& path) {
   auto& im = *impl_;
+  im.wait_for_snapshot();
   if (im.zero) {
     load_slices(path);
   } else {
