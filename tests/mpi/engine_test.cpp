@@ -7,6 +7,7 @@
 #include <cmath>
 #include <vector>
 
+#include "wantrain/ckpt/checkpoint.hpp"
 #include "wantrain/distributed/comm.hpp"
 #include "mpi_test_env.hpp"
 #include "wantrain/train/ema.hpp"
@@ -113,6 +114,34 @@ TEST(Engine, FirstStepFollowsTheAveragedClippedGradientAndTheEma) {
       EXPECT_NEAR(engine.ema()->averages()[0].second[j].item<double>(), 0.1 * w[j].item<double>(), 1e-6);
     }
   }
+}
+
+// On the CPU the snapshot's copies finish beside the next step: the
+// checkpoint holds the state of the moment save_state was called (weights,
+// EMA, moments), not the next step's, and the next update waited for them.
+TEST(Engine, ASnapshotHoldsTheStateOfItsStepWhileTheNextStepRuns) {
+  auto& comm = test_comm();
+  LeastSquares objective;
+  Engine engine(comm, objective, readable_options(1, kPerRank, 0, 0.9));
+  for (int i = 0; i < 2; ++i) engine.step(rank_batch(comm.rank()));
+  const auto w = objective.w();
+  const auto ema = engine.ema()->averages()[0].second.clone();
+  wt::ckpt::Checkpoint c;
+  engine.save_state(c);
+  for (int i = 0; i < 3; ++i) engine.step(rank_batch(comm.rank()));
+  ASSERT_FALSE(torch::equal(objective.w(), w));  // the steps moved w: the test can tell the two apart
+  ASSERT_TRUE(c.filled.valid());
+  c.filled.get();
+  EXPECT_TRUE(torch::equal(c.model.at(0).second, w));
+  EXPECT_TRUE(torch::equal(c.ema.at(0).second, ema));
+  EXPECT_EQ(c.state.step, 2);
+  ASSERT_EQ(c.optim.size(), 1u);
+  EXPECT_EQ(c.optim[0].step, 2);
+  // A second snapshot into the same slots shows the later state.
+  engine.save_state(c);
+  c.filled.get();
+  EXPECT_TRUE(torch::equal(c.model.at(0).second, objective.w()));
+  EXPECT_EQ(c.state.step, 5);
 }
 
 TEST(Engine, ANonFiniteLossOnOneRankSkipsTheStepOnEveryRank) {
