@@ -8,15 +8,9 @@
 #include <cstring>
 #include <type_traits>
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__SANITIZE_THREAD__)
+#include "wantrain/util/avx2_clones.hpp"
+#if WANTRAIN_X86_CLONES
 #include <immintrin.h>
-// Functions compiled for AVX2 too, chosen at load time by the CPU (an ifunc;
-// not under ThreadSanitizer, whose runtime starts after ifunc resolvers run).
-#define WANTRAIN_X86_CLONES 1
-#define WANTRAIN_AVX2_CLONES __attribute__((target_clones("avx2", "default")))
-#else
-#define WANTRAIN_X86_CLONES 0
-#define WANTRAIN_AVX2_CLONES
 #endif
 
 #include "wantrain/util/error.hpp"
