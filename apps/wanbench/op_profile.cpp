@@ -12,6 +12,20 @@ namespace wt {
 namespace profiler = torch::autograd::profiler;
 namespace impl = torch::profiler::impl;
 
+namespace {
+
+// "torch::autograd::CppNode<wt::model::(anonymous namespace)::FusedGelu>"
+// (a custom autograd Function's backward) as "FusedGelu backward".
+std::string readable(const std::string& name) {
+  const std::string node = "torch::autograd::CppNode<";
+  if (name.rfind(node, 0) != 0) return name;
+  std::string inner = name.substr(node.size(), name.size() - node.size() - 1);
+  const auto last = inner.rfind("::");
+  return (last == std::string::npos ? inner : inner.substr(last + 2)) + " backward";
+}
+
+}  // namespace
+
 OpProfile::OpProfile() {
   profiler::enableProfiler(impl::ProfilerConfig(impl::ProfilerState::KINETO, /*report_input_shapes=*/true,
                                                 /*profile_memory=*/false, /*with_stack=*/false, /*with_flops=*/true),
@@ -47,7 +61,7 @@ std::vector<OpTime> OpProfile::stop() {
     for (const auto& span : spans) {
       while (!open.empty() && open.back().first->end <= span.start) open.pop_back();
       auto& op = by_name[span.name];
-      op.name = span.name;
+      op.name = readable(span.name);
       const double ms = double(span.end - span.start) / 1000.0;
       ++op.calls;
       op.gflop += double(span.flops) * 1e-9;

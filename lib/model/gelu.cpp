@@ -1,6 +1,7 @@
 #include "wantrain/model/gelu.hpp"
 
 #include <ATen/Parallel.h>
+#include <ATen/record_function.h>
 #include <torch/torch.h>
 
 #include <cstdint>
@@ -90,6 +91,7 @@ class FusedGelu : public torch::autograd::Function<FusedGelu> {
 }  // namespace
 
 at::Tensor gelu_tanh(const at::Tensor& x) {
+  RECORD_FUNCTION("wt::gelu_tanh", std::vector<c10::IValue>({x}));  // a named op in profiles
   if (x.device().is_cpu() && x.scalar_type() == at::kFloat && x.is_contiguous() && x.numel() > 0)
     return FusedGelu::apply(x);
   return torch::gelu(x, "tanh");
