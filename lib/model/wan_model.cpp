@@ -94,8 +94,8 @@ WanBlockImpl::WanBlockImpl(const WanConfig& c, at::ScalarType linear_dtype) {
   if (c.cross_attn_norm) norm3 = register_module("norm3", layer_norm(c.dim, c.eps, true));
   cross_attn = register_module("cross_attn", Attention(c, linear_dtype));
   norm2 = register_module("norm2", layer_norm(c.dim, c.eps, false));
-  ffn = register_module("ffn", nn::Sequential(Linear(c.dim, c.ffn_dim, linear_dtype), gelu(),
-                                              Linear(c.ffn_dim, c.dim, linear_dtype)));
+  ffn = register_module(
+      "ffn", nn::Sequential(Linear(c.dim, c.ffn_dim, linear_dtype), gelu(), Linear(c.ffn_dim, c.dim, linear_dtype)));
 }
 
 at::Tensor WanBlockImpl::forward(at::Tensor x, const at::Tensor& e0, const at::Tensor& context, const RopeTable& rope) {

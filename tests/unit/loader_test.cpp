@@ -96,9 +96,9 @@ TEST(Loader, ShutsDownCleanlyWhileReadingAhead) {
   SUCCEED();
 }
 
-TEST(Loader, LargeSamplesConvertedWhileTheNextIsReadArriveIntact) {
-  // >= 1 MiB a sample: the Loader converts each on a helper thread while it
-  // reads the next, through two staging buffers used in turn.
+TEST(Loader, LargeSamplesReadAsStoredThenConvertedArriveIntact) {
+  // >= 1 MiB a sample, batches of 3 read as stored into a staging batch
+  // (recycled from batch to batch) and then converted to fp32.
   data::SampleShape s = wt::testing::small_shape(data::Stored::Float16, data::Stored::Float16);
   s.channels = 16;
   s.frames = 4;
