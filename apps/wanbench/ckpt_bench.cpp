@@ -211,8 +211,9 @@ int run_ckpt_bench(distributed::World& world, int argc, char** argv) {
   fmt::print("  checkpoint: {:.1f} MB on disk ({:.1f} MB of tensors)\n", file_bytes / 1e6, tensor_bytes / 1e6);
   fmt::print("  synchronous save: {:.3f} s = snapshot {:.3f} s + file {:.3f} s (tmp, fsync, rename, latest)\n", sync,
              snap, write);
-  fmt::print("  the snapshot's time on the training thread: {:.3f} s (its copies run beside the next step)\n",
-             median(handoff_s));
+  fmt::print(
+      "  the snapshot's time on the training thread: {:.3f} s (on the CPU its copies run beside the next step)\n",
+      median(handoff_s));
   fmt::print("  file write {:.0f} MB/s vs plain write(2)+fsync of the same bytes {:.0f} MB/s: {:.0f}%\n",
              file_bytes / write / 1e6, file_bytes / plain / 1e6, 100 * plain / write);
   fmt::print("  {} steps: {:.3f} s without a write, {:.3f} s with a background write\n", c.steps, median(quiet_s),

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "op_profile.hpp"
+#include "wantrain/app/float_dtype.hpp"
 #include "wantrain/model/tensor_memory.hpp"
 #include "wantrain/app/version.hpp"
 #include "wantrain/distributed/world.hpp"
@@ -67,7 +68,7 @@ Point measure(const model::WanConfig& config, const ModelBenchConfig& c, Point p
   model::reset_peak_tensor_bytes();
   const double base_tensors = double(model::live_tensor_bytes());
   p.runtime_mib = current_rss_bytes() / kMiB;
-  const auto dtype = c.precision == "bf16" ? torch::kBFloat16 : torch::kFloat32;
+  const auto dtype = app::float_dtype(c.precision);
   {
     torch::manual_seed(0);
     model::WanModel net(config);
@@ -108,15 +109,15 @@ Point measure(const model::WanConfig& config, const ModelBenchConfig& c, Point p
         step_s.push_back(step / double(p.batch));
       }
     }
-    if (c.profile > 0) {  // after the timed steps: the profiler's overhead stays out of their times
+    p.peak_mib = (double(model::peak_tensor_bytes()) - base_tensors) / kMiB;
+    p.peak_rss_mib = peak_rss_mib();
+    if (c.profile > 0) {  // after the timed steps and the peaks: the profiler's overhead stays out of them
       OpProfile profile;
       for (int i = 0; i < c.iters; ++i) forward_backward().backward();
       p.ops = profile.stop();
     }
     p.forward_s = median(forward_s);
     p.step_s = median(step_s);
-    p.peak_mib = (double(model::peak_tensor_bytes()) - base_tensors) / kMiB;
-    p.peak_rss_mib = peak_rss_mib();
   }
 
   train::MemoryPlanSettings plan;

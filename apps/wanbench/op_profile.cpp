@@ -61,7 +61,7 @@ std::vector<OpTime> OpProfile::stop() {
     for (const auto& span : spans) {
       while (!open.empty() && open.back().first->end <= span.start) open.pop_back();
       auto& op = by_name[span.name];
-      op.name = readable(span.name);
+      if (op.calls == 0) op.name = readable(span.name);
       const double ms = double(span.end - span.start) / 1000.0;
       ++op.calls;
       op.gflop += double(span.flops) * 1e-9;

@@ -149,7 +149,7 @@ int run_step_bench(distributed::World& world, int argc, char** argv) {
   train::EngineOptions engine_options;
   engine_options.micro_batch = c.batch;
   engine_options.accumulation = c.grad_accum;
-  engine_options.compute_dtype = c.precision == "bf16" ? at::kBFloat16 : at::kFloat;
+  engine_options.compute_dtype = app::float_dtype(c.precision);
   engine_options.schedule = {1e-4, train::Schedule::Constant, 0, c.warmup + c.iters * c.rounds};
   engine_options.bucket_bytes = static_cast<int64_t>(c.bucket_mb * (1 << 20));
   engine_options.grad_comm_dtype = app::float_dtype(c.grad_comm_dtype);

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cmath>
 
+#include "wantrain/app/float_dtype.hpp"
 #include "wantrain/ckpt/checkpoint.hpp"
 #include "wantrain/data/dataset.hpp"
 #include "wantrain/data/shard.hpp"
@@ -208,7 +209,7 @@ int run(distributed::World&, int argc, char** argv) {
 
   const auto cond = context.unsqueeze(0).to(device);       // [1, L, D]
   const auto uncond = train::unconditional_context(cond);  // what --text-drop trains
-  const model::AutocastScope autocast(c.precision == "bf16" ? torch::kBFloat16 : torch::kFloat32, device.type());
+  const model::AutocastScope autocast(app::float_dtype(c.precision), device.type());
   train::VelocityField velocity = [&](const at::Tensor& x, const at::Tensor& t, bool conditional) {
     return net->forward(x, t, conditional ? cond : uncond);
   };

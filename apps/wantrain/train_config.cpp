@@ -220,11 +220,9 @@ train::RunSettings run_settings(const TrainConfig& c, const at::Device& device) 
   s.grad_comm_dtype = app::float_dtype(c.grad_comm_dtype);
   s.allow_unused = c.allow_unused;
   s.zero = c.zero;
-  if (c.precision == "bf16") s.compute_dtype = at::kBFloat16;
-  if (c.precision == "fp16") {
+  s.compute_dtype = app::float_dtype(c.precision);
+  if (s.compute_dtype == at::kHalf)
     require(device.is_cuda(), "precision", "fp16 needs CUDA devices (dynamic loss scaling); on CPU use bf16");
-    s.compute_dtype = at::kHalf;
-  }
   return s;
 }
 

@@ -116,7 +116,6 @@ WriteResult CheckpointWriter::write_now(const Checkpoint& checkpoint, const Writ
                                         double& best_val_loss) {
   namespace fs = std::filesystem;
   const auto start = std::chrono::steady_clock::now();
-  if (checkpoint.filled.valid()) checkpoint.filled.get();  // the snapshot's copies, then the file
   WriteResult result;
   result.step = checkpoint.state.step;
   const std::string name = checkpoint_file_name(checkpoint.state.step);
@@ -138,6 +137,7 @@ WriteResult CheckpointWriter::write_now(const Checkpoint& checkpoint, const Writ
     }
   };
   try {
+    if (checkpoint.filled.valid()) checkpoint.filled.get();  // the snapshot's copies first (their error is ours)
     test_delay("checkpoint_write");
     if (sharded) {
       test_failure("shard_write");

@@ -1,7 +1,8 @@
 // CheckpointWriter: rank 0's background thread that makes checkpoints
 // durable while training goes on.
 //
-// submit() takes a snapshot already copied to CPU memory and returns at
+// submit() takes a snapshot in CPU memory (its copies possibly still
+// running: the thread waits for Checkpoint::filled first) and returns at
 // once (after waiting for a previous write still in flight: at most one
 // snapshot waits or is written; recycle() hands its buffers back afterwards,
 // so two sets of buffers exist at most). The thread writes step-N.h5.tmp, fsyncs it, renames it

@@ -109,10 +109,8 @@ Batch Loader::read_batch(SampleReader& reader, const std::vector<int64_t>& indic
   std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return indices[a] < indices[b]; });
   int32_t* lengths = text_len.data_ptr<int32_t>();
   // Samples stored in another dtype are read as stored into a staging
-  // buffer of the batch's shape, then converted in one call. Measured
-  // (docs/performance.md, "Loading"): as fast as converting each sample on a
-  // helper thread while the next is read (both are memory-bound), and
-  // faster than a conversion call per small sample.
+  // buffer of the batch's shape, then converted in one call (what that
+  // costs against the alternatives: docs/performance.md, "Loading").
   if (convert_latents || convert_text) {
     const at::Tensor l = convert_latents ? buffer(latents.sizes(), scalar_type(s.latents), nullptr) : latents;
     const at::Tensor t = convert_text ? buffer(text.sizes(), scalar_type(s.text), nullptr) : text;

@@ -122,8 +122,8 @@ class MpiComm::MpiWork final : public Work {
   void finish() {
     {
       std::lock_guard<std::mutex> lock(mutex_);
+      keep_alive_.clear();  // before done_: a waiter may return as soon as it is set
       done_ = true;
-      keep_alive_.clear();
     }
     done_cv_.notify_all();
   }

@@ -52,7 +52,7 @@ struct ReducerOptions {
   // by the world size (which saves a pass over every gradient after the sum).
   bool average = true;
   bool shard = false;  // reduce-scatter each bucket (ZeRO-1) instead of all-reducing it
-  // The dtype gradients travel in (--grad-comm-dtype): the buckets' own
+  // The dtype gradients travel in (the run's grad_comm_dtype): the buckets' own
   // (kFloat), or kBFloat16 / kHalf, as PyTorch DDP's compression hooks do:
   // a full bucket is narrowed into a 16-bit copy, that copy is summed over
   // the ranks, and the sum is widened back into the bucket (then averaged):

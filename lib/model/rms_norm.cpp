@@ -65,22 +65,24 @@ class FusedRmsNorm : public torch::autograd::Function<FusedRmsNorm> {
                 *pg = g.data_ptr<float>();
     float* pdx = dx.data_ptr<float>();
     // dweight: one partial row sum per block of rows, added in block order
-    // afterwards: the same sum whatever the thread count.
+    // afterwards: the same sum whatever the thread count. Not made for a
+    // frozen weight (LoRA's base).
+    const bool weight_grad = ctx->needs_input_grad(1);
     constexpr int64_t kBlock = 64;
     const int64_t blocks = (rows + kBlock - 1) / kBlock;
-    auto partial = torch::zeros({blocks, dim}, x.options());
-    float* pp = partial.data_ptr<float>();
+    auto partial = weight_grad ? torch::zeros({blocks, dim}, x.options()) : at::Tensor();
+    float* pp = weight_grad ? partial.data_ptr<float>() : nullptr;
     at::parallel_for(0, blocks, 1, [&](int64_t first, int64_t last) {
       std::vector<float> gw(size_t(dim), 0.0f), n(size_t(dim), 0.0f);
       for (int64_t b = first; b < last; ++b) {
-        float* acc = pp + b * dim;
+        float* acc = weight_grad ? pp + b * dim : nullptr;
         for (int64_t r = b * kBlock; r < std::min(rows, (b + 1) * kBlock); ++r) {
           const float s = pr[r];
           const float *row = px + r * dim, *grad = pg + r * dim;
           for (int64_t i = 0; i < dim; ++i) {
             n[i] = row[i] * s;
             gw[i] = grad[i] * pw[i];
-            acc[i] += grad[i] * n[i];
+            if (acc) acc[i] += grad[i] * n[i];
           }
           const float mean = dot(gw.data(), n.data(), dim) / float(dim);
           float* out = pdx + r * dim;
@@ -88,6 +90,7 @@ class FusedRmsNorm : public torch::autograd::Function<FusedRmsNorm> {
         }
       }
     });
+    if (!weight_grad) return {dx, at::Tensor(), at::Tensor()};
     auto dweight = torch::zeros({dim}, x.options());
     float* pd = dweight.data_ptr<float>();
     for (int64_t b = 0; b < blocks; ++b)
@@ -100,6 +103,8 @@ class FusedRmsNorm : public torch::autograd::Function<FusedRmsNorm> {
 
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
   RECORD_FUNCTION("wt::rms_norm", std::vector<c10::IValue>({x}));  // a named op in profiles
+  TORCH_CHECK(weight.dim() == 1 && weight.numel() == x.size(-1) && weight.device() == x.device(),
+              "rms_norm: weight must be [", x.size(-1), "] on x's device, got ", weight.sizes());
   if (x.device().is_cpu() && x.scalar_type() == at::kFloat && weight.scalar_type() == at::kFloat && x.is_contiguous() &&
       weight.is_contiguous() && x.numel() > 0)
     return FusedRmsNorm::apply(x, weight, eps);

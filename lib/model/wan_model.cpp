@@ -29,9 +29,6 @@ at::Tensor norm_fp32(nn::LayerNorm& norm, const at::Tensor& x) {
   return norm(x.to(torch::kFloat32)).to(x.scalar_type());
 }
 
-// Wan's GELU (tanh approximation), fused on the CPU (model/gelu.hpp).
-GeluTanh gelu() { return GeluTanh(); }
-
 }  // namespace
 
 RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps_(eps) {
@@ -94,8 +91,8 @@ WanBlockImpl::WanBlockImpl(const WanConfig& c, at::ScalarType linear_dtype) {
   if (c.cross_attn_norm) norm3 = register_module("norm3", layer_norm(c.dim, c.eps, true));
   cross_attn = register_module("cross_attn", Attention(c, linear_dtype));
   norm2 = register_module("norm2", layer_norm(c.dim, c.eps, false));
-  ffn = register_module(
-      "ffn", nn::Sequential(Linear(c.dim, c.ffn_dim, linear_dtype), gelu(), Linear(c.ffn_dim, c.dim, linear_dtype)));
+  ffn = register_module("ffn", nn::Sequential(Linear(c.dim, c.ffn_dim, linear_dtype), GeluTanh(),
+                                              Linear(c.ffn_dim, c.dim, linear_dtype)));
 }
 
 at::Tensor WanBlockImpl::forward(at::Tensor x, const at::Tensor& e0, const at::Tensor& context, const RopeTable& rope) {
@@ -141,7 +138,7 @@ WanModelImpl::WanModelImpl(WanConfig c, at::ScalarType block_linear_dtype, WanIn
   patch_embedding =
       register_module("patch_embedding", nn::Conv3d(nn::Conv3dOptions(cfg.in_dim, cfg.dim, patch).stride(patch)));
   text_embedding = register_module(
-      "text_embedding", nn::Sequential(nn::Linear(cfg.text_dim, cfg.dim), gelu(), nn::Linear(cfg.dim, cfg.dim)));
+      "text_embedding", nn::Sequential(nn::Linear(cfg.text_dim, cfg.dim), GeluTanh(), nn::Linear(cfg.dim, cfg.dim)));
   time_embedding = register_module(
       "time_embedding", nn::Sequential(nn::Linear(cfg.freq_dim, cfg.dim), nn::SiLU(), nn::Linear(cfg.dim, cfg.dim)));
   time_projection = register_module("time_projection", nn::Sequential(nn::SiLU(), nn::Linear(cfg.dim, 6 * cfg.dim)));

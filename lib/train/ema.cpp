@@ -19,7 +19,8 @@ void Ema::update() {
 void Ema::update_multi_tensor() {
   torch::NoGradGuard no_grad;
   // LibTorch 1.13 has no _foreach_lerp_: the differences are temporaries,
-  // so they are made for groups of at most 64 MiB of tensors at a time.
+  // so they are made for groups of tensors of about 64 MiB (a group ends
+  // with the tensor that reaches it) at a time.
   constexpr int64_t kGroupElements = int64_t(16) << 20;
   std::vector<at::Tensor> averages, weights;
   int64_t elements = 0;

@@ -10,6 +10,7 @@
 #include <future>
 #include <limits>
 #include <map>
+#include <utility>
 
 #include "wantrain/ckpt/checkpoint.hpp"
 #include "wantrain/ckpt/shard_file.hpp"
@@ -23,6 +24,7 @@
 #include "wantrain/train/loss_scaler.hpp"
 #include "wantrain/train/zero_shards.hpp"
 #include "wantrain/util/error.hpp"
+#include "wantrain/util/test_hooks.hpp"
 
 namespace wt::train {
 namespace {
@@ -49,8 +51,7 @@ struct Engine::Impl {
   std::shared_future<void> snapshot;
   // Before anything writes into what the snapshot copies: the update, a load.
   void wait_for_snapshot() {
-    if (snapshot.valid()) snapshot.get();
-    snapshot = {};
+    if (const auto pending = std::exchange(snapshot, {}); pending.valid()) pending.get();
   }
 };
 
@@ -238,6 +239,7 @@ StepResult Engine::step(const Batch& batch, const StepFlags& flags) {
 void Engine::save_state(ckpt::Checkpoint& c) const {
   auto& im = *impl_;
   im.wait_for_snapshot();  // the previous one may still fill these slots
+  c.filled = {};
   // Copies `t` into `slot` as fp32 on the CPU, reusing the slot's buffer
   // (the previous checkpoint's, from the writer) when it fits. From a GPU
   // new slots are page-locked and their copies queued, one wait at the end
@@ -334,6 +336,7 @@ void Engine::save_state(ckpt::Checkpoint& c) const {
   if (!from_device) {
     im.snapshot = std::async(std::launch::async, [copies = std::move(deferred)] {
                     at::init_num_threads();
+                    test_delay("snapshot_copy");
                     for (const auto& [slot, source] : copies) slot.copy_(source);
                   }).share();
     c.filled = im.snapshot;

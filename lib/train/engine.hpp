@@ -147,7 +147,10 @@ class Engine {
   // `into`, reusing its CPU tensors where names and shapes match. With
   // zero = 1 the EMA and optimizer state are this rank's slices (into.shard),
   // and only rank 0 copies the parameters. From a GPU the CPU tensors are
-  // pinned and filled by queued copies, waited for once before it returns.
+  // pinned (up to 8 GiB) and filled by queued copies, waited for once before
+  // it returns. On the CPU the copies run on a thread of their own: read
+  // `into`'s tensors only once into.filled is ready (the checkpoint writer
+  // waits for it); the next step's update waits for them too.
   void save_state(ckpt::Checkpoint& into) const;
   // Restores what save_state wrote, except the parameters (the caller has
   // loaded them before constructing the Engine, so that rank 0's broadcast

@@ -29,9 +29,14 @@ Batch ShardSamples::read(const std::vector<int64_t>& indices) {
   return batch;
 }
 
+namespace {
+
+// The dtype the loader hands over (staged_bytes_per_sample says which).
 at::ScalarType loader_dtype(const data::SampleShape& shape, bool for_gpu) {
   return for_gpu && shape.latents == shape.text ? data::scalar_type(shape.latents) : at::kFloat;
 }
+
+}  // namespace
 
 int64_t staged_bytes_per_sample(const data::SampleShape& shape, bool for_gpu) {
   const auto dtype = loader_dtype(shape, for_gpu);

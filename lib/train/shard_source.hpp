@@ -42,12 +42,10 @@ struct ShardBatchesOptions {
   int64_t first_step = 0;
 };
 
-// The dtype ShardBatches' loader hands over: the stored one when batches go
-// to a GPU and latents and text share it, fp32 otherwise.
-at::ScalarType loader_dtype(const data::SampleShape& shape, bool for_gpu);
-
-// Bytes of one sample the loader stages as stored before converting it to
-// loader_dtype (the parts stored in another dtype; data/loader.cpp).
+// Bytes of one sample ShardBatches' loader reads as stored before converting
+// it (data/loader.cpp): the parts stored in another dtype than it hands over
+// (the stored one when batches go to a GPU and latents and text share it,
+// fp32 otherwise).
 int64_t staged_bytes_per_sample(const data::SampleShape& shape, bool for_gpu);
 
 // Training batches from the prefetching Loader.

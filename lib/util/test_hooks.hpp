@@ -7,6 +7,7 @@
 // to hit deterministically (a slow checkpoint write, a signal before the
 // first step):
 //   checkpoint_write    rank 0's writer thread, before each checkpoint file
+//   snapshot_copy       the Engine's CPU snapshot thread, before its copies
 //   before_first_step   every rank, as train::fit starts
 //   after_fit           every rank, after train::fit returned
 //   nccl_join           a rank about to join the NCCL communicator (the

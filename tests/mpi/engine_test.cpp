@@ -4,7 +4,10 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <chrono>
 #include <cmath>
+#include <cstdlib>
+#include <future>
 #include <vector>
 
 #include "wantrain/ckpt/checkpoint.hpp"
@@ -118,7 +121,9 @@ TEST(Engine, FirstStepFollowsTheAveragedClippedGradientAndTheEma) {
 
 // On the CPU the snapshot's copies finish beside the next step: the
 // checkpoint holds the state of the moment save_state was called (weights,
-// EMA, moments), not the next step's, and the next update waited for them.
+// EMA, moments), not the next step's, because the next update waits for
+// them. The copies are held back 0.3 s (a test hook), far longer than a
+// step of this toy objective: a step that did not wait would return first.
 TEST(Engine, ASnapshotHoldsTheStateOfItsStepWhileTheNextStepRuns) {
   auto& comm = test_comm();
   LeastSquares objective;
@@ -127,10 +132,14 @@ TEST(Engine, ASnapshotHoldsTheStateOfItsStepWhileTheNextStepRuns) {
   const auto w = objective.w();
   const auto ema = engine.ema()->averages()[0].second.clone();
   wt::ckpt::Checkpoint c;
+  setenv("WANTRAIN_TEST_DELAY", "snapshot_copy:0.3", 1);
   engine.save_state(c);
-  for (int i = 0; i < 3; ++i) engine.step(rank_batch(comm.rank()));
-  ASSERT_FALSE(torch::equal(objective.w(), w));  // the steps moved w: the test can tell the two apart
   ASSERT_TRUE(c.filled.valid());
+  engine.step(rank_batch(comm.rank()));
+  EXPECT_EQ(c.filled.wait_for(std::chrono::seconds(0)), std::future_status::ready) << "the update did not wait";
+  unsetenv("WANTRAIN_TEST_DELAY");
+  for (int i = 0; i < 2; ++i) engine.step(rank_batch(comm.rank()));
+  ASSERT_FALSE(torch::equal(objective.w(), w));  // the steps moved w: the test can tell the two apart
   c.filled.get();
   EXPECT_TRUE(torch::equal(c.model.at(0).second, w));
   EXPECT_TRUE(torch::equal(c.ema.at(0).second, ema));

@@ -339,6 +339,10 @@ TEST_F(Train, Bf16AutocastComputesInBf16) {
 //   standard deviation of at most |grad|_2 times that over sqrt(3) (a
 //   rounding error is uniform within its half-ulp);
 // - five such standard deviations, with |grad|_2 the fp32 run's grad_norm.
+// Its premises: the ranks' gradients of an element do not cancel (the sum's
+// error is bounded by u times their magnitudes, not the sum's), and they stay
+// in the format's normal range (fp16's ends at 6e-5; below it digits are
+// lost, which is why fp16 uses more of its tolerance than bf16).
 // The first step's loss is the same bits in every run: no reduction has yet acted.
 TEST_F(Train, SixteenBitGradientReductionStaysWithinItsDerivedToleranceOfFp32) {
   const std::string options = "--steps 50 --log-every 1 --batch-size 2 --lr 1e-3 --grad-comm-dtype ";

@@ -114,6 +114,10 @@ TEST(RmsNorm, FusedPassesMatchTheFormulaAndItsGradients) {
                                      wi.grad().to(torch::kFloat64)};
     };
     const auto fused = run(torch::kFloat32), reference = run(torch::kFloat64);
+    // A frozen weight (LoRA's base norms): the same gradient for x, none for the weight.
+    auto xi = x.clone().requires_grad_(true);
+    wt::model::rms_norm(xi, weight, 1e-6).backward(grad);
+    EXPECT_TRUE(torch::equal(xi.grad(), fused[1].to(torch::kFloat32)));
     const char* names[] = {"output", "grad x", "grad weight"};
     for (int i = 0; i < 3; ++i) {
       const double scale = reference[i].abs().max().item<double>();
