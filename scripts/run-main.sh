@@ -29,8 +29,9 @@ mpirun -np 2 --oversubscribe build/release/apps/wantrain/wantrain --config data/
 # PNG, and how the run went (run.json) as a table.
 build/release/apps/wantrain/wantrain plot runs/sample --out runs/sample/plot.png
 build/release/apps/wantrain/wantrain report runs/sample
-# Wan's own sampling defaults (50 steps, guidance 5) from the EMA weights;
-# --compare prints how close the sample is to training sample 0's latents.
+# 50 Euler steps from the EMA weights with the run's shift, at guidance 2 (the
+# samples during training draw the same way); --compare prints how close the
+# sample is to training sample 0's latents: 0.9 or more.
 build/release/apps/wansample/wansample --weights runs/sample/ema.safetensors \
-  --model-config runs/sample/model-config.json --data data/synth --index 0 --steps 50 --cfg 5 --compare \
+  --model-config runs/sample/model-config.json --data data/synth --index 0 --steps 50 --shift 20 --cfg 2 --compare \
   --out runs/sample/sample.h5 --png runs/sample/sample.png

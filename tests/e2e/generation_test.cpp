@@ -82,18 +82,29 @@ class Generation : public ::testing::Test {
 };
 
 TEST_F(Generation, EachMemorisedPromptIsSampledBack) {
-  const std::string run = train("generation-memorised", 3000, "--text-drop 0.1");
-  // Four noise draws per prompt: one draw's correlation with its sample
-  // varies by 0.2 with the noise seed (0.70 to 0.92 over 14 draws for sample
-  // 0 of one run on an Intel Xeon; 0.80 to 0.91 for another run, on an AMD
-  // EPYC), and which run is which changes with any rounding in training (a
-  // clip factor in the 6th digit), so the criterion is on their mean.
+  // Trained as the main job is (docs/training.md, "What good training looks
+  // like"): a sigma shift of 20, since this task is decided at high noise,
+  // and long enough that the model knows each prompt's blob. Sampled without
+  // guidance: on memorised prompts the unconditional branch is as sharp as
+  // the conditional one, and guidance multiplies the difference of their
+  // errors (with shift 5 and guidance 3, as this test once ran, one
+  // prompt's mean fell to 0.68 on one host and stayed above 0.85 on another).
+  const std::string run = train("generation-memorised", 6000, "--text-drop 0.1 --shift 20");
+  // Four noise draws per prompt, and the criterion on their mean. The bound
+  // comes from the spread over training seeds and draws (4 training seeds x
+  // 4 prompts, AMD EPYC, 2026-11-26): the per-prompt means lie in 0.905-0.971,
+  // mean 0.945, standard deviation 0.016; single draws vary by about 0.03
+  // around their prompt's mean. 0.85 is six standard deviations below the
+  // mean and 0.055 below the lowest seen, so another host's rounding, which
+  // moves a trained model like another training seed does, stays above it.
   constexpr int kDraws = 4;
+  constexpr double kOwnBound = 0.85;
   for (int i = 0; i < kSamples; ++i) {
     double own = 0;
     std::vector<double> others(kSamples, 0.0);
     for (int draw = 0; draw < kDraws; ++draw) {
-      const Job job = sample(run, i, "--steps 30 --cfg 3 --seed " + std::to_string(10 * (draw + 1) + i) + " --compare");
+      const Job job = sample(run, i, "--steps 30 --shift 20 --cfg 1 --seed " + std::to_string(10 * (draw + 1) + i) +
+                                         " --compare");
       ASSERT_EQ(job.status, 0) << job.output;
       const auto x = sampled(run, i);
       ASSERT_TRUE(torch::isfinite(x).all().item<bool>());
@@ -106,10 +117,9 @@ TEST_F(Generation, EachMemorisedPromptIsSampledBack) {
       EXPECT_NEAR(std::stod(m[1]), correlation_own, 1e-3);
       EXPECT_NEAR(std::stod(m[2]), (x - truths_[i]).square().mean().item<double>(), 1e-3);
     }
-    // Its own sample, clearly: correlated at 0.75 or more on average, and
-    // by 0.2 more than with any other sample of the set (a blur of all of
-    // them would not do).
-    EXPECT_GE(own, 0.75) << "sample " << i;
+    // Its own sample, clearly, and by 0.2 more than any other sample of the
+    // set (a blur of all of them would not do).
+    EXPECT_GE(own, kOwnBound) << "sample " << i;
     for (int j = 0; j < kSamples; ++j) {
       if (j != i) {
         EXPECT_GT(own, others[size_t(j)] + 0.2) << "sample " << i << " against " << j;
