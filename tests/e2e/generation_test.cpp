@@ -103,8 +103,8 @@ TEST_F(Generation, EachMemorisedPromptIsSampledBack) {
     double own = 0;
     std::vector<double> others(kSamples, 0.0);
     for (int draw = 0; draw < kDraws; ++draw) {
-      const Job job = sample(run, i, "--steps 30 --shift 20 --cfg 1 --seed " + std::to_string(10 * (draw + 1) + i) +
-                                         " --compare");
+      const Job job =
+          sample(run, i, "--steps 30 --shift 20 --cfg 1 --seed " + std::to_string(10 * (draw + 1) + i) + " --compare");
       ASSERT_EQ(job.status, 0) << job.output;
       const auto x = sampled(run, i);
       ASSERT_TRUE(torch::isfinite(x).all().item<bool>());
