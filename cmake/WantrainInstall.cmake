@@ -2,7 +2,7 @@
 # `module load`:
 #   P/bin/                  wantrain wandata wansample wanbench (apps/), wanrun (mpi/)
 #   P/lib/                  libwantrain_*.a, cmake/wantrain/ (find_package(wantrain) -> wantrain::core)
-#   P/include/wantrain/     the public headers, as the sources include them ("wantrain/model/model_config.hpp")
+#   P/include/wantrain/     the public headers, as the sources include them ("wantrain/wan/model/model_config.hpp")
 #   P/share/wantrain/       configs/, run.ini, distill.ini, plot_metrics.py, slurm/ (sbatch scripts), mpi/ (MCA file, examples)
 #   P/share/doc/wantrain/   README.md and docs/
 #   P/modulefiles/wantrain/ VERSION.lua (Lmod) and VERSION (Tcl, Environment Modules)
@@ -13,7 +13,8 @@ set(WANTRAIN_MODULE_MPI "" CACHE STRING
 
 install(PROGRAMS mpi/wanrun DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(PROGRAMS scripts/plot_metrics.py DESTINATION ${CMAKE_INSTALL_DATADIR}/wantrain)  # wantrain plot
-install(TARGETS wantrain_util wantrain_io wantrain_distributed wantrain_app wantrain_data wantrain_model wantrain_ckpt wantrain_report wantrain_train
+install(TARGETS wantrain_util wantrain_io wantrain_media wantrain_report wantrain_distributed wantrain_nn wantrain_data
+                wantrain_ckpt wantrain_train wantrain_wan wantrain_app
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(DIRECTORY lib/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/wantrain FILES_MATCHING PATTERN "*.hpp")
 install(FILES "${PROJECT_BINARY_DIR}/generated/wantrain/config.hpp"

@@ -13,13 +13,14 @@
 
 #include "wantrain/app/app.hpp"
 #include "wantrain/app/run_identity.hpp"
+#include "wantrain/app/training_options.hpp"
 #include "wantrain/app/version.hpp"
 #include "wantrain/ckpt/checkpoint.hpp"
 #include "wantrain/data/csv_table.hpp"
 #include "wantrain/distributed/backend.hpp"
 #include "wantrain/distributed/world.hpp"
-#include "wantrain/model/mlp.hpp"
-#include "wantrain/model/safetensors.hpp"
+#include "wantrain/nn/mlp.hpp"
+#include "wantrain/io/safetensors.hpp"
 #include "wantrain/train/ema.hpp"
 #include "wantrain/train/fit.hpp"
 #include "wantrain/train/regression_objective.hpp"
@@ -38,48 +39,33 @@
 namespace wt::csvfit {
 namespace {
 
-struct Config {
-  std::string config_file, data, val_data, target_cols, hidden = "64,64", output_dir = "runs/csvfit", resume;
-  std::string schedule = "constant", on_ckpt_error = "fail";
-  int batch_size = 32, grad_accum = 1, log_every = 10, keep = 3, threads = 0;
-  int64_t steps = 0, epochs = 0, save_every = 0, val_every = 0, warmup_steps = 0;
-  double lr = 1e-3, weight_decay = 0.0, clip = 1.0, ema_decay = 0.0, comm_timeout = 600.0;
-  uint64_t seed = 0;
-  bool dry_run = false, no_drop_last = false;
+// csvfit's own options beside the shared ones, with csvfit's defaults.
+struct Config : app::TrainingOptions {
+  Config() {
+    output_dir = "runs/csvfit";
+    batch_size = 32;
+    lr = 1e-3;
+    weight_decay = 0.0;
+  }
+  std::string config_file, data, val_data, target_cols, hidden = "64,64";
 };
 
 void declare(OptionSet& o, Config& c) {
-  o.group("general")
-      .standard_options(&c.config_file)
-      .add("output-dir", &c.output_dir, "directory for checkpoints, metrics.jsonl and the final weights")
-      .add("seed", &c.seed, "seed of the data order and the initial weights")
-      .flag("dry-run", &c.dry_run, "print the resolved configuration and the plan, then exit")
-      .add("log-every", &c.log_every, "steps between log lines when not on a terminal")
-      .add("threads", &c.threads, "CPU threads per rank (0: the node's cores shared among its ranks)");
+  using T = app::TrainingOption;
+  o.group("general").standard_options(&c.config_file);
+  declare_training_options(o, c, {T::OutputDir, T::Seed, T::DryRun, T::LogEvery, T::Threads});
   o.group("data")
       .add("data", &c.data, "training CSV: a header row, then numeric rows")
       .add("target-cols", &c.target_cols, "comma-separated columns to predict; every other column is an input")
-      .add("val-data", &c.val_data, "validation CSV with the same columns")
-      .add("val-every", &c.val_every, "steps between validation passes (0: at the end only)")
-      .add("batch-size", &c.batch_size, "rows per rank per micro-step")
-      .flag("no-drop-last", &c.no_drop_last, "pad the last batch of an epoch by wrapping around");
+      .add("val-data", &c.val_data, "validation CSV with the same columns");
+  declare_training_options(o, c, {T::ValEvery, T::BatchSize, T::NoDropLast});
   o.group("model").add("hidden", &c.hidden, "hidden layer widths, comma-separated (GELU between layers)");
-  o.group("optimisation")
-      .add("steps", &c.steps, "optimizer steps (or --epochs)")
-      .add("epochs", &c.epochs, "epochs (or --steps)")
-      .add("lr", &c.lr, "AdamW learning rate")
-      .add("weight-decay", &c.weight_decay, "AdamW weight decay")
-      .choice("schedule", &c.schedule, {"constant", "cosine"}, "learning-rate schedule after warm-up")
-      .add("warmup-steps", &c.warmup_steps, "linear warm-up steps")
-      .add("clip", &c.clip, "clip gradients to this global norm (0: off)")
-      .add("ema-decay", &c.ema_decay, "EMA decay of the weights (0: no EMA)")
-      .add("grad-accum", &c.grad_accum, "micro-steps accumulated per optimizer step");
-  o.group("checkpoints")
-      .add("save-every", &c.save_every, "steps between checkpoints (0: only at the end)")
-      .add("keep", &c.keep, "checkpoints kept (0: all)")
-      .add("resume", &c.resume, "auto (the output directory's latest checkpoint) or a checkpoint path")
-      .choice("on-ckpt-error", &c.on_ckpt_error, {"warn", "fail"}, "what a failed checkpoint write does")
-      .add("comm-timeout", &c.comm_timeout, "seconds a collective may take before the job is ended");
+  o.group("optimisation");
+  declare_training_options(
+      o, c,
+      {T::Steps, T::Epochs, T::Lr, T::WeightDecay, T::Schedule, T::WarmupSteps, T::Clip, T::EmaDecay, T::GradAccum});
+  o.group("checkpoints");
+  declare_training_options(o, c, {T::SaveEvery, T::Keep, T::Resume, T::OnCkptError, T::CommTimeout});
 }
 
 void check(bool ok, const char* option, const std::string& expected) {
@@ -107,20 +93,8 @@ int run(distributed::World& world, int argc, char** argv) {
     if (outcome != OptionSet::Outcome::Run) return;
     check(!c.data.empty(), "data", "a training CSV is needed");
     check(!c.target_cols.empty(), "target-cols", "name the columns to predict");
-    check(c.batch_size >= 1 && c.grad_accum >= 1, "batch-size", "--batch-size and --grad-accum must be at least 1");
-    check((c.steps > 0) != (c.epochs > 0), "steps", "give --steps N or --epochs N (one of them)");
-    check(c.lr > 0, "lr", "must be positive");
-    check(c.ema_decay >= 0 && c.ema_decay < 1, "ema-decay", "must be in [0, 1)");
-    check(c.log_every >= 1, "log-every", "must be at least 1");
-    check(std::isfinite(c.comm_timeout) && c.comm_timeout >= 0.001 && c.comm_timeout <= 1e7, "comm-timeout",
-          "must be a positive number of seconds");
-    for (const auto& [name, value] : {std::pair{"keep", double(c.keep)},
-                                      {"save-every", double(c.save_every)},
-                                      {"val-every", double(c.val_every)},
-                                      {"warmup-steps", double(c.warmup_steps)},
-                                      {"clip", c.clip},
-                                      {"weight-decay", c.weight_decay}})
-      check(value >= 0, name, "must be 0 or more");
+    app::check_training_options(c);
+    check(c.steps > 0 || c.epochs > 0, "steps", "give --steps N or --epochs N (one of them)");
     hidden_widths(c.hidden);
   });
   if (outcome != OptionSet::Outcome::Run) {
@@ -130,7 +104,7 @@ int run(distributed::World& world, int argc, char** argv) {
   log::init(world.rank(), world.size());
   torch::set_num_threads(threads_per_rank(c.threads, world.local_size()));
   distributed::CommOptions comm_options;
-  comm_options.timeout = std::chrono::milliseconds(int64_t(c.comm_timeout * 1000));
+  comm_options.timeout = app::comm_timeout(c);
   world.set_timeout(comm_options.timeout);
   const auto comm = distributed::make_comm(world, distributed::Backend::Mpi, comm_options);
 
@@ -178,19 +152,7 @@ int run(distributed::World& world, int argc, char** argv) {
       {"mean", std::vector<double>(mean.data_ptr<double>(), mean.data_ptr<double>() + F + T)},
       {"scale", std::vector<double>(scale.data_ptr<double>(), scale.data_ptr<double>() + F + T)}};
 
-  train::RunSettings settings;
-  settings.micro_batch = c.batch_size;
-  settings.accumulation = c.grad_accum;
-  settings.steps = c.steps;
-  settings.epochs = c.epochs;
-  settings.seed = c.seed;
-  settings.drop_last = !c.no_drop_last;
-  settings.lr = c.lr;
-  settings.schedule = c.schedule == "cosine" ? train::Schedule::Cosine : train::Schedule::Constant;
-  settings.warmup_steps = c.warmup_steps;
-  settings.adamw.weight_decay = c.weight_decay;
-  settings.clip = c.clip;
-  settings.ema_decay = c.ema_decay;
+  const train::RunSettings settings = app::run_settings(c);
   train::RunPlan plan;
   world.agree([&] { plan = train::plan_run(settings, world.size(), world.rank(), {samples.size()}); });
   if (world.is_root())
@@ -202,14 +164,8 @@ int run(distributed::World& world, int argc, char** argv) {
 
   nlohmann::json run_options = nlohmann::json::object();
   for (const auto& option : options.resolved()) run_options[option.name] = option.value;
-  train::FitOptions fit_options;
+  train::FitOptions fit_options = app::fit_options(c);
   fit_options.run_options = run_options.dump();
-  fit_options.output_dir = c.output_dir;
-  fit_options.save_every = c.save_every;
-  fit_options.keep = c.keep;
-  fit_options.val_every = c.val_every;
-  fit_options.log_every = c.log_every;
-  fit_options.stop_on_checkpoint_error = c.on_ckpt_error == "fail";
   fit_options.model_config = model_json.dump();
   fit_options.identity = app::run_identity("csvfit", world, *comm, argc, argv);
   train::StartPoint start = train::start_run(world, fit_options, c.resume, "the data and options of this run");
@@ -217,7 +173,7 @@ int run(distributed::World& world, int argc, char** argv) {
   // The model, objective and Engine, with a resumed checkpoint's state:
   // every rank checks it alike, so a misfit is one line and status 2.
   torch::manual_seed(c.seed);
-  auto mlp = model::make_mlp(F, hidden, T);
+  auto mlp = nn::make_mlp(F, hidden, T);
   train::RegressionObjective objective(mlp);
   data::DistributedSampler sampler({samples.size()}, plan.sampler);
   std::unique_ptr<train::Engine> engine;
@@ -248,9 +204,8 @@ int run(distributed::World& world, int argc, char** argv) {
   fit_run.validator = validator.get();
   fit_run.save_weights = [&](const std::string& dir, bool write) -> std::string {
     if (!write) return {};
-    model::write_safetensors(dir + "/model.safetensors", objective.trainable(), at::kFloat);
-    if (const auto* ema = engine->ema())
-      model::write_safetensors(dir + "/ema.safetensors", ema->averages(), at::kFloat);
+    io::write_safetensors(dir + "/model.safetensors", objective.trainable(), at::kFloat);
+    if (const auto* ema = engine->ema()) io::write_safetensors(dir + "/ema.safetensors", ema->averages(), at::kFloat);
     write_file_durably(dir + "/model-config.json", model_json.dump(2) + "\n");
     return fmt::format("weights: {0}/model.safetensors{1}, config (with the standardisation) {0}/model-config.json",
                        dir, engine->ema() ? fmt::format(" (EMA: {}/ema.safetensors)", dir) : std::string());

@@ -20,10 +20,10 @@
 #include "wantrain/data/dataset.hpp"
 #include "wantrain/distributed/backend.hpp"
 #include "wantrain/distributed/world.hpp"
-#include "wantrain/model/model_config.hpp"
+#include "wantrain/wan/model/model_config.hpp"
 #include "scratch_dataset.hpp"
 #include "wantrain/train/run_plan.hpp"
-#include "wantrain/train/wan_run.hpp"
+#include "wantrain/wan/wan_run.hpp"
 #include "wantrain/util/error.hpp"
 #include "wantrain/util/exit_codes.hpp"
 #include "wantrain/util/options.hpp"
@@ -88,7 +88,7 @@ int run_ckpt_bench(distributed::World& world, int argc, char** argv) {
       .flag("json", &c.json, "print JSON instead of the table")
       .flag("strict", &c.strict, "exit 1 when a figure is unreliable (too short, too few rounds, an impossible ratio)");
   auto outcome = OptionSet::Outcome::Run;
-  model::WanConfig config;
+  wan::WanConfig config;
   int64_t height = 0, width = 0;
   world.agree([&] {
     outcome = options.parse(argc, argv);
@@ -98,7 +98,7 @@ int run_ckpt_bench(distributed::World& world, int argc, char** argv) {
     if (c.steps < 1 || c.rounds < 1 || c.batch < 1 || c.frames < 1)
       throw UsageError("options --steps, --rounds, --batch-size, --frames: must be at least 1");
     std::tie(height, width) = parse_height_width(c.size, "size");
-    config = model::load_model_config(c.model_config);
+    config = wan::load_model_config(c.model_config);
   });
   if (outcome != OptionSet::Outcome::Run) {
     std::cout << app::help_or_version(outcome, options);
@@ -120,7 +120,7 @@ int run_ckpt_bench(distributed::World& world, int argc, char** argv) {
 
   auto dataset = data::Dataset::open(scratch.directory);
   const auto plan = train::plan_run(settings, 1, 0, dataset.shard_sizes());
-  train::WanRun run(plan, {}, *comm, std::move(dataset), config, {});
+  wan::WanRun run(plan, {}, *comm, std::move(dataset), config, {});
   run.connect(*comm, {});
   auto parts = run.fit_run(nullptr);
   auto step = [&] {
@@ -207,7 +207,7 @@ int run_ckpt_bench(distributed::World& world, int argc, char** argv) {
     return c.strict && !check.ok() ? kExitFailure : kExitOk;
   }
   fmt::print("wanbench ckpt: {} ({} parameters), AdamW + EMA, {} steps per variant, {} rounds (medians), dir {}\n",
-             c.model_config, model::parameter_count(config), c.steps, c.rounds, c.dir.empty() ? "$TMPDIR" : dir);
+             c.model_config, wan::parameter_count(config), c.steps, c.rounds, c.dir.empty() ? "$TMPDIR" : dir);
   fmt::print("  checkpoint: {:.1f} MB on disk ({:.1f} MB of tensors)\n", file_bytes / 1e6, tensor_bytes / 1e6);
   fmt::print("  synchronous save: {:.3f} s = snapshot {:.3f} s + file {:.3f} s (tmp, fsync, rename, latest)\n", sync,
              snap, write);

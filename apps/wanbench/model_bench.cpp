@@ -14,13 +14,13 @@
 
 #include "op_profile.hpp"
 #include "wantrain/app/float_dtype.hpp"
-#include "wantrain/model/tensor_memory.hpp"
+#include "wantrain/nn/tensor_memory.hpp"
 #include "wantrain/app/version.hpp"
 #include "wantrain/distributed/world.hpp"
-#include "wantrain/model/autocast.hpp"
-#include "wantrain/model/wan_model.hpp"
-#include "wantrain/train/flow_matching.hpp"
-#include "wantrain/train/memory_plan.hpp"
+#include "wantrain/nn/autocast.hpp"
+#include "wantrain/wan/model/wan_model.hpp"
+#include "wantrain/wan/flow_matching.hpp"
+#include "wantrain/wan/memory_plan.hpp"
 #include "wantrain/util/error.hpp"
 #include "wantrain/util/exit_codes.hpp"
 #include "wantrain/util/memory.hpp"
@@ -63,15 +63,15 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-Point measure(const model::WanConfig& config, const ModelBenchConfig& c, Point p) {
-  model::count_tensor_memory();
-  model::reset_peak_tensor_bytes();
-  const double base_tensors = double(model::live_tensor_bytes());
+Point measure(const wan::WanConfig& config, const ModelBenchConfig& c, Point p) {
+  nn::count_tensor_memory();
+  nn::reset_peak_tensor_bytes();
+  const double base_tensors = double(nn::live_tensor_bytes());
   p.runtime_mib = current_rss_bytes() / kMiB;
   const auto dtype = app::float_dtype(c.precision);
   {
     torch::manual_seed(0);
-    model::WanModel net(config);
+    wan::WanModel net(config);
     // Random inputs of the real shapes; the head starts at zero, so give it
     // weights that make the backward pass do the work it does in training.
     torch::NoGradGuard no_grad;
@@ -83,16 +83,16 @@ Point measure(const model::WanConfig& config, const ModelBenchConfig& c, Point p
     const auto context = torch::randn({p.batch, config.text_len, config.text_dim});       // [B, L, D]
     std::vector<int64_t> indices(p.batch);
     for (int64_t i = 0; i < p.batch; ++i) indices[i] = i;
-    const auto noisy = train::make_noisy_batch(x0, indices, 0, 0, {});
-    p.state_mib = (double(model::live_tensor_bytes()) - base_tensors) / kMiB;
+    const auto noisy = wan::make_noisy_batch(x0, indices, 0, 0, {});
+    p.state_mib = (double(nn::live_tensor_bytes()) - base_tensors) / kMiB;
 
     torch::AutoGradMode grad_mode(true);
     auto forward_backward = [&] {
       net->zero_grad();
       at::Tensor loss;
       {
-        model::AutocastScope autocast(dtype, torch::kCPU);
-        loss = train::flow_matching_loss(net->forward(noisy.x_t, noisy.timesteps, context), noisy.target);
+        nn::AutocastScope autocast(dtype, torch::kCPU);
+        loss = wan::flow_matching_loss(net->forward(noisy.x_t, noisy.timesteps, context), noisy.target);
       }
       return loss;
     };
@@ -109,7 +109,7 @@ Point measure(const model::WanConfig& config, const ModelBenchConfig& c, Point p
         step_s.push_back(step / double(p.batch));
       }
     }
-    p.peak_mib = (double(model::peak_tensor_bytes()) - base_tensors) / kMiB;
+    p.peak_mib = (double(nn::peak_tensor_bytes()) - base_tensors) / kMiB;
     p.peak_rss_mib = peak_rss_mib();
     if (c.profile > 0) {  // after the timed steps and the peaks: the profiler's overhead stays out of them
       OpProfile profile;
@@ -120,11 +120,11 @@ Point measure(const model::WanConfig& config, const ModelBenchConfig& c, Point p
     p.step_s = median(step_s);
   }
 
-  train::MemoryPlanSettings plan;
+  wan::MemoryPlanSettings plan;
   plan.model = config;
   plan.step = {p.batch, {p.frames, p.height, p.width}, dtype, p.attention_chunk, p.grad_checkpoint};
   plan.optimizer = false;  // forward and backward only
-  const auto memory = train::plan_memory(plan);
+  const auto memory = wan::plan_memory(plan);
   p.tokens = memory.activations.tokens;
   p.plan_mib = memory.total() / kMiB;
   p.plan_activations_mib = memory.activations.total() / kMiB;
@@ -342,7 +342,7 @@ int run_model_bench(distributed::World& world, int argc, char** argv) {
     throw UsageError("option --grad-checkpoint: --tokens-sweep measures with and without checkpointing itself");
   const auto [height, width] = parse_height_width(c.size, "size");
   if (c.threads > 0) torch::set_num_threads(c.threads);
-  const auto config = model::load_model_config(c.model_config);
+  const auto config = wan::load_model_config(c.model_config);
   if (c.tokens_sweep) return tokens_sweep(c, height, width);
 
   Point p;
@@ -356,7 +356,7 @@ int run_model_bench(distributed::World& world, int argc, char** argv) {
   if (c.json) {
     auto out = to_json(p);
     out["model_config"] = c.model_config;
-    out["parameters"] = model::parameter_count(config);
+    out["parameters"] = wan::parameter_count(config);
     out["precision"] = c.precision;
     out["threads"] = torch::get_num_threads();
     if (c.profile > 0) {
@@ -373,7 +373,7 @@ int run_model_bench(distributed::World& world, int argc, char** argv) {
     std::cout << fmt::format(
                      "# wanbench model: {} ({:.3g} parameters), batch {}, {}, latents [{},{},{},{}], {} iters "
                      "(median) after {} warm-up, {} threads\n",
-                     c.model_config, double(model::parameter_count(config)), c.batch, c.precision, config.in_dim,
+                     c.model_config, double(wan::parameter_count(config)), c.batch, c.precision, config.in_dim,
                      c.frames, height, width, c.iters, c.warmup, torch::get_num_threads())
               << kHeader << row(p);
     if (c.profile > 0)

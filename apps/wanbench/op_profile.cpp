@@ -14,7 +14,7 @@ namespace impl = torch::profiler::impl;
 
 namespace {
 
-// "torch::autograd::CppNode<wt::model::(anonymous namespace)::FusedGelu>"
+// "torch::autograd::CppNode<wt::nn::(anonymous namespace)::FusedGelu>"
 // (a custom autograd Function's backward) as "FusedGelu backward".
 std::string readable(const std::string& name) {
   const std::string node = "torch::autograd::CppNode<";

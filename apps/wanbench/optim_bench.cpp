@@ -10,8 +10,8 @@
 
 #include "wantrain/app/version.hpp"
 #include "wantrain/distributed/world.hpp"
-#include "wantrain/model/model_config.hpp"
-#include "wantrain/model/wan_model.hpp"
+#include "wantrain/wan/model/model_config.hpp"
+#include "wantrain/wan/model/wan_model.hpp"
 #include "wantrain/train/adamw_step.hpp"
 #include "wantrain/train/ema.hpp"
 #include "wantrain/util/error.hpp"
@@ -37,9 +37,9 @@ struct Subject {
   std::vector<at::Tensor> parameters;
   std::unique_ptr<torch::optim::AdamW> optimizer;
   std::unique_ptr<train::Ema> ema;
-  explicit Subject(const model::WanConfig& config) {
+  explicit Subject(const wan::WanConfig& config) {
     torch::manual_seed(0);
-    model::WanModel net(config);
+    wan::WanModel net(config);
     for (auto& p : net->parameters()) {
       parameters.push_back(p.detach().clone().requires_grad_());
       parameters.back().mutable_grad() = torch::randn_like(p) * 1e-3;
@@ -72,7 +72,7 @@ int run_optim_bench(distributed::World& world, int argc, char** argv) {
     if (c.rounds < 1 || c.threads < 1) throw UsageError("options --rounds, --threads: must be at least 1");
   });
   torch::set_num_threads(c.threads);
-  const auto config = model::load_model_config(c.model_config);
+  const auto config = wan::load_model_config(c.model_config);
   Subject s(config);
   int64_t elements = 0;
   for (const auto& p : s.parameters) elements += p.numel();

@@ -17,10 +17,10 @@
 #include "wantrain/distributed/mpi_comm.hpp"
 #include "wantrain/distributed/reducer.hpp"
 #include "wantrain/distributed/world.hpp"
-#include "wantrain/model/model_config.hpp"
-#include "wantrain/model/wan_model.hpp"
+#include "wantrain/wan/model/model_config.hpp"
+#include "wantrain/wan/model/wan_model.hpp"
 #include "wantrain/train/engine.hpp"
-#include "wantrain/train/flow_matching_objective.hpp"
+#include "wantrain/wan/flow_matching_objective.hpp"
 #include "wantrain/util/threads.hpp"
 #include "wantrain/util/error.hpp"
 #include "wantrain/util/exit_codes.hpp"
@@ -66,7 +66,7 @@ train::StepTimes time_steps(const distributed::World& world, train::Engine& engi
 }
 
 // Seeds LibTorch first: every model built from it starts from the same weights.
-model::WanConfig seeded(const model::WanConfig& config) {
+wan::WanConfig seeded(const wan::WanConfig& config) {
   torch::manual_seed(0);
   return config;
 }
@@ -106,7 +106,7 @@ int run_step_bench(distributed::World& world, int argc, char** argv) {
             "also time a --zero 1 Engine (AdamW state sharded: reduce-scatter, sliced update, all-gather)")
       .flag("json", &c.json, "print JSON instead of the table");
   auto outcome = OptionSet::Outcome::Run;
-  model::WanConfig config;
+  wan::WanConfig config;
   int64_t height = 0, width = 0;
   world.agree([&] {
     outcome = options.parse(argc, argv);
@@ -118,7 +118,7 @@ int run_step_bench(distributed::World& world, int argc, char** argv) {
           "options --iters, --rounds, --sync-iters, --batch-size, --grad-accum, --frames: must be at least 1 "
           "(--warmup at least 0)");
     std::tie(height, width) = parse_height_width(c.size, "size");
-    config = model::load_model_config(c.model_config);
+    config = wan::load_model_config(c.model_config);
   });
   if (outcome != OptionSet::Outcome::Run) {
     if (world.is_root()) std::cout << app::help_or_version(outcome, options);
@@ -140,10 +140,10 @@ int run_step_bench(distributed::World& world, int argc, char** argv) {
 
   // The model, objective and Engine of each variant: the same initial weights.
   struct Variant {
-    model::WanModel model;
-    train::FlowMatchingObjective objective;
+    wan::WanModel model;
+    wan::FlowMatchingObjective objective;
     train::Engine engine;
-    Variant(const model::WanConfig& config, distributed::Comm& comm, const train::EngineOptions& options)
+    Variant(const wan::WanConfig& config, distributed::Comm& comm, const train::EngineOptions& options)
         : model(seeded(config)), objective(*model, {}), engine(comm, objective, options) {}
   };
   train::EngineOptions engine_options;
@@ -194,7 +194,7 @@ int run_step_bench(distributed::World& world, int argc, char** argv) {
   // nothing to compute (d/dp sum(p) = 1), with and without the Reducer
   // synchronising; against one raw MPI_Allreduce (sum) of the same bytes.
   torch::manual_seed(0);
-  model::WanModel net(config);
+  wan::WanModel net(config);
   std::vector<std::pair<std::string, at::Tensor>> named;
   for (const auto& item : net->named_parameters()) named.emplace_back(item.key(), item.value());
   distributed::ReducerOptions reducer_options;
@@ -215,7 +215,7 @@ int run_step_bench(distributed::World& world, int argc, char** argv) {
   };
   auto sync_once = [&] { backward_once(true); };
   auto local_once = [&] { backward_once(false); };
-  const int64_t params = model::parameter_count(config);
+  const int64_t params = wan::parameter_count(config);
   auto raw = torch::ones({params});
   // The same bytes cut as the Reducer cuts them, reduced one bucket after the
   // other: the Reducer's own overhead (hooks, ordering, averaging, the

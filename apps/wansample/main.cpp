@@ -17,16 +17,16 @@
 #include "wantrain/data/text_file.hpp"
 #include "wantrain/distributed/device_placement.hpp"
 #include "wantrain/app/app.hpp"
-#include "wantrain/model/autocast.hpp"
-#include "wantrain/model/wan_model.hpp"
-#include "wantrain/model/lora_file.hpp"
-#include "wantrain/model/weights.hpp"
-#include "wantrain/train/caption_dropout.hpp"
-#include "wantrain/train/checkpoint_weights.hpp"
-#include "wantrain/train/data_fits_model.hpp"
-#include "wantrain/train/euler_sampler.hpp"
-#include "wantrain/train/latent_comparison.hpp"
-#include "wantrain/train/latent_preview.hpp"
+#include "wantrain/nn/autocast.hpp"
+#include "wantrain/wan/model/wan_model.hpp"
+#include "wantrain/wan/model/lora_file.hpp"
+#include "wantrain/wan/model/weights.hpp"
+#include "wantrain/wan/caption_dropout.hpp"
+#include "wantrain/wan/checkpoint_weights.hpp"
+#include "wantrain/wan/data_fits_model.hpp"
+#include "wantrain/wan/euler_sampler.hpp"
+#include "wantrain/wan/latent_comparison.hpp"
+#include "wantrain/wan/latent_preview.hpp"
 #include "wantrain/util/error.hpp"
 #include "wantrain/util/exit_codes.hpp"
 #include "wantrain/util/files.hpp"
@@ -61,13 +61,13 @@ distributed::DeviceRequest parse_device(const std::string& text) {
 
 // The model config: --model-config, or the one --checkpoint stores (checked
 // against --model-config when both are given).
-model::WanConfig sampling_model_config(const SampleConfig& c) {
-  if (c.checkpoint.empty()) return model::load_model_config(c.model_config);
+wan::WanConfig sampling_model_config(const SampleConfig& c) {
+  if (c.checkpoint.empty()) return wan::load_model_config(c.model_config);
   const std::string stored = ckpt::read_model_config(c.checkpoint);
   if (!c.model_config.empty())
-    ckpt::check_model_config(stored, c.checkpoint, model::to_json(model::load_model_config(c.model_config)),
+    ckpt::check_model_config(stored, c.checkpoint, wan::to_json(wan::load_model_config(c.model_config)),
                              "--model-config " + c.model_config);
-  return model::parse_model_config(stored, fmt::format("checkpoint {}: attribute model_config", c.checkpoint));
+  return wan::parse_model_config(stored, fmt::format("checkpoint {}: attribute model_config", c.checkpoint));
 }
 
 int run(distributed::World&, int argc, char** argv) {
@@ -146,7 +146,7 @@ int run(distributed::World&, int argc, char** argv) {
     scales.push_back(value);
   }
 
-  const model::WanConfig config = sampling_model_config(c);
+  const wan::WanConfig config = sampling_model_config(c);
   at::Tensor context, reference;  // [L, D]; the dataset's latents [C, F, H, W]
   int32_t text_len = 0;
   std::string source;
@@ -157,7 +157,7 @@ int run(distributed::World&, int argc, char** argv) {
       throw UsageError(
           fmt::format("option --index: {} is outside the {} samples of {}", c.index, dataset.size(), c.data));
     const auto& s = dataset.shape();
-    train::check_data_fits_model(s, c.data, config, c.model_config);
+    wan::check_data_fits_model(s, c.data, config, c.model_config);
     reference = torch::empty({s.channels, s.frames, s.height, s.width}, data::scalar_type(s.latents));
     context = torch::empty({s.text_len, s.text_dim}, data::scalar_type(s.text));
     data::SampleReader reader(dataset);
@@ -180,22 +180,22 @@ int run(distributed::World&, int argc, char** argv) {
     throw UsageError(fmt::format("text embeddings [{}, {}] do not fit model config {} (text_len {}, text_dim {})",
                                  context.size(0), context.size(1), c.model_config, config.text_len, config.text_dim));
 
-  model::WanModel net(config);
+  wan::WanModel net(config);
   if (c.checkpoint.empty()) {
-    const auto report = model::load_weights(*net, c.weights);
+    const auto report = wan::load_weights(*net, c.weights);
     std::cout << fmt::format("wansample: {} ({:.3g} parameters, {}{})\n", c.weights,
-                             double(model::parameter_count(config)), report.summary(),
+                             double(wan::parameter_count(config)), report.summary(),
                              report.diffusers_names ? ", diffusers names" : "");
   } else {
-    const auto saved = train::checkpoint_weights(c.checkpoint, c.checkpoint_weights != "model");
+    const auto saved = wan::checkpoint_weights(c.checkpoint, c.checkpoint_weights != "model");
     if (c.checkpoint_weights == "ema" && !saved.ema)
       throw UsageError(
           fmt::format("option --checkpoint-weights: checkpoint {} holds no EMA weights (its run had no "
                       "--ema-decay); use auto or model",
                       c.checkpoint));
-    const auto report = model::load_weights(*net, saved.source);
+    const auto report = wan::load_weights(*net, saved.source);
     std::cout << fmt::format("wansample: {} ({:.3g} parameters, {} weights of step {}, {})\n", c.checkpoint,
-                             double(model::parameter_count(config)), saved.ema ? "EMA" : "model", saved.step,
+                             double(wan::parameter_count(config)), saved.ema ? "EMA" : "model", saved.step,
                              report.summary());
   }
   net->to(device);
@@ -203,20 +203,20 @@ int run(distributed::World&, int argc, char** argv) {
   net->set_attention_chunk(c.attention_chunk);
   for (size_t i = 0; i < c.loras.size(); ++i) {
     const double scale = scales.empty() ? 1.0 : scales[scales.size() == 1 ? 0 : i];
-    const int layers = model::merge_lora_file(*net, c.loras[i], scale);
+    const int layers = wan::merge_lora_file(*net, c.loras[i], scale);
     std::cout << fmt::format("wansample: LoRA {} merged at scale {:g} ({} layers)\n", c.loras[i], scale, layers);
   }
 
-  const auto cond = context.unsqueeze(0).to(device);       // [1, L, D]
-  const auto uncond = train::unconditional_context(cond);  // what --text-drop trains
-  const model::AutocastScope autocast(app::float_dtype(c.precision), device.type());
-  train::VelocityField velocity = [&](const at::Tensor& x, const at::Tensor& t, bool conditional) {
+  const auto cond = context.unsqueeze(0).to(device);     // [1, L, D]
+  const auto uncond = wan::unconditional_context(cond);  // what --text-drop trains
+  const nn::AutocastScope autocast(app::float_dtype(c.precision), device.type());
+  wan::VelocityField velocity = [&](const at::Tensor& x, const at::Tensor& t, bool conditional) {
     return net->forward(x, t, conditional ? cond : uncond);
   };
   auto generator = at::make_generator<at::CPUGeneratorImpl>(c.seed);
   const auto noise = torch::randn(shape, generator, torch::kFloat32).to(device);  // [1, C, F, H, W]
   const auto latents =
-      train::euler_sample(noise, velocity, {c.steps, c.shift, c.cfg})[0].to(torch::kCPU);  // [C, F, H, W]
+      wan::euler_sample(noise, velocity, {c.steps, c.shift, c.cfg})[0].to(torch::kCPU);  // [C, F, H, W]
 
   data::SampleShape out_shape;
   out_shape.channels = shape[1];
@@ -234,7 +234,7 @@ int run(distributed::World&, int argc, char** argv) {
   }
   std::cout << fmt::format("wansample: wrote latents {} to {}\n", out_shape.latents_string(), c.out);
   if (c.compare) {
-    const auto m = train::compare_latents(latents, reference);
+    const auto m = wan::compare_latents(latents, reference);
     std::cout << fmt::format(
         "wansample: against {} sample {}: correlation {:.3f}, MSE {:.4f} (the reference's variance {:.4f})\n", c.data,
         c.index, m.correlation, m.mse, m.reference_variance);
@@ -242,7 +242,7 @@ int run(distributed::World&, int argc, char** argv) {
   if (!c.png.empty()) {
     std::vector<at::Tensor> videos{latents};
     if (reference.defined()) videos.push_back(reference);
-    const auto shown = train::write_latent_preview(c.png, videos);
+    const auto shown = wan::write_latent_preview(c.png, videos);
     std::cout << fmt::format("wansample: wrote preview {} (channels {}{})\n", c.png, fmt::join(shown, ", "),
                              reference.defined() ? "; the sample above the dataset's own latents" : "");
   }

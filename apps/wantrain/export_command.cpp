@@ -10,12 +10,12 @@
 #include "wantrain/app/float_dtype.hpp"
 #include "wantrain/app/version.hpp"
 #include "wantrain/ckpt/checkpoint.hpp"
-#include "wantrain/train/checkpoint_weights.hpp"
+#include "wantrain/wan/checkpoint_weights.hpp"
 #include "wantrain/distributed/world.hpp"
-#include "wantrain/model/lora.hpp"
-#include "wantrain/model/model_config.hpp"
-#include "wantrain/model/wan_model.hpp"
-#include "wantrain/model/weights.hpp"
+#include "wantrain/wan/model/lora.hpp"
+#include "wantrain/wan/model/model_config.hpp"
+#include "wantrain/wan/model/wan_model.hpp"
+#include "wantrain/wan/model/weights.hpp"
 #include "wantrain/util/error.hpp"
 #include "wantrain/util/exit_codes.hpp"
 #include "wantrain/util/json.hpp"
@@ -31,16 +31,16 @@ struct ExportOptions {
   at::ScalarType dtype = at::kFloat;
 };
 
-model::WeightNames weight_names(const ExportOptions& o) {
-  return o.names == "diffusers" ? model::WeightNames::Diffusers : model::WeightNames::Official;
+wan::WeightNames weight_names(const ExportOptions& o) {
+  return o.names == "diffusers" ? wan::WeightNames::Diffusers : wan::WeightNames::Official;
 }
 
 // A whole model's checkpoint: its weights (or EMA) as safetensors, through
 // the model, so the names are exactly its parameters' and the diffusers
 // mapping is the one the loader reads back.
-void export_model(const ckpt::Checkpoint& saved, const std::string& path, const model::WanConfig& config,
+void export_model(const ckpt::Checkpoint& saved, const std::string& path, const wan::WanConfig& config,
                   const ExportOptions& o) {
-  model::WanModel model(config);
+  wan::WanModel model(config);
   std::vector<std::pair<std::string, at::Tensor>> named;
   for (const auto& item : model->named_parameters(true)) named.emplace_back(item.key(), item.value());
   ckpt::Checkpoint tensors;
@@ -50,20 +50,20 @@ void export_model(const ckpt::Checkpoint& saved, const std::string& path, const 
     torch::NoGradGuard no_grad;
     ckpt::copy_named(tensors.model, named);
   }
-  model::save_weights(*model, o.out, o.dtype, weight_names(o));
+  wan::save_weights(*model, o.out, o.dtype, weight_names(o));
   fmt::print("exported {} {} tensors of step {} ({} names, {}) to {}\n", named.size(), o.ema ? "EMA" : "model",
              saved.state.step, o.names, o.dtype_name, o.out);
 }
 
 // A LoRA checkpoint's adapter settings, from the run options it stores.
-model::LoraOptions lora_settings(const ckpt::Checkpoint& saved, const std::string& path) {
+wan::LoraOptions lora_settings(const ckpt::Checkpoint& saved, const std::string& path) {
   const auto options = parse_json_or_discarded(saved.run_config);
   auto text = [&](const char* key) -> std::string {
     if (!options.is_object() || !options.contains(key) || !options[key].is_string())
       throw UsageError(fmt::format("checkpoint {}: its stored run options lack {}", path, key));
     return options[key].get<std::string>();
   };
-  model::LoraOptions lora;
+  wan::LoraOptions lora;
   try {
     lora.rank = std::stoll(text("lora-rank"));
     lora.alpha = std::stod(text("lora-alpha"));
@@ -71,20 +71,20 @@ model::LoraOptions lora_settings(const ckpt::Checkpoint& saved, const std::strin
     throw UsageError(fmt::format("checkpoint {}: its stored lora-rank or lora-alpha is not a number", path));
   }
   lora.targets = split_list(text("lora-targets"));
-  model::check_lora_options(lora);
+  wan::check_lora_options(lora);
   return lora;
 }
 
 // A LoRA checkpoint: its adapters as a LoRA file, or with `merge_base`
 // (which must be the base they were trained on) folded in as full weights.
-void export_lora(const ckpt::Checkpoint& saved, const std::string& path, const model::WanConfig& config,
+void export_lora(const ckpt::Checkpoint& saved, const std::string& path, const wan::WanConfig& config,
                  const ExportOptions& o, const std::string& merge_base) {
   const auto lora = lora_settings(saved, path);
   const auto& adapters = o.ema ? saved.ema : saved.model;
   const std::string trained_base = saved.objective.at("lora_base");
   if (merge_base.empty()) {
-    model::write_lora_file(o.out, adapters, lora, trained_base,
-                           o.names == "diffusers" ? model::LoraNames::Diffusers : model::LoraNames::Official, o.dtype);
+    wan::write_lora_file(o.out, adapters, lora, trained_base,
+                         o.names == "diffusers" ? wan::LoraNames::Diffusers : wan::LoraNames::Official, o.dtype);
     fmt::print("exported the {} LoRA adapters of step {} ({}; {} names, base {}) to {}\n", o.ema ? "EMA" : "trained",
                saved.state.step, saved.objective.at("lora"), o.names, trained_base, o.out);
     return;
@@ -93,14 +93,14 @@ void export_lora(const ckpt::Checkpoint& saved, const std::string& path, const m
   // values: what the adapters were trained on and the checksum names).
   const auto held = saved.objective.find("lora_base_precision");
   const bool bf16_base = held != saved.objective.end() && held->second == "bf16";
-  model::WanModel model(config, bf16_base ? at::kBFloat16 : at::kFloat);
-  model::NamedTensors base;
+  wan::WanModel model(config, bf16_base ? at::kBFloat16 : at::kFloat);
+  io::NamedTensors base;
   for (const auto& item : model->named_parameters()) base.emplace_back(item.key(), item.value());
   // A run's --init may be a checkpoint's whole model; read one tensor at a time either way.
-  model::load_weights(*model, ckpt::is_checkpoint_file(merge_base)
-                                  ? train::checkpoint_weights(merge_base, /*prefer_ema=*/false).source
-                                  : model::open_weights(merge_base));
-  if (const auto checksum = model::weights_checksum(config, base); checksum != trained_base)
+  wan::load_weights(*model, ckpt::is_checkpoint_file(merge_base)
+                                ? wan::checkpoint_weights(merge_base, /*prefer_ema=*/false).source
+                                : wan::open_weights(merge_base));
+  if (const auto checksum = wan::weights_checksum(config, base); checksum != trained_base)
     throw UsageError(
         fmt::format("option --merge: {} has checksum {}, but the adapters of checkpoint {} were trained "
                     "on {}",
@@ -108,8 +108,8 @@ void export_lora(const ckpt::Checkpoint& saved, const std::string& path, const m
   // merge_lora sums base + scale B A in fp32 and rounds once into the
   // weight's dtype: a bf16 base written as bf16 needs no fp32 copy of it.
   if (o.dtype != at::kBFloat16) model->to(torch::kFloat32);
-  model::add_lora(*model, lora);
-  model::NamedTensors into;
+  wan::add_lora(*model, lora);
+  io::NamedTensors into;
   for (const auto& item : model->named_parameters())
     if (item.value().requires_grad()) into.emplace_back(item.key(), item.value());
   ckpt::Checkpoint tensors;
@@ -119,8 +119,8 @@ void export_lora(const ckpt::Checkpoint& saved, const std::string& path, const m
     torch::NoGradGuard no_grad;
     ckpt::copy_named(adapters, into);
   }
-  model::merge_lora(*model);
-  model::save_weights(*model, o.out, o.dtype, weight_names(o));
+  wan::merge_lora(*model);
+  wan::save_weights(*model, o.out, o.dtype, weight_names(o));
   fmt::print("exported {} with the {} LoRA adapters of step {} folded in ({} names, {}) to {}\n", merge_base,
              o.ema ? "EMA" : "trained", saved.state.step, o.names, o.dtype_name, o.out);
 }
@@ -133,16 +133,16 @@ void export_lora(const ckpt::Checkpoint& saved, const std::string& path, const m
 // block reaches the output and a LoRA on such a base learns nothing), is
 // drawn as Xavier uniform too: a base whose blocks all matter.
 void export_seed(const std::string& config_path, uint64_t seed, bool stand_in, const ExportOptions& o) {
-  const auto config = model::load_model_config(config_path);
+  const auto config = wan::load_model_config(config_path);
   torch::manual_seed(seed);
-  model::WanModel model(config, o.dtype == at::kBFloat16 ? at::kBFloat16 : at::kFloat);
+  wan::WanModel model(config, o.dtype == at::kBFloat16 ? at::kBFloat16 : at::kFloat);
   if (stand_in) {
     torch::NoGradGuard no_grad;
     torch::nn::init::xavier_uniform_(model->head->head->weight);
   }
-  model::save_weights(*model, o.out, o.dtype, weight_names(o));
+  wan::save_weights(*model, o.out, o.dtype, weight_names(o));
   fmt::print("exported the initial weights of seed {}{} for {} ({} parameters; {} names, {}) to {}\n", seed,
-             stand_in ? " with a random head" : "", config_path, model::parameter_count(config), o.names, o.dtype_name,
+             stand_in ? " with a random head" : "", config_path, wan::parameter_count(config), o.names, o.dtype_name,
              o.out);
 }
 
@@ -204,7 +204,7 @@ int run_export(distributed::World& world, int argc, char** argv) {
   if (o.ema && saved.ema.empty())
     throw UsageError(
         fmt::format("option --ema: checkpoint {} has no EMA (trained without --ema-decay)", checkpoint_path));
-  const auto config = model::parse_model_config(saved.model_config, checkpoint_path + " attribute model_config");
+  const auto config = wan::parse_model_config(saved.model_config, checkpoint_path + " attribute model_config");
   if (is_lora) {
     export_lora(saved, checkpoint_path, config, o, merge);
   } else {
@@ -212,7 +212,7 @@ int run_export(distributed::World& world, int argc, char** argv) {
   }
   if (!model_config_out.empty()) {
     std::ofstream file(model_config_out);
-    file << model::to_json(config) << '\n';
+    file << wan::to_json(config) << '\n';
     if (!file) throw Error(fmt::format("{}: cannot write", model_config_out));
   }
   return kExitOk;

@@ -20,15 +20,15 @@
 #include "wantrain/distributed/backend.hpp"
 #include "wantrain/distributed/nccl_comm.hpp"
 #include "wantrain/distributed/world.hpp"
-#include "wantrain/model/model_config.hpp"
-#include "wantrain/model/projection.hpp"
-#include "wantrain/train/data_fits_model.hpp"
+#include "wantrain/wan/model/model_config.hpp"
+#include "wantrain/wan/model/projection.hpp"
+#include "wantrain/wan/data_fits_model.hpp"
 #include "wantrain/train/fit.hpp"
 #include "wantrain/train/run_plan.hpp"
 #include "wantrain/train/shard_source.hpp"
-#include "wantrain/train/teacher.hpp"
+#include "wantrain/wan/teacher.hpp"
 #include "wantrain/train/validation.hpp"
-#include "wantrain/train/wan_run.hpp"
+#include "wantrain/wan/wan_run.hpp"
 #include "wantrain/util/error.hpp"
 #include "wantrain/util/exit_codes.hpp"
 #include "wantrain/util/log.hpp"
@@ -69,15 +69,15 @@ struct MemorySummary {
   std::vector<std::string> warnings;  // one per limit the plan exceeds
 };
 
-// The memory plan of this rank (train/memory_plan.hpp) at the data's
+// The memory plan of this rank (wan/memory_plan.hpp) at the data's
 // latents or --plan-latents, and the limits it exceeds.
 MemorySummary memory_summary(distributed::World& world, const distributed::Comm& comm, const TrainConfig& cfg,
-                             const std::optional<model::WanConfig>& model_config,
-                             const std::optional<model::WanConfig>& teacher_config, const data::SampleShape* data) {
+                             const std::optional<wan::WanConfig>& model_config,
+                             const std::optional<wan::WanConfig>& teacher_config, const data::SampleShape* data) {
   if (!model_config) return {};
   if (!data && cfg.plan_latents.empty())
     return {"memory plan: needs the token count: give --data, or --plan-latents FxHxW\n", {}};
-  std::optional<train::MemoryPlan> memory;
+  std::optional<wan::MemoryPlan> memory;
   world.agree([&] {
     const auto latents = data ? std::array<int64_t, 3>{data->frames, data->height, data->width} : plan_latents(cfg);
     const double latent_elements = double(model_config->in_dim) * double(latents[0] * latents[1] * latents[2]);
@@ -92,7 +92,7 @@ MemorySummary memory_summary(distributed::World& world, const distributed::Comm&
     settings.runtime_bytes = current_rss_bytes();
     settings.checkpoint_snapshot = world.is_root();
     try {
-      memory = train::plan_memory(settings);
+      memory = wan::plan_memory(settings);
     } catch (const UsageError& e) {  // latents that do not fit the patch: name where they came from
       if (data) throw;
       throw UsageError(fmt::format("option --plan-latents: {}", e.what()));
@@ -106,12 +106,12 @@ MemorySummary memory_summary(distributed::World& world, const distributed::Comm&
     const double capacity = distributed::cuda_device_memory_bytes(device.index());
     if (capacity > 0) device_bytes = capacity;  // 0: unreadable, no comparison
     table += fmt::format("  {:<16} {:>10}  this rank's GPU ({})\n", "capacity",
-                         capacity > 0 ? train::format_bytes(capacity) : std::string("unknown"), device.str());
+                         capacity > 0 ? wan::format_bytes(capacity) : std::string("unknown"), device.str());
   }
   const double host = physical_memory_bytes();
   table += fmt::format("  {:<16} {:>10}  this node's memory, shared by {} rank{} on it\n", "host",
-                       train::format_bytes(host), world.local_size(), world.local_size() == 1 ? "" : "s");
-  return {table, train::memory_warnings(*memory, device_bytes, host, world.local_size())};
+                       wan::format_bytes(host), world.local_size(), world.local_size() == 1 ? "" : "s");
+  return {table, wan::memory_warnings(*memory, device_bytes, host, world.local_size())};
 }
 
 int run(distributed::World& world, int argc, char** argv) {
@@ -155,7 +155,7 @@ int run(distributed::World& world, int argc, char** argv) {
     if (world.is_root()) std::cout << app::help_or_version(outcome, options);
     return kExitOk;
   }
-  const auto comm_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(cfg.comm_timeout * 1000));
+  const auto comm_timeout = app::comm_timeout(cfg);
   world.set_timeout(comm_timeout);  // bounds every start-up agreement below, too
 
   // The data are checked on every rank before anything else starts; a bad
@@ -167,15 +167,15 @@ int run(distributed::World& world, int argc, char** argv) {
 
   // The model config, and whether the data fit it, likewise.
   std::string model_summary = "model: none given (--model-config)\n";
-  std::optional<model::WanConfig> model_config;
+  std::optional<wan::WanConfig> model_config;
   world.agree([&] {
     if (cfg.model_config.empty()) return;
-    const auto config = model::load_model_config(cfg.model_config);
+    const auto config = wan::load_model_config(cfg.model_config);
     model_config = config;
-    if (dataset) train::check_data_fits_model(dataset->shape(), cfg.data, config, cfg.model_config);
+    if (dataset) wan::check_data_fits_model(dataset->shape(), cfg.data, config, cfg.model_config);
     if (!cfg.val_data.empty())
-      train::check_data_fits_model(data::Dataset::open(cfg.val_data).shape(), cfg.val_data, config, cfg.model_config);
-    const int64_t params = model::parameter_count(config);
+      wan::check_data_fits_model(data::Dataset::open(cfg.val_data).shape(), cfg.val_data, config, cfg.model_config);
+    const int64_t params = wan::parameter_count(config);
     model_summary = fmt::format("model: {}: {} parameters ({:.1f} MB in fp32), dim {}, {} layers, {} heads of {}\n",
                                 cfg.model_config, params, double(params) * 4 / 1e6, config.dim, config.num_layers,
                                 config.num_heads, config.head_dim());
@@ -183,24 +183,24 @@ int run(distributed::World& world, int argc, char** argv) {
 
   // Distillation: the teacher's config, whether the data fit it too, and
   // whether the student can be projected from it, before any weights load.
-  std::optional<model::WanConfig> teacher_config;
+  std::optional<wan::WanConfig> teacher_config;
   world.agree([&] {
     if (cfg.mode != "distill") return;
-    const auto config = train::resolve_teacher_config(cfg.teacher, cfg.teacher_config);
+    const auto config = wan::resolve_teacher_config(cfg.teacher, cfg.teacher_config);
     teacher_config = config;
     const std::string source = (cfg.teacher_config.empty() ? "the config stored in --teacher " + cfg.teacher
                                                            : "--teacher-config " + cfg.teacher_config) +
                                " (the teacher's)";
-    // An image student's frames reach a video teacher as stills (train/teacher.hpp).
+    // An image student's frames reach a video teacher as stills (wan/teacher.hpp).
     auto seen = config;
     if (model_config && model_config->patch_size[0] == 1) seen.patch_size[0] = 1;
-    if (dataset) train::check_data_fits_model(dataset->shape(), cfg.data, seen, source);
+    if (dataset) wan::check_data_fits_model(dataset->shape(), cfg.data, seen, source);
     if (model_config && cfg.student_init == "projection" && cfg.init.empty())
-      model::check_projectable(config, "--teacher " + cfg.teacher, *model_config, "--model-config " + cfg.model_config);
+      wan::check_projectable(config, "--teacher " + cfg.teacher, *model_config, "--model-config " + cfg.model_config);
     const std::string student_init = !cfg.init.empty() ? "--init " + cfg.init : cfg.student_init;
     model_summary +=
         fmt::format("teacher: {}: {} parameters, dim {}, {} layers, held in {}; student init: {}{}\n", cfg.teacher,
-                    model::parameter_count(config), config.dim, config.num_layers, cfg.teacher_precision, student_init,
+                    wan::parameter_count(config), config.dim, config.num_layers, cfg.teacher_precision, student_init,
                     cfg.resume.empty() ? "" : " (when --resume finds no checkpoint)");
   });
 
@@ -210,7 +210,7 @@ int run(distributed::World& world, int argc, char** argv) {
   distributed::CommOptions comm_options;
   comm_options.timeout = comm_timeout;
   std::unique_ptr<distributed::Comm> comm;
-  const auto choice = distributed::choose_backend(world, distributed::parse_backend(cfg.backend));
+  const auto choice = distributed::choose_backend(world, requested_backend(cfg));
   // Computing on the CPU of a GPU node is never silent: one warning, or with
   // --require-gpu the run's one error line.
   const std::string on_cpu = distributed::cpu_on_gpu_nodes(world, choice, distributed::nvidia_gpus_on_node());
@@ -256,7 +256,7 @@ int run(distributed::World& world, int argc, char** argv) {
   train::FitOptions fit_options = wantrain::fit_options(cfg);
   fit_options.run_options = run_options.dump();
   fit_options.identity = app::run_identity("wantrain", world, *comm, argc, argv);
-  fit_options.model_config = model::to_json(*model_config);
+  fit_options.model_config = wan::to_json(*model_config);
   train::StartPoint start = train::start_run(world, fit_options, cfg.resume, "--model-config " + cfg.model_config);
 
   std::unique_ptr<train::Validator> validator;
@@ -268,18 +268,18 @@ int run(distributed::World& world, int argc, char** argv) {
   // Every rank loads the frozen teacher (from the shared file system, as the
   // data), on the CPU in its precision, in an agreement of its own: a rank
   // that cannot read it must not leave the others in the Engine's broadcast.
-  std::unique_ptr<train::Teacher> teacher;
+  std::unique_ptr<wan::Teacher> teacher;
   world.agree([&] {
     if (teacher_config)
-      teacher = std::make_unique<train::Teacher>(
+      teacher = std::make_unique<wan::Teacher>(
           cfg.teacher, *teacher_config,
           cfg.teacher_config.empty() ? "stored in the checkpoint" : "--teacher-config " + cfg.teacher_config,
           teacher_dtype(cfg));
   });
-  std::unique_ptr<train::WanRun> run;
+  std::unique_ptr<wan::WanRun> run;
   world.agree([&] {
-    run = std::make_unique<train::WanRun>(plan, wan_run_options(cfg), *comm, std::move(*dataset), *model_config, start,
-                                          teacher.get());
+    run = std::make_unique<wan::WanRun>(plan, wan_run_options(cfg), *comm, std::move(*dataset), *model_config, start,
+                                        teacher.get());
   });
   run->connect(*comm, start);
   start.checkpoint.reset();  // its state lives in the run now

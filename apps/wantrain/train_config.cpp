@@ -30,14 +30,11 @@ std::istream& operator>>(std::istream& in, Betas& betas) {
 std::ostream& operator<<(std::ostream& out, const Betas& betas) { return out << betas.beta1 << ',' << betas.beta2; }
 
 void declare_options(OptionSet& o, TrainConfig& c) {
-  o.group("general")
-      .standard_options(&c.config_file)
-      .add("output-dir", &c.output_dir, "directory for checkpoints, metrics.jsonl and logs")
-      .choice("mode", &c.mode, {"train", "distill"}, "what to run")
-      .add("seed", &c.seed, "seed of every random stream (data order, noise, init)")
-      .flag("dry-run", &c.dry_run, "print the resolved configuration and the world, then exit")
-      .add("log-every", &c.log_every, "steps between log lines when not on a terminal")
-      .add("threads", &c.threads, "CPU threads per rank (0: the node's cores shared among its ranks)");
+  using T = app::TrainingOption;
+  o.group("general").standard_options(&c.config_file);
+  declare_training_options(o, c, {T::OutputDir});
+  o.choice("mode", &c.mode, {"train", "distill"}, "what to run");
+  declare_training_options(o, c, {T::Seed, T::DryRun, T::LogEvery, T::Threads});
   o.group("watching a run")
       .flag("tensorboard", &c.tensorboard,
             "write TensorBoard event files into OUTPUT-DIR/tb (--tensorboard=false: none)")
@@ -47,14 +44,13 @@ void declare_options(OptionSet& o, TrainConfig& c) {
       .add("sample-index", &c.sample_index, "the training sample whose prompt is drawn and compared with")
       .add("sample-steps", &c.sample_steps, "Euler steps of each sample (wansample --steps)")
       .add("sample-cfg", &c.sample_cfg, "classifier-free guidance of each sample (wansample --cfg)");
-  o.group("data")
-      .add("data", &c.data, "training dataset: a directory of HDF5 shards (*.h5)")
-      .add("batch-size", &c.batch_size, "samples per rank per micro-step")
-      .add("prefetch", &c.prefetch, "batches the loader reads ahead")
-      .flag("no-drop-last", &c.no_drop_last, "pad the last batch of an epoch by wrapping around instead of dropping it")
-      .flag("shard-affinity", &c.shard_affinity, "each rank reads only its own whole shards (node-local storage)")
-      .add("val-data", &c.val_data, "validation dataset directory")
-      .add("val-every", &c.val_every, "steps between validation passes (0: never)");
+  o.group("data").add("data", &c.data, "training dataset: a directory of HDF5 shards (*.h5)");
+  declare_training_options(o, c, {T::BatchSize});
+  o.add("prefetch", &c.prefetch, "batches the loader reads ahead");
+  declare_training_options(o, c, {T::NoDropLast});
+  o.flag("shard-affinity", &c.shard_affinity, "each rank reads only its own whole shards (node-local storage)")
+      .add("val-data", &c.val_data, "validation dataset directory");
+  declare_training_options(o, c, {T::ValEvery});
   o.group("model")
       .add("model-config", &c.model_config, "model config JSON (Wan keys), e.g. data/configs/wan-tiny.json")
       .add("init", &c.init, "safetensors file or checkpoint to start from")
@@ -72,19 +68,13 @@ void declare_options(OptionSet& o, TrainConfig& c) {
       .add("text-drop", &c.text_drop,
            "probability that a sample's text context is replaced by the unconditional (all-zero) one that "
            "wansample's classifier-free guidance uses");
-  o.group("optimisation")
-      .add("steps", &c.steps, "optimizer steps to run (or --epochs)")
-      .add("epochs", &c.epochs, "epochs to run (or --steps)")
-      .add("lr", &c.lr, "AdamW learning rate")
-      .add("betas", &c.betas, "AdamW betas, \"beta1,beta2\"")
-      .add("weight-decay", &c.weight_decay, "AdamW weight decay")
-      .choice("schedule", &c.schedule, {"constant", "cosine"}, "learning-rate schedule after warm-up")
-      .add("warmup-steps", &c.warmup_steps, "linear warm-up steps")
-      .flag("scale-lr", &c.scale_lr, "scale --lr linearly with the effective batch")
-      .add("clip", &c.clip, "clip gradients to this global norm (0: off)")
-      .add("ema-decay", &c.ema_decay, "EMA decay of the weights (0: no EMA)")
-      .add("grad-accum", &c.grad_accum, "micro-steps accumulated per optimizer step")
-      .choice("precision", &c.precision, {"fp32", "bf16", "fp16"}, "compute precision (master weights stay fp32)")
+  o.group("optimisation");
+  declare_training_options(o, c, {T::Steps, T::Epochs, T::Lr});
+  o.add("betas", &c.betas, "AdamW betas, \"beta1,beta2\"");
+  declare_training_options(o, c, {T::WeightDecay, T::Schedule, T::WarmupSteps});
+  o.flag("scale-lr", &c.scale_lr, "scale --lr linearly with the effective batch");
+  declare_training_options(o, c, {T::Clip, T::EmaDecay, T::GradAccum});
+  o.choice("precision", &c.precision, {"fp32", "bf16", "fp16"}, "compute precision (master weights stay fp32)")
       .add("grad-checkpoint", &c.grad_checkpoint,
            "activation checkpointing: none, blocks (each Wan block keeps no activations and runs again in "
            "backward) or every-N (blocks 0, N, 2N, ...): less memory for about one more forward")
@@ -99,18 +89,16 @@ void declare_options(OptionSet& o, TrainConfig& c) {
               "16 bits (as PyTorch DDP's compression hooks)")
       .add("zero", &c.zero,
            "ZeRO stage: 0 (every rank keeps the whole AdamW state and EMA) or 1 (each rank keeps 1/ranks of "
-           "them: gradients reduce-scattered, weights all-gathered after the update)")
-      .add("comm-timeout", &c.comm_timeout, "seconds a collective may take before the job is ended")
-      .flag("require-gpu", &c.require_gpu,
-            "refuse to compute on the CPU: a GPU per rank or an error line (without it, the CPU on a node with "
-            "NVIDIA GPUs is one warning: a CPU-only build, --backend mpi, or two ranks on one GPU)")
+           "them: gradients reduce-scattered, weights all-gathered after the update)");
+  declare_training_options(o, c, {T::CommTimeout});
+  o.flag("require-gpu", &c.require_gpu,
+         "refuse to compute on the CPU: a GPU per rank or an error line (without it, the CPU on a node with "
+         "NVIDIA GPUs is one warning: a CPU-only build, --backend mpi, or two ranks on one GPU)")
       .flag("allow-unused", &c.allow_unused, "allow parameters that get no gradient (their slot is zero-filled)");
-  o.group("checkpoints")
-      .add("save-every", &c.save_every, "steps between checkpoints (0: only at the end)")
-      .add("keep", &c.keep, "checkpoints kept (older ones are pruned; 0: keep all)")
-      .flag("keep-best", &c.keep_best, "also keep the checkpoint with the lowest validation loss")
-      .add("resume", &c.resume, "auto (the output directory's latest checkpoint) or a checkpoint path")
-      .choice("on-ckpt-error", &c.on_ckpt_error, {"warn", "fail"}, "what a failed checkpoint write does");
+  o.group("checkpoints");
+  declare_training_options(o, c, {T::SaveEvery, T::Keep});
+  o.flag("keep-best", &c.keep_best, "also keep the checkpoint with the lowest validation loss");
+  declare_training_options(o, c, {T::Resume, T::OnCkptError});
   o.group("lora")
       .add("lora-rank", &c.lora_rank, "LoRA fine-tuning: the adapters' rank (0: train the whole model)")
       .add("lora-alpha", &c.lora_alpha, "the adapters' output is scaled by alpha / rank (0: alpha = rank)")
@@ -145,11 +133,8 @@ void require(bool ok, const char* option, const std::string& expected) {
 }  // namespace
 
 void validate(const TrainConfig& c) {
-  require(c.log_every >= 1, "log-every", "must be at least 1");
-  require(c.threads >= 0, "threads", "must be 0 (automatic) or more");
-  require(c.batch_size >= 1, "batch-size", "must be at least 1");
+  app::check_training_options(c);
   require(c.prefetch >= 1, "prefetch", "must be at least 1");
-  require(c.val_every >= 0, "val-every", "must be 0 (never) or more");
   require(c.sample_every >= 0, "sample-every", "must be 0 (never) or more");
   require(c.sample_index >= 0, "sample-index", "must be 0 or more");
   require(c.sample_steps >= 1, "sample-steps", "must be at least 1");
@@ -161,27 +146,14 @@ void validate(const TrainConfig& c) {
   if (!c.plan_latents.empty()) plan_latents(c);
   require(c.timestep_range.empty() || c.mode != "distill", "timestep-range", "not available with --mode distill yet");
   require(c.text_drop >= 0 && c.text_drop <= 1, "text-drop", "must be a probability in [0, 1]");
-  require(c.steps >= 0, "steps", "must be 0 or more");
-  require(c.epochs >= 0, "epochs", "must be 0 or more");
-  require(!(c.steps > 0 && c.epochs > 0), "steps", "give --steps or --epochs, not both");
-  require(c.lr > 0, "lr", "must be positive");
-  require(c.weight_decay >= 0, "weight-decay", "must be 0 or more");
-  require(c.warmup_steps >= 0, "warmup-steps", "must be 0 or more");
-  require(c.clip >= 0, "clip", "must be 0 (off) or more");
-  require(c.ema_decay >= 0 && c.ema_decay < 1, "ema-decay", "must be in [0, 1)");
-  require(c.grad_accum >= 1, "grad-accum", "must be at least 1");
   require(c.attention_chunk >= 0, "attention-chunk", "must be 0 (off) or a number of queries");
   require(c.bucket_mb > 0, "bucket-mb", "must be positive");
   require(c.zero == 0 || c.zero == 1, "zero", "must be 0 (off) or 1 (optimizer state and EMA sharded)");
-  require(std::isfinite(c.comm_timeout) && c.comm_timeout >= 0.001 && c.comm_timeout <= 1e7, "comm-timeout",
-          "must be a positive number of seconds");
-  require(c.save_every >= 0, "save-every", "must be 0 or more");
-  require(c.keep >= 0, "keep", "must be 0 (keep all) or more");
   require(c.distill_target_weight >= 0, "distill-target-weight", "must be 0 or more");
   require(c.max_skipped >= 0, "max-skipped", "must be 0 (no limit) or more");
   require(c.lora_rank >= 0, "lora-rank", "must be 0 (no LoRA) or more");
   if (c.lora_rank > 0) {
-    model::check_lora_options(lora_options(c));
+    wan::check_lora_options(lora_options(c));
     require(c.mode != "distill", "lora-rank", "LoRA is not available with --mode distill yet");
   } else {
     require(c.lora_alpha == 0 && c.lora_dropout == 0 && c.lora_targets.empty() && c.base_precision == "auto",
@@ -201,21 +173,11 @@ void validate(const TrainConfig& c) {
 }
 
 train::RunSettings run_settings(const TrainConfig& c, const at::Device& device) {
-  train::RunSettings s;
-  s.micro_batch = c.batch_size;
-  s.accumulation = c.grad_accum;
-  s.steps = c.steps;
-  s.epochs = c.epochs;
-  s.seed = c.seed;
-  s.drop_last = !c.no_drop_last;
+  train::RunSettings s = app::run_settings(c);
   s.shard_affinity = c.shard_affinity;
-  s.lr = c.lr;
   s.scale_lr = c.scale_lr;
-  s.schedule = c.schedule == "cosine" ? train::Schedule::Cosine : train::Schedule::Constant;
-  s.warmup_steps = c.warmup_steps;
-  s.adamw = {c.betas.beta1, c.betas.beta2, c.weight_decay, 1e-8};
-  s.clip = c.clip;
-  s.ema_decay = c.ema_decay;
+  s.adamw.beta1 = c.betas.beta1;
+  s.adamw.beta2 = c.betas.beta2;
   s.bucket_bytes = static_cast<int64_t>(c.bucket_mb * (1 << 20));
   s.grad_comm_dtype = app::float_dtype(c.grad_comm_dtype);
   s.allow_unused = c.allow_unused;
@@ -261,30 +223,28 @@ int64_t grad_checkpoint_every(const TrainConfig& c) {
                                c.grad_checkpoint));
 }
 
-model::LoraOptions lora_options(const TrainConfig& c) {
+wan::LoraOptions lora_options(const TrainConfig& c) {
   return {c.lora_rank, c.lora_alpha, c.lora_dropout, split_list(c.lora_targets)};
 }
 
-train::WanRunOptions wan_run_options(const TrainConfig& c) {
-  train::WanRunOptions o;
-  o.model_config_name = "--model-config " + c.model_config;
-  o.teacher_name = "--teacher " + c.teacher;
+wan::WanRunOptions wan_run_options(const TrainConfig& c) {
+  wan::WanRunOptions o;
   o.init = c.init;
   o.objective.flow = {
-      c.timestep_sampling == "logit-normal" ? train::TimestepSampling::LogitNormal : train::TimestepSampling::Uniform,
+      c.timestep_sampling == "logit-normal" ? wan::TimestepSampling::LogitNormal : wan::TimestepSampling::Uniform,
       c.logit_mean, c.logit_std, c.shift};
   std::tie(o.objective.flow.sigma_min, o.objective.flow.sigma_max) = sigma_range(c);
   o.objective.text_drop = c.text_drop;
   o.objective.seed = c.seed;
   o.distill_target_weight = c.distill_target_weight;
-  o.student_init = c.student_init == "random" ? train::StudentInit::Random : train::StudentInit::Projection;
+  o.student_init = c.student_init == "random" ? wan::StudentInit::Random : wan::StudentInit::Projection;
   o.prefetch = c.prefetch;
   o.lora = lora_options(c);
   if (c.lora_rank > 0) o.base_dtype = c.base_precision == "fp32" ? at::kFloat : at::kBFloat16;
   o.grad_checkpoint = grad_checkpoint_every(c);
   o.attention_chunk = c.attention_chunk;
   if (c.sample_every > 0) {
-    train::TrainingSampleOptions sample;
+    wan::TrainingSampleOptions sample;
     sample.index = c.sample_index;
     sample.euler = {c.sample_steps, c.shift, c.sample_cfg};
     sample.seed = c.seed;
@@ -294,19 +254,19 @@ train::WanRunOptions wan_run_options(const TrainConfig& c) {
   return o;
 }
 
+distributed::Backend requested_backend(const TrainConfig& c) {
+  return c.backend == "nccl"  ? distributed::Backend::Nccl
+         : c.backend == "mpi" ? distributed::Backend::Mpi
+                              : distributed::Backend::Auto;
+}
+
 at::ScalarType teacher_dtype(const TrainConfig& c) {
   return c.teacher_precision == "bf16" ? at::kBFloat16 : at::kFloat;
 }
 
 train::FitOptions fit_options(const TrainConfig& c) {
-  train::FitOptions o;
-  o.output_dir = c.output_dir;
-  o.save_every = c.save_every;
-  o.keep = c.keep;
+  train::FitOptions o = app::fit_options(c);
   o.keep_best = c.keep_best;
-  o.val_every = c.val_every;
-  o.log_every = c.log_every;
-  o.stop_on_checkpoint_error = c.on_ckpt_error == "fail";
   o.max_skipped = c.max_skipped;
   o.checkpoint_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(c.checkpoint_timeout * 1000));
   o.sharded_state = c.zero == 1;
@@ -320,11 +280,11 @@ std::array<int64_t, 3> plan_latents(const TrainConfig& c) {
   return {sizes[0], sizes[1], sizes[2]};
 }
 
-train::MemoryPlanSettings memory_plan_settings(const TrainConfig& c, const model::WanConfig& model,
-                                               const std::optional<model::WanConfig>& teacher,
-                                               std::array<int64_t, 3> latents, double sample_bytes,
-                                               const at::Device& device, int world_size) {
-  train::MemoryPlanSettings s;
+wan::MemoryPlanSettings memory_plan_settings(const TrainConfig& c, const wan::WanConfig& model,
+                                             const std::optional<wan::WanConfig>& teacher,
+                                             std::array<int64_t, 3> latents, double sample_bytes,
+                                             const at::Device& device, int world_size) {
+  wan::MemoryPlanSettings s;
   s.model = model;
   s.step.batch = c.batch_size;
   s.step.latents = latents;

@@ -11,10 +11,12 @@
 #include <string>
 #include <utility>
 
+#include "wantrain/app/training_options.hpp"
+#include "wantrain/distributed/backend.hpp"
 #include "wantrain/train/fit.hpp"
-#include "wantrain/train/memory_plan.hpp"
+#include "wantrain/wan/memory_plan.hpp"
 #include "wantrain/train/run_plan.hpp"
-#include "wantrain/train/wan_run.hpp"
+#include "wantrain/wan/wan_run.hpp"
 
 namespace wt {
 class OptionSet;
@@ -29,16 +31,13 @@ struct Betas {
 std::istream& operator>>(std::istream& in, Betas& betas);
 std::ostream& operator<<(std::ostream& out, const Betas& betas);
 
-struct TrainConfig {
+// The options shared with every training tool (app::TrainingOptions:
+// output dir, seed, steps, lr, checkpoints, ...) and wantrain's own.
+struct TrainConfig : app::TrainingOptions {
   // general
   std::string config_file;
-  std::string output_dir = "runs/wantrain";
   std::string mode = "train";
-  std::uint64_t seed = 0;
-  bool dry_run = false;
   bool require_gpu = false;  // refuse to compute on the CPU when the job's nodes have NVIDIA GPUs
-  int log_every = 10;
-  int threads = 0;  // 0: the node's cores shared among its ranks
 
   // watching a run
   bool tensorboard = true;
@@ -49,12 +48,9 @@ struct TrainConfig {
 
   // data
   std::string data;
-  int batch_size = 1;  // per rank
   int prefetch = 2;
-  bool no_drop_last = false;
   bool shard_affinity = false;
   std::string val_data;
-  int val_every = 0;
 
   // model
   std::string model_config;
@@ -70,17 +66,8 @@ struct TrainConfig {
   double text_drop = 0.1;      // caption dropout to the unconditional context (CFG)
 
   // optimisation
-  std::int64_t steps = 0;
-  std::int64_t epochs = 0;
-  double lr = 1e-4;
   Betas betas;
-  double weight_decay = 0.01;
-  std::string schedule = "constant";
-  std::int64_t warmup_steps = 0;
   bool scale_lr = false;
-  double clip = 1.0;
-  double ema_decay = 0.0;
-  int grad_accum = 1;
   std::string precision = "fp32";
   std::string grad_checkpoint = "none";  // none, blocks or every-N
   std::int64_t attention_chunk = 0;      // queries per attention chunk; 0: all at once
@@ -89,16 +76,11 @@ struct TrainConfig {
   std::string backend = "auto";
   double bucket_mb = 25.0;
   std::string grad_comm_dtype = "fp32";
-  int zero = 0;                 // ZeRO stage
-  double comm_timeout = 600.0;  // seconds
+  int zero = 0;  // ZeRO stage
   bool allow_unused = false;
 
   // checkpoints
-  std::int64_t save_every = 0;
-  int keep = 3;
   bool keep_best = false;
-  std::string resume;
-  std::string on_ckpt_error = "fail";
 
   // distillation
   std::string teacher;
@@ -128,8 +110,10 @@ void validate(const TrainConfig& cfg);
 // The library's typed settings for these options. run_settings throws
 // UsageError naming --precision for fp16 on a CPU device.
 train::RunSettings run_settings(const TrainConfig& cfg, const at::Device& device);
-train::WanRunOptions wan_run_options(const TrainConfig& cfg);
-model::LoraOptions lora_options(const TrainConfig& cfg);
+wan::WanRunOptions wan_run_options(const TrainConfig& cfg);
+wan::LoraOptions lora_options(const TrainConfig& cfg);
+// --backend as the library's enum (the parser checked it is one of the choices).
+distributed::Backend requested_backend(const TrainConfig& cfg);
 // --teacher-precision as the dtype the teacher's Linears are held in.
 at::ScalarType teacher_dtype(const TrainConfig& cfg);
 // --grad-checkpoint as WanModel::set_grad_checkpoint's N: none 0, blocks 1,
@@ -143,9 +127,9 @@ std::array<int64_t, 3> plan_latents(const TrainConfig& cfg);
 // The memory plan's settings for this run of `model` on `device`, at latents
 // (F, H, W) and `sample_bytes` per sample as the loader hands it over, on
 // `world_size` ranks (what --zero 1 splits the optimizer state over).
-train::MemoryPlanSettings memory_plan_settings(const TrainConfig& cfg, const model::WanConfig& model,
-                                               const std::optional<model::WanConfig>& teacher,
-                                               std::array<int64_t, 3> latents, double sample_bytes,
-                                               const at::Device& device, int world_size);
+wan::MemoryPlanSettings memory_plan_settings(const TrainConfig& cfg, const wan::WanConfig& model,
+                                             const std::optional<wan::WanConfig>& teacher,
+                                             std::array<int64_t, 3> latents, double sample_bytes,
+                                             const at::Device& device, int world_size);
 
 }  // namespace wt::wantrain

@@ -3,22 +3,15 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <spdlog/spdlog.h>
 
 #include "wantrain/distributed/mpi_comm.hpp"
 #include "wantrain/distributed/nccl_comm.hpp"
 #include "wantrain/distributed/device_placement.hpp"
 #include "wantrain/distributed/world.hpp"
 #include "wantrain/util/error.hpp"
+#include "wantrain/util/reporter.hpp"
 
 namespace wt::distributed {
-
-Backend parse_backend(const std::string& name) {
-  if (name == "auto") return Backend::Auto;
-  if (name == "mpi") return Backend::Mpi;
-  if (name == "nccl") return Backend::Nccl;
-  throw SettingError("backend", fmt::format("'{}' is not one of auto|mpi|nccl", name));
-}
 
 const char* to_string(Backend backend) {
   switch (backend) {
@@ -47,7 +40,7 @@ Backend resolve_backend(const World& world, Backend requested) { return choose_b
 
 std::unique_ptr<Comm> make_comm(const World& world, Backend backend, CommOptions options) {
   const BackendChoice choice = choose_backend(world, backend);
-  if (!choice.fallback.empty() && world.is_root()) spdlog::warn("{}", choice.fallback);
+  if (!choice.fallback.empty() && world.is_root()) report_warning("{}", choice.fallback);
   return make_comm(world, choice, options);
 }
 

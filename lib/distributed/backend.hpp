@@ -13,8 +13,6 @@ class World;
 
 enum class Backend { Auto, Mpi, Nccl };
 
-// Throws UsageError naming --backend for anything but auto|mpi|nccl.
-Backend parse_backend(const std::string& name);
 const char* to_string(Backend backend);
 
 // What `requested` comes to, the same on every rank.

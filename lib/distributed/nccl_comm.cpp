@@ -2,7 +2,6 @@
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
-#include <spdlog/spdlog.h>
 
 #include <atomic>
 #include <chrono>
@@ -17,6 +16,7 @@
 #include "wantrain/util/exit_codes.hpp"
 #include "wantrain/util/fatal.hpp"
 #include "wantrain/util/poll.hpp"
+#include "wantrain/util/reporter.hpp"
 #include "wantrain/util/test_hooks.hpp"
 #include "wantrain/config.hpp"
 #include "wantrain/distributed/abort.hpp"
@@ -47,7 +47,7 @@ int cuda_device_count() {
   // No device is ordinary on CPU nodes; anything else (a driver older than
   // this CUDA runtime, say) would silently turn GPU nodes into CPU ones.
   if (rc != cudaErrorNoDevice)
-    spdlog::warn("CUDA reports no usable device: {} ({})", cudaGetErrorString(rc), cudaGetErrorName(rc));
+    report_warning("CUDA reports no usable device: {} ({})", cudaGetErrorString(rc), cudaGetErrorName(rc));
   return 0;
 }
 

@@ -12,6 +12,7 @@
 #include "tensorboard.pb.h"
 #include "wantrain/report/tfrecord.hpp"
 #include "wantrain/util/error.hpp"
+#include "wantrain/util/files.hpp"
 #include "wantrain/util/process.hpp"
 
 namespace wt::report {
@@ -56,15 +57,9 @@ std::string cut_file(const std::string& path, int64_t last_step) {
     fs::remove(path, error);
     if (error) throw Error(fmt::format("tensorboard: cannot remove {}: {}", path, error.message()));
   } else if (dropped) {
-    // Not named *tfevents*: a TensorBoard watching the directory must not load it.
-    const std::string temporary = (fs::path(path).parent_path() / ".cut-events.tmp").string();
-    {
-      std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-      out.write(kept.data(), std::streamsize(kept.size()));
-      if (!out.flush()) throw Error(fmt::format("tensorboard: cannot write {}", temporary));
-    }
-    fs::rename(temporary, path, error);
-    if (error) throw Error(fmt::format("tensorboard: cannot replace {}: {}", path, error.message()));
+    // The temporary is not named *tfevents*: a TensorBoard watching the
+    // directory must not load it.
+    write_file_durably(path, kept, (fs::path(path).parent_path() / ".cut-events.tmp").string());
   }
   return file.problem;
 }

@@ -1,7 +1,6 @@
 #include "wantrain/train/engine.hpp"
 
 #include <fmt/format.h>
-#include <spdlog/spdlog.h>
 #include <torch/torch.h>
 #include <ATen/CPUGeneratorImpl.h>
 
@@ -17,13 +16,14 @@
 #include "wantrain/data/copy_fence.hpp"
 #include "wantrain/distributed/comm.hpp"
 #include "wantrain/distributed/reducer.hpp"
-#include "wantrain/model/autocast.hpp"
+#include "wantrain/nn/autocast.hpp"
 #include "wantrain/train/ema.hpp"
 #include "wantrain/train/adamw_step.hpp"
 #include "wantrain/train/gradients.hpp"
 #include "wantrain/train/loss_scaler.hpp"
 #include "wantrain/train/zero_shards.hpp"
 #include "wantrain/util/error.hpp"
+#include "wantrain/util/reporter.hpp"
 #include "wantrain/util/test_hooks.hpp"
 
 namespace wt::train {
@@ -137,7 +137,7 @@ StepResult Engine::step(const Batch& batch, const StepFlags& flags) {
     im.reducer->prepare_for_backward(sync);
     ObjectiveLoss out;
     {
-      model::AutocastScope autocast(options_.compute_dtype, device.type());
+      nn::AutocastScope autocast(options_.compute_dtype, device.type());
       out = objective_.loss(micro, {step_});
     }
     t.data += out.prepare_seconds;
@@ -224,8 +224,8 @@ StepResult Engine::step(const Batch& batch, const StepFlags& flags) {
     ++skipped_;
     // An fp16 overflow is the loss scaler's business; anything else is news.
     if (comm_.rank() == 0 && (!im.scaler || !std::isfinite(result.loss)))
-      spdlog::warn("step {}: non-finite {}; the step is skipped on every rank", step_ + 1,
-                   std::isfinite(result.loss) ? "gradient norm" : "loss");
+      report_warning("step {}: non-finite {}; the step is skipped on every rank", step_ + 1,
+                     std::isfinite(result.loss) ? "gradient norm" : "loss");
   }
   if (im.scaler) im.scaler->update(finite);
   if (im.scaler) result.loss_scale = im.scaler->scale();

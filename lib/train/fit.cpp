@@ -1,7 +1,6 @@
 #include "wantrain/train/fit.hpp"
 
 #include <fmt/format.h>
-#include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
 #include <cstdio>
@@ -23,6 +22,7 @@
 #include "wantrain/util/memory.hpp"
 #include "wantrain/util/exit_codes.hpp"
 #include "wantrain/util/fatal.hpp"
+#include "wantrain/util/reporter.hpp"
 #include "wantrain/util/stop_signals.hpp"
 #include "wantrain/util/test_hooks.hpp"
 
@@ -71,14 +71,14 @@ bool report(const std::vector<ckpt::WriteResult>& results, const FitOptions& opt
   bool ok = true;
   for (const auto& r : results) {
     if (r.ok()) {
-      spdlog::info("checkpoint {} written in {:.2f} s", r.path, r.seconds);
+      report_info("checkpoint {} written in {:.2f} s", r.path, r.seconds);
       continue;
     }
     if (options.stop_on_checkpoint_error) {
-      spdlog::error("{} (stopping on a failed checkpoint write; the previous checkpoint is intact)", r.error);
+      report_error("{} (stopping on a failed checkpoint write; the previous checkpoint is intact)", r.error);
       ok = false;
     } else {
-      spdlog::warn("{} (training goes on; the previous checkpoint is intact)", r.error);
+      report_warning("{} (training goes on; the previous checkpoint is intact)", r.error);
     }
   }
   return ok;
@@ -162,11 +162,11 @@ StartPoint start_run(distributed::World& world, const FitOptions& options, const
   if (world.is_root() && !resume.empty()) {
     const auto& saved = start.checkpoint;
     if (saved)
-      spdlog::info("resume: {} (step {}, epoch {}, written by {} rank{}{})", start.path, saved->state.step,
-                   saved->state.epoch, saved->world_size, saved->world_size == 1 ? "" : "s",
-                   saved->world_size == world.size() ? "" : "; the sampler re-partitions its position");
+      report_info("resume: {} (step {}, epoch {}, written by {} rank{}{})", start.path, saved->state.step,
+                  saved->state.epoch, saved->world_size, saved->world_size == 1 ? "" : "s",
+                  saved->world_size == world.size() ? "" : "; the sampler re-partitions its position");
     else
-      spdlog::info("resume: auto: no checkpoint in {}; starting fresh", options.output_dir);
+      report_info("resume: auto: no checkpoint in {}; starting fresh", options.output_dir);
   }
   return start;
 }
@@ -212,7 +212,7 @@ int fit_steps(distributed::World& world, distributed::Comm& comm, const RunPlan&
   std::shared_ptr<distributed::MpiComm> writers_comm;
   if (world.is_root())
     for (const auto& partial : ckpt::remove_partial_writes(options.output_dir))
-      spdlog::warn("removed {}, left by a checkpoint write that did not finish", partial);
+      report_warning("removed {}, left by a checkpoint write that did not finish", partial);
   ckpt::WriterOptions writer_options;
   writer_options.directory = options.output_dir;
   writer_options.keep = options.keep;
@@ -286,8 +286,8 @@ int fit_steps(distributed::World& world, distributed::Comm& comm, const RunPlan&
   if (const int signal = int(world.max_over_ranks({stop_signal()}, "agreement on a stop signal", world.timeout())[0])) {
     reason = fmt::format("stopped before the first step by {} (nothing to save)", signal_name(signal));
     if (world.is_root())
-      spdlog::info("stopping before the first step on {}: nothing to save; exit status {} (requeue, then {} auto)",
-                   signal_name(signal), kExitRequeue, setting_reference("resume"));
+      report_info("stopping before the first step on {}: nothing to save; exit status {} (requeue, then {} auto)",
+                  signal_name(signal), kExitRequeue, setting_reference("resume"));
     std::fflush(stdout);
     return kExitRequeue;
   }
@@ -347,12 +347,12 @@ int fit_steps(distributed::World& world, distributed::Comm& comm, const RunPlan&
       }
       const bool saved = agree_after_writes(world, options, {int64_t(!written)})[0] == 0;
       if (world.is_root())
-        spdlog::info("stopping at step {} on {}: {}; exit status {}", engine.steps_taken(), signal_name(signal),
-                     saved ? fmt::format("checkpoint {}/{}", options.output_dir,
-                                         ckpt::checkpoint_file_name(engine.steps_taken()))
-                           : std::string("the checkpoint could not be written"),
-                     saved ? fmt::format("{} (requeue, then {} auto)", kExitRequeue, setting_reference("resume"))
-                           : std::string("1"));
+        report_info("stopping at step {} on {}: {}; exit status {}", engine.steps_taken(), signal_name(signal),
+                    saved ? fmt::format("checkpoint {}/{}", options.output_dir,
+                                        ckpt::checkpoint_file_name(engine.steps_taken()))
+                          : std::string("the checkpoint could not be written"),
+                    saved ? fmt::format("{} (requeue, then {} auto)", kExitRequeue, setting_reference("resume"))
+                          : std::string("1"));
       std::fflush(stdout);  // before a launcher's kill-on-bad-exit can end this rank
       reason = fmt::format("stopped at step {} by {}: {}", engine.steps_taken(), signal_name(signal),
                            saved ? "checkpoint written, requeue to go on" : "the checkpoint could not be written");
@@ -370,12 +370,11 @@ int fit_steps(distributed::World& world, distributed::Comm& comm, const RunPlan&
   // and the requeued job (--resume auto) only writes the weights.
   if (const int signal = int(world.max_over_ranks({stop_signal()}, "agreement on a stop signal", world.timeout())[0])) {
     if (world.is_root())
-      spdlog::info("stopping after the last step on {}: {}", signal_name(signal),
-                   writes_ok
-                       ? fmt::format("the final checkpoint is complete ({}/latest); exit status {} (requeue, then "
-                                     "{} auto)",
-                                     options.output_dir, kExitRequeue, setting_reference("resume"))
-                       : std::string("the final checkpoint could not be written; exit status 1"));
+      report_info("stopping after the last step on {}: {}", signal_name(signal),
+                  writes_ok ? fmt::format("the final checkpoint is complete ({}/latest); exit status {} (requeue, then "
+                                          "{} auto)",
+                                          options.output_dir, kExitRequeue, setting_reference("resume"))
+                            : std::string("the final checkpoint could not be written; exit status 1"));
     std::fflush(stdout);
     reason = fmt::format(
         "finished, then stopped by {} while the final checkpoint was written{}", signal_name(signal),
@@ -385,7 +384,7 @@ int fit_steps(distributed::World& world, distributed::Comm& comm, const RunPlan&
   std::string weights;
   if (run.save_weights) weights = run.save_weights(options.output_dir, world.is_root());
   comm.barrier();  // the weights are complete before any rank reports success
-  if (world.is_root() && !weights.empty()) spdlog::info("{}", weights);
+  if (world.is_root() && !weights.empty()) report_info("{}", weights);
   reason = writes_ok ? "finished" : "finished; a checkpoint write failed";
   return writes_ok || !options.stop_on_checkpoint_error ? kExitOk : kExitFailure;
 }

@@ -94,7 +94,7 @@ struct StartPoint {
 // ("" none, "auto" the directory's latest if any, or a path) on rank 0 and
 // reads the chosen checkpoint on every rank, checking it was written for
 // options.model_config (described as `model_config_name` in errors).
-// Prints on rank 0 where the run starts.
+// Reports on rank 0 where the run starts (util/reporter.hpp).
 StartPoint start_run(distributed::World& world, const FitOptions& options, const std::string& resume,
                      const std::string& model_config_name);
 

@@ -2,7 +2,6 @@
 
 #include <fmt/chrono.h>
 #include <fmt/format.h>
-#include <spdlog/spdlog.h>
 
 #include <cmath>
 #include <fstream>
@@ -11,6 +10,7 @@
 #include "wantrain/util/error.hpp"
 #include "wantrain/util/files.hpp"
 #include "wantrain/util/json.hpp"
+#include "wantrain/util/reporter.hpp"
 
 namespace wt::train {
 namespace {
@@ -137,7 +137,7 @@ void RunRecord::write_json(const nlohmann::json& status, const std::string& reas
   try {
     write_file_durably(output_dir_ + "/run.json", record.dump(2) + "\n");
   } catch (const Error& e) {
-    if (!write_failed_) spdlog::warn("{} (run.json is not updated; training goes on)", e.what());
+    if (!write_failed_) report_warning("{} (run.json is not updated; training goes on)", e.what());
     write_failed_ = true;
   }
 }

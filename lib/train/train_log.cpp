@@ -3,13 +3,14 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
-#include <spdlog/spdlog.h>
 
 #include <cmath>
 #include <cstdio>
 
 #include "wantrain/util/error.hpp"
+#include "wantrain/util/files.hpp"
 #include "wantrain/util/json.hpp"
+#include "wantrain/util/reporter.hpp"
 #include "wantrain/util/text.hpp"
 
 namespace wt::train {
@@ -28,14 +29,7 @@ void keep_lines_up_to(const std::string& path, int64_t step) {
       kept += line + '\n';
   }
   in.close();
-  // Replaced whole by rename: a crash here leaves the old file, not half of it.
-  const std::string temporary = path + ".tmp";
-  {
-    std::ofstream out(temporary, std::ios::trunc);
-    out << kept;
-    if (!out) throw Error(fmt::format("{}: cannot write", temporary));
-  }
-  if (std::rename(temporary.c_str(), path.c_str()) != 0) throw Error(fmt::format("{}: cannot replace", path));
+  write_file_durably(path, kept);  // a crash here leaves the old file, not half of it
 }
 
 std::string per_rank(const std::vector<double>& mib) {
@@ -68,7 +62,7 @@ TrainLog::TrainLog(bool enabled, TrainLogOptions options) : enabled_(enabled), o
     to_tensorboard([&] {
       tensorboard_ = std::make_unique<report::TensorBoardWriter>(options_.tensorboard_dir,
                                                                  options_.append ? options_.first_step : 0);
-      for (const auto& note : tensorboard_->notes()) spdlog::warn("{}", note);
+      for (const auto& note : tensorboard_->notes()) report_warning("{}", note);
     });
   }
   progress_ = std::make_unique<Progress>("train", options_.total_steps, options_.stream);
@@ -83,7 +77,7 @@ bool TrainLog::is_logged_step(int64_t step) const {
 
 void TrainLog::line(const std::string& text) {
   if (progress_->enabled()) progress_->interrupt();  // the bar's line stays; the message goes under it
-  spdlog::info("{}", text);
+  report_info("{}", text);
 }
 
 void TrainLog::record(const StepResult& r, int64_t skipped_total, const MemoryPeaks& peaks) {
@@ -117,7 +111,7 @@ void TrainLog::record(const StepResult& r, int64_t skipped_total, const MemoryPe
   // Distillation adds the teacher's forward to the split.
   const std::string teacher = times_.teacher > 0 ? fmt::format("teacher {:.3f} + ", times_.teacher / n) : "";
   if (!progress_->enabled())
-    spdlog::info(
+    report_info(
         "step {}/{}  epoch {}  loss {:.5f}  lr {:.3e}  grad {:.3f}{}  {:.1f} samples/s  "
         "step {:.3f} s = data {:.3f} + {}fwd {:.3f} + bwd {:.3f} + comm {:.3f} + optim {:.3f}  ETA {}",
         r.step, options_.total_steps, r.epoch, loss, r.lr, r.grad_norm,
@@ -199,11 +193,11 @@ void TrainLog::finish(int64_t skipped_total, const MemoryPeaks& peaks) {
   if (!enabled_) return;
   progress_.reset();  // ends the bar's line
   const double samples_per_s = run_wall_ > 0 ? double(run_steps_ * options_.samples_per_step) / run_wall_ : 0.0;
-  spdlog::info("trained {} steps in {} ({:.1f} samples/s), {} skipped; peak RSS per rank {} MiB{}", run_steps_,
-               format_duration(run_wall_), samples_per_s, skipped_total, per_rank(peaks.rss_mib),
-               peaks.device_mib.empty()
-                   ? std::string()
-                   : fmt::format("; peak device memory per rank {} MiB", per_rank(peaks.device_mib)));
+  report_info("trained {} steps in {} ({:.1f} samples/s), {} skipped; peak RSS per rank {} MiB{}", run_steps_,
+              format_duration(run_wall_), samples_per_s, skipped_total, per_rank(peaks.rss_mib),
+              peaks.device_mib.empty()
+                  ? std::string()
+                  : fmt::format("; peak device memory per rank {} MiB", per_rank(peaks.device_mib)));
   // With the last step's number, so that a resume's truncation treats it
   // as that step's.
   nlohmann::json json = {{"step", options_.total_steps},
@@ -221,7 +215,7 @@ void TrainLog::to_tensorboard(const std::function<void()>& write) {
   try {
     write();
   } catch (const Error& e) {
-    spdlog::warn("{} (no more TensorBoard events in this run; metrics.jsonl goes on)", e.what());
+    report_warning("{} (no more TensorBoard events in this run; metrics.jsonl goes on)", e.what());
     tensorboard_.reset();
   }
 }

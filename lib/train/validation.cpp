@@ -5,7 +5,7 @@
 #include <algorithm>
 
 #include "wantrain/distributed/comm.hpp"
-#include "wantrain/model/autocast.hpp"
+#include "wantrain/nn/autocast.hpp"
 #include "wantrain/train/objective.hpp"
 
 namespace wt::train {
@@ -28,7 +28,7 @@ double Validator::evaluate(Objective& objective, distributed::Comm& comm, at::Sc
     const std::vector<int64_t> indices(mine.begin() + first,
                                        mine.begin() + std::min(mine.size(), first + size_t(batch_size_)));
     const Batch batch = samples_->read(indices).slice(0, int64_t(indices.size()), device);
-    model::AutocastScope autocast(compute_dtype, device.type());
+    nn::AutocastScope autocast(compute_dtype, device.type());
     sum += objective.validation_losses(batch).sum().item<double>();
   }
 

@@ -35,8 +35,8 @@ void sync_directory(const std::string& directory) {
   fsync_path(directory.empty() ? "." : directory, O_RDONLY | O_DIRECTORY);
 }
 
-void write_file_durably(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
+void write_file_durably(const std::string& path, const std::string& text, const std::string& temporary) {
+  const std::string tmp = temporary.empty() ? path + ".tmp" : temporary;
   try {
     {
       std::ofstream out(tmp, std::ios::binary | std::ios::trunc);

@@ -9,10 +9,11 @@ namespace wt {
 void sync_file(const std::string& path);
 void sync_directory(const std::string& directory);
 
-// Writes `text` to `path` through `path.tmp`: written, fsynced, renamed
-// over `path`, directory fsynced; a reader sees the old file or the whole
-// new one. Error naming the file when any step fails (the tmp is removed).
-void write_file_durably(const std::string& path, const std::string& text);
+// Writes `text` to `path` through a temporary file (`temporary`, in the
+// same directory; empty: `path.tmp`): written, fsynced, renamed over
+// `path`, directory fsynced; a reader sees the old file or the whole new
+// one. Error naming the file when any step fails (the temporary is removed).
+void write_file_durably(const std::string& path, const std::string& text, const std::string& temporary = {});
 
 // Why `path` cannot be read as a file, in a user's words ("no such file",
 // "is a directory, not a file", "cannot be read: Permission denied"), or

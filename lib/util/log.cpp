@@ -6,8 +6,35 @@
 #include <cstdlib>
 
 #include "wantrain/util/progress.hpp"
+#include "wantrain/util/reporter.hpp"
 
 namespace wt::log {
+namespace {
+
+// Each line of `text` at `level`, so that every line in a log file carries
+// the same time and rank prefix.
+void log_lines(spdlog::level::level_enum level, const std::string& text) {
+  size_t start = 0;
+  while (start < text.size()) {
+    const size_t end = text.find('\n', start);
+    const size_t stop = end == std::string::npos ? text.size() : end;
+    spdlog::log(level, "{}", std::string_view(text).substr(start, stop - start));
+    start = stop + 1;
+  }
+}
+
+// The library's reports, as lines of this log.
+class LogReporter : public Reporter {
+ public:
+  void report(Severity severity, const std::string& message) override {
+    log_lines(severity == Severity::Info      ? spdlog::level::info
+              : severity == Severity::Warning ? spdlog::level::warn
+                                              : spdlog::level::err,
+              message);
+  }
+};
+
+}  // namespace
 
 void init(int rank, int size, spdlog::level::level_enum level) {
   auto logger = spdlog::get("wantrain");
@@ -24,16 +51,10 @@ void init(int rank, int size, spdlog::level::level_enum level) {
   logger->set_level(rank == 0 ? level : spdlog::level::warn);
   logger->flush_on(spdlog::level::info);  // SLURM log files should be current.
   spdlog::set_default_logger(logger);
+  static LogReporter reporter;
+  set_reporter(&reporter);
 }
 
-void info_lines(const std::string& text) {
-  size_t start = 0;
-  while (start < text.size()) {
-    const size_t end = text.find('\n', start);
-    const size_t stop = end == std::string::npos ? text.size() : end;
-    spdlog::info("{}", std::string_view(text).substr(start, stop - start));
-    start = stop + 1;
-  }
-}
+void info_lines(const std::string& text) { log_lines(spdlog::level::info, text); }
 
 }  // namespace wt::log

@@ -7,8 +7,9 @@
 
 namespace wt::log {
 
-// Sets the default logger. Rank 0 logs at `level`; other ranks log warnings
-// and errors only, so SLURM log files stay readable.
+// Sets the default logger and installs it as the library's Reporter
+// (util/reporter.hpp). Rank 0 logs at `level`; other ranks log warnings and
+// errors only, so SLURM log files stay readable.
 void init(int rank, int size, spdlog::level::level_enum level = spdlog::level::info);
 
 // Each line of `text` (a table, say) as an info line of its own, so that

@@ -22,7 +22,7 @@ cmake --install "$build" --prefix "$prefix" >"$work/install.log" || { cat "$work
 for f in bin/wantrain bin/wandata bin/wansample bin/wanbench bin/csvfit bin/wanrun share/wantrain/configs/wan-tiny.json \
          share/wantrain/slurm/train.sbatch share/wantrain/slurm/srun-wantrain share/wantrain/mpi/mca-params.conf \
          share/wantrain/plot_metrics.py lib/libwantrain_report.a \
-         share/doc/wantrain/cluster.md include/wantrain/model/model_config.hpp lib/cmake/wantrain/wantrainConfig.cmake; do
+         share/doc/wantrain/cluster.md include/wantrain/wan/model/model_config.hpp lib/cmake/wantrain/wantrainConfig.cmake; do
   [ -e "$prefix/$f" ] || fail "not installed: $f"
 done
 

@@ -4,15 +4,15 @@
 
 #include <torch/torch.h>
 
-#include "wantrain/model/lora.hpp"
-#include "wantrain/model/model_config.hpp"
-#include "wantrain/model/wan_model.hpp"
+#include "wantrain/wan/model/lora.hpp"
+#include "wantrain/wan/model/model_config.hpp"
+#include "wantrain/wan/model/wan_model.hpp"
 
 namespace wt::testing {
 
 // dim 32, 2 heads, FFN 64, text [8, 16], latents of 4 channels.
-inline model::WanConfig small_wan_config(int64_t layers = 2) {
-  model::WanConfig c;
+inline wan::WanConfig small_wan_config(int64_t layers = 2) {
+  wan::WanConfig c;
   c.dim = 32;
   c.ffn_dim = 64;
   c.num_heads = 2;
@@ -28,15 +28,15 @@ inline model::WanConfig small_wan_config(int64_t layers = 2) {
 
 // The model seed 7 gives, with LoRA adapters when lora.rank > 0. Wan zeroes
 // the output head; here it is drawn, so that every block reaches the output.
-inline model::WanModel seeded_small_model(const model::WanConfig& config, const model::LoraOptions& lora = {},
-                                          at::ScalarType base_dtype = at::kFloat) {
+inline wan::WanModel seeded_small_model(const wan::WanConfig& config, const wan::LoraOptions& lora = {},
+                                        at::ScalarType base_dtype = at::kFloat) {
   torch::manual_seed(7);
-  model::WanModel model(config, base_dtype);
+  wan::WanModel model(config, base_dtype);
   {
     torch::NoGradGuard no_grad;
     model->head->head->weight.normal_(0, 0.02);
   }
-  if (lora.rank > 0) model::add_lora(*model, lora);
+  if (lora.rank > 0) wan::add_lora(*model, lora);
   return model;
 }
 

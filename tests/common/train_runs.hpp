@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "../common/launch.hpp"
-#include "wantrain/model/safetensors.hpp"
+#include "wantrain/io/safetensors.hpp"
 
 namespace wt::testing::train_runs {
 
@@ -68,7 +68,7 @@ inline double relative(double a, double b) { return std::abs(a - b) / std::max(s
 // relative to, and Adam's normalised steps move them by ~lr whatever their
 // gradient's size).
 inline double weights_difference(const std::string& a_path, const std::string& b_path) {
-  const auto a = wt::model::SafetensorsFile::open(a_path), b = wt::model::SafetensorsFile::open(b_path);
+  const auto a = wt::io::SafetensorsFile::open(a_path), b = wt::io::SafetensorsFile::open(b_path);
   EXPECT_EQ(a.entries().size(), b.entries().size());
   double diff = 0, norm = 0;
   for (const auto& entry : a.entries()) {

@@ -8,10 +8,10 @@
 #include <fstream>
 
 #include "../common/launch.hpp"
-#include "wantrain/model/model_config.hpp"
-#include "wantrain/model/safetensors.hpp"
-#include "wantrain/model/wan_model.hpp"
-#include "wantrain/model/weights.hpp"
+#include "wantrain/wan/model/model_config.hpp"
+#include "wantrain/io/safetensors.hpp"
+#include "wantrain/wan/model/wan_model.hpp"
+#include "wantrain/wan/model/weights.hpp"
 
 namespace {
 
@@ -27,26 +27,25 @@ void expect_matches_reference(const Case& c) {
   const std::string dir = wt::testing::fresh(std::string("reference-") + c.name);
   std::filesystem::create_directories(dir);
   std::ofstream(dir + "/config.json") << c.config_json;
-  const auto config = wt::model::load_model_config(dir + "/config.json");
+  const auto config = wt::wan::load_model_config(dir + "/config.json");
   torch::manual_seed(21);
-  wt::model::WanModel model(config);
+  wt::wan::WanModel model(config);
   torch::NoGradGuard no_grad;
   // Random values everywhere (Wan zero-initialises some): every weight matters.
   for (auto& p : model->parameters()) p.copy_(torch::randn_like(p) * 0.2);
-  wt::model::save_weights(*model, dir + "/weights.safetensors");
+  wt::wan::save_weights(*model, dir + "/weights.safetensors");
 
   const auto [f, h, w] = c.latent_fhw;
   const auto x = torch::randn({2, config.in_dim, f, h, w});                // [B, C, F, H, W]
   const auto t = torch::tensor({37.5f, 912.0f});                           // [B]
   const auto context = torch::randn({2, c.context_len, config.text_dim});  // [B, Lc, D]
-  wt::model::write_safetensors(dir + "/inputs.safetensors", {{"x", x}, {"t", t}, {"context", context}},
-                               torch::kFloat32);
+  wt::io::write_safetensors(dir + "/inputs.safetensors", {{"x", x}, {"t", t}, {"context", context}}, torch::kFloat32);
 
   const auto job = wt::testing::launch(
       std::string(WANTRAIN_PYTHON) + " " + WANTRAIN_SOURCE_DIR + "/tests/reference/wan_reference.py " + dir +
       "/config.json " + dir + "/weights.safetensors " + dir + "/inputs.safetensors " + dir + "/out.safetensors");
   ASSERT_EQ(job.status, 0) << job.output;
-  const auto file = wt::model::SafetensorsFile::open(dir + "/out.safetensors");
+  const auto file = wt::io::SafetensorsFile::open(dir + "/out.safetensors");
   const auto reference = file.read(*file.find("out"));
   const auto ours = model->forward(x, t, context);
   ASSERT_EQ(ours.sizes(), reference.sizes());

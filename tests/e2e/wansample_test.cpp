@@ -8,9 +8,9 @@
 
 #include "../common/launch.hpp"
 #include "wantrain/data/dataset.hpp"
-#include "wantrain/model/model_config.hpp"
-#include "wantrain/model/wan_model.hpp"
-#include "wantrain/model/weights.hpp"
+#include "wantrain/wan/model/model_config.hpp"
+#include "wantrain/wan/model/wan_model.hpp"
+#include "wantrain/wan/model/weights.hpp"
 
 namespace {
 
@@ -24,12 +24,12 @@ const std::string kStudent = std::string(WANTRAIN_SOURCE_DIR) + "/data/configs/w
 // Weights of `config` whose head is not zero, so samples depend on the model.
 std::string write_weights(const std::string& config, const std::string& path) {
   torch::manual_seed(11);
-  wt::model::WanModel model(wt::model::load_model_config(config));
+  wt::wan::WanModel model(wt::wan::load_model_config(config));
   {
     torch::NoGradGuard no_grad;
     model->head->head->weight.normal_(0.0, 0.05);
   }
-  wt::model::save_weights(*model, path, torch::kBFloat16);
+  wt::wan::save_weights(*model, path, torch::kBFloat16);
   return path;
 }
 

@@ -7,7 +7,7 @@
 #include <cstring>
 #include <string>
 
-#include "wantrain/model/safetensors_header.hpp"
+#include "wantrain/io/safetensors_header.hpp"
 #include "wantrain/util/error.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -15,9 +15,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   unsigned char first[8];
   std::memcpy(first, data, 8);
   try {
-    const uint64_t length = wt::model::safetensors_header_length("fuzz", first, size);
+    const uint64_t length = wt::io::safetensors_header_length("fuzz", first, size);
     const std::string header(reinterpret_cast<const char*>(data) + 8, length);
-    const auto parsed = wt::model::parse_safetensors_header("fuzz", header, size);
+    const auto parsed = wt::io::parse_safetensors_header("fuzz", header, size);
     volatile uint8_t sink = 0;
     for (const auto& e : parsed.entries) {
       if (e.end < e.begin || parsed.data_start + e.end > size) __builtin_trap();

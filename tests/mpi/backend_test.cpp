@@ -10,18 +10,6 @@
 #include "mpi_test_env.hpp"
 #include "wantrain/util/error.hpp"
 
-TEST(Backend, ParsesTheThreeNamesAndNamesTheOptionOtherwise) {
-  EXPECT_EQ(wt::distributed::parse_backend("auto"), wt::distributed::Backend::Auto);
-  EXPECT_EQ(wt::distributed::parse_backend("mpi"), wt::distributed::Backend::Mpi);
-  EXPECT_EQ(wt::distributed::parse_backend("nccl"), wt::distributed::Backend::Nccl);
-  try {
-    wt::distributed::parse_backend("gloo");
-    FAIL();
-  } catch (const wt::UsageError& e) {
-    EXPECT_STREQ(e.what(), "backend: 'gloo' is not one of auto|mpi|nccl");
-  }
-}
-
 TEST(Backend, AutoIsTheSameOnEveryRankAndMpiWithoutAUsableGpu) {
   const auto& world = test_world();
   const auto resolved = wt::distributed::resolve_backend(world, wt::distributed::Backend::Auto);

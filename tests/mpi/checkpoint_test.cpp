@@ -20,8 +20,8 @@
 #include "../common/train_runs.hpp"
 #include "wantrain/ckpt/checkpoint.hpp"
 #include "wantrain/ckpt/directory.hpp"
-#include "wantrain/model/model_config.hpp"
-#include "wantrain/model/safetensors.hpp"
+#include "wantrain/wan/model/model_config.hpp"
+#include "wantrain/io/safetensors.hpp"
 
 extern char** environ;
 
@@ -375,7 +375,7 @@ TEST_F(Checkpoints, ExportWritesTheCheckpointsWeightsAsSafetensors) {
   }
   const Job diffusers = launch(export_command + " --names diffusers --dtype bf16 --out " + dir + "/d.safetensors");
   ASSERT_EQ(diffusers.status, 0) << diffusers.output;
-  const auto file = wt::model::SafetensorsFile::open(dir + "/d.safetensors");
+  const auto file = wt::io::SafetensorsFile::open(dir + "/d.safetensors");
   EXPECT_NE(file.find("patch_embedding.weight"), nullptr);  // the one name both conventions share
   EXPECT_EQ(file.find("blocks.0.self_attn.q.weight"), nullptr);
   EXPECT_NE(file.find("blocks.0.attn1.to_q.weight"), nullptr);
@@ -397,9 +397,9 @@ TEST(WanbenchCkpt, ReportsSizeSaveTimesAndStall) {
   ASSERT_EQ(job.status, 0) << job.output;
   const auto report = Json::parse(job.output.substr(job.output.find('{')));
   std::ifstream in(tiny_config());
-  const auto config = wt::model::parse_model_config(
+  const auto config = wt::wan::parse_model_config(
       std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()), tiny_config());
-  EXPECT_EQ(report["tensor_bytes"].get<int64_t>(), 16 * wt::model::parameter_count(config));
+  EXPECT_EQ(report["tensor_bytes"].get<int64_t>(), 16 * wt::wan::parameter_count(config));
   EXPECT_GT(report["checkpoint_bytes"].get<int64_t>(), report["tensor_bytes"].get<int64_t>());
   for (const char* key :
        {"sync_save_s", "snapshot_s", "file_write_s", "plain_write_s", "steps_s", "steps_with_background_write_s"})

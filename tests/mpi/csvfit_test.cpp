@@ -11,7 +11,7 @@
 
 #include "../common/launch.hpp"
 #include "../common/train_runs.hpp"
-#include "wantrain/model/safetensors.hpp"
+#include "wantrain/io/safetensors.hpp"
 
 namespace {
 

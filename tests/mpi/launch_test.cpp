@@ -13,7 +13,7 @@
 #include "../common/launch.hpp"
 #include "wantrain/distributed/device_placement.hpp"
 #include "wantrain/data/dataset.hpp"
-#include "wantrain/model/model_config.hpp"
+#include "wantrain/wan/model/model_config.hpp"
 
 namespace {
 
@@ -164,7 +164,7 @@ TEST(Launch, DryRunPrintsTheMemoryPlanOfTheRun) {
   // wan-tiny's patch is (1, 2, 2): 2 x 16 x 16 tokens.
   EXPECT_EQ(occurrences(job.output, "batch 1 x 512 tokens, attention chunk 64, checkpointing every block"), 1u)
       << job.output;
-  const int64_t params = wt::model::parameter_count(wt::model::load_model_config(configs + "wan-tiny.json"));
+  const int64_t params = wt::wan::parameter_count(wt::wan::load_model_config(configs + "wan-tiny.json"));
   for (const std::string& line :
        {std::to_string(params) + " parameters, fp32", std::string("fp32, in the Reducer's buckets"),
         std::string("AdamW's two moments, fp32"), std::string("averaged weights, fp32"),
@@ -370,7 +370,7 @@ TEST(Launch, DryRunChecksThatTheDataFitTheModel) {
   const Job fits = launch_mpi(std::string(WANTRAIN_WANTRAIN) + " --dry-run --data " + dir + " --model-config " +
                               configs + "wan-tiny.json");
   EXPECT_EQ(fits.status, 0) << fits.output;
-  const int64_t params = wt::model::parameter_count(wt::model::load_model_config(configs + "wan-tiny.json"));
+  const int64_t params = wt::wan::parameter_count(wt::wan::load_model_config(configs + "wan-tiny.json"));
   EXPECT_EQ(occurrences(fits.output, "model: " + configs + "wan-tiny.json: " + std::to_string(params) + " parameters"),
             1u)
       << fits.output;

@@ -14,11 +14,11 @@
 #include "wantrain/ckpt/checkpoint.hpp"
 #include "wantrain/ckpt/directory.hpp"
 #include "wantrain/data/dataset.hpp"
-#include "wantrain/model/lora_file.hpp"
-#include "wantrain/model/model_config.hpp"
-#include "wantrain/model/safetensors.hpp"
-#include "wantrain/model/wan_model.hpp"
-#include "wantrain/model/weights.hpp"
+#include "wantrain/wan/model/lora_file.hpp"
+#include "wantrain/wan/model/model_config.hpp"
+#include "wantrain/io/safetensors.hpp"
+#include "wantrain/wan/model/wan_model.hpp"
+#include "wantrain/wan/model/weights.hpp"
 
 namespace {
 
@@ -56,11 +56,11 @@ class LoraRun : public ::testing::Test {
   // Base "a" held as a run held it (`held`: bf16 rounds it), with the LoRA
   // file folded in in fp32, written to `out`.
   static void merge_by_hand(const std::string& lora_file, at::ScalarType held, const std::string& out) {
-    wt::model::WanModel model(wt::model::load_model_config(tiny_config()), held);
-    wt::model::load_weights(*model, base("a"));
+    wt::wan::WanModel model(wt::wan::load_model_config(tiny_config()), held);
+    wt::wan::load_weights(*model, base("a"));
     model->to(torch::kFloat32);
-    wt::model::merge_lora_file(*model, lora_file, 1.0);
-    wt::model::save_weights(*model, out);
+    wt::wan::merge_lora_file(*model, lora_file, 1.0);
+    wt::wan::save_weights(*model, out);
   }
 
   static std::string data_;
@@ -92,7 +92,7 @@ TEST_F(LoraRun, TwoRanksTrainTheAdaptersAsOneRankWithTheBatchDoubled) {
   EXPECT_LT(weights_difference(run_dir("lora-2x2") + "/lora.safetensors", run_dir("lora-1x4") + "/lora.safetensors"),
             1e-5);
 
-  const auto file = wt::model::SafetensorsFile::open(run_dir("lora-2x2") + "/lora.safetensors");
+  const auto file = wt::io::SafetensorsFile::open(run_dir("lora-2x2") + "/lora.safetensors");
   EXPECT_EQ(file.entries().size(), size_t(2 * 10 * 3));  // 2 blocks x 10 layers x (A, B, alpha)
   const auto* a_entry = file.find("diffusion_model.blocks.1.ffn.2.lora_A.weight");
   const auto* b_entry = file.find("diffusion_model.blocks.1.ffn.2.lora_B.weight");
@@ -203,10 +203,10 @@ TEST_F(LoraRun, WansampleWithTheLoraSamplesAsTheMergedWeights) {
   const std::string dir = run_dir("lora-sample");
   ASSERT_EQ(train(2, "lora-sample", lora("--batch-size 2 --steps 20 --init " + base("a"))).status, 0);
   {
-    wt::model::WanModel merged(wt::model::load_model_config(tiny_config()));
-    wt::model::load_weights(*merged, base("a"));
-    EXPECT_EQ(wt::model::merge_lora_file(*merged, dir + "/lora.safetensors", 1.0), 2 * 10);
-    wt::model::save_weights(*merged, dir + "/merged.safetensors");
+    wt::wan::WanModel merged(wt::wan::load_model_config(tiny_config()));
+    wt::wan::load_weights(*merged, base("a"));
+    EXPECT_EQ(wt::wan::merge_lora_file(*merged, dir + "/lora.safetensors", 1.0), 2 * 10);
+    wt::wan::save_weights(*merged, dir + "/merged.safetensors");
   }
   auto sample = [&](const std::string& name, const std::string& weights) {
     std::filesystem::create_directories(dir + "/" + name);
@@ -254,11 +254,11 @@ TEST_F(LoraRun, ASeedsInitialWeightsExportAsTheBaseOfARunFromThatSeed) {
   EXPECT_FALSE(checksum_of(from_seed.output).empty()) << from_seed.output;
   EXPECT_EQ(checksum_of(from_seed.output), checksum_of(from_file.output)) << from_file.output;
 
-  const auto fp32 = wt::model::SafetensorsFile::open(file("fp32"));
-  const auto bf16 = wt::model::SafetensorsFile::open(file("bf16"));
+  const auto fp32 = wt::io::SafetensorsFile::open(file("fp32"));
+  const auto bf16 = wt::io::SafetensorsFile::open(file("bf16"));
   ASSERT_EQ(bf16.entries().size(), fp32.entries().size());
   for (const auto& entry : bf16.entries()) {
-    EXPECT_EQ(entry.dtype, wt::model::TensorDtype::BF16) << entry.name;
+    EXPECT_EQ(entry.dtype, wt::io::TensorDtype::BF16) << entry.name;
     EXPECT_TRUE(torch::equal(bf16.read(entry), fp32.read(*fp32.find(entry.name)).to(at::kBFloat16))) << entry.name;
   }
   // --random-head: the same weights but for the head, which Wan's
@@ -267,7 +267,7 @@ TEST_F(LoraRun, ASeedsInitialWeightsExportAsTheBaseOfARunFromThatSeed) {
   const Job head = launch(std::string(WANTRAIN_WANTRAIN) + " export --model-config " + tiny_config() +
                           " --seed 11 --random-head --out " + head_file);
   ASSERT_EQ(head.status, 0) << head.output;
-  const auto with_head = wt::model::SafetensorsFile::open(head_file);
+  const auto with_head = wt::io::SafetensorsFile::open(head_file);
   for (const auto& entry : with_head.entries()) {
     const auto plain = fp32.read(*fp32.find(entry.name));
     if (entry.name == "head.head.weight") {

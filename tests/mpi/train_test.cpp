@@ -15,8 +15,8 @@
 #include "../common/shards.hpp"
 #include "../common/train_runs.hpp"
 #include "wantrain/data/shard.hpp"
-#include "wantrain/model/model_config.hpp"
-#include "wantrain/model/safetensors.hpp"
+#include "wantrain/wan/model/model_config.hpp"
+#include "wantrain/io/safetensors.hpp"
 
 namespace {
 
@@ -245,7 +245,7 @@ TEST_F(Train, NonFiniteLossSkipsTheStepOnEveryRank) {
   const auto lines = training_lines(run_dir("nan-run"));
   ASSERT_EQ(lines.size(), 2u);
   EXPECT_EQ(lines.back()["skipped_steps"], 2);
-  const auto weights = wt::model::SafetensorsFile::open(run_dir("nan-run") + "/model.safetensors");
+  const auto weights = wt::io::SafetensorsFile::open(run_dir("nan-run") + "/model.safetensors");
   for (const auto& entry : weights.entries())
     EXPECT_TRUE(torch::isfinite(weights.read(entry)).all().item<bool>()) << entry.name;
 }
@@ -387,7 +387,7 @@ TEST(WanbenchStep, ReportsTheStepWithAndWithoutCommunicationAndTheSync) {
   ASSERT_EQ(job.status, 0) << job.output;
   const auto report = Json::parse(job.output.substr(job.output.find('{')));
   EXPECT_EQ(report["ranks"], 2);
-  EXPECT_EQ(report["parameters"], wt::model::parameter_count(wt::model::load_model_config(tiny_config())));
+  EXPECT_EQ(report["parameters"], wt::wan::parameter_count(wt::wan::load_model_config(tiny_config())));
   EXPECT_EQ(report["sync"]["bytes"].get<double>(), 4.0 * report["parameters"].get<double>());
   for (const char* variant : {"with_reducer", "comm_skipped"}) {
     const auto& v = report[variant];

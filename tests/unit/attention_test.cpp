@@ -7,8 +7,8 @@
 #include <string>
 
 #include "../common/small_models.hpp"
-#include "wantrain/model/attention.hpp"
-#include "wantrain/model/autocast.hpp"
+#include "wantrain/nn/attention.hpp"
+#include "wantrain/nn/autocast.hpp"
 
 namespace {
 
@@ -33,7 +33,7 @@ TEST(ChunkedAttention, EqualsTheFullScoreMatrixInValueAndGradient) {
     const auto d_out = torch::randn({2, 3, 13, 8});
     const auto expected = full_attention(q, k, v);
     const auto expected_grads = torch::autograd::grad({expected}, {q, k, v}, {d_out});
-    const auto got = wt::model::chunked_attention(q, k, v, chunk);
+    const auto got = wt::nn::chunked_attention(q, k, v, chunk);
     const auto got_grads = torch::autograd::grad({got}, {q, k, v}, {d_out});
     EXPECT_LT(relative_max(got, expected), 1e-6);
     for (size_t i = 0; i < 3; ++i) EXPECT_LT(relative_max(got_grads[i], expected_grads[i]), 1e-5) << "input " << i;
@@ -50,7 +50,7 @@ void expect_model_matches(at::ScalarType autocast, double tolerance) {
     const auto x = torch::randn({2, 4, 3, 6, 10}), context = torch::randn({2, 5, 16});
     at::Tensor out;
     {
-      wt::model::AutocastScope scope(autocast, torch::kCPU);
+      wt::nn::AutocastScope scope(autocast, torch::kCPU);
       out = model->forward(x, torch::tensor({100.0f, 700.0f}), context).to(torch::kFloat32);
     }
     out.square().mean().backward();

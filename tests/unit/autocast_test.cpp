@@ -3,13 +3,13 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "wantrain/model/autocast.hpp"
+#include "wantrain/nn/autocast.hpp"
 
 namespace {
 
-using wt::model::autocast_dtype;
-using wt::model::AutocastScope;
-using wt::model::Fp32Scope;
+using wt::nn::autocast_dtype;
+using wt::nn::AutocastScope;
+using wt::nn::Fp32Scope;
 
 // The adapter's own queries: this test compiles against every LibTorch the
 // adapter does.

@@ -6,9 +6,9 @@
 #include <cmath>
 #include <numeric>
 
-#include "wantrain/train/caption_dropout.hpp"
+#include "wantrain/wan/caption_dropout.hpp"
 
-using namespace wt::train;
+using namespace wt::wan;
 
 TEST(CaptionDropout, TheUnconditionalContextIsAPromptOfNoTokens) {
   const auto context = torch::randn({2, 5, 3});

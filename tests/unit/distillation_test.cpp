@@ -6,21 +6,21 @@
 #include <filesystem>
 
 #include "wantrain/ckpt/checkpoint.hpp"
-#include "wantrain/model/projection.hpp"
-#include "wantrain/model/tensor_memory.hpp"
-#include "wantrain/model/wan_model.hpp"
-#include "wantrain/model/weights.hpp"
-#include "wantrain/train/distillation.hpp"
-#include "wantrain/train/teacher.hpp"
+#include "wantrain/wan/model/projection.hpp"
+#include "wantrain/nn/tensor_memory.hpp"
+#include "wantrain/wan/model/wan_model.hpp"
+#include "wantrain/wan/model/weights.hpp"
+#include "wantrain/wan/distillation.hpp"
+#include "wantrain/wan/teacher.hpp"
 #include "wantrain/util/error.hpp"
 
 namespace {
 
 namespace fs = std::filesystem;
-using wt::model::NamedTensors;
-using wt::model::Projection;
-using wt::model::WanConfig;
-using wt::model::WanModel;
+using wt::io::NamedTensors;
+using wt::wan::Projection;
+using wt::wan::WanConfig;
+using wt::wan::WanModel;
 
 WanConfig config(int64_t dim, int64_t layers, std::array<int64_t, 3> patch = {1, 2, 2}) {
   WanConfig c;
@@ -55,9 +55,9 @@ WanModel random_model(const WanConfig& c, uint64_t seed) {
 
 at::Tensor parameter(const WanModel& model, const std::string& name) { return model->named_parameters(true)[name]; }
 
-wt::model::ProjectionReport project(WanModel& teacher, WanModel& student) {
-  wt::model::check_projectable(teacher->config(), "teacher", student->config(), "student");
-  return wt::model::project_weights(named(teacher), teacher->config(), named(student), student->config());
+wt::wan::ProjectionReport project(WanModel& teacher, WanModel& student) {
+  wt::wan::check_projectable(teacher->config(), "teacher", student->config(), "student");
+  return wt::wan::project_weights(named(teacher), teacher->config(), named(student), student->config());
 }
 
 struct Inputs {
@@ -73,7 +73,7 @@ std::string temp_path(const std::string& name) { return (fs::path(::testing::Tem
 }  // namespace
 
 TEST(Projection, TeacherBlocksAreSpreadEvenlyKeepingFirstAndLast) {
-  using wt::model::teacher_block_for;
+  using wt::wan::teacher_block_for;
   // round(i * (Lt - 1) / (Ls - 1))
   EXPECT_EQ((std::vector<int64_t>{teacher_block_for(0, 3, 5), teacher_block_for(1, 3, 5), teacher_block_for(2, 3, 5)}),
             (std::vector<int64_t>{0, 2, 4}));
@@ -156,11 +156,11 @@ TEST(Teacher, ShowsAnImageStudentsFramesAsStillsAndTheProjectedStudentMatchesIt)
   const auto tc = config(32, 2, {2, 2, 2}), sc = config(32, 2, {1, 2, 2});
   auto source = random_model(tc, 3);
   const auto path = temp_path("teacher-video.safetensors");
-  wt::model::save_weights(*source, path);
-  wt::train::Teacher teacher(path, tc, "test");
+  wt::wan::save_weights(*source, path);
+  wt::wan::Teacher teacher(path, tc, "test");
   teacher.show_frames_as_stills(true);
   WanModel student(sc);
-  wt::model::project_weights(teacher.weights(), tc, named(student), sc);
+  wt::wan::project_weights(teacher.weights(), tc, named(student), sc);
   const auto in = inputs(sc, 1);
   torch::NoGradGuard no_grad;
   const auto from_teacher = teacher.predict(in.x, in.t, in.context, at::kFloat);
@@ -185,7 +185,7 @@ TEST(Projection, ParametersTheTeacherLacksKeepTheirFreshInit) {
 TEST(Projection, StudentsThatCannotBeProjectedAreOneLineNamingTheField) {
   auto error = [](const WanConfig& teacher, const WanConfig& student) {
     try {
-      wt::model::check_projectable(teacher, "--teacher t.safetensors", student, "--model-config s.json");
+      wt::wan::check_projectable(teacher, "--teacher t.safetensors", student, "--model-config s.json");
     } catch (const wt::UsageError& e) {
       return std::string(e.what());
     }
@@ -211,8 +211,8 @@ TEST(DistillationLoss, IsTheMeanSquaredGapToTheTeacherPlusTheWeightedTarget) {
   const auto student = torch::tensor({1.0f, 2.0f, 3.0f, 4.0f});
   const auto teacher = torch::tensor({1.0f, 0.0f, 3.0f, 2.0f});  // gaps 0, 2, 0, 2: mean square 2
   const auto target = torch::tensor({0.0f, 2.0f, 3.0f, 4.0f});   // gaps 1, 0, 0, 0: mean square 0.25
-  EXPECT_DOUBLE_EQ(wt::train::distillation_loss(student, teacher, target, 0.0).item<double>(), 2.0);
-  EXPECT_DOUBLE_EQ(wt::train::distillation_loss(student, teacher, target, 0.5).item<double>(), 2.125);
+  EXPECT_DOUBLE_EQ(wt::wan::distillation_loss(student, teacher, target, 0.0).item<double>(), 2.0);
+  EXPECT_DOUBLE_EQ(wt::wan::distillation_loss(student, teacher, target, 0.5).item<double>(), 2.125);
 }
 
 TEST(Teacher, IsFrozenAndItsChecksumFollowsTheWeightsNotTheFile) {
@@ -220,9 +220,9 @@ TEST(Teacher, IsFrozenAndItsChecksumFollowsTheWeightsNotTheFile) {
   auto source = random_model(c, 6);
   const auto official = temp_path("teacher-official.safetensors"),
              diffusers = temp_path("teacher-diffusers.safetensors");
-  wt::model::save_weights(*source, official);
-  wt::model::save_weights(*source, diffusers, at::kFloat, wt::model::WeightNames::Diffusers);
-  const wt::train::Teacher a(official, c, "test"), b(diffusers, c, "test");
+  wt::wan::save_weights(*source, official);
+  wt::wan::save_weights(*source, diffusers, at::kFloat, wt::wan::WeightNames::Diffusers);
+  const wt::wan::Teacher a(official, c, "test"), b(diffusers, c, "test");
   EXPECT_EQ(a.checksum(), b.checksum());
   EXPECT_EQ(a.checksum().rfind("crc32:", 0), 0u);
   for (const auto& [name, weight] : a.weights()) EXPECT_FALSE(weight.requires_grad()) << name;
@@ -239,20 +239,20 @@ TEST(Teacher, IsFrozenAndItsChecksumFollowsTheWeightsNotTheFile) {
     parameter(source, "blocks.1.ffn.2.bias")[0] += 1e-3;
   }
   const auto changed = temp_path("teacher-changed.safetensors");
-  wt::model::save_weights(*source, changed);
-  EXPECT_NE(wt::train::Teacher(changed, c, "test").checksum(), a.checksum());
+  wt::wan::save_weights(*source, changed);
+  EXPECT_NE(wt::wan::Teacher(changed, c, "test").checksum(), a.checksum());
 }
 
 TEST(Teacher, HeldInBf16PredictsWithinBf16Precision) {
   const auto c = config(32, 2);
   const auto path = temp_path("teacher-bf16.safetensors");
-  wt::model::save_weights(*random_model(c, 7), path);
-  wt::train::Teacher fp32(path, c, "test"), bf16(path, c, "test", at::kBFloat16);
+  wt::wan::save_weights(*random_model(c, 7), path);
+  wt::wan::Teacher fp32(path, c, "test"), bf16(path, c, "test", at::kBFloat16);
   // The same weights as read: the same teacher for a resume's check.
   EXPECT_EQ(bf16.checksum(), fp32.checksum());
   EXPECT_TRUE(bf16.held_in_bf16());
   for (const auto& [name, w] : bf16.weights()) {
-    EXPECT_EQ(w.scalar_type(), wt::train::held_in_bf16_by_teacher(name) ? at::kBFloat16 : at::kFloat) << name;
+    EXPECT_EQ(w.scalar_type(), wt::wan::held_in_bf16_by_teacher(name) ? at::kBFloat16 : at::kFloat) << name;
     const bool large_linear = name.find(".ffn.") != std::string::npos || name.find("_attn.q.") != std::string::npos;
     const bool fp32_by_design = name.find("norm") != std::string::npos ||
                                 name.find("modulation") != std::string::npos || name.rfind("time_", 0) == 0 ||
@@ -278,23 +278,23 @@ TEST(Teacher, HeldInBf16PredictsWithinBf16Precision) {
 TEST(Teacher, LoadsInBf16WithoutAnFp32CopyOfTheModel) {
   const auto c = config(64, 4);
   const auto path = temp_path("teacher-memory.safetensors");
-  wt::model::save_weights(*random_model(c, 12), path);  // stored fp32
+  wt::wan::save_weights(*random_model(c, 12), path);  // stored fp32
   int64_t held = 0, largest = 0;
-  const auto file = wt::model::SafetensorsFile::open(path);
+  const auto file = wt::io::SafetensorsFile::open(path);
   for (const auto& entry : file.entries()) {
-    const int64_t n = wt::model::element_count(entry.shape);
-    held += n * (wt::train::held_in_bf16_by_teacher(entry.name) ? 2 : 4);
+    const int64_t n = wt::wan::element_count(entry.shape);
+    held += n * (wt::wan::held_in_bf16_by_teacher(entry.name) ? 2 : 4);
     largest = std::max(largest, n * 4);
   }
-  wt::model::count_tensor_memory();
-  const int64_t before = wt::model::live_tensor_bytes();
-  wt::model::reset_peak_tensor_bytes();
+  wt::nn::count_tensor_memory();
+  const int64_t before = wt::nn::live_tensor_bytes();
+  wt::nn::reset_peak_tensor_bytes();
   {
-    const wt::train::Teacher teacher(path, c, "test", at::kBFloat16);
-    const int64_t kept = wt::model::live_tensor_bytes() - before;  // its parameters, and buffers (RoPE)
+    const wt::wan::Teacher teacher(path, c, "test", at::kBFloat16);
+    const int64_t kept = wt::nn::live_tensor_bytes() - before;  // its parameters, and buffers (RoPE)
     EXPECT_GE(kept, held);
     EXPECT_LE(kept, held + largest);
-    EXPECT_LE(wt::model::peak_tensor_bytes() - before, kept + 2 * largest);
+    EXPECT_LE(wt::nn::peak_tensor_bytes() - before, kept + 2 * largest);
     // An fp32 copy of the whole model would have been more than that.
     int64_t fp32 = 0;
     for (const auto& [name, w] : teacher.weights()) fp32 += w.numel() * 4;
@@ -305,8 +305,8 @@ TEST(Teacher, LoadsInBf16WithoutAnFp32CopyOfTheModel) {
 TEST(Teacher, PredictsTheSameInAttentionChunks) {
   const auto c = config(32, 2);
   const auto path = temp_path("teacher-chunked.safetensors");
-  wt::model::save_weights(*random_model(c, 7), path);
-  wt::train::Teacher teacher(path, c, "test");
+  wt::wan::save_weights(*random_model(c, 7), path);
+  wt::wan::Teacher teacher(path, c, "test");
   const auto in = inputs(c, 2);
   const auto whole = teacher.predict(in.x, in.t, in.context, at::kFloat);
   teacher.set_attention_chunk(5);  // 12 tokens: chunks of 5, 5 and 2
@@ -319,15 +319,15 @@ TEST(Teacher, ACheckpointTeacherGivesItsEmaWeightsAndItsOwnConfig) {
   wt::ckpt::Checkpoint saved;
   for (const auto& [name, w] : named(model)) saved.model.emplace_back(name, w.detach().clone());
   for (const auto& [name, w] : named(ema)) saved.ema.emplace_back(name, w.detach().clone());
-  saved.model_config = wt::model::to_json(c);
+  saved.model_config = wt::wan::to_json(c);
   saved.run_config = "{}";
   saved.state.step = 12;
   const auto path = temp_path("teacher-checkpoint.h5");
   wt::ckpt::write_checkpoint(path, saved);
 
-  const auto resolved = wt::train::resolve_teacher_config(path, "");
-  EXPECT_EQ(wt::model::to_json(resolved), wt::model::to_json(c));
-  const wt::train::Teacher teacher(path, resolved, "stored");
+  const auto resolved = wt::wan::resolve_teacher_config(path, "");
+  EXPECT_EQ(wt::wan::to_json(resolved), wt::wan::to_json(c));
+  const wt::wan::Teacher teacher(path, resolved, "stored");
   EXPECT_EQ(teacher.source(), "EMA weights of checkpoint step 12");
   for (const auto& [name, w] : teacher.weights()) EXPECT_TRUE(torch::equal(w, parameter(ema, name))) << name;
 }
@@ -335,10 +335,10 @@ TEST(Teacher, ACheckpointTeacherGivesItsEmaWeightsAndItsOwnConfig) {
 TEST(Teacher, BadTeacherFilesAreOneLineNamingTheOption) {
   const auto c = config(32, 2);
   const auto path = temp_path("teacher-good.safetensors");
-  wt::model::save_weights(*random_model(c, 10), path);
+  wt::wan::save_weights(*random_model(c, 10), path);
   auto error = [&](const std::string& file, const WanConfig& cfg) {
     try {
-      wt::train::Teacher(file, cfg, "--teacher-config t.json");
+      wt::wan::Teacher(file, cfg, "--teacher-config t.json");
     } catch (const wt::UsageError& e) {
       return std::string(e.what());
     }
@@ -356,11 +356,11 @@ TEST(Teacher, BadTeacherFilesAreOneLineNamingTheOption) {
             std::string::npos);
   // A missing tensor.
   {
-    auto tensors = wt::model::SafetensorsFile::open(path);
+    auto tensors = wt::io::SafetensorsFile::open(path);
     NamedTensors kept;
     for (const auto& entry : tensors.entries())
       if (entry.name != "head.head.bias") kept.emplace_back(entry.name, tensors.read(entry));
-    wt::model::write_safetensors(temp_path("teacher-missing.safetensors"), kept, at::kFloat);
+    wt::io::write_safetensors(temp_path("teacher-missing.safetensors"), kept, at::kFloat);
   }
   EXPECT_NE(error(temp_path("teacher-missing.safetensors"), c).find("1 missing (head.head.bias)"), std::string::npos);
   // A truncated file.
@@ -369,7 +369,7 @@ TEST(Teacher, BadTeacherFilesAreOneLineNamingTheOption) {
   EXPECT_EQ(error(temp_path("teacher-truncated.safetensors"), c).rfind("teacher: ", 0), 0u);
   // Neither a config nor a checkpoint to take one from.
   try {
-    wt::train::resolve_teacher_config(path, "");
+    wt::wan::resolve_teacher_config(path, "");
     ADD_FAILURE() << "no error";
   } catch (const wt::UsageError& e) {
     EXPECT_EQ(std::string(e.what()).rfind("teacher_config: the teacher " + path + " is not a wantrain checkpoint", 0),

@@ -4,10 +4,10 @@
 
 #include <cmath>
 
-#include "wantrain/train/euler_sampler.hpp"
-#include "wantrain/train/flow_matching.hpp"
+#include "wantrain/wan/euler_sampler.hpp"
+#include "wantrain/wan/flow_matching.hpp"
 
-using namespace wt::train;
+using namespace wt::wan;
 
 TEST(FlowMatching, ShiftFormula) {
   EXPECT_DOUBLE_EQ(shift_sigma(0.5, 1.0), 0.5);

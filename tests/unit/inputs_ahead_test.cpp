@@ -7,7 +7,7 @@
 
 #include "../common/shards.hpp"
 #include "../common/small_models.hpp"
-#include "wantrain/train/flow_matching_objective.hpp"
+#include "wantrain/wan/flow_matching_objective.hpp"
 #include "wantrain/train/shard_source.hpp"
 #include "wantrain/util/error.hpp"
 
@@ -56,10 +56,10 @@ train::Batch without_inputs_ahead(const train::Batch& batch) {
 
 TEST(InputsAhead, NoiseFromTheLoaderGivesTheStepTheSameLossAndGradients) {
   auto model = wt::testing::seeded_small_model(wt::testing::small_wan_config());
-  train::FlowMatchingObjectiveOptions options;
+  wan::FlowMatchingObjectiveOptions options;
   options.seed = 17;
   options.text_drop = 0.5;  // the caption drops travel with the batch too
-  train::FlowMatchingObjective objective(*model, options);
+  wan::FlowMatchingObjective objective(*model, options);
   const int64_t first_step = 5, B = 2, K = 2;
   train::ShardBatchesOptions source_options;
   source_options.objective = &objective;
@@ -86,7 +86,7 @@ TEST(InputsAhead, NoiseFromTheLoaderGivesTheStepTheSameLossAndGradients) {
 
 TEST(InputsAhead, NoiseMadeForAnotherStepIsRefused) {
   auto model = wt::testing::seeded_small_model(wt::testing::small_wan_config());
-  train::FlowMatchingObjective objective(*model, {});
+  wan::FlowMatchingObjective objective(*model, {});
   train::Batch batch;
   batch.indices = {3, 1};
   batch.tensors.emplace("latents", torch::randn({2, 4, 2, 4, 4}));

@@ -9,23 +9,23 @@
 #include <string>
 
 #include "../common/small_models.hpp"
-#include "wantrain/model/autocast.hpp"
-#include "wantrain/model/linear.hpp"
-#include "wantrain/model/lora.hpp"
-#include "wantrain/model/lora_file.hpp"
-#include "wantrain/model/safetensors.hpp"
-#include "wantrain/model/weight_names.hpp"
-#include "wantrain/model/model_config.hpp"
-#include "wantrain/model/wan_model.hpp"
-#include "wantrain/model/weights.hpp"
-#include "wantrain/train/flow_matching_objective.hpp"
+#include "wantrain/nn/autocast.hpp"
+#include "wantrain/nn/linear.hpp"
+#include "wantrain/wan/model/lora.hpp"
+#include "wantrain/wan/model/lora_file.hpp"
+#include "wantrain/io/safetensors.hpp"
+#include "wantrain/wan/model/weight_names.hpp"
+#include "wantrain/wan/model/model_config.hpp"
+#include "wantrain/wan/model/wan_model.hpp"
+#include "wantrain/wan/model/weights.hpp"
+#include "wantrain/wan/flow_matching_objective.hpp"
 #include "wantrain/util/error.hpp"
 
 namespace {
 
-using wt::model::LoraOptions;
-using wt::model::WanConfig;
-using wt::model::WanModel;
+using wt::wan::LoraOptions;
+using wt::wan::WanConfig;
+using wt::wan::WanModel;
 
 WanConfig tiny() { return wt::testing::small_wan_config(); }
 
@@ -88,7 +88,7 @@ TEST(Lora, ABf16BaseComputesAsTheFp32ModelUnderBf16Autocast) {
   auto fp32 = seeded_model({});
   auto bf16 = seeded_model({}, at::kBFloat16);
   {
-    wt::model::AutocastScope autocast(at::kBFloat16, at::kCPU);
+    wt::nn::AutocastScope autocast(at::kBFloat16, at::kCPU);
     EXPECT_TRUE(torch::equal(run(fp32, in), run(bf16, in)));
   }
   const auto expected = run(fp32, in);
@@ -118,10 +118,10 @@ TEST(Lora, AdaptersOnABf16BaseTrainInFp32AndStartAtTheBase) {
 TEST(Lora, WeightsLoadIntoABf16BaseInBf16) {
   auto source = seeded_model({});
   const std::string path = ::testing::TempDir() + "/lora-bf16-base.safetensors";
-  wt::model::save_weights(*source, path, at::kBFloat16);
+  wt::wan::save_weights(*source, path, at::kBFloat16);
   torch::manual_seed(99);
   WanModel base(tiny(), at::kBFloat16);
-  wt::model::load_weights(*base, path);
+  wt::wan::load_weights(*base, path);
   const auto expected = source->named_parameters();
   for (const auto& item : base->named_parameters()) {
     EXPECT_EQ(item.value().scalar_type(), is_block_linear(item.key()) ? at::kBFloat16 : at::kFloat) << item.key();
@@ -133,7 +133,7 @@ TEST(Lora, WeightsLoadIntoABf16BaseInBf16) {
 TEST(Lora, OnlyTheAdaptersOfTheChosenTargetsTrain) {
   LoraOptions lora{4, 0, 0, {"self_attn.q", "ffn.2"}};
   auto model = seeded_model({});
-  const int64_t added = wt::model::add_lora(*model, lora);
+  const int64_t added = wt::wan::add_lora(*model, lora);
   const auto c = tiny();
   // Per block: q [4, 32] + [32, 4], ffn.2 [4, 64] + [32, 4].
   EXPECT_EQ(added, c.num_layers * (4 * 32 + 32 * 4 + 4 * 64 + 32 * 4));
@@ -175,10 +175,10 @@ TEST(Lora, AnAdapterIsItsMergedWeight) {
     for (const auto& item : model->named_parameters())
       if (item.key().find("lora_B") != std::string::npos) item.value().normal_(0, 0.05);
   }
-  auto* q = model->blocks[0]->as<wt::model::WanBlockImpl>()->self_attn->q.get();
+  auto* q = model->blocks[0]->as<wt::wan::WanBlockImpl>()->self_attn->q.get();
   const auto expected_q = q->weight.detach() + 2.0 * torch::matmul(q->lora_B.detach(), q->lora_A.detach());
   const auto adapted = run(model, in).detach();
-  wt::model::merge_lora(*model);
+  wt::wan::merge_lora(*model);
   EXPECT_FALSE(q->has_lora());
   EXPECT_EQ(model->named_parameters().size(), WanModel(tiny())->named_parameters().size());
   EXPECT_TRUE(torch::allclose(q->weight, expected_q, 1e-6, 1e-6));
@@ -191,7 +191,7 @@ TEST(Lora, AnAdapterIsItsMergedWeight) {
 TEST(Lora, BadOptionsNameTheSetting) {
   auto error = [](const LoraOptions& options) -> std::string {
     try {
-      wt::model::check_lora_options(options);
+      wt::wan::check_lora_options(options);
     } catch (const wt::SettingError& e) {
       return e.setting() + ": " + e.message();
     }
@@ -214,7 +214,7 @@ TEST(Lora, TheBlockLinearIsTorchsLinearWithoutAnAdapter) {
   torch::nn::Linear reference(6, 5);
   const auto after_reference = torch::rand({1});
   torch::manual_seed(11);
-  wt::model::Linear ours(6, 5);
+  wt::nn::Linear ours(6, 5);
   const auto after_ours = torch::rand({1});
   EXPECT_TRUE(torch::equal(ours->weight, reference->weight));
   EXPECT_TRUE(torch::equal(ours->bias, reference->bias));
@@ -227,14 +227,14 @@ TEST(Lora, TheBlockLinearIsTorchsLinearWithoutAnAdapter) {
 // and nothing else, as what the Engine reduces, steps, averages and saves.
 TEST(Lora, TheObjectiveTrainsExactlyTheAdapters) {
   auto model = seeded_model({2, 0, 0, {"cross_attn.v"}});
-  wt::train::FlowMatchingObjective objective(*model, {});
+  wt::wan::FlowMatchingObjective objective(*model, {});
   const auto& trainable = objective.trainable();
   ASSERT_EQ(trainable.size(), size_t(2 * tiny().num_layers));
   EXPECT_EQ(trainable[0].first, "blocks.0.cross_attn.v.lora_A");
   EXPECT_EQ(trainable[1].first, "blocks.0.cross_attn.v.lora_B");
   EXPECT_EQ(trainable[3].first, "blocks.1.cross_attn.v.lora_B");
   auto full = seeded_model({});
-  EXPECT_EQ(wt::train::FlowMatchingObjective(*full, {}).trainable().size(), full->named_parameters().size());
+  EXPECT_EQ(wt::wan::FlowMatchingObjective(*full, {}).trainable().size(), full->named_parameters().size());
 }
 
 namespace {
@@ -271,9 +271,9 @@ TEST(LoraFile, EachLayoutMergesAsTheAdaptedModelComputes) {
 
   // The same adapters under each layout's names.
   const std::string native = temp("native.safetensors");
-  wt::model::write_lora_file(native, adapters, lora, "crc32:00000000");
+  wt::wan::write_lora_file(native, adapters, lora, "crc32:00000000");
   auto rename = [&](const std::string& path, const std::function<std::string(const std::string&, bool)>& name_of) {
-    wt::model::NamedTensors out;
+    wt::io::NamedTensors out;
     for (const auto& [name, tensor] : adapters) {
       const auto at = name.rfind(".lora_");
       const std::string layer = name.substr(0, at);
@@ -283,12 +283,12 @@ TEST(LoraFile, EachLayoutMergesAsTheAdaptedModelComputes) {
         out.emplace_back(name_of(layer, false).substr(0, name_of(layer, false).rfind(".lora")) + ".alpha",
                          torch::tensor(8.0f));
     }
-    wt::model::write_safetensors(path, out, at::kFloat);
+    wt::io::write_safetensors(path, out, at::kFloat);
   };
   const std::string diffusers = temp("diffusers.safetensors"), kohya = temp("kohya.safetensors");
   rename(diffusers, [](const std::string& layer, bool down) {
     const std::string official = layer + ".weight";
-    const std::string d = wt::model::diffusers_name(official);
+    const std::string d = wt::wan::diffusers_name(official);
     return "transformer." + d.substr(0, d.size() - 7) + (down ? ".lora_A.weight" : ".lora_B.weight");
   });
   rename(kohya, [](std::string layer, bool down) {
@@ -298,9 +298,9 @@ TEST(LoraFile, EachLayoutMergesAsTheAdaptedModelComputes) {
   for (const auto& file : {native, diffusers, kohya}) {
     SCOPED_TRACE(file);
     auto base = seeded_model({});
-    EXPECT_EQ(wt::model::merge_lora_file(*base, file, 1.0), 3 * tiny().num_layers);
-    auto* q = base->blocks[1]->as<wt::model::WanBlockImpl>()->self_attn->q.get();
-    auto* adapted_q = adapted->blocks[1]->as<wt::model::WanBlockImpl>()->self_attn->q.get();
+    EXPECT_EQ(wt::wan::merge_lora_file(*base, file, 1.0), 3 * tiny().num_layers);
+    auto* q = base->blocks[1]->as<wt::wan::WanBlockImpl>()->self_attn->q.get();
+    auto* adapted_q = adapted->blocks[1]->as<wt::wan::WanBlockImpl>()->self_attn->q.get();
     const auto want = adapted_q->weight.detach() +
                       (8.0 / 4.0) * torch::matmul(adapted_q->lora_B.detach(), adapted_q->lora_A.detach());
     EXPECT_TRUE(torch::allclose(q->weight, want, 1e-6, 1e-6));
@@ -309,21 +309,21 @@ TEST(LoraFile, EachLayoutMergesAsTheAdaptedModelComputes) {
   }
   // A scale multiplies the change.
   auto half = seeded_model({});
-  wt::model::merge_lora_file(*half, native, 0.5);
-  auto* q = half->blocks[0]->as<wt::model::WanBlockImpl>()->self_attn->q.get();
-  auto* adapted_q = adapted->blocks[0]->as<wt::model::WanBlockImpl>()->self_attn->q.get();
+  wt::wan::merge_lora_file(*half, native, 0.5);
+  auto* q = half->blocks[0]->as<wt::wan::WanBlockImpl>()->self_attn->q.get();
+  auto* adapted_q = adapted->blocks[0]->as<wt::wan::WanBlockImpl>()->self_attn->q.get();
   EXPECT_TRUE(torch::allclose(
       q->weight, adapted_q->weight.detach() + torch::matmul(adapted_q->lora_B.detach(), adapted_q->lora_A.detach()),
       1e-6, 1e-6));
 }
 
 TEST(LoraFile, AFileThatDoesNotFitTheModelNamesTheFirstMisfit) {
-  auto error = [](const wt::model::NamedTensors& tensors) -> std::string {
+  auto error = [](const wt::io::NamedTensors& tensors) -> std::string {
     const std::string path = temp("misfit.safetensors");
-    wt::model::write_safetensors(path, tensors, at::kFloat);
+    wt::io::write_safetensors(path, tensors, at::kFloat);
     auto base = seeded_model({});
     try {
-      wt::model::merge_lora_file(*base, path, 1.0);
+      wt::wan::merge_lora_file(*base, path, 1.0);
     } catch (const wt::UsageError& e) {
       return std::string(e.what()).substr(path.size() + 7);  // after "LoRA <path>: "
     }

@@ -1,4 +1,4 @@
-// The memory plan (train/memory_plan.hpp) against what a run allocates:
+// The memory plan (wan/memory_plan.hpp) against what a run allocates:
 // parameter and adapter counts against a built model, activations against
 // the bytes LibTorch's allocator hands out in a forward and backward, and
 // the shape of the activation model (linear with chunked attention,
@@ -7,20 +7,20 @@
 #include <torch/torch.h>
 
 #include "../common/small_models.hpp"
-#include "wantrain/model/activation_memory.hpp"
-#include "wantrain/model/autocast.hpp"
-#include "wantrain/model/lora.hpp"
-#include "wantrain/model/tensor_memory.hpp"
-#include "wantrain/train/flow_matching.hpp"
-#include "wantrain/train/memory_plan.hpp"
+#include "wantrain/wan/model/activation_memory.hpp"
+#include "wantrain/nn/autocast.hpp"
+#include "wantrain/wan/model/lora.hpp"
+#include "wantrain/nn/tensor_memory.hpp"
+#include "wantrain/wan/flow_matching.hpp"
+#include "wantrain/wan/memory_plan.hpp"
 #include "wantrain/train/shard_source.hpp"
 #include "wantrain/util/error.hpp"
 
 namespace {
 
-using wt::model::activation_memory;
-using wt::model::ActivationSettings;
 using wt::testing::small_wan_config;
+using wt::wan::activation_memory;
+using wt::wan::ActivationSettings;
 
 ActivationSettings step(int64_t frames, int64_t chunk = 0, int64_t checkpoint = 0, int64_t batch = 1) {
   ActivationSettings s;
@@ -33,7 +33,7 @@ ActivationSettings step(int64_t frames, int64_t chunk = 0, int64_t checkpoint = 
 
 // The model the plan is measured against: 4 blocks, wide enough that the
 // blocks' activations outweigh the inputs.
-wt::model::WanConfig measured_config() {
+wt::wan::WanConfig measured_config() {
   auto config = small_wan_config(/*layers=*/4);
   config.dim = 64;
   config.ffn_dim = 256;
@@ -96,13 +96,13 @@ TEST(ActivationMemory, LatentsThatDoNotFitThePatchAreAUsageError) {
 
 TEST(MemoryPlan, ModelStateMatchesTheBuiltModel) {
   const auto config = small_wan_config();
-  wt::train::MemoryPlanSettings s;
+  wt::wan::MemoryPlanSettings s;
   s.model = config;
   s.step = step(1);
   s.ema = true;
   s.checkpoint_snapshot = true;
-  const auto plan = wt::train::plan_memory(s);
-  auto item = [&](const wt::train::MemoryPlan& p, const std::string& name) {
+  const auto plan = wt::wan::plan_memory(s);
+  auto item = [&](const wt::wan::MemoryPlan& p, const std::string& name) {
     for (const auto& i : p.items)
       if (i.name == name) return i.bytes;
     ADD_FAILURE() << "no item " << name;
@@ -119,20 +119,20 @@ TEST(MemoryPlan, ModelStateMatchesTheBuiltModel) {
   // ZeRO-1 over 4 ranks: a quarter of the moments and EMA on each, plus the
   // reduced gradient slice; rank 0 copies the weights and its share.
   s.zero_shards = 4;
-  const auto sharded = wt::train::plan_memory(s);
+  const auto sharded = wt::wan::plan_memory(s);
   EXPECT_DOUBLE_EQ(item(sharded, "parameters"), weights);
   EXPECT_DOUBLE_EQ(item(sharded, "gradients"), 1.25 * weights);
   EXPECT_DOUBLE_EQ(item(sharded, "optimizer"), 0.5 * weights);
   EXPECT_DOUBLE_EQ(item(sharded, "EMA"), 0.25 * weights);
   EXPECT_DOUBLE_EQ(item(sharded, "checkpoint copy"), 1.75 * weights);
   s.checkpoint_snapshot = false;
-  EXPECT_DOUBLE_EQ(item(wt::train::plan_memory(s), "checkpoint copy"), 0.75 * weights);
+  EXPECT_DOUBLE_EQ(item(wt::wan::plan_memory(s), "checkpoint copy"), 0.75 * weights);
   // Gradients reduced in 16 bits: a 2-byte copy of each 4-byte gradient
   // (and of the slice under ZeRO-1).
   s.grad_comm_dtype = at::kBFloat16;
-  EXPECT_DOUBLE_EQ(item(wt::train::plan_memory(s), "gradients"), 1.25 * 1.5 * weights);
+  EXPECT_DOUBLE_EQ(item(wt::wan::plan_memory(s), "gradients"), 1.25 * 1.5 * weights);
   s.zero_shards = 1;
-  EXPECT_DOUBLE_EQ(item(wt::train::plan_memory(s), "gradients"), 1.5 * weights);
+  EXPECT_DOUBLE_EQ(item(wt::wan::plan_memory(s), "gradients"), 1.5 * weights);
   s.grad_comm_dtype = at::kFloat;
   s.checkpoint_snapshot = true;
   // The loader: prefetch + 1 batches as handed over, and one batch of the
@@ -140,7 +140,7 @@ TEST(MemoryPlan, ModelStateMatchesTheBuiltModel) {
   s.prefetch = 2;
   s.sample_bytes = 1000;
   s.staged_bytes = 300;
-  EXPECT_DOUBLE_EQ(item(wt::train::plan_memory(s), "data"), double(s.step.batch) * (3 * 1000 + 300));
+  EXPECT_DOUBLE_EQ(item(wt::wan::plan_memory(s), "data"), double(s.step.batch) * (3 * 1000 + 300));
   wt::data::SampleShape fp16_latents;  // fp16 latents, fp32 text
   fp16_latents.latents = wt::data::Stored::Float16;
   EXPECT_EQ(wt::train::staged_bytes_per_sample(fp16_latents, /*for_gpu=*/false), fp16_latents.latents_bytes());
@@ -157,7 +157,7 @@ TEST(MemoryPlan, ModelStateMatchesTheBuiltModel) {
   s.lora.rank = 4;
   s.lora.targets = {"self_attn.q", "ffn.0"};
   s.base_dtype = at::kBFloat16;
-  const auto lora_plan = wt::train::plan_memory(s);
+  const auto lora_plan = wt::wan::plan_memory(s);
   const auto lora_model = wt::testing::seeded_small_model(config, s.lora, at::kBFloat16);
   std::vector<at::Tensor> adapters, base;
   for (const auto& parameter : lora_model->parameters())
@@ -171,7 +171,7 @@ TEST(MemoryPlan, ModelStateMatchesTheBuiltModel) {
 // LibTorch's allocator, against the plan: within 25% for full and chunked
 // attention, with and without checkpointing, in fp32 and under bf16.
 TEST(MemoryPlan, ActivationsAreWithinAQuarterOfWhatAStepAllocates) {
-  wt::model::count_tensor_memory();
+  wt::nn::count_tensor_memory();
   const auto config = measured_config();
   struct Case {
     int64_t chunk, checkpoint;
@@ -194,15 +194,15 @@ TEST(MemoryPlan, ActivationsAreWithinAQuarterOfWhatAStepAllocates) {
       const auto context = torch::randn({2, config.text_len, config.text_dim});
       const auto t = torch::full({2}, 500.0);
       const auto target = torch::randn_like(x);
-      const double before = double(wt::model::live_tensor_bytes());
-      wt::model::reset_peak_tensor_bytes();
+      const double before = double(wt::nn::live_tensor_bytes());
+      wt::nn::reset_peak_tensor_bytes();
       at::Tensor loss;
       {
-        wt::model::AutocastScope autocast(c.dtype, torch::kCPU);
-        loss = wt::train::flow_matching_loss(model->forward(x, t, context), target);
+        wt::nn::AutocastScope autocast(c.dtype, torch::kCPU);
+        loss = wt::wan::flow_matching_loss(model->forward(x, t, context), target);
       }
       loss.backward();
-      measured = double(wt::model::peak_tensor_bytes()) - before;
+      measured = double(wt::nn::peak_tensor_bytes()) - before;
     }
     // The plan also counts the batch's inputs, which this step allocated
     // before `before`: a few [B, C, F, H, W] and the context, small here.
@@ -214,14 +214,14 @@ TEST(MemoryPlan, ActivationsAreWithinAQuarterOfWhatAStepAllocates) {
 }
 
 TEST(MemoryPlan, ATeacherIsHeldInItsPrecisionAndItsForwardCountsWhenLarger) {
-  wt::train::MemoryPlanSettings s;
+  wt::wan::MemoryPlanSettings s;
   s.model = small_wan_config();
   s.step = step(2, 0);
   auto teacher = small_wan_config(/*layers=*/3);
   teacher.dim = 64;
   teacher.num_heads = 8;
   s.teacher = teacher;
-  const auto plan = wt::train::plan_memory(s);
+  const auto plan = wt::wan::plan_memory(s);
   const auto& items = plan.items;
   auto item = [&](const std::string& name) {
     for (const auto& i : items)
@@ -229,18 +229,18 @@ TEST(MemoryPlan, ATeacherIsHeldInItsPrecisionAndItsForwardCountsWhenLarger) {
     return -1.0;
   };
   torch::manual_seed(0);
-  wt::model::WanModel fp32_teacher(teacher);
+  wt::wan::WanModel fp32_teacher(teacher);
   EXPECT_DOUBLE_EQ(item("teacher"), tensor_bytes(fp32_teacher->parameters()));
   // The teacher predicts before the student's step: the larger of the two counts.
   // (Same temporal patch: the frames reach it as they are. inference_memory
   // itself is checked against allocations in its own test.)
   ASSERT_EQ(teacher.patch_size[0], s.model.patch_size[0]);
-  EXPECT_DOUBLE_EQ(plan.teacher_forward, wt::model::inference_memory(teacher, s.step));
+  EXPECT_DOUBLE_EQ(plan.teacher_forward, wt::wan::inference_memory(teacher, s.step));
   EXPECT_DOUBLE_EQ(item("activations"), std::max(plan.activations.total(), plan.teacher_forward));
   // Held in bf16: the blocks' and the text embedding's Linear weights and biases.
   s.teacher_bf16 = true;
   double bf16_bytes = 0;
-  for (const auto& [name, shape] : wt::model::parameter_shapes(teacher)) {
+  for (const auto& [name, shape] : wt::wan::parameter_shapes(teacher)) {
     double n = 1;
     for (int64_t size : shape) n *= double(size);
     const bool linear = name.rfind("text_embedding.", 0) == 0 ||
@@ -249,7 +249,7 @@ TEST(MemoryPlan, ATeacherIsHeldInItsPrecisionAndItsForwardCountsWhenLarger) {
                         name.find(".ffn.") != std::string::npos;
     bf16_bytes += n * (linear ? 2 : 4);
   }
-  const auto bf16_plan = wt::train::plan_memory(s);
+  const auto bf16_plan = wt::wan::plan_memory(s);
   const auto held =
       std::find_if(bf16_plan.items.begin(), bf16_plan.items.end(), [](const auto& i) { return i.name == "teacher"; });
   ASSERT_NE(held, bf16_plan.items.end());
@@ -259,41 +259,41 @@ TEST(MemoryPlan, ATeacherIsHeldInItsPrecisionAndItsForwardCountsWhenLarger) {
 // A forward without autograd (a teacher's, a sampler's) against what it
 // allocates: within 25% with the whole score matrix and in chunks.
 TEST(MemoryPlan, InferenceIsWithinAQuarterOfWhatANoGradForwardAllocates) {
-  wt::model::count_tensor_memory();
+  wt::nn::count_tensor_memory();
   const auto config = measured_config();
   for (const int64_t chunk : {0, 64}) {
     SCOPED_TRACE(::testing::Message() << "chunk " << chunk);
     auto model = wt::testing::seeded_small_model(config);
     model->set_attention_chunk(chunk);
     torch::NoGradGuard no_grad;
-    const double before = double(wt::model::live_tensor_bytes());
-    wt::model::reset_peak_tensor_bytes();
+    const double before = double(wt::nn::live_tensor_bytes());
+    wt::nn::reset_peak_tensor_bytes();
     {
       const auto x = torch::randn({2, config.in_dim, 4, 16, 16});
       const auto context = torch::randn({2, config.text_len, config.text_dim});
       model->forward(x, torch::full({2}, 500.0), context);
     }
-    const double measured = double(wt::model::peak_tensor_bytes()) - before;
-    const double planned = wt::model::inference_memory(config, step(/*frames=*/4, chunk, 0, /*batch=*/2));
+    const double measured = double(wt::nn::peak_tensor_bytes()) - before;
+    const double planned = wt::wan::inference_memory(config, step(/*frames=*/4, chunk, 0, /*batch=*/2));
     EXPECT_GT(planned, 0.75 * measured);
     EXPECT_LT(planned, 1.25 * measured);
   }
 }
 
 TEST(MemoryPlan, WarnsWhenThePlanExceedsTheHostOrTheDevice) {
-  wt::train::MemoryPlanSettings s;
+  wt::wan::MemoryPlanSettings s;
   s.model = small_wan_config();
   s.step = step(1);
   s.runtime_bytes = 100 << 20;
-  const auto plan = wt::train::plan_memory(s);
-  EXPECT_TRUE(wt::train::memory_warnings(plan, std::nullopt, 64.0 * (1 << 30), 8).empty());
-  const auto host = wt::train::memory_warnings(plan, std::nullopt, 400.0 * (1 << 20), 8);
+  const auto plan = wt::wan::plan_memory(s);
+  EXPECT_TRUE(wt::wan::memory_warnings(plan, std::nullopt, 64.0 * (1 << 30), 8).empty());
+  const auto host = wt::wan::memory_warnings(plan, std::nullopt, 400.0 * (1 << 20), 8);
   ASSERT_EQ(host.size(), 1u);
   EXPECT_NE(host[0].find("more than this node's 400 MiB shared by 8 ranks (50 MiB each)"), std::string::npos)
       << host[0];
   s.on_device = true;
-  const auto gpu_plan = wt::train::plan_memory(s);
-  const auto device = wt::train::memory_warnings(gpu_plan, 1.0 * (1 << 20), 64.0 * (1 << 30), 1);
+  const auto gpu_plan = wt::wan::plan_memory(s);
+  const auto device = wt::wan::memory_warnings(gpu_plan, 1.0 * (1 << 20), 64.0 * (1 << 30), 1);
   ASSERT_EQ(device.size(), 1u);
   EXPECT_NE(device[0].find("on the GPU, more than its 1.0 MiB"), std::string::npos) << device[0];
 }

@@ -8,13 +8,13 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
-#include "wantrain/model/model_config.hpp"
-#include "wantrain/model/wan_model.hpp"
+#include "wantrain/wan/model/model_config.hpp"
+#include "wantrain/wan/model/wan_model.hpp"
 #include "wantrain/util/error.hpp"
 
 namespace {
 
-using wt::model::WanConfig;
+using wt::wan::WanConfig;
 
 std::string config_path(const std::string& name) {
   return std::string(WANTRAIN_SOURCE_DIR) + "/data/configs/" + name + ".json";
@@ -43,7 +43,7 @@ nlohmann::json tiny_json() {
 
 std::string error_of(const nlohmann::json& doc) {
   try {
-    wt::model::parse_model_config(doc.dump(), "test.json");
+    wt::wan::parse_model_config(doc.dump(), "test.json");
   } catch (const wt::UsageError& e) {
     return e.what();
   }
@@ -55,8 +55,8 @@ std::string error_of(const nlohmann::json& doc) {
 TEST(ModelConfig, ShippedConfigsLoad) {
   for (const auto& entry : std::filesystem::directory_iterator(std::string(WANTRAIN_SOURCE_DIR) + "/data/configs")) {
     SCOPED_TRACE(entry.path().string());
-    const auto config = wt::model::load_model_config(entry.path().string());
-    EXPECT_EQ(wt::model::parameter_count(config), count_by_formula(config));
+    const auto config = wt::wan::load_model_config(entry.path().string());
+    EXPECT_EQ(wt::wan::parameter_count(config), count_by_formula(config));
   }
 }
 
@@ -65,8 +65,8 @@ TEST(ModelConfig, RealConfigsHaveTheirPublishedSizes) {
       {"wan2.1-t2v-1.3b", 1.419e9}, {"wan2.1-t2v-14b", 14.29e9}, {"wan2.2-ti2v-5b", 5.00e9}};
   for (const auto& [name, size] : published) {
     SCOPED_TRACE(name);
-    const auto config = wt::model::load_model_config(config_path(name));
-    const int64_t count = wt::model::parameter_count(config);
+    const auto config = wt::wan::load_model_config(config_path(name));
+    const int64_t count = wt::wan::parameter_count(config);
     EXPECT_EQ(count, count_by_formula(config));
     EXPECT_NEAR(double(count) / size, 1.0, 1e-3) << count;
     EXPECT_EQ(config.head_dim(), 128);  // every Wan release uses 128-channel heads
@@ -74,14 +74,14 @@ TEST(ModelConfig, RealConfigsHaveTheirPublishedSizes) {
 }
 
 TEST(ModelConfig, ModelParametersAreExactlyTheDerivedShapes) {
-  auto config = wt::model::parse_model_config(tiny_json().dump(), "tiny");
+  auto config = wt::wan::parse_model_config(tiny_json().dump(), "tiny");
   for (bool qk_norm : {true, false})
     for (bool cross_attn_norm : {true, false}) {
       SCOPED_TRACE(::testing::Message() << "qk_norm " << qk_norm << " cross_attn_norm " << cross_attn_norm);
       config.qk_norm = qk_norm;
       config.cross_attn_norm = cross_attn_norm;
-      wt::model::WanModel model(config);
-      const auto expected = wt::model::parameter_shapes(config);
+      wt::wan::WanModel model(config);
+      const auto expected = wt::wan::parameter_shapes(config);
       const auto params = model->named_parameters();
       ASSERT_EQ(params.size(), expected.size());
       for (size_t i = 0; i < expected.size(); ++i) {
@@ -122,7 +122,7 @@ TEST(ModelConfig, WrongKeysAndValuesAreNamed) {
   EXPECT_NE(error_of(doc).find("'qk_norm' must be true or false"), std::string::npos) << error_of(doc);
   EXPECT_NE(error_of(nlohmann::json::array()).find("expected a JSON object"), std::string::npos);
   try {
-    wt::model::parse_model_config("{\"dim\": ", "broken.json");
+    wt::wan::parse_model_config("{\"dim\": ", "broken.json");
     FAIL() << "no error for broken JSON";
   } catch (const wt::UsageError& e) {
     EXPECT_NE(std::string(e.what()).find("model config broken.json: not valid JSON"), std::string::npos) << e.what();
@@ -156,7 +156,7 @@ TEST(ModelConfig, HostileConfigsAreRefusedWithOneLine) {
 
   const std::string deep = "{\"dim\": " + std::string(100000, '[') + std::string(100000, ']') + "}";
   try {
-    wt::model::parse_model_config(deep, "deep.json");
+    wt::wan::parse_model_config(deep, "deep.json");
     FAIL() << "no error for deeply nested JSON";
   } catch (const wt::UsageError& e) {
     EXPECT_NE(std::string(e.what()).find("model config deep.json: not valid JSON (nested deeper than 32 levels"),
@@ -169,8 +169,8 @@ TEST(ModelConfig, HostileConfigsAreRefusedWithOneLine) {
 }
 
 TEST(ModelConfig, JsonRoundTrip) {
-  const auto config = wt::model::load_model_config(config_path("wan2.2-ti2v-5b"));
-  const auto again = wt::model::parse_model_config(wt::model::to_json(config), "round trip");
-  EXPECT_EQ(wt::model::parameter_shapes(again), wt::model::parameter_shapes(config));
+  const auto config = wt::wan::load_model_config(config_path("wan2.2-ti2v-5b"));
+  const auto again = wt::wan::parse_model_config(wt::wan::to_json(config), "round trip");
+  EXPECT_EQ(wt::wan::parameter_shapes(again), wt::wan::parameter_shapes(config));
   EXPECT_EQ(again.eps, config.eps);
 }

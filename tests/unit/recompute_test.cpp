@@ -17,9 +17,9 @@
 #include <string>
 
 #include "../common/small_models.hpp"
-#include "wantrain/model/autocast.hpp"
-#include "wantrain/model/lora.hpp"
-#include "wantrain/model/wan_model.hpp"
+#include "wantrain/nn/autocast.hpp"
+#include "wantrain/wan/model/lora.hpp"
+#include "wantrain/wan/model/wan_model.hpp"
 
 namespace {
 
@@ -43,10 +43,10 @@ class CountingHook : public torch::autograd::FunctionPostHook {
 };
 
 // One forward and backward of a seeded model, every N-th block recomputed.
-Run forward_backward(int64_t every, const wt::model::LoraOptions& lora, at::ScalarType autocast = at::kFloat) {
+Run forward_backward(int64_t every, const wt::wan::LoraOptions& lora, at::ScalarType autocast = at::kFloat) {
   auto model = wt::testing::seeded_small_model(wt::testing::small_wan_config(3));
   if (lora.rank > 0) {
-    wt::model::add_lora(*model, lora);
+    wt::wan::add_lora(*model, lora);
     torch::NoGradGuard no_grad;
     for (const auto& item : model->named_parameters())
       if (item.key().find("lora_B") != std::string::npos) item.value().normal_(0, 0.1);
@@ -66,7 +66,7 @@ Run forward_backward(int64_t every, const wt::model::LoraOptions& lora, at::Scal
   const auto t = torch::tensor({100.0f, 700.0f});
   torch::manual_seed(11);  // what LoRA dropout draws from
   {
-    wt::model::AutocastScope scope(autocast, torch::kCPU);
+    wt::nn::AutocastScope scope(autocast, torch::kCPU);
     run.output = model->forward(x, t, context).to(torch::kFloat32);
   }
   run.output.square().mean().backward();
@@ -106,7 +106,7 @@ TEST(GradCheckpoint, EveryBlockRecomputedGivesTheSameGradientsBitwise) {
 }
 
 TEST(GradCheckpoint, LoraAdaptersGetTheirGradientsInTheFirstBlockToo) {
-  const wt::model::LoraOptions lora{4, 8, 0, {}};
+  const wt::wan::LoraOptions lora{4, 8, 0, {}};
   const auto plain = forward_backward(0, lora);
   const auto recomputed = forward_backward(1, lora);
   expect_same(plain, recomputed);
@@ -114,7 +114,7 @@ TEST(GradCheckpoint, LoraAdaptersGetTheirGradientsInTheFirstBlockToo) {
 }
 
 TEST(GradCheckpoint, LoraDropoutDrawsTheSameMaskWhenRecomputed) {
-  const wt::model::LoraOptions lora{4, 8, 0.3, {}};
+  const wt::wan::LoraOptions lora{4, 8, 0.3, {}};
   expect_same(forward_backward(0, lora), forward_backward(1, lora));
 }
 

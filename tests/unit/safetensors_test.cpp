@@ -9,14 +9,14 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
-#include "wantrain/model/safetensors.hpp"
-#include "wantrain/model/weight_names.hpp"
-#include "wantrain/model/weights.hpp"
-#include "wantrain/model/wan_model.hpp"
+#include "wantrain/io/safetensors.hpp"
+#include "wantrain/wan/model/weight_names.hpp"
+#include "wantrain/wan/model/weights.hpp"
+#include "wantrain/wan/model/wan_model.hpp"
 #include "wantrain/util/error.hpp"
 
 namespace fs = std::filesystem;
-using wt::model::WanConfig;
+using wt::wan::WanConfig;
 
 namespace {
 
@@ -60,7 +60,7 @@ class Safetensors : public ::testing::Test {
 
 std::string open_error(const std::string& file) {
   try {
-    const auto f = wt::model::SafetensorsFile::open(file);
+    const auto f = wt::io::SafetensorsFile::open(file);
     for (const auto& e : f.entries()) f.read(e);
   } catch (const wt::UsageError& e) {
     return e.what();
@@ -79,22 +79,22 @@ void expect_same_parameters(torch::nn::Module& a, torch::nn::Module& b, double t
 
 TEST_F(Safetensors, RoundTripInEachDtype) {
   torch::manual_seed(1);
-  wt::model::WanModel source(tiny_config());
+  wt::wan::WanModel source(tiny_config());
   for (auto dtype : {torch::kFloat32, torch::kFloat16, torch::kBFloat16}) {
     SCOPED_TRACE(c10::toString(dtype));
     const std::string file = path("model.safetensors");
-    wt::model::save_weights(*source, file, dtype);
+    wt::wan::save_weights(*source, file, dtype);
     torch::manual_seed(2);
-    wt::model::WanModel target(tiny_config());
-    const auto report = wt::model::load_weights(*target, file);
+    wt::wan::WanModel target(tiny_config());
+    const auto report = wt::wan::load_weights(*target, file);
     EXPECT_TRUE(report.complete());
     EXPECT_EQ(report.loaded.size(), source->parameters().size());
     // Loaded values are exactly the source values rounded to the file's dtype.
     const auto ps = source->named_parameters(), pt = target->named_parameters();
     for (size_t i = 0; i < ps.size(); ++i)
       EXPECT_TRUE(torch::equal(pt[i].value(), ps[i].value().to(dtype).to(torch::kFloat32))) << ps[i].key();
-    const auto header = wt::model::SafetensorsFile::open(file);
-    EXPECT_EQ(wt::model::scalar_type(header.entries().front().dtype), dtype);
+    const auto header = wt::io::SafetensorsFile::open(file);
+    EXPECT_EQ(wt::io::scalar_type(header.entries().front().dtype), dtype);
     EXPECT_EQ(header.metadata().at("format"), "pt");
   }
 }
@@ -120,33 +120,33 @@ TEST_F(Safetensors, DiffusersNamesMapBothWays) {
       {"patch_embedding.weight", "patch_embedding.weight"},
   };
   for (const auto& [official, diffusers] : pairs) {
-    EXPECT_EQ(wt::model::diffusers_name(official), diffusers);
-    EXPECT_EQ(wt::model::official_name(diffusers), official);
+    EXPECT_EQ(wt::wan::diffusers_name(official), diffusers);
+    EXPECT_EQ(wt::wan::official_name(diffusers), official);
   }
-  for (const auto& [name, shape] : wt::model::parameter_shapes(tiny_config()))
-    EXPECT_EQ(wt::model::official_name(wt::model::diffusers_name(name)), name);
+  for (const auto& [name, shape] : wt::wan::parameter_shapes(tiny_config()))
+    EXPECT_EQ(wt::wan::official_name(wt::wan::diffusers_name(name)), name);
 }
 
 TEST_F(Safetensors, LoadsByDiffusersNames) {
   torch::manual_seed(3);
-  wt::model::WanModel source(tiny_config());
+  wt::wan::WanModel source(tiny_config());
   const std::string file = path("diffusers.safetensors");
-  wt::model::save_weights(*source, file, torch::kFloat32, wt::model::WeightNames::Diffusers);
-  const auto header = wt::model::SafetensorsFile::open(file);
+  wt::wan::save_weights(*source, file, torch::kFloat32, wt::wan::WeightNames::Diffusers);
+  const auto header = wt::io::SafetensorsFile::open(file);
   EXPECT_NE(header.find("condition_embedder.time_proj.weight"), nullptr);
   EXPECT_NE(header.find("blocks.1.attn2.to_out.0.weight"), nullptr);
   EXPECT_EQ(header.find("head.head.weight"), nullptr);
   torch::manual_seed(4);
-  wt::model::WanModel target(tiny_config());
-  const auto report = wt::model::load_weights(*target, file);
+  wt::wan::WanModel target(tiny_config());
+  const auto report = wt::wan::load_weights(*target, file);
   EXPECT_TRUE(report.diffusers_names);
   expect_same_parameters(*source, *target, 0);
 }
 
 TEST_F(Safetensors, LoadsAModelSplitByAnIndex) {
   torch::manual_seed(5);
-  wt::model::WanModel source(tiny_config());
-  wt::model::NamedTensors first, second;
+  wt::wan::WanModel source(tiny_config());
+  wt::io::NamedTensors first, second;
   nlohmann::json index = {{"metadata", {{"total_size", 0}}}, {"weight_map", nlohmann::json::object()}};
   for (const auto& item : source->named_parameters()) {
     const bool in_first = item.key().rfind("blocks.1.", 0) != 0;
@@ -154,12 +154,12 @@ TEST_F(Safetensors, LoadsAModelSplitByAnIndex) {
     index["weight_map"][item.key()] =
         in_first ? "model-00001-of-00002.safetensors" : "model-00002-of-00002.safetensors";
   }
-  wt::model::write_safetensors(path("model-00001-of-00002.safetensors"), first, torch::kBFloat16);
-  wt::model::write_safetensors(path("model-00002-of-00002.safetensors"), second, torch::kBFloat16);
+  wt::io::write_safetensors(path("model-00001-of-00002.safetensors"), first, torch::kBFloat16);
+  wt::io::write_safetensors(path("model-00002-of-00002.safetensors"), second, torch::kBFloat16);
   std::ofstream(path("model.safetensors.index.json")) << index.dump(2);
   torch::manual_seed(6);
-  wt::model::WanModel target(tiny_config());
-  EXPECT_TRUE(wt::model::load_weights(*target, path("model.safetensors.index.json")).complete());
+  wt::wan::WanModel target(tiny_config());
+  EXPECT_TRUE(wt::wan::load_weights(*target, path("model.safetensors.index.json")).complete());
   expect_same_parameters(*source, *target, 1e-2);
 
   index["weight_map"]["blocks.1.ffn.0.weight"] = "model-00003-of-00002.safetensors";
@@ -167,7 +167,7 @@ TEST_F(Safetensors, LoadsAModelSplitByAnIndex) {
   EXPECT_THROW(
       {
         try {
-          wt::model::load_weights(*target, path("bad.safetensors.index.json"));
+          wt::wan::load_weights(*target, path("bad.safetensors.index.json"));
         } catch (const wt::UsageError& e) {
           EXPECT_NE(std::string(e.what()).find("model-00003-of-00002.safetensors that it names does not exist"),
                     std::string::npos)
@@ -180,8 +180,8 @@ TEST_F(Safetensors, LoadsAModelSplitByAnIndex) {
 
 TEST_F(Safetensors, StrictLoadNamesMissingUnexpectedAndMismatchedTensorsAndChangesNothing) {
   torch::manual_seed(7);
-  wt::model::WanModel source(tiny_config());
-  wt::model::NamedTensors tensors;
+  wt::wan::WanModel source(tiny_config());
+  wt::io::NamedTensors tensors;
   for (const auto& item : source->named_parameters()) {
     if (item.key() == "blocks.0.modulation") continue;  // missing
     auto value = item.value();
@@ -190,13 +190,13 @@ TEST_F(Safetensors, StrictLoadNamesMissingUnexpectedAndMismatchedTensorsAndChang
   }
   tensors.emplace_back("blocks.0.extra.weight", torch::zeros({2}));  // unexpected
   const std::string file = path("partial.safetensors");
-  wt::model::write_safetensors(file, tensors, torch::kFloat32);
+  wt::io::write_safetensors(file, tensors, torch::kFloat32);
 
   torch::manual_seed(8);
-  wt::model::WanModel target(tiny_config());
+  wt::wan::WanModel target(tiny_config());
   const auto before = target->parameters()[0].clone();
   try {
-    wt::model::load_weights(*target, file);
+    wt::wan::load_weights(*target, file);
     FAIL() << "strict load accepted a mismatched file";
   } catch (const wt::UsageError& e) {
     const std::string what = e.what();
@@ -206,7 +206,7 @@ TEST_F(Safetensors, StrictLoadNamesMissingUnexpectedAndMismatchedTensorsAndChang
   }
   EXPECT_TRUE(torch::equal(target->parameters()[0], before));
 
-  const auto report = wt::model::load_weights(*target, file, wt::model::LoadMode::Lenient);
+  const auto report = wt::wan::load_weights(*target, file, wt::wan::LoadMode::Lenient);
   EXPECT_EQ(report.missing, std::vector<std::string>{"blocks.0.modulation"});
   EXPECT_EQ(report.loaded.size(), source->parameters().size() - 2);
   EXPECT_TRUE(torch::equal(target->parameters()[0], source->parameters()[0]));
@@ -273,10 +273,10 @@ TEST_F(Safetensors, CraftedBadFilesEachGiveOneClearError) {
 // exception type.
 TEST_F(Safetensors, CorruptedAndTruncatedFilesNeverCrash) {
   torch::manual_seed(9);
-  wt::model::NamedTensors tensors = {
+  wt::io::NamedTensors tensors = {
       {"w", torch::randn({3, 5})}, {"b", torch::randn({5})}, {"s", torch::randn({1, 2, 2})}};
   const std::string file = path("small.safetensors");
-  wt::model::write_safetensors(file, tensors, torch::kBFloat16);
+  wt::io::write_safetensors(file, tensors, torch::kBFloat16);
   std::ifstream in(file, std::ios::binary);
   const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   std::mt19937 random(42);
@@ -284,7 +284,7 @@ TEST_F(Safetensors, CorruptedAndTruncatedFilesNeverCrash) {
   auto try_file = [&](const std::string& content) {
     std::ofstream(mutated, std::ios::binary | std::ios::trunc) << content;
     try {
-      const auto f = wt::model::SafetensorsFile::open(mutated);
+      const auto f = wt::io::SafetensorsFile::open(mutated);
       for (const auto& e : f.entries()) EXPECT_EQ(f.read(e).numel() * 2, int64_t(e.end - e.begin));
     } catch (const wt::UsageError&) {
     }

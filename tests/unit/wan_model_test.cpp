@@ -5,17 +5,17 @@
 
 #include <cmath>
 
-#include "wantrain/model/autocast.hpp"
-#include "wantrain/model/gelu.hpp"
-#include "wantrain/model/patches.hpp"
-#include "wantrain/model/positional.hpp"
-#include "wantrain/model/rms_norm.hpp"
-#include "wantrain/model/wan_model.hpp"
+#include "wantrain/nn/autocast.hpp"
+#include "wantrain/nn/gelu.hpp"
+#include "wantrain/wan/model/patches.hpp"
+#include "wantrain/wan/model/positional.hpp"
+#include "wantrain/nn/rms_norm.hpp"
+#include "wantrain/wan/model/wan_model.hpp"
 #include "wantrain/util/error.hpp"
 
 namespace {
 
-using wt::model::WanConfig;
+using wt::wan::WanConfig;
 
 WanConfig tiny_config() {
   WanConfig c;
@@ -37,7 +37,7 @@ WanConfig tiny_config() {
 TEST(Positional, SinusoidalEmbeddingIsCosHalfThenSinHalf) {
   const std::vector<double> ts = {0.0, 1.0, 250.5, 999.0};
   const int64_t dim = 8, half = dim / 2;
-  const auto emb = wt::model::sinusoidal_embedding(torch::tensor(ts, torch::kFloat32), dim);
+  const auto emb = wt::wan::sinusoidal_embedding(torch::tensor(ts, torch::kFloat32), dim);
   ASSERT_EQ(emb.sizes().vec(), (std::vector<int64_t>{4, dim}));
   for (size_t b = 0; b < ts.size(); ++b)
     for (int64_t i = 0; i < half; ++i) {
@@ -48,9 +48,9 @@ TEST(Positional, SinusoidalEmbeddingIsCosHalfThenSinHalf) {
 }
 
 TEST(Positional, RopeAxisSplitFollowsWan) {
-  EXPECT_EQ(wt::model::rope_axis_channels(128), (std::array<int64_t, 3>{44, 42, 42}));
-  EXPECT_EQ(wt::model::rope_axis_channels(16), (std::array<int64_t, 3>{8, 4, 4}));
-  EXPECT_EQ(wt::model::rope_axis_channels(2), (std::array<int64_t, 3>{2, 0, 0}));
+  EXPECT_EQ(wt::wan::rope_axis_channels(128), (std::array<int64_t, 3>{44, 42, 42}));
+  EXPECT_EQ(wt::wan::rope_axis_channels(16), (std::array<int64_t, 3>{8, 4, 4}));
+  EXPECT_EQ(wt::wan::rope_axis_channels(2), (std::array<int64_t, 3>{2, 0, 0}));
 }
 
 // RoPE applied to random q against its definition evaluated element by element.
@@ -62,8 +62,8 @@ TEST(Positional, RopeMatchesItsFormula) {
     torch::manual_seed(1);
     const auto x = torch::randn({1, tokens, heads, head_dim}, torch::kFloat64);
     const auto out =
-        wt::model::apply_rope(x.to(torch::kFloat32), wt::model::rope_table(grid, head_dim)).to(torch::kFloat64);
-    const auto parts = wt::model::rope_axis_channels(head_dim);
+        wt::wan::apply_rope(x.to(torch::kFloat32), wt::wan::rope_table(grid, head_dim)).to(torch::kFloat64);
+    const auto parts = wt::wan::rope_axis_channels(head_dim);
     auto xa = x.accessor<double, 4>();
     auto oa = out.accessor<double, 4>();
     for (int64_t f = 0; f < grid[0]; ++f)
@@ -90,9 +90,8 @@ TEST(Positional, RopeMatchesItsFormula) {
 TEST(Positional, RopeScaleMultipliesTheRotation) {
   torch::manual_seed(3);
   const auto x = torch::randn({2, 6, 2, 12});
-  const auto table = wt::model::rope_table({1, 2, 3}, 12);
-  EXPECT_TRUE(
-      torch::allclose(wt::model::apply_rope(x, table, 0.25), wt::model::apply_rope(x, table) * 0.25, 1e-6, 1e-7));
+  const auto table = wt::wan::rope_table({1, 2, 3}, 12);
+  EXPECT_TRUE(torch::allclose(wt::wan::apply_rope(x, table, 0.25), wt::wan::apply_rope(x, table) * 0.25, 1e-6, 1e-7));
 }
 
 // The fused CPU RMSNorm (fp32, contiguous) against its formula evaluated with
@@ -108,7 +107,7 @@ TEST(RmsNorm, FusedPassesMatchTheFormulaAndItsGradients) {
     auto run = [&](at::ScalarType dtype) {
       auto xi = x.to(dtype).clone().requires_grad_(true);
       auto wi = weight.to(dtype).clone().requires_grad_(true);
-      const auto y = wt::model::rms_norm(xi, wi, 1e-6);
+      const auto y = wt::nn::rms_norm(xi, wi, 1e-6);
       y.backward(grad.to(dtype));
       return std::vector<at::Tensor>{y.detach().to(torch::kFloat64), xi.grad().to(torch::kFloat64),
                                      wi.grad().to(torch::kFloat64)};
@@ -116,7 +115,7 @@ TEST(RmsNorm, FusedPassesMatchTheFormulaAndItsGradients) {
     const auto fused = run(torch::kFloat32), reference = run(torch::kFloat64);
     // A frozen weight (LoRA's base norms): the same gradient for x, none for the weight.
     auto xi = x.clone().requires_grad_(true);
-    wt::model::rms_norm(xi, weight, 1e-6).backward(grad);
+    wt::nn::rms_norm(xi, weight, 1e-6).backward(grad);
     EXPECT_TRUE(torch::equal(xi.grad(), fused[1].to(torch::kFloat32)));
     const char* names[] = {"output", "grad x", "grad weight"};
     for (int i = 0; i < 3; ++i) {
@@ -138,7 +137,7 @@ TEST(RmsNorm, FusedPassesGiveTheSameBitsAtAnyThreadCount) {
     torch::set_num_threads(n);
     auto xi = x.clone().requires_grad_(true);
     auto wi = weight.clone().requires_grad_(true);
-    const auto y = wt::model::rms_norm(xi, wi, 1e-6);
+    const auto y = wt::nn::rms_norm(xi, wi, 1e-6);
     y.backward(grad);
     return std::vector<at::Tensor>{y.detach(), xi.grad(), wi.grad()};
   };
@@ -157,7 +156,7 @@ TEST(Gelu, FusedPassesMatchTheTanhFormulaAndItsGradient) {
   const auto grad = torch::randn(x.sizes());
   auto run = [&](at::ScalarType dtype, bool fused) {
     auto xi = x.to(dtype).clone().requires_grad_(true);
-    const auto y = fused ? wt::model::gelu_tanh(xi) : torch::gelu(xi, "tanh");
+    const auto y = fused ? wt::nn::gelu_tanh(xi) : torch::gelu(xi, "tanh");
     y.backward(grad.to(dtype));
     return std::pair{y.detach().to(torch::kFloat64), xi.grad().to(torch::kFloat64)};
   };
@@ -173,7 +172,7 @@ TEST(Gelu, FusedPassesMatchTheTanhFormulaAndItsGradient) {
   const double ulp = std::ldexp(1.0, -23);
   EXPECT_LE(error(y, y64, y64), std::max(error(y_torch, y64, y64), 8 * ulp));
   EXPECT_LE(error(dx, dx64, g64), std::max(error(dx_torch, dx64, g64), 32 * ulp));
-  const auto edges = wt::model::gelu_tanh(torch::tensor({std::nanf(""), INFINITY, -100.0f, 100.0f}));
+  const auto edges = wt::nn::gelu_tanh(torch::tensor({std::nanf(""), INFINITY, -100.0f, 100.0f}));
   EXPECT_TRUE(std::isnan(edges[0].item<float>()));
   EXPECT_EQ(edges[1].item<float>(), INFINITY);
   EXPECT_EQ(edges[2].item<float>(), 0.0f);
@@ -183,29 +182,29 @@ TEST(Gelu, FusedPassesMatchTheTanhFormulaAndItsGradient) {
 TEST(Patches, UnpatchifyInvertsPatchify) {
   torch::manual_seed(2);
   const auto x = torch::randn({2, 3, 4, 6, 8});
-  for (wt::model::Patch patch : {wt::model::Patch{1, 2, 2}, wt::model::Patch{2, 3, 4}, wt::model::Patch{1, 1, 1}}) {
-    const auto tokens = wt::model::patchify(x, patch);
-    const auto grid = wt::model::token_grid(x.sizes(), patch);
+  for (wt::wan::Patch patch : {wt::wan::Patch{1, 2, 2}, wt::wan::Patch{2, 3, 4}, wt::wan::Patch{1, 1, 1}}) {
+    const auto tokens = wt::wan::patchify(x, patch);
+    const auto grid = wt::wan::token_grid(x.sizes(), patch);
     EXPECT_EQ(tokens.size(1), grid[0] * grid[1] * grid[2]);
-    EXPECT_TRUE(torch::equal(wt::model::unpatchify(tokens, grid, patch, 3), x));
+    EXPECT_TRUE(torch::equal(wt::wan::unpatchify(tokens, grid, patch, 3), x));
   }
 }
 
 TEST(Patches, PatchEmbeddingIsALinearMapOfEachPatch) {
   auto config = tiny_config();
-  wt::model::WanModel model(config);
+  wt::wan::WanModel model(config);
   torch::manual_seed(3);
   const auto x = torch::randn({2, config.in_dim, 3, 4, 6});
   const auto conv = model->patch_embedding(x).flatten(2).transpose(1, 2);  // [B, L, dim]
   // Conv3d weight [dim, C, pf, ph, pw] as a matrix over (pf, ph, pw, C) patch layout.
   const auto w = model->patch_embedding->weight.permute({0, 2, 3, 4, 1}).reshape({config.dim, -1});
-  const auto linear = torch::matmul(wt::model::patchify(x, config.patch_size), w.t()) + model->patch_embedding->bias;
+  const auto linear = torch::matmul(wt::wan::patchify(x, config.patch_size), w.t()) + model->patch_embedding->bias;
   EXPECT_TRUE(torch::allclose(conv, linear, 1e-5, 1e-5));
 }
 
 TEST(Patches, SizeNotAMultipleOfThePatchIsNamed) {
   try {
-    wt::model::token_grid(torch::IntArrayRef{1, 4, 3, 5, 4}, {1, 2, 2});
+    wt::wan::token_grid(torch::IntArrayRef{1, 4, 3, 5, 4}, {1, 2, 2});
     FAIL();
   } catch (const wt::UsageError& e) {
     EXPECT_STREQ(e.what(), "latent height 5 is not a positive multiple of the model's patch size 2");
@@ -225,7 +224,7 @@ TEST(WanBlock, ModulationAndGatingMatchAHandComputation) {
   c.ffn_dim = 4;
   c.num_layers = 1;
   c.eps = 1e-6;
-  wt::model::WanBlock block(c);
+  wt::wan::WanBlock block(c);
   torch::NoGradGuard no_grad;
   for (auto& p : block->parameters()) p.zero_();
   const auto eye = torch::eye(4);
@@ -235,8 +234,8 @@ TEST(WanBlock, ModulationAndGatingMatchAHandComputation) {
     (*attn)->norm_q->weight.fill_(1);
     (*attn)->norm_k->weight.fill_(1);
   }
-  block->ffn[0]->as<wt::model::Linear>()->weight.copy_(eye);
-  block->ffn[2]->as<wt::model::Linear>()->weight.copy_(eye);
+  block->ffn[0]->as<wt::nn::Linear>()->weight.copy_(eye);
+  block->ffn[2]->as<wt::nn::Linear>()->weight.copy_(eye);
   block->norm3->weight.fill_(1);
   // modulation + e0 = rows (shift_sa, scale_sa, gate_sa, shift_ff, scale_ff, gate_ff)
   const double mod[6][4] = {{0.1, -0.2, 0.3, 0.0}, {0.5, 0.0, -0.5, 1.0}, {1.0, 2.0, 0.5, -1.0},
@@ -250,7 +249,7 @@ TEST(WanBlock, ModulationAndGatingMatchAHandComputation) {
   const double ctx_in[4] = {0.25, 0.0, -1.0, 2.0};
   const auto x = torch::tensor(std::vector<double>(x_in, x_in + 4), torch::kFloat32).view({1, 1, 4});
   const auto ctx = torch::tensor(std::vector<double>(ctx_in, ctx_in + 4), torch::kFloat32).view({1, 1, 4});
-  const auto rope = wt::model::rope_table({1, 1, 1}, 4);
+  const auto rope = wt::wan::rope_table({1, 1, 1}, 4);
   const auto out = block->forward(x, e0, ctx, rope);
 
   auto layer_norm = [](std::array<double, 4> v) {
@@ -273,7 +272,7 @@ TEST(WanBlock, ModulationAndGatingMatchAHandComputation) {
 TEST(WanModel, OutputHasTheLatentShapeAndStartsAtZero) {
   const auto config = tiny_config();
   torch::manual_seed(4);
-  wt::model::WanModel model(config);
+  wt::wan::WanModel model(config);
   const auto x = torch::randn({2, config.in_dim, 3, 8, 6});
   const auto t = torch::tensor({10.0f, 900.0f});
   const auto ctx = torch::randn({2, 5, config.text_dim});  // shorter than text_len: zero-padded
@@ -286,7 +285,7 @@ TEST(WanModel, OutputHasTheLatentShapeAndStartsAtZero) {
 TEST(WanModel, ContextIsZeroPaddedToTextLen) {
   const auto config = tiny_config();
   torch::manual_seed(5);
-  wt::model::WanModel model(config);
+  wt::wan::WanModel model(config);
   torch::NoGradGuard no_grad;
   model->head->head->weight.normal_(0, 0.1);
   const auto x = torch::randn({1, config.in_dim, 1, 4, 4});
@@ -301,7 +300,7 @@ TEST(WanModel, ContextIsZeroPaddedToTextLen) {
 TEST(WanModel, Bf16AutocastStaysCloseToFp32AndKeepsFp32Parts) {
   const auto config = tiny_config();
   torch::manual_seed(6);
-  wt::model::WanModel model(config);
+  wt::wan::WanModel model(config);
   torch::NoGradGuard no_grad;
   model->head->head->weight.normal_(0, 0.1);
   const auto x = torch::randn({2, config.in_dim, 2, 4, 4});
@@ -310,7 +309,7 @@ TEST(WanModel, Bf16AutocastStaysCloseToFp32AndKeepsFp32Parts) {
   const auto reference = model->forward(x, t, ctx);
   at::Tensor low;
   {
-    wt::model::AutocastScope bf16(torch::kBFloat16, torch::kCPU);
+    wt::nn::AutocastScope bf16(torch::kBFloat16, torch::kCPU);
     low = model->forward(x, t, ctx);
   }
   EXPECT_EQ(low.scalar_type(), torch::kFloat32);  // the head runs in fp32
@@ -321,9 +320,9 @@ TEST(WanModel, Bf16AutocastStaysCloseToFp32AndKeepsFp32Parts) {
 
 TEST(WanModel, SameSeedSameWeights) {
   torch::manual_seed(7);
-  wt::model::WanModel a(tiny_config());
+  wt::wan::WanModel a(tiny_config());
   torch::manual_seed(7);
-  wt::model::WanModel b(tiny_config());
+  wt::wan::WanModel b(tiny_config());
   const auto pa = a->parameters(), pb = b->parameters();
   for (size_t i = 0; i < pa.size(); ++i) EXPECT_TRUE(torch::equal(pa[i], pb[i]));
 }
@@ -332,7 +331,7 @@ TEST(WanModel, SameSeedSameWeights) {
 TEST(WanModel, AnotherLatentSizeGetsItsOwnRopeTable) {
   const auto config = tiny_config();
   torch::manual_seed(8);
-  wt::model::WanModel model(config);
+  wt::wan::WanModel model(config);
   torch::NoGradGuard no_grad;
   model->head->head->weight.normal_(0, 0.1);
   const auto ctx = torch::randn({1, config.text_len, config.text_dim});
@@ -342,7 +341,7 @@ TEST(WanModel, AnotherLatentSizeGetsItsOwnRopeTable) {
   const auto large_after_small = model->forward(large, t, ctx);
   EXPECT_TRUE(torch::equal(model->forward(small, t, ctx), small_first));
   torch::manual_seed(8);
-  wt::model::WanModel fresh(config);
+  wt::wan::WanModel fresh(config);
   fresh->head->head->weight.copy_(model->head->head->weight);
   EXPECT_TRUE(torch::equal(fresh->forward(large, t, ctx), large_after_small));
 }

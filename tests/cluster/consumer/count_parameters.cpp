@@ -2,7 +2,7 @@
 // wantrain library: what a user's own tool would do.
 #include <iostream>
 
-#include "wantrain/model/model_config.hpp"
+#include "wantrain/wan/model/model_config.hpp"
 #include "wantrain/util/error.hpp"
 #include "wantrain/config.hpp"
 
@@ -12,8 +12,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    const auto config = wt::model::load_model_config(argv[1]);
-    std::cout << "wantrain " << WANTRAIN_VERSION << ": " << wt::model::parameter_count(config) << " parameters\n";
+    const auto config = wt::wan::load_model_config(argv[1]);
+    std::cout << "wantrain " << WANTRAIN_VERSION << ": " << wt::wan::parameter_count(config) << " parameters\n";
   } catch (const wt::UsageError& e) {
     std::cerr << e.what() << "\n";
     return 2;

@@ -1,0 +1,82 @@
+#include "wantrain/nn/autocast.hpp"
+
+#include <ATen/autocast_mode.h>
+#include <ATen/core/Tensor.h>
+#include <torch/version.h>
+
+namespace wt::nn {
+
+// The version gate: the only place that names LibTorch's autocast calls.
+namespace {
+
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+// LibTorch >= 2.4: one device-typed API. No CI compiles this branch (Debian
+// 12 ships 1.13); docs/development.md lists it.
+bool is_enabled(c10::DeviceType device) { return at::autocast::is_autocast_enabled(device); }
+void set_enabled(c10::DeviceType device, bool on) { at::autocast::set_autocast_enabled(device, on); }
+c10::ScalarType get_dtype(c10::DeviceType device) { return at::autocast::get_autocast_dtype(device); }
+void set_dtype(c10::DeviceType device, c10::ScalarType dtype) { at::autocast::set_autocast_dtype(device, dtype); }
+#else
+// LibTorch 1.13 to 2.3: one call per device type; "gpu" means CUDA.
+bool is_enabled(c10::DeviceType device) {
+  return device == c10::DeviceType::CUDA ? at::autocast::is_enabled() : at::autocast::is_cpu_enabled();
+}
+void set_enabled(c10::DeviceType device, bool on) {
+  if (device == c10::DeviceType::CUDA)
+    at::autocast::set_enabled(on);
+  else
+    at::autocast::set_cpu_enabled(on);
+}
+c10::ScalarType get_dtype(c10::DeviceType device) {
+  return device == c10::DeviceType::CUDA ? at::autocast::get_autocast_gpu_dtype()
+                                         : at::autocast::get_autocast_cpu_dtype();
+}
+void set_dtype(c10::DeviceType device, c10::ScalarType dtype) {
+  if (device == c10::DeviceType::CUDA)
+    at::autocast::set_autocast_gpu_dtype(dtype);
+  else
+    at::autocast::set_autocast_cpu_dtype(dtype);
+}
+#endif
+
+// wantrain runs on CPU or CUDA; any other device type is held as CPU's.
+c10::DeviceType autocast_device(c10::DeviceType device) {
+  return device == c10::DeviceType::CUDA ? c10::DeviceType::CUDA : c10::DeviceType::CPU;
+}
+
+}  // namespace
+
+c10::ScalarType autocast_dtype(c10::DeviceType device) {
+  device = autocast_device(device);
+  return is_enabled(device) ? get_dtype(device) : at::kFloat;
+}
+
+c10::ScalarType autocast_dtype(const at::Tensor& x) { return autocast_dtype(x.device().type()); }
+
+AutocastScope::AutocastScope(c10::ScalarType dtype, c10::DeviceType device)
+    : device_(autocast_device(device)), was_enabled_(is_enabled(device_)), was_dtype_(get_dtype(device_)) {
+  const bool on = dtype != c10::ScalarType::Float;
+  if (on) set_dtype(device_, dtype);
+  set_enabled(device_, on);
+  at::autocast::increment_nesting();
+}
+
+AutocastScope::~AutocastScope() {
+  // As torch.autocast's __exit__: drop the cached low-precision weight copies
+  // when the outermost scope ends.
+  if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+  set_enabled(device_, was_enabled_);
+  set_dtype(device_, was_dtype_);
+}
+
+Fp32Scope::Fp32Scope() : cpu_(is_enabled(c10::DeviceType::CPU)), cuda_(is_enabled(c10::DeviceType::CUDA)) {
+  if (cpu_) set_enabled(c10::DeviceType::CPU, false);
+  if (cuda_) set_enabled(c10::DeviceType::CUDA, false);
+}
+
+Fp32Scope::~Fp32Scope() {
+  if (cpu_) set_enabled(c10::DeviceType::CPU, true);
+  if (cuda_) set_enabled(c10::DeviceType::CUDA, true);
+}
+
+}  // namespace wt::nn

@@ -1,0 +1,100 @@
+#include "wantrain/nn/linear.hpp"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "wantrain/nn/autocast.hpp"
+#include "wantrain/util/error.hpp"
+
+namespace wt::nn {
+
+void fill_uniform_drawn_in_fp32(const at::Tensor& target, double from, double to) {
+  torch::NoGradGuard no_grad;
+  if (target.scalar_type() == at::kFloat) {
+    target.uniform_(from, to);
+    return;
+  }
+  // LibTorch's CPU uniform_ draws element after element from the generator,
+  // so chunks of an fp32 buffer give the numbers one fp32 tensor would. A
+  // buffer of fixed size, reused: no fp32 copy of a layer, and no heap holes
+  // of its size left behind (those added 1.5 GB to a 1.3B bf16 base).
+  constexpr int64_t kChunk = int64_t(1) << 18;  // 1 MiB of fp32
+  auto flat = target.view({-1});
+  auto buffer = torch::empty({std::min(kChunk, flat.numel())}, torch::kFloat32);
+  for (int64_t at = 0; at < flat.numel(); at += kChunk) {
+    auto part = buffer.narrow(0, 0, std::min(kChunk, flat.numel() - at));
+    part.uniform_(from, to);
+    flat.narrow(0, at, part.numel()).copy_(part);
+  }
+}
+
+namespace {
+thread_local bool skip_weight_init = false;
+}  // namespace
+
+SkipWeightInit::SkipWeightInit() : was_(skip_weight_init) { skip_weight_init = true; }
+SkipWeightInit::~SkipWeightInit() { skip_weight_init = was_; }
+
+LinearImpl::LinearImpl(int64_t in, int64_t out, at::ScalarType dtype) : in_features(in), out_features(out) {
+  if (skip_weight_init) {
+    weight = register_parameter("weight", torch::empty({out, in}, torch::dtype(dtype)));
+    bias = register_parameter("bias", torch::empty({out}, torch::dtype(dtype)));
+    return;
+  }
+  if (dtype == at::kFloat) {
+    // torch::nn::Linear's own initialisation, so that a model draws the same
+    // numbers from the generator whichever of the two its layers are.
+    torch::nn::LinearImpl reference(in, out);
+    weight = register_parameter("weight", reference.weight.detach().clone());
+    bias = register_parameter("bias", reference.bias.detach().clone());
+    return;
+  }
+  // The same draws, rounded: torch::nn::Linear's reset_parameters is
+  // kaiming_uniform_(weight, a = sqrt(5)) and bias ~ U(+-1 / sqrt(in)),
+  // with the bounds computed as LibTorch computes them.
+  const double gain = std::sqrt(2.0 / (1 + std::pow(std::sqrt(5.0), 2)));
+  const double weight_bound = std::sqrt(3.0) * (gain / std::sqrt(double(in)));
+  const double bias_bound = 1 / std::sqrt(double(in));
+  weight = register_parameter("weight", torch::empty({out, in}, torch::dtype(dtype)));
+  bias = register_parameter("bias", torch::empty({out}, torch::dtype(dtype)));
+  fill_uniform_drawn_in_fp32(weight, -weight_bound, weight_bound);
+  fill_uniform_drawn_in_fp32(bias, -bias_bound, bias_bound);
+}
+
+at::Tensor LinearImpl::forward(const at::Tensor& x) {
+  // A base held in another dtype than the input (bf16 weights, fp32
+  // activations) computes in its own dtype and hands back the input's.
+  auto y = x.scalar_type() == weight.scalar_type() || autocast_dtype(x) != at::kFloat
+               ? torch::nn::functional::linear(x, weight, bias)
+               : torch::nn::functional::linear(x.to(weight.scalar_type()), weight, bias).to(x.scalar_type());
+  if (!lora_A.defined()) return y;
+  const auto input = lora_dropout_ > 0 ? torch::dropout(x, lora_dropout_, is_training()) : x;
+  return y + torch::nn::functional::linear(torch::nn::functional::linear(input, lora_A), lora_B) * lora_scale_;
+}
+
+void LinearImpl::add_lora(int64_t rank, double alpha, double dropout) {
+  if (has_lora()) throw Error("this Linear already has a LoRA adapter");
+  const auto options = weight.options().dtype(torch::kFloat32);
+  auto a = torch::empty({rank, in_features}, options);
+  torch::nn::init::kaiming_uniform_(a, std::sqrt(5.0));
+  lora_A = register_parameter("lora_A", a);
+  lora_B = register_parameter("lora_B", torch::zeros({out_features, rank}, options));
+  lora_scale_ = alpha / double(rank);
+  lora_dropout_ = dropout;
+}
+
+void LinearImpl::merge_lora() {
+  if (!has_lora()) return;
+  torch::NoGradGuard no_grad;
+  const auto delta = torch::matmul(lora_B.to(torch::kFloat32), lora_A.to(torch::kFloat32)) * lora_scale_;
+  weight.copy_((weight.to(torch::kFloat32) + delta).to(weight.scalar_type()));
+  // The registered parameters go too, so that names and counts are the base's again.
+  parameters_.erase("lora_A");
+  parameters_.erase("lora_B");
+  lora_A = lora_B = at::Tensor();
+  lora_scale_ = lora_dropout_ = 0;
+}
+
+}  // namespace wt::nn

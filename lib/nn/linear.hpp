@@ -1,0 +1,62 @@
+// Linear: WanModel's block Linear layers (attention q, k, v, o and the FFN),
+// with the official names (weight [out, in], bias [out]) and room for a LoRA
+// adapter (lora.hpp):
+//
+//   y = x W^T + b + scale * dropout(x) A^T B^T,   A [r, in], B [out, r]
+//
+// Without an adapter it is torch::nn::Linear exactly: the same initial
+// values from the same generator draws, and the same forward.
+//
+// A frozen base may be held in bf16 (`dtype`): its product then runs in
+// bf16, and the adapter's in the input's dtype. Under autocast both follow
+// autocast, as any Linear does.
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/nn/pimpl.h>
+
+namespace wt::nn {
+
+// While one lives on this thread, Linears are allocated without drawing
+// their weights (for a model whose weights are loaded next: WanInit::Empty).
+class SkipWeightInit {
+ public:
+  SkipWeightInit();
+  ~SkipWeightInit();
+  SkipWeightInit(const SkipWeightInit&) = delete;
+  SkipWeightInit& operator=(const SkipWeightInit&) = delete;
+
+ private:
+  bool was_;
+};
+
+class LinearImpl : public torch::nn::Module {
+ public:
+  // The weight and bias are drawn in fp32 and held in `dtype` (kFloat or
+  // kBFloat16): a bf16 layer holds the rounded values of its fp32 twin.
+  LinearImpl(int64_t in_features, int64_t out_features, at::ScalarType dtype = at::kFloat);
+  at::Tensor forward(const at::Tensor& x);
+
+  // Adds the trainable pair lora_A (random, as PEFT: Kaiming-uniform with
+  // a = sqrt(5), from LibTorch's global generator) and lora_B (zero), so
+  // the output is unchanged until B is trained. scale = alpha / rank.
+  void add_lora(int64_t rank, double alpha, double dropout);
+  bool has_lora() const { return lora_A.defined(); }
+  double lora_scale() const { return lora_scale_; }
+  // weight += scale * B A, in fp32, then the adapter is gone.
+  void merge_lora();
+
+  int64_t in_features, out_features;
+  at::Tensor weight, bias, lora_A, lora_B;
+
+ private:
+  double lora_scale_ = 0, lora_dropout_ = 0;
+};
+TORCH_MODULE(Linear);
+
+// target ~ U(from, to) drawn in fp32 from LibTorch's global generator and
+// rounded to target's dtype: for a bf16 target, the rounded values of the
+// same draw into an fp32 tensor of its shape, without that tensor.
+void fill_uniform_drawn_in_fp32(const at::Tensor& target, double from, double to);
+
+}  // namespace wt::nn

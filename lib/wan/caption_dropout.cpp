@@ -1,0 +1,43 @@
+#include "wantrain/wan/caption_dropout.hpp"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+
+#include "wantrain/data/sampler.hpp"
+#include "wantrain/wan/flow_matching.hpp"
+
+namespace wt::wan {
+namespace {
+// Mixed into the seed so the drop stream is independent of the noise stream
+// keyed by the same (seed, step, index).
+constexpr uint64_t kCaptionDropSalt = 0x63617074696f6e21;  // "caption!"
+}  // namespace
+
+at::Tensor unconditional_context(const at::Tensor& context) { return torch::zeros_like(context); }
+
+std::vector<bool> caption_drops(const std::vector<int64_t>& sample_indices, uint64_t seed, int64_t step, double p) {
+  std::vector<bool> drops(sample_indices.size(), p >= 1.0);
+  if (p <= 0.0 || p >= 1.0) return drops;
+  for (size_t i = 0; i < sample_indices.size(); ++i) {
+    data::PortableRandom r(sample_key(seed ^ kCaptionDropSalt, step, sample_indices[i]));
+    drops[i] = double(r.next() >> 11) * 0x1.0p-53 < p;  // uniform in [0, 1)
+  }
+  return drops;
+}
+
+at::Tensor drop_captions(const at::Tensor& context, const std::vector<bool>& drops) {
+  TORCH_CHECK(int64_t(drops.size()) == context.size(0), "one caption drop per batch row");
+  if (std::none_of(drops.begin(), drops.end(), [](bool d) { return d; })) return context;
+  std::vector<uint8_t> keep(drops.size());
+  for (size_t i = 0; i < drops.size(); ++i) keep[i] = drops[i] ? 0 : 1;
+  return drop_captions(context, torch::tensor(keep).to(context.device(), torch::kBool));
+}
+
+at::Tensor drop_captions(const at::Tensor& context, const at::Tensor& keep) {
+  TORCH_CHECK(keep.dim() == 1 && keep.size(0) == context.size(0) && keep.scalar_type() == torch::kBool,
+              "one bool per batch row");
+  return torch::where(keep.view({-1, 1, 1}), context, unconditional_context(context));  // keep: [B, 1, 1]
+}
+
+}  // namespace wt::wan

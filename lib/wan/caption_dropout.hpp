@@ -1,0 +1,39 @@
+// Caption dropout (--text-drop): with probability p a training sample's text
+// context is replaced by the unconditional context, so the model also learns
+// the unconditional prediction that classifier-free guidance contrasts the
+// prompt with. Without it, `wansample --cfg` extrapolates along a direction
+// the model never saw.
+//
+// The unconditional context is all zeros: a prompt of zero tokens, since Wan
+// zero-pads every context beyond its tokens to text_len. Training and
+// wansample both take it from unconditional_context(), so they agree.
+//
+// A sample's draw is keyed by (seed, step, global sample index), like its
+// noise, so it does not depend on the world size, micro-batching or restarts.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace wt::wan {
+
+// The context a sample is trained with when its caption is dropped, and that
+// wansample's unconditional branch uses: zeros shaped like `context`.
+at::Tensor unconditional_context(const at::Tensor& context);
+
+// Whether each sample's caption is dropped at `step`; p in [0, 1].
+std::vector<bool> caption_drops(const std::vector<int64_t>& sample_indices, uint64_t seed, int64_t step, double p);
+
+// context [B, L, D] with the rows whose drop is true replaced by the
+// unconditional context: a new tensor, or `context` itself when nothing is
+// dropped; `context` is never changed.
+at::Tensor drop_captions(const at::Tensor& context, const std::vector<bool>& drops);
+
+// The same with the draws as a mask already on the context's device:
+// keep [B] bool, false where the caption is dropped (no host-to-device copy
+// here, as the std::vector<bool> form must make).
+at::Tensor drop_captions(const at::Tensor& context, const at::Tensor& keep);
+
+}  // namespace wt::wan

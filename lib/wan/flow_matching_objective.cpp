@@ -1,0 +1,159 @@
+#include "wantrain/wan/flow_matching_objective.hpp"
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include <chrono>
+
+#include "wantrain/wan/model/wan_model.hpp"
+#include "wantrain/wan/caption_dropout.hpp"
+#include "wantrain/util/error.hpp"
+
+namespace wt::wan {
+namespace {
+
+std::string sigma_range(const FlowMatchingOptions& flow) {
+  return fmt::format("[{:g}, {:g}]", flow.sigma_min, flow.sigma_max);
+}
+
+// Noise of validation sample i at grid point j: independent of --seed, so
+// runs with different seeds are scored on the same problem.
+constexpr uint64_t kValidationSeed = 0x76616c6964617465;  // "validate"
+constexpr int kValidationGrid = 4;
+// The batch tensors make_inputs_ahead adds.
+constexpr const char* kNoiseSigma = "noise.sigma";
+constexpr const char* kNoiseEps = "noise.eps";
+constexpr const char* kCaptionKeep = "caption.keep";
+}  // namespace
+
+FlowMatchingObjective::FlowMatchingObjective(WanModelImpl& model, FlowMatchingObjectiveOptions options)
+    : model_(model), options_(options) {
+  for (const auto& item : model_.named_parameters(/*recurse=*/true))
+    if (item.value().requires_grad()) trainable_.emplace_back(item.key(), item.value());
+}
+
+std::vector<at::Tensor> FlowMatchingObjective::buffers() const { return model_.buffers(); }
+
+FlowMatchingObjective::Inputs FlowMatchingObjective::prepare(const train::Batch& micro_batch,
+                                                             const train::StepContext& context) const {
+  const auto x0 = micro_batch.at("latents").to(torch::kFloat32);
+  Noise noise;
+  if (micro_batch.tensors.count(kNoiseEps)) {
+    if (micro_batch.ahead_step != context.step)
+      throw Error(fmt::format("internal: a batch's noise was made for step {} but is used at step {}",
+                              micro_batch.ahead_step, context.step));
+    noise = {micro_batch.at(kNoiseSigma), micro_batch.at(kNoiseEps)};
+  } else {
+    noise = training_noise(x0.sizes(), micro_batch.indices, options_.seed, context.step, options_.flow);
+  }
+  Inputs inputs{apply_noise(x0, noise), {}};
+  const auto text = micro_batch.at("text_emb").to(torch::kFloat32);
+  const auto keep = micro_batch.tensors.find(kCaptionKeep);
+  inputs.context =
+      keep != micro_batch.tensors.end()
+          ? drop_captions(text, keep->second)
+          : drop_captions(text, caption_drops(micro_batch.indices, options_.seed, context.step, options_.text_drop));
+  return inputs;
+}
+
+train::ObjectiveLoss FlowMatchingObjective::loss(const train::Batch& micro_batch, const train::StepContext& context) {
+  const auto start = std::chrono::steady_clock::now();
+  const auto in = prepare(micro_batch, context);
+  train::ObjectiveLoss out;
+  out.prepare_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  out.loss = flow_matching_loss(model_.forward(in.noisy.x_t, in.noisy.timesteps, in.context), in.noisy.target);
+  return out;
+}
+
+void FlowMatchingObjective::make_inputs_ahead(train::Batch& batch, int64_t step,
+                                              const train::HostAllocator& allocate) const {
+  const auto sizes = batch.at("latents").sizes();
+  Noise noise = training_noise(sizes, batch.indices, options_.seed, step, options_.flow,
+                               {allocate({sizes[0]}, torch::kFloat32), allocate(sizes, torch::kFloat32)});
+  batch.tensors[kNoiseSigma] = std::move(noise.sigmas);
+  batch.tensors[kNoiseEps] = std::move(noise.eps);
+  if (options_.text_drop > 0) {  // the drops as a mask that travels with the batch
+    const auto drops = caption_drops(batch.indices, options_.seed, step, options_.text_drop);
+    auto keep = allocate({sizes[0]}, torch::kBool);  // [B]
+    for (size_t i = 0; i < drops.size(); ++i) keep.data_ptr<bool>()[i] = !drops[i];
+    batch.tensors[kCaptionKeep] = std::move(keep);
+  }
+  batch.ahead_step = step;
+}
+
+at::Tensor FlowMatchingObjective::validation_losses(const train::Batch& batch) {
+  const bool was_training = model_.is_training();
+  model_.eval();
+  const auto x0 = batch.at("latents").to(torch::kFloat32);
+  const auto context = batch.at("text_emb").to(torch::kFloat32);
+  const int64_t b = batch.size();
+  auto sum = torch::zeros({b}, torch::kFloat64);
+  for (int j = 0; j < kValidationGrid; ++j) {
+    const double sigma = training_sigma((j + 0.5) / kValidationGrid, options_.flow);
+    std::vector<uint64_t> keys(b);
+    for (int64_t i = 0; i < b; ++i) keys[i] = sample_key(kValidationSeed, j, batch.indices[i]);
+    const auto noisy = noisy_batch_at(x0, std::vector<double>(b, sigma), keys);
+    const auto prediction = model_.forward(noisy.x_t, noisy.timesteps, context);
+    sum += per_sample_loss(prediction, noisy.target).to(torch::kCPU, torch::kFloat64);
+  }
+  if (was_training) model_.train();
+  return sum / kValidationGrid;
+}
+
+}  // namespace wt::wan
+
+namespace wt::wan {
+
+std::map<std::string, std::string> FlowMatchingObjective::checkpoint_state() const {
+  std::map<std::string, std::string> state;
+  if (!options_.lora.empty())
+    state = {{"lora", options_.lora},
+             {"lora_base", options_.lora_base},
+             {"lora_base_precision", options_.lora_base_precision}};
+  if (!options_.flow.full_range()) state["sigma_range"] = sigma_range(options_.flow);
+  return state;
+}
+
+void FlowMatchingObjective::check_resume(const std::string& kind, const std::map<std::string, std::string>& state,
+                                         const std::string& path) const {
+  // Only adapters are in a LoRA checkpoint: the same adapters, on the same base.
+  auto saved = [&](const char* key) {
+    const auto it = state.find(key);
+    return it == state.end() ? std::string() : it->second;
+  };
+  const std::string range = options_.flow.full_range() ? "" : sigma_range(options_.flow);
+  if (kind == this->kind() && saved("sigma_range") != range)
+    throw UsageError(
+        fmt::format("checkpoint {}: trained on sigma in {}, this run on {} ({}); resume with the same range", path,
+                    saved("sigma_range").empty() ? "[0, 1]" : saved("sigma_range"), range.empty() ? "[0, 1]" : range,
+                    setting_reference("timestep_range")));
+  if (kind == this->kind() && saved("lora") != options_.lora)
+    throw UsageError(fmt::format("checkpoint {}: written {}, this run {}; resume with the same LoRA options", path,
+                                 saved("lora").empty() ? "by a full training run" : "with " + saved("lora"),
+                                 options_.lora.empty() ? "trains the whole model" : "has " + options_.lora));
+  // Before the checksum: an fp32 base file held in bf16 is other weights,
+  // and this says why.
+  // (LoRA checkpoints from before the option held their base in fp32.)
+  const std::string held =
+      saved("lora").empty() || !saved("lora_base_precision").empty() ? saved("lora_base_precision") : "fp32";
+  if (kind == this->kind() && held != options_.lora_base_precision)
+    throw UsageError(
+        fmt::format("checkpoint {}: its LoRA adapters were trained on a base held in {}, this run "
+                    "holds it in {}; resume with the same {}",
+                    path, held, options_.lora_base_precision, setting_reference("base_precision")));
+  if (kind == this->kind() && saved("lora_base") != options_.lora_base)
+    throw UsageError(
+        fmt::format("checkpoint {}: its LoRA adapters were trained on base weights {}, this run's base is "
+                    "{}; resume with the same {}",
+                    path, saved("lora_base"), options_.lora_base, setting_reference("init")));
+  if (kind == "distillation") {
+    const auto teacher = state.find("teacher");
+    throw UsageError(fmt::format(
+        "checkpoint {}: written by a distillation run (teacher {}); resume it as distillation from that teacher, or "
+        "start from its weights with {}",
+        path, teacher == state.end() ? std::string("unknown") : teacher->second, setting_reference("init")));
+  }
+  train::Objective::check_resume(kind, state, path);
+}
+
+}  // namespace wt::wan

@@ -1,0 +1,71 @@
+// The flow-matching objective of Wan (wan/flow_matching.hpp has the math):
+// a WanModel predicts v = eps - x0 from x_t, the timestep and the text
+// context, with caption dropout to the unconditional context.
+// Batch tensors: "latents" [B, C, F, H, W] and "text_emb" [B, L, D].
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "wantrain/wan/flow_matching.hpp"
+#include "wantrain/train/objective.hpp"
+
+namespace wt::wan {
+class WanModelImpl;
+}
+
+namespace wt::wan {
+
+struct FlowMatchingObjectiveOptions {
+  FlowMatchingOptions flow;
+  double text_drop = 0.1;  // probability of the unconditional context
+  uint64_t seed = 0;       // keys each sample's noise and caption drop with the step
+  // With LoRA (add_lora): the adapters' description and the frozen
+  // base's weights_checksum. Checkpoints record both, since they hold only
+  // the adapters, and a resume must find the same ones; and the precision
+  // the base's block Linears are held in ("bf16" or "fp32"). Empty otherwise.
+  std::string lora, lora_base, lora_base_precision;
+};
+
+class FlowMatchingObjective : public train::Objective {
+ public:
+  // `model` must outlive the objective. Its parameters that require a
+  // gradient are trained: all of them, or only the adapters after
+  // add_lora froze the rest.
+  FlowMatchingObjective(WanModelImpl& model, FlowMatchingObjectiveOptions options);
+
+  const train::NamedTensors& trainable() const override { return trainable_; }
+  std::vector<at::Tensor> buffers() const override;
+  train::ObjectiveLoss loss(const train::Batch& micro_batch, const train::StepContext& context) override;
+  // Each sample's sigma and noise eps for `step`: "noise.sigma" [B] and
+  // "noise.eps" [B, C, F, H, W], fp32; with caption dropout its draws,
+  // "caption.keep" [B] bool.
+  void make_inputs_ahead(train::Batch& batch, int64_t step, const train::HostAllocator& allocate) const override;
+  // The flow-matching loss at a fixed grid of 4 sigmas per sample,
+  // sigma_j = shift_sigma((j + 0.5) / 4), with noise keyed by (sample, j)
+  // alone, averaged over the grid; the model runs in eval mode.
+  at::Tensor validation_losses(const train::Batch& batch) override;
+  std::map<std::string, std::string> checkpoint_state() const override;
+  std::string kind() const override { return "flow-matching"; }
+  void check_resume(const std::string& kind, const std::map<std::string, std::string>& state,
+                    const std::string& path) const override;
+
+ protected:
+  // The model's inputs: x_t, timesteps and target from noise keyed by
+  // (seed, step, sample), made ahead or drawn now, and the context after
+  // caption dropout.
+  struct Inputs {
+    NoisyBatch noisy;
+    at::Tensor context;  // [B, L, D] fp32
+  };
+  Inputs prepare(const train::Batch& micro_batch, const train::StepContext& context) const;
+
+  WanModelImpl& model_;
+  const FlowMatchingObjectiveOptions options_;
+
+ private:
+  train::NamedTensors trainable_;
+};
+
+}  // namespace wt::wan

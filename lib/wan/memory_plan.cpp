@@ -1,0 +1,193 @@
+#include "wantrain/wan/memory_plan.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "wantrain/wan/model/weight_names.hpp"
+#include "wantrain/wan/teacher.hpp"
+
+namespace wt::wan {
+namespace {
+
+constexpr double kMiB = 1024.0 * 1024.0;
+
+struct ModelBytes {
+  double fp32 = 0;       // every parameter in fp32
+  double held = 0;       // block Linears in `linear_bytes` per element, the rest fp32
+  int64_t adapters = 0;  // LoRA parameters for these options (rank 0: none)
+};
+
+ModelBytes model_bytes(const WanConfig& config, double linear_bytes, const LoraOptions& lora) {
+  const auto& targets = lora.targets.empty() ? lora_targets() : lora.targets;
+  ModelBytes m;
+  for (const auto& [name, shape] : parameter_shapes(config)) {
+    const double n = double(element_count(shape));
+    const std::string layer = block_linear(name);
+    m.fp32 += 4 * n;
+    m.held += (layer.empty() ? 4 : linear_bytes) * n;
+    // A LoRA adapter per target Linear: A [r, in] and B [out, r].
+    if (lora.rank > 0 && shape.size() == 2 && !layer.empty() &&
+        std::find(targets.begin(), targets.end(), layer) != targets.end())
+      m.adapters += lora.rank * (shape[0] + shape[1]);
+  }
+  return m;
+}
+
+// The teacher as Teacher holds it: fp32, or with its Linears in bf16.
+double teacher_bytes(const WanConfig& config, bool bf16) {
+  double bytes = 0;
+  for (const auto& [name, shape] : parameter_shapes(config))
+    bytes += (bf16 && held_in_bf16_by_teacher(name) ? 2 : 4) * double(element_count(shape));
+  return bytes;
+}
+
+std::string describe_step(const ActivationSettings& s, const ActivationMemory& m) {
+  std::string checkpointing = s.grad_checkpoint_every == 0 ? "no checkpointing"
+                              : s.grad_checkpoint_every == 1
+                                  ? "checkpointing every block"
+                                  : fmt::format("checkpointing every {} blocks", s.grad_checkpoint_every);
+  return fmt::format(
+      "batch {} x {} tokens, {}, {}", s.batch, m.tokens,
+      s.attention_chunk > 0 ? fmt::format("attention chunk {}", s.attention_chunk) : std::string("full attention"),
+      checkpointing);
+}
+
+}  // namespace
+
+std::string format_bytes(double bytes) {
+  if (bytes >= 1024 * kMiB) return fmt::format("{:.1f} GiB", bytes / (1024 * kMiB));
+  if (bytes < 10 * kMiB) return fmt::format("{:.1f} MiB", bytes / kMiB);  // small models: not "0 MiB"
+  return fmt::format("{:.0f} MiB", bytes / kMiB);
+}
+
+double MemoryPlan::total() const {
+  double sum = 0;
+  for (const auto& item : items) sum += item.bytes;
+  return sum;
+}
+
+double MemoryPlan::device_total() const {
+  double sum = 0;
+  for (const auto& item : items)
+    if (item.on_device) sum += item.bytes;
+  return sum;
+}
+
+double MemoryPlan::host_total() const { return total() - device_total(); }
+
+MemoryPlan plan_memory(const MemoryPlanSettings& s) {
+  MemoryPlan plan;
+  auto add = [&](std::string name, std::string detail, double bytes, bool on_device) {
+    plan.items.push_back({std::move(name), std::move(detail), bytes, on_device});
+  };
+  const bool dev = s.on_device;
+  add("runtime", "this process before the model: libraries, MPI, threads (measured)", s.runtime_bytes, false);
+
+  const bool lora = s.lora.rank > 0;
+  const auto weights = model_bytes(s.model, lora && s.base_dtype == at::kBFloat16 ? 2 : 4, s.lora);
+  const double trained = lora ? 4 * double(weights.adapters) : weights.fp32;
+  if (lora) {
+    add("frozen base",
+        fmt::format("{} parameters, block Linears in {}", parameter_count(s.model),
+                    s.base_dtype == at::kBFloat16 ? "bf16" : "fp32"),
+        weights.held, dev);
+    add("parameters", fmt::format("{} LoRA adapter parameters (rank {}), fp32", weights.adapters, s.lora.rank), trained,
+        dev);
+  } else {
+    add("parameters", fmt::format("{} parameters, fp32", parameter_count(s.model)), trained, dev);
+  }
+  const double shards = std::max(1, s.zero_shards);
+  const std::string share = shards > 1 ? fmt::format(", this rank's 1/{} (ZeRO-1)", s.zero_shards) : "";
+  const bool narrow_comm = s.grad_comm_dtype != at::kFloat;  // a 16-bit copy of each bucket, and of the slice
+  const std::string copies = narrow_comm ? ", with their 16-bit copies for the reduction" : "";
+  const double comm_factor = narrow_comm ? 1.5 : 1.0;
+  if (shards > 1)
+    add("gradients", fmt::format("fp32, in the Reducer's buckets, and the reduced 1/{} slice{}", s.zero_shards, copies),
+        trained * (1 + 1 / shards) * comm_factor, dev);
+  else
+    add("gradients", "fp32, in the Reducer's buckets" + copies, trained * comm_factor, dev);
+  if (s.optimizer) add("optimizer", "AdamW's two moments, fp32" + share, 2 * trained / shards, dev);
+  if (s.ema) add("EMA", "averaged weights, fp32" + share, trained / shards, dev);
+  if (s.teacher) {
+    // Loaded on the host in its precision, one tensor at a time, then moved.
+    const double held = teacher_bytes(*s.teacher, s.teacher_bf16);
+    plan.startup_host_bytes = s.runtime_bytes + held;
+    add("teacher",
+        fmt::format("{} parameters, {}, loaded in that precision one tensor at a time", parameter_count(*s.teacher),
+                    s.teacher_bf16 ? "Linears in bf16" : "fp32"),
+        held, dev);
+  }
+  if (s.sample_bytes > 0)
+    add("data",
+        fmt::format("{} batches of {} in the loader, with their noise{}", s.prefetch + 1, s.step.batch,
+                    s.staged_bytes > 0 ? ", and one as stored before conversion" : ""),
+        double(s.step.batch) * (double(s.prefetch + 1) * s.sample_bytes + s.staged_bytes), false);
+  // The writer's copy: rank 0's weights, and each rank's (share of) the state.
+  const double state_copy = trained * ((s.optimizer ? 2 : 0) + (s.ema ? 1 : 0)) / shards;
+  if (s.checkpoint_snapshot)
+    add("checkpoint copy",
+        shards > 1 ? "the weights and this rank's share of the state, copied for the writer thread (rank 0)"
+                   : "the trained state copied for the writer thread (rank 0)",
+        trained + state_copy, false);
+  else if (shards > 1)
+    add("checkpoint copy", "this rank's share of the state, copied for its shard writer", state_copy, false);
+
+  auto step = s.step;
+  if (lora) step.block_linear_dtype = s.base_dtype;
+  plan.activations = activation_memory(s.model, step);
+  auto other = step;
+  other.grad_checkpoint_every = s.step.grad_checkpoint_every > 0 ? 0 : 1;
+  plan.alternative = activation_memory(s.model, other);
+  std::string detail = describe_step(step, plan.activations);
+  double activations = plan.activations.total();
+  if (s.teacher) {
+    // The teacher predicts first, without autograd; the student's step
+    // follows once its working memory is free, so the larger of the two counts.
+    auto teacher_step = step;
+    if (s.teacher_bf16) teacher_step.compute_dtype = at::kBFloat16;
+    // An image student's frames reach a video teacher as stills, each
+    // repeated over the teacher's temporal patch (wan/teacher.hpp).
+    if (s.model.patch_size[0] == 1) teacher_step.latents[0] *= s.teacher->patch_size[0];
+    plan.teacher_forward = inference_memory(*s.teacher, teacher_step);
+    detail += fmt::format("; the teacher's forward {}", format_bytes(plan.teacher_forward));
+    activations = std::max(activations, plan.teacher_forward);
+  }
+  add("activations", detail, activations, dev);
+  return plan;
+}
+
+std::string MemoryPlan::describe() const {
+  std::string out = "memory plan per rank:\n";
+  for (const auto& item : items)
+    if (item.bytes > 0) out += fmt::format("  {:<16} {:>10}  {}\n", item.name, format_bytes(item.bytes), item.detail);
+  const bool checkpointing = activations.blocks_checkpointed > 0;
+  out += fmt::format("  {:<16} {:>10}  activations {}\n", "", format_bytes(alternative.total()),
+                     checkpointing ? "without checkpointing" : "with every block checkpointed");
+  const double device = device_total();
+  if (device > 0)
+    out += fmt::format("  {:<16} {:>10}  on the GPU; {} on the host\n", "total", format_bytes(device),
+                       format_bytes(host_total()));
+  else
+    out += fmt::format("  {:<16} {:>10}\n", "total", format_bytes(total()));
+  return out;
+}
+
+std::vector<std::string> memory_warnings(const MemoryPlan& plan, std::optional<double> device_bytes, double host_bytes,
+                                         int ranks_on_host) {
+  std::vector<std::string> warnings;
+  const double share = host_bytes / double(std::max(ranks_on_host, 1));
+  const double host_need = std::max(plan.host_total(), plan.startup_host_bytes);
+  const char* knobs = "(docs/training.md, \"Fitting a job\")";
+  if (host_need > share)
+    warnings.push_back(fmt::format(
+        "the memory plan needs {} of host memory per rank, more than this node's {} shared by {} rank{} ({} each) {}",
+        format_bytes(host_need), format_bytes(host_bytes), ranks_on_host, ranks_on_host == 1 ? "" : "s",
+        format_bytes(share), knobs));
+  if (device_bytes && plan.device_total() > *device_bytes)
+    warnings.push_back(fmt::format("the memory plan needs {} on the GPU, more than its {} {}",
+                                   format_bytes(plan.device_total()), format_bytes(*device_bytes), knobs));
+  return warnings;
+}
+
+}  // namespace wt::wan

@@ -1,0 +1,81 @@
+// The memory plan of a training run: what each rank holds (weights,
+// gradients, optimizer state, EMA, a frozen base or teacher, the loader's
+// batches, the checkpoint snapshot) and the activations of one step at its
+// batch and token count, with and without activation checkpointing, worked
+// out from the shapes before anything is allocated. Every wantrain start-up
+// banner (and --dry-run) prints it; `wanbench model --tokens-sweep` measures
+// it (docs/model.md).
+#pragma once
+
+#include <c10/core/ScalarType.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "wantrain/wan/model/activation_memory.hpp"
+#include "wantrain/wan/model/lora.hpp"
+#include "wantrain/wan/model/model_config.hpp"
+
+namespace wt::wan {
+
+struct MemoryPlanSettings {
+  WanConfig model;
+  ActivationSettings step;  // batch, latents, compute dtype, attention chunk, checkpointing
+  bool optimizer = true;    // AdamW's two moments (false: forward and backward only)
+  bool ema = false;
+  // ZeRO-1 (--zero 1): the moments and EMA are split over this many ranks,
+  // and a reduced gradient slice of 1/zero_shards joins the gradients; 1: off.
+  int zero_shards = 1;
+  // LoRA: the adapters are trained, the model is a frozen base whose block
+  // Linears are held in base_dtype.
+  LoraOptions lora;  // rank 0: no LoRA
+  at::ScalarType base_dtype = at::kFloat;
+  std::optional<WanConfig> teacher;  // distillation
+  bool teacher_bf16 = false;         // its Linears in bf16, the rest fp32
+  int prefetch = 0;                  // the loader's batches waiting beside the one in use
+  double sample_bytes = 0;           // one sample's latents, text and noise as the loader hands them over
+  double staged_bytes = 0;           // one sample's parts the loader reads as stored before converting
+  // The dtype gradients are reduced in: a 16-bit one keeps a 16-bit copy of
+  // the fp32 buckets (EngineOptions::grad_comm_dtype).
+  at::ScalarType grad_comm_dtype = at::kFloat;
+  // This rank (rank 0) copies the weights and the state for the checkpoint
+  // writer; with zero_shards > 1 every other rank copies its share of the state.
+  bool checkpoint_snapshot = false;
+  double runtime_bytes = 0;  // the process before any of this (libraries, MPI): measured
+  bool on_device = false;    // model state and activations on a GPU; the rest on the host
+};
+
+struct MemoryItem {
+  std::string name;    // "parameters", "activations", ...
+  std::string detail;  // what it is, in a few words
+  double bytes = 0;
+  bool on_device = false;
+};
+
+struct MemoryPlan {
+  std::vector<MemoryItem> items;
+  ActivationMemory activations;   // as the run is set
+  ActivationMemory alternative;   // the other way: without checkpointing if set, else with every block
+  double teacher_forward = 0;     // a distillation teacher's forward, before the student's step (the larger counts)
+  double startup_host_bytes = 0;  // runtime + a teacher loaded on the host before it moves to the device
+
+  double total() const;
+  double device_total() const;  // on_device items (0 on a CPU run)
+  double host_total() const;
+  // The table `--dry-run` prints, one line per item and the totals.
+  std::string describe() const;
+};
+
+MemoryPlan plan_memory(const MemoryPlanSettings& settings);
+
+// One line per limit the plan exceeds (empty when it fits): the device's
+// memory, when known, and the host's memory shared by `ranks_on_host` ranks.
+std::vector<std::string> memory_warnings(const MemoryPlan& plan, std::optional<double> device_bytes, double host_bytes,
+                                         int ranks_on_host);
+
+// "1.5 GiB", "312 MiB": bytes for people.
+std::string format_bytes(double bytes);
+
+}  // namespace wt::wan

@@ -1,0 +1,181 @@
+#include "wantrain/wan/model/activation_memory.hpp"
+
+#include <algorithm>
+
+#include "wantrain/wan/model/patches.hpp"
+#include "wantrain/wan/model/weight_names.hpp"
+
+namespace wt::wan {
+namespace {
+
+// Bytes a block keeps for backward, split by what they scale with: per
+// token of the sample (x), per context position (context) and per element of
+// the attention scores [heads, L, L + text_len] (scores, full attention
+// only). Each term is a tensor of wan_model.cpp's forward that an op saves
+// (LayerNorm and Linear their input, a product its factors, GELU its input,
+// softmax its output); tensors saved twice are counted once, and the
+// [B, L, 1] statistics of the norms are left out (1/dim of a term).
+struct Part {
+  double per_token = 0, per_context = 0, per_score = 0;
+};
+struct BlockBytes {
+  Part self_attention, cross_attention, feed_forward;
+};
+
+BlockBytes block_bytes(const WanConfig& c, bool autocast, bool chunked) {
+  const double d = double(c.dim), ffn = double(c.ffn_dim);
+  const double f = 4;                 // fp32: the residual stream, norms and modulation are fp32 in any run
+  const double a = autocast ? 2 : 4;  // what Linear and matmul produce
+  BlockBytes b;
+  auto& self = b.self_attention;
+  auto& cross = b.cross_attention;
+  auto& ff = b.feed_forward;
+  // Full attention: softmax's output (and its cast); per [L, L] (self) or [L, text_len] (cross) score.
+  self.per_score = cross.per_score = chunked ? 0 : (autocast ? f + a : f);
+  if (!autocast) {
+    // q and k of self-attention: Linear's output (the fused RMSNorm's
+    // input) and what attention saves: RoPE's output (chunked), or matmul's
+    // contiguous copy of it (full). RoPE saves nothing of its input.
+    const double qk = c.qk_norm ? 2 : 1;
+    // Self-attention: the block input (norm1's), norm1's output (a factor of
+    // the modulation), the modulated input (q, k, v's), q, k, v (or its
+    // copy), the heads' output reshaped for o (a copy), o's output (a
+    // factor of the gate); chunked attention also saves its output.
+    self.per_token = d * f * (1 + 1 + 1 + 2 * qk + 1 + 1 + 1 + (chunked ? 1 : 0));
+    // Cross-attention: its input x (norm3's), norm3's output (q's input),
+    // q (Linear's output, the RMSNorm's input, and the scaled q attention
+    // saves or matmul's copy of it), the heads' output copy (chunked: and
+    // the output); k and v over the context alike.
+    cross.per_token = d * f * (1 + (c.cross_attn_norm ? 1 : 0) + (c.qk_norm ? 2 : 1) + 1 + (chunked ? 1 : 0));
+    cross.per_context = d * f * ((c.qk_norm ? 2 : 1) + 1);
+    // Feed-forward: x (norm2's), norm2's output, the modulated input, the
+    // first Linear's output (GELU's input), GELU's output, the second's.
+    ff.per_token = d * f * 4 + 2 * ffn * f;
+    return b;
+  }
+  // Under autocast each Linear casts its fp32 input to a copy in the compute
+  // dtype and saves that; RMSNorm and RoPE work in fp32 (model code). q and
+  // k of self-attention: RMSNorm's fp32 input, its product in the compute
+  // dtype, its fp32 output (RoPE's input), and for chunked attention RoPE's
+  // fp32 output and its cast; for full attention matmul's cast copy.
+  const double qk = (c.qk_norm ? f + a : 0) + f + (chunked ? f + a : a);
+  // Self-attention: block input, norm1's output (fp32), three cast copies of
+  // the modulated input (one per Linear), q, k, v, the output copy for o,
+  // o's output, and chunked attention's output.
+  self.per_token = d * (f + f + 3 * a + 2 * qk + a + a + a + (chunked ? a : 0));
+  // Cross-attention: x (norm3's), the cast of q's input, q (RMSNorm's fp32
+  // input and product, then the cast or copy attention saves), the output
+  // copy for o (chunked: and the output). Context: k as q, and v.
+  const double q_or_k = c.qk_norm ? f + a + a : a;
+  cross.per_token = d * (f + a + q_or_k + a + (chunked ? a : 0));
+  cross.per_context = d * (q_or_k + a);
+  // Feed-forward: x and norm2's output (fp32), the cast, GELU's input and
+  // output and the second Linear's output in the compute dtype.
+  ff.per_token = d * (f + f + a + a) + 2 * ffn * a;
+  return b;
+}
+
+}  // namespace
+
+ActivationMemory activation_memory(const WanConfig& c, const ActivationSettings& s) {
+  const auto grid = token_grid(at::IntArrayRef(s.latents.data(), 3), c.patch_size);
+  ActivationMemory m;
+  m.tokens = grid[0] * grid[1] * grid[2];
+  const bool autocast = s.compute_dtype != at::kFloat;
+  const bool chunked = s.attention_chunk > 0;
+  const double batch = double(s.batch), tokens = double(m.tokens), context = double(c.text_len);
+  const double d = double(c.dim), heads = double(c.num_heads), f = 4, a = autocast ? 2 : 4;
+
+  const auto b = block_bytes(c, autocast, chunked);
+  // Bytes of one part for the batch: per token, per context position, per score.
+  auto bytes = [&](const Part& part, double score_columns) {
+    return batch *
+           (part.per_token * tokens + part.per_context * context + part.per_score * heads * tokens * score_columns);
+  };
+  const double self_attention = bytes(b.self_attention, tokens);
+  const double after_self_attention = bytes(b.cross_attention, context) + bytes(b.feed_forward, 0);
+  m.block_saved = self_attention + after_self_attention;
+  m.checkpointed_block_saved = batch * tokens * d * f;  // the recomputation's input
+  const int64_t every = s.grad_checkpoint_every;
+  m.blocks_checkpointed = every > 0 ? (c.num_layers + every - 1) / every : 0;
+  m.blocks_kept = c.num_layers - m.blocks_checkpointed;
+  // Backward frees each block's tensors as it passes; recomputing a
+  // checkpointed block adds its tensors to those of the blocks before it.
+  auto kept = [&](int64_t block) { return every == 0 || block % every != 0; };
+  double held = 0;  // by blocks 0 .. i-1 at the end of forward
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    if (!kept(i)) m.blocks = std::max(m.blocks, held + m.checkpointed_block_saved + m.block_saved);
+    held += kept(i) ? m.block_saved : m.checkpointed_block_saved;
+  }
+  m.blocks = std::max(m.blocks, held);
+
+  // Outside the blocks: the latents, noise, noisy input and target, the
+  // output and the loss's difference ([B, C, F, H, W] fp32 each); the
+  // context as loaded, padded and embedded (Linear, GELU, output); the head's
+  // input, norm and modulated input.
+  const double latent = double(c.in_dim) * double(s.latents[0] * s.latents[1] * s.latents[2]) * f;
+  const double text = context * (double(c.text_dim) * (f + f) + d * 3 * a);
+  m.outside_blocks = batch * (6 * latent + text + tokens * d * f * 3);
+
+  // The largest working set beyond what is saved, in the last block (or the
+  // one being recomputed): the gradient along the residual stream and into a
+  // branch, plus the largest of
+  // - feed-forward backward: the gradients of GELU's output and input;
+  // - self-attention backward, which runs after the feed-forward's and
+  //   cross-attention's saved tensors are freed: full attention's two
+  //   [heads, L, L] gradients, or one chunk's fp32 scores,
+  //   probabilities, their gradient and two temporaries (six [heads, Q, L])
+  //   with the gradients of q, k, v and the output;
+  // - self-attention forward, before the rest of the block is saved: the
+  //   scores (full) or one chunk's scores, shifted and exponentiated.
+  const double chunk_scores = heads * double(std::min(s.attention_chunk, m.tokens)) * tokens * f;
+  const double full_scores = heads * tokens * tokens * f;
+  const double residual = 2 * tokens * d * f;
+  const double feed_forward = 2 * tokens * double(c.ffn_dim) * a;
+  const double attention_backward = chunked ? 6 * chunk_scores + tokens * d * (a + f + f + a) : 2 * full_scores;
+  const double attention_forward = chunked ? 3 * chunk_scores : 2 * full_scores;
+  // Autocast casts each fp32 weight of a Linear (and the patch embedding's
+  // convolution) once per forward, and the copy is kept until backward is
+  // done (cached, or saved by the Linear for a frozen weight): a kept
+  // block's until its backward, a checkpointed block's only while backward
+  // recomputes it (its no-grad forward keeps none). The time embedding runs
+  // in fp32; biases (1/dim of a weight) are left out.
+  if (autocast) {
+    double embeddings = 0, block_weights = 0;
+    for (const auto& [name, shape] : parameter_shapes(c)) {
+      const double bytes = double(element_count(shape)) * a;
+      if (shape.size() < 2) continue;  // biases and norms
+      if (name.rfind("blocks.0.", 0) == 0 && !block_linear(name).empty() && s.block_linear_dtype == at::kFloat)
+        block_weights += bytes;
+      else if (name.rfind("text_embedding.", 0) == 0 || name.rfind("patch_embedding.", 0) == 0)
+        embeddings += bytes;
+    }
+    m.weight_casts = embeddings + block_weights * double(m.blocks_kept + (m.blocks_checkpointed > 0 ? 1 : 0));
+  }
+  m.temporary = batch * residual + std::max({batch * feed_forward, batch * attention_backward - after_self_attention,
+                                             batch * attention_forward - after_self_attention, 0.0});
+  return m;
+}
+
+double inference_memory(const WanConfig& c, const ActivationSettings& s) {
+  const auto grid = token_grid(at::IntArrayRef(s.latents.data(), 3), c.patch_size);
+  const double batch = double(s.batch), tokens = double(grid[0] * grid[1] * grid[2]);
+  const double d = double(c.dim), heads = double(c.num_heads), f = 4, a = s.compute_dtype != at::kFloat ? 2 : 4;
+  // In flight inside a block: the residual stream, the normed and modulated
+  // input, q, k, v, RoPE's outputs and the attention output (eight fp32
+  // [B, L, dim] at most), plus the largest op: the feed-forward's hidden
+  // activations, or attention's scores (a chunk's, shifted and
+  // exponentiated, or the whole matrix and its softmax).
+  const double block = 8 * tokens * d * f;
+  const double feed_forward = 2 * tokens * double(c.ffn_dim) * a;
+  const double attention = s.attention_chunk > 0
+                               ? 3 * heads * double(std::min(s.attention_chunk, int64_t(tokens))) * tokens * f
+                               : 2 * heads * tokens * tokens * f;
+  // Outside the blocks: the context as given, padded and embedded, and the
+  // latents in and out.
+  const double latent = double(c.in_dim) * double(s.latents[0] * s.latents[1] * s.latents[2]) * f;
+  const double outside = double(c.text_len) * (double(c.text_dim) * 2 * f + d * 3 * a) + 3 * latent;
+  return batch * (block + std::max(feed_forward, attention) + outside);
+}
+
+}  // namespace wt::wan

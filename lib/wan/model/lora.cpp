@@ -1,0 +1,109 @@
+#include "wantrain/wan/model/lora.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+
+#include "wantrain/nn/linear.hpp"
+#include "wantrain/io/safetensors.hpp"
+#include "wantrain/wan/model/weight_names.hpp"
+#include "wantrain/wan/model/wan_model.hpp"
+#include "wantrain/util/error.hpp"
+
+namespace wt::wan {
+namespace {
+
+// The target Linear `name` (e.g. "self_attn.q") of `block`.
+nn::LinearImpl& target_of(WanBlockImpl& block, const std::string& name) {
+  const auto modules = block.named_modules("", /*include_self=*/false);
+  const auto* found = modules.find(name);
+  auto* linear = found ? (*found)->as<nn::LinearImpl>() : nullptr;
+  if (!linear) throw Error(fmt::format("Wan block has no Linear layer {}", name));
+  return *linear;
+}
+
+std::vector<std::string> chosen_targets(const LoraOptions& options) {
+  return options.targets.empty() ? lora_targets() : options.targets;
+}
+
+}  // namespace
+
+const std::vector<std::string>& lora_targets() { return block_linear_names(); }
+
+void check_lora_options(const LoraOptions& options) {
+  if (options.rank < 1) throw SettingError("lora_rank", fmt::format("must be at least 1, got {}", options.rank));
+  if (!(options.alpha >= 0)) throw SettingError("lora_alpha", fmt::format("must be 0 or more, got {}", options.alpha));
+  if (!(options.dropout >= 0 && options.dropout < 1))
+    throw SettingError("lora_dropout", fmt::format("must be in [0, 1), got {}", options.dropout));
+  const auto& valid = lora_targets();
+  for (size_t i = 0; i < options.targets.size(); ++i)
+    if (std::find(options.targets.begin(), options.targets.begin() + i, options.targets[i]) !=
+        options.targets.begin() + i)
+      throw SettingError("lora_targets", fmt::format("'{}' is named twice", options.targets[i]));
+  for (const auto& target : options.targets)
+    if (std::find(valid.begin(), valid.end(), target) == valid.end())
+      throw SettingError("lora_targets", fmt::format("'{}' is not a Linear layer of a Wan block (valid: {})", target,
+                                                     fmt::join(valid, ", ")));
+}
+
+int64_t add_lora(WanModelImpl& model, const LoraOptions& options) {
+  check_lora_options(options);
+  for (auto& parameter : model.parameters()) parameter.set_requires_grad(false);
+  const double alpha = options.alpha > 0 ? options.alpha : double(options.rank);
+  int64_t count = 0;
+  for (const auto& block : *model.blocks)
+    for (const auto& name : chosen_targets(options)) {
+      auto& linear = target_of(*block->as<WanBlockImpl>(), name);
+      linear.add_lora(options.rank, alpha, options.dropout);
+      count += linear.lora_A.numel() + linear.lora_B.numel();
+    }
+  return count;
+}
+
+std::string describe_lora(const LoraOptions& options) {
+  const double alpha = options.alpha > 0 ? options.alpha : double(options.rank);
+  std::string text =
+      fmt::format("rank {}, alpha {:g} (scale {:g}), targets {}", options.rank, alpha, alpha / double(options.rank),
+                  options.targets.empty() ? std::string("all") : fmt::format("{}", fmt::join(options.targets, ",")));
+  if (options.dropout > 0) text += fmt::format(", dropout {:g}", options.dropout);
+  return text;
+}
+
+void write_lora_file(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& adapters,
+                     const LoraOptions& options, const std::string& base, LoraNames names, at::ScalarType dtype) {
+  const double alpha = options.alpha > 0 ? options.alpha : double(options.rank);
+  io::NamedTensors out;
+  for (const auto& [name, tensor] : adapters) {
+    const auto at = name.rfind(".lora_");
+    if (at == std::string::npos) throw Error(fmt::format("{} is not a LoRA adapter", name));
+    const std::string official = name.substr(0, at);
+    const bool up = name.compare(at, std::string::npos, ".lora_B") == 0;
+    if (names == LoraNames::Diffusers) {
+      // diffusers applies transformer.* adapters at alpha = r: the scale
+      // alpha / r is folded into B, and no alpha is written.
+      const std::string renamed = diffusers_name(official + ".weight");
+      const std::string layer = "transformer." + renamed.substr(0, renamed.size() - 7);
+      out.emplace_back(layer + name.substr(at) + ".weight", up ? tensor * (alpha / double(options.rank)) : tensor);
+      continue;
+    }
+    const std::string layer = "diffusion_model." + official;
+    out.emplace_back(layer + name.substr(at) + ".weight", tensor);
+    if (up) out.emplace_back(layer + ".alpha", torch::tensor(float(alpha)));
+  }
+  io::write_safetensors(path, out, dtype,
+                        {{"format", "pt"},
+                         {"lora_rank", std::to_string(options.rank)},
+                         {"lora_alpha", fmt::format("{:g}", alpha)},
+                         {"lora_targets", options.targets.empty() ? fmt::format("{}", fmt::join(lora_targets(), ","))
+                                                                  : fmt::format("{}", fmt::join(options.targets, ","))},
+                         {"base_checksum", base}});
+}
+
+void merge_lora(WanModelImpl& model) {
+  for (auto& module : model.modules(/*include_self=*/false))
+    if (auto* linear = module->as<nn::LinearImpl>()) linear->merge_lora();
+}
+
+}  // namespace wt::wan

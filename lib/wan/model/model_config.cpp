@@ -1,0 +1,215 @@
+#include "wantrain/wan/model/model_config.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <tuple>
+
+#include "wantrain/util/error.hpp"
+#include "wantrain/util/files.hpp"
+#include "wantrain/util/text.hpp"
+#include "wantrain/util/json.hpp"
+
+namespace wt::wan {
+namespace {
+
+using nlohmann::json;
+
+constexpr const char* kKeys[] = {"dim",      "ffn_dim",  "num_heads",      "num_layers", "freq_dim",
+                                 "text_dim", "text_len", "patch_size",     "in_dim",     "out_dim",
+                                 "eps",      "qk_norm",  "cross_attn_norm"};
+
+// Keys Wan's own config files carry that do not change the network we build.
+bool informational_key(const std::string& key) {
+  return key == "model_type" || key == "_class_name" || key == "_comment" || key == "name";
+}
+
+int64_t positive_int(const json& doc, const char* key, const std::string& source) {
+  const json& v = doc.at(key);
+  if (!v.is_number_integer() || v.get<int64_t>() < 1)
+    throw UsageError(
+        fmt::format("model config {}: '{}' must be a positive integer, got {}", source, key, json_excerpt(v)));
+  return v.get<int64_t>();
+}
+
+bool boolean(const json& doc, const char* key, const std::string& source) {
+  const json& v = doc.at(key);
+  if (!v.is_boolean())
+    throw UsageError(fmt::format("model config {}: '{}' must be true or false, got {}", source, key, json_excerpt(v)));
+  return v.get<bool>();
+}
+
+}  // namespace
+
+void validate(const WanConfig& c, const std::string& source) {
+  auto fail = [&](const std::string& what) { throw UsageError(fmt::format("model config {}: {}", source, what)); };
+  for (auto [key, value] : {std::pair<const char*, int64_t>{"dim", c.dim},
+                            {"ffn_dim", c.ffn_dim},
+                            {"num_heads", c.num_heads},
+                            {"num_layers", c.num_layers},
+                            {"freq_dim", c.freq_dim},
+                            {"text_dim", c.text_dim},
+                            {"text_len", c.text_len},
+                            {"in_dim", c.in_dim},
+                            {"out_dim", c.out_dim}})
+    if (value < 1) fail(fmt::format("'{}' must be a positive integer, got {}", key, value));
+  // Caps far above any released Wan model (14B: dim 5120, 40 layers), so
+  // that a corrupt or hostile config is refused here, before any size is
+  // multiplied out or any memory allocated.
+  for (auto [key, value, cap] : {std::tuple<const char*, int64_t, int64_t>{"dim", c.dim, 1 << 16},
+                                 {"ffn_dim", c.ffn_dim, 1 << 18},
+                                 {"num_heads", c.num_heads, 1 << 10},
+                                 {"num_layers", c.num_layers, 1 << 10},
+                                 {"freq_dim", c.freq_dim, 1 << 16},
+                                 {"text_dim", c.text_dim, 1 << 16},
+                                 {"text_len", c.text_len, 1 << 20},
+                                 {"in_dim", c.in_dim, 1 << 12},
+                                 {"out_dim", c.out_dim, 1 << 12}})
+    if (value > cap) fail(fmt::format("'{}' is {}, more than {}, the most wantrain accepts", key, value, cap));
+  for (int64_t p : c.patch_size)
+    if (p < 1 || p > 64)
+      fail(fmt::format("'patch_size' must hold three integers in 1..64, got [{}]", fmt::join(c.patch_size, ",")));
+  if (c.dim % c.num_heads != 0) fail(fmt::format("'dim' {} is not divisible by 'num_heads' {}", c.dim, c.num_heads));
+  if (c.head_dim() % 2 != 0)
+    fail(fmt::format("head dim dim/num_heads = {} must be even (RoPE rotates channel pairs)", c.head_dim()));
+  if (c.freq_dim % 2 != 0) fail(fmt::format("'freq_dim' {} must be even (cos and sin halves)", c.freq_dim));
+  if (!(c.eps > 0.0 && c.eps < 1.0)) fail(fmt::format("'eps' must be in (0, 1), got {}", c.eps));
+  if (const int64_t params = parameter_count(c); params > kMaxParameters)
+    fail(fmt::format("{} parameters, more than {:.0e}, the most wantrain accepts", params, double(kMaxParameters)));
+}
+
+WanConfig parse_model_config(const std::string& text, const std::string& source) {
+  json doc;
+  try {
+    doc = parse_json(text);
+  } catch (const JsonError& e) {
+    throw UsageError(fmt::format("model config {}: not valid JSON ({})", source, e.what()));
+  }
+  if (!doc.is_object()) throw UsageError(fmt::format("model config {}: expected a JSON object", source));
+  // Unknown keys first: a misspelled key is the cause of the missing one it was meant to be.
+  const std::vector<std::string> keys(std::begin(kKeys), std::end(kKeys));
+  for (const auto& item : doc.items()) {
+    const bool known = std::find(keys.begin(), keys.end(), item.key()) != keys.end();
+    if (!known && !informational_key(item.key())) {
+      const std::string hint = did_you_mean(item.key(), keys);
+      throw UsageError(fmt::format("model config {}: unknown key '{}'{}", source, item.key(),
+                                   hint.empty() ? fmt::format(" (expected {})", fmt::join(keys, ", ")) : hint));
+    }
+  }
+  for (const auto& key : keys)
+    if (!doc.contains(key)) throw UsageError(fmt::format("model config {}: missing key '{}'", source, key));
+
+  WanConfig c;
+  c.dim = positive_int(doc, "dim", source);
+  c.ffn_dim = positive_int(doc, "ffn_dim", source);
+  c.num_heads = positive_int(doc, "num_heads", source);
+  c.num_layers = positive_int(doc, "num_layers", source);
+  c.freq_dim = positive_int(doc, "freq_dim", source);
+  c.text_dim = positive_int(doc, "text_dim", source);
+  c.text_len = positive_int(doc, "text_len", source);
+  c.in_dim = positive_int(doc, "in_dim", source);
+  c.out_dim = positive_int(doc, "out_dim", source);
+  const json& patch = doc.at("patch_size");
+  if (!patch.is_array() || patch.size() != 3 || !std::all_of(patch.begin(), patch.end(), [](const json& p) {
+        return p.is_number_integer() && p.get<int64_t>() >= 1;
+      }))
+    throw UsageError(fmt::format("model config {}: 'patch_size' must be three positive integers [f, h, w], got {}",
+                                 source, json_excerpt(patch)));
+  for (size_t i = 0; i < 3; ++i) c.patch_size[i] = patch[i].get<int64_t>();
+  const json& eps = doc.at("eps");
+  if (!eps.is_number())
+    throw UsageError(fmt::format("model config {}: 'eps' must be a number, got {}", source, json_excerpt(eps)));
+  c.eps = eps.get<double>();
+  c.qk_norm = boolean(doc, "qk_norm", source);
+  c.cross_attn_norm = boolean(doc, "cross_attn_norm", source);
+  validate(c, source);
+  return c;
+}
+
+WanConfig load_model_config(const std::string& path) {
+  if (const auto why = unreadable_file_reason(path); !why.empty())
+    throw UsageError(fmt::format("model config {}: {}", path, why));
+  std::ifstream in(path);
+  if (!in) throw UsageError(fmt::format("model config {}: cannot open the file", path));
+  std::ostringstream text;
+  text << in.rdbuf();
+  return parse_model_config(text.str(), path);
+}
+
+std::string to_json(const WanConfig& c) {
+  json doc = {{"dim", c.dim},
+              {"ffn_dim", c.ffn_dim},
+              {"num_heads", c.num_heads},
+              {"num_layers", c.num_layers},
+              {"freq_dim", c.freq_dim},
+              {"text_dim", c.text_dim},
+              {"text_len", c.text_len},
+              {"patch_size", c.patch_size},
+              {"in_dim", c.in_dim},
+              {"out_dim", c.out_dim},
+              {"eps", c.eps},
+              {"qk_norm", c.qk_norm},
+              {"cross_attn_norm", c.cross_attn_norm}};
+  return doc.dump();
+}
+
+std::vector<ParameterShape> parameter_shapes(const WanConfig& c) {
+  const int64_t d = c.dim;
+  std::vector<ParameterShape> shapes;
+  auto linear = [&](const std::string& name, int64_t in, int64_t out) {
+    shapes.push_back({name + ".weight", {out, in}});
+    shapes.push_back({name + ".bias", {out}});
+  };
+  auto attention = [&](const std::string& prefix) {
+    for (const char* proj : {"q", "k", "v", "o"}) linear(prefix + proj, d, d);
+    if (c.qk_norm) {
+      shapes.push_back({prefix + "norm_q.weight", {d}});
+      shapes.push_back({prefix + "norm_k.weight", {d}});
+    }
+  };
+  shapes.push_back({"patch_embedding.weight", {d, c.in_dim, c.patch_size[0], c.patch_size[1], c.patch_size[2]}});
+  shapes.push_back({"patch_embedding.bias", {d}});
+  linear("text_embedding.0", c.text_dim, d);
+  linear("text_embedding.2", d, d);
+  linear("time_embedding.0", c.freq_dim, d);
+  linear("time_embedding.2", d, d);
+  linear("time_projection.1", d, 6 * d);
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    const std::string block = fmt::format("blocks.{}.", i);
+    shapes.push_back({block + "modulation", {1, 6, d}});
+    attention(block + "self_attn.");
+    if (c.cross_attn_norm) {
+      shapes.push_back({block + "norm3.weight", {d}});
+      shapes.push_back({block + "norm3.bias", {d}});
+    }
+    attention(block + "cross_attn.");
+    linear(block + "ffn.0", d, c.ffn_dim);
+    linear(block + "ffn.2", c.ffn_dim, d);
+  }
+  shapes.push_back({"head.modulation", {1, 2, d}});
+  linear("head.head", d, c.out_dim * c.patch_volume());
+  return shapes;
+}
+
+int64_t element_count(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t s : shape)
+    if (__builtin_mul_overflow(n, s, &n))
+      throw Error(fmt::format("a tensor of [{}] overflows 64 bits", fmt::join(shape, ",")));
+  return n;
+}
+
+int64_t parameter_count(const WanConfig& config) {
+  if (config.num_layers > (1 << 20)) throw Error(fmt::format("{} layers: not a model", config.num_layers));
+  int64_t total = 0;
+  for (const auto& [name, shape] : parameter_shapes(config))
+    if (__builtin_add_overflow(total, element_count(shape), &total))
+      throw Error("the parameter count overflows 64 bits");
+  return total;
+}
+
+}  // namespace wt::wan

@@ -1,0 +1,53 @@
+// WanConfig: the hyper-parameters of a WanModel, read from a JSON file with
+// Wan's own keys (data/configs/*.json), and the model's parameter names and
+// shapes derived from them without allocating anything.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace wt::wan {
+
+struct WanConfig {
+  int64_t dim = 0;        // model width
+  int64_t ffn_dim = 0;    // hidden width of each block's feed-forward
+  int64_t num_heads = 0;  // attention heads; dim / num_heads must be even (RoPE pairs)
+  int64_t num_layers = 0;
+  int64_t freq_dim = 0;                 // width of the sinusoidal time embedding (Wan: 256)
+  int64_t text_dim = 0;                 // text encoder width (umT5: 4096)
+  int64_t text_len = 0;                 // context positions seen by cross-attention (Wan: 512)
+  std::array<int64_t, 3> patch_size{};  // (frames, height, width)
+  int64_t in_dim = 0;                   // latent channels in
+  int64_t out_dim = 0;                  // latent channels out
+  double eps = 1e-6;                    // LayerNorm and RMSNorm epsilon
+  bool qk_norm = true;                  // RMSNorm on q and k (norm_q, norm_k parameters)
+  bool cross_attn_norm = true;          // affine LayerNorm norm3 before cross-attention
+
+  int64_t head_dim() const { return dim / num_heads; }
+  int64_t patch_volume() const { return patch_size[0] * patch_size[1] * patch_size[2]; }
+};
+
+// Reads and validates a config file. UsageError naming the file and the key
+// for a missing key, an unknown key, a value of the wrong type or range.
+WanConfig load_model_config(const std::string& path);
+// The same from JSON text; `source` names it in errors.
+WanConfig parse_model_config(const std::string& json_text, const std::string& source);
+// The config as JSON with Wan's keys (what checkpoints store).
+std::string to_json(const WanConfig& config);
+// Range checks shared by the parser and code that builds configs itself.
+void validate(const WanConfig& config, const std::string& source);
+
+using ParameterShape = std::pair<std::string, std::vector<int64_t>>;
+// Every parameter of WanModel(config) by its official Wan name, in the
+// model's registration order.
+std::vector<ParameterShape> parameter_shapes(const WanConfig& config);
+// Elements of a tensor of this shape, overflow-checked like parameter_count.
+int64_t element_count(const std::vector<int64_t>& shape);
+// Overflow-checked (Error when a size does not fit 64 bits).
+int64_t parameter_count(const WanConfig& config);
+inline constexpr int64_t kMaxParameters = 1'000'000'000'000;  // validate() refuses more
+
+}  // namespace wt::wan

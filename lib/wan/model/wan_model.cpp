@@ -1,0 +1,229 @@
+#include "wantrain/wan/model/wan_model.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <optional>
+
+#include "wantrain/nn/attention.hpp"
+#include "wantrain/nn/autocast.hpp"
+#include "wantrain/nn/gelu.hpp"
+#include "wantrain/wan/model/patches.hpp"
+#include "wantrain/nn/recompute.hpp"
+#include "wantrain/nn/rms_norm.hpp"
+#include "wantrain/util/error.hpp"
+
+namespace wt::wan {
+namespace {
+
+torch::nn::LayerNorm layer_norm(int64_t dim, double eps, bool affine) {
+  return torch::nn::LayerNorm(torch::nn::LayerNormOptions({dim}).eps(eps).elementwise_affine(affine));
+}
+
+// Wan's WanLayerNorm: normalise in fp32, hand back the input's dtype.
+at::Tensor norm_fp32(torch::nn::LayerNorm& norm, const at::Tensor& x) {
+  return norm(x.to(torch::kFloat32)).to(x.scalar_type());
+}
+
+}  // namespace
+
+RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps_(eps) {
+  weight = register_parameter("weight", torch::ones({dim}));
+}
+
+at::Tensor RMSNormImpl::forward(const at::Tensor& x) { return nn::rms_norm(x, weight, eps_); }
+
+AttentionImpl::AttentionImpl(const WanConfig& c, at::ScalarType linear_dtype)
+    : heads_(c.num_heads), head_dim_(c.head_dim()) {
+  q = register_module("q", nn::Linear(c.dim, c.dim, linear_dtype));
+  k = register_module("k", nn::Linear(c.dim, c.dim, linear_dtype));
+  v = register_module("v", nn::Linear(c.dim, c.dim, linear_dtype));
+  o = register_module("o", nn::Linear(c.dim, c.dim, linear_dtype));
+  if (c.qk_norm) {
+    norm_q = register_module("norm_q", RMSNorm(c.dim, c.eps));
+    norm_k = register_module("norm_k", RMSNorm(c.dim, c.eps));
+  }
+}
+
+at::Tensor AttentionImpl::forward(const at::Tensor& x, const at::Tensor& source, const RopeTable* rope) {
+  const int64_t b = x.size(0), len = x.size(1), src_len = source.size(1);
+  auto qs = q(x), ks = k(source);
+  if (norm_q) {
+    qs = norm_q(qs);
+    ks = norm_k(ks);
+  }
+  qs = qs.view({b, len, heads_, head_dim_});      // [B, L, heads, head_dim]
+  ks = ks.view({b, src_len, heads_, head_dim_});  // [B, S, heads, head_dim]
+  auto vs = v(source).view({b, src_len, heads_, head_dim_});
+  if (chunk > 0) {  // exact, without the [B, heads, L, S] scores (nn/attention.hpp); it scales itself
+    if (rope) {
+      qs = apply_rope(qs, *rope);
+      ks = apply_rope(ks, *rope);
+    }
+    const auto out = nn::chunked_attention(qs.transpose(1, 2), ks.transpose(1, 2), vs.transpose(1, 2), chunk);
+    return o(out.transpose(1, 2).reshape({b, len, heads_ * head_dim_}));
+  }
+  // softmax(q k^T / sqrt(head_dim)), the scale folded into q: into its
+  // rotation in self-attention, on q (L x head_dim, not the L x S scores) in
+  // cross-attention.
+  const double scale = 1.0 / std::sqrt(double(head_dim_));
+  if (rope) {
+    qs = apply_rope(qs, *rope, scale);
+    ks = apply_rope(ks, *rope);
+  } else {
+    qs = qs * scale;
+  }
+  // [B, heads, L, S] scores, softmax over the source positions
+  auto scores = torch::matmul(qs.transpose(1, 2), ks.permute({0, 2, 3, 1}));
+  auto weights = torch::softmax(scores.to(torch::kFloat32), -1).to(vs.scalar_type());
+  auto out = torch::matmul(weights, vs.transpose(1, 2));  // [B, heads, L, head_dim]
+  return o(out.transpose(1, 2).reshape({b, len, heads_ * head_dim_}));
+}
+
+WanBlockImpl::WanBlockImpl(const WanConfig& c, at::ScalarType linear_dtype) {
+  modulation = register_parameter("modulation", torch::randn({1, 6, c.dim}) / std::sqrt(double(c.dim)));
+  norm1 = register_module("norm1", layer_norm(c.dim, c.eps, false));
+  self_attn = register_module("self_attn", Attention(c, linear_dtype));
+  if (c.cross_attn_norm) norm3 = register_module("norm3", layer_norm(c.dim, c.eps, true));
+  cross_attn = register_module("cross_attn", Attention(c, linear_dtype));
+  norm2 = register_module("norm2", layer_norm(c.dim, c.eps, false));
+  ffn = register_module("ffn", torch::nn::Sequential(nn::Linear(c.dim, c.ffn_dim, linear_dtype), nn::GeluTanh(),
+                                                     nn::Linear(c.ffn_dim, c.dim, linear_dtype)));
+}
+
+at::Tensor WanBlockImpl::forward(at::Tensor x, const at::Tensor& e0, const at::Tensor& context, const RopeTable& rope) {
+  std::vector<at::Tensor> m;  // shift_sa, scale_sa, gate_sa, shift_ff, scale_ff, gate_ff: each [B, 1, dim]
+  {
+    nn::Fp32Scope fp32;
+    m = (modulation + e0).chunk(6, 1);
+  }
+  // norm * (1 + scale) + shift and x + y * gate: one addcmul each
+  const auto attn_in = torch::addcmul(m[0], norm_fp32(norm1, x).to(torch::kFloat32), 1 + m[1]);
+  auto y = self_attn(attn_in, attn_in, &rope);
+  {
+    nn::Fp32Scope fp32;
+    x = torch::addcmul(x, y, m[2]);
+  }
+  auto cross_in = norm3 ? norm_fp32(norm3, x) : x;
+  x = x + cross_attn(cross_in, context, nullptr);
+  y = ffn->forward(torch::addcmul(m[3], norm_fp32(norm2, x).to(torch::kFloat32), 1 + m[4]));
+  nn::Fp32Scope fp32;
+  return torch::addcmul(x, y, m[5]);
+}
+
+WanHeadImpl::WanHeadImpl(const WanConfig& c) {
+  modulation = register_parameter("modulation", torch::randn({1, 2, c.dim}) / std::sqrt(double(c.dim)));
+  norm = register_module("norm", layer_norm(c.dim, c.eps, false));
+  head = register_module("head", torch::nn::Linear(c.dim, c.out_dim * c.patch_volume()));
+}
+
+at::Tensor WanBlockImpl::forward_tensors(const std::vector<at::Tensor>& inputs) {
+  return forward(inputs.at(0), inputs.at(1), inputs.at(2), RopeTable{inputs.at(3), inputs.at(4)});
+}
+
+at::Tensor WanHeadImpl::forward(const at::Tensor& x, const at::Tensor& e) {
+  nn::Fp32Scope fp32;
+  auto m = (modulation + e.unsqueeze(1)).chunk(2, 1);  // shift, scale: [B, 1, dim]
+  return head(torch::addcmul(m[0], norm(x.to(torch::kFloat32)), 1 + m[1]));
+}
+
+WanModelImpl::WanModelImpl(WanConfig c, at::ScalarType block_linear_dtype, WanInit init) : config_(std::move(c)) {
+  std::optional<nn::SkipWeightInit> skip;
+  if (init == WanInit::Empty) skip.emplace();
+  if (block_linear_dtype != at::kFloat && block_linear_dtype != at::kBFloat16)
+    throw Error("WanModel: block Linears are held in fp32 or bf16");
+  const auto& cfg = config_;
+  validate(cfg, "(in code)");
+  auto patch = torch::IntArrayRef(cfg.patch_size.data(), 3);
+  patch_embedding = register_module(
+      "patch_embedding", torch::nn::Conv3d(torch::nn::Conv3dOptions(cfg.in_dim, cfg.dim, patch).stride(patch)));
+  text_embedding =
+      register_module("text_embedding", torch::nn::Sequential(torch::nn::Linear(cfg.text_dim, cfg.dim), nn::GeluTanh(),
+                                                              torch::nn::Linear(cfg.dim, cfg.dim)));
+  time_embedding =
+      register_module("time_embedding", torch::nn::Sequential(torch::nn::Linear(cfg.freq_dim, cfg.dim),
+                                                              torch::nn::SiLU(), torch::nn::Linear(cfg.dim, cfg.dim)));
+  time_projection = register_module("time_projection",
+                                    torch::nn::Sequential(torch::nn::SiLU(), torch::nn::Linear(cfg.dim, 6 * cfg.dim)));
+  blocks = register_module("blocks", torch::nn::ModuleList());
+  for (int64_t i = 0; i < cfg.num_layers; ++i) blocks->push_back(WanBlock(cfg, block_linear_dtype));
+  head = register_module("head", WanHead(cfg));
+  if (init == WanInit::Random) init_weights();
+}
+
+void WanModelImpl::init_weights() {
+  torch::NoGradGuard no_grad;
+  // Both kinds of Linear in one pass, in registration order: the generator's
+  // draws are those of a model built from torch::nn::Linear alone.
+  for (auto& module : modules(/*include_self=*/false))
+    if (auto* linear = module->as<torch::nn::Linear>()) {
+      torch::nn::init::xavier_uniform_(linear->weight);
+      torch::nn::init::zeros_(linear->bias);
+    } else if (auto* block_linear = module->as<nn::Linear>()) {
+      // xavier_uniform_'s bound, drawn in fp32 whatever the layer's dtype.
+      const auto& w = block_linear->weight;
+      const double bound = std::sqrt(3.0) * std::sqrt(2.0 / double(w.size(0) + w.size(1)));
+      nn::fill_uniform_drawn_in_fp32(w, -bound, bound);
+      torch::nn::init::zeros_(block_linear->bias);
+    }
+  // xavier over the flattened kernel [dim, in_dim * prod(patch)], as Wan does
+  torch::nn::init::xavier_uniform_(patch_embedding->weight.view({config_.dim, -1}));
+  for (auto* seq : {&text_embedding, &time_embedding})
+    for (auto& module : (*seq)->modules(false))
+      if (auto* linear = module->as<torch::nn::Linear>()) torch::nn::init::normal_(linear->weight, 0.0, 0.02);
+  torch::nn::init::zeros_(head->head->weight);
+}
+
+void WanModelImpl::set_attention_chunk(int64_t queries) {
+  attention_chunk_ = queries;
+  for (const auto& block : *blocks) {
+    auto& b = *block->as<WanBlockImpl>();
+    b.self_attn->chunk = b.cross_attn->chunk = queries;
+  }
+}
+
+const RopeTable& WanModelImpl::rope_for(std::array<int64_t, 3> grid, at::Device device) {
+  if (!rope_.cos.defined() || grid != rope_grid_ || rope_.cos.device() != device) {
+    rope_ = rope_table(grid, config_.head_dim(), device);
+    rope_grid_ = grid;
+  }
+  return rope_;
+}
+
+at::Tensor WanModelImpl::forward(const at::Tensor& x, const at::Tensor& t, const at::Tensor& context) {
+  const auto& cfg = config_;
+  if (x.dim() != 5 || x.size(1) != cfg.in_dim)
+    throw UsageError(
+        fmt::format("model input must be latents [B, {}, F, H, W], got [{}]", cfg.in_dim, fmt::join(x.sizes(), ",")));
+  if (context.dim() != 3 || context.size(2) != cfg.text_dim || context.size(1) > cfg.text_len)
+    throw UsageError(fmt::format("model context must be [B, <= {}, {}], got [{}]", cfg.text_len, cfg.text_dim,
+                                 fmt::join(context.sizes(), ",")));
+  const auto grid = token_grid(x.sizes(), cfg.patch_size);
+
+  auto tokens = patch_embedding(x).flatten(2).transpose(1, 2);  // [B, L, dim]
+
+  at::Tensor e, e0;
+  {
+    nn::Fp32Scope fp32;
+    e = time_embedding->forward(sinusoidal_embedding(t, cfg.freq_dim).to(x.device()));  // [B, dim]
+    e0 = time_projection->forward(e).unflatten(1, {6, cfg.dim});                        // [B, 6, dim]
+  }
+
+  auto padded = torch::constant_pad_nd(context, {0, 0, 0, cfg.text_len - context.size(1)});  // [B, text_len, text_dim]
+  auto ctx = text_embedding->forward(padded);                                                // [B, text_len, dim]
+
+  const RopeTable& rope = rope_for(grid, x.device());
+  for (size_t i = 0; i < blocks->size(); ++i) {
+    auto& block = *blocks[i]->as<WanBlockImpl>();
+    tokens = recompute_every_ > 0 && int64_t(i) % recompute_every_ == 0
+                 ? nn::recomputed(block, {tokens, e0, ctx, rope.cos, rope.sin})
+                 : block.forward(tokens, e0, ctx, rope);
+  }
+
+  auto out = head(tokens, e);  // [B, L, prod(patch) * out_dim]
+  return unpatchify(out, grid, cfg.patch_size, cfg.out_dim);
+}
+
+}  // namespace wt::wan

@@ -1,0 +1,138 @@
+// WanModel: a LibTorch port of the Wan2.1/2.2 diffusion transformer with the
+// official parameter names and shapes (model_config.hpp lists them), so real
+// Wan weights load by name. Forward as the official WanModel, text-to-video:
+//
+//   x [B, C, F, H, W] --patch_embedding--> tokens [B, L, dim], (f, h, w) order
+//   t [B] --sinusoidal--time_embedding--> e [B, dim] --time_projection--> e0 [B, 6, dim]
+//   context [B, Lc <= text_len, text_dim], zero-padded to text_len --text_embedding-->
+//   blocks: modulated self-attention with 3D RoPE, cross-attention, gated FFN
+//   head (modulated by e) --unpatchify--> [B, out_dim, F, H, W]
+//
+// Norms, modulation, the time embedding, RoPE and the head run in fp32 even
+// inside an AutocastScope; the attention and FFN matrix products follow it.
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/modules/conv.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/normalization.h>
+
+#include "wantrain/nn/linear.hpp"
+#include "wantrain/nn/recompute.hpp"
+#include "wantrain/wan/model/model_config.hpp"
+#include "wantrain/wan/model/positional.hpp"
+
+namespace wt::wan {
+
+// y = x * rsqrt(mean(x^2) + eps) * weight over the last dim, in fp32.
+class RMSNormImpl : public torch::nn::Module {
+ public:
+  RMSNormImpl(int64_t dim, double eps);
+  at::Tensor forward(const at::Tensor& x);
+  at::Tensor weight;  // [dim]
+
+ private:
+  double eps_;
+};
+TORCH_MODULE(RMSNorm);
+
+// Multi-head attention with Wan's names: q, k, v, o (with bias), optional
+// RMSNorm norm_q / norm_k over the full dim. Self-attention passes a RoPE
+// table; cross-attention passes none and attends over every context position.
+class AttentionImpl : public torch::nn::Module {
+ public:
+  AttentionImpl(const WanConfig& config, at::ScalarType linear_dtype = at::kFloat);
+  // x [B, L, dim], source [B, S, dim] -> [B, L, dim]
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& source, const RopeTable* rope);
+
+  nn::Linear q{nullptr}, k{nullptr}, v{nullptr}, o{nullptr};  // nn::Linear: LoRA targets
+  RMSNorm norm_q{nullptr}, norm_k{nullptr};
+  int64_t chunk = 0;  // > 0: chunked_attention over this many queries at a time
+
+ private:
+  int64_t heads_, head_dim_;
+};
+TORCH_MODULE(Attention);
+
+class WanBlockImpl : public nn::Recomputable {
+ public:
+  explicit WanBlockImpl(const WanConfig& config, at::ScalarType linear_dtype = at::kFloat);
+  // x [B, L, dim], e0 [B, 6, dim] fp32, context [B, text_len, dim]
+  at::Tensor forward(at::Tensor x, const at::Tensor& e0, const at::Tensor& context, const RopeTable& rope);
+  // forward(x, e0, context, {rope cos, rope sin}): for activation checkpointing.
+  at::Tensor forward_tensors(const std::vector<at::Tensor>& inputs) override;
+
+  at::Tensor modulation;  // [1, 6, dim]
+  torch::nn::LayerNorm norm1{nullptr}, norm3{nullptr}, norm2{nullptr};
+  Attention self_attn{nullptr}, cross_attn{nullptr};
+  torch::nn::Sequential ffn{nullptr};  // nn::Linear, GELU (tanh), nn::Linear
+};
+TORCH_MODULE(WanBlock);
+
+class WanHeadImpl : public torch::nn::Module {
+ public:
+  explicit WanHeadImpl(const WanConfig& config);
+  // x [B, L, dim], e [B, dim] fp32 -> [B, L, prod(patch) * out_dim]
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& e);
+
+  at::Tensor modulation;  // [1, 2, dim]
+  torch::nn::LayerNorm norm{nullptr};
+  torch::nn::Linear head{nullptr};
+};
+TORCH_MODULE(WanHead);
+
+enum class WanInit { Random, Empty };
+
+class WanModelImpl : public torch::nn::Module {
+ public:
+  // Parameters are initialised as Wan's init_weights does, from LibTorch's
+  // global generator (torch::manual_seed). `block_linear_dtype` kBFloat16
+  // holds the blocks' Linear weights and biases (nearly all parameters) in
+  // bf16 from the start, one layer at a time in fp32 while it is drawn: a
+  // frozen LoRA base that never exists in fp32. The draws, and so the
+  // values before rounding, are those of the fp32 model.
+  // WanInit::Empty allocates the parameters without drawing them (the
+  // blocks' Linears, nearly all of them, are not even written), for a model
+  // whose weights are loaded next: a teacher.
+  explicit WanModelImpl(WanConfig config, at::ScalarType block_linear_dtype = at::kFloat,
+                        WanInit init = WanInit::Random);
+
+  // x [B, in_dim, F, H, W] latents (F, H, W multiples of patch_size),
+  // t [B] timesteps in [0, 1000], context [B, Lc, text_dim] with Lc <= text_len
+  // -> [B, out_dim, F, H, W].
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& t, const at::Tensor& context);
+
+  const WanConfig& config() const { return config_; }
+
+  // Activation checkpointing (nn/recompute.hpp): with every = N > 0,
+  // blocks 0, N, 2N, ... keep no activations and are run again in backward
+  // (N = 1: every block); 0: off. Gradients are those without it.
+  void set_grad_checkpoint(int64_t every) { recompute_every_ = every; }
+  int64_t grad_checkpoint() const { return recompute_every_; }
+
+  // Self- and cross-attention over `queries` query rows at a time, with a
+  // backward that recomputes each chunk (nn/attention.hpp): attention
+  // memory linear in the token count. 0: the whole score matrix at once.
+  void set_attention_chunk(int64_t queries);
+  int64_t attention_chunk() const { return attention_chunk_; }
+
+  torch::nn::Conv3d patch_embedding{nullptr};
+  torch::nn::Sequential text_embedding{nullptr}, time_embedding{nullptr}, time_projection{nullptr};
+  torch::nn::ModuleList blocks{nullptr};
+  WanHead head{nullptr};
+
+ private:
+  void init_weights();
+  // RoPE's table for the last token grid: built once, not per step or per block.
+  const RopeTable& rope_for(std::array<int64_t, 3> grid, at::Device device);
+
+  WanConfig config_;
+  std::array<int64_t, 3> rope_grid_{};
+  RopeTable rope_;
+  int64_t recompute_every_ = 0, attention_chunk_ = 0;
+};
+TORCH_MODULE(WanModel);
+
+}  // namespace wt::wan

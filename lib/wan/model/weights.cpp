@@ -1,0 +1,208 @@
+#include "wantrain/wan/model/weights.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <torch/torch.h>
+#include <zlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "wantrain/wan/model/weight_names.hpp"
+#include "wantrain/util/error.hpp"
+#include "wantrain/util/files.hpp"
+#include "wantrain/util/json.hpp"
+
+namespace wt::wan {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+bool is_index(const std::string& path) { return fs::path(path).extension() == ".json"; }
+
+// "a, b, c and 4 more"
+std::string some_names(const std::vector<std::string>& names, size_t shown = 4) {
+  std::vector<std::string> head(names.begin(), names.begin() + std::min(shown, names.size()));
+  std::string text = fmt::format("{}", fmt::join(head, ", "));
+  if (names.size() > shown) text += fmt::format(" and {} more", names.size() - shown);
+  return text;
+}
+
+}  // namespace
+
+WeightFiles WeightFiles::open(const std::string& path) {
+  WeightFiles w;
+  w.path_ = path;
+  if (!is_index(path)) {
+    w.files_.push_back(io::SafetensorsFile::open(path));
+    for (const auto& e : w.files_[0].entries()) w.tensors_[e.name] = {0, &e};
+    return w;
+  }
+  if (const auto why = unreadable_file_reason(path); !why.empty())
+    throw UsageError(fmt::format("weights index {}: {}", path, why));
+  std::ifstream in(path);
+  if (!in) throw UsageError(fmt::format("weights index {}: cannot open the file", path));
+  std::ostringstream text;
+  text << in.rdbuf();
+  json doc;
+  try {
+    doc = parse_json(text.str());
+  } catch (const JsonError& e) {
+    throw UsageError(fmt::format("weights index {}: not valid JSON ({})", path, e.what()));
+  }
+  if (!doc.is_object() || !doc.contains("weight_map") || !doc["weight_map"].is_object())
+    throw UsageError(fmt::format("weights index {}: no \"weight_map\" object of tensor name -> file", path));
+  std::map<std::string, size_t> file_of;
+  const fs::path dir = fs::path(path).parent_path();
+  // First open every file named, then resolve names: files_ must not move after entries are referenced.
+  for (const auto& item : doc["weight_map"].items()) {
+    if (!item.value().is_string())
+      throw UsageError(fmt::format("weights index {}: tensor '{}' maps to {}, not a file name", path, item.key(),
+                                   json_excerpt(item.value())));
+    const std::string file = item.value().get<std::string>();
+    if (file_of.count(file)) continue;
+    const std::string file_path = (dir / file).string();
+    if (!fs::exists(file_path))
+      throw UsageError(fmt::format("weights index {}: file {} that it names does not exist", path, file_path));
+    file_of[file] = w.files_.size();
+    w.files_.push_back(io::SafetensorsFile::open(file_path));
+  }
+  for (const auto& item : doc["weight_map"].items()) {
+    const size_t f = file_of.at(item.value().get<std::string>());
+    const io::SafetensorsEntry* e = w.files_[f].find(item.key());
+    if (!e)
+      throw UsageError(fmt::format("weights index {}: tensor '{}' is not in {}, the file it names", path, item.key(),
+                                   w.files_[f].path()));
+    w.tensors_[item.key()] = {f, e};
+  }
+  return w;
+}
+
+std::vector<std::string> WeightFiles::names() const {
+  std::vector<std::string> names;
+  for (const auto& [name, where] : tensors_) names.push_back(name);
+  return names;
+}
+
+const io::SafetensorsEntry& WeightFiles::entry(const std::string& name) const { return *tensors_.at(name).second; }
+
+at::Tensor WeightFiles::read(const std::string& name) const {
+  const auto& [file, entry] = tensors_.at(name);
+  return files_[file].read(*entry);
+}
+
+std::string LoadReport::summary() const {
+  std::vector<std::string> parts;
+  if (!missing.empty()) parts.push_back(fmt::format("{} missing ({})", missing.size(), some_names(missing)));
+  if (!unexpected.empty())
+    parts.push_back(fmt::format("{} unexpected ({})", unexpected.size(), some_names(unexpected)));
+  if (!mismatched.empty())
+    parts.push_back(fmt::format("{} of another shape ({})", mismatched.size(), some_names(mismatched, 2)));
+  if (parts.empty()) return fmt::format("all {} tensors loaded", loaded.size());
+  return fmt::format("{}", fmt::join(parts, "; "));
+}
+
+TensorSource open_weights(const std::string& path) {
+  auto files = std::make_shared<const WeightFiles>(WeightFiles::open(path));
+  const auto file_names = files->names();
+  TensorSource source;
+  source.path = path;
+  source.diffusers_names = uses_diffusers_names(file_names);
+  for (const auto& name : file_names) {
+    const std::string official = source.diffusers_names ? official_name(name) : name;
+    if (!source.shapes.emplace(official, files->entry(name).shape).second)
+      throw UsageError(fmt::format("weights {}: tensors '{}' and '{}' both name parameter '{}'", path,
+                                   source.stored_names.count(official) ? source.stored_names.at(official) : official,
+                                   name, official));
+    if (official != name) source.stored_names.emplace(official, name);
+  }
+  source.read = [files, stored = source.stored_names](const std::string& name) {
+    const auto it = stored.find(name);
+    return files->read(it == stored.end() ? name : it->second);
+  };
+  return source;
+}
+
+TensorSource tensors_source(const io::NamedTensors& tensors, const std::string& what) {
+  TensorSource source;
+  source.path = what;
+  auto by_name = std::make_shared<std::map<std::string, at::Tensor>>();
+  for (const auto& [name, t] : tensors) {
+    by_name->emplace(name, t);
+    source.shapes.emplace(name, t.sizes().vec());
+  }
+  source.read = [by_name](const std::string& name) { return by_name->at(name); };
+  return source;
+}
+
+LoadReport load_weights(torch::nn::Module& module, const std::string& path, LoadMode mode) {
+  return load_weights(module, open_weights(path), mode);
+}
+
+LoadReport load_weights(torch::nn::Module& module, const TensorSource& source, LoadMode mode, const EachTensor& each) {
+  LoadReport report;
+  report.diffusers_names = source.diffusers_names;
+  auto params = module.named_parameters(/*recurse=*/true);
+  std::set<std::string> model_names;
+  std::vector<std::pair<std::string, at::Tensor>> copies;  // (official name, parameter)
+  for (const auto& item : params) {
+    model_names.insert(item.key());
+    const auto it = source.shapes.find(item.key());
+    if (it == source.shapes.end()) {
+      report.missing.push_back(item.key());
+      continue;
+    }
+    if (item.value().sizes().vec() != it->second) {
+      report.mismatched.push_back(fmt::format("{}: file [{}] vs model [{}]", item.key(), fmt::join(it->second, ","),
+                                              fmt::join(item.value().sizes(), ",")));
+      continue;
+    }
+    copies.emplace_back(item.key(), item.value());
+    report.loaded.push_back(item.key());
+  }
+  for (const auto& [official, shape] : source.shapes)
+    if (!model_names.count(official))
+      report.unexpected.push_back(source.stored_names.count(official) ? source.stored_names.at(official) : official);
+  if (mode == LoadMode::Strict && !report.complete())
+    throw UsageError(fmt::format("weights {}: do not match the model: {}", source.path, report.summary()));
+
+  torch::NoGradGuard no_grad;
+  for (auto& [name, param] : copies) {
+    const auto read = source.read(name);
+    if (each) each(name, read);
+    param.copy_(read);
+  }
+  return report;
+}
+
+void save_weights(const torch::nn::Module& module, const std::string& path, at::ScalarType dtype, WeightNames names) {
+  io::NamedTensors tensors;
+  for (const auto& item : module.named_parameters(/*recurse=*/true))
+    tensors.emplace_back(names == WeightNames::Diffusers ? diffusers_name(item.key()) : item.key(), item.value());
+  io::write_safetensors(path, tensors, dtype);
+}
+
+WeightsChecksum::WeightsChecksum(const WanConfig& config) : crc_(crc32_z(0L, Z_NULL, 0)) {
+  const std::string config_json = to_json(config);
+  crc_ = crc32_z(crc_, reinterpret_cast<const Bytef*>(config_json.data()), config_json.size());
+}
+
+void WeightsChecksum::add(const std::string& name, const at::Tensor& tensor) {
+  crc_ = crc32_z(crc_, reinterpret_cast<const Bytef*>(name.data()), name.size());
+  const auto data = tensor.detach().to(torch::kCPU, torch::kFloat32).contiguous();
+  crc_ = crc32_z(crc_, static_cast<const Bytef*>(data.data_ptr()), size_t(data.numel()) * sizeof(float));
+}
+
+std::string WeightsChecksum::value() const { return fmt::format("crc32:{:08x}", crc_); }
+
+std::string weights_checksum(const WanConfig& config, const io::NamedTensors& weights) {
+  WeightsChecksum checksum(config);
+  for (const auto& [name, tensor] : weights) checksum.add(name, tensor);
+  return checksum.value();
+}
+
+}  // namespace wt::wan

@@ -1,0 +1,127 @@
+#include "wantrain/wan/training_sample.hpp"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <filesystem>
+
+#include "wantrain/data/shard.hpp"
+#include "wantrain/nn/autocast.hpp"
+#include "wantrain/util/reporter.hpp"
+#include "wantrain/wan/caption_dropout.hpp"
+#include "wantrain/wan/latent_comparison.hpp"
+#include "wantrain/wan/latent_preview.hpp"
+#include "wantrain/util/error.hpp"
+#include "wantrain/util/files.hpp"
+
+namespace wt::wan {
+namespace {
+
+// Puts `weights` into `trainable` for the life of the scope. set_data keeps
+// each parameter's autograd identity (its gradient accumulator, which the
+// Reducer's hooks hang on) as long as dtype and device stay the same.
+class SwappedWeights {
+ public:
+  SwappedWeights(const train::NamedTensors& trainable, const train::NamedTensors& weights) : trainable_(trainable) {
+    if (weights.empty()) return;
+    TORCH_CHECK(weights.size() == trainable.size(), "a sample's weights name every trained parameter");
+    for (size_t i = 0; i < trainable.size(); ++i)  // all checked before any is swapped
+      TORCH_CHECK(weights[i].first == trainable[i].first, "a sample's weights come in the trained parameters' order");
+    saved_.reserve(trainable.size());
+    for (size_t i = 0; i < trainable.size(); ++i) {
+      auto parameter = trainable[i].second;
+      saved_.push_back(parameter.data());
+      parameter.set_data(weights[i].second.to(parameter.options()));
+    }
+  }
+  ~SwappedWeights() {
+    for (size_t i = 0; i < saved_.size(); ++i) {
+      auto parameter = trainable_[i].second;
+      parameter.set_data(saved_[i]);
+    }
+  }
+  SwappedWeights(const SwappedWeights&) = delete;
+  SwappedWeights& operator=(const SwappedWeights&) = delete;
+
+ private:
+  const train::NamedTensors& trainable_;
+  std::vector<at::Tensor> saved_;
+};
+
+// eval() for the life of the scope (no LoRA dropout), then the mode it had.
+class EvalMode {
+ public:
+  explicit EvalMode(WanModelImpl& model) : model_(model), was_training_(model.is_training()) { model.eval(); }
+  ~EvalMode() { model_.train(was_training_); }
+  EvalMode(const EvalMode&) = delete;
+  EvalMode& operator=(const EvalMode&) = delete;
+
+ private:
+  WanModelImpl& model_;
+  bool was_training_;
+};
+
+}  // namespace
+
+TrainingSampler::TrainingSampler(const data::Dataset& dataset, const TrainingSampleOptions& options)
+    : options_(options) {
+  if (options.index < 0 || options.index >= dataset.size())
+    throw SettingError("sample_index",
+                       fmt::format("{} is outside the {} training samples", options.index, dataset.size()));
+  const auto& s = dataset.shape();
+  latents_ = torch::empty({s.channels, s.frames, s.height, s.width}, data::scalar_type(s.latents));
+  context_ = torch::empty({s.text_len, s.text_dim}, data::scalar_type(s.text));
+  int32_t text_len = 0;
+  data::SampleReader reader(dataset);
+  reader.read(options.index, latents_, context_, text_len);
+  latents_ = latents_.to(torch::kFloat32);
+  context_ = context_.to(torch::kFloat32);
+}
+
+train::SampleReport TrainingSampler::draw(WanModelImpl& model, const train::NamedTensors& trainable,
+                                          const train::NamedTensors& weights, int64_t step) const {
+  const auto start = std::chrono::steady_clock::now();
+  const auto device = trainable.empty() ? torch::Device(torch::kCPU) : trainable.front().second.device();
+  at::Tensor latents;
+  {
+    torch::NoGradGuard no_grad;
+    const SwappedWeights swapped(trainable, weights);
+    const EvalMode eval(model);
+    const nn::AutocastScope autocast(options_.compute_dtype, device.type());
+    const auto cond = context_.unsqueeze(0).to(device);  // [1, L, D]
+    const auto uncond = unconditional_context(cond);     // what caption dropout trains
+    VelocityField velocity = [&](const at::Tensor& x, const at::Tensor& t, bool conditional) {
+      return model.forward(x, t, conditional ? cond : uncond);
+    };
+    // The same noise at every draw, from a generator of its own: training's
+    // random streams are untouched.
+    auto generator = at::make_generator<at::CPUGeneratorImpl>(options_.seed);
+    auto shape = latents_.sizes().vec();  // the data fit the model: C is its in_dim
+    shape.insert(shape.begin(), 1);
+    const auto noise = torch::randn(shape, generator, torch::kFloat32).to(device);
+    latents = euler_sample(noise, velocity, options_.euler)[0].cpu();  // [C, F, H, W]
+  }
+  train::SampleReport report;
+  report.index = options_.index;
+  const auto comparison = compare_latents(latents, latents_);
+  report.correlation = comparison.correlation;
+  report.mse = comparison.mse;
+  const auto preview = latent_preview({latents, latents_});
+  report.image = {preview.width, preview.height, 1, preview.png()};
+  // A sample is for looking at: a full or read-only disk costs its PNG, not the run.
+  std::error_code error;
+  std::filesystem::create_directories(options_.directory, error);
+  report.png_path = fmt::format("{}/step-{:08d}.png", options_.directory, step);
+  try {
+    write_file_durably(report.png_path, report.image.png);
+  } catch (const Error& e) {
+    report_warning("{} (the sample is not saved; training goes on)", e.what());
+    report.png_path.clear();
+  }
+  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return report;
+}
+
+}  // namespace wt::wan

@@ -1,0 +1,214 @@
+#include "wantrain/wan/wan_run.hpp"
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include <filesystem>
+
+#include "wantrain/ckpt/checkpoint.hpp"
+#include "wantrain/distributed/comm.hpp"
+#include "wantrain/util/reporter.hpp"
+#include "wantrain/wan/model/projection.hpp"
+#include "wantrain/io/safetensors.hpp"
+#include "wantrain/wan/model/wan_model.hpp"
+#include "wantrain/wan/model/weights.hpp"
+#include "wantrain/wan/checkpoint_weights.hpp"
+#include "wantrain/wan/distillation_objective.hpp"
+#include "wantrain/train/ema.hpp"
+#include "wantrain/train/run_plan.hpp"
+#include "wantrain/train/shard_source.hpp"
+#include "wantrain/wan/teacher.hpp"
+#include "wantrain/util/error.hpp"
+#include "wantrain/util/files.hpp"
+
+namespace wt::wan {
+
+struct WanRun::Impl {
+  WanModel model;
+  WanConfig config;
+  std::unique_ptr<train::Objective> objective;
+  std::unique_ptr<train::Engine> engine;
+  std::unique_ptr<train::ShardBatches> batches;
+  Teacher* teacher = nullptr;
+  int64_t first_epoch = 0;
+  bool resumed = false;
+  // Kept from construction for connect().
+  std::unique_ptr<data::DistributedSampler> sampler;
+  std::unique_ptr<data::Dataset> dataset;
+  int prefetch = 2;
+  train::EngineOptions engine_options;
+  LoraOptions lora;
+  std::string lora_base;                              // the frozen base's checksum
+  std::unique_ptr<TrainingSampler> training_sampler;  // with options.sample
+  int rank = 0;
+
+  Impl(WanConfig c, at::ScalarType base_dtype) : model(c, base_dtype), config(std::move(c)) {}
+};
+
+WanRun::WanRun(const train::RunPlan& plan, const WanRunOptions& options, distributed::Comm& comm, data::Dataset dataset,
+               WanConfig config, const train::StartPoint& start, Teacher* teacher) {
+  const ckpt::Checkpoint* resume = start.checkpoint ? &*start.checkpoint : nullptr;
+  data::DistributedSampler sampler(dataset.shard_sizes(), plan.sampler);
+
+  const bool lora = options.lora.rank > 0;
+  if (lora && teacher)
+    throw SettingError("lora_rank", "LoRA is not available with distillation yet; train the student in full");
+  if (!lora && options.base_dtype != at::kFloat)
+    throw SettingError("base_precision", "only a LoRA run has a frozen base to hold in bf16");
+  torch::manual_seed(plan.settings.seed);  // the same initial weights for the same seed (rank 0's are broadcast)
+  impl_ = std::make_unique<Impl>(std::move(config), options.base_dtype);
+  auto& im = *impl_;
+  im.teacher = teacher;
+  im.rank = comm.rank();
+  // Every rank reads the sample (a few MB at most): a bad --sample-index is
+  // the same error everywhere.
+  if (options.sample) {
+    auto sample = *options.sample;
+    sample.compute_dtype = plan.engine.compute_dtype;  // sampled as trained
+    im.training_sampler = std::make_unique<TrainingSampler>(dataset, sample);
+  }
+  auto& model = im.model;
+  const bool init_from_checkpoint = !options.init.empty() && ckpt::is_checkpoint_file(options.init);
+  if (!options.init.empty() && !init_from_checkpoint) load_weights(*model, options.init, LoadMode::Strict);
+  // A checkpoint's whole model: before any adapter, and on a LoRA resume too
+  // (its checkpoint holds only the adapters; the base comes from here).
+  // One tensor at a time, converted into the model's precision (a bf16 base
+  // never exists in fp32).
+  if (init_from_checkpoint && (!resume || lora))
+    load_weights(*model, checkpoint_weights(options.init, /*prefer_ema=*/false).source, LoadMode::Strict);
+  auto objective_options = options.objective;
+  if (lora) {
+    io::NamedTensors base;
+    for (const auto& item : model->named_parameters()) base.emplace_back(item.key(), item.value());
+    im.lora = options.lora;
+    im.lora_base = weights_checksum(im.config, base);
+    const int64_t adapters = add_lora(*model, options.lora);
+    objective_options.lora = describe_lora(options.lora);
+    objective_options.lora_base = im.lora_base;
+    objective_options.lora_base_precision = options.base_dtype == at::kBFloat16 ? "bf16" : "fp32";
+    if (comm.rank() == 0)
+      report_info("lora: {}; {} adapter parameters trained, the base's {} frozen ({}, {}; block Linears held in {})",
+                  objective_options.lora, adapters, parameter_count(im.config),
+                  options.init.empty() ? "from the seed" : options.init, im.lora_base,
+                  objective_options.lora_base_precision);
+  }
+  model->to(comm.device());
+  model->train();
+  model->set_grad_checkpoint(options.grad_checkpoint);
+  model->set_attention_chunk(options.attention_chunk);
+  if (teacher) teacher->set_attention_chunk(options.attention_chunk);
+  if (teacher)
+    im.objective = std::make_unique<DistillationObjective>(*model, *teacher, objective_options,
+                                                           options.distill_target_weight, plan.engine.compute_dtype);
+  else
+    im.objective = std::make_unique<FlowMatchingObjective>(*model, objective_options);
+  // The trained parameters by official name: what checkpoints and projection fill.
+  const auto& named = im.objective->trainable();
+  if (resume) {
+    im.objective->check_resume(resume->objective_kind, resume->objective, start.path);
+    // With ZeRO the optimizer state and EMA are read (and checked) slice by slice in Engine::load_state.
+    ckpt::check_fits(*resume, start.path, named, plan.engine.ema_decay > 0 && plan.engine.zero == 0);
+    ckpt::copy_named(resume->model, named);
+  }
+  if (teacher) {
+    if (teacher->config().patch_size[0] > 1 && im.config.patch_size[0] == 1) teacher->show_frames_as_stills(true);
+    if (!resume) start_student(*teacher, options, comm.rank(), plan.settings.seed);
+  }
+
+  if (resume) {
+    train::restore_sampler(*resume, start.path, sampler);
+    im.first_epoch = resume->state.epoch;
+  }
+  im.sampler = std::make_unique<data::DistributedSampler>(std::move(sampler));
+  im.dataset = std::make_unique<data::Dataset>(std::move(dataset));
+  im.prefetch = options.prefetch;
+  im.engine_options = plan.engine;
+}
+
+void WanRun::connect(distributed::Comm& comm, const train::StartPoint& start) {
+  auto& im = *impl_;
+  im.engine = std::make_unique<train::Engine>(comm, *im.objective, im.engine_options);
+  if (Teacher* teacher = im.teacher) {
+    teacher->to(comm.device());  // already in its final precision
+    if (comm.rank() == 0)
+      report_info("teacher: {} ({}), checksum {}, frozen{}{}", teacher->path(), teacher->source(), teacher->checksum(),
+                  teacher->held_in_bf16() ? ", Linear weights held in bf16" : "",
+                  teacher->shows_frames_as_stills() ? ", each frame shown to it as a still video" : "");
+  }
+  if (start.checkpoint) {
+    im.engine->load_state(*start.checkpoint, start.path);
+    im.resumed = true;
+  }
+  train::ShardBatchesOptions batches;
+  batches.prefetch = im.prefetch;
+  batches.for_gpu = comm.device().is_cuda();
+  batches.objective = im.objective.get();  // the noise is drawn on the loader's thread
+  batches.first_step = im.engine->steps_taken();
+  im.batches = std::make_unique<train::ShardBatches>(std::move(*im.dataset), std::move(*im.sampler), batches);
+}
+
+WanRun::~WanRun() = default;
+
+train::Engine& WanRun::engine() { return *impl_->engine; }
+
+train::FitRun WanRun::fit_run(train::Validator* validator) {
+  train::FitRun run;
+  run.engine = impl_->engine.get();
+  run.batches = impl_->batches.get();
+  run.validator = validator;
+  run.first_epoch = impl_->first_epoch;
+  run.resumed = impl_->resumed;
+  run.save_weights = [this](const std::string& directory, bool write) { return save_weights(directory, write); };
+  if (impl_->training_sampler) run.draw_sample = [this](int64_t step) { return draw_sample(step); };
+  return run;
+}
+
+void WanRun::start_student(const Teacher& teacher, const WanRunOptions& options, int rank, uint64_t seed) {
+  auto& im = *impl_;
+  const bool report = rank == 0;
+  if (!options.init.empty()) {
+    if (report) report_info("student init: the weights of {} (not projected)", options.init);
+    return;
+  }
+  if (options.student_init == StudentInit::Random) {
+    if (report) report_info("student init: random (seed {})", seed);
+    return;
+  }
+  // Rank 0's student is the one the Engine broadcasts: only it reads the
+  // teacher, from its tensors as loaded, or from its file when they are held
+  // rounded to bf16.
+  if (!report) return;
+  const auto projection = project_weights(
+      teacher.held_in_bf16() ? teacher.file_tensors() : tensors_source(teacher.weights(), teacher.path()),
+      teacher.config(), im.objective->trainable(), im.config);
+  report_info("student init: projection from the teacher {}\n{}", teacher.path(), projection.describe());
+}
+
+std::optional<train::SampleReport> WanRun::draw_sample(int64_t step) const {
+  auto& im = *impl_;  // the model is drawn with (and left as it was)
+  const auto ema = im.engine->ema_weights();
+  if (im.rank != 0) return std::nullopt;
+  return im.training_sampler->draw(*im.model, im.objective->trainable(), ema, step);
+}
+
+std::string WanRun::save_weights(const std::string& directory, bool write) const {
+  const auto ema_weights = impl_->engine->ema_weights();
+  if (!write) return {};
+  const auto* ema = ema_weights.empty() ? nullptr : &ema_weights;
+  std::filesystem::create_directories(directory);
+  if (impl_->lora.rank > 0) {
+    const auto& im = *impl_;
+    write_lora_file(directory + "/lora.safetensors", im.objective->trainable(), im.lora, im.lora_base);
+    if (ema) write_lora_file(directory + "/lora-ema.safetensors", *ema, im.lora, im.lora_base);
+    write_file_durably(directory + "/model-config.json", to_json(im.config) + "\n");
+    return fmt::format("weights: {0}/lora.safetensors (LoRA adapters{1}), config {0}/model-config.json", directory,
+                       ema ? fmt::format("; EMA: {}/lora-ema.safetensors", directory) : std::string());
+  }
+  wan::save_weights(*impl_->model, directory + "/model.safetensors");  // the free function, not this member
+  if (ema) io::write_safetensors(directory + "/ema.safetensors", *ema, at::kFloat);
+  write_file_durably(directory + "/model-config.json", to_json(impl_->config) + "\n");
+  return fmt::format("weights: {0}/model.safetensors{1}, config {0}/model-config.json", directory,
+                     ema ? fmt::format(" (EMA: {}/ema.safetensors)", directory) : std::string());
+}
+
+}  // namespace wt::wan

@@ -1,0 +1,107 @@
+// WanRun: a WanModel trained on an HDF5 shard dataset, assembled for fit():
+// the model (fresh from the seed, from `init` weights, from a resumed
+// checkpoint, or projected from a distillation teacher), its objective
+// (flow matching, or distillation when a teacher is given), the Engine and
+// the prefetching shard batches, all from one RunPlan.
+//
+//   ShardBatches (this rank's B*K samples) -> Engine::step -> K micro-batches
+//   of B: flow-matching noise and caption dropout keyed by (seed, step,
+//   sample) -> WanModel -> loss -> backward and gradient all-reduce -> update.
+//
+// The sampler gives rank r of W the per-rank batch B*K of global step k, so
+// the samples of a step, their noise and dropped captions, and therefore the
+// averaged gradient do not depend on how B, W and K split the effective
+// batch: 1 rank with 2B, 2 ranks with B and 1 rank with B and K = 2 take the
+// same steps.
+#pragma once
+
+#include <c10/core/ScalarType.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "wantrain/data/dataset.hpp"
+#include "wantrain/wan/model/lora.hpp"
+#include "wantrain/wan/model/model_config.hpp"
+#include "wantrain/train/fit.hpp"
+#include "wantrain/wan/flow_matching_objective.hpp"
+#include "wantrain/wan/training_sample.hpp"
+
+namespace wt::wan {
+
+class Teacher;
+
+enum class StudentInit { Projection, Random };
+
+struct WanRunOptions {
+  std::string init;  // weights to start from: safetensors file or index, or a checkpoint; "" none
+  FlowMatchingObjectiveOptions objective;
+  double distill_target_weight = 0;  // distillation only
+  // A fresh distillation student without `init`. Projection assumes the
+  // caller checked check_projectable (wan/model/projection.hpp) on every
+  // rank while planning, before any weights load, as wantrain does.
+  StudentInit student_init = StudentInit::Projection;
+  int prefetch = 2;
+  // rank > 0: LoRA fine-tuning. The model (from `init`, or the seed) is
+  // frozen and adapters are trained; checkpoints hold the adapters only, and
+  // the run's weights are lora.safetensors (wan/model/lora.hpp).
+  LoraOptions lora;
+  // With LoRA: the frozen base's block Linears held in kBFloat16 (built,
+  // loaded and kept so: never an fp32 copy of them) or kFloat.
+  at::ScalarType base_dtype = at::kFloat;
+  // Activation checkpointing of the trained model: every N-th block
+  // recomputed in backward (WanModel::set_grad_checkpoint); 0 off.
+  int64_t grad_checkpoint = 0;
+  // Attention over this many queries at a time, in the trained model and a
+  // teacher (WanModel::set_attention_chunk); 0 off.
+  int64_t attention_chunk = 0;
+  // Samples drawn during training (fit's sample_every): of which training
+  // sample, how, and where their PNGs go.
+  std::optional<TrainingSampleOptions> sample;
+};
+
+class WanRun {
+ public:
+  // Builds the model, objective and sampler on this rank, with no
+  // collective: every check that can fail on one rank alone (init weights,
+  // a resumed checkpoint's fit, the sampler position) happens here, so a
+  // caller runs it inside World::agree. `start` is fit's start point (its
+  // checkpoint restores the weights and sampler position); `teacher`,
+  // loaded on the CPU in its precision, makes this a distillation run and
+  // must outlive it (rank 0 projects the student from it here).
+  WanRun(const train::RunPlan& plan, const WanRunOptions& options, distributed::Comm& comm, data::Dataset dataset,
+         WanConfig config, const train::StartPoint& start, Teacher* teacher = nullptr);
+
+  // Collective, after construction on every rank: the Engine (which
+  // broadcasts rank 0's parameters), the teacher in its final precision on
+  // the device, the resumed Engine state, and the prefetching batches.
+  void connect(distributed::Comm& comm, const train::StartPoint& start);
+  ~WanRun();
+  WanRun(const WanRun&) = delete;
+  WanRun& operator=(const WanRun&) = delete;
+
+  // fit's view of this run.
+  train::FitRun fit_run(train::Validator* validator);
+
+  train::Engine& engine();
+
+  // Writes <dir>/model.safetensors (and ema.safetensors with EMA) and
+  // model-config.json, what wansample reads; with LoRA, lora.safetensors
+  // (and lora-ema.safetensors) instead of the model's weights, where
+  // `write`. Returns the line naming them. Collective with ZeRO (the EMA is
+  // gathered from every rank).
+  std::string save_weights(const std::string& directory, bool write = true) const;
+
+  // fit's draw_sample: collective with ZeRO (the EMA is gathered); rank 0
+  // draws with the EMA weights, or the weights without an EMA.
+  std::optional<train::SampleReport> draw_sample(int64_t step) const;
+
+ private:
+  void start_student(const Teacher& teacher, const WanRunOptions& options, int rank, uint64_t seed);
+
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace wt::wan

@@ -1,0 +1,124 @@
+#!/usr/bin/env python3
+"""The library's layering, checked on every build (ctest -L layering).
+
+  check_layers.py includes SOURCE_DIR
+      Every lib/<layer>/ file includes only its own layer and the layers
+      below it (docs/development.md, "Layers"), and no library file below
+      app prints: no spdlog, iostream output or printf outside util/log and
+      util/fatal (the library reports through util/reporter.hpp).
+
+  check_layers.py links CSVFIT BUILD_DIR
+      csvfit links no Wan code: its link line (Makefiles' link.txt or
+      build.ninja) names no libwantrain_wan.a, and the binary holds no
+      symbol of namespace wt::wan.
+
+One line per violation and exit status 1; "ok: ..." and 0 otherwise.
+"""
+import pathlib
+import re
+import subprocess
+import sys
+
+# Each layer and the layers it may include, besides itself. Lowest first;
+# the same table as docs/development.md's diagram.
+ALLOWED = {
+    "util": set(),
+    "io": {"util"},
+    "media": {"io", "util"},
+    "report": {"io", "util"},
+    "distributed": {"io", "util"},
+    "nn": {"io", "util"},
+    "data": {"nn", "distributed", "report", "media", "io", "util"},
+    "ckpt": {"nn", "distributed", "report", "media", "io", "util"},
+    "train": {"ckpt", "data", "nn", "distributed", "report", "media", "io", "util"},
+    "wan": {"train", "ckpt", "data", "nn", "distributed", "report", "media", "io", "util"},
+    # The app layer (main(), the shared training options) serves csvfit too:
+    # it stays off wan, and the Wan tools link wan themselves.
+    "app": {"train", "ckpt", "data", "nn", "distributed", "report", "media", "io", "util"},
+}
+INCLUDE = re.compile(r'^\s*#\s*include\s+"wantrain/([a-z_]+)/')
+# Printing, in code (comments are stripped first): the library reports instead.
+PRINTING = re.compile(r"#\s*include\s*<spdlog/|#\s*include\s+\"wantrain/util/log\.hpp\"|std::cout|std::cerr|\bs?printf\s*\(|\bputs\s*\(")
+MAY_PRINT = {"util/log.hpp", "util/log.cpp", "util/fatal.cpp", "util/progress.cpp"}
+
+
+def strip_comments(text):
+    text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
+    return "\n".join(line.split("//", 1)[0] if '"' not in line.split("//", 1)[0] else line for line in text.split("\n"))
+
+
+def check_includes(source):
+    lib = pathlib.Path(source) / "lib"
+    problems, files = [], 0
+    layers = sorted(p.name for p in lib.iterdir() if p.is_dir())
+    for layer in layers:
+        if layer not in ALLOWED:
+            problems.append(f"lib/{layer}: a folder that is not a layer of the table in {__file__}")
+            continue
+        for path in sorted((lib / layer).rglob("*")):
+            if path.suffix not in (".hpp", ".cpp", ".h", ".cu"):
+                continue
+            files += 1
+            rel = path.relative_to(lib).as_posix()
+            text = path.read_text()
+            for number, line in enumerate(text.split("\n"), 1):
+                match = INCLUDE.match(line)
+                if match and match.group(1) != layer and match.group(1) not in ALLOWED[layer]:
+                    problems.append(f"lib/{rel}:{number}: {layer} includes {match.group(1)}, a layer above it or beside it: "
+                                    f"{line.strip()}")
+            if layer != "app" and rel not in MAY_PRINT:
+                for number, line in enumerate(strip_comments(text).split("\n"), 1):
+                    if PRINTING.search(line):
+                        problems.append(f"lib/{rel}:{number}: library code prints (report through util/reporter.hpp): "
+                                        f"{line.strip()}")
+    return problems, f"{files} library files in {len(layers)} layers include only downwards and print nothing"
+
+
+def link_line(build):
+    build = pathlib.Path(build)
+    link_txt = build / "apps/csvfit/CMakeFiles/csvfit.dir/link.txt"
+    if link_txt.exists():
+        return link_txt, link_txt.read_text()
+    ninja = build / "build.ninja"
+    if ninja.exists():
+        statement = re.search(r"^build apps/csvfit/csvfit:.*?(?=^\S|\Z)", ninja.read_text(), re.M | re.S)
+        if statement:
+            return ninja, statement.group(0)
+    return None, None
+
+
+def check_links(binary, build):
+    problems = []
+    where, line = link_line(build)
+    if line is None:
+        problems.append(f"{build}: no link line of csvfit found (link.txt or build.ninja)")
+    elif "libwantrain_wan.a" in line or "wantrain_wan" in line:
+        problems.append(f"{where}: csvfit's link line names the Wan library")
+    elif "libwantrain_train.a" not in line:
+        problems.append(f"{where}: csvfit's link line names no libwantrain_train.a: not the line this check is about")
+    symbols = subprocess.run(["nm", "-C", binary], capture_output=True, text=True, check=True).stdout
+    wan = sorted({s.split(" ", 2)[-1] for s in symbols.splitlines() if "wt::wan::" in s})
+    if wan:
+        problems.append(f"{binary}: {len(wan)} symbols of wt::wan, e.g. {wan[0]}")
+    if not re.search(r"wt::train::fit\(", symbols):
+        problems.append(f"{binary}: no wt::train::fit: not the csvfit this check is about")
+    return problems, "csvfit links the engine (wt::train::fit) and no Wan code"
+
+
+def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "includes":
+        problems, ok = check_includes(sys.argv[2])
+    elif len(sys.argv) == 4 and sys.argv[1] == "links":
+        problems, ok = check_links(sys.argv[2], sys.argv[3])
+    else:
+        print(__doc__)
+        return 2
+    for problem in problems:
+        print(problem)
+    if not problems:
+        print("ok:", ok)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
