@@ -6,7 +6,7 @@
 // log-sum-exp (fp32) and the output; backward forms each chunk's
 // probabilities again from them.
 //
-// The arithmetic is WanModel's: scores q kᵀ / sqrt(d) in the products'
+// The arithmetic is that of Wan's attention: scores q kᵀ / sqrt(d) in the products'
 // dtype (autocast's when it is on, else the inputs'), softmax in fp32, the
 // probabilities rounded to that dtype for the product with v.
 #pragma once

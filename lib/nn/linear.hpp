@@ -1,6 +1,6 @@
-// Linear: WanModel's block Linear layers (attention q, k, v, o and the FFN),
-// with the official names (weight [out, in], bias [out]) and room for a LoRA
-// adapter (lora.hpp):
+// Linear: a linear layer with PyTorch's parameter names (weight [out, in],
+// bias [out]) and room for a LoRA adapter (a Wan block's attention q, k, v,
+// o and FFN layers are these; wan/model/lora.hpp adds their adapters):
 //
 //   y = x W^T + b + scale * dropout(x) A^T B^T,   A [r, in], B [out, r]
 //
