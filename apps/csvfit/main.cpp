@@ -101,7 +101,6 @@ int run(distributed::World& world, int argc, char** argv) {
     if (world.is_root()) std::cout << app::help_or_version(outcome, options);
     return kExitOk;
   }
-  log::init(world.rank(), world.size());
   torch::set_num_threads(threads_per_rank(c.threads, world.local_size()));
   distributed::CommOptions comm_options;
   comm_options.timeout = app::comm_timeout(c);

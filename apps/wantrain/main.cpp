@@ -204,7 +204,6 @@ int run(distributed::World& world, int argc, char** argv) {
                     cfg.resume.empty() ? "" : " (when --resume finds no checkpoint)");
   });
 
-  log::init(world.rank(), world.size());
   torch::set_num_threads(threads_per_rank(cfg.threads, world.local_size()));
 
   distributed::CommOptions comm_options;

@@ -9,6 +9,7 @@
 #include "wantrain/util/error.hpp"
 #include "wantrain/util/exit_codes.hpp"
 #include "wantrain/util/fatal.hpp"
+#include "wantrain/util/log.hpp"
 
 namespace wt::app {
 namespace {
@@ -48,6 +49,7 @@ std::thread::id& main_thread() {
 int run_app(int argc, char** argv, const std::function<int(distributed::World&, int, char**)>& body) {
   distributed::World world(argc, argv);
   main_thread() = std::this_thread::get_id();
+  log::init(world.rank(), world.size());  // and with it the library's Reporter: every tool reports alike
   std::set_terminate(end_job_on_uncaught_exception);
   int status = kExitOk;
   // Only the agreed exit is caught here (it leaves every rank together, after

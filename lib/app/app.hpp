@@ -10,7 +10,9 @@ class World;
 
 namespace wt::app {
 
-// Creates the World, runs `body`, finalizes, returns body's exit status.
+// Creates the World, starts the log (util/log.hpp: every line with the
+// rank, and the library's Reporter), runs `body`, finalizes, returns body's
+// exit status.
 // An exception leaving `body` prints one line naming the rank and host and
 // ends every rank with MPI_Abort (status 2 for a UsageError, 1 otherwise)
 // before any destructor runs: the exception is left uncaught, and the

@@ -31,7 +31,7 @@ BackendChoice choose_backend(const World& world, Backend requested);
 Backend resolve_backend(const World& world, Backend requested);
 
 // Collective: the Comm for `backend` (resolved first if auto) over the World.
-// Rank 0 prints the fallback warning of an auto that could not have NCCL; an
+// Rank 0 reports (util/reporter.hpp) the fallback warning of an auto that could not have NCCL; an
 // explicit nccl that cannot be served is a UsageError naming --backend and
 // the ranks and device in the way.
 std::unique_ptr<Comm> make_comm(const World& world, Backend backend, CommOptions options = {});

@@ -39,9 +39,9 @@ class AutocastScope {
   c10::ScalarType was_dtype_;
 };
 
-// Turns autocast off inside, on the devices where it is on: what Wan computes
-// in fp32 (norms, modulation, time embedding, head) stays fp32 under a bf16
-// run. A device whose autocast is off is not touched.
+// Turns autocast off inside, on the devices where it is on: what a model
+// computes in fp32 (Wan: norms, modulation, time embedding, head) stays fp32
+// under a bf16 run. A device whose autocast is off is not touched.
 class Fp32Scope {
  public:
   Fp32Scope();

@@ -1,4 +1,4 @@
-// GELU with Wan's tanh approximation:
+// GELU, tanh approximation (PyTorch's approximate="tanh", as Wan's FFN uses):
 //   gelu(x) = x/2 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))).
 #pragma once
 

@@ -18,7 +18,8 @@
 namespace wt::nn {
 
 // While one lives on this thread, Linears are allocated without drawing
-// their weights (for a model whose weights are loaded next: WanInit::Empty).
+// their weights (for a model whose weights are loaded next, e.g. Wan's
+// WanInit::Empty).
 class SkipWeightInit {
  public:
   SkipWeightInit();

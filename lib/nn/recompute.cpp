@@ -3,6 +3,7 @@
 #include <ATen/autocast_mode.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <mutex>
 
 #include "wantrain/nn/autocast.hpp"
@@ -51,9 +52,9 @@ void set_generator_state(const at::Device& device, const at::Tensor& state) {
 class Recompute : public torch::autograd::Function<Recompute> {
  public:
   // Inputs: the module's tensors, then its trainable parameters, then the
-  // module. Inputs that need no gradient (a RoPE table) are saved as they
-  // are, not by reference: a Wan model replaces its cached table when the
-  // token grid changes.
+  // module. Every input is saved as a tensor, not by reference to where it
+  // came from: a table the model caches (a Wan model's RoPE table) may be
+  // replaced before backward.
   static at::Tensor forward(AutogradContext* ctx, at::TensorList inputs, at::TensorList parameters,
                             Recomputable* module) {
     ctx->save_for_backward(inputs.vec());
@@ -105,6 +106,9 @@ class Recompute : public torch::autograd::Function<Recompute> {
 }  // namespace
 
 at::Tensor recomputed(Recomputable& module, const std::vector<at::Tensor>& inputs) {
+  TORCH_CHECK(
+      !inputs.empty() && std::all_of(inputs.begin(), inputs.end(), [](const at::Tensor& t) { return t.defined(); }),
+      "recomputed: every input must be a defined tensor, and there must be one");
   if (!torch::GradMode::is_enabled()) return module.forward_tensors(inputs);
   const auto parameters = trainable_parameters(module);
   return Recompute::apply(at::TensorList(inputs), at::TensorList(parameters), &module);

@@ -32,7 +32,9 @@ class Recomputable : public torch::nn::Module {
 
 // module.forward_tensors(inputs), recomputed in backward. Without grad mode
 // it is the plain forward. The first input sets the device and the autocast
-// dtype the recomputation runs under.
+// dtype the recomputation runs under. `inputs` are activations, never the
+// module's own parameters (those are added as inputs here: passed twice,
+// a parameter would get its gradient twice).
 at::Tensor recomputed(Recomputable& module, const std::vector<at::Tensor>& inputs);
 
 }  // namespace wt::nn

@@ -2,8 +2,9 @@
 // the Engine (the data-parallel step) knows no model, dataset or loss.
 // An objective declares its trainable parameters (the Engine's Reducer,
 // optimizer, EMA and checkpoints cover exactly those, by name) and the loss
-// of one micro-batch. One implementation per file: flow matching
-// (flow_matching_objective), distillation (distillation_objective).
+// of one micro-batch. One implementation per file, in its family's folder:
+// wan/flow_matching_objective, wan/distillation_objective; the generic
+// train/regression_objective (csvfit).
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -1,7 +1,7 @@
 // What the library has to tell the person running a job (a resumed
 // checkpoint, the teacher loaded, a stop, a skipped step, a write that
 // failed) goes through one Reporter, never straight to a stream: the tool
-// installs its log (log::init does), a program embedding the library
+// installs its log (log::init, which run_app calls), a program embedding the library
 // installs its own, and a test installs one that captures the lines.
 //
 // Until one is installed, reports are dropped. Reporting is thread-safe as

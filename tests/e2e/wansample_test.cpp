@@ -1,5 +1,5 @@
 // wansample end to end: a dataset from wandata synth, weights written by the
-// model library, sampling to a one-sample shard and a PNG, and its errors.
+// Wan library, sampling to a one-sample shard and a PNG, and its errors.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 

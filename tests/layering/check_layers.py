@@ -3,9 +3,10 @@
 
   check_layers.py includes SOURCE_DIR
       Every lib/<layer>/ file includes only its own layer and the layers
-      below it (docs/development.md, "Layers"), and no library file below
-      app prints: no spdlog, iostream output or printf outside util/log and
-      util/fatal (the library reports through util/reporter.hpp).
+      below it (docs/development.md, "Layout rules"), and no library file
+      below app prints: no spdlog, iostream or stdio output outside util/log,
+      util/fatal and util/progress (the library reports through
+      util/reporter.hpp).
 
   check_layers.py links CSVFIT BUILD_DIR
       csvfit links no Wan code: its link line (Makefiles' link.txt or
@@ -24,12 +25,12 @@ import sys
 ALLOWED = {
     "util": set(),
     "io": {"util"},
-    "media": {"io", "util"},
-    "report": {"io", "util"},
-    "distributed": {"io", "util"},
-    "nn": {"io", "util"},
-    "data": {"nn", "distributed", "report", "media", "io", "util"},
-    "ckpt": {"nn", "distributed", "report", "media", "io", "util"},
+    "media": {"util"},
+    "report": {"util"},
+    "distributed": {"util"},
+    "nn": {"util"},
+    "data": {"io", "util"},
+    "ckpt": {"io", "util"},
     "train": {"ckpt", "data", "nn", "distributed", "report", "media", "io", "util"},
     "wan": {"train", "ckpt", "data", "nn", "distributed", "report", "media", "io", "util"},
     # The app layer (main(), the shared training options) serves csvfit too:
@@ -38,12 +39,16 @@ ALLOWED = {
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s+"wantrain/([a-z_]+)/')
 # Printing, in code (comments are stripped first): the library reports instead.
-PRINTING = re.compile(r"#\s*include\s*<spdlog/|#\s*include\s+\"wantrain/util/log\.hpp\"|std::cout|std::cerr|\bs?printf\s*\(|\bputs\s*\(")
-MAY_PRINT = {"util/log.hpp", "util/log.cpp", "util/fatal.cpp", "util/progress.cpp"}
+PRINTING = re.compile(r"#\s*include\s*<(spdlog/|iostream>)|#\s*include\s+\"wantrain/util/log\.hpp\"|"
+                      r"std::(cout|cerr|clog)\b|\bfmt::print\s*\(|\b(f|v|vf)?printf\s*\(|\bf?puts\s*\(|\bfputc\s*\(")
+# The log itself, the fatal line before MPI_Abort, and the progress bar, which
+# draws on the stream its owner passes (TrainLogOptions::stream).
+MAY_PRINT = {"util/log.hpp", "util/log.cpp", "util/fatal.hpp", "util/fatal.cpp", "util/progress.hpp",
+             "util/progress.cpp"}
 
 
 def strip_comments(text):
-    text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
+    text = re.sub(r"/\*.*?\*/", lambda block: "\n" * block.group(0).count("\n"), text, flags=re.S)
     return "\n".join(line.split("//", 1)[0] if '"' not in line.split("//", 1)[0] else line for line in text.split("\n"))
 
 
