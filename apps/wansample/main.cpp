@@ -77,7 +77,8 @@ int run(distributed::World&, int argc, char** argv) {
                     "(--weights FILE --model-config JSON | --checkpoint PATH) (--data DIR | --text FILE) [options]");
   options.group("wansample")
       .standard_options(&c.config_file)
-      .add("weights", &c.weights, "model weights: .safetensors or .safetensors.index.json (Wan or diffusers names)")
+      .add("weights", &c.weights,
+           "model weights: .safetensors, .safetensors.index.json or a torch.save .pth (Wan or diffusers names)")
       .add("checkpoint", &c.checkpoint,
            "a wantrain checkpoint (e.g. runs/a/latest) instead of --weights: its weights and its stored model config")
       .choice("checkpoint-weights", &c.checkpoint_weights, {"auto", "ema", "model"},

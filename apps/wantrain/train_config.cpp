@@ -53,7 +53,7 @@ void declare_options(OptionSet& o, TrainConfig& c) {
   declare_training_options(o, c, {T::ValEvery});
   o.group("model")
       .add("model-config", &c.model_config, "model config JSON (Wan keys), e.g. data/configs/wan-tiny.json")
-      .add("init", &c.init, "safetensors file or checkpoint to start from")
+      .add("init", &c.init, "weights to start from: safetensors file or index, torch.save .pth, or a checkpoint")
       .add("plan-latents", &c.plan_latents,
            "FxHxW: the latent frames, height and width the memory plan assumes without --data (480p, 81 frames: "
            "21x60x104)");
@@ -110,7 +110,8 @@ void declare_options(OptionSet& o, TrainConfig& c) {
               "LoRA: the frozen base's block Linears held in bf16 (built and loaded straight into bf16, never an "
               "fp32 copy) or fp32; auto: bf16");
   o.group("distillation")
-      .add("teacher", &c.teacher, "teacher weights: safetensors file or index, or a checkpoint (its EMA if stored)")
+      .add("teacher", &c.teacher,
+           "teacher weights: safetensors file or index, torch.save .pth, or a checkpoint (its EMA if stored)")
       .add("teacher-config", &c.teacher_config, "teacher model config JSON (a checkpoint teacher carries its own)")
       .choice("student-init", &c.student_init, {"projection", "random"},
               "how a fresh student starts: projected from the teacher, or random (--init overrides both)")

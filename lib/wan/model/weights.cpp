@@ -106,25 +106,50 @@ std::string LoadReport::summary() const {
   return fmt::format("{}", fmt::join(parts, "; "));
 }
 
-TensorSource open_weights(const std::string& path) {
-  auto files = std::make_shared<const WeightFiles>(WeightFiles::open(path));
-  const auto file_names = files->names();
+namespace {
+
+// A TensorSource over a file's tensors by their stored names: official
+// names as they are, diffusers names mapped.
+TensorSource named_source(const std::string& path,
+                          const std::vector<std::pair<std::string, std::vector<int64_t>>>& stored,
+                          std::function<at::Tensor(const std::string& stored_name)> read_stored) {
+  std::vector<std::string> file_names;
+  for (const auto& item : stored) file_names.push_back(item.first);
   TensorSource source;
   source.path = path;
   source.diffusers_names = uses_diffusers_names(file_names);
-  for (const auto& name : file_names) {
+  for (const auto& [name, shape] : stored) {
     const std::string official = source.diffusers_names ? official_name(name) : name;
-    if (!source.shapes.emplace(official, files->entry(name).shape).second)
+    if (!source.shapes.emplace(official, shape).second)
       throw UsageError(fmt::format("weights {}: tensors '{}' and '{}' both name parameter '{}'", path,
                                    source.stored_names.count(official) ? source.stored_names.at(official) : official,
                                    name, official));
     if (official != name) source.stored_names.emplace(official, name);
   }
-  source.read = [files, stored = source.stored_names](const std::string& name) {
-    const auto it = stored.find(name);
-    return files->read(it == stored.end() ? name : it->second);
+  source.read = [read_stored = std::move(read_stored), names = source.stored_names](const std::string& name) {
+    const auto it = names.find(name);
+    return read_stored(it == names.end() ? name : it->second);
   };
   return source;
+}
+
+}  // namespace
+
+bool is_pth(const std::string& path) {
+  const auto extension = fs::path(path).extension();
+  return extension == ".pth" || extension == ".pt";
+}
+
+TensorSource open_weights(const std::string& path) {
+  std::vector<std::pair<std::string, std::vector<int64_t>>> stored;
+  if (is_pth(path)) {
+    auto file = std::make_shared<const io::PthFile>(io::PthFile::open(path));
+    for (const auto& entry : file->entries()) stored.emplace_back(entry.name, entry.shape);
+    return named_source(path, stored, [file](const std::string& name) { return file->read(*file->find(name)); });
+  }
+  auto files = std::make_shared<const WeightFiles>(WeightFiles::open(path));
+  for (const auto& name : files->names()) stored.emplace_back(name, files->entry(name).shape);
+  return named_source(path, stored, [files](const std::string& name) { return files->read(name); });
 }
 
 TensorSource tensors_source(const io::NamedTensors& tensors, const std::string& what) {

@@ -1,6 +1,6 @@
 // Model weights in and out of safetensors: one file, or a Hugging Face
-// `*.safetensors.index.json` naming several; official Wan names or diffusers
-// names (mapped on load). Loading is checked in full before anything is
+// `*.safetensors.index.json` naming several, or in from a torch.save state
+// dict (.pth); official Wan names or diffusers names (mapped on load). Loading is checked in full before anything is
 // copied, so a mismatched file leaves the model as it was.
 #pragma once
 
@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "wantrain/wan/model/model_config.hpp"
+#include "wantrain/io/pth.hpp"
 #include "wantrain/io/safetensors.hpp"
 
 namespace torch::nn {
@@ -49,9 +50,13 @@ struct TensorSource {
   std::function<at::Tensor(const std::string& name)> read;  // one tensor, CPU, its stored dtype
 };
 
-// A safetensors file or index as a TensorSource. UsageError as
-// WeightFiles::open, and naming both when two tensors name one parameter.
+// A safetensors file or index, or a .pth/.pt state dict written by
+// torch.save (read by io::PthFile, which runs no code from it), as a
+// TensorSource. UsageError as WeightFiles::open or PthFile::open, and naming
+// both when two tensors name one parameter.
 TensorSource open_weights(const std::string& path);
+// Whether open_weights reads `path` as a torch.save file (.pth, .pt).
+bool is_pth(const std::string& path);
 // Tensors already in memory as a TensorSource.
 TensorSource tensors_source(const io::NamedTensors& tensors, const std::string& what);
 
