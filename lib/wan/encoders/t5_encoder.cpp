@@ -1,0 +1,190 @@
+#include "wantrain/wan/encoders/t5_encoder.hpp"
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "wantrain/nn/gelu.hpp"
+#include "wantrain/util/error.hpp"
+#include "wantrain/util/files.hpp"
+#include "wantrain/util/json.hpp"
+
+namespace wt::wan {
+namespace {
+
+// Parameters made in their dtype from the start: umT5-XXL in bf16 never has
+// an fp32 copy.
+at::Tensor normal(std::initializer_list<int64_t> shape, double std, at::ScalarType dtype) {
+  return torch::empty(shape, torch::TensorOptions().dtype(dtype)).normal_(0, std);
+}
+
+struct WeightImpl : torch::nn::Module {  // a bias-free Linear or an Embedding: one `weight`
+  WeightImpl(at::Tensor w) : weight(register_parameter("weight", std::move(w))) {}
+  at::Tensor weight;
+};
+TORCH_MODULE(Weight);
+
+// T5's RMS norm: no mean subtracted, no bias; the statistics in fp32.
+at::Tensor t5_norm(const at::Tensor& x, const at::Tensor& weight) {
+  auto y = x * torch::rsqrt(x.to(torch::kFloat).pow(2).mean(-1, /*keepdim=*/true) + 1e-6);
+  if (weight.scalar_type() == at::kHalf || weight.scalar_type() == at::kBFloat16) y = y.to(weight.scalar_type());
+  return weight * y;
+}
+
+at::Tensor fp16_clamp(const at::Tensor& x) {
+  if (x.scalar_type() != at::kHalf || !torch::isinf(x).any().item<bool>()) return x;
+  const double limit = 65504.0 - 1000.0;
+  return torch::clamp(x, -limit, limit);
+}
+
+struct RelativeBiasImpl : torch::nn::Module {
+  RelativeBiasImpl(int64_t buckets, int64_t heads, at::ScalarType dtype)
+      : buckets_(buckets),
+        embedding(register_module(
+            "embedding", Weight(normal({buckets, heads}, 1 / std::sqrt(2.0 * double(buckets * heads)), dtype)))) {}
+  at::Tensor forward(int64_t length) {  // [1, heads, L, L]
+    const auto index = t5_position_buckets(length, length, buckets_).to(embedding->weight.device());
+    return torch::embedding(embedding->weight, index).permute({2, 0, 1}).unsqueeze(0).contiguous();
+  }
+  int64_t buckets_;
+  Weight embedding;
+};
+TORCH_MODULE(RelativeBias);
+
+struct BlockImpl : torch::nn::Module {
+  BlockImpl(const T5Config& c, at::ScalarType dtype) : c_(c) {
+    const double d = double(c.dim), a = double(c.dim_attn), f = double(c.dim_ffn);
+    norm1 = register_module("norm1", Weight(torch::ones({c.dim}, torch::TensorOptions().dtype(dtype))));
+    auto attn = register_module("attn", std::make_shared<torch::nn::Module>());
+    q = attn->register_module("q", Weight(normal({c.dim_attn, c.dim}, 1 / std::sqrt(d * a), dtype)));
+    k = attn->register_module("k", Weight(normal({c.dim_attn, c.dim}, 1 / std::sqrt(d), dtype)));
+    v = attn->register_module("v", Weight(normal({c.dim_attn, c.dim}, 1 / std::sqrt(d), dtype)));
+    o = attn->register_module("o", Weight(normal({c.dim, c.dim_attn}, 1 / std::sqrt(double(c.num_heads) * a), dtype)));
+    norm2 = register_module("norm2", Weight(torch::ones({c.dim}, torch::TensorOptions().dtype(dtype))));
+    auto ffn = register_module("ffn", std::make_shared<torch::nn::Module>());
+    auto gate_list = ffn->register_module("gate", torch::nn::ModuleList());
+    gate = Weight(normal({c.dim_ffn, c.dim}, 1 / std::sqrt(d), dtype));
+    gate_list->push_back(gate);
+    fc1 = ffn->register_module("fc1", Weight(normal({c.dim_ffn, c.dim}, 1 / std::sqrt(d), dtype)));
+    fc2 = ffn->register_module("fc2", Weight(normal({c.dim, c.dim_ffn}, 1 / std::sqrt(f), dtype)));
+    if (!c.shared_pos)
+      pos_embedding = register_module("pos_embedding", RelativeBias(c.num_buckets, c.num_heads, dtype));
+  }
+
+  at::Tensor attention(const at::Tensor& x, const at::Tensor& mask, const at::Tensor& position_bias) {
+    const int64_t b = x.size(0), n = c_.num_heads, h = c_.dim_attn / c_.num_heads;
+    const auto qs = torch::linear(x, q->weight).view({b, -1, n, h});
+    const auto ks = torch::linear(x, k->weight).view({b, -1, n, h});
+    const auto vs = torch::linear(x, v->weight).view({b, -1, n, h});
+    auto bias = x.new_zeros({b, n, qs.size(1), ks.size(1)}) + position_bias;
+    // Padding keys get the lowest value of x's dtype, as the official code fills.
+    const double lowest = x.scalar_type() == at::kHalf       ? -65504.0
+                          : x.scalar_type() == at::kBFloat16 ? -3.3895313892515355e38
+                          : x.scalar_type() == at::kDouble   ? std::numeric_limits<double>::lowest()
+                                                             : double(std::numeric_limits<float>::lowest());
+    bias.masked_fill_(mask.view({b, 1, 1, -1}) == 0, lowest);
+    auto scores = torch::einsum("binc,bjnc->bnij", {qs, ks}) + bias;  // T5: no 1/sqrt(d)
+    scores = torch::softmax(scores.to(torch::kFloat), -1).to(scores.scalar_type());
+    const auto out = torch::einsum("bnij,bjnc->binc", {scores, vs}).reshape({b, -1, n * h});
+    return torch::linear(out, o->weight);
+  }
+
+  at::Tensor forward(at::Tensor x, const at::Tensor& mask, const at::Tensor& shared_bias) {
+    const auto bias = pos_embedding ? pos_embedding->forward(x.size(1)) : shared_bias;
+    x = fp16_clamp(x + attention(t5_norm(x, norm1->weight), mask, bias));
+    const auto y = t5_norm(x, norm2->weight);
+    const auto hidden = torch::linear(y, fc1->weight) * nn::gelu_tanh(torch::linear(y, gate->weight));
+    return fp16_clamp(x + torch::linear(hidden, fc2->weight));
+  }
+
+  T5Config c_;
+  Weight norm1{nullptr}, norm2{nullptr}, q{nullptr}, k{nullptr}, v{nullptr}, o{nullptr}, gate{nullptr}, fc1{nullptr},
+      fc2{nullptr};
+  RelativeBias pos_embedding{nullptr};
+};
+TORCH_MODULE(Block);
+
+}  // namespace
+
+at::Tensor t5_position_buckets(int64_t query_len, int64_t key_len, int64_t num_buckets, int64_t max_distance) {
+  const auto relative = torch::arange(key_len).unsqueeze(0) - torch::arange(query_len).unsqueeze(1);
+  const int64_t half = num_buckets / 2, exact = half / 2;
+  const auto side = (relative > 0).to(torch::kLong) * half;
+  const auto distance = relative.abs();
+  auto far = exact + (torch::log(distance.to(torch::kFloat) / double(exact)) /
+                      std::log(double(max_distance) / double(exact)) * double(half - exact))
+                         .to(torch::kLong);
+  far = torch::min(far, torch::full_like(far, half - 1));
+  return side + torch::where(distance < exact, distance, far);
+}
+
+T5Config parse_t5_config(const std::string& json_text, const std::string& source) {
+  nlohmann::json doc;
+  try {
+    doc = parse_json(json_text);
+  } catch (const JsonError& e) {
+    throw UsageError(fmt::format("{}: not valid JSON ({})", source, e.what()));
+  }
+  if (!doc.is_object()) throw UsageError(fmt::format("{}: not a JSON object of T5 settings", source));
+  T5Config c;
+  for (const auto& [key, field] :
+       std::initializer_list<std::pair<const char*, int64_t*>>{{"vocab", &c.vocab},
+                                                               {"dim", &c.dim},
+                                                               {"dim_attn", &c.dim_attn},
+                                                               {"dim_ffn", &c.dim_ffn},
+                                                               {"num_heads", &c.num_heads},
+                                                               {"num_layers", &c.num_layers},
+                                                               {"num_buckets", &c.num_buckets}}) {
+    if (!doc.contains(key)) continue;
+    if (!doc[key].is_number_integer() || doc[key].get<int64_t>() < 1 || doc[key].get<int64_t>() > (1 << 24))
+      throw UsageError(fmt::format("{}: \"{}\" must be a positive integer", source, key));
+    *field = doc[key].get<int64_t>();
+  }
+  if (doc.contains("shared_pos")) {
+    if (!doc["shared_pos"].is_boolean())
+      throw UsageError(fmt::format("{}: \"shared_pos\" must be true or false", source));
+    c.shared_pos = doc["shared_pos"].get<bool>();
+  }
+  for (const auto& [key, value] : doc.items())
+    if (key != "vocab" && key != "dim" && key != "dim_attn" && key != "dim_ffn" && key != "num_heads" &&
+        key != "num_layers" && key != "num_buckets" && key != "shared_pos")
+      throw UsageError(fmt::format("{}: unknown key \"{}\"", source, key));
+  if (c.dim_attn % c.num_heads != 0)
+    throw UsageError(fmt::format("{}: dim_attn {} is not a multiple of num_heads {}", source, c.dim_attn, c.num_heads));
+  if (c.num_buckets < 4 || c.num_buckets % 4 != 0)
+    throw UsageError(fmt::format("{}: num_buckets must be a positive multiple of 4", source));
+  return c;
+}
+
+T5Config load_t5_config(const std::string& path) {
+  if (const auto why = unreadable_file_reason(path); !why.empty()) throw UsageError(fmt::format("{}: {}", path, why));
+  std::ifstream in(path);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return parse_t5_config(text.str(), path);
+}
+
+T5EncoderImpl::T5EncoderImpl(const T5Config& config, at::ScalarType dtype) : config_(config) {
+  token_weight_ = register_module("token_embedding", Weight(normal({config.vocab, config.dim}, 1.0, dtype)))->weight;
+  if (config.shared_pos)
+    shared_pos_ = register_module("pos_embedding", RelativeBias(config.num_buckets, config.num_heads, dtype));
+  blocks_ = register_module("blocks", torch::nn::ModuleList());
+  for (int64_t i = 0; i < config.num_layers; ++i) blocks_->push_back(Block(config, dtype));
+  norm_weight_ =
+      register_module("norm", Weight(torch::ones({config.dim}, torch::TensorOptions().dtype(dtype))))->weight;
+}
+
+at::Tensor T5EncoderImpl::forward(const at::Tensor& ids, const at::Tensor& mask) {
+  auto x = torch::embedding(token_weight_, ids);
+  at::Tensor shared;
+  if (shared_pos_) shared = shared_pos_->as<RelativeBiasImpl>()->forward(ids.size(1));
+  for (const auto& block : *blocks_) x = block->as<BlockImpl>()->forward(x, mask, shared);
+  return t5_norm(x, norm_weight_);
+}
+
+}  // namespace wt::wan
