@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "../common/launch.hpp"
 #include "wantrain/io/safetensors.hpp"
@@ -120,6 +121,55 @@ TEST(T5Reference, ATorchSavedBf16StateDictLoadsByName) {
   EXPECT_TRUE(report.complete()) << report.summary();
   const auto ids = torch::randint(1, config.vocab, {1, 16}, torch::kLong);
   const auto mask = torch::ones({1, 16}, torch::kLong);
+  torch::NoGradGuard no_grad;
+  EXPECT_TRUE(torch::equal(loaded->forward(ids, mask), saved->forward(ids, mask)));
+}
+
+// Hugging Face's UMT5EncoderModel layout (the diffusers-format Wan
+// repositories' text_encoder/): its names, the embedding stored twice
+// (shared and encoder.embed_tokens, tied), loaded by open_t5_weights.
+TEST(T5Reference, HuggingFaceUmt5NamesLoadAsTheOfficialOnes) {
+  const std::string dir = wt::testing::fresh("t5-hf");
+  std::filesystem::create_directories(dir);
+  const auto config = wt::wan::parse_t5_config(
+      R"({"vocab": 300, "dim": 32, "dim_attn": 32, "dim_ffn": 40, "num_heads": 4, "num_layers": 2})", "test");
+  torch::manual_seed(8);
+  wt::wan::T5Encoder saved(config);
+  wt::io::NamedTensors hugging_face;
+  for (const auto& item : saved->named_parameters()) {
+    std::string name = item.key();
+    const std::map<std::string, std::string> parts = {
+        {"attn.q", "layer.0.SelfAttention.q"},
+        {"attn.k", "layer.0.SelfAttention.k"},
+        {"attn.v", "layer.0.SelfAttention.v"},
+        {"attn.o", "layer.0.SelfAttention.o"},
+        {"norm1", "layer.0.layer_norm"},
+        {"norm2", "layer.1.layer_norm"},
+        {"ffn.gate.0", "layer.1.DenseReluDense.wi_0"},
+        {"ffn.fc1", "layer.1.DenseReluDense.wi_1"},
+        {"ffn.fc2", "layer.1.DenseReluDense.wo"},
+        {"pos_embedding.embedding", "layer.0.SelfAttention.relative_attention_bias"}};
+    if (name == "token_embedding.weight") {
+      hugging_face.emplace_back("shared.weight", item.value());
+      name = "encoder.embed_tokens.weight";
+    } else if (name == "norm.weight") {
+      name = "encoder.final_layer_norm.weight";
+    } else {
+      const auto dot = name.find('.', 7);  // "blocks.N."
+      const std::string n = name.substr(7, dot - 7), part = name.substr(dot + 1, name.size() - dot - 1 - 7);
+      ASSERT_TRUE(parts.count(part)) << name;
+      name = "encoder.block." + n + "." + parts.at(part) + ".weight";
+    }
+    hugging_face.emplace_back(name, item.value());
+  }
+  wt::io::write_safetensors(dir + "/model.safetensors", hugging_face, torch::kFloat32);
+
+  torch::manual_seed(99);
+  wt::wan::T5Encoder loaded(config);
+  const auto report = wt::wan::load_weights(*loaded, wt::wan::open_t5_weights(dir + "/model.safetensors"));
+  EXPECT_TRUE(report.complete()) << report.summary();
+  const auto ids = torch::randint(1, config.vocab, {1, 12}, torch::kLong);
+  const auto mask = torch::ones({1, 12}, torch::kLong);
   torch::NoGradGuard no_grad;
   EXPECT_TRUE(torch::equal(loaded->forward(ids, mask), saved->forward(ids, mask)));
 }

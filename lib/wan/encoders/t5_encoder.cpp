@@ -6,7 +6,9 @@
 #include <cmath>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <sstream>
 
 #include "wantrain/nn/gelu.hpp"
@@ -121,6 +123,55 @@ at::Tensor t5_position_buckets(int64_t query_len, int64_t key_len, int64_t num_b
                          .to(torch::kLong);
   far = torch::min(far, torch::full_like(far, half - 1));
   return side + torch::where(distance < exact, distance, far);
+}
+
+namespace {
+
+// The official name of a Hugging Face UMT5 encoder tensor; "" for one the
+// encoder has no use for (its tied copy of the embedding).
+std::string official_t5_name(const std::string& name) {
+  static const std::regex block(R"(encoder\.block\.(\d+)\.layer\.([01])\.(.+)\.weight)");
+  if (name == "shared.weight") return "token_embedding.weight";
+  if (name == "encoder.final_layer_norm.weight") return "norm.weight";
+  std::smatch m;
+  if (!std::regex_match(name, m, block)) return name;  // not Hugging Face's: the load names it if unexpected
+  const std::string n = m[1].str(), part = m[3].str();
+  static const std::map<std::string, std::string> parts = {
+      {"0/SelfAttention.q", "attn.q"},
+      {"0/SelfAttention.k", "attn.k"},
+      {"0/SelfAttention.v", "attn.v"},
+      {"0/SelfAttention.o", "attn.o"},
+      {"0/SelfAttention.relative_attention_bias", "pos_embedding.embedding"},
+      {"0/layer_norm", "norm1"},
+      {"1/DenseReluDense.wi_0", "ffn.gate.0"},
+      {"1/DenseReluDense.wi_1", "ffn.fc1"},
+      {"1/DenseReluDense.wo", "ffn.fc2"},
+      {"1/layer_norm", "norm2"}};
+  const auto it = parts.find(m[2].str() + "/" + part);
+  return it == parts.end() ? name : "blocks." + n + "." + it->second + ".weight";
+}
+
+}  // namespace
+
+TensorSource open_t5_weights(const std::string& path) {
+  TensorSource file = open_weights(path);
+  bool hugging_face = false;
+  for (const auto& [name, shape] : file.shapes) hugging_face = hugging_face || name.rfind("encoder.", 0) == 0;
+  if (!hugging_face) return file;
+  TensorSource source;
+  source.path = path;
+  for (const auto& [name, shape] : file.shapes) {
+    if (name == "encoder.embed_tokens.weight" && file.shapes.count("shared.weight")) continue;  // tied to shared
+    const std::string official =
+        name == "encoder.embed_tokens.weight" ? "token_embedding.weight" : official_t5_name(name);
+    source.shapes.emplace(official, shape);
+    if (official != name) source.stored_names.emplace(official, name);
+  }
+  source.read = [read = file.read, names = source.stored_names](const std::string& name) {
+    const auto it = names.find(name);
+    return read(it == names.end() ? name : it->second);
+  };
+  return source;
 }
 
 T5Config parse_t5_config(const std::string& json_text, const std::string& source) {

@@ -27,6 +27,8 @@
 #include <memory>
 #include <string>
 
+#include "wantrain/wan/model/weights.hpp"
+
 namespace wt::wan {
 
 // The official constructor's arguments; the default is umT5-XXL.
@@ -58,6 +60,17 @@ class T5EncoderImpl : public torch::nn::Module {
   std::shared_ptr<torch::nn::Module> shared_pos_;  // shared_pos only
 };
 TORCH_MODULE(T5Encoder);
+
+// The encoder's weights from a .pth or safetensors file (or index) in the
+// official names, or in Hugging Face's UMT5EncoderModel names, mapped:
+//   shared.weight / encoder.embed_tokens.weight       -> token_embedding.weight
+//   encoder.block.N.layer.0.SelfAttention.{q,k,v,o}   -> blocks.N.attn.{q,k,v,o}
+//   ...layer.0.SelfAttention.relative_attention_bias  -> blocks.N.pos_embedding.embedding
+//   ...layer.0.layer_norm / ...layer.1.layer_norm     -> blocks.N.norm1 / norm2
+//   ...layer.1.DenseReluDense.{wi_0,wi_1,wo}          -> blocks.N.ffn.{gate.0,fc1,fc2}
+//   encoder.final_layer_norm                          -> norm
+// (UMT5's feed-forward is act(wi_0 x) * wi_1 x, the official gate and fc1.)
+TensorSource open_t5_weights(const std::string& path);
 
 // The bucket of each relative position (key − query), T5's bidirectional
 // scheme: exact below num_buckets / 4 each way, logarithmic up to
