@@ -18,6 +18,7 @@ constexpr uint64_t kMaxPickleBytes = 256ull << 20;  // a state dict's pickle is 
 constexpr uint64_t kMaxEntries = 1u << 20;
 constexpr size_t kMaxStack = 1u << 20;
 constexpr size_t kMaxDims = 16;
+constexpr size_t kMaxValues = 1u << 20;  // some 300 MB of values at most; a 50000-tensor state dict needs less
 
 [[noreturn]] void refuse(const std::string& path, const std::string& what) {
   throw UsageError(fmt::format("{}: {}", path, what));
@@ -163,12 +164,6 @@ struct Value {
   PthTensor tensor;
 };
 
-ValuePtr make(Value::Kind kind) {
-  auto v = std::make_shared<Value>();
-  v->kind = kind;
-  return v;
-}
-
 std::optional<PthDtype> storage_dtype(const std::string& name) {
   static const std::map<std::string, PthDtype> types = {
       {"FloatStorage", PthDtype::F32},     {"DoubleStorage", PthDtype::F64}, {"HalfStorage", PthDtype::F16},
@@ -183,6 +178,14 @@ std::optional<PthDtype> storage_dtype(const std::string& name) {
 class Unpickler {
  public:
   Unpickler(const std::string& path, const std::string& bytes) : path_(path), in_(bytes) {}
+  // Values may nest, or refer to each other in cycles (memo), as deep as a
+  // file makes them: their links are cut one by one here, so that freeing
+  // them never recurses and a cycle never leaks.
+  ~Unpickler() {
+    for (const auto& value : made_) value->items.clear();
+  }
+  Unpickler(const Unpickler&) = delete;
+  Unpickler& operator=(const Unpickler&) = delete;
 
   ValuePtr run() {
     while (true) {
@@ -428,8 +431,20 @@ class Unpickler {
     bad("REDUCE");
   }
 
+  // Every value made, counted: a state dict needs some twenty a tensor, and
+  // a file may not make more than kMaxValues (memory stays bounded).
+  ValuePtr make(Value::Kind kind) {
+    if (made_.size() >= kMaxValues)
+      refuse(path_, fmt::format("data.pkl makes more than {} values; a state dict needs far fewer", kMaxValues));
+    auto v = std::make_shared<Value>();
+    v->kind = kind;
+    made_.push_back(v);
+    return v;
+  }
+
   std::string path_;
   const std::string& in_;
+  std::vector<ValuePtr> made_;
   size_t pos_ = 0;
   std::vector<ValuePtr> stack_;
   std::vector<size_t> marks_;
@@ -495,7 +510,8 @@ std::vector<PthTensor> read_pth_index(const std::string& path, uint64_t file_siz
   if (pickle_entry.size > kMaxPickleBytes)
     refuse(path, fmt::format("data.pkl is {} bytes; a state dict's is far smaller", pickle_entry.size));
   const std::string pickle = zip.read(pickle_entry);
-  const ValuePtr root = Unpickler(path, pickle).run();
+  Unpickler unpickler(path, pickle);  // outlives root: it frees the values
+  const ValuePtr root = unpickler.run();
   if (root->kind != Value::Kind::Dict) refuse(path, "not a state dict (the pickle holds no dict of tensors)");
 
   std::vector<PthTensor> tensors;

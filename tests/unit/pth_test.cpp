@@ -61,6 +61,12 @@ with zipfile.ZipFile(os.path.join(out, 'state.pth')) as src, \
     for info in src.infolist():
         dst.writestr(info.filename, src.read(info.filename))
 
+# Pickles no state dict needs, built by hand: a tuple nested 900000 deep
+# (freeing it must not recurse), and more values than the reader keeps.
+for name, depth in (('deep.pth', 900000), ('many.pth', 2000000)):
+    with zipfile.ZipFile(os.path.join(out, name), 'w') as z:
+        z.writestr('archive/data.pkl', b'\x80\x02)' + b'\x85' * depth + b'.')
+
 # The same archive in ZIP64 form, as torch.save writes files over 4 GiB (the
 # umT5 weights): every size and offset in ZIP64 fields, a ZIP64 directory
 # record and its locator. PyTorch must read it back, so it is a valid one.
@@ -174,6 +180,8 @@ TEST_F(Pth, WhatIsNotAStateDictOfTensorsIsOneClearError) {
       {"legacy.pth", "legacy.pth: not a torch.save file (no zip directory"},
       {"compressed.pth", "is compressed; torch.save stores its entries"},
       {"write.py", "write.py: not a torch.save file (no zip directory"},
+      {"deep.pth", "deep.pth: not a state dict (the pickle holds no dict of tensors)"},
+      {"many.pth", "many.pth: data.pkl makes more than 1048576 values; a state dict needs far fewer"},
       {"absent.pth", "absent.pth: no such file"},
   };
   for (const auto& [name, expected] : cases) {
