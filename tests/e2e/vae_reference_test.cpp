@@ -1,0 +1,354 @@
+// The Wan2.1 video VAE (wan/vae/wan_vae) against tests/reference/vae_reference.py:
+// an independent PyTorch evaluation of the official wan/modules/vae.py
+// (WanVAE_ in its WanVAE wrapper), run by Debian's python3-torch on the same
+// weights (random, in the official names) and the same video and latents.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "../common/launch.hpp"
+#include "wantrain/io/safetensors.hpp"
+#include "wantrain/util/error.hpp"
+#include "wantrain/wan/model/weights.hpp"
+#include "wantrain/wan/vae/vae_config.hpp"
+#include "wantrain/wan/vae/vae_weights.hpp"
+#include "wantrain/wan/vae/wan_vae.hpp"
+
+namespace {
+
+bool ends_with(const std::string& s, const std::string& end) {
+  return s.size() >= end.size() && s.compare(s.size() - end.size(), end.size(), end) == 0;
+}
+
+// Weights that make every part matter and keep activations of order 1: the
+// norms' gamma around 1, convs at unit gain (every block starts from a
+// normalised input), small biases, the attention's output projection (zero
+// in a fresh module) drawn too, and the decoder's last conv at 0.3 so that
+// few decoded values reach the clamp at +-1.
+void randomize(wt::wan::WanVaeImpl& vae, uint64_t seed) {
+  torch::manual_seed(seed);
+  torch::NoGradGuard no_grad;
+  for (auto& item : vae.named_parameters()) {
+    auto& p = item.value();
+    if (ends_with(item.key(), ".gamma")) {
+      p.copy_(1 + 0.3 * torch::randn_like(p));
+    } else if (ends_with(item.key(), ".bias")) {
+      p.copy_(0.1 * torch::randn_like(p));
+    } else {
+      const double gain = item.key() == "decoder.head.2.weight" ? 0.3 : 1.0;
+      p.copy_(torch::randn_like(p) * (gain / std::sqrt(double(p.numel() / p.size(0)))));
+    }
+  }
+}
+
+wt::io::NamedTensors state_dict(const wt::wan::WanVaeImpl& vae) {
+  wt::io::NamedTensors weights;
+  for (const auto& item : vae.named_parameters()) weights.emplace_back(item.key(), item.value());
+  return weights;
+}
+
+double max_abs(const at::Tensor& t) { return t.abs().max().item<double>(); }
+
+struct Reference {
+  at::Tensor latents, decoded;
+};
+
+// Runs the reference on `vae`'s weights (fp32) for `video` and `latents`.
+Reference run_reference(const std::string& dir, const std::string& config_json, const wt::wan::WanVaeImpl& vae,
+                        const at::Tensor& video, const at::Tensor& latents) {
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/config.json") << config_json;
+  wt::io::write_safetensors(dir + "/weights.safetensors", state_dict(vae), torch::kFloat32);
+  wt::io::write_safetensors(dir + "/inputs.safetensors", {{"video", video}, {"latents", latents}}, torch::kFloat32);
+  const auto job = wt::testing::launch(
+      std::string(WANTRAIN_PYTHON) + " " + WANTRAIN_SOURCE_DIR + "/tests/reference/vae_reference.py " + dir +
+      "/config.json " + dir + "/weights.safetensors " + dir + "/inputs.safetensors " + dir + "/out.safetensors");
+  EXPECT_EQ(job.status, 0) << job.output;
+  if (job.status != 0) return {};
+  const auto file = wt::io::SafetensorsFile::open(dir + "/out.safetensors");
+  return {file.read(*file.find("latents")), file.read(*file.find("decoded"))};
+}
+
+// Both in fp32 on the same inputs; the sums in another order (conv2d per
+// frame here as a depth-1 conv3d, the cache concatenated instead of padded,
+// einsum against matmul in attention, 1/x multiplied instead of divided):
+// a few ulps (1e-7) per op, through some 30 convs, each block renormalised
+// by its RMS norm, so that errors do not compound: 1e-5 of the output scale
+// at most. 1e-4 is far above that and far below any semantic slip (a frame
+// of cache off by one, the time halves swapped, a missing attention scale:
+// errors of order 1).
+constexpr double kTolerance = 1e-4;
+
+void expect_matches_reference(const char* name, const char* config_json, int64_t batch, int64_t frames, int64_t height,
+                              int64_t width) {
+  SCOPED_TRACE(name);
+  const std::string dir = wt::testing::fresh(std::string("vae-reference-") + name);
+  const auto config = wt::wan::parse_vae_config(config_json, name);
+  wt::wan::WanVae vae(config);
+  randomize(*vae, 11);
+  const int64_t f = config.spatial_factor();
+  const auto video = torch::rand({batch, 3, frames, height, width}) * 2 - 1;
+  const auto latents = torch::randn({batch, config.z_dim, vae->latent_frames(frames), height / f, width / f});
+  const auto reference = run_reference(dir, config_json, *vae, video, latents);
+  ASSERT_TRUE(reference.latents.defined());
+
+  const auto encoded = vae->encode(video);
+  ASSERT_EQ(encoded.sizes(), reference.latents.sizes());
+  EXPECT_EQ(encoded.scalar_type(), torch::kFloat);
+  const double scale = max_abs(reference.latents), error = max_abs(encoded - reference.latents);
+  EXPECT_GT(scale, 0.5);
+  EXPECT_LT(error, kTolerance * scale) << "encode: max |ours - reference| = " << error << " of " << scale;
+
+  const auto decoded = vae->decode(latents);
+  ASSERT_EQ(decoded.sizes(), reference.decoded.sizes());
+  const double decoded_error = max_abs(decoded - reference.decoded);
+  // Clamped to [-1, 1]: the scale is 1; most values must lie inside it for
+  // the comparison to mean something.
+  const double clamped = (reference.decoded.abs() == 1).to(torch::kFloat).mean().item<double>();
+  EXPECT_LT(clamped, 0.1);
+  EXPECT_GT(max_abs(reference.decoded), 0.3);
+  EXPECT_LT(decoded_error, kTolerance) << "decode: max |ours - reference| = " << decoded_error;
+  std::cout << "[ measured ] " << name << ": encode " << error / scale << " of scale " << scale << ", decode "
+            << decoded_error << " (" << 100 * clamped << "% clamped)\n";
+}
+
+// Four levels, time halved by the last two, as Wan2.1; latent statistics of
+// its own (z_dim 4).
+constexpr const char* kSmall = R"({"dim": 8, "z_dim": 4, "dim_mult": [1, 2, 2, 2], "num_res_blocks": 1,
+  "temperal_downsample": [false, true, true], "latents_mean": [0.1, -0.2, 0.3, 0.0],
+  "latents_std": [1.5, 0.5, 2.0, 1.0]})";
+
+}  // namespace
+
+// 9 frames: the first alone, then two chunks of 4 that see the cache.
+TEST(VaeReference, NineFramesEncodeAndDecodeAsTheReference) { expect_matches_reference("small", kSmall, 1, 9, 24, 32); }
+
+// Attention after residual blocks at two scales (encoder levels 1 and 2,
+// decoder levels 1 and 2 by the official decoder scales) besides the middle
+// ones; time halved by the first two levels (so the decoder doubles it in
+// its last two); Wan2.1's 16 latent channels and statistics; a batch of 2.
+TEST(VaeReference, AttentionAndOtherTimeLevelsAsTheReference) {
+  expect_matches_reference("attention", R"({"dim": 8, "z_dim": 16, "dim_mult": [1, 2, 4, 4], "num_res_blocks": 2,
+    "attn_scales": [0.5, 1.0], "temperal_downsample": [true, true, false]})",
+                           2, 9, 16, 16);
+}
+
+// What streaming needs: decoding chunk by chunk hands out exactly the frames
+// decode returns; the first 5 frames encode to the first 2 latent frames of
+// all 9, and the first 2 latent frames decode to the first 5 frames of all 3
+// (the model is causal in time and the chunks see the same history).
+TEST(VaeReference, ChunksAreCausalAndStreamAsAWhole) {
+  const auto config = wt::wan::parse_vae_config(kSmall, "small");
+  wt::wan::WanVae vae(config);
+  randomize(*vae, 12);
+  const auto video = torch::rand({1, 3, 9, 16, 24}) * 2 - 1;
+  const auto latents = torch::randn({1, 4, 3, 2, 3});
+
+  const auto whole = vae->decode(latents);
+  std::vector<at::Tensor> chunks;
+  vae->decode(latents, [&](const at::Tensor& frames) { chunks.push_back(frames.clone()); });
+  ASSERT_EQ(chunks.size(), 3u);
+  EXPECT_EQ(chunks[0].size(2), 1);
+  EXPECT_EQ(chunks[1].size(2), 4);
+  EXPECT_TRUE(torch::equal(torch::cat(chunks, 2), whole));
+
+  const auto encoded = vae->encode(video);
+  const auto first = vae->encode(video.narrow(2, 0, 5));
+  EXPECT_LE(max_abs(first - encoded.narrow(2, 0, 2)), 1e-5 * max_abs(encoded));
+  const auto start = vae->decode(latents.narrow(2, 0, 2));
+  EXPECT_LE(max_abs(start - whole.narrow(2, 0, 5)), 1e-5);
+  std::cout << "[ measured ] prefix: encode " << max_abs(first - encoded.narrow(2, 0, 2)) << ", decode "
+            << max_abs(start - whole.narrow(2, 0, 5)) << "\n";
+}
+
+// bf16 weights stay bf16 and the VAE computes in bf16; its latents and video
+// follow the fp32 VAE holding the same (bf16) values.
+TEST(VaeReference, Bf16WeightsStayBf16AndFollowTheFp32Vae) {
+  const auto config = wt::wan::parse_vae_config(kSmall, "small");
+  wt::wan::WanVae fp32(config), bf16(config, torch::kBFloat16);
+  randomize(*fp32, 13);
+  torch::NoGradGuard no_grad;
+  auto fp32_params = fp32->named_parameters();
+  for (auto& item : bf16->named_parameters()) {
+    EXPECT_EQ(item.value().scalar_type(), torch::kBFloat16) << item.key();
+    item.value().copy_(fp32_params[item.key()]);
+    fp32_params[item.key()].copy_(item.value());  // both hold the bf16 values
+  }
+  const auto video = torch::rand({1, 3, 9, 24, 32}) * 2 - 1;
+  const auto latents = torch::randn({1, 4, 3, 3, 4});
+  const auto relative = [](const at::Tensor& got, const at::Tensor& want) {
+    return ((got - want).norm() / want.norm()).item<double>();
+  };
+  const auto encoded = bf16->encode(video);
+  EXPECT_EQ(encoded.scalar_type(), torch::kFloat);
+  const double encode_error = relative(encoded, fp32->encode(video));
+  const double decode_error = relative(bf16->decode(latents), fp32->decode(latents));
+  // bf16 keeps 8 bits (0.4% a rounding), some 20 convs deep, each block
+  // renormalised: measured 0.02 (encode) and 0.01 (decode) on AMD EPYC.
+  EXPECT_LT(encode_error, 0.06);
+  EXPECT_LT(decode_error, 0.05);
+  std::cout << "[ measured ] bf16 against fp32: encode " << encode_error << ", decode " << decode_error << "\n";
+}
+
+namespace {
+
+// An official name in diffusers' AutoencoderKLWan layout, for a VAE without
+// attention in its levels (as diffusers' decoder has none), `resnets` residual
+// blocks per decoder level.
+std::string diffusers_name(const std::string& name, int64_t resnets) {
+  const std::map<std::string, std::string> parts = {{"residual.0.", "norm1."},
+                                                    {"residual.2.", "conv1."},
+                                                    {"residual.3.", "norm2."},
+                                                    {"residual.6.", "conv2."},
+                                                    {"shortcut.", "conv_shortcut."}};
+  const auto block_part = [&](const std::string& rest) {
+    for (const auto& [from, to] : parts)
+      if (rest.rfind(from, 0) == 0) return to + rest.substr(from.size());
+    return rest;
+  };
+  const auto split = [](const std::string& rest) {  // "N.tail" -> (N, tail)
+    const auto dot = rest.find('.');
+    return std::make_pair(std::stoll(rest.substr(0, dot)), rest.substr(dot + 1));
+  };
+  for (const std::string coder : {"encoder.", "decoder."}) {
+    if (name.rfind(coder, 0) != 0) continue;
+    const std::string rest = name.substr(coder.size());
+    if (rest.rfind("conv1.", 0) == 0) return coder + "conv_in." + rest.substr(6);
+    if (rest.rfind("head.0.", 0) == 0) return coder + "norm_out." + rest.substr(7);
+    if (rest.rfind("head.2.", 0) == 0) return coder + "conv_out." + rest.substr(7);
+    if (rest.rfind("middle.", 0) == 0) {
+      const auto [n, tail] = split(rest.substr(7));
+      if (n == 1) return coder + "mid_block.attentions.0." + tail;
+      return coder + "mid_block.resnets." + std::to_string(n / 2) + "." + block_part(tail);
+    }
+    if (rest.rfind("downsamples.", 0) == 0) {
+      const auto [n, tail] = split(rest.substr(12));
+      return coder + "down_blocks." + std::to_string(n) + "." + block_part(tail);
+    }
+    if (rest.rfind("upsamples.", 0) == 0) {
+      const auto [n, tail] = split(rest.substr(10));
+      const int64_t block = n / (resnets + 1), in_block = n % (resnets + 1);
+      if (in_block == resnets) return coder + "up_blocks." + std::to_string(block) + ".upsamplers.0." + tail;
+      return coder + "up_blocks." + std::to_string(block) + ".resnets." + std::to_string(in_block) + "." +
+             block_part(tail);
+    }
+  }
+  if (name.rfind("conv1.", 0) == 0) return "quant_conv." + name.substr(6);
+  if (name.rfind("conv2.", 0) == 0) return "post_quant_conv." + name.substr(6);
+  return name;
+}
+
+}  // namespace
+
+// The released layout: torch.save of the state dict (Wan2.1_VAE.pth), read
+// by the restricted .pth reader; and diffusers' AutoencoderKLWan names in a
+// safetensors file. Either loads by name into a VAE that then computes as
+// the one that wrote it.
+TEST(VaeReference, ATorchSavedStateDictAndDiffusersNamesLoadByName) {
+  const std::string dir = wt::testing::fresh("vae-files");
+  std::filesystem::create_directories(dir);
+  const auto config = wt::wan::parse_vae_config(kSmall, "small");
+  wt::wan::WanVae saved(config);
+  randomize(*saved, 14);
+  wt::io::write_safetensors(dir + "/vae.safetensors", state_dict(*saved), torch::kFloat32);
+  const auto job = wt::testing::launch(
+      std::string(WANTRAIN_PYTHON) + " -c \"import sys, torch; sys.path.insert(0, '" + WANTRAIN_SOURCE_DIR +
+      "/tests/reference'); import wan_reference as r; torch.save(r.read_safetensors('" + dir + "/vae.safetensors'), '" +
+      dir + "/Wan2.1_VAE.pth')\"");
+  ASSERT_EQ(job.status, 0) << job.output;
+  wt::io::NamedTensors diffusers;
+  for (const auto& [name, tensor] : state_dict(*saved))
+    diffusers.emplace_back(diffusers_name(name, config.num_res_blocks + 1), tensor);
+  wt::io::write_safetensors(dir + "/diffusion_pytorch_model.safetensors", diffusers, torch::kFloat32);
+
+  const auto video = torch::rand({1, 3, 5, 16, 16}) * 2 - 1;
+  const auto latents = torch::randn({1, 4, 2, 2, 2});
+  const auto want_latents = saved->encode(video), want_video = saved->decode(latents);
+  for (const std::string file : {"Wan2.1_VAE.pth", "diffusion_pytorch_model.safetensors"}) {
+    SCOPED_TRACE(file);
+    torch::manual_seed(99);
+    wt::wan::WanVae loaded(config);
+    const auto source = wt::wan::open_vae_weights(dir + "/" + file);
+    EXPECT_EQ(source.diffusers_names, file != "Wan2.1_VAE.pth");
+    const auto report = wt::wan::load_weights(*loaded, source);
+    EXPECT_TRUE(report.complete()) << report.summary();
+    EXPECT_EQ(report.loaded.size(), diffusers.size());
+    EXPECT_TRUE(torch::equal(loaded->encode(video), want_latents));
+    EXPECT_TRUE(torch::equal(loaded->decode(latents), want_video));
+  }
+}
+
+// The default is Wan2.1's VAE, to the name and shape of every tensor of the
+// official state dict (as the reference lays it out: 194 tensors, 126.9 M
+// values), made in bf16 without an fp32 copy.
+TEST(VaeConfig, TheDefaultIsWan21sVaeToTheTensor) {
+  const wt::wan::VaeConfig wan21;
+  EXPECT_EQ(wan21.dim, 96);
+  EXPECT_EQ(wan21.z_dim, 16);
+  EXPECT_EQ(wan21.spatial_factor(), 8);
+  EXPECT_EQ(wan21.temporal_factor(), 4);
+  EXPECT_DOUBLE_EQ(wan21.latents_mean[7], 1.5508);
+  EXPECT_DOUBLE_EQ(wan21.latents_std[15], 1.9160);
+  const auto job = wt::testing::launch(std::string(WANTRAIN_PYTHON) + " -c \"import sys, json; sys.path.insert(0, '" +
+                                       WANTRAIN_SOURCE_DIR +
+                                       "/tests/reference'); import vae_reference as r; "
+                                       "print(json.dumps(r.parameter_shapes(r.DEFAULTS)))\"");
+  ASSERT_EQ(job.status, 0) << job.output;
+  const auto official = nlohmann::json::parse(job.output);
+  wt::wan::WanVae vae(wan21, torch::kBFloat16);
+  const auto params = vae->named_parameters();
+  EXPECT_EQ(params.size(), official.size());
+  int64_t values = 0;
+  for (const auto& item : params) {
+    values += item.value().numel();
+    EXPECT_EQ(item.value().scalar_type(), torch::kBFloat16);
+    ASSERT_TRUE(official.contains(item.key())) << item.key();
+    EXPECT_EQ(item.value().sizes().vec(), official[item.key()].get<std::vector<int64_t>>()) << item.key();
+  }
+  EXPECT_EQ(params.size(), 194u);
+  EXPECT_EQ(values, 126892531);
+}
+
+TEST(VaeConfig, AnotherZDimGetsZeroMeanUnitStdAndBadFilesAreOneLine) {
+  const auto other = wt::wan::parse_vae_config(R"({"z_dim": 4})", "vae.json");
+  EXPECT_EQ(other.latents_mean, std::vector<double>(4, 0.0));
+  EXPECT_EQ(other.latents_std, std::vector<double>(4, 1.0));
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"[1]", "vae.json: not a JSON object of VAE settings"},
+      {R"({"dim": 0})", "vae.json: \"dim\" must be a positive integer"},
+      {R"({"temporal_downsample": [false, true, true]})", "vae.json: unknown key \"temporal_downsample\""},
+      {R"({"dim_mult": [1, 2, 4, 4, 4], "temperal_downsample": [false, true, true, true]})",
+       "vae.json: \"dim_mult\" must be 1 to 4 positive integers"},
+      {R"({"dim_mult": [1, 2]})",
+       "vae.json: \"temperal_downsample\" must have one entry per level but the last (1), not 3"},
+      {R"({"temperal_downsample": [true, true, true]})",
+       "vae.json: \"temperal_downsample\" may halve time at most twice"},
+      {R"({"temperal_downsample": [0, 1, 1]})", "vae.json: \"temperal_downsample\" must be a list of true or false"},
+      {R"({"latents_mean": [0.5]})", "vae.json: \"latents_mean\" must have z_dim (16) numbers, not 1"},
+      {R"({"z_dim": 2, "latents_std": [1, 0]})", "vae.json: \"latents_std\" must be positive"},
+      {R"({"attn_scales": 0.5})", "vae.json: \"attn_scales\" must be a list of numbers"},
+  };
+  for (const auto& [text, expected] : bad) {
+    try {
+      wt::wan::parse_vae_config(text, "vae.json");
+      ADD_FAILURE() << text;
+    } catch (const wt::UsageError& e) {
+      EXPECT_EQ(std::string(e.what()), expected);
+    }
+  }
+  // Input of the wrong shape is one line too.
+  wt::wan::WanVae vae(wt::wan::parse_vae_config(kSmall, "small"));
+  try {
+    vae->encode(torch::zeros({1, 3, 4, 16, 16}));
+    ADD_FAILURE() << "4 frames";
+  } catch (const wt::UsageError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "VAE encode: video [1, 3, 4, 16, 16] must be [B, 3, 1 + 4k, H, W] with H and W positive multiples of 8");
+  }
+}
