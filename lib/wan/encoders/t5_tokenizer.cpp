@@ -1,0 +1,71 @@
+#include "wantrain/wan/encoders/t5_tokenizer.hpp"
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "wantrain/util/error.hpp"
+#include "wantrain/wan/encoders/prompt_text.hpp"
+
+namespace wt::wan {
+namespace {
+
+// spiece.model itself, or the folder holding it.
+std::string model_file(const std::string& path) {
+  std::error_code error;
+  if (!std::filesystem::is_directory(path, error)) return path;
+  const auto file = (std::filesystem::path(path) / "spiece.model").string();
+  if (!std::filesystem::exists(file, error))
+    throw UsageError(
+        fmt::format("tokenizer model {}: a folder without spiece.model (umT5's tokenizer, as in the "
+                    "google/umt5-xxl folder of a Wan repository)",
+                    path));
+  return file;
+}
+
+SentencePieceModel load_with_eos(const std::string& file) {
+  auto model = SentencePieceModel::load(file);
+  if (model.eos_id() < 0)
+    throw UsageError(fmt::format("tokenizer model {}: has no EOS control piece (\"</s>\"), which umT5's has", file));
+  return model;
+}
+
+}  // namespace
+
+T5Tokenizer::T5Tokenizer(const std::string& path) : model_path_(model_file(path)), model_(load_with_eos(model_path_)) {}
+
+std::vector<int> T5Tokenizer::token_ids(const std::string& prompt) const {
+  auto ids = model_.encode(clean_prompt(prompt));
+  ids.push_back(model_.eos_id());
+  return ids;
+}
+
+Tokens T5Tokenizer::encode(const std::vector<std::string>& prompts, int64_t text_len) const {
+  if (text_len < 1) throw SettingError("text_len", fmt::format("must be at least 1, got {}", text_len));
+  for (std::size_t p = 0; p < prompts.size(); ++p) {
+    if (const auto bad = invalid_utf8_offset(prompts[p]); bad != std::string::npos)
+      throw UsageError(fmt::format("prompt {} is not valid UTF-8 (byte {})", p, bad));
+  }
+  const auto batch = static_cast<int64_t>(prompts.size());
+  Tokens tokens;
+  tokens.ids = torch::full({batch, text_len}, pad_id(), torch::kLong);  // [B, text_len]
+  tokens.mask = torch::zeros({batch, text_len}, torch::kLong);          // [B, text_len]
+  auto ids = tokens.ids.accessor<int64_t, 2>();
+  auto mask = tokens.mask.accessor<int64_t, 2>();
+  for (int64_t b = 0; b < batch; ++b) {
+    const auto prompt = token_ids(prompts[b]);
+    const auto full = static_cast<int64_t>(prompt.size());
+    const int64_t kept = std::min(full, text_len);
+    for (int64_t t = 0; t < kept - 1; ++t) ids[b][t] = prompt[t];
+    ids[b][kept - 1] = eos_id();  // a truncated prompt keeps its EOS last
+    for (int64_t t = 0; t < kept; ++t) mask[b][t] = 1;
+    tokens.lengths.push_back(kept);
+    tokens.full_lengths.push_back(full);
+    if (full > text_len) ++tokens.truncated;
+  }
+  return tokens;
+}
+
+}  // namespace wt::wan
