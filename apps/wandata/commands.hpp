@@ -10,4 +10,6 @@ int run_inspect(distributed::World& world, int argc, char** argv);
 int run_verify(distributed::World& world, int argc, char** argv);
 int run_split(distributed::World& world, int argc, char** argv);
 int run_merge(distributed::World& world, int argc, char** argv);
+int run_encode(distributed::World& world, int argc, char** argv);
+int run_decode(distributed::World& world, int argc, char** argv);
 }  // namespace wt

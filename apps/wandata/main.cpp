@@ -1,5 +1,5 @@
 // wandata: make, look at, check and re-shard wantrain datasets (HDF5 shards).
-// A serial tool: run it without mpirun.
+// A serial tool but for encode, which runs under mpirun as well.
 #include <fmt/format.h>
 
 #include <iostream>
@@ -17,6 +17,8 @@ namespace {
 constexpr const char* kUsage =
     "usage: wandata COMMAND [options]\n"
     "commands:\n"
+    "  encode   videos, images and captions -> a dataset (the Wan VAE's latents and umT5's embeddings)\n"
+    "  decode   a sample's latents through the VAE to a video or PNG frames\n"
     "  synth    write a synthetic, learnable dataset (moving blobs described by the text embedding)\n"
     "  inspect  list a dataset's shards: samples, shapes, dtypes, bytes\n"
     "  verify   read every shard fully and report every problem (exit 1 if any)\n"
@@ -26,11 +28,9 @@ constexpr const char* kUsage =
 
 int run(wt::distributed::World& world, int argc, char** argv) {
   using Command = int (*)(wt::distributed::World&, int, char**);
-  const std::map<std::string, Command> commands = {{"synth", wt::run_synth},
-                                                   {"inspect", wt::run_inspect},
-                                                   {"verify", wt::run_verify},
-                                                   {"split", wt::run_split},
-                                                   {"merge", wt::run_merge}};
+  const std::map<std::string, Command> commands = {
+      {"synth", wt::run_synth}, {"inspect", wt::run_inspect}, {"verify", wt::run_verify}, {"split", wt::run_split},
+      {"merge", wt::run_merge}, {"encode", wt::run_encode},   {"decode", wt::run_decode}};
   const std::string command = argc > 1 ? argv[1] : "";
   if (const auto it = commands.find(command); it != commands.end()) return it->second(world, argc - 1, argv + 1);
   if (command == "--help" || command == "-h") {
@@ -41,9 +41,9 @@ int run(wt::distributed::World& world, int argc, char** argv) {
     std::cout << wt::app::version_text("wandata");
     return wt::kExitOk;
   }
-  throw wt::UsageError(command.empty()
-                           ? "no command given (synth|inspect|verify|split|merge)"
-                           : fmt::format("unknown command '{}' (synth|inspect|verify|split|merge)", command));
+  throw wt::UsageError(
+      command.empty() ? "no command given (encode|decode|synth|inspect|verify|split|merge)"
+                      : fmt::format("unknown command '{}' (encode|decode|synth|inspect|verify|split|merge)", command));
 }
 
 }  // namespace

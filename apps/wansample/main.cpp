@@ -1,7 +1,8 @@
 // wansample: generate latents with a WanModel by Euler sampling with
-// classifier-free guidance, conditioned on a dataset sample's text embedding
-// or on an HDF5 file of embeddings. Writes the latents as a one-sample shard
-// (docs/data-format.md) and, with --png, a preview image. A serial tool.
+// classifier-free guidance, conditioned on a prompt (umT5), a dataset
+// sample's text embedding or an HDF5 file of embeddings. Writes the latents
+// as a one-sample shard (docs/data-format.md), with --png a preview image,
+// and with --vae a video (--video) or PNG frames (--frames-dir). A serial tool.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <torch/torch.h>
@@ -14,6 +15,7 @@
 #include "wantrain/ckpt/checkpoint.hpp"
 #include "wantrain/data/dataset.hpp"
 #include "wantrain/data/shard.hpp"
+#include "wantrain/data/noise_file.hpp"
 #include "wantrain/data/text_file.hpp"
 #include "wantrain/distributed/device_placement.hpp"
 #include "wantrain/app/app.hpp"
@@ -27,37 +29,31 @@
 #include "wantrain/wan/euler_sampler.hpp"
 #include "wantrain/wan/latent_comparison.hpp"
 #include "wantrain/wan/latent_preview.hpp"
+#include "wantrain/wan/encoders/text_encoder.hpp"
+#include "wantrain/wan/vae/vae_weights.hpp"
+#include "wantrain/wan/video_output.hpp"
 #include "wantrain/util/error.hpp"
 #include "wantrain/util/exit_codes.hpp"
 #include "wantrain/util/files.hpp"
 #include "wantrain/util/options.hpp"
+#include "wantrain/app/device_option.hpp"
 #include "wantrain/app/version.hpp"
 
 namespace wt {
 namespace {
 
 struct SampleConfig {
-  std::string config_file, weights, checkpoint, checkpoint_weights = "auto", model_config, data, text, size,
-                                                out = "sample.h5", png, precision = "fp32", device = "auto";
+  std::string config_file, weights, checkpoint,
+      checkpoint_weights = "auto", model_config, data, text, size, out = "sample.h5", png, precision = "fp32",
+      device = "auto", prompt, negative_prompt, t5, t5_config, t5_dtype = "bf16", tokenizer, noise, vae, vae_config,
+      vae_dtype = "fp32", video, frames_dir;
   int64_t index = 0, frames = 0, attention_chunk = 0;
   int steps = 50, threads = 0;
-  double shift = 5.0, cfg = 5.0;
+  double shift = 5.0, cfg = 5.0, fps = 16;
   uint64_t seed = 0;
   bool compare = false;
   std::vector<std::string> loras, lora_scales;
 };
-
-// --device auto|cpu|cuda|cuda:N as the library's request.
-distributed::DeviceRequest parse_device(const std::string& text) {
-  using Kind = distributed::DeviceRequest::Kind;
-  if (text == "auto") return {Kind::Auto, 0};
-  if (text == "cpu") return {Kind::Cpu, 0};
-  if (text == "cuda") return {Kind::Cuda, 0};
-  if (text.rfind("cuda:", 0) == 0 && text.size() > 5 && text.size() < 9 &&
-      text.find_first_not_of("0123456789", 5) == std::string::npos)
-    return {Kind::Cuda, std::stoi(text.substr(5))};
-  throw UsageError(fmt::format("option --device: '{}' is not one of auto|cpu|cuda|cuda:N", text));
-}
 
 // The model config: --model-config, or the one --checkpoint stores (checked
 // against --model-config when both are given).
@@ -73,8 +69,10 @@ wan::WanConfig sampling_model_config(const SampleConfig& c) {
 int run(distributed::World&, int argc, char** argv) {
   set_option_names({{"device", "device"}});  // the library's settings that errors may name
   SampleConfig c;
-  OptionSet options("wansample",
-                    "(--weights FILE --model-config JSON | --checkpoint PATH) (--data DIR | --text FILE) [options]");
+  OptionSet options(
+      "wansample",
+      "(--weights FILE --model-config JSON | --checkpoint PATH) (--prompt TEXT | --data DIR | --text FILE) "
+      "[--vae FILE --video OUT.mp4] [options]");
   options.group("wansample")
       .standard_options(&c.config_file)
       .add("weights", &c.weights,
@@ -85,11 +83,22 @@ int run(distributed::World&, int argc, char** argv) {
               "which weights of --checkpoint: auto (the EMA when the run kept one), ema or model")
       .add("model-config", &c.model_config,
            "model config JSON (data/configs/*.json); with --checkpoint, optional and checked against the stored one")
+      .add("prompt", &c.prompt,
+           "condition on this prompt, encoded by umT5 (--t5, --tokenizer); shape from --size, --frames")
+      .add("negative-prompt", &c.negative_prompt,
+           "with --prompt: the unconditional branch of guidance (default: the all-zero context --text-drop trains)")
+      .add("t5", &c.t5, "umT5 weights for --prompt: models_t5_umt5-xxl-enc-bf16.pth or UMT5EncoderModel safetensors")
+      .add("t5-config", &c.t5_config, "umT5 shape as JSON (the official constructor's keys); default umT5-XXL")
+      .choice("t5-dtype", &c.t5_dtype, {"bf16", "fp32"}, "umT5 weights and compute (the release is bf16)")
+      .add("tokenizer", &c.tokenizer, "umT5's spiece.model, or the folder holding it")
       .add("data", &c.data, "condition on the text embedding of a dataset sample (shape from the dataset)")
       .add("text", &c.text, "condition on an HDF5 file of embeddings: /text_emb [N,L,D] or [L,D], optional /text_len")
       .add("index", &c.index, "which sample of --data or row of --text")
-      .add("frames", &c.frames, "latent frames (needed with --text)")
-      .add("size", &c.size, "latent HxW (needed with --text)")
+      .add("frames", &c.frames, "with --prompt: video frames, 4k + 1 (default 81); with --text: latent frames")
+      .add("size", &c.size, "with --prompt: video WIDTHxHEIGHT (default 832x480); with --text: latent HxW")
+      .add("noise", &c.noise,
+           "start from this noise instead of the seed's: an HDF5 /noise of [C, F, H, W] latents (to follow "
+           "another implementation step for step)")
       .add("steps", &c.steps, "Euler steps")
       .add("shift", &c.shift, "sigma shift s: s*sigma/(1+(s-1)*sigma)")
       .add("cfg", &c.cfg,
@@ -105,6 +114,12 @@ int run(distributed::World&, int argc, char** argv) {
            "drawn on the CPU, so every device samples from the same start")
       .add("threads", &c.threads, "CPU threads (0: LibTorch's default)")
       .add("out", &c.out, "output: the latents as a one-sample shard")
+      .add("vae", &c.vae, "decode the sample with this Wan2.1 VAE (Wan2.1_VAE.pth, ComfyUI or diffusers weights)")
+      .add("vae-config", &c.vae_config, "VAE shape as JSON (the official constructor's keys); default Wan2.1's")
+      .choice("vae-dtype", &c.vae_dtype, {"fp32", "bf16"}, "VAE weights and compute")
+      .add("video", &c.video, "with --vae: write the video here (.mp4: H.264; .mkv, .webm, .gif, .mov too)")
+      .add("frames-dir", &c.frames_dir, "with --vae: write the frames as PNGs into this folder")
+      .add("fps", &c.fps, "the video's frame rate (Wan2.1: 16)")
       .add("png", &c.png,
            "also write a PNG preview (the 4 channels that vary most, one row of frames each; under it the dataset's "
            "own sample)")
@@ -122,8 +137,21 @@ int run(distributed::World&, int argc, char** argv) {
     throw UsageError("options --weights, --checkpoint: give exactly one (the model weights to sample with)");
   if (c.checkpoint.empty() && c.model_config.empty())
     throw UsageError("option --model-config: the model config is required with --weights");
-  if (c.data.empty() == c.text.empty()) throw UsageError("options --data, --text: give exactly one");
-  for (const auto& [option, path] : {std::pair{"weights", c.weights}, {"checkpoint", c.checkpoint}})
+  if (int(!c.data.empty()) + int(!c.text.empty()) + int(!c.prompt.empty()) != 1)
+    throw UsageError("options --prompt, --data, --text: give exactly one (what the sample is conditioned on)");
+  if (!c.prompt.empty() && (c.t5.empty() || c.tokenizer.empty()))
+    throw UsageError("options --t5, --tokenizer: needed with --prompt (the umT5 weights and its spiece.model)");
+  if (!c.negative_prompt.empty() && c.prompt.empty()) throw UsageError("option --negative-prompt: needs --prompt");
+  if ((!c.video.empty() || !c.frames_dir.empty()) && c.vae.empty())
+    throw UsageError("options --video, --frames-dir: need --vae (the decoder that makes pixels of the latents)");
+  if (!c.vae.empty() && c.video.empty() && c.frames_dir.empty())
+    throw UsageError("option --vae: give --video or --frames-dir (where the decoded frames go)");
+  if (!(c.fps > 0)) throw UsageError("option --fps: must be positive");
+  for (const auto& [option, path] : {std::pair{"weights", c.weights},
+                                     {"checkpoint", c.checkpoint},
+                                     {"t5", c.t5},
+                                     {"vae", c.vae},
+                                     {"noise", c.noise}})
     if (const auto why = path.empty() ? std::string() : unreadable_file_reason(path); !why.empty())
       throw UsageError(fmt::format("option --{}: {}: {}", option, path, why));
   if (c.steps < 1) throw UsageError("option --steps: must be at least 1");
@@ -132,7 +160,7 @@ int run(distributed::World&, int argc, char** argv) {
   if (!(c.cfg >= 0)) throw UsageError("option --cfg: must be 0 or more");
   if (c.compare && c.data.empty()) throw UsageError("option --compare: needs --data (the sample to compare with)");
   if (c.threads > 0) torch::set_num_threads(c.threads);
-  const auto chosen = distributed::choose_device(parse_device(c.device), "device");
+  const auto chosen = distributed::choose_device(app::parse_device(c.device), "device");
   if (!chosen.warning.empty()) std::cerr << "wansample: warning: " << chosen.warning << "\n";
   const torch::Device device = chosen.device;
   if (!c.lora_scales.empty() && c.lora_scales.size() != 1 && c.lora_scales.size() != c.loras.size())
@@ -148,7 +176,8 @@ int run(distributed::World&, int argc, char** argv) {
   }
 
   const wan::WanConfig config = sampling_model_config(c);
-  at::Tensor context, reference;  // [L, D]; the dataset's latents [C, F, H, W]
+  const wan::VaeConfig vae_config = c.vae_config.empty() ? wan::VaeConfig{} : wan::load_vae_config(c.vae_config);
+  at::Tensor context, reference, negative;  // [L, D]; the dataset's latents [C, F, H, W]; --negative-prompt's [L, D]
   int32_t text_len = 0;
   std::string source;
   std::vector<int64_t> shape;  // [1, C, F, H, W]
@@ -168,6 +197,27 @@ int run(distributed::World&, int argc, char** argv) {
     shape = {1, config.in_dim, s.frames, s.height, s.width};
     const std::string prompt = reader.prompt(c.index);
     source = fmt::format("{} sample {}{}", c.data, c.index, prompt.empty() ? "" : ": " + prompt);
+  } else if (!c.prompt.empty()) {
+    const auto wh = parse_sizes(c.size.empty() ? "832x480" : c.size, "WIDTHxHEIGHT", "832x480", "size");
+    const int64_t frames = c.frames > 0 ? c.frames : 81, spatial = vae_config.spatial_factor(),
+                  temporal = vae_config.temporal_factor();
+    if ((frames - 1) % temporal || wh[0] % (2 * spatial) || wh[1] % (2 * spatial))
+      throw UsageError(
+          fmt::format("options --frames {}, --size {}x{}: with --prompt, video frames are {}k + 1 and "
+                      "the size multiples of {} (the VAE's {}, then the DiT's 2x2 patches)",
+                      frames, wh[0], wh[1], temporal, 2 * spatial, spatial));
+    wan::TextEncoder encoder({c.t5, c.t5_config, c.tokenizer, app::float_dtype(c.t5_dtype), config.text_len}, device);
+    std::vector<std::string> prompts{c.prompt};
+    if (!c.negative_prompt.empty()) prompts.push_back(c.negative_prompt);
+    const auto encoded = encoder.encode(prompts);
+    if (encoded.truncated > 0)
+      std::cerr << fmt::format("wansample: warning: the prompt is cut at {} tokens (--text-len of the model)\n",
+                               config.text_len);
+    context = encoded.embedding[0];
+    text_len = encoded.lengths[0];
+    if (!c.negative_prompt.empty()) negative = encoded.embedding[1];
+    shape = {1, config.in_dim, 1 + (frames - 1) / temporal, wh[1] / spatial, wh[0] / spatial};
+    source = fmt::format("prompt \"{}\"", c.prompt);
   } else {
     if (c.frames < 1 || c.size.empty()) throw UsageError("options --frames, --size: needed with --text");
     const auto [h, w] = parse_height_width(c.size, "size");
@@ -208,14 +258,18 @@ int run(distributed::World&, int argc, char** argv) {
     std::cout << fmt::format("wansample: LoRA {} merged at scale {:g} ({} layers)\n", c.loras[i], scale, layers);
   }
 
-  const auto cond = context.unsqueeze(0).to(device);     // [1, L, D]
-  const auto uncond = wan::unconditional_context(cond);  // what --text-drop trains
+  const auto cond = context.unsqueeze(0).to(device);  // [1, L, D]
+  const auto uncond = negative.defined() ? negative.unsqueeze(0).to(device)
+                                         : wan::unconditional_context(cond);  // what --text-drop trains
   const nn::AutocastScope autocast(app::float_dtype(c.precision), device.type());
   wan::VelocityField velocity = [&](const at::Tensor& x, const at::Tensor& t, bool conditional) {
     return net->forward(x, t, conditional ? cond : uncond);
   };
   auto generator = at::make_generator<at::CPUGeneratorImpl>(c.seed);
-  const auto noise = torch::randn(shape, generator, torch::kFloat32).to(device);  // [1, C, F, H, W]
+  const auto noise =
+      (c.noise.empty() ? torch::randn(shape, generator, torch::kFloat32)
+                       : data::read_noise(c.noise, {shape[1], shape[2], shape[3], shape[4]}).unsqueeze(0))
+          .to(device);  // [1, C, F, H, W]
   const auto latents =
       wan::euler_sample(noise, velocity, {c.steps, c.shift, c.cfg})[0].to(torch::kCPU);  // [C, F, H, W]
 
@@ -246,6 +300,19 @@ int run(distributed::World&, int argc, char** argv) {
     const auto shown = wan::write_latent_preview(c.png, videos);
     std::cout << fmt::format("wansample: wrote preview {} (channels {}{})\n", c.png, fmt::join(shown, ", "),
                              reference.defined() ? "; the sample above the dataset's own latents" : "");
+  }
+  if (!c.vae.empty()) {
+    wan::WanVae vae(vae_config, app::float_dtype(c.vae_dtype));
+    wan::load_weights(*vae, wan::open_vae_weights(c.vae));
+    vae->to(device);
+    vae->eval();
+    media::VideoWriterOptions writer;
+    writer.fps = c.fps;
+    const int64_t frames = wan::write_decoded_video(vae, latents, {c.video, c.frames_dir, writer});
+    std::cout << fmt::format("wansample: decoded {} frames of {}x{} to {}{}{}\n", frames,
+                             latents.size(3) * vae_config.spatial_factor(),
+                             latents.size(2) * vae_config.spatial_factor(), c.video,
+                             !c.video.empty() && !c.frames_dir.empty() ? " and " : "", c.frames_dir);
   }
   return kExitOk;
 }

@@ -45,9 +45,9 @@ std::string trimmed(const std::string& s) {
 // State shared with libcsv's callbacks, which see no positions: the bytes are fed a line at a time, so `line` is the
 // line they are called on.
 struct Parse {
-  explicit Parse(CsvTable& t) : table(t) {}
+  explicit Parse(CsvText& t) : table(t) {}
 
-  CsvTable& table;
+  CsvText& table;
   int64_t line = 1;         // line of the bytes being fed
   int64_t record_line = 0;  // line on which the current record starts
   bool in_record = false;
@@ -67,10 +67,6 @@ struct Parse {
     fields.emplace_back(size ? data : "", size);
   }
 
-  std::string where(size_t i) const {
-    return fmt::format("line {}, column {} ({})", record_line, i + 1, escaped(table.columns[i]));
-  }
-
   void end_record() {
     if (!header_done) {
       for (size_t i = 0; i < fields.size(); ++i) {
@@ -87,16 +83,8 @@ struct Parse {
       if (fields.size() != table.columns.size())
         fail(fmt::format("line {} has {} field{}, the header has {}", record_line, fields.size(),
                          fields.size() == 1 ? "" : "s", table.columns.size()));
-      for (size_t i = 0; i < fields.size(); ++i) {
-        const std::string cell = trimmed(fields[i]);
-        char* end = nullptr;
-        const double value = std::strtod(cell.c_str(), &end);
-        if (cell.empty() || end != cell.c_str() + cell.size())
-          fail(fmt::format("{}: {} is not a number", where(i), shown(fields[i])));
-        if (!std::isfinite(value)) fail(fmt::format("{}: {} is not a finite number", where(i), shown(fields[i])));
-        table.values.push_back(value);
-      }
-      ++table.rows;
+      for (const auto& field : fields) table.cells.push_back(trimmed(field));
+      table.lines.push_back(record_line);
     }
     fields.clear();
     in_record = false;
@@ -146,9 +134,7 @@ void feed(csv_parser& parser, Parse& p, const char* s, size_t n) {
   }
 }
 
-}  // namespace
-
-int64_t CsvTable::column(const std::string& name) const {
+int64_t find_column(const std::string& path, const std::vector<std::string>& columns, const std::string& name) {
   for (size_t i = 0; i < columns.size(); ++i)
     if (columns[i] == name) return static_cast<int64_t>(i);
   std::string listed;
@@ -156,8 +142,13 @@ int64_t CsvTable::column(const std::string& name) const {
   throw UsageError(fmt::format("{}: no column {}; the columns are {}", path, shown(name), listed));
 }
 
-CsvTable read_csv_table(const std::string& path) {
-  CsvTable table;
+}  // namespace
+
+int64_t CsvText::column(const std::string& name) const { return find_column(path, columns, name); }
+int64_t CsvTable::column(const std::string& name) const { return find_column(path, columns, name); }
+
+CsvText read_csv_text(const std::string& path) {
+  CsvText table;
   table.path = path;
   const std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(path.c_str(), "rb"), &std::fclose);
   if (!file) throw UsageError(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
@@ -183,7 +174,30 @@ CsvTable read_csv_table(const std::string& path) {
     p.fail(fmt::format("line {}: unterminated quoted field", p.record_line));
   if (p.failure) std::rethrow_exception(p.failure);
   if (!p.header_done) p.fail("empty file: expected a header row of column names");
-  if (table.rows == 0) p.fail("no data rows after the header");
+  if (table.rows() == 0) p.fail("no data rows after the header");
+  return table;
+}
+
+CsvTable read_csv_table(const std::string& path) {
+  const CsvText text = read_csv_text(path);
+  CsvTable table;
+  table.path = path;
+  table.columns = text.columns;
+  table.rows = text.rows();
+  const size_t width = text.columns.size();
+  for (size_t k = 0; k < text.cells.size(); ++k) {
+    const std::string& cell = text.cells[k];
+    const size_t i = k % width;
+    const auto where = [&] {
+      return fmt::format("{}: line {}, column {} ({})", path, text.lines[k / width], i + 1, escaped(text.columns[i]));
+    };
+    char* end = nullptr;
+    const double value = std::strtod(cell.c_str(), &end);
+    if (cell.empty() || end != cell.c_str() + cell.size())
+      throw UsageError(fmt::format("{}: {} is not a number", where(), shown(cell)));
+    if (!std::isfinite(value)) throw UsageError(fmt::format("{}: {} is not a finite number", where(), shown(cell)));
+    table.values.push_back(value);
+  }
   return table;
 }
 

@@ -12,6 +12,19 @@
 
 namespace wt::data {
 
+// A CSV file's cells as text (trimmed), for tables of names and captions.
+struct CsvText {
+  std::string path;
+  std::vector<std::string> columns;  // header names, in file order
+  std::vector<std::string> cells;    // row-major, rows() * columns.size()
+  std::vector<int64_t> lines;        // the line each row starts on (the header is line 1)
+  int64_t rows() const { return int64_t(lines.size()); }
+  const std::string& cell(int64_t row, int64_t column) const {
+    return cells[size_t(row) * columns.size() + size_t(column)];
+  }
+  int64_t column(const std::string& name) const;  // as CsvTable::column
+};
+
 struct CsvTable {
   std::string path;
   std::vector<std::string> columns;  // header names, in file order
@@ -32,5 +45,7 @@ struct CsvTable {
 // number for std::strtod (so hex floats pass too). Blank lines are skipped; CRLF endings and a UTF-8 byte order mark
 // are fine; lines are counted by '\n' only, so a file ended by lone CRs is all line 1.
 CsvTable read_csv_table(const std::string& path);
+// The same parse with text cells: every check above but the numbers.
+CsvText read_csv_text(const std::string& path);
 
 }  // namespace wt::data

@@ -69,19 +69,18 @@ std::string dims_string(const std::vector<hsize_t>& dims) {
 }
 
 // The storage of a float dataset, or a UsageError naming it.
-Stored stored_of(const std::string& path, hid_t dataset, const char* name, bool bf16_allowed) {
+Stored stored_of(const std::string& path, hid_t dataset, const char* name) {
   const io::Handle type = io::dataset_type(dataset);
   if (H5Tget_class(type.get()) == H5T_FLOAT && H5Tget_size(type.get()) == 4) return Stored::Float32;
   if (io::is_float16(type.get())) return Stored::Float16;
   // bfloat16 is stored as its raw bits: unsigned 16-bit integers. A signed
   // type would be read through HDF5's conversion, which clamps negatives to 0.
-  if (bf16_allowed && H5Tget_class(type.get()) == H5T_INTEGER && H5Tget_size(type.get()) == 2 &&
+  if (H5Tget_class(type.get()) == H5T_INTEGER && H5Tget_size(type.get()) == 2 &&
       H5Tget_sign(type.get()) == H5T_SGN_NONE && io::has_attribute(dataset, "dtype") &&
       io::read_string_attribute(dataset, "dtype") == "bfloat16")
     return Stored::BFloat16;
-  throw UsageError(fmt::format(
-      "data: shard {}: {} has an unsupported element type (expected {})", path, name,
-      bf16_allowed ? "float32, float16, or uint16 with attribute dtype=\"bfloat16\"" : "float32 or float16"));
+  throw UsageError(fmt::format("data: shard {}: {} has an unsupported element type (expected {})", path, name,
+                               "float32, float16, or uint16 with attribute dtype=\"bfloat16\""));
 }
 
 // Caps on a shard's sizes, checked before anything is allocated from them:
@@ -178,8 +177,8 @@ ShardInfo inspect_shard(const std::string& path, std::vector<std::string>* sampl
                   static_cast<int64_t>(ld[4]),
                   static_cast<int64_t>(td[1]),
                   static_cast<int64_t>(td[2]),
-                  stored_of(path, latents.get(), "/latents", true),
-                  stored_of(path, text.get(), "/text_emb", false)};
+                  stored_of(path, latents.get(), "/latents"),
+                  stored_of(path, text.get(), "/text_emb")};
     const io::Handle len_type = io::dataset_type(lengths.get());
     if (H5Tget_class(len_type.get()) != H5T_INTEGER)
       throw fail("/text_len has an unsupported element type (expected int32)");
@@ -226,8 +225,7 @@ void check_shard_unchanged(const ShardInfo& info, hid_t latents, hid_t text, hid
     if (const auto now = io::dims(dataset); now != *want)
       throw fail(fmt::format("{} is {}, it was {}", name, dims_string(now), dims_string(*want)));
   try {
-    if (stored_of(info.path, latents, "/latents", true) != s.latents ||
-        stored_of(info.path, text, "/text_emb", false) != s.text)
+    if (stored_of(info.path, latents, "/latents") != s.latents || stored_of(info.path, text, "/text_emb") != s.text)
       throw fail("its element types differ");
   } catch (const UsageError& e) {
     throw fail(e.what());
@@ -289,6 +287,7 @@ ShardWriter::ShardWriter(const std::string& path, const SampleShape& shape, int6
   if (shape.latents == Stored::BFloat16) io::write_string_attribute(impl_->latents.get(), "dtype", "bfloat16");
   impl_->text = create_per_sample(f, "text_emb", impl_->text_mem_type.get(), samples,
                                   {hsize_t(shape.text_len), hsize_t(shape.text_dim)});
+  if (shape.text == Stored::BFloat16) io::write_string_attribute(impl_->text.get(), "dtype", "bfloat16");
   impl_->text_len = create_per_sample(f, "text_len", H5T_STD_I32LE, samples, {});
   if (with_prompt) {
     const io::Handle str(H5_CHECK(H5Tcopy(H5T_C_S1)), H5Tclose);
@@ -318,6 +317,21 @@ void ShardWriter::write(int64_t index, const at::Tensor& latents, const at::Tens
     const char* text = prompt.c_str();
     write_row(impl_->prompt.get(), str.get(), index, &text);
   }
+}
+
+void ShardWriter::keep_first(int64_t samples) {
+  if (samples < 0 || samples > impl_->samples)
+    throw Error(fmt::format("ShardWriter: cannot keep {} of {} samples", samples, impl_->samples));
+  io::Lock lock(io::library_mutex());
+  for (const auto* dataset : {&impl_->latents, &impl_->text, &impl_->text_len, &impl_->prompt}) {
+    if (!*dataset) continue;
+    const io::Handle space = io::dataset_space(dataset->get());
+    std::vector<hsize_t> dims(size_t(H5_CHECK(H5Sget_simple_extent_ndims(space.get()))));
+    H5_CHECK(H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr));
+    dims[0] = hsize_t(samples);
+    H5_CHECK(H5Dset_extent(dataset->get(), dims.data()));
+  }
+  impl_->samples = samples;
 }
 
 void ShardWriter::close() {

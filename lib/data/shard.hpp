@@ -1,7 +1,8 @@
 // The shard file format (docs/data-format.md): one HDF5 file of samples.
 //
 //   /latents   [N, C, F, H, W]  float32 | float16 | bfloat16 (as uint16, attribute dtype = "bfloat16")
-//   /text_emb  [N, L, D]        float32 | float16, zero-padded to L
+//   /text_emb  [N, L, D]        float32 | float16 | bfloat16 (as latents), zero-padded to L
+//                               (umT5 outputs overflow float16: bfloat16 keeps their range)
 //   /text_len  [N]              int32, real token count (0..L)
 //   /prompt    [N]              optional, variable-length UTF-8 strings
 //   root attributes: format = "wantrain-shard", version = 1
@@ -75,6 +76,9 @@ class ShardWriter {
   // latents [C, F, H, W], text_emb [L, D], any floating dtype (converted to the stored one).
   void write(int64_t index, const at::Tensor& latents, const at::Tensor& text_emb, int32_t text_len,
              const std::string& prompt = {});
+  // Shrinks the shard to its first `samples` rows (the rest were never
+  // written: items that failed after the shard was sized).
+  void keep_first(int64_t samples);
   void close();
 
  private:

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "wantrain/util/error.hpp"
 
@@ -61,6 +62,16 @@ std::string unreadable_file_reason(const std::string& path) {
   if (status.type() == std::filesystem::file_type::directory) return "is a directory, not a file";
   if (::access(path.c_str(), R_OK) != 0) return fmt::format("cannot be read: {}", std::strerror(errno));
   return {};
+}
+
+std::string read_whole_file(const std::string& path) {
+  if (const auto reason = unreadable_file_reason(path); !reason.empty())
+    throw UsageError(fmt::format("{}: {}", path, reason));
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) throw UsageError(fmt::format("{}: cannot be read", path));
+  return text.str();
 }
 
 }  // namespace wt

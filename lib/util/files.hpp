@@ -15,6 +15,9 @@ void sync_directory(const std::string& directory);
 // one. Error naming the file when any step fails (the temporary is removed).
 void write_file_durably(const std::string& path, const std::string& text, const std::string& temporary = {});
 
+// The whole file as bytes; UsageError naming it when it cannot be read.
+std::string read_whole_file(const std::string& path);
+
 // Why `path` cannot be read as a file, in a user's words ("no such file",
 // "is a directory, not a file", "cannot be read: Permission denied"), or
 // empty when it is a readable file. Called before a library opens it, so

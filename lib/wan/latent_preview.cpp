@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "wantrain/media/png.hpp"
+#include "wantrain/media/video_writer.hpp"
 
 namespace wt::wan {
 
@@ -41,12 +41,20 @@ LatentPreview latent_preview(const std::vector<at::Tensor>& videos, int64_t chan
   return {int(width), int(height), std::vector<uint8_t>(data, data + image.numel()), shown};
 }
 
-std::string LatentPreview::png() const { return media::encode_png_gray(width, height, pixels); }
+namespace {
+media::Image grey(const LatentPreview& preview) {
+  media::Image image(preview.width, preview.height, 1);
+  image.pixels = preview.pixels;
+  return image;
+}
+}  // namespace
+
+std::string LatentPreview::png() const { return media::encode_png(grey(*this)); }
 
 std::vector<int64_t> write_latent_preview(const std::string& path, const std::vector<at::Tensor>& videos,
                                           int64_t channels, int64_t scale) {
   const auto preview = latent_preview(videos, channels, scale);
-  media::write_png_gray(path, preview.width, preview.height, preview.pixels);
+  media::write_png(path, grey(preview));
   return preview.channels;
 }
 

@@ -1,0 +1,75 @@
+#include "wantrain/media/frame_selection.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "wantrain/util/error.hpp"
+
+namespace wt::media {
+
+FrameExtraction parse_frame_extraction(const std::string& name) {
+  if (name == "head") return FrameExtraction::Head;
+  if (name == "slide") return FrameExtraction::Slide;
+  if (name == "uniform") return FrameExtraction::Uniform;
+  throw UsageError(fmt::format("--frame-extraction: '{}' is none of head, slide, uniform", name));
+}
+
+const char* frame_extraction_name(FrameExtraction e) {
+  switch (e) {
+    case FrameExtraction::Head: return "head";
+    case FrameExtraction::Slide: return "slide";
+    case FrameExtraction::Uniform: return "uniform";
+  }
+  return "?";
+}
+
+std::vector<int64_t> resample_frames(const std::vector<double>& times, double fps) {
+  std::vector<int64_t> out;
+  if (times.empty()) return out;
+  if (fps <= 0) {
+    out.resize(times.size());
+    for (size_t i = 0; i < times.size(); ++i) out[i] = int64_t(i);
+    return out;
+  }
+  // A tolerance of a thousandth of an output frame absorbs timestamp
+  // rounding (a 30 fps stream in a 1/90000 time base).
+  const double tolerance = 1e-3 / fps;
+  const double start = times.front(), last = times.back();
+  for (int64_t i = 0;; ++i) {
+    const double t = start + double(i) / fps;
+    if (t > last + tolerance) break;
+    const auto shown = std::upper_bound(times.begin(), times.end(), t + tolerance) - times.begin() - 1;
+    out.push_back(std::max<int64_t>(0, shown));
+  }
+  return out;
+}
+
+std::vector<std::vector<int64_t>> select_clips(const std::vector<double>& times, const FrameSelection& s) {
+  const auto frames = resample_frames(times, s.fps);
+  const int64_t available = int64_t(frames.size()), n = s.frames;
+  std::vector<std::vector<int64_t>> clips;
+  if (n < 1 || available < n) return clips;
+  auto clip_at = [&](int64_t start) {
+    return std::vector<int64_t>(frames.begin() + start, frames.begin() + start + n);
+  };
+  switch (s.extraction) {
+    case FrameExtraction::Head: clips.push_back(clip_at(0)); break;
+    case FrameExtraction::Slide:
+      for (int64_t start = 0; start + n <= available; start += std::max<int64_t>(1, s.stride))
+        clips.push_back(clip_at(start));
+      break;
+    case FrameExtraction::Uniform: {
+      const int64_t k = std::max<int64_t>(1, s.samples), last = available - n;
+      for (int64_t j = 0; j < k; ++j) {
+        const int64_t start = k == 1 ? 0 : int64_t(std::floor(double(last) * double(j) / double(k - 1)));
+        clips.push_back(clip_at(start));
+      }
+      break;
+    }
+  }
+  return clips;
+}
+
+}  // namespace wt::media

@@ -1,0 +1,40 @@
+// Which frames of a video make the training clips: the frame rate first
+// (resampled by timestamps), then windows of N frames, as musubi-tuner's
+// dataset options name them:
+//   head     the first N frames (one clip);
+//   slide    a clip starting every `stride` frames while N frames remain;
+//   uniform  `samples` clips with starts spread evenly from the first frame
+//            to the last start that leaves N frames (the starts floored).
+// Pure arithmetic on the frames' presentation times, so it is tested alone.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace wt::media {
+
+enum class FrameExtraction { Head, Slide, Uniform };
+
+FrameExtraction parse_frame_extraction(const std::string& name);  // UsageError naming the option otherwise
+const char* frame_extraction_name(FrameExtraction e);
+
+struct FrameSelection {
+  int64_t frames = 1;  // N per clip (Wan: 4k + 1)
+  double fps = 0;      // 0: every source frame; else resample to this rate
+  FrameExtraction extraction = FrameExtraction::Head;
+  int64_t stride = 1;   // slide
+  int64_t samples = 1;  // uniform
+};
+
+// The source frame of each frame at `fps`: for output time t0 + i / fps,
+// the last source frame shown at that time (frames repeat when upsampling
+// and are skipped when downsampling). `times` are presentation times in
+// seconds, ascending. fps 0 keeps every frame.
+std::vector<int64_t> resample_frames(const std::vector<double>& times, double fps);
+
+// The clips: each a list of source frame indices (into `times`). Empty
+// when the video has fewer frames than N after resampling.
+std::vector<std::vector<int64_t>> select_clips(const std::vector<double>& times, const FrameSelection& selection);
+
+}  // namespace wt::media

@@ -1,0 +1,60 @@
+// `wandata encode` as a library call: media and captions in, a shard
+// dataset of normalised VAE latents and umT5 embeddings out
+// (docs/data-format.md).
+//
+// The listing's items are cut into shards of `items_per_shard` consecutive
+// items; shard k is encoded by rank k mod N and holds the clips of its items
+// in listing order. So the dataset is the same, sample for sample, for any
+// number of ranks. Each shard is written to a .partial file and renamed
+// when complete, then its record (OUT/shard-0000k.json: items, samples,
+// skipped items and why) is written: a run killed and started again with
+// the same settings keeps every shard that has a record and does the rest.
+//
+// Decoding runs ahead of the encoders on a thread of its own, one item in
+// hand, so the VAE and umT5 never wait for FFmpeg.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "wantrain/data/media_items.hpp"
+#include "wantrain/data/shard.hpp"
+#include "wantrain/media/frame_selection.hpp"
+#include "wantrain/media/media_reader.hpp"
+#include "wantrain/wan/encoders/text_encoder.hpp"
+#include "wantrain/wan/vae/wan_vae.hpp"
+
+namespace wt::distributed {
+class World;
+}
+
+namespace wt::wan {
+
+struct DatasetEncoderSettings {
+  std::string listing;  // folder, .csv or .jsonl (data/media_items.hpp)
+  std::string out;      // the dataset folder
+  data::MediaListOptions listing_options;
+  media::FrameSelection selection;  // frames per clip (4k + 1), frame rate, extraction
+  media::FrameSize size;            // video width x height (multiples of 16)
+  media::MediaLimits limits;
+  int64_t items_per_shard = 16;
+  data::Stored latent_dtype = data::Stored::Float32, emb_dtype = data::Stored::BFloat16;
+  bool strict = false;     // a bad item fails the job instead of being skipped
+  int decode_threads = 1;  // FFmpeg decoder threads
+  // What else makes two runs the same job (the model files), for resuming.
+  std::string models_fingerprint;
+};
+
+struct DatasetEncoderSummary {
+  int64_t items = 0, samples = 0, shards = 0, shards_kept = 0, truncated_prompts = 0;
+  std::vector<std::string> skipped;  // "ORIGIN: reason", in listing order
+  double seconds = 0;
+};
+
+// Collective over `world`. UsageError for an unusable listing or output
+// folder, a folder encoded with other settings, and (strict) a bad item.
+DatasetEncoderSummary encode_dataset(const DatasetEncoderSettings& settings, WanVae& vae, TextEncoder& text,
+                                     const distributed::World& world);
+
+}  // namespace wt::wan

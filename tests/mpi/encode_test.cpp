@@ -1,0 +1,314 @@
+// wandata encode, decode and wansample --prompt end to end, as a user runs
+// them: media made by the ffmpeg CLI with sidecar captions, a .csv and a
+// .jsonl listing the same, small models drawn here (a Wan2.1-layout VAE,
+// a umT5 encoder and a tokenizer spm_train trains), then the dataset read
+// back, compared across rank counts and across a kill, and sampled back
+// into a video.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "../common/launch.hpp"
+#include "wantrain/data/dataset.hpp"
+#include "wantrain/io/safetensors.hpp"
+#include "wantrain/media/media_reader.hpp"
+#include "wantrain/wan/encoders/t5_encoder.hpp"
+#include "wantrain/wan/model/model_config.hpp"
+#include "wantrain/wan/model/wan_model.hpp"
+#include "wantrain/wan/model/weights.hpp"
+#include "wantrain/wan/vae/wan_vae.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using wt::testing::launch;
+
+const std::string kTiny = std::string(WANTRAIN_SOURCE_DIR) + "/data/configs/wan-tiny.json";
+constexpr const char* kVaeConfig = R"({"dim": 8, "dim_mult": [1, 2, 2, 2]})";
+// wan-tiny's text_dim (64); a vocabulary the tokenizer below fits in.
+constexpr const char* kT5Config = R"({"vocab": 300, "dim": 64, "dim_attn": 64, "dim_ffn": 96, "num_heads": 4,
+                                      "num_layers": 2, "num_buckets": 32})";
+
+void run_ok(const std::string& command) {
+  const auto job = launch(command);
+  ASSERT_EQ(job.status, 0) << command << "\n" << job.output;
+}
+
+void write_text(const std::string& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
+
+void write_module(torch::nn::Module& module, const std::string& path) {
+  wt::io::NamedTensors tensors;
+  for (const auto& p : module.named_parameters()) tensors.emplace_back(p.key(), p.value());
+  wt::io::write_safetensors(path, tensors, torch::kFloat32);
+}
+
+// Models, tokenizer and media, made once for the suite.
+struct Setup {
+  std::string dir, vae, vae_config, t5, t5_config, tokenizer, dit, clips, error;
+};
+
+const Setup& setup() {
+  static const Setup s = [] {
+    Setup s;
+    s.dir = wt::testing::fresh("encode-setup");
+    fs::create_directories(s.dir + "/clips");
+    s.clips = s.dir + "/clips";
+    s.vae_config = s.dir + "/vae.json";
+    s.t5_config = s.dir + "/t5.json";
+    write_text(s.vae_config, kVaeConfig);
+    write_text(s.t5_config, kT5Config);
+    torch::manual_seed(3);
+    wt::wan::WanVae vae(wt::wan::load_vae_config(s.vae_config));
+    s.vae = s.dir + "/vae.safetensors";
+    write_module(*vae, s.vae);
+    wt::wan::T5Encoder t5(wt::wan::load_t5_config(s.t5_config));
+    s.t5 = s.dir + "/t5.safetensors";
+    write_module(*t5, s.t5);
+    wt::wan::WanModel dit(wt::wan::load_model_config(kTiny));
+    {
+      torch::NoGradGuard no_grad;
+      dit->head->head->weight.normal_(0.0, 0.05);  // a sample that depends on the model
+    }
+    s.dit = s.dir + "/dit.safetensors";
+    wt::wan::save_weights(*dit, s.dit, torch::kFloat32);
+    // A tokenizer with umT5's special ids (pad 0, EOS 1, unk 2, no BOS).
+    std::string corpus;
+    for (int i = 0; i < 40; ++i)
+      corpus +=
+          "a red ball rolls across the green grass under a blue sky while a small dog runs after it\n"
+          "the camera pans slowly over a quiet city street at night with lights reflecting on wet stones\n";
+    write_text(s.dir + "/corpus.txt", corpus);
+    const auto spm = launch(
+        "spm_train --input=" + s.dir + "/corpus.txt --model_prefix=" + s.dir +
+        "/spiece --vocab_size=120 --hard_vocab_limit=false --model_type=unigram --character_coverage=1.0 --pad_id=0 "
+        "--eos_id=1 --unk_id=2 --bos_id=-1 --num_threads=1 --minloglevel=2");
+    if (spm.status != 0) s.error = "spm_train: " + spm.output;
+    s.tokenizer = s.dir;  // the folder holding spiece.model
+    // Clips of 9, 13 and 5 frames, a still, and bad items.
+    const std::string ff = "ffmpeg -hide_banner -loglevel error -y -f lavfi -i ";
+    for (const auto& [name, source] : {std::pair{"a.mp4", "testsrc2=size=80x48:rate=16 -frames:v 9 -pix_fmt yuv420p"},
+                                       {"b.mkv", "mandelbrot=size=40x40:rate=8 -frames:v 13 -c:v ffv1"},
+                                       {"c.webm", "testsrc=size=64x64:rate=16 -frames:v 5"},
+                                       {"d.png", "testsrc2=size=48x32:rate=1 -frames:v 1"}}) {
+      const auto job = launch(ff + source + " " + s.clips + "/" + name);
+      if (job.status != 0) s.error += std::string(name) + ": " + job.output;
+    }
+    write_text(s.clips + "/a.txt", "a red ball rolls across the green grass");
+    write_text(s.clips + "/b.txt", "the camera pans slowly over a quiet city street at night");
+    write_text(s.clips + "/c.txt", "a small dog runs");
+    write_text(s.clips + "/d.txt", "a blue sky");
+    write_text(s.clips + "/e.mp4", "not a video at all");
+    write_text(s.clips + "/e.txt", "a broken file");
+    fs::copy_file(s.clips + "/a.mp4", s.clips + "/f.mp4");  // no caption
+    fs::copy_file(s.clips + "/a.mp4", s.clips + "/g.mp4");
+    write_text(s.clips + "/g.txt", "caf\xe9 latin-1, not UTF-8");
+    return s;
+  }();
+  return s;
+}
+
+std::string encode_args(const Setup& s, const std::string& input, const std::string& out, const std::string& extra) {
+  return "encode --input " + input + " --out " + out + " --vae " + s.vae + " --vae-config " + s.vae_config + " --t5 " +
+         s.t5 + " --t5-config " + s.t5_config + " --t5-dtype fp32 --tokenizer " + s.tokenizer +
+         " --text-len 16 --size 32x32 " + extra;
+}
+
+std::string wandata(const std::string& args) { return std::string(WANTRAIN_WANDATA) + " " + args; }
+
+// Every sample's latents, text embedding and prompt, in dataset order.
+struct Samples {
+  std::vector<at::Tensor> latents, text;
+  std::vector<int32_t> lengths;
+  std::vector<std::string> prompts;
+};
+
+Samples read_dataset(const wt::data::Dataset& dataset) {
+  wt::data::SampleReader reader(dataset);
+  const auto& s = dataset.shape();
+  Samples out;
+  for (int64_t i = 0; i < dataset.size(); ++i) {
+    auto latents = torch::empty({s.channels, s.frames, s.height, s.width}, wt::data::scalar_type(s.latents));
+    auto text = torch::empty({s.text_len, s.text_dim}, wt::data::scalar_type(s.text));
+    int32_t len = 0;
+    reader.read(i, latents, text, len);
+    out.latents.push_back(latents);
+    out.text.push_back(text);
+    out.lengths.push_back(len);
+    out.prompts.push_back(reader.prompt(i));
+  }
+  return out;
+}
+
+Samples read_all(const std::string& dir) { return read_dataset(wt::data::Dataset::open(dir)); }
+
+// A one-sample shard as wansample writes it.
+Samples read_shard(const std::string& path) {
+  return read_dataset(wt::data::Dataset::of(fs::path(path).parent_path().string(), {wt::data::inspect_shard(path)}));
+}
+
+void expect_identical(const Samples& a, const Samples& b) {
+  ASSERT_EQ(a.latents.size(), b.latents.size());
+  for (size_t i = 0; i < a.latents.size(); ++i) {
+    EXPECT_TRUE(torch::equal(a.latents[i], b.latents[i])) << "sample " << i;
+    EXPECT_TRUE(torch::equal(a.text[i], b.text[i])) << "sample " << i;
+    EXPECT_EQ(a.lengths[i], b.lengths[i]);
+    EXPECT_EQ(a.prompts[i], b.prompts[i]);
+  }
+}
+
+}  // namespace
+
+// The folder: the good clips become samples, each bad item one line, and
+// the job goes on; --strict fails on the first.
+TEST(Encode, AFolderOfClipsBecomesADatasetAndEachBadItemIsOneLine) {
+  const auto& s = setup();
+  ASSERT_TRUE(s.error.empty()) << s.error;
+  const std::string out = wt::testing::fresh("encode-folder");
+  const auto job = launch(wandata(encode_args(s, s.clips, out, "--frames 5 --items-per-shard 3")));
+  ASSERT_EQ(job.status, 0) << job.output;
+  // a (9 frames), b (13), c (5) give one head clip each; d (a still) has 1 frame.
+  EXPECT_NE(job.output.find("7 items, 3 samples in 3 shards (0 kept from before), 4 skipped"), std::string::npos)
+      << job.output;
+  for (const std::string& line :
+       std::vector<std::string>{"clips/d.png: too few frames: 1 at its own rate, --frames 5 needs 5",
+                                "clips/e.mp4: not a video or image FFmpeg reads", "clips/f.mp4: no caption",
+                                "clips/g.mp4: its caption is not UTF-8"})
+    EXPECT_NE(job.output.find(line), std::string::npos) << line << "\n" << job.output;
+  const auto samples = read_all(out);
+  ASSERT_EQ(samples.latents.size(), 3u);
+  EXPECT_EQ(samples.latents[0].sizes(), (at::IntArrayRef{16, 2, 4, 4}));  // 5 frames -> 2, 32 / 8
+  EXPECT_EQ(samples.prompts[1], "the camera pans slowly over a quiet city street at night");
+  EXPECT_EQ(samples.text[0].scalar_type(), torch::kBFloat16);
+  EXPECT_TRUE(torch::all(samples.text[0].slice(0, samples.lengths[0]) == 0).item<bool>());  // zero past the tokens
+  EXPECT_GT(samples.lengths[0], 1);
+
+  const auto strict =
+      launch(wandata(encode_args(s, s.clips, wt::testing::fresh("encode-strict"), "--frames 5 --strict")));
+  EXPECT_EQ(strict.status, 2) << strict.output;
+  EXPECT_NE(strict.output.find("clips/d.png: too few frames"), std::string::npos) << strict.output;
+  EXPECT_NE(strict.output.find("(--strict)"), std::string::npos) << strict.output;
+
+  // A still with --frames 1, and every clip with slide.
+  const auto stills = launch(wandata(encode_args(s, s.clips, wt::testing::fresh("encode-stills"), "--frames 1")));
+  EXPECT_NE(stills.output.find("7 items, 4 samples"), std::string::npos) << stills.output;
+  const auto slide = launch(wandata(encode_args(s, s.clips, wt::testing::fresh("encode-slide"),
+                                                "--frames 5 --frame-extraction slide --frame-stride 4")));
+  // a: starts 0, 4; b: 0, 4, 8; c: 0.
+  EXPECT_NE(slide.output.find("7 items, 6 samples"), std::string::npos) << slide.output;
+}
+
+// DiffSynth-Studio's metadata.csv and musubi-tuner's .jsonl listing the same
+// items give the same samples as the folder; 2 ranks give what 1 gives.
+TEST(Encode, ListsAndRankCountsGiveTheSameSamplesBitForBit) {
+  const auto& s = setup();
+  ASSERT_TRUE(s.error.empty()) << s.error;
+  const std::string one = wt::testing::fresh("encode-one"), two = wt::testing::fresh("encode-two");
+  run_ok(wandata(encode_args(s, s.clips, one, "--frames 5 --items-per-shard 2")));
+  run_ok(wt::testing::mpi_command(2, WANTRAIN_WANDATA, encode_args(s, s.clips, two, "--frames 5 --items-per-shard 2")));
+  expect_identical(read_all(one), read_all(two));
+
+  write_text(s.dir + "/metadata.csv",
+             "video,prompt\n"
+             "clips/a.mp4,a red ball rolls across the green grass\n"
+             "clips/b.mkv,\"the camera pans slowly over a quiet city street at night\"\n"
+             "clips/c.webm,a small dog runs\n");
+  write_text(s.dir + "/list.jsonl",
+             "{\"video_path\": \"clips/a.mp4\", \"caption\": \"a red ball rolls across the green grass\"}\n"
+             "{\"video_path\": \"" +
+                 s.clips +
+                 "/b.mkv\", \"caption\": \"the camera pans slowly over a quiet city street at night\"}\n"
+                 "{\"video_path\": \"clips/c.webm\", \"caption\": \"a small dog runs\"}\n");
+  const std::string csv = wt::testing::fresh("encode-csv"), jsonl = wt::testing::fresh("encode-jsonl");
+  run_ok(wandata(encode_args(s, s.dir + "/metadata.csv", csv, "--frames 5")));
+  run_ok(wandata(encode_args(s, s.dir + "/list.jsonl", jsonl, "--frames 5")));
+  expect_identical(read_all(csv), read_all(one));
+  expect_identical(read_all(jsonl), read_all(one));
+}
+
+// A job killed mid-run and started again keeps its finished shards and ends
+// with the dataset an uninterrupted run makes; other settings are refused.
+TEST(Encode, AKilledEncodeResumesToTheSameDataset) {
+  const auto& s = setup();
+  ASSERT_TRUE(s.error.empty()) << s.error;
+  const std::string whole = wt::testing::fresh("encode-whole"), killed = wt::testing::fresh("encode-killed");
+  run_ok(wandata(encode_args(s, s.clips, whole, "--frames 5 --items-per-shard 1")));
+  const std::string command = "WANTRAIN_TEST_DELAY=encode_item:1 exec " +
+                              wandata(encode_args(s, s.clips, killed, "--frames 5 --items-per-shard 1"));
+  std::thread killer([&] {
+    // Kill it as soon as the first shard is complete.
+    for (int i = 0; i < 600 && !fs::exists(killed + "/shard-00000.json"); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    launch("pkill -KILL -f 'out " + killed + " '");
+  });
+  const auto first = launch(command);
+  killer.join();
+  EXPECT_EQ(first.status, 128 + SIGKILL) << first.output;
+  ASSERT_TRUE(fs::exists(killed + "/shard-00000.json"));
+  ASSERT_FALSE(fs::exists(killed + "/shard-00006.json"));
+  const auto again = launch(wandata(encode_args(s, s.clips, killed, "--frames 5 --items-per-shard 1")));
+  ASSERT_EQ(again.status, 0) << again.output;
+  EXPECT_NE(again.output.find("kept from before"), std::string::npos) << again.output;
+  EXPECT_EQ(again.output.find("(0 kept from before)"), std::string::npos) << again.output;
+  expect_identical(read_all(killed), read_all(whole));
+  for (const auto& entry : fs::directory_iterator(killed))
+    EXPECT_EQ(entry.path().string().find(".partial"), std::string::npos) << entry.path();
+
+  const auto other = launch(wandata(encode_args(s, s.clips, killed, "--frames 9 --items-per-shard 1")));
+  EXPECT_EQ(other.status, 2) << other.output;
+  EXPECT_NE(other.output.find(killed + ": encoded with frames = 5 before, 9 now"), std::string::npos) << other.output;
+}
+
+// The way out: a dataset sample decoded to a video; a prompt sampled with
+// the DiT and decoded to an mp4 and PNG frames; --noise starts from a file.
+TEST(Encode, DecodeAndPromptSamplingWriteVideos) {
+  const auto& s = setup();
+  ASSERT_TRUE(s.error.empty()) << s.error;
+  const std::string data = wt::testing::fresh("encode-decode");
+  run_ok(wandata(encode_args(s, s.clips, data, "--frames 5")));
+  const std::string video = data + "/sample0.mp4";
+  run_ok(wandata("decode --data " + data + " --index 0 --vae " + s.vae + " --vae-config " + s.vae_config + " --video " +
+                 video + " --frames-dir " + data + "/frames"));
+  const auto info = wt::media::probe_media(video);
+  EXPECT_EQ(info.frames(), 5);
+  EXPECT_EQ(info.width, 32);
+  EXPECT_EQ(info.codec, "h264");
+  EXPECT_TRUE(fs::exists(data + "/frames/frame-00004.png"));
+
+  const std::string out = wt::testing::fresh("encode-prompt");
+  fs::create_directories(out);
+  const std::string sample = std::string(WANTRAIN_WANSAMPLE) + " --weights " + s.dit + " --model-config " + kTiny +
+                             " --prompt 'a red ball rolls' --negative-prompt 'a blue sky' --t5 " + s.t5 +
+                             " --t5-config " + s.t5_config + " --t5-dtype fp32 --tokenizer " + s.tokenizer +
+                             " --size 48x32 --frames 9 --steps 3 --vae " + s.vae + " --vae-config " + s.vae_config;
+  const auto job = launch(sample + " --out " + out + "/a.h5 --video " + out + "/a.mp4 --seed 7");
+  ASSERT_EQ(job.status, 0) << job.output;
+  const auto made = wt::media::probe_media(out + "/a.mp4");
+  EXPECT_EQ(made.frames(), 9);
+  EXPECT_EQ(made.width, 48);
+  EXPECT_EQ(made.height, 32);
+  // The seed's noise written to a file and given back gives the same latents.
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(7);
+  const auto noise = torch::randn({1, 16, 3, 4, 6}, generator, torch::kFloat32)[0];
+  {
+    std::ofstream bin(out + "/noise.bin", std::ios::binary);
+    bin.write(static_cast<const char*>(noise.contiguous().data_ptr()), std::streamsize(noise.numel() * 4));
+  }
+  run_ok(std::string(WANTRAIN_PYTHON) + " -c \"import h5py, numpy; h5py.File('" + out +
+         "/noise.h5', 'w')['noise'] = numpy.fromfile('" + out + "/noise.bin', dtype='float32').reshape(16, 3, 4, 6)\"");
+  run_ok(sample + " --out " + out + "/b.h5 --frames-dir " + out + "/b --noise " + out + "/noise.h5 --seed 99");
+  const auto a = read_shard(out + "/a.h5"), b = read_shard(out + "/b.h5");
+  ASSERT_EQ(a.latents.size(), 1u);
+  EXPECT_TRUE(torch::equal(a.latents[0], b.latents[0]));
+  EXPECT_TRUE(fs::exists(out + "/b/frame-00008.png"));
+  std::string odd = sample;
+  odd.replace(odd.find("--size 48x32"), 12, "--size 40x32");
+  const auto bad = launch(odd + " --out " + out + "/c.h5 --video " + out + "/c.mp4");
+  EXPECT_EQ(bad.status, 2) << bad.output;
+  EXPECT_NE(bad.output.find("multiples of 16"), std::string::npos) << bad.output;
+}
