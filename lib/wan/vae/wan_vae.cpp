@@ -44,36 +44,70 @@ struct Norm : torch::nn::Module {
     const auto shape = images ? std::vector<int64_t>{channels, 1, 1} : std::vector<int64_t>{channels, 1, 1, 1};
     gamma = register_parameter("gamma", torch::ones(shape, torch::TensorOptions().dtype(dtype)), false);
   }
-  // x / max(|x|_2 over channels, 1e-12) * sqrt(c) * gamma, [B, C, T, H, W].
-  at::Tensor forward(const at::Tensor& x) const {
-    const auto inverse = at::linalg_vector_norm(x, 2, {1}, /*keepdim=*/true)
-                             .clamp_min_(1e-12)
-                             .reciprocal_()
-                             .mul_(std::sqrt(double(x.size(1))));  // [B, 1, T, H, W]
-    return (x * inverse).mul_(gamma.dim() == 3 ? gamma.unsqueeze(-1) : gamma);
+  // out = x / max(|x|_2 over channels, 1e-12) * sqrt(c) * gamma, then SiLU
+  // where `silu`; x and out [B, C, T, H, W], out possibly a view. The
+  // squares summed rather than linalg_vector_norm, which is 4x slower over
+  // the channels of this layout; the sum in fp32 for bf16.
+  void apply(const at::Tensor& x, at::Tensor& out, bool silu) const {
+    const auto inverse = at::sum(x.pow(2), {1}, /*keepdim=*/true, at::kFloat)
+                             .clamp_min_(1e-24)
+                             .rsqrt_()
+                             .mul_(std::sqrt(double(x.size(1))))
+                             .to(x.scalar_type());  // [B, 1, T, H, W]
+    at::mul_out(out, x, inverse).mul_(gamma.dim() == 3 ? gamma.unsqueeze(-1) : gamma);
+    if (silu) at::silu_(out);
+  }
+  at::Tensor forward(const at::Tensor& x, bool silu = false) const {
+    auto out = at::empty_like(x);
+    apply(x, out, silu);
+    return out;
   }
   at::Tensor gamma;
 };
 
-at::Tensor norm_silu(const Norm& norm, const at::Tensor& x) {
-  auto y = norm.forward(x);
-  return at::silu_(y);
+// at::conv3d, but fp32 on the CPU straight to oneDNN: conv3d's heuristic
+// sends convs of few small frames (the decoder's 16x16 levels, 3 frames at
+// a time) to a slower im2col path, 20% slower measured (LibTorch 1.13
+// weighs N*C*T*H, and the official code, padding space beforehand, passes it).
+at::Tensor conv3d(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
+                  at::IntArrayRef stride = {1, 1, 1}, at::IntArrayRef padding = {0, 0, 0}) {
+  if (x.is_cpu() && x.scalar_type() == at::kFloat && at::hasMKLDNN() && at::globalContext().userEnabledMkldnn())
+    return at::mkldnn_convolution(x.contiguous(), weight.contiguous(), bias, padding, stride, {1, 1, 1}, 1);
+  return at::conv3d(x, weight, bias, stride, padding);
 }
 
-// CausalConv3d with kernel [out, in, kt, k, k]: the time padding, 2 (kt - 1)
-// / 2 frames, all in front, taken from the cache after the first chunk.
+// CausalConv3d with kernel [out, in, kt, k, k]: all kt - 1 frames of time
+// padding in front, zeros before the first chunk and the kept frames after.
 struct CausalConv : Conv {
   CausalConv(int64_t in, int64_t out, int64_t kt, int64_t k, int& slots, at::ScalarType dtype)
       : Conv({out, in, kt, k, k}, dtype), context(kt - 1), pad(k / 2), slot(kt > 1 ? slots++ : -1) {}
 
-  at::Tensor forward(const at::Tensor& x, Cache& cache) const {
-    if (slot < 0) return at::conv3d(x, weight, bias);
+  // The conv of x, or of silu(norm(x)) where `norm` is given, written
+  // straight behind the kept frames (zeros before the first chunk): its
+  // input [B, C, context + T, H, W] made in the one pass that makes x's.
+  at::Tensor forward(const at::Tensor& x, Cache& cache, const Norm* norm = nullptr) const {
+    const int64_t t = x.size(2);
+    if (slot < 0) return conv3d(x, weight, bias);  // 1x1x1: no time context, never after a norm
     Slot& kept = cache[size_t(slot)];
-    // One copy: the kept frames (or zeros) and the chunk, [B, C, context + T, H, W].
-    const auto input =
-        kept.frames.defined() ? at::cat({kept.frames, x}, 2) : at::constant_pad_nd(x, {0, 0, 0, 0, context, 0});
-    kept.frames = input.narrow(2, input.size(2) - context, context).clone(at::MemoryFormat::Contiguous);
-    return at::conv3d(input, weight, bias, {1, 1, 1}, {0, pad, pad});
+    if (!kept.frames.defined() && t == 1) {
+      // The first frame of a stream sees only zeros before it: the last
+      // time tap alone gives its output, at 1/3 of the work.
+      const auto y = norm ? norm->forward(x, /*silu=*/true) : x;
+      kept.frames = at::constant_pad_nd(y, {0, 0, 0, 0, context - 1, 0});
+      return conv3d(y, weight.narrow(2, context, 1), bias, {1, 1, 1}, {0, pad, pad});
+    }
+    auto input = at::empty({x.size(0), x.size(1), context + t, x.size(3), x.size(4)}, x.options());
+    auto front = input.narrow(2, 0, context), chunk = input.narrow(2, context, t);
+    if (kept.frames.defined())
+      front.copy_(kept.frames);
+    else
+      front.zero_();
+    if (norm)
+      norm->apply(x, chunk, /*silu=*/true);
+    else
+      chunk.copy_(x);
+    kept.frames = input.narrow(2, t, context).clone(at::MemoryFormat::Contiguous);
+    return conv3d(input, weight, bias, {1, 1, 1}, {0, pad, pad});
   }
   int64_t context, pad;
   int slot;
@@ -94,8 +128,8 @@ struct ResidualBlock : Layer {
     if (in != out) shortcut = register_module("shortcut", std::make_shared<CausalConv>(in, out, 1, 1, slots, dtype));
   }
   at::Tensor forward(const at::Tensor& x, Cache& cache) const override {
-    auto y = conv1->forward(norm_silu(*norm1, x), cache);
-    y = conv2->forward(norm_silu(*norm2, y), cache);
+    auto y = conv1->forward(x, cache, norm1.get());
+    y = conv2->forward(y, cache, norm2.get());
     return y.add_(shortcut ? shortcut->forward(x, cache) : x);
   }
   std::shared_ptr<Norm> norm1, norm2;
@@ -112,37 +146,52 @@ struct AttentionBlock : Layer {
   }
   at::Tensor forward(const at::Tensor& x, Cache&) const override {
     const int64_t b = x.size(0), c = x.size(1), t = x.size(2), h = x.size(3), w = x.size(4);
-    const auto qkv = at::conv3d(norm->forward(x), to_qkv->weight3d(), to_qkv->bias).view({b, 3, c, t, h * w});
+    const auto qkv = conv3d(norm->forward(x), to_qkv->weight3d(), to_qkv->bias).view({b, 3, c, t, h * w});
     const auto q = qkv.select(1, 0).permute({0, 2, 3, 1}) * (1 / std::sqrt(double(c)));  // [B, T, HW, C]
     const auto k = qkv.select(1, 1).transpose(1, 2);                                     // [B, T, C, HW]
     const auto v = qkv.select(1, 2).transpose(1, 2);                                     // [B, T, C, HW]
     auto p = at::matmul(q, k);                                                           // [B, T, HW, HW]
     p = x.scalar_type() == at::kFloat ? at::softmax(p, -1) : at::softmax(p, -1, at::kFloat).to(p.scalar_type());
     const auto out = at::matmul(v, p.transpose(-1, -2)).transpose(1, 2).reshape({b, c, t, h, w});
-    return at::conv3d(out, proj->weight3d(), proj->bias).add_(x);
+    return conv3d(out, proj->weight3d(), proj->bias).add_(x);
   }
   std::shared_ptr<Norm> norm;
   std::shared_ptr<Conv> to_qkv, proj;
 };
 
-// [B, C, T, H, W] -> [B, C, T, 2H, 2W], each pixel four times (nearest-exact
-// at scale 2 is plain nearest). With `halves`, x is [B, 2C, T, H, W] from a
-// time-doubling conv and frame 2j takes the first C channels of frame j,
-// 2j + 1 the second: [B, C, 2T, 2H, 2W], in the same one copy.
-at::Tensor upsample(const at::Tensor& x, bool halves) {
-  const int64_t b = x.size(0), t = x.size(2), h = x.size(3), w = x.size(4);
-  const int64_t c = halves ? x.size(1) / 2 : x.size(1), n = halves ? 2 : 1;
-  return x.reshape({b, n, c, t, h, 1, w, 1})
-      .permute({0, 2, 3, 1, 4, 5, 6, 7})
-      .expand({b, c, t, n, h, 2, w, 2})
-      .reshape({b, c, t * n, 2 * h, 2 * w});
+// Nearest 2x upsampling (nearest-exact at scale 2 is plain nearest), then
+// `conv`'s 3x3 conv with padding 1, as four 2x2 convs of the low-resolution
+// frames, one per output parity (py, px): 4 taps instead of 9 per output
+// pixel, and no upsampled copy. Under the 3x3 window, upsampled row 2i + py
+// reads low-resolution rows (i - 1, i) with kernel rows (0, 1 + 2) for
+// py = 0, and (i, i + 1) with (0 + 1, 2) for py = 1; the same along width;
+// zeros outside the frame on either scale.
+// x [B, n C, T, H, W] -> [B, O, n T, 2H, 2W]: with n = 2 (after a
+// time-doubling conv) frame 2j + s is made from the s-th C channels of frame j.
+at::Tensor upsample_conv(const at::Tensor& x, int64_t n, const Conv& conv) {
+  const int64_t b = x.size(0), c = x.size(1) / n, t = x.size(2), h = x.size(3), w = x.size(4);
+  const int64_t o = conv.weight.size(0);
+  const auto taps = torch::tensor({1.f, 0.f, 0.f, 0.f, 1.f, 1.f, 1.f, 1.f, 0.f, 0.f, 0.f, 1.f}, conv.weight.device())
+                        .view({2, 2, 3});  // [parity, tap, kernel row]
+  const auto kernels = at::einsum("pai,qbj,ocij->pqocab", {taps, taps, conv.weight.to(torch::kFloat)})
+                           .reshape({4 * o, c, 1, 2, 2})
+                           .to(conv.weight.scalar_type());  // [(py, px, O), C, 1, 2, 2]
+  const auto y = conv3d(x.reshape({b * n, c, t, h, w}), kernels, conv.bias.repeat({4}), {1, 1, 1},
+                        {0, 1, 1});  // [B n, 4 O, T, H + 1, W + 1]
+  const auto parts = y.view({b, n, 2, 2, o, t, h + 1, w + 1});
+  auto out = at::empty({b, o, t, n, h, 2, w, 2}, y.options());
+  for (int64_t py = 0; py < 2; ++py)
+    for (int64_t px = 0; px < 2; ++px)
+      out.select(7, px).select(5, py).copy_(
+          parts.select(3, px).select(2, py).narrow(4, py, h).narrow(5, px, w).permute({0, 2, 3, 1, 4, 5}));
+  return out.view({b, o, t * n, 2 * h, 2 * w});
 }
 
 struct Resample : Layer {
   Resample(int64_t c, bool up, bool in_time, int& slots, at::ScalarType dtype) : up(up), in_time(in_time) {
     auto resample = register_module("resample", std::make_shared<torch::nn::Module>());
     conv = resample->register_module(
-        "1", std::make_shared<Conv>(std::vector<int64_t>{up ? c / 2 : c, c, 3, 3}, dtype));  // 0: the (un)padding
+        "1", std::make_shared<Conv>(std::vector<int64_t>{up ? c / 2 : c, c, 3, 3}, dtype));  // 0: pad or upsample
     if (!in_time) return;
     if (up) {
       time_up = register_module("time_conv", std::make_shared<CausalConv>(c, 2 * c, 3, 1, slots, dtype));
@@ -154,20 +203,16 @@ struct Resample : Layer {
 
   at::Tensor forward(const at::Tensor& x, Cache& cache) const override {
     if (up) {
-      bool halves = false;
-      at::Tensor y = x;
-      if (in_time) {
-        Slot& kept = cache[size_t(time_up->slot)];
-        // The first frame of the video passes; from the next on, the conv's
-        // own stream starts (zeros before it), its two halves two frames.
-        halves = kept.started;
-        if (halves) y = time_up->forward(x, cache);  // [B, 2C, T, H, W]
-        kept.started = true;
-      }
-      return at::conv3d(upsample(y, halves), conv->weight3d(), conv->bias, {1, 1, 1}, {0, 1, 1});
+      if (!in_time) return upsample_conv(x, 1, *conv);
+      Slot& kept = cache[size_t(time_up->slot)];
+      // The first frame of the video passes; from the next on, the conv's
+      // own stream starts (zeros before it), its two halves two frames.
+      const bool halves = kept.started;
+      kept.started = true;
+      return halves ? upsample_conv(time_up->forward(x, cache), 2, *conv) : upsample_conv(x, 1, *conv);
     }
     // One zero row and column at the bottom and right, then stride 2.
-    const auto y = at::conv3d(at::constant_pad_nd(x, {0, 1, 0, 1}), conv->weight3d(), conv->bias, {1, 2, 2});
+    const auto y = conv3d(at::constant_pad_nd(x, {0, 1, 0, 1}), conv->weight3d(), conv->bias, {1, 2, 2});
     if (!in_time) return y;
     Slot& kept = cache[size_t(slot)];
     const auto last = y.narrow(2, y.size(2) - 1, 1).clone(at::MemoryFormat::Contiguous);
@@ -177,7 +222,7 @@ struct Resample : Layer {
     }
     const auto input = at::cat({kept.frames, y}, 2);  // [B, C, 1 + T, H/2, W/2]
     kept.frames = last;
-    return at::conv3d(input, time_down->weight, time_down->bias, {2, 1, 1});
+    return conv3d(input, time_down->weight, time_down->bias, {2, 1, 1});
   }
   bool up, in_time;
   std::shared_ptr<Conv> conv, time_down;
@@ -251,7 +296,7 @@ struct Encoder : Coder {
   }
   at::Tensor forward(const at::Tensor& x, Cache& cache) const {
     auto y = levels->forward(conv1->forward(x, cache), cache);
-    return head_conv->forward(norm_silu(*head_norm, middle->forward(y, cache)), cache);
+    return head_conv->forward(middle->forward(y, cache), cache, head_norm.get());
   }
   static bool attention_at(const VaeConfig& c, double scale) {
     for (double s : c.attn_scales)
@@ -288,7 +333,7 @@ struct Decoder : Coder {
   }
   at::Tensor forward(const at::Tensor& x, Cache& cache) const {
     auto y = levels->forward(middle->forward(conv1->forward(x, cache), cache), cache);
-    return head_conv->forward(norm_silu(*head_norm, y), cache);
+    return head_conv->forward(y, cache, head_norm.get());
   }
 };
 
@@ -342,7 +387,7 @@ at::Tensor WanVaeImpl::encode(const at::Tensor& video) {
   int64_t done = 0;
   for (int64_t first = 0; first < frames; first += first == 0 ? 1 : 4) {
     const auto chunk = video.narrow(2, first, first == 0 ? 1 : 4).to(weight.device(), weight.scalar_type());
-    const auto mu = at::conv3d(encoder_->forward(chunk, cache), mu_weight, mu_bias);
+    const auto mu = vae_parts::conv3d(encoder_->forward(chunk, cache), mu_weight, mu_bias);
     latents.narrow(2, done, mu.size(2)).copy_(mu);
     done += mu.size(2);
   }
@@ -361,7 +406,7 @@ void WanVaeImpl::decode(const at::Tensor& latents, const FrameSink& sink) {
   const auto z = latents.to(weight.device(), torch::kFloat)
                      .div(per_channel(config_.latents_std, weight.device()).reciprocal_())
                      .add_(per_channel(config_.latents_mean, weight.device()));
-  const auto x = at::conv3d(z.to(weight.scalar_type()), weight, conv2_->bias);  // [B, z, t, h, w]
+  const auto x = vae_parts::conv3d(z.to(weight.scalar_type()), weight, conv2_->bias);  // [B, z, t, h, w]
   auto cache = decoder_->new_cache();
   for (int64_t i = 0; i < x.size(2); ++i) {
     sink(decoder_->forward(x.narrow(2, i, 1), cache).to(torch::kFloat).clamp_(-1, 1));  // [B, 3, 1 or 4, H, W]

@@ -38,10 +38,15 @@
 // halves become two frames. Latents are (mu - mean) / std per channel in
 // fp32; decoded video is clamped to [-1, 1].
 //
-// Where it knowingly differs: per-frame 2-D convs run as 3-D convs of depth
-// 1 on the video as it lies (no (b t) reshuffle), and a conv's cache always
-// holds two frames, zeros before the first, which is the official one-frame
-// cache plus one zero frame of padding.
+// Where it knowingly differs, in the order of sums only: per-frame 2-D
+// convs run as 3-D convs of depth 1 on the video as it lies (no (b t)
+// reshuffle); nearest 2x upsampling and the 3x3 conv after it run as four
+// 2x2 convs of the small frames (4 taps a pixel instead of 9); fp32 convs
+// go to oneDNN directly; a conv's cache always holds two frames, zeros
+// before the first, which is the official one-frame cache plus one zero
+// frame of padding. Attention after level blocks (attn_scales, empty in
+// Wan2.1) is run as the middle one; the official encode and decode would
+// stop there (its loops pass the cache to an attention block that takes none).
 #pragma once
 
 #include <ATen/core/Tensor.h>
