@@ -223,7 +223,7 @@ void prepare_output(const DatasetEncoderSettings& s) {
 }  // namespace
 
 DatasetEncoderSummary encode_dataset(const DatasetEncoderSettings& s, WanVae& vae, TextEncoder& text,
-                                     const distributed::World& world) {
+                                     distributed::World& world) {
   const auto started = Clock::now();
   if (s.size.width % 16 || s.size.height % 16 || s.size.width < 16 || s.size.height < 16)
     throw UsageError(
@@ -242,11 +242,9 @@ DatasetEncoderSummary encode_dataset(const DatasetEncoderSettings& s, WanVae& va
   const int64_t shards = (int64_t(items.size()) + s.items_per_shard - 1) / s.items_per_shard;
   std::vector<int64_t> mine;
   int64_t kept = 0;
+  for (int64_t k = 0; k < shards; ++k) kept += fs::exists(record_path(s.out, k)) ? 1 : 0;
   for (int64_t k = world.rank(); k < shards; k += world.size()) {
-    if (fs::exists(record_path(s.out, k))) {
-      ++kept;
-      continue;
-    }
+    if (fs::exists(record_path(s.out, k))) continue;
     std::error_code ec;
     fs::remove(data::shard_path(s.out, k) + ".partial", ec);  // a killed run's unfinished shard
     mine.push_back(k);
@@ -255,10 +253,11 @@ DatasetEncoderSummary encode_dataset(const DatasetEncoderSettings& s, WanVae& va
   for (const int64_t k : mine)
     my_items += std::min<int64_t>(s.items_per_shard, int64_t(items.size()) - k * s.items_per_shard);
 
-  const data::SampleShape shape{vae->config().z_dim, vae->latent_frames(s.selection.frames),
-                                s.size.height / 8,   s.size.width / 8,
-                                text.text_len(),     text.dim(),
-                                s.latent_dtype,      s.emb_dtype};
+  const int64_t factor = vae->config().spatial_factor();
+  const data::SampleShape shape{vae->config().z_dim,    vae->latent_frames(s.selection.frames),
+                                s.size.height / factor, s.size.width / factor,
+                                text.text_len(),        text.dim(),
+                                s.latent_dtype,         s.emb_dtype};
   const auto device = vae->parameters().front().device();
 
   Handoff handoff;
@@ -354,10 +353,14 @@ DatasetEncoderSummary encode_dataset(const DatasetEncoderSettings& s, WanVae& va
   }
   progress.interrupt();
 
-  // Ranks finish their shards at different times: the summary waits for all
-  // of them without the comm timeout.
+  // Ranks finish their shards at different times (hours apart on a skewed
+  // listing): the summary waits for all of them past the comm timeout. A
+  // rank that fails ends the whole job instead (run_app's abort).
   DatasetEncoderSummary summary;
+  const auto timeout = world.timeout();
+  world.set_timeout(std::chrono::hours(24 * 7));
   world.barrier();
+  world.set_timeout(timeout);
   summary.shards = shards;
   summary.shards_kept = kept;
   for (int64_t k = 0; k < shards; ++k) {

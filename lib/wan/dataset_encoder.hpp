@@ -55,6 +55,6 @@ struct DatasetEncoderSummary {
 // Collective over `world`. UsageError for an unusable listing or output
 // folder, a folder encoded with other settings, and (strict) a bad item.
 DatasetEncoderSummary encode_dataset(const DatasetEncoderSettings& settings, WanVae& vae, TextEncoder& text,
-                                     const distributed::World& world);
+                                     distributed::World& world);
 
 }  // namespace wt::wan

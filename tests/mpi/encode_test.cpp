@@ -193,6 +193,13 @@ TEST(Encode, AFolderOfClipsBecomesADatasetAndEachBadItemIsOneLine) {
   EXPECT_NE(strict.output.find("clips/d.png: too few frames"), std::string::npos) << strict.output;
   EXPECT_NE(strict.output.find("(--strict)"), std::string::npos) << strict.output;
 
+  // Over a limit: b.mkv's 13 frames against --max-frames 10.
+  const auto limited =
+      launch(wandata(encode_args(s, s.clips, wt::testing::fresh("encode-limited"), "--frames 5 --max-frames 10")));
+  EXPECT_NE(limited.output.find("clips/b.mkv: more than 10 frames, over the limit (--max-frames)"), std::string::npos)
+      << limited.output;
+  EXPECT_NE(limited.output.find("7 items, 2 samples"), std::string::npos) << limited.output;
+
   // A still with --frames 1, and every clip with slide.
   const auto stills = launch(wandata(encode_args(s, s.clips, wt::testing::fresh("encode-stills"), "--frames 1")));
   EXPECT_NE(stills.output.find("7 items, 4 samples"), std::string::npos) << stills.output;
