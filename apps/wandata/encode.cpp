@@ -151,10 +151,11 @@ int run_encode(distributed::World& world, int argc, char** argv) {
     for (const auto& line : summary.skipped) skipped += "\n  " + line;
     std::cout << fmt::format(
         "wandata encode: {} items, {} samples in {} shard{} ({} kept from before), {} skipped, {} prompts cut at "
-        "{} tokens; {} ({:.2f} samples/s){}{}\n",
+        "{} tokens; {} ({:.2f} samples/s; rank 0: VAE {:.1f} s, umT5 {:.1f} s, waiting for decoding {:.1f} s){}{}\n",
         summary.items, summary.samples, summary.shards, summary.shards == 1 ? "" : "s", summary.shards_kept,
         summary.skipped.size(), summary.truncated_prompts, c.text_len, format_duration(summary.seconds),
-        summary.samples / std::max(summary.seconds, 1e-9), summary.skipped.empty() ? "" : "; skipped:", skipped);
+        summary.samples / std::max(summary.seconds, 1e-9), summary.vae_seconds, summary.text_seconds,
+        summary.waiting_seconds, summary.skipped.empty() ? "" : "; skipped:", skipped);
   }
   return kExitOk;
 }

@@ -29,6 +29,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
 std::string record_path(const std::string& out, int64_t shard) {
   return fs::path(data::shard_path(out, shard)).replace_extension(".json").string();
 }
@@ -271,6 +273,7 @@ DatasetEncoderSummary encode_dataset(const DatasetEncoderSettings& s, WanVae& va
     }
   } join_on_exit{decoder, handoff};
 
+  DatasetEncoderSummary summary;
   Progress progress("encode", my_items);
   auto last_line = Clock::now();
   int64_t done_items = 0, done_samples = 0;
@@ -309,7 +312,9 @@ DatasetEncoderSummary encode_dataset(const DatasetEncoderSettings& s, WanVae& va
   };
 
   for (bool running = true; running;) {
+    const auto waiting = Clock::now();
     Work work = handoff.take();
+    summary.waiting_seconds += seconds_since(waiting);
     if (auto* start = std::get_if<ShardStart>(&work)) {
       shard = std::move(*start);
       row = 0, truncated = 0;
@@ -328,11 +333,15 @@ DatasetEncoderSummary encode_dataset(const DatasetEncoderSettings& s, WanVae& va
       if (!p->problem.empty()) {
         skip(item.origin + ": " + p->problem);
       } else {
+        const auto text_start = Clock::now();
         auto encoded = text.encode({*item.caption});
+        summary.text_seconds += seconds_since(text_start);
         truncated += encoded.truncated;
         for (const auto& clip : p->clips) {
           torch::NoGradGuard no_grad;
+          const auto vae_start = Clock::now();
           const auto latents = vae->encode(clip.unsqueeze(0).to(device)).to(torch::kCPU);  // [1, z, t, h, w]
+          summary.vae_seconds += seconds_since(vae_start);
           writer->write(row++, latents[0], encoded.embedding[0], encoded.lengths[0], *item.caption);
           ++done_samples;
         }
@@ -356,7 +365,6 @@ DatasetEncoderSummary encode_dataset(const DatasetEncoderSettings& s, WanVae& va
   // Ranks finish their shards at different times (hours apart on a skewed
   // listing): the summary waits for all of them past the comm timeout. A
   // rank that fails ends the whole job instead (run_app's abort).
-  DatasetEncoderSummary summary;
   const auto timeout = world.timeout();
   world.set_timeout(std::chrono::hours(24 * 7));
   world.barrier();
@@ -370,7 +378,7 @@ DatasetEncoderSummary encode_dataset(const DatasetEncoderSettings& s, WanVae& va
     summary.truncated_prompts += record.at("truncated_prompts").get<int64_t>();
     for (const auto& line : record.at("skipped")) summary.skipped.push_back(line.get<std::string>());
   }
-  summary.seconds = std::chrono::duration<double>(Clock::now() - started).count();
+  summary.seconds = seconds_since(started);
   return summary;
 }
 

@@ -50,6 +50,9 @@ struct DatasetEncoderSummary {
   int64_t items = 0, samples = 0, shards = 0, shards_kept = 0, truncated_prompts = 0;
   std::vector<std::string> skipped;  // "ORIGIN: reason", in listing order
   double seconds = 0;
+  // This rank's time in the VAE, in umT5, and waiting for the decoding
+  // thread: with decoding overlapped, the first two are nearly all of it.
+  double vae_seconds = 0, text_seconds = 0, waiting_seconds = 0;
 };
 
 // Collective over `world`. UsageError for an unusable listing or output
