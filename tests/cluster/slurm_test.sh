@@ -66,9 +66,10 @@ sweep)
   echo "PASS: a 3-task array sweep wrote 3 output directories with their own lines"
   ;;
 preempt)
-  # Steps long enough (16x16 latents, batch 4: 20-60 ms) that the signal
-  # lands mid-run even on an idle machine.
-  steps=300
+  # Enough steps that the signal lands mid-run: a step is 10 ms on an idle
+  # machine now (16x16 latents, batch 4), and scancel can take a second or
+  # two to arrive on a loaded one; 300 steps (3 s) lost that race once.
+  steps=1500
   "$WANDATA" synth --out data16 --samples 32 --shards 2 --frames 1 --size 16x16 --text-len 16 --text-dim 64 --seed 6 >/dev/null
   common=(--model-config "$src/data/configs/wan-tiny.json" --data "$work/data16" --batch-size 4 --threads 1
           --backend mpi --log-every 1 --seed 5)
