@@ -10,6 +10,8 @@
 #include "model_bench.hpp"
 #include "optim_bench.hpp"
 #include "step_bench.hpp"
+#include "t5_bench.hpp"
+#include "vae_bench.hpp"
 #include "wantrain/app/app.hpp"
 #include "wantrain/distributed/world.hpp"
 #include "wantrain/util/error.hpp"
@@ -30,6 +32,9 @@ constexpr const char* kUsage =
     "              the EMA per tensor vs multi-tensor (run without mpirun)\n"
     "  step        Trainer step time and split, with the Reducer and with communication skipped; gradient sync\n"
     "              of the whole model by the Reducer vs raw MPI_Allreduce\n"
+    "  t5          umT5 text encoder seconds per forward, weight bytes and peak RSS (run without mpirun)\n"
+    "  vae         Wan2.1 video VAE encode and decode seconds and peak RSS, video lengths each in a process of\n"
+    "              its own (run without mpirun)\n"
     "run 'wanbench COMMAND --help' for its options\n";
 
 int run(wt::distributed::World& world, int argc, char** argv) {
@@ -40,6 +45,8 @@ int run(wt::distributed::World& world, int argc, char** argv) {
   if (command == "model") return wt::run_model_bench(world, argc - 1, argv + 1);
   if (command == "optim") return wt::run_optim_bench(world, argc - 1, argv + 1);
   if (command == "step") return wt::run_step_bench(world, argc - 1, argv + 1);
+  if (command == "t5") return wt::run_t5_bench(world, argc - 1, argv + 1);
+  if (command == "vae") return wt::run_vae_bench(world, argc - 1, argv + 1);
   if (command == "--help" || command == "-h") {
     if (world.is_root()) std::cout << kUsage;
     return wt::kExitOk;
@@ -49,9 +56,9 @@ int run(wt::distributed::World& world, int argc, char** argv) {
     return wt::kExitOk;
   }
   world.agree([&] {
-    throw wt::UsageError(command.empty()
-                             ? std::string("no command given (allreduce|ckpt|io|model|optim|step)")
-                             : fmt::format("unknown command '{}' (allreduce|ckpt|io|model|optim|step)", command));
+    throw wt::UsageError(
+        command.empty() ? std::string("no command given (allreduce|ckpt|io|model|optim|step|t5|vae)")
+                        : fmt::format("unknown command '{}' (allreduce|ckpt|io|model|optim|step|t5|vae)", command));
   });
   return wt::kExitUsage;
 }
