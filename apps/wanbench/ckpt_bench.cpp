@@ -119,7 +119,7 @@ int run_ckpt_bench(distributed::World& world, int argc, char** argv) {
   fs::create_directories(dir);
 
   auto dataset = data::Dataset::open(scratch.directory);
-  const auto plan = train::plan_run(settings, 1, 0, dataset.shard_sizes());
+  const auto plan = train::plan_run(settings, 1, 0, dataset.layout());
   wan::WanRun run(plan, {}, *comm, std::move(dataset), config, {});
   run.connect(*comm, {});
   auto parts = run.fit_run(nullptr);

@@ -160,7 +160,7 @@ int run_io_bench(distributed::World& world, int argc, char** argv) {
     data::LoaderOptions options;
     options.prefetch = c.prefetch;
     options.dtype = dtype;
-    data::Loader loader(dataset, data::DistributedSampler(dataset.shard_sizes(), {1, 0, c.batch_size, 1, true, false}),
+    data::Loader loader(dataset, data::DistributedSampler(dataset.layout(), {1, 0, c.batch_size, 1, true, false}),
                         options);
     std::vector<char> raw_buffer;
     raw_read(dataset, raw_buffer);  // warm-up: the page cache and the raw buffer,

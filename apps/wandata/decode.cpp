@@ -48,7 +48,7 @@ int run_decode(distributed::World&, int argc, char** argv) {
   if (index < 0 || index >= dataset.size())
     throw UsageError(
         fmt::format("option --index: {} is outside the {} samples of {}", index, dataset.size(), data_dir));
-  const auto& s = dataset.shape();
+  const auto& s = dataset.shape_of(index);  // its bucket's shape
   const auto config = vae_config.empty() ? wan::VaeConfig{} : wan::load_vae_config(vae_config);
   if (s.channels != config.z_dim)
     throw UsageError(

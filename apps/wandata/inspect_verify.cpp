@@ -41,20 +41,35 @@ int run_inspect(distributed::World&, int argc, char** argv) {
   const std::string directory = directory_operand("inspect", argc, argv);
   if (directory.empty()) return kExitOk;
   const data::Dataset dataset = data::Dataset::open(directory);
-  const auto& s = dataset.shape();
+  const auto& buckets = dataset.buckets();
+  const auto& s = buckets.front().shape;  // all but F, H, W are every shard's
   std::cout << fmt::format("dataset {}: {} shards, {} samples\n  latents  {}\n  text_emb {}\n", directory,
-                           dataset.shards().size(), dataset.size(), s.latents_string(), s.text_string());
-  std::cout << fmt::format("  {:<32} {:>9} {:>7} {:>14}\n", "shard", "samples", "prompt", "bytes");
+                           dataset.shards().size(), dataset.size(),
+                           buckets.size() == 1 ? s.latents_string()
+                                               : fmt::format("[N,{},F,H,W] {}, in {} buckets", s.channels,
+                                                             data::to_string(s.latents), buckets.size()),
+                           s.text_string());
+  if (buckets.size() > 1) {
+    std::cout << fmt::format("  {:<14} {:>24} {:>7} {:>9}\n", "bucket (FxHxW)", "latents", "shards", "samples");
+    for (const auto& b : buckets)
+      std::cout << fmt::format("  {:<14} {:>24} {:>7} {:>9}\n", b.name(), b.shape.latents_string(), b.shards.size(),
+                               b.samples);
+  }
+  std::cout << fmt::format("  {:<32} {:>9} {:>7} {:>14}{}\n", "shard", "samples", "prompt", "bytes",
+                           buckets.size() > 1 ? "  bucket" : "");
   std::uintmax_t total = 0;
   for (const auto& shard : dataset.shards()) {
     const auto bytes = fs::file_size(shard.path);
     total += bytes;
-    std::cout << fmt::format("  {:<32} {:>9} {:>7} {:>14}\n", fs::path(shard.path).filename().string(), shard.samples,
-                             shard.has_prompt ? "yes" : "no", bytes);
+    std::cout << fmt::format("  {:<32} {:>9} {:>7} {:>14}{}\n", fs::path(shard.path).filename().string(), shard.samples,
+                             shard.has_prompt ? "yes" : "no", bytes,
+                             buckets.size() > 1 ? "  " + shard.shape.bucket_name() : "");
   }
   std::cout << fmt::format("  {:<32} {:>9} {:>7} {:>14}\n", "total", dataset.size(), "", total);
-  std::cout << fmt::format("  per sample: latents {} B, text_emb {} B (as stored)\n", s.latents_bytes(),
-                           s.text_bytes());
+  for (const auto& b : buckets)
+    std::cout << fmt::format("  per sample{}: latents {} B, text_emb {} B (as stored)\n",
+                             buckets.size() > 1 ? " of " + b.name() : "", b.shape.latents_bytes(),
+                             b.shape.text_bytes());
   return kExitOk;
 }
 
@@ -66,10 +81,12 @@ int run_verify(distributed::World&, int argc, char** argv) {
   for (const auto& path : data::Dataset::shard_paths(directory)) {
     try {
       data::ShardInfo info = data::inspect_shard(path, &problems);
-      if (!good.empty() && info.shape != good.front().shape) {
-        problems.push_back(fmt::format("shard {} has latents {}, text_emb {} but shard {} has latents {}, text_emb {}",
-                                       path, info.shape.latents_string(), info.shape.text_string(), good.front().path,
-                                       good.front().shape.latents_string(), good.front().shape.text_string()));
+      if (!good.empty() && !data::same_dataset(info.shape, good.front().shape)) {
+        problems.push_back(
+            fmt::format("shard {} has latents {}, text_emb {} but shard {} has latents {}, text_emb {} "
+                        "(shards may differ only in the latents' frames, height and width)",
+                        path, info.shape.latents_string(), info.shape.text_string(), good.front().path,
+                        good.front().shape.latents_string(), good.front().shape.text_string()));
         continue;
       }
       good.push_back(std::move(info));
@@ -107,8 +124,10 @@ int run_verify(distributed::World&, int argc, char** argv) {
                              directory);
     return kExitFailure;
   }
-  std::cout << fmt::format("wandata verify: {} OK: {} shards, {} samples, every sample read and finite\n", directory,
-                           good.size(), total);
+  std::vector<data::ShardInfo> shards = good;
+  const auto buckets = data::Dataset::of(directory, std::move(shards)).buckets().size();
+  std::cout << fmt::format("wandata verify: {} OK: {} shards, {} samples{}, every sample read and finite\n", directory,
+                           good.size(), total, buckets > 1 ? fmt::format(" in {} buckets", buckets) : "");
   return kExitOk;
 }
 

@@ -70,38 +70,67 @@ struct MemorySummary {
 };
 
 // The memory plan of this rank (wan/memory_plan.hpp) at the data's
-// latents or --plan-latents, and the limits it exceeds.
+// latents or --plan-latents, and the limits it exceeds. Data of several
+// shapes (buckets) are planned at each; the largest plan is the one shown
+// and held against the limits, after a row per bucket.
 MemorySummary memory_summary(distributed::World& world, const distributed::Comm& comm, const TrainConfig& cfg,
                              const std::optional<wan::WanConfig>& model_config,
-                             const std::optional<wan::WanConfig>& teacher_config, const data::SampleShape* data) {
+                             const std::optional<wan::WanConfig>& teacher_config, const data::Dataset* data) {
   if (!model_config) return {};
   if (!data && cfg.plan_latents.empty())
     return {"memory plan: needs the token count: give --data, or --plan-latents FxHxW\n", {}};
   std::optional<wan::MemoryPlan> memory;
+  std::string bucket_rows;
   world.agree([&] {
-    const auto latents = data ? std::array<int64_t, 3>{data->frames, data->height, data->width} : plan_latents(cfg);
-    const double latent_elements = double(model_config->in_dim) * double(latents[0] * latents[1] * latents[2]);
-    const double sample_elements =
-        latent_elements + double((data ? data->text_len : model_config->text_len) * model_config->text_dim);
+    std::vector<std::pair<std::string, std::array<int64_t, 3>>> shapes;  // (bucket, latents F, H, W)
+    if (data)
+      for (const auto& b : data->buckets())
+        shapes.push_back({b.name(), {b.shape.frames, b.shape.height, b.shape.width}});
+    else
+      shapes.push_back({"", plan_latents(cfg)});
+    const int64_t text_len = data ? data->buckets().front().shape.text_len : model_config->text_len;
     // Each sample's latents and text, and the noise the loader draws for it:
     // eps (fp32, the latents' shape), sigma (fp32) and the caption-drop flag.
-    const double sample_bytes = 4 * sample_elements + 4 * latent_elements + 4 + 1;
-    auto settings =
-        memory_plan_settings(cfg, *model_config, teacher_config, latents, sample_bytes, comm.device(), world.size());
-    if (data) settings.staged_bytes = double(train::staged_bytes_per_sample(*data, comm.device().is_cuda()));
-    settings.runtime_bytes = current_rss_bytes();
-    settings.checkpoint_snapshot = world.is_root();
-    try {
-      memory = wan::plan_memory(settings);
-    } catch (const UsageError& e) {  // latents that do not fit the patch: name where they came from
-      if (data) throw;
-      throw UsageError(fmt::format("option --plan-latents: {}", e.what()));
+    auto sample_bytes = [&](const std::array<int64_t, 3>& latents) {
+      const double latent_elements = double(model_config->in_dim) * double(latents[0] * latents[1] * latents[2]);
+      const double sample_elements = latent_elements + double(text_len * model_config->text_dim);
+      return 4 * sample_elements + 4 * latent_elements + 4 + 1;
+    };
+    // The loader keeps its batch buffers per shape (data/loader.hpp): with
+    // buckets, every shape's are held at once.
+    double loader_bytes = 0;
+    for (const auto& shape : shapes) loader_bytes += sample_bytes(shape.second);
+    std::vector<wan::MemoryPlan> plans;
+    for (const auto& [name, latents] : shapes) {
+      auto settings =
+          memory_plan_settings(cfg, *model_config, teacher_config, latents, loader_bytes, comm.device(), world.size());
+      if (data)
+        settings.staged_bytes = double(train::staged_bytes_per_sample(data->largest_shape(), comm.device().is_cuda()));
+      settings.runtime_bytes = current_rss_bytes();
+      settings.checkpoint_snapshot = world.is_root();
+      try {
+        plans.push_back(wan::plan_memory(settings));
+      } catch (const UsageError& e) {  // latents that do not fit the patch: name where they came from
+        if (data) throw;
+        throw UsageError(fmt::format("option --plan-latents: {}", e.what()));
+      }
     }
+    const auto total = [&](const wan::MemoryPlan& p) { return comm.device().is_cuda() ? p.device_total() : p.total(); };
+    const size_t largest = size_t(std::max_element(plans.begin(), plans.end(),
+                                                   [&](const auto& x, const auto& y) { return total(x) < total(y); }) -
+                                  plans.begin());
+    if (shapes.size() > 1)
+      for (size_t b = 0; b < shapes.size(); ++b)
+        bucket_rows += fmt::format("  bucket {:<14} {:>10}  total; activations {}{}\n", shapes[b].first,
+                                   wan::format_bytes(total(plans[b])), wan::format_bytes(plans[b].activations.total()),
+                                   b == largest ? " (the largest: the plan below)" : "");
+    memory = plans[largest];
   });
   // What the plan is held against: the GPU's memory (GPU runs) and the node's, shared by its ranks.
   const auto device = comm.device();
   std::optional<double> device_bytes;
-  std::string table = memory->describe();
+  std::string table = bucket_rows.empty() ? memory->describe()
+                                          : "memory plan per rank, per bucket:\n" + bucket_rows + memory->describe();
   if (device.is_cuda()) {
     const double capacity = distributed::cuda_device_memory_bytes(device.index());
     if (capacity > 0) device_bytes = capacity;  // 0: unreadable, no comparison
@@ -172,9 +201,8 @@ int run(distributed::World& world, int argc, char** argv) {
     if (cfg.model_config.empty()) return;
     const auto config = wan::load_model_config(cfg.model_config);
     model_config = config;
-    if (dataset) wan::check_data_fits_model(dataset->shape(), cfg.data, config, cfg.model_config);
-    if (!cfg.val_data.empty())
-      wan::check_data_fits_model(data::Dataset::open(cfg.val_data).shape(), cfg.val_data, config, cfg.model_config);
+    if (dataset) wan::check_data_fits_model(*dataset, config, cfg.model_config);
+    if (!cfg.val_data.empty()) wan::check_data_fits_model(data::Dataset::open(cfg.val_data), config, cfg.model_config);
     const int64_t params = wan::parameter_count(config);
     model_summary = fmt::format("model: {}: {} parameters ({:.1f} MB in fp32), dim {}, {} layers, {} heads of {}\n",
                                 cfg.model_config, params, double(params) * 4 / 1e6, config.dim, config.num_layers,
@@ -194,7 +222,7 @@ int run(distributed::World& world, int argc, char** argv) {
     // An image student's frames reach a video teacher as stills (wan/teacher.hpp).
     auto seen = config;
     if (model_config && model_config->patch_size[0] == 1) seen.patch_size[0] = 1;
-    if (dataset) wan::check_data_fits_model(dataset->shape(), cfg.data, seen, source);
+    if (dataset) wan::check_data_fits_model(*dataset, seen, source);
     if (model_config && cfg.student_init == "projection" && cfg.init.empty())
       wan::check_projectable(config, "--teacher " + cfg.teacher, *model_config, "--model-config " + cfg.model_config);
     const std::string student_init = !cfg.init.empty() ? "--init " + cfg.init : cfg.student_init;
@@ -225,7 +253,7 @@ int run(distributed::World& world, int argc, char** argv) {
   train::RunPlan plan;
   world.agree([&] {
     plan = train::plan_run(run_settings(cfg, comm->device()), world.size(), world.rank(),
-                           dataset ? dataset->shard_sizes() : std::vector<int64_t>{});
+                           dataset ? dataset->layout() : data::DataLayout{});
   });
   // What a training run lacks is its one line, before the configuration table.
   world.agree([&] {
@@ -236,12 +264,12 @@ int run(distributed::World& world, int argc, char** argv) {
   });
   const std::string data_summary =
       dataset ? fmt::format("data: {} ({} shards, {} samples), latents {}, text_emb {}\n{}", cfg.data,
-                            dataset->shards().size(), dataset->size(), dataset->shape().latents_string(),
-                            dataset->shape().text_string(), plan.describe_epoch())
+                            dataset->shards().size(), dataset->size(), dataset->describe_buckets(),
+                            dataset->buckets().front().shape.text_string(), plan.describe_epoch())
               : std::string("data: none given (--data)\n");
   const std::string table = world_table(world, *comm, choice, cfg);
   const MemorySummary memory =
-      memory_summary(world, *comm, cfg, model_config, teacher_config, dataset ? &dataset->shape() : nullptr);
+      memory_summary(world, *comm, cfg, model_config, teacher_config, dataset ? &*dataset : nullptr);
   if (world.is_root())
     log::info_lines("wantrain " WANTRAIN_VERSION ": resolved configuration\n" + options.resolved_table() + table +
                     data_summary + model_summary + plan.describe() + memory.table);

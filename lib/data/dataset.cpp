@@ -4,7 +4,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <filesystem>
+#include <map>
 
 #include "wantrain/io/h5.hpp"
 #include "wantrain/data/stored_type.hpp"
@@ -34,10 +36,11 @@ Dataset Dataset::open(const std::string& directory) {
   std::vector<ShardInfo> shards;
   for (const auto& path : paths) {
     ShardInfo info = inspect_shard(path);
-    if (!shards.empty() && info.shape != shards.front().shape)
+    if (!shards.empty() && !same_dataset(info.shape, shards.front().shape))
       throw UsageError(
           fmt::format("data: shard {} has latents {}, text_emb {} but shard {} has latents {}, "
-                      "text_emb {}",
+                      "text_emb {} (the shards of a dataset may differ only in the latents' frames, height "
+                      "and width)",
                       path, info.shape.latents_string(), info.shape.text_string(), shards.front().path,
                       shards.front().shape.latents_string(), shards.front().shape.text_string()));
     shards.push_back(std::move(info));
@@ -52,12 +55,53 @@ Dataset Dataset::of(std::string directory, std::vector<ShardInfo> shards) {
   Dataset dataset;
   dataset.directory_ = std::move(directory);
   dataset.offsets_.push_back(0);
-  for (auto& info : shards) {
-    if (info.shape != shards.front().shape) throw Error("Dataset::of: shards of different shapes");
-    dataset.offsets_.push_back(dataset.offsets_.back() + info.samples);
+  auto key = [](const SampleShape& s) { return std::array<int64_t, 3>{s.frames, s.height, s.width}; };
+  std::map<std::array<int64_t, 3>, std::vector<size_t>> by_shape;  // ordered: bucket b is the b-th shape
+  for (size_t i = 0; i < shards.size(); ++i) {
+    if (!same_dataset(shards[i].shape, shards.front().shape)) throw Error("Dataset::of: shards of different shapes");
+    dataset.offsets_.push_back(dataset.offsets_.back() + shards[i].samples);
+    by_shape[key(shards[i].shape)].push_back(i);
+  }
+  dataset.shard_bucket_.resize(shards.size());
+  for (auto& [shape, members] : by_shape) {
+    Bucket bucket{shards[members.front()].shape, members, 0};
+    for (const size_t i : members) {
+      bucket.samples += shards[i].samples;
+      dataset.shard_bucket_[i] = static_cast<int>(dataset.buckets_.size());
+    }
+    dataset.buckets_.push_back(std::move(bucket));
   }
   dataset.shards_ = std::move(shards);
   return dataset;
+}
+
+const SampleShape& Dataset::shape() const {
+  if (buckets_.size() > 1)
+    throw UsageError(fmt::format("data: {} holds samples of {} shapes ({}); this needs a dataset of one", directory_,
+                                 buckets_.size(), describe_buckets()));
+  return buckets_.front().shape;
+}
+
+const SampleShape& Dataset::largest_shape() const {
+  const auto elements = [](const Bucket& b) { return b.shape.frames * b.shape.height * b.shape.width; };
+  return std::max_element(buckets_.begin(), buckets_.end(),
+                          [&](const Bucket& a, const Bucket& b) { return elements(a) < elements(b); })
+      ->shape;
+}
+
+DataLayout Dataset::layout() const {
+  DataLayout layout(shard_sizes());
+  layout.shard_buckets = shard_bucket_;
+  for (const auto& b : buckets_) layout.bucket_names.push_back(b.name());
+  return layout;
+}
+
+std::string Dataset::describe_buckets() const {
+  if (buckets_.size() == 1) return buckets_.front().shape.latents_string();
+  std::string out;
+  for (const auto& b : buckets_)
+    out += fmt::format("{}{} ({} sample{})", out.empty() ? "" : ", ", b.name(), b.samples, b.samples == 1 ? "" : "s");
+  return out;
 }
 
 std::vector<int64_t> Dataset::shard_sizes() const {
@@ -98,7 +142,7 @@ io::Handle flat_space(int64_t n) {
 
 SampleReader::Open& SampleReader::file(size_t shard) {
   if (!open_[shard]) {
-    const SampleShape& s = dataset_.shape();
+    const SampleShape& s = dataset_.shards()[shard].shape;
     auto o = std::make_unique<Open>();
     o->file = io::open_file(dataset_.shards()[shard].path);
     o->latents = io::open_dataset(o->file.get(), "latents");
@@ -124,6 +168,13 @@ SampleReader::Open& SampleReader::file(size_t shard) {
 void SampleReader::read(int64_t index, const at::Tensor& latents, const at::Tensor& text_emb, int32_t& text_len) {
   const Dataset::Location where = dataset_.locate(index);
   const ShardInfo& shard = dataset_.shards()[where.shard];
+  const SampleShape& s = shard.shape;
+  if (latents.numel() != s.channels * s.frames * s.height * s.width || text_emb.numel() != s.text_len * s.text_dim ||
+      latents.scalar_type() != scalar_type(s.latents) || text_emb.scalar_type() != scalar_type(s.text))
+    throw Error(
+        fmt::format("data: sample {} of shard {} is latents {}, text_emb {}; the tensors to read it into are "
+                    "not (a batch of samples of several shapes?)",
+                    index, shard.path, s.latents_string(), s.text_string()));
   io::Lock lock(io::library_mutex());
   try {
     test_failure("sample_read");

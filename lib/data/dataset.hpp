@@ -1,6 +1,12 @@
 // Dataset: a directory of shards (*.h5, sorted by name) seen as one indexed
 // collection of samples. Opening checks every shard and that all agree;
 // reading goes through a SampleReader, which keeps the files open.
+//
+// Buckets: the shards may hold latents of several shapes (F, H, W; one per
+// shard): mixed aspect ratios, clip lengths and stills. The samples of one
+// shape form a bucket; buckets are ordered by (F, H, W), so their numbering
+// follows from the data, not from file names. Everything else (C, the text's
+// L and D, the stored dtypes) is the same in every shard.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -9,27 +15,47 @@
 #include <string>
 #include <vector>
 
+#include "wantrain/data/sampler.hpp"
 #include "wantrain/data/shard.hpp"
 
 namespace wt::data {
+
+// The samples of one latent shape.
+struct Bucket {
+  SampleShape shape;
+  std::vector<size_t> shards;  // indices into Dataset::shards(), ascending
+  int64_t samples = 0;
+  std::string name() const { return shape.bucket_name(); }  // "5x32x32"
+};
 
 class Dataset {
  public:
   // Throws UsageError with one line naming the directory, shard and field:
   // missing or unreadable directory, no shards, any shard that inspect_shard
-  // rejects, shards whose sample shapes or dtypes disagree.
+  // rejects, shards that disagree in anything but the latents' F, H, W.
   static Dataset open(const std::string& directory);
   // The shard files of `directory`, sorted; UsageError when it is missing,
   // not a directory or holds no *.h5.
   static std::vector<std::string> shard_paths(const std::string& directory);
-  // A dataset of shards already inspected (they must share one shape).
+  // A dataset of shards already inspected (Error where open() would refuse them).
   static Dataset of(std::string directory, std::vector<ShardInfo> shards);
 
   const std::string& directory() const { return directory_; }
   const std::vector<ShardInfo>& shards() const { return shards_; }
-  const SampleShape& shape() const { return shards_.front().shape; }
   int64_t size() const { return offsets_.back(); }
   std::vector<int64_t> shard_sizes() const;
+
+  const std::vector<Bucket>& buckets() const { return buckets_; }
+  // The shape of a dataset of one bucket; for a tool that needs one, a
+  // UsageError naming the directory and its buckets otherwise.
+  const SampleShape& shape() const;
+  // The shape of global sample `index`.
+  const SampleShape& shape_of(int64_t index) const { return shards_[locate(index).shard].shape; }
+  // The largest bucket's shape (most latent elements): what memory is planned for.
+  const SampleShape& largest_shape() const;
+  DataLayout layout() const;
+  // "5x32x32 (96 samples), 1x32x48 (40 samples)", or the one latents shape.
+  std::string describe_buckets() const;
 
   struct Location {
     size_t shard;
@@ -37,11 +63,15 @@ class Dataset {
   };
   // Which shard and row hold global sample `index` (0 <= index < size()).
   Location locate(int64_t index) const;
+  // The global index of shard `shard`'s first sample.
+  int64_t locate_shard(size_t shard) const { return offsets_[shard]; }
 
  private:
   std::string directory_;
   std::vector<ShardInfo> shards_;
   std::vector<int64_t> offsets_;  // offsets_[s] = first global index of shard s; back() = size()
+  std::vector<Bucket> buckets_;
+  std::vector<int> shard_bucket_;  // the bucket of each shard
 };
 
 // Reads samples of a Dataset. Keeps each shard open once touched. Takes the

@@ -84,18 +84,21 @@ at::Tensor Loader::buffer(at::IntArrayRef sizes, at::ScalarType dtype, const std
       return b.tensor;
     }
   // Bounded: the batches in flight (queued, held by the trainer, a copy not
-  // yet done) times the buffers a batch takes, plus staging. Buffers are
-  // taken in a fixed order per batch, so the list stays short.
+  // yet done) times the buffers a batch takes, plus staging, for each
+  // bucket's shape: a batch of one bucket does not evict another's buffers,
+  // so a mixed dataset allocates nothing once every shape has been seen.
   constexpr size_t kPerBatch = 8, kSlack = 8;
-  if (buffers_.size() > kPerBatch * (static_cast<size_t>(options_.prefetch) + 3) + kSlack)
+  const size_t shapes = dataset_.buckets().size();
+  if (buffers_.size() > (kPerBatch * (static_cast<size_t>(options_.prefetch) + 3) + kSlack) * shapes)
     buffers_.erase(std::remove_if(buffers_.begin(), buffers_.end(), [](const Buffer& b) { return b.free(); }),
                    buffers_.end());
   buffers_.push_back({at::empty(sizes, at::TensorOptions().dtype(dtype).pinned_memory(pin)), fence, pin});
+  allocations_.fetch_add(1, std::memory_order_relaxed);
   return buffers_.back().tensor;
 }
 
 Batch Loader::read_batch(SampleReader& reader, const std::vector<int64_t>& indices, SamplerState position) {
-  const SampleShape& s = dataset_.shape();
+  const SampleShape& s = dataset_.shape_of(indices.front());  // the sampler's batches are of one bucket
   const int64_t B = static_cast<int64_t>(indices.size());
   auto fence = std::make_shared<CopyFence>();
   at::Tensor latents = buffer({B, s.channels, s.frames, s.height, s.width}, options_.dtype, fence);  // [B,C,F,H,W]

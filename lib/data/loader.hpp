@@ -15,6 +15,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <exception>
@@ -76,6 +77,9 @@ class Loader {
 
   const Dataset& dataset() const { return dataset_; }
   const DistributedSampler& sampler() const { return sampler_; }
+  // Buffers allocated so far (staging and batch tensors): steady-state
+  // loading adds none, also when batches alternate between shapes.
+  int64_t allocations() const { return allocations_.load(std::memory_order_relaxed); }
 
  private:
   void run();
@@ -100,6 +104,7 @@ class Loader {
   };
   std::vector<Buffer> buffers_;
   int64_t batches_read_ = 0;
+  std::atomic<int64_t> allocations_{0};
 
   mutable std::mutex mutex_;
   std::condition_variable changed_;

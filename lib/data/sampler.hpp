@@ -10,15 +10,34 @@
 // dropped), or with drop_last off ceil(N / BW) with the last batch padded by
 // wrapping around to the start of the permutation.
 //
+// Buckets (a dataset of several latent shapes, dataset.hpp): every global
+// batch comes from one bucket. Epoch e permutes each bucket b's samples from
+// (seed, e, b) and cuts them into global batches as above (floor or ceil of
+// n_b / BW, a padded tail wrapping around within the bucket); then the list
+// of all buckets' batches is shuffled from (seed, e). Both depend on the
+// seed and epoch alone, so the global batches are the same for any world
+// size. A dataset of one bucket gets exactly the order described above.
+//
 // With shard affinity, rank r reads only whole shards (shards r, r+W, ...):
 // it permutes its own samples per epoch from (seed, e, r), and all ranks take
 // the batch count of the rank with the fewest (drop) or most (pad) samples.
+// It needs a dataset of one bucket.
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace wt::data {
+
+// What a sampler needs of a dataset (Dataset::layout()): each shard's sample count and bucket.
+struct DataLayout {
+  DataLayout() = default;
+  DataLayout(std::vector<int64_t> sizes) : shard_sizes(std::move(sizes)) {}  // one bucket
+  std::vector<int64_t> shard_sizes;
+  std::vector<int> shard_buckets;         // empty: every shard in bucket 0
+  std::vector<std::string> bucket_names;  // for messages and plans; may be empty
+};
 
 struct SamplerOptions {
   int world_size = 1;
@@ -56,10 +75,13 @@ class DistributedSampler {
  public:
   // Throws UsageError when the data cannot give every rank one batch (fewer
   // samples than world_size x batch_size with drop_last, or, with shard
-  // affinity, fewer shards than ranks).
-  DistributedSampler(std::vector<int64_t> shard_sizes, SamplerOptions options);
+  // affinity, fewer shards than ranks or several buckets).
+  DistributedSampler(const DataLayout& layout, SamplerOptions options);
 
   int64_t batches_per_epoch() const { return batches_per_epoch_; }
+  // Per bucket: its samples and the global batches an epoch takes from it.
+  const std::vector<int64_t>& bucket_samples() const { return bucket_samples_; }
+  const std::vector<int64_t>& bucket_batches() const { return bucket_batches_; }
   int64_t global_batch() const { return options_.batch_size * options_.world_size; }
   const SamplerOptions& options() const { return options_; }
 
@@ -73,15 +95,23 @@ class DistributedSampler {
   void restore(const SamplerState& state);
 
  private:
-  const std::vector<int64_t>& order(int64_t epoch) const;  // this epoch's visiting order (cached)
+  // This epoch's visiting order of each bucket (shard affinity: this
+  // rank's samples, as bucket 0), and which (bucket, batch of the bucket)
+  // each global batch is. Cached for the current epoch.
+  struct Epoch {
+    std::vector<std::vector<int64_t>> order;
+    std::vector<std::pair<int, int64_t>> batches;
+  };
+  const Epoch& epoch_plan(int64_t epoch) const;
 
   SamplerOptions options_;
-  std::vector<int64_t> shard_sizes_;
-  std::vector<int64_t> own_;  // shard affinity: the global indices of this rank's shards
+  std::vector<std::vector<int64_t>> members_;  // each bucket's global indices, ascending
+  std::vector<int64_t> own_;                   // shard affinity: the global indices of this rank's shards
+  std::vector<int64_t> bucket_samples_, bucket_batches_;
   int64_t batches_per_epoch_ = 0;
   SamplerState state_;
   mutable int64_t cached_epoch_ = -1;
-  mutable std::vector<int64_t> cached_order_;
+  mutable Epoch cached_;
 };
 
 }  // namespace wt::data

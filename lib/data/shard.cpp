@@ -49,9 +49,15 @@ bool SampleShape::operator==(const SampleShape& o) const {
          text_len == o.text_len && text_dim == o.text_dim && latents == o.latents && text == o.text;
 }
 
+bool same_dataset(const SampleShape& a, const SampleShape& b) {
+  return a.channels == b.channels && a.text_len == b.text_len && a.text_dim == b.text_dim && a.latents == b.latents &&
+         a.text == b.text;
+}
+
 std::string SampleShape::latents_string() const {
   return fmt::format("[N,{},{},{},{}] {}", channels, frames, height, width, to_string(latents));
 }
+std::string SampleShape::bucket_name() const { return fmt::format("{}x{}x{}", frames, height, width); }
 std::string SampleShape::text_string() const {
   return fmt::format("[N,{},{}] {}", text_len, text_dim, to_string(text));
 }
@@ -156,9 +162,11 @@ ShardInfo inspect_shard(const std::string& path, std::vector<std::string>* sampl
   if (!io::has_attribute(root, "format") || io::read_string_attribute(root, "format") != kShardFormat)
     throw fail(fmt::format("root attribute format is missing or not \"{}\"", kShardFormat));
   if (!io::has_attribute(root, "version")) throw fail("root attribute version is missing");
-  if (const auto version = io::read_int_attribute(root, "version"); version != kShardVersion)
-    throw fail(
-        fmt::format("format version {} is not supported (this wantrain reads version {})", version, kShardVersion));
+  const auto version = io::read_int_attribute(root, "version");
+  if (version < kOldestShardVersion || version > kShardVersion)
+    throw fail(fmt::format("format version {} is not supported (this wantrain reads versions {} to {})", version,
+                           kOldestShardVersion, kShardVersion));
+  info.version = static_cast<int>(version);
   for (const char* name : {"latents", "text_emb", "text_len"})
     if (!io::exists(root, name)) throw fail(fmt::format("dataset /{} is missing", name));
 

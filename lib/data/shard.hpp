@@ -5,10 +5,13 @@
 //                               (umT5 outputs overflow float16: bfloat16 keeps their range)
 //   /text_len  [N]              int32, real token count (0..L)
 //   /prompt    [N]              optional, variable-length UTF-8 strings
-//   root attributes: format = "wantrain-shard", version = 1
+//   root attributes: format = "wantrain-shard", version = 2
 //
 // Latents and text embeddings are chunked one sample per chunk, so reading a
-// sample is one chunk read.
+// sample is one chunk read. Version 2 is version 1's layout; it says that
+// the dataset may hold shards of several latent shapes (buckets: F, H, W
+// differ, one shape per shard), which a version-1 reader would refuse.
+// Both versions are read.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -21,7 +24,8 @@
 namespace wt::data {
 
 inline constexpr const char* kShardFormat = "wantrain-shard";
-inline constexpr int kShardVersion = 1;
+inline constexpr int kShardVersion = 2;        // what ShardWriter writes
+inline constexpr int kOldestShardVersion = 1;  // the oldest still read
 
 // How a tensor is stored in a shard.
 enum class Stored { Float32, Float16, BFloat16 };
@@ -29,7 +33,8 @@ const char* to_string(Stored stored);
 at::ScalarType scalar_type(Stored stored);
 Stored parse_stored(const std::string& name);  // "float32" | "float16" | "bfloat16"; UsageError otherwise
 
-// Per-sample shape and storage of a shard; every shard of a dataset shares it.
+// Per-sample shape and storage of a shard. The shards of a dataset share
+// all of it but the latents' F, H and W (dataset.hpp: buckets).
 struct SampleShape {
   int64_t channels = 16, frames = 1, height = 32, width = 32;  // latents [C, F, H, W]
   int64_t text_len = 64, text_dim = 128;                       // text_emb [L, D]
@@ -38,16 +43,22 @@ struct SampleShape {
   bool operator==(const SampleShape& other) const;
   bool operator!=(const SampleShape& other) const { return !(*this == other); }
   std::string latents_string() const;  // "[N,16,5,32,32] float16"
+  std::string bucket_name() const;     // the latents' F x H x W: "5x32x32"
   std::string text_string() const;     // "[N,512,4096] float16"
   int64_t latents_bytes() const;       // of one sample, as stored
   int64_t text_bytes() const;
 };
+
+// Whether shards of these shapes can be one dataset: all equal but the
+// latents' F, H and W.
+bool same_dataset(const SampleShape& a, const SampleShape& b);
 
 struct ShardInfo {
   std::string path;
   int64_t samples = 0;
   SampleShape shape;
   bool has_prompt = false;
+  int version = kShardVersion;
 };
 
 // How the tools lay out a new dataset of `total` samples in `shards` files:

@@ -266,10 +266,10 @@ int fit_steps(distributed::World& world, distributed::Comm& comm, const RunPlan&
 
   const at::ScalarType compute_dtype = plan.engine.compute_dtype;
   auto validate = [&](int64_t step) {
-    const double loss = run.validator->evaluate(engine.objective(), comm, compute_dtype);
-    log.validation(step, loss);
-    record.validation(step, loss);
-    return loss;
+    const ValidationResult result = run.validator->evaluate(engine.objective(), comm, compute_dtype);
+    log.validation(step, result);
+    record.validation(step, result.loss);
+    return result.loss;
   };
   // Rank 0 draws while the others wait in the agreement that follows its
   // checkpoint writes (rank 0's own long work), never under the comm timeout.

@@ -14,7 +14,8 @@ const char* precision_name(at::ScalarType compute_dtype) {
   }
 }
 
-RunPlan plan_run(const RunSettings& s, int world_size, int rank, const std::vector<int64_t>& shard_sizes) {
+RunPlan plan_run(const RunSettings& s, int world_size, int rank, const data::DataLayout& data) {
+  const auto& shard_sizes = data.shard_sizes;
   RunPlan plan;
   plan.settings = s;
   plan.world_size = world_size;
@@ -22,9 +23,14 @@ RunPlan plan_run(const RunSettings& s, int world_size, int rank, const std::vect
   plan.dataset_size = std::accumulate(shard_sizes.begin(), shard_sizes.end(), int64_t(0));
   plan.sampler = {world_size, rank, s.micro_batch * s.accumulation, s.seed, s.drop_last, s.shard_affinity};
   if (!shard_sizes.empty()) {  // no data: a dry run that shows the rest of the plan
-    const data::DistributedSampler sampler(shard_sizes, plan.sampler);
+    const data::DistributedSampler sampler(data, plan.sampler);
     plan.steps_per_epoch = sampler.batches_per_epoch();
     plan.samples_per_epoch = plan.steps_per_epoch * sampler.global_batch();
+    const auto& samples = sampler.bucket_samples();
+    if (samples.size() > 1)
+      for (size_t b = 0; b < samples.size(); ++b)
+        plan.buckets.push_back({b < data.bucket_names.size() ? data.bucket_names[b] : std::to_string(b), samples[b],
+                                sampler.bucket_batches()[b]});
   }
   plan.total_steps = s.steps > 0 ? s.steps : s.epochs * plan.steps_per_epoch;
 
@@ -46,12 +52,22 @@ RunPlan plan_run(const RunSettings& s, int world_size, int rank, const std::vect
 
 std::string RunPlan::describe_epoch() const {
   const auto& s = settings;
+  std::string per_bucket;
+  const int64_t global = samples_per_epoch / std::max<int64_t>(steps_per_epoch, 1);
+  for (const auto& b : buckets) {
+    const int64_t visited = b.steps * global;
+    per_bucket += fmt::format("      bucket {:<14} {:>8} samples: {:>6} steps{}\n", b.name, b.samples, b.steps,
+                              visited > b.samples   ? fmt::format(" ({} padded by wrap-around)", visited - b.samples)
+                              : visited < b.samples ? fmt::format(" ({} dropped)", b.samples - visited)
+                                                    : std::string());
+  }
   return fmt::format("      {} steps per epoch; {} samples per epoch{}\n", steps_per_epoch, samples_per_epoch,
                      s.shard_affinity ? std::string(" (shard affinity)")
                      : samples_per_epoch > dataset_size
                          ? fmt::format(" ({} padded by wrap-around)", samples_per_epoch - dataset_size)
                      : samples_per_epoch < dataset_size ? fmt::format(" ({} dropped)", dataset_size - samples_per_epoch)
-                                                        : std::string(" (all)"));
+                                                        : std::string(" (all)")) +
+         per_bucket;
 }
 
 std::string RunPlan::describe() const {

@@ -48,7 +48,12 @@ struct RunPlan {
   int64_t samples_per_epoch = 0;  // the samples an epoch visits (a padded epoch wraps around)
   int64_t total_steps = 0;        // 0: neither steps nor epochs were set (only a dry run can go on)
   data::SamplerOptions sampler;   // this rank's: one sampler batch is a rank's whole step, B x K
-  EngineOptions engine;           // the schedule's peak is the scaled rate
+  struct Bucket {
+    std::string name;
+    int64_t samples = 0, steps = 0;  // an epoch's steps from it (each step's global batch is one bucket)
+  };
+  std::vector<Bucket> buckets;  // only for data of several latent shapes
+  EngineOptions engine;         // the schedule's peak is the scaled rate
 
   // What a start-up banner and --dry-run print: how an epoch uses the data
   // (one line), then the effective batch, optimizer and schedule, steps.
@@ -57,9 +62,10 @@ struct RunPlan {
 };
 
 // Plans a run of `settings` on rank `rank` of `world_size` over a dataset
-// with these shard sizes (none: a plan without data, for a dry run). Throws UsageError when the data cannot give every
-// rank a batch (data::DistributedSampler's checks).
-RunPlan plan_run(const RunSettings& settings, int world_size, int rank, const std::vector<int64_t>& shard_sizes);
+// of this layout (no shards: a plan without data, for a dry run). Throws
+// UsageError when the data cannot give every rank a batch
+// (data::DistributedSampler's checks).
+RunPlan plan_run(const RunSettings& settings, int world_size, int rank, const data::DataLayout& data);
 
 const char* precision_name(at::ScalarType compute_dtype);  // "fp32", "bf16", "fp16"
 

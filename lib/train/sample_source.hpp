@@ -10,6 +10,8 @@
 #pragma once
 
 #include <cstdint>
+#include <numeric>
+#include <string>
 #include <vector>
 
 #include "wantrain/data/sampler.hpp"
@@ -17,12 +19,25 @@
 
 namespace wt::train {
 
+// Samples that can share a batch (a dataset's bucket: one latent shape).
+struct SampleGroup {
+  std::string name;  // "" for the one group of a source without buckets
+  std::vector<int64_t> indices;
+};
+
 class SampleSource {
  public:
   virtual ~SampleSource() = default;
   virtual int64_t size() const = 0;
-  // The samples `indices` as one batch on the CPU, in that order.
+  // The samples `indices` (of one group) as one batch on the CPU, in that order.
   virtual Batch read(const std::vector<int64_t>& indices) = 0;
+  // The groups whose samples may be batched together; all in one by default.
+  virtual std::vector<SampleGroup> groups() const {
+    SampleGroup all;
+    all.indices.resize(static_cast<size_t>(size()));
+    std::iota(all.indices.begin(), all.indices.end(), int64_t{0});
+    return {all};
+  }
 };
 
 class BatchSource {

@@ -12,8 +12,23 @@ ShardSamples::ShardSamples(data::Dataset dataset)
 
 ShardSamples::~ShardSamples() = default;
 
+std::vector<SampleGroup> ShardSamples::groups() const {
+  const auto& buckets = dataset_.buckets();
+  if (buckets.size() == 1) return SampleSource::groups();
+  std::vector<SampleGroup> groups;
+  for (const auto& bucket : buckets) {
+    SampleGroup group{bucket.name(), {}};
+    for (const size_t shard : bucket.shards) {
+      const int64_t first = dataset_.locate_shard(shard);
+      for (int64_t i = 0; i < dataset_.shards()[shard].samples; ++i) group.indices.push_back(first + i);
+    }
+    groups.push_back(std::move(group));
+  }
+  return groups;
+}
+
 Batch ShardSamples::read(const std::vector<int64_t>& indices) {
-  const auto& shape = dataset_.shape();
+  const auto& shape = dataset_.shape_of(indices.front());
   const int64_t b = int64_t(indices.size());
   auto latents = torch::empty({b, shape.channels, shape.frames, shape.height, shape.width},
                               data::scalar_type(shape.latents));                                 // [B, C, F, H, W]
@@ -48,8 +63,7 @@ ShardBatches::ShardBatches(data::Dataset dataset, data::DistributedSampler sampl
                            const ShardBatchesOptions& options) {
   data::LoaderOptions loader;
   loader.prefetch = options.prefetch;
-  const auto& shape = dataset.shape();
-  loader.dtype = loader_dtype(shape, options.for_gpu);
+  loader.dtype = loader_dtype(dataset.buckets().front().shape, options.for_gpu);  // buckets share the dtypes
   loader.pin_memory = options.for_gpu;
   if (const Objective* objective = options.objective) {
     const int64_t first_step = options.first_step;

@@ -21,6 +21,9 @@ class ShardSamples final : public SampleSource {
   ~ShardSamples() override;
   int64_t size() const override { return dataset_.size(); }
   Batch read(const std::vector<int64_t>& indices) override;
+  // One group per bucket, named by its latent shape ("5x32x32"); a dataset
+  // of one shape is one unnamed group.
+  std::vector<SampleGroup> groups() const override;
   const data::Dataset& dataset() const { return dataset_; }
 
  private:

@@ -161,11 +161,19 @@ void TrainLog::record(const StepResult& r, int64_t skipped_total, const MemoryPe
   times_ = {};
 }
 
-void TrainLog::validation(int64_t step, double loss) {
+void TrainLog::validation(int64_t step, const ValidationResult& result) {
   if (!enabled_) return;
-  line(fmt::format("step {}  validation loss {:.5f}", step, loss));
-  write_line(nlohmann::json{{"step", step}, {"val_loss", loss}}.dump());
-  if (tensorboard_) to_tensorboard([&] { tensorboard_->scalars(step, {{"val/loss", loss}}); });
+  std::string buckets;
+  nlohmann::json record{{"step", step}, {"val_loss", result.loss}};
+  std::vector<report::Scalar> scalars{{"val/loss", result.loss}};
+  for (const auto& g : result.groups) {
+    buckets += fmt::format("{}{} {:.5f} ({})", buckets.empty() ? "; per bucket: " : ", ", g.name, g.loss, g.samples);
+    record["val_loss_buckets"][g.name] = g.loss;
+    scalars.push_back({"val/loss/" + g.name, g.loss});
+  }
+  line(fmt::format("step {}  validation loss {:.5f}{}", step, result.loss, buckets));
+  write_line(record.dump());
+  if (tensorboard_) to_tensorboard([&] { tensorboard_->scalars(step, scalars); });
 }
 
 void TrainLog::sample(int64_t step, const SampleReport& s) {

@@ -18,6 +18,7 @@
 
 #include "wantrain/report/tensorboard_writer.hpp"
 #include "wantrain/train/engine.hpp"
+#include "wantrain/train/validation.hpp"
 #include "wantrain/util/progress.hpp"
 
 namespace wt::train {
@@ -57,7 +58,8 @@ class TrainLog {
 
   // `peaks` at logged steps (is_logged_step), empty otherwise.
   void record(const StepResult& step, int64_t skipped_total, const MemoryPeaks& peaks);
-  void validation(int64_t step, double loss);
+  // The overall loss, and each bucket's when the validation data hold several.
+  void validation(int64_t step, const ValidationResult& result);
   void sample(int64_t step, const SampleReport& sample);
   // The closing line: steps, mean samples/s, skipped steps, wall time and
   // each rank's peak memory; also a last metrics.jsonl line.

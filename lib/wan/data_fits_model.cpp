@@ -2,7 +2,7 @@
 
 #include <fmt/format.h>
 
-#include "wantrain/data/shard.hpp"
+#include "wantrain/data/dataset.hpp"
 #include "wantrain/wan/model/model_config.hpp"
 #include "wantrain/util/error.hpp"
 
@@ -25,6 +25,15 @@ void check_data_fits_model(const data::SampleShape& s, const std::string& data_d
   for (int a = 0; a < 3; ++a)
     if (sizes[a] % c.patch_size[a] != 0)
       fail(fmt::format("latent {} {} is not a multiple of patch_size {}", kAxis[a], sizes[a], c.patch_size[a]));
+}
+
+void check_data_fits_model(const data::Dataset& dataset, const WanConfig& config, const std::string& config_path) {
+  const auto& buckets = dataset.buckets();
+  for (const auto& bucket : buckets)
+    check_data_fits_model(
+        bucket.shape,
+        buckets.size() == 1 ? dataset.directory() : fmt::format("{} (bucket {})", dataset.directory(), bucket.name()),
+        config, config_path);
 }
 
 }  // namespace wt::wan

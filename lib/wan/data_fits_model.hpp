@@ -7,7 +7,8 @@
 
 namespace wt::data {
 struct SampleShape;
-}
+class Dataset;
+}  // namespace wt::data
 namespace wt::wan {
 struct WanConfig;
 }
@@ -20,5 +21,7 @@ namespace wt::wan {
 // of patch_size.
 void check_data_fits_model(const data::SampleShape& sample, const std::string& data_dir, const WanConfig& config,
                            const std::string& config_path);
+// Every bucket of `dataset` (one of several is named in the error).
+void check_data_fits_model(const data::Dataset& dataset, const WanConfig& config, const std::string& config_path);
 
 }  // namespace wt::wan

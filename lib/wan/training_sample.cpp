@@ -70,7 +70,7 @@ TrainingSampler::TrainingSampler(const data::Dataset& dataset, const TrainingSam
   if (options.index < 0 || options.index >= dataset.size())
     throw SettingError("sample_index",
                        fmt::format("{} is outside the {} training samples", options.index, dataset.size()));
-  const auto& s = dataset.shape();
+  const auto& s = dataset.shape_of(options.index);  // drawn at the shape of its bucket
   latents_ = torch::empty({s.channels, s.frames, s.height, s.width}, data::scalar_type(s.latents));
   context_ = torch::empty({s.text_len, s.text_dim}, data::scalar_type(s.text));
   int32_t text_len = 0;

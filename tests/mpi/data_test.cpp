@@ -66,8 +66,8 @@ TEST(DistributedLoading, GlobalBatchEqualsOneRankWithTheWholeGlobalBatch) {
   const auto dataset = data::Dataset::open(dir);
   const int W = test_world().size(), r = test_world().rank();
   const int64_t B = 2;
-  data::Loader here(dataset, data::DistributedSampler(dataset.shard_sizes(), {W, r, B, 11, true, false}));
-  data::Loader alone(dataset, data::DistributedSampler(dataset.shard_sizes(), {1, 0, B * W, 11, true, false}));
+  data::Loader here(dataset, data::DistributedSampler(dataset.layout(), {W, r, B, 11, true, false}));
+  data::Loader alone(dataset, data::DistributedSampler(dataset.layout(), {1, 0, B * W, 11, true, false}));
   for (int k = 0; k < 3; ++k) {
     const auto batch = here.next();
     auto all = torch::empty({W, B}, torch::kLong);  // [ranks, B]

@@ -152,13 +152,95 @@ TEST(DataFormat, ShardMissingADatasetIsNamed) {
 TEST(DataFormat, ShardsThatDisagreeNameBothAndTheirShapes) {
   const auto dir = wt::testing::fresh_directory("disagree");
   auto other = small_shape();
-  other.frames = 1;
+  other.text_dim = 9;
   wt::testing::write_shard(dir + "/000.h5", small_shape(), 2, 0);
   wt::testing::write_shard(dir + "/003.h5", other, 2, 0);
+  const std::string tail = " (the shards of a dataset may differ only in the latents' frames, height and width)";
   EXPECT_EQ(open_error(dir), "data: shard " + dir +
-                                 "/003.h5 has latents [N,4,1,3,5] float32, text_emb [N,6,8] "
+                                 "/003.h5 has latents [N,4,2,3,5] float32, text_emb [N,6,9] "
                                  "float32 but shard " +
-                                 dir + "/000.h5 has latents [N,4,2,3,5] float32, text_emb [N,6,8] float32");
+                                 dir + "/000.h5 has latents [N,4,2,3,5] float32, text_emb [N,6,8] float32" + tail);
+  // Latent channels and stored dtypes must agree too.
+  other = small_shape();
+  other.channels = 3;
+  wt::testing::write_shard(dir + "/003.h5", other, 2, 0);
+  EXPECT_NE(open_error(dir).find("/003.h5 has latents [N,3,2,3,5] float32"), std::string::npos);
+  other = small_shape(data::Stored::Float16);
+  wt::testing::write_shard(dir + "/003.h5", other, 2, 0);
+  EXPECT_NE(open_error(dir).find("/003.h5 has latents [N,4,2,3,5] float16"), std::string::npos);
+}
+
+// Buckets: shards of several latent shapes are one dataset; its buckets are
+// ordered by (F, H, W), whatever the files are called, and each sample reads
+// back at its own shape.
+TEST(DataFormat, ShardsOfSeveralLatentShapesFormBucketsOrderedByShape) {
+  const auto dir = wt::testing::fresh_directory("buckets");
+  auto wide = small_shape(), still = small_shape();
+  wide.width = 7;
+  still.frames = 1;
+  wt::testing::write_shard(dir + "/a.h5", wide, 3, 10);           // samples 0-2
+  wt::testing::write_shard(dir + "/b.h5", small_shape(), 2, 20);  // 3-4
+  wt::testing::write_shard(dir + "/c.h5", still, 4, 30);          // 5-8
+  wt::testing::write_shard(dir + "/d.h5", wide, 1, 40);           // 9
+  const auto dataset = data::Dataset::open(dir);
+  ASSERT_EQ(dataset.size(), 10);
+  ASSERT_EQ(dataset.buckets().size(), 3u);
+  // (1,3,5) < (2,3,5) < (2,3,7)
+  EXPECT_EQ(dataset.buckets()[0].name(), "1x3x5");
+  EXPECT_EQ(dataset.buckets()[0].shards, (std::vector<size_t>{2}));
+  EXPECT_EQ(dataset.buckets()[0].samples, 4);
+  EXPECT_EQ(dataset.buckets()[1].name(), "2x3x5");
+  EXPECT_EQ(dataset.buckets()[2].name(), "2x3x7");
+  EXPECT_EQ(dataset.buckets()[2].shards, (std::vector<size_t>{0, 3}));
+  EXPECT_EQ(dataset.buckets()[2].samples, 4);
+  EXPECT_EQ(dataset.largest_shape(), wide);
+  EXPECT_EQ(dataset.describe_buckets(), "1x3x5 (4 samples), 2x3x5 (2 samples), 2x3x7 (4 samples)");
+  const auto layout = dataset.layout();
+  EXPECT_EQ(layout.shard_sizes, (std::vector<int64_t>{3, 2, 4, 1}));
+  EXPECT_EQ(layout.shard_buckets, (std::vector<int>{2, 1, 0, 2}));
+  // A tool that needs one shape says so, naming the buckets.
+  try {
+    (void)dataset.shape();
+    ADD_FAILURE() << "shape() of a bucketed dataset";
+  } catch (const wt::UsageError& e) {
+    EXPECT_EQ(std::string(e.what()), "data: " + dir + " holds samples of 3 shapes (" + dataset.describe_buckets() +
+                                         "); this needs a dataset of one");
+  }
+  data::SampleReader reader(dataset);
+  for (const auto& [index, shape, seed, row] : {std::tuple{int64_t(1), wide, 10, 1},
+                                                {int64_t(4), small_shape(), 20, 1},
+                                                {int64_t(8), still, 30, 3},
+                                                {int64_t(9), wide, 40, 0}}) {
+    EXPECT_EQ(dataset.shape_of(index), shape);
+    auto latents = torch::empty({shape.channels, shape.frames, shape.height, shape.width});
+    auto text = torch::empty({shape.text_len, shape.text_dim});
+    int32_t text_len = 0;
+    reader.read(index, latents, text, text_len);
+    EXPECT_TRUE(torch::equal(latents, wt::testing::expected_latents(shape, seed, row))) << index;
+  }
+  // Reading a sample into tensors of another bucket's shape is an error, not a write past them.
+  auto wrong = torch::empty({4, 1, 3, 5});
+  auto text = torch::empty({6, 8});
+  int32_t text_len = 0;
+  EXPECT_THROW(reader.read(0, wrong, text, text_len), wt::Error);
+}
+
+// Version 1 shards (before buckets) are still read; a future version is named.
+TEST(DataFormat, VersionOneShardsAreReadAndUnknownVersionsNamed) {
+  const auto dir = wt::testing::fresh_directory("versions");
+  wt::testing::write_shard(dir + "/a.h5", small_shape(), 2, 0);
+  const auto set_version = [&](long long version) {
+    const wt::io::Handle file(H5Fopen((dir + "/a.h5").c_str(), H5F_ACC_RDWR, H5P_DEFAULT), H5Fclose);
+    const wt::io::Handle attribute(H5Aopen(file.get(), "version", H5P_DEFAULT), H5Aclose);
+    ASSERT_GE(H5Awrite(attribute.get(), H5T_NATIVE_LLONG, &version), 0);
+  };
+  EXPECT_EQ(data::inspect_shard(dir + "/a.h5").version, data::kShardVersion);
+  set_version(1);
+  EXPECT_EQ(data::inspect_shard(dir + "/a.h5").version, 1);
+  EXPECT_EQ(data::Dataset::open(dir).size(), 2);
+  set_version(3);
+  EXPECT_EQ(open_error(dir),
+            "data: shard " + dir + "/a.h5: format version 3 is not supported (this wantrain reads versions 1 to 2)");
 }
 
 TEST(DataFormat, WrongNumberOfDimensionsIsNamed) {

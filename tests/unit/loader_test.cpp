@@ -166,3 +166,37 @@ TEST(Loader, ABatchStillHeldIsNeverRefilledWhileTheLoaderReadsAhead) {
   EXPECT_TRUE(torch::equal(held.text_emb, text));
   EXPECT_TRUE(torch::equal(micro, view));
 }
+
+// A dataset of two shapes: each batch has its bucket's shape and its samples'
+// values, and once both shapes have been seen no buffer is allocated again
+// (each shape keeps its own).
+TEST(Loader, BucketedBatchesHaveTheirBucketsShapeAndReuseBuffersPerShape) {
+  const auto dir = wt::testing::fresh_directory("loader-buckets");
+  const auto small = wt::testing::small_shape(data::Stored::Float16, data::Stored::Float16);
+  auto wide = small;
+  wide.width = 9;
+  wt::testing::write_shard(dir + "/a.h5", small, 8, 100);  // samples 0-7
+  wt::testing::write_shard(dir + "/b.h5", wide, 6, 200);   // 8-13
+  const auto dataset = data::Dataset::open(dir);
+  data::DistributedSampler sampler(dataset.layout(), {1, 0, 2, 5, true, false});  // 7 batches an epoch
+  data::DistributedSampler reference = sampler;
+  data::Loader loader(dataset, sampler, {2, at::kFloat});
+  int64_t allocated_after_warmup = -1;
+  for (int step = 0; step < 7 * 6; ++step) {
+    const auto want = reference.next();
+    const data::Batch batch = loader.next();
+    ASSERT_EQ(batch.indices, want);
+    const bool is_wide = want[0] >= 8;
+    const auto& shape = is_wide ? wide : small;
+    EXPECT_EQ(batch.latents.sizes(), (at::IntArrayRef{2, 4, 2, 3, is_wide ? 9 : 5}));
+    for (size_t j = 0; j < want.size(); ++j) {
+      EXPECT_EQ(want[j] >= 8, is_wide) << "one bucket per batch";
+      const int64_t seed = is_wide ? 200 : 100, row = is_wide ? want[j] - 8 : want[j];
+      EXPECT_TRUE(
+          torch::equal(batch.latents[j], wt::testing::expected_latents(shape, seed, row).to(at::kHalf).to(at::kFloat)));
+    }
+    if (step == 7 * 2) allocated_after_warmup = loader.allocations();  // two epochs: both shapes seen many times
+  }
+  EXPECT_GT(allocated_after_warmup, 0);
+  EXPECT_EQ(loader.allocations(), allocated_after_warmup) << "buffers re-allocated in steady state";
+}

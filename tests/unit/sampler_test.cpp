@@ -158,3 +158,142 @@ TEST(Sampler, StateRestoresExactlyAndAcrossWorldSizes) {
 
   EXPECT_THROW(one.restore({0, 5}), wt::UsageError);  // not a multiple of the global batch
 }
+
+namespace {
+
+// Shards of sizes {7, 12, 5, 9, 6} in buckets {1, 0, 2, 0, 1}: bucket 0 holds
+// samples 7-18 and 24-32 (21), bucket 1 holds 0-6 and 33-38 (13), bucket 2
+// holds 19-23 (5).
+DataLayout three_buckets() {
+  DataLayout layout(std::vector<int64_t>{7, 12, 5, 9, 6});
+  layout.shard_buckets = {1, 0, 2, 0, 1};
+  layout.bucket_names = {"a", "b", "c"};
+  return layout;
+}
+int bucket_of(int64_t i) { return (i >= 7 && i < 19) || (i >= 24 && i < 33) ? 0 : i >= 19 && i < 24 ? 2 : 1; }
+
+std::vector<int64_t> bucketed_global_batch(const DataLayout& layout, int world, int64_t batch, int64_t epoch, int64_t k,
+                                           bool drop_last = true) {
+  std::vector<int64_t> out;
+  for (int r = 0; r < world; ++r) {
+    const auto b = DistributedSampler(layout, {world, r, batch, 7, drop_last, false}).batch(epoch, k);
+    out.insert(out.end(), b.begin(), b.end());
+  }
+  return out;
+}
+
+}  // namespace
+
+// Every global batch is one bucket's; an epoch takes floor(n_b / BW) batches
+// from bucket b, each sample at most once, and interleaves the buckets.
+TEST(Sampler, BucketsGiveGlobalBatchesOfOneShapeEachSampleOncePerEpoch) {
+  const auto layout = three_buckets();
+  for (int world : {1, 2, 4}) {
+    const int64_t batch = 4 / world;  // global batch 4
+    const DistributedSampler s(layout, {world, 0, batch, 7, true, false});
+    EXPECT_EQ(s.bucket_samples(), (std::vector<int64_t>{21, 13, 5}));
+    EXPECT_EQ(s.bucket_batches(), (std::vector<int64_t>{5, 3, 1}));
+    ASSERT_EQ(s.batches_per_epoch(), 9);
+    std::set<int64_t> seen;
+    std::vector<int> order;
+    for (int64_t k = 0; k < 9; ++k) {
+      const auto global = bucketed_global_batch(layout, world, batch, 3, k);
+      ASSERT_EQ(global.size(), 4u);
+      for (const auto i : global) {
+        EXPECT_EQ(bucket_of(i), bucket_of(global[0])) << "batch " << k << " mixes buckets";
+        EXPECT_TRUE(seen.insert(i).second) << "sample " << i << " twice";
+      }
+      order.push_back(bucket_of(global[0]));
+    }
+    EXPECT_EQ(std::count(order.begin(), order.end(), 0), 5);
+    EXPECT_EQ(std::count(order.begin(), order.end(), 2), 1);
+    // Interleaved, not bucket after bucket (fixed by seed 7 and epoch 3).
+    EXPECT_FALSE(std::is_sorted(order.begin(), order.end()));
+  }
+}
+
+// 1 rank x 2B and 2 ranks x B see the same samples in every global batch,
+// and the order depends on (seed, epoch) alone.
+TEST(Sampler, BucketedGlobalBatchesAreTheSameOnAnyWorldSize) {
+  const auto layout = three_buckets();
+  for (bool drop_last : {true, false}) {
+    const int64_t batches = DistributedSampler(layout, {1, 0, 6, 7, drop_last, false}).batches_per_epoch();
+    EXPECT_EQ(batches, drop_last ? 3 + 2 + 0 : 4 + 3 + 1);
+    for (int64_t epoch : {0, 1})
+      for (int64_t k = 0; k < batches; ++k) {
+        auto one = bucketed_global_batch(layout, 1, 6, epoch, k, drop_last);
+        auto two = bucketed_global_batch(layout, 2, 3, epoch, k, drop_last);
+        auto three = bucketed_global_batch(layout, 3, 2, epoch, k, drop_last);
+        std::sort(one.begin(), one.end());
+        std::sort(two.begin(), two.end());
+        std::sort(three.begin(), three.end());
+        EXPECT_EQ(one, two) << "epoch " << epoch << " batch " << k;
+        EXPECT_EQ(one, three) << "epoch " << epoch << " batch " << k;
+      }
+    EXPECT_NE(bucketed_global_batch(layout, 1, 6, 0, 0, drop_last),
+              bucketed_global_batch(layout, 1, 6, 1, 0, drop_last));
+  }
+}
+
+// Without drop_last a bucket's tail wraps around within the bucket: every
+// sample of every bucket is visited, the padding comes from the same bucket.
+TEST(Sampler, BucketTailsWrapAroundWithinTheirBucket) {
+  const auto layout = three_buckets();
+  const DistributedSampler s(layout, {2, 0, 2, 7, false, false});
+  EXPECT_EQ(s.bucket_batches(), (std::vector<int64_t>{6, 4, 2}));  // ceil(21/4), ceil(13/4), ceil(5/4)
+  std::vector<std::multiset<int64_t>> seen(3);
+  for (int64_t k = 0; k < s.batches_per_epoch(); ++k) {
+    const auto global = bucketed_global_batch(layout, 2, 2, 0, k, false);
+    for (const auto i : global) {
+      EXPECT_EQ(bucket_of(i), bucket_of(global[0]));
+      seen[size_t(bucket_of(i))].insert(i);
+    }
+  }
+  const int64_t sizes[] = {21, 13, 5};
+  for (size_t b = 0; b < 3; ++b) {
+    EXPECT_EQ(int64_t(std::set<int64_t>(seen[b].begin(), seen[b].end()).size()), sizes[b]) << "bucket " << b;
+    EXPECT_EQ(int64_t(seen[b].size()), int64_t(s.bucket_batches()[b]) * 4) << "bucket " << b;
+  }
+}
+
+// One bucket is exactly the order without buckets (runs and checkpoints
+// from before buckets continue unchanged).
+TEST(Sampler, OneBucketKeepsTheOrderWithoutBuckets) {
+  DataLayout one(std::vector<int64_t>{13, 20, 8});
+  one.shard_buckets = {0, 0, 0};
+  for (int64_t k = 0; k < 5; ++k)
+    EXPECT_EQ(DistributedSampler(one, {2, 1, 4, 7, true, false}).batch(2, k), make({13, 20, 8}, 2, 1, 4).batch(2, k));
+}
+
+TEST(Sampler, BucketsThatFillNoGlobalBatchAndShardAffinityAreRefused) {
+  try {
+    DistributedSampler(three_buckets(), {2, 0, 11, 7, true, false});
+    FAIL();
+  } catch (const wt::UsageError& e) {
+    EXPECT_STREQ(e.what(),
+                 "data: the largest bucket's 21 samples are fewer than one global batch (2 ranks x 11 samples per rank "
+                 "per step = 22); use more data, fewer ranks or a smaller batch");
+  }
+  EXPECT_THROW(DistributedSampler(three_buckets(), {1, 0, 2, 7, true, true}), wt::UsageError);
+}
+
+// Resuming a bucketed epoch at another world size continues with the same
+// global batches.
+TEST(Sampler, BucketedStateRestoresAcrossWorldSizes) {
+  const auto layout = three_buckets();
+  DistributedSampler a(layout, {2, 0, 2, 7, true, false}), a1(layout, {2, 1, 2, 7, true, false});
+  for (int i = 0; i < 13; ++i) a.next(), a1.next();  // 9 a epoch: into epoch 1
+  const SamplerState saved = a.state();
+  EXPECT_EQ(saved, (SamplerState{1, 4 * 4}));
+  DistributedSampler one(layout, {1, 0, 4, 7, true, false});
+  one.restore(saved);
+  for (int i = 0; i < 12; ++i) {
+    auto together = a.next();
+    const auto rank1 = a1.next();
+    together.insert(together.end(), rank1.begin(), rank1.end());
+    auto alone = one.next();
+    std::sort(together.begin(), together.end());
+    std::sort(alone.begin(), alone.end());
+    EXPECT_EQ(together, alone) << i;
+  }
+}
