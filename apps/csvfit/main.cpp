@@ -154,7 +154,7 @@ int run(distributed::World& world, int argc, char** argv) {
   const train::RunSettings settings = app::run_settings(c);
   train::RunPlan plan;
   world.agree([&] {
-    plan = train::plan_run(settings, world.size(), world.rank(), std::vector<int64_t>{int64_t(samples.size())});
+    plan = train::plan_run(settings, world.size(), world.rank(), data::DataLayout({int64_t(samples.size())}));
   });
   if (world.is_root())
     log::info_lines("csvfit: resolved configuration\n" + options.resolved_table() +
@@ -176,7 +176,7 @@ int run(distributed::World& world, int argc, char** argv) {
   torch::manual_seed(c.seed);
   auto mlp = nn::make_mlp(F, hidden, T);
   train::RegressionObjective objective(mlp);
-  data::DistributedSampler sampler(std::vector<int64_t>{int64_t(samples.size())}, plan.sampler);
+  data::DistributedSampler sampler(data::DataLayout({int64_t(samples.size())}), plan.sampler);
   std::unique_ptr<train::Engine> engine;
   train::FitRun fit_run;
   world.agree([&] {

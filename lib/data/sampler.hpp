@@ -33,7 +33,7 @@ namespace wt::data {
 // What a sampler needs of a dataset (Dataset::layout()): each shard's sample count and bucket.
 struct DataLayout {
   DataLayout() = default;
-  DataLayout(std::vector<int64_t> sizes) : shard_sizes(std::move(sizes)) {}  // one bucket
+  explicit DataLayout(std::vector<int64_t> sizes) : shard_sizes(std::move(sizes)) {}  // one bucket
   std::vector<int64_t> shard_sizes;
   std::vector<int> shard_buckets;         // empty: every shard in bucket 0
   std::vector<std::string> bucket_names;  // for messages and plans; may be empty

@@ -48,7 +48,7 @@ struct WanRun::Impl {
 WanRun::WanRun(const train::RunPlan& plan, const WanRunOptions& options, distributed::Comm& comm, data::Dataset dataset,
                WanConfig config, const train::StartPoint& start, Teacher* teacher) {
   const ckpt::Checkpoint* resume = start.checkpoint ? &*start.checkpoint : nullptr;
-  data::DistributedSampler sampler(dataset.shard_sizes(), plan.sampler);
+  data::DistributedSampler sampler(dataset.layout(), plan.sampler);
 
   const bool lora = options.lora.rank > 0;
   if (lora && teacher)

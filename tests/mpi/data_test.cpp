@@ -36,7 +36,7 @@ TEST(DistributedLoading, RanksReadTheEpochExactlyOnceMinusTheTail) {
   const auto dataset = data::Dataset::open(dir);  // 23 samples
   const int W = test_world().size(), r = test_world().rank();
   const int64_t B = 2;
-  data::DistributedSampler sampler(dataset.shard_sizes(), {W, r, B, 5, true, false});
+  data::DistributedSampler sampler(dataset.layout(), {W, r, B, 5, true, false});
   const int64_t batches = sampler.batches_per_epoch();
   EXPECT_EQ(batches, 23 / (W * B));
   data::Loader loader(dataset, sampler, {2, at::kFloat});

@@ -65,7 +65,7 @@ TEST(InputsAhead, NoiseFromTheLoaderGivesTheStepTheSameLossAndGradients) {
   source_options.objective = &objective;
   source_options.first_step = first_step;
   train::ShardBatches source(small_model_dataset("inputs-ahead"),
-                             data::DistributedSampler(std::vector<int64_t>{9, 7}, {1, 0, B * K, 3, true, false}),
+                             data::DistributedSampler(data::DataLayout(std::vector<int64_t>{9, 7}), {1, 0, B * K, 3, true, false}),
                              source_options);
   for (int64_t n = 0; n < 4; ++n) {
     int64_t epoch = 0;

@@ -30,7 +30,7 @@ struct Fixture {
 TEST(Loader, DeliversTheSamplersBatchesConvertedToTheTrainingDtype) {
   Fixture f("loader-batches");
   auto dataset = data::Dataset::open(f.dir);
-  data::DistributedSampler sampler(dataset.shard_sizes(), {1, 0, 3, 9, true, false});
+  data::DistributedSampler sampler(dataset.layout(), {1, 0, 3, 9, true, false});
   data::DistributedSampler reference = sampler;
   data::Loader loader(dataset, sampler, {2, at::kFloat});
   for (int step = 0; step < 7; ++step) {  // 3 batches per epoch: crosses two epochs
@@ -55,7 +55,7 @@ TEST(Loader, DeliversTheSamplersBatchesConvertedToTheTrainingDtype) {
 TEST(Loader, ResumesFromASavedStateWithTheSameBatches) {
   Fixture f("loader-resume");
   auto dataset = data::Dataset::open(f.dir);
-  data::DistributedSampler sampler(dataset.shard_sizes(), {1, 0, 2, 1, true, false});
+  data::DistributedSampler sampler(dataset.layout(), {1, 0, 2, 1, true, false});
   data::SamplerState saved;
   std::vector<std::vector<int64_t>> after;
   {
@@ -73,7 +73,7 @@ TEST(Loader, UnreadableShardIsReportedInTheCallersThreadByName) {
   Fixture f("loader-error");
   auto dataset = data::Dataset::open(f.dir);
   fs::remove(f.dir + "/b.h5");  // vanishes after the check (a failing network file system, say)
-  data::DistributedSampler sampler(dataset.shard_sizes(), {1, 0, 11, 0, true, false});  // every sample
+  data::DistributedSampler sampler(dataset.layout(), {1, 0, 11, 0, true, false});  // every sample
   data::Loader loader(dataset, sampler, {1, at::kFloat});
   try {
     loader.next();
@@ -88,7 +88,7 @@ TEST(Loader, UnreadableShardIsReportedInTheCallersThreadByName) {
 TEST(Loader, ShutsDownCleanlyWhileReadingAhead) {
   Fixture f("loader-shutdown");
   auto dataset = data::Dataset::open(f.dir);
-  data::DistributedSampler sampler(dataset.shard_sizes(), {1, 0, 1, 0, true, false});
+  data::DistributedSampler sampler(dataset.layout(), {1, 0, 1, 0, true, false});
   for (int prefetch : {1, 4}) {
     data::Loader loader(dataset, sampler, {prefetch, at::kBFloat16});
     EXPECT_EQ(loader.next().latents.scalar_type(), at::kBFloat16);
@@ -109,7 +109,7 @@ TEST(Loader, LargeSamplesReadAsStoredThenConvertedArriveIntact) {
   const auto dir = wt::testing::fresh_directory("loader-large");
   wt::testing::write_shard(dir + "/a.h5", s, 7, 3);
   auto dataset = data::Dataset::open(dir);
-  data::DistributedSampler sampler(dataset.shard_sizes(), {1, 0, 3, 2, true, false});
+  data::DistributedSampler sampler(dataset.layout(), {1, 0, 3, 2, true, false});
   data::DistributedSampler reference = sampler;
   data::Loader loader(dataset, sampler, {2, at::kFloat});
   for (int step = 0; step < 4; ++step) {
@@ -129,7 +129,7 @@ TEST(Loader, LargeSamplesReadAsStoredThenConvertedArriveIntact) {
 TEST(Loader, FinishAddsTensorsFromTheRecycledBuffersToEachBatchInOrder) {
   Fixture f("loader-finish");
   auto dataset = data::Dataset::open(f.dir);
-  data::DistributedSampler sampler(dataset.shard_sizes(), {1, 0, 2, 4, true, false});
+  data::DistributedSampler sampler(dataset.layout(), {1, 0, 2, 4, true, false});
   data::LoaderOptions options(2, at::kFloat);
   options.finish = [](data::Batch& batch, const data::LoaderOptions::Allocate& allocate) {
     auto first = allocate({int64_t(batch.indices.size())}, at::kLong);  // [B]
@@ -156,7 +156,7 @@ TEST(Loader, FinishAddsTensorsFromTheRecycledBuffersToEachBatchInOrder) {
 TEST(Loader, ABatchStillHeldIsNeverRefilledWhileTheLoaderReadsAhead) {
   Fixture f("loader-held");
   auto dataset = data::Dataset::open(f.dir);
-  data::DistributedSampler sampler(dataset.shard_sizes(), {1, 0, 3, 2, true, false});
+  data::DistributedSampler sampler(dataset.layout(), {1, 0, 3, 2, true, false});
   data::Loader loader(dataset, sampler, {2, at::kFloat});
   const data::Batch held = loader.next();
   const auto micro = held.latents.narrow(0, 1, 2);  // what a micro-batch keeps on the CPU: a view

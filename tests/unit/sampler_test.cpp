@@ -16,7 +16,7 @@ namespace {
 
 DistributedSampler make(std::vector<int64_t> shards, int world, int rank, int64_t batch, bool drop_last = true,
                         bool affinity = false, uint64_t seed = 7) {
-  return DistributedSampler(std::move(shards), {world, rank, batch, seed, drop_last, affinity});
+  return DistributedSampler(DataLayout(std::move(shards)), {world, rank, batch, seed, drop_last, affinity});
 }
 
 // Every rank's batch k, concatenated in rank order.
