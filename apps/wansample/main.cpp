@@ -186,7 +186,7 @@ int run(distributed::World&, int argc, char** argv) {
     if (c.index < 0 || c.index >= dataset.size())
       throw UsageError(
           fmt::format("option --index: {} is outside the {} samples of {}", c.index, dataset.size(), c.data));
-    const auto& s = dataset.shape();
+    const auto& s = dataset.shape_of(c.index);  // a bucketed dataset: that sample's shape
     wan::check_data_fits_model(s, c.data, config, c.model_config);
     reference = torch::empty({s.channels, s.frames, s.height, s.width}, data::scalar_type(s.latents));
     context = torch::empty({s.text_len, s.text_dim}, data::scalar_type(s.text));
