@@ -27,16 +27,26 @@ namespace wt {
 namespace {
 
 struct IoConfig {
-  std::string config_file, dir, shapes = "tiny,wan480p", dtype = "float32";
-  int64_t tiny_samples = 2048, wan_samples = 48, batch_size = 4, shards = 4;
+  std::string config_file, dir, shapes = "tiny,wan480p,buckets", dtype = "float32";
+  int64_t tiny_samples = 2048, wan_samples = 48, bucket_samples = 1536, batch_size = 4, shards = 4;
   int prefetch = 4, rounds = 3;
   bool json = false, strict = false;
 };
 
+// A benchmark dataset: one or more buckets (sample shape, samples).
 struct Shape {
   std::string name;
-  data::SampleShape sample;
-  int64_t samples;
+  std::vector<std::pair<data::SampleShape, int64_t>> buckets;
+  int64_t samples() const {
+    int64_t n = 0;
+    for (const auto& b : buckets) n += b.second;
+    return n;
+  }
+  double bytes() const {  // every sample, as stored
+    double total = 0;
+    for (const auto& [s, n] : buckets) total += double(n) * double(s.latents_bytes() + s.text_bytes());
+    return total;
+  }
 };
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
@@ -45,22 +55,27 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 
 // Writes the benchmark dataset once (random values; only the bytes matter);
 // a later run reuses it when it was made with the same samples and shards.
+// Each bucket is cut into `shards` shards (fewer when it has fewer samples).
 void make_dataset(const std::string& dir, const Shape& shape, int64_t shards) {
-  const std::string made = fmt::format("samples {} shards {}\n", shape.samples, shards);
+  const std::string made =
+      fmt::format("samples {} shards {} buckets {}\n", shape.samples(), shards, shape.buckets.size());
   if (std::ifstream marker(dir + "/.complete"); marker) {
     const std::string text((std::istreambuf_iterator<char>(marker)), std::istreambuf_iterator<char>());
     if (text == made) return;
   }
   fs::remove_all(dir);
   fs::create_directories(dir);
-  const auto& s = shape.sample;
-  const at::Tensor latents = at::randn({s.channels, s.frames, s.height, s.width});
-  const at::Tensor text = at::randn({s.text_len, s.text_dim});
-  int64_t next = 0;
-  for (int64_t k = 0; k < shards; ++k) {
-    const int64_t end = data::shard_first_sample(k + 1, shape.samples, shards);
-    data::ShardWriter writer(data::shard_path(dir, k), s, end - next, false);
-    for (int64_t row = 0; next < end; ++next, ++row) writer.write(row, latents + next, text, s.text_len);
+  int64_t file = 0;
+  for (const auto& [s, samples] : shape.buckets) {
+    const at::Tensor latents = at::randn({s.channels, s.frames, s.height, s.width});
+    const at::Tensor text = at::randn({s.text_len, s.text_dim});
+    const int64_t cut = std::min(shards, samples);
+    int64_t next = 0;
+    for (int64_t k = 0; k < cut; ++k) {
+      const int64_t end = data::shard_first_sample(k + 1, samples, cut);
+      data::ShardWriter writer(data::shard_path(dir, file++), s, end - next, false);
+      for (int64_t row = 0; next < end; ++next, ++row) writer.write(row, latents + next, text, s.text_len);
+    }
   }
   std::ofstream(dir + "/.complete") << made;
 }
@@ -76,8 +91,7 @@ int64_t raw_read(const data::Dataset& dataset, std::vector<char>& buffer) {
     for (const char* name : {"latents", "text_emb"}) {
       const io::Handle d = io::open_dataset(file.get(), name);
       const io::Handle type = io::dataset_type(d.get());
-      const int64_t row_bytes =
-          std::string(name) == "latents" ? dataset.shape().latents_bytes() : dataset.shape().text_bytes();
+      const int64_t row_bytes = std::string(name) == "latents" ? shard.shape.latents_bytes() : shard.shape.text_bytes();
       const int64_t rows_per_read = std::max<int64_t>(1, (int64_t{64} << 20) / row_bytes);
       buffer.resize(std::max(buffer.size(), static_cast<size_t>(rows_per_read * row_bytes)));
       const io::Handle space = io::dataset_space(d.get());
@@ -96,9 +110,13 @@ int64_t raw_read(const data::Dataset& dataset, std::vector<char>& buffer) {
 // One epoch through the Loader (shuffled, collated, converted to --dtype).
 // The Loader lives across rounds, as in training: its buffers are warm.
 int64_t loader_epoch(data::Loader& loader) {
-  int64_t samples = 0;
-  for (int64_t k = 0; k < loader.sampler().batches_per_epoch(); ++k) samples += loader.next().latents.size(0);
-  return samples * (loader.dataset().shape().latents_bytes() + loader.dataset().shape().text_bytes());
+  int64_t bytes = 0;
+  for (int64_t k = 0; k < loader.sampler().batches_per_epoch(); ++k) {
+    const data::Batch batch = loader.next();
+    const auto& s = loader.dataset().shape_of(batch.indices.front());  // one bucket per batch
+    bytes += batch.latents.size(0) * (s.latents_bytes() + s.text_bytes());
+  }
+  return bytes;
 }
 
 double median(std::vector<double> v) {
@@ -115,9 +133,11 @@ int run_io_bench(distributed::World& world, int argc, char** argv) {
   options.group("io")
       .standard_options(&c.config_file)
       .add("dir", &c.dir, "where the benchmark datasets are written (kept for later runs)")
-      .add("shapes", &c.shapes, "which sample shapes: tiny, wan480p or both")
+      .add("shapes", &c.shapes,
+           "which datasets: tiny, wan480p, buckets (three shapes, tiny-sized: batches alternate between them)")
       .add("tiny-samples", &c.tiny_samples, "samples of the tiny dataset")
       .add("wan-samples", &c.wan_samples, "samples of the Wan-480p-like dataset")
+      .add("bucket-samples", &c.bucket_samples, "samples of each bucket of the buckets dataset")
       .add("batch-size", &c.batch_size, "Loader batch size")
       .add("prefetch", &c.prefetch, "Loader read-ahead in batches")
       .choice("dtype", &c.dtype, {"float32", "bfloat16", "stored"},
@@ -134,12 +154,18 @@ int run_io_bench(distributed::World& world, int argc, char** argv) {
     throw UsageError("options --rounds, --batch-size, --prefetch: must be at least 1");
 
   std::vector<Shape> shapes;
-  if (c.shapes.find("tiny") != std::string::npos)
-    shapes.push_back({"tiny", {16, 1, 32, 32, 16, 64, data::Stored::Float16, data::Stored::Float32}, c.tiny_samples});
+  const data::SampleShape tiny{16, 1, 32, 32, 16, 64, data::Stored::Float16, data::Stored::Float32};
+  if (c.shapes.find("tiny") != std::string::npos) shapes.push_back({"tiny", {{tiny, c.tiny_samples}}});
   if (c.shapes.find("wan480p") != std::string::npos)
     shapes.push_back(
-        {"wan480p", {16, 21, 60, 104, 512, 4096, data::Stored::Float16, data::Stored::Float16}, c.wan_samples});
-  if (shapes.empty()) throw UsageError("option --shapes: name tiny, wan480p or both");
+        {"wan480p", {{{16, 21, 60, 104, 512, 4096, data::Stored::Float16, data::Stored::Float16}, c.wan_samples}}});
+  if (c.shapes.find("buckets") != std::string::npos) {
+    auto wide = tiny, clip = tiny;
+    wide.width = 48;
+    clip.frames = 5;
+    shapes.push_back({"buckets", {{tiny, c.bucket_samples}, {wide, c.bucket_samples}, {clip, c.bucket_samples}}});
+  }
+  if (shapes.empty()) throw UsageError("option --shapes: name tiny, wan480p, buckets or several");
 
   nlohmann::json rows = nlohmann::json::array();
   int unreliable = 0;  // rows
@@ -147,16 +173,17 @@ int run_io_bench(distributed::World& world, int argc, char** argv) {
     std::cout << fmt::format(
                      "# wanbench io: batch {}, prefetch {}, Loader output {}, {} rounds (median), page cache warm\n",
                      c.batch_size, c.prefetch, c.dtype, c.rounds)
-              << fmt::format("# {:<8} {:>8} {:>12} | {:>10} {:>9} | {:>10} {:>9} | {:>6}\n", "shape", "samples",
-                             "sample(B)", "raw MB/s", "samples/s", "Loader MB/s", "samples/s", "ratio");
+              << fmt::format("# {:<8} {:>8} {:>12} | {:>10} {:>9} | {:>10} {:>9} | {:>6} | {}\n", "shape", "samples",
+                             "sample(B)", "raw MB/s", "samples/s", "Loader MB/s", "samples/s", "ratio",
+                             "allocs/batches");
   for (const auto& shape : shapes) {
     const std::string dir = c.dir + "/" + shape.name;
-    make_dataset(dir, shape, std::min(c.shards, shape.samples));
+    make_dataset(dir, shape, c.shards);
     const data::Dataset dataset = data::Dataset::open(dir);
-    const double sample_bytes = static_cast<double>(shape.sample.latents_bytes() + shape.sample.text_bytes());
+    const double sample_bytes = shape.bytes() / double(shape.samples());  // the mean, with buckets
     const at::ScalarType dtype = c.dtype == "float32"    ? at::kFloat
                                  : c.dtype == "bfloat16" ? at::kBFloat16
-                                                         : data::scalar_type(dataset.shape().latents);
+                                                         : data::scalar_type(shape.buckets.front().first.latents);
     data::LoaderOptions options;
     options.prefetch = c.prefetch;
     options.dtype = dtype;
@@ -165,6 +192,7 @@ int run_io_bench(distributed::World& world, int argc, char** argv) {
     std::vector<char> raw_buffer;
     raw_read(dataset, raw_buffer);  // warm-up: the page cache and the raw buffer,
     loader_epoch(loader);           // and the Loader's buffers
+    const int64_t warm_allocations = loader.allocations();
     std::vector<double> raw, loaded, raw_seconds, loader_seconds;
     for (int r = 0; r < c.rounds; ++r) {
       auto start = std::chrono::steady_clock::now();
@@ -177,6 +205,12 @@ int run_io_bench(distributed::World& world, int argc, char** argv) {
       loaded.push_back(loader_bytes / loader_seconds.back());
     }
     const double raw_bps = median(raw), loader_bps = median(loaded);
+    // Buffers the Loader allocated in the timed rounds: none once warm, also
+    // when batches alternate between buckets (data/loader.hpp).
+    // A handful at most, while the batches in flight first reach their
+    // maximum (prefetch + 2 per shape), against thousands of batches.
+    const int64_t allocations = loader.allocations() - warm_allocations;
+    const int64_t batches = c.rounds * loader.sampler().batches_per_epoch();
     bench::Plausibility check;
     check.enough_rounds(c.rounds);
     check.resolvable("the raw read", median(raw_seconds));
@@ -185,19 +219,24 @@ int run_io_bench(distributed::World& world, int argc, char** argv) {
                  "the Loader reads the same bytes as the raw read, and converts and copies them");
     unreliable += check.ok() ? 0 : 1;
     nlohmann::json row{{"shape", shape.name},
-                       {"samples", shape.samples},
+                       {"samples", shape.samples()},
                        {"sample_bytes", sample_bytes},
                        {"raw_MBps", raw_bps / 1e6},
                        {"raw_samples_per_s", raw_bps / sample_bytes},
                        {"loader_MBps", loader_bps / 1e6},
                        {"loader_samples_per_s", loader_bps / sample_bytes},
                        {"ratio", loader_bps / raw_bps},
+                       {"buckets", shape.buckets.size()},
+                       {"loader_allocations_warm", allocations},
+                       {"loader_batches_timed", batches},
                        {"unreliable", check.notes()}};
     rows.push_back(row);
     if (!c.json)
-      std::cout << fmt::format("  {:<8} {:>8} {:>12.0f} | {:>10.1f} {:>9.1f} | {:>10.1f} {:>9.1f} | {:>6.3f}{}\n",
-                               shape.name, shape.samples, sample_bytes, raw_bps / 1e6, raw_bps / sample_bytes,
-                               loader_bps / 1e6, loader_bps / sample_bytes, loader_bps / raw_bps, check.row_suffix())
+      std::cout << fmt::format(
+                       "  {:<8} {:>8} {:>12.0f} | {:>10.1f} {:>9.1f} | {:>10.1f} {:>9.1f} | {:>6.3f} | {:>5}/{:<6}{}\n",
+                       shape.name, shape.samples(), sample_bytes, raw_bps / 1e6, raw_bps / sample_bytes,
+                       loader_bps / 1e6, loader_bps / sample_bytes, loader_bps / raw_bps, allocations, batches,
+                       check.row_suffix())
                 << std::flush;
   }
   if (c.json)
@@ -205,7 +244,9 @@ int run_io_bench(distributed::World& world, int argc, char** argv) {
                      .dump(2)
               << "\n";
   else
-    std::cout << "# ratio = Loader MB/s / raw MB/s; MB = 1e6 bytes as stored (latents + text_emb)\n";
+    std::cout
+        << "# ratio = Loader MB/s / raw MB/s; MB = 1e6 bytes as stored (latents + text_emb); allocs/batches = buffers "
+           "the Loader allocated in the timed rounds / batches it delivered (sample(B) is the mean with buckets)\n";
   if (c.strict && unreliable > 0) {
     std::cout << fmt::format("wanbench io: {} unreliable row{} (--strict)\n", unreliable, unreliable == 1 ? "" : "s");
     return kExitFailure;

@@ -578,6 +578,18 @@ TEST(Launch, WanbenchIoComparesTheLoaderWithARawReadOfTheSameBytes) {
   const auto notes = row["unreliable"].dump();
   EXPECT_NE(notes.find("1 round: a median needs --rounds 3 or more"), std::string::npos) << notes;
   EXPECT_NE(notes.find("below the 20 ms the clock and page cache resolve"), std::string::npos) << notes;
+
+  // Three buckets: the mean sample of [16,1,32,32], [16,1,32,48] and
+  // [16,5,32,32] float16 latents with their float32 text, and the batches
+  // the timed rounds delivered.
+  const Job buckets = launch(std::string(WANTRAIN_WANBENCH) +
+                             " io --json --shapes buckets --bucket-samples 16 --rounds 2 --dir " + dir);
+  ASSERT_EQ(buckets.status, 0) << buckets.output;
+  const auto bucket_row = nlohmann::json::parse(buckets.output.substr(buckets.output.find('{')))["rows"][0];
+  EXPECT_EQ(bucket_row["buckets"], 3);
+  EXPECT_EQ(bucket_row["samples"], 48);
+  EXPECT_DOUBLE_EQ(bucket_row["sample_bytes"].get<double>(), 16 * 32 * (32 + 48 + 5 * 32) * 2 / 3.0 + 16 * 64 * 4);
+  EXPECT_EQ(bucket_row["loader_batches_timed"], 2 * 3 * 4);  // 2 rounds of 3 buckets x 16 / 4
 }
 
 TEST(Launch, WanbenchStrictRefusesUnreliableFigures) {
