@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <iostream>
 
 #include "commands.hpp"
@@ -13,6 +14,7 @@
 #include "wantrain/app/version.hpp"
 #include "wantrain/distributed/device_placement.hpp"
 #include "wantrain/distributed/world.hpp"
+#include "wantrain/media/buckets.hpp"
 #include "wantrain/util/error.hpp"
 #include "wantrain/util/exit_codes.hpp"
 #include "wantrain/util/files.hpp"
@@ -28,17 +30,81 @@ namespace {
 
 struct EncodeConfig {
   std::string config_file, input, out, vae, vae_config,
-      vae_dtype = "fp32", t5, t5_config, t5_dtype = "bf16", tokenizer, size = "832x480", caption_extension = ".txt",
+      vae_dtype = "fp32", t5, t5_config, t5_dtype = "bf16", tokenizer, size = "832x480", buckets,
+      bucket_area = "832x480", frames = "81", frame_buckets = "longest", caption_extension = ".txt",
       frame_extraction = "head", latent_dtype = "fp32", emb_dtype = "bf16", device = "auto";
-  int64_t frames = 81, frame_stride = 1, frame_sample = 1, text_len = 512, items_per_shard = 16,
+  int64_t frame_stride = 1, frame_sample = 1, text_len = 512, items_per_shard = 16, bucket_step = 16,
           max_pixels = int64_t(8192) * 8192, max_frames = 100000;
   double fps = 0;
   int decode_threads = 1, threads = 0;
-  bool strict = false;
+  bool strict = false, bucket_no_upscale = false;
 };
 
 data::Stored stored(const std::string& name) {
   return name == "fp32" ? data::Stored::Float32 : name == "bf16" ? data::Stored::BFloat16 : data::Stored::Float16;
+}
+
+// --frames: one clip length, or the frame buckets, each 4k + 1 (checked by
+// wan::check_buckets), in any order.
+std::vector<int64_t> parse_frames(const std::string& text) {
+  std::vector<int64_t> frames;
+  for (const auto& part : split_list(text)) {
+    const bool digits = !part.empty() && part.size() <= 7 && part.find_first_not_of("0123456789") == std::string::npos;
+    if (!digits)
+      throw UsageError(
+          fmt::format("option --frames: '{}' is not a clip length or a list of them, e.g. 81 or "
+                      "1,17,33,81",
+                      text));
+    frames.push_back(std::stoll(part));
+  }
+  if (frames.empty()) throw UsageError("option --frames: no clip length, e.g. 81 or 1,17,33,81");
+  std::sort(frames.begin(), frames.end());
+  if (const auto twice = std::adjacent_find(frames.begin(), frames.end()); twice != frames.end())
+    throw UsageError(fmt::format("option --frames: {} is listed twice", *twice));
+  return frames;
+}
+
+// The picture sizes: --size alone (one, today's fixed shape), or the
+// resolution buckets of --buckets: `auto` (the maximal sizes within
+// --bucket-area, sides multiples of --bucket-step) or a list.
+std::vector<media::FrameSize> parse_sizes_options(const EncodeConfig& c, bool size_given) {
+  auto size_of = [](const std::string& text, const char* option) {
+    const auto wh = parse_sizes(text, "WIDTHxHEIGHT", "832x480", option);
+    return media::FrameSize{int(wh[0]), int(wh[1])};
+  };
+  if (c.buckets.empty()) return {size_of(c.size, "size")};
+  if (size_given) throw UsageError("option --size: not with --buckets (the buckets are the sizes)");
+  if (c.bucket_step < 16 || c.bucket_step % 16)
+    throw UsageError(
+        fmt::format("option --bucket-step: {} is not a multiple of 16 (the VAE's 8, then the DiT's 2x2 "
+                    "patches)",
+                    c.bucket_step));
+  if (c.buckets == "auto") {
+    const auto area = size_of(c.bucket_area, "bucket-area");
+    auto sizes = media::auto_resolution_buckets(int64_t(area.width) * area.height, int(c.bucket_step));
+    if (sizes.empty())
+      throw UsageError(fmt::format("option --bucket-area: {} pixels hold no bucket of {}x{} or more", c.bucket_area,
+                                   c.bucket_step, c.bucket_step));
+    return sizes;
+  }
+  std::vector<media::FrameSize> sizes;
+  for (const auto& part : split_list(c.buckets)) {
+    const auto size = size_of(part, "buckets");
+    if (size.width % c.bucket_step || size.height % c.bucket_step)
+      throw UsageError(fmt::format("option --buckets: {} is not multiples of --bucket-step {}", part, c.bucket_step));
+    for (const auto& other : sizes)
+      if (other.width == size.width && other.height == size.height)
+        throw UsageError(fmt::format("option --buckets: {} is listed twice", part));
+    sizes.push_back(size);
+  }
+  return sizes;
+}
+
+std::string describe_sizes(const EncodeConfig& c, const wan::EncodeBuckets& b) {
+  if (c.buckets.empty()) return fmt::format("{}x{}", b.sizes[0].width, b.sizes[0].height);
+  return fmt::format("{} size{} ({}, nearest aspect ratio{})", b.sizes.size(), b.sizes.size() == 1 ? "" : "s",
+                     c.buckets == "auto" ? fmt::format("auto within {} pixels", c.bucket_area) : c.buckets,
+                     b.no_upscale ? ", never enlarged" : "");
 }
 
 }  // namespace
@@ -55,7 +121,12 @@ int run_encode(distributed::World& world, int argc, char** argv) {
            "prompt (DiffSynth-Studio's metadata.csv), or a .jsonl of video_path or image_path and caption "
            "(musubi-tuner's); relative paths are relative to the list")
       .add("caption-extension", &c.caption_extension, "the sidecar captions' extension in a folder")
-      .add("frames", &c.frames, "frames per clip, 4k + 1 (1 for images); latent frames 1 + k")
+      .add("frames", &c.frames,
+           "frames per clip, 4k + 1 (latent frames 1 + k); or frame buckets, e.g. 1,17,33,81: a video gives clips "
+           "of the longest listed length it fills (--frame-buckets). With a list or --buckets an image is a 1-frame "
+           "sample; with one length, only when it is 1")
+      .choice("frame-buckets", &c.frame_buckets, {"longest", "all"},
+              "with a --frames list: clips of the longest length a video fills, or of every length it fills")
       .add("fps", &c.fps, "resample clips to this frame rate by their timestamps (Wan2.1: 16); 0 keeps the source's")
       .choice("frame-extraction", &c.frame_extraction, {"head", "slide", "uniform"},
               "which clips of a video: head (the first --frames), slide (one every --frame-stride frames), uniform "
@@ -63,7 +134,17 @@ int run_encode(distributed::World& world, int argc, char** argv) {
       .add("frame-stride", &c.frame_stride, "frames between clip starts, with slide")
       .add("frame-sample", &c.frame_sample, "clips per video, with uniform")
       .add("size", &c.size,
-           "video WIDTHxHEIGHT, multiples of 16: each frame is scaled to cover it (area filter) and centre-cropped")
+           "WIDTHxHEIGHT of every sample, multiples of 16: each frame is scaled to cover it (area filter) and "
+           "centre-cropped (without --buckets)")
+      .add("buckets", &c.buckets,
+           "resolution buckets: auto (every maximal size within --bucket-area, aspect 1:4 to 4:1) or a list, e.g. "
+           "832x480,480x832,624x624; each item goes to the one nearest its aspect ratio, scaled to cover it and "
+           "centre-cropped")
+      .add("bucket-area", &c.bucket_area, "with --buckets auto: the pixel budget WIDTHxHEIGHT of a bucket")
+      .add("bucket-step", &c.bucket_step, "bucket sides are multiples of this (16: the VAE's 8, the DiT's 2x2 patches)")
+      .flag("bucket-no-upscale", &c.bucket_no_upscale,
+            "with --buckets: an item smaller than its bucket gets a bucket of its own size (sides rounded down to "
+            "--bucket-step; scaled down to the bucket's area if larger) instead of being enlarged")
       .add("max-pixels", &c.max_pixels, "refuse a picture larger than this many pixels (checked before decoding)")
       .add("max-frames", &c.max_frames, "refuse a video of more frames than this")
       .add("decode-threads", &c.decode_threads, "FFmpeg decoder threads (frame threads)")
@@ -97,8 +178,28 @@ int run_encode(distributed::World& world, int argc, char** argv) {
   for (const auto& [option, path] : {std::pair{"vae", c.vae}, {"t5", c.t5}})
     if (const auto why = unreadable_file_reason(path); !why.empty())
       throw UsageError(fmt::format("option --{}: {}: {}", option, path, why));
-  const auto wh = parse_sizes(c.size, "WIDTHxHEIGHT", "832x480", "size");
-  const int64_t width = wh[0], height = wh[1];
+  auto given = [&](const std::string& name) {
+    for (const auto& r : options.resolved())
+      if (r.name == name) return r.source != "default";
+    return false;
+  };
+  wan::EncodeBuckets buckets;
+  buckets.sizes = parse_sizes_options(c, given("size"));
+  buckets.frames = parse_frames(c.frames);
+  buckets.choice = c.frame_buckets == "all" ? media::FrameBucketChoice::All : media::FrameBucketChoice::Longest;
+  buckets.bucketed = !c.buckets.empty() || buckets.frames.size() > 1;
+  buckets.no_upscale = c.bucket_no_upscale;
+  buckets.step = int(c.bucket_step);
+  for (const char* option : {"bucket-area", "bucket-step", "bucket-no-upscale"})
+    if (given(option) && (c.buckets.empty() || (std::string(option) == "bucket-area" && c.buckets != "auto")))
+      throw UsageError(fmt::format("option --{}: only with --buckets{}", option,
+                                   std::string(option) == "bucket-area" ? " auto" : ""));
+  set_option_names({{"sizes", c.buckets.empty() ? "size" : "buckets"},
+                    {"frames", "frames"},
+                    {"step", "bucket-step"},
+                    {"items_per_shard", "items-per-shard"}});
+  wan::check_buckets(buckets);
+  if (c.items_per_shard < 1) throw UsageError("option --items-per-shard: must be at least 1");
   if (c.fps < 0) throw UsageError("option --fps: must be 0 (the source's rate) or positive");
   if (c.frame_stride < 1 || c.frame_sample < 1)
     throw UsageError("options --frame-stride, --frame-sample: must be at least 1");
@@ -110,12 +211,11 @@ int run_encode(distributed::World& world, int argc, char** argv) {
   s.listing = c.input;
   s.out = c.out;
   s.listing_options.caption_extension = c.caption_extension;
-  s.selection.frames = c.frames;
   s.selection.fps = c.fps;
   s.selection.extraction = media::parse_frame_extraction(c.frame_extraction);
   s.selection.stride = c.frame_stride;
   s.selection.samples = c.frame_sample;
-  s.size = {int(width), int(height)};
+  s.buckets = buckets;
   s.limits = {c.max_pixels, c.max_frames};
   s.items_per_shard = c.items_per_shard;
   s.latent_dtype = stored(c.latent_dtype);
@@ -142,20 +242,30 @@ int run_encode(distributed::World& world, int argc, char** argv) {
         wan::TextEncoderFiles{c.t5, c.t5_config, c.tokenizer, app::float_dtype(c.t5_dtype), c.text_len}, chosen.device);
   });
   if (world.is_root())
-    report_info("wandata encode: {} -> {}: {} frames a clip at {}x{}, on {} rank{} ({})", c.input, c.out, c.frames,
-                width, height, world.size(), world.size() == 1 ? "" : "s", chosen.device.str());
+    report_info("wandata encode: {} -> {}: {} frames a clip{} at {}, on {} rank{} ({})", c.input, c.out,
+                wan::frames_text(buckets.frames),
+                buckets.frames.size() > 1 ? fmt::format(" ({} a video fills)", c.frame_buckets) : "",
+                describe_sizes(c, buckets), world.size(), world.size() == 1 ? "" : "s", chosen.device.str());
 
   const auto summary = wan::encode_dataset(s, vae, *text, world);
   if (world.is_root()) {
-    std::string skipped;
-    for (const auto& line : summary.skipped) skipped += "\n  " + line;
+    // The totals, each bucket's shape and samples, then the skipped items.
+    std::string lines;
+    for (const auto& b : summary.buckets)
+      lines += fmt::format("\n  {} frame{} at {}x{} (latents {}x{}x{}x{}): {} sample{} in {} shard{}", b.bucket.frames,
+                           b.bucket.frames == 1 ? "" : "s", b.bucket.size.width, b.bucket.size.height, b.shape.channels,
+                           b.shape.frames, b.shape.height, b.shape.width, b.samples, b.samples == 1 ? "" : "s",
+                           b.shards, b.shards == 1 ? "" : "s");
+    if (!summary.skipped.empty()) lines += "\nskipped:";
+    for (const auto& line : summary.skipped) lines += "\n  " + line;
     std::cout << fmt::format(
         "wandata encode: {} items, {} samples in {} shard{} ({} kept from before), {} skipped, {} prompts cut at "
-        "{} tokens; {} ({:.2f} samples/s; rank 0: VAE {:.1f} s, umT5 {:.1f} s, waiting for decoding {:.1f} s){}{}\n",
+        "{} tokens; {} ({:.2f} samples/s; rank 0: VAE {:.1f} s, umT5 {:.1f} s, waiting for decoding {:.1f} s); "
+        "{} bucket{}:{}\n",
         summary.items, summary.samples, summary.shards, summary.shards == 1 ? "" : "s", summary.shards_kept,
         summary.skipped.size(), summary.truncated_prompts, c.text_len, format_duration(summary.seconds),
         summary.samples / std::max(summary.seconds, 1e-9), summary.vae_seconds, summary.text_seconds,
-        summary.waiting_seconds, summary.skipped.empty() ? "" : "; skipped:", skipped);
+        summary.waiting_seconds, summary.buckets.size(), summary.buckets.size() == 1 ? "" : "s", lines);
   }
   return kExitOk;
 }

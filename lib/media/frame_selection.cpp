@@ -46,29 +46,30 @@ std::vector<int64_t> resample_frames(const std::vector<double>& times, double fp
   return out;
 }
 
-std::vector<std::vector<int64_t>> select_clips(const std::vector<double>& times, const FrameSelection& s) {
-  const auto frames = resample_frames(times, s.fps);
-  const int64_t available = int64_t(frames.size()), n = s.frames;
-  std::vector<std::vector<int64_t>> clips;
-  if (n < 1 || available < n) return clips;
-  auto clip_at = [&](int64_t start) {
-    return std::vector<int64_t>(frames.begin() + start, frames.begin() + start + n);
-  };
+std::vector<int64_t> clip_starts(int64_t available, const FrameSelection& s) {
+  const int64_t n = s.frames;
+  std::vector<int64_t> starts;
+  if (n < 1 || available < n) return starts;
   switch (s.extraction) {
-    case FrameExtraction::Head: clips.push_back(clip_at(0)); break;
+    case FrameExtraction::Head: starts.push_back(0); break;
     case FrameExtraction::Slide:
-      for (int64_t start = 0; start + n <= available; start += std::max<int64_t>(1, s.stride))
-        clips.push_back(clip_at(start));
+      for (int64_t start = 0; start + n <= available; start += std::max<int64_t>(1, s.stride)) starts.push_back(start);
       break;
     case FrameExtraction::Uniform: {
       const int64_t k = std::max<int64_t>(1, s.samples), last = available - n;
-      for (int64_t j = 0; j < k; ++j) {
-        const int64_t start = k == 1 ? 0 : int64_t(std::floor(double(last) * double(j) / double(k - 1)));
-        clips.push_back(clip_at(start));
-      }
+      for (int64_t j = 0; j < k; ++j)
+        starts.push_back(k == 1 ? 0 : int64_t(std::floor(double(last) * double(j) / double(k - 1))));
       break;
     }
   }
+  return starts;
+}
+
+std::vector<std::vector<int64_t>> select_clips(const std::vector<double>& times, const FrameSelection& s) {
+  const auto frames = resample_frames(times, s.fps);
+  std::vector<std::vector<int64_t>> clips;
+  for (const int64_t start : clip_starts(int64_t(frames.size()), s))
+    clips.emplace_back(frames.begin() + start, frames.begin() + start + s.frames);
   return clips;
 }
 

@@ -33,6 +33,11 @@ struct FrameSelection {
 // seconds, ascending. fps 0 keeps every frame.
 std::vector<int64_t> resample_frames(const std::vector<double>& times, double fps);
 
+// Where the clips start among `available` frames (after resampling), as
+// `selection` picks them; empty when fewer than N. The count alone decides
+// a video's buckets before it is decoded.
+std::vector<int64_t> clip_starts(int64_t available, const FrameSelection& selection);
+
 // The clips: each a list of source frame indices (into `times`). Empty
 // when the video has fewer frames than N after resampling.
 std::vector<std::vector<int64_t>> select_clips(const std::vector<double>& times, const FrameSelection& selection);

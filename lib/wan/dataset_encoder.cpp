@@ -21,6 +21,7 @@
 #include "wantrain/util/test_hooks.hpp"
 #include "wantrain/util/text.hpp"
 #include "wantrain/wan/encoders/prompt_text.hpp"
+#include "wantrain/wan/item_probes.hpp"
 #include "wantrain/wan/video_frames.hpp"
 
 namespace wt::wan {
@@ -42,11 +43,9 @@ struct Prepared {
   std::vector<at::Tensor> clips;
   std::string problem;
 };
-// The start of a shard: how many clips its items hold by their headers.
+// The start of a shard, before its items.
 struct ShardStart {
-  int64_t shard = 0, clips = 0;
-  std::vector<std::string> problems;  // found while counting: "ORIGIN: reason"
-  std::vector<size_t> usable;         // items still to decode
+  int64_t shard = 0;
 };
 struct Finished {};
 using Work = std::variant<ShardStart, Prepared, Finished>;
@@ -93,86 +92,65 @@ class Handoff {
   bool stop_ = false;
 };
 
-// A media error without the path the item's origin already names.
-std::string without_path(const std::string& message, const std::string& path) {
-  const std::string prefix = path + ": ";
-  return message.rfind(prefix, 0) == 0 ? message.substr(prefix.size()) : message;
-}
-
-std::string caption_problem(const data::MediaItem& item) {
-  if (!item.problem.empty()) return item.problem;
-  if (!item.caption) return "no caption";
-  if (!is_valid_utf8(*item.caption)) return "its caption is not UTF-8";
-  if (item.caption->find_first_not_of(" \t\r\n") == std::string::npos) return "its caption is empty";
-  return {};
-}
-
-// The clips of one item: which frames (by the probe), then those frames
-// decoded at the size asked for, as float tensors.
-std::vector<at::Tensor> decode_clips(const data::MediaItem& item, const DatasetEncoderSettings& s,
-                                     const std::vector<std::vector<int64_t>>& clips) {
+// The clips of one item in one bucket: which frames (the plan's count at
+// the frame rate; the file probed again when resampling needs its
+// timestamps), then those frames decoded at the bucket's size, as float
+// tensors. A problem line when the item cannot be used.
+std::string decode_clips(const data::MediaItem& item, const ItemProbe& planned, const PlannedItem& entry,
+                         const ClipBucket& bucket, const DatasetEncoderSettings& s, std::vector<at::Tensor>& out) {
+  if (auto problem = caption_problem(item); !problem.empty()) return problem;
+  std::vector<int64_t> at_rate(size_t(planned.frames));  // the source frame of each frame at the rate
+  for (size_t i = 0; i < at_rate.size(); ++i) at_rate[i] = int64_t(i);
+  if (s.selection.fps > 0) {
+    at_rate = media::resample_frames(media::probe_media(item.media, s.limits).times, s.selection.fps);
+    if (int64_t(at_rate.size()) != planned.frames)
+      return fmt::format("changed since the job began: {} frames at {:g} fps now, {} then", at_rate.size(),
+                         s.selection.fps, planned.frames);
+  }
+  media::FrameSelection selection = s.selection;
+  selection.frames = bucket.frames;
+  const auto starts = media::clip_starts(planned.frames, selection);
+  if (int64_t(starts.size()) != entry.clips) throw Error("encode: the plan's clip count does not hold");
   std::vector<int64_t> wanted;
-  for (const auto& clip : clips) wanted.insert(wanted.end(), clip.begin(), clip.end());
+  for (const int64_t start : starts)
+    for (int64_t j = 0; j < bucket.frames; ++j) wanted.push_back(at_rate[size_t(start + j)]);
   std::sort(wanted.begin(), wanted.end());
   wanted.erase(std::unique(wanted.begin(), wanted.end()), wanted.end());
   media::DecodeOptions options;
-  options.size = s.size;
+  options.size = bucket.size;
   options.limits = s.limits;
   options.threads = s.decode_threads;
   std::vector<media::Image> frames(wanted.size());
   media::decode_frames(item.media, wanted, options,
                        [&](size_t k, media::Image&& image) { frames[k] = std::move(image); });
-  std::vector<at::Tensor> out;
-  for (const auto& clip : clips) {
+  for (const int64_t start : starts) {
     std::vector<media::Image> picked;
-    for (const int64_t index : clip)
+    for (int64_t j = 0; j < bucket.frames; ++j) {
+      const int64_t index = at_rate[size_t(start + j)];
       picked.push_back(frames[size_t(std::lower_bound(wanted.begin(), wanted.end(), index) - wanted.begin())]);
+    }
     out.push_back(frames_to_video(picked));
   }
-  return out;
+  return {};
 }
 
-void decode_ahead(const std::vector<data::MediaItem>& items, const std::vector<int64_t>& shards,
-                  const DatasetEncoderSettings& s, Handoff& handoff) {
+void decode_ahead(const std::vector<data::MediaItem>& items, const std::vector<ItemProbe>& probes,
+                  const EncodePlan& plan, const std::vector<int64_t>& shards, const DatasetEncoderSettings& s,
+                  Handoff& handoff) {
   try {
     for (const int64_t k : shards) {
-      const size_t first = size_t(k * s.items_per_shard),
-                   end = std::min(items.size(), size_t((k + 1) * s.items_per_shard));
-      ShardStart start;
-      start.shard = k;
-      std::vector<std::vector<std::vector<int64_t>>> clips(end - first);
-      for (size_t i = first; i < end; ++i) {
-        std::string problem = caption_problem(items[i]);
-        if (problem.empty()) {
-          try {
-            const auto info = media::probe_media(items[i].media, s.limits);
-            clips[i - first] = media::select_clips(info.times, s.selection);
-            if (clips[i - first].empty())
-              problem = fmt::format("too few frames: {} at {}, --frames {} needs {}", info.frames(),
-                                    s.selection.fps > 0 ? fmt::format("{:g} fps", s.selection.fps) : "its own rate",
-                                    s.selection.frames, s.selection.frames);
-          } catch (const UsageError& e) {
-            problem = without_path(e.what(), items[i].media);
-          }
-        }
-        if (problem.empty()) {
-          start.clips += int64_t(clips[i - first].size());
-          start.usable.push_back(i);
-        } else {
-          start.problems.push_back(items[i].origin + ": " + problem);
-        }
-      }
-      const auto usable = start.usable;
-      handoff.put(std::move(start));
-      for (const size_t i : usable) {
+      const auto& shard = plan.shards[size_t(k)];
+      handoff.put(ShardStart{k});
+      for (const auto& entry : shard.items) {
         if (handoff.stopped()) return;
         Prepared p;
-        p.item = i;
+        p.item = entry.item;
         try {
-          p.clips = decode_clips(items[i], s, clips[i - first]);
+          p.problem = decode_clips(items[entry.item], probes[entry.item], entry, shard.bucket, s, p.clips);
         } catch (const UsageError& e) {
-          p.problem = without_path(e.what(), items[i].media);
+          p.problem = without_path(e.what(), items[entry.item].media);
         }
+        if (!p.problem.empty()) p.clips.clear();
         handoff.put(std::move(p));
       }
     }
@@ -182,15 +160,37 @@ void decode_ahead(const std::vector<data::MediaItem>& items, const std::vector<i
   }
 }
 
+// How the settings record shows a value: text as it is, the rest as JSON.
+std::string shown(const nlohmann::json& value) {
+  if (!value.is_string()) return json_excerpt(value, 200);
+  const auto text = value.get<std::string>();
+  return text.size() > 200 ? text.substr(0, 200) + "..." : text;
+}
+
+std::string sizes_text(const std::vector<media::FrameSize>& sizes) {
+  std::string out;
+  for (const auto& size : sizes) out += fmt::format("{}{}x{}", out.empty() ? "" : ",", size.width, size.height);
+  return out;
+}
+
+// What makes two runs the same job. `layout` names how items map to shards
+// (by bucket since version 2), so that a folder begun by an older encoder is
+// refused rather than finished on another layout.
 nlohmann::json settings_json(const DatasetEncoderSettings& s) {
-  return {{"listing", fs::absolute(s.listing).lexically_normal().string()},
+  const auto& b = s.buckets;
+  return {{"layout", 2},
+          {"listing", fs::absolute(s.listing).lexically_normal().string()},
           {"caption_extension", s.listing_options.caption_extension},
-          {"frames", s.selection.frames},
+          {"frames", frames_text(b.frames)},
+          {"frame_buckets", b.choice == media::FrameBucketChoice::All ? "all" : "longest"},
           {"fps", s.selection.fps},
           {"frame_extraction", media::frame_extraction_name(s.selection.extraction)},
           {"frame_stride", s.selection.stride},
           {"frame_sample", s.selection.samples},
-          {"size", fmt::format("{}x{}", s.size.width, s.size.height)},
+          {"sizes", sizes_text(b.sizes)},
+          {"bucketed", b.bucketed},
+          {"no_upscale", b.no_upscale},
+          {"bucket_step", b.step},
           {"items_per_shard", s.items_per_shard},
           {"latent_dtype", data::to_string(s.latent_dtype)},
           {"emb_dtype", data::to_string(s.emb_dtype)},
@@ -209,10 +209,15 @@ void prepare_output(const DatasetEncoderSettings& s) {
     } catch (const std::exception&) {
       throw UsageError(fmt::format("{}: not the record of a wandata encode run (unreadable JSON)", record));
     }
+    if (!before.is_object() || !before.contains("layout"))
+      throw UsageError(
+          fmt::format("{}: begun by an older wandata encode, whose shards are laid out otherwise: finish "
+                      "it with that version, or use another --out",
+                      s.out));
     for (const auto& [key, value] : mine.items())
       if (!before.contains(key) || before[key] != value)
         throw UsageError(fmt::format("{}: encoded with {} = {} before, {} now: another job; use another --out", s.out,
-                                     key, before.contains(key) ? before[key].dump() : "(none)", value.dump()));
+                                     key, before.contains(key) ? shown(before[key]) : "(none)", shown(value)));
     return;
   }
   if (fs::exists(s.out, ec) && !fs::is_empty(s.out, ec))
@@ -222,48 +227,68 @@ void prepare_output(const DatasetEncoderSettings& s) {
   write_file_durably(record, mine.dump(2) + "\n");
 }
 
+// The plan of this job: the first run's probes when it is resumed, else
+// the items probed now (shared over the ranks). With `strict`, a skipped
+// item fails the job before anything is recorded, so that a rerun probes
+// the item again once it is mended.
+EncodePlan plan_job(const DatasetEncoderSettings& s, const std::vector<data::MediaItem>& items,
+                    std::vector<ItemProbe>& probes, distributed::World& world) {
+  auto recorded = recorded_probes(items, s.out, world);
+  probes = recorded ? std::move(*recorded) : probe_items(items, s.limits, s.selection.fps, world);
+  EncodePlan plan = plan_encode(probes, s.buckets, s.selection, s.items_per_shard);
+  world.agree([&] {
+    if (s.strict && !plan.skipped.empty())
+      throw UsageError(
+          fmt::format("{}: {} (--strict)", items[plan.skipped.front().first].origin, plan.skipped.front().second));
+  });
+  if (world.is_root()) {
+    for (const auto& [item, why] : plan.skipped) report_warning("skipped {}: {}", items[item].origin, why);
+    if (!recorded) record_probes(items, probes, s.out);
+  }
+  return plan;
+}
+
 }  // namespace
 
 DatasetEncoderSummary encode_dataset(const DatasetEncoderSettings& s, WanVae& vae, TextEncoder& text,
                                      distributed::World& world) {
   const auto started = Clock::now();
-  if (s.size.width % 16 || s.size.height % 16 || s.size.width < 16 || s.size.height < 16)
-    throw UsageError(
-        fmt::format("--size {}x{}: width and height must be multiples of 16 (the VAE's 8, then the "
-                    "DiT's 2x2 patches)",
-                    s.size.width, s.size.height));
-  if (s.selection.frames < 1 || (s.selection.frames - 1) % 4)
-    throw UsageError(fmt::format("--frames {}: Wan needs 4k + 1 frames (1, 5, 9, ... 81)", s.selection.frames));
-  if (s.items_per_shard < 1) throw UsageError("--items-per-shard: must be at least 1");
+  check_buckets(s.buckets);
+  if (s.items_per_shard < 1) throw SettingError("items_per_shard", "must be at least 1");
 
   std::vector<data::MediaItem> items;
   world.agree([&] {
     items = data::list_media(s.listing, s.listing_options);
     if (world.is_root()) prepare_output(s);
   });
-  const int64_t shards = (int64_t(items.size()) + s.items_per_shard - 1) / s.items_per_shard;
+  std::vector<ItemProbe> probes;
+  const EncodePlan plan = plan_job(s, items, probes, world);
+  const auto shards = int64_t(plan.shards.size());
   std::vector<int64_t> mine;
   int64_t kept = 0;
   for (int64_t k = 0; k < shards; ++k) kept += fs::exists(record_path(s.out, k)) ? 1 : 0;
+  int64_t my_items = 0;
   for (int64_t k = world.rank(); k < shards; k += world.size()) {
     if (fs::exists(record_path(s.out, k))) continue;
     std::error_code ec;
     fs::remove(data::shard_path(s.out, k) + ".partial", ec);  // a killed run's unfinished shard
     mine.push_back(k);
+    my_items += int64_t(plan.shards[size_t(k)].items.size());
   }
-  int64_t my_items = 0;
-  for (const int64_t k : mine)
-    my_items += std::min<int64_t>(s.items_per_shard, int64_t(items.size()) - k * s.items_per_shard);
 
   const int64_t factor = vae->config().spatial_factor();
-  const data::SampleShape shape{vae->config().z_dim,    vae->latent_frames(s.selection.frames),
-                                s.size.height / factor, s.size.width / factor,
-                                text.text_len(),        text.dim(),
-                                s.latent_dtype,         s.emb_dtype};
+  auto shape_of = [&](const ClipBucket& b) {
+    // [C, 1 + (F - 1) / 4, H / 8, W / 8] for Wan2.1's VAE
+    return data::SampleShape{vae->config().z_dim,    vae->latent_frames(b.frames),
+                             b.size.height / factor, b.size.width / factor,
+                             text.text_len(),        text.dim(),
+                             s.latent_dtype,         s.emb_dtype};
+  };
   const auto device = vae->parameters().front().device();
 
   Handoff handoff;
-  std::thread decoder(decode_ahead, std::cref(items), std::cref(mine), std::cref(s), std::ref(handoff));
+  std::thread decoder(decode_ahead, std::cref(items), std::cref(probes), std::cref(plan), std::cref(mine), std::cref(s),
+                      std::ref(handoff));
   struct JoinOnExit {
     std::thread& t;
     Handoff& h;
@@ -278,35 +303,38 @@ DatasetEncoderSummary encode_dataset(const DatasetEncoderSettings& s, WanVae& va
   auto last_line = Clock::now();
   int64_t done_items = 0, done_samples = 0;
   std::unique_ptr<data::ShardWriter> writer;
-  ShardStart shard;
-  int64_t row = 0, shard_items = 0, truncated = 0;
-  std::vector<std::string> problems;
+  int64_t shard = -1, row = 0, shard_done = 0, truncated = 0;
+  std::vector<std::pair<size_t, std::string>> problems;  // (item, line)
   auto finish_shard = [&] {
-    const std::string path = data::shard_path(s.out, shard.shard);
-    if (writer) {
-      writer->keep_first(row);
-      writer->close();
-      writer.reset();
-      if (row > 0) {
-        std::error_code ec;
-        fs::rename(path + ".partial", path, ec);
-        if (ec) throw Error(fmt::format("{}: cannot be renamed into place: {}", path, ec.message()));
-      } else {
-        fs::remove(path + ".partial");
-      }
+    const auto& planned = plan.shards[size_t(shard)];
+    const std::string path = data::shard_path(s.out, shard);
+    writer->keep_first(row);
+    writer->close();
+    writer.reset();
+    if (row > 0) {
+      std::error_code ec;
+      fs::rename(path + ".partial", path, ec);
+      if (ec) throw Error(fmt::format("{}: cannot be renamed into place: {}", path, ec.message()));
+    } else {
+      fs::remove(path + ".partial");
     }
-    nlohmann::json skipped = nlohmann::json::array();
-    for (const auto& p : problems) skipped.push_back(p);
-    const nlohmann::json record{{"shard", shard.shard},
-                                {"items", shard_items},
+    nlohmann::json skipped = nlohmann::json::array(), skipped_items = nlohmann::json::array();
+    for (const auto& [item, line] : problems) skipped.push_back(line), skipped_items.push_back(item);
+    const nlohmann::json record{{"shard", shard},
+                                {"bucket",
+                                 {{"frames", planned.bucket.frames},
+                                  {"width", planned.bucket.size.width},
+                                  {"height", planned.bucket.size.height}}},
+                                {"items", planned.items.size()},
                                 {"samples", row},
                                 {"truncated_prompts", truncated},
-                                {"skipped", skipped}};
-    write_file_durably(record_path(s.out, shard.shard), record.dump(2) + "\n");
+                                {"skipped", skipped},
+                                {"skipped_items", skipped_items}};
+    write_file_durably(record_path(s.out, shard), record.dump(2) + "\n");
   };
-  auto skip = [&](const std::string& line) {
+  auto skip = [&](size_t item, const std::string& line) {
     if (s.strict) throw UsageError(line + " (--strict)");
-    problems.push_back(line);
+    problems.emplace_back(item, line);
     progress.interrupt();
     report_warning("skipped {}", line);
   };
@@ -316,22 +344,17 @@ DatasetEncoderSummary encode_dataset(const DatasetEncoderSettings& s, WanVae& va
     Work work = handoff.take();
     summary.waiting_seconds += seconds_since(waiting);
     if (auto* start = std::get_if<ShardStart>(&work)) {
-      shard = std::move(*start);
-      row = 0, truncated = 0;
-      shard_items = int64_t(shard.problems.size() + shard.usable.size());
+      shard = start->shard;
+      row = 0, shard_done = 0, truncated = 0;
       problems.clear();
-      for (const auto& p : shard.problems) skip(p);
-      done_items += int64_t(shard.problems.size());
-      progress.advance(int64_t(shard.problems.size()));
-      if (shard.clips > 0)
-        writer = std::make_unique<data::ShardWriter>(data::shard_path(s.out, shard.shard) + ".partial", shape,
-                                                     shard.clips, /*with_prompt=*/true);
-      if (shard.usable.empty()) finish_shard();
+      writer = std::make_unique<data::ShardWriter>(data::shard_path(s.out, shard) + ".partial",
+                                                   shape_of(plan.shards[size_t(shard)].bucket),
+                                                   plan.shards[size_t(shard)].clips(), /*with_prompt=*/true);
     } else if (auto* p = std::get_if<Prepared>(&work)) {
       const auto& item = items[p->item];
       test_delay("encode_item");
       if (!p->problem.empty()) {
-        skip(item.origin + ": " + p->problem);
+        skip(p->item, item.origin + ": " + p->problem);
       } else {
         const auto text_start = Clock::now();
         auto encoded = text.encode({*item.caption});
@@ -348,8 +371,7 @@ DatasetEncoderSummary encode_dataset(const DatasetEncoderSettings& s, WanVae& va
       }
       ++done_items;
       progress.advance();
-      const bool last_of_shard = p->item == shard.usable.back();
-      if (last_of_shard) finish_shard();
+      if (++shard_done == int64_t(plan.shards[size_t(shard)].items.size())) finish_shard();
       if (!progress.enabled() && Clock::now() - last_line > std::chrono::seconds(30)) {
         last_line = Clock::now();
         const double seconds = std::chrono::duration<double>(last_line - started).count();
@@ -369,15 +391,31 @@ DatasetEncoderSummary encode_dataset(const DatasetEncoderSettings& s, WanVae& va
   world.set_timeout(std::chrono::hours(24 * 7));
   world.barrier();
   world.set_timeout(timeout);
+  summary.items = int64_t(items.size());
   summary.shards = shards;
   summary.shards_kept = kept;
+  auto skipped = plan.skipped;
+  for (size_t i = 0; i < skipped.size(); ++i)
+    skipped[i].second = items[skipped[i].first].origin + ": " + skipped[i].second;
   for (int64_t k = 0; k < shards; ++k) {
     const auto record = parse_json(read_whole_file(record_path(s.out, k)));
-    summary.items += record.at("items").get<int64_t>();
-    summary.samples += record.at("samples").get<int64_t>();
+    const auto& bucket = plan.shards[size_t(k)].bucket;
+    if (summary.buckets.empty() || !(summary.buckets.back().bucket == bucket))
+      summary.buckets.push_back({bucket, shape_of(bucket)});
+    const auto samples = record.at("samples").get<int64_t>();
+    summary.buckets.back().samples += samples;
+    summary.buckets.back().shards += 1;
+    summary.samples += samples;
     summary.truncated_prompts += record.at("truncated_prompts").get<int64_t>();
-    for (const auto& line : record.at("skipped")) summary.skipped.push_back(line.get<std::string>());
+    const auto& lines = record.at("skipped");
+    const auto& at = record.at("skipped_items");
+    for (size_t j = 0; j < lines.size(); ++j) skipped.emplace_back(at.at(j).get<size_t>(), lines[j].get<std::string>());
   }
+  // In listing order, each line once (an item of several clip lengths may
+  // fail alike in each of their shards).
+  std::stable_sort(skipped.begin(), skipped.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  skipped.erase(std::unique(skipped.begin(), skipped.end()), skipped.end());
+  for (auto& entry : skipped) summary.skipped.push_back(std::move(entry.second));
   summary.seconds = seconds_since(started);
   return summary;
 }

@@ -2,13 +2,17 @@
 // dataset of normalised VAE latents and umT5 embeddings out
 // (docs/data-format.md).
 //
-// The listing's items are cut into shards of `items_per_shard` consecutive
-// items; shard k is encoded by rank k mod N and holds the clips of its items
-// in listing order. So the dataset is the same, sample for sample, for any
-// number of ranks. Each shard is written to a .partial file and renamed
-// when complete, then its record (OUT/shard-0000k.json: items, samples,
-// skipped items and why) is written: a run killed and started again with
-// the same settings keeps every shard that has a record and does the rest.
+// Every item is probed first (wan/item_probes.hpp: the ranks share it),
+// which gives its buckets: the picture size and the clip lengths it is made
+// at (wan/encode_plan.hpp). The items are grouped by bucket, buckets in
+// (frames, height, width) order and each bucket's items in listing order,
+// and cut into shards of `items_per_shard`: every shard holds one shape.
+// Shard k is encoded by rank k mod N, so the dataset is the same, sample for
+// sample, for any number of ranks. Each shard is written to a .partial file
+// and renamed when complete, then its record (OUT/shard-0000k.json: bucket,
+// items, samples, skipped items and why) is written: a run killed and
+// started again with the same settings keeps every shard that has a record
+// and does the rest, on the first run's plan (OUT/items.json).
 //
 // Decoding runs ahead of the encoders on a thread of its own, one item in
 // hand, so the VAE and umT5 never wait for FFmpeg.
@@ -22,6 +26,7 @@
 #include "wantrain/data/shard.hpp"
 #include "wantrain/media/frame_selection.hpp"
 #include "wantrain/media/media_reader.hpp"
+#include "wantrain/wan/encode_plan.hpp"
 #include "wantrain/wan/encoders/text_encoder.hpp"
 #include "wantrain/wan/vae/wan_vae.hpp"
 
@@ -35,8 +40,8 @@ struct DatasetEncoderSettings {
   std::string listing;  // folder, .csv or .jsonl (data/media_items.hpp)
   std::string out;      // the dataset folder
   data::MediaListOptions listing_options;
-  media::FrameSelection selection;  // frames per clip (4k + 1), frame rate, extraction
-  media::FrameSize size;            // video width x height (multiples of 16)
+  media::FrameSelection selection;  // frame rate and extraction (`frames`: each bucket's length)
+  EncodeBuckets buckets;            // picture sizes and clip lengths
   media::MediaLimits limits;
   int64_t items_per_shard = 16;
   data::Stored latent_dtype = data::Stored::Float32, emb_dtype = data::Stored::BFloat16;
@@ -46,9 +51,17 @@ struct DatasetEncoderSettings {
   std::string models_fingerprint;
 };
 
+// One bucket of the dataset, as encoded.
+struct BucketSummary {
+  ClipBucket bucket;
+  data::SampleShape shape;  // the latents' [C, F, H, W]
+  int64_t samples = 0, shards = 0;
+};
+
 struct DatasetEncoderSummary {
   int64_t items = 0, samples = 0, shards = 0, shards_kept = 0, truncated_prompts = 0;
-  std::vector<std::string> skipped;  // "ORIGIN: reason", in listing order
+  std::vector<BucketSummary> buckets;  // in shard order
+  std::vector<std::string> skipped;    // "ORIGIN: reason", in listing order
   double seconds = 0;
   // This rank's time in the VAE, in umT5, and waiting for the decoding
   // thread: with decoding overlapped, the first two are nearly all of it.

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <thread>
+#include <tuple>
 
 #include "../common/launch.hpp"
 #include "wantrain/data/dataset.hpp"
@@ -112,10 +113,15 @@ const Setup& setup() {
   return s;
 }
 
-std::string encode_args(const Setup& s, const std::string& input, const std::string& out, const std::string& extra) {
+// The models' options, and a picture size of its own (--size or --buckets) in `extra`.
+std::string models_args(const Setup& s, const std::string& input, const std::string& out, const std::string& extra) {
   return "encode --input " + input + " --out " + out + " --vae " + s.vae + " --vae-config " + s.vae_config + " --t5 " +
-         s.t5 + " --t5-config " + s.t5_config + " --t5-dtype fp32 --tokenizer " + s.tokenizer +
-         " --text-len 16 --size 32x32 " + extra;
+         s.t5 + " --t5-config " + s.t5_config + " --t5-dtype fp32 --tokenizer " + s.tokenizer + " --text-len 16 " +
+         extra;
+}
+
+std::string encode_args(const Setup& s, const std::string& input, const std::string& out, const std::string& extra) {
+  return models_args(s, input, out, "--size 32x32 " + extra);
 }
 
 std::string wandata(const std::string& args) { return std::string(WANTRAIN_WANDATA) + " " + args; }
@@ -129,9 +135,9 @@ struct Samples {
 
 Samples read_dataset(const wt::data::Dataset& dataset) {
   wt::data::SampleReader reader(dataset);
-  const auto& s = dataset.shape();
   Samples out;
   for (int64_t i = 0; i < dataset.size(); ++i) {
+    const auto& s = dataset.shape_of(i);
     auto latents = torch::empty({s.channels, s.frames, s.height, s.width}, wt::data::scalar_type(s.latents));
     auto text = torch::empty({s.text_len, s.text_dim}, wt::data::scalar_type(s.text));
     int32_t len = 0;
@@ -169,10 +175,13 @@ TEST(Encode, AFolderOfClipsBecomesADatasetAndEachBadItemIsOneLine) {
   const auto& s = setup();
   ASSERT_TRUE(s.error.empty()) << s.error;
   const std::string out = wt::testing::fresh("encode-folder");
-  const auto job = launch(wandata(encode_args(s, s.clips, out, "--frames 5 --items-per-shard 3")));
+  const auto job = launch(wandata(encode_args(s, s.clips, out, "--frames 5 --items-per-shard 2")));
   ASSERT_EQ(job.status, 0) << job.output;
-  // a (9 frames), b (13), c (5) give one head clip each; d (a still) has 1 frame.
-  EXPECT_NE(job.output.find("7 items, 3 samples in 3 shards (0 kept from before), 4 skipped"), std::string::npos)
+  // a (9 frames), b (13), c (5) give one head clip each, 2 items a shard;
+  // d (a still) has 1 frame.
+  EXPECT_NE(job.output.find("7 items, 3 samples in 2 shards (0 kept from before), 4 skipped"), std::string::npos)
+      << job.output;
+  EXPECT_NE(job.output.find("\n  5 frames at 32x32 (latents 16x2x4x4): 3 samples in 2 shards\n"), std::string::npos)
       << job.output;
   for (const std::string& line :
        std::vector<std::string>{"clips/d.png: too few frames: 1 at its own rate, --frames 5 needs 5",
@@ -257,7 +266,7 @@ TEST(Encode, AKilledEncodeResumesToTheSameDataset) {
   killer.join();
   EXPECT_EQ(first.status, 128 + SIGKILL) << first.output;
   ASSERT_TRUE(fs::exists(killed + "/shard-00000.json"));
-  ASSERT_FALSE(fs::exists(killed + "/shard-00006.json"));
+  ASSERT_FALSE(fs::exists(killed + "/shard-00002.json"));  // a, b and c: a shard each
   const auto again = launch(wandata(encode_args(s, s.clips, killed, "--frames 5 --items-per-shard 1")));
   ASSERT_EQ(again.status, 0) << again.output;
   EXPECT_NE(again.output.find("kept from before"), std::string::npos) << again.output;
@@ -269,6 +278,168 @@ TEST(Encode, AKilledEncodeResumesToTheSameDataset) {
   const auto other = launch(wandata(encode_args(s, s.clips, killed, "--frames 9 --items-per-shard 1")));
   EXPECT_EQ(other.status, 2) << other.output;
   EXPECT_NE(other.output.find(killed + ": encoded with frames = 5 before, 9 now"), std::string::npos) << other.output;
+}
+
+namespace {
+
+// A folder of mixed media for buckets: stills of 2:1 (two) and 1:2, videos
+// of 5, 9 and 13 frames at 16 fps near 2:1, and one too short for 5 frames.
+std::string bucket_clips() {
+  static const std::string dir = [] {
+    const auto& s = setup();
+    const std::string d = s.dir + "/mixed";
+    fs::create_directories(d);
+    const std::string ff = "ffmpeg -hide_banner -loglevel error -y -f lavfi -i ";
+    for (const auto& [name, source] : {std::pair{"p1.png", "testsrc2=size=96x48:rate=1 -frames:v 1"},
+                                       {"p2.jpg", "testsrc=size=64x40:rate=1 -frames:v 1"},
+                                       {"q.png", "testsrc2=size=40x80:rate=1 -frames:v 1"},
+                                       {"short.mp4", "testsrc2=size=80x40:rate=16 -frames:v 3 -pix_fmt yuv420p"},
+                                       {"v13.mkv", "mandelbrot=size=80x40:rate=16 -frames:v 13 -c:v ffv1"},
+                                       {"v5.mp4", "testsrc=size=80x48:rate=16 -frames:v 5 -pix_fmt yuv420p"},
+                                       {"v9.mp4", "testsrc2=size=80x40:rate=16 -frames:v 9 -pix_fmt yuv420p"}}) {
+      const auto job = launch(ff + source + " " + d + "/" + name);
+      if (job.status != 0) return "ffmpeg " + std::string(name) + ": " + job.output;
+      write_text(d + "/" + fs::path(name).stem().string() + ".txt",
+                 std::string("a red ball rolls across the green grass ") + name);
+    }
+    return d;
+  }();
+  return dir;
+}
+
+// Each shard's samples, shard by shard (one shape each).
+std::vector<Samples> read_shards(const std::string& dir, int64_t shards) {
+  std::vector<Samples> out;
+  for (int64_t k = 0; k < shards; ++k) out.push_back(read_shard(wt::data::shard_path(dir, k)));
+  return out;
+}
+
+}  // namespace
+
+// --buckets auto within 64x32 pixels is {64x32, 32x64}; --frames 5,9 makes
+// each video's longest clip it fills, each still a 1-frame sample: four
+// buckets, ordered by frames, height, width, each bucket's items in
+// listing order (p1, p2, q, short, v13, v5, v9), one item a shard.
+TEST(Encode, BucketsGiveShardsOfOneShapeTheSameOnAnyRankCountAndAcrossAKill) {
+  const auto& s = setup();
+  ASSERT_TRUE(s.error.empty()) << s.error;
+  const std::string clips = bucket_clips();
+  ASSERT_TRUE(fs::is_directory(clips)) << clips;
+  const std::string options = "--buckets auto --bucket-area 64x32 --frames 5,9 --fps 16 --items-per-shard 1";
+  const std::string one = wt::testing::fresh("encode-buckets-one"), two = wt::testing::fresh("encode-buckets-two");
+  const auto job = launch(wandata(models_args(s, clips, one, options)));
+  ASSERT_EQ(job.status, 0) << job.output;
+  EXPECT_NE(job.output.find("7 items, 6 samples in 6 shards (0 kept from before), 1 skipped"), std::string::npos)
+      << job.output;
+  // The latents: 16 channels, 1 + (F - 1) / 4 frames, H / 8, W / 8.
+  for (const char* line :
+       {"4 buckets:\n  1 frame at 64x32 (latents 16x1x4x8): 2 samples in 2 shards\n"
+        "  1 frame at 32x64 (latents 16x1x8x4): 1 sample in 1 shard\n"
+        "  5 frames at 64x32 (latents 16x2x4x8): 1 sample in 1 shard\n"
+        "  9 frames at 64x32 (latents 16x3x4x8): 2 samples in 2 shards\n",
+        "\nskipped:\n", "mixed/short.mp4: too few frames: 3 at 16 fps, --frames 5,9 needs at least 5"})
+    EXPECT_NE(job.output.find(line), std::string::npos) << line << "\n" << job.output;
+  // Shard by shard: p1, p2 | q | v5 | v13, v9.
+  const std::vector<std::tuple<int64_t, int64_t, int64_t, std::string>> expected{
+      {1, 4, 8, "p1.png"}, {1, 4, 8, "p2.jpg"},  {1, 8, 4, "q.png"},
+      {2, 4, 8, "v5.mp4"}, {3, 4, 8, "v13.mkv"}, {3, 4, 8, "v9.mp4"}};
+  for (size_t k = 0; k < expected.size(); ++k) {
+    const auto info = wt::data::inspect_shard(wt::data::shard_path(one, int64_t(k)));
+    const auto& [frames, height, width, name] = expected[k];
+    EXPECT_EQ(info.samples, 1) << k;
+    EXPECT_EQ(std::tuple(info.shape.frames, info.shape.height, info.shape.width), std::tuple(frames, height, width))
+        << "shard " << k;
+    EXPECT_EQ(read_shard(info.path).prompts[0], "a red ball rolls across the green grass " + name) << k;
+  }
+
+  // A dataset of four buckets that wantrain reads and wandata verifies.
+  const auto dataset = wt::data::Dataset::open(one);
+  EXPECT_EQ(dataset.size(), 6);
+  EXPECT_EQ(dataset.buckets().size(), 4u);
+  run_ok(wandata("verify " + one));
+
+  // Two ranks: the same samples in the same shards.
+  run_ok(wt::testing::mpi_command(2, WANTRAIN_WANDATA, models_args(s, clips, two, options)));
+  const auto whole = read_shards(one, 6);
+  const auto both = read_shards(two, 6);
+  for (size_t k = 0; k < whole.size(); ++k) expect_identical(whole[k], both[k]);
+  expect_identical(read_all(one), read_all(two));
+
+  // Killed after its first shard, then run again: the same dataset.
+  const std::string killed = wt::testing::fresh("encode-buckets-killed");
+  std::thread killer([&] {
+    for (int i = 0; i < 600 && !fs::exists(killed + "/shard-00000.json"); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    launch("pkill -KILL -f 'out " + killed + " '");
+  });
+  const auto first =
+      launch("WANTRAIN_TEST_DELAY=encode_item:1 exec " + wandata(models_args(s, clips, killed, options)));
+  killer.join();
+  EXPECT_EQ(first.status, 128 + SIGKILL) << first.output;
+  ASSERT_TRUE(fs::exists(killed + "/items.json"));
+  ASSERT_FALSE(fs::exists(killed + "/shard-00005.json"));
+  const auto again = launch(wandata(models_args(s, clips, killed, options)));
+  ASSERT_EQ(again.status, 0) << again.output;
+  EXPECT_EQ(again.output.find("(0 kept from before)"), std::string::npos) << again.output;
+  const auto resumed = read_shards(killed, 6);
+  for (size_t k = 0; k < whole.size(); ++k) expect_identical(whole[k], resumed[k]);
+  EXPECT_FALSE(fs::exists(wt::data::shard_path(killed, 6)));
+
+  // Other buckets on the same folder are another job.
+  const auto other =
+      launch(wandata(models_args(s, clips, killed, "--buckets 64x32 --frames 5,9 --fps 16 --items-per-shard 1")));
+  EXPECT_EQ(other.status, 2) << other.output;
+  EXPECT_NE(other.output.find(killed + ": encoded with sizes = 64x32,32x64 before, 64x32 now"), std::string::npos)
+      << other.output;
+}
+
+// Every length a video fills (--frame-buckets all), and no item enlarged
+// (--bucket-no-upscale): an item smaller than its nearest bucket (128x64 or
+// 64x128, 8192 pixels) gets one of its own size, sides rounded down to 16:
+// p1 96x48, p2 (64x40) 64x32, q (40x80) 32x80, short, v13 and v9 (80x40)
+// 80x32, v5 80x48. v13 and v9 give clips of 5 and 9 frames, v5 of 5.
+TEST(Encode, EveryFrameLengthAndNoUpscaleMakeTheirBuckets) {
+  const auto& s = setup();
+  ASSERT_TRUE(s.error.empty()) << s.error;
+  const std::string clips = bucket_clips();
+  ASSERT_TRUE(fs::is_directory(clips)) << clips;
+  const std::string out = wt::testing::fresh("encode-buckets-all");
+  const auto job = launch(wandata(models_args(
+      s, clips, out, "--buckets 128x64,64x128 --bucket-no-upscale --frames 5,9 --frame-buckets all --fps 16")));
+  ASSERT_EQ(job.status, 0) << job.output;
+  for (const char* line : {"7 items, 8 samples in 6 shards (0 kept from before), 1 skipped",
+                           "6 buckets:\n  1 frame at 64x32 (latents 16x1x4x8): 1 sample in 1 shard\n"
+                           "  1 frame at 96x48 (latents 16x1x6x12): 1 sample in 1 shard\n"
+                           "  1 frame at 32x80 (latents 16x1x10x4): 1 sample in 1 shard\n"
+                           "  5 frames at 80x32 (latents 16x2x4x10): 2 samples in 1 shard\n"
+                           "  5 frames at 80x48 (latents 16x2x6x10): 1 sample in 1 shard\n"
+                           "  9 frames at 80x32 (latents 16x3x4x10): 2 samples in 1 shard\n"})
+    EXPECT_NE(job.output.find(line), std::string::npos) << line << "\n" << job.output;
+}
+
+// Bad bucket options are one line naming the option, before any model loads.
+TEST(Encode, BadBucketOptionsAreOneLineNamingTheOption) {
+  const auto& s = setup();
+  ASSERT_TRUE(s.error.empty()) << s.error;
+  const std::string out = wt::testing::fresh("encode-bad-buckets");
+  for (const auto& [options, line] : std::vector<std::pair<std::string, std::string>>{
+           {"--buckets 64x32,40x32", "option --buckets: 40x32 is not multiples of --bucket-step 16"},
+           {"--buckets 64x32,64x32", "option --buckets: 64x32 is listed twice"},
+           {"--buckets auto --bucket-area 8x8", "option --bucket-area: 8x8 pixels hold no bucket of 16x16 or more"},
+           {"--buckets auto --bucket-step 8", "option --bucket-step: 8 is not a multiple of 16"},
+           {"--size 32x32 --buckets auto", "option --size: not with --buckets"},
+           {"--size 32x32 --bucket-no-upscale", "option --bucket-no-upscale: only with --buckets"},
+           {"--buckets 64x32 --bucket-area 64x32", "option --bucket-area: only with --buckets auto"},
+           {"--size 40x32", "option --size: 40x32: width and height must be multiples of 16"},
+           {"--size 32x32 --frames 5,8", "option --frames: 8: Wan needs 4k + 1 frames"},
+           {"--size 32x32 --frames 5,x", "option --frames: '5,x' is not a clip length"},
+           {"--size 32x32 --frames 9,5,9", "option --frames: 9 is listed twice"}}) {
+    const auto job = launch(wandata(models_args(s, s.clips, out, options)));
+    EXPECT_EQ(job.status, 2) << options << "\n" << job.output;
+    EXPECT_NE(job.output.find(line), std::string::npos) << options << "\n" << job.output;
+    EXPECT_FALSE(fs::exists(out)) << options;
+  }
 }
 
 // The way out: a dataset sample decoded to a video; a prompt sampled with
