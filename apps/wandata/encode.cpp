@@ -81,6 +81,9 @@ std::vector<media::FrameSize> parse_sizes_options(const EncodeConfig& c, bool si
                     c.bucket_step));
   if (c.buckets == "auto") {
     const auto area = size_of(c.bucket_area, "bucket-area");
+    if (int64_t(area.width) * area.height > c.max_pixels)
+      throw UsageError(fmt::format("option --bucket-area: {} is more pixels than any picture taken (--max-pixels {})",
+                                   c.bucket_area, c.max_pixels));
     auto sizes = media::auto_resolution_buckets(int64_t(area.width) * area.height, int(c.bucket_step));
     if (sizes.empty())
       throw UsageError(fmt::format("option --bucket-area: {} pixels hold no bucket of {}x{} or more", c.bucket_area,

@@ -21,7 +21,9 @@ std::pair<uint64_t, uint64_t> aspect_distance(int width, int height, FrameSize b
 std::vector<FrameSize> auto_resolution_buckets(int64_t area, int step, double max_aspect) {
   std::vector<FrameSize> out;
   if (step < 1 || area < int64_t(step) * step) return out;
-  for (int64_t w = step; w * step <= area; w += step) {
+  // Past sqrt(max_aspect * area) every width is too wide for its height.
+  const auto widest = int64_t(std::sqrt(max_aspect * double(area))) + step;
+  for (int64_t w = step; w * step <= area && w <= widest; w += step) {
     const int64_t h = area / w / step * step;  // the tallest that fits beside w
     if ((w + step) * h <= area) continue;      // a wider one fits at this height: not maximal
     if (double(w) > max_aspect * double(h) || double(h) > max_aspect * double(w)) continue;

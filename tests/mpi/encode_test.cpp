@@ -428,6 +428,8 @@ TEST(Encode, BadBucketOptionsAreOneLineNamingTheOption) {
            {"--buckets 64x32,64x32", "option --buckets: 64x32 is listed twice"},
            {"--buckets auto --bucket-area 8x8", "option --bucket-area: 8x8 pixels hold no bucket of 16x16 or more"},
            {"--buckets auto --bucket-step 8", "option --bucket-step: 8 is not a multiple of 16"},
+           {"--buckets auto --bucket-area 8192x8193",
+            "option --bucket-area: 8192x8193 is more pixels than any picture"},
            {"--size 32x32 --buckets auto", "option --size: not with --buckets"},
            {"--size 32x32 --bucket-no-upscale", "option --bucket-no-upscale: only with --buckets"},
            {"--buckets 64x32 --bucket-area 64x32", "option --bucket-area: only with --buckets auto"},
