@@ -27,7 +27,7 @@ namespace wt {
 namespace {
 
 struct IoConfig {
-  std::string config_file, dir, shapes = "tiny,wan480p,buckets", dtype = "float32";
+  std::string config_file, dir, shapes = "tiny,wan480p", dtype = "float32";
   int64_t tiny_samples = 2048, wan_samples = 48, bucket_samples = 1536, batch_size = 4, shards = 4;
   int prefetch = 4, rounds = 3;
   bool json = false, strict = false;
