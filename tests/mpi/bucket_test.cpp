@@ -3,6 +3,7 @@
 // datasets (wandata merge), trained on 1 and 2 ranks, stopped and resumed.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -177,6 +178,38 @@ TEST_F(Buckets, ResumeRepeatsTheUninterruptedRunOnAnyWorldSize) {
   for (size_t i = 5; i < moved_lines.size(); ++i)
     EXPECT_LT(relative(moved_lines[i]["loss"], reference[i]["loss"]), 1e-5) << "step " << i + 1;
   EXPECT_LT(weights_difference(moved + "/model.safetensors", straight + "/model.safetensors"), 1e-5);
+}
+
+// Buckets with the rest of the trainer: ZeRO-1 with TensorBoard, then a
+// LoRA on the result, then a distillation from it; each trains every bucket
+// (a bucket's shape is a new token grid for the adapters and the teacher).
+TEST_F(Buckets, ZeroLoraAndDistillationTrainOnBuckets) {
+  const std::string steps = "--steps 10 --batch-size 2 --val-data " + data_ + " --val-every 10 ";
+  const auto base = fresh("buckets-zero");
+  const Job zero = train(2, base, steps + "--zero 1 --tensorboard");
+  ASSERT_EQ(zero.status, 0) << zero.output;
+  bool has_events = false;
+  for (const auto& entry : fs::directory_iterator(base + "/tb"))
+    has_events = has_events || (entry.path().filename().string().rfind("events.out.tfevents", 0) == 0 &&
+                                fs::file_size(entry.path()) > 0);
+  EXPECT_TRUE(has_events) << zero.output;
+  const auto lora = fresh("buckets-lora");
+  const Job adapters = train(2, lora, steps + "--lora-rank 4 --init " + base + "/model.safetensors");
+  ASSERT_EQ(adapters.status, 0) << adapters.output;
+  EXPECT_TRUE(fs::exists(lora + "/lora.safetensors"));
+  const auto student = fresh("buckets-distill");
+  const Job distill =
+      train(2, student,
+            steps + "--mode distill --teacher " + base + "/model.safetensors " + "--teacher-config " + tiny_config());
+  ASSERT_EQ(distill.status, 0) << distill.output;
+  for (const auto& dir : {base, lora, student}) {
+    const auto lines = training_lines(dir);
+    ASSERT_EQ(lines.size(), 10u) << dir;
+    for (const auto& line : lines) EXPECT_TRUE(std::isfinite(line["loss"].get<double>())) << dir;
+    const auto val = validation_lines(dir);
+    ASSERT_EQ(val.size(), 1u) << dir;
+    EXPECT_EQ(val[0]["val_loss_buckets"].size(), 4u) << dir;
+  }
 }
 
 }  // namespace
