@@ -357,6 +357,13 @@ TEST(Encode, BucketsGiveShardsOfOneShapeTheSameOnAnyRankCountAndAcrossAKill) {
   EXPECT_EQ(dataset.size(), 6);
   EXPECT_EQ(dataset.buckets().size(), 4u);
   run_ok(wandata("verify " + one));
+  // ... and wantrain trains on, every step one bucket's sample.
+  const auto trained =
+      launch(std::string(WANTRAIN_WANTRAIN) + " --model-config " + kTiny + " --data " + one + " --output-dir " +
+             wt::testing::fresh("encode-buckets-train") + " --threads 1 --batch-size 1 --steps 8 --log-every 1");
+  ASSERT_EQ(trained.status, 0) << trained.output;
+  EXPECT_NE(trained.output.find("6 steps per epoch; 6 samples per epoch (all)"), std::string::npos) << trained.output;
+  EXPECT_NE(trained.output.find("trained 8 steps"), std::string::npos) << trained.output;
 
   // Two ranks: the same samples in the same shards.
   run_ok(wt::testing::mpi_command(2, WANTRAIN_WANDATA, models_args(s, clips, two, options)));
