@@ -188,9 +188,9 @@ TEST(LoaderOnGpu, PinnedBatchesReachTheDeviceIntactWhileBuffersAreRecycled) {
   wt::train::ShardBatchesOptions options;
   options.prefetch = 2;
   options.for_gpu = true;
-  wt::train::ShardBatches source(wt::data::Dataset::open(dir),
-                                 wt::data::DistributedSampler(wt::data::DataLayout(std::vector<int64_t>{8}), {1, 0, 2, 3, true, false}),
-                                 options);
+  wt::train::ShardBatches source(
+      wt::data::Dataset::open(dir),
+      wt::data::DistributedSampler(wt::data::DataLayout(std::vector<int64_t>{8}), {1, 0, 2, 3, true, false}), options);
   std::vector<std::pair<std::vector<int64_t>, at::Tensor>> arrived;
   for (int n = 0; n < 16; ++n) {
     int64_t epoch = 0;

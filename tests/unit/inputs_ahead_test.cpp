@@ -64,9 +64,10 @@ TEST(InputsAhead, NoiseFromTheLoaderGivesTheStepTheSameLossAndGradients) {
   train::ShardBatchesOptions source_options;
   source_options.objective = &objective;
   source_options.first_step = first_step;
-  train::ShardBatches source(small_model_dataset("inputs-ahead"),
-                             data::DistributedSampler(data::DataLayout(std::vector<int64_t>{9, 7}), {1, 0, B * K, 3, true, false}),
-                             source_options);
+  train::ShardBatches source(
+      small_model_dataset("inputs-ahead"),
+      data::DistributedSampler(data::DataLayout(std::vector<int64_t>{9, 7}), {1, 0, B * K, 3, true, false}),
+      source_options);
   for (int64_t n = 0; n < 4; ++n) {
     int64_t epoch = 0;
     const train::Batch batch = source.next(epoch);
