@@ -5,9 +5,7 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
-#include <array>
 #include <iostream>
-#include <map>
 #include <numeric>
 
 #include "commands.hpp"
@@ -27,14 +25,16 @@ namespace {
 int reshard(const char* command, int argc, char** argv, int64_t default_shards, bool many_sources) {
   std::string config, out;
   std::vector<std::string> sources;
-  int64_t shards = default_shards;
+  int64_t shards = 0;  // 0: the default, and at least one per bucket
+  const std::string shards_help = fmt::format(
+      "number of output shards (default {}, or one per bucket when there are more buckets)", default_shards);
   OptionSet options(std::string("wandata ") + command, many_sources ? "DIR... --out DIR" : "DIR --out DIR");
   options.group(command)
       .standard_options(&config)
       .positional("data", &sources, many_sources ? "the datasets to join" : "the dataset to split",
                   many_sources ? -1 : 1)
       .add("out", &out, "output directory (created; must not hold shards yet)")
-      .add("shards", &shards, "number of output shards");
+      .add("shards", &shards, shards_help.c_str());
   if (const auto outcome = options.parse(argc, argv); outcome != OptionSet::Outcome::Run) {
     std::cout << app::help_or_version(outcome, options);
     return kExitOk;
@@ -53,24 +53,15 @@ int reshard(const char* command, int argc, char** argv, int64_t default_shards, 
                                    shape.latents_string(), shape.text_string(), sources.front(), first.latents_string(),
                                    first.text_string()));
   }
-  // Every sample (dataset, index) by bucket, buckets ordered by shape as a
-  // Dataset orders them; within a bucket, the sources' order.
-  struct Bucket {
-    data::SampleShape shape;
-    std::vector<std::pair<size_t, int64_t>> samples;
-  };
-  std::map<std::array<int64_t, 3>, Bucket> by_shape;
-  int64_t total = 0;
-  for (size_t d = 0; d < inputs.size(); ++d)
-    for (int64_t i = 0; i < inputs[d].size(); ++i, ++total) {
-      const auto& shape = inputs[d].shape_of(i);
-      auto& bucket = by_shape[{shape.frames, shape.height, shape.width}];
-      bucket.shape = shape;
-      bucket.samples.emplace_back(d, i);
-    }
-  std::vector<Bucket> buckets;
-  for (auto& entry : by_shape) buckets.push_back(std::move(entry.second));
+  // All inputs' shards as one dataset, in the sources' order: its buckets
+  // are what the new shards keep apart, each bucket's samples in that order.
+  std::vector<data::ShardInfo> infos;
+  for (const auto& input : inputs) infos.insert(infos.end(), input.shards().begin(), input.shards().end());
+  const data::Dataset all = data::Dataset::of(out, std::move(infos));
+  const int64_t total = all.size();
+  const auto& buckets = all.buckets();
   const auto bucket_count = int64_t(buckets.size());
+  if (shards == 0) shards = std::min(std::max(default_shards, bucket_count), total);
   if (shards < bucket_count || shards > total)
     throw UsageError(
         fmt::format("option --shards: must be between {} and the {} samples", bucket_count, total) +
@@ -82,7 +73,7 @@ int reshard(const char* command, int argc, char** argv, int64_t default_shards, 
   std::vector<int64_t> counts;
   std::vector<double> quota;
   for (const auto& bucket : buckets) {
-    quota.push_back(double(shards) * double(bucket.samples.size()) / double(total));
+    quota.push_back(double(shards) * double(bucket.samples) / double(total));
     counts.push_back(std::max<int64_t>(1, int64_t(quota.back())));
   }
   auto sum = [&] { return std::accumulate(counts.begin(), counts.end(), int64_t{0}); };
@@ -90,7 +81,7 @@ int reshard(const char* command, int argc, char** argv, int64_t default_shards, 
     const bool more = sum() < shards;
     size_t pick = counts.size();
     for (size_t b = 0; b < counts.size(); ++b) {
-      if (more ? counts[b] >= int64_t(buckets[b].samples.size()) : counts[b] <= 1) continue;
+      if (more ? counts[b] >= buckets[b].samples : counts[b] <= 1) continue;
       const double gap = more ? quota[b] - double(counts[b]) : double(counts[b]) - quota[b];
       const double best = pick == counts.size() ? -1e300
                           : more                ? quota[pick] - double(counts[pick])
@@ -101,16 +92,17 @@ int reshard(const char* command, int argc, char** argv, int64_t default_shards, 
   }
 
   bool prompts = true;
-  for (const auto& d : inputs)
-    for (const auto& shard : d.shards()) prompts = prompts && shard.has_prompt;
-  std::vector<std::unique_ptr<data::SampleReader>> readers;
-  for (const auto& d : inputs) readers.push_back(std::make_unique<data::SampleReader>(d));
+  for (const auto& shard : all.shards()) prompts = prompts && shard.has_prompt;
 
   Progress progress(command, total);
   int64_t k = 0;
   for (size_t b = 0; b < buckets.size(); ++b) {
     const auto& s = buckets[b].shape;
-    const auto& samples = buckets[b].samples;
+    std::vector<int64_t> samples;  // global indices of `all`
+    for (const size_t shard : buckets[b].shards)
+      for (int64_t i = 0; i < all.shards()[shard].samples; ++i) samples.push_back(all.locate_shard(shard) + i);
+    // A reader per bucket: it keeps open only this bucket's shards.
+    data::SampleReader reader(all);
     at::Tensor latents = at::empty({s.channels, s.frames, s.height, s.width}, data::scalar_type(s.latents));
     at::Tensor text = at::empty({s.text_len, s.text_dim}, data::scalar_type(s.text));
     const auto n = int64_t(samples.size());
@@ -119,10 +111,10 @@ int reshard(const char* command, int argc, char** argv, int64_t default_shards, 
       const int64_t end = data::shard_first_sample(j + 1, n, counts[b]);
       data::ShardWriter writer(data::shard_path(out, k), s, end - written, prompts);
       for (int64_t row = 0; written < end; ++written, ++row) {
-        const auto [d, index] = samples[size_t(written)];
+        const int64_t index = samples[size_t(written)];
         int32_t text_len = 0;
-        readers[d]->read(index, latents, text, text_len);
-        writer.write(row, latents, text, text_len, prompts ? readers[d]->prompt(index) : std::string());
+        reader.read(index, latents, text, text_len);
+        writer.write(row, latents, text, text_len, prompts ? reader.prompt(index) : std::string());
         progress.advance();
       }
     }

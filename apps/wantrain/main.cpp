@@ -273,8 +273,10 @@ int run(distributed::World& world, int argc, char** argv) {
   if (world.is_root())
     log::info_lines("wantrain " WANTRAIN_VERSION ": resolved configuration\n" + options.resolved_table() + table +
                     data_summary + model_summary + plan.describe() + memory.table);
-  if (world.is_root())
+  if (world.is_root()) {
+    for (const auto& warning : plan.bucket_warnings()) spdlog::warn("{}", warning);
     for (const auto& warning : memory.warnings) spdlog::warn("{}", warning);
+  }
   comm->barrier();  // the collectives work end to end
   if (cfg.dry_run) return kExitOk;
 

@@ -57,12 +57,22 @@ Dataset Dataset::of(std::string directory, std::vector<ShardInfo> shards) {
   dataset.offsets_.push_back(0);
   auto key = [](const SampleShape& s) { return std::array<int64_t, 3>{s.frames, s.height, s.width}; };
   std::map<std::array<int64_t, 3>, std::vector<size_t>> by_shape;  // ordered: bucket b is the b-th shape
+  bool any_samples = false;
+  for (const auto& info : shards) any_samples = any_samples || info.samples > 0;
   for (size_t i = 0; i < shards.size(); ++i) {
     if (!same_dataset(shards[i].shape, shards.front().shape)) throw Error("Dataset::of: shards of different shapes");
     dataset.offsets_.push_back(dataset.offsets_.back() + shards[i].samples);
-    by_shape[key(shards[i].shape)].push_back(i);
+    // An empty shard makes no bucket of its own (no shape to plan, validate
+    // or sample for); it joins its shape's bucket if there is one.
+    if (shards[i].samples > 0 || !any_samples) by_shape[key(shards[i].shape)].push_back(i);
   }
-  dataset.shard_bucket_.resize(shards.size());
+  for (size_t i = 0; i < shards.size(); ++i)
+    if (shards[i].samples == 0 && any_samples)
+      if (const auto it = by_shape.find(key(shards[i].shape)); it != by_shape.end()) {
+        it->second.push_back(i);
+        std::sort(it->second.begin(), it->second.end());
+      }
+  dataset.shard_bucket_.assign(shards.size(), 0);  // an empty shard outside every bucket: never sampled
   for (auto& [shape, members] : by_shape) {
     Bucket bucket{shards[members.front()].shape, members, 0};
     for (const size_t i : members) {
@@ -169,8 +179,10 @@ void SampleReader::read(int64_t index, const at::Tensor& latents, const at::Tens
   const Dataset::Location where = dataset_.locate(index);
   const ShardInfo& shard = dataset_.shards()[where.shard];
   const SampleShape& s = shard.shape;
-  if (latents.numel() != s.channels * s.frames * s.height * s.width || text_emb.numel() != s.text_len * s.text_dim ||
-      latents.scalar_type() != scalar_type(s.latents) || text_emb.scalar_type() != scalar_type(s.text))
+  if (latents.sizes() != at::IntArrayRef{s.channels, s.frames, s.height, s.width} ||
+      text_emb.sizes() != at::IntArrayRef{s.text_len, s.text_dim} || !latents.is_contiguous() ||
+      !text_emb.is_contiguous() || latents.scalar_type() != scalar_type(s.latents) ||
+      text_emb.scalar_type() != scalar_type(s.text))
     throw Error(
         fmt::format("data: sample {} of shard {} is latents {}, text_emb {}; the tensors to read it into are "
                     "not (a batch of samples of several shapes?)",

@@ -57,8 +57,12 @@ std::vector<int64_t> clip_starts(int64_t available, const FrameSelection& s) {
       break;
     case FrameExtraction::Uniform: {
       const int64_t k = std::max<int64_t>(1, s.samples), last = available - n;
-      for (int64_t j = 0; j < k; ++j)
-        starts.push_back(k == 1 ? 0 : int64_t(std::floor(double(last) * double(j) / double(k - 1))));
+      for (int64_t j = 0; j < k; ++j) {
+        const int64_t start = k == 1 ? 0 : int64_t(std::floor(double(last) * double(j) / double(k - 1)));
+        // Fewer frames than clips asked for (a still, a video just long
+        // enough): each start once, not the same clip several times.
+        if (starts.empty() || start != starts.back()) starts.push_back(start);
+      }
       break;
     }
   }

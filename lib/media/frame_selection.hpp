@@ -4,7 +4,9 @@
 //   head     the first N frames (one clip);
 //   slide    a clip starting every `stride` frames while N frames remain;
 //   uniform  `samples` clips with starts spread evenly from the first frame
-//            to the last start that leaves N frames (the starts floored).
+//            to the last start that leaves N frames (the starts floored;
+//            a start that repeats is taken once, so a still or a video of
+//            barely N frames gives one clip, not copies of it).
 // Pure arithmetic on the frames' presentation times, so it is tested alone.
 #pragma once
 

@@ -70,6 +70,18 @@ std::string RunPlan::describe_epoch() const {
          per_bucket;
 }
 
+std::vector<std::string> RunPlan::bucket_warnings() const {
+  std::vector<std::string> out;
+  const int64_t global = samples_per_epoch / std::max<int64_t>(steps_per_epoch, 1);
+  for (const auto& b : buckets)
+    if (b.steps == 0 && b.samples > 0)
+      out.push_back(
+          fmt::format("bucket {}: its {} samples are fewer than one global batch of {}, so no step trains "
+                      "on them; use a smaller batch, fewer ranks or --no-drop-last",
+                      b.name, b.samples, global));
+  return out;
+}
+
 std::string RunPlan::describe() const {
   const auto& s = settings;
   std::string out = fmt::format("effective batch: {} per rank x {} ranks x {} accumulation steps = {}\n", s.micro_batch,

@@ -58,6 +58,9 @@ struct RunPlan {
   // What a start-up banner and --dry-run print: how an epoch uses the data
   // (one line), then the effective batch, optimizer and schedule, steps.
   std::string describe_epoch() const;
+  // One line per bucket that no step draws from (fewer samples than a
+  // global batch, its tail dropped): what the banner warns about.
+  std::vector<std::string> bucket_warnings() const;
   std::string describe() const;
 };
 

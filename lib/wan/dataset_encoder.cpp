@@ -241,10 +241,13 @@ EncodePlan plan_job(const DatasetEncoderSettings& s, const std::vector<data::Med
       throw UsageError(
           fmt::format("{}: {} (--strict)", items[plan.skipped.front().first].origin, plan.skipped.front().second));
   });
-  if (world.is_root()) {
+  if (world.is_root())
     for (const auto& [item, why] : plan.skipped) report_warning("skipped {}: {}", items[item].origin, why);
-    if (!recorded) record_probes(items, probes, s.out);
-  }
+  // Before any shard record: a record must never outlive the probes its
+  // plan was made from (a rerun would plan anew and keep it).
+  world.agree([&] {
+    if (world.is_root() && !recorded) record_probes(items, probes, s.out);
+  });
   return plan;
 }
 

@@ -75,6 +75,15 @@ TEST_F(Buckets, MergedDatasetsKeepEachShapeInShardsOfItsOwn) {
   const Job verify = launch(std::string(WANTRAIN_WANDATA) + " verify " + data_);
   EXPECT_EQ(verify.status, 0) << verify.output;
   EXPECT_EQ(occurrences(verify.output, "6 shards, 39 samples in 4 buckets"), 1u) << verify.output;
+  // split's default of 2 shards becomes one per bucket; each sample kept, in order.
+  const std::string split = fresh("buckets-split");
+  fs::remove(split);
+  const Job job = launch(std::string(WANTRAIN_WANDATA) + " split " + data_ + " --out " + split);
+  ASSERT_EQ(job.status, 0) << job.output;
+  const auto again = wt::data::Dataset::open(split);
+  EXPECT_EQ(again.layout().shard_buckets, (std::vector<int>{0, 1, 2, 3}));
+  wt::data::SampleReader before(dataset), after(again);
+  for (int64_t i = 0; i < dataset.size(); ++i) EXPECT_EQ(after.prompt(i), before.prompt(i)) << i;
 }
 
 // The epoch and the memory plan as the dry run shows them. 2 ranks x 2:
@@ -99,6 +108,16 @@ TEST_F(Buckets, DryRunCountsEachBucketsStepsAndPlansTheLargest) {
   ASSERT_EQ(padded.status, 0) << padded.output;
   EXPECT_EQ(occurrences(padded.output, "11 steps per epoch; 44 samples per epoch (5 padded by wrap-around)"), 1u)
       << padded.output;
+
+  // A bucket smaller than a global batch (2 x 5 here: the clips' 9 and 8
+  // samples) trains on no step: said once per bucket, before training.
+  const Job big = train(2, fresh("buckets-dry-big"), "--batch-size 5 --dry-run");
+  ASSERT_EQ(big.status, 0) << big.output;
+  for (const std::string line :
+       {"bucket 3x8x8: its 9 samples are fewer than one global batch of 10, so no step trains on them",
+        "bucket 5x8x8: its 8 samples are fewer than one global batch of 10, so no step trains on them"})
+    EXPECT_EQ(occurrences(big.output, line), 1u) << line << "\n" << big.output;
+  EXPECT_EQ(occurrences(big.output, "so no step trains on them"), 2u) << big.output;
 
   // Shard affinity cannot make every global batch one shape: one line, status 2.
   const Job affine = train(2, fresh("buckets-affine"), "--batch-size 2 --steps 2 --shard-affinity");

@@ -491,7 +491,7 @@ TEST(Wandata, SynthDatasetsOfOneTaskShareTheTextEncodingAcrossSeeds) {
 TEST(Wandata, VerifyListsEveryProblemAndFails) {
   const auto dir = fresh("verify-bad");
   ASSERT_EQ(wandata("synth --out " + dir + " --samples 4 --shards 2").status, 0);
-  // Poison sample 1 of the second shard with NaN, and add a shard of another shape.
+  // Poison sample 1 of the second shard with NaN, and add a shard of another text width.
   const std::string script =
       "import h5py, numpy as np\n"
       "f = h5py.File('" +
@@ -504,7 +504,7 @@ TEST(Wandata, VerifyListsEveryProblemAndFails) {
       "/shard-00002.h5', 'w')\n"
       "g.attrs['format'] = 'wantrain-shard'; g.attrs['version'] = 1\n"
       "g['latents'] = np.zeros((1, 16, 2, 32, 32), np.float32)\n"
-      "g['text_emb'] = np.zeros((1, 16, 64), np.float32)\n"
+      "g['text_emb'] = np.zeros((1, 16, 32), np.float32)\n"  // another text width: not a bucket
       "g['text_len'] = np.zeros(1, np.int32)\n";
   std::ofstream(dir + "/poison.py") << script;
   ASSERT_EQ(std::system((std::string(WANTRAIN_PYTHON) + " " + dir + "/poison.py").c_str()), 0);

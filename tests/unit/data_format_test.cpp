@@ -218,11 +218,27 @@ TEST(DataFormat, ShardsOfSeveralLatentShapesFormBucketsOrderedByShape) {
     reader.read(index, latents, text, text_len);
     EXPECT_TRUE(torch::equal(latents, wt::testing::expected_latents(shape, seed, row))) << index;
   }
-  // Reading a sample into tensors of another bucket's shape is an error, not a write past them.
+  // Reading a sample into tensors of another bucket's shape is an error, not
+  // a write past them, nor a scrambled read of the same count (H and W swapped).
   auto wrong = torch::empty({4, 1, 3, 5});
+  auto swapped = torch::empty({4, 2, 5, 3});
   auto text = torch::empty({6, 8});
   int32_t text_len = 0;
   EXPECT_THROW(reader.read(0, wrong, text, text_len), wt::Error);
+  EXPECT_THROW(reader.read(3, swapped, text, text_len), wt::Error);
+}
+
+// An empty shard makes no bucket: nothing to plan, validate or sample at its shape.
+TEST(DataFormat, AnEmptyShardOfAnotherShapeMakesNoBucket) {
+  const auto dir = wt::testing::fresh_directory("empty-bucket");
+  auto other = small_shape();
+  other.frames = 1;
+  wt::testing::write_shard(dir + "/a.h5", small_shape(), 3, 0);
+  wt::testing::write_shard(dir + "/b.h5", other, 0, 0);
+  const auto dataset = data::Dataset::open(dir);
+  ASSERT_EQ(dataset.buckets().size(), 1u);
+  EXPECT_EQ(dataset.shape(), small_shape());
+  EXPECT_EQ(dataset.buckets()[0].shards, (std::vector<size_t>{0}));
 }
 
 // Version 1 shards (before buckets) are still read; a future version is named.

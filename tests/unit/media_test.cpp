@@ -82,6 +82,12 @@ TEST(FrameSelection, HeadSlideAndUniformTakeTheWindowsMusubiTunerDocuments) {
   EXPECT_EQ(clip, std::vector<int64_t>({13}));
   s.frames = 41;
   EXPECT_TRUE(select_clips(t, s).empty());  // too few frames: no clip
+  // Fewer distinct windows than clips asked for: each once (a still gives
+  // one clip; 40 frames hold two windows of 39, not four).
+  s.frames = 1;
+  EXPECT_EQ(starts(select_clips(at_rate(1, 16), s)), std::vector<int64_t>({0}));
+  s.frames = 39;
+  EXPECT_EQ(starts(select_clips(t, s)), std::vector<int64_t>({0, 1}));
   EXPECT_EQ(wt::media::parse_frame_extraction("slide"), FrameExtraction::Slide);
   EXPECT_THROW(wt::media::parse_frame_extraction("chunk"), wt::UsageError);
 }
