@@ -168,8 +168,11 @@ TEST(Loader, ABatchStillHeldIsNeverRefilledWhileTheLoaderReadsAhead) {
 }
 
 // A dataset of two shapes: each batch has its bucket's shape and its samples'
-// values, and once both shapes have been seen no buffer is allocated again
-// (each shape keeps its own).
+// values, and the buffers are reused per shape: their number is bounded by
+// the batches in flight (prefetch queued, one being read, one held here),
+// each with latents, text and their staging copies, per shape, however
+// many batches go by (one list for all shapes would re-allocate whenever
+// the shape changes: 4 buffers a batch).
 TEST(Loader, BucketedBatchesHaveTheirBucketsShapeAndReuseBuffersPerShape) {
   const auto dir = wt::testing::fresh_directory("loader-buckets");
   const auto small = wt::testing::small_shape(data::Stored::Float16, data::Stored::Float16);
@@ -181,8 +184,8 @@ TEST(Loader, BucketedBatchesHaveTheirBucketsShapeAndReuseBuffersPerShape) {
   data::DistributedSampler sampler(dataset.layout(), {1, 0, 2, 5, true, false});  // 7 batches an epoch
   data::DistributedSampler reference = sampler;
   data::Loader loader(dataset, sampler, {2, at::kFloat});
-  int64_t allocated_after_warmup = -1;
-  for (int step = 0; step < 7 * 6; ++step) {
+  constexpr int64_t kBound = 2 * (2 + 2) * 4;  // shapes x batches in flight x buffers a batch
+  for (int step = 0; step < 7 * 12; ++step) {
     const auto want = reference.next();
     const data::Batch batch = loader.next();
     ASSERT_EQ(batch.indices, want);
@@ -195,8 +198,7 @@ TEST(Loader, BucketedBatchesHaveTheirBucketsShapeAndReuseBuffersPerShape) {
       EXPECT_TRUE(
           torch::equal(batch.latents[j], wt::testing::expected_latents(shape, seed, row).to(at::kHalf).to(at::kFloat)));
     }
-    if (step == 7 * 2) allocated_after_warmup = loader.allocations();  // two epochs: both shapes seen many times
+    EXPECT_LE(loader.allocations(), kBound) << "step " << step << ": buffers re-allocated";
   }
-  EXPECT_GT(allocated_after_warmup, 0);
-  EXPECT_EQ(loader.allocations(), allocated_after_warmup) << "buffers re-allocated in steady state";
+  EXPECT_GE(loader.allocations(), 4) << "each shape's latents and text at least";
 }
