@@ -328,7 +328,13 @@ int main(int argc, char** argv) {
   // For the whole life of a training process, a stop signal is recorded and
   // answered (train/fit.hpp): before the first step, exit 75 with nothing to
   // save; at a step boundary, checkpoint and 75; during the final
-  // checkpoint, finish it and 75; after the run, ignored (status 0).
-  const wt::StopSignalHandlers stop_signals;
-  return wt::app::run_app(argc, argv, wt::wantrain::run);
+  // checkpoint, finish it and 75; after the run, ignored (status 0), also
+  // while the process exits.
+  int status = 0;
+  {
+    const wt::StopSignalHandlers stop_signals;
+    status = wt::app::run_app(argc, argv, wt::wantrain::run);
+  }
+  wt::test_delay("after_run");  // a test's window for a signal while the process exits
+  return status;
 }

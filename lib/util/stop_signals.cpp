@@ -35,7 +35,7 @@ StopSignalHandlers::StopSignalHandlers() {
 }
 
 StopSignalHandlers::~StopSignalHandlers() {
-  for (int signal : kStopSignals) std::signal(signal, SIG_DFL);
+  for (int signal : kStopSignals) std::signal(signal, signal == SIGINT ? SIG_DFL : SIG_IGN);
 }
 
 int stop_signal() { return g_stop_signal.load(); }

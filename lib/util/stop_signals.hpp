@@ -8,7 +8,11 @@
 
 namespace wt {
 
-// Installs the handlers for its lifetime; restores the default actions after.
+// Installs the handlers for its lifetime, which is the process's: after it
+// (the run is over, the process is ending) SIGTERM and SIGUSR1 are ignored,
+// so a stop asked while the process exits (static destructors, MPI's
+// finalize) does not turn a finished run into a killed one; SIGINT gets its
+// default action back.
 class StopSignalHandlers {
  public:
   StopSignalHandlers();

@@ -10,6 +10,8 @@
 //   snapshot_copy       the Engine's CPU snapshot thread, before its copies
 //   before_first_step   every rank, as train::fit starts
 //   after_fit           every rank, after train::fit returned
+//   after_run           wantrain's main, after the run and its signal
+//                       handlers, before the process exits
 //   encode_item         wandata encode, before each item is encoded (a kill
 //                       mid-run for the resume test)
 //   nccl_join           a rank about to join the NCCL communicator (the

@@ -258,6 +258,19 @@ TEST_F(Faults, AStopSignalAfterTheRunFinishedIsIgnored) {
   EXPECT_EQ(occurrences(ended.output, "stopping"), 0u) << ended.output;
 }
 
+// SLURM's warning signal while the finished process exits (after its
+// handlers, while MPI and the libraries wind down) is ignored too: status 0,
+// not 128 + SIGUSR1.
+TEST_F(Faults, ASignalWhileTheProcessExitsIsIgnored) {
+  const auto dir = fresh("faults-signal-exit");
+  const Background job = start_background(command(dir, "--steps 2", "WANTRAIN_TEST_DELAY=after_run:4"), dir + ".log");
+  ASSERT_TRUE(wait_until([&] { return fs::exists(dir + "/model-config.json"); }, 120));
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  signal_last_rank(job, SIGUSR1);
+  const Job ended = finish(job);
+  EXPECT_EQ(ended.status, 0) << ended.output;
+}
+
 // A full file system (a 4 MB tmpfs, filled up): the write fails with one
 // line naming the checkpoint and the cause, the run stops with status 1,
 // `latest` is the last complete checkpoint, loadable, and no partial file is
