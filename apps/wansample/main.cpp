@@ -7,6 +7,8 @@
 #include <fmt/ranges.h>
 #include <torch/torch.h>
 
+#include <nlohmann/json.hpp>
+
 #include <iostream>
 #include <cstdlib>
 #include <cmath>
@@ -135,6 +137,29 @@ int run(distributed::World&, int argc, char** argv) {
   }
   if (c.weights.empty() == c.checkpoint.empty())
     throw UsageError("options --weights, --checkpoint: give exactly one (the model weights to sample with)");
+  // With --checkpoint and no --shift, the run's: the shift it trained at is
+  // the one its model samples well at (docs/training.md, "What good training
+  // looks like").
+  bool run_shift = false;
+  for (const auto& option : options.resolved())
+    if (option.name == "shift" && option.source == "default" && !c.checkpoint.empty()) {
+      std::string stored;
+      try {
+        stored = ckpt::read_run_options(c.checkpoint);
+      } catch (const UsageError&) {  // none stored, or not readable: the latter is reported below
+      }
+      const auto run = nlohmann::json::parse(stored, nullptr, false);
+      if (run.is_object() && run.contains("shift") && run["shift"].is_string()) {
+        char* end = nullptr;
+        const std::string text = run["shift"].get<std::string>();
+        const double value = std::strtod(text.c_str(), &end);
+        if (!text.empty() && *end == '\0' && value > 0) {
+          c.shift = value;
+          run_shift = true;
+        }
+      }
+    }
+  if (run_shift) std::cout << fmt::format("wansample: shift {:g}, the run's (--shift overrides it)\n", c.shift);
   if (c.checkpoint.empty() && c.model_config.empty())
     throw UsageError("option --model-config: the model config is required with --weights");
   if (int(!c.data.empty()) + int(!c.text.empty()) + int(!c.prompt.empty()) != 1)

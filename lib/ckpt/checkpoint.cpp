@@ -354,7 +354,10 @@ TrainerState read_trainer_state(const std::string& path) {
   }
 }
 
-std::string read_model_config(const std::string& path) {
+namespace {
+
+// A string attribute of a checkpoint's root, without reading any tensor.
+std::string read_root_string(const std::string& path, const char* name) {
   io::Lock lock(io::library_mutex());
   io::quiet_errors();
   require_readable(path);
@@ -364,12 +367,18 @@ std::string read_model_config(const std::string& path) {
     object = "attribute format";
     const auto format = io::read_string_attribute(file.get(), "format");
     if (format != kFormat) throw Error(fmt::format("is '{}', not a {}", format, kFormat));
-    object = "attribute model_config";
-    return io::read_string_attribute(file.get(), "model_config");
+    object = std::string("attribute ") + name;
+    return io::read_string_attribute(file.get(), name);
   } catch (const std::exception& e) {
     throw UsageError(fmt::format("checkpoint {}: {}: {}", path, object, e.what()));
   }
 }
+
+}  // namespace
+
+std::string read_model_config(const std::string& path) { return read_root_string(path, "model_config"); }
+
+std::string read_run_options(const std::string& path) { return read_root_string(path, "run_options"); }
 
 void check_model_config(const std::string& saved_json, const std::string& path, const std::string& config_json,
                         const std::string& config_path) {

@@ -136,6 +136,9 @@ TrainerState read_trainer_state(const std::string& path);
 
 // The model_config attribute only (no tensors): e.g. the config of a teacher checkpoint.
 std::string read_model_config(const std::string& path);
+// The run_options attribute only: the run's resolved options as JSON
+// ({"shift": "20", ...}), e.g. what a sampler should default to.
+std::string read_run_options(const std::string& path);
 
 // UsageError naming the file, `config_path` and the first field that differs
 // when `saved_json` (a checkpoint's model_config) is not `config`.

@@ -192,6 +192,27 @@ TEST_F(Wansample, SamplesAWantrainCheckpointAsItsExportedWeights) {
       << none.output;
 }
 
+// Without --shift, a checkpoint is sampled at the shift its run trained at;
+// --shift still overrides it.
+TEST_F(Wansample, ACheckpointIsSampledAtItsRunsShiftUnlessOneIsGiven) {
+  const std::string run = dir_ + "/shift7";
+  ASSERT_EQ(launch(std::string(WANTRAIN_WANTRAIN) + " --model-config " + kTiny + " --data " + dir_ +
+                   "/data --steps 2 --batch-size 2 --threads 1 --shift 7 --output-dir " + run)
+                .status,
+            0);
+  const std::string common = " --checkpoint " + run + "/latest --data " + dir_ + "/data --index 0 --steps 3 --seed 2";
+  const Job own = sample(common + " --out " + dir_ + "/own-shift.h5");
+  ASSERT_EQ(own.status, 0) << own.output;
+  EXPECT_EQ(wt::testing::occurrences(own.output, "wansample: shift 7, the run's (--shift overrides it)"), 1u)
+      << own.output;
+  ASSERT_EQ(sample(common + " --shift 7 --out " + dir_ + "/shift-7.h5").status, 0);
+  const Job five = sample(common + " --shift 5 --out " + dir_ + "/shift-5.h5");
+  ASSERT_EQ(five.status, 0) << five.output;
+  EXPECT_EQ(five.output.find("the run's"), std::string::npos) << five.output;
+  EXPECT_TRUE(torch::equal(sampled_latents(dir_ + "/own-shift.h5"), sampled_latents(dir_ + "/shift-7.h5")));
+  EXPECT_FALSE(torch::equal(sampled_latents(dir_ + "/own-shift.h5"), sampled_latents(dir_ + "/shift-5.h5")));
+}
+
 TEST_F(Wansample, DeviceCpuSamplesWhatAutoSamplesAndCudaIsRefusedWithoutIt) {
   const std::string common =
       "--weights " + weights_ + " --data " + dir_ + "/data --index 1 --steps 2 --seed 4 --out " + dir_;
