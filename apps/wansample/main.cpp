@@ -102,7 +102,7 @@ int run(distributed::World&, int argc, char** argv) {
            "start from this noise instead of the seed's: an HDF5 /noise of [C, F, H, W] latents (to follow "
            "another implementation step for step)")
       .add("steps", &c.steps, "Euler steps")
-      .add("shift", &c.shift, "sigma shift s: s*sigma/(1+(s-1)*sigma)")
+      .add("shift", &c.shift, "sigma shift s: s*sigma/(1+(s-1)*sigma); with --checkpoint the run's unless given")
       .add("cfg", &c.cfg,
            "classifier-free guidance scale against the unconditional (all-zero) context that wantrain --text-drop "
            "trains; 1: no guidance, 0: unconditional")
