@@ -106,6 +106,7 @@ MemorySummary memory_summary(distributed::World& world, const distributed::Comm&
           memory_plan_settings(cfg, *model_config, teacher_config, latents, loader_bytes, comm.device(), world.size());
       if (data)
         settings.staged_bytes = double(train::staged_bytes_per_sample(data->largest_shape(), comm.device().is_cuda()));
+      settings.loader_shapes = int(shapes.size());
       settings.runtime_bytes = current_rss_bytes();
       settings.checkpoint_snapshot = world.is_root();
       try {

@@ -120,7 +120,8 @@ MemoryPlan plan_memory(const MemoryPlanSettings& s) {
   }
   if (s.sample_bytes > 0)
     add("data",
-        fmt::format("{} batches of {} in the loader, with their noise{}", s.prefetch + 1, s.step.batch,
+        fmt::format("{} batches of {} in the loader, with their noise{}{}", s.prefetch + 1, s.step.batch,
+                    s.loader_shapes > 1 ? fmt::format(", for each of {} shapes", s.loader_shapes) : "",
                     s.staged_bytes > 0 ? ", and one as stored before conversion" : ""),
         double(s.step.batch) * (double(s.prefetch + 1) * s.sample_bytes + s.staged_bytes), false);
   // The writer's copy: rank 0's weights, and each rank's (share of) the state.
