@@ -12,6 +12,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "child_json.hpp"
 #include "op_profile.hpp"
 #include "wantrain/app/float_dtype.hpp"
 #include "wantrain/nn/tensor_memory.hpp"
@@ -187,22 +188,8 @@ Point measure_in_child(const ModelBenchConfig& c, const Point& p) {
       "--grad-checkpoint {} --iters {} --warmup {} --threads {} --json",
       quote(std::string(self, size_t(length))), quote(c.model_config), p.batch, p.frames, p.height, p.width,
       c.precision, p.attention_chunk, p.grad_checkpoint, c.iters, c.warmup, torch::get_num_threads());
-  FILE* child = popen(command.c_str(), "r");
-  if (!child) throw Error(fmt::format("wanbench model --tokens-sweep: cannot start {}", command));
-  std::string output;
-  char buffer[4096];
-  while (const size_t n = fread(buffer, 1, sizeof(buffer), child)) output.append(buffer, n);
-  const int status = pclose(child);
-  const std::string how = WIFSIGNALED(status) ? fmt::format("killed by signal {} (out of memory?)", WTERMSIG(status))
-                          : WIFEXITED(status) ? fmt::format("exit status {}", WEXITSTATUS(status))
-                                              : fmt::format("wait status {}", status);
-  const auto json_start = output.rfind("\n{");  // the last line; log lines may come first
-  try {
-    return from_json(nlohmann::json::parse(output.substr(json_start == std::string::npos ? 0 : json_start + 1)));
-  } catch (const nlohmann::json::exception&) {
-    throw Error(fmt::format("wanbench model --tokens-sweep: the point {}x{}x{} failed ({}): {}", p.frames, p.height,
-                            p.width, how, output.empty() ? std::string("no output") : output));
-  }
+  return from_json(bench::run_json_child(
+      command, fmt::format("wanbench model --tokens-sweep: the point {}x{}x{}", p.frames, p.height, p.width)));
 }
 
 const char* kHeader =

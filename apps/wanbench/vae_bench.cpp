@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "child_json.hpp"
 #include "op_profile.hpp"
 #include "wantrain/app/float_dtype.hpp"
 #include "wantrain/app/version.hpp"
@@ -211,22 +212,7 @@ Point measure_in_child(const VaeBenchConfig& c, int64_t frames) {
       torch::get_num_threads(), c.seed);
   if (!c.vae_config.empty()) command += " --vae-config " + quote(c.vae_config);
   if (!c.weights.empty()) command += " --weights " + quote(c.weights);
-  FILE* child = popen(command.c_str(), "r");
-  if (!child) throw Error(fmt::format("wanbench vae: cannot start {}", command));
-  std::string output;
-  char buffer[4096];
-  while (const size_t n = fread(buffer, 1, sizeof(buffer), child)) output.append(buffer, n);
-  const int status = pclose(child);
-  const std::string how = WIFSIGNALED(status) ? fmt::format("killed by signal {} (out of memory?)", WTERMSIG(status))
-                          : WIFEXITED(status) ? fmt::format("exit status {}", WEXITSTATUS(status))
-                                              : fmt::format("wait status {}", status);
-  const auto json_start = output.rfind("\n{");  // the last line; log lines may come first
-  try {
-    return from_json(nlohmann::json::parse(output.substr(json_start == std::string::npos ? 0 : json_start + 1)));
-  } catch (const nlohmann::json::exception&) {
-    throw Error(fmt::format("wanbench vae: {} frames failed ({}): {}", frames, how,
-                            output.empty() ? std::string("no output") : output));
-  }
+  return from_json(bench::run_json_child(command, fmt::format("wanbench vae: {} frames", frames)));
 }
 
 std::string row(const Point& p, int64_t width, int64_t height) {

@@ -98,9 +98,7 @@ int reshard(const char* command, int argc, char** argv, int64_t default_shards, 
   int64_t k = 0;
   for (size_t b = 0; b < buckets.size(); ++b) {
     const auto& s = buckets[b].shape;
-    std::vector<int64_t> samples;  // global indices of `all`
-    for (const size_t shard : buckets[b].shards)
-      for (int64_t i = 0; i < all.shards()[shard].samples; ++i) samples.push_back(all.locate_shard(shard) + i);
+    const std::vector<int64_t> samples = all.bucket_indices(b);  // global indices of `all`
     // A reader per bucket: it keeps open only this bucket's shards.
     data::SampleReader reader(all);
     at::Tensor latents = at::empty({s.channels, s.frames, s.height, s.width}, data::scalar_type(s.latents));

@@ -275,7 +275,11 @@ int run(distributed::World& world, int argc, char** argv) {
     log::info_lines("wantrain " WANTRAIN_VERSION ": resolved configuration\n" + options.resolved_table() + table +
                     data_summary + model_summary + plan.describe() + memory.table);
   if (world.is_root()) {
-    for (const auto& warning : plan.bucket_warnings()) spdlog::warn("{}", warning);
+    for (const auto& b : plan.untrained_buckets())
+      spdlog::warn(
+          "bucket {}: its {} samples are fewer than one global batch of {}, so no step trains on them; use a "
+          "smaller batch, fewer ranks or --no-drop-last",
+          b.name, b.samples, plan.global_batch());
     for (const auto& warning : memory.warnings) spdlog::warn("{}", warning);
   }
   comm->barrier();  // the collectives work end to end

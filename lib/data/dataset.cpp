@@ -99,6 +99,13 @@ const SampleShape& Dataset::largest_shape() const {
       ->shape;
 }
 
+std::vector<int64_t> Dataset::bucket_indices(size_t b) const {
+  std::vector<int64_t> indices;
+  for (const size_t shard : buckets_.at(b).shards)
+    for (int64_t i = offsets_[shard]; i < offsets_[shard + 1]; ++i) indices.push_back(i);
+  return indices;
+}
+
 DataLayout Dataset::layout() const {
   DataLayout layout(shard_sizes());
   layout.shard_buckets = shard_bucket_;

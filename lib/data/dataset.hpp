@@ -46,6 +46,8 @@ class Dataset {
   std::vector<int64_t> shard_sizes() const;
 
   const std::vector<Bucket>& buckets() const { return buckets_; }
+  // The global indices of bucket `b`'s samples, ascending.
+  std::vector<int64_t> bucket_indices(size_t b) const;
   // The shape of a dataset of one bucket; for a tool that needs one, a
   // UsageError naming the directory and its buckets otherwise.
   const SampleShape& shape() const;
@@ -63,8 +65,6 @@ class Dataset {
   };
   // Which shard and row hold global sample `index` (0 <= index < size()).
   Location locate(int64_t index) const;
-  // The global index of shard `shard`'s first sample.
-  int64_t locate_shard(size_t shard) const { return offsets_[shard]; }
 
  private:
   std::string directory_;

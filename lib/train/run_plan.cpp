@@ -53,7 +53,7 @@ RunPlan plan_run(const RunSettings& s, int world_size, int rank, const data::Dat
 std::string RunPlan::describe_epoch() const {
   const auto& s = settings;
   std::string per_bucket;
-  const int64_t global = samples_per_epoch / std::max<int64_t>(steps_per_epoch, 1);
+  const int64_t global = global_batch();
   for (const auto& b : buckets) {
     const int64_t visited = b.steps * global;
     per_bucket += fmt::format("      bucket {:<14} {:>8} samples: {:>6} steps{}\n", b.name, b.samples, b.steps,
@@ -70,15 +70,10 @@ std::string RunPlan::describe_epoch() const {
          per_bucket;
 }
 
-std::vector<std::string> RunPlan::bucket_warnings() const {
-  std::vector<std::string> out;
-  const int64_t global = samples_per_epoch / std::max<int64_t>(steps_per_epoch, 1);
+std::vector<RunPlan::Bucket> RunPlan::untrained_buckets() const {
+  std::vector<Bucket> out;
   for (const auto& b : buckets)
-    if (b.steps == 0 && b.samples > 0)
-      out.push_back(
-          fmt::format("bucket {}: its {} samples are fewer than one global batch of {}, so no step trains "
-                      "on them; use a smaller batch, fewer ranks or --no-drop-last",
-                      b.name, b.samples, global));
+    if (b.steps == 0 && b.samples > 0) out.push_back(b);
   return out;
 }
 

@@ -6,6 +6,7 @@
 // consume it, so nothing downstream works any of it out again.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -58,9 +59,10 @@ struct RunPlan {
   // What a start-up banner and --dry-run print: how an epoch uses the data
   // (one line), then the effective batch, optimizer and schedule, steps.
   std::string describe_epoch() const;
-  // One line per bucket that no step draws from (fewer samples than a
-  // global batch, its tail dropped): what the banner warns about.
-  std::vector<std::string> bucket_warnings() const;
+  // The buckets that no step draws from (fewer samples than a global
+  // batch, the tail dropped): what the banner warns about.
+  std::vector<Bucket> untrained_buckets() const;
+  int64_t global_batch() const { return samples_per_epoch / std::max<int64_t>(steps_per_epoch, 1); }
   std::string describe() const;
 };
 

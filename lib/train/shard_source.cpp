@@ -16,14 +16,7 @@ std::vector<SampleGroup> ShardSamples::groups() const {
   const auto& buckets = dataset_.buckets();
   if (buckets.size() == 1) return SampleSource::groups();
   std::vector<SampleGroup> groups;
-  for (const auto& bucket : buckets) {
-    SampleGroup group{bucket.name(), {}};
-    for (const size_t shard : bucket.shards) {
-      const int64_t first = dataset_.locate_shard(shard);
-      for (int64_t i = 0; i < dataset_.shards()[shard].samples; ++i) group.indices.push_back(first + i);
-    }
-    groups.push_back(std::move(group));
-  }
+  for (size_t b = 0; b < buckets.size(); ++b) groups.push_back({buckets[b].name(), dataset_.bucket_indices(b)});
   return groups;
 }
 
