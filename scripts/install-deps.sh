@@ -28,6 +28,7 @@ packages=(
   python3 python3-h5py python3-numpy   # the h5py example of docs/data-format.md is tested
   python3-torch                        # an independent PyTorch evaluation of Wan's forward pass checks WanModel; scripts/vs_torch.py trains against PyTorch DDP
   slurm-wlm munge                      # the slurm/ scripts are tested on a real single-node SLURM
+  iproute2                             # the multinode tests: nodes as network namespaces (ip netns, veth, bridge)
   lmod                                 # the installed modulefile is tested with `module load`
 )
 
