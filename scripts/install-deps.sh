@@ -27,7 +27,7 @@ packages=(
   clang libclang-rt-14-dev             # the libFuzzer target of tests/fuzz (clang's fuzzer runtime)
   python3 python3-h5py python3-numpy   # the h5py example of docs/data-format.md is tested
   python3-torch                        # an independent PyTorch evaluation of Wan's forward pass checks WanModel; scripts/vs_torch.py trains against PyTorch DDP
-  slurm-wlm munge                      # the slurm/ scripts are tested on a real single-node SLURM
+  slurm-wlm munge                      # the slurm/ scripts are tested on a real SLURM, single-node and two-node
   iproute2                             # the multinode tests: nodes as network namespaces (ip netns, veth, bridge)
   lmod                                 # the installed modulefile is tested with `module load`
 )
