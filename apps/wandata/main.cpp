@@ -24,13 +24,14 @@ constexpr const char* kUsage =
     "  verify   read every shard fully and report every problem (exit 1 if any)\n"
     "  split    re-shard one dataset into more (or fewer) shards\n"
     "  merge    join datasets into one, re-sharded\n"
+    "  stage    copy to a node's local disk the shards its ranks read with wantrain --shard-affinity\n"
     "run 'wandata COMMAND --help' for its options; docs/data-format.md describes the format\n";
 
 int run(wt::distributed::World& world, int argc, char** argv) {
   using Command = int (*)(wt::distributed::World&, int, char**);
   const std::map<std::string, Command> commands = {
       {"synth", wt::run_synth}, {"inspect", wt::run_inspect}, {"verify", wt::run_verify}, {"split", wt::run_split},
-      {"merge", wt::run_merge}, {"encode", wt::run_encode},   {"decode", wt::run_decode}};
+      {"merge", wt::run_merge}, {"encode", wt::run_encode},   {"decode", wt::run_decode}, {"stage", wt::run_stage}};
   const std::string command = argc > 1 ? argv[1] : "";
   if (const auto it = commands.find(command); it != commands.end()) return it->second(world, argc - 1, argv + 1);
   if (command == "--help" || command == "-h") {
@@ -42,8 +43,9 @@ int run(wt::distributed::World& world, int argc, char** argv) {
     return wt::kExitOk;
   }
   throw wt::UsageError(
-      command.empty() ? "no command given (encode|decode|synth|inspect|verify|split|merge)"
-                      : fmt::format("unknown command '{}' (encode|decode|synth|inspect|verify|split|merge)", command));
+      command.empty()
+          ? "no command given (encode|decode|synth|inspect|verify|split|merge|stage)"
+          : fmt::format("unknown command '{}' (encode|decode|synth|inspect|verify|split|merge|stage)", command));
 }
 
 }  // namespace

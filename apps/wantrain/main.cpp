@@ -13,6 +13,7 @@
 #include "report_command.hpp"
 #include "train_config.hpp"
 #include "wantrain/app/app.hpp"
+#include "wantrain/app/job_dataset.hpp"
 #include "wantrain/app/run_identity.hpp"
 #include "wantrain/app/version.hpp"
 #include "wantrain/config.hpp"
@@ -190,10 +191,9 @@ int run(distributed::World& world, int argc, char** argv) {
 
   // The data are checked on every rank before anything else starts; a bad
   // dataset is one line and status 2 for the whole job.
+  // Node-local copies of part of a dataset are allowed with shard affinity.
   std::optional<data::Dataset> dataset;
-  world.agree([&] {
-    if (!cfg.data.empty()) dataset = data::Dataset::open(cfg.data);
-  });
+  if (!cfg.data.empty()) dataset = app::open_job_dataset(world, cfg.data, cfg.shard_affinity);
 
   // The model config, and whether the data fit it, likewise.
   std::string model_summary = "model: none given (--model-config)\n";

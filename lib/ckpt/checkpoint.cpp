@@ -12,6 +12,7 @@
 #include "wantrain/io/h5.hpp"
 #include "wantrain/util/error.hpp"
 #include "wantrain/util/files.hpp"
+#include "wantrain/util/process.hpp"
 #include "wantrain/util/json.hpp"
 
 namespace wt::ckpt {
@@ -142,6 +143,7 @@ void write_checkpoint(const std::string& path, const Checkpoint& c) {
     io::write_int_attribute(file, "version", sharded ? kShardedVersion : kVersion);
     io::write_string_attribute(file, "model_config", c.model_config);
     io::write_string_attribute(file, "run_options", c.run_config);
+    io::write_string_attribute(file, "host", host_name());  // which node wrote it: forensics on a cluster
     {
       const auto engine = create_group(file, "engine");
       io::write_int_attribute(engine.get(), "step", c.state.step);

@@ -10,6 +10,7 @@
 #include "wantrain/ckpt/tensor_io.hpp"
 #include "wantrain/io/h5.hpp"
 #include "wantrain/util/error.hpp"
+#include "wantrain/util/process.hpp"
 
 namespace wt::ckpt {
 namespace fs = std::filesystem;
@@ -34,6 +35,7 @@ void write_shard(const std::string& path, const ShardPart& part, int64_t step) {
     io::write_int_attribute(file, "rank", part.rank);
     io::write_int_attribute(file, "ranks", part.ranks);
     io::write_int_attribute(file, "step", step);
+    io::write_string_attribute(file, "host", host_name());  // which node wrote it: forensics on a cluster
     const auto optimizer = create_group(file, "optimizer");
     const bool with_ema = !part.slices.empty() && part.slices.front().ema.defined();
     const io::Handle ema = with_ema ? create_group(file, "ema") : io::Handle();

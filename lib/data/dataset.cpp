@@ -32,19 +32,21 @@ std::vector<std::string> Dataset::shard_paths(const std::string& directory) {
 }
 
 Dataset Dataset::open(const std::string& directory) {
-  const std::vector<std::string> paths = shard_paths(directory);
   std::vector<ShardInfo> shards;
-  for (const auto& path : paths) {
-    ShardInfo info = inspect_shard(path);
-    if (!shards.empty() && !same_dataset(info.shape, shards.front().shape))
+  for (const auto& path : shard_paths(directory)) shards.push_back(inspect_shard(path));
+  return checked(directory, std::move(shards));
+}
+
+Dataset Dataset::checked(std::string directory, std::vector<ShardInfo> shards) {
+  if (shards.empty()) throw UsageError(fmt::format("data: {} holds no shards (*.h5)", directory));
+  for (const auto& info : shards)
+    if (!same_dataset(info.shape, shards.front().shape))
       throw UsageError(
           fmt::format("data: shard {} has latents {}, text_emb {} but shard {} has latents {}, "
                       "text_emb {} (the shards of a dataset may differ only in the latents' frames, height "
                       "and width)",
-                      path, info.shape.latents_string(), info.shape.text_string(), shards.front().path,
+                      info.path, info.shape.latents_string(), info.shape.text_string(), shards.front().path,
                       shards.front().shape.latents_string(), shards.front().shape.text_string()));
-    shards.push_back(std::move(info));
-  }
   Dataset dataset = of(directory, std::move(shards));
   if (dataset.size() == 0) throw UsageError(fmt::format("data: the shards in {} hold no samples", directory));
   return dataset;

@@ -28,6 +28,11 @@ struct Bucket {
   std::string name() const { return shape.bucket_name(); }  // "5x32x32"
 };
 
+// The file `wandata stage` writes beside a node's local shards: the names
+// of all the dataset's shards, one per line ('#' starts a comment), so that
+// a job can tell a shard that reached no node from one that never existed.
+inline constexpr const char* kStagedShardList = "staged-shards.txt";
+
 class Dataset {
  public:
   // Throws UsageError with one line naming the directory, shard and field:
@@ -37,6 +42,9 @@ class Dataset {
   // The shard files of `directory`, sorted; UsageError when it is missing,
   // not a directory or holds no *.h5.
   static std::vector<std::string> shard_paths(const std::string& directory);
+  // open()'s checks (one shape family, some samples: UsageError naming the
+  // shards) on shards inspected elsewhere, e.g. by other ranks.
+  static Dataset checked(std::string directory, std::vector<ShardInfo> shards);
   // A dataset of shards already inspected (Error where open() would refuse them).
   static Dataset of(std::string directory, std::vector<ShardInfo> shards);
 

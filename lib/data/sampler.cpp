@@ -88,7 +88,7 @@ DistributedSampler::DistributedSampler(const DataLayout& layout, SamplerOptions 
   int64_t fewest = INT64_MAX, most = 0, offset = 0;
   std::vector<int64_t> per_rank(W, 0);
   for (size_t s = 0; s < sizes.size(); ++s) {
-    const int owner = static_cast<int>(s % W);
+    const int owner = shard_affinity_rank(static_cast<int64_t>(s), W);
     per_rank[owner] += sizes[s];
     if (owner == options_.rank)
       for (int64_t i = 0; i < sizes[s]; ++i) own_.push_back(offset + i);

@@ -48,6 +48,10 @@ struct SamplerOptions {
   bool shard_affinity = false;
 };
 
+// With shard affinity, the rank that reads shard `shard` (its position in
+// the dataset's sorted list of shards): shards r, r + W, ... go to rank r.
+inline int shard_affinity_rank(int64_t shard, int world_size) { return static_cast<int>(shard % world_size); }
+
 // Where a sampler is: the epoch, and the samples of that epoch already
 // consumed by all ranks together (a multiple of the global batch), so that
 // a run can resume at another world size.

@@ -2,7 +2,11 @@
 
 #include <mpi.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cstdio>
+#include <string>
 #include <chrono>
 #include <cstdlib>
 #include <thread>
@@ -11,9 +15,26 @@
 
 namespace wt::distributed {
 
+namespace {
+// Tells a launcher that watches the job (mpi/wanrun: WANTRAIN_ABORT_FILE, a
+// file on its node) that this job is ending, so that it can end an mpirun
+// that waits forever on a node it can no longer reach. One append of one line.
+void tell_the_launcher(std::string_view message) {
+  const char* path = std::getenv("WANTRAIN_ABORT_FILE");
+  if (path == nullptr || *path == '\0') return;
+  const int fd = ::open(path, O_WRONLY | O_APPEND | O_CLOEXEC);  // only if the launcher made it here
+  if (fd < 0) return;
+  std::string line(message);
+  line += '\n';
+  [[maybe_unused]] const auto written = ::write(fd, line.data(), line.size());
+  ::close(fd);
+}
+}  // namespace
+
 void abort_job(std::string_view message, int exit_code) {
   print_error_line(message);
   std::fflush(stdout);
+  tell_the_launcher(message);
   run_fatal_hook(message);  // bounded: the abort comes in any case
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);

@@ -5,8 +5,9 @@
 
 namespace wt::distributed {
 
-// Prints the error line (util/fatal.hpp), runs the fatal hook (run.json),
-// then ends every rank of the job:
+// Prints the error line (util/fatal.hpp), appends it to the launcher's
+// WANTRAIN_ABORT_FILE when that exists (mpi/wanrun), runs the fatal hook
+// (run.json), then ends every rank of the job:
 // MPI_Abort while MPI is up (so no other rank hangs in a collective), _Exit
 // otherwise. Safe from any thread.
 [[noreturn]] void abort_job(std::string_view message, int exit_code);

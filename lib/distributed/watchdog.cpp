@@ -7,6 +7,7 @@
 #include "wantrain/util/exit_codes.hpp"
 #include "wantrain/util/fatal.hpp"
 #include "wantrain/distributed/abort.hpp"
+#include "wantrain/distributed/roll_call.hpp"
 #include "wantrain/util/error.hpp"
 
 namespace wt::distributed {
@@ -44,12 +45,15 @@ void Watchdog::run() {
       if (it->finished()) {
         it = tracked_.erase(it);
       } else if (now - it->start > timeout_) {
-        const std::string message = fmt::format(
-            "{} {} did not complete within {:.3g} s ({}): a rank may have died, skipped this "
-            "collective or issued collectives in a different order",
-            backend_, it->description, duration<double>(timeout_).count(), setting_reference("comm_timeout"));
+        const std::string what = fmt::format("{} {} did not complete within {:.3g} s ({})", backend_, it->description,
+                                             duration<double>(timeout_).count(), setting_reference("comm_timeout"));
         it = tracked_.erase(it);
         lock.unlock();
+        // Which ranks still answer (outside the lock: the roll call waits).
+        std::string why = roll_call_clause(timeout_);
+        if (why.empty())
+          why = "a rank may have died, skipped this collective or issued collectives in a different order";
+        const std::string message = fmt::format("{}: {}", what, why);
         on_timeout_(message);
         lock.lock();
       } else {

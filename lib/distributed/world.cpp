@@ -11,6 +11,7 @@
 #include "wantrain/util/process.hpp"
 #include "wantrain/distributed/abort.hpp"
 #include "wantrain/distributed/mpi_check.hpp"
+#include "wantrain/distributed/roll_call.hpp"
 
 namespace wt::distributed {
 
@@ -47,6 +48,8 @@ World::World(int& argc, char**& argv) : host_(host_name()) {
   MPI_CHECK(MPI_Comm_rank(node, &local_rank_));
   MPI_CHECK(MPI_Comm_size(node, &local_size_));
   MPI_CHECK(MPI_Comm_free(&node));
+  roll_call_ = std::make_unique<RollCall>(comm_, host_);
+  set_roll_call(roll_call_.get());
 }
 
 World::~World() { finalize(); }
@@ -54,6 +57,8 @@ World::~World() { finalize(); }
 void World::finalize() noexcept {
   if (finalized_) return;
   finalized_ = true;
+  set_roll_call(nullptr);
+  roll_call_.reset();
   if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
   clear_process_rank();
   MPI_Finalize();
@@ -146,11 +151,12 @@ void World::wait(MPI_Request& request, const char* what, std::chrono::millisecon
         return finished != 0;
       },
       bound);
-  if (!done)
-    abort_job(fmt::format("world {} did not complete within {:g} s ({}): another rank died, is stuck, or left "
-                          "the job's sequence of steps",
-                          what, std::chrono::duration<double>(bound).count(), setting_reference(setting)),
-              kExitFailure);
+  if (done) return;
+  std::string why = roll_call_ ? roll_call_clause(bound) : "";
+  if (why.empty()) why = "another rank died, is stuck, or left the job's sequence of steps";
+  abort_job(fmt::format("world {} did not complete within {:g} s ({}): {}", what,
+                        std::chrono::duration<double>(bound).count(), setting_reference(setting), why),
+            kExitFailure);
 }
 
 }  // namespace wt::distributed

@@ -18,10 +18,13 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 namespace wt::distributed {
+
+class RollCall;
 
 // Thrown on every rank by World::agree() to leave main with one status,
 // together, after the error line was printed once.
@@ -88,6 +91,8 @@ class World {
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
   std::string host_;
   bool finalized_ = false;
+  // Names the ranks that no longer answer when a collective times out.
+  std::unique_ptr<RollCall> roll_call_;
   std::chrono::milliseconds timeout_{std::chrono::minutes(10)};
 
   // Waits for `request` (of the collective `what`) for at most `bound`.

@@ -82,6 +82,10 @@ SUBNET=10.231.$net.0/24
 INTERFACE=eth0
 ENV
   load
+  if ip link show "$BRIDGE" >/dev/null 2>&1; then
+    echo "nodes.sh: the bridge $BRIDGE exists already: nodes of prefix $prefix are up from another directory (nodes.sh down it, or set WANTRAIN_NODE_PREFIX and WANTRAIN_NODE_NET)" >&2
+    rm -f "$dir/nodes.env"; exit 1
+  fi
   if ! ip link add "$BRIDGE" type bridge 2>"$dir/ip.err"; then
     echo "SKIP: cannot create a network bridge here ($(head -1 "$dir/ip.err")): the multinode tests need CAP_NET_ADMIN"
     rm -f "$dir/nodes.env"; exit 77

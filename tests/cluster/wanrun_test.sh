@@ -44,6 +44,12 @@ out=$("$wanrun" --print --wantrain "$WANTRAIN" --hostfile hosts --rankfile ranks
 expect "$out" "mpirun -np 3 --hostfile hosts --rankfile ranks"
 expect "$out" "--mca btl_tcp_if_include lo"
 reject "$out" "--map-by"
+# One network for MPI, its daemons and NCCL; a NCCL_SOCKET_IFNAME of the user's stays.
+out=$("$wanrun" --print --wantrain "$WANTRAIN" --hostfile hosts --interface ib0)
+expect "$out" "--mca btl_tcp_if_include ib0 --mca oob_tcp_if_include ib0"
+expect "$out" "-x NCCL_SOCKET_IFNAME"
+out=$(NCCL_SOCKET_IFNAME=eth1 "$wanrun" --print --wantrain "$WANTRAIN" --interface ib0 -x SHOW=1 -- sh -c 'true')
+expect "$out" "-x NCCL_SOCKET_IFNAME"
 # The GPUs the ranks will see: CUDA_VISIBLE_DEVICES, not the node's.
 out=$(CUDA_VISIBLE_DEVICES=0,3 "$wanrun" --print --wantrain "$WANTRAIN")
 expect "$out" "mpirun -np 2 "
@@ -66,6 +72,7 @@ printf '# no node\n' > empty-hosts
 check_error "wanrun: option --hostfile: empty-hosts names no node" --hostfile empty-hosts
 check_error "wanrun: option --wantrain: /nonexistent is not an executable" --wantrain /nonexistent
 check_error "wanrun: option --mca-params: cannot read nope.conf" --mca-params nope.conf
+check_error "wanrun: option --interface: 'eth0;rm' is not an interface name" --interface 'eth0;rm' 
 
 # A real run: 2 ranks of wan-tiny, with an MCA parameter file whose setting Open MPI reports.
 "$WANDATA" synth --out data --samples 16 --shards 2 --frames 1 --size 8x8 --text-len 16 --text-dim 64 >/dev/null

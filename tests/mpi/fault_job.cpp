@@ -3,8 +3,11 @@
 //   fault_job throw           the last rank throws while the others wait in a barrier
 //   fault_job throw-blocked   the same, from a scope whose destructor would block for an hour
 //   fault_job agree-skip TIMEOUT   the last rank skips a World agreement the others enter
+//   fault_job busy TIMEOUT    the last rank computes (sleeps) through the others' all_reduce
+//   fault_job stop TIMEOUT    the last rank stops itself (SIGSTOP) before an all_reduce
 #include <torch/torch.h>
 
+#include <csignal>
 #include <chrono>
 #include <string>
 #include <thread>
@@ -45,12 +48,19 @@ int run(wt::distributed::World& world, int argc, char** argv) {
     comm.barrier();
     return 0;
   }
+  if (mode == "busy" || mode == "stop") {
+    if (last && mode == "stop") std::raise(SIGSTOP);  // as a process frozen on a lost node
+    if (last) std::this_thread::sleep_for(std::chrono::duration<double>(3 * timeout_s));
+    auto t = torch::ones({16});
+    comm.all_reduce(t);  // #1: the last rank comes too late
+    return 0;
+  }
   if (mode == "agree-skip") {
     world.set_timeout(std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)));
     if (!last) world.agree([] {});  // never matched by the last rank
     return 0;
   }
-  throw wt::UsageError("fault_job: mode must be skip, throw, throw-blocked or agree-skip");
+  throw wt::UsageError("fault_job: mode must be skip, throw, throw-blocked, agree-skip, busy or stop");
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 
 #include "../common/launch.hpp"
 #include "wantrain/distributed/device_placement.hpp"
+#include "wantrain/util/process.hpp"
 #include "wantrain/data/dataset.hpp"
 #include "wantrain/wan/model/model_config.hpp"
 
@@ -43,9 +44,33 @@ TEST(Launch, SkippedCollectiveEndsTheJobWithTheTimeoutLine) {
   EXPECT_TRUE(
       std::regex_search(job.output, std::regex("\\[rank 0/" + std::to_string(kRanks) +
                                                " on [^\\]]+\\]: error: MPI all_reduce #1 \\(Float x 16, sum\\) did not "
-                                               "complete within 2 s \\(the comm_timeout setting\\)")))
+                                               "complete within 2 s \\(the comm_timeout setting\\): no answer to "
+                                               "a roll call within 0.5 s from rank " +
+                                               std::to_string(kRanks - 1) + " on \\S+: it has exited")))
       << job.output;
   EXPECT_LT(job.seconds, kHangGuardSeconds);
+}
+
+// The timeout line tells a rank that is alive but late (every rank answers
+// the roll call) from one that is gone: a stopped process, as on a node that
+// froze or dropped off the network, is named with its host.
+TEST(Launch, TheTimeoutLineNamesTheRanksThatNoLongerAnswer) {
+  const Job busy = launch_mpi(std::string(WANTRAIN_FAULT_JOB) + " busy 2");
+  EXPECT_NE(busy.status, 0) << busy.output;
+  EXPECT_NE(busy.output.find("did not complete within 2 s (the comm_timeout setting): every rank answers a roll "
+                             "call (within 0.5 s), so none has died"),
+            std::string::npos)
+      << busy.output;
+  const Job stopped = launch_mpi(std::string(WANTRAIN_FAULT_JOB) + " stop 2");
+  EXPECT_NE(stopped.status, 0) << stopped.output;
+  EXPECT_TRUE(std::regex_search(stopped.output,
+                                std::regex("\\[rank 0/\\d+ on [^\\]]+\\]: error: MPI all_reduce #1 \\(Float x 16, "
+                                           "sum\\) did not complete within 2 s \\(the comm_timeout setting\\): no "
+                                           "answer to a roll call within 0.5 s from rank " +
+                                           std::to_string(kRanks - 1) + " on " + wt::host_name() +
+                                           ": it has exited, been stopped, or lost its node")))
+      << stopped.output;
+  EXPECT_LT(stopped.seconds, kHangGuardSeconds);
 }
 
 TEST(Launch, ErrorOnOneRankEndsEveryRankWithThatRanksLine) {
