@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <climits>
+#include <cstdlib>
+#include <string>
 
 #include "wantrain/util/error.hpp"
 #include "wantrain/util/exit_codes.hpp"
@@ -48,8 +50,13 @@ World::World(int& argc, char**& argv) : host_(host_name()) {
   MPI_CHECK(MPI_Comm_rank(node, &local_rank_));
   MPI_CHECK(MPI_Comm_size(node, &local_size_));
   MPI_CHECK(MPI_Comm_free(&node));
-  roll_call_ = std::make_unique<RollCall>(comm_, host_);
-  set_roll_call(roll_call_.get());
+  // WANTRAIN_ROLL_CALL=0 leaves the responder thread out (its cost measured:
+  // docs/performance.md); timeout lines then cannot say which ranks are gone.
+  const char* roll_call = std::getenv("WANTRAIN_ROLL_CALL");
+  if (roll_call == nullptr || std::string(roll_call) != "0") {
+    roll_call_ = std::make_unique<RollCall>(comm_, host_);
+    set_roll_call(roll_call_.get());
+  }
 }
 
 World::~World() { finalize(); }

@@ -39,6 +39,15 @@ same_run() {  # run dir, run dir: the same losses and final weights, bit for bit
   [ "$(losses "$1/metrics.jsonl")" = "$(losses "$2/metrics.jsonl")" ] || fail "losses of $1 and $2 differ"
   cmp "$1/model.safetensors" "$2/model.safetensors" || fail "final weights of $1 and $2 differ"
 }
+refused() {  # expected line, wantrain options: a 2-node run that must end with that line and status 2
+  local line=$1 out status; shift
+  set +e
+  out=$(launch --ranks-per-node 1 -- "${common[@]}" --steps 8 --output-dir "$work/refused" "$@" 2>&1)
+  status=$?
+  set -e
+  [ "$status" -eq 2 ] || { echo "$out"; fail "$*: status $status, expected 2"; }
+  grep -qF -- "$line" <<<"$out" || { echo "$out"; fail "$*: no line '$line'"; }
+}
 "$WANDATA" synth --out data --samples 32 --shards 4 --frames 1 --size 8x8 --text-len 16 --text-dim 64 --seed 6 >/dev/null
 
 case "$what" in
@@ -103,23 +112,12 @@ local-data)
     --output-dir "$work/shared" > shared.log 2>&1 || { cat shared.log; fail "the shared-storage run failed"; }
   same_run local shared
   # Without --shard-affinity every rank needs every shard: one line naming the rank, its node and a missing shard.
-  set +e
-  out=$(launch --ranks-per-node 1 -- "${common[@]}" --data "$nodes_dir/local/ds" --steps 8 --output-dir "$work/bad" 2>&1)
-  status=$?
-  set -e
-  [ "$status" -eq 2 ] || { echo "$out"; fail "without --shard-affinity: status $status, expected 2"; }
-  grep -q "error: data: rank 1 on $node1 lacks shard-00000.h5 of $nodes_dir/local/ds, which rank 0 has" <<<"$out" \
-    || { echo "$out"; fail "no line naming the missing shard"; }
+  refused "error: data: rank 1 on $node1 lacks shard-00000.h5 of $nodes_dir/local/ds, which rank 0 has" \
+    --data "$nodes_dir/local/ds"
   # A shard that never reached its node (stage's list names it): the line names the rank, the node and the shard.
   rm "$nodes_dir/nodes/$node1/local/ds/shard-00003.h5"
-  set +e
-  out=$(launch --ranks-per-node 1 -- "${common[@]}" --data "$nodes_dir/local/ds" --shard-affinity --steps 8 \
-        --output-dir "$work/bad" 2>&1)
-  status=$?
-  set -e
-  [ "$status" -eq 2 ] || { echo "$out"; fail "a missing shard: status $status, expected 2"; }
-  grep -q "error: data: with --shard-affinity rank 1 on $node1 reads shards 1, 3, ... of the 4 that the nodes hold in $nodes_dir/local/ds together, but shard 3 (shard-00003.h5) is not there" <<<"$out" \
-    || { echo "$out"; fail "no line naming the shard missing on $node1"; }
+  refused "error: data: with --shard-affinity rank 1 on $node1 reads shards 1, 3, ... of the 4 that the nodes hold in $nodes_dir/local/ds together, but shard 3 (shard-00003.h5) is not there" \
+    --data "$nodes_dir/local/ds" --shard-affinity
   echo "PASS: node-local shards staged by wandata stage train as shared storage does with --shard-affinity; without it, one line"
   ;;
 lost-node)

@@ -26,14 +26,9 @@ if [ "$(id -u)" -ne 0 ]; then
   echo "slurm-nodes-up: not root, so no cluster is brought up (network namespaces, slurmd and munged need root); the multinode slurm tests will skip"
   exit 0
 fi
-need=()
-for p in slurm-wlm munge; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need+=("$p")
-done
-if [ ${#need[@]} -gt 0 ]; then
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -q && apt-get install -y -q --no-install-recommends "${need[@]}"
-fi
+# shellcheck source=slurm-common.sh
+. "$here/slurm-common.sh"
+slurm_install_packages
 
 # Leftovers of an earlier run in DIR (daemons, jobs, namespaces) go first.
 "$here/slurm-nodes-down.sh" "$dir" >/dev/null 2>&1 || true
@@ -64,12 +59,7 @@ read -r -a nodes <<<"$NODES"
 
 # munged with its own key, socket and PID file. Its socket is a file, and
 # files are shared with the nodes, so the slurmds use this one munged.
-key="$dir/munge/munge.key"
-dd if=/dev/urandom of="$key" bs=1024 count=1 status=none
-chmod 400 "$key"
-socket="$dir/munge/munge.socket"
-/usr/sbin/munged --key-file="$key" --socket="$socket" --pid-file="$dir/munged.pid" \
-  --log-file="$dir/log/munged.log" --seed-file="$dir/munge/munge.seed" --force
+slurm_start_munged "$dir"
 
 # slurmctld's port: one the kernel says is free here now. Each slurmd has
 # its node's network to itself, so the default port is free there.

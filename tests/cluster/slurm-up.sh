@@ -10,14 +10,9 @@ dir=$(realpath -m "${1:-/tmp/wantrain-slurm}")  # the daemons run from /
 here=$(cd "$(dirname "$0")" && pwd)
 
 if [ "$(id -u)" -ne 0 ]; then echo "slurm-up: not root, so no cluster is brought up (slurmd and munged need root); the slurm tests will skip"; exit 0; fi
-need=()
-for p in slurm-wlm munge; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need+=("$p")
-done
-if [ ${#need[@]} -gt 0 ]; then
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -q && apt-get install -y -q --no-install-recommends "${need[@]}"
-fi
+# shellcheck source=slurm-common.sh
+. "$here/slurm-common.sh"
+slurm_install_packages
 
 "$here/slurm-down.sh" "$dir" >/dev/null 2>&1 || true
 rm -rf "$dir"
@@ -25,12 +20,7 @@ mkdir -p "$dir"/{state,spool,munge,log}
 chmod 700 "$dir/munge"
 
 # munged with its own key, socket and PID file: nothing of the system's is touched.
-key="$dir/munge/munge.key"
-dd if=/dev/urandom of="$key" bs=1024 count=1 status=none
-chmod 400 "$key"
-socket="$dir/munge/munge.socket"
-/usr/sbin/munged --key-file="$key" --socket="$socket" --pid-file="$dir/munged.pid" \
-  --log-file="$dir/log/munged.log" --seed-file="$dir/munge/munge.seed" --force
+slurm_start_munged "$dir"
 
 # Ports the kernel says are free now, so that another SLURM (a system one,
 # or a parallel test run) is never in the way.
@@ -66,6 +56,8 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 ReturnToService=2
 JobRequeue=1
+# A batch job starts within a second, not after up to 3 s (the tests submit many short jobs).
+SchedulerParameters=batch_sched_delay=0
 SlurmctldTimeout=30
 SlurmdTimeout=30
 InactiveLimit=0
