@@ -68,8 +68,9 @@ sweep)
 preempt)
   # Enough steps that the signal lands mid-run: a step is 10 ms on an idle
   # machine now (16x16 latents, batch 4), and scancel can take a second or
-  # two to arrive on a loaded one; 300 steps (3 s) lost that race once.
-  steps=1500
+  # two to arrive on a loaded one; 300 steps (3 s) lost that race once, 800
+  # (8 s, the signal sent after 20) leave 6 s.
+  steps=800
   "$WANDATA" synth --out data16 --samples 32 --shards 2 --frames 1 --size 16x16 --text-len 16 --text-dim 64 --seed 6 >/dev/null
   common=(--model-config "$src/data/configs/wan-tiny.json" --data "$work/data16" --batch-size 4 --threads 1
           --backend mpi --log-every 1 --seed 5)
