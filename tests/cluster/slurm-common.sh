@@ -22,3 +22,18 @@ slurm_start_munged() {
   /usr/sbin/munged --key-file="$key" --socket="$socket" --pid-file="$dir/munged.pid" \
     --log-file="$dir/log/munged.log" --seed-file="$dir/munge/munge.seed" --force
 }
+
+# For the sweep tests: array task I of the sweep file SWEEP ran in WORK/sweep/task-I,
+# took line I of the file (comments and blank lines skipped), and its own
+# learning rate reached wantrain (metrics.jsonl logs it). Prints why not, returns 1.
+slurm_check_sweep_task() {
+  local work=$1 sweep=$2 i=$3 dir line lr
+  dir="$work/sweep/task-$i"
+  [ -f "$dir/model.safetensors" ] || { echo "task $i: no $dir/model.safetensors"; return 1; }
+  line=$(cat "$dir/sweep-line.txt")
+  [ "$line" = "$(grep -v '^[[:space:]]*\(#\|$\)' "$sweep" | sed -n "$((i + 1))p")" ] \
+    || { echo "task $i ran '$line', not line $i of the sweep file"; return 1; }
+  lr=$(sed -n 's/^--lr \([^ ]*\).*/\1/p' <<<"$line")
+  python3 -c "import json,sys; l=[json.loads(x) for x in open('$dir/metrics.jsonl') if '\"loss\"' in x]; sys.exit(0 if abs(l[-1]['lr']-float('$lr'))<1e-12 else 1)" \
+    || { echo "task $i: metrics.jsonl does not show lr $lr of its line '$line'"; return 1; }
+}

@@ -26,6 +26,8 @@ if [ ${#nodes[@]} -ne 2 ]; then
 fi
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
+# shellcheck source=slurm-common.sh
+. "$(dirname "$0")/slurm-common.sh"
 rm -rf "$work"
 mkdir -p "$work"
 cd "$work"
@@ -138,15 +140,8 @@ sweep)
   [ "$(exit_code "$job")" = "0:0 " ] || { cat "$work"/sweep-*.out; fail "array job $job: exit codes $(exit_code "$job")"; }
   hosts=()
   for i in 0 1; do
-    dir="$work/sweep/task-$i"
     out=$(cat "$work/sweep-${job}_$i.out")
-    [ -f "$dir/model.safetensors" ] || { echo "$out"; fail "task $i: no $dir/model.safetensors"; }
-    line=$(cat "$dir/sweep-line.txt")
-    [ "$line" = "$(grep -v '^[[:space:]]*\(#\|$\)' sweep.txt | sed -n "$((i + 1))p")" ] \
-      || fail "task $i ran '$line', not line $i of the sweep file"
-    lr=$(sed -n 's/^--lr \([^ ]*\).*/\1/p' <<<"$line")
-    python3 -c "import json,sys; l=[json.loads(x) for x in open('$dir/metrics.jsonl') if '\"loss\"' in x]; sys.exit(0 if abs(l[-1]['lr']-float('$lr'))<1e-12 else 1)" \
-      || fail "task $i: metrics.jsonl does not show lr $lr of its line '$line'"
+    why=$(slurm_check_sweep_task "$work" sweep.txt "$i") || { echo "$out"; fail "$why"; }
     # The node it ran on: in srun-wantrain's start line and in wantrain's world table.
     host=$(sed -n 's/.* start on 1 node(s) (\([^)]*\)), 1 task(s).*/\1/p' <<<"$out")
     grep -Eq "\] +0 +$host +0/1 " <<<"$out" || { echo "$out"; fail "task $i: wantrain's world table does not name $host"; }

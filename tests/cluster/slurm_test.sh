@@ -19,6 +19,8 @@ if [ ! -r "${SLURM_CONF:-/nonexistent}" ] || ! timeout 20 sinfo -h >/dev/null 2>
 fi
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
+# shellcheck source=slurm-common.sh
+. "$(dirname "$0")/slurm-common.sh"
 rm -rf "$work"
 mkdir -p "$work"
 cd "$work"
@@ -51,16 +53,7 @@ sweep)
     "$src/slurm/sweep.sbatch" sweep.txt "${common[@]}" --steps 3 \
     || { cat "$work"/sweep-*.out; fail "sbatch sweep.sbatch exited non-zero"; }
   for i in 0 1 2; do
-    dir="$work/sweep/task-$i"
-    [ -f "$dir/model.safetensors" ] || { cat "$work"/sweep-*.out; fail "task $i: no $dir/model.safetensors"; }
-    line=$(cat "$dir/sweep-line.txt")
-    # Task i took line i of the sweep file (comments and blank lines skipped).
-    [ "$line" = "$(grep -v '^[[:space:]]*\(#\|$\)' sweep.txt | sed -n "$((i + 1))p")" ] \
-      || fail "task $i ran '$line', not line $i of the sweep file"
-    lr=$(sed -n 's/^--lr \([^ ]*\).*/\1/p' <<<"$line")
-    # The task's own learning rate reached wantrain: metrics.jsonl logs it.
-    python3 -c "import json,sys; l=[json.loads(x) for x in open('$dir/metrics.jsonl') if '\"loss\"' in x]; sys.exit(0 if abs(l[-1]['lr']-float('$lr'))<1e-12 else 1)" \
-      || fail "task $i: metrics.jsonl does not show lr $lr of its line '$line'"
+    why=$(slurm_check_sweep_task "$work" sweep.txt "$i") || { cat "$work"/sweep-*.out; fail "$why"; }
   done
   [ "$(sort -u "$work"/sweep/task-*/sweep-line.txt | wc -l)" -eq 3 ] || fail "the tasks did not take 3 distinct lines"
   echo "PASS: a 3-task array sweep wrote 3 output directories with their own lines"
