@@ -250,6 +250,7 @@ TEST(Launch, EveryToolAndSubcommandAnswersVersionWithTheVersion) {
       {std::string(WANTRAIN_WANDATA) + " synth", "wandata synth"},
       {std::string(WANTRAIN_WANDATA) + " verify", "wandata verify"},
       {std::string(WANTRAIN_WANDATA) + " split", "wandata split"},
+      {std::string(WANTRAIN_WANDATA) + " stage", "wandata stage"},
       {WANTRAIN_WANBENCH, "wanbench"},
       {std::string(WANTRAIN_WANBENCH) + " allreduce", "wanbench allreduce"},
       {std::string(WANTRAIN_WANBENCH) + " io", "wanbench io"},
@@ -583,6 +584,47 @@ TEST(Wandata, SplitThenMergeKeepsEverySampleInOrder) {
     EXPECT_TRUE(torch::equal(la, lj) && torch::equal(ta, tj) && na == nj) << i;
     EXPECT_EQ(ra.prompt(i), rj.prompt(i));
   }
+}
+
+// stage: with W ranks, K per node, node n holds the shards s whose reader
+// under --shard-affinity (s mod W) runs there (reader / K == n).
+TEST(Wandata, StageCopiesTheShardsOfANodesRanksAndRefusesBadOptions) {
+  const auto src = fresh("stage-src"), local = fresh("stage-local");
+  ASSERT_EQ(wandata("synth --out " + src + " --samples 12 --shards 6 --frames 1 --size 8x8").status, 0);
+  const Job job = wandata("stage " + src + " --out " + local + " --ranks 4 --ranks-per-node 2 --node 1");
+  ASSERT_EQ(job.status, 0) << job.output;
+  EXPECT_NE(job.output.find("node 1 of 2 (ranks 2-3 of 4): copied 2 of the 6 shards"), std::string::npos) << job.output;
+  std::vector<std::string> held;
+  for (const auto& entry : std::filesystem::directory_iterator(local)) held.push_back(entry.path().filename().string());
+  std::sort(held.begin(), held.end());
+  EXPECT_EQ(held, (std::vector<std::string>{"shard-00002.h5", "shard-00003.h5", "staged-shards.txt"}));
+  const std::string listed = wt::testing::read_text(local + "/staged-shards.txt");
+  for (int k = 0; k < 6; ++k)
+    EXPECT_NE(listed.find("shard-0000" + std::to_string(k) + ".h5\n"), std::string::npos) << listed;
+  for (int k = 2; k < 4; ++k)
+    EXPECT_EQ(wt::testing::read_text(local + "/shard-0000" + std::to_string(k) + ".h5"),
+              wt::testing::read_text(src + "/shard-0000" + std::to_string(k) + ".h5"));
+
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"--ranks 4 --ranks-per-node 2 --node 2", "error: option --node: must be between 0 and 1 (4 ranks, 2 per node)"},
+      {"--ranks 4 --ranks-per-node 3 --node 0", "error: option --ranks-per-node: must divide the 4 ranks"},
+      {"--node 0", "error: option --ranks: the training job's rank count is required (at least 1)"}};
+  for (const auto& [options, line] : bad) {
+    const Job refused = wandata("stage " + src + " --out " + local + " " + options);
+    EXPECT_EQ(refused.status, 2) << options << "\n" << refused.output;
+    EXPECT_EQ(occurrences(refused.output, line), 1u) << options << "\n" << refused.output;
+  }
+  // A shard of another dataset would join this one in the job's view.
+  const auto other = fresh("stage-other");
+  ASSERT_EQ(wandata("synth --out " + other + " --samples 2 --shards 1").status, 0);
+  std::filesystem::copy_file(other + "/shard-00000.h5", local + "/shard-00099.h5");
+  const Job foreign = wandata("stage " + src + " --out " + local + " --ranks 4 --ranks-per-node 2 --node 1");
+  EXPECT_EQ(foreign.status, 2) << foreign.output;
+  EXPECT_EQ(
+      occurrences(foreign.output, "error: option --out: " + local + " holds shard-00099.h5, which is not a shard of " +
+                                      src + ": use an empty directory"),
+      1u)
+      << foreign.output;
 }
 
 TEST(Launch, WanbenchIoComparesTheLoaderWithARawReadOfTheSameBytes) {
