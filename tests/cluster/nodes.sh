@@ -67,6 +67,9 @@ up)
   if ! command -v ip >/dev/null || ! command -v unshare >/dev/null; then
     echo "SKIP: the multinode tests need ip (iproute2) and unshare (util-linux)"; exit 77
   fi
+  if ! unshare --net --uts --mount true 2>/dev/null; then
+    echo "SKIP: cannot make network, UTS and mount namespaces here (unshare): the multinode tests need CAP_SYS_ADMIN"; exit 77
+  fi
   prefix=${WANTRAIN_NODE_PREFIX:-wtnode}
   net=${WANTRAIN_NODE_NET:-0}
   # Left over from a run that was killed: gone first.
