@@ -12,5 +12,5 @@ int run_split(distributed::World& world, int argc, char** argv);
 int run_merge(distributed::World& world, int argc, char** argv);
 int run_encode(distributed::World& world, int argc, char** argv);
 int run_decode(distributed::World& world, int argc, char** argv);
-int run_stage(distributed::World& world, int argc, char** argv);
+int run_stage(int argc, char** argv);  // no MPI: see main()
 }  // namespace wt

@@ -31,7 +31,7 @@ int run(wt::distributed::World& world, int argc, char** argv) {
   using Command = int (*)(wt::distributed::World&, int, char**);
   const std::map<std::string, Command> commands = {
       {"synth", wt::run_synth}, {"inspect", wt::run_inspect}, {"verify", wt::run_verify}, {"split", wt::run_split},
-      {"merge", wt::run_merge}, {"encode", wt::run_encode},   {"decode", wt::run_decode}, {"stage", wt::run_stage}};
+      {"merge", wt::run_merge}, {"encode", wt::run_encode},   {"decode", wt::run_decode}};
   const std::string command = argc > 1 ? argv[1] : "";
   if (const auto it = commands.find(command); it != commands.end()) return it->second(world, argc - 1, argv + 1);
   if (command == "--help" || command == "-h") {
@@ -50,4 +50,9 @@ int run(wt::distributed::World& world, int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) { return wt::app::run_app(argc, argv, run); }
+int main(int argc, char** argv) {
+  // stage runs once per node, often from srun: no MPI world, so one node's
+  // error is its own and does not abort the copies on the others.
+  if (argc > 1 && std::string(argv[1]) == "stage") return wt::app::run_local(argc - 1, argv + 1, wt::run_stage);
+  return wt::app::run_app(argc, argv, run);
+}

@@ -14,7 +14,6 @@
 #include "wantrain/app/version.hpp"
 #include "wantrain/data/dataset.hpp"
 #include "wantrain/data/sampler.hpp"
-#include "wantrain/distributed/world.hpp"
 #include "wantrain/util/error.hpp"
 #include "wantrain/util/exit_codes.hpp"
 #include "wantrain/util/options.hpp"
@@ -23,7 +22,7 @@ namespace wt {
 
 namespace fs = std::filesystem;
 
-int run_stage(distributed::World& /*world*/, int argc, char** argv) {
+int run_stage(int argc, char** argv) {
   std::string config, out;
   std::vector<std::string> sources;
   int64_t ranks = 0, ranks_per_node = 1, node = -1;
@@ -60,6 +59,7 @@ int run_stage(distributed::World& /*world*/, int argc, char** argv) {
     if (it->path().extension() == ".h5" && names.count(it->path().filename().string()) == 0)
       throw UsageError(fmt::format("option --out: {} holds {}, which is not a shard of {}: use an empty directory", out,
                                    it->path().filename().string(), sources.front()));
+  if (ec) throw UsageError(fmt::format("option --out: cannot list {}: {}", out, ec.message()));
 
   int64_t copied = 0, bytes = 0;
   for (size_t s = 0; s < paths.size(); ++s) {
@@ -69,8 +69,11 @@ int run_stage(distributed::World& /*world*/, int argc, char** argv) {
     const fs::path part = target.string() + ".part";  // never a half-copied shard under its name
     fs::copy_file(paths[s], part, fs::copy_options::overwrite_existing, ec);
     if (!ec) fs::rename(part, target, ec);
-    if (ec)
+    if (ec) {
+      std::error_code ignored;
+      fs::remove(part, ignored);  // no half copy left behind
       throw UsageError(fmt::format("wandata stage: cannot copy {} to {}: {}", paths[s], target.string(), ec.message()));
+    }
     ++copied;
     bytes += static_cast<int64_t>(fs::file_size(target));
   }

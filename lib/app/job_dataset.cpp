@@ -69,8 +69,10 @@ std::string read_shard_list(const std::string& directory) {
   if (!in && !in.eof()) throw UsageError(fmt::format("data: cannot read {}", path.string()));
   std::string names;
   std::istringstream lines(text);
-  for (std::string line; std::getline(lines, line);)
+  for (std::string line; std::getline(lines, line);) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();  // written on Windows
     if (!line.empty() && line[0] != '#') names += line + "\n";
+  }
   return names;
 }
 
@@ -94,7 +96,7 @@ data::Dataset open_everywhere(const distributed::World& world, const std::string
   world.agree([&] { dataset = data::Dataset::open(directory); });
   json view = json::array();
   for (const auto& info : dataset->shards()) view.push_back(to_json(info));
-  const std::string text = view.dump();
+  const std::string text = view.dump(-1, ' ', false, json::error_handler_t::replace);
   const auto digests =
       world.all_gather(std::to_string(std::hash<std::string>{}(text)), "all_gather (the dataset each rank sees)");
   if (std::all_of(digests.begin(), digests.end(), [&](const std::string& d) { return d == digests[0]; }))
@@ -142,9 +144,15 @@ data::Dataset open_job_dataset(const distributed::World& world, const std::strin
   std::string listed;
   world.agree([&] {
     std::error_code ec;
-    if (!fs::exists(directory, ec)) return;  // a node may hold none of the shards
-    mine = data::Dataset::shard_paths(directory);
-    listed = read_shard_list(directory);
+    if (!fs::is_directory(directory, ec)) return;  // a node may hold none of the shards
+    try {
+      for (fs::directory_iterator it(directory, ec), end; !ec && it != end; it.increment(ec))
+        if (it->path().extension() == ".h5") mine.push_back(it->path().string());
+      if (ec) throw UsageError(fmt::format("data: cannot list {}: {}", directory, ec.message()));
+      listed = read_shard_list(directory);
+    } catch (const UsageError& e) {
+      throw UsageError(fmt::format("{} (on {})", e.what(), where));  // node-local: which node's
+    }
   });
   const auto listings = world.all_gather(joined_names(mine) + listed, "all_gather (the shards each rank holds)");
   std::set<std::string> all_names;
@@ -155,8 +163,9 @@ data::Dataset open_job_dataset(const distributed::World& world, const std::strin
   for (const auto& p : mine) held.insert(file_name(p));
 
   // 2. The shards this rank reads, inspected here, and only those.
-  json found = json::array();
+  std::string found_text;
   world.agree([&] {
+    json found = json::array();
     if (names.empty()) throw UsageError(fmt::format("data: {} holds no shards (*.h5) on any node", directory));
     for (size_t s = 0; s < names.size(); ++s) {
       if (data::shard_affinity_rank(static_cast<int64_t>(s), W) != me) continue;
@@ -167,10 +176,11 @@ data::Dataset open_job_dataset(const distributed::World& world, const std::strin
             where, me, me + W, names.size(), directory, s, names[s]));
       found.push_back(to_json(data::inspect_shard((fs::path(directory) / names[s]).string())));
     }
+    found_text = found.dump(-1, ' ', false, json::error_handler_t::replace);
   });
 
   // 3. Shard s as its reader found it, on every rank.
-  const auto views = world.all_gather(found.dump(), "all_gather (the shards each rank inspected)");
+  const auto views = world.all_gather(found_text, "all_gather (the shards each rank inspected)");
   std::optional<data::Dataset> dataset;
   world.agree([&] {
     std::vector<json> parsed;

@@ -22,7 +22,7 @@ namespace {
 void tell_the_launcher(std::string_view message) {
   const char* path = std::getenv("WANTRAIN_ABORT_FILE");
   if (path == nullptr || *path == '\0') return;
-  const int fd = ::open(path, O_WRONLY | O_APPEND | O_CLOEXEC);  // only if the launcher made it here
+  const int fd = ::open(path, O_WRONLY | O_APPEND | O_CLOEXEC | O_NONBLOCK);  // only a file the launcher made
   if (fd < 0) return;
   std::string line(message);
   line += '\n';

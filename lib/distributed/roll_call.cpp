@@ -21,7 +21,7 @@ std::string seconds(std::chrono::milliseconds d) {
 }
 }  // namespace
 
-RollCall::RollCall(MPI_Comm world, const std::string& host) {
+RollCall::RollCall(MPI_Comm world, const std::string& host, bool respond) {
   MPI_CHECK(MPI_Comm_dup(world, &comm_));
   MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
   MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
@@ -31,7 +31,7 @@ RollCall::RollCall(MPI_Comm world, const std::string& host) {
   host.copy(mine.data(), kHostChars - 1);
   MPI_CHECK(MPI_Allgather(mine.data(), kHostChars, MPI_CHAR, all.data(), kHostChars, MPI_CHAR, comm_));
   for (int r = 0; r < size_; ++r) hosts_.emplace_back(all.data() + static_cast<size_t>(r) * kHostChars);
-  if (size_ > 1) responder_ = std::thread([this] { respond(); });
+  if (size_ > 1 && respond) responder_ = std::thread([this] { this->respond(); });
 }
 
 RollCall::~RollCall() {
@@ -41,7 +41,9 @@ RollCall::~RollCall() {
 }
 
 void RollCall::respond() {
-  int incoming = 0;
+  // On the heap, never freed: a receive left pending after an MPI error
+  // must not write into a stack frame that is gone.
+  int& incoming = *new int(0);
   MPI_Request request = MPI_REQUEST_NULL;
   if (MPI_Irecv(&incoming, 1, MPI_INT, MPI_ANY_SOURCE, kPing, comm_, &request) != MPI_SUCCESS) return;
   while (!stop_) {
@@ -102,8 +104,12 @@ std::vector<int> RollCall::silent(std::chrono::milliseconds wait) {
     if (r == rank_) continue;
     if (request != MPI_REQUEST_NULL) {
       MPI_Cancel(&request);
-      MPI_Wait(&request, MPI_STATUS_IGNORE);
-      out.push_back(r);
+      MPI_Status status;
+      MPI_Wait(&request, &status);
+      int cancelled = 0;
+      MPI_Test_cancelled(&status, &cancelled);
+      // An answer may have arrived between the last test and the cancel.
+      if (cancelled || answers[static_cast<size_t>(r)] != *round) out.push_back(r);
     }
   }
   return out;

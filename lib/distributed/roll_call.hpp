@@ -23,7 +23,8 @@ namespace wt::distributed {
 class RollCall {
  public:
   // Collective over `world`: duplicates it and gathers every rank's host.
-  RollCall(MPI_Comm world, const std::string& host);
+  // Without `respond` no thread answers for this rank (WANTRAIN_ROLL_CALL=0).
+  RollCall(MPI_Comm world, const std::string& host, bool respond = true);
   ~RollCall();  // stops the responder; call before MPI_Finalize
   RollCall(const RollCall&) = delete;
   RollCall& operator=(const RollCall&) = delete;

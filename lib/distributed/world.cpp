@@ -52,11 +52,12 @@ World::World(int& argc, char**& argv) : host_(host_name()) {
   MPI_CHECK(MPI_Comm_free(&node));
   // WANTRAIN_ROLL_CALL=0 leaves the responder thread out (its cost measured:
   // docs/performance.md); timeout lines then cannot say which ranks are gone.
+  // Made on every rank either way: it is collective, and one rank's setting
+  // must not decide whether the others wait in it.
   const char* roll_call = std::getenv("WANTRAIN_ROLL_CALL");
-  if (roll_call == nullptr || std::string(roll_call) != "0") {
-    roll_call_ = std::make_unique<RollCall>(comm_, host_);
-    set_roll_call(roll_call_.get());
-  }
+  const bool answer = roll_call == nullptr || std::string(roll_call) != "0";
+  roll_call_ = std::make_unique<RollCall>(comm_, host_, answer);
+  if (answer) set_roll_call(roll_call_.get());
 }
 
 World::~World() { finalize(); }

@@ -98,6 +98,7 @@ PY
   ;;
 local-data)
   # Each node's own shards on its local disk ($nodes_dir/local is a different disk on each node).
+  rm -rf "$nodes_dir"/nodes/*/local/ds
   for i in 0 1; do
     node=$([ "$i" -eq 0 ] && echo "$node0" || echo "$node1")
     on "$node" "$WANDATA" stage "$work/data" --out "$nodes_dir/local/ds" --ranks 2 --node "$i" > "stage-$i.log" \
@@ -127,6 +128,8 @@ lost-node)
   launch --ranks-per-node 1 --abort-grace 5 -- "${common[@]}" --data "$work/data" --steps 1000 --save-every 100 \
     --comm-timeout 5 --output-dir "$work/run" > run.log 2>&1 &
   job=$!
+  # Whatever happens, the job goes and the nodes come back for the other tests.
+  trap 'kill "$job" 2>/dev/null; "$here/nodes.sh" up "$nodes_dir" 2 >/dev/null' EXIT
   for _ in $(seq 300); do [ -e "$work/run/step-00000200.h5" ] && break; sleep 0.1; done
   [ -e "$work/run/step-00000200.h5" ] || { cat run.log; fail "no checkpoint at step 200"; }
   cut=$(date +%s)
@@ -136,7 +139,7 @@ lost-node)
   status=$?
   set -e
   took=$(( $(date +%s) - cut ))
-  [ "$status" -ne 0 ] || { cat run.log; fail "the job did not fail"; }
+  [ "$status" -eq 1 ] || { cat run.log; fail "the job ended with status $status, not 1"; }
   [ "$took" -le 30 ] || { cat run.log; fail "the job took $took s to end after the cut"; }
   grep -q "wanrun: the job ended (MPI .*), but mpirun did not exit within 5 s (a node it cannot reach?): ending it" run.log \
     || { cat run.log; fail "wanrun did not end mpirun"; }
@@ -147,6 +150,7 @@ lost-node)
   "$WANTRAIN" export --checkpoint "$work/run/latest" --out "$work/latest.safetensors" >/dev/null \
     || fail "latest ($latest) does not load"
   "$here/nodes.sh" up "$nodes_dir" 2 >/dev/null
+  trap - EXIT
   launch --ranks-per-node 1 -- "${common[@]}" --data "$work/data" --steps 1000 --save-every 100 \
     --comm-timeout 5 --output-dir "$work/run" --resume auto > resume.log 2>&1 || { cat resume.log; fail "the resume failed"; }
   grep -q "resume: $latest" resume.log || { cat resume.log; fail "the resume did not start from $latest"; }

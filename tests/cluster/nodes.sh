@@ -77,6 +77,8 @@ up)
   mkdir -p "$dir/local"
   nodes=""
   for i in $(seq 0 $((count - 1))); do nodes+="${nodes:+ }$prefix$i"; done
+  # A failure from here on leaves nothing half made.
+  trap 'echo "nodes.sh: bringing up the nodes failed; removing what was made" >&2; down' ERR
   cat > "$dir/nodes.env" <<ENV
 NODES="$nodes"
 BRIDGE=${prefix}br
@@ -129,6 +131,7 @@ RSH
       grep -q "refused" <<<"$err" || { echo "nodes.sh: $node cannot reach $peer: $err" >&2; down; exit 1; }
     done
   done
+  trap - ERR
   echo "nodes: $NODES on $BRIDGE ($SUBNET); hostfile $dir/hostfile; rsh agent $dir/rsh"
   ;;
 exec)
