@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <functional>
 #include <filesystem>
 #include <fstream>
@@ -64,6 +65,10 @@ std::string read_shard_list(const std::string& directory) {
   const fs::path path = fs::path(directory) / data::kStagedShardList;
   std::error_code ec;
   if (!fs::exists(path, ec)) return "";
+  // A list of file names: a file this large is not one (nor read into memory).
+  constexpr std::uintmax_t kMostBytes = 64u << 20;
+  if (const auto bytes = fs::file_size(path, ec); !ec && bytes > kMostBytes)
+    throw UsageError(fmt::format("data: {} is {} bytes, not a list of shard names", path.string(), bytes));
   std::ifstream in(path);
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (!in && !in.eof()) throw UsageError(fmt::format("data: cannot read {}", path.string()));
@@ -71,7 +76,11 @@ std::string read_shard_list(const std::string& directory) {
   std::istringstream lines(text);
   for (std::string line; std::getline(lines, line);) {
     if (!line.empty() && line.back() == '\r') line.pop_back();  // written on Windows
-    if (!line.empty() && line[0] != '#') names += line + "\n";
+    if (line.empty() || line[0] == '#') continue;
+    // Names of files in this directory only: nothing else is opened through the list.
+    if (line.find('/') != std::string::npos || fs::path(line).extension() != ".h5")
+      throw UsageError(fmt::format("data: {}: '{}' is not a shard's file name (NAME.h5)", path.string(), line));
+    names += line + "\n";
   }
   return names;
 }
@@ -83,10 +92,6 @@ std::vector<std::string> split_names(const std::string& text) {
     if (!line.empty()) out.push_back(line);
   return out;
 }
-
-}  // namespace
-
-namespace {
 
 // Without shard affinity: every rank opens the whole dataset, as on shared
 // storage; the ranks compare what they found (a short digest; the details

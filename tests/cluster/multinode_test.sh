@@ -119,6 +119,10 @@ local-data)
   rm "$nodes_dir/nodes/$node1/local/ds/shard-00003.h5"
   refused "error: data: with --shard-affinity rank 1 on $node1 reads shards 1, 3, ... of the 4 that the nodes hold in $nodes_dir/local/ds together, but shard 3 (shard-00003.h5) is not there" \
     --data "$nodes_dir/local/ds" --shard-affinity
+  # The list is names of files there, nothing else.
+  echo "../../elsewhere.h5" >> "$nodes_dir/nodes/$node1/local/ds/staged-shards.txt"
+  refused "error: data: $nodes_dir/local/ds/staged-shards.txt: '../../elsewhere.h5' is not a shard's file name (NAME.h5) (on rank 1 on $node1)" \
+    --data "$nodes_dir/local/ds" --shard-affinity
   echo "PASS: node-local shards staged by wandata stage train as shared storage does with --shard-affinity; without it, one line"
   ;;
 lost-node)
