@@ -32,7 +32,8 @@ struct EncodeConfig {
   std::string config_file, input, out, vae, vae_config,
       vae_dtype = "fp32", t5, t5_config, t5_dtype = "bf16", tokenizer, size = "832x480", buckets,
       bucket_area = "832x480", frames = "81", frame_buckets = "longest", caption_extension = ".txt",
-      frame_extraction = "head", latent_dtype = "fp32", emb_dtype = "bf16", device = "auto";
+      frame_extraction = "head", latent_dtype = "fp32", emb_dtype = "bf16", device = "auto", condition = "none", clip,
+      clip_dtype = "fp32";
   int64_t frame_stride = 1, frame_sample = 1, text_len = 512, items_per_shard = 16, bucket_step = 16,
           max_pixels = int64_t(8192) * 8192, max_frames = 100000;
   double fps = 0;
@@ -163,6 +164,13 @@ int run_encode(distributed::World& world, int argc, char** argv) {
       .choice("t5-dtype", &c.t5_dtype, {"bf16", "fp32"}, "umT5 weights and compute (the release is bf16)")
       .add("tokenizer", &c.tokenizer, "umT5's spiece.model, or the folder holding it (google/umt5-xxl)")
       .add("text-len", &c.text_len, "text tokens L: longer prompts are cut (counted in the summary)")
+      .choice("condition", &c.condition, {"none", "i2v", "flf2v"},
+              "image-to-video data: store each sample's condition /y, the first frame (i2v) or the first and last "
+              "(flf2v) encoded as Wan's image2video.py does, and with --clip their CLIP features /clip_fea")
+      .add("clip", &c.clip,
+           "CLIP image encoder for Wan2.1 I2V/FLF2V (models_clip_open-clip-xlm-roberta-large-vit-huge-14.pth or "
+           "safetensors of its names, or ComfyUI's clip_vision_h.safetensors); Wan2.2's I2V reads no CLIP features")
+      .choice("clip-dtype", &c.clip_dtype, {"fp32", "bf16"}, "CLIP weights and compute")
       .add("device", &c.device, "auto (CUDA when LibTorch sees one), cpu, cuda or cuda:N")
       .add("threads", &c.threads, "CPU threads for the models (0: LibTorch's default)");
   options.group("output")
@@ -178,8 +186,10 @@ int run_encode(distributed::World& world, int argc, char** argv) {
   for (const auto& [option, value] :
        {std::pair{"input", c.input}, {"out", c.out}, {"vae", c.vae}, {"t5", c.t5}, {"tokenizer", c.tokenizer}})
     if (value.empty()) throw UsageError(fmt::format("option --{}: required", option));
-  for (const auto& [option, path] : {std::pair{"vae", c.vae}, {"t5", c.t5}})
-    if (const auto why = unreadable_file_reason(path); !why.empty())
+  if (!c.clip.empty() && c.condition == "none")
+    throw UsageError("option --clip: the CLIP features are of an image condition: give --condition i2v or flf2v");
+  for (const auto& [option, path] : {std::pair{"vae", c.vae}, {"t5", c.t5}, {"clip", c.clip}})
+    if (const auto why = path.empty() ? std::string() : unreadable_file_reason(path); !why.empty())
       throw UsageError(fmt::format("option --{}: {}: {}", option, path, why));
   auto given = [&](const std::string& name) {
     for (const auto& r : options.resolved())
@@ -224,15 +234,18 @@ int run_encode(distributed::World& world, int argc, char** argv) {
   s.latent_dtype = stored(c.latent_dtype);
   s.emb_dtype = stored(c.emb_dtype);
   s.strict = c.strict;
+  s.condition_images = c.condition == "i2v" ? 1 : c.condition == "flf2v" ? 2 : 0;
   s.decode_threads = c.decode_threads;
   s.models_fingerprint =
       fmt::format("vae {} ({}, {}), t5 {} ({}, {}), tokenizer {}, text_len {}", c.vae,
                   c.vae_config.empty() ? "Wan2.1" : c.vae_config, c.vae_dtype, c.t5,
                   c.t5_config.empty() ? "umT5-XXL" : c.t5_config, c.t5_dtype, c.tokenizer, c.text_len);
+  if (!c.clip.empty()) s.models_fingerprint += fmt::format(", clip {} ({})", c.clip, c.clip_dtype);
 
   const auto chosen = distributed::choose_device(app::parse_device(c.device), "device");
   if (!chosen.warning.empty()) report_warning("{}", chosen.warning);
   wan::WanVae vae(nullptr);
+  wan::ClipVision clip(nullptr);
   std::unique_ptr<wan::TextEncoder> text;
   world.agree([&] {
     const auto config = c.vae_config.empty() ? wan::VaeConfig{} : wan::load_vae_config(c.vae_config);
@@ -241,6 +254,7 @@ int run_encode(distributed::World& world, int argc, char** argv) {
     wan::load_weights(*vae, weights);
     vae->to(chosen.device);
     vae->eval();
+    if (!c.clip.empty()) clip = wan::load_clip_vision(c.clip, app::float_dtype(c.clip_dtype), chosen.device);
     text = std::make_unique<wan::TextEncoder>(
         wan::TextEncoderFiles{c.t5, c.t5_config, c.tokenizer, app::float_dtype(c.t5_dtype), c.text_len}, chosen.device);
   });
@@ -250,7 +264,12 @@ int run_encode(distributed::World& world, int argc, char** argv) {
                 buckets.frames.size() > 1 ? fmt::format(" ({} a video fills)", c.frame_buckets) : "",
                 describe_sizes(c, buckets), world.size(), world.size() == 1 ? "" : "s", chosen.device.str());
 
-  const auto summary = wan::encode_dataset(s, vae, *text, world);
+  if (world.is_root() && s.condition_images > 0)
+    report_info("wandata encode: condition {}: /y{}", c.condition,
+                clip ? fmt::format(" and /clip_fea ({} tokens of {} a picture; CLIP weights in {})",
+                                   clip->config().tokens(), clip->config().dim, clip->weights_layout())
+                     : std::string(" (no --clip: for Wan2.2's I2V, which reads no CLIP features)"));
+  const auto summary = wan::encode_dataset(s, vae, *text, world, clip ? &clip : nullptr);
   if (world.is_root()) {
     // The totals, each bucket's shape and samples, then the skipped items.
     std::string lines;

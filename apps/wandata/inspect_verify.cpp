@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <iostream>
+#include <utility>
 
 #include "commands.hpp"
 #include "wantrain/data/dataset.hpp"
@@ -35,6 +36,12 @@ std::string directory_operand(const char* command, int argc, char** argv) {
   return dirs.front();
 }
 
+// /y's shape: one bucket's, or its channels and dtype where F, H, W vary with the bucket.
+std::string condition_shape(const data::SampleShape& s, bool bucketed) {
+  return bucketed ? fmt::format("[N,{},F,H,W] {}", s.condition_channels, data::to_string(s.latents))
+                  : s.condition_string();
+}
+
 }  // namespace
 
 int run_inspect(distributed::World&, int argc, char** argv) {
@@ -49,6 +56,8 @@ int run_inspect(distributed::World&, int argc, char** argv) {
                                                : fmt::format("[N,{},F,H,W] {}, in {} buckets", s.channels,
                                                              data::to_string(s.latents), buckets.size()),
                            s.text_string());
+  if (s.has_condition())  // image-to-video: y follows each bucket's latents
+    std::cout << fmt::format("  y        {}\n  clip_fea {}\n", condition_shape(s, buckets.size() > 1), s.clip_string());
   if (buckets.size() > 1) {
     std::cout << fmt::format("  {:<14} {:>24} {:>7} {:>9}\n", "bucket (FxHxW)", "latents", "shards", "samples");
     for (const auto& b : buckets)
@@ -67,9 +76,10 @@ int run_inspect(distributed::World&, int argc, char** argv) {
   }
   std::cout << fmt::format("  {:<32} {:>9} {:>7} {:>14}\n", "total", dataset.size(), "", total);
   for (const auto& b : buckets)
-    std::cout << fmt::format("  per sample{}: latents {} B, text_emb {} B (as stored)\n",
-                             buckets.size() > 1 ? " of " + b.name() : "", b.shape.latents_bytes(),
-                             b.shape.text_bytes());
+    std::cout << fmt::format(
+        "  per sample{}: latents {} B, text_emb {} B{} (as stored)\n", buckets.size() > 1 ? " of " + b.name() : "",
+        b.shape.latents_bytes(), b.shape.text_bytes(),
+        b.shape.has_condition() ? fmt::format(", y and clip_fea {} B", b.shape.condition_bytes()) : "");
   return kExitOk;
 }
 
@@ -81,13 +91,12 @@ int run_verify(distributed::World&, int argc, char** argv) {
   for (const auto& path : data::Dataset::shard_paths(directory)) {
     try {
       data::ShardInfo info = data::inspect_shard(path, &problems);
-      if (!good.empty() && !data::same_dataset(info.shape, good.front().shape)) {
-        problems.push_back(
-            fmt::format("shard {} has latents {}, text_emb {} but shard {} has latents {}, text_emb {} "
-                        "(shards may differ only in the latents' frames, height and width)",
-                        path, info.shape.latents_string(), info.shape.text_string(), good.front().path,
-                        good.front().shape.latents_string(), good.front().shape.text_string()));
-        continue;
+      if (!good.empty()) {
+        if (std::string why = data::dataset_mismatch(path, info.shape, good.front().path, good.front().shape);
+            !why.empty()) {
+          problems.push_back(std::move(why));
+          continue;
+        }
       }
       good.push_back(std::move(info));
     } catch (const UsageError& e) {
@@ -104,18 +113,24 @@ int run_verify(distributed::World&, int argc, char** argv) {
     const auto& s = info.shape;
     at::Tensor latents = at::empty({s.channels, s.frames, s.height, s.width}, data::scalar_type(s.latents));
     at::Tensor text = at::empty({s.text_len, s.text_dim}, data::scalar_type(s.text));
+    data::SampleCondition condition;  // the image-to-video condition, where the shard has one
+    if (s.has_condition())
+      condition.y = at::empty({s.condition_channels, s.frames, s.height, s.width}, data::scalar_type(s.latents));
+    if (s.clip_tokens > 0) condition.clip_fea = at::empty({s.clip_tokens, s.clip_dim}, data::scalar_type(s.text));
     for (int64_t i = 0; i < info.samples; ++i, progress.advance()) {
       int32_t text_len = 0;
       try {
-        reader.read(i, latents, text, text_len);
+        reader.read(i, latents, text, text_len, &condition);
       } catch (const Error& e) {
         problems.push_back(e.what());
         continue;
       }
-      if (!at::isfinite(latents).all().item<bool>())
-        problems.push_back(fmt::format("shard {} sample {}: /latents holds NaN or Inf", info.path, i));
-      if (!at::isfinite(text).all().item<bool>())
-        problems.push_back(fmt::format("shard {} sample {}: /text_emb holds NaN or Inf", info.path, i));
+      for (const auto& [name, tensor] : {std::pair{"/latents", &latents},
+                                         {"/text_emb", &text},
+                                         {"/y", &condition.y},
+                                         {"/clip_fea", &condition.clip_fea}})
+        if (tensor->defined() && !at::isfinite(*tensor).all().item<bool>())
+          problems.push_back(fmt::format("shard {} sample {}: {} holds NaN or Inf", info.path, i, name));
     }
   }
   for (const auto& p : problems) std::cout << "problem: " << p << "\n";
@@ -126,8 +141,12 @@ int run_verify(distributed::World&, int argc, char** argv) {
   }
   std::vector<data::ShardInfo> shards = good;
   const auto buckets = data::Dataset::of(directory, std::move(shards)).buckets().size();
-  std::cout << fmt::format("wandata verify: {} OK: {} shards, {} samples{}, every sample read and finite\n", directory,
-                           good.size(), total, buckets > 1 ? fmt::format(" in {} buckets", buckets) : "");
+  const auto& shape = good.front().shape;
+  std::cout << fmt::format("wandata verify: {} OK: {} shards, {} samples{}, every sample read and finite{}\n",
+                           directory, good.size(), total, buckets > 1 ? fmt::format(" in {} buckets", buckets) : "",
+                           shape.has_condition() ? fmt::format(" (image-to-video: y {}, clip_fea {})",
+                                                               condition_shape(shape, buckets > 1), shape.clip_string())
+                                                 : "");
   return kExitOk;
 }
 

@@ -49,9 +49,11 @@ int reshard(const char* command, int argc, char** argv, int64_t default_shards, 
     const auto& first = inputs.front().buckets().front().shape;
     const auto& shape = inputs.back().buckets().front().shape;
     if (!data::same_dataset(shape, first))
-      throw UsageError(fmt::format("data: {} has latents {}, text_emb {} but {} has latents {}, text_emb {}", source,
-                                   shape.latents_string(), shape.text_string(), sources.front(), first.latents_string(),
-                                   first.text_string()));
+      throw UsageError(fmt::format(
+          "data: {} has latents {}, text_emb {}, y {}, clip_fea {} but {} has latents {}, "
+          "text_emb {}, y {}, clip_fea {}",
+          source, shape.latents_string(), shape.text_string(), shape.condition_string(), shape.clip_string(),
+          sources.front(), first.latents_string(), first.text_string(), first.condition_string(), first.clip_string()));
   }
   // All inputs' shards as one dataset, in the sources' order: its buckets
   // are what the new shards keep apart, each bucket's samples in that order.
@@ -103,6 +105,10 @@ int reshard(const char* command, int argc, char** argv, int64_t default_shards, 
     data::SampleReader reader(all);
     at::Tensor latents = at::empty({s.channels, s.frames, s.height, s.width}, data::scalar_type(s.latents));
     at::Tensor text = at::empty({s.text_len, s.text_dim}, data::scalar_type(s.text));
+    data::SampleCondition condition;  // the image-to-video condition, copied where the dataset has one
+    if (s.has_condition())
+      condition.y = at::empty({s.condition_channels, s.frames, s.height, s.width}, data::scalar_type(s.latents));
+    if (s.clip_tokens > 0) condition.clip_fea = at::empty({s.clip_tokens, s.clip_dim}, data::scalar_type(s.text));
     const auto n = int64_t(samples.size());
     int64_t written = 0;
     for (int64_t j = 0; j < counts[b]; ++j, ++k) {
@@ -111,8 +117,8 @@ int reshard(const char* command, int argc, char** argv, int64_t default_shards, 
       for (int64_t row = 0; written < end; ++written, ++row) {
         const int64_t index = samples[size_t(written)];
         int32_t text_len = 0;
-        reader.read(index, latents, text, text_len);
-        writer.write(row, latents, text, text_len, prompts ? reader.prompt(index) : std::string());
+        reader.read(index, latents, text, text_len, &condition);
+        writer.write(row, latents, text, text_len, prompts ? reader.prompt(index) : std::string(), condition);
         progress.advance();
       }
     }

@@ -10,6 +10,14 @@
 // which samples are drawn from --seed. A training and a validation set of
 // one task differ in --seed only.
 //
+// With --condition i2v each sample also holds the image-to-video condition
+// /y as a causal VAE makes it of [first frame, zeros...]: the frame mask,
+// then the sample's first latent frame (a causal VAE's first latent frame
+// sees the first pixel frame alone) and zeros for the rest; and with
+// --clip-tokens T --clip-dim D, CLIP-like features /clip_fea of the first
+// frame: its colour, radius and position, one token each, encoded as the
+// text is. The motion is in the text only.
+//
 // Latents are normalised per channel to zero mean and unit standard deviation,
 // as Wan's VAE latents are by the VAE's (z - mean) / std: the statistics are
 // those of a fixed calibration population of the task, the way a VAE's are
@@ -39,8 +47,9 @@ constexpr const char* kColours[] = {"red", "green", "blue", "white"};
 constexpr int kParams = 6;  // colour, radius, x, y, vx, vy: one token each
 
 struct SynthConfig {
-  std::string config_file, out, size = "32x32", latent_dtype = "float32", text_dtype = "float32";
-  int64_t samples = 64, shards = 2, frames = 1, channels = 16, text_len = 16, text_dim = 64;
+  std::string config_file, out, size = "32x32", latent_dtype = "float32", text_dtype = "float32", condition = "none";
+  int64_t samples = 64, shards = 2, frames = 1, channels = 16, text_len = 16, text_dim = 64, clip_tokens = 0,
+          clip_dim = 0;
   uint64_t seed = 0, task_seed = 0;
   int64_t height = 0, width = 0;
 };
@@ -89,6 +98,24 @@ class Task {
     at::Tensor text = at::zeros({c_.text_len, c_.text_dim});  // [L, D]
     for (int t = 0; t < kParams; ++t) text[t] = at::sin(frequency_ * params[t] + phase_);
     return text;
+  }
+  // What the first frame shows (colour, radius, position), as CLIP-like
+  // features [T, D]: one token each, the text's encoding cut or tiled to D.
+  at::Tensor picture_features(const Blob& b) const {
+    const double params[4] = {b.colour / 3.0, b.radius, b.cx, b.cy};
+    at::Tensor features = at::zeros({c_.clip_tokens, c_.clip_dim});
+    const auto index = at::arange(c_.clip_dim) % c_.text_dim;
+    for (int64_t t = 0; t < std::min<int64_t>(4, c_.clip_tokens); ++t)
+      features[t] = at::sin(frequency_.index_select(0, index) * params[t] + phase_.index_select(0, index));
+    return features;
+  }
+  // y [4 + C, F, H, W]: the mask of the first frame, its latents, zeros after.
+  static at::Tensor condition(const at::Tensor& latents) {
+    const int64_t f = latents.size(1);
+    auto y = at::zeros({4 + latents.size(0), f, latents.size(2), latents.size(3)});
+    y.narrow(0, 0, 4).select(1, 0).fill_(1);
+    y.narrow(0, 4, latents.size(0)).select(1, 0).copy_(latents.select(1, 0));
+    return y;
   }
 
   at::Tensor latents(const Blob& b) const {  // [C, F, H, W], normalised
@@ -147,6 +174,10 @@ int run_synth(distributed::World&, int argc, char** argv) {
       .add("task-seed", &c.task_seed,
            "the task (text encoding, colours, latent normalisation): a validation set takes the training set's "
            "task seed and another --seed")
+      .choice("condition", &c.condition, {"none", "i2v"},
+              "i2v: also the image-to-video condition /y of each sample's first frame")
+      .add("clip-tokens", &c.clip_tokens, "with --condition: CLIP-like features /clip_fea of T tokens (0: none)")
+      .add("clip-dim", &c.clip_dim, "their width")
       .choice("latent-dtype", &c.latent_dtype, {"float32", "float16", "bfloat16"}, "how latents are stored")
       .choice("text-dtype", &c.text_dtype, {"float32", "float16"}, "how text embeddings are stored");
   if (const auto outcome = options.parse(argc, argv); outcome != OptionSet::Outcome::Run) {
@@ -162,16 +193,23 @@ int run_synth(distributed::World&, int argc, char** argv) {
   if (c.text_len < kParams)
     throw UsageError(fmt::format("option --text-len: must be at least {} (one token per blob parameter)", kParams));
 
+  if ((c.clip_tokens > 0) != (c.clip_dim > 0) || c.clip_tokens < 0 || c.clip_dim < 0)
+    throw UsageError("options --clip-tokens, --clip-dim: give both, positive, or neither");
+  if (c.clip_tokens > 0 && c.condition == "none")
+    throw UsageError("option --clip-tokens: the features are of the image condition: give --condition i2v");
   prepare_output_directory(c.out);
 
-  const data::SampleShape shape{c.channels,
-                                c.frames,
-                                c.height,
-                                c.width,
-                                c.text_len,
-                                c.text_dim,
-                                data::parse_stored(c.latent_dtype),
-                                data::parse_stored(c.text_dtype)};
+  data::SampleShape shape{c.channels,
+                          c.frames,
+                          c.height,
+                          c.width,
+                          c.text_len,
+                          c.text_dim,
+                          data::parse_stored(c.latent_dtype),
+                          data::parse_stored(c.text_dtype)};
+  if (c.condition == "i2v") shape.condition_channels = 4 + c.channels;
+  shape.clip_tokens = c.clip_tokens;
+  shape.clip_dim = c.clip_dim;
   const Task task(c);
   Progress progress("synth", c.samples);
   int64_t next = 0;
@@ -182,9 +220,14 @@ int run_synth(distributed::World&, int argc, char** argv) {
     for (int64_t row = 0; next < end; ++next, ++row) {
       data::PortableRandom r(c.seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(next) + 1);
       const Blob b(r);
-      writer.write(row, task.latents(b), task.text(b), kParams,
+      const auto latents = task.latents(b);
+      data::SampleCondition condition;
+      if (shape.has_condition()) condition.y = Task::condition(latents);
+      if (shape.clip_tokens > 0) condition.clip_fea = task.picture_features(b);
+      writer.write(row, latents, task.text(b), kParams,
                    fmt::format("a {} blob of radius {:.2f} at ({:.2f}, {:.2f}) moving ({:+.2f}, {:+.2f}) per frame",
-                               kColours[b.colour], b.radius, b.cx, b.cy, b.vx, b.vy));
+                               kColours[b.colour], b.radius, b.cx, b.cy, b.vx, b.vy),
+                   condition);
       progress.advance();
     }
   }

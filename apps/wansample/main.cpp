@@ -2,7 +2,10 @@
 // classifier-free guidance, conditioned on a prompt (umT5), a dataset
 // sample's text embedding or an HDF5 file of embeddings. Writes the latents
 // as a one-sample shard (docs/data-format.md), with --png a preview image,
-// and with --vae a video (--video) or PNG frames (--frames-dir). A serial tool.
+// and with --vae a video (--video) or PNG frames (--frames-dir). An
+// image-to-video model starts from a picture (--image, encoded by the VAE
+// and CLIP as Wan's image2video.py does) or a dataset sample's condition.
+// A serial tool.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <torch/torch.h>
@@ -32,6 +35,7 @@
 #include "wantrain/wan/latent_comparison.hpp"
 #include "wantrain/wan/latent_preview.hpp"
 #include "wantrain/wan/encoders/text_encoder.hpp"
+#include "wantrain/wan/image_condition.hpp"
 #include "wantrain/wan/vae/vae_weights.hpp"
 #include "wantrain/wan/video_output.hpp"
 #include "wantrain/util/error.hpp"
@@ -48,8 +52,8 @@ struct SampleConfig {
   std::string config_file, weights, checkpoint,
       checkpoint_weights = "auto", model_config, data, text, size, out = "sample.h5", png, precision = "fp32",
       device = "auto", prompt, negative_prompt, t5, t5_config, t5_dtype = "bf16", tokenizer, noise, vae, vae_config,
-      vae_dtype = "fp32", video, frames_dir;
-  int64_t index = 0, frames = 0, attention_chunk = 0;
+      vae_dtype = "fp32", video, frames_dir, image, last_image, clip, clip_dtype = "fp32";
+  int64_t index = 0, frames = 0, attention_chunk = 0, max_area = 480 * 832;
   int steps = 50, threads = 0;
   double shift = 5.0, cfg = 5.0, fps = 16;
   uint64_t seed = 0;
@@ -116,6 +120,16 @@ int run(distributed::World&, int argc, char** argv) {
            "drawn on the CPU, so every device samples from the same start")
       .add("threads", &c.threads, "CPU threads (0: LibTorch's default)")
       .add("out", &c.out, "output: the latents as a one-sample shard")
+      .add("image", &c.image,
+           "image-to-video models: start from this picture (PNG, JPEG, ...), encoded by --vae (and --clip) as Wan's "
+           "image2video.py does; the video takes its aspect ratio within --max-area unless --size is given")
+      .add("last-image", &c.last_image, "flf2v models: the last frame, as --image is the first")
+      .add("clip", &c.clip,
+           "CLIP image encoder for --image with Wan2.1 I2V/FLF2V "
+           "(models_clip_open-clip-xlm-roberta-large-vit-huge-14.pth or safetensors of its names, or ComfyUI's "
+           "clip_vision_h.safetensors)")
+      .choice("clip-dtype", &c.clip_dtype, {"fp32", "bf16"}, "CLIP weights and compute")
+      .add("max-area", &c.max_area, "with --image: the video's pixels (default 480x832, Wan's 480p)")
       .add("vae", &c.vae, "decode the sample with this Wan2.1 VAE (Wan2.1_VAE.pth, ComfyUI or diffusers weights)")
       .add("vae-config", &c.vae_config, "VAE shape as JSON (the official constructor's keys); default Wan2.1's")
       .choice("vae-dtype", &c.vae_dtype, {"fp32", "bf16"}, "VAE weights and compute")
@@ -169,13 +183,23 @@ int run(distributed::World&, int argc, char** argv) {
   if (!c.negative_prompt.empty() && c.prompt.empty()) throw UsageError("option --negative-prompt: needs --prompt");
   if ((!c.video.empty() || !c.frames_dir.empty()) && c.vae.empty())
     throw UsageError("options --video, --frames-dir: need --vae (the decoder that makes pixels of the latents)");
-  if (!c.vae.empty() && c.video.empty() && c.frames_dir.empty())
+  if (!c.vae.empty() && c.video.empty() && c.frames_dir.empty() && c.image.empty())
     throw UsageError("option --vae: give --video or --frames-dir (where the decoded frames go)");
+  if (!c.image.empty() && c.vae.empty())
+    throw UsageError("option --image: needs --vae (the encoder that makes the picture's latents)");
+  if (!c.image.empty() && c.prompt.empty() && c.text.empty())
+    throw UsageError("option --image: with --prompt or --text (--data samples bring their own condition)");
+  if (!c.last_image.empty() && c.image.empty()) throw UsageError("option --last-image: needs --image");
+  if (!c.clip.empty() && c.image.empty()) throw UsageError("option --clip: encodes --image: give it too");
+  if (c.max_area < 256) throw UsageError("option --max-area: must be at least 256 pixels (16x16)");
   if (!(c.fps > 0)) throw UsageError("option --fps: must be positive");
   for (const auto& [option, path] : {std::pair{"weights", c.weights},
                                      {"checkpoint", c.checkpoint},
                                      {"t5", c.t5},
                                      {"vae", c.vae},
+                                     {"image", c.image},
+                                     {"last-image", c.last_image},
+                                     {"clip", c.clip},
                                      {"noise", c.noise}})
     if (const auto why = path.empty() ? std::string() : unreadable_file_reason(path); !why.empty())
       throw UsageError(fmt::format("option --{}: {}: {}", option, path, why));
@@ -202,6 +226,34 @@ int run(distributed::World&, int argc, char** argv) {
 
   const wan::WanConfig config = sampling_model_config(c);
   const wan::VaeConfig vae_config = c.vae_config.empty() ? wan::VaeConfig{} : wan::load_vae_config(c.vae_config);
+  const char* model_type = wan::model_type_name(config.model_type);
+  if (!c.image.empty() && !config.image_conditioned())
+    throw UsageError(fmt::format("option --image: the model ({}) is {}: it starts from no picture",
+                                 c.model_config.empty() ? c.checkpoint : c.model_config, model_type));
+  if (!c.last_image.empty() && config.model_type != wan::ModelType::FLF2V)
+    throw UsageError(fmt::format("option --last-image: the model is {}, not flf2v", model_type));
+  if (config.model_type == wan::ModelType::FLF2V && !c.image.empty() && c.last_image.empty())
+    throw UsageError("option --last-image: a flf2v model needs the last frame too");
+  if (!c.image.empty() && config.image_branch() && c.clip.empty())
+    throw UsageError(
+        fmt::format("option --clip: the {} model reads the picture's CLIP features: give the CLIP "
+                    "encoder (models_clip_open-clip-xlm-roberta-large-vit-huge-14.pth)",
+                    model_type));
+  if (!c.clip.empty() && !config.image_branch())
+    throw UsageError("option --clip: the model has no CLIP branch (Wan2.2's I2V reads none)");
+  if (config.image_conditioned() && c.image.empty() && c.data.empty())
+    throw UsageError(fmt::format("option --image: the {} model starts from a picture: give --image FILE{}", model_type,
+                                 config.image_branch() ? " and --clip FILE" : ""));
+  // The VAE encodes the picture before sampling, then decodes the sample.
+  wan::WanVae vae(nullptr);
+  if (!c.vae.empty()) {
+    vae = wan::WanVae(vae_config, app::float_dtype(c.vae_dtype));
+    wan::load_weights(*vae, wan::open_vae_weights(c.vae));
+    vae->to(device);
+    vae->eval();
+  }
+  const int64_t latent_channels = config.in_dim - config.condition_channels();
+  wan::ImageCondition image;                // [1, ...] on the device, once the shape is known
   at::Tensor context, reference, negative;  // [L, D]; the dataset's latents [C, F, H, W]; --negative-prompt's [L, D]
   int32_t text_len = 0;
   std::string source;
@@ -215,15 +267,31 @@ int run(distributed::World&, int argc, char** argv) {
     wan::check_data_fits_model(s, c.data, config, c.model_config);
     reference = torch::empty({s.channels, s.frames, s.height, s.width}, data::scalar_type(s.latents));
     context = torch::empty({s.text_len, s.text_dim}, data::scalar_type(s.text));
+    data::SampleCondition condition;
+    if (s.has_condition()) {
+      condition.y = torch::empty({s.condition_channels, s.frames, s.height, s.width}, data::scalar_type(s.latents));
+      if (s.clip_tokens > 0) condition.clip_fea = torch::empty({s.clip_tokens, s.clip_dim}, data::scalar_type(s.text));
+    }
     data::SampleReader reader(dataset);
-    reader.read(c.index, reference, context, text_len);
+    reader.read(c.index, reference, context, text_len, s.has_condition() ? &condition : nullptr);
     context = context.to(torch::kFloat32);
     reference = reference.to(torch::kFloat32);
-    shape = {1, config.in_dim, s.frames, s.height, s.width};
+    // The sample's own condition: its first (and last) frame, as trained.
+    if (condition.y.defined()) image.y = condition.y.to(torch::kFloat32).unsqueeze(0);
+    if (condition.clip_fea.defined()) image.clip_fea = condition.clip_fea.to(torch::kFloat32).unsqueeze(0);
+    shape = {1, latent_channels, s.frames, s.height, s.width};
     const std::string prompt = reader.prompt(c.index);
     source = fmt::format("{} sample {}{}", c.data, c.index, prompt.empty() ? "" : ": " + prompt);
   } else if (!c.prompt.empty()) {
-    const auto wh = parse_sizes(c.size.empty() ? "832x480" : c.size, "WIDTHxHEIGHT", "832x480", "size");
+    std::vector<int64_t> wh;
+    if (!c.image.empty() && c.size.empty()) {  // the picture's aspect ratio within --max-area
+      const auto picture = wan::read_picture(c.image);
+      const auto size =
+          wan::image_video_size(picture.size(1), picture.size(2), c.max_area, 2 * vae_config.spatial_factor());
+      wh = {size.width, size.height};
+    } else {
+      wh = parse_sizes(c.size.empty() ? "832x480" : c.size, "WIDTHxHEIGHT", "832x480", "size");
+    }
     const int64_t frames = c.frames > 0 ? c.frames : 81, spatial = vae_config.spatial_factor(),
                   temporal = vae_config.temporal_factor();
     if ((frames - 1) % temporal || wh[0] % (2 * spatial) || wh[1] % (2 * spatial))
@@ -241,7 +309,7 @@ int run(distributed::World&, int argc, char** argv) {
     context = encoded.embedding[0];
     text_len = encoded.lengths[0];
     if (!c.negative_prompt.empty()) negative = encoded.embedding[1];
-    shape = {1, config.in_dim, 1 + (frames - 1) / temporal, wh[1] / spatial, wh[0] / spatial};
+    shape = {1, latent_channels, 1 + (frames - 1) / temporal, wh[1] / spatial, wh[0] / spatial};
     source = fmt::format("prompt \"{}\"", c.prompt);
   } else {
     if (c.frames < 1 || c.size.empty()) throw UsageError("options --frames, --size: needed with --text");
@@ -249,7 +317,7 @@ int run(distributed::World&, int argc, char** argv) {
     auto text = data::read_text_condition(c.text, c.index);
     context = text.embedding;
     text_len = text.length;
-    shape = {1, config.in_dim, c.frames, h, w};
+    shape = {1, latent_channels, c.frames, h, w};
     source = fmt::format("{} row {}", c.text, c.index);
   }
   if (context.size(1) != config.text_dim || context.size(0) > config.text_len)
@@ -283,12 +351,40 @@ int run(distributed::World&, int argc, char** argv) {
     std::cout << fmt::format("wansample: LoRA {} merged at scale {:g} ({} layers)\n", c.loras[i], scale, layers);
   }
 
+  if (!c.image.empty()) {
+    // image2video.py: the picture resized (bicubic) to the video's size, then
+    // encoded into y with the frame mask; CLIP sees the picture as it is.
+    const wan::VideoSize size{shape[3] * vae_config.spatial_factor(), shape[4] * vae_config.spatial_factor()};
+    const int64_t frames = 1 + (shape[2] - 1) * vae_config.temporal_factor();
+    const auto first = wan::read_picture(c.image);
+    const auto last = c.last_image.empty() ? at::Tensor() : wan::read_picture(c.last_image);
+    image.y = wan::image_condition_y(*vae, wan::resize_picture(first, size),
+                                     last.defined() ? wan::resize_picture(last, size) : at::Tensor(), frames)
+                  .unsqueeze(0);
+    std::string clip_layout;
+    if (!c.clip.empty()) {
+      auto clip = wan::load_clip_vision(c.clip, app::float_dtype(c.clip_dtype), device);
+      image.clip_fea = wan::image_clip_features(*clip, first, last).unsqueeze(0);
+      clip_layout = clip->weights_layout();
+    }
+    std::cout << fmt::format("wansample: starting from {}{} at {}x{}{}\n", c.image,
+                             last.defined() ? " to " + c.last_image : std::string(), size.width, size.height,
+                             image.clip_fea.defined() ? " (VAE and CLIP), CLIP weights in " + clip_layout : " (VAE)");
+  }
+  if (config.image_conditioned() && !image.y.defined())
+    throw UsageError(
+        fmt::format("option --data: {} holds no image condition /y for the {} model: encode it with "
+                    "wandata encode --condition, or give --image",
+                    c.data, model_type));
+  if (image.y.defined()) image.y = image.y.to(device);
+  if (image.clip_fea.defined()) image.clip_fea = image.clip_fea.to(device);
   const auto cond = context.unsqueeze(0).to(device);  // [1, L, D]
   const auto uncond = negative.defined() ? negative.unsqueeze(0).to(device)
                                          : wan::unconditional_context(cond);  // what --text-drop trains
   const nn::AutocastScope autocast(app::float_dtype(c.precision), device.type());
+  // Both branches see the picture: Wan's image2video.py guides on the text only.
   wan::VelocityField velocity = [&](const at::Tensor& x, const at::Tensor& t, bool conditional) {
-    return net->forward(x, t, conditional ? cond : uncond);
+    return net->forward(x, t, conditional ? cond : uncond, image);
   };
   auto generator = at::make_generator<at::CPUGeneratorImpl>(c.seed);
   const auto noise =
@@ -326,11 +422,7 @@ int run(distributed::World&, int argc, char** argv) {
     std::cout << fmt::format("wansample: wrote preview {} (channels {}{})\n", c.png, fmt::join(shown, ", "),
                              reference.defined() ? "; the sample above the dataset's own latents" : "");
   }
-  if (!c.vae.empty()) {
-    wan::WanVae vae(vae_config, app::float_dtype(c.vae_dtype));
-    wan::load_weights(*vae, wan::open_vae_weights(c.vae));
-    vae->to(device);
-    vae->eval();
+  if (!c.video.empty() || !c.frames_dir.empty()) {
     media::VideoWriterOptions writer;
     writer.fps = c.fps;
     const int64_t frames = wan::write_decoded_video(vae, latents, {c.video, c.frames_dir, writer});

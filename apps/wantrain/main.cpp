@@ -90,12 +90,18 @@ MemorySummary memory_summary(distributed::World& world, const distributed::Comm&
     else
       shapes.push_back({"", plan_latents(cfg)});
     const int64_t text_len = data ? data->buckets().front().shape.text_len : model_config->text_len;
-    // Each sample's latents and text, and the noise the loader draws for it:
-    // eps (fp32, the latents' shape), sigma (fp32) and the caption-drop flag.
+    // Each sample's latents and text (and an image-to-video model's y and
+    // CLIP features), and the noise the loader draws for it: eps (fp32, the
+    // latents' shape), sigma (fp32) and the caption- and image-drop flags.
     auto sample_bytes = [&](const std::array<int64_t, 3>& latents) {
-      const double latent_elements = double(model_config->in_dim) * double(latents[0] * latents[1] * latents[2]);
-      const double sample_elements = latent_elements + double(text_len * model_config->text_dim);
-      return 4 * sample_elements + 4 * latent_elements + 4 + 1;
+      const auto& m = *model_config;
+      const double positions = double(latents[0] * latents[1] * latents[2]);
+      const double latent_elements = double(m.out_dim) * positions;
+      const double condition_elements =
+          double(m.condition_channels()) * positions +
+          (m.image_branch() ? double(m.condition_images() * m.image_tokens * m.image_dim) : 0.0);
+      const double sample_elements = latent_elements + condition_elements + double(text_len * m.text_dim);
+      return 4 * sample_elements + 4 * latent_elements + 4 + 2;
     };
     // The loader keeps its batch buffers per shape (data/loader.hpp): with
     // buckets, every shape's are held at once.
@@ -166,6 +172,7 @@ int run(distributed::World& world, int argc, char** argv) {
                     {"lora_targets", "lora-targets"},
                     {"lora_dropout", "lora-dropout"},
                     {"timestep_range", "timestep-range"},
+                    {"image_drop", "image-drop"},
                     {"base_precision", "base-precision"},
                     {"sample_index", "sample-index"}});
   TrainConfig cfg;
@@ -204,10 +211,17 @@ int run(distributed::World& world, int argc, char** argv) {
     model_config = config;
     if (dataset) wan::check_data_fits_model(*dataset, config, cfg.model_config);
     if (!cfg.val_data.empty()) wan::check_data_fits_model(data::Dataset::open(cfg.val_data), config, cfg.model_config);
+    if (cfg.image_drop > 0 && !config.image_branch())
+      throw SettingError("image_drop", fmt::format("model config {} ({}) has no CLIP branch whose features could be "
+                                                   "dropped",
+                                                   cfg.model_config, wan::model_type_name(config.model_type)));
     const int64_t params = wan::parameter_count(config);
-    model_summary = fmt::format("model: {}: {} parameters ({:.1f} MB in fp32), dim {}, {} layers, {} heads of {}\n",
-                                cfg.model_config, params, double(params) * 4 / 1e6, config.dim, config.num_layers,
-                                config.num_heads, config.head_dim());
+    model_summary = fmt::format(
+        "model: {}: {} parameters ({:.1f} MB in fp32), dim {}, {} layers, {} heads of {}{}\n", cfg.model_config, params,
+        double(params) * 4 / 1e6, config.dim, config.num_layers, config.num_heads, config.head_dim(),
+        config.model_type == wan::ModelType::T2V ? std::string()
+                                                 : fmt::format(", {}{}", wan::model_type_name(config.model_type),
+                                                               config.image_branch() ? " with the CLIP branch" : ""));
   });
 
   // Distillation: the teacher's config, whether the data fit it too, and

@@ -67,7 +67,10 @@ void declare_options(OptionSet& o, TrainConfig& c) {
            "Wan2.2's high-noise expert")
       .add("text-drop", &c.text_drop,
            "probability that a sample's text context is replaced by the unconditional (all-zero) one that "
-           "wansample's classifier-free guidance uses");
+           "wansample's classifier-free guidance uses")
+      .add("image-drop", &c.image_drop,
+           "image-to-video models with the CLIP branch: probability that a sample's CLIP features are zeroed (the "
+           "first frame's latents in y are always kept)");
   o.group("optimisation");
   declare_training_options(o, c, {T::Steps, T::Epochs, T::Lr});
   o.add("betas", &c.betas, "AdamW betas, \"beta1,beta2\"");
@@ -147,6 +150,7 @@ void validate(const TrainConfig& c) {
   if (!c.plan_latents.empty()) plan_latents(c);
   require(c.timestep_range.empty() || c.mode != "distill", "timestep-range", "not available with --mode distill yet");
   require(c.text_drop >= 0 && c.text_drop <= 1, "text-drop", "must be a probability in [0, 1]");
+  require(c.image_drop >= 0 && c.image_drop <= 1, "image-drop", "must be a probability in [0, 1]");
   require(c.attention_chunk >= 0, "attention-chunk", "must be 0 (off) or a number of queries");
   require(c.bucket_mb > 0, "bucket-mb", "must be positive");
   require(c.zero == 0 || c.zero == 1, "zero", "must be 0 (off) or 1 (optimizer state and EMA sharded)");
@@ -236,6 +240,7 @@ wan::WanRunOptions wan_run_options(const TrainConfig& c) {
       c.logit_mean, c.logit_std, c.shift};
   std::tie(o.objective.flow.sigma_min, o.objective.flow.sigma_max) = sigma_range(c);
   o.objective.text_drop = c.text_drop;
+  o.objective.image_drop = c.image_drop;
   o.objective.seed = c.seed;
   o.distill_target_weight = c.distill_target_weight;
   o.student_init = c.student_init == "random" ? wan::StudentInit::Random : wan::StudentInit::Projection;

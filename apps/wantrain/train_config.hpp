@@ -64,6 +64,7 @@ struct TrainConfig : app::TrainingOptions {
   double shift = 5.0;
   std::string timestep_range;  // "LO,HI" of sigma after the shift; empty: [0, 1]
   double text_drop = 0.1;      // caption dropout to the unconditional context (CFG)
+  double image_drop = 0;       // image dropout: zeroed CLIP features (image-to-video)
 
   // optimisation
   Betas betas;

@@ -33,6 +33,7 @@ json to_json(const data::ShardInfo& info) {
           {"latents", {s.channels, s.frames, s.height, s.width}},
           {"text", {s.text_len, s.text_dim}},
           {"stored", {data::to_string(s.latents), data::to_string(s.text)}},
+          {"condition", {s.condition_channels, s.clip_tokens, s.clip_dim}},
           {"has_prompt", info.has_prompt},
           {"version", info.version}};
 }
@@ -47,6 +48,8 @@ data::ShardInfo from_json(const json& j, const std::string& directory) {
   s.text_len = j.at("text").at(0), s.text_dim = j.at("text").at(1);
   s.latents = data::parse_stored(j.at("stored").at(0).get<std::string>());
   s.text = data::parse_stored(j.at("stored").at(1).get<std::string>());
+  const auto& c = j.at("condition");  // y's Cy, clip_fea's T and D: 0 without
+  s.condition_channels = c.at(0), s.clip_tokens = c.at(1), s.clip_dim = c.at(2);
   info.has_prompt = j.at("has_prompt");
   info.version = j.at("version");
   return info;

@@ -40,13 +40,9 @@ Dataset Dataset::open(const std::string& directory) {
 Dataset Dataset::checked(std::string directory, std::vector<ShardInfo> shards) {
   if (shards.empty()) throw UsageError(fmt::format("data: {} holds no shards (*.h5)", directory));
   for (const auto& info : shards)
-    if (!same_dataset(info.shape, shards.front().shape))
-      throw UsageError(
-          fmt::format("data: shard {} has latents {}, text_emb {} but shard {} has latents {}, "
-                      "text_emb {} (the shards of a dataset may differ only in the latents' frames, height "
-                      "and width)",
-                      info.path, info.shape.latents_string(), info.shape.text_string(), shards.front().path,
-                      shards.front().shape.latents_string(), shards.front().shape.text_string()));
+    if (const std::string why = dataset_mismatch(info.path, info.shape, shards.front().path, shards.front().shape);
+        !why.empty())
+      throw UsageError("data: " + why);
   Dataset dataset = of(directory, std::move(shards));
   if (dataset.size() == 0) throw UsageError(fmt::format("data: the shards in {} hold no samples", directory));
   return dataset;
@@ -138,11 +134,11 @@ Dataset::Location Dataset::locate(int64_t index) const {
 }
 
 struct SampleReader::Open {
-  io::Handle file, latents, text, prompt;
-  std::vector<int32_t> text_len;          // the whole /text_len, read once
-  io::Handle latents_space, text_space;   // file dataspaces, reused per read
-  io::Handle latents_type, text_type;     // memory types: the stored ones (no conversion)
-  io::Handle latents_row, text_row, one;  // memory dataspaces of one sample
+  io::Handle file, latents, text, prompt, y, clip_fea;        // y, clip_fea: where the shard has them
+  std::vector<int32_t> text_len;                              // the whole /text_len, read once
+  io::Handle latents_space, text_space, y_space, clip_space;  // file dataspaces, reused per read
+  io::Handle latents_type, text_type;                         // memory types: the stored ones (no conversion)
+  io::Handle latents_row, text_row, y_row, clip_row, one;     // memory dataspaces of one sample
 };
 
 SampleReader::SampleReader(const Dataset& dataset) : dataset_(dataset), open_(dataset.shards().size()) {}
@@ -167,7 +163,12 @@ SampleReader::Open& SampleReader::file(size_t shard) {
     o->latents = io::open_dataset(o->file.get(), "latents");
     o->text = io::open_dataset(o->file.get(), "text_emb");
     const io::Handle lengths = io::open_dataset(o->file.get(), "text_len");
-    check_shard_unchanged(dataset_.shards()[shard], o->latents.get(), o->text.get(), lengths.get());
+    // Opened where the dataset saw them; check_shard_unchanged names them if they came or went.
+    if (s.has_condition() && io::exists(o->file.get(), "y")) o->y = io::open_dataset(o->file.get(), "y");
+    if (s.has_condition() && s.clip_tokens > 0 && io::exists(o->file.get(), "clip_fea"))
+      o->clip_fea = io::open_dataset(o->file.get(), "clip_fea");
+    check_shard_unchanged(dataset_.shards()[shard], o->file.get(), o->latents.get(), o->text.get(), lengths.get(),
+                          o->y ? o->y.get() : H5I_INVALID_HID, o->clip_fea ? o->clip_fea.get() : H5I_INVALID_HID);
     o->text_len.resize(static_cast<size_t>(dataset_.shards()[shard].samples));
     if (!o->text_len.empty())
       H5_CHECK(H5Dread(lengths.get(), H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, o->text_len.data()));
@@ -178,13 +179,22 @@ SampleReader::Open& SampleReader::file(size_t shard) {
     o->text_type = hdf5_type(s.text);
     o->latents_row = io::rows_space(o->latents_space.get(), 1);  // [1, C, F, H, W]
     o->text_row = io::rows_space(o->text_space.get(), 1);        // [1, L, D]
+    if (o->y) {
+      o->y_space = io::dataset_space(o->y.get());
+      o->y_row = io::rows_space(o->y_space.get(), 1);  // [1, Cy, F, H, W]
+    }
+    if (o->clip_fea) {
+      o->clip_space = io::dataset_space(o->clip_fea.get());
+      o->clip_row = io::rows_space(o->clip_space.get(), 1);  // [1, T, D]
+    }
     o->one = flat_space(1);
     open_[shard] = std::move(o);
   }
   return *open_[shard];
 }
 
-void SampleReader::read(int64_t index, const at::Tensor& latents, const at::Tensor& text_emb, int32_t& text_len) {
+void SampleReader::read(int64_t index, const at::Tensor& latents, const at::Tensor& text_emb, int32_t& text_len,
+                        const SampleCondition* condition) {
   const Dataset::Location where = dataset_.locate(index);
   const ShardInfo& shard = dataset_.shards()[where.shard];
   const SampleShape& s = shard.shape;
@@ -196,6 +206,18 @@ void SampleReader::read(int64_t index, const at::Tensor& latents, const at::Tens
         fmt::format("data: sample {} of shard {} is latents {}, text_emb {}; the tensors to read it into are "
                     "not (a batch of samples of several shapes?)",
                     index, shard.path, s.latents_string(), s.text_string()));
+  // The condition's tensors that are given are read; each must fit the shard's.
+  const at::Tensor* y = condition && condition->y.defined() ? &condition->y : nullptr;
+  const at::Tensor* clip = condition && condition->clip_fea.defined() ? &condition->clip_fea : nullptr;
+  const auto fits = [](const at::Tensor& t, at::IntArrayRef sizes, Stored stored) {
+    return t.sizes() == sizes && t.is_contiguous() && t.scalar_type() == scalar_type(stored);
+  };
+  if ((y && (!s.has_condition() || !fits(*y, {s.condition_channels, s.frames, s.height, s.width}, s.latents))) ||
+      (clip && (s.clip_tokens <= 0 || !fits(*clip, {s.clip_tokens, s.clip_dim}, s.text))))
+    throw Error(
+        fmt::format("data: sample {} of shard {} has y {}, clip_fea {}; the tensors to read its condition into are "
+                    "not",
+                    index, shard.path, s.condition_string(), s.clip_string()));
   io::Lock lock(io::library_mutex());
   try {
     test_failure("sample_read");
@@ -207,6 +229,15 @@ void SampleReader::read(int64_t index, const at::Tensor& latents, const at::Tens
     io::select_rows(o.text_space.get(), row, 1);
     H5_CHECK(H5Dread(o.text.get(), o.text_type.get(), o.text_row.get(), o.text_space.get(), H5P_DEFAULT,
                      text_emb.data_ptr()));
+    if (y) {
+      io::select_rows(o.y_space.get(), row, 1);
+      H5_CHECK(H5Dread(o.y.get(), o.latents_type.get(), o.y_row.get(), o.y_space.get(), H5P_DEFAULT, y->data_ptr()));
+    }
+    if (clip) {
+      io::select_rows(o.clip_space.get(), row, 1);
+      H5_CHECK(H5Dread(o.clip_fea.get(), o.text_type.get(), o.clip_row.get(), o.clip_space.get(), H5P_DEFAULT,
+                       clip->data_ptr()));
+    }
     text_len = o.text_len[row];
   } catch (const Error& e) {
     throw Error(

@@ -89,7 +89,9 @@ at::Tensor Loader::buffer(at::IntArrayRef sizes, at::ScalarType dtype, const std
   // so a mixed dataset allocates nothing once every shape has been seen.
   constexpr size_t kPerBatch = 8, kSlack = 8;
   const size_t shapes = dataset_.buckets().size();
-  if (buffers_.size() > (kPerBatch * (static_cast<size_t>(options_.prefetch) + 3) + kSlack) * shapes)
+  // y and clip_fea: two more batch tensors and their staging.
+  const size_t per_batch = kPerBatch + (dataset_.buckets().front().shape.has_condition() ? 4 : 0);
+  if (buffers_.size() > (per_batch * (static_cast<size_t>(options_.prefetch) + 3) + kSlack) * shapes)
     buffers_.erase(std::remove_if(buffers_.begin(), buffers_.end(), [](const Buffer& b) { return b.free(); }),
                    buffers_.end());
   buffers_.push_back({at::empty(sizes, at::TensorOptions().dtype(dtype).pinned_memory(pin)), fence, pin});
@@ -104,6 +106,13 @@ Batch Loader::read_batch(SampleReader& reader, const std::vector<int64_t>& indic
   at::Tensor latents = buffer({B, s.channels, s.frames, s.height, s.width}, options_.dtype, fence);  // [B,C,F,H,W]
   at::Tensor text = buffer({B, s.text_len, s.text_dim}, options_.dtype, fence);                      // [B,L,D]
   at::Tensor text_len = at::empty({B}, at::kInt);                                                    // [B]
+  // The condition (where the dataset has one) goes as the latents and text go: y is stored as
+  // the latents are, clip_fea as the text is.
+  const bool with_y = s.has_condition(), with_clip = s.has_condition() && s.clip_tokens > 0;
+  at::Tensor y = with_y ? buffer({B, s.condition_channels, s.frames, s.height, s.width}, options_.dtype, fence)
+                        : at::Tensor();  // [B,Cy,F,H,W]
+  at::Tensor clip =
+      with_clip ? buffer({B, s.clip_tokens, s.clip_dim}, options_.dtype, fence) : at::Tensor();  // [B,T,D]
   const bool convert_latents = scalar_type(s.latents) != options_.dtype;
   const bool convert_text = scalar_type(s.text) != options_.dtype;
   // Sorted order: sequential reads within a shard.
@@ -114,16 +123,26 @@ Batch Loader::read_batch(SampleReader& reader, const std::vector<int64_t>& indic
   // Samples stored in another dtype are read as stored into a staging
   // buffer of the batch's shape, then converted in one call (what that
   // costs against the alternatives: docs/performance.md, "Loading").
-  if (convert_latents || convert_text) {
-    const at::Tensor l = convert_latents ? buffer(latents.sizes(), scalar_type(s.latents), nullptr) : latents;
-    const at::Tensor t = convert_text ? buffer(text.sizes(), scalar_type(s.text), nullptr) : text;
-    for (const int64_t slot : order) reader.read(indices[slot], l[slot], t[slot], lengths[slot]);
-    if (convert_latents) latents.copy_(l);
-    if (convert_text) text.copy_(t);
-  } else {
-    for (const int64_t slot : order) reader.read(indices[slot], latents[slot], text[slot], lengths[slot]);
+  const auto staged = [&](const at::Tensor& to, bool convert, Stored stored) {
+    return to.defined() && convert ? buffer(to.sizes(), scalar_type(stored), nullptr) : to;
+  };
+  const at::Tensor l = staged(latents, convert_latents, s.latents), t = staged(text, convert_text, s.text);
+  const at::Tensor ys = staged(y, convert_latents, s.latents), cs = staged(clip, convert_text, s.text);
+  for (const int64_t slot : order) {
+    SampleCondition condition;
+    if (with_y) condition.y = ys[slot];
+    if (with_clip) condition.clip_fea = cs[slot];
+    reader.read(indices[slot], l[slot], t[slot], lengths[slot], with_y ? &condition : nullptr);
   }
-  Batch batch{latents, text, text_len, indices, position, batches_read_++, {}, fence};
+  if (convert_latents) {
+    latents.copy_(l);
+    if (with_y) y.copy_(ys);
+  }
+  if (convert_text) {
+    text.copy_(t);
+    if (with_clip) clip.copy_(cs);
+  }
+  Batch batch{latents, text, text_len, y, clip, indices, position, batches_read_++, {}, fence};
   if (options_.finish)
     options_.finish(batch, [&](at::IntArrayRef sizes, at::ScalarType dtype) { return buffer(sizes, dtype, fence); });
   return batch;

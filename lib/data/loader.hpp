@@ -33,9 +33,13 @@
 namespace wt::data {
 
 struct Batch {
-  at::Tensor latents;            // [B, C, F, H, W] training dtype
-  at::Tensor text_emb;           // [B, L, D] training dtype
-  at::Tensor text_len;           // [B] int32
+  at::Tensor latents;   // [B, C, F, H, W] training dtype
+  at::Tensor text_emb;  // [B, L, D] training dtype
+  at::Tensor text_len;  // [B] int32
+  // The image-to-video condition, where the dataset has one (undefined
+  // otherwise): y as latents, clip_fea as text_emb are converted.
+  at::Tensor y;                  // [B, Cy, F, H, W] training dtype
+  at::Tensor clip_fea;           // [B, T, D] training dtype
   std::vector<int64_t> indices;  // global sample indices, in batch order
   SamplerState position;         // where this batch starts (epoch, samples consumed before it)
   int64_t number = 0;            // 0 for the first batch this Loader read, then 1, 2, ...

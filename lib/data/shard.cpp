@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <tuple>
+#include <utility>
 
 #include "wantrain/io/h5.hpp"
 #include "wantrain/data/stored_type.hpp"
@@ -46,12 +47,41 @@ int64_t shard_first_sample(int64_t k, int64_t total, int64_t shards) { return k 
 
 bool SampleShape::operator==(const SampleShape& o) const {
   return channels == o.channels && frames == o.frames && height == o.height && width == o.width &&
-         text_len == o.text_len && text_dim == o.text_dim && latents == o.latents && text == o.text;
+         text_len == o.text_len && text_dim == o.text_dim && latents == o.latents && text == o.text &&
+         condition_channels == o.condition_channels && clip_tokens == o.clip_tokens && clip_dim == o.clip_dim;
 }
 
 bool same_dataset(const SampleShape& a, const SampleShape& b) {
   return a.channels == b.channels && a.text_len == b.text_len && a.text_dim == b.text_dim && a.latents == b.latents &&
-         a.text == b.text;
+         a.text == b.text && a.condition_channels == b.condition_channels && a.clip_tokens == b.clip_tokens &&
+         a.clip_dim == b.clip_dim;
+}
+
+namespace {
+// What a shard holds beside its latents and text, for dataset_mismatch.
+std::string condition_part(const SampleShape& s) {
+  if (!s.has_condition()) return "no /y";
+  return fmt::format("/y {}, /clip_fea {}", s.condition_string(), s.clip_string());
+}
+}  // namespace
+
+std::string dataset_mismatch(const std::string& path_a, const SampleShape& a, const std::string& path_b,
+                             const SampleShape& b) {
+  if (same_dataset(a, b)) return "";
+  // Image-to-video and text-to-video shards: the one difference that matters, said alone.
+  if (a.has_condition() != b.has_condition())
+    return fmt::format(
+        "shard {} has {} but shard {} has {} (a dataset is image-to-video, every shard with /y, or text-to-video, "
+        "none with it)",
+        path_a, condition_part(a), path_b, condition_part(b));
+  const auto holds = [](const SampleShape& s) {
+    return fmt::format("latents {}, text_emb {}{}", s.latents_string(), s.text_string(),
+                       s.has_condition() ? ", " + condition_part(s) : "");
+  };
+  return fmt::format(
+      "shard {} has {} but shard {} has {} (the shards of a dataset may differ only in the latents' frames, height "
+      "and width)",
+      path_a, holds(a), path_b, holds(b));
 }
 
 std::string SampleShape::latents_string() const {
@@ -61,10 +91,22 @@ std::string SampleShape::bucket_name() const { return fmt::format("{}x{}x{}", fr
 std::string SampleShape::text_string() const {
   return fmt::format("[N,{},{}] {}", text_len, text_dim, to_string(text));
 }
+std::string SampleShape::condition_string() const {
+  if (!has_condition()) return "none";
+  return fmt::format("[N,{},{},{},{}] {}", condition_channels, frames, height, width, to_string(latents));
+}
+std::string SampleShape::clip_string() const {
+  if (clip_tokens <= 0) return "none";
+  return fmt::format("[N,{},{}] {}", clip_tokens, clip_dim, to_string(text));
+}
 int64_t SampleShape::latents_bytes() const {
   return channels * frames * height * width * (latents == Stored::Float32 ? 4 : 2);
 }
 int64_t SampleShape::text_bytes() const { return text_len * text_dim * (text == Stored::Float32 ? 4 : 2); }
+int64_t SampleShape::condition_bytes() const {
+  return condition_channels * frames * height * width * (latents == Stored::Float32 ? 4 : 2) +
+         clip_tokens * clip_dim * (text == Stored::Float32 ? 4 : 2);
+}
 
 namespace {
 
@@ -95,6 +137,24 @@ Stored stored_of(const std::string& path, hid_t dataset, const char* name) {
 constexpr hsize_t kMaxSampleDim = hsize_t(1) << 20;
 constexpr hsize_t kMaxSampleElements = hsize_t(1) << 32;
 
+// A per-sample dataset's sizes against the caps (fail names the file).
+template <class Fail>
+void check_caps(const char* name, const std::vector<hsize_t>& dims, Fail fail) {
+  for (size_t i = 1; i < dims.size(); ++i)
+    if (dims[i] < 1 || dims[i] > kMaxSampleDim)
+      throw fail(fmt::format("{} has shape {}: each per-sample size must be in 1..{}", name, dims_string(dims),
+                             kMaxSampleDim));
+  // The product saturates past the cap instead of wrapping around.
+  hsize_t elements = 1;
+  for (size_t i = 1; i < dims.size(); ++i) {
+    const hsize_t d = std::max<hsize_t>(dims[i], 1);
+    elements = elements > (kMaxSampleElements + 1) / d ? kMaxSampleElements + 1 : elements * d;
+  }
+  if (elements > kMaxSampleElements)
+    throw fail(
+        fmt::format("{} has shape {}: more than {} elements a sample", name, dims_string(dims), kMaxSampleElements));
+}
+
 // Checks the dimensions read from a shard against the caps and each other
 // (fail names the file); N may not exceed the file's size in bytes, since
 // every sample stores at least its text_len.
@@ -112,25 +172,29 @@ void check_dims(const std::vector<hsize_t>& ld, const std::vector<hsize_t>& td, 
   if (file_bytes > 0 && ld[0] > file_bytes)
     throw fail(
         fmt::format("{} samples cannot be stored in a file of {} bytes (corrupt or hostile?)", ld[0], file_bytes));
-  // Products saturate past the cap instead of wrapping around.
-  auto elements = [](const std::vector<hsize_t>& dims) {
-    hsize_t n = 1;
-    for (size_t i = 1; i < dims.size(); ++i) {
-      const hsize_t d = std::max<hsize_t>(dims[i], 1);
-      n = n > (kMaxSampleElements + 1) / d ? kMaxSampleElements + 1 : n * d;
-    }
-    return n;
-  };
-  const hsize_t latents = elements(ld), text = elements(td);
-  for (const auto& [name, dims, elements] : {std::tuple{"/latents", &ld, latents}, {"/text_emb", &td, text}}) {
-    for (size_t i = 1; i < dims->size(); ++i)
-      if ((*dims)[i] < 1 || (*dims)[i] > kMaxSampleDim)
-        throw fail(fmt::format("{} has shape {}: each per-sample size must be in 1..{}", name, dims_string(*dims),
-                               kMaxSampleDim));
-    if (elements > kMaxSampleElements)
-      throw fail(
-          fmt::format("{} has shape {}: more than {} elements a sample", name, dims_string(*dims), kMaxSampleElements));
-  }
+  check_caps("/latents", ld, fail);
+  check_caps("/text_emb", td, fail);
+}
+
+// The condition's dimensions against /latents' (ld, already checked) and
+// the caps: /y [N, Cy, F, H, W] with the latents' N, F, H, W (a sample's
+// condition is frame for frame its latents'); /clip_fea [N, T, D].
+template <class Fail>
+void check_condition_dims(const std::vector<hsize_t>& ld, const std::vector<hsize_t>& yd,
+                          const std::vector<hsize_t>* cd, Fail fail) {
+  if (yd.size() != 5)
+    throw fail(fmt::format("/y has {} dimensions {}, expected 5 [N,Cy,F,H,W]", yd.size(), dims_string(yd)));
+  if (yd[0] != ld[0] || yd[2] != ld[2] || yd[3] != ld[3] || yd[4] != ld[4])
+    throw fail(fmt::format("/y has shape {} but /latents {}: /y must have the latents' N, F, H and W", dims_string(yd),
+                           dims_string(ld)));
+  check_caps("/y", yd, fail);
+  if (!cd) return;
+  if (cd->size() != 3)
+    throw fail(fmt::format("/clip_fea has {} dimensions {}, expected 3 [N,T,D]", cd->size(), dims_string(*cd)));
+  if ((*cd)[0] != ld[0])
+    throw fail(fmt::format("/clip_fea has shape {} but /latents {}: they must have the same N", dims_string(*cd),
+                           dims_string(ld)));
+  check_caps("/clip_fea", *cd, fail);
 }
 
 }  // namespace
@@ -169,6 +233,18 @@ ShardInfo inspect_shard(const std::string& path, std::vector<std::string>* sampl
   info.version = static_cast<int>(version);
   for (const char* name : {"latents", "text_emb", "text_len"})
     if (!io::exists(root, name)) throw fail(fmt::format("dataset /{} is missing", name));
+  const bool has_y = io::exists(root, "y"), has_clip = io::exists(root, "clip_fea");
+  // A shard with a condition says version 3, so that a reader that knows
+  // no condition refuses it; an older version with one was not written by
+  // a writer that meant it.
+  for (const auto& [name, present] : {std::pair{"/y", has_y}, {"/clip_fea", has_clip}})
+    if (present && version < 3)
+      throw fail(fmt::format(
+          "{} in a format version {} shard (the image-to-video condition came with version 3: a shard that holds "
+          "it says 3)",
+          name, version));
+  if (has_clip && !has_y)
+    throw fail("/clip_fea without /y (CLIP features are part of an image-to-video condition, whose /y is missing)");
 
   try {
     const io::Handle latents = io::open_dataset(root, "latents");
@@ -187,6 +263,29 @@ ShardInfo inspect_shard(const std::string& path, std::vector<std::string>* sampl
                   static_cast<int64_t>(td[2]),
                   stored_of(path, latents.get(), "/latents"),
                   stored_of(path, text.get(), "/text_emb")};
+    if (has_y) {
+      const io::Handle y = io::open_dataset(root, "y");
+      const auto yd = io::dims(y.get());
+      io::Handle clip;
+      std::vector<hsize_t> cd;
+      if (has_clip) {
+        clip = io::open_dataset(root, "clip_fea");
+        cd = io::dims(clip.get());
+      }
+      check_condition_dims(ld, yd, has_clip ? &cd : nullptr, fail);
+      // Stored as the latents and the text are: a batch converts each pair alike.
+      if (const Stored stored = stored_of(path, y.get(), "/y"); stored != info.shape.latents)
+        throw fail(fmt::format("/y is {} but /latents {}: /y is stored as /latents is", to_string(stored),
+                               to_string(info.shape.latents)));
+      info.shape.condition_channels = static_cast<int64_t>(yd[1]);
+      if (has_clip) {
+        if (const Stored stored = stored_of(path, clip.get(), "/clip_fea"); stored != info.shape.text)
+          throw fail(fmt::format("/clip_fea is {} but /text_emb {}: /clip_fea is stored as /text_emb is",
+                                 to_string(stored), to_string(info.shape.text)));
+        info.shape.clip_tokens = static_cast<int64_t>(cd[1]);
+        info.shape.clip_dim = static_cast<int64_t>(cd[2]);
+      }
+    }
     const io::Handle len_type = io::dataset_type(lengths.get());
     if (H5Tget_class(len_type.get()) != H5T_INTEGER)
       throw fail("/text_len has an unsupported element type (expected int32)");
@@ -215,7 +314,8 @@ ShardInfo inspect_shard(const std::string& path, std::vector<std::string>* sampl
   return info;
 }
 
-void check_shard_unchanged(const ShardInfo& info, hid_t latents, hid_t text, hid_t lengths) {
+void check_shard_unchanged(const ShardInfo& info, hid_t file, hid_t latents, hid_t text, hid_t lengths, hid_t y,
+                           hid_t clip_fea) {
   auto fail = [&](const std::string& what) {
     return Error(
         fmt::format("data: shard {} changed after the run started: {}; the files of a dataset must not change "
@@ -223,17 +323,30 @@ void check_shard_unchanged(const ShardInfo& info, hid_t latents, hid_t text, hid
                     info.path, what));
   };
   const SampleShape& s = info.shape;
+  const bool with_clip = s.has_condition() && s.clip_tokens > 0;
+  for (const auto& [name, want] : {std::pair{"y", s.has_condition()}, {"clip_fea", with_clip}})
+    if (io::exists(file, name) != want) throw fail(fmt::format("/{} {}", name, want ? "is gone" : "was added"));
+  if ((y >= 0) != s.has_condition() || (clip_fea >= 0) != with_clip)
+    throw Error("check_shard_unchanged: the condition's datasets are not those of the shard");
   const auto n = static_cast<hsize_t>(info.samples);
   auto h = [](int64_t v) { return static_cast<hsize_t>(v); };
   const std::vector<hsize_t> want_latents{n, h(s.channels), h(s.frames), h(s.height), h(s.width)},
-      want_text{n, h(s.text_len), h(s.text_dim)}, want_lengths{n};
+      want_text{n, h(s.text_len), h(s.text_dim)}, want_lengths{n},
+      want_y{n, h(s.condition_channels), h(s.frames), h(s.height), h(s.width)},
+      want_clip{n, h(s.clip_tokens), h(s.clip_dim)};
   for (const auto& [name, dataset, want] : {std::tuple{"/latents", latents, &want_latents},
                                             {"/text_emb", text, &want_text},
-                                            {"/text_len", lengths, &want_lengths}})
+                                            {"/text_len", lengths, &want_lengths},
+                                            {"/y", y, &want_y},
+                                            {"/clip_fea", clip_fea, &want_clip}}) {
+    if (dataset < 0) continue;  // not in the shard
     if (const auto now = io::dims(dataset); now != *want)
       throw fail(fmt::format("{} is {}, it was {}", name, dims_string(now), dims_string(*want)));
+  }
   try {
-    if (stored_of(info.path, latents, "/latents") != s.latents || stored_of(info.path, text, "/text_emb") != s.text)
+    if (stored_of(info.path, latents, "/latents") != s.latents || stored_of(info.path, text, "/text_emb") != s.text ||
+        (y >= 0 && stored_of(info.path, y, "/y") != s.latents) ||
+        (clip_fea >= 0 && stored_of(info.path, clip_fea, "/clip_fea") != s.text))
       throw fail("its element types differ");
   } catch (const UsageError& e) {
     throw fail(e.what());
@@ -245,7 +358,7 @@ void check_shard_unchanged(const ShardInfo& info, hid_t latents, hid_t text, hid
 struct ShardWriter::Impl {
   SampleShape shape;
   int64_t samples;
-  io::Handle file, latents, text, text_len, prompt;
+  io::Handle file, latents, text, text_len, prompt, y, clip_fea;
   io::Handle latents_mem_type, text_mem_type;  // memory element types, as stored
 };
 
@@ -279,6 +392,8 @@ void write_row(hid_t dataset, hid_t mem_type, int64_t index, const void* data) {
 
 ShardWriter::ShardWriter(const std::string& path, const SampleShape& shape, int64_t samples, bool with_prompt)
     : impl_(std::make_unique<Impl>()) {
+  if (shape.clip_tokens > 0 && !shape.has_condition())
+    throw Error("ShardWriter: clip_fea without y (the CLIP features are part of an image-to-video condition)");
   io::Lock lock(io::library_mutex());
   io::quiet_errors();
   impl_->shape = shape;
@@ -286,7 +401,9 @@ ShardWriter::ShardWriter(const std::string& path, const SampleShape& shape, int6
   impl_->file = io::create_file(path);
   const hid_t f = impl_->file.get();
   io::write_string_attribute(f, "format", kShardFormat);
-  io::write_int_attribute(f, "version", kShardVersion);
+  // Version 3 only with a condition: text-to-video shards stay what they
+  // were (an older wantrain reads them, the same data make the same bytes).
+  io::write_int_attribute(f, "version", shape.has_condition() ? kShardVersion : kUnconditionedShardVersion);
   impl_->latents_mem_type = hdf5_type(shape.latents);
   impl_->text_mem_type = hdf5_type(shape.text);
   impl_->latents =
@@ -303,19 +420,42 @@ ShardWriter::ShardWriter(const std::string& path, const SampleShape& shape, int6
     H5_CHECK(H5Tset_cset(str.get(), H5T_CSET_UTF8));
     impl_->prompt = create_per_sample(f, "prompt", str.get(), samples, {});
   }
+  if (shape.has_condition()) {
+    impl_->y = create_per_sample(
+        f, "y", impl_->latents_mem_type.get(), samples,
+        {hsize_t(shape.condition_channels), hsize_t(shape.frames), hsize_t(shape.height), hsize_t(shape.width)});
+    if (shape.latents == Stored::BFloat16) io::write_string_attribute(impl_->y.get(), "dtype", "bfloat16");
+    if (shape.clip_tokens > 0) {
+      impl_->clip_fea = create_per_sample(f, "clip_fea", impl_->text_mem_type.get(), samples,
+                                          {hsize_t(shape.clip_tokens), hsize_t(shape.clip_dim)});
+      if (shape.text == Stored::BFloat16) io::write_string_attribute(impl_->clip_fea.get(), "dtype", "bfloat16");
+    }
+  }
 }
 
 ShardWriter::~ShardWriter() { close(); }
 
 void ShardWriter::write(int64_t index, const at::Tensor& latents, const at::Tensor& text_emb, int32_t text_len,
-                        const std::string& prompt) {
+                        const std::string& prompt, const SampleCondition& condition) {
   const auto& s = impl_->shape;
   if (index < 0 || index >= impl_->samples) throw Error(fmt::format("ShardWriter: sample {} out of range", index));
   if (latents.sizes() != at::IntArrayRef{s.channels, s.frames, s.height, s.width} ||
       text_emb.sizes() != at::IntArrayRef{s.text_len, s.text_dim})
     throw Error("ShardWriter: sample shape does not match the shard's");
+  const bool want_clip = s.clip_tokens > 0;
+  if (condition.y.defined() != s.has_condition() || condition.clip_fea.defined() != want_clip)
+    throw Error(fmt::format("ShardWriter: sample {} has {}y and {}clip_fea but the shard holds y {}, clip_fea {}",
+                            index, condition.y.defined() ? "" : "no ", condition.clip_fea.defined() ? "" : "no ",
+                            s.condition_string(), s.clip_string()));
+  if ((s.has_condition() &&
+       condition.y.sizes() != at::IntArrayRef{s.condition_channels, s.frames, s.height, s.width}) ||
+      (want_clip && condition.clip_fea.sizes() != at::IntArrayRef{s.clip_tokens, s.clip_dim}))
+    throw Error(fmt::format("ShardWriter: sample {}'s condition does not match the shard's y {}, clip_fea {}", index,
+                            s.condition_string(), s.clip_string()));
   const at::Tensor l = latents.to(scalar_type(s.latents)).contiguous();
   const at::Tensor t = text_emb.to(scalar_type(s.text)).contiguous();
+  const at::Tensor y = s.has_condition() ? condition.y.to(scalar_type(s.latents)).contiguous() : at::Tensor();
+  const at::Tensor c = want_clip ? condition.clip_fea.to(scalar_type(s.text)).contiguous() : at::Tensor();
   io::Lock lock(io::library_mutex());
   write_row(impl_->latents.get(), impl_->latents_mem_type.get(), index, l.data_ptr());
   write_row(impl_->text.get(), impl_->text_mem_type.get(), index, t.data_ptr());
@@ -325,13 +465,16 @@ void ShardWriter::write(int64_t index, const at::Tensor& latents, const at::Tens
     const char* text = prompt.c_str();
     write_row(impl_->prompt.get(), str.get(), index, &text);
   }
+  if (impl_->y) write_row(impl_->y.get(), impl_->latents_mem_type.get(), index, y.data_ptr());
+  if (impl_->clip_fea) write_row(impl_->clip_fea.get(), impl_->text_mem_type.get(), index, c.data_ptr());
 }
 
 void ShardWriter::keep_first(int64_t samples) {
   if (samples < 0 || samples > impl_->samples)
     throw Error(fmt::format("ShardWriter: cannot keep {} of {} samples", samples, impl_->samples));
   io::Lock lock(io::library_mutex());
-  for (const auto* dataset : {&impl_->latents, &impl_->text, &impl_->text_len, &impl_->prompt}) {
+  for (const auto* dataset :
+       {&impl_->latents, &impl_->text, &impl_->text_len, &impl_->prompt, &impl_->y, &impl_->clip_fea}) {
     if (!*dataset) continue;
     const io::Handle space = io::dataset_space(dataset->get());
     std::vector<hsize_t> dims(size_t(H5_CHECK(H5Sget_simple_extent_ndims(space.get()))));
@@ -345,6 +488,8 @@ void ShardWriter::keep_first(int64_t samples) {
 void ShardWriter::close() {
   if (!impl_ || !impl_->file) return;
   io::Lock lock(io::library_mutex());
+  impl_->clip_fea.reset();
+  impl_->y.reset();
   impl_->prompt.reset();
   impl_->text_len.reset();
   impl_->text.reset();

@@ -5,13 +5,19 @@
 //                               (umT5 outputs overflow float16: bfloat16 keeps their range)
 //   /text_len  [N]              int32, real token count (0..L)
 //   /prompt    [N]              optional, variable-length UTF-8 strings
-//   root attributes: format = "wantrain-shard", version = 2
+//   /y         [N, Cy, F, H, W] optional (version 3): the image-to-video condition, stored as latents;
+//                               F, H, W those of /latents
+//   /clip_fea  [N, T, D]        optional (version 3, only beside /y): CLIP image features, stored as text_emb
+//   root attributes: format = "wantrain-shard", version = 2 (3 with /y)
 //
-// Latents and text embeddings are chunked one sample per chunk, so reading a
+// Per-sample datasets are chunked one sample per chunk, so reading a
 // sample is one chunk read. Version 2 is version 1's layout; it says that
 // the dataset may hold shards of several latent shapes (buckets: F, H, W
 // differ, one shape per shard), which a version-1 reader would refuse.
-// Both versions are read.
+// Version 3 adds /y and /clip_fea (Wan I2V and FLF2V): a shard that has
+// them says 3, so that an older reader refuses it rather than training
+// text-to-video on it; a shard without them is still written as version 2,
+// byte for byte as before. All three versions are read.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -24,8 +30,9 @@
 namespace wt::data {
 
 inline constexpr const char* kShardFormat = "wantrain-shard";
-inline constexpr int kShardVersion = 2;        // what ShardWriter writes
-inline constexpr int kOldestShardVersion = 1;  // the oldest still read
+inline constexpr int kShardVersion = 3;               // the newest, what ShardWriter writes with a condition
+inline constexpr int kUnconditionedShardVersion = 2;  // what ShardWriter writes without one
+inline constexpr int kOldestShardVersion = 1;         // the oldest still read
 
 // How a tensor is stored in a shard.
 enum class Stored { Float32, Float16, BFloat16 };
@@ -34,24 +41,46 @@ at::ScalarType scalar_type(Stored stored);
 Stored parse_stored(const std::string& name);  // "float32" | "float16" | "bfloat16"; UsageError otherwise
 
 // Per-sample shape and storage of a shard. The shards of a dataset share
-// all of it but the latents' F, H and W (dataset.hpp: buckets).
+// all of it but the latents' F, H and W (dataset.hpp: buckets), which /y
+// shares with the latents.
 struct SampleShape {
   int64_t channels = 16, frames = 1, height = 32, width = 32;  // latents [C, F, H, W]
   int64_t text_len = 64, text_dim = 128;                       // text_emb [L, D]
   Stored latents = Stored::Float32, text = Stored::Float32;
+  // The image-to-video condition: y [Cy, F, H, W], stored as `latents` is;
+  // 0: the shard has no /y.
+  int64_t condition_channels = 0;
+  // clip_fea [T, D], stored as `text` is; 0: none.
+  int64_t clip_tokens = 0, clip_dim = 0;
 
   bool operator==(const SampleShape& other) const;
   bool operator!=(const SampleShape& other) const { return !(*this == other); }
-  std::string latents_string() const;  // "[N,16,5,32,32] float16"
-  std::string bucket_name() const;     // the latents' F x H x W: "5x32x32"
-  std::string text_string() const;     // "[N,512,4096] float16"
-  int64_t latents_bytes() const;       // of one sample, as stored
+  bool has_condition() const { return condition_channels > 0; }
+  std::string latents_string() const;    // "[N,16,5,32,32] float16"
+  std::string bucket_name() const;       // the latents' F x H x W: "5x32x32"
+  std::string text_string() const;       // "[N,512,4096] float16"
+  std::string condition_string() const;  // y: "[N,20,5,32,32] float16", or "none"
+  std::string clip_string() const;       // clip_fea: "[N,257,1280] bfloat16", or "none"
+  int64_t latents_bytes() const;         // of one sample, as stored
   int64_t text_bytes() const;
+  int64_t condition_bytes() const;  // y and clip_fea of one sample, as stored (0 without)
 };
 
 // Whether shards of these shapes can be one dataset: all equal but the
-// latents' F, H and W.
+// latents' F, H and W (a dataset never mixes shards with /y and without).
 bool same_dataset(const SampleShape& a, const SampleShape& b);
+// Why shards `a` (of `path_a`) and `b` (of `path_b`) cannot be one
+// dataset, one line naming both and what each holds; "" when they can.
+std::string dataset_mismatch(const std::string& path_a, const SampleShape& a, const std::string& path_b,
+                             const SampleShape& b);
+
+// The image-to-video condition of one sample (Wan I2V, FLF2V): y
+// [Cy, F, H, W] and clip_fea [T, D]; an undefined tensor where the shape
+// has none.
+struct SampleCondition {
+  at::Tensor y;
+  at::Tensor clip_fea;
+};
 
 struct ShardInfo {
   std::string path;
@@ -84,9 +113,12 @@ class ShardWriter {
   ShardWriter(const ShardWriter&) = delete;
   ShardWriter& operator=(const ShardWriter&) = delete;
 
-  // latents [C, F, H, W], text_emb [L, D], any floating dtype (converted to the stored one).
+  // latents [C, F, H, W], text_emb [L, D], any floating dtype (converted to
+  // the stored one); condition.y [Cy, F, H, W] and condition.clip_fea [T, D]
+  // exactly when the shard's shape has them (Error otherwise), converted
+  // as latents and text_emb are.
   void write(int64_t index, const at::Tensor& latents, const at::Tensor& text_emb, int32_t text_len,
-             const std::string& prompt = {});
+             const std::string& prompt = {}, const SampleCondition& condition = {});
   // Shrinks the shard to its first `samples` rows (the rest were never
   // written: items that failed after the shard was sized).
   void keep_first(int64_t samples);

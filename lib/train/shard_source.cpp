@@ -26,14 +26,26 @@ Batch ShardSamples::read(const std::vector<int64_t>& indices) {
   auto latents = torch::empty({b, shape.channels, shape.frames, shape.height, shape.width},
                               data::scalar_type(shape.latents));                                 // [B, C, F, H, W]
   auto text = torch::empty({b, shape.text_len, shape.text_dim}, data::scalar_type(shape.text));  // [B, L, D]
+  // The image-to-video condition, stored as the latents and the text are.
+  const bool with_clip = shape.has_condition() && shape.clip_tokens > 0;
+  auto y = shape.has_condition() ? torch::empty({b, shape.condition_channels, shape.frames, shape.height, shape.width},
+                                                data::scalar_type(shape.latents))
+                                 : torch::Tensor();  // [B, Cy, F, H, W]
+  auto clip = with_clip ? torch::empty({b, shape.clip_tokens, shape.clip_dim}, data::scalar_type(shape.text))
+                        : torch::Tensor();  // [B, T, D]
   for (int64_t i = 0; i < b; ++i) {
     int32_t text_len = 0;
-    reader_->read(indices[size_t(i)], latents[i], text[i], text_len);
+    data::SampleCondition condition;
+    if (y.defined()) condition.y = y[i];
+    if (clip.defined()) condition.clip_fea = clip[i];
+    reader_->read(indices[size_t(i)], latents[i], text[i], text_len, y.defined() ? &condition : nullptr);
   }
   Batch batch;
   batch.indices = indices;
   batch.tensors.emplace("latents", std::move(latents));
   batch.tensors.emplace("text_emb", std::move(text));
+  if (y.defined()) batch.tensors.emplace("y", std::move(y));
+  if (clip.defined()) batch.tensors.emplace("clip_fea", std::move(clip));
   return batch;
 }
 
@@ -48,8 +60,12 @@ at::ScalarType loader_dtype(const data::SampleShape& shape, bool for_gpu) {
 
 int64_t staged_bytes_per_sample(const data::SampleShape& shape, bool for_gpu) {
   const auto dtype = loader_dtype(shape, for_gpu);
-  return (data::scalar_type(shape.latents) != dtype ? shape.latents_bytes() : 0) +
-         (data::scalar_type(shape.text) != dtype ? shape.text_bytes() : 0);
+  // y is staged as the latents are, clip_fea as the text is.
+  const int64_t y_bytes = shape.condition_channels * shape.frames * shape.height * shape.width *
+                          int64_t(c10::elementSize(data::scalar_type(shape.latents)));
+  const int64_t clip_bytes = shape.condition_bytes() - y_bytes;
+  return (data::scalar_type(shape.latents) != dtype ? shape.latents_bytes() + y_bytes : 0) +
+         (data::scalar_type(shape.text) != dtype ? shape.text_bytes() + clip_bytes : 0);
 }
 
 ShardBatches::ShardBatches(data::Dataset dataset, data::DistributedSampler sampler,
@@ -65,9 +81,10 @@ ShardBatches::ShardBatches(data::Dataset dataset, data::DistributedSampler sampl
       batch.indices = loaded.indices;
       batch.tensors.emplace("latents", loaded.latents);
       batch.tensors.emplace("text_emb", loaded.text_emb);
+      if (loaded.y.defined()) batch.tensors.emplace("y", loaded.y);
+      if (loaded.clip_fea.defined()) batch.tensors.emplace("clip_fea", loaded.clip_fea);
       objective->make_inputs_ahead(batch, first_step + loaded.number, allocate);
-      batch.tensors.erase("latents");
-      batch.tensors.erase("text_emb");
+      for (const char* name : {"latents", "text_emb", "y", "clip_fea"}) batch.tensors.erase(name);
       loaded.extra = std::move(batch.tensors);
     };
   }
@@ -86,6 +103,8 @@ Batch ShardBatches::next(int64_t& epoch) {
   batch.tensors = std::move(loaded.extra);
   batch.tensors.emplace("latents", std::move(loaded.latents));
   batch.tensors.emplace("text_emb", std::move(loaded.text_emb));
+  if (loaded.y.defined()) batch.tensors.emplace("y", std::move(loaded.y));
+  if (loaded.clip_fea.defined()) batch.tensors.emplace("clip_fea", std::move(loaded.clip_fea));
   if (has_ahead_) batch.ahead_step = first_step_ + loaded.number;
   batch.copied = std::move(loaded.copied);
   return batch;

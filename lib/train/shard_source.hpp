@@ -1,5 +1,7 @@
 // The HDF5 shard dataset (lib/data) as the train layer's sources: a batch
-// holds "latents" [B, C, F, H, W] and "text_emb" [B, L, D].
+// holds "latents" [B, C, F, H, W] and "text_emb" [B, L, D]; from an
+// image-to-video dataset also "y" [B, Cy, F, H, W] (in the latents' dtype)
+// and, where the shards have it, "clip_fea" [B, T, D] (in text_emb's).
 #pragma once
 
 #include <memory>
@@ -48,7 +50,7 @@ struct ShardBatchesOptions {
 // Bytes of one sample ShardBatches' loader reads as stored before converting
 // it (data/loader.cpp): the parts stored in another dtype than it hands over
 // (the stored one when batches go to a GPU and latents and text share it,
-// fp32 otherwise).
+// fp32 otherwise); y goes as the latents, clip_fea as the text.
 int64_t staged_bytes_per_sample(const data::SampleShape& shape, bool for_gpu);
 
 // Training batches from the prefetching Loader.

@@ -12,18 +12,29 @@ namespace {
 // Mixed into the seed so the drop stream is independent of the noise stream
 // keyed by the same (seed, step, index).
 constexpr uint64_t kCaptionDropSalt = 0x63617074696f6e21;  // "caption!"
+constexpr uint64_t kImageDropSalt = 0x7069637475726521;    // "picture!"
+
+std::vector<bool> drops_with_salt(const std::vector<int64_t>& sample_indices, uint64_t salted_seed, int64_t step,
+                                  double p) {
+  std::vector<bool> drops(sample_indices.size(), p >= 1.0);
+  if (p <= 0.0 || p >= 1.0) return drops;
+  for (size_t i = 0; i < sample_indices.size(); ++i) {
+    data::PortableRandom r(sample_key(salted_seed, step, sample_indices[i]));
+    drops[i] = double(r.next() >> 11) * 0x1.0p-53 < p;  // uniform in [0, 1)
+  }
+  return drops;
+}
+
 }  // namespace
 
 at::Tensor unconditional_context(const at::Tensor& context) { return torch::zeros_like(context); }
 
 std::vector<bool> caption_drops(const std::vector<int64_t>& sample_indices, uint64_t seed, int64_t step, double p) {
-  std::vector<bool> drops(sample_indices.size(), p >= 1.0);
-  if (p <= 0.0 || p >= 1.0) return drops;
-  for (size_t i = 0; i < sample_indices.size(); ++i) {
-    data::PortableRandom r(sample_key(seed ^ kCaptionDropSalt, step, sample_indices[i]));
-    drops[i] = double(r.next() >> 11) * 0x1.0p-53 < p;  // uniform in [0, 1)
-  }
-  return drops;
+  return drops_with_salt(sample_indices, seed ^ kCaptionDropSalt, step, p);
+}
+
+std::vector<bool> image_drops(const std::vector<int64_t>& sample_indices, uint64_t seed, int64_t step, double p) {
+  return drops_with_salt(sample_indices, seed ^ kImageDropSalt, step, p);
 }
 
 at::Tensor drop_captions(const at::Tensor& context, const std::vector<bool>& drops) {

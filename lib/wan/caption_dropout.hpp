@@ -26,6 +26,12 @@ at::Tensor unconditional_context(const at::Tensor& context);
 // Whether each sample's caption is dropped at `step`; p in [0, 1].
 std::vector<bool> caption_drops(const std::vector<int64_t>& sample_indices, uint64_t seed, int64_t step, double p);
 
+// Image dropout (--image-drop) of an image-to-video model: whether each
+// sample's CLIP features are zeroed at `step`, keyed as caption dropout is
+// but drawn independently of it. drop_captions() applies it to clip_fea
+// [B, T, D] as to a context.
+std::vector<bool> image_drops(const std::vector<int64_t>& sample_indices, uint64_t seed, int64_t step, double p);
+
 // context [B, L, D] with the rows whose drop is true replaced by the
 // unconditional context: a new tensor, or `context` itself when nothing is
 // dropped; `context` is never changed.

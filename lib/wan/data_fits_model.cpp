@@ -13,10 +13,37 @@ void check_data_fits_model(const data::SampleShape& s, const std::string& data_d
   auto fail = [&](const std::string& what) {
     throw UsageError(fmt::format("data {} does not fit model config {}: {}", data_dir, config_path, what));
   };
-  if (s.channels != c.in_dim) fail(fmt::format("latents have {} channels, in_dim is {}", s.channels, c.in_dim));
-  if (c.out_dim != c.in_dim)
+  const int64_t latent_channels = c.in_dim - c.condition_channels();
+  if (s.channels != latent_channels)
+    fail(fmt::format("latents have {} channels, the model reads {}{}", s.channels, latent_channels,
+                     c.image_conditioned() ? " (in_dim less the condition's)" : " (in_dim)"));
+  if (c.out_dim != latent_channels)
     fail(fmt::format("out_dim {} differs from in_dim {}: the flow-matching target has in_dim channels", c.out_dim,
                      c.in_dim));
+  const char* type = model_type_name(c.model_type);
+  if (c.image_conditioned() && !s.has_condition())
+    fail(
+        fmt::format("the {} model needs the image condition /y in the shards: encode them with wandata encode "
+                    "--condition {}",
+                    type, type));
+  if (!c.image_conditioned() && s.has_condition())
+    fail(
+        fmt::format("the shards hold an image condition /y that a {} model does not read: use an i2v or flf2v "
+                    "model config, or data encoded without --condition",
+                    type));
+  if (c.image_conditioned() && s.condition_channels != c.condition_channels())
+    fail(fmt::format("/y has {} channels, the model reads {}", s.condition_channels, c.condition_channels()));
+  if (c.image_branch() && s.clip_tokens == 0)
+    fail(
+        fmt::format("the model's CLIP branch needs /clip_fea in the shards: encode them with wandata encode "
+                    "--condition {} --clip FILE",
+                    type));
+  if (c.image_branch() && (s.clip_tokens != c.condition_images() * c.image_tokens || s.clip_dim != c.image_dim))
+    fail(fmt::format("/clip_fea is [{}, {}] a sample, the model reads [{}, {}] ({} picture{} of {} tokens)",
+                     s.clip_tokens, s.clip_dim, c.condition_images() * c.image_tokens, c.image_dim,
+                     c.condition_images(), c.condition_images() > 1 ? "s" : "", c.image_tokens));
+  if (!c.image_branch() && s.clip_tokens > 0)
+    fail("the shards hold CLIP features /clip_fea and the model has no CLIP branch (image_dim 0)");
   if (s.text_dim != c.text_dim) fail(fmt::format("text_emb has width {}, text_dim is {}", s.text_dim, c.text_dim));
   if (s.text_len > c.text_len)
     fail(fmt::format("text_emb has {} positions, more than text_len {}", s.text_len, c.text_len));

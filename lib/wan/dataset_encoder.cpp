@@ -21,6 +21,7 @@
 #include "wantrain/util/test_hooks.hpp"
 #include "wantrain/util/text.hpp"
 #include "wantrain/wan/encoders/prompt_text.hpp"
+#include "wantrain/wan/image_condition.hpp"
 #include "wantrain/wan/item_probes.hpp"
 #include "wantrain/wan/video_frames.hpp"
 
@@ -194,6 +195,9 @@ nlohmann::json settings_json(const DatasetEncoderSettings& s) {
           {"items_per_shard", s.items_per_shard},
           {"latent_dtype", data::to_string(s.latent_dtype)},
           {"emb_dtype", data::to_string(s.emb_dtype)},
+          {"condition", s.condition_images == 0   ? "none"
+                        : s.condition_images == 1 ? "i2v"
+                                                  : "flf2v"},
           {"models", s.models_fingerprint}};
 }
 
@@ -254,10 +258,20 @@ EncodePlan plan_job(const DatasetEncoderSettings& s, const std::vector<data::Med
 }  // namespace
 
 DatasetEncoderSummary encode_dataset(const DatasetEncoderSettings& s, WanVae& vae, TextEncoder& text,
-                                     distributed::World& world) {
+                                     distributed::World& world, ClipVision* clip) {
   const auto started = Clock::now();
   check_buckets(s.buckets);
   if (s.items_per_shard < 1) throw SettingError("items_per_shard", "must be at least 1");
+  if (s.condition_images < 0 || s.condition_images > 2)
+    throw SettingError("condition", "must be none, i2v (the first frame) or flf2v (the first and the last)");
+  if (s.condition_images == 2)
+    for (const int64_t frames : s.buckets.frames)
+      if (frames < 5)
+        throw SettingError("condition", fmt::format("flf2v needs a first and a last frame: clips of 5 frames or "
+                                                    "more, and the frame buckets include {}",
+                                                    frames));
+  if (clip && s.condition_images == 0)
+    throw SettingError("condition", "a CLIP tower encodes the picture of an image condition: give --condition");
 
   std::vector<data::MediaItem> items;
   world.agree([&] {
@@ -282,10 +296,16 @@ DatasetEncoderSummary encode_dataset(const DatasetEncoderSettings& s, WanVae& va
   const int64_t factor = vae->config().spatial_factor();
   auto shape_of = [&](const ClipBucket& b) {
     // [C, 1 + (F - 1) / 4, H / 8, W / 8] for Wan2.1's VAE
-    return data::SampleShape{vae->config().z_dim,    vae->latent_frames(b.frames),
-                             b.size.height / factor, b.size.width / factor,
-                             text.text_len(),        text.dim(),
-                             s.latent_dtype,         s.emb_dtype};
+    data::SampleShape shape{vae->config().z_dim,    vae->latent_frames(b.frames),
+                            b.size.height / factor, b.size.width / factor,
+                            text.text_len(),        text.dim(),
+                            s.latent_dtype,         s.emb_dtype};
+    if (s.condition_images > 0) shape.condition_channels = 4 + vae->config().z_dim;  // y: mask and latents
+    if (s.condition_images > 0 && clip) {
+      shape.clip_tokens = s.condition_images * (*clip)->config().tokens();
+      shape.clip_dim = (*clip)->config().dim;
+    }
+    return shape;
   };
   const auto device = vae->parameters().front().device();
 
@@ -363,12 +383,20 @@ DatasetEncoderSummary encode_dataset(const DatasetEncoderSettings& s, WanVae& va
         auto encoded = text.encode({*item.caption});
         summary.text_seconds += seconds_since(text_start);
         truncated += encoded.truncated;
-        for (const auto& clip : p->clips) {
+        for (const auto& frames : p->clips) {  // [3, F, H, W] in [-1, 1]
           torch::NoGradGuard no_grad;
           const auto vae_start = Clock::now();
-          const auto latents = vae->encode(clip.unsqueeze(0).to(device)).to(torch::kCPU);  // [1, z, t, h, w]
+          const auto latents = vae->encode(frames.unsqueeze(0).to(device)).to(torch::kCPU);  // [1, z, t, h, w]
+          data::SampleCondition condition;
+          if (s.condition_images > 0) {
+            const int64_t f = frames.size(1);
+            const auto first = frames.select(1, 0);
+            const auto last = s.condition_images == 2 ? frames.select(1, f - 1) : at::Tensor();
+            condition.y = image_condition_y(*vae, first, last, f).to(torch::kCPU);
+            if (clip) condition.clip_fea = image_clip_features(**clip, first, last).to(torch::kCPU);
+          }
           summary.vae_seconds += seconds_since(vae_start);
-          writer->write(row++, latents[0], encoded.embedding[0], encoded.lengths[0], *item.caption);
+          writer->write(row++, latents[0], encoded.embedding[0], encoded.lengths[0], *item.caption, condition);
           ++done_samples;
         }
       }

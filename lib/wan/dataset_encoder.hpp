@@ -27,6 +27,7 @@
 #include "wantrain/media/frame_selection.hpp"
 #include "wantrain/media/media_reader.hpp"
 #include "wantrain/wan/encode_plan.hpp"
+#include "wantrain/wan/encoders/clip_vision.hpp"
 #include "wantrain/wan/encoders/text_encoder.hpp"
 #include "wantrain/wan/vae/wan_vae.hpp"
 
@@ -45,6 +46,12 @@ struct DatasetEncoderSettings {
   media::MediaLimits limits;
   int64_t items_per_shard = 16;
   data::Stored latent_dtype = data::Stored::Float32, emb_dtype = data::Stored::BFloat16;
+  // The image-to-video condition stored with each sample
+  // (wan/image_condition.hpp): 0 none (text-to-video data), 1 the first
+  // frame (i2v), 2 the first and the last (flf2v). /y always; /clip_fea
+  // when a CLIP tower is given (Wan2.1's I2V and FLF2V read it, Wan2.2's
+  // I2V does not).
+  int condition_images = 0;
   bool strict = false;     // a bad item fails the job instead of being skipped
   int decode_threads = 1;  // FFmpeg decoder threads
   // What else makes two runs the same job (the model files), for resuming.
@@ -70,7 +77,8 @@ struct DatasetEncoderSummary {
 
 // Collective over `world`. UsageError for an unusable listing or output
 // folder, a folder encoded with other settings, and (strict) a bad item.
+// `clip`: the CLIP tower for /clip_fea (condition_images > 0 only), or null.
 DatasetEncoderSummary encode_dataset(const DatasetEncoderSettings& settings, WanVae& vae, TextEncoder& text,
-                                     distributed::World& world);
+                                     distributed::World& world, ClipVision* clip = nullptr);
 
 }  // namespace wt::wan

@@ -31,9 +31,10 @@ train::ObjectiveLoss DistillationObjective::loss(const train::Batch& micro_batch
   train::ObjectiveLoss out;
   out.prepare_seconds = seconds_since(phase);
   phase = std::chrono::steady_clock::now();
-  const auto teacher_prediction = teacher_.predict(in.noisy.x_t, in.noisy.timesteps, in.context, compute_dtype_);
+  const auto teacher_prediction =
+      teacher_.predict(in.noisy.x_t, in.noisy.timesteps, in.context, compute_dtype_, in.image);
   out.teacher_seconds = seconds_since(phase);
-  const auto prediction = model_.forward(in.noisy.x_t, in.noisy.timesteps, in.context);
+  const auto prediction = model_.forward(in.noisy.x_t, in.noisy.timesteps, in.context, in.image);
   out.loss = distillation_loss(prediction, teacher_prediction, in.noisy.target, target_weight_);
   return out;
 }

@@ -24,6 +24,17 @@ constexpr int kValidationGrid = 4;
 constexpr const char* kNoiseSigma = "noise.sigma";
 constexpr const char* kNoiseEps = "noise.eps";
 constexpr const char* kCaptionKeep = "caption.keep";
+constexpr const char* kImageKeep = "image.keep";
+
+// The batch's image condition in fp32, where it has one.
+ImageCondition image_condition(const train::Batch& batch) {
+  ImageCondition image;
+  if (const auto y = batch.tensors.find("y"); y != batch.tensors.end()) image.y = y->second.to(torch::kFloat32);
+  if (const auto f = batch.tensors.find("clip_fea"); f != batch.tensors.end())
+    image.clip_fea = f->second.to(torch::kFloat32);
+  return image;
+}
+
 }  // namespace
 
 FlowMatchingObjective::FlowMatchingObjective(WanModelImpl& model, FlowMatchingObjectiveOptions options)
@@ -53,6 +64,14 @@ FlowMatchingObjective::Inputs FlowMatchingObjective::prepare(const train::Batch&
       keep != micro_batch.tensors.end()
           ? drop_captions(text, keep->second)
           : drop_captions(text, caption_drops(micro_batch.indices, options_.seed, context.step, options_.text_drop));
+  inputs.image = image_condition(micro_batch);
+  if (inputs.image.clip_fea.defined()) {
+    const auto image_keep = micro_batch.tensors.find(kImageKeep);
+    inputs.image.clip_fea = image_keep != micro_batch.tensors.end()
+                                ? drop_captions(inputs.image.clip_fea, image_keep->second)
+                                : drop_captions(inputs.image.clip_fea, image_drops(micro_batch.indices, options_.seed,
+                                                                                   context.step, options_.image_drop));
+  }
   return inputs;
 }
 
@@ -61,7 +80,8 @@ train::ObjectiveLoss FlowMatchingObjective::loss(const train::Batch& micro_batch
   const auto in = prepare(micro_batch, context);
   train::ObjectiveLoss out;
   out.prepare_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  out.loss = flow_matching_loss(model_.forward(in.noisy.x_t, in.noisy.timesteps, in.context), in.noisy.target);
+  out.loss =
+      flow_matching_loss(model_.forward(in.noisy.x_t, in.noisy.timesteps, in.context, in.image), in.noisy.target);
   return out;
 }
 
@@ -78,6 +98,12 @@ void FlowMatchingObjective::make_inputs_ahead(train::Batch& batch, int64_t step,
     for (size_t i = 0; i < drops.size(); ++i) keep.data_ptr<bool>()[i] = !drops[i];
     batch.tensors[kCaptionKeep] = std::move(keep);
   }
+  if (options_.image_drop > 0 && batch.tensors.count("clip_fea")) {
+    const auto drops = image_drops(batch.indices, options_.seed, step, options_.image_drop);
+    auto keep = allocate({sizes[0]}, torch::kBool);  // [B]
+    for (size_t i = 0; i < drops.size(); ++i) keep.data_ptr<bool>()[i] = !drops[i];
+    batch.tensors[kImageKeep] = std::move(keep);
+  }
   batch.ahead_step = step;
 }
 
@@ -86,6 +112,7 @@ at::Tensor FlowMatchingObjective::validation_losses(const train::Batch& batch) {
   model_.eval();
   const auto x0 = batch.at("latents").to(torch::kFloat32);
   const auto context = batch.at("text_emb").to(torch::kFloat32);
+  const auto image = image_condition(batch);
   const int64_t b = batch.size();
   auto sum = torch::zeros({b}, torch::kFloat64);
   for (int j = 0; j < kValidationGrid; ++j) {
@@ -93,7 +120,7 @@ at::Tensor FlowMatchingObjective::validation_losses(const train::Batch& batch) {
     std::vector<uint64_t> keys(b);
     for (int64_t i = 0; i < b; ++i) keys[i] = sample_key(kValidationSeed, j, batch.indices[i]);
     const auto noisy = noisy_batch_at(x0, std::vector<double>(b, sigma), keys);
-    const auto prediction = model_.forward(noisy.x_t, noisy.timesteps, context);
+    const auto prediction = model_.forward(noisy.x_t, noisy.timesteps, context, image);
     sum += per_sample_loss(prediction, noisy.target).to(torch::kCPU, torch::kFloat64);
   }
   if (was_training) model_.train();

@@ -1,7 +1,9 @@
 // The flow-matching objective of Wan (wan/flow_matching.hpp has the math):
 // a WanModel predicts v = eps - x0 from x_t, the timestep and the text
 // context, with caption dropout to the unconditional context.
-// Batch tensors: "latents" [B, C, F, H, W] and "text_emb" [B, L, D].
+// Batch tensors: "latents" [B, C, F, H, W] and "text_emb" [B, L, D]; for an
+// image-to-video model also "y" [B, 4 + C, F, H, W] and "clip_fea" [B, T,
+// D'] (wandata encode --condition), with image dropout of clip_fea.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +12,8 @@
 
 #include "wantrain/wan/flow_matching.hpp"
 #include "wantrain/train/objective.hpp"
+
+#include "wantrain/wan/model/image_input.hpp"
 
 namespace wt::wan {
 class WanModelImpl;
@@ -20,7 +24,11 @@ namespace wt::wan {
 struct FlowMatchingObjectiveOptions {
   FlowMatchingOptions flow;
   double text_drop = 0.1;  // probability of the unconditional context
-  uint64_t seed = 0;       // keys each sample's noise and caption drop with the step
+  // Probability of zeroed CLIP features (an image-to-video model with the
+  // CLIP branch); y, the first frame's latents, is always kept: the task is
+  // to continue that frame, with or without the picture's CLIP summary.
+  double image_drop = 0;
+  uint64_t seed = 0;  // keys each sample's noise and caption drop with the step
   // With LoRA (add_lora): the adapters' description and the frozen
   // base's weights_checksum. Checkpoints record both, since they hold only
   // the adapters, and a resume must find the same ones; and the precision
@@ -57,7 +65,8 @@ class FlowMatchingObjective : public train::Objective {
   // caption dropout.
   struct Inputs {
     NoisyBatch noisy;
-    at::Tensor context;  // [B, L, D] fp32
+    at::Tensor context;    // [B, L, D] fp32
+    ImageCondition image;  // fp32; image dropout applied
   };
   Inputs prepare(const train::Batch& micro_batch, const train::StepContext& context) const;
 

@@ -23,9 +23,9 @@ ModelBytes model_bytes(const WanConfig& config, double linear_bytes, const LoraO
   ModelBytes m;
   for (const auto& [name, shape] : parameter_shapes(config)) {
     const double n = double(element_count(shape));
-    const std::string layer = block_linear(name);
+    const std::string layer = lora_target_of(name);
     m.fp32 += 4 * n;
-    m.held += (layer.empty() ? 4 : linear_bytes) * n;
+    m.held += (block_linear(name).empty() ? 4 : linear_bytes) * n;
     // A LoRA adapter per target Linear: A [r, in] and B [out, r].
     if (lora.rank > 0 && shape.size() == 2 && !layer.empty() &&
         std::find(targets.begin(), targets.end(), layer) != targets.end())

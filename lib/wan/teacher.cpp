@@ -88,11 +88,12 @@ io::NamedTensors Teacher::weights() const {
 }
 
 at::Tensor Teacher::predict(const at::Tensor& x_t, const at::Tensor& timesteps, const at::Tensor& context,
-                            at::ScalarType compute_dtype) const {
+                            at::ScalarType compute_dtype, const ImageCondition& image) const {
   torch::NoGradGuard no_grad;
   nn::AutocastScope autocast(bf16_ || compute_dtype == at::kHalf ? at::kBFloat16 : compute_dtype, x_t.device().type());
   const int64_t pt = config_.patch_size[0];
-  if (!stills_ || pt == 1) return model_->forward(x_t, timesteps, context).to(torch::kFloat32);
+  if (!stills_ || pt == 1) return model_->forward(x_t, timesteps, context, image).to(torch::kFloat32);
+  if (image.y.defined()) throw UsageError("an image student of a video teacher cannot take an image condition");
   // [B, C, F, H, W] -> each frame repeated pt times -> prediction [B, C, F*pt, H, W] -> frame means.
   const auto prediction = model_->forward(x_t.repeat_interleave(pt, 2), timesteps, context);
   return prediction.to(torch::kFloat32).unflatten(2, {x_t.size(2), pt}).mean(3);

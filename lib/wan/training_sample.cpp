@@ -74,10 +74,17 @@ TrainingSampler::TrainingSampler(const data::Dataset& dataset, const TrainingSam
   latents_ = torch::empty({s.channels, s.frames, s.height, s.width}, data::scalar_type(s.latents));
   context_ = torch::empty({s.text_len, s.text_dim}, data::scalar_type(s.text));
   int32_t text_len = 0;
+  data::SampleCondition condition;
+  if (s.has_condition()) {
+    condition.y = torch::empty({s.condition_channels, s.frames, s.height, s.width}, data::scalar_type(s.latents));
+    if (s.clip_tokens > 0) condition.clip_fea = torch::empty({s.clip_tokens, s.clip_dim}, data::scalar_type(s.text));
+  }
   data::SampleReader reader(dataset);
-  reader.read(options.index, latents_, context_, text_len);
+  reader.read(options.index, latents_, context_, text_len, s.has_condition() ? &condition : nullptr);
   latents_ = latents_.to(torch::kFloat32);
   context_ = context_.to(torch::kFloat32);
+  if (condition.y.defined()) image_.y = condition.y.to(torch::kFloat32).unsqueeze(0);
+  if (condition.clip_fea.defined()) image_.clip_fea = condition.clip_fea.to(torch::kFloat32).unsqueeze(0);
 }
 
 train::SampleReport TrainingSampler::draw(WanModelImpl& model, const train::NamedTensors& trainable,
@@ -92,8 +99,12 @@ train::SampleReport TrainingSampler::draw(WanModelImpl& model, const train::Name
     const nn::AutocastScope autocast(options_.compute_dtype, device.type());
     const auto cond = context_.unsqueeze(0).to(device);  // [1, L, D]
     const auto uncond = unconditional_context(cond);     // what caption dropout trains
+    // Both branches see the picture (Wan's image2video guides on the text only).
+    ImageCondition image;
+    if (image_.y.defined()) image.y = image_.y.to(device);
+    if (image_.clip_fea.defined()) image.clip_fea = image_.clip_fea.to(device);
     VelocityField velocity = [&](const at::Tensor& x, const at::Tensor& t, bool conditional) {
-      return model.forward(x, t, conditional ? cond : uncond);
+      return model.forward(x, t, conditional ? cond : uncond, image);
     };
     // The same noise at every draw, from a generator of its own: training's
     // random streams are untouched.

@@ -36,10 +36,21 @@ void expect_matches_reference(const Case& c) {
   wt::wan::save_weights(*model, dir + "/weights.safetensors");
 
   const auto [f, h, w] = c.latent_fhw;
-  const auto x = torch::randn({2, config.in_dim, f, h, w});                // [B, C, F, H, W]
+  const int64_t cy = config.condition_channels();
+  const auto x = torch::randn({2, config.in_dim - cy, f, h, w});           // [B, C, F, H, W]
   const auto t = torch::tensor({37.5f, 912.0f});                           // [B]
   const auto context = torch::randn({2, c.context_len, config.text_dim});  // [B, Lc, D]
-  wt::io::write_safetensors(dir + "/inputs.safetensors", {{"x", x}, {"t", t}, {"context", context}}, torch::kFloat32);
+  wt::io::NamedTensors inputs{{"x", x}, {"t", t}, {"context", context}};
+  wt::wan::ImageCondition image;
+  if (config.image_conditioned()) {
+    image.y = torch::randn({2, cy, f, h, w});  // [B, 4 + C, F, H, W]
+    inputs.emplace_back("y", image.y);
+  }
+  if (config.image_branch()) {
+    image.clip_fea = torch::randn({2, config.condition_images() * config.image_tokens, config.image_dim});
+    inputs.emplace_back("clip_fea", image.clip_fea);
+  }
+  wt::io::write_safetensors(dir + "/inputs.safetensors", inputs, torch::kFloat32);
 
   const auto job = wt::testing::launch(
       std::string(WANTRAIN_PYTHON) + " " + WANTRAIN_SOURCE_DIR + "/tests/reference/wan_reference.py " + dir +
@@ -47,7 +58,7 @@ void expect_matches_reference(const Case& c) {
   ASSERT_EQ(job.status, 0) << job.output;
   const auto file = wt::io::SafetensorsFile::open(dir + "/out.safetensors");
   const auto reference = file.read(*file.find("out"));
-  const auto ours = model->forward(x, t, context);
+  const auto ours = model->forward(x, t, context, image);
   ASSERT_EQ(ours.sizes(), reference.sizes());
   const double scale = reference.abs().max().item<double>();
   const double error = (ours - reference).abs().max().item<double>();
@@ -76,4 +87,38 @@ TEST(WanReference, WanHeadDimAndOtherPatchAndNoNormsMatch) {
                                 "qk_norm": false, "cross_attn_norm": false})",
        {4, 3, 4},
        4});
+}
+
+// Wan2.1 I2V: y joined to the noisy latents, CLIP features through img_emb
+// into a second attention in every cross-attention (k_img, v_img, norm_k_img).
+TEST(WanReference, ImageToVideoWithTheClipBranchMatches) {
+  expect_matches_reference(
+      {"i2v",
+       R"({"model_type": "i2v", "image_dim": 24, "image_tokens": 5, "dim": 64, "ffn_dim": 96, "num_heads": 4,
+           "num_layers": 2, "freq_dim": 32, "text_dim": 24, "text_len": 10, "patch_size": [1, 2, 2], "in_dim": 16,
+           "out_dim": 6, "eps": 1e-6, "qk_norm": true, "cross_attn_norm": true})",
+       {3, 4, 6},
+       7});
+}
+
+// Wan2.1 FLF2V: both pictures' CLIP tokens, told apart by img_emb.emb_pos.
+TEST(WanReference, FirstLastFrameToVideoMatches) {
+  expect_matches_reference(
+      {"flf2v",
+       R"({"model_type": "flf2v", "image_dim": 24, "image_tokens": 5, "dim": 64, "ffn_dim": 96, "num_heads": 4,
+           "num_layers": 2, "freq_dim": 32, "text_dim": 24, "text_len": 10, "patch_size": [1, 2, 2], "in_dim": 16,
+           "out_dim": 6, "eps": 1e-6, "qk_norm": true, "cross_attn_norm": true})",
+       {3, 4, 6},
+       10});
+}
+
+// Wan2.2 I2V-A14B: y joined, no CLIP branch; without the optional norms.
+TEST(WanReference, Wan22ImageToVideoWithoutClipMatches) {
+  expect_matches_reference(
+      {"wan22-i2v",
+       R"({"model_type": "i2v", "dim": 64, "ffn_dim": 96, "num_heads": 4, "num_layers": 2, "freq_dim": 32,
+           "text_dim": 24, "text_len": 10, "patch_size": [1, 2, 2], "in_dim": 16, "out_dim": 6, "eps": 1e-5,
+           "qk_norm": false, "cross_attn_norm": false})",
+       {2, 4, 4},
+       3});
 }

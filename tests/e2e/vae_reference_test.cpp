@@ -15,6 +15,7 @@
 #include "../common/launch.hpp"
 #include "wantrain/io/safetensors.hpp"
 #include "wantrain/util/error.hpp"
+#include "wantrain/wan/image_condition.hpp"
 #include "wantrain/wan/model/weights.hpp"
 #include "wantrain/wan/vae/vae_config.hpp"
 #include "wantrain/wan/vae/vae_weights.hpp"
@@ -351,4 +352,70 @@ TEST(VaeConfig, AnotherZDimGetsZeroMeanUnitStdAndBadFilesAreOneLine) {
     EXPECT_EQ(std::string(e.what()),
               "VAE encode: video [1, 3, 4, 16, 16] must be [B, 3, 1 + 4k, H, W] with H and W positive multiples of 8");
   }
+}
+
+namespace {
+
+// The image-to-video condition y (wan/image_condition) against
+// tests/reference/i2v_condition_reference.py, which builds it as Wan's
+// image2video.py and first_last_frame2video.py do, with the reference VAE.
+void expect_condition_matches_reference(const char* name, int64_t frames, bool last_frame) {
+  SCOPED_TRACE(name);
+  const std::string dir = wt::testing::fresh(std::string("i2v-condition-") + name);
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/config.json") << kSmall;
+  const auto config = wt::wan::parse_vae_config(kSmall, "small");
+  wt::wan::WanVae vae(config);
+  randomize(*vae, 31);
+  vae->eval();
+  torch::manual_seed(32);
+  const auto first = torch::rand({3, 24, 32}) * 2 - 1, last = torch::rand({3, 24, 32}) * 2 - 1;
+  wt::io::NamedTensors inputs{{"first", first}, {"frames", torch::tensor({float(frames)})}};
+  if (last_frame) inputs.emplace_back("last", last);
+  wt::io::write_safetensors(dir + "/weights.safetensors", state_dict(*vae), torch::kFloat32);
+  wt::io::write_safetensors(dir + "/inputs.safetensors", inputs, torch::kFloat32);
+  const auto job = wt::testing::launch(
+      std::string(WANTRAIN_PYTHON) + " " + WANTRAIN_SOURCE_DIR + "/tests/reference/i2v_condition_reference.py " + dir +
+      "/config.json " + dir + "/weights.safetensors " + dir + "/inputs.safetensors " + dir + "/out.safetensors");
+  ASSERT_EQ(job.status, 0) << job.output;
+  const auto file = wt::io::SafetensorsFile::open(dir + "/out.safetensors");
+  const auto reference = file.read(*file.find("y"));
+  const auto ours = wt::wan::image_condition_y(*vae, first, last_frame ? last : at::Tensor(), frames);
+  ASSERT_EQ(ours.sizes(), reference.sizes());
+  // The mask exactly; the latents as the VAE's own reference test bounds them.
+  EXPECT_TRUE(torch::equal(ours.narrow(0, 0, 4), reference.narrow(0, 0, 4)));
+  const double scale = max_abs(reference), error = max_abs(ours - reference);
+  EXPECT_LT(error, 1e-4 * scale) << "max |ours - reference| = " << error << " of " << scale;
+}
+
+}  // namespace
+
+TEST(ImageCondition, FirstFrameConditionIsImage2VideosY) { expect_condition_matches_reference("i2v", 9, false); }
+TEST(ImageCondition, FirstAndLastFrameConditionIsFlf2VideosY) { expect_condition_matches_reference("flf2v", 9, true); }
+TEST(ImageCondition, AStillIsItsOwnFirstFrame) { expect_condition_matches_reference("still", 1, false); }
+
+// The mask alone, by hand: i2v marks latent frame 0 (all 4 channels); flf2v
+// also channel 3 of the last latent frame (pixel frame F - 1 is the last of
+// its group of 4).
+TEST(ImageCondition, TheFrameMaskMarksTheGivenFrames) {
+  const auto first = wt::wan::frame_mask(9, 2, 3, false), both = wt::wan::frame_mask(9, 2, 3, true);
+  ASSERT_EQ(first.sizes(), (std::vector<int64_t>{4, 3, 2, 3}));
+  EXPECT_EQ(first.select(1, 0).min().item<float>(), 1.0f);
+  EXPECT_EQ(first.narrow(1, 1, 2).max().item<float>(), 0.0f);
+  EXPECT_TRUE(torch::equal(both.narrow(1, 0, 2), first.narrow(1, 0, 2)));
+  EXPECT_EQ(both.select(1, 2).narrow(0, 0, 3).max().item<float>(), 0.0f);
+  EXPECT_EQ(both.select(1, 2).select(0, 3).min().item<float>(), 1.0f);
+  EXPECT_THROW(wt::wan::frame_mask(8, 2, 3, false), wt::UsageError);
+}
+
+// image2video.py's size: the picture's aspect ratio within max_area, each
+// side floored to a multiple of 16 (lat = sqrt(area * ratio) // 8 // 2 * 2).
+TEST(ImageCondition, TheVideoSizeFollowsImage2Video) {
+  const auto hd = wt::wan::image_video_size(1080, 1920, 480 * 832);  // sqrt(399360 * 0.5625) = 473.96
+  EXPECT_EQ(hd.height, 464);
+  EXPECT_EQ(hd.width, 832);  // sqrt(399360 / 0.5625) = 842.6
+  const auto portrait = wt::wan::image_video_size(832, 480, 480 * 832);
+  EXPECT_EQ(portrait.height, 832);
+  EXPECT_EQ(portrait.width, 480);
+  EXPECT_THROW(wt::wan::image_video_size(480, 832, 100), wt::UsageError);  // 100 pixels: no 16 x 16
 }

@@ -18,7 +18,9 @@
 #include "wantrain/data/dataset.hpp"
 #include "wantrain/io/safetensors.hpp"
 #include "wantrain/media/media_reader.hpp"
+#include "wantrain/wan/encoders/clip_vision.hpp"
 #include "wantrain/wan/encoders/t5_encoder.hpp"
+#include "wantrain/wan/image_condition.hpp"
 #include "wantrain/wan/model/model_config.hpp"
 #include "wantrain/wan/model/wan_model.hpp"
 #include "wantrain/wan/model/weights.hpp"
@@ -498,4 +500,102 @@ TEST(Encode, DecodeAndPromptSamplingWriteVideos) {
   const auto bad = launch(odd + " --out " + out + "/c.h5 --video " + out + "/c.mp4");
   EXPECT_EQ(bad.status, 2) << bad.output;
   EXPECT_NE(bad.output.find("multiples of 16"), std::string::npos) << bad.output;
+}
+
+// Image to video end to end: clips encoded with their first frame's
+// condition (y by the VAE, CLIP features by a small CLIP tower drawn here),
+// then a picture sampled into a video by an i2v model.
+TEST(Encode, TheImageConditionIsEncodedAndAPictureBecomesAVideo) {
+  const auto& s = setup();
+  ASSERT_TRUE(s.error.empty()) << s.error;
+  const std::string dir = wt::testing::fresh("encode-i2v");
+  fs::create_directories(dir);
+  // A CLIP tower of ViT-H's layout, small: 28 px, 14 px patches (5 tokens), 2 heads of 80.
+  wt::wan::ClipVisionConfig clip_config;
+  clip_config.image_size = 28;
+  clip_config.dim = 160;
+  clip_config.num_heads = 2;
+  clip_config.num_layers = 3;
+  torch::manual_seed(5);
+  wt::wan::ClipVision clip(clip_config);
+  {
+    wt::io::NamedTensors tensors;
+    for (const auto& p : clip->named_parameters()) tensors.emplace_back("visual." + p.key(), p.value());
+    wt::io::write_safetensors(dir + "/clip.safetensors", tensors, torch::kFloat32);
+  }
+  const std::string data = dir + "/data";
+  const auto bad = launch(wandata(encode_args(s, s.clips, data, "--frames 5 --clip " + dir + "/clip.safetensors")));
+  EXPECT_EQ(bad.status, 2) << bad.output;
+  EXPECT_NE(bad.output.find("option --clip: the CLIP features are of an image condition: give --condition i2v or "
+                            "flf2v"),
+            std::string::npos)
+      << bad.output;
+  run_ok(wandata(encode_args(s, s.clips, data,
+                             "--frames 5 --condition i2v --clip " + dir + "/clip.safetensors --latent-dtype fp32")));
+  const auto dataset = wt::data::Dataset::open(data);
+  const auto& shape = dataset.shape();
+  ASSERT_EQ(shape.condition_channels, 4 + 16);
+  ASSERT_EQ(shape.clip_tokens, 5);
+  ASSERT_EQ(shape.clip_dim, 160);
+  wt::data::SampleReader reader(dataset);
+  for (int64_t i = 0; i < dataset.size(); ++i) {
+    auto latents = torch::empty({shape.channels, shape.frames, shape.height, shape.width});
+    auto text = torch::empty({shape.text_len, shape.text_dim}, wt::data::scalar_type(shape.text));
+    wt::data::SampleCondition condition{torch::empty({20, shape.frames, shape.height, shape.width}),
+                                        torch::empty({5, 160}, wt::data::scalar_type(shape.text))};
+    int32_t len = 0;
+    reader.read(i, latents, text, len, &condition);
+    // The mask marks latent frame 0; a causal VAE's first latent frame sees
+    // the first pixel frame alone, so y's latents there are the clip's own.
+    EXPECT_TRUE(torch::equal(condition.y.narrow(0, 0, 4), wt::wan::frame_mask(5, shape.height, shape.width, false)));
+    EXPECT_LT((condition.y.narrow(0, 4, 16).select(1, 0) - latents.select(1, 0)).abs().max().item<float>(), 1e-4)
+        << "sample " << i;
+    EXPECT_GT(condition.y.narrow(0, 4, 16).select(1, 1).abs().max().item<float>(), 0.0f);  // the encoded zero frames
+    EXPECT_TRUE(torch::isfinite(condition.clip_fea).all().item<bool>());
+  }
+
+  // An i2v model of wan-tiny's width reading those: a picture to a video.
+  const std::string config = dir + "/i2v.json";
+  write_text(config, R"({"model_type": "i2v", "image_dim": 160, "image_tokens": 5, "dim": 64, "ffn_dim": 128,
+    "num_heads": 4, "num_layers": 2, "freq_dim": 256, "text_dim": 64, "text_len": 16, "patch_size": [1, 2, 2],
+    "in_dim": 36, "out_dim": 16, "eps": 1e-6, "qk_norm": true, "cross_attn_norm": true})");
+  wt::wan::WanModel dit(wt::wan::load_model_config(config));
+  {
+    torch::NoGradGuard no_grad;
+    dit->head->head->weight.normal_(0.0, 0.05);
+  }
+  wt::wan::save_weights(*dit, dir + "/i2v.safetensors", torch::kFloat32);
+  const std::string sample = std::string(WANTRAIN_WANSAMPLE) + " --weights " + dir +
+                             "/i2v.safetensors --model-config " + config + " --prompt 'a red ball rolls' --t5 " + s.t5 +
+                             " --t5-config " + s.t5_config + " --t5-dtype fp32 --tokenizer " + s.tokenizer +
+                             " --frames 5 --steps 3 --vae " + s.vae + " --vae-config " + s.vae_config;
+  // The 48x32 picture within 1024 pixels: 32x16 (sqrt(1024 * 2/3) = 26 -> 16, sqrt(1024 * 3/2) = 39 -> 32).
+  const auto job = launch(sample + " --image " + s.clips + "/d.png --clip " + dir +
+                          "/clip.safetensors --max-area 1024" + " --out " + dir + "/a.h5 --video " + dir + "/a.mp4");
+  ASSERT_EQ(job.status, 0) << job.output;
+  EXPECT_NE(job.output.find("wansample: starting from " + s.clips + "/d.png at 32x16 (VAE and CLIP)"),
+            std::string::npos)
+      << job.output;
+  const auto made = wt::media::probe_media(dir + "/a.mp4");
+  EXPECT_EQ(made.frames(), 5);
+  EXPECT_EQ(made.width, 32);
+  EXPECT_EQ(made.height, 16);
+  // What it needs, and what a text-to-video model does not take: one line each.
+  for (const auto& [extra, line] : std::vector<std::pair<std::string, std::string>>{
+           {" --size 32x16", "option --image: the i2v model starts from a picture: give --image FILE and --clip FILE"},
+           {" --image " + s.clips + "/d.png --size 32x16",
+            "option --clip: the i2v model reads the picture's CLIP features: give the CLIP encoder"}}) {
+    const auto refused = launch(sample + extra + " --out " + dir + "/b.h5 --video " + dir + "/b.mp4");
+    EXPECT_EQ(refused.status, 2) << refused.output;
+    EXPECT_NE(refused.output.find(line), std::string::npos) << refused.output;
+  }
+  const auto t2v =
+      launch(std::string(WANTRAIN_WANSAMPLE) + " --weights " + s.dit + " --model-config " + kTiny +
+             " --prompt 'a red ball rolls' --t5 " + s.t5 + " --t5-config " + s.t5_config +
+             " --t5-dtype fp32 --tokenizer " + s.tokenizer + " --frames 5 --steps 3 --vae " + s.vae + " --vae-config " +
+             s.vae_config + " --image " + s.clips + "/d.png --out " + dir + "/c.h5 --video " + dir + "/c.mp4");
+  EXPECT_EQ(t2v.status, 2) << t2v.output;
+  EXPECT_NE(t2v.output.find("option --image: the model (" + kTiny + ") is t2v: it starts from no picture"),
+            std::string::npos)
+      << t2v.output;
 }

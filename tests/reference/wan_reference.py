@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """An independent PyTorch evaluation of the official Wan2.1 WanModel forward
-pass (text-to-video), used to check that wantrain's LibTorch port computes the
-same outputs from the same weights and inputs.
+pass (text-to-video, image-to-video, first-last-frame-to-video), used to check
+that wantrain's LibTorch port computes the same outputs from the same weights
+and inputs.
 
 It follows the structure of the official wan/modules/model.py: RoPE through
 complex numbers in float64 (torch.polar, view_as_complex), the sinusoidal
@@ -9,8 +10,30 @@ embedding in float64, RMSNorm/LayerNorm in float32, unpatchify by einsum. It
 reads only safetensors files and uses no wantrain code.
 
 usage: wan_reference.py CONFIG.json WEIGHTS.safetensors INPUTS.safetensors OUT.safetensors
-  INPUTS holds x [B,C,F,H,W], t [B], context [B,Lc,text_dim] (float32);
+  INPUTS holds x [B,C,F,H,W], t [B], context [B,Lc,text_dim] (float32), and
+  optionally y [B,Cy,F,H,W] (joined to x on the channel axis before the patch
+  embedding, so in_dim = C + Cy) and clip_fea [B,N,image_dim] (CLIP features;
+  N = image_tokens for i2v, 2*image_tokens for flf2v: the first image's
+  tokens, then the last image's);
   OUT receives "out" [B,out_dim,F,H,W] (float32).
+
+CONFIG holds WanModel's settings (dim, ffn_dim, num_heads, num_layers,
+freq_dim, text_dim, text_len, patch_size, in_dim, out_dim, eps, qk_norm,
+cross_attn_norm) and optionally:
+  model_type    "t2v" (default), "i2v", "flf2v"; "ti2v" runs as "t2v".
+  image_dim     width of the CLIP features (1280 in the releases); 0 or
+                absent: no CLIP branch.
+  image_tokens  CLIP tokens per image (257 in the releases, the default);
+                only sizes flf2v's img_emb.emb_pos [1, 2*image_tokens,
+                image_dim].
+
+With image_dim > 0 and model_type i2v or flf2v (the Wan2.1 I2V/FLF2V
+checkpoints), img_emb (the official MLPProj) turns clip_fea into image
+context tokens placed before the text tokens, and every block's
+cross-attention is the official WanI2VCrossAttention: the text attention as
+for t2v plus an attention of the same queries over k_img/v_img of the image
+tokens, the two summed before the output projection o. With image_dim 0 (the
+Wan2.2 I2V-A14B experts) an i2v model is a t2v model fed x and y joined.
 """
 import json
 import math
@@ -20,7 +43,8 @@ import sys
 import torch
 import torch.nn.functional as F
 
-DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
+DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
+          "I64": torch.int64, "I32": torch.int32}
 
 
 def read_safetensors(path):
@@ -97,12 +121,34 @@ def attention(q, k, v):  # [B, L, n, d], [B, S, n, d]
     return (weights @ v).transpose(1, 2)
 
 
-def forward(cfg, p, x, t, context):
+def image_branch(cfg):
+    """Whether the model has the CLIP branch (img_emb, k_img/v_img)."""
+    return cfg.get("image_dim", 0) > 0 and cfg.get("model_type", "t2v") in ("i2v", "flf2v")
+
+
+def image_embedding(cfg, p, clip_fea):
+    """The official MLPProj: CLIP features [B, N, image_dim] -> [B, N, dim]."""
+    if cfg.get("model_type") == "flf2v":
+        # The first image's tokens, then the last image's, each tagged by a
+        # learnt position embedding. (The official pipeline hands the two
+        # images as a batch of 2 and views it as one sequence of 2*257.)
+        tokens = 2 * cfg.get("image_tokens", 257)
+        clip_fea = clip_fea.reshape(-1, tokens, clip_fea.shape[-1]) + p["img_emb.emb_pos"]
+    # nn.LayerNorm defaults (eps 1e-5, affine) and the exact erf GELU here,
+    # unlike the rest of the model (eps from the config, tanh GELU).
+    h = layer_norm(clip_fea, 1e-5, p, "img_emb.proj.0")
+    h = linear(p, "img_emb.proj.3", F.gelu(linear(p, "img_emb.proj.1", h)))
+    return layer_norm(h, 1e-5, p, "img_emb.proj.4")
+
+
+def forward(cfg, p, x, t, context, y=None, clip_fea=None):
     dim, heads, eps = cfg["dim"], cfg["num_heads"], cfg["eps"]
     d = dim // heads
     patch = cfg["patch_size"]
     freqs = torch.cat([rope_params(1024, d - 4 * (d // 6)), rope_params(1024, 2 * (d // 6)),
                        rope_params(1024, 2 * (d // 6))], dim=1)
+    if y is not None:
+        x = torch.cat([x, y], dim=1)
     x = F.conv3d(x, p["patch_embedding.weight"], p["patch_embedding.bias"], stride=patch)
     grid = list(x.shape[2:])
     x = x.flatten(2).transpose(1, 2)
@@ -114,6 +160,10 @@ def forward(cfg, p, x, t, context):
 
     ctx = torch.cat([context, context.new_zeros(b, cfg["text_len"] - context.shape[1], context.shape[2])], dim=1)
     ctx = linear(p, "text_embedding.2", F.gelu(linear(p, "text_embedding.0", ctx), approximate="tanh"))
+    # The official model prepends the image tokens to the text tokens and
+    # every block splits them again (the text part being the last text_len);
+    # they are kept apart here.
+    img = image_embedding(cfg, p, clip_fea) if image_branch(cfg) else None
 
     for i in range(cfg["num_layers"]):
         pre = f"blocks.{i}."
@@ -131,7 +181,15 @@ def forward(cfg, p, x, t, context):
         k, v = linear(p, pre + "cross_attn.k", ctx), linear(p, pre + "cross_attn.v", ctx)
         if cfg["qk_norm"]:
             q, k = rms_norm(p, pre + "cross_attn.norm_q", q, eps), rms_norm(p, pre + "cross_attn.norm_k", k, eps)
-        y = attention(q.view(b, s, heads, d), k.view(b, -1, heads, d), v.view(b, -1, heads, d)).flatten(2)
+        q = q.view(b, s, heads, d)
+        y = attention(q, k.view(b, -1, heads, d), v.view(b, -1, heads, d)).flatten(2)
+        if img is not None:
+            # Same queries over the image tokens: own k_img/v_img and its own
+            # RMSNorm (norm_k_img, not norm_k); summed before o.
+            k, v = linear(p, pre + "cross_attn.k_img", img), linear(p, pre + "cross_attn.v_img", img)
+            if cfg["qk_norm"]:
+                k = rms_norm(p, pre + "cross_attn.norm_k_img", k, eps)
+            y = y + attention(q, k.view(b, -1, heads, d), v.view(b, -1, heads, d)).flatten(2)
         x = x + linear(p, pre + "cross_attn.o", y)
 
         y = layer_norm(x, eps) * (1 + m[4]) + m[3]
@@ -155,9 +213,15 @@ def main():
     with open(config_path) as f:
         cfg = json.load(f)
     p = read_safetensors(weights_path)
+    if cfg.get("model_type", "t2v") not in ("t2v", "i2v", "flf2v", "ti2v"):
+        sys.exit(f"wan_reference.py: unknown model_type {cfg['model_type']!r}")
     inputs = read_safetensors(inputs_path)
+    if image_branch(cfg) and "clip_fea" not in inputs:
+        sys.exit("wan_reference.py: the model has a CLIP branch (image_dim > 0) but INPUTS holds no clip_fea")
+    if not image_branch(cfg) and "clip_fea" in inputs:
+        sys.exit("wan_reference.py: INPUTS holds clip_fea but the model has no CLIP branch")
     with torch.no_grad():
-        out = forward(cfg, p, inputs["x"], inputs["t"], inputs["context"])
+        out = forward(cfg, p, inputs["x"], inputs["t"], inputs["context"], inputs.get("y"), inputs.get("clip_fea"))
     write_safetensors(out_path, {"out": out})
 
 

@@ -8,15 +8,18 @@
 #include <cstdio>
 #include <fstream>
 #include <regex>
+#include <set>
 #include <sstream>
 
 #include "../common/shards.hpp"
 #include "wantrain/data/dataset.hpp"
 #include "wantrain/io/h5.hpp"
+#include "wantrain/train/shard_source.hpp"
 #include "wantrain/util/error.hpp"
 
 namespace fs = std::filesystem;
 using namespace wt;
+using wt::testing::conditioned_shape;
 using wt::testing::small_shape;
 
 namespace {
@@ -49,6 +52,25 @@ void replace_dataset(const std::string& path, const char* name, hid_t type, std:
 }
 
 class StoredDtypes : public ::testing::TestWithParam<std::tuple<data::Stored, data::Stored>> {};
+class ConditionedDtypes : public ::testing::TestWithParam<std::tuple<data::Stored, data::Stored>> {};
+
+void set_version(const std::string& path, long long version) {
+  io::Lock lock(io::library_mutex());
+  const io::Handle file(H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT), H5Fclose);
+  const io::Handle attribute(H5Aopen(file.get(), "version", H5P_DEFAULT), H5Aclose);
+  ASSERT_GE(H5Awrite(attribute.get(), H5T_NATIVE_LLONG, &version), 0);
+}
+
+void delete_dataset(const std::string& path, const char* name) {
+  io::Lock lock(io::library_mutex());
+  auto file = io::open_file(path, /*writable=*/true);
+  ASSERT_GE(H5Ldelete(file.get(), name, H5P_DEFAULT), 0);
+}
+
+std::string file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
 
 }  // namespace
 
@@ -245,18 +267,15 @@ TEST(DataFormat, AnEmptyShardOfAnotherShapeMakesNoBucket) {
 TEST(DataFormat, VersionOneShardsAreReadAndUnknownVersionsNamed) {
   const auto dir = wt::testing::fresh_directory("versions");
   wt::testing::write_shard(dir + "/a.h5", small_shape(), 2, 0);
-  const auto set_version = [&](long long version) {
-    const wt::io::Handle file(H5Fopen((dir + "/a.h5").c_str(), H5F_ACC_RDWR, H5P_DEFAULT), H5Fclose);
-    const wt::io::Handle attribute(H5Aopen(file.get(), "version", H5P_DEFAULT), H5Aclose);
-    ASSERT_GE(H5Awrite(attribute.get(), H5T_NATIVE_LLONG, &version), 0);
-  };
-  EXPECT_EQ(data::inspect_shard(dir + "/a.h5").version, data::kShardVersion);
-  set_version(1);
+  EXPECT_EQ(data::inspect_shard(dir + "/a.h5").version, data::kUnconditionedShardVersion);
+  set_version(dir + "/a.h5", 1);
   EXPECT_EQ(data::inspect_shard(dir + "/a.h5").version, 1);
   EXPECT_EQ(data::Dataset::open(dir).size(), 2);
-  set_version(3);
+  set_version(dir + "/a.h5", 3);  // a version-3 shard need not hold a condition
+  EXPECT_EQ(data::Dataset::open(dir).size(), 2);
+  set_version(dir + "/a.h5", 4);
   EXPECT_EQ(open_error(dir),
-            "data: shard " + dir + "/a.h5: format version 3 is not supported (this wantrain reads versions 1 to 2)");
+            "data: shard " + dir + "/a.h5: format version 4 is not supported (this wantrain reads versions 1 to 3)");
 }
 
 TEST(DataFormat, WrongNumberOfDimensionsIsNamed) {
@@ -368,13 +387,14 @@ TEST(DataFormat, HostileShapesAndTypesAreRefusedBeforeAllocating) {
 // buffers sized from the dataset.
 TEST(DataFormat, AShardChangedAfterOpeningIsNamedNotRead) {
   const auto s = small_shape();
-  for (const std::string change : {"more-samples", "other-sizes"}) {
+  for (const std::string change : {"more-samples", "other-sizes", "condition-added"}) {
     SCOPED_TRACE(change);
     const auto dir = wt::testing::fresh_directory("changed-" + change);
     wt::testing::write_shard(dir + "/a.h5", s, 2, 0);
     const auto dataset = data::Dataset::open(dir);
     auto other = s;
     if (change == "other-sizes") other.height = 7;
+    if (change == "condition-added") other = wt::testing::conditioned_shape();
     wt::testing::write_shard(dir + "/a.h5", other, change == "more-samples" ? 50 : 2, 0);
     data::SampleReader reader(dataset);
     auto latents = torch::empty({s.channels, s.frames, s.height, s.width});
@@ -384,11 +404,283 @@ TEST(DataFormat, AShardChangedAfterOpeningIsNamedNotRead) {
       reader.read(0, latents, text, length);
       FAIL() << "a changed shard was read";
     } catch (const Error& e) {
-      const std::string expected = change == "more-samples" ? "/latents is [50,4,2,3,5], it was [2,4,2,3,5]"
-                                                            : "/latents is [2,4,2,7,5], it was [2,4,2,3,5]";
+      const std::string expected = change == "more-samples"  ? "/latents is [50,4,2,3,5], it was [2,4,2,3,5]"
+                                   : change == "other-sizes" ? "/latents is [2,4,2,7,5], it was [2,4,2,3,5]"
+                                                             : "/y was added";
       EXPECT_NE(std::string(e.what()).find("shard " + dir + "/a.h5 changed after the run started: " + expected),
                 std::string::npos)
           << e.what();
+    }
+  }
+}
+
+// The image-to-video condition (format version 3): /y and /clip_fea are
+// written, read back in their stored dtypes beside the latents and text,
+// and stored as those are.
+TEST_P(ConditionedDtypes, ConditionedSamplesReadBackWithTheirCondition) {
+  const auto [latent_dtype, text_dtype] = GetParam();
+  const auto s = conditioned_shape(latent_dtype, text_dtype);
+  const auto dir = wt::testing::fresh_directory(std::string("conditioned-") + data::to_string(latent_dtype) + "-" +
+                                                data::to_string(text_dtype));
+  wt::testing::write_shard(dir + "/a.h5", s, 3, 10);
+  wt::testing::write_shard(dir + "/b.h5", s, 4, 20);
+  const auto dataset = data::Dataset::open(dir);
+  ASSERT_EQ(dataset.size(), 7);
+  EXPECT_EQ(dataset.shape(), s);
+  EXPECT_TRUE(dataset.shape().has_condition());
+  for (const auto& shard : dataset.shards()) EXPECT_EQ(shard.version, 3);
+  EXPECT_EQ(s.condition_string(), std::string("[N,6,2,3,5] ") + data::to_string(latent_dtype));
+  EXPECT_EQ(s.clip_string(), std::string("[N,4,3] ") + data::to_string(text_dtype));
+  EXPECT_EQ(s.condition_bytes(), 6 * 2 * 3 * 5 * (latent_dtype == data::Stored::Float32 ? 4 : 2) +
+                                     4 * 3 * (text_dtype == data::Stored::Float32 ? 4 : 2));
+  {
+    io::Lock lock(io::library_mutex());
+    const auto file = io::open_file(dir + "/a.h5");
+    for (const auto& [name, stored] : {std::pair{"y", latent_dtype}, {"clip_fea", text_dtype}}) {
+      const auto d = io::open_dataset(file.get(), name);
+      EXPECT_EQ(io::has_attribute(d.get(), "dtype"), stored == data::Stored::BFloat16) << name;
+    }
+  }
+  data::SampleReader reader(dataset);
+  auto latents = torch::empty({s.channels, s.frames, s.height, s.width}, data::scalar_type(s.latents));
+  auto text = torch::empty({s.text_len, s.text_dim}, data::scalar_type(s.text));
+  data::SampleCondition condition{
+      torch::empty({s.condition_channels, s.frames, s.height, s.width}, data::scalar_type(s.latents)),
+      torch::empty({s.clip_tokens, s.clip_dim}, data::scalar_type(s.text))};
+  for (int64_t i = 0; i < dataset.size(); ++i) {
+    const int64_t seed = i < 3 ? 10 : 20, row = i < 3 ? i : i - 3;
+    int32_t text_len = -1;
+    reader.read(i, latents, text, text_len, &condition);
+    EXPECT_TRUE(torch::equal(latents, wt::testing::expected_latents(s, seed, row).to(latents.scalar_type()))) << i;
+    EXPECT_TRUE(torch::equal(text, wt::testing::expected_text(s, seed, row).to(text.scalar_type()))) << i;
+    EXPECT_TRUE(torch::equal(condition.y, wt::testing::expected_y(s, seed, row).to(condition.y.scalar_type()))) << i;
+    EXPECT_TRUE(
+        torch::equal(condition.clip_fea, wt::testing::expected_clip(s, seed, row).to(condition.clip_fea.scalar_type())))
+        << i;
+    EXPECT_EQ(text_len, wt::testing::expected_text_len(s, row));
+    EXPECT_EQ(reader.prompt(i), "sample " + std::to_string(seed + row));
+    // A caller that wants no condition reads the rest as before.
+    auto again = torch::empty_like(latents);
+    reader.read(i, again, text, text_len);
+    EXPECT_TRUE(torch::equal(again, latents));
+  }
+  // Tensors that do not fit the condition are refused, naming the shard and sample.
+  int32_t text_len = 0;
+  data::SampleCondition wrong{
+      torch::empty({s.condition_channels, s.frames + 1, s.height, s.width}, data::scalar_type(s.latents)), {}};
+  try {
+    reader.read(4, latents, text, text_len, &wrong);
+    ADD_FAILURE() << "read into a y of another shape";
+  } catch (const wt::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("data: sample 4 of shard " + dir + "/b.h5 has y [N,6,2,3,5]"),
+              std::string::npos)
+        << e.what();
+  }
+  // The writer takes the condition exactly when its shape has one.
+  data::ShardWriter writer(dir + "/c.h5", s, 1, false);
+  EXPECT_THROW(writer.write(0, wt::testing::expected_latents(s, 0, 0), wt::testing::expected_text(s, 0, 0), 1),
+               wt::Error);
+  auto no_clip = wt::testing::expected_condition(s, 0, 0);
+  no_clip.clip_fea = at::Tensor();
+  EXPECT_THROW(
+      writer.write(0, wt::testing::expected_latents(s, 0, 0), wt::testing::expected_text(s, 0, 0), 1, "", no_clip),
+      wt::Error);
+  data::ShardWriter plain(dir + "/d.h5", small_shape(), 1, false);
+  EXPECT_THROW(plain.write(0, wt::testing::expected_latents(s, 0, 0), wt::testing::expected_text(s, 0, 0), 1, "",
+                           wt::testing::expected_condition(s, 0, 0)),
+               wt::Error);
+}
+
+INSTANTIATE_TEST_SUITE_P(Format, ConditionedDtypes,
+                         ::testing::Values(std::make_tuple(data::Stored::Float32, data::Stored::Float32),
+                                           std::make_tuple(data::Stored::BFloat16, data::Stored::BFloat16)),
+                         [](const auto& info) {
+                           return std::string(data::to_string(std::get<0>(info.param))) + "_" +
+                                  data::to_string(std::get<1>(info.param));
+                         });
+
+// A conditioned dataset in two buckets: every batch, random access or from
+// the prefetching loader, holds "y" and "clip_fea" of its bucket's shape,
+// converted as the latents and the text are.
+TEST(DataFormat, ConditionedBucketsGiveBatchesWithTheCondition) {
+  const auto dir = wt::testing::fresh_directory("conditioned-buckets");
+  const auto clip = conditioned_shape(data::Stored::Float16, data::Stored::BFloat16);
+  auto still = clip;
+  still.frames = 1;
+  wt::testing::write_shard(dir + "/a.h5", clip, 4, 10);   // samples 0-3, 2x3x5
+  wt::testing::write_shard(dir + "/b.h5", still, 3, 20);  // 4-6, 1x3x5
+  const auto dataset = data::Dataset::open(dir);
+  ASSERT_EQ(dataset.buckets().size(), 2u);
+  const auto source = [](int64_t i) {
+    return i < 4 ? std::pair<int64_t, int64_t>{10, i} : std::pair{int64_t(20), i - 4};
+  };
+
+  train::ShardSamples samples(dataset);
+  const auto random = samples.read({4, 6});
+  ASSERT_EQ(random.tensors.count("y"), 1u);
+  ASSERT_EQ(random.tensors.count("clip_fea"), 1u);
+  EXPECT_EQ(random.tensors.at("y").sizes(), (at::IntArrayRef{2, 6, 1, 3, 5}));
+  EXPECT_EQ(random.tensors.at("y").scalar_type(), at::kHalf);
+  EXPECT_EQ(random.tensors.at("clip_fea").sizes(), (at::IntArrayRef{2, 4, 3}));
+  EXPECT_EQ(random.tensors.at("clip_fea").scalar_type(), at::kBFloat16);
+  EXPECT_TRUE(torch::equal(random.tensors.at("y")[1], wt::testing::expected_y(still, 20, 2).to(at::kHalf)));
+
+  // Staged as stored, converted to fp32: the condition counts with the latents and the text.
+  EXPECT_EQ(train::staged_bytes_per_sample(clip, /*for_gpu=*/false),
+            clip.latents_bytes() + clip.text_bytes() + clip.condition_bytes());
+  data::DistributedSampler sampler(dataset.layout(), {1, 0, 2, 5, true, false});
+  data::DistributedSampler reference = sampler;
+  train::ShardBatchesOptions options;
+  train::ShardBatches batches(dataset, sampler, options);
+  std::set<int64_t> frames_seen;
+  for (int step = 0; step < 6; ++step) {  // 2 + 1 batches an epoch: two epochs
+    const auto want = reference.next();
+    int64_t epoch = 0;
+    const auto batch = batches.next(epoch);
+    ASSERT_EQ(batch.indices, want);
+    const auto& shape = dataset.shape_of(want.front());
+    frames_seen.insert(shape.frames);
+    const auto& y = batch.tensors.at("y");
+    const auto& clip_fea = batch.tensors.at("clip_fea");
+    EXPECT_EQ(y.sizes(), (at::IntArrayRef{2, 6, shape.frames, 3, 5}));
+    EXPECT_EQ(clip_fea.sizes(), (at::IntArrayRef{2, 4, 3}));
+    EXPECT_EQ(y.scalar_type(), at::kFloat);
+    EXPECT_EQ(clip_fea.scalar_type(), at::kFloat);
+    EXPECT_EQ(batch.tensors.at("latents").sizes(), (at::IntArrayRef{2, 4, shape.frames, 3, 5}));
+    for (size_t j = 0; j < want.size(); ++j) {
+      const auto [seed, row] = source(want[j]);
+      EXPECT_TRUE(torch::equal(y[int64_t(j)], wt::testing::expected_y(shape, seed, row).to(at::kHalf).to(at::kFloat)));
+      EXPECT_TRUE(torch::equal(clip_fea[int64_t(j)],
+                               wt::testing::expected_clip(shape, seed, row).to(at::kBFloat16).to(at::kFloat)));
+      EXPECT_TRUE(torch::equal(batch.tensors.at("latents")[int64_t(j)],
+                               wt::testing::expected_latents(shape, seed, row).to(at::kHalf).to(at::kFloat)));
+    }
+  }
+  EXPECT_EQ(frames_seen, (std::set<int64_t>{1, 2}));
+
+  // A text-to-video dataset's batches have neither.
+  const auto plain_dir = wt::testing::fresh_directory("unconditioned-batches");
+  wt::testing::write_shard(plain_dir + "/a.h5", small_shape(), 2, 0);
+  train::ShardSamples plain(data::Dataset::open(plain_dir));
+  const auto batch = plain.read({0, 1});
+  EXPECT_EQ(batch.tensors.count("y"), 0u);
+  EXPECT_EQ(batch.tensors.count("clip_fea"), 0u);
+}
+
+// A dataset is image-to-video or text-to-video throughout: one line names
+// the shard with /y and the one without.
+TEST(DataFormat, ConditionedAndUnconditionedShardsAreNotOneDataset) {
+  const auto dir = wt::testing::fresh_directory("mixed-condition");
+  wt::testing::write_shard(dir + "/a.h5", conditioned_shape(), 2, 0);
+  wt::testing::write_shard(dir + "/b.h5", small_shape(), 2, 0);
+  EXPECT_EQ(open_error(dir), "data: shard " + dir + "/b.h5 has no /y but shard " + dir +
+                                 "/a.h5 has /y [N,6,2,3,5] float32, /clip_fea [N,4,3] float32 (a dataset is "
+                                 "image-to-video, every shard with /y, or text-to-video, none with it)");
+  EXPECT_FALSE(data::same_dataset(small_shape(), conditioned_shape()));
+  EXPECT_NE(small_shape(), conditioned_shape());
+  // Conditions of other sizes are named with the rest of both shapes.
+  auto other = conditioned_shape();
+  other.clip_tokens = 8;
+  wt::testing::write_shard(dir + "/b.h5", other, 2, 0);
+  EXPECT_EQ(open_error(dir), "data: shard " + dir +
+                                 "/b.h5 has latents [N,4,2,3,5] float32, text_emb [N,6,8] float32, /y [N,6,2,3,5] "
+                                 "float32, /clip_fea [N,8,3] float32 but shard " +
+                                 dir +
+                                 "/a.h5 has latents [N,4,2,3,5] float32, text_emb [N,6,8] float32, /y [N,6,2,3,5] "
+                                 "float32, /clip_fea [N,4,3] float32 (the shards of a dataset may differ only in "
+                                 "the latents' frames, height and width)");
+}
+
+// /y is frame for frame the latents' condition: another F (or N, H, W) is refused.
+TEST(DataFormat, ConditionOfAnotherShapeIsRefused) {
+  const auto s = conditioned_shape();  // latents [4,2,3,5], y [6,2,3,5], clip_fea [4,3]
+  const auto dir = wt::testing::fresh_directory("condition-frames");
+  wt::testing::write_shard(dir + "/a.h5", s, 2, 0);
+  replace_dataset(dir + "/a.h5", "y", H5T_IEEE_F32LE, {2, 6, 3, 3, 5});
+  EXPECT_EQ(open_error(dir), "data: shard " + dir +
+                                 "/a.h5: /y has shape [2,6,3,3,5] but /latents [2,4,2,3,5]: /y must have the "
+                                 "latents' N, F, H and W");
+  replace_dataset(dir + "/a.h5", "y", H5T_IEEE_F32LE, {2, 6, 2, 3});
+  EXPECT_EQ(open_error(dir), "data: shard " + dir + "/a.h5: /y has 4 dimensions [2,6,2,3], expected 5 [N,Cy,F,H,W]");
+  replace_dataset(dir + "/a.h5", "y", io::float16_type().get(), {2, 6, 2, 3, 5});
+  EXPECT_EQ(open_error(dir),
+            "data: shard " + dir + "/a.h5: /y is float16 but /latents float32: /y is stored as /latents is");
+  replace_dataset(dir + "/a.h5", "y", H5T_IEEE_F32LE, {2, 6, 2, 3, 5});
+  replace_dataset(dir + "/a.h5", "clip_fea", H5T_IEEE_F32LE, {3, 4, 3});
+  EXPECT_EQ(open_error(dir), "data: shard " + dir +
+                                 "/a.h5: /clip_fea has shape [3,4,3] but /latents [2,4,2,3,5]: they must have the "
+                                 "same N");
+  replace_dataset(dir + "/a.h5", "clip_fea", H5T_IEEE_F32LE, {2, 1 << 21, 3});
+  EXPECT_EQ(open_error(dir), "data: shard " + dir +
+                                 "/a.h5: /clip_fea has shape [2,2097152,3]: each per-sample size must be in "
+                                 "1..1048576");
+}
+
+TEST(DataFormat, ClipFeaturesWithoutYAreRefused) {
+  const auto dir = wt::testing::fresh_directory("clip-without-y");
+  wt::testing::write_shard(dir + "/a.h5", conditioned_shape(), 2, 0);
+  delete_dataset(dir + "/a.h5", "y");
+  EXPECT_EQ(open_error(dir), "data: shard " + dir +
+                                 "/a.h5: /clip_fea without /y (CLIP features are part of an image-to-video "
+                                 "condition, whose /y is missing)");
+  // /y alone is a condition (Wan2.2's image-to-video models take no CLIP features).
+  const auto alone = wt::testing::fresh_directory("y-without-clip");
+  auto s = conditioned_shape();
+  s.clip_tokens = s.clip_dim = 0;
+  wt::testing::write_shard(alone + "/a.h5", s, 2, 0);
+  const auto dataset = data::Dataset::open(alone);
+  EXPECT_EQ(dataset.shape(), s);
+  EXPECT_EQ(dataset.shape().clip_string(), "none");
+  train::ShardSamples samples(dataset);
+  const auto batch = samples.read({1});
+  EXPECT_TRUE(torch::equal(batch.tensors.at("y")[0], wt::testing::expected_y(s, 0, 1)));
+  EXPECT_EQ(batch.tensors.count("clip_fea"), 0u);
+}
+
+// A condition came with version 3; an older shard that holds one was not
+// written by a writer that meant it.
+TEST(DataFormat, AConditionInAVersion2ShardIsRefused) {
+  const auto dir = wt::testing::fresh_directory("condition-v2");
+  wt::testing::write_shard(dir + "/a.h5", conditioned_shape(), 2, 0);
+  EXPECT_EQ(data::inspect_shard(dir + "/a.h5").version, data::kShardVersion);
+  set_version(dir + "/a.h5", 2);
+  EXPECT_EQ(open_error(dir), "data: shard " + dir +
+                                 "/a.h5: /y in a format version 2 shard (the image-to-video condition came with "
+                                 "version 3: a shard that holds it says 3)");
+}
+
+// Version 3 changes nothing for text-to-video data: such a shard is still
+// version 2, the very bytes the version-2 writer wrote
+// (tests/fixtures/shard-v2/README.md).
+TEST(DataFormat, TextToVideoShardsAreStillVersion2ByteForByte) {
+  const std::string fixture = std::string(WANTRAIN_SOURCE_DIR) + "/tests/fixtures/shard-v2/text-to-video.h5";
+  const auto dir = wt::testing::fresh_directory("t2v-bytes");
+  const auto s = small_shape(data::Stored::BFloat16, data::Stored::Float32);
+  wt::testing::write_shard(dir + "/a.h5", s, 3, 10);
+  const auto info = data::inspect_shard(dir + "/a.h5");
+  EXPECT_EQ(info.version, 2);
+  EXPECT_FALSE(info.shape.has_condition());
+  {
+    io::Lock lock(io::library_mutex());
+    const auto file = io::open_file(dir + "/a.h5");
+    EXPECT_FALSE(io::exists(file.get(), "y"));
+    EXPECT_FALSE(io::exists(file.get(), "clip_fea"));
+  }
+  unsigned major = 0, minor = 0, release = 0;
+  H5get_libversion(&major, &minor, &release);
+  if (major == 1 && minor == 10 && release == 8) {  // the fixture's HDF5: the same data make the same bytes
+    EXPECT_TRUE(file_bytes(dir + "/a.h5") == file_bytes(fixture)) << "a text-to-video shard's bytes changed";
+  } else {  // another HDF5 may lay a file out otherwise: the same contents
+    fs::copy_file(fixture, dir + "/b.h5");
+    const auto dataset = data::Dataset::open(dir);
+    data::SampleReader reader(dataset);
+    for (int64_t row = 0; row < 3; ++row) {
+      auto a = torch::empty({4, 2, 3, 5}, at::kBFloat16), b = torch::empty_like(a);
+      auto ta = torch::empty({6, 8}), tb = torch::empty_like(ta);
+      int32_t la = 0, lb = 0;
+      reader.read(row, a, ta, la);
+      reader.read(3 + row, b, tb, lb);
+      EXPECT_TRUE(torch::equal(a, b) && torch::equal(ta, tb) && la == lb) << row;
     }
   }
 }

@@ -32,6 +32,12 @@ int64_t count_by_formula(const WanConfig& c) {
   const int64_t block = 6 * d + 2 * attention + (c.cross_attn_norm ? 2 * d : 0) + (d * f + f) + (f * d + d);
   total += c.num_layers * block;
   total += 2 * d + d * c.out_dim * pv + c.out_dim * pv;  // head.modulation, head.head
+  if (c.image_branch()) {
+    const int64_t w = c.image_dim;
+    total += c.num_layers * (2 * linear_dd + (c.qk_norm ? d : 0));                   // k_img, v_img, norm_k_img
+    total += 2 * w + (w * w + w) + (w * d + d) + 2 * d;                              // img_emb.proj.0, .1, .3, .4
+    if (c.model_type == wt::wan::ModelType::FLF2V) total += 2 * c.image_tokens * w;  // emb_pos
+  }
   return total;
 }
 
@@ -173,4 +179,36 @@ TEST(ModelConfig, JsonRoundTrip) {
   const auto again = wt::wan::parse_model_config(wt::wan::to_json(config), "round trip");
   EXPECT_EQ(wt::wan::parameter_shapes(again), wt::wan::parameter_shapes(config));
   EXPECT_EQ(again.eps, config.eps);
+}
+
+// The image-to-video keys: optional (a t2v config reads and writes as it
+// always has), checked against each other and the channels.
+TEST(ModelConfig, ImageToVideoKeysAreOptionalAndChecked) {
+  auto doc = tiny_json();
+  EXPECT_EQ(wt::wan::to_json(wt::wan::parse_model_config(doc.dump(), "t2v")).find("model_type"), std::string::npos);
+  doc["model_type"] = "i2v";
+  doc["in_dim"] = 2 * doc["out_dim"].get<int64_t>() + 4;
+  doc["image_dim"] = 32;
+  const auto i2v = wt::wan::parse_model_config(doc.dump(), "i2v");
+  EXPECT_EQ(i2v.model_type, wt::wan::ModelType::I2V);
+  EXPECT_TRUE(i2v.image_branch());
+  EXPECT_EQ(i2v.condition_channels(), doc["out_dim"].get<int64_t>() + 4);
+  const auto again = wt::wan::parse_model_config(wt::wan::to_json(i2v), "round trip");
+  EXPECT_EQ(wt::wan::parameter_shapes(again), wt::wan::parameter_shapes(i2v));
+  EXPECT_EQ(again.model_type, wt::wan::ModelType::I2V);
+
+  auto bad = doc;
+  bad["model_type"] = "s2v";
+  EXPECT_EQ(error_of(bad), "model config test.json: 'model_type' must be one of t2v, i2v, flf2v, ti2v, got \"s2v\"");
+  bad = doc;
+  bad["in_dim"] = doc["out_dim"];
+  EXPECT_NE(error_of(bad).find("so 'in_dim' must be 2 * out_dim + 4"), std::string::npos) << error_of(bad);
+  bad = doc;
+  bad["model_type"] = "t2v";
+  bad["in_dim"] = doc["out_dim"];
+  EXPECT_NE(error_of(bad).find("'image_dim' 32 is for an i2v or flf2v model"), std::string::npos) << error_of(bad);
+  bad = doc;
+  bad["model_type"] = "flf2v";
+  bad["image_dim"] = 0;
+  EXPECT_NE(error_of(bad).find("'model_type' flf2v needs the CLIP branch"), std::string::npos) << error_of(bad);
 }

@@ -118,13 +118,27 @@ TEST_F(Safetensors, DiffusersNamesMapBothWays) {
       {"blocks.3.cross_attn.norm_q.weight", "blocks.3.attn2.norm_q.weight"},
       {"blocks.29.norm3.weight", "blocks.29.norm2.weight"},
       {"patch_embedding.weight", "patch_embedding.weight"},
+      // Wan2.1 I2V/FLF2V's image branch (diffusers' WanImageEmbedding, add_k_proj)
+      {"img_emb.proj.0.weight", "condition_embedder.image_embedder.norm1.weight"},
+      {"img_emb.proj.1.bias", "condition_embedder.image_embedder.ff.net.0.proj.bias"},
+      {"img_emb.proj.3.weight", "condition_embedder.image_embedder.ff.net.2.weight"},
+      {"img_emb.proj.4.bias", "condition_embedder.image_embedder.norm2.bias"},
+      {"img_emb.emb_pos", "condition_embedder.image_embedder.pos_embed"},
+      {"blocks.7.cross_attn.k_img.weight", "blocks.7.attn2.add_k_proj.weight"},
+      {"blocks.7.cross_attn.v_img.bias", "blocks.7.attn2.add_v_proj.bias"},
+      {"blocks.7.cross_attn.norm_k_img.weight", "blocks.7.attn2.norm_added_k.weight"},
   };
   for (const auto& [official, diffusers] : pairs) {
     EXPECT_EQ(wt::wan::diffusers_name(official), diffusers);
     EXPECT_EQ(wt::wan::official_name(diffusers), official);
   }
-  for (const auto& [name, shape] : wt::wan::parameter_shapes(tiny_config()))
-    EXPECT_EQ(wt::wan::official_name(wt::wan::diffusers_name(name)), name);
+  auto flf2v = tiny_config();
+  flf2v.model_type = wt::wan::ModelType::FLF2V;
+  flf2v.image_dim = 8;
+  flf2v.in_dim = 2 * flf2v.out_dim + 4;
+  for (const auto& config : {tiny_config(), flf2v})
+    for (const auto& [name, shape] : wt::wan::parameter_shapes(config))
+      EXPECT_EQ(wt::wan::official_name(wt::wan::diffusers_name(name)), name);
 }
 
 TEST_F(Safetensors, LoadsByDiffusersNames) {

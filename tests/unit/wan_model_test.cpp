@@ -345,3 +345,128 @@ TEST(WanModel, AnotherLatentSizeGetsItsOwnRopeTable) {
   fresh->head->head->weight.copy_(model->head->head->weight);
   EXPECT_TRUE(torch::equal(fresh->forward(large, t, ctx), large_after_small));
 }
+
+namespace {
+
+WanConfig image_config(wt::wan::ModelType type, int64_t image_dim) {
+  auto c = tiny_config();
+  c.model_type = type;
+  c.image_dim = image_dim;
+  c.image_tokens = 3;
+  c.in_dim = 2 * c.out_dim + 4;
+  return c;
+}
+
+// A model with every weight drawn (Wan zero-initialises the head and emb_pos).
+wt::wan::WanModel drawn_model(const WanConfig& config, uint64_t seed) {
+  torch::manual_seed(seed);
+  wt::wan::WanModel model(config);
+  torch::NoGradGuard no_grad;
+  for (auto& p : model->parameters()) p.copy_(torch::randn_like(p) * 0.2);
+  return model;
+}
+
+wt::wan::ImageCondition condition_for(const WanConfig& c, int64_t b, int64_t f, int64_t h, int64_t w) {
+  wt::wan::ImageCondition image{torch::randn({b, c.condition_channels(), f, h, w}), {}};
+  if (c.image_branch()) image.clip_fea = torch::randn({b, c.condition_images() * c.image_tokens, c.image_dim});
+  return image;
+}
+
+}  // namespace
+
+TEST(WanModel, ImageModelsHaveTheOfficialParametersInOrder) {
+  for (auto [type, image_dim] : {std::pair{wt::wan::ModelType::I2V, int64_t(12)},
+                                 {wt::wan::ModelType::FLF2V, 12},
+                                 {wt::wan::ModelType::I2V, 0}}) {
+    const auto config = image_config(type, image_dim);
+    torch::manual_seed(1);
+    wt::wan::WanModel model(config);
+    const auto shapes = wt::wan::parameter_shapes(config);
+    const auto params = model->named_parameters();
+    ASSERT_EQ(params.size(), shapes.size());
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      EXPECT_EQ(params[i].key(), shapes[i].first);
+      EXPECT_EQ(params[i].value().sizes().vec(), shapes[i].second) << shapes[i].first;
+    }
+    EXPECT_EQ(bool(model->img_emb), image_dim > 0);
+  }
+}
+
+// Chunked attention and checkpointed blocks pass the image context as the
+// plain forward does: the same output and the same gradients.
+TEST(WanModel, ImageBranchUnderChunkedAttentionAndCheckpointingComputesTheSame) {
+  const auto config = image_config(wt::wan::ModelType::FLF2V, 12);
+  auto model = drawn_model(config, 9);
+  const auto x = torch::randn({2, config.out_dim, 2, 4, 6});
+  const auto t = torch::tensor({250.0f, 800.0f});
+  const auto ctx = torch::randn({2, config.text_len, config.text_dim});
+  const auto image = condition_for(config, 2, 2, 4, 6);
+  auto run = [&] {
+    model->zero_grad();
+    const auto out = model->forward(x, t, ctx, image);
+    out.square().sum().backward();
+    std::vector<at::Tensor> grads;
+    for (const auto& p : model->parameters()) grads.push_back(p.grad().clone());
+    return std::pair{out.detach(), grads};
+  };
+  const auto [plain, plain_grads] = run();
+  model->set_attention_chunk(5);
+  model->set_grad_checkpoint(1);
+  const auto [other, other_grads] = run();
+  // Relative to each tensor's size: the chunks sum in another order (seen:
+  // up to 3e-5 with these sharp, all-random weights); a lost image context
+  // would change them by order 1.
+  auto relative = [](const at::Tensor& a, const at::Tensor& b) {
+    return ((a - b).norm() / b.norm().clamp_min(1e-30)).item<double>();
+  };
+  EXPECT_LT(relative(other, plain), 1e-4);
+  for (size_t i = 0; i < plain_grads.size(); ++i) EXPECT_LT(relative(other_grads[i], plain_grads[i]), 1e-4) << i;
+}
+
+// The condition matters: another y or other CLIP features change the output.
+TEST(WanModel, ImageModelsReadTheirCondition) {
+  const auto config = image_config(wt::wan::ModelType::I2V, 12);
+  auto model = drawn_model(config, 10);
+  torch::NoGradGuard no_grad;
+  const auto x = torch::randn({1, config.out_dim, 2, 4, 4});
+  const auto t = torch::tensor({400.0f});
+  const auto ctx = torch::randn({1, config.text_len, config.text_dim});
+  auto image = condition_for(config, 1, 2, 4, 4);
+  const auto base = model->forward(x, t, ctx, image);
+  auto other_y = image;
+  other_y.y = torch::randn_like(image.y);
+  auto other_clip = image;
+  other_clip.clip_fea = torch::randn_like(image.clip_fea);
+  EXPECT_GT((model->forward(x, t, ctx, other_y) - base).abs().max().item<double>(), 1e-3);
+  EXPECT_GT((model->forward(x, t, ctx, other_clip) - base).abs().max().item<double>(), 1e-3);
+}
+
+TEST(WanModel, AMissingOrMisshapenConditionIsNamed) {
+  const auto config = image_config(wt::wan::ModelType::I2V, 12);
+  auto model = drawn_model(config, 11);
+  torch::NoGradGuard no_grad;
+  const auto x = torch::randn({1, config.out_dim, 2, 4, 4});
+  const auto t = torch::tensor({400.0f});
+  const auto ctx = torch::randn({1, config.text_len, config.text_dim});
+  const auto image = condition_for(config, 1, 2, 4, 4);
+  auto message = [&](const wt::wan::ImageCondition& c, const at::Tensor& input) {
+    try {
+      model->forward(input, t, ctx, c);
+    } catch (const wt::UsageError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  EXPECT_EQ(message({{}, image.clip_fea}, x), "this i2v model needs the image condition y");
+  EXPECT_EQ(message({image.y, {}}, x), "this i2v model needs the CLIP features of its picture");
+  EXPECT_EQ(message({image.y.narrow(2, 0, 1), image.clip_fea}, x),
+            "model condition y must be [1,8,2,4,4] (the latents' batch, F, H, W), got [1,8,1,4,4]");
+  EXPECT_EQ(message({image.y, image.clip_fea.narrow(1, 0, 2)}, x),
+            "model CLIP features must be [1,3,12], got [1,2,12]");
+  EXPECT_EQ(message(image, torch::randn({1, config.in_dim, 2, 4, 4})),
+            "model input must be latents [B, 4, F, H, W], got [1,12,2,4,4]");
+  // A text-to-video model takes no condition.
+  auto t2v = drawn_model(tiny_config(), 12);
+  EXPECT_THROW(t2v->forward(torch::randn({1, 4, 2, 4, 4}), t, ctx, {torch::randn({1, 8, 2, 4, 4}), {}}),
+               wt::UsageError);
+}

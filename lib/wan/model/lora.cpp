@@ -15,22 +15,32 @@
 namespace wt::wan {
 namespace {
 
-// The target Linear `name` (e.g. "self_attn.q") of `block`.
-nn::LinearImpl& target_of(WanBlockImpl& block, const std::string& name) {
-  const auto modules = block.named_modules("", /*include_self=*/false);
+// The Linear `name` (e.g. "self_attn.q") of `module`, or null.
+nn::LinearImpl* linear_of(torch::nn::Module& module, const std::string& name) {
+  const auto modules = module.named_modules("", /*include_self=*/false);
   const auto* found = modules.find(name);
-  auto* linear = found ? (*found)->as<nn::LinearImpl>() : nullptr;
-  if (!linear) throw Error(fmt::format("Wan block has no Linear layer {}", name));
-  return *linear;
+  return found ? (*found)->as<nn::LinearImpl>() : nullptr;
 }
 
-std::vector<std::string> chosen_targets(const LoraOptions& options) {
-  return options.targets.empty() ? lora_targets() : options.targets;
-}
+bool is_image_embedding_target(const std::string& target) { return target.rfind("img_emb.", 0) == 0; }
 
 }  // namespace
 
-const std::vector<std::string>& lora_targets() { return block_linear_names(); }
+const std::vector<std::string>& lora_targets() {
+  static const std::vector<std::string> targets = [] {
+    auto all = block_linear_names();
+    all.insert(all.end(), {"img_emb.proj.1", "img_emb.proj.3"});
+    return all;
+  }();
+  return targets;
+}
+
+std::string lora_target_of(const std::string& name) {
+  if (const auto layer = block_linear(name); !layer.empty()) return layer;
+  for (const char* target : {"img_emb.proj.1", "img_emb.proj.3"})
+    if (name.rfind(std::string(target) + ".", 0) == 0) return target;
+  return "";
+}
 
 void check_lora_options(const LoraOptions& options) {
   if (options.rank < 1) throw SettingError("lora_rank", fmt::format("must be at least 1, got {}", options.rank));
@@ -44,20 +54,38 @@ void check_lora_options(const LoraOptions& options) {
       throw SettingError("lora_targets", fmt::format("'{}' is named twice", options.targets[i]));
   for (const auto& target : options.targets)
     if (std::find(valid.begin(), valid.end(), target) == valid.end())
-      throw SettingError("lora_targets", fmt::format("'{}' is not a Linear layer of a Wan block (valid: {})", target,
-                                                     fmt::join(valid, ", ")));
+      throw SettingError("lora_targets", fmt::format("'{}' is not a Linear layer of a Wan block or the image "
+                                                     "embedding (valid: {})",
+                                                     target, fmt::join(valid, ", ")));
 }
 
 int64_t add_lora(WanModelImpl& model, const LoraOptions& options) {
   check_lora_options(options);
   for (auto& parameter : model.parameters()) parameter.set_requires_grad(false);
   const double alpha = options.alpha > 0 ? options.alpha : double(options.rank);
+  // "all": every target this model has (the image layers only where it has the image branch).
+  const bool all = options.targets.empty();
   int64_t count = 0;
+  auto adapt = [&](torch::nn::Module& owner, const std::string& name, const std::string& where) {
+    auto* linear = linear_of(owner, name);
+    if (!linear) {
+      if (all) return;
+      throw SettingError("lora_targets", fmt::format("'{}': this {} model has no such layer{}", name,
+                                                     model_type_name(model.config().model_type), where));
+    }
+    linear->add_lora(options.rank, alpha, options.dropout);
+    count += linear->lora_A.numel() + linear->lora_B.numel();
+  };
+  const auto& targets = all ? lora_targets() : options.targets;
   for (const auto& block : *model.blocks)
-    for (const auto& name : chosen_targets(options)) {
-      auto& linear = target_of(*block->as<WanBlockImpl>(), name);
-      linear.add_lora(options.rank, alpha, options.dropout);
-      count += linear.lora_A.numel() + linear.lora_B.numel();
+    for (const auto& name : targets)
+      if (!is_image_embedding_target(name)) adapt(*block, name, " (the image branch is Wan2.1 I2V/FLF2V's)");
+  for (const auto& name : targets)
+    if (is_image_embedding_target(name)) {
+      if (model.img_emb)
+        adapt(*model.img_emb, name.substr(std::string("img_emb.").size()), "");
+      else if (!all)
+        adapt(model, name, " (the image embedding is Wan2.1 I2V/FLF2V's)");
     }
   return count;
 }
@@ -96,7 +124,7 @@ void write_lora_file(const std::string& path, const std::vector<std::pair<std::s
                         {{"format", "pt"},
                          {"lora_rank", std::to_string(options.rank)},
                          {"lora_alpha", fmt::format("{:g}", alpha)},
-                         {"lora_targets", options.targets.empty() ? fmt::format("{}", fmt::join(lora_targets(), ","))
+                         {"lora_targets", options.targets.empty() ? std::string("all")
                                                                   : fmt::format("{}", fmt::join(options.targets, ","))},
                          {"base_checksum", base}});
 }

@@ -21,9 +21,14 @@ struct LoraOptions {
   std::vector<std::string> targets;
 };
 
-// Every Linear layer of a Wan block, by its official name within the block:
-// self_attn.{q,k,v,o}, cross_attn.{q,k,v,o}, ffn.0, ffn.2.
+// Every Linear layer LoRA can adapt: those of a Wan block, by official name
+// within the block (self_attn.{q,k,v,o}, cross_attn.{q,k,v,o}, ffn.0,
+// ffn.2, and the image branch's cross_attn.{k_img,v_img}), then the image
+// embedding's img_emb.proj.1 and img_emb.proj.3 (Wan2.1 I2V/FLF2V).
 const std::vector<std::string>& lora_targets();
+// The target a parameter belongs to ("blocks.3.self_attn.q.weight" ->
+// "self_attn.q", "img_emb.proj.1.bias" -> "img_emb.proj.1"), or "".
+std::string lora_target_of(const std::string& official_name);
 
 // Checks `options` (a positive rank, alpha >= 0, dropout in [0, 1), known
 // targets); UsageError naming the setting (lora_rank, lora_alpha,
@@ -31,7 +36,8 @@ const std::vector<std::string>& lora_targets();
 void check_lora_options(const LoraOptions& options);
 
 // Freezes every parameter of `model` (requires_grad false) and adds an
-// adapter to each target Linear of every block: afterwards the adapters are
+// adapter to each target Linear (of every block): "all" targets those this
+// model has; a named target it lacks is a SettingError. Afterwards the adapters are
 // the model's only trainable parameters, and its output is unchanged until
 // they are trained. Returns the number of adapter parameters.
 int64_t add_lora(WanModelImpl& model, const LoraOptions& options);

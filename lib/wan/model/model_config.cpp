@@ -23,10 +23,15 @@ constexpr const char* kKeys[] = {"dim",      "ffn_dim",  "num_heads",      "num_
                                  "text_dim", "text_len", "patch_size",     "in_dim",     "out_dim",
                                  "eps",      "qk_norm",  "cross_attn_norm"};
 
+// Optional keys: absent, they mean a text-to-video model.
+constexpr const char* kOptionalKeys[] = {"model_type", "image_dim", "image_tokens"};
+constexpr int64_t kDefaultImageTokens = 257;
+
 // Keys Wan's own config files carry that do not change the network we build.
-bool informational_key(const std::string& key) {
-  return key == "model_type" || key == "_class_name" || key == "_comment" || key == "name";
-}
+bool informational_key(const std::string& key) { return key == "_class_name" || key == "_comment" || key == "name"; }
+
+constexpr std::pair<ModelType, const char*> kModelTypes[] = {
+    {ModelType::T2V, "t2v"}, {ModelType::I2V, "i2v"}, {ModelType::FLF2V, "flf2v"}, {ModelType::TI2V, "ti2v"}};
 
 int64_t positive_int(const json& doc, const char* key, const std::string& source) {
   const json& v = doc.at(key);
@@ -44,6 +49,12 @@ bool boolean(const json& doc, const char* key, const std::string& source) {
 }
 
 }  // namespace
+
+const char* model_type_name(ModelType type) {
+  for (const auto& [value, name] : kModelTypes)
+    if (value == type) return name;
+  return "?";
+}
 
 void validate(const WanConfig& c, const std::string& source) {
   auto fail = [&](const std::string& what) { throw UsageError(fmt::format("model config {}: {}", source, what)); };
@@ -78,6 +89,20 @@ void validate(const WanConfig& c, const std::string& source) {
     fail(fmt::format("head dim dim/num_heads = {} must be even (RoPE rotates channel pairs)", c.head_dim()));
   if (c.freq_dim % 2 != 0) fail(fmt::format("'freq_dim' {} must be even (cos and sin halves)", c.freq_dim));
   if (!(c.eps > 0.0 && c.eps < 1.0)) fail(fmt::format("'eps' must be in (0, 1), got {}", c.eps));
+  if (c.image_dim < 0 || c.image_dim > (1 << 16))
+    fail(fmt::format("'image_dim' must be in 0..{}, got {}", 1 << 16, c.image_dim));
+  if (c.image_tokens < 1 || c.image_tokens > (1 << 12))
+    fail(fmt::format("'image_tokens' must be in 1..{}, got {}", 1 << 12, c.image_tokens));
+  if (c.image_conditioned() && c.in_dim != 2 * c.out_dim + 4)
+    fail(
+        fmt::format("'model_type' {} reads the noisy latents with the condition y (4 mask channels and the "
+                    "latents), so 'in_dim' must be 2 * out_dim + 4 = {}, got {}",
+                    model_type_name(c.model_type), 2 * c.out_dim + 4, c.in_dim));
+  if (!c.image_conditioned() && c.image_dim != 0)
+    fail(fmt::format("'image_dim' {} is for an i2v or flf2v model; 'model_type' is {}", c.image_dim,
+                     model_type_name(c.model_type)));
+  if (c.model_type == ModelType::FLF2V && c.image_dim == 0)
+    fail("'model_type' flf2v needs the CLIP branch: 'image_dim' must be positive (Wan2.1: 1280)");
   if (const int64_t params = parameter_count(c); params > kMaxParameters)
     fail(fmt::format("{} parameters, more than {:.0e}, the most wantrain accepts", params, double(kMaxParameters)));
 }
@@ -92,12 +117,14 @@ WanConfig parse_model_config(const std::string& text, const std::string& source)
   if (!doc.is_object()) throw UsageError(fmt::format("model config {}: expected a JSON object", source));
   // Unknown keys first: a misspelled key is the cause of the missing one it was meant to be.
   const std::vector<std::string> keys(std::begin(kKeys), std::end(kKeys));
+  std::vector<std::string> all_keys = keys;
+  all_keys.insert(all_keys.end(), std::begin(kOptionalKeys), std::end(kOptionalKeys));
   for (const auto& item : doc.items()) {
-    const bool known = std::find(keys.begin(), keys.end(), item.key()) != keys.end();
+    const bool known = std::find(all_keys.begin(), all_keys.end(), item.key()) != all_keys.end();
     if (!known && !informational_key(item.key())) {
-      const std::string hint = did_you_mean(item.key(), keys);
+      const std::string hint = did_you_mean(item.key(), all_keys);
       throw UsageError(fmt::format("model config {}: unknown key '{}'{}", source, item.key(),
-                                   hint.empty() ? fmt::format(" (expected {})", fmt::join(keys, ", ")) : hint));
+                                   hint.empty() ? fmt::format(" (expected {})", fmt::join(all_keys, ", ")) : hint));
     }
   }
   for (const auto& key : keys)
@@ -126,6 +153,24 @@ WanConfig parse_model_config(const std::string& text, const std::string& source)
   c.eps = eps.get<double>();
   c.qk_norm = boolean(doc, "qk_norm", source);
   c.cross_attn_norm = boolean(doc, "cross_attn_norm", source);
+  if (doc.contains("model_type")) {
+    const json& v = doc.at("model_type");
+    std::vector<std::string> names;
+    for (const auto& [type, name] : kModelTypes) names.push_back(name);
+    const auto found = v.is_string() ? std::find(names.begin(), names.end(), v.get<std::string>()) : names.end();
+    if (found == names.end())
+      throw UsageError(fmt::format("model config {}: 'model_type' must be one of {}, got {}", source,
+                                   fmt::join(names, ", "), json_excerpt(v)));
+    c.model_type = kModelTypes[found - names.begin()].first;
+  }
+  if (doc.contains("image_dim")) {
+    const json& v = doc.at("image_dim");
+    if (!v.is_number_integer() || v.get<int64_t>() < 0)
+      throw UsageError(
+          fmt::format("model config {}: 'image_dim' must be an integer, 0 or more, got {}", source, json_excerpt(v)));
+    c.image_dim = v.get<int64_t>();
+  }
+  if (doc.contains("image_tokens")) c.image_tokens = positive_int(doc, "image_tokens", source);
   validate(c, source);
   return c;
 }
@@ -154,6 +199,11 @@ std::string to_json(const WanConfig& c) {
               {"eps", c.eps},
               {"qk_norm", c.qk_norm},
               {"cross_attn_norm", c.cross_attn_norm}};
+  // Only what differs from a text-to-video model: a t2v config (and the
+  // checksums over it in earlier checkpoints) reads as it always has.
+  if (c.model_type != ModelType::T2V) doc["model_type"] = model_type_name(c.model_type);
+  if (c.image_dim > 0) doc["image_dim"] = c.image_dim;
+  if (c.image_tokens != kDefaultImageTokens) doc["image_tokens"] = c.image_tokens;
   return doc.dump();
 }
 
@@ -171,6 +221,10 @@ std::vector<ParameterShape> parameter_shapes(const WanConfig& c) {
       shapes.push_back({prefix + "norm_k.weight", {d}});
     }
   };
+  auto layer_norm = [&](const std::string& name, int64_t width) {
+    shapes.push_back({name + ".weight", {width}});
+    shapes.push_back({name + ".bias", {width}});
+  };
   shapes.push_back({"patch_embedding.weight", {d, c.in_dim, c.patch_size[0], c.patch_size[1], c.patch_size[2]}});
   shapes.push_back({"patch_embedding.bias", {d}});
   linear("text_embedding.0", c.text_dim, d);
@@ -187,11 +241,24 @@ std::vector<ParameterShape> parameter_shapes(const WanConfig& c) {
       shapes.push_back({block + "norm3.bias", {d}});
     }
     attention(block + "cross_attn.");
+    if (c.image_branch()) {
+      linear(block + "cross_attn.k_img", d, d);
+      linear(block + "cross_attn.v_img", d, d);
+      if (c.qk_norm) shapes.push_back({block + "cross_attn.norm_k_img.weight", {d}});
+    }
     linear(block + "ffn.0", d, c.ffn_dim);
     linear(block + "ffn.2", c.ffn_dim, d);
   }
   shapes.push_back({"head.modulation", {1, 2, d}});
   linear("head.head", d, c.out_dim * c.patch_volume());
+  if (c.image_branch()) {
+    const int64_t w = c.image_dim;
+    if (c.model_type == ModelType::FLF2V) shapes.push_back({"img_emb.emb_pos", {1, 2 * c.image_tokens, w}});
+    layer_norm("img_emb.proj.0", w);
+    linear("img_emb.proj.1", w, w);
+    linear("img_emb.proj.3", w, d);
+    layer_norm("img_emb.proj.4", d);
+  }
   return shapes;
 }
 

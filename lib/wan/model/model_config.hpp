@@ -11,6 +11,18 @@
 
 namespace wt::wan {
 
+// Wan's `model_type`: what the model is conditioned on besides the text.
+//   t2v    text only (in_dim latent channels)
+//   i2v    a first frame: the condition y (4 mask channels + the latents of
+//          [first frame, zeros...]) is concatenated to the noisy latents
+//          (in_dim = 2 out_dim + 4), and with image_dim > 0 (Wan2.1) the
+//          picture's CLIP features enter every cross-attention
+//   flf2v  first and last frame: y as i2v with the last frame too, CLIP
+//          features of both pictures with a learnt position embedding
+//   ti2v   Wan2.2's TI2V-5B, built as t2v here
+enum class ModelType { T2V, I2V, FLF2V, TI2V };
+const char* model_type_name(ModelType type);
+
 struct WanConfig {
   int64_t dim = 0;        // model width
   int64_t ffn_dim = 0;    // hidden width of each block's feed-forward
@@ -25,8 +37,19 @@ struct WanConfig {
   double eps = 1e-6;                    // LayerNorm and RMSNorm epsilon
   bool qk_norm = true;                  // RMSNorm on q and k (norm_q, norm_k parameters)
   bool cross_attn_norm = true;          // affine LayerNorm norm3 before cross-attention
+  ModelType model_type = ModelType::T2V;
+  int64_t image_dim = 0;       // CLIP feature width of the image branch (Wan2.1 I2V/FLF2V: 1280); 0: none
+  int64_t image_tokens = 257;  // CLIP tokens per picture (ViT-H/14 at 224 px): the size of flf2v's emb_pos
 
   int64_t head_dim() const { return dim / num_heads; }
+  // Whether the model reads the image condition y concatenated to its input.
+  bool image_conditioned() const { return model_type == ModelType::I2V || model_type == ModelType::FLF2V; }
+  // Pictures per sample in the condition: 1 (i2v), 2 (flf2v), 0 (otherwise).
+  int64_t condition_images() const { return model_type == ModelType::FLF2V ? 2 : model_type == ModelType::I2V ? 1 : 0; }
+  // Whether cross-attention also attends over CLIP features (Wan2.1's image branch).
+  bool image_branch() const { return image_conditioned() && image_dim > 0; }
+  // Channels of y: the latents' plus 4 mask channels.
+  int64_t condition_channels() const { return image_conditioned() ? in_dim - out_dim : 0; }
   int64_t patch_volume() const { return patch_size[0] * patch_size[1] * patch_size[2]; }
 };
 

@@ -61,6 +61,10 @@ void check_projectable(const WanConfig& t, const std::string& teacher_source, co
   same("out_dim", t.out_dim, s.out_dim, "both must predict the same latents");
   same("text_dim", t.text_dim, s.text_dim, "both must read the same text embeddings");
   same("freq_dim", t.freq_dim, s.freq_dim, "the sinusoidal time embedding would change meaning");
+  if (t.model_type != s.model_type && (t.image_conditioned() || s.image_conditioned()))
+    fail("model_type", model_type_name(t.model_type), model_type_name(s.model_type),
+         "both must read the same image condition");
+  same("image_dim", t.image_dim, s.image_dim, "both must read the same CLIP features");
   if (s.patch_size[1] != t.patch_size[1] || s.patch_size[2] != t.patch_size[2])
     fail("patch_size", fmt::format("{}", t.patch_size), fmt::format("{}", s.patch_size),
          "the spatial patch (height, width) must be the teacher's");

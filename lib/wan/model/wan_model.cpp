@@ -35,7 +35,7 @@ RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps_(eps) {
 
 at::Tensor RMSNormImpl::forward(const at::Tensor& x) { return nn::rms_norm(x, weight, eps_); }
 
-AttentionImpl::AttentionImpl(const WanConfig& c, at::ScalarType linear_dtype)
+AttentionImpl::AttentionImpl(const WanConfig& c, at::ScalarType linear_dtype, bool image_branch)
     : heads_(c.num_heads), head_dim_(c.head_dim()) {
   q = register_module("q", nn::Linear(c.dim, c.dim, linear_dtype));
   k = register_module("k", nn::Linear(c.dim, c.dim, linear_dtype));
@@ -45,9 +45,25 @@ AttentionImpl::AttentionImpl(const WanConfig& c, at::ScalarType linear_dtype)
     norm_q = register_module("norm_q", RMSNorm(c.dim, c.eps));
     norm_k = register_module("norm_k", RMSNorm(c.dim, c.eps));
   }
+  if (image_branch) {
+    k_img = register_module("k_img", nn::Linear(c.dim, c.dim, linear_dtype));
+    v_img = register_module("v_img", nn::Linear(c.dim, c.dim, linear_dtype));
+    if (c.qk_norm) norm_k_img = register_module("norm_k_img", RMSNorm(c.dim, c.eps));
+  }
 }
 
-at::Tensor AttentionImpl::forward(const at::Tensor& x, const at::Tensor& source, const RopeTable* rope) {
+at::Tensor AttentionImpl::attend(const at::Tensor& qs, const at::Tensor& ks, const at::Tensor& vs, bool scaled) const {
+  if (chunk > 0)  // exact, without the [B, heads, L, S] scores (nn/attention.hpp); it scales itself
+    return nn::chunked_attention(qs.transpose(1, 2), ks.transpose(1, 2), vs.transpose(1, 2), chunk).transpose(1, 2);
+  const auto q_scaled = scaled ? qs : qs * (1.0 / std::sqrt(double(head_dim_)));
+  // [B, heads, L, S] scores, softmax over the source positions
+  auto scores = torch::matmul(q_scaled.transpose(1, 2), ks.permute({0, 2, 3, 1}));
+  auto weights = torch::softmax(scores.to(torch::kFloat32), -1).to(vs.scalar_type());
+  return torch::matmul(weights, vs.transpose(1, 2)).transpose(1, 2);  // [B, L, heads, head_dim]
+}
+
+at::Tensor AttentionImpl::forward(const at::Tensor& x, const at::Tensor& source, const RopeTable* rope,
+                                  const at::Tensor& image_source) {
   const int64_t b = x.size(0), len = x.size(1), src_len = source.size(1);
   auto qs = q(x), ks = k(source);
   if (norm_q) {
@@ -57,29 +73,29 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x, const at::Tensor& source,
   qs = qs.view({b, len, heads_, head_dim_});      // [B, L, heads, head_dim]
   ks = ks.view({b, src_len, heads_, head_dim_});  // [B, S, heads, head_dim]
   auto vs = v(source).view({b, src_len, heads_, head_dim_});
-  if (chunk > 0) {  // exact, without the [B, heads, L, S] scores (nn/attention.hpp); it scales itself
-    if (rope) {
-      qs = apply_rope(qs, *rope);
-      ks = apply_rope(ks, *rope);
-    }
-    const auto out = nn::chunked_attention(qs.transpose(1, 2), ks.transpose(1, 2), vs.transpose(1, 2), chunk);
-    return o(out.transpose(1, 2).reshape({b, len, heads_ * head_dim_}));
-  }
-  // softmax(q k^T / sqrt(head_dim)), the scale folded into q: into its
-  // rotation in self-attention, on q (L x head_dim, not the L x S scores) in
-  // cross-attention.
+  // softmax(q k^T / sqrt(head_dim)), the scale folded into q (L x head_dim,
+  // not the L x S scores): into its rotation in self-attention. Chunked
+  // attention scales by itself.
   const double scale = 1.0 / std::sqrt(double(head_dim_));
+  bool scaled = false;
   if (rope) {
-    qs = apply_rope(qs, *rope, scale);
+    qs = apply_rope(qs, *rope, chunk > 0 ? 1.0 : scale);
     ks = apply_rope(ks, *rope);
-  } else {
+    scaled = chunk == 0;
+  } else if (chunk == 0) {
     qs = qs * scale;
+    scaled = true;
   }
-  // [B, heads, L, S] scores, softmax over the source positions
-  auto scores = torch::matmul(qs.transpose(1, 2), ks.permute({0, 2, 3, 1}));
-  auto weights = torch::softmax(scores.to(torch::kFloat32), -1).to(vs.scalar_type());
-  auto out = torch::matmul(weights, vs.transpose(1, 2));  // [B, heads, L, head_dim]
-  return o(out.transpose(1, 2).reshape({b, len, heads_ * head_dim_}));
+  auto out = attend(qs, ks, vs, scaled);
+  if (k_img) {
+    if (!image_source.defined()) throw Error("the image branch of cross-attention needs the image context");
+    const int64_t img_len = image_source.size(1);
+    auto ks_img = k_img(image_source);
+    if (norm_k_img) ks_img = norm_k_img(ks_img);
+    out = out + attend(qs, ks_img.view({b, img_len, heads_, head_dim_}),
+                       v_img(image_source).view({b, img_len, heads_, head_dim_}), scaled);
+  }
+  return o(out.reshape({b, len, heads_ * head_dim_}));
 }
 
 WanBlockImpl::WanBlockImpl(const WanConfig& c, at::ScalarType linear_dtype) {
@@ -87,13 +103,14 @@ WanBlockImpl::WanBlockImpl(const WanConfig& c, at::ScalarType linear_dtype) {
   norm1 = register_module("norm1", layer_norm(c.dim, c.eps, false));
   self_attn = register_module("self_attn", Attention(c, linear_dtype));
   if (c.cross_attn_norm) norm3 = register_module("norm3", layer_norm(c.dim, c.eps, true));
-  cross_attn = register_module("cross_attn", Attention(c, linear_dtype));
+  cross_attn = register_module("cross_attn", Attention(c, linear_dtype, c.image_branch()));
   norm2 = register_module("norm2", layer_norm(c.dim, c.eps, false));
   ffn = register_module("ffn", torch::nn::Sequential(nn::Linear(c.dim, c.ffn_dim, linear_dtype), nn::GeluTanh(),
                                                      nn::Linear(c.ffn_dim, c.dim, linear_dtype)));
 }
 
-at::Tensor WanBlockImpl::forward(at::Tensor x, const at::Tensor& e0, const at::Tensor& context, const RopeTable& rope) {
+at::Tensor WanBlockImpl::forward(at::Tensor x, const at::Tensor& e0, const at::Tensor& context, const RopeTable& rope,
+                                 const at::Tensor& image_context) {
   std::vector<at::Tensor> m;  // shift_sa, scale_sa, gate_sa, shift_ff, scale_ff, gate_ff: each [B, 1, dim]
   {
     nn::Fp32Scope fp32;
@@ -107,7 +124,7 @@ at::Tensor WanBlockImpl::forward(at::Tensor x, const at::Tensor& e0, const at::T
     x = torch::addcmul(x, y, m[2]);
   }
   auto cross_in = norm3 ? norm_fp32(norm3, x) : x;
-  x = x + cross_attn(cross_in, context, nullptr);
+  x = x + cross_attn(cross_in, context, nullptr, image_context);
   y = ffn->forward(torch::addcmul(m[3], norm_fp32(norm2, x).to(torch::kFloat32), 1 + m[4]));
   nn::Fp32Scope fp32;
   return torch::addcmul(x, y, m[5]);
@@ -120,13 +137,35 @@ WanHeadImpl::WanHeadImpl(const WanConfig& c) {
 }
 
 at::Tensor WanBlockImpl::forward_tensors(const std::vector<at::Tensor>& inputs) {
-  return forward(inputs.at(0), inputs.at(1), inputs.at(2), RopeTable{inputs.at(3), inputs.at(4)});
+  return forward(inputs.at(0), inputs.at(1), inputs.at(2), RopeTable{inputs.at(3), inputs.at(4)},
+                 inputs.size() > 5 ? inputs[5] : at::Tensor());
 }
 
 at::Tensor WanHeadImpl::forward(const at::Tensor& x, const at::Tensor& e) {
   nn::Fp32Scope fp32;
   auto m = (modulation + e.unsqueeze(1)).chunk(2, 1);  // shift, scale: [B, 1, dim]
   return head(torch::addcmul(m[0], norm(x.to(torch::kFloat32)), 1 + m[1]));
+}
+
+ImageEmbeddingImpl::ImageEmbeddingImpl(const WanConfig& c) {
+  if (c.model_type == ModelType::FLF2V)
+    emb_pos = register_parameter("emb_pos", torch::zeros({1, 2 * c.image_tokens, c.image_dim}));
+  proj = register_module(
+      "proj",
+      torch::nn::Sequential(torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.image_dim}).eps(1e-5)),
+                            nn::Linear(c.image_dim, c.image_dim), torch::nn::GELU(), nn::Linear(c.image_dim, c.dim),
+                            torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.dim}).eps(1e-5))));
+}
+
+at::Tensor ImageEmbeddingImpl::forward(const at::Tensor& clip_features) {
+  auto x = clip_features.to(torch::kFloat32);
+  if (emb_pos.defined()) x = x + emb_pos;
+  auto norm = [&](size_t i, const at::Tensor& in) {
+    return proj[i]->as<torch::nn::LayerNorm>()->forward(in.to(torch::kFloat32));
+  };
+  x = norm(0, x);
+  x = torch::gelu(proj[1]->as<nn::Linear>()->forward(x));
+  return norm(4, proj[3]->as<nn::Linear>()->forward(x));
 }
 
 WanModelImpl::WanModelImpl(WanConfig c, at::ScalarType block_linear_dtype, WanInit init) : config_(std::move(c)) {
@@ -150,6 +189,7 @@ WanModelImpl::WanModelImpl(WanConfig c, at::ScalarType block_linear_dtype, WanIn
   blocks = register_module("blocks", torch::nn::ModuleList());
   for (int64_t i = 0; i < cfg.num_layers; ++i) blocks->push_back(WanBlock(cfg, block_linear_dtype));
   head = register_module("head", WanHead(cfg));
+  if (cfg.image_branch()) img_emb = register_module("img_emb", ImageEmbedding(cfg));
   if (init == WanInit::Random) init_weights();
 }
 
@@ -192,14 +232,44 @@ const RopeTable& WanModelImpl::rope_for(std::array<int64_t, 3> grid, at::Device 
   return rope_;
 }
 
-at::Tensor WanModelImpl::forward(const at::Tensor& x, const at::Tensor& t, const at::Tensor& context) {
+at::Tensor WanModelImpl::forward(const at::Tensor& noisy, const at::Tensor& t, const at::Tensor& context,
+                                 const ImageCondition& image) {
   const auto& cfg = config_;
-  if (x.dim() != 5 || x.size(1) != cfg.in_dim)
-    throw UsageError(
-        fmt::format("model input must be latents [B, {}, F, H, W], got [{}]", cfg.in_dim, fmt::join(x.sizes(), ",")));
+  const int64_t latent_channels = cfg.in_dim - cfg.condition_channels();
+  if (noisy.dim() != 5 || noisy.size(1) != latent_channels)
+    throw UsageError(fmt::format("model input must be latents [B, {}, F, H, W], got [{}]", latent_channels,
+                                 fmt::join(noisy.sizes(), ",")));
   if (context.dim() != 3 || context.size(2) != cfg.text_dim || context.size(1) > cfg.text_len)
     throw UsageError(fmt::format("model context must be [B, <= {}, {}], got [{}]", cfg.text_len, cfg.text_dim,
                                  fmt::join(context.sizes(), ",")));
+  at::Tensor x = noisy;
+  if (cfg.image_conditioned()) {
+    const auto& y = image.y;
+    if (!y.defined())
+      throw UsageError(fmt::format("this {} model needs the image condition y", model_type_name(cfg.model_type)));
+    if (y.dim() != 5 || y.size(0) != x.size(0) || y.size(1) != cfg.condition_channels() ||
+        y.sizes().slice(2) != x.sizes().slice(2))
+      throw UsageError(fmt::format("model condition y must be [{},{},{},{},{}] (the latents' batch, F, H, W), got [{}]",
+                                   x.size(0), cfg.condition_channels(), x.size(2), x.size(3), x.size(4),
+                                   fmt::join(y.sizes(), ",")));
+    x = torch::cat({x, y.to(x.scalar_type())}, 1);
+  } else if (image.y.defined() || image.clip_fea.defined()) {
+    throw UsageError(fmt::format("a {} model takes no image condition", model_type_name(cfg.model_type)));
+  }
+  at::Tensor image_context;
+  if (cfg.image_branch()) {
+    const auto& f = image.clip_fea;
+    const int64_t tokens = cfg.condition_images() * cfg.image_tokens;
+    if (!f.defined())
+      throw UsageError(fmt::format("this {} model needs the CLIP features of its picture{}",
+                                   model_type_name(cfg.model_type), cfg.condition_images() > 1 ? "s" : ""));
+    if (f.dim() != 3 || f.size(0) != x.size(0) || f.size(1) != tokens || f.size(2) != cfg.image_dim)
+      throw UsageError(fmt::format("model CLIP features must be [{},{},{}], got [{}]", x.size(0), tokens, cfg.image_dim,
+                                   fmt::join(f.sizes(), ",")));
+    image_context = img_emb(f);  // [B, tokens, dim]
+  } else if (image.clip_fea.defined()) {
+    throw UsageError("this model has no CLIP branch (image_dim 0): it takes no CLIP features");
+  }
   const auto grid = token_grid(x.sizes(), cfg.patch_size);
 
   auto tokens = patch_embedding(x).flatten(2).transpose(1, 2);  // [B, L, dim]
@@ -217,9 +287,13 @@ at::Tensor WanModelImpl::forward(const at::Tensor& x, const at::Tensor& t, const
   const RopeTable& rope = rope_for(grid, x.device());
   for (size_t i = 0; i < blocks->size(); ++i) {
     auto& block = *blocks[i]->as<WanBlockImpl>();
-    tokens = recompute_every_ > 0 && int64_t(i) % recompute_every_ == 0
-                 ? nn::recomputed(block, {tokens, e0, ctx, rope.cos, rope.sin})
-                 : block.forward(tokens, e0, ctx, rope);
+    if (recompute_every_ > 0 && int64_t(i) % recompute_every_ == 0) {
+      std::vector<at::Tensor> inputs{tokens, e0, ctx, rope.cos, rope.sin};
+      if (image_context.defined()) inputs.push_back(image_context);
+      tokens = nn::recomputed(block, inputs);
+    } else {
+      tokens = block.forward(tokens, e0, ctx, rope, image_context);
+    }
   }
 
   auto out = head(tokens, e);  // [B, L, prod(patch) * out_dim]

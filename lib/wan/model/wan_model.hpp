@@ -21,6 +21,7 @@
 
 #include "wantrain/nn/linear.hpp"
 #include "wantrain/nn/recompute.hpp"
+#include "wantrain/wan/model/image_input.hpp"
 #include "wantrain/wan/model/model_config.hpp"
 #include "wantrain/wan/model/positional.hpp"
 
@@ -41,17 +42,28 @@ TORCH_MODULE(RMSNorm);
 // Multi-head attention with Wan's names: q, k, v, o (with bias), optional
 // RMSNorm norm_q / norm_k over the full dim. Self-attention passes a RoPE
 // table; cross-attention passes none and attends over every context position.
+// With `image_branch` (the cross-attention of Wan2.1's I2V and FLF2V), also
+// k_img, v_img and norm_k_img: the same queries attend over the image
+// context too, and the two results are summed before o.
 class AttentionImpl : public torch::nn::Module {
  public:
-  AttentionImpl(const WanConfig& config, at::ScalarType linear_dtype = at::kFloat);
-  // x [B, L, dim], source [B, S, dim] -> [B, L, dim]
-  at::Tensor forward(const at::Tensor& x, const at::Tensor& source, const RopeTable* rope);
+  AttentionImpl(const WanConfig& config, at::ScalarType linear_dtype = at::kFloat, bool image_branch = false);
+  // x [B, L, dim], source [B, S, dim], image_source [B, Si, dim] (the image
+  // branch only) -> [B, L, dim]
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& source, const RopeTable* rope,
+                     const at::Tensor& image_source = {});
 
   nn::Linear q{nullptr}, k{nullptr}, v{nullptr}, o{nullptr};  // nn::Linear: LoRA targets
   RMSNorm norm_q{nullptr}, norm_k{nullptr};
+  nn::Linear k_img{nullptr}, v_img{nullptr};
+  RMSNorm norm_k_img{nullptr};
   int64_t chunk = 0;  // > 0: chunked_attention over this many queries at a time
 
  private:
+  // softmax(qs ks^T / sqrt(head_dim)) vs over heads: qs [B, L, heads,
+  // head_dim] (already scaled when `scaled`), ks and vs [B, S, heads, head_dim].
+  at::Tensor attend(const at::Tensor& qs, const at::Tensor& ks, const at::Tensor& vs, bool scaled) const;
+
   int64_t heads_, head_dim_;
 };
 TORCH_MODULE(Attention);
@@ -59,9 +71,11 @@ TORCH_MODULE(Attention);
 class WanBlockImpl : public nn::Recomputable {
  public:
   explicit WanBlockImpl(const WanConfig& config, at::ScalarType linear_dtype = at::kFloat);
-  // x [B, L, dim], e0 [B, 6, dim] fp32, context [B, text_len, dim]
-  at::Tensor forward(at::Tensor x, const at::Tensor& e0, const at::Tensor& context, const RopeTable& rope);
-  // forward(x, e0, context, {rope cos, rope sin}): for activation checkpointing.
+  // x [B, L, dim], e0 [B, 6, dim] fp32, context [B, text_len, dim],
+  // image_context [B, Li, dim] (models with the image branch only)
+  at::Tensor forward(at::Tensor x, const at::Tensor& e0, const at::Tensor& context, const RopeTable& rope,
+                     const at::Tensor& image_context = {});
+  // forward(x, e0, context, {rope cos, rope sin}[, image_context]): for activation checkpointing.
   at::Tensor forward_tensors(const std::vector<at::Tensor>& inputs) override;
 
   at::Tensor modulation;  // [1, 6, dim]
@@ -83,6 +97,21 @@ class WanHeadImpl : public torch::nn::Module {
 };
 TORCH_MODULE(WanHead);
 
+// Wan2.1's MLPProj: CLIP features [B, N, image_dim] -> image context [B, N,
+// dim] through proj = LayerNorm, Linear, GELU (exact), Linear, LayerNorm
+// (LayerNorms affine, eps 1e-5, in fp32); FLF2V adds emb_pos [1, 2 *
+// image_tokens, image_dim] first, telling the first picture's tokens from
+// the last's.
+class ImageEmbeddingImpl : public torch::nn::Module {
+ public:
+  explicit ImageEmbeddingImpl(const WanConfig& config);
+  at::Tensor forward(const at::Tensor& clip_features);
+
+  at::Tensor emb_pos;  // FLF2V only
+  torch::nn::Sequential proj{nullptr};
+};
+TORCH_MODULE(ImageEmbedding);
+
 enum class WanInit { Random, Empty };
 
 class WanModelImpl : public torch::nn::Module {
@@ -99,10 +128,13 @@ class WanModelImpl : public torch::nn::Module {
   explicit WanModelImpl(WanConfig config, at::ScalarType block_linear_dtype = at::kFloat,
                         WanInit init = WanInit::Random);
 
-  // x [B, in_dim, F, H, W] latents (F, H, W multiples of patch_size),
-  // t [B] timesteps in [0, 1000], context [B, Lc, text_dim] with Lc <= text_len
-  // -> [B, out_dim, F, H, W].
-  at::Tensor forward(const at::Tensor& x, const at::Tensor& t, const at::Tensor& context);
+  // x [B, in_dim - condition_channels, F, H, W] noisy latents (F, H, W
+  // multiples of patch_size), t [B] timesteps in [0, 1000], context [B, Lc,
+  // text_dim] with Lc <= text_len, and for an i2v or flf2v model its image
+  // condition -> [B, out_dim, F, H, W]. UsageError naming the input whose
+  // shape is wrong, or a condition the model lacks or does not take.
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& t, const at::Tensor& context,
+                     const ImageCondition& image = {});
 
   const WanConfig& config() const { return config_; }
 
@@ -122,6 +154,7 @@ class WanModelImpl : public torch::nn::Module {
   torch::nn::Sequential text_embedding{nullptr}, time_embedding{nullptr}, time_projection{nullptr};
   torch::nn::ModuleList blocks{nullptr};
   WanHead head{nullptr};
+  ImageEmbedding img_emb{nullptr};  // Wan2.1 I2V and FLF2V only
 
  private:
   void init_weights();

@@ -21,19 +21,36 @@ constexpr Rule kTopRules[] = {
     {"time_projection.1.", "condition_embedder.time_proj."},
     {"head.head.", "proj_out."},
     {"head.modulation", "scale_shift_table"},
+    // Wan2.1 I2V/FLF2V's MLPProj, diffusers' WanImageEmbedding
+    {"img_emb.proj.0.", "condition_embedder.image_embedder.norm1."},
+    {"img_emb.proj.1.", "condition_embedder.image_embedder.ff.net.0.proj."},
+    {"img_emb.proj.3.", "condition_embedder.image_embedder.ff.net.2."},
+    {"img_emb.proj.4.", "condition_embedder.image_embedder.norm2."},
+    {"img_emb.emb_pos", "condition_embedder.image_embedder.pos_embed"},
 };
 
 // Applied after a "blocks.N." prefix. diffusers' norm2 is Wan's affine norm3
 // (before cross-attention); the other block norms have no parameters.
 constexpr Rule kBlockRules[] = {
-    {"modulation", "scale_shift_table"},     {"self_attn.q.", "attn1.to_q."},
-    {"self_attn.k.", "attn1.to_k."},         {"self_attn.v.", "attn1.to_v."},
-    {"self_attn.o.", "attn1.to_out.0."},     {"self_attn.norm_q.", "attn1.norm_q."},
-    {"self_attn.norm_k.", "attn1.norm_k."},  {"cross_attn.q.", "attn2.to_q."},
-    {"cross_attn.k.", "attn2.to_k."},        {"cross_attn.v.", "attn2.to_v."},
-    {"cross_attn.o.", "attn2.to_out.0."},    {"cross_attn.norm_q.", "attn2.norm_q."},
-    {"cross_attn.norm_k.", "attn2.norm_k."}, {"norm3.", "norm2."},
-    {"ffn.0.", "ffn.net.0.proj."},           {"ffn.2.", "ffn.net.2."},
+    {"modulation", "scale_shift_table"},
+    {"self_attn.q.", "attn1.to_q."},
+    {"self_attn.k.", "attn1.to_k."},
+    {"self_attn.v.", "attn1.to_v."},
+    {"self_attn.o.", "attn1.to_out.0."},
+    {"self_attn.norm_q.", "attn1.norm_q."},
+    {"self_attn.norm_k.", "attn1.norm_k."},
+    {"cross_attn.q.", "attn2.to_q."},
+    {"cross_attn.k.", "attn2.to_k."},
+    {"cross_attn.v.", "attn2.to_v."},
+    {"cross_attn.o.", "attn2.to_out.0."},
+    {"cross_attn.norm_q.", "attn2.norm_q."},
+    {"cross_attn.norm_k.", "attn2.norm_k."},
+    {"norm3.", "norm2."},
+    {"ffn.0.", "ffn.net.0.proj."},
+    {"ffn.2.", "ffn.net.2."},
+    {"cross_attn.k_img.", "attn2.add_k_proj."},
+    {"cross_attn.v_img.", "attn2.add_v_proj."},
+    {"cross_attn.norm_k_img.", "attn2.norm_added_k."},
 };
 
 // Length of "blocks.N." at the start of `name`, or 0.
@@ -48,9 +65,9 @@ size_t block_prefix_length(const std::string& name) {
 }  // namespace
 
 const std::vector<std::string>& block_linear_names() {
-  static const std::vector<std::string> names = {"self_attn.q",  "self_attn.k",  "self_attn.v",  "self_attn.o",
-                                                 "cross_attn.q", "cross_attn.k", "cross_attn.v", "cross_attn.o",
-                                                 "ffn.0",        "ffn.2"};
+  static const std::vector<std::string> names = {
+      "self_attn.q",  "self_attn.k",  "self_attn.v", "self_attn.o", "cross_attn.q",     "cross_attn.k",
+      "cross_attn.v", "cross_attn.o", "ffn.0",       "ffn.2",       "cross_attn.k_img", "cross_attn.v_img"};
   return names;
 }
 

@@ -15,7 +15,8 @@ std::string diffusers_name(const std::string& official_name);
 bool uses_diffusers_names(const std::vector<std::string>& names);
 
 // Every Linear layer of a Wan block by its official name within the block:
-// self_attn.{q,k,v,o}, cross_attn.{q,k,v,o}, ffn.0, ffn.2.
+// self_attn.{q,k,v,o}, cross_attn.{q,k,v,o}, ffn.0, ffn.2, and the image
+// branch's cross_attn.{k_img,v_img} (Wan2.1 I2V/FLF2V only).
 const std::vector<std::string>& block_linear_names();
 // The block Linear an official parameter name belongs to
 // ("blocks.3.self_attn.q.weight" -> "self_attn.q"); "" for any other parameter.

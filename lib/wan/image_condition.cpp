@@ -1,0 +1,83 @@
+#include "wantrain/wan/image_condition.hpp"
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include <cmath>
+
+#include "wantrain/media/media_reader.hpp"
+#include "wantrain/util/error.hpp"
+#include "wantrain/wan/video_frames.hpp"
+
+namespace wt::wan {
+
+at::Tensor frame_mask(int64_t frames, int64_t latent_height, int64_t latent_width, bool last_frame) {
+  if (frames < 1 || (frames - 1) % 4 != 0)
+    throw UsageError(fmt::format("an image condition needs 1 + 4k frames, got {}", frames));
+  if (last_frame && frames < 2) throw UsageError("a first and a last frame need a video of 5 frames or more");
+  // One value per pixel frame, the first repeated 4 times: 4 (1 + k) values,
+  // 4 consecutive ones per latent frame.
+  auto marks = torch::zeros({frames + 3}, torch::kFloat32);
+  marks.narrow(0, 0, 4).fill_(1);
+  if (last_frame) marks[frames + 2] = 1;
+  return marks.view({(frames + 3) / 4, 4, 1, 1})
+      .transpose(0, 1)
+      .expand({4, (frames + 3) / 4, latent_height, latent_width})
+      .contiguous();
+}
+
+at::Tensor image_condition_y(WanVaeImpl& vae, const at::Tensor& first, const at::Tensor& last, int64_t frames) {
+  if (first.dim() != 3 || first.size(0) != 3)
+    throw Error(fmt::format("an image condition's picture is [3, H, W], got [{}]", fmt::join(first.sizes(), ",")));
+  const int64_t h = first.size(1), w = first.size(2);
+  const int64_t factor = vae.config().spatial_factor();
+  if (h % factor || w % factor)
+    throw UsageError(
+        fmt::format("an image condition's picture of {}x{} is not a multiple of the VAE's {} pixels", w, h, factor));
+  const auto mask = frame_mask(frames, h / factor, w / factor, last.defined());
+  torch::NoGradGuard no_grad;
+  const auto device = vae.parameters().front().device();
+  auto video = torch::zeros({1, 3, frames, h, w}, torch::TensorOptions().dtype(torch::kFloat32).device(device));
+  video.select(2, 0).copy_(first.unsqueeze(0));
+  if (last.defined()) video.select(2, frames - 1).copy_(last.unsqueeze(0));
+  const auto latents = vae.encode(video)[0].to(torch::kFloat32);  // [z, 1 + k, h, w]
+  return torch::cat({mask.to(latents.device()), latents}, 0);
+}
+
+at::Tensor image_clip_features(ClipVisionImpl& clip, const at::Tensor& first, const at::Tensor& last) {
+  const auto device = clip.parameters().front().device();
+  auto pictures = last.defined() ? torch::stack({first, last}) : first.unsqueeze(0);  // [n, 3, H, W]
+  const auto features = clip.features(pictures.to(device, torch::kFloat32));          // [n, tokens, dim]
+  return features.flatten(0, 1).to(torch::kFloat32);
+}
+
+VideoSize image_video_size(int64_t height, int64_t width, int64_t max_area, int64_t multiple) {
+  if (height < 1 || width < 1) throw UsageError("a picture of no pixels");
+  // image2video.py: lat_h = round(sqrt(max_area * ratio) // 8 // 2 * 2), the
+  // same for the width with 1 / ratio; pixels = latents x 8.
+  const double ratio = double(height) / double(width);
+  const auto side = [&](double exact) { return int64_t(std::floor(exact / double(multiple))) * multiple; };
+  VideoSize size{side(std::sqrt(double(max_area) * ratio)), side(std::sqrt(double(max_area) / ratio))};
+  if (size.height < multiple || size.width < multiple)
+    throw UsageError(fmt::format("a {}x{} picture within {} pixels is less than {}x{}: raise --max-area", width, height,
+                                 max_area, multiple, multiple));
+  return size;
+}
+
+at::Tensor resize_picture(const at::Tensor& picture, const VideoSize& size) {
+  namespace F = torch::nn::functional;
+  return F::interpolate(picture.unsqueeze(0).to(torch::kFloat32),
+                        F::InterpolateFuncOptions()
+                            .size(std::vector<int64_t>{size.height, size.width})
+                            .mode(torch::kBicubic)
+                            .align_corners(false))[0];
+}
+
+at::Tensor read_picture(const std::string& path) {
+  media::probe_media(path);  // refuses what is not a picture or video, naming the file
+  std::vector<media::Image> frames;
+  media::decode_frames(path, {0}, {}, [&](size_t, media::Image&& frame) { frames.push_back(std::move(frame)); });
+  return frames_to_video(frames).select(1, 0);  // [3, H, W]
+}
+
+}  // namespace wt::wan
