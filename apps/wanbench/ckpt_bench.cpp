@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <tuple>
 
+#include "model_bench.hpp"
 #include "plausibility.hpp"
 #include "wantrain/ckpt/directory.hpp"
 #include "wantrain/ckpt/writer.hpp"
@@ -98,7 +99,7 @@ int run_ckpt_bench(distributed::World& world, int argc, char** argv) {
     if (c.steps < 1 || c.rounds < 1 || c.batch < 1 || c.frames < 1)
       throw UsageError("options --steps, --rounds, --batch-size, --frames: must be at least 1");
     std::tie(height, width) = parse_height_width(c.size, "size");
-    config = wan::load_model_config(c.model_config);
+    config = load_bench_model_config(c.model_config);
   });
   if (outcome != OptionSet::Outcome::Run) {
     std::cout << app::help_or_version(outcome, options);

@@ -329,7 +329,7 @@ int run_model_bench(distributed::World& world, int argc, char** argv) {
     throw UsageError("option --grad-checkpoint: --tokens-sweep measures with and without checkpointing itself");
   const auto [height, width] = parse_height_width(c.size, "size");
   if (c.threads > 0) torch::set_num_threads(c.threads);
-  const auto config = wan::load_model_config(c.model_config);
+  const auto config = load_bench_model_config(c.model_config);
   if (c.tokens_sweep) return tokens_sweep(c, height, width);
 
   Point p;
@@ -368,6 +368,17 @@ int run_model_bench(distributed::World& world, int argc, char** argv) {
                 << format_op_times(p.ops, size_t(c.profile), c.iters);
   }
   return p.non_finite == 0 ? kExitOk : kExitFailure;
+}
+
+wan::WanConfig load_bench_model_config(const std::string& path) {
+  const auto config = wan::load_model_config(path);
+  if (config.image_conditioned())
+    throw UsageError(
+        fmt::format("option --model-config: {} is an {} model; wanbench measures text-to-video models (an "
+                    "image model's step adds a wider patch embedding and, with CLIP, a second "
+                    "cross-attention)",
+                    path, wan::model_type_name(config.model_type)));
+  return config;
 }
 
 }  // namespace wt

@@ -12,6 +12,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "model_bench.hpp"
 #include "wantrain/app/float_dtype.hpp"
 #include "wantrain/distributed/backend.hpp"
 #include "wantrain/distributed/mpi_comm.hpp"
@@ -118,7 +119,7 @@ int run_step_bench(distributed::World& world, int argc, char** argv) {
           "options --iters, --rounds, --sync-iters, --batch-size, --grad-accum, --frames: must be at least 1 "
           "(--warmup at least 0)");
     std::tie(height, width) = parse_height_width(c.size, "size");
-    config = wan::load_model_config(c.model_config);
+    config = load_bench_model_config(c.model_config);
   });
   if (outcome != OptionSet::Outcome::Run) {
     if (world.is_root()) std::cout << app::help_or_version(outcome, options);

@@ -209,6 +209,7 @@ int run_encode(distributed::World& world, int argc, char** argv) {
                                    std::string(option) == "bucket-area" ? " auto" : ""));
   set_option_names({{"sizes", c.buckets.empty() ? "size" : "buckets"},
                     {"frames", "frames"},
+                    {"condition", "condition"},
                     {"step", "bucket-step"},
                     {"items_per_shard", "items-per-shard"}});
   wan::check_buckets(buckets);

@@ -357,7 +357,10 @@ int run(distributed::World&, int argc, char** argv) {
     const wan::VideoSize size{shape[3] * vae_config.spatial_factor(), shape[4] * vae_config.spatial_factor()};
     const int64_t frames = 1 + (shape[2] - 1) * vae_config.temporal_factor();
     const auto first = wan::read_picture(c.image);
-    const auto last = c.last_image.empty() ? at::Tensor() : wan::read_picture(c.last_image);
+    // A last frame of another size is fitted to the first's (first_last_frame2video.py).
+    const auto last = c.last_image.empty()
+                          ? at::Tensor()
+                          : wan::cover_picture(wan::read_picture(c.last_image), first.size(1), first.size(2));
     image.y = wan::image_condition_y(*vae, wan::resize_picture(first, size),
                                      last.defined() ? wan::resize_picture(last, size) : at::Tensor(), frames)
                   .unsqueeze(0);

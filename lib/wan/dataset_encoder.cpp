@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -195,16 +196,21 @@ nlohmann::json settings_json(const DatasetEncoderSettings& s) {
           {"items_per_shard", s.items_per_shard},
           {"latent_dtype", data::to_string(s.latent_dtype)},
           {"emb_dtype", data::to_string(s.emb_dtype)},
-          {"condition", s.condition_images == 0   ? "none"
-                        : s.condition_images == 1 ? "i2v"
-                                                  : "flf2v"},
           {"models", s.models_fingerprint}};
+}
+
+// The settings record of `s`, with the image condition only where there is
+// one: a text-to-video job begun by an earlier wandata goes on as before.
+nlohmann::json job_settings(const DatasetEncoderSettings& s) {
+  auto settings = settings_json(s);
+  if (s.condition_images > 0) settings["condition"] = s.condition_images == 1 ? "i2v" : "flf2v";
+  return settings;
 }
 
 // Rank 0 readies the folder: new, or a run of the same settings to go on with.
 void prepare_output(const DatasetEncoderSettings& s) {
   const std::string record = (fs::path(s.out) / "encode.json").string();
-  const auto mine = settings_json(s);
+  const auto mine = job_settings(s);
   std::error_code ec;
   if (fs::exists(record, ec)) {
     nlohmann::json before;
@@ -376,8 +382,13 @@ DatasetEncoderSummary encode_dataset(const DatasetEncoderSettings& s, WanVae& va
     } else if (auto* p = std::get_if<Prepared>(&work)) {
       const auto& item = items[p->item];
       test_delay("encode_item");
+      // A still (a 1-frame sample of a bucketed encode) has no last frame.
+      const bool too_short = s.condition_images == 2 &&
+                             std::any_of(p->clips.begin(), p->clips.end(), [](const auto& c) { return c.size(1) < 5; });
       if (!p->problem.empty()) {
         skip(p->item, item.origin + ": " + p->problem);
+      } else if (too_short) {
+        skip(p->item, item.origin + ": a still or a clip under 5 frames has no last frame to give (--condition flf2v)");
       } else {
         const auto text_start = Clock::now();
         auto encoded = text.encode({*item.caption});

@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "wantrain/media/media_reader.hpp"
 #include "wantrain/util/error.hpp"
@@ -45,10 +47,12 @@ at::Tensor image_condition_y(WanVaeImpl& vae, const at::Tensor& first, const at:
 }
 
 at::Tensor image_clip_features(ClipVisionImpl& clip, const at::Tensor& first, const at::Tensor& last) {
+  // One picture at a time: each is resized to the tower's size on its own,
+  // whatever its size (as Wan's first_last_frame2video.py runs CLIP).
   const auto device = clip.parameters().front().device();
-  auto pictures = last.defined() ? torch::stack({first, last}) : first.unsqueeze(0);  // [n, 3, H, W]
-  const auto features = clip.features(pictures.to(device, torch::kFloat32));          // [n, tokens, dim]
-  return features.flatten(0, 1).to(torch::kFloat32);
+  std::vector<at::Tensor> features{clip.features(first.unsqueeze(0).to(device, torch::kFloat32))[0]};
+  if (last.defined()) features.push_back(clip.features(last.unsqueeze(0).to(device, torch::kFloat32))[0]);
+  return torch::cat(features, 0).to(torch::kFloat32);  // [images * tokens, dim]
 }
 
 VideoSize image_video_size(int64_t height, int64_t width, int64_t max_area, int64_t multiple) {
@@ -71,6 +75,17 @@ at::Tensor resize_picture(const at::Tensor& picture, const VideoSize& size) {
                             .size(std::vector<int64_t>{size.height, size.width})
                             .mode(torch::kBicubic)
                             .align_corners(false))[0];
+}
+
+at::Tensor cover_picture(const at::Tensor& picture, int64_t height, int64_t width) {
+  if (picture.size(1) == height && picture.size(2) == width) return picture;
+  const double scale = std::max(double(height) / double(picture.size(1)), double(width) / double(picture.size(2)));
+  const VideoSize scaled{std::max(height, int64_t(std::lround(double(picture.size(1)) * scale))),
+                         std::max(width, int64_t(std::lround(double(picture.size(2)) * scale)))};
+  return resize_picture(picture, scaled)
+      .narrow(1, (scaled.height - height) / 2, height)
+      .narrow(2, (scaled.width - width) / 2, width)
+      .contiguous();
 }
 
 at::Tensor read_picture(const std::string& path) {

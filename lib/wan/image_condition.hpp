@@ -47,6 +47,11 @@ VideoSize image_video_size(int64_t height, int64_t width, int64_t max_area, int6
 // image2video.py resizes it for the VAE.
 at::Tensor resize_picture(const at::Tensor& picture, const VideoSize& size);
 
+// `picture` scaled (bicubic) to cover `height` x `width` and cut to it around
+// the centre: a last frame of another size than the first, as Wan's
+// first_last_frame2video.py fits it before anything else sees it.
+at::Tensor cover_picture(const at::Tensor& picture, int64_t height, int64_t width);
+
 // A picture file (PNG, JPEG, ... or a video's first frame) as [3, H, W] in
 // [-1, 1] at its own size; UsageError naming the file otherwise.
 at::Tensor read_picture(const std::string& path);

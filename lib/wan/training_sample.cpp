@@ -109,7 +109,7 @@ train::SampleReport TrainingSampler::draw(WanModelImpl& model, const train::Name
     // The same noise at every draw, from a generator of its own: training's
     // random streams are untouched.
     auto generator = at::make_generator<at::CPUGeneratorImpl>(options_.seed);
-    auto shape = latents_.sizes().vec();  // the data fit the model: C is its in_dim
+    auto shape = latents_.sizes().vec();  // the data fit the model: C is its out_dim
     shape.insert(shape.begin(), 1);
     const auto noise = torch::randn(shape, generator, torch::kFloat32).to(device);
     latents = euler_sample(noise, velocity, options_.euler)[0].cpu();  // [C, F, H, W]

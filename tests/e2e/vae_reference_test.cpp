@@ -15,6 +15,7 @@
 #include "../common/launch.hpp"
 #include "wantrain/io/safetensors.hpp"
 #include "wantrain/util/error.hpp"
+#include "wantrain/wan/encoders/clip_vision.hpp"
 #include "wantrain/wan/image_condition.hpp"
 #include "wantrain/wan/model/weights.hpp"
 #include "wantrain/wan/vae/vae_config.hpp"
@@ -418,4 +419,30 @@ TEST(ImageCondition, TheVideoSizeFollowsImage2Video) {
   EXPECT_EQ(portrait.height, 832);
   EXPECT_EQ(portrait.width, 480);
   EXPECT_THROW(wt::wan::image_video_size(480, 832, 100), wt::UsageError);  // 100 pixels: no 16 x 16
+}
+
+// A last picture of another size is fitted to the first's: scaled to cover
+// it, cut around the centre (first_last_frame2video.py); CLIP sees each
+// picture on its own, so pictures of two sizes make features side by side.
+TEST(ImageCondition, ALastPictureOfAnotherSizeIsFittedAndEachGoesToClipAlone) {
+  torch::manual_seed(33);
+  // 12 x 40 to cover 24 x 32: scale 2 -> 24 x 80, cut to columns 24..55.
+  const auto last = torch::rand({3, 12, 40}) * 2 - 1;
+  const auto fitted = wt::wan::cover_picture(last, 24, 32);
+  ASSERT_EQ(fitted.sizes(), (std::vector<int64_t>{3, 24, 32}));
+  const auto scaled = wt::wan::resize_picture(last, {24, 80});
+  EXPECT_TRUE(torch::equal(fitted, scaled.narrow(2, 24, 32)));
+  EXPECT_TRUE(torch::equal(wt::wan::cover_picture(fitted, 24, 32), fitted));  // the same size: as it is
+
+  wt::wan::ClipVisionConfig config;
+  config.image_size = 28;
+  config.dim = 160;
+  config.num_heads = 2;
+  config.num_layers = 2;
+  wt::wan::ClipVision clip(config);
+  const auto first = torch::rand({3, 24, 32}) * 2 - 1;
+  const auto both = wt::wan::image_clip_features(*clip, first, last);
+  ASSERT_EQ(both.sizes(), (std::vector<int64_t>{2 * config.tokens(), 160}));
+  EXPECT_TRUE(torch::equal(both.narrow(0, 0, config.tokens()), clip->features(first.unsqueeze(0))[0]));
+  EXPECT_TRUE(torch::equal(both.narrow(0, config.tokens(), config.tokens()), clip->features(last.unsqueeze(0))[0]));
 }

@@ -14,6 +14,8 @@
 #include <thread>
 #include <tuple>
 
+#include <nlohmann/json.hpp>
+
 #include "../common/launch.hpp"
 #include "wantrain/data/dataset.hpp"
 #include "wantrain/io/safetensors.hpp"
@@ -532,6 +534,11 @@ TEST(Encode, TheImageConditionIsEncodedAndAPictureBecomesAVideo) {
       << bad.output;
   run_ok(wandata(encode_args(s, s.clips, data,
                              "--frames 5 --condition i2v --clip " + dir + "/clip.safetensors --latent-dtype fp32")));
+  {  // the job's record says so; a text-to-video job's has no such key (an earlier wandata's goes on)
+    std::ifstream record(data + "/encode.json");
+    const auto settings = nlohmann::json::parse(record);
+    EXPECT_EQ(settings.value("condition", ""), "i2v") << settings.dump();
+  }
   const auto dataset = wt::data::Dataset::open(data);
   const auto& shape = dataset.shape();
   ASSERT_EQ(shape.condition_channels, 4 + 16);
@@ -553,6 +560,17 @@ TEST(Encode, TheImageConditionIsEncodedAndAPictureBecomesAVideo) {
     EXPECT_GT(condition.y.narrow(0, 4, 16).select(1, 1).abs().max().item<float>(), 0.0f);  // the encoded zero frames
     EXPECT_TRUE(torch::isfinite(condition.clip_fea).all().item<bool>());
   }
+
+  // First and last frames: a still (d.png, a 1-frame sample of the buckets)
+  // has no last frame, and is skipped with its line.
+  const std::string flf2v = dir + "/flf2v";
+  const auto both = launch(wandata(models_args(s, s.clips, flf2v, "--buckets 32x32 --frames 5 --condition flf2v")));
+  ASSERT_EQ(both.status, 0) << both.output;
+  EXPECT_NE(both.output.find("clips/d.png: a still or a clip under 5 frames has no last frame to give (--condition "
+                             "flf2v)"),
+            std::string::npos)
+      << both.output;
+  EXPECT_EQ(wt::data::Dataset::open(flf2v).buckets().size(), 1u);
 
   // An i2v model of wan-tiny's width reading those: a picture to a video.
   const std::string config = dir + "/i2v.json";

@@ -342,3 +342,41 @@ TEST(LoraFile, AFileThatDoesNotFitTheModelNamesTheFirstMisfit) {
   EXPECT_EQ(error({{"blocks.0.ffn.0.weight", torch::zeros({64, 32})}}),
             "'blocks.0.ffn.0.weight' is not a LoRA tensor (.lora_A/.lora_B/.lora_down/.lora_up .weight, or .alpha)");
 }
+
+// The file's lora_targets names the layers adapted: "all" of a text-to-video
+// model is the ten block Linears, as files have always said; of a model with
+// the image branch, its four image layers too.
+TEST(LoraFile, ItsTargetsAreTheLayersAdapted) {
+  auto i2v_config = tiny();
+  i2v_config.model_type = wt::wan::ModelType::I2V;
+  i2v_config.image_dim = 8;
+  i2v_config.image_tokens = 3;
+  i2v_config.in_dim = 2 * i2v_config.out_dim + 4;
+  const std::string ten =
+      "self_attn.q,self_attn.k,self_attn.v,self_attn.o,cross_attn.q,cross_attn.k,cross_attn.v,cross_attn.o,ffn.0,ffn.2";
+  for (const auto& [config, expected] :
+       {std::pair{tiny(), ten},
+        {i2v_config, ten + ",cross_attn.k_img,cross_attn.v_img,img_emb.proj.1,img_emb.proj.3"}}) {
+    torch::manual_seed(2);
+    wt::wan::WanModel model(config);
+    const LoraOptions all{4, 0, 0, {}};
+    wt::wan::add_lora(*model, all);
+    wt::io::NamedTensors adapters;
+    for (const auto& item : model->named_parameters())
+      if (item.key().find(".lora_") != std::string::npos) adapters.emplace_back(item.key(), item.value());
+    const std::string file = temp("targets.safetensors");
+    wt::wan::write_lora_file(file, adapters, all, "crc32:00000000");
+    EXPECT_EQ(wt::io::SafetensorsFile::open(file).metadata().at("lora_targets"), expected);
+  }
+  // An image target named for a text-to-video model is refused.
+  torch::manual_seed(2);
+  wt::wan::WanModel t2v(tiny());
+  try {
+    wt::wan::add_lora(*t2v, {4, 0, 0, {"cross_attn.k_img"}});
+    FAIL() << "no error";
+  } catch (const wt::SettingError& e) {
+    EXPECT_EQ(e.setting() + ": " + e.message(),
+              "lora_targets: 'cross_attn.k_img': this t2v model has no such layer (the image branch is Wan2.1 "
+              "I2V/FLF2V's)");
+  }
+}

@@ -352,7 +352,7 @@ WanConfig image_config(wt::wan::ModelType type, int64_t image_dim) {
   auto c = tiny_config();
   c.model_type = type;
   c.image_dim = image_dim;
-  c.image_tokens = 3;
+  c.image_tokens = image_dim > 0 ? 3 : 257;
   c.in_dim = 2 * c.out_dim + 4;
   return c;
 }

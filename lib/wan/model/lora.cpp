@@ -102,6 +102,14 @@ std::string describe_lora(const LoraOptions& options) {
 void write_lora_file(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& adapters,
                      const LoraOptions& options, const std::string& base, LoraNames names, at::ScalarType dtype) {
   const double alpha = options.alpha > 0 ? options.alpha : double(options.rank);
+  // The targets adapted, in lora_targets() order: "all" of a t2v model is
+  // the ten block Linears, named as they always were.
+  std::vector<std::string> adapted;
+  for (const auto& target : options.targets.empty() ? lora_targets() : options.targets)
+    if (std::any_of(adapters.begin(), adapters.end(), [&](const auto& adapter) {
+          return lora_target_of(adapter.first.substr(0, adapter.first.rfind(".lora_")) + ".weight") == target;
+        }))
+      adapted.push_back(target);
   io::NamedTensors out;
   for (const auto& [name, tensor] : adapters) {
     const auto at = name.rfind(".lora_");
@@ -124,8 +132,7 @@ void write_lora_file(const std::string& path, const std::vector<std::pair<std::s
                         {{"format", "pt"},
                          {"lora_rank", std::to_string(options.rank)},
                          {"lora_alpha", fmt::format("{:g}", alpha)},
-                         {"lora_targets", options.targets.empty() ? std::string("all")
-                                                                  : fmt::format("{}", fmt::join(options.targets, ","))},
+                         {"lora_targets", fmt::format("{}", fmt::join(adapted, ","))},
                          {"base_checksum", base}});
 }
 

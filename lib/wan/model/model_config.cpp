@@ -101,6 +101,8 @@ void validate(const WanConfig& c, const std::string& source) {
   if (!c.image_conditioned() && c.image_dim != 0)
     fail(fmt::format("'image_dim' {} is for an i2v or flf2v model; 'model_type' is {}", c.image_dim,
                      model_type_name(c.model_type)));
+  if (!c.image_branch() && c.image_tokens != kDefaultImageTokens)
+    fail(fmt::format("'image_tokens' {} is for a model with the CLIP branch ('image_dim' > 0)", c.image_tokens));
   if (c.model_type == ModelType::FLF2V && c.image_dim == 0)
     fail("'model_type' flf2v needs the CLIP branch: 'image_dim' must be positive (Wan2.1: 1280)");
   if (const int64_t params = parameter_count(c); params > kMaxParameters)
