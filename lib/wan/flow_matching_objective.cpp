@@ -57,7 +57,7 @@ FlowMatchingObjective::Inputs FlowMatchingObjective::prepare(const train::Batch&
   } else {
     noise = training_noise(x0.sizes(), micro_batch.indices, options_.seed, context.step, options_.flow);
   }
-  Inputs inputs{apply_noise(x0, noise), {}};
+  Inputs inputs{apply_noise(x0, noise), {}, {}};
   const auto text = micro_batch.at("text_emb").to(torch::kFloat32);
   const auto keep = micro_batch.tensors.find(kCaptionKeep);
   inputs.context =

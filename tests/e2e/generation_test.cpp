@@ -288,8 +288,11 @@ TEST(ImageToVideoGeneration, EachClipIsDrawnFromItsFirstFrame) {
     // seen (0.64), where a model that ignored its picture would have none.
     constexpr double kI2vOwnBound = 0.85, kI2vMargin = 0.3;
     EXPECT_GE(own, kI2vOwnBound) << "clip " << k;
-    for (int j = 0; j < kClips; ++j)
-      if (j != k) EXPECT_GT(own, others[size_t(j)] + kI2vMargin) << "clip " << k << " against " << j;
+    for (int j = 0; j < kClips; ++j) {
+      if (j != k) {
+        EXPECT_GT(own, others[size_t(j)] + kI2vMargin) << "clip " << k << " against " << j;
+      }
+    }
   }
 }
 
