@@ -277,7 +277,7 @@ DatasetEncoderSummary encode_dataset(const DatasetEncoderSettings& s, WanVae& va
                                                     "more, and the frame buckets include {}",
                                                     frames));
   if (clip && s.condition_images == 0)
-    throw SettingError("condition", "a CLIP tower encodes the picture of an image condition: give --condition");
+    throw SettingError("condition", "a CLIP tower encodes the picture of an image condition, and none is asked for");
 
   std::vector<data::MediaItem> items;
   world.agree([&] {
@@ -388,7 +388,8 @@ DatasetEncoderSummary encode_dataset(const DatasetEncoderSettings& s, WanVae& va
       if (!p->problem.empty()) {
         skip(p->item, item.origin + ": " + p->problem);
       } else if (too_short) {
-        skip(p->item, item.origin + ": a still or a clip under 5 frames has no last frame to give (--condition flf2v)");
+        skip(p->item,
+             item.origin + ": a still or a clip under 5 frames has no last frame to give (the flf2v condition)");
       } else {
         const auto text_start = Clock::now();
         auto encoded = text.encode({*item.caption});

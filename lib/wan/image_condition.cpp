@@ -63,8 +63,8 @@ VideoSize image_video_size(int64_t height, int64_t width, int64_t max_area, int6
   const auto side = [&](double exact) { return int64_t(std::floor(exact / double(multiple))) * multiple; };
   VideoSize size{side(std::sqrt(double(max_area) * ratio)), side(std::sqrt(double(max_area) / ratio))};
   if (size.height < multiple || size.width < multiple)
-    throw UsageError(fmt::format("a {}x{} picture within {} pixels is less than {}x{}: raise --max-area", width, height,
-                                 max_area, multiple, multiple));
+    throw SettingError("max_area", fmt::format("a {}x{} picture within {} pixels is less than {}x{}: allow more pixels",
+                                               width, height, max_area, multiple, multiple));
   return size;
 }
 

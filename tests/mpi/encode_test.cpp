@@ -566,11 +566,10 @@ TEST(Encode, TheImageConditionIsEncodedAndAPictureBecomesAVideo) {
   const std::string flf2v = dir + "/flf2v";
   const auto both = launch(wandata(models_args(s, s.clips, flf2v, "--buckets 32x32 --frames 5 --condition flf2v")));
   ASSERT_EQ(both.status, 0) << both.output;
-  EXPECT_NE(both.output.find("clips/d.png: a still or a clip under 5 frames has no last frame to give (--condition "
-                             "flf2v)"),
+  EXPECT_NE(both.output.find("clips/d.png: a still or a clip under 5 frames has no last frame to give (the flf2v "
+                             "condition)"),
             std::string::npos)
       << both.output;
-  EXPECT_EQ(wt::data::Dataset::open(flf2v).buckets().size(), 1u);
 
   // An i2v model of wan-tiny's width reading those: a picture to a video.
   const std::string config = dir + "/i2v.json";
