@@ -12,6 +12,10 @@
 #
 # DIR/rsh is the agent for Open MPI (--mca plm_rsh_agent DIR/rsh): mpirun,
 # run on one node, starts its daemons on the others through it, as through ssh.
+# Nodes up from another directory are removed first if the process that
+# brought them up (the ctest run, else the caller, or $WANTRAIN_NODES_OWNER)
+# has exited and nothing runs on them: what a killed run left. Otherwise
+# `up` refuses them in one line.
 # Node names are PREFIX0..PREFIX{N-1}, PREFIX from $WANTRAIN_NODE_PREFIX
 # (default wtnode); addresses 10.231.$WANTRAIN_NODE_NET.{11+i} (default net 0),
 # the bridge (this machine, the "head node") .1. Needs root with CAP_SYS_ADMIN
@@ -37,9 +41,72 @@ node_exec() {  # node, command... : the command as a login shell of that node wo
     "$node" "$dir/nodes/$node/local" "$dir/local" "$@"
 }
 
+# Who brought a bridge's nodes up: /run/wantrain-nodes/BRIDGE holds the
+# directory and the process that owns them (the ctest run, else the caller),
+# so that another directory's `up` can tell a live cluster from one a killed
+# run left behind (/run, like the namespaces, is gone after a reboot).
+owner_file() { echo "/run/wantrain-nodes/$1"; }
+
+owner_process() {  # $WANTRAIN_NODES_OWNER, else the nearest ctest above us, else our caller: "PID STARTTIME"
+  local pid=${WANTRAIN_NODES_OWNER:-$PPID} parent
+  if [ -n "${WANTRAIN_NODES_OWNER:-}" ]; then
+    echo "$pid $(sed 's/.*) //' "/proc/$pid/stat" 2>/dev/null | cut -d' ' -f20)"; return
+  fi
+  while [ "$pid" -gt 1 ] && [ -r "/proc/$pid/stat" ]; do
+    if [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = ctest ]; then break; fi
+    parent=$(sed 's/.*) //' "/proc/$pid/stat" | cut -d' ' -f2)
+    [ "$parent" -gt 1 ] || { pid=$PPID; break; }
+    pid=$parent
+  done
+  [ -r "/proc/$pid/stat" ] || pid=$PPID
+  echo "$pid $(sed 's/.*) //' "/proc/$pid/stat" 2>/dev/null | cut -d' ' -f20)"
+}
+
+process_alive() {  # PID STARTTIME: the same process (not a reused PID) still runs
+  [ -r "/proc/$1/stat" ] && [ "$(sed 's/.*) //' "/proc/$1/stat" | cut -d' ' -f20)" = "$2" ]
+}
+
+prefix_nodes() {  # the namespaces named PREFIX0, PREFIX1, ...
+  ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^$1[0-9]+\$" || true
+}
+
+# A cluster of this prefix up from another directory is a leftover when the
+# process that owned it has exited and nothing runs on its nodes: removed.
+# One in use (its owner alive, or processes on a node) is refused.
+take_over_leftover() {  # prefix bridge
+  local prefix=$1 bridge=$2 owner="" owner_dir="(unknown)" pid="" start="" node busy=""
+  if [ -r "$(owner_file "$bridge")" ]; then
+    owner=$(cat "$(owner_file "$bridge")")
+    owner_dir=${owner#* * }
+    pid=${owner%% *}; start=${owner#* }; start=${start%% *}
+  fi
+  for node in $(prefix_nodes "$prefix"); do
+    [ -z "$(ip netns pids "$node" 2>/dev/null)" ] || busy+="${busy:+, }$node"
+  done
+  local use=""
+  if [ -n "$busy" ]; then use="processes run on $busy"
+  elif [ -n "$pid" ] && [ "$pid" -gt 1 ] && process_alive "$pid" "$start"; then use="the process that brought them up, $pid, runs"; fi
+  if [ -n "$use" ]; then
+    echo "nodes.sh: nodes of prefix $prefix are up from $owner_dir and in use ($use): nodes.sh down that directory, or set WANTRAIN_NODE_PREFIX and WANTRAIN_NODE_NET" >&2
+    return 1
+  fi
+  echo "nodes.sh: removing the nodes of prefix $prefix that a run which has exited left up (from $owner_dir)" >&2
+  for node in $(prefix_nodes "$prefix"); do
+    ip netns delete "$node" 2>/dev/null || true
+    ip link delete "veth-$node" 2>/dev/null || true
+    rm -rf "/etc/netns/$node"
+  done
+  ip link delete "$bridge" 2>/dev/null || true
+  rm -f "$(owner_file "$bridge")"
+}
+
 down() {
   [ -r "$dir/nodes.env" ] || return 0
   load
+  # Nodes another directory has since taken over are not ours to remove.
+  if [ -r "$(owner_file "$BRIDGE")" ] && [ "$(cut -d' ' -f3- "$(owner_file "$BRIDGE")")" != "$dir" ]; then
+    rm -f "$dir/nodes.env"; return 0
+  fi
   for node in $NODES; do
     if ip netns pids "$node" >/dev/null 2>&1; then
       # Everything running on the node, daemons included, then the namespace.
@@ -55,7 +122,7 @@ down() {
     rm -rf "/etc/netns/$node"
   done
   ip link delete "$BRIDGE" 2>/dev/null || true
-  rm -f "$dir/nodes.env"
+  rm -f "$(owner_file "$BRIDGE")" "$dir/nodes.env"
 }
 
 case "$what" in
@@ -87,14 +154,15 @@ SUBNET=10.231.$net.0/24
 INTERFACE=eth0
 ENV
   load
-  if ip link show "$BRIDGE" >/dev/null 2>&1; then
-    echo "nodes.sh: the bridge $BRIDGE exists already: nodes of prefix $prefix are up from another directory (nodes.sh down it, or set WANTRAIN_NODE_PREFIX and WANTRAIN_NODE_NET)" >&2
-    rm -f "$dir/nodes.env"; exit 1
+  if ip link show "$BRIDGE" >/dev/null 2>&1 || [ -n "$(prefix_nodes "$prefix")" ]; then
+    take_over_leftover "$prefix" "$BRIDGE" || { rm -f "$dir/nodes.env"; exit 1; }
   fi
   if ! ip link add "$BRIDGE" type bridge 2>"$dir/ip.err"; then
     echo "SKIP: cannot create a network bridge here ($(head -1 "$dir/ip.err")): the multinode tests need CAP_NET_ADMIN"
     rm -f "$dir/nodes.env"; exit 77
   fi
+  mkdir -p /run/wantrain-nodes
+  echo "$(owner_process) $dir" > "$(owner_file "$BRIDGE")"
   ip addr add "$HEAD_ADDR/24" dev "$BRIDGE"
   ip link set "$BRIDGE" up
   hosts="127.0.0.1 localhost"$'\n'"$HEAD_ADDR head"$'\n'

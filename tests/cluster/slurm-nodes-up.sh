@@ -34,13 +34,8 @@ slurm_install_packages
 "$here/slurm-nodes-down.sh" "$dir" >/dev/null 2>&1 || true
 # Not the mpirun multinode tests' nodes (nodes.sh's default wtnode, net 0).
 export WANTRAIN_NODE_PREFIX=${WANTRAIN_SLURM_NODE_PREFIX:-wtslurm} WANTRAIN_NODE_NET=${WANTRAIN_SLURM_NODE_NET:-1}
-if ip netns list 2>/dev/null | grep -q "^${WANTRAIN_NODE_PREFIX}0\b"; then
-  echo "slurm-nodes-up: the node ${WANTRAIN_NODE_PREFIX}0 exists already, brought up from another directory than $dir:" \
-    "stop that cluster first (slurm-nodes-down.sh ITS_DIR), or name other nodes with" \
-    "WANTRAIN_SLURM_NODE_PREFIX and WANTRAIN_SLURM_NODE_NET (default wtslurm, 1)" >&2
-  exit 1
-fi
-
+# Nodes of this prefix up from another directory: nodes.sh removes them if
+# the run that made them has exited, and refuses them if they are in use.
 rm -rf "$dir"
 mkdir -p "$dir"/{state,spool,munge,log}
 chmod 700 "$dir/munge"
