@@ -22,7 +22,13 @@ struct Case {
   int64_t context_len;
 };
 
-void expect_matches_reference(const Case& c) {
+// How the timesteps reach each side: one per sample to both; one per token
+// to both, the first latent frame's at 0 (Wan2.2's TI2V, textimage2video.py);
+// or one per sample to wantrain and the same repeated per token to the
+// reference (Wan2.2 expands a [B] t so).
+enum class Timesteps { PerSample, FirstFrameAtZero, PerSampleAgainstRepeated };
+
+void expect_matches_reference(const Case& c, Timesteps timesteps = Timesteps::PerSample) {
   SCOPED_TRACE(c.name);
   const std::string dir = wt::testing::fresh(std::string("reference-") + c.name);
   std::filesystem::create_directories(dir);
@@ -38,9 +44,19 @@ void expect_matches_reference(const Case& c) {
   const auto [f, h, w] = c.latent_fhw;
   const int64_t cy = config.condition_channels();
   const auto x = torch::randn({2, config.in_dim - cy, f, h, w});           // [B, C, F, H, W]
-  const auto t = torch::tensor({37.5f, 912.0f});                           // [B]
+  auto t = torch::tensor({37.5f, 912.0f});                                 // [B]
   const auto context = torch::randn({2, c.context_len, config.text_dim});  // [B, Lc, D]
-  wt::io::NamedTensors inputs{{"x", x}, {"t", t}, {"context", context}};
+  const int64_t frame_tokens = (h / config.patch_size[1]) * (w / config.patch_size[2]);
+  const int64_t tokens = (f / config.patch_size[0]) * frame_tokens;
+  auto reference_t = t;
+  if (timesteps != Timesteps::PerSample) {
+    reference_t = t.view({2, 1}).repeat({1, tokens});  // [B, L]
+    if (timesteps == Timesteps::FirstFrameAtZero) {
+      reference_t.slice(1, 0, frame_tokens).zero_();
+      t = reference_t;
+    }
+  }
+  wt::io::NamedTensors inputs{{"x", x}, {"t", reference_t}, {"context", context}};
   wt::wan::ImageCondition image;
   if (config.image_conditioned()) {
     image.y = torch::randn({2, cy, f, h, w});  // [B, 4 + C, F, H, W]
@@ -121,4 +137,30 @@ TEST(WanReference, Wan22ImageToVideoWithoutClipMatches) {
            "qk_norm": false, "cross_attn_norm": false})",
        {2, 4, 4},
        3});
+}
+
+// Wan2.2's TI2V-5B: a timestep per token, 0 on the first latent frame's
+// tokens (the kept picture), with its own time embedding and modulation in
+// every block and the head.
+TEST(WanReference, Wan22PerTokenTimestepsWithTheFirstFrameAtZeroMatch) {
+  expect_matches_reference(
+      {"ti2v",
+       R"({"model_type": "ti2v", "dim": 64, "ffn_dim": 96, "num_heads": 4, "num_layers": 2, "freq_dim": 32,
+           "text_dim": 24, "text_len": 10, "patch_size": [1, 2, 2], "in_dim": 6, "out_dim": 6, "eps": 1e-6,
+           "qk_norm": true, "cross_attn_norm": true})",
+       {3, 4, 6},
+       7},
+      Timesteps::FirstFrameAtZero);
+}
+
+// A [B] timestep is the official model's [B] expanded to every token.
+TEST(WanReference, OneTimestepPerSampleMatchesItRepeatedPerToken) {
+  expect_matches_reference(
+      {"repeated-t",
+       R"({"model_type": "ti2v", "dim": 64, "ffn_dim": 96, "num_heads": 4, "num_layers": 2, "freq_dim": 32,
+           "text_dim": 24, "text_len": 10, "patch_size": [1, 2, 2], "in_dim": 6, "out_dim": 6, "eps": 1e-6,
+           "qk_norm": true, "cross_attn_norm": true})",
+       {2, 4, 4},
+       5},
+      Timesteps::PerSampleAgainstRepeated);
 }

@@ -10,7 +10,8 @@ embedding in float64, RMSNorm/LayerNorm in float32, unpatchify by einsum. It
 reads only safetensors files and uses no wantrain code.
 
 usage: wan_reference.py CONFIG.json WEIGHTS.safetensors INPUTS.safetensors OUT.safetensors
-  INPUTS holds x [B,C,F,H,W], t [B], context [B,Lc,text_dim] (float32), and
+  INPUTS holds x [B,C,F,H,W], t [B] (or [B,L], a timestep per token, as
+  Wan2.2's model takes it), context [B,Lc,text_dim] (float32), and
   optionally y [B,Cy,F,H,W] (joined to x on the channel axis before the patch
   embedding, so in_dim = C + Cy) and clip_fea [B,N,image_dim] (CLIP features;
   N = image_tokens for i2v, 2*image_tokens for flf2v: the first image's
@@ -20,7 +21,8 @@ usage: wan_reference.py CONFIG.json WEIGHTS.safetensors INPUTS.safetensors OUT.s
 CONFIG holds WanModel's settings (dim, ffn_dim, num_heads, num_layers,
 freq_dim, text_dim, text_len, patch_size, in_dim, out_dim, eps, qk_norm,
 cross_attn_norm) and optionally:
-  model_type    "t2v" (default), "i2v", "flf2v"; "ti2v" runs as "t2v".
+  model_type    "t2v" (default), "i2v", "flf2v"; "ti2v" runs as "t2v" (its
+                first-frame condition is in the per-token t and x).
   image_dim     width of the CLIP features (1280 in the releases); 0 or
                 absent: no CLIP branch.
   image_tokens  CLIP tokens per image (257 in the releases, the default);
@@ -154,9 +156,20 @@ def forward(cfg, p, x, t, context, y=None, clip_fea=None):
     x = x.flatten(2).transpose(1, 2)
     b, s = x.shape[0], x.shape[1]
 
-    e = sinusoidal_embedding_1d(cfg["freq_dim"], t).float()
+    # Wan2.2 takes t [B] or [B, L]: one timestep per token, each with its own
+    # time embedding and modulation (Wan2.1 only [B]).
+    per_token = t.dim() == 2
+    e = sinusoidal_embedding_1d(cfg["freq_dim"], t.flatten()).float()
     e = linear(p, "time_embedding.2", F.silu(linear(p, "time_embedding.0", e)))
     e0 = linear(p, "time_projection.1", F.silu(e)).unflatten(1, (6, dim))
+    if per_token:
+        assert t.shape == (b, s), f"per-token t must be [B, L] = [{b}, {s}], got {list(t.shape)}"
+        e, e0 = e.unflatten(0, (b, s)), e0.unflatten(0, (b, s))  # [B, L, dim], [B, L, 6, dim]
+
+    def modulation(name, emb, parts):
+        if per_token:  # [1, 1, parts, dim] + [B, L, parts, dim], split into [B, L, dim]
+            return [u.squeeze(2) for u in (p[name].unsqueeze(0) + emb).chunk(parts, dim=2)]
+        return (p[name] + emb).chunk(parts, dim=1)  # [1, parts, dim] + [B, parts, dim]
 
     ctx = torch.cat([context, context.new_zeros(b, cfg["text_len"] - context.shape[1], context.shape[2])], dim=1)
     ctx = linear(p, "text_embedding.2", F.gelu(linear(p, "text_embedding.0", ctx), approximate="tanh"))
@@ -167,7 +180,7 @@ def forward(cfg, p, x, t, context, y=None, clip_fea=None):
 
     for i in range(cfg["num_layers"]):
         pre = f"blocks.{i}."
-        m = (p[pre + "modulation"] + e0).chunk(6, dim=1)
+        m = modulation(pre + "modulation", e0, 6)
         y = layer_norm(x, eps) * (1 + m[1]) + m[0]
         q, k, v = (linear(p, pre + "self_attn." + n, y) for n in "qkv")
         if cfg["qk_norm"]:
@@ -196,7 +209,7 @@ def forward(cfg, p, x, t, context, y=None, clip_fea=None):
         y = linear(p, pre + "ffn.2", F.gelu(linear(p, pre + "ffn.0", y), approximate="tanh"))
         x = x + y * m[5]
 
-    shift, scale = (p["head.modulation"] + e.unsqueeze(1)).chunk(2, dim=1)
+    shift, scale = modulation("head.modulation", e.unsqueeze(2) if per_token else e.unsqueeze(1), 2)
     x = linear(p, "head.head", layer_norm(x, eps) * (1 + scale) + shift)
 
     c = cfg["out_dim"]

@@ -111,10 +111,17 @@ WanBlockImpl::WanBlockImpl(const WanConfig& c, at::ScalarType linear_dtype) {
 
 at::Tensor WanBlockImpl::forward(at::Tensor x, const at::Tensor& e0, const at::Tensor& context, const RopeTable& rope,
                                  const at::Tensor& image_context) {
-  std::vector<at::Tensor> m;  // shift_sa, scale_sa, gate_sa, shift_ff, scale_ff, gate_ff: each [B, 1, dim]
+  // shift_sa, scale_sa, gate_sa, shift_ff, scale_ff, gate_ff: each [B, 1, dim],
+  // or [B, L, dim] with per-token timesteps (e0 [B, L, 6, dim])
+  std::vector<at::Tensor> m;
   {
     nn::Fp32Scope fp32;
-    m = (modulation + e0).chunk(6, 1);
+    if (e0.dim() == 4) {
+      m = (modulation.unsqueeze(0) + e0).chunk(6, 2);
+      for (auto& part : m) part = part.squeeze(2);
+    } else {
+      m = (modulation + e0).chunk(6, 1);
+    }
   }
   // norm * (1 + scale) + shift and x + y * gate: one addcmul each
   const auto attn_in = torch::addcmul(m[0], norm_fp32(norm1, x).to(torch::kFloat32), 1 + m[1]);
@@ -143,7 +150,13 @@ at::Tensor WanBlockImpl::forward_tensors(const std::vector<at::Tensor>& inputs) 
 
 at::Tensor WanHeadImpl::forward(const at::Tensor& x, const at::Tensor& e) {
   nn::Fp32Scope fp32;
-  auto m = (modulation + e.unsqueeze(1)).chunk(2, 1);  // shift, scale: [B, 1, dim]
+  std::vector<at::Tensor> m;  // shift, scale: [B, 1, dim], or [B, L, dim] per token (e [B, L, dim])
+  if (e.dim() == 3) {
+    m = (modulation.unsqueeze(0) + e.unsqueeze(2)).chunk(2, 2);
+    for (auto& part : m) part = part.squeeze(2);
+  } else {
+    m = (modulation + e.unsqueeze(1)).chunk(2, 1);
+  }
   return head(torch::addcmul(m[0], norm(x.to(torch::kFloat32)), 1 + m[1]));
 }
 
@@ -271,14 +284,25 @@ at::Tensor WanModelImpl::forward(const at::Tensor& noisy, const at::Tensor& t, c
     throw UsageError("this model has no CLIP branch (image_dim 0): it takes no CLIP features");
   }
   const auto grid = token_grid(x.sizes(), cfg.patch_size);
+  const int64_t batch = x.size(0), token_count = grid[0] * grid[1] * grid[2];
+  const bool per_token = t.dim() == 2;
+  if (!(t.dim() == 1 && t.size(0) == batch) && !(per_token && t.size(0) == batch && t.size(1) == token_count))
+    throw UsageError(fmt::format("model timesteps must be [{}] or [{}, {}] (one per token), got [{}]", batch, batch,
+                                 token_count, fmt::join(t.sizes(), ",")));
 
   auto tokens = patch_embedding(x).flatten(2).transpose(1, 2);  // [B, L, dim]
 
+  // Per-token timesteps (Wan2.2's TI2V: 0 on the kept first frame) give every
+  // token its own time embedding and modulation: e [B, L, dim], e0 [B, L, 6, dim].
   at::Tensor e, e0;
   {
     nn::Fp32Scope fp32;
-    e = time_embedding->forward(sinusoidal_embedding(t, cfg.freq_dim).to(x.device()));  // [B, dim]
-    e0 = time_projection->forward(e).unflatten(1, {6, cfg.dim});                        // [B, 6, dim]
+    e = time_embedding->forward(sinusoidal_embedding(t.flatten(), cfg.freq_dim).to(x.device()));  // [B(L), dim]
+    e0 = time_projection->forward(e).unflatten(1, {6, cfg.dim});                                  // [B(L), 6, dim]
+    if (per_token) {
+      e = e.unflatten(0, {batch, token_count});
+      e0 = e0.unflatten(0, {batch, token_count});
+    }
   }
 
   auto padded = torch::constant_pad_nd(context, {0, 0, 0, cfg.text_len - context.size(1)});  // [B, text_len, text_dim]

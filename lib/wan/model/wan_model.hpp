@@ -4,6 +4,7 @@
 //
 //   x [B, C, F, H, W] --patch_embedding--> tokens [B, L, dim], (f, h, w) order
 //   t [B] --sinusoidal--time_embedding--> e [B, dim] --time_projection--> e0 [B, 6, dim]
+//     (or t [B, L], one per token as Wan2.2's TI2V gives: e [B, L, dim], e0 [B, L, 6, dim])
 //   context [B, Lc <= text_len, text_dim], zero-padded to text_len --text_embedding-->
 //   blocks: modulated self-attention with 3D RoPE, cross-attention, gated FFN
 //   head (modulated by e) --unpatchify--> [B, out_dim, F, H, W]
@@ -71,7 +72,7 @@ TORCH_MODULE(Attention);
 class WanBlockImpl : public nn::Recomputable {
  public:
   explicit WanBlockImpl(const WanConfig& config, at::ScalarType linear_dtype = at::kFloat);
-  // x [B, L, dim], e0 [B, 6, dim] fp32, context [B, text_len, dim],
+  // x [B, L, dim], e0 [B, 6, dim] or per token [B, L, 6, dim] fp32, context [B, text_len, dim],
   // image_context [B, Li, dim] (models with the image branch only)
   at::Tensor forward(at::Tensor x, const at::Tensor& e0, const at::Tensor& context, const RopeTable& rope,
                      const at::Tensor& image_context = {});
@@ -88,7 +89,7 @@ TORCH_MODULE(WanBlock);
 class WanHeadImpl : public torch::nn::Module {
  public:
   explicit WanHeadImpl(const WanConfig& config);
-  // x [B, L, dim], e [B, dim] fp32 -> [B, L, prod(patch) * out_dim]
+  // x [B, L, dim], e [B, dim] or per token [B, L, dim] fp32 -> [B, L, prod(patch) * out_dim]
   at::Tensor forward(const at::Tensor& x, const at::Tensor& e);
 
   at::Tensor modulation;  // [1, 2, dim]
@@ -129,7 +130,8 @@ class WanModelImpl : public torch::nn::Module {
                         WanInit init = WanInit::Random);
 
   // x [B, in_dim - condition_channels, F, H, W] noisy latents (F, H, W
-  // multiples of patch_size), t [B] timesteps in [0, 1000], context [B, Lc,
+  // multiples of patch_size), t [B] timesteps in [0, 1000] or [B, L] one per
+  // token (L = the token count, in (f, h, w) order), context [B, Lc,
   // text_dim] with Lc <= text_len, and for an i2v or flf2v model its image
   // condition -> [B, out_dim, F, H, W]. UsageError naming the input whose
   // shape is wrong, or a condition the model lacks or does not take.
