@@ -26,8 +26,7 @@
 #include "wantrain/util/options.hpp"
 #include "wantrain/wan/model/weights.hpp"
 #include "wantrain/wan/vae/vae_config.hpp"
-#include "wantrain/wan/vae/vae_weights.hpp"
-#include "wantrain/wan/vae/wan_vae.hpp"
+#include "wantrain/wan/vae/video_vae.hpp"
 
 namespace wt {
 namespace {
@@ -72,7 +71,7 @@ bool ends_with(const std::string& s, const std::string& end) {
 // lets them grow or vanish, and timings on denormals or infinities would
 // mean nothing): the norms' gamma around 1, convs at unit gain, small
 // biases, and the decoder's last conv at 0.3 so that little is clamped.
-void randomize(wan::WanVaeImpl& vae, uint64_t seed) {
+void randomize(wan::VideoVae& vae, uint64_t seed) {
   torch::manual_seed(seed);
   torch::NoGradGuard no_grad;
   for (auto& item : vae.named_parameters()) {
@@ -103,16 +102,15 @@ std::vector<int64_t> parse_frames(const std::string& text) {
   return frames;
 }
 
-Point measure(const wan::VaeConfig& config, const VaeBenchConfig& c, int64_t frames, int64_t width, int64_t height) {
+Point measure(const wan::VideoVaeConfig& config, const VaeBenchConfig& c, int64_t frames, int64_t width,
+              int64_t height) {
   Point p;
   p.frames = frames;
   const auto dtype = app::float_dtype(c.dtype);
   torch::manual_seed(uint64_t(c.seed));
-  wan::WanVae vae(config, dtype);
-  if (c.weights.empty())
-    randomize(*vae, uint64_t(c.seed));
-  else
-    wan::load_weights(*vae, wan::open_vae_weights(c.weights));
+  const auto vae =
+      c.weights.empty() ? wan::make_video_vae(config, dtype) : wan::open_video_vae(c.weights, config, dtype);
+  if (c.weights.empty()) randomize(*vae, uint64_t(c.seed));
   io::NamedTensors weights;
   for (const auto& item : vae->named_parameters()) {
     weights.emplace_back(item.key(), item.value());
@@ -128,7 +126,7 @@ Point measure(const wan::VaeConfig& config, const VaeBenchConfig& c, int64_t fra
   const int64_t f = config.spatial_factor();
   const auto video = torch::rand({c.batch, 3, frames, height, width}) * 2 - 1;  // [B, 3, T, H, W], fp32
   const auto latents =
-      torch::randn({c.batch, config.z_dim, vae->latent_frames(frames), height / f, width / f});  // [B, z, t, h, w]
+      torch::randn({c.batch, config.z_dim(), vae->latent_frames(frames), height / f, width / f});  // [B, z, t, h, w]
   if (!c.save_inputs.empty())
     io::write_safetensors(c.save_inputs, {{"video", video}, {"latents", latents}}, torch::kFloat);
   p.ready_rss_mib = current_rss_bytes() / kMiB;
@@ -229,13 +227,15 @@ int run_vae_bench(distributed::World& world, int argc, char** argv) {
   OptionSet options("wanbench vae", "[options]");
   options.group("vae")
       .standard_options(&c.config_file)
-      .add("vae-config", &c.vae_config, "VAE config JSON (wan/vae/vae_config.hpp's keys; empty: Wan2.1's VAE)")
+      .add("vae-config", &c.vae_config,
+           "VAE config JSON (wan/vae/vae_config.hpp's keys, Wan2.1's or Wan2.2's VAE; empty: the released shape of "
+           "the VAE --weights holds, or Wan2.1's)")
       .add("weights", &c.weights,
            "weights (.pth or safetensors, official or diffusers names); empty: random ones drawn from --seed")
       .add("seed", &c.seed, "seed of the random weights, and (plus 1) of the video and latents")
       .add("frames", &c.frames,
            "video frames, 1 + 4k; several, comma-separated (17,81), measure each in a process of its own")
-      .add("size", &c.size, "video width x height in pixels, multiples of 8")
+      .add("size", &c.size, "video width x height in pixels, multiples of the VAE's spatial factor (8; Wan2.2's: 16)")
       .add("batch", &c.batch, "videos per encode and decode")
       .choice("dtype", &c.dtype, {"fp32", "bf16"}, "the weights' dtype, which the VAE computes in")
       .choice("pass", &c.pass, {"both", "encode", "decode"}, "what to measure")
@@ -267,7 +267,7 @@ int run_vae_bench(distributed::World& world, int argc, char** argv) {
         "option --frames: give one frame count with --save-weights, --save-inputs, --save-outputs or "
         "--profile");
   if (c.threads > 0) torch::set_num_threads(c.threads);
-  const auto config = c.vae_config.empty() ? wan::VaeConfig{} : wan::load_vae_config(c.vae_config);
+  const auto config = wan::video_vae_config(c.weights, c.vae_config);
   const int64_t f = config.spatial_factor();
   if (width % f != 0 || height % f != 0)
     throw UsageError(fmt::format("option --size: {} must be multiples of {} (the VAE's spatial factor)", c.size, f));
@@ -283,7 +283,8 @@ int run_vae_bench(distributed::World& world, int argc, char** argv) {
     std::cout << fmt::format(
                      "# wanbench vae: {} ({:.1f} M parameters), {}, {}, batch {}, {} iters (median) after {} "
                      "warm-up, {} threads{}\n",
-                     c.vae_config.empty() ? "Wan2.1's VAE" : c.vae_config, double(points[0].parameters) / 1e6, c.dtype,
+                     config.description() + (c.vae_config.empty() ? "" : " of " + c.vae_config),
+                     double(points[0].parameters) / 1e6, c.dtype,
                      c.weights.empty() ? fmt::format("random weights (seed {})", c.seed) : c.weights, c.batch, c.iters,
                      c.warmup, torch::get_num_threads(),
                      frames.size() > 1 ? ", each length in a process of its own" : "")

@@ -15,7 +15,7 @@
 #include "wantrain/util/files.hpp"
 #include "wantrain/util/options.hpp"
 #include "wantrain/wan/model/weights.hpp"
-#include "wantrain/wan/vae/vae_weights.hpp"
+#include "wantrain/wan/vae/video_vae.hpp"
 #include "wantrain/wan/video_output.hpp"
 
 namespace wt {
@@ -29,8 +29,10 @@ int run_decode(distributed::World&, int argc, char** argv) {
       .standard_options(&config_file)
       .add("data", &data_dir, "the dataset")
       .add("index", &index, "which sample")
-      .add("vae", &vae_file, "Wan2.1 VAE weights (Wan2.1_VAE.pth, ComfyUI or diffusers layout)")
-      .add("vae-config", &vae_config, "VAE shape as JSON (the official constructor's keys); default Wan2.1's")
+      .add("vae", &vae_file,
+           "VAE weights, Wan2.1's or Wan2.2's (Wan2.1_VAE.pth, Wan2.2_VAE.pth, ComfyUI or diffusers layout)")
+      .add("vae-config", &vae_config,
+           "VAE shape as JSON (the official constructor's keys); default the released shape of the VAE --vae holds")
       .choice("vae-dtype", &vae_dtype, {"fp32", "bf16"}, "VAE weights and compute")
       .add("video", &video, "write the video here (.mp4: H.264; .mkv, .webm, .gif, .mov too)")
       .add("frames-dir", &frames_dir, "write the frames as PNGs into this folder")
@@ -49,25 +51,24 @@ int run_decode(distributed::World&, int argc, char** argv) {
     throw UsageError(
         fmt::format("option --index: {} is outside the {} samples of {}", index, dataset.size(), data_dir));
   const auto& s = dataset.shape_of(index);  // its bucket's shape
-  const auto config = vae_config.empty() ? wan::VaeConfig{} : wan::load_vae_config(vae_config);
-  if (s.channels != config.z_dim)
-    throw UsageError(
-        fmt::format("{}: latents of {} channels, the VAE's are {} (--vae-config)", data_dir, s.channels, config.z_dim));
+  const auto config = wan::video_vae_config(vae_file, vae_config);
+  if (s.channels != config.z_dim())
+    throw UsageError(fmt::format("{}: latents of {} channels, and --vae is the {}{}", data_dir, s.channels,
+                                 config.description(), vae_config.empty() ? "" : " (--vae-config)"));
   auto latents = torch::empty({s.channels, s.frames, s.height, s.width}, data::scalar_type(s.latents));
   auto text = torch::empty({s.text_len, s.text_dim}, data::scalar_type(s.text));
   int32_t text_len = 0;
   data::SampleReader reader(dataset);
   reader.read(index, latents, text, text_len);
-  wan::WanVae vae(config, app::float_dtype(vae_dtype));
-  wan::load_weights(*vae, wan::open_vae_weights(vae_file));
+  const auto vae = wan::open_video_vae(vae_file, config, app::float_dtype(vae_dtype));
   vae->eval();
   media::VideoWriterOptions writer;
   writer.fps = fps;
-  const int64_t frames = wan::write_decoded_video(vae, latents.to(torch::kFloat32), {video, frames_dir, writer});
+  const int64_t frames = wan::write_decoded_video(*vae, latents.to(torch::kFloat32), {video, frames_dir, writer});
   const std::string prompt = reader.prompt(index);
   std::cout << fmt::format("wandata decode: sample {} of {}{}: {} frames of {}x{} to {}{}{}\n", index, data_dir,
-                           prompt.empty() ? "" : " (\"" + prompt + "\")", frames, s.width * config.spatial_factor(),
-                           s.height * config.spatial_factor(), video,
+                           prompt.empty() ? "" : " (\"" + prompt + "\")", frames, s.width * vae->spatial_factor(),
+                           s.height * vae->spatial_factor(), video,
                            !video.empty() && !frames_dir.empty() ? " and " : "", frames_dir);
   return kExitOk;
 }

@@ -23,7 +23,7 @@
 #include "wantrain/util/text.hpp"
 #include "wantrain/wan/dataset_encoder.hpp"
 #include "wantrain/wan/model/weights.hpp"
-#include "wantrain/wan/vae/vae_weights.hpp"
+#include "wantrain/wan/vae/video_vae.hpp"
 
 namespace wt {
 namespace {
@@ -154,8 +154,11 @@ int run_encode(distributed::World& world, int argc, char** argv) {
       .add("decode-threads", &c.decode_threads, "FFmpeg decoder threads (frame threads)")
       .flag("strict", &c.strict, "fail on the first bad item instead of skipping it with a line");
   options.group("models")
-      .add("vae", &c.vae, "Wan2.1 VAE weights: Wan2.1_VAE.pth, ComfyUI's safetensors or diffusers' AutoencoderKLWan")
-      .add("vae-config", &c.vae_config, "VAE shape as JSON (the official constructor's keys); default Wan2.1's")
+      .add("vae", &c.vae,
+           "VAE weights, Wan2.1's or Wan2.2's (told apart by their tensors): Wan2.1_VAE.pth, Wan2.2_VAE.pth, "
+           "ComfyUI's safetensors or diffusers' AutoencoderKLWan (Wan2.1)")
+      .add("vae-config", &c.vae_config,
+           "VAE shape as JSON (the official constructor's keys); default the released shape of the VAE --vae holds")
       .choice("vae-dtype", &c.vae_dtype, {"fp32", "bf16"},
               "VAE weights and compute: fp32 (bf16 shifts the latents, the first frame most)")
       .add("t5", &c.t5,
@@ -245,14 +248,11 @@ int run_encode(distributed::World& world, int argc, char** argv) {
 
   const auto chosen = distributed::choose_device(app::parse_device(c.device), "device");
   if (!chosen.warning.empty()) report_warning("{}", chosen.warning);
-  wan::WanVae vae(nullptr);
+  std::shared_ptr<wan::VideoVae> vae;
   wan::ClipVision clip(nullptr);
   std::unique_ptr<wan::TextEncoder> text;
   world.agree([&] {
-    const auto config = c.vae_config.empty() ? wan::VaeConfig{} : wan::load_vae_config(c.vae_config);
-    const auto weights = wan::open_vae_weights(c.vae);
-    vae = wan::WanVae(config, app::float_dtype(c.vae_dtype));
-    wan::load_weights(*vae, weights);
+    vae = wan::open_video_vae(c.vae, c.vae_config, app::float_dtype(c.vae_dtype));
     vae->to(chosen.device);
     vae->eval();
     if (!c.clip.empty()) clip = wan::load_clip_vision(c.clip, app::float_dtype(c.clip_dtype), chosen.device);
@@ -264,13 +264,14 @@ int run_encode(distributed::World& world, int argc, char** argv) {
                 wan::frames_text(buckets.frames),
                 buckets.frames.size() > 1 ? fmt::format(" ({} a video fills)", c.frame_buckets) : "",
                 describe_sizes(c, buckets), world.size(), world.size() == 1 ? "" : "s", chosen.device.str());
+  if (world.is_root()) report_info("wandata encode: --vae {}: {}, {}", c.vae, vae->description(), c.vae_dtype);
 
   if (world.is_root() && s.condition_images > 0)
     report_info("wandata encode: condition {}: /y{}", c.condition,
                 clip ? fmt::format(" and /clip_fea ({} tokens of {} a picture; CLIP weights in {})",
                                    clip->config().tokens(), clip->config().dim, clip->weights_layout())
                      : std::string(" (no --clip: for Wan2.2's I2V, which reads no CLIP features)"));
-  const auto summary = wan::encode_dataset(s, vae, *text, world, clip ? &clip : nullptr);
+  const auto summary = wan::encode_dataset(s, *vae, *text, world, clip ? &clip : nullptr);
   if (world.is_root()) {
     // The totals, each bucket's shape and samples, then the skipped items.
     std::string lines;

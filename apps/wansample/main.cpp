@@ -12,9 +12,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include <iostream>
-#include <cstdlib>
 #include <cmath>
+#include <cstdlib>
+#include <iostream>
+#include <optional>
 
 #include "wantrain/app/float_dtype.hpp"
 #include "wantrain/ckpt/checkpoint.hpp"
@@ -36,12 +37,13 @@
 #include "wantrain/wan/latent_preview.hpp"
 #include "wantrain/wan/encoders/text_encoder.hpp"
 #include "wantrain/wan/image_condition.hpp"
-#include "wantrain/wan/vae/vae_weights.hpp"
+#include "wantrain/wan/vae/video_vae.hpp"
 #include "wantrain/wan/video_output.hpp"
 #include "wantrain/util/error.hpp"
 #include "wantrain/util/exit_codes.hpp"
 #include "wantrain/util/files.hpp"
 #include "wantrain/util/options.hpp"
+#include "wantrain/util/text.hpp"
 #include "wantrain/app/device_option.hpp"
 #include "wantrain/app/version.hpp"
 
@@ -52,13 +54,14 @@ struct SampleConfig {
   std::string config_file, weights, checkpoint,
       checkpoint_weights = "auto", model_config, data, text, size, out = "sample.h5", png, precision = "fp32",
       device = "auto", prompt, negative_prompt, t5, t5_config, t5_dtype = "bf16", tokenizer, noise, vae, vae_config,
-      vae_dtype = "fp32", video, frames_dir, image, last_image, clip, clip_dtype = "fp32";
+      vae_dtype = "fp32", video, frames_dir, image, last_image, clip, clip_dtype = "fp32", cfg = "5", high_noise,
+      low_noise;
   int64_t index = 0, frames = 0, attention_chunk = 0, max_area = 480 * 832;
   int steps = 50, threads = 0;
-  double shift = 5.0, cfg = 5.0, fps = 16;
+  double shift = 5.0, fps = 16, boundary = 0;
   uint64_t seed = 0;
-  bool compare = false;
-  std::vector<std::string> loras, lora_scales;
+  bool compare = false, offload_experts = false, first_frame = false;
+  std::vector<std::string> loras, lora_scales, loras_high, loras_low;
 };
 
 // The model config: --model-config, or the one --checkpoint stores (checked
@@ -83,6 +86,15 @@ int run(distributed::World&, int argc, char** argv) {
       .standard_options(&c.config_file)
       .add("weights", &c.weights,
            "model weights: .safetensors, .safetensors.index.json or a torch.save .pth (Wan or diffusers names)")
+      .add("high-noise", &c.high_noise,
+           "Wan2.2 A14B: the high-noise expert's weights (high_noise_model), for the steps at or above --boundary; "
+           "with --low-noise instead of --weights")
+      .add("low-noise", &c.low_noise, "Wan2.2 A14B: the low-noise expert's weights (low_noise_model), for the rest")
+      .add("boundary", &c.boundary,
+           "with two experts: the timestep / 1000 from which the high-noise expert samples (default the release's: "
+           "0.875 text to video, 0.9 image to video)")
+      .flag("offload-experts", &c.offload_experts,
+            "with two experts on a GPU: keep the idle expert in host memory, so one is on the device at a time")
       .add("checkpoint", &c.checkpoint,
            "a wantrain checkpoint (e.g. runs/a/latest) instead of --weights: its weights and its stored model config")
       .choice("checkpoint-weights", &c.checkpoint_weights, {"auto", "ema", "model"},
@@ -109,7 +121,8 @@ int run(distributed::World&, int argc, char** argv) {
       .add("shift", &c.shift, "sigma shift s: s*sigma/(1+(s-1)*sigma); with --checkpoint the run's unless given")
       .add("cfg", &c.cfg,
            "classifier-free guidance scale against the unconditional (all-zero) context that wantrain --text-drop "
-           "trains; 1: no guidance, 0: unconditional")
+           "trains; 1: no guidance, 0: unconditional. With two experts LOW,HIGH: the low-noise expert's, then the "
+           "high-noise one's (A14B: 3,4 text to video, 3.5,3.5 image to video)")
       .add("seed", &c.seed, "seed of the initial noise")
       .choice("precision", &c.precision, {"fp32", "bf16"}, "matrix products in fp32 or bf16 (autocast)")
       .add("attention-chunk", &c.attention_chunk,
@@ -124,6 +137,9 @@ int run(distributed::World&, int argc, char** argv) {
            "image-to-video models: start from this picture (PNG, JPEG, ...), encoded by --vae (and --clip) as Wan's "
            "image2video.py does; the video takes its aspect ratio within --max-area unless --size is given")
       .add("last-image", &c.last_image, "flf2v models: the last frame, as --image is the first")
+      .flag("first-frame", &c.first_frame,
+            "ti2v models with --data: start from the sample's own first latent frame, held as --image holds the "
+            "picture's")
       .add("clip", &c.clip,
            "CLIP image encoder for --image with Wan2.1 I2V/FLF2V "
            "(models_clip_open-clip-xlm-roberta-large-vit-huge-14.pth or safetensors of its names, or ComfyUI's "
@@ -144,13 +160,43 @@ int run(distributed::World&, int argc, char** argv) {
       .repeated("lora", &c.loras,
                 "a LoRA file to apply (repeatable): wantrain/ComfyUI (diffusion_model.*), diffusers (transformer.*) "
                 "or kohya (lora_unet_*) layout")
-      .repeated("lora-scale", &c.lora_scales, "the strength of each --lora, in order (one value: all; default 1)");
+      .repeated("lora-scale", &c.lora_scales, "the strength of each --lora, in order (one value: all; default 1)")
+      .repeated("lora-high", &c.loras_high, "with two experts: a LoRA file for the high-noise expert (repeatable)")
+      .repeated("lora-low", &c.loras_low, "with two experts: a LoRA file for the low-noise expert (repeatable)");
   if (const auto outcome = options.parse(argc, argv); outcome != OptionSet::Outcome::Run) {
     std::cout << app::help_or_version(outcome, options);
     return kExitOk;
   }
-  if (c.weights.empty() == c.checkpoint.empty())
+  const bool experts = !c.high_noise.empty() || !c.low_noise.empty();
+  if (experts && (c.high_noise.empty() || c.low_noise.empty()))
+    throw UsageError(
+        "options --high-noise, --low-noise: give both experts (Wan2.2 A14B's high_noise_model and "
+        "low_noise_model)");
+  if (experts && (!c.weights.empty() || !c.checkpoint.empty()))
+    throw UsageError("options --high-noise, --low-noise: they replace --weights and --checkpoint");
+  if (!experts && c.weights.empty() == c.checkpoint.empty())
     throw UsageError("options --weights, --checkpoint: give exactly one (the model weights to sample with)");
+  if (!experts && (!c.loras_high.empty() || !c.loras_low.empty() || c.offload_experts || c.boundary != 0))
+    throw UsageError(
+        "options --lora-high, --lora-low, --offload-experts, --boundary: need two experts "
+        "(--high-noise and --low-noise)");
+  if (experts && !c.loras.empty())
+    throw UsageError("option --lora: with two experts, give each its own with --lora-high and --lora-low");
+  if (c.boundary != 0 && !(c.boundary > 0 && c.boundary <= 1))
+    throw UsageError("option --boundary: must be in (0, 1] (a timestep / 1000)");
+  // --cfg X, or LOW,HIGH with two experts (the official order).
+  std::vector<double> cfg;
+  for (const auto& text : split_list(c.cfg)) {
+    char* end = nullptr;
+    const double value = std::strtod(text.c_str(), &end);
+    if (text.empty() || *end != '\0' || !(value >= 0) || !std::isfinite(value))
+      throw UsageError(fmt::format("option --cfg: '{}' is not a guidance scale of 0 or more", text));
+    cfg.push_back(value);
+  }
+  if (cfg.empty() || cfg.size() > 2 || (cfg.size() == 2 && !experts))
+    throw UsageError(fmt::format("option --cfg: '{}': give one scale{}", c.cfg,
+                                 experts ? ", or LOW,HIGH (one per expert)" : " (LOW,HIGH needs two experts)"));
+  const double cfg_low = cfg[0], cfg_high = cfg.back();
   // With --checkpoint and no --shift, the run's: the shift it trained at is
   // the one its model samples well at (docs/training.md, "What good training
   // looks like").
@@ -175,7 +221,8 @@ int run(distributed::World&, int argc, char** argv) {
     }
   if (run_shift) std::cout << fmt::format("wansample: shift {:g}, the run's (--shift overrides it)\n", c.shift);
   if (c.checkpoint.empty() && c.model_config.empty())
-    throw UsageError("option --model-config: the model config is required with --weights");
+    throw UsageError(fmt::format("option --model-config: the model config is required with {}",
+                                 experts ? "--high-noise and --low-noise" : "--weights"));
   if (int(!c.data.empty()) + int(!c.text.empty()) + int(!c.prompt.empty()) != 1)
     throw UsageError("options --prompt, --data, --text: give exactly one (what the sample is conditioned on)");
   if (!c.prompt.empty() && (c.t5.empty() || c.tokenizer.empty()))
@@ -195,6 +242,8 @@ int run(distributed::World&, int argc, char** argv) {
   if (!(c.fps > 0)) throw UsageError("option --fps: must be positive");
   for (const auto& [option, path] : {std::pair{"weights", c.weights},
                                      {"checkpoint", c.checkpoint},
+                                     {"high-noise", c.high_noise},
+                                     {"low-noise", c.low_noise},
                                      {"t5", c.t5},
                                      {"vae", c.vae},
                                      {"image", c.image},
@@ -206,7 +255,6 @@ int run(distributed::World&, int argc, char** argv) {
   if (c.steps < 1) throw UsageError("option --steps: must be at least 1");
   if (c.attention_chunk < 0) throw UsageError("option --attention-chunk: must be 0 (off) or a number of queries");
   if (c.shift <= 0) throw UsageError("option --shift: must be positive");
-  if (!(c.cfg >= 0)) throw UsageError("option --cfg: must be 0 or more");
   if (c.compare && c.data.empty()) throw UsageError("option --compare: needs --data (the sample to compare with)");
   if (c.threads > 0) torch::set_num_threads(c.threads);
   const auto chosen = distributed::choose_device(app::parse_device(c.device), "device");
@@ -225,9 +273,15 @@ int run(distributed::World&, int argc, char** argv) {
   }
 
   const wan::WanConfig config = sampling_model_config(c);
-  const wan::VaeConfig vae_config = c.vae_config.empty() ? wan::VaeConfig{} : wan::load_vae_config(c.vae_config);
+  // Wan2.1's VAE or Wan2.2's, from --vae's tensors, --vae-config, or
+  // without either the one whose latents the model makes (48 channels:
+  // Wan2.2's), which sets the video's size per latent.
+  wan::VideoVaeConfig vae_config = wan::video_vae_config(c.vae, c.vae_config);
+  if (c.vae.empty() && c.vae_config.empty() && config.out_dim == wan::Vae22Config{}.z_dim)
+    vae_config.version = wan::VaeVersion::Wan22;
   const char* model_type = wan::model_type_name(config.model_type);
-  if (!c.image.empty() && !config.image_conditioned())
+  const bool ti2v = config.model_type == wan::ModelType::TI2V;
+  if (!c.image.empty() && !config.image_conditioned() && !ti2v)
     throw UsageError(fmt::format("option --image: the model ({}) is {}: it starts from no picture",
                                  c.model_config.empty() ? c.checkpoint : c.model_config, model_type));
   if (!c.last_image.empty() && config.model_type != wan::ModelType::FLF2V)
@@ -239,16 +293,25 @@ int run(distributed::World&, int argc, char** argv) {
         fmt::format("option --clip: the {} model reads the picture's CLIP features: give the CLIP "
                     "encoder (models_clip_open-clip-xlm-roberta-large-vit-huge-14.pth)",
                     model_type));
+  if (c.first_frame && (!ti2v || c.data.empty()))
+    throw UsageError(fmt::format("option --first-frame: a ti2v model's, with --data (this model is {}{})", model_type,
+                                 c.data.empty() ? ", and no --data is given" : ""));
   if (!c.clip.empty() && !config.image_branch())
     throw UsageError("option --clip: the model has no CLIP branch (Wan2.2's I2V reads none)");
   if (config.image_conditioned() && c.image.empty() && c.data.empty())
     throw UsageError(fmt::format("option --image: the {} model starts from a picture: give --image FILE{}", model_type,
                                  config.image_branch() ? " and --clip FILE" : ""));
   // The VAE encodes the picture before sampling, then decodes the sample.
-  wan::WanVae vae(nullptr);
+  std::shared_ptr<wan::VideoVae> vae;
   if (!c.vae.empty()) {
-    vae = wan::WanVae(vae_config, app::float_dtype(c.vae_dtype));
-    wan::load_weights(*vae, wan::open_vae_weights(c.vae));
+    vae = wan::open_video_vae(c.vae, vae_config, app::float_dtype(c.vae_dtype));
+    if (vae->z_dim() != config.out_dim)
+      throw UsageError(
+          fmt::format("option --vae: {} is the {}, whose latents have {} channels; the model ({}) makes "
+                      "{}: give the VAE its data were encoded with (Wan2.2 TI2V-5B: Wan2.2_VAE.pth, "
+                      "the others: Wan2.1_VAE.pth)",
+                      c.vae, vae->description(), vae->z_dim(), c.model_config.empty() ? c.checkpoint : c.model_config,
+                      config.out_dim));
     vae->to(device);
     vae->eval();
   }
@@ -286,8 +349,11 @@ int run(distributed::World&, int argc, char** argv) {
     std::vector<int64_t> wh;
     if (!c.image.empty() && c.size.empty()) {  // the picture's aspect ratio within --max-area
       const auto picture = wan::read_picture(c.image);
-      const auto size =
-          wan::image_video_size(picture.size(1), picture.size(2), c.max_area, 2 * vae_config.spatial_factor());
+      // Wan2.2 TI2V's best_output_size, else image2video.py's rule; sides
+      // multiples of the VAE's stride times the 2x2 patches.
+      const int64_t multiple = 2 * vae_config.spatial_factor();
+      const auto size = ti2v ? wan::ti2v_video_size(picture.size(1), picture.size(2), c.max_area, multiple)
+                             : wan::image_video_size(picture.size(1), picture.size(2), c.max_area, multiple);
       wh = {size.width, size.height};
     } else {
       wh = parse_sizes(c.size.empty() ? "832x480" : c.size, "WIDTHxHEIGHT", "832x480", "size");
@@ -324,13 +390,23 @@ int run(distributed::World&, int argc, char** argv) {
     throw UsageError(fmt::format("text embeddings [{}, {}] do not fit model config {} (text_len {}, text_dim {})",
                                  context.size(0), context.size(1), c.model_config, config.text_len, config.text_dim));
 
-  wan::WanModel net(config);
-  if (c.checkpoint.empty()) {
-    const auto report = wan::load_weights(*net, c.weights);
-    std::cout << fmt::format("wansample: {} ({:.3g} parameters, {}{})\n", c.weights,
+  // One model, or A14B's two experts of the same config.
+  auto load_model = [&](const std::string& weights, const char* role) {
+    wan::WanModel model(config);
+    const auto report = wan::load_weights(*model, weights);
+    std::cout << fmt::format("wansample: {}{} ({:.3g} parameters, {}{})\n", role, weights,
                              double(wan::parameter_count(config)), report.summary(),
                              report.diffusers_names ? ", diffusers names" : "");
+    return model;
+  };
+  wan::WanModel net(nullptr), high_net(nullptr);
+  if (experts) {
+    high_net = load_model(c.high_noise, "high-noise expert ");
+    net = load_model(c.low_noise, "low-noise expert ");
+  } else if (c.checkpoint.empty()) {
+    net = load_model(c.weights, "");
   } else {
+    net = wan::WanModel(config);
     const auto saved = wan::checkpoint_weights(c.checkpoint, c.checkpoint_weights != "model");
     if (c.checkpoint_weights == "ema" && !saved.ema)
       throw UsageError(
@@ -342,16 +418,34 @@ int run(distributed::World&, int argc, char** argv) {
                              double(wan::parameter_count(config)), saved.ema ? "EMA" : "model", saved.step,
                              report.summary());
   }
-  net->to(device);
-  net->eval();
-  net->set_attention_chunk(c.attention_chunk);
-  for (size_t i = 0; i < c.loras.size(); ++i) {
-    const double scale = scales.empty() ? 1.0 : scales[scales.size() == 1 ? 0 : i];
-    const int layers = wan::merge_lora_file(*net, c.loras[i], scale);
-    std::cout << fmt::format("wansample: LoRA {} merged at scale {:g} ({} layers)\n", c.loras[i], scale, layers);
+  auto merge_loras = [&](wan::WanModelImpl& model, const std::vector<std::string>& files, const char* role) {
+    for (size_t i = 0; i < files.size(); ++i) {
+      const double scale = scales.empty() ? 1.0 : scales[scales.size() == 1 ? 0 : i];
+      const int layers = wan::merge_lora_file(model, files[i], scale);
+      std::cout << fmt::format("wansample: LoRA {} merged{} at scale {:g} ({} layers)\n", files[i], role, scale,
+                               layers);
+    }
+  };
+  merge_loras(*net, experts ? c.loras_low : c.loras, experts ? " into the low-noise expert" : "");
+  if (experts) merge_loras(*high_net, c.loras_high, " into the high-noise expert");
+  // With --offload-experts the idle expert waits in host memory: one expert
+  // on the device at a time, moved at the switch (text2video.py's offload).
+  const bool offload = experts && c.offload_experts && device.type() != torch::kCPU;
+  for (auto* model : {&net, &high_net}) {
+    if (!*model) continue;
+    (*model)->to(offload ? torch::Device(torch::kCPU) : device);
+    (*model)->eval();
+    (*model)->set_attention_chunk(c.attention_chunk);
   }
+  const double boundary =
+      c.boundary > 0 ? c.boundary : (config.model_type == wan::ModelType::I2V ? 0.9 : 0.875);  // the release's
+  if (experts)
+    std::cout << fmt::format(
+        "wansample: two experts, the high-noise one from t = {:g} (boundary {:g}), cfg {:g} "
+        "low / {:g} high{}\n",
+        1000 * boundary, boundary, cfg_low, cfg_high, offload ? ", the idle one in host memory" : "");
 
-  if (!c.image.empty()) {
+  if (!c.image.empty() && config.image_conditioned()) {
     // image2video.py: the picture resized (bicubic) to the video's size, then
     // encoded into y with the frame mask; CLIP sees the picture as it is.
     const wan::VideoSize size{shape[3] * vae_config.spatial_factor(), shape[4] * vae_config.spatial_factor()};
@@ -374,6 +468,24 @@ int run(distributed::World&, int argc, char** argv) {
                              last.defined() ? " to " + c.last_image : std::string(), size.width, size.height,
                              image.clip_fea.defined() ? " (VAE and CLIP), CLIP weights in " + clip_layout : " (VAE)");
   }
+  // Wan2.2 TI2V: the picture (or the --data sample's first latent frame)
+  // is the first latent frame, held through sampling (textimage2video.py).
+  at::Tensor first_frame;
+  if (ti2v && !c.image.empty()) {
+    const wan::VideoSize size{shape[3] * vae_config.spatial_factor(), shape[4] * vae_config.spatial_factor()};
+    const auto picture = wan::cover_picture(wan::read_picture(c.image), size.height, size.width);
+    torch::NoGradGuard no_grad;
+    first_frame = vae->encode(picture.unsqueeze(1).unsqueeze(0).to(device));  // [1, C, 1, h, w]
+    std::cout << fmt::format("wansample: starting from {} at {}x{} (its latents are the first frame)\n", c.image,
+                             size.width, size.height);
+  }
+  if (c.first_frame) first_frame = reference.slice(1, 0, 1).unsqueeze(0);  // [1, C, 1, H, W]
+  if (first_frame.defined() &&
+      (first_frame.size(1) != shape[1] || first_frame.sizes().slice(3) != at::IntArrayRef(shape).slice(3)))
+    throw UsageError(
+        fmt::format("option --image: the VAE makes latents [{}] of the picture, the model samples [{}]: "
+                    "a {}-channel model needs its own VAE",
+                    fmt::join(first_frame.sizes(), ","), fmt::join(shape, ","), shape[1]));
   if (config.image_conditioned() && !image.y.defined())
     throw UsageError(
         fmt::format("option --data: {} holds no image condition /y for the {} model: encode it with "
@@ -386,16 +498,35 @@ int run(distributed::World&, int argc, char** argv) {
                                          : wan::unconditional_context(cond);  // what --text-drop trains
   const nn::AutocastScope autocast(app::float_dtype(c.precision), device.type());
   // Both branches see the picture: Wan's image2video.py guides on the text only.
-  wan::VelocityField velocity = [&](const at::Tensor& x, const at::Tensor& t, bool conditional) {
-    return net->forward(x, t, conditional ? cond : uncond, image);
+  // Which expert is on the device (with --offload-experts).
+  wan::WanModelImpl* on_device = offload ? nullptr : net.get();
+  auto velocity_of = [&](wan::WanModel& model) -> wan::VelocityField {
+    return [&](const at::Tensor& x, const at::Tensor& t, bool conditional) {
+      if (offload && on_device != model.get()) {
+        for (auto* other : {&net, &high_net})
+          if (other->get() != model.get()) (*other)->to(torch::kCPU);
+        model->to(device);
+        on_device = model.get();
+      }
+      return model->forward(x, t, conditional ? cond : uncond, image);
+    };
   };
+  const wan::VelocityField velocity = velocity_of(net);
+  std::optional<wan::HighNoiseExpert> high_expert;
+  if (experts) high_expert = wan::HighNoiseExpert{velocity_of(high_net), cfg_high, boundary};
+  wan::EulerOptions euler;
+  euler.steps = c.steps;
+  euler.shift = c.shift;
+  euler.cfg = cfg_low;
+  euler.first_frame = first_frame.defined() ? first_frame.to(device, torch::kFloat32) : at::Tensor();
+  euler.patch = config.patch_size;
   auto generator = at::make_generator<at::CPUGeneratorImpl>(c.seed);
   const auto noise =
       (c.noise.empty() ? torch::randn(shape, generator, torch::kFloat32)
                        : data::read_noise(c.noise, {shape[1], shape[2], shape[3], shape[4]}).unsqueeze(0))
           .to(device);  // [1, C, F, H, W]
   const auto latents =
-      wan::euler_sample(noise, velocity, {c.steps, c.shift, c.cfg})[0].to(torch::kCPU);  // [C, F, H, W]
+      wan::euler_sample(noise, velocity, euler, high_expert ? &*high_expert : nullptr)[0].to(torch::kCPU);
 
   data::SampleShape out_shape;
   out_shape.channels = shape[1];
@@ -428,7 +559,7 @@ int run(distributed::World&, int argc, char** argv) {
   if (!c.video.empty() || !c.frames_dir.empty()) {
     media::VideoWriterOptions writer;
     writer.fps = c.fps;
-    const int64_t frames = wan::write_decoded_video(vae, latents, {c.video, c.frames_dir, writer});
+    const int64_t frames = wan::write_decoded_video(*vae, latents, {c.video, c.frames_dir, writer});
     std::cout << fmt::format("wansample: decoded {} frames of {}x{} to {}{}{}\n", frames,
                              latents.size(3) * vae_config.spatial_factor(),
                              latents.size(2) * vae_config.spatial_factor(), c.video,

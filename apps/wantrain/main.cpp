@@ -173,6 +173,7 @@ int run(distributed::World& world, int argc, char** argv) {
                     {"lora_dropout", "lora-dropout"},
                     {"timestep_range", "timestep-range"},
                     {"image_drop", "image-drop"},
+                    {"condition", "condition"},
                     {"base_precision", "base-precision"},
                     {"sample_index", "sample-index"}});
   TrainConfig cfg;
@@ -215,6 +216,10 @@ int run(distributed::World& world, int argc, char** argv) {
       throw SettingError("image_drop", fmt::format("model config {} ({}) has no CLIP branch whose features could be "
                                                    "dropped",
                                                    cfg.model_config, wan::model_type_name(config.model_type)));
+    if (cfg.condition == "first-frame" && config.model_type != wan::ModelType::TI2V)
+      throw SettingError("condition", fmt::format("the first-frame condition is Wan2.2 TI2V's: model config {} is {}, "
+                                                  "not ti2v (set \"model_type\": \"ti2v\")",
+                                                  cfg.model_config, wan::model_type_name(config.model_type)));
     const int64_t params = wan::parameter_count(config);
     model_summary = fmt::format(
         "model: {}: {} parameters ({:.1f} MB in fp32), dim {}, {} layers, {} heads of {}{}\n", cfg.model_config, params,

@@ -70,7 +70,13 @@ void declare_options(OptionSet& o, TrainConfig& c) {
            "wansample's classifier-free guidance uses")
       .add("image-drop", &c.image_drop,
            "image-to-video models with the CLIP branch: probability that a sample's CLIP features are zeroed (the "
-           "first frame's latents in y are always kept)");
+           "first frame's latents in y are always kept)")
+      .choice("condition", &c.condition, {"none", "first-frame"},
+              "first-frame (Wan2.2 TI2V models): a sample's first latent frame is kept clean, at timestep 0 and out "
+              "of the loss, so the model learns to continue a picture; none: text to video")
+      .add("first-frame-prob", &c.first_frame_prob,
+           "with --condition first-frame: the probability that a sample keeps its first frame (the rest train text "
+           "to video, as Wan2.2 mixes both)");
   o.group("optimisation");
   declare_training_options(o, c, {T::Steps, T::Epochs, T::Lr});
   o.add("betas", &c.betas, "AdamW betas, \"beta1,beta2\"");
@@ -151,6 +157,9 @@ void validate(const TrainConfig& c) {
   require(c.timestep_range.empty() || c.mode != "distill", "timestep-range", "not available with --mode distill yet");
   require(c.text_drop >= 0 && c.text_drop <= 1, "text-drop", "must be a probability in [0, 1]");
   require(c.image_drop >= 0 && c.image_drop <= 1, "image-drop", "must be a probability in [0, 1]");
+  require(c.first_frame_prob > 0 && c.first_frame_prob <= 1, "first-frame-prob", "must be a probability in (0, 1]");
+  require(c.condition != "first-frame" || c.mode != "distill", "condition",
+          "first-frame is not available with --mode distill yet");
   require(c.attention_chunk >= 0, "attention-chunk", "must be 0 (off) or a number of queries");
   require(c.bucket_mb > 0, "bucket-mb", "must be positive");
   require(c.zero == 0 || c.zero == 1, "zero", "must be 0 (off) or 1 (optimizer state and EMA sharded)");
@@ -241,6 +250,7 @@ wan::WanRunOptions wan_run_options(const TrainConfig& c) {
   std::tie(o.objective.flow.sigma_min, o.objective.flow.sigma_max) = sigma_range(c);
   o.objective.text_drop = c.text_drop;
   o.objective.image_drop = c.image_drop;
+  o.objective.first_frame_prob = c.condition == "first-frame" ? c.first_frame_prob : 0;
   o.objective.seed = c.seed;
   o.distill_target_weight = c.distill_target_weight;
   o.student_init = c.student_init == "random" ? wan::StudentInit::Random : wan::StudentInit::Projection;
@@ -252,7 +262,10 @@ wan::WanRunOptions wan_run_options(const TrainConfig& c) {
   if (c.sample_every > 0) {
     wan::TrainingSampleOptions sample;
     sample.index = c.sample_index;
-    sample.euler = {c.sample_steps, c.shift, c.sample_cfg};
+    sample.euler.steps = c.sample_steps;
+    sample.euler.shift = c.shift;
+    sample.euler.cfg = c.sample_cfg;
+    sample.first_frame = c.condition == "first-frame";
     sample.seed = c.seed;
     sample.directory = c.output_dir + "/samples";
     o.sample = sample;  // compute_dtype: the run's, set by WanRun
@@ -297,6 +310,7 @@ wan::MemoryPlanSettings memory_plan_settings(const TrainConfig& c, const wan::Wa
   s.step.compute_dtype = run_settings(c, device).compute_dtype;
   s.step.attention_chunk = c.attention_chunk;
   s.step.grad_checkpoint_every = grad_checkpoint_every(c);
+  s.step.per_token_timesteps = c.condition == "first-frame";
   s.ema = c.ema_decay > 0;
   const auto run = wan_run_options(c);
   s.lora = run.lora;

@@ -13,6 +13,7 @@ namespace {
 // keyed by the same (seed, step, index).
 constexpr uint64_t kCaptionDropSalt = 0x63617074696f6e21;  // "caption!"
 constexpr uint64_t kImageDropSalt = 0x7069637475726521;    // "picture!"
+constexpr uint64_t kFirstFrameSalt = 0x6b65657066726d30;   // "keepfrm0"
 
 std::vector<bool> drops_with_salt(const std::vector<int64_t>& sample_indices, uint64_t salted_seed, int64_t step,
                                   double p) {
@@ -35,6 +36,12 @@ std::vector<bool> caption_drops(const std::vector<int64_t>& sample_indices, uint
 
 std::vector<bool> image_drops(const std::vector<int64_t>& sample_indices, uint64_t seed, int64_t step, double p) {
   return drops_with_salt(sample_indices, seed ^ kImageDropSalt, step, p);
+}
+
+std::vector<bool> first_frame_draws(const std::vector<int64_t>& sample_indices, uint64_t seed, int64_t step, double p,
+                                    int64_t frames) {
+  if (frames < 2) return std::vector<bool>(sample_indices.size(), false);
+  return drops_with_salt(sample_indices, seed ^ kFirstFrameSalt, step, p);
 }
 
 at::Tensor drop_captions(const at::Tensor& context, const std::vector<bool>& drops) {

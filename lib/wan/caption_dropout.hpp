@@ -32,6 +32,14 @@ std::vector<bool> caption_drops(const std::vector<int64_t>& sample_indices, uint
 // [B, T, D] as to a context.
 std::vector<bool> image_drops(const std::vector<int64_t>& sample_indices, uint64_t seed, int64_t step, double p);
 
+// The first-frame condition (--condition first-frame --first-frame-prob P)
+// of a Wan2.2 TI2V model: whether each sample keeps its first frame at
+// `step`, keyed as caption dropout is but drawn independently of it and of
+// the image drop. A sample of one latent frame (a still) never keeps it:
+// nothing would be left to learn (`frames`: the batch's latent frames).
+std::vector<bool> first_frame_draws(const std::vector<int64_t>& sample_indices, uint64_t seed, int64_t step, double p,
+                                    int64_t frames);
+
 // context [B, L, D] with the rows whose drop is true replaced by the
 // unconditional context: a new tensor, or `context` itself when nothing is
 // dropped; `context` is never changed.

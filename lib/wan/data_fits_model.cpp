@@ -14,9 +14,17 @@ void check_data_fits_model(const data::SampleShape& s, const std::string& data_d
     throw UsageError(fmt::format("data {} does not fit model config {}: {}", data_dir, config_path, what));
   };
   const int64_t latent_channels = c.in_dim - c.condition_channels();
+  // 16 and 48 channels are what the Wan2.1 and Wan2.2 VAEs make: say which
+  // VAE the data need.
+  const auto vae_of = [](int64_t channels) {
+    return channels == 16 ? std::string(" (Wan2.1's VAE)") : channels == 48 ? std::string(" (Wan2.2's VAE)") : "";
+  };
   if (s.channels != latent_channels)
-    fail(fmt::format("latents have {} channels, the model reads {}{}", s.channels, latent_channels,
-                     c.image_conditioned() ? " (in_dim less the condition's)" : " (in_dim)"));
+    fail(fmt::format("latents have {} channels{}, the model reads {}{}{}", s.channels, vae_of(s.channels),
+                     latent_channels, c.image_conditioned() ? " (in_dim less the condition's)" : " (in_dim)",
+                     vae_of(latent_channels).empty()
+                         ? std::string()
+                         : ": encode the data with the VAE of the model" + vae_of(latent_channels)));
   if (c.out_dim != latent_channels)
     fail(fmt::format("out_dim {} differs from in_dim {}: the flow-matching target has in_dim channels", c.out_dim,
                      c.in_dim));

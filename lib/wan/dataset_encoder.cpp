@@ -263,10 +263,10 @@ EncodePlan plan_job(const DatasetEncoderSettings& s, const std::vector<data::Med
 
 }  // namespace
 
-DatasetEncoderSummary encode_dataset(const DatasetEncoderSettings& s, WanVae& vae, TextEncoder& text,
+DatasetEncoderSummary encode_dataset(const DatasetEncoderSettings& s, VideoVae& vae, TextEncoder& text,
                                      distributed::World& world, ClipVision* clip) {
   const auto started = Clock::now();
-  check_buckets(s.buckets);
+  check_buckets(s.buckets, 2 * vae.spatial_factor());  // Wan2.2's VAE: sides multiples of 32
   if (s.items_per_shard < 1) throw SettingError("items_per_shard", "must be at least 1");
   if (s.condition_images < 0 || s.condition_images > 2)
     throw SettingError("condition", "must be none, i2v (the first frame) or flf2v (the first and the last)");
@@ -299,21 +299,25 @@ DatasetEncoderSummary encode_dataset(const DatasetEncoderSettings& s, WanVae& va
     my_items += int64_t(plan.shards[size_t(k)].items.size());
   }
 
-  const int64_t factor = vae->config().spatial_factor();
+  const int64_t factor = vae.spatial_factor();
   auto shape_of = [&](const ClipBucket& b) {
-    // [C, 1 + (F - 1) / 4, H / 8, W / 8] for Wan2.1's VAE
-    data::SampleShape shape{vae->config().z_dim,    vae->latent_frames(b.frames),
-                            b.size.height / factor, b.size.width / factor,
-                            text.text_len(),        text.dim(),
-                            s.latent_dtype,         s.emb_dtype};
-    if (s.condition_images > 0) shape.condition_channels = 4 + vae->config().z_dim;  // y: mask and latents
+    // [C, 1 + (F - 1) / 4, H / 8, W / 8] for Wan2.1's VAE (Wan2.2's: 48 channels, H / 16, W / 16)
+    data::SampleShape shape{vae.z_dim(),
+                            vae.latent_frames(b.frames),
+                            b.size.height / factor,
+                            b.size.width / factor,
+                            text.text_len(),
+                            text.dim(),
+                            s.latent_dtype,
+                            s.emb_dtype};
+    if (s.condition_images > 0) shape.condition_channels = 4 + vae.z_dim();  // y: mask and latents
     if (s.condition_images > 0 && clip) {
       shape.clip_tokens = s.condition_images * (*clip)->config().tokens();
       shape.clip_dim = (*clip)->config().dim;
     }
     return shape;
   };
-  const auto device = vae->parameters().front().device();
+  const auto device = vae.parameters().front().device();
 
   Handoff handoff;
   std::thread decoder(decode_ahead, std::cref(items), std::cref(probes), std::cref(plan), std::cref(mine), std::cref(s),
@@ -398,13 +402,13 @@ DatasetEncoderSummary encode_dataset(const DatasetEncoderSettings& s, WanVae& va
         for (const auto& frames : p->clips) {  // [3, F, H, W] in [-1, 1]
           torch::NoGradGuard no_grad;
           const auto vae_start = Clock::now();
-          const auto latents = vae->encode(frames.unsqueeze(0).to(device)).to(torch::kCPU);  // [1, z, t, h, w]
+          const auto latents = vae.encode(frames.unsqueeze(0).to(device)).to(torch::kCPU);  // [1, z, t, h, w]
           data::SampleCondition condition;
           if (s.condition_images > 0) {
             const int64_t f = frames.size(1);
             const auto first = frames.select(1, 0);
             const auto last = s.condition_images == 2 ? frames.select(1, f - 1) : at::Tensor();
-            condition.y = image_condition_y(*vae, first, last, f).to(torch::kCPU);
+            condition.y = image_condition_y(vae, first, last, f).to(torch::kCPU);
             if (clip) condition.clip_fea = image_clip_features(**clip, first, last).to(torch::kCPU);
           }
           summary.vae_seconds += seconds_since(vae_start);

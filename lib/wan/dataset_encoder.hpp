@@ -29,7 +29,7 @@
 #include "wantrain/wan/encode_plan.hpp"
 #include "wantrain/wan/encoders/clip_vision.hpp"
 #include "wantrain/wan/encoders/text_encoder.hpp"
-#include "wantrain/wan/vae/wan_vae.hpp"
+#include "wantrain/wan/vae/video_vae.hpp"
 
 namespace wt::distributed {
 class World;
@@ -78,7 +78,7 @@ struct DatasetEncoderSummary {
 // Collective over `world`. UsageError for an unusable listing or output
 // folder, a folder encoded with other settings, and (strict) a bad item.
 // `clip`: the CLIP tower for /clip_fea (condition_images > 0 only), or null.
-DatasetEncoderSummary encode_dataset(const DatasetEncoderSettings& settings, WanVae& vae, TextEncoder& text,
+DatasetEncoderSummary encode_dataset(const DatasetEncoderSettings& settings, VideoVae& vae, TextEncoder& text,
                                      distributed::World& world, ClipVision* clip = nullptr);
 
 }  // namespace wt::wan

@@ -35,6 +35,7 @@ train::ObjectiveLoss DistillationObjective::loss(const train::Batch& micro_batch
       teacher_.predict(in.noisy.x_t, in.noisy.timesteps, in.context, compute_dtype_, in.image);
   out.teacher_seconds = seconds_since(phase);
   const auto prediction = model_.forward(in.noisy.x_t, in.noisy.timesteps, in.context, in.image);
+  TORCH_CHECK(!in.first_frame_kept.defined(), "distillation with the first-frame condition is refused at start");
   out.loss = distillation_loss(prediction, teacher_prediction, in.noisy.target, target_weight_);
   return out;
 }

@@ -41,13 +41,13 @@ std::string frames_text(const std::vector<int64_t>& frames) {
   return out;
 }
 
-void check_buckets(const EncodeBuckets& b) {
+void check_buckets(const EncodeBuckets& b, int64_t multiple) {
   if (b.sizes.empty()) throw SettingError("sizes", "no picture size");
   for (const auto& s : b.sizes)
-    if (s.width < 16 || s.height < 16 || s.width % 16 || s.height % 16)
-      throw SettingError("sizes", fmt::format("{}x{}: width and height must be multiples of 16 (the VAE's 8, then "
+    if (s.width < multiple || s.height < multiple || s.width % multiple || s.height % multiple)
+      throw SettingError("sizes", fmt::format("{}x{}: width and height must be multiples of {} (the VAE's {}, then "
                                               "the DiT's 2x2 patches)",
-                                              s.width, s.height));
+                                              s.width, s.height, multiple, multiple / 2));
   if (b.frames.empty()) throw SettingError("frames", "no clip length");
   for (size_t i = 0; i < b.frames.size(); ++i) {
     if (b.frames[i] < 1 || (b.frames[i] - 1) % 4)
@@ -55,7 +55,9 @@ void check_buckets(const EncodeBuckets& b) {
     if (i > 0 && b.frames[i] <= b.frames[i - 1])
       throw SettingError("frames", fmt::format("{}: the lengths must ascend, each once", frames_text(b.frames)));
   }
-  if (b.step < 16 || b.step % 16) throw SettingError("step", fmt::format("{}: must be a multiple of 16", b.step));
+  if (b.step < multiple || b.step % multiple)
+    throw SettingError("step", fmt::format("{}: must be a multiple of {} (the VAE's {}, then the DiT's 2x2 patches)",
+                                           b.step, multiple, multiple / 2));
 }
 
 EncodePlan plan_encode(const std::vector<ItemProbe>& probes, const EncodeBuckets& b,

@@ -51,9 +51,11 @@ struct EncodeBuckets {
   int step = 16;
 };
 
-// SettingError naming "sizes" (not multiples of 16, none) or "frames" (not
-// 4k + 1, not ascending and distinct, none).
-void check_buckets(const EncodeBuckets& buckets);
+// SettingError naming "sizes" (not multiples of `multiple`, none), "step"
+// (likewise) or "frames" (not 4k + 1, not ascending and distinct, none).
+// `multiple`: the VAE's spatial factor times the DiT's 2x2 patches, 16 for
+// Wan2.1's VAE and 32 for Wan2.2's.
+void check_buckets(const EncodeBuckets& buckets, int64_t multiple = 16);
 
 struct PlannedItem {
   size_t item = 0;    // index in the listing

@@ -98,6 +98,46 @@ NoisyBatch make_noisy_batch(const at::Tensor& x0, const std::vector<int64_t>& sa
   return apply_noise(x0, training_noise(x0.sizes(), sample_indices, seed, step, options));
 }
 
+at::Tensor first_frame_timesteps(const at::Tensor& t, at::IntArrayRef latent_sizes,
+                                 const std::array<int64_t, 3>& patch) {
+  TORCH_CHECK(latent_sizes.size() == 5 && patch[0] == 1,
+              "first-frame timesteps: latents [B, C, F, H, W], patch 1 in time");
+  const int64_t b = latent_sizes[0], frame_tokens = (latent_sizes[3] / patch[1]) * (latent_sizes[4] / patch[2]);
+  auto per_token = t.to(torch::kFloat32).view({b, 1}).repeat({1, latent_sizes[2] * frame_tokens});  // [B, L]
+  per_token.slice(1, 0, frame_tokens).zero_();
+  return per_token;
+}
+
+FirstFrameBatch keep_first_frame(const NoisyBatch& noisy, const at::Tensor& x0, const std::vector<bool>& kept,
+                                 const std::array<int64_t, 3>& patch) {
+  const int64_t b = x0.size(0);
+  TORCH_CHECK(int64_t(kept.size()) == b && patch[0] == 1, "first frame: one draw per row, patch 1 in time");
+  std::vector<uint8_t> flags(kept.begin(), kept.end());
+  FirstFrameBatch out;
+  out.kept = torch::tensor(flags).to(x0.device(), torch::kBool);  // [B]
+  const auto row = out.kept.view({b, 1, 1, 1, 1});
+  // frame 0: x0 where kept, x_t elsewhere; later frames x_t
+  out.x_t = noisy.x_t.clone();
+  out.x_t.slice(2, 0, 1).copy_(
+      torch::where(row, x0.slice(2, 0, 1).to(noisy.x_t.scalar_type()), noisy.x_t.slice(2, 0, 1)));
+  const int64_t frame_tokens = (x0.size(3) / patch[1]) * (x0.size(4) / patch[2]);
+  out.timesteps = noisy.timesteps.to(torch::kFloat32).view({b, 1}).repeat({1, x0.size(2) * frame_tokens});
+  auto first = out.timesteps.slice(1, 0, frame_tokens);
+  first.copy_(torch::where(out.kept.view({b, 1}), torch::zeros_like(first), first));
+  return out;
+}
+
+at::Tensor first_frame_loss(const at::Tensor& prediction, const at::Tensor& target, const at::Tensor& kept) {
+  const int64_t b = prediction.size(0), frames = prediction.size(2);
+  const auto squared = (prediction.to(torch::kFloat32) - target.to(torch::kFloat32)).square();  // [B, C, F, H, W]
+  // weight of each (row, frame): 0 for a kept row's frame 0
+  auto weight = torch::ones({b, frames}, squared.options());
+  weight.slice(1, 0, 1).masked_fill_(kept.view({b, 1}), 0.0);
+  const auto per_frame = squared.mean({1, 3, 4});                    // [B, F]: every frame has C*H*W elements
+  const auto per_row = (per_frame * weight).sum(1) / weight.sum(1);  // [B]
+  return per_row.mean();
+}
+
 at::Tensor flow_matching_loss(const at::Tensor& prediction, const at::Tensor& target) {
   return torch::mse_loss(prediction.to(torch::kFloat32), target.to(torch::kFloat32));
 }

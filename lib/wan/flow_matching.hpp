@@ -9,6 +9,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -75,6 +76,28 @@ NoisyBatch noisy_batch_at(const at::Tensor& x0, const std::vector<double>& sigma
 // i: apply_noise(x0, training_noise(...)).
 NoisyBatch make_noisy_batch(const at::Tensor& x0, const std::vector<int64_t>& sample_indices, uint64_t seed,
                             int64_t step, const FlowMatchingOptions& options);
+
+// Wan2.2 TI2V's first-frame condition (textimage2video.py): the first
+// latent frame of the rows where `kept` [B] bool is true is the clean x0,
+// its tokens see timestep 0, and it is left out of the loss; the other rows
+// are text-to-video. patch: the model's (f, h, w) patch size.
+struct FirstFrameBatch {
+  at::Tensor x_t;        // [B, C, F, H, W]: x_t, the kept rows' frame 0 replaced by x0's
+  at::Tensor timesteps;  // [B, L] fp32, one per token in (f, h, w) order: 0 on a kept frame 0
+  at::Tensor kept;       // [B] bool, on x_t's device
+};
+FirstFrameBatch keep_first_frame(const NoisyBatch& noisy, const at::Tensor& x0, const std::vector<bool>& kept,
+                                 const std::array<int64_t, 3>& patch);
+
+// The per-token timesteps of a sampling step: t [B] for every token, 0 on
+// the first latent frame's (frame 0 is the picture): [B, L] fp32.
+at::Tensor first_frame_timesteps(const at::Tensor& t, at::IntArrayRef latent_sizes,
+                                 const std::array<int64_t, 3>& patch);
+
+// The flow-matching loss without the kept rows' frame 0: each row's mean
+// over the elements it is trained on, then the mean over rows (with no row
+// kept, flow_matching_loss up to the order of the sums).
+at::Tensor first_frame_loss(const at::Tensor& prediction, const at::Tensor& target, const at::Tensor& kept);
 
 // mean((prediction - target)^2) over every element, in fp32.
 at::Tensor flow_matching_loss(const at::Tensor& prediction, const at::Tensor& target);

@@ -57,7 +57,15 @@ FlowMatchingObjective::Inputs FlowMatchingObjective::prepare(const train::Batch&
   } else {
     noise = training_noise(x0.sizes(), micro_batch.indices, options_.seed, context.step, options_.flow);
   }
-  Inputs inputs{apply_noise(x0, noise), {}, {}};
+  Inputs inputs{apply_noise(x0, noise), {}, {}, {}};
+  if (options_.first_frame_prob > 0) {
+    const auto kept =
+        first_frame_draws(micro_batch.indices, options_.seed, context.step, options_.first_frame_prob, x0.size(2));
+    auto first = keep_first_frame(inputs.noisy, x0, kept, model_.config().patch_size);
+    inputs.noisy.x_t = std::move(first.x_t);
+    inputs.noisy.timesteps = std::move(first.timesteps);
+    inputs.first_frame_kept = std::move(first.kept);
+  }
   const auto text = micro_batch.at("text_emb").to(torch::kFloat32);
   const auto keep = micro_batch.tensors.find(kCaptionKeep);
   inputs.context =
@@ -80,9 +88,13 @@ train::ObjectiveLoss FlowMatchingObjective::loss(const train::Batch& micro_batch
   const auto in = prepare(micro_batch, context);
   train::ObjectiveLoss out;
   out.prepare_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  out.loss =
-      flow_matching_loss(model_.forward(in.noisy.x_t, in.noisy.timesteps, in.context, in.image), in.noisy.target);
+  out.loss = loss_of(model_.forward(in.noisy.x_t, in.noisy.timesteps, in.context, in.image), in.noisy.target, in);
   return out;
+}
+
+at::Tensor FlowMatchingObjective::loss_of(const at::Tensor& prediction, const at::Tensor& target, const Inputs& in) {
+  return in.first_frame_kept.defined() ? first_frame_loss(prediction, target, in.first_frame_kept)
+                                       : flow_matching_loss(prediction, target);
 }
 
 void FlowMatchingObjective::make_inputs_ahead(train::Batch& batch, int64_t step,
@@ -120,6 +132,15 @@ at::Tensor FlowMatchingObjective::validation_losses(const train::Batch& batch) {
     std::vector<uint64_t> keys(b);
     for (int64_t i = 0; i < b; ++i) keys[i] = sample_key(kValidationSeed, j, batch.indices[i]);
     const auto noisy = noisy_batch_at(x0, std::vector<double>(b, sigma), keys);
+    if (options_.first_frame_prob > 0) {  // every sample keeps its first frame
+      const auto first = keep_first_frame(noisy, x0, std::vector<bool>(b, x0.size(2) > 1), model_.config().patch_size);
+      const auto prediction = model_.forward(first.x_t, first.timesteps, context, image);
+      for (int64_t i = 0; i < b; ++i)  // each row's own loss, without its kept frame
+        sum[i] += first_frame_loss(prediction.slice(0, i, i + 1), noisy.target.slice(0, i, i + 1),
+                                   first.kept.slice(0, i, i + 1))
+                      .to(torch::kCPU, torch::kFloat64);
+      continue;
+    }
     const auto prediction = model_.forward(noisy.x_t, noisy.timesteps, context, image);
     sum += per_sample_loss(prediction, noisy.target).to(torch::kCPU, torch::kFloat64);
   }
@@ -138,6 +159,7 @@ std::map<std::string, std::string> FlowMatchingObjective::checkpoint_state() con
              {"lora_base", options_.lora_base},
              {"lora_base_precision", options_.lora_base_precision}};
   if (!options_.flow.full_range()) state["sigma_range"] = sigma_range(options_.flow);
+  if (options_.first_frame_prob > 0) state["first_frame_prob"] = fmt::format("{:g}", options_.first_frame_prob);
   return state;
 }
 
@@ -154,6 +176,14 @@ void FlowMatchingObjective::check_resume(const std::string& kind, const std::map
         fmt::format("checkpoint {}: trained on sigma in {}, this run on {} ({}); resume with the same range", path,
                     saved("sigma_range").empty() ? "[0, 1]" : saved("sigma_range"), range.empty() ? "[0, 1]" : range,
                     setting_reference("timestep_range")));
+  const std::string first_frame =
+      options_.first_frame_prob > 0 ? fmt::format("{:g}", options_.first_frame_prob) : std::string();
+  if (kind == this->kind() && saved("first_frame_prob") != first_frame)
+    throw UsageError(fmt::format(
+        "checkpoint {}: trained {}, this run {}; resume with the same {}", path,
+        saved("first_frame_prob").empty() ? "without the first-frame condition"
+                                          : "keeping the first frame with probability " + saved("first_frame_prob"),
+        first_frame.empty() ? "without it" : "with probability " + first_frame, setting_reference("condition")));
   if (kind == this->kind() && saved("lora") != options_.lora)
     throw UsageError(fmt::format("checkpoint {}: written {}, this run {}; resume with the same LoRA options", path,
                                  saved("lora").empty() ? "by a full training run" : "with " + saved("lora"),

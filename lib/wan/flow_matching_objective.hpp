@@ -28,6 +28,12 @@ struct FlowMatchingObjectiveOptions {
   // CLIP branch); y, the first frame's latents, is always kept: the task is
   // to continue that frame, with or without the picture's CLIP summary.
   double image_drop = 0;
+  // Wan2.2 TI2V's first-frame condition (--condition first-frame): the
+  // probability that a sample keeps its first latent frame clean, at
+  // timestep 0 and out of the loss (caption_dropout.hpp keys the draw); the
+  // other samples train text-to-video. 0: off. Validation then keeps every
+  // sample's first frame (of those with more than one latent frame).
+  double first_frame_prob = 0;
   uint64_t seed = 0;  // keys each sample's noise and caption drop with the step
   // With LoRA (add_lora): the adapters' description and the frozen
   // base's weights_checksum. Checkpoints record both, since they hold only
@@ -67,7 +73,13 @@ class FlowMatchingObjective : public train::Objective {
     NoisyBatch noisy;
     at::Tensor context;    // [B, L, D] fp32
     ImageCondition image;  // fp32; image dropout applied
+    // With the first-frame condition: [B] bool, the rows whose frame 0 is
+    // kept (x_t holds x0 there and the timesteps are per token, [B, L]).
+    at::Tensor first_frame_kept;
   };
+  // The loss of a prediction for `in` (flow_matching_loss, or
+  // first_frame_loss with the first-frame condition).
+  static at::Tensor loss_of(const at::Tensor& prediction, const at::Tensor& target, const Inputs& in);
   Inputs prepare(const train::Batch& micro_batch, const train::StepContext& context) const;
 
   WanModelImpl& model_;

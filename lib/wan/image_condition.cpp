@@ -28,14 +28,17 @@ at::Tensor frame_mask(int64_t frames, int64_t latent_height, int64_t latent_widt
       .contiguous();
 }
 
-at::Tensor image_condition_y(WanVaeImpl& vae, const at::Tensor& first, const at::Tensor& last, int64_t frames) {
+at::Tensor image_condition_y(VideoVae& vae, const at::Tensor& first, const at::Tensor& last, int64_t frames) {
   if (first.dim() != 3 || first.size(0) != 3)
     throw Error(fmt::format("an image condition's picture is [3, H, W], got [{}]", fmt::join(first.sizes(), ",")));
   const int64_t h = first.size(1), w = first.size(2);
-  const int64_t factor = vae.config().spatial_factor();
+  const int64_t factor = vae.spatial_factor();
   if (h % factor || w % factor)
     throw UsageError(
         fmt::format("an image condition's picture of {}x{} is not a multiple of the VAE's {} pixels", w, h, factor));
+  if (vae.temporal_factor() != 4)
+    throw UsageError(fmt::format("an image condition folds 4 frames to a latent frame, and the {} makes one of {}",
+                                 vae.description(), vae.temporal_factor()));
   const auto mask = frame_mask(frames, h / factor, w / factor, last.defined());
   torch::NoGradGuard no_grad;
   const auto device = vae.parameters().front().device();
@@ -66,6 +69,25 @@ VideoSize image_video_size(int64_t height, int64_t width, int64_t max_area, int6
     throw SettingError("max_area", fmt::format("a {}x{} picture within {} pixels is less than {}x{}: allow more pixels",
                                                width, height, max_area, multiple, multiple));
   return size;
+}
+
+VideoSize ti2v_video_size(int64_t height, int64_t width, int64_t max_area, int64_t multiple) {
+  if (height < 1 || width < 1) throw UsageError("a picture of no pixels");
+  const double ratio = double(width) / double(height), m = double(multiple), area = double(max_area);
+  const double exact_width = std::sqrt(area * ratio), exact_height = area / exact_width;
+  const auto floor_to = [&](double v) { return int64_t(std::floor(v / m)) * multiple; };
+  // width first: the width floored, the height from what area is left; and the other way round
+  const int64_t w1 = floor_to(exact_width), h2 = floor_to(exact_height);
+  if (w1 < multiple || h2 < multiple)
+    throw SettingError("max_area", fmt::format("a {}x{} picture within {} pixels is less than {}x{}: allow more pixels",
+                                               width, height, max_area, multiple, multiple));
+  const int64_t h1 = floor_to(area / double(w1)), w2 = floor_to(area / double(h2));
+  const auto off = [&](int64_t w, int64_t h) {  // how far a size's aspect ratio is from the picture's
+    const double r = double(w) / double(h);
+    return std::max(ratio / r, r / ratio);
+  };
+  if (h1 >= multiple && (w2 < multiple || off(w1, h1) < off(w2, h2))) return {h1, w1};
+  return {h2, w2};
 }
 
 at::Tensor resize_picture(const at::Tensor& picture, const VideoSize& size) {

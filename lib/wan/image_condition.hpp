@@ -21,16 +21,17 @@
 
 #include "wantrain/wan/encoders/clip_vision.hpp"
 #include "wantrain/wan/model/wan_model.hpp"
-#include "wantrain/wan/vae/wan_vae.hpp"
+#include "wantrain/wan/vae/video_vae.hpp"
 
 namespace wt::wan {
 
 // The 4-channel frame mask [4, 1 + k, h, w] for F = 1 + 4k pixel frames.
 at::Tensor frame_mask(int64_t frames, int64_t latent_height, int64_t latent_width, bool last_frame);
 
-// y [4 + z_dim, 1 + k, H/8, W/8] fp32 for `first` (and `last`, when
-// defined) [3, H, W] in [-1, 1] at the video's size, and F = 1 + 4k frames.
-at::Tensor image_condition_y(WanVaeImpl& vae, const at::Tensor& first, const at::Tensor& last, int64_t frames);
+// y [4 + z_dim, 1 + k, H/s, W/s] fp32 for `first` (and `last`, when
+// defined) [3, H, W] in [-1, 1] at the video's size, and F = 1 + 4k frames
+// (the VAE's spatial factor s: 8 for Wan2.1's, 16 for Wan2.2's).
+at::Tensor image_condition_y(VideoVae& vae, const at::Tensor& first, const at::Tensor& last, int64_t frames);
 
 // CLIP features [images * tokens, dim] fp32 of `first` (then `last`).
 at::Tensor image_clip_features(ClipVisionImpl& clip, const at::Tensor& first, const at::Tensor& last);
@@ -42,6 +43,13 @@ struct VideoSize {
   int64_t height = 0, width = 0;
 };
 VideoSize image_video_size(int64_t height, int64_t width, int64_t max_area, int64_t multiple = 16);
+
+// The video size Wan2.2's textimage2video.py samples a picture at (its
+// best_output_size): within `max_area` pixels, sides multiples of
+// `multiple` (VAE stride x patch: 32 for TI2V-5B), the one of two candidates
+// (width fitted first, or height) whose aspect ratio is nearer the picture's.
+// The picture is then scaled to cover it and cut around the centre.
+VideoSize ti2v_video_size(int64_t height, int64_t width, int64_t max_area, int64_t multiple = 32);
 
 // `picture` [3, h, w] in [-1, 1] resized (bicubic) to `size`, as
 // image2video.py resizes it for the VAE.

@@ -31,6 +31,9 @@ struct TrainingSampleOptions {
   uint64_t seed = 0;                          // of the initial noise, the same at every draw
   at::ScalarType compute_dtype = at::kFloat;  // autocast, as in training
   std::string directory;                      // <output-dir>/samples
+  // A first-frame (TI2V) run: the sample starts from its own first latent
+  // frame, as wansample --image does (when it has more than one).
+  bool first_frame = false;
 };
 
 class TrainingSampler {

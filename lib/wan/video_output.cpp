@@ -11,9 +11,9 @@
 
 namespace wt::wan {
 
-int64_t write_decoded_video(WanVae& vae, const at::Tensor& latents, const VideoOutput& output) {
+int64_t write_decoded_video(VideoVae& vae, const at::Tensor& latents, const VideoOutput& output) {
   if (latents.dim() != 4) throw Error("write_decoded_video: latents must be [z, F, h, w]");
-  const int64_t f = vae->config().spatial_factor();
+  const int64_t f = vae.spatial_factor();
   const int width = int(latents.size(3) * f), height = int(latents.size(2) * f);
   if (!output.frames_dir.empty()) {
     std::error_code ec;
@@ -23,9 +23,9 @@ int64_t write_decoded_video(WanVae& vae, const at::Tensor& latents, const VideoO
   std::unique_ptr<media::VideoWriter> writer;
   if (!output.video.empty()) writer = std::make_unique<media::VideoWriter>(output.video, width, height, output.writer);
   int64_t written = 0;
-  const auto weights = vae->parameters().front();
+  const auto weights = vae.parameters().front();
   torch::NoGradGuard no_grad;
-  vae->decode(latents.unsqueeze(0).to(weights.device(), torch::kFloat32), [&](const at::Tensor& chunk) {
+  vae.decode(latents.unsqueeze(0).to(weights.device(), torch::kFloat32), [&](const at::Tensor& chunk) {
     for (auto& frame : video_to_frames(chunk[0])) {  // [3, n, H, W] -> n RGB frames
       if (writer) writer->write(frame);
       if (!output.frames_dir.empty())

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "wantrain/media/video_writer.hpp"
-#include "wantrain/wan/vae/wan_vae.hpp"
+#include "wantrain/wan/vae/video_vae.hpp"
 
 namespace wt::wan {
 
@@ -21,6 +21,6 @@ struct VideoOutput {
 
 // latents [z, F, h, w] (normalised) -> the frames written; returns their
 // number. UsageError naming the file or folder that cannot be written.
-int64_t write_decoded_video(WanVae& vae, const at::Tensor& latents, const VideoOutput& output);
+int64_t write_decoded_video(VideoVae& vae, const at::Tensor& latents, const VideoOutput& output);
 
 }  // namespace wt::wan

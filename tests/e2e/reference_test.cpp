@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "../common/launch.hpp"
+#include "wantrain/wan/euler_sampler.hpp"
 #include "wantrain/wan/model/model_config.hpp"
 #include "wantrain/io/safetensors.hpp"
 #include "wantrain/wan/model/wan_model.hpp"
@@ -163,4 +164,56 @@ TEST(WanReference, OneTimestepPerSampleMatchesItRepeatedPerToken) {
        {2, 4, 4},
        5},
       Timesteps::PerSampleAgainstRepeated);
+}
+
+// One step of Wan2.2 TI2V sampling from a picture: wantrain's Euler sampler
+// with a first frame against tests/reference/ti2v_step_reference.py, which
+// takes the step as textimage2video.py's loop does (the picture's latents
+// in frame 0, per-token timesteps from the mask, guidance, the update, frame
+// 0 put back) over the reference forward pass, with Euler as the solver.
+TEST(WanReference, Wan22Ti2vSamplingStepMatchesTheOfficialLoop) {
+  const std::string dir = wt::testing::fresh("reference-ti2v-step");
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/config.json")
+      << R"({"model_type": "ti2v", "dim": 64, "ffn_dim": 96, "num_heads": 4, "num_layers": 2, "freq_dim": 32,
+             "text_dim": 24, "text_len": 10, "patch_size": [1, 2, 2], "in_dim": 6, "out_dim": 6, "eps": 1e-6,
+             "qk_norm": true, "cross_attn_norm": true})";
+  const auto config = wt::wan::load_model_config(dir + "/config.json");
+  torch::manual_seed(23);
+  wt::wan::WanModel model(config);
+  torch::NoGradGuard no_grad;
+  for (auto& p : model->parameters()) p.copy_(torch::randn_like(p) * 0.2);
+  wt::wan::save_weights(*model, dir + "/weights.safetensors");
+  const auto noise = torch::randn({1, 6, 3, 4, 6});
+  const auto z = torch::randn({1, 6, 1, 4, 6});
+  const auto context = torch::randn({1, 7, 24});
+  // One Euler step of a 1-step schedule: sigma 1 -> 0.
+  wt::wan::EulerOptions options;
+  options.steps = 1;
+  options.shift = 5.0;
+  options.cfg = 3.5;
+  options.first_frame = z;
+  const auto sigmas = wt::wan::sampling_sigmas(options.steps, options.shift);
+  wt::io::write_safetensors(dir + "/inputs.safetensors",
+                            {{"noise", noise},
+                             {"z", z},
+                             {"context", context},
+                             {"sigmas", torch::tensor({float(sigmas[0]), float(sigmas[1])})},
+                             {"cfg", torch::tensor({float(options.cfg)})}},
+                            torch::kFloat32);
+  const auto job = wt::testing::launch(
+      std::string(WANTRAIN_PYTHON) + " " + WANTRAIN_SOURCE_DIR + "/tests/reference/ti2v_step_reference.py " + dir +
+      "/config.json " + dir + "/weights.safetensors " + dir + "/inputs.safetensors " + dir + "/out.safetensors");
+  ASSERT_EQ(job.status, 0) << job.output;
+  const auto file = wt::io::SafetensorsFile::open(dir + "/out.safetensors");
+  const auto reference = file.read(*file.find("latent"));
+  const auto uncond = torch::zeros_like(context);
+  wt::wan::VelocityField velocity = [&](const at::Tensor& x, const at::Tensor& t, bool conditional) {
+    return model->forward(x, t, conditional ? context : uncond);
+  };
+  const auto ours = wt::wan::euler_sample(noise, velocity, options);
+  ASSERT_EQ(ours.sizes(), reference.sizes());
+  EXPECT_TRUE(torch::equal(ours.slice(2, 0, 1), z));  // frame 0 is the picture's, exactly
+  const double scale = reference.abs().max().item<double>(), error = (ours - reference).abs().max().item<double>();
+  EXPECT_LT(error, 1e-4 * scale) << "max |ours - reference| = " << error << " of max |reference| = " << scale;
 }

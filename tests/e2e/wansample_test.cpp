@@ -234,3 +234,75 @@ TEST_F(Wansample, DeviceCpuSamplesWhatAutoSamplesAndCudaIsRefusedWithoutIt) {
       << bad.output;
   EXPECT_FALSE(std::filesystem::exists(dir_ + "/x.h5"));
 }
+
+// Wan2.2 A14B's two experts: the high-noise one takes the steps at or above
+// the boundary. With a boundary below every step's timestep it samples alone
+// (bit for bit what --weights of it samples, with its guidance); at the
+// release's boundary both take part, so the sample is neither's alone.
+TEST_F(Wansample, TwoExpertsSwitchAtTheBoundary) {
+  torch::manual_seed(12);
+  wt::wan::WanModel other(wt::wan::load_model_config(kTiny));
+  {
+    torch::NoGradGuard no_grad;
+    other->head->head->weight.normal_(0.0, 0.05);
+  }
+  const std::string low = dir_ + "/low.safetensors";
+  wt::wan::save_weights(*other, low, torch::kBFloat16);
+  const std::string common = " --data " + dir_ + "/data --index 1 --steps 4 --seed 5 --out " + dir_;
+  ASSERT_EQ(sample("--weights " + weights_ + " --cfg 4" + common + "/high-alone.h5").status, 0);
+  ASSERT_EQ(sample("--weights " + low + " --cfg 3" + common + "/low-alone.h5").status, 0);
+  const auto high_alone = sampled_latents(dir_ + "/high-alone.h5"), low_alone = sampled_latents(dir_ + "/low-alone.h5");
+  const std::string experts = "--high-noise " + weights_ + " --low-noise " + low + " --cfg 3,4";
+  const Job all_high = sample(experts + " --boundary 0.001" + common + "/all-high.h5");
+  ASSERT_EQ(all_high.status, 0) << all_high.output;
+  EXPECT_TRUE(torch::equal(sampled_latents(dir_ + "/all-high.h5"), high_alone));
+  const Job both = sample(experts + common + "/both.h5");
+  ASSERT_EQ(both.status, 0) << both.output;
+  EXPECT_EQ(wt::testing::occurrences(both.output,
+                                     "two experts, the high-noise one from t = 875 (boundary 0.875), cfg 3 "
+                                     "low / 4 high"),
+            1u)
+      << both.output;
+  const auto mixed = sampled_latents(dir_ + "/both.h5");
+  EXPECT_GT((mixed - high_alone).abs().max().item<double>(), 1e-4);
+  EXPECT_GT((mixed - low_alone).abs().max().item<double>(), 1e-4);
+
+  // What does not go together: one line each, status 2.
+  for (const auto& [args, line] : std::vector<std::pair<std::string, std::string>>{
+           {"--high-noise " + weights_, "options --high-noise, --low-noise: give both experts"},
+           {experts + " --weights " + weights_, "options --high-noise, --low-noise: they replace --weights"},
+           {"--weights " + weights_ + " --cfg 3,4", "option --cfg: '3,4': give one scale (LOW,HIGH needs two experts)"},
+           {experts + " --lora x.safetensors", "option --lora: with two experts, give each its own with --lora-high"},
+           {"--weights " + weights_ + " --boundary 0.9",
+            "options --lora-high, --lora-low, --offload-experts, "
+            "--boundary: need two experts"},
+           {experts + " --boundary 1.5", "option --boundary: must be in (0, 1]"}}) {
+    const Job bad = sample(args + common + "/bad.h5");
+    EXPECT_EQ(bad.status, 2) << args << "\n" << bad.output;
+    EXPECT_EQ(wt::testing::occurrences(bad.output, line), 1u) << args << "\n" << bad.output;
+  }
+}
+
+// A ti2v model continues a dataset sample's own first latent frame
+// (--first-frame): the sample's frame 0 is exactly the data's.
+TEST_F(Wansample, ATi2vModelHoldsTheFirstFrameItStartsFrom) {
+  const std::string config = std::string(WANTRAIN_SOURCE_DIR) + "/data/configs/wan-tiny-ti2v.json";
+  const std::string ti2v = write_weights(config, dir_ + "/ti2v.safetensors");
+  const Job job = launch(std::string(WANTRAIN_WANSAMPLE) + " --model-config " + config + " --threads 1 --weights " +
+                         ti2v + " --data " + dir_ + "/data --index 4 --steps 3 --first-frame --out " + dir_ + "/f.h5");
+  ASSERT_EQ(job.status, 0) << job.output;
+  const auto dataset = wt::data::Dataset::open(dir_ + "/data");
+  const auto& s = dataset.shape();
+  auto latents = torch::empty({s.channels, s.frames, s.height, s.width});
+  auto text = torch::empty({s.text_len, s.text_dim});
+  int32_t length = 0;
+  wt::data::SampleReader(dataset).read(4, latents, text, length);
+  const auto sampled = sampled_latents(dir_ + "/f.h5");
+  EXPECT_TRUE(torch::equal(sampled.slice(1, 0, 1), latents.to(torch::kFloat32).slice(1, 0, 1)));
+  EXPECT_FALSE(torch::equal(sampled.slice(1, 1), latents.to(torch::kFloat32).slice(1, 1)));
+  const Job t2v = sample("--weights " + weights_ + " --data " + dir_ + "/data --first-frame --out " + dir_ + "/x.h5");
+  EXPECT_EQ(t2v.status, 2) << t2v.output;
+  EXPECT_EQ(
+      wt::testing::occurrences(t2v.output, "option --first-frame: a ti2v model's, with --data (this model is t2v)"), 1u)
+      << t2v.output;
+}

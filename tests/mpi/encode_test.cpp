@@ -26,6 +26,7 @@
 #include "wantrain/wan/model/model_config.hpp"
 #include "wantrain/wan/model/wan_model.hpp"
 #include "wantrain/wan/model/weights.hpp"
+#include "wantrain/wan/vae/video_vae.hpp"
 #include "wantrain/wan/vae/wan_vae.hpp"
 
 namespace {
@@ -615,4 +616,60 @@ TEST(Encode, TheImageConditionIsEncodedAndAPictureBecomesAVideo) {
   EXPECT_NE(t2v.output.find("option --image: the model (" + kTiny + ") is t2v: it starts from no picture"),
             std::string::npos)
       << t2v.output;
+
+  // A ti2v model (Wan2.2 TI2V): the picture, covered to the video's size,
+  // is the first latent frame exactly as the VAE encodes it; the size is
+  // textimage2video.py's best_output_size: within 1024 pixels, sides
+  // multiples of 16, the 48x32 picture's 3:2 is nearer 32x32 (width fitted
+  // first: 39 -> 32, 1024 / 32 -> 32) than 64x16 (height first: 26 -> 16,
+  // 1024 / 16 -> 64).
+  const std::string ti2v_config = std::string(WANTRAIN_SOURCE_DIR) + "/data/configs/wan-tiny-ti2v.json";
+  wt::wan::WanModel ti2v(wt::wan::load_model_config(ti2v_config));
+  {
+    torch::NoGradGuard no_grad;
+    ti2v->head->head->weight.normal_(0.0, 0.05);
+  }
+  wt::wan::save_weights(*ti2v, dir + "/ti2v.safetensors", torch::kFloat32);
+  std::filesystem::create_directories(dir + "/ti2v-sample");
+  const auto from_picture = launch(
+      std::string(WANTRAIN_WANSAMPLE) + " --weights " + dir + "/ti2v.safetensors --model-config " + ti2v_config +
+      " --prompt 'a red ball rolls' --t5 " + s.t5 + " --t5-config " + s.t5_config + " --t5-dtype fp32 --tokenizer " +
+      s.tokenizer + " --frames 5 --steps 3 --threads 1 --vae " + s.vae + " --vae-config " + s.vae_config + " --image " +
+      s.clips + "/d.png --max-area 1024 --out " + dir + "/ti2v-sample/s.h5 --video " + dir + "/ti2v.mp4");
+  ASSERT_EQ(from_picture.status, 0) << from_picture.output;
+  EXPECT_NE(from_picture.output.find("wansample: starting from " + s.clips +
+                                     "/d.png at 32x32 (its latents are the first frame)"),
+            std::string::npos)
+      << from_picture.output;
+  EXPECT_EQ(wt::media::probe_media(dir + "/ti2v.mp4").frames(), 5);
+  const auto sampled = wt::data::Dataset::open(dir + "/ti2v-sample");
+  const auto& made_shape = sampled.shape();
+  auto latents = torch::empty({made_shape.channels, made_shape.frames, made_shape.height, made_shape.width});
+  auto text = torch::empty({made_shape.text_len, made_shape.text_dim});
+  int32_t length = 0;
+  wt::data::SampleReader(sampled).read(0, latents, text, length);
+  const auto vae = wt::wan::open_video_vae(s.vae, s.vae_config);
+  torch::NoGradGuard no_grad;
+  const auto picture = wt::wan::cover_picture(wt::wan::read_picture(s.clips + "/d.png"), 32, 32);
+  const auto encoded = vae->encode(picture.unsqueeze(1).unsqueeze(0))[0];  // [C, 1, 4, 4]
+  EXPECT_LT((latents.slice(1, 0, 1) - encoded).abs().max().item<float>(), 1e-5);
+
+  // A VAE whose latents are not the model's channels (a 48-channel TI2V
+  // model given a 16-channel VAE): one line naming both, status 2.
+  const std::string wide_config = dir + "/ti2v-48.json";
+  write_text(wide_config, R"({"model_type": "ti2v", "dim": 64, "ffn_dim": 128, "num_heads": 4, "num_layers": 2,
+    "freq_dim": 256, "text_dim": 64, "text_len": 16, "patch_size": [1, 2, 2], "in_dim": 48, "out_dim": 48,
+    "eps": 1e-6, "qk_norm": true, "cross_attn_norm": true})");
+  wt::wan::WanModel wide(wt::wan::load_model_config(wide_config));
+  wt::wan::save_weights(*wide, dir + "/ti2v-48.safetensors", torch::kFloat32);
+  const auto mismatched =
+      launch(std::string(WANTRAIN_WANSAMPLE) + " --weights " + dir + "/ti2v-48.safetensors --model-config " +
+             wide_config + " --prompt 'a red ball rolls' --t5 " + s.t5 + " --t5-config " + s.t5_config +
+             " --tokenizer " + s.tokenizer + " --frames 5 --steps 1 --vae " + s.vae + " --vae-config " + s.vae_config +
+             " --out " + dir + "/w.h5 --video " + dir + "/w.mp4");
+  EXPECT_EQ(mismatched.status, 2) << mismatched.output;
+  EXPECT_NE(mismatched.output.find("option --vae: " + s.vae + " is the Wan2.1 VAE (16 channels, 4x8x8), whose "
+                                   "latents have 16 channels; the model (" + wide_config + ") makes 48"),
+            std::string::npos)
+      << mismatched.output;
 }

@@ -262,3 +262,26 @@ TEST(EncodePlan, BadBucketSettingsNameTheSetting) {
   b.frames = {9, 5};
   EXPECT_NE(error_of(b).find("frames: 9,5: the lengths must ascend"), std::string::npos);
 }
+
+// Wan2.2's VAE compresses 16x: with the 2x2 patches, sides and bucket steps
+// are multiples of 32 (832x480 is; 848x480 and a step of 16 are not).
+TEST(EncodePlan, TheWan22VaeTakesSidesInMultiplesOf32) {
+  auto error_of = [](const wt::wan::EncodeBuckets& b) {
+    try {
+      wt::wan::check_buckets(b, 32);
+    } catch (const wt::SettingError& e) {
+      return e.setting() + ": " + e.message();
+    }
+    return std::string("(none)");
+  };
+  wt::wan::EncodeBuckets b;
+  b.sizes = {{832, 480}};
+  b.step = 32;
+  EXPECT_EQ(error_of(b), "(none)");
+  b.sizes = {{848, 480}};
+  EXPECT_EQ(error_of(b), "sizes: 848x480: width and height must be multiples of 32 (the VAE's 16, then the DiT's 2x2 "
+                         "patches)");
+  b.sizes = {{832, 480}};
+  b.step = 16;
+  EXPECT_EQ(error_of(b), "step: 16: must be a multiple of 32 (the VAE's 16, then the DiT's 2x2 patches)");
+}

@@ -62,3 +62,24 @@ TEST(CaptionDropout, RateIsTheProbability) {
     EXPECT_NEAR(count, n * p, 5 * std::sqrt(n * p * (1 - p))) << "p " << p;
   }
 }
+
+// The first-frame draw (--first-frame-prob) is keyed like caption dropout
+// but is a stream of its own; a still (one latent frame) never keeps it.
+TEST(CaptionDropout, FirstFrameDrawsAreTheirOwnStreamAndNeverKeepAStill) {
+  std::vector<int64_t> indices(2000);
+  for (size_t i = 0; i < indices.size(); ++i) indices[i] = int64_t(i);
+  const auto kept = first_frame_draws(indices, 5, 3, 0.5, 21);
+  const auto dropped = caption_drops(indices, 5, 3, 0.5);
+  int both = 0, count = 0;
+  for (size_t i = 0; i < indices.size(); ++i) {
+    count += kept[i];
+    both += kept[i] && dropped[i];
+  }
+  // Binomial(2000, 0.5): sd 22, so +-150 is 6.7 sd; independent streams
+  // agree on about a quarter (sd 19; +-130 is 6.7 sd).
+  EXPECT_NEAR(count, 1000, 150);
+  EXPECT_NEAR(both, 500, 130);
+  for (bool k : first_frame_draws(indices, 5, 3, 1.0, 1)) EXPECT_FALSE(k);
+  for (bool k : first_frame_draws(indices, 5, 3, 1.0, 2)) EXPECT_TRUE(k);
+  EXPECT_EQ(first_frame_draws({7}, 5, 3, 0.5, 21)[0], kept[7]);  // not a function of the batch
+}

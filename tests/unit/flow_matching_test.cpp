@@ -9,6 +9,16 @@
 
 using namespace wt::wan;
 
+namespace {
+EulerOptions euler(int steps, double shift, double cfg) {
+  EulerOptions options;
+  options.steps = steps;
+  options.shift = shift;
+  options.cfg = cfg;
+  return options;
+}
+}  // namespace
+
 TEST(FlowMatching, ShiftFormula) {
   EXPECT_DOUBLE_EQ(shift_sigma(0.5, 1.0), 0.5);
   EXPECT_DOUBLE_EQ(shift_sigma(0.0, 5.0), 0.0);
@@ -119,7 +129,7 @@ TEST(EulerSampler, ExactVelocityFieldReturnsX0) {
   };
   for (double cfg : {1.0, 4.0}) {
     calls = 0;
-    const auto sample = euler_sample(noise, exact, {10, 5.0, cfg});
+    const auto sample = euler_sample(noise, exact, euler(10, 5.0, cfg));
     EXPECT_TRUE(torch::allclose(sample, x0, 1e-4, 1e-4)) << (sample - x0).abs().max();
     EXPECT_EQ(calls, cfg == 1.0 ? 10 : 20);
   }
@@ -127,7 +137,7 @@ TEST(EulerSampler, ExactVelocityFieldReturnsX0) {
   VelocityField guided = [&](const at::Tensor& x, const at::Tensor& t, bool conditional) {
     return conditional ? (x - x0) / (t / 1000.0).view({-1, 1, 1, 1, 1}) : torch::zeros_like(x);
   };
-  const auto once = euler_sample(noise, guided, {1, 1.0, 2.0});
+  const auto once = euler_sample(noise, guided, euler(1, 1.0, 2.0));
   EXPECT_TRUE(torch::allclose(once, noise - 2.0 * (noise - x0), 1e-5, 1e-5));
 }
 
@@ -141,8 +151,95 @@ TEST(EulerSampler, ZeroGuidanceIsTheUnconditionalFieldAlone) {
     ++(conditional ? conditional_calls : unconditional_calls);
     return conditional ? torch::full_like(x, 1e6) : (x - x0) / (t / 1000.0).view({-1, 1, 1, 1, 1});
   };
-  const auto sample = euler_sample(noise, field, {6, 3.0, 0.0});
+  const auto sample = euler_sample(noise, field, euler(6, 3.0, 0.0));
   EXPECT_TRUE(torch::allclose(sample, x0, 1e-4, 1e-4)) << (sample - x0).abs().max();
   EXPECT_EQ(conditional_calls, 0);
   EXPECT_EQ(unconditional_calls, 6);
+}
+
+// Wan2.2 A14B: the steps at t >= boundary * 1000 go to the high-noise expert
+// with its own guidance, the rest to the low-noise one; the switch is at the
+// first step below the boundary.
+TEST(EulerSampler, TwoExpertsSwitchAtTheBoundaryEachWithItsGuidance) {
+  const auto noise = torch::ones({1, 1, 1, 2, 2});
+  const int steps = 8;
+  const double shift = 3.0, boundary = 0.875;
+  const auto sigmas = sampling_sigmas(steps, shift);
+  std::vector<char> who;  // 'H' or 'L' per model call, and the guidance seen
+  VelocityField low = [&](const at::Tensor& x, const at::Tensor&, bool conditional) {
+    who.push_back('L');
+    return conditional ? torch::full_like(x, 1.0) : torch::zeros_like(x);
+  };
+  HighNoiseExpert high{[&](const at::Tensor& x, const at::Tensor&, bool conditional) {
+                         who.push_back('H');
+                         return conditional ? torch::full_like(x, 1.0) : torch::zeros_like(x);
+                       },
+                       2.0, boundary};
+  const auto sample = euler_sample(noise, low, euler(steps, shift, 3.0), &high);
+  // Derived: step i is the high expert's where 1000 * sigma_i >= 875; each
+  // step calls its expert twice (cfg != 1) and moves by cfg * (sigma_{i+1} - sigma_i).
+  std::string expected;
+  double x = 1.0;
+  int high_steps = 0;
+  for (int i = 0; i < steps; ++i) {
+    const bool is_high = 1000.0 * sigmas[i] >= 1000.0 * boundary;
+    high_steps += is_high;
+    expected += is_high ? "HH" : "LL";
+    x += (is_high ? 2.0 : 3.0) * (sigmas[i + 1] - sigmas[i]);
+  }
+  EXPECT_GT(high_steps, 0);
+  EXPECT_LT(high_steps, steps);
+  EXPECT_EQ(std::string(who.begin(), who.end()), expected);
+  EXPECT_NEAR(sample.mean().item<double>(), x, 1e-6);
+}
+
+// TI2V from a picture: frame 0 is the picture's latents throughout, and the
+// model sees its tokens at t = 0 and the others at the step's t.
+TEST(EulerSampler, AFirstFrameIsHeldAndItsTokensSeeTimestepZero) {
+  torch::manual_seed(5);
+  const auto x0 = torch::randn({1, 2, 3, 4, 4});
+  const auto noise = torch::randn({1, 2, 3, 4, 4});
+  auto options = euler(6, 3.0, 1.0);
+  options.first_frame = x0.slice(2, 0, 1);
+  bool seen_first_at_zero = true;
+  VelocityField exact = [&](const at::Tensor& x, const at::Tensor& t, bool) {
+    // [B, L]: 2x2 patches, so 4 tokens a frame
+    EXPECT_EQ(t.sizes(), (std::vector<int64_t>{1, 12}));
+    seen_first_at_zero = seen_first_at_zero && t.slice(1, 0, 4).eq(0).all().item<bool>();
+    EXPECT_TRUE(torch::equal(x.slice(2, 0, 1), x0.slice(2, 0, 1)));
+    const auto sigma = t.slice(1, 4, 5).view({-1, 1, 1, 1, 1}) / 1000.0;
+    return (x - x0) / sigma;  // the exact field of the later frames
+  };
+  const auto sample = euler_sample(noise, exact, options);
+  EXPECT_TRUE(seen_first_at_zero);
+  EXPECT_TRUE(torch::equal(sample.slice(2, 0, 1), x0.slice(2, 0, 1)));  // exactly the picture's latents
+  EXPECT_TRUE(torch::allclose(sample, x0, 1e-4, 1e-4));
+}
+
+// Training with the first frame kept: x_t's frame 0 is x0's, its tokens'
+// timesteps are 0, and the loss leaves it out; rows not kept are untouched.
+TEST(FlowMatching, AKeptFirstFrameIsCleanAtTimestepZeroAndOutOfTheLoss) {
+  torch::manual_seed(6);
+  const auto x0 = torch::randn({2, 3, 3, 4, 4});
+  const auto noisy = make_noisy_batch(x0, {4, 9}, 7, 2, {});
+  const auto first = keep_first_frame(noisy, x0, {true, false}, {1, 2, 2});
+  EXPECT_TRUE(torch::equal(first.x_t[0].slice(1, 0, 1), x0[0].slice(1, 0, 1)));
+  EXPECT_TRUE(torch::equal(first.x_t[0].slice(1, 1), noisy.x_t[0].slice(1, 1)));
+  EXPECT_TRUE(torch::equal(first.x_t[1], noisy.x_t[1]));
+  ASSERT_EQ(first.timesteps.sizes(), (std::vector<int64_t>{2, 12}));
+  EXPECT_TRUE(first.timesteps[0].slice(0, 0, 4).eq(0).all().item<bool>());
+  EXPECT_TRUE(first.timesteps[0].slice(0, 4).eq(noisy.timesteps[0]).all().item<bool>());
+  EXPECT_TRUE(first.timesteps[1].eq(noisy.timesteps[1]).all().item<bool>());
+  // A prediction wrong only on the kept frame costs nothing; on row 1's frame 0 it does.
+  auto prediction = noisy.target.clone();
+  prediction[0].slice(1, 0, 1).add_(100.0);
+  EXPECT_EQ(first_frame_loss(prediction, noisy.target, first.kept).item<double>(), 0.0);
+  prediction = noisy.target.clone();
+  prediction[1].slice(1, 0, 1).add_(3.0);
+  // row 1: frame 0 of 3 off by 3 -> mean 9 / 3 = 3; row 0: 0; the mean of rows 1.5
+  EXPECT_NEAR(first_frame_loss(prediction, noisy.target, first.kept).item<double>(), 1.5, 1e-5);
+  // nothing kept: the plain loss
+  const auto none = keep_first_frame(noisy, x0, {false, false}, {1, 2, 2});
+  EXPECT_NEAR(first_frame_loss(prediction, noisy.target, none.kept).item<double>(),
+              flow_matching_loss(prediction, noisy.target).item<double>(), 1e-6);
 }

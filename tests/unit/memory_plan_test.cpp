@@ -176,14 +176,16 @@ TEST(MemoryPlan, ActivationsAreWithinAQuarterOfWhatAStepAllocates) {
   struct Case {
     int64_t chunk, checkpoint;
     at::ScalarType dtype;
+    bool per_token = false;  // timesteps per token (the first-frame condition)
   };
-  for (const Case c :
-       {Case{0, 0, at::kFloat}, Case{64, 0, at::kFloat}, Case{64, 1, at::kFloat}, Case{0, 0, at::kBFloat16},
-        Case{64, 0, at::kBFloat16}, Case{64, 1, at::kBFloat16}, Case{64, 2, at::kBFloat16}}) {
-    SCOPED_TRACE(::testing::Message() << "chunk " << c.chunk << ", checkpoint every " << c.checkpoint << ", "
-                                      << c.dtype);
+  for (const Case c : {Case{0, 0, at::kFloat}, Case{64, 0, at::kFloat}, Case{64, 1, at::kFloat},
+                       Case{0, 0, at::kBFloat16}, Case{64, 0, at::kBFloat16}, Case{64, 1, at::kBFloat16},
+                       Case{64, 2, at::kBFloat16}, Case{64, 0, at::kFloat, true}, Case{64, 1, at::kBFloat16, true}}) {
+    SCOPED_TRACE(::testing::Message() << "chunk " << c.chunk << ", checkpoint every " << c.checkpoint << ", " << c.dtype
+                                      << (c.per_token ? ", per-token timesteps" : ""));
     auto settings = step(/*frames=*/4, c.chunk, c.checkpoint, /*batch=*/2);  // 256 tokens
     settings.compute_dtype = c.dtype;
+    settings.per_token_timesteps = c.per_token;
     double measured = 0;
     {
       auto model = wt::testing::seeded_small_model(config);
@@ -192,7 +194,11 @@ TEST(MemoryPlan, ActivationsAreWithinAQuarterOfWhatAStepAllocates) {
       for (auto& p : model->parameters()) p.mutable_grad() = torch::zeros_like(p);
       const auto x = torch::randn({2, config.in_dim, 4, 16, 16});
       const auto context = torch::randn({2, config.text_len, config.text_dim});
-      const auto t = torch::full({2}, 500.0);
+      auto t = torch::full({2}, 500.0);
+      if (c.per_token) {  // 4 frames of 8 x 8 tokens, the first at t = 0
+        t = torch::full({2, 256}, 500.0);
+        t.slice(1, 0, 64).zero_();
+      }
       const auto target = torch::randn_like(x);
       const double before = double(wt::nn::live_tensor_bytes());
       wt::nn::reset_peak_tensor_bytes();

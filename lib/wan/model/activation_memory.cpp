@@ -86,12 +86,17 @@ ActivationMemory activation_memory(const WanConfig& c, const ActivationSettings&
   const double batch = double(s.batch), tokens = double(m.tokens), context = double(c.text_len);
   const double d = double(c.dim), heads = double(c.num_heads), f = 4, a = autocast ? 2 : 4;
 
-  const auto b = block_bytes(c, autocast, chunked);
+  auto b = block_bytes(c, autocast, chunked);
   // Bytes of one part for the batch: per token, per context position, per score.
   auto bytes = [&](const Part& part, double score_columns) {
     return batch *
            (part.per_token * tokens + part.per_context * context + part.per_score * heads * tokens * score_columns);
   };
+  // Per-token timesteps: a block's modulation + e0 is a [B, L, 6, dim] fp32
+  // sum whose gates (views of it) the residual products save, so it lives
+  // on; and (1 + scale) of the two modulated norms, [B, L, dim] each. With
+  // one timestep per sample all of these are [B, 1, ...]: left out.
+  if (s.per_token_timesteps) b.self_attention.per_token += d * f * (6 + 2);
   const double self_attention = bytes(b.self_attention, tokens);
   const double after_self_attention = bytes(b.cross_attention, context) + bytes(b.feed_forward, 0);
   m.block_saved = self_attention + after_self_attention;
@@ -116,6 +121,11 @@ ActivationMemory activation_memory(const WanConfig& c, const ActivationSettings&
   const double latent = double(c.in_dim) * double(s.latents[0] * s.latents[1] * s.latents[2]) * f;
   const double text = context * (double(c.text_dim) * (f + f) + d * 3 * a);
   m.outside_blocks = batch * (6 * latent + text + tokens * d * f * 3);
+  // Per-token timesteps: the time embedding's tensors per token (the
+  // sinusoid, the MLP's inputs, e and e0 [L, 6 dim]) and the head's
+  // modulation (its [L, 2, dim] sum and 1 + scale), all fp32.
+  if (s.per_token_timesteps)
+    m.outside_blocks += batch * tokens * f * (double(c.freq_dim) + d * (2 + 1 + 1 + 6) + d * (2 + 1));
 
   // The largest working set beyond what is saved, in the last block (or the
   // one being recomputed): the gradient along the residual stream and into a

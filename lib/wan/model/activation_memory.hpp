@@ -21,6 +21,9 @@ struct ActivationSettings {
   int64_t attention_chunk = 0;                // WanModel::set_attention_chunk; 0: all queries at once
   int64_t grad_checkpoint_every = 0;          // WanModel::set_grad_checkpoint; 0: none
   at::ScalarType block_linear_dtype = at::kFloat;  // the blocks' Linear weights (a LoRA base: kBFloat16)
+  // Timesteps per token (Wan2.2 TI2V's first-frame condition): the time
+  // embedding and every block's modulation are [B, L, ...], not [B, 1, ...].
+  bool per_token_timesteps = false;
 };
 
 struct ActivationMemory {

@@ -8,271 +8,10 @@
 #include <vector>
 
 #include "wantrain/util/error.hpp"
+#include "wantrain/wan/vae/vae_parts.hpp"
 
 namespace wt::wan {
 namespace vae_parts {
-
-// What one causal conv keeps between chunks: its last two input frames
-// (undefined before the first chunk), and whether a time-doubling resample
-// has passed its first frame.
-struct Slot {
-  at::Tensor frames;
-  bool started = false;
-};
-using Cache = std::vector<Slot>;
-
-// A conv's weight and bias, drawn as PyTorch draws a fresh Conv (uniform
-// within 1/sqrt(fan_in)), in their dtype from the start, frozen.
-struct Conv : torch::nn::Module {
-  Conv(std::vector<int64_t> shape, at::ScalarType dtype) {
-    int64_t fan_in = 1;
-    for (size_t i = 1; i < shape.size(); ++i) fan_in *= shape[i];
-    const double bound = 1 / std::sqrt(double(fan_in));
-    const auto options = torch::TensorOptions().dtype(dtype);
-    weight = register_parameter("weight", torch::empty(shape, options).uniform_(-bound, bound), false);
-    bias = register_parameter("bias", torch::empty({shape[0]}, options).uniform_(-bound, bound), false);
-  }
-  // A per-frame 2-D conv's weight [out, in, k, k] as a 3-D one of depth 1:
-  // it runs on [B, C, T, H, W] as it lies.
-  at::Tensor weight3d() const { return weight.dim() == 4 ? weight.unsqueeze(2) : weight; }
-  at::Tensor weight, bias;
-};
-
-// RMS_norm's gamma: [c, 1, 1, 1] on video, [c, 1, 1] in attention ("images").
-struct Norm : torch::nn::Module {
-  Norm(int64_t channels, bool images, at::ScalarType dtype) {
-    const auto shape = images ? std::vector<int64_t>{channels, 1, 1} : std::vector<int64_t>{channels, 1, 1, 1};
-    gamma = register_parameter("gamma", torch::ones(shape, torch::TensorOptions().dtype(dtype)), false);
-  }
-  // out = x / max(|x|_2 over channels, 1e-12) * sqrt(c) * gamma, then SiLU
-  // where `silu`; x and out [B, C, T, H, W], out possibly a view. The
-  // squares summed rather than linalg_vector_norm, which is 4x slower over
-  // the channels of this layout; the sum in fp32 for bf16.
-  void apply(const at::Tensor& x, at::Tensor& out, bool silu) const {
-    const auto inverse = at::sum(x.pow(2), {1}, /*keepdim=*/true, at::kFloat)
-                             .clamp_min_(1e-24)
-                             .rsqrt_()
-                             .mul_(std::sqrt(double(x.size(1))))
-                             .to(x.scalar_type());  // [B, 1, T, H, W]
-    at::mul_out(out, x, inverse).mul_(gamma.dim() == 3 ? gamma.unsqueeze(-1) : gamma);
-    if (silu) at::silu_(out);
-  }
-  at::Tensor forward(const at::Tensor& x, bool silu = false) const {
-    auto out = at::empty_like(x);
-    apply(x, out, silu);
-    return out;
-  }
-  at::Tensor gamma;
-};
-
-// at::conv3d, but fp32 on the CPU straight to oneDNN: conv3d's heuristic
-// sends convs of few small frames (the decoder's 16x16 levels, 3 frames at
-// a time) to a slower im2col path, 20% slower measured (LibTorch 1.13
-// weighs N*C*T*H, and the official code, padding space beforehand, passes it).
-at::Tensor conv3d(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
-                  at::IntArrayRef stride = {1, 1, 1}, at::IntArrayRef padding = {0, 0, 0}) {
-  if (x.is_cpu() && x.scalar_type() == at::kFloat && at::hasMKLDNN() && at::globalContext().userEnabledMkldnn())
-    return at::mkldnn_convolution(x.contiguous(), weight.contiguous(), bias, padding, stride, {1, 1, 1}, 1);
-  return at::conv3d(x, weight, bias, stride, padding);
-}
-
-// CausalConv3d with kernel [out, in, kt, k, k]: all kt - 1 frames of time
-// padding in front, zeros before the first chunk and the kept frames after.
-struct CausalConv : Conv {
-  CausalConv(int64_t in, int64_t out, int64_t kt, int64_t k, int& slots, at::ScalarType dtype)
-      : Conv({out, in, kt, k, k}, dtype), context(kt - 1), pad(k / 2), slot(kt > 1 ? slots++ : -1) {}
-
-  // The conv of x, or of silu(norm(x)) where `norm` is given, written
-  // straight behind the kept frames (zeros before the first chunk): its
-  // input [B, C, context + T, H, W] made in the one pass that makes x's.
-  at::Tensor forward(const at::Tensor& x, Cache& cache, const Norm* norm = nullptr) const {
-    const int64_t t = x.size(2);
-    if (slot < 0) return conv3d(x, weight, bias);  // 1x1x1: no time context, never after a norm
-    Slot& kept = cache[size_t(slot)];
-    if (!kept.frames.defined() && t == 1) {
-      // The first frame of a stream sees only zeros before it: the last
-      // time tap alone gives its output, at 1/3 of the work.
-      const auto y = norm ? norm->forward(x, /*silu=*/true) : x;
-      kept.frames = at::constant_pad_nd(y, {0, 0, 0, 0, context - 1, 0});
-      return conv3d(y, weight.narrow(2, context, 1), bias, {1, 1, 1}, {0, pad, pad});
-    }
-    auto input = at::empty({x.size(0), x.size(1), context + t, x.size(3), x.size(4)}, x.options());
-    auto front = input.narrow(2, 0, context), chunk = input.narrow(2, context, t);
-    if (kept.frames.defined())
-      front.copy_(kept.frames);
-    else
-      front.zero_();
-    if (norm)
-      norm->apply(x, chunk, /*silu=*/true);
-    else
-      chunk.copy_(x);
-    kept.frames = input.narrow(2, t, context).clone(at::MemoryFormat::Contiguous);
-    return conv3d(input, weight, bias, {1, 1, 1}, {0, pad, pad});
-  }
-  int64_t context, pad;
-  int slot;
-};
-
-// A layer of the encoder's downsamples, the decoder's upsamples or a middle.
-struct Layer : torch::nn::Module {
-  virtual at::Tensor forward(const at::Tensor& x, Cache& cache) const = 0;
-};
-
-struct ResidualBlock : Layer {
-  ResidualBlock(int64_t in, int64_t out, int& slots, at::ScalarType dtype) {
-    auto residual = register_module("residual", std::make_shared<torch::nn::Module>());
-    norm1 = residual->register_module("0", std::make_shared<Norm>(in, false, dtype));
-    conv1 = residual->register_module("2", std::make_shared<CausalConv>(in, out, 3, 3, slots, dtype));
-    norm2 = residual->register_module("3", std::make_shared<Norm>(out, false, dtype));
-    conv2 = residual->register_module("6", std::make_shared<CausalConv>(out, out, 3, 3, slots, dtype));
-    if (in != out) shortcut = register_module("shortcut", std::make_shared<CausalConv>(in, out, 1, 1, slots, dtype));
-  }
-  at::Tensor forward(const at::Tensor& x, Cache& cache) const override {
-    auto y = conv1->forward(x, cache, norm1.get());
-    y = conv2->forward(y, cache, norm2.get());
-    return y.add_(shortcut ? shortcut->forward(x, cache) : x);
-  }
-  std::shared_ptr<Norm> norm1, norm2;
-  std::shared_ptr<CausalConv> conv1, conv2, shortcut;
-};
-
-// One head over the h*w positions of each frame.
-struct AttentionBlock : Layer {
-  AttentionBlock(int64_t c, at::ScalarType dtype) {
-    norm = register_module("norm", std::make_shared<Norm>(c, true, dtype));
-    to_qkv = register_module("to_qkv", std::make_shared<Conv>(std::vector<int64_t>{3 * c, c, 1, 1}, dtype));
-    proj = register_module("proj", std::make_shared<Conv>(std::vector<int64_t>{c, c, 1, 1}, dtype));
-    proj->weight.zero_();  // as officially: the block starts as the identity
-  }
-  at::Tensor forward(const at::Tensor& x, Cache&) const override {
-    const int64_t b = x.size(0), c = x.size(1), t = x.size(2), h = x.size(3), w = x.size(4);
-    const auto qkv = conv3d(norm->forward(x), to_qkv->weight3d(), to_qkv->bias).view({b, 3, c, t, h * w});
-    const auto q = qkv.select(1, 0).permute({0, 2, 3, 1}) * (1 / std::sqrt(double(c)));  // [B, T, HW, C]
-    const auto k = qkv.select(1, 1).transpose(1, 2);                                     // [B, T, C, HW]
-    const auto v = qkv.select(1, 2).transpose(1, 2);                                     // [B, T, C, HW]
-    auto p = at::matmul(q, k);                                                           // [B, T, HW, HW]
-    p = x.scalar_type() == at::kFloat ? at::softmax(p, -1) : at::softmax(p, -1, at::kFloat).to(p.scalar_type());
-    const auto out = at::matmul(v, p.transpose(-1, -2)).transpose(1, 2).reshape({b, c, t, h, w});
-    return conv3d(out, proj->weight3d(), proj->bias).add_(x);
-  }
-  std::shared_ptr<Norm> norm;
-  std::shared_ptr<Conv> to_qkv, proj;
-};
-
-// Nearest 2x upsampling (nearest-exact at scale 2 is plain nearest), then
-// `conv`'s 3x3 conv with padding 1, as four 2x2 convs of the low-resolution
-// frames, one per output parity (py, px): 4 taps instead of 9 per output
-// pixel, and no upsampled copy. Under the 3x3 window, upsampled row 2i + py
-// reads low-resolution rows (i - 1, i) with kernel rows (0, 1 + 2) for
-// py = 0, and (i, i + 1) with (0 + 1, 2) for py = 1; the same along width;
-// zeros outside the frame on either scale.
-// x [B, n C, T, H, W] -> [B, O, n T, 2H, 2W]: with n = 2 (after a
-// time-doubling conv) frame 2j + s is made from the s-th C channels of frame j.
-at::Tensor upsample_conv(const at::Tensor& x, int64_t n, const Conv& conv) {
-  const int64_t b = x.size(0), c = x.size(1) / n, t = x.size(2), h = x.size(3), w = x.size(4);
-  const int64_t o = conv.weight.size(0);
-  const auto taps = torch::tensor({1.f, 0.f, 0.f, 0.f, 1.f, 1.f, 1.f, 1.f, 0.f, 0.f, 0.f, 1.f}, conv.weight.device())
-                        .view({2, 2, 3});  // [parity, tap, kernel row]
-  const auto kernels = at::einsum("pai,qbj,ocij->pqocab", {taps, taps, conv.weight.to(torch::kFloat)})
-                           .reshape({4 * o, c, 1, 2, 2})
-                           .to(conv.weight.scalar_type());  // [(py, px, O), C, 1, 2, 2]
-  const auto y = conv3d(x.reshape({b * n, c, t, h, w}), kernels, conv.bias.repeat({4}), {1, 1, 1},
-                        {0, 1, 1});  // [B n, 4 O, T, H + 1, W + 1]
-  const auto parts = y.view({b, n, 2, 2, o, t, h + 1, w + 1});
-  auto out = at::empty({b, o, t, n, h, 2, w, 2}, y.options());
-  for (int64_t py = 0; py < 2; ++py)
-    for (int64_t px = 0; px < 2; ++px)
-      out.select(7, px).select(5, py).copy_(
-          parts.select(3, px).select(2, py).narrow(4, py, h).narrow(5, px, w).permute({0, 2, 3, 1, 4, 5}));
-  return out.view({b, o, t * n, 2 * h, 2 * w});
-}
-
-struct Resample : Layer {
-  Resample(int64_t c, bool up, bool in_time, int& slots, at::ScalarType dtype) : up(up), in_time(in_time) {
-    auto resample = register_module("resample", std::make_shared<torch::nn::Module>());
-    conv = resample->register_module(
-        "1", std::make_shared<Conv>(std::vector<int64_t>{up ? c / 2 : c, c, 3, 3}, dtype));  // 0: pad or upsample
-    if (!in_time) return;
-    if (up) {
-      time_up = register_module("time_conv", std::make_shared<CausalConv>(c, 2 * c, 3, 1, slots, dtype));
-    } else {
-      time_down = register_module("time_conv", std::make_shared<Conv>(std::vector<int64_t>{c, c, 3, 1, 1}, dtype));
-      slot = slots++;
-    }
-  }
-
-  at::Tensor forward(const at::Tensor& x, Cache& cache) const override {
-    if (up) {
-      if (!in_time) return upsample_conv(x, 1, *conv);
-      Slot& kept = cache[size_t(time_up->slot)];
-      // The first frame of the video passes; from the next on, the conv's
-      // own stream starts (zeros before it), its two halves two frames.
-      const bool halves = kept.started;
-      kept.started = true;
-      return halves ? upsample_conv(time_up->forward(x, cache), 2, *conv) : upsample_conv(x, 1, *conv);
-    }
-    // One zero row and column at the bottom and right, then stride 2.
-    const auto y = conv3d(at::constant_pad_nd(x, {0, 1, 0, 1}), conv->weight3d(), conv->bias, {1, 2, 2});
-    if (!in_time) return y;
-    Slot& kept = cache[size_t(slot)];
-    const auto last = y.narrow(2, y.size(2) - 1, 1).clone(at::MemoryFormat::Contiguous);
-    if (!kept.frames.defined()) {  // the first chunk passes as it is
-      kept.frames = last;
-      return y;
-    }
-    const auto input = at::cat({kept.frames, y}, 2);  // [B, C, 1 + T, H/2, W/2]
-    kept.frames = last;
-    return conv3d(input, time_down->weight, time_down->bias, {2, 1, 1});
-  }
-  bool up, in_time;
-  std::shared_ptr<Conv> conv, time_down;
-  std::shared_ptr<CausalConv> time_up;
-  int slot = -1;
-};
-
-// Layers registered as "<name>.0", "<name>.1", ... of one container.
-struct Sequence {
-  Sequence(torch::nn::Module& owner, const std::string& name)
-      : container(owner.register_module(name, std::make_shared<torch::nn::Module>())) {}
-  template <typename L>
-  void add(std::shared_ptr<L> layer) {
-    container->register_module(std::to_string(layers.size()), layer);
-    layers.push_back(std::move(layer));
-  }
-  at::Tensor forward(at::Tensor x, Cache& cache) const {
-    for (const auto& layer : layers) x = layer->forward(x, cache);
-    return x;
-  }
-  std::shared_ptr<torch::nn::Module> container;
-  std::vector<std::shared_ptr<Layer>> layers;
-};
-
-// conv1, the level layers, middle (residual, attention, residual), head.
-struct Coder : torch::nn::Module {
-  Cache new_cache() const { return Cache(size_t(slots)); }
-
- protected:
-  // Encoder: conv1, downsamples, middle; decoder: conv1, middle, upsamples.
-  // Registration order is the official one either way.
-  void add_input(int64_t in, int64_t out, at::ScalarType dtype) {
-    conv1 = register_module("conv1", std::make_shared<CausalConv>(in, out, 3, 3, slots, dtype));
-  }
-  void add_middle(int64_t c, at::ScalarType dtype) {
-    middle = std::make_unique<Sequence>(*this, "middle");
-    middle->add(std::make_shared<ResidualBlock>(c, c, slots, dtype));
-    middle->add(std::make_shared<AttentionBlock>(c, dtype));
-    middle->add(std::make_shared<ResidualBlock>(c, c, slots, dtype));
-  }
-  void add_head(int64_t c, int64_t out, at::ScalarType dtype) {
-    auto head = register_module("head", std::make_shared<torch::nn::Module>());
-    head_norm = head->register_module("0", std::make_shared<Norm>(c, false, dtype));
-    head_conv = head->register_module("2", std::make_shared<CausalConv>(c, out, 3, 3, slots, dtype));
-  }
-  int slots = 0;
-  std::shared_ptr<CausalConv> conv1, head_conv;
-  std::shared_ptr<Norm> head_norm;
-  std::unique_ptr<Sequence> levels, middle;
-};
 
 struct Encoder : Coder {
   Encoder(const VaeConfig& c, at::ScalarType dtype) {
@@ -288,7 +27,7 @@ struct Encoder : Coder {
         if (attention_at(c, scale)) levels->add(std::make_shared<AttentionBlock>(out, dtype));
       }
       if (i + 1 == mult.size()) break;
-      levels->add(std::make_shared<Resample>(out, false, c.temperal_downsample[i], slots, dtype));
+      levels->add(std::make_shared<Resample>(out, out, false, c.temperal_downsample[i], slots, dtype));
       scale /= 2;
     }
     add_middle(in, dtype);
@@ -326,7 +65,8 @@ struct Decoder : Coder {
       previous = out;
       if (i + 1 == levels_n) break;
       // temperal_upsample is temperal_downsample reversed.
-      levels->add(std::make_shared<Resample>(out, true, c.temperal_downsample[size_t(levels_n - 2 - i)], slots, dtype));
+      levels->add(std::make_shared<Resample>(out, out / 2, true, c.temperal_downsample[size_t(levels_n - 2 - i)], slots,
+                                             dtype));
       scale *= 2;
     }
     add_head(previous, 3, dtype);
@@ -339,18 +79,7 @@ struct Decoder : Coder {
 
 }  // namespace vae_parts
 
-namespace {
-
-std::string shape(const at::Tensor& t) { return fmt::format("[{}]", fmt::join(t.sizes(), ", ")); }
-
-// [1, z, 1, 1, 1], fp32, on `device`.
-at::Tensor per_channel(const std::vector<double>& values, const at::Device& device) {
-  return torch::tensor(values, torch::TensorOptions().dtype(torch::kDouble))
-      .to(device, torch::kFloat)
-      .view({1, -1, 1, 1, 1});
-}
-
-}  // namespace
+using vae_parts::per_channel;
 
 WanVaeImpl::WanVaeImpl(const VaeConfig& config, at::ScalarType dtype) : config_(config) {
   check_vae_config(config, "VAE config");
@@ -365,17 +94,20 @@ WanVaeImpl::WanVaeImpl(const VaeConfig& config, at::ScalarType dtype) : config_(
   decoder_ = register_module("decoder", std::make_shared<vae_parts::Decoder>(config, dtype));
 }
 
-int64_t WanVaeImpl::latent_frames(int64_t frames) const { return 1 + (frames - 1) / config_.temporal_factor(); }
-int64_t WanVaeImpl::video_frames(int64_t latent_frames) const {
-  return 1 + (latent_frames - 1) * config_.temporal_factor();
+VideoVaeConfig WanVaeImpl::video_config() const {
+  VideoVaeConfig c;
+  c.version = VaeVersion::Wan21;
+  c.wan21 = config_;
+  return c;
 }
 
 at::Tensor WanVaeImpl::encode(const at::Tensor& video) {
   const int64_t f = config_.spatial_factor();
   if (video.dim() != 5 || video.size(1) != 3 || video.size(2) < 1 || (video.size(2) - 1) % 4 != 0 ||
       video.size(3) < f || video.size(3) % f != 0 || video.size(4) < f || video.size(4) % f != 0)
-    throw UsageError(fmt::format(
-        "VAE encode: video {} must be [B, 3, 1 + 4k, H, W] with H and W positive multiples of {}", shape(video), f));
+    throw UsageError(
+        fmt::format("VAE encode: video {} must be [B, 3, 1 + 4k, H, W] with H and W positive multiples of {}",
+                    vae_parts::shape_text(video), f));
   torch::NoGradGuard no_grad;
   const auto& weight = conv1_->weight;
   const int64_t b = video.size(0), frames = video.size(2), z = config_.z_dim;
@@ -399,7 +131,8 @@ at::Tensor WanVaeImpl::encode(const at::Tensor& video) {
 void WanVaeImpl::decode(const at::Tensor& latents, const FrameSink& sink) {
   if (latents.dim() != 5 || latents.size(1) != config_.z_dim || latents.size(2) < 1 || latents.size(3) < 1 ||
       latents.size(4) < 1)
-    throw UsageError(fmt::format("VAE decode: latents {} must be [B, {}, t, h, w]", shape(latents), config_.z_dim));
+    throw UsageError(
+        fmt::format("VAE decode: latents {} must be [B, {}, t, h, w]", vae_parts::shape_text(latents), config_.z_dim));
   torch::NoGradGuard no_grad;
   const auto& weight = conv2_->weight;
   // Back to the VAE's latent space in fp32, dividing by 1/std as the official wrapper.
@@ -411,21 +144,6 @@ void WanVaeImpl::decode(const at::Tensor& latents, const FrameSink& sink) {
   for (int64_t i = 0; i < x.size(2); ++i) {
     sink(decoder_->forward(x.narrow(2, i, 1), cache).to(torch::kFloat).clamp_(-1, 1));  // [B, 3, 1 or 4, H, W]
   }
-}
-
-at::Tensor WanVaeImpl::decode(const at::Tensor& latents) {
-  const int64_t f = config_.spatial_factor();
-  at::Tensor video;
-  int64_t done = 0;
-  decode(latents, [&](const at::Tensor& frames) {
-    if (!video.defined())
-      video =
-          torch::empty({latents.size(0), 3, video_frames(latents.size(2)), f * latents.size(3), f * latents.size(4)},
-                       frames.options());  // [B, 3, 1 + 4 (t - 1), H, W], fp32
-    video.narrow(2, done, frames.size(2)).copy_(frames);
-    done += frames.size(2);
-  });
-  return video;
 }
 
 }  // namespace wt::wan

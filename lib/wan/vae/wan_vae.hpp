@@ -50,14 +50,13 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
-#include <torch/nn/module.h>
 #include <torch/nn/pimpl.h>
 
 #include <cstdint>
-#include <functional>
 #include <memory>
 
 #include "wantrain/wan/vae/vae_config.hpp"
+#include "wantrain/wan/vae/video_vae.hpp"
 
 namespace wt::wan {
 
@@ -67,7 +66,7 @@ struct Decoder;
 struct Conv;
 }  // namespace vae_parts
 
-class WanVaeImpl : public torch::nn::Module {
+class WanVaeImpl : public VideoVae {
  public:
   // Parameters in `dtype` (fp32 or bf16; never an fp32 copy of bf16
   // weights), frozen, drawn as PyTorch draws a fresh module's. UsageError
@@ -78,21 +77,22 @@ class WanVaeImpl : public torch::nn::Module {
   // config().spatial_factor()) -> normalised latents [B, z_dim, 1 + k,
   // H/8, W/8], fp32. Computed in the weights' dtype on their device; fp32
   // weights are the default for encoding, since bf16 shifts the latents.
-  at::Tensor encode(const at::Tensor& video);
+  at::Tensor encode(const at::Tensor& video) override;
 
   // latents [B, z_dim, t, h, w] (normalised) -> video [B, 3, 1 + 4 (t - 1),
-  // 8h, 8w], fp32, clamped to [-1, 1].
-  at::Tensor decode(const at::Tensor& latents);
-  // The same video handed to `sink` chunk by chunk as it is made (the first
-  // frame, then 4 frames per latent frame, each [B, 3, n, 8h, 8w] fp32), so
-  // that a long video is written without ever being held whole.
-  using FrameSink = std::function<void(const at::Tensor& frames)>;
-  void decode(const at::Tensor& latents, const FrameSink& sink);
+  // 8h, 8w], fp32, clamped to [-1, 1] (VideoVae::decode), or the same video
+  // handed to `sink` chunk by chunk as it is made (the first frame, then 4
+  // frames per latent frame, each [B, 3, n, 8h, 8w] fp32), so that a long
+  // video is written without ever being held whole.
+  using VideoVae::decode;
+  void decode(const at::Tensor& latents, const FrameSink& sink) override;
 
   const VaeConfig& config() const { return config_; }
-  // Latent frames of `frames` video frames (1 + 4k), and back.
-  int64_t latent_frames(int64_t frames) const;
-  int64_t video_frames(int64_t latent_frames) const;
+  VideoVaeConfig video_config() const override;
+  VaeVersion version() const override { return VaeVersion::Wan21; }
+  int64_t z_dim() const override { return config_.z_dim; }
+  int64_t spatial_factor() const override { return config_.spatial_factor(); }
+  int64_t temporal_factor() const override { return config_.temporal_factor(); }
 
  private:
   VaeConfig config_;
