@@ -143,8 +143,9 @@ TEST_F(FirstFrame, OtherModelsDistillationAndBadProbabilitiesAreOneLine) {
   const std::string five_b = std::string(WANTRAIN_SOURCE_DIR) + "/data/configs/wan2.2-ti2v-5b.json";
   const Job vae = train(1, fresh("first-frame-5b"), "--steps 1 --batch-size 2 --condition first-frame", five_b);
   EXPECT_EQ(vae.status, 2) << vae.output;
-  EXPECT_EQ(occurrences(vae.output, "latents have 16 channels (Wan2.1's VAE), the model reads 48 (in_dim): encode "
-                                    "the data with the VAE of the model (Wan2.2's VAE)"),
+  EXPECT_EQ(occurrences(vae.output,
+                        "latents have 16 channels (Wan2.1's VAE), the model reads 48 (in_dim): encode "
+                        "the data with the VAE of the model (Wan2.2's VAE)"),
             1u)
       << vae.output;
   const Job probability =
