@@ -35,6 +35,7 @@
 #include "wantrain/wan/euler_sampler.hpp"
 #include "wantrain/wan/latent_comparison.hpp"
 #include "wantrain/wan/latent_preview.hpp"
+#include "wantrain/wan/memory_plan.hpp"
 #include "wantrain/wan/encoders/text_encoder.hpp"
 #include "wantrain/wan/image_condition.hpp"
 #include "wantrain/wan/vae/video_vae.hpp"
@@ -390,6 +391,25 @@ int run(distributed::World&, int argc, char** argv) {
     throw UsageError(fmt::format("text embeddings [{}, {}] do not fit model config {} (text_len {}, text_dim {})",
                                  context.size(0), context.size(1), c.model_config, config.text_len, config.text_dim));
 
+  // With --offload-experts the idle expert waits in host memory: one expert
+  // on the device at a time, moved at the switch (text2video.py's offload).
+  const bool offload = experts && c.offload_experts && device.type() != torch::kCPU;
+  // What it will hold, before the weights load.
+  {
+    wan::ActivationSettings step;
+    step.latents = {shape[2], shape[3], shape[4]};
+    step.compute_dtype = app::float_dtype(c.precision);
+    step.attention_chunk = c.attention_chunk;
+    const auto memory = wan::plan_sampling(config, step, experts ? 2 : 1, offload);
+    std::cout << fmt::format("wansample: memory: {} of {} (fp32 weights), a forward {}; at once on the {}: {}{}\n",
+                             experts ? "two experts" : "the model", wan::format_bytes(memory.expert_bytes),
+                             wan::format_bytes(memory.forward_bytes), device.is_cuda() ? "device" : "host",
+                             wan::format_bytes(memory.device_bytes()),
+                             memory.host_bytes() > 0 ? fmt::format(" (one expert; the other, {}, in host memory)",
+                                                                   wan::format_bytes(memory.host_bytes()))
+                                                     : std::string())
+              << std::flush;  // before a model that may not fit is built
+  }
   // One model, or A14B's two experts of the same config.
   auto load_model = [&](const std::string& weights, const char* role) {
     wan::WanModel model(config);
@@ -428,9 +448,6 @@ int run(distributed::World&, int argc, char** argv) {
   };
   merge_loras(*net, experts ? c.loras_low : c.loras, experts ? " into the low-noise expert" : "");
   if (experts) merge_loras(*high_net, c.loras_high, " into the high-noise expert");
-  // With --offload-experts the idle expert waits in host memory: one expert
-  // on the device at a time, moved at the switch (text2video.py's offload).
-  const bool offload = experts && c.offload_experts && device.type() != torch::kCPU;
   for (auto* model : {&net, &high_net}) {
     if (!*model) continue;
     (*model)->to(offload ? torch::Device(torch::kCPU) : device);

@@ -55,6 +55,16 @@ std::string describe_step(const ActivationSettings& s, const ActivationMemory& m
 
 }  // namespace
 
+SamplingMemory plan_sampling(const WanConfig& config, const ActivationSettings& step, int experts,
+                             bool offload_experts) {
+  SamplingMemory m;
+  m.expert_bytes = double(parameter_count(config)) * 4;  // fp32
+  m.forward_bytes = inference_memory(config, step);
+  m.experts = experts;
+  m.experts_on_device = offload_experts ? 1 : experts;
+  return m;
+}
+
 std::string format_bytes(double bytes) {
   if (bytes >= 1024 * kMiB) return fmt::format("{:.1f} GiB", bytes / (1024 * kMiB));
   if (bytes < 10 * kMiB) return fmt::format("{:.1f} MiB", bytes / kMiB);  // small models: not "0 MiB"

@@ -76,6 +76,21 @@ MemoryPlan plan_memory(const MemoryPlanSettings& settings);
 std::vector<std::string> memory_warnings(const MemoryPlan& plan, std::optional<double> device_bytes, double host_bytes,
                                          int ranks_on_host);
 
+// What sampling holds (wansample): the model's weights, fp32 as wansample
+// loads them, and one forward's tensors (inference_memory). With Wan2.2
+// A14B's two experts both are held, unless the idle one waits in host
+// memory (--offload-experts): then the device holds one expert at a time
+// and the host the other.
+struct SamplingMemory {
+  double expert_bytes = 0;   // one model's weights
+  double forward_bytes = 0;  // one forward without autograd
+  int experts = 1, experts_on_device = 1;
+  double device_bytes() const { return double(experts_on_device) * expert_bytes + forward_bytes; }
+  double host_bytes() const { return double(experts - experts_on_device) * expert_bytes; }
+};
+SamplingMemory plan_sampling(const WanConfig& config, const ActivationSettings& step, int experts,
+                             bool offload_experts);
+
 // "1.5 GiB", "312 MiB": bytes for people.
 std::string format_bytes(double bytes);
 

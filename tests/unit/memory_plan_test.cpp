@@ -305,3 +305,19 @@ TEST(MemoryPlan, WarnsWhenThePlanExceedsTheHostOrTheDevice) {
 }
 
 }  // namespace
+
+// Sampling with Wan2.2 A14B's two experts holds both, unless the idle one
+// waits in host memory: then the device holds one expert and a forward.
+TEST(MemoryPlan, SamplingHoldsOneExpertOnTheDeviceWhenTheOtherIsOffloaded) {
+  const auto config = measured_config();
+  const auto settings = step(/*frames=*/4);
+  const double weights = double(wt::wan::parameter_count(config)) * 4;
+  const double forward = wt::wan::inference_memory(config, settings);
+  const auto both = wt::wan::plan_sampling(config, settings, 2, false);
+  EXPECT_DOUBLE_EQ(both.device_bytes(), 2 * weights + forward);
+  EXPECT_DOUBLE_EQ(both.host_bytes(), 0);
+  const auto offloaded = wt::wan::plan_sampling(config, settings, 2, true);
+  EXPECT_DOUBLE_EQ(offloaded.device_bytes(), weights + forward);
+  EXPECT_DOUBLE_EQ(offloaded.host_bytes(), weights);
+  EXPECT_DOUBLE_EQ(wt::wan::plan_sampling(config, settings, 1, false).device_bytes(), weights + forward);
+}
