@@ -394,6 +394,8 @@ int run(distributed::World&, int argc, char** argv) {
   // With --offload-experts the idle expert waits in host memory: one expert
   // on the device at a time, moved at the switch (text2video.py's offload).
   const bool offload = experts && c.offload_experts && device.type() != torch::kCPU;
+  if (c.offload_experts && !offload)
+    std::cerr << "wansample: warning: --offload-experts: sampling on the CPU, both experts are in host memory anyway\n";
   // What it will hold, before the weights load.
   {
     wan::ActivationSettings step;
