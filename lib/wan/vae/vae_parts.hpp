@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -268,5 +269,27 @@ at::Tensor per_channel(const std::vector<double>& values, const at::Device& devi
 
 // "[1, 3, 5, 16, 16]"
 std::string shape_text(const at::Tensor& t);
+
+// What both VAEs' encode and decode loops need of them.
+struct LatentSpace {
+  int64_t z_dim = 0, spatial_factor = 0, temporal_factor = 0;
+  const std::vector<double>& mean;
+  const std::vector<double>& std;
+};
+
+// The encode both VAEs run: video [B, 3, 1 + 4k, H, W] checked, then the
+// first frame alone and chunks of 4 through `encode_chunk` (the encoder
+// with its cache, in the weights' dtype and device), conv1's mu channels,
+// and (mu - mean) / std in fp32: [B, z, 1 + k, H/s, W/s].
+at::Tensor encode_video(const at::Tensor& video, const LatentSpace& space, const Conv& conv1,
+                        const std::function<at::Tensor(const at::Tensor& chunk)>& encode_chunk);
+
+// The decode both run: latents [B, z, t, h, w] checked, back from (x -
+// mean) / std in fp32, through conv2, then one latent frame at a time
+// through `decode_frame` (the decoder with its cache, giving fp32 pixels),
+// each clamped to [-1, 1] and handed to `sink`.
+void decode_latents(const at::Tensor& latents, const LatentSpace& space, const Conv& conv2,
+                    const std::function<at::Tensor(const at::Tensor& frame)>& decode_frame,
+                    const std::function<void(const at::Tensor& frames)>& sink);
 
 }  // namespace wt::wan::vae_parts

@@ -148,8 +148,6 @@ struct Decoder22 : Coder {
 
 }  // namespace vae_parts
 
-using vae_parts::per_channel;
-
 Wan22VaeImpl::Wan22VaeImpl(const Vae22Config& config, at::ScalarType dtype) : config_(config) {
   check_vae22_config(config, "VAE config");
   if (dtype != at::kFloat && dtype != at::kBFloat16)
@@ -163,6 +161,13 @@ Wan22VaeImpl::Wan22VaeImpl(const Vae22Config& config, at::ScalarType dtype) : co
   decoder_ = register_module("decoder", std::make_shared<vae_parts::Decoder22>(config, dtype));
 }
 
+namespace {
+// What the shared encode and decode loops need of this VAE's config.
+vae_parts::LatentSpace latent_space(const Vae22Config& c) {
+  return {c.z_dim, c.spatial_factor(), c.temporal_factor(), c.latents_mean, c.latents_std};
+}
+}  // namespace
+
 VideoVaeConfig Wan22VaeImpl::video_config() const {
   VideoVaeConfig c;
   c.version = VaeVersion::Wan22;
@@ -171,49 +176,20 @@ VideoVaeConfig Wan22VaeImpl::video_config() const {
 }
 
 at::Tensor Wan22VaeImpl::encode(const at::Tensor& video) {
-  const int64_t f = config_.spatial_factor();
-  if (video.dim() != 5 || video.size(1) != 3 || video.size(2) < 1 || (video.size(2) - 1) % 4 != 0 ||
-      video.size(3) < f || video.size(3) % f != 0 || video.size(4) < f || video.size(4) % f != 0)
-    throw UsageError(
-        fmt::format("VAE encode: video {} must be [B, 3, 1 + 4k, H, W] with H and W positive multiples of {}",
-                    vae_parts::shape_text(video), f));
-  torch::NoGradGuard no_grad;
-  const auto& weight = conv1_->weight;
-  const int64_t b = video.size(0), frames = video.size(2), z = config_.z_dim;
-  auto latents = torch::empty({b, z, latent_frames(frames), video.size(3) / f, video.size(4) / f},
-                              weight.options().dtype(torch::kFloat));  // [B, z, 1 + k, H/16, W/16], fp32
-  // Only mu is kept: the first z output channels of conv1.
-  const auto mu_weight = weight.narrow(0, 0, z), mu_bias = conv1_->bias.narrow(0, 0, z);
   auto cache = encoder_->new_cache();
-  int64_t done = 0;
-  for (int64_t first = 0; first < frames; first += first == 0 ? 1 : 4) {
-    const auto chunk = video.narrow(2, first, first == 0 ? 1 : 4).to(weight.device(), weight.scalar_type());
-    const auto mu = vae_parts::conv3d(encoder_->forward(vae_parts::to_patches(chunk), cache), mu_weight, mu_bias);
-    latents.narrow(2, done, mu.size(2)).copy_(mu);
-    done += mu.size(2);
-  }
-  // In fp32, times 1/std, as the official wrapper.
-  return latents.sub_(per_channel(config_.latents_mean, weight.device()))
-      .mul_(per_channel(config_.latents_std, weight.device()).reciprocal_());
+  return vae_parts::encode_video(video, latent_space(config_), *conv1_, [&](const at::Tensor& chunk) {
+    return encoder_->forward(vae_parts::to_patches(chunk), cache);
+  });
 }
 
 void Wan22VaeImpl::decode(const at::Tensor& latents, const FrameSink& sink) {
-  if (latents.dim() != 5 || latents.size(1) != config_.z_dim || latents.size(2) < 1 || latents.size(3) < 1 ||
-      latents.size(4) < 1)
-    throw UsageError(
-        fmt::format("VAE decode: latents {} must be [B, {}, t, h, w]", vae_parts::shape_text(latents), config_.z_dim));
-  torch::NoGradGuard no_grad;
-  const auto& weight = conv2_->weight;
-  // Back to the VAE's latent space in fp32, dividing by 1/std as the official wrapper.
-  const auto z = latents.to(weight.device(), torch::kFloat)
-                     .div(per_channel(config_.latents_std, weight.device()).reciprocal_())
-                     .add_(per_channel(config_.latents_mean, weight.device()));
-  const auto x = vae_parts::conv3d(z.to(weight.scalar_type()), weight, conv2_->bias);  // [B, z, t, h, w]
   auto cache = decoder_->new_cache();
-  for (int64_t i = 0; i < x.size(2); ++i) {
-    const auto patches = decoder_->forward(x.narrow(2, i, 1), cache);  // [B, 12, 1 or 4, H/2, W/2]
-    sink(vae_parts::from_patches(patches.to(torch::kFloat)).clamp_(-1, 1));
-  }
+  vae_parts::decode_latents(
+      latents, latent_space(config_), *conv2_,
+      [&](const at::Tensor& frame) {
+        return vae_parts::from_patches(decoder_->forward(frame, cache).to(torch::kFloat));
+      },
+      sink);
 }
 
 }  // namespace wt::wan

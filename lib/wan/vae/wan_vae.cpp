@@ -79,8 +79,6 @@ struct Decoder : Coder {
 
 }  // namespace vae_parts
 
-using vae_parts::per_channel;
-
 WanVaeImpl::WanVaeImpl(const VaeConfig& config, at::ScalarType dtype) : config_(config) {
   check_vae_config(config, "VAE config");
   if (dtype != at::kFloat && dtype != at::kBFloat16)
@@ -94,6 +92,13 @@ WanVaeImpl::WanVaeImpl(const VaeConfig& config, at::ScalarType dtype) : config_(
   decoder_ = register_module("decoder", std::make_shared<vae_parts::Decoder>(config, dtype));
 }
 
+namespace {
+// What the shared encode and decode loops need of this VAE's config.
+vae_parts::LatentSpace latent_space(const VaeConfig& c) {
+  return {c.z_dim, c.spatial_factor(), c.temporal_factor(), c.latents_mean, c.latents_std};
+}
+}  // namespace
+
 VideoVaeConfig WanVaeImpl::video_config() const {
   VideoVaeConfig c;
   c.version = VaeVersion::Wan21;
@@ -102,48 +107,16 @@ VideoVaeConfig WanVaeImpl::video_config() const {
 }
 
 at::Tensor WanVaeImpl::encode(const at::Tensor& video) {
-  const int64_t f = config_.spatial_factor();
-  if (video.dim() != 5 || video.size(1) != 3 || video.size(2) < 1 || (video.size(2) - 1) % 4 != 0 ||
-      video.size(3) < f || video.size(3) % f != 0 || video.size(4) < f || video.size(4) % f != 0)
-    throw UsageError(
-        fmt::format("VAE encode: video {} must be [B, 3, 1 + 4k, H, W] with H and W positive multiples of {}",
-                    vae_parts::shape_text(video), f));
-  torch::NoGradGuard no_grad;
-  const auto& weight = conv1_->weight;
-  const int64_t b = video.size(0), frames = video.size(2), z = config_.z_dim;
-  auto latents = torch::empty({b, z, latent_frames(frames), video.size(3) / f, video.size(4) / f},
-                              weight.options().dtype(torch::kFloat));  // [B, z, 1 + k, H/8, W/8], fp32
-  // Only mu is kept: the first z output channels of conv1 (1x1x1, frame by frame).
-  const auto mu_weight = weight.narrow(0, 0, z), mu_bias = conv1_->bias.narrow(0, 0, z);
   auto cache = encoder_->new_cache();
-  int64_t done = 0;
-  for (int64_t first = 0; first < frames; first += first == 0 ? 1 : 4) {
-    const auto chunk = video.narrow(2, first, first == 0 ? 1 : 4).to(weight.device(), weight.scalar_type());
-    const auto mu = vae_parts::conv3d(encoder_->forward(chunk, cache), mu_weight, mu_bias);
-    latents.narrow(2, done, mu.size(2)).copy_(mu);
-    done += mu.size(2);
-  }
-  // In fp32, times 1/std, as the official wrapper.
-  return latents.sub_(per_channel(config_.latents_mean, weight.device()))
-      .mul_(per_channel(config_.latents_std, weight.device()).reciprocal_());
+  return vae_parts::encode_video(video, latent_space(config_), *conv1_,
+                                 [&](const at::Tensor& chunk) { return encoder_->forward(chunk, cache); });
 }
 
 void WanVaeImpl::decode(const at::Tensor& latents, const FrameSink& sink) {
-  if (latents.dim() != 5 || latents.size(1) != config_.z_dim || latents.size(2) < 1 || latents.size(3) < 1 ||
-      latents.size(4) < 1)
-    throw UsageError(
-        fmt::format("VAE decode: latents {} must be [B, {}, t, h, w]", vae_parts::shape_text(latents), config_.z_dim));
-  torch::NoGradGuard no_grad;
-  const auto& weight = conv2_->weight;
-  // Back to the VAE's latent space in fp32, dividing by 1/std as the official wrapper.
-  const auto z = latents.to(weight.device(), torch::kFloat)
-                     .div(per_channel(config_.latents_std, weight.device()).reciprocal_())
-                     .add_(per_channel(config_.latents_mean, weight.device()));
-  const auto x = vae_parts::conv3d(z.to(weight.scalar_type()), weight, conv2_->bias);  // [B, z, t, h, w]
   auto cache = decoder_->new_cache();
-  for (int64_t i = 0; i < x.size(2); ++i) {
-    sink(decoder_->forward(x.narrow(2, i, 1), cache).to(torch::kFloat).clamp_(-1, 1));  // [B, 3, 1 or 4, H, W]
-  }
+  vae_parts::decode_latents(
+      latents, latent_space(config_), *conv2_,
+      [&](const at::Tensor& frame) { return decoder_->forward(frame, cache).to(torch::kFloat); }, sink);
 }
 
 }  // namespace wt::wan
