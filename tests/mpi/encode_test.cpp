@@ -668,8 +668,10 @@ TEST(Encode, TheImageConditionIsEncodedAndAPictureBecomesAVideo) {
              " --tokenizer " + s.tokenizer + " --frames 5 --steps 1 --vae " + s.vae + " --vae-config " + s.vae_config +
              " --out " + dir + "/w.h5 --video " + dir + "/w.mp4");
   EXPECT_EQ(mismatched.status, 2) << mismatched.output;
-  EXPECT_NE(mismatched.output.find("option --vae: " + s.vae + " is the Wan2.1 VAE (16 channels, 4x8x8), whose "
-                                   "latents have 16 channels; the model (" + wide_config + ") makes 48"),
+  EXPECT_NE(mismatched.output.find("option --vae: " + s.vae +
+                                   " is the Wan2.1 VAE (16 channels, 4x8x8), whose "
+                                   "latents have 16 channels; the model (" +
+                                   wide_config + ") makes 48"),
             std::string::npos)
       << mismatched.output;
 }

@@ -279,8 +279,9 @@ TEST(EncodePlan, TheWan22VaeTakesSidesInMultiplesOf32) {
   b.step = 32;
   EXPECT_EQ(error_of(b), "(none)");
   b.sizes = {{848, 480}};
-  EXPECT_EQ(error_of(b), "sizes: 848x480: width and height must be multiples of 32 (the VAE's 16, then the DiT's 2x2 "
-                         "patches)");
+  EXPECT_EQ(error_of(b),
+            "sizes: 848x480: width and height must be multiples of 32 (the VAE's 16, then the DiT's 2x2 "
+            "patches)");
   b.sizes = {{832, 480}};
   b.step = 16;
   EXPECT_EQ(error_of(b), "step: 16: must be a multiple of 32 (the VAE's 16, then the DiT's 2x2 patches)");
