@@ -8,6 +8,7 @@
 
 #include "../common/launch.hpp"
 #include "wantrain/data/dataset.hpp"
+#include "wantrain/io/safetensors.hpp"
 #include "wantrain/wan/model/model_config.hpp"
 #include "wantrain/wan/model/wan_model.hpp"
 #include "wantrain/wan/model/weights.hpp"
@@ -266,6 +267,25 @@ TEST_F(Wansample, TwoExpertsSwitchAtTheBoundary) {
   const auto mixed = sampled_latents(dir_ + "/both.h5");
   EXPECT_GT((mixed - high_alone).abs().max().item<double>(), 1e-4);
   EXPECT_GT((mixed - low_alone).abs().max().item<double>(), 1e-4);
+
+  // Each expert's LoRA reaches that expert only: with every step the high
+  // expert's, --lora-high is sampled as --lora on it alone, and --lora-low
+  // changes nothing.
+  const std::string lora = dir_ + "/lora.safetensors";
+  wt::io::write_safetensors(lora,
+                            {{"diffusion_model.blocks.0.self_attn.q.lora_A.weight", torch::randn({2, 64}) * 0.5},
+                             {"diffusion_model.blocks.0.self_attn.q.lora_B.weight", torch::randn({64, 2}) * 0.5},
+                             {"diffusion_model.blocks.1.ffn.2.lora_A.weight", torch::randn({2, 128}) * 0.5},
+                             {"diffusion_model.blocks.1.ffn.2.lora_B.weight", torch::randn({64, 2}) * 0.5}},
+                            torch::kFloat32);
+  ASSERT_EQ(sample("--weights " + weights_ + " --lora " + lora + " --cfg 4" + common + "/high-lora.h5").status, 0);
+  const auto high_with_lora = sampled_latents(dir_ + "/high-lora.h5");
+  EXPECT_GT((high_with_lora - high_alone).abs().max().item<double>(), 1e-4);  // the LoRA matters
+  const Job lora_high = sample(experts + " --boundary 0.001 --lora-high " + lora + common + "/lora-high.h5");
+  ASSERT_EQ(lora_high.status, 0) << lora_high.output;
+  EXPECT_TRUE(torch::equal(sampled_latents(dir_ + "/lora-high.h5"), high_with_lora));
+  ASSERT_EQ(sample(experts + " --boundary 0.001 --lora-low " + lora + common + "/lora-low.h5").status, 0);
+  EXPECT_TRUE(torch::equal(sampled_latents(dir_ + "/lora-low.h5"), high_alone));
 
   // What does not go together: one line each, status 2.
   for (const auto& [args, line] : std::vector<std::pair<std::string, std::string>>{
