@@ -120,22 +120,25 @@ FirstFrameBatch keep_first_frame(const NoisyBatch& noisy, const at::Tensor& x0, 
   out.x_t = noisy.x_t.clone();
   out.x_t.slice(2, 0, 1).copy_(
       torch::where(row, x0.slice(2, 0, 1).to(noisy.x_t.scalar_type()), noisy.x_t.slice(2, 0, 1)));
-  const int64_t frame_tokens = (x0.size(3) / patch[1]) * (x0.size(4) / patch[2]);
-  out.timesteps = noisy.timesteps.to(torch::kFloat32).view({b, 1}).repeat({1, x0.size(2) * frame_tokens});
-  auto first = out.timesteps.slice(1, 0, frame_tokens);
-  first.copy_(torch::where(out.kept.view({b, 1}), torch::zeros_like(first), first));
+  // the kept rows' timesteps from first_frame_timesteps, the others' t on every token
+  const auto with_first = first_frame_timesteps(noisy.timesteps, x0.sizes(), patch);  // [B, L]
+  out.timesteps = torch::where(out.kept.view({b, 1}), with_first,
+                               noisy.timesteps.to(torch::kFloat32).view({b, 1}).expand_as(with_first));
   return out;
 }
 
-at::Tensor first_frame_loss(const at::Tensor& prediction, const at::Tensor& target, const at::Tensor& kept) {
+at::Tensor first_frame_losses(const at::Tensor& prediction, const at::Tensor& target, const at::Tensor& kept) {
   const int64_t b = prediction.size(0), frames = prediction.size(2);
   const auto squared = (prediction.to(torch::kFloat32) - target.to(torch::kFloat32)).square();  // [B, C, F, H, W]
   // weight of each (row, frame): 0 for a kept row's frame 0
   auto weight = torch::ones({b, frames}, squared.options());
   weight.slice(1, 0, 1).masked_fill_(kept.view({b, 1}), 0.0);
-  const auto per_frame = squared.mean({1, 3, 4});                    // [B, F]: every frame has C*H*W elements
-  const auto per_row = (per_frame * weight).sum(1) / weight.sum(1);  // [B]
-  return per_row.mean();
+  const auto per_frame = squared.mean({1, 3, 4});      // [B, F]: every frame has C*H*W elements
+  return (per_frame * weight).sum(1) / weight.sum(1);  // [B]
+}
+
+at::Tensor first_frame_loss(const at::Tensor& prediction, const at::Tensor& target, const at::Tensor& kept) {
+  return first_frame_losses(prediction, target, kept).mean();
 }
 
 at::Tensor flow_matching_loss(const at::Tensor& prediction, const at::Tensor& target) {

@@ -98,6 +98,8 @@ at::Tensor first_frame_timesteps(const at::Tensor& t, at::IntArrayRef latent_siz
 // over the elements it is trained on, then the mean over rows (with no row
 // kept, flow_matching_loss up to the order of the sums).
 at::Tensor first_frame_loss(const at::Tensor& prediction, const at::Tensor& target, const at::Tensor& kept);
+// Each row's loss, [B] fp32 (what first_frame_loss averages).
+at::Tensor first_frame_losses(const at::Tensor& prediction, const at::Tensor& target, const at::Tensor& kept);
 
 // mean((prediction - target)^2) over every element, in fp32.
 at::Tensor flow_matching_loss(const at::Tensor& prediction, const at::Tensor& target);

@@ -135,10 +135,7 @@ at::Tensor FlowMatchingObjective::validation_losses(const train::Batch& batch) {
     if (options_.first_frame_prob > 0) {  // every sample keeps its first frame
       const auto first = keep_first_frame(noisy, x0, std::vector<bool>(b, x0.size(2) > 1), model_.config().patch_size);
       const auto prediction = model_.forward(first.x_t, first.timesteps, context, image);
-      for (int64_t i = 0; i < b; ++i)  // each row's own loss, without its kept frame
-        sum[i] += first_frame_loss(prediction.slice(0, i, i + 1), noisy.target.slice(0, i, i + 1),
-                                   first.kept.slice(0, i, i + 1))
-                      .to(torch::kCPU, torch::kFloat64);
+      sum += first_frame_losses(prediction, noisy.target, first.kept).to(torch::kCPU, torch::kFloat64);
       continue;
     }
     const auto prediction = model_.forward(noisy.x_t, noisy.timesteps, context, image);
