@@ -149,6 +149,20 @@ Collective make_collective(const std::string& kind, distributed::MpiComm& comm, 
       if (op == distributed::ReduceOp::Avg) output.div_(n);
     };
     c.wrong = [=] { return count_wrong(output, expected(slice * n, op, n).narrow(0, rank * slice, slice), n); };
+  } else if (kind == "all-to-all") {  // chunk j of rank r's pattern goes to rank j's row r
+    auto input = at::empty({n, slice}, options), output = at::empty({n, slice}, options);  // [n, slice] each
+    c.reset = [=]() mutable { fill(input, rank); };
+    c.ours = [=, &comm] { comm.all_to_all(output, input); };
+    c.raw = [=, &comm] {
+      MPI_CHECK(MPI_Alltoall(input.data_ptr(), static_cast<int>(slice), raw_type, output.data_ptr(),
+                             static_cast<int>(slice), raw_type, comm.native()));
+    };
+    c.wrong = [=] {
+      int64_t wrong = 0;
+      const at::Tensor mine = pattern(slice * n).narrow(0, rank * slice, slice).to(at::kDouble);
+      for (int r = 0; r < n; ++r) wrong += count_wrong(output[r], mine * (r + 1), 1);
+      return wrong;
+    };
   } else {  // all-gather: row r of the output is rank r's pattern
     auto input = at::empty({slice}, options), output = at::empty({n, slice}, options);  // [slice], [n, slice]
     c.reset = [=]() mutable { fill(input, rank); };
@@ -187,8 +201,9 @@ int run_allreduce_bench(distributed::World& world, int argc, char** argv) {
       .add("rounds", &cfg.rounds, "alternating rounds of wantrain and raw MPI; the median is reported")
       .choice("dtype", &cfg.dtype, {"float32", "float64", "bfloat16", "float16", "int32", "int64"}, "element type")
       .choice("op", &cfg.op, {"sum", "avg", "max", "min"}, "reduction")
-      .choice("collective", &cfg.collective, {"all-reduce", "reduce-scatter", "all-gather"},
-              "the collective timed (reduce-scatter and all-gather: what --zero 1 runs); sizes are the whole buffer")
+      .choice("collective", &cfg.collective, {"all-reduce", "reduce-scatter", "all-gather", "all-to-all"},
+              "the collective timed (reduce-scatter and all-gather: what --zero runs; all-to-all: what --sp runs); "
+              "sizes are the whole buffer")
       .flag("no-check", &cfg.no_check, "skip the correctness check of each size")
       .flag("json", &cfg.json, "print JSON instead of the table")
       .add("comm-timeout", &cfg.comm_timeout, "seconds a collective may take before the job is ended");

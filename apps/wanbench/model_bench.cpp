@@ -14,6 +14,7 @@
 
 #include "child_json.hpp"
 #include "op_profile.hpp"
+#include "wantrain/app/attention_chunk_option.hpp"
 #include "wantrain/app/float_dtype.hpp"
 #include "wantrain/nn/tensor_memory.hpp"
 #include "wantrain/app/version.hpp"
@@ -33,8 +34,8 @@ namespace {
 constexpr double kMiB = 1024.0 * 1024.0;
 
 struct ModelBenchConfig {
-  std::string config_file, model_config, size = "32x32", precision = "fp32";
-  int64_t batch = 2, frames = 5, attention_chunk = 0, grad_checkpoint = 0;
+  std::string config_file, model_config, size = "32x32", precision = "fp32", attention_chunk = "auto";
+  int64_t batch = 2, frames = 5, grad_checkpoint = 0;
   int iters = 5, warmup = 1, threads = 0, profile = 0;
   bool json = false, tokens_sweep = false;
 };
@@ -43,6 +44,7 @@ struct ModelBenchConfig {
 // the tensors' bytes as LibTorch's allocator hands them out (what the plan
 // predicts) and the process's resident set (which adds what malloc keeps).
 struct Point {
+  // attention_chunk: as asked (nn::kAutoAttentionChunk: auto), then as measure() ran it
   int64_t batch = 0, frames = 0, height = 0, width = 0, attention_chunk = 0, grad_checkpoint = 0;
   int64_t tokens = 0;
   double forward_s = 0, step_s = 0;               // per sample, medians
@@ -127,6 +129,7 @@ Point measure(const wan::WanConfig& config, const ModelBenchConfig& c, Point p) 
   plan.optimizer = false;  // forward and backward only
   const auto memory = wan::plan_memory(plan);
   p.tokens = memory.activations.tokens;
+  p.attention_chunk = memory.activations.attention_chunk;  // auto resolved, as the model resolved it
   p.plan_mib = memory.total() / kMiB;
   p.plan_activations_mib = memory.activations.total() / kMiB;
   return p;
@@ -209,8 +212,8 @@ std::string row(const Point& p) {
 // 1k, 2k, 4k and 8k tokens (frames 1, 2, 4, 8 of --size), each with full
 // attention (what the model did before chunking), chunked attention, and
 // chunked attention with every block checkpointed; then the goals.
-int tokens_sweep(const ModelBenchConfig& c, int64_t height, int64_t width) {
-  const int64_t chunk = c.attention_chunk > 0 ? c.attention_chunk : 512;
+int tokens_sweep(const ModelBenchConfig& c, int64_t attention_chunk, int64_t height, int64_t width) {
+  const int64_t chunk = attention_chunk > 0 ? attention_chunk : 512;
   struct Variant {
     int64_t chunk, checkpoint;
   };
@@ -299,11 +302,13 @@ int run_model_bench(distributed::World& world, int argc, char** argv) {
       .add("frames", &c.frames, "latent frames F")
       .add("size", &c.size, "latent HxW")
       .choice("precision", &c.precision, {"fp32", "bf16"}, "fp32, or bf16 autocast (fp32 weights)")
-      .add("attention-chunk", &c.attention_chunk, "queries per attention chunk, as wantrain's (0: all at once)")
+      .add("attention-chunk", &c.attention_chunk,
+           "queries per attention chunk, as wantrain's: auto, 0 (all at once) or a number (the table shows the "
+           "chunk run)")
       .add("grad-checkpoint", &c.grad_checkpoint, "recompute every N-th block in backward (0: none)")
       .flag("tokens-sweep", &c.tokens_sweep,
             "measure frames 1, 2, 4, 8 of --size (1k to 8k tokens at 64x64), each with full attention, chunked "
-            "attention (--attention-chunk, default 512) and chunked with every block checkpointed, against the "
+            "attention (--attention-chunk Q, else 512) and chunked with every block checkpointed, against the "
             "memory plan")
       .add("iters", &c.iters, "timed steps (the median is reported)")
       .add("warmup", &c.warmup, "untimed steps first")
@@ -319,8 +324,9 @@ int run_model_bench(distributed::World& world, int argc, char** argv) {
   if (c.model_config.empty()) throw UsageError("option --model-config: the model config is required");
   if (c.iters < 1 || c.warmup < 0 || c.batch < 1 || c.frames < 1)
     throw UsageError("options --iters, --batch, --frames: must be at least 1 (--warmup at least 0)");
-  if (c.attention_chunk < 0 || c.grad_checkpoint < 0 || c.profile < 0)
-    throw UsageError("options --attention-chunk, --grad-checkpoint, --profile: must be 0 (off) or more");
+  const int64_t attention_chunk = app::parse_attention_chunk(c.attention_chunk);
+  if (c.grad_checkpoint < 0 || c.profile < 0)
+    throw UsageError("options --grad-checkpoint, --profile: must be 0 (off) or more");
   if (c.tokens_sweep && c.profile > 0) throw UsageError("option --profile: profile one point, not --tokens-sweep");
   // Each point is a process of its own, started here: not under a launcher.
   if (c.tokens_sweep && world.size() > 1)
@@ -330,14 +336,14 @@ int run_model_bench(distributed::World& world, int argc, char** argv) {
   const auto [height, width] = parse_height_width(c.size, "size");
   if (c.threads > 0) torch::set_num_threads(c.threads);
   const auto config = load_bench_model_config(c.model_config);
-  if (c.tokens_sweep) return tokens_sweep(c, height, width);
+  if (c.tokens_sweep) return tokens_sweep(c, attention_chunk, height, width);
 
   Point p;
   p.batch = c.batch;
   p.frames = c.frames;
   p.height = height;
   p.width = width;
-  p.attention_chunk = c.attention_chunk;
+  p.attention_chunk = attention_chunk;
   p.grad_checkpoint = c.grad_checkpoint;
   p = measure(config, c, p);
   if (c.json) {

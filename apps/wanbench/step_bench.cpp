@@ -37,7 +37,8 @@ struct StepBenchConfig {
   int64_t batch = 2, frames = 1;
   int grad_accum = 1, iters = 10, warmup = 2, rounds = 3, threads = 0, sync_iters = 10;
   double bucket_mb = 25;
-  bool zero = false;
+  int zero = 0;
+  int sp = 1;
   bool json = false;
 };
 
@@ -103,8 +104,12 @@ int run_step_bench(distributed::World& world, int argc, char** argv) {
       .add("warmup", &c.warmup, "untimed steps first")
       .add("sync-iters", &c.sync_iters, "timed whole-model gradient syncs")
       .add("threads", &c.threads, "CPU threads per rank (0: the node's cores shared among its ranks)")
-      .flag("zero", &c.zero,
-            "also time a --zero 1 Engine (AdamW state sharded: reduce-scatter, sliced update, all-gather)")
+      .add("zero", &c.zero,
+           "also time a ZeRO Engine of this stage: 1 (AdamW state sharded: reduce-scatter, sliced update, "
+           "all-gather) or 2 (the gradients too); 0: none")
+      .add("sp", &c.sp,
+           "also time a sequence-parallel Engine: groups of this many ranks split each sample's tokens "
+           "(wantrain --sp), each group on one batch; 1: none")
       .flag("json", &c.json, "print JSON instead of the table");
   auto outcome = OptionSet::Outcome::Run;
   wan::WanConfig config;
@@ -120,6 +125,9 @@ int run_step_bench(distributed::World& world, int argc, char** argv) {
           "(--warmup at least 0)");
     std::tie(height, width) = parse_height_width(c.size, "size");
     config = load_bench_model_config(c.model_config);
+    if (c.sp < 1 || world.size() % c.sp != 0 || config.num_heads % c.sp != 0)
+      throw UsageError(fmt::format("option --sp: {} must divide the {} ranks and the model's {} heads", c.sp,
+                                   world.size(), config.num_heads));
   });
   if (outcome != OptionSet::Outcome::Run) {
     if (world.is_root()) std::cout << app::help_or_version(outcome, options);
@@ -138,6 +146,13 @@ int run_step_bench(distributed::World& world, int argc, char** argv) {
                         torch::randn({per_rank, config.in_dim, c.frames, height, width}));        // [B*K, C, F, H, W]
   batch.tensors.emplace("text_emb", torch::randn({per_rank, config.text_len, config.text_dim}));  // [B*K, L, D]
   for (int64_t i = 0; i < per_rank; ++i) batch.indices.push_back(world.rank() * per_rank + i);
+  // A sequence-parallel group's ranks share one batch: its first rank's.
+  const int group = world.rank() / c.sp;
+  torch::manual_seed(1 + group * c.sp);
+  train::Batch group_batch;
+  group_batch.tensors.emplace("latents", torch::randn({per_rank, config.in_dim, c.frames, height, width}));
+  group_batch.tensors.emplace("text_emb", torch::randn({per_rank, config.text_len, config.text_dim}));
+  for (int64_t i = 0; i < per_rank; ++i) group_batch.indices.push_back(group * per_rank + i);
 
   // The model, objective and Engine of each variant: the same initial weights.
   struct Variant {
@@ -156,10 +171,19 @@ int run_step_bench(distributed::World& world, int argc, char** argv) {
   engine_options.grad_comm_dtype = app::float_dtype(c.grad_comm_dtype);
   Variant synced(config, *comm, engine_options);
   std::unique_ptr<Variant> sharded;
-  if (c.zero) {
+  if (c.zero > 0) {
     auto zero_options = engine_options;
-    zero_options.zero = 1;
+    zero_options.zero = c.zero;
     sharded = std::make_unique<Variant>(config, *comm, zero_options);
+  }
+  std::unique_ptr<distributed::Comm> sp_group;
+  std::unique_ptr<Variant> split;
+  if (c.sp > 1) {
+    auto sp_options = engine_options;
+    sp_options.sequence_parallel = c.sp;
+    sp_group = comm->split(group);
+    split = std::make_unique<Variant>(config, *comm, sp_options);
+    split->model->set_sequence_parallel(sp_group.get());
   }
   engine_options.communicate = false;
   Variant local(config, *comm, engine_options);
@@ -170,11 +194,13 @@ int run_step_bench(distributed::World& world, int argc, char** argv) {
   for (int i = 0; i < c.warmup; ++i) {
     synced.engine.step(batch), local.engine.step(batch);
     if (sharded) sharded->engine.step(batch);
+    if (split) split->engine.step(group_batch);
   }
-  std::vector<train::StepTimes> with_rounds, without_rounds, sharded_rounds;
+  std::vector<train::StepTimes> with_rounds, without_rounds, sharded_rounds, split_rounds;
   for (int round = 0; round < c.rounds; ++round) {
     with_rounds.push_back(time_steps(world, synced.engine, batch, c.iters));
     if (sharded) sharded_rounds.push_back(time_steps(world, sharded->engine, batch, c.iters));
+    if (split) split_rounds.push_back(time_steps(world, split->engine, group_batch, c.iters));
     without_rounds.push_back(time_steps(world, local.engine, batch, c.iters));
   }
   auto median = [](std::vector<train::StepTimes> v) {
@@ -183,6 +209,7 @@ int run_step_bench(distributed::World& world, int argc, char** argv) {
   };
   const auto with = median(with_rounds), without = median(without_rounds);
   const auto zero = sharded ? median(sharded_rounds) : train::StepTimes{};
+  const auto sequence = split ? median(split_rounds) : train::StepTimes{};
   const double exposed = with.total - without.total;
   // AdamW's moments per rank, measured on each Engine's tensors (the largest rank's).
   auto state_mb = [&](const train::Engine& engine) {
@@ -190,6 +217,12 @@ int run_step_bench(distributed::World& world, int argc, char** argv) {
   };
   const double synced_state_mb = state_mb(synced.engine);
   const double sharded_state_mb = sharded ? state_mb(sharded->engine) : 0;
+  // The gradient buffers each Engine holds between steps.
+  auto gradient_mb = [&](const train::Engine& engine) {
+    return over_ranks(world, double(engine.gradient_bytes()) / 1e6, MPI_MAX);
+  };
+  const double synced_gradient_mb = gradient_mb(synced.engine);
+  const double sharded_gradient_mb = sharded ? gradient_mb(sharded->engine) : 0;
 
   // Whole-model gradient sync: a backward whose gradients cost next to
   // nothing to compute (d/dp sum(p) = 1), with and without the Reducer
@@ -265,6 +298,7 @@ int run_step_bench(distributed::World& world, int argc, char** argv) {
                            {"exposed_comm_s", exposed},
                            {"exposed_comm_fraction", exposed / with.total},
                            {"optimizer_state_MB_per_rank", synced_state_mb},
+                           {"gradient_MB_per_rank", synced_gradient_mb},
                            {"sync",
                             {{"bytes", bytes},
                              {"reducer_s", reducer_s},
@@ -278,9 +312,17 @@ int run_step_bench(distributed::World& world, int argc, char** argv) {
                              {"mpi_per_bucket_s", raw_buckets_s},
                              {"reducer_vs_mpi_per_bucket", raw_buckets_s / reducer_s}}}};
   if (sharded) {
-    report["zero1"] = to_json(zero, double(samples_per_step));
-    report["zero1"]["optimizer_state_MB_per_rank"] = sharded_state_mb;
-    report["zero1"]["step_vs_reducer"] = zero.total / with.total;
+    auto& z = report["zero"] = to_json(zero, double(samples_per_step));
+    z["stage"] = c.zero;
+    z["optimizer_state_MB_per_rank"] = sharded_state_mb;
+    z["gradient_MB_per_rank"] = sharded_gradient_mb;
+    z["step_vs_reducer"] = zero.total / with.total;
+  }
+  if (split) {
+    // A group of sp ranks trains one batch: sp times fewer samples a step.
+    auto& q = report["sp"] = to_json(sequence, double(samples_per_step / c.sp));
+    q["ranks_per_group"] = c.sp;
+    q["step_vs_reducer"] = sequence.total / with.total;
   }
   if (c.json) {
     std::cout << report.dump(2) << '\n';
@@ -294,17 +336,27 @@ int run_step_bench(distributed::World& world, int argc, char** argv) {
       torch::get_num_threads() == 1 ? "" : "s");
   fmt::print("  {:<16} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>10}\n", "seconds per step", "step", "data", "fwd", "bwd",
              "comm", "optim", "samples/s");
-  std::vector<std::pair<std::string, train::StepTimes>> rows = {{"with Reducer", with}, {"comm skipped", without}};
-  if (sharded) rows.insert(rows.begin() + 1, {"ZeRO-1", zero});
-  for (const auto& [label, t] : rows)
+  struct Row {
+    std::string label;
+    train::StepTimes times;
+    double samples;  // per step
+  };
+  std::vector<Row> rows = {{"with Reducer", with, double(samples_per_step)}};
+  if (sharded) rows.push_back({fmt::format("ZeRO-{}", c.zero), zero, double(samples_per_step)});
+  if (split) rows.push_back({fmt::format("sp {}", c.sp), sequence, double(samples_per_step / c.sp)});
+  rows.push_back({"comm skipped", without, double(samples_per_step)});
+  for (const auto& [label, t, samples] : rows)
     fmt::print("  {:<16} {:>8.4f} {:>8.4f} {:>8.4f} {:>8.4f} {:>8.4f} {:>8.4f} {:>10.2f}\n", label, t.total, t.data,
-               t.forward, t.backward, t.comm, t.optimizer, double(samples_per_step) / t.total);
+               t.forward, t.backward, t.comm, t.optimizer, samples / t.total);
   fmt::print("  exposed communication: {:.4f} s = {:.1f}% of the step (goal <= 10%)\n", exposed,
              100 * exposed / with.total);
   if (sharded)
-    fmt::print("  ZeRO-1: step {:.2f}x the Reducer's; AdamW moments {:.1f} MB per rank against {:.1f} MB ({:.2f}x)\n",
-               report["zero1"]["step_vs_reducer"].get<double>(), sharded_state_mb, synced_state_mb,
-               sharded_state_mb / synced_state_mb);
+    fmt::print(
+        "  {}: step {:.2f}x the Reducer's; AdamW moments {:.1f} MB per rank against {:.1f} MB ({:.2f}x); "
+        "gradients {:.1f} MB against {:.1f} MB ({:.2f}x)\n",
+        fmt::format("ZeRO-{}", c.zero), report["zero"]["step_vs_reducer"].get<double>(), sharded_state_mb,
+        synced_state_mb, sharded_state_mb / synced_state_mb, sharded_gradient_mb, synced_gradient_mb,
+        sharded_gradient_mb / synced_gradient_mb);
   if (world.size() == 1) {
     fmt::print("  gradient sync: nothing to synchronise on one rank\n");
     return kExitOk;

@@ -17,6 +17,7 @@
 #include <iostream>
 #include <optional>
 
+#include "wantrain/app/attention_chunk_option.hpp"
 #include "wantrain/app/float_dtype.hpp"
 #include "wantrain/ckpt/checkpoint.hpp"
 #include "wantrain/data/dataset.hpp"
@@ -56,8 +57,8 @@ struct SampleConfig {
       checkpoint_weights = "auto", model_config, data, text, size, out = "sample.h5", png, precision = "fp32",
       device = "auto", prompt, negative_prompt, t5, t5_config, t5_dtype = "bf16", tokenizer, noise, vae, vae_config,
       vae_dtype = "fp32", video, frames_dir, image, last_image, clip, clip_dtype = "fp32", cfg = "5", high_noise,
-      low_noise;
-  int64_t index = 0, frames = 0, attention_chunk = 0, max_area = 480 * 832;
+      low_noise, attention_chunk = "auto";
+  int64_t index = 0, frames = 0, max_area = 480 * 832;
   int steps = 50, threads = 0;
   double shift = 5.0, fps = 16, boundary = 0;
   uint64_t seed = 0;
@@ -127,8 +128,9 @@ int run(distributed::World&, int argc, char** argv) {
       .add("seed", &c.seed, "seed of the initial noise")
       .choice("precision", &c.precision, {"fp32", "bf16"}, "matrix products in fp32 or bf16 (autocast)")
       .add("attention-chunk", &c.attention_chunk,
-           "attention over this many queries at a time: memory linear in the token count (0: the whole score "
-           "matrix), as wantrain's")
+           "attention over this many queries at a time: memory linear in the token count; 0: the whole score "
+           "matrix; auto: the whole matrix while its scores fit 1 GiB per block, else the chunk whose scores do "
+           "(as wantrain's)")
       .add("device", &c.device,
            "auto (the first CUDA device when LibTorch sees one, else the CPU), cpu, cuda or cuda:N; the noise is "
            "drawn on the CPU, so every device samples from the same start")
@@ -254,7 +256,7 @@ int run(distributed::World&, int argc, char** argv) {
     if (const auto why = path.empty() ? std::string() : unreadable_file_reason(path); !why.empty())
       throw UsageError(fmt::format("option --{}: {}: {}", option, path, why));
   if (c.steps < 1) throw UsageError("option --steps: must be at least 1");
-  if (c.attention_chunk < 0) throw UsageError("option --attention-chunk: must be 0 (off) or a number of queries");
+  const int64_t attention_chunk = app::parse_attention_chunk(c.attention_chunk);
   if (c.shift <= 0) throw UsageError("option --shift: must be positive");
   if (c.compare && c.data.empty()) throw UsageError("option --compare: needs --data (the sample to compare with)");
   if (c.threads > 0) torch::set_num_threads(c.threads);
@@ -401,12 +403,13 @@ int run(distributed::World&, int argc, char** argv) {
     wan::ActivationSettings step;
     step.latents = {shape[2], shape[3], shape[4]};
     step.compute_dtype = app::float_dtype(c.precision);
-    step.attention_chunk = c.attention_chunk;
+    step.attention_chunk = attention_chunk;
     const auto memory = wan::plan_sampling(config, step, experts ? 2 : 1, offload);
-    std::cout << fmt::format("wansample: memory: {} of {} (fp32 weights), a forward {}; at once on the {}: {}{}\n",
+    std::cout << fmt::format("wansample: memory: {} of {} (fp32 weights), a forward {} ({}); at once on the {}: {}{}\n",
                              experts ? "two experts" : "the model", wan::format_bytes(memory.expert_bytes),
-                             wan::format_bytes(memory.forward_bytes), device.is_cuda() ? "device" : "host",
-                             wan::format_bytes(memory.device_bytes()),
+                             wan::format_bytes(memory.forward_bytes),
+                             wan::describe_attention(attention_chunk, memory.attention_chunk),
+                             device.is_cuda() ? "device" : "host", wan::format_bytes(memory.device_bytes()),
                              memory.host_bytes() > 0 ? fmt::format(" (one expert; the other, {}, in host memory)",
                                                                    wan::format_bytes(memory.host_bytes()))
                                                      : std::string())
@@ -454,7 +457,7 @@ int run(distributed::World&, int argc, char** argv) {
     if (!*model) continue;
     (*model)->to(offload ? torch::Device(torch::kCPU) : device);
     (*model)->eval();
-    (*model)->set_attention_chunk(c.attention_chunk);
+    (*model)->set_attention_chunk(attention_chunk);
   }
   const double boundary =
       c.boundary > 0 ? c.boundary : (config.model_type == wan::ModelType::I2V ? 0.9 : 0.875);  // the release's

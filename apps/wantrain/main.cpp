@@ -161,6 +161,7 @@ int run(distributed::World& world, int argc, char** argv) {
                     {"comm_timeout", "comm-timeout"},
                     {"allow_unused", "allow-unused"},
                     {"zero", "zero"},
+                    {"sp", "sp"},
                     {"teacher", "teacher"},
                     {"teacher_config", "teacher-config"},
                     {"student_init", "student-init"},
@@ -227,6 +228,17 @@ int run(distributed::World& world, int argc, char** argv) {
         config.model_type == wan::ModelType::T2V ? std::string()
                                                  : fmt::format(", {}{}", wan::model_type_name(config.model_type),
                                                                config.image_branch() ? " with the CLIP branch" : ""));
+  });
+
+  // Sequence parallelism: whole groups of ranks, and heads that split over one.
+  world.agree([&] {
+    if (cfg.sp == 1) return;
+    if (world.size() % cfg.sp != 0)
+      throw SettingError("sp", fmt::format("is {}: it must divide the job's {} ranks (groups of consecutive ranks)",
+                                           cfg.sp, world.size()));
+    if (model_config && model_config->num_heads % cfg.sp != 0)
+      throw SettingError("sp", fmt::format("is {}: model config {}'s {} heads do not split over {} ranks", cfg.sp,
+                                           cfg.model_config, model_config->num_heads, cfg.sp));
   });
 
   // Distillation: the teacher's config, whether the data fit it too, and

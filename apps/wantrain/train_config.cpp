@@ -9,6 +9,7 @@
 #include <istream>
 #include <ostream>
 
+#include "wantrain/app/attention_chunk_option.hpp"
 #include "wantrain/app/float_dtype.hpp"
 #include "wantrain/util/error.hpp"
 #include "wantrain/util/options.hpp"
@@ -89,7 +90,8 @@ void declare_options(OptionSet& o, TrainConfig& c) {
            "backward) or every-N (blocks 0, N, 2N, ...): less memory for about one more forward")
       .add("attention-chunk", &c.attention_chunk,
            "attention over this many queries at a time, recomputed per chunk in backward: memory linear in the "
-           "token count instead of quadratic (0: the whole score matrix)");
+           "token count instead of quadratic; 0: the whole score matrix; auto: the whole matrix while its scores "
+           "fit 1 GiB per block, else the chunk whose scores do");
   o.group("distributed")
       .choice("backend", &c.backend, {"auto", "mpi", "nccl"}, "collectives backend (auto: nccl with GPUs, else mpi)")
       .add("bucket-mb", &c.bucket_mb, "gradient bucket size in MiB")
@@ -97,8 +99,13 @@ void declare_options(OptionSet& o, TrainConfig& c) {
               "the dtype gradients are reduced in: bf16 or fp16 halve the bytes between ranks, the sum rounded to "
               "16 bits (as PyTorch DDP's compression hooks)")
       .add("zero", &c.zero,
-           "ZeRO stage: 0 (every rank keeps the whole AdamW state and EMA) or 1 (each rank keeps 1/ranks of "
-           "them: gradients reduce-scattered, weights all-gathered after the update)");
+           "ZeRO stage: 0 (every rank keeps the whole AdamW state and EMA), 1 (each rank keeps 1/ranks of "
+           "them: gradients reduce-scattered, weights all-gathered after the update) or 2 (and 1/ranks of the "
+           "gradients: buckets reduce-scattered every micro-step as they fill, no whole gradient kept)")
+      .add("sp", &c.sp,
+           "sequence parallelism (Ulysses): groups of this many consecutive ranks split each sample's tokens, "
+           "self-attention exchanging them for heads (all-to-all); the ranks of a group read the same batch. "
+           "Must divide the ranks and the model's heads; 1: off");
   declare_training_options(o, c, {T::CommTimeout});
   o.flag("require-gpu", &c.require_gpu,
          "refuse to compute on the CPU: a GPU per rank or an error line (without it, the CPU on a node with "
@@ -160,9 +167,11 @@ void validate(const TrainConfig& c) {
   require(c.first_frame_prob > 0 && c.first_frame_prob <= 1, "first-frame-prob", "must be a probability in (0, 1]");
   require(c.condition != "first-frame" || c.mode != "distill", "condition",
           "first-frame is not available with --mode distill yet");
-  require(c.attention_chunk >= 0, "attention-chunk", "must be 0 (off) or a number of queries");
+  app::parse_attention_chunk(c.attention_chunk);  // throws on a malformed value
   require(c.bucket_mb > 0, "bucket-mb", "must be positive");
-  require(c.zero == 0 || c.zero == 1, "zero", "must be 0 (off) or 1 (optimizer state and EMA sharded)");
+  require(c.zero >= 0 && c.zero <= 2, "zero",
+          "must be 0 (off), 1 (optimizer state and EMA sharded) or 2 (and the gradients)");
+  require(c.sp >= 1, "sp", "must be at least 1 (1: off)");
   require(c.distill_target_weight >= 0, "distill-target-weight", "must be 0 or more");
   require(c.max_skipped >= 0, "max-skipped", "must be 0 (no limit) or more");
   require(c.lora_rank >= 0, "lora-rank", "must be 0 (no LoRA) or more");
@@ -196,6 +205,7 @@ train::RunSettings run_settings(const TrainConfig& c, const at::Device& device) 
   s.grad_comm_dtype = app::float_dtype(c.grad_comm_dtype);
   s.allow_unused = c.allow_unused;
   s.zero = c.zero;
+  s.sequence_parallel = c.sp;
   s.compute_dtype = app::float_dtype(c.precision);
   if (s.compute_dtype == at::kHalf)
     require(device.is_cuda(), "precision", "fp16 needs CUDA devices (dynamic loss scaling); on CPU use bf16");
@@ -258,7 +268,7 @@ wan::WanRunOptions wan_run_options(const TrainConfig& c) {
   o.lora = lora_options(c);
   if (c.lora_rank > 0) o.base_dtype = c.base_precision == "fp32" ? at::kFloat : at::kBFloat16;
   o.grad_checkpoint = grad_checkpoint_every(c);
-  o.attention_chunk = c.attention_chunk;
+  o.attention_chunk = app::parse_attention_chunk(c.attention_chunk);
   if (c.sample_every > 0) {
     wan::TrainingSampleOptions sample;
     sample.index = c.sample_index;
@@ -288,7 +298,7 @@ train::FitOptions fit_options(const TrainConfig& c) {
   o.keep_best = c.keep_best;
   o.max_skipped = c.max_skipped;
   o.checkpoint_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(c.checkpoint_timeout * 1000));
-  o.sharded_state = c.zero == 1;
+  o.sharded_state = c.zero >= 1;
   o.tensorboard = c.tensorboard;
   o.sample_every = c.sample_every;
   return o;
@@ -308,9 +318,10 @@ wan::MemoryPlanSettings memory_plan_settings(const TrainConfig& c, const wan::Wa
   s.step.batch = c.batch_size;
   s.step.latents = latents;
   s.step.compute_dtype = run_settings(c, device).compute_dtype;
-  s.step.attention_chunk = c.attention_chunk;
+  s.step.attention_chunk = app::parse_attention_chunk(c.attention_chunk);
   s.step.grad_checkpoint_every = grad_checkpoint_every(c);
   s.step.per_token_timesteps = c.condition == "first-frame";
+  s.step.sequence_parallel = c.sp;
   s.ema = c.ema_decay > 0;
   const auto run = wan_run_options(c);
   s.lora = run.lora;
@@ -320,7 +331,9 @@ wan::MemoryPlanSettings memory_plan_settings(const TrainConfig& c, const wan::Wa
   s.prefetch = c.prefetch;
   s.sample_bytes = sample_bytes;
   s.on_device = device.is_cuda();
-  s.zero_shards = c.zero == 1 ? world_size : 1;
+  s.zero_shards = c.zero >= 1 ? world_size : 1;
+  s.zero_stage = c.zero;
+  s.bucket_bytes = double(c.bucket_mb) * (1 << 20);
   s.grad_comm_dtype = app::float_dtype(c.grad_comm_dtype);
   return s;
 }

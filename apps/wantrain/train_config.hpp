@@ -73,13 +73,14 @@ struct TrainConfig : app::TrainingOptions {
   bool scale_lr = false;
   std::string precision = "fp32";
   std::string grad_checkpoint = "none";  // none, blocks or every-N
-  std::int64_t attention_chunk = 0;      // queries per attention chunk; 0: all at once
+  std::string attention_chunk = "auto";  // auto, 0 (all queries at once) or queries per chunk
 
   // distributed
   std::string backend = "auto";
   double bucket_mb = 25.0;
   std::string grad_comm_dtype = "fp32";
   int zero = 0;  // ZeRO stage
+  int sp = 1;    // ranks per sequence-parallel group (Ulysses); 1: off
   bool allow_unused = false;
 
   // checkpoints

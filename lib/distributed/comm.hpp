@@ -38,6 +38,7 @@ struct ReduceScatterOptions {
   ReduceOp op = ReduceOp::Sum;
   bool overlaps_compute = false;  // as AllReduceOptions'
 };
+struct AllToAllOptions {};
 struct BarrierOptions {};
 
 // Handle of an issued collective.
@@ -80,7 +81,18 @@ class Comm {
   // the reduction over ranks of chunk r.
   virtual WorkPtr reduce_scatter_async(const at::Tensor& output, const at::Tensor& input,
                                        const ReduceScatterOptions& options = {}) = 0;
+  // input and output hold size() chunks of equal numel: chunk j of rank
+  // r's input becomes chunk r of rank j's output (MPI_Alltoall; sequence
+  // parallelism's exchange of tokens for heads). Not in place.
+  virtual WorkPtr all_to_all_async(const at::Tensor& output, const at::Tensor& input,
+                                   const AllToAllOptions& options = {}) = 0;
   virtual WorkPtr barrier_async(const BarrierOptions& options = {}) = 0;
+
+  // Collective over this Comm: the ranks that pass the same `color` (>= 0)
+  // form a new Comm, ranked in this Comm's order, with this Comm's backend,
+  // device and timeout (sequence parallelism's groups). Ops already issued
+  // on this Comm complete first.
+  virtual std::unique_ptr<Comm> split(int color) = 0;
 
   // Blocking forms: issue, then wait.
   void all_reduce(const at::Tensor& tensor, const AllReduceOptions& options = {}) {
@@ -94,6 +106,9 @@ class Comm {
   }
   void reduce_scatter(const at::Tensor& output, const at::Tensor& input, const ReduceScatterOptions& options = {}) {
     reduce_scatter_async(output, input, options)->wait();
+  }
+  void all_to_all(const at::Tensor& output, const at::Tensor& input, const AllToAllOptions& options = {}) {
+    all_to_all_async(output, input, options)->wait();
   }
   void barrier(const BarrierOptions& options = {}) { barrier_async(options)->wait(); }
 };

@@ -137,13 +137,33 @@ class MpiComm::MpiWork final : public Work {
 };
 
 MpiComm::MpiComm(const World& world, CommOptions options, int64_t max_chunk_bytes)
-    : max_chunk_bytes_(max_chunk_bytes), watchdog_("MPI", options.timeout) {
-  if (max_chunk_bytes_ < 1) throw Error("MpiComm: max_chunk_bytes must be positive");
+    : options_(options), max_chunk_bytes_(max_chunk_bytes), watchdog_("MPI", options.timeout) {
   MPI_CHECK(MPI_Comm_dup(world.comm(), &comm_));
+  start();
+}
+
+MpiComm::MpiComm(MPI_Comm comm, CommOptions options, int64_t max_chunk_bytes)
+    : comm_(comm), options_(options), max_chunk_bytes_(max_chunk_bytes), watchdog_("MPI", options.timeout) {
+  start();
+}
+
+void MpiComm::start() {
+  if (max_chunk_bytes_ < 1) throw Error("MpiComm: max_chunk_bytes must be positive");
   MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
   MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
   MPI_CHECK(MPI_Comm_size(comm_, &size_));
   worker_ = std::thread([this] { worker_loop(); });
+}
+
+// On the worker, in issue order: MPI_Comm_split is a collective on comm_,
+// which no other thread may be using for one at the same time.
+std::unique_ptr<Comm> MpiComm::split(int color) {
+  if (color < 0) throw Error(fmt::format("MpiComm split: color {} is negative", color));
+  auto part = std::make_shared<MPI_Comm>(MPI_COMM_NULL);
+  enqueue(fmt::format("split #{} (color {})", next_seq_++, color), {}, [this, part, color] {
+    MPI_CHECK(MPI_Comm_split(comm_, color, rank_, part.get()));
+  })->wait();
+  return std::make_unique<MpiComm>(*part, options_, max_chunk_bytes_);
 }
 
 MpiComm::~MpiComm() {
@@ -295,6 +315,26 @@ WorkPtr MpiComm::reduce_scatter_async(const at::Tensor& output, const at::Tensor
         }
         if (average) output.detach().div_(size_);
       });
+}
+
+WorkPtr MpiComm::all_to_all_async(const at::Tensor& output, const at::Tensor& input, const AllToAllOptions&) {
+  check_tensor("all_to_all", "input", input);
+  check_tensor("all_to_all", "output", output);
+  if (output.scalar_type() != input.scalar_type() || output.numel() != input.numel() || input.numel() % size_ != 0)
+    throw Error(fmt::format(
+        "MpiComm all_to_all: input and output must both be {} chunks of equal size of one dtype, "
+        "got {} of {} and {} of {}",
+        size_, input.numel(), c10::toString(input.scalar_type()), output.numel(), c10::toString(output.scalar_type())));
+  const char* out_begin = static_cast<const char*>(output.data_ptr());
+  const char* in_begin = static_cast<const char*>(input.data_ptr());
+  const int64_t bytes = input.numel() * input.element_size();
+  if (in_begin < out_begin + bytes && out_begin < in_begin + bytes)
+    throw Error("MpiComm all_to_all: the input overlaps the output");
+  const MPI_Datatype type = mpi_datatype(input.scalar_type());
+  const int count = checked_count("all_to_all", input.numel() / size_);
+  return enqueue(describe("all_to_all", next_seq_++, input), {output, input}, [this, output, input, type, count] {
+    MPI_CHECK(MPI_Alltoall(input.data_ptr(), count, type, output.data_ptr(), count, type, comm_));
+  });
 }
 
 WorkPtr MpiComm::barrier_async(const BarrierOptions&) {

@@ -42,6 +42,8 @@ class MpiComm final : public Comm {
  public:
   // all_reduce and broadcast send at most `max_chunk_bytes` per MPI call.
   explicit MpiComm(const World& world, CommOptions options = {}, int64_t max_chunk_bytes = int64_t{1} << 30);
+  // Takes `comm` (a communicator of its own: freed by the destructor).
+  MpiComm(MPI_Comm comm, CommOptions options, int64_t max_chunk_bytes = int64_t{1} << 30);
   // Completes every issued op (when unwinding from an exception: only the
   // one running), then stops the worker and frees the communicator.
   ~MpiComm() override;
@@ -59,7 +61,10 @@ class MpiComm final : public Comm {
                            const AllGatherOptions& options = {}) override;
   WorkPtr reduce_scatter_async(const at::Tensor& output, const at::Tensor& input,
                                const ReduceScatterOptions& options = {}) override;
+  WorkPtr all_to_all_async(const at::Tensor& output, const at::Tensor& input,
+                           const AllToAllOptions& options = {}) override;
   WorkPtr barrier_async(const BarrierOptions& options = {}) override;
+  std::unique_ptr<Comm> split(int color) override;
 
   // The communicator and the MPI reduction the collectives use, so that a
   // benchmark can run raw MPI on exactly the same.
@@ -80,6 +85,9 @@ class MpiComm final : public Comm {
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;
+  void start();
+
+  CommOptions options_;
   int64_t max_chunk_bytes_;
   std::uint64_t next_seq_ = 0;
   HalfReduceOps half_ops_;

@@ -227,6 +227,25 @@ class NcclComm final : public Comm {
         std::make_unique<Watchdog>("NCCL", options.timeout, [this](const std::string& message) { fail(message); });
   }
 
+  // Collective over `parent`: ncclCommSplit, non-blocking and settled as the join is.
+  NcclComm(NcclComm& parent, int color) : rank_(0), size_(0), timeout_(parent.timeout_), device_(parent.device_) {
+    if (color < 0) throw Error(fmt::format("NcclComm split: color {} is negative", color));
+    CUDA_CHECK(cudaSetDevice(device_));
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    const ncclResult_t asked = ncclCommSplit(parent.comm_, color, parent.rank_, &comm_, &config);
+    if (asked != ncclSuccess && asked != ncclInProgress)
+      parent.fail(fmt::format("NCCL could not split its communicator: {}", ncclGetErrorString(asked)));
+    joining_ = true;
+    settle(fmt::format("communicator split (color {})", color));
+    joining_ = false;
+    if (ncclCommUserRank(comm_, &rank_) != ncclSuccess || ncclCommCount(comm_, &size_) != ncclSuccess)
+      fail("NCCL could not read the split communicator's rank and size");
+    CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaMalloc(&barrier_buffer_, sizeof(float)));
+    watchdog_ = std::make_unique<Watchdog>("NCCL", timeout_, [this](const std::string& message) { fail(message); });
+  }
+
   ~NcclComm() override {
     if (std::uncaught_exceptions() > 0) {
       // Unwinding to MPI_Abort: queued ops may wait for peers that are gone.
@@ -302,6 +321,34 @@ class NcclComm final : public Comm {
                     return ncclReduceScatter(input.data_ptr(), output.data_ptr(), output.numel(), type, op, comm_, s);
                   });
   }
+
+  // Grouped point-to-point sends and receives (NCCL >= 2.7 has them; the
+  // native ncclAlltoAll only 2.28): chunk j to rank j, chunk i from rank i.
+  WorkPtr all_to_all_async(const at::Tensor& output, const at::Tensor& input, const AllToAllOptions&) override {
+    check("all_to_all", input);
+    check("all_to_all", output);
+    if (output.scalar_type() != input.scalar_type() || output.numel() != input.numel() || input.numel() % size_ != 0)
+      throw Error(fmt::format("NcclComm all_to_all: input and output must both be {} chunks of equal size of one dtype",
+                              size_));
+    if (input.data_ptr() == output.data_ptr()) throw Error("NcclComm all_to_all: not in place");
+    const ncclDataType_t type = nccl_type(input.scalar_type());
+    const size_t count = size_t(input.numel() / size_);
+    const size_t chunk_bytes = count * input.element_size();
+    return launch(fmt::format("all_to_all #{} ({} x {})", seq_++, c10::toString(input.scalar_type()), input.numel()),
+                  {output, input}, [&](cudaStream_t s) {
+                    const char* in = static_cast<const char*>(input.data_ptr());
+                    char* out = static_cast<char*>(output.data_ptr());
+                    ncclResult_t r = ncclGroupStart();
+                    for (int peer = 0; peer < size_ && r == ncclSuccess; ++peer) {
+                      r = ncclSend(in + peer * chunk_bytes, count, type, peer, comm_, s);
+                      if (r == ncclSuccess) r = ncclRecv(out + peer * chunk_bytes, count, type, peer, comm_, s);
+                    }
+                    const ncclResult_t ended = ncclGroupEnd();
+                    return r != ncclSuccess ? r : ended;
+                  });
+  }
+
+  std::unique_ptr<Comm> split(int color) override { return std::make_unique<NcclComm>(*this, color); }
 
   // NCCL has no barrier: an all-reduce of one float stands in for it, and
   // its wait() blocks the host until it is done.

@@ -8,6 +8,7 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <deque>
 #include <mutex>
 
 #include "wantrain/util/error.hpp"
@@ -19,6 +20,7 @@ struct Reducer::State {
     std::string name;
     at::Tensor tensor;
     size_t bucket = 0;
+    int64_t offset = 0;     // elements into its bucket
     bool ready = false;     // its gradient arrived in this synchronising backward
     bool got_grad = false;  // a gradient arrived in any micro-step of this step
     std::shared_ptr<torch::autograd::Node> accumulator;
@@ -26,8 +28,15 @@ struct Reducer::State {
   };
   struct Bucket {
     std::vector<size_t> params;
-    at::Tensor buffer;  // [numel] flat; the params' grads are views into it
-    at::Tensor shard;   // shard mode: [numel / world size], this rank's reduced slice
+    int64_t numel = 0;                  // padding included
+    at::ScalarType dtype = at::kFloat;  // its parameters'
+    // [numel] flat; the params' grads are views into it. Transient mode: in
+    // the wire dtype, from the first gradient until the reduction is done.
+    at::Tensor buffer;
+    // shard mode: [numel / world size], this rank's reduced slice; transient
+    // mode: the slices summed over the step's micro-steps.
+    at::Tensor shard;
+    at::Tensor received;  // transient mode: [numel / world size] the reduction in flight
     // With a 16-bit comm dtype: what travels, [numel] and in shard mode its
     // reduced slice [numel / world size].
     at::Tensor wire, wire_shard;
@@ -39,6 +48,7 @@ struct Reducer::State {
   ReducerOptions options;
   std::vector<Param> params;  // those reduced, registration order
   std::vector<Bucket> buckets;
+  std::deque<size_t> in_flight;  // transient mode: buckets reducing, oldest first
   std::vector<at::Tensor> buffers;
   std::mutex mutex;
   bool sync = false;
@@ -49,16 +59,41 @@ struct Reducer::State {
 
   State(Comm& c, ReducerOptions o) : comm(c), options(o) {}
 
+  bool transient() const { return options.transient_buckets; }
+  // What a transient bucket's buffer travels in.
+  at::ScalarType wire_dtype(const Bucket& b) const { return compressed(b) ? options.comm_dtype : b.dtype; }
+  void open(Bucket& b) {
+    if (!b.buffer.defined()) b.buffer = torch::zeros({b.numel}, b.shard.options().dtype(wire_dtype(b)));
+  }
+  // Transient mode: the oldest reduction in flight waited for, added to its
+  // slice, and its buffers freed.
+  void retire_oldest() {
+    Bucket& b = buckets[in_flight.front()];
+    in_flight.pop_front();
+    b.work->wait();
+    b.shard.add_(b.received, options.average ? 1.0 / comm.size() : 1.0);
+    b.buffer = at::Tensor();
+    b.received = at::Tensor();
+    b.work.reset();
+  }
+
   // `during_backward`: the rest of backward still runs on this rank's cores.
   void launch_ready_buckets(bool during_backward) {
     while (next_bucket < buckets.size() && buckets[next_bucket].pending == 0)
       launch(buckets[next_bucket++], during_backward);
   }
   // A bucket narrower than fp32 already travels as it is.
-  bool compressed(const Bucket& b) const {
-    return options.comm_dtype != at::kFloat && b.buffer.scalar_type() == at::kFloat;
-  }
+  bool compressed(const Bucket& b) const { return options.comm_dtype != at::kFloat && b.dtype == at::kFloat; }
   void launch(Bucket& b, bool during_backward) {
+    if (transient()) {
+      open(b);  // a bucket none of whose parameters got a gradient reduces zeros
+      b.received = at::empty({b.numel / comm.size()}, b.buffer.options());
+      b.work = comm.reduce_scatter_async(b.received, b.buffer, {ReduceOp::Sum, during_backward});
+      ++issued;
+      in_flight.push_back(size_t(&b - buckets.data()));
+      while (int(in_flight.size()) > std::max(1, options.buckets_in_flight)) retire_oldest();
+      return;
+    }
     ReduceOp op = options.average ? ReduceOp::Avg : ReduceOp::Sum;
     at::Tensor in = b.buffer, out = b.shard;
     if (compressed(b)) {
@@ -86,6 +121,16 @@ struct Reducer::State {
     std::lock_guard<std::mutex> lock(mutex);
     Param& p = params[index];
     p.got_grad = true;
+    if (transient()) {
+      // Into the bucket (narrowed to the wire dtype), and the whole gradient
+      // dropped. AccumulateGrad runs once per backward, so a second arrival
+      // would be a gradient the bucket already reduced.
+      if (p.ready) throw Error(fmt::format("Reducer: a second gradient for '{}' in one backward", p.name));
+      Bucket& b = buckets[p.bucket];
+      open(b);
+      b.buffer.narrow(0, p.offset, p.tensor.numel()).copy_(p.tensor.grad().reshape({-1}));
+      p.tensor.mutable_grad() = at::Tensor();
+    }
     if (!sync || p.ready) return;
     p.ready = true;
     if (--buckets[p.bucket].pending == 0) launch_ready_buckets(/*during_backward=*/true);
@@ -182,18 +227,24 @@ Reducer::Reducer(Comm& comm, NamedTensors parameters, std::vector<at::Tensor> bu
   // Shard mode: every rank's slice a whole number of 16 elements (64-byte
   // aligned in fp32, as vectorised kernels like).
   const int64_t granule = options.shard ? 16 * int64_t(comm.size()) : 1;
+  if (options.transient_buckets && !options.shard)
+    throw Error("Reducer: transient_buckets reduce-scatter: they need shard");
   for (auto& b : s.buckets) {
     int64_t numel = 0;
     for (size_t k : b.params) numel += s.params[k].tensor.numel();
-    numel = (numel + granule - 1) / granule * granule;
+    b.numel = (numel + granule - 1) / granule * granule;
     const at::Tensor& first = s.params[b.params.front()].tensor;
-    b.buffer = torch::zeros({numel}, first.options().requires_grad(false));  // [numel]
-    if (options.shard) b.shard = torch::zeros({numel / comm.size()}, b.buffer.options());
+    b.dtype = first.scalar_type();
+    const auto options_of_bucket = first.options().requires_grad(false);
+    if (options.shard) b.shard = torch::zeros({b.numel / comm.size()}, options_of_bucket);
+    if (!options.transient_buckets) b.buffer = torch::zeros({b.numel}, options_of_bucket);  // [numel]
     int64_t offset = 0;
     for (size_t k : b.params) {
-      at::Tensor& t = s.params[k].tensor;
-      t.mutable_grad() = b.buffer.narrow(0, offset, t.numel()).view(t.sizes());
-      offset += t.numel();
+      auto& p = s.params[k];
+      p.offset = offset;
+      if (!options.transient_buckets)
+        p.tensor.mutable_grad() = b.buffer.narrow(0, offset, p.tensor.numel()).view(p.tensor.sizes());
+      offset += p.tensor.numel();
     }
   }
   for (size_t k = 0; k < s.params.size(); ++k) {
@@ -209,6 +260,14 @@ Reducer::~Reducer() {
 }
 
 void Reducer::zero_grad() {
+  if (state_->transient()) {
+    for (auto& b : state_->buckets) b.shard.zero_();
+    for (auto& p : state_->params) {
+      p.got_grad = false;
+      p.tensor.mutable_grad() = at::Tensor();  // a gradient left from outside a step
+    }
+    return;
+  }
   for (auto& b : state_->buckets) b.buffer.zero_();
   for (auto& p : state_->params) {
     p.got_grad = false;
@@ -224,6 +283,8 @@ void Reducer::zero_grad() {
 void Reducer::prepare_for_backward(bool sync) {
   State& s = *state_;
   std::lock_guard<std::mutex> lock(s.mutex);
+  if (!sync && s.transient())
+    throw Error("Reducer: with transient_buckets every backward reduces (prepare_for_backward(sync = true))");
   s.sync = sync;
   if (!sync) return;
   s.next_bucket = 0;
@@ -259,9 +320,13 @@ void Reducer::finalize_backward_unchecked() {
     s.sync = false;
   }
   const auto start = std::chrono::steady_clock::now();
-  for (auto& b : s.buckets) {
-    b.work->wait();
-    s.widen(b);
+  if (s.transient()) {
+    while (!s.in_flight.empty()) s.retire_oldest();
+  } else {
+    for (auto& b : s.buckets) {
+      b.work->wait();
+      s.widen(b);
+    }
   }
   s.exposed_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
@@ -299,7 +364,7 @@ std::vector<BucketLayout> Reducer::bucket_layouts() const {
   std::vector<BucketLayout> layouts;
   for (const auto& b : state_->buckets) {
     BucketLayout layout;
-    layout.numel = b.buffer.numel();
+    layout.numel = b.numel;
     int64_t offset = 0;
     for (size_t k : b.params) {
       const auto& p = state_->params[k];
@@ -315,6 +380,14 @@ std::vector<at::Tensor> Reducer::gradient_shards() const {
   std::vector<at::Tensor> shards;
   for (const auto& b : state_->buckets) shards.push_back(b.shard);
   return shards;
+}
+
+int64_t Reducer::gradient_bytes() const {
+  int64_t bytes = 0;
+  for (const auto& b : state_->buckets)
+    for (const at::Tensor* t : {&b.buffer, &b.shard, &b.received, &b.wire, &b.wire_shard})
+      if (t->defined()) bytes += t->nbytes();
+  return bytes;
 }
 
 int64_t Reducer::collectives_issued() const { return state_->issued; }

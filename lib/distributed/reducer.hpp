@@ -24,6 +24,13 @@
 // model whose optimizer state it keeps; the full buffers then hold only this
 // rank's own (unreduced) gradients.
 //
+// With `transient_buckets` as well (ZeRO stage 2) no whole gradient is kept:
+// every backward synchronises, a gradient is copied into its bucket as it
+// arrives (in the wire dtype) and the parameter's .grad dropped; a bucket's
+// buffer exists from its first gradient until its reduce-scatter is done,
+// at most `buckets_in_flight` of them reducing at once, and the reduced
+// slices accumulate over the micro-steps in gradient_shards().
+//
 // A parameter that got no gradient in a whole step is an error on every rank
 // naming it (one extra 4-byte all-reduce per step makes the ranks agree), or
 // with allow_unused its zero slot is reduced like the rest.
@@ -52,6 +59,11 @@ struct ReducerOptions {
   // by the world size (which saves a pass over every gradient after the sum).
   bool average = true;
   bool shard = false;  // reduce-scatter each bucket (ZeRO-1) instead of all-reducing it
+  // With shard: bucket buffers only while they reduce, every micro-step (ZeRO-2).
+  bool transient_buckets = false;
+  // Transient buckets reducing at once before backward waits for the oldest:
+  // the bound on the gradient memory beyond the slices.
+  int buckets_in_flight = 2;
   // The dtype gradients travel in (the run's grad_comm_dtype): the buckets' own
   // (kFloat), or kBFloat16 / kHalf, as PyTorch DDP's compression hooks do:
   // a full bucket is narrowed into a 16-bit copy, that copy is summed over
@@ -102,7 +114,11 @@ class Reducer {
 
   // Introspection for tests, benchmarks and logs.
   std::vector<std::vector<std::string>> bucket_parameter_names() const;
+  // The buckets' whole gradient buffers (undefined with transient_buckets).
   std::vector<at::Tensor> bucket_buffers() const;
+  // Bytes of the gradient buffers that exist now (buckets, their 16-bit
+  // copies, slices): what a memory test measures.
+  int64_t gradient_bytes() const;
   std::vector<BucketLayout> bucket_layouts() const;
   // Shard mode: per bucket, this rank's slice of the reduced gradients
   // ([bucket numel / world size], valid after a synchronising finalize_backward).

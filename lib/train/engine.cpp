@@ -63,16 +63,20 @@ Engine::Engine(distributed::Comm& comm, Objective& objective, EngineOptions opti
   reducer_options.comm_dtype = options_.grad_comm_dtype;
   reducer_options.allow_unused = options_.allow_unused;
   reducer_options.average = false;  // the loss is divided by the world size: the gradient's sum is the mean
-  if (options_.zero != 0 && options_.zero != 1)
-    throw SettingError("zero", fmt::format("is {}; stages 0 and 1 exist", options_.zero));
-  if (options_.zero == 1 && !options_.communicate)
-    throw Error("Engine: zero = 1 needs communication (its gradients arrive by reduce-scatter)");
-  reducer_options.shard = options_.zero == 1;
+  if (options_.zero < 0 || options_.zero > 2)
+    throw SettingError("zero", fmt::format("is {}; stages 0, 1 and 2 exist", options_.zero));
+  if (options_.zero > 0 && !options_.communicate)
+    throw Error("Engine: ZeRO needs communication (its gradients arrive by reduce-scatter)");
+  if (options_.sequence_parallel < 1 || comm.size() % options_.sequence_parallel != 0)
+    throw SettingError("sp",
+                       fmt::format("is {}; it must divide the {} ranks", options_.sequence_parallel, comm.size()));
+  reducer_options.shard = options_.zero >= 1;
+  reducer_options.transient_buckets = options_.zero == 2;
   impl_->reducer = std::make_unique<distributed::Reducer>(comm, named, objective_.buffers(), reducer_options);
   // What AdamW and the EMA update: the parameters, or this rank's slices of
   // them (with their gradient slices attached as .grad).
   NamedTensors updated = named;
-  if (options_.zero == 1) {
+  if (options_.zero >= 1) {
     impl_->zero = std::make_unique<ZeroShards>(comm, *impl_->reducer, named);
     const auto gradients = impl_->reducer->gradient_shards();
     updated.clear();
@@ -107,6 +111,8 @@ int64_t Engine::state_bytes() const {
   return bytes;
 }
 
+int64_t Engine::gradient_bytes() const { return impl_->reducer->gradient_bytes(); }
+
 NamedTensors Engine::ema_weights() const {
   const auto& im = *impl_;
   if (!im.ema) return {};
@@ -133,7 +139,8 @@ StepResult Engine::step(const Batch& batch, const StepFlags& flags) {
     t.data += seconds_since(phase);
 
     phase = Clock::now();
-    const bool sync = options_.communicate && m == K - 1;
+    // ZeRO-2 keeps no whole gradient to accumulate in: every micro-step reduces.
+    const bool sync = options_.communicate && (m == K - 1 || options_.zero == 2);
     im.reducer->prepare_for_backward(sync);
     ObjectiveLoss out;
     {
@@ -145,7 +152,8 @@ StepResult Engine::step(const Batch& batch, const StepFlags& flags) {
     t.forward += seconds_since(phase) - out.prepare_seconds - out.teacher_seconds;
 
     phase = Clock::now();
-    (out.loss * (loss_scale / (K * comm_.size()))).backward();
+    const int data_parallel = comm_.size() / options_.sequence_parallel;
+    (out.loss * (loss_scale / (K * data_parallel))).backward();
     loss_sum += out.loss.detach().to(torch::kFloat64);
     t.backward += seconds_since(phase);
 

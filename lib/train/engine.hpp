@@ -15,7 +15,10 @@
 // each rank clips, steps AdamW and updates the EMA on its 1/W slice of the
 // flat weights (ZeroShards), the norm is the all-reduced sum of the slices'
 // squares, and an all-gather hands every rank the new weights. The update is
-// the same elementwise arithmetic as without sharding.
+// the same elementwise arithmetic as without sharding. zero = 2 (ZeRO stage
+// 2) keeps no whole gradient either: each micro-step's buckets are
+// reduce-scattered as they fill and freed, and the slices accumulate
+// (distributed::ReducerOptions::transient_buckets).
 //
 // The Engine knows no model, dataset, file format or command line: the
 // objective names its trainable parameters, and the caller hands it batches.
@@ -112,7 +115,15 @@ struct EngineOptions {
   // false: no gradient synchronisation (wanbench step measures the step
   // without it; each rank then trains on its own gradients).
   bool communicate = true;
-  int zero = 0;  // ZeRO stage: 0 (replicated optimizer state) or 1 (sharded)
+  // Ranks per sequence-parallel group (consecutive ranks): each group's
+  // ranks read the same batch and compute its loss together, each
+  // contributing the gradients of its own tokens, so the loss is divided by
+  // the data-parallel ranks (world / sequence_parallel) instead of the world
+  // and the sum over all ranks is the data-parallel mean.
+  int sequence_parallel = 1;
+  // ZeRO stage: 0 (replicated), 1 (optimizer state and EMA sharded), 2 (and
+  // the gradients: no whole gradient kept).
+  int zero = 0;
 };
 
 class Engine {
@@ -129,14 +140,16 @@ class Engine {
   StepResult step(const Batch& batch, const StepFlags& flags = {});
 
   int64_t steps_taken() const { return step_; }
-  // Bytes of AdamW moments and EMA this rank holds (1/W of them with zero = 1).
+  // Bytes of AdamW moments and EMA this rank holds (1/W of them with zero >= 1).
   int64_t state_bytes() const;
+  // Bytes of gradient buffers held now (the Reducer's: buckets, slices).
+  int64_t gradient_bytes() const;
   int64_t skipped_steps() const { return skipped_; }
   const EngineOptions& options() const { return options_; }
-  // The EMA's own tensors: per parameter, or with zero = 1 this rank's
+  // The EMA's own tensors: per parameter, or with zero >= 1 this rank's
   // per-bucket slices (ema_weights() has them whole).
   const Ema* ema() const;
-  // Collective with zero = 1: the EMA weights by parameter name, whole on
+  // Collective with zero >= 1: the EMA weights by parameter name, whole on
   // every rank (empty without an EMA).
   NamedTensors ema_weights() const;
   distributed::Comm& comm() { return comm_; }
@@ -155,7 +168,7 @@ class Engine {
   // Restores what save_state wrote, except the parameters (the caller has
   // loaded them before constructing the Engine, so that rank 0's broadcast
   // carries them). Without ZeRO, `saved` holds the optimizer state and EMA
-  // whole, checked against the parameters; with zero = 1 this rank reads
+  // whole, checked against the parameters; with zero >= 1 this rank reads
   // its slices from the checkpoint at `path` (any world size, sharded or
   // not), checked there (UsageError naming the file and tensor).
   void load_state(const ckpt::Checkpoint& saved, const std::string& path);

@@ -252,7 +252,7 @@ int fit_steps(distributed::World& world, distributed::Comm& comm, const RunPlan&
       c.state.sampler_epoch = position.epoch;
       c.state.sampler_consumed = position.consumed;
       c.state.val_loss = val_loss;
-      c.world_size = plan.world_size;
+      c.world_size = plan.data_parallel;  // the sampler's ranks (with --sp: its groups)
       c.shard_affinity = plan.sampler.shard_affinity;
       c.run_config = options.run_options;
       c.model_config = options.model_config;
@@ -266,7 +266,8 @@ int fit_steps(distributed::World& world, distributed::Comm& comm, const RunPlan&
 
   const at::ScalarType compute_dtype = plan.engine.compute_dtype;
   auto validate = [&](int64_t step) {
-    const ValidationResult result = run.validator->evaluate(engine.objective(), comm, compute_dtype);
+    const ValidationResult result =
+        run.validator->evaluate(engine.objective(), comm, compute_dtype, plan.settings.sequence_parallel);
     log.validation(step, result);
     record.validation(step, result.loss);
     return result.loss;

@@ -19,9 +19,11 @@ RunPlan plan_run(const RunSettings& s, int world_size, int rank, const data::Dat
   RunPlan plan;
   plan.settings = s;
   plan.world_size = world_size;
-  plan.effective_batch = s.micro_batch * world_size * s.accumulation;
+  const int sp = std::max(1, s.sequence_parallel);
+  plan.data_parallel = std::max(1, world_size / sp);
+  plan.effective_batch = s.micro_batch * plan.data_parallel * s.accumulation;
   plan.dataset_size = std::accumulate(shard_sizes.begin(), shard_sizes.end(), int64_t(0));
-  plan.sampler = {world_size, rank, s.micro_batch * s.accumulation, s.seed, s.drop_last, s.shard_affinity};
+  plan.sampler = {plan.data_parallel, rank / sp, s.micro_batch * s.accumulation, s.seed, s.drop_last, s.shard_affinity};
   if (!shard_sizes.empty()) {  // no data: a dry run that shows the rest of the plan
     const data::DistributedSampler sampler(data, plan.sampler);
     plan.steps_per_epoch = sampler.batches_per_epoch();
@@ -47,6 +49,7 @@ RunPlan plan_run(const RunSettings& s, int world_size, int rank, const data::Dat
   e.grad_comm_dtype = s.grad_comm_dtype;
   e.allow_unused = s.allow_unused;
   e.zero = s.zero;
+  e.sequence_parallel = sp;
   return plan;
 }
 
@@ -79,13 +82,21 @@ std::vector<RunPlan::Bucket> RunPlan::untrained_buckets() const {
 
 std::string RunPlan::describe() const {
   const auto& s = settings;
-  std::string out = fmt::format("effective batch: {} per rank x {} ranks x {} accumulation steps = {}\n", s.micro_batch,
-                                world_size, s.accumulation, effective_batch);
+  std::string out =
+      data_parallel == world_size
+          ? fmt::format("effective batch: {} per rank x {} ranks x {} accumulation steps = {}\n", s.micro_batch,
+                        world_size, s.accumulation, effective_batch)
+          : fmt::format(
+                "effective batch: {} per group x {} sequence-parallel groups of {} ranks x {} accumulation steps "
+                "= {}\n",
+                s.micro_batch, data_parallel, world_size / data_parallel, s.accumulation, effective_batch);
   out += fmt::format(
       "optimizer: AdamW, lr {:.4g}{}, {} schedule, {} warm-up steps, precision {}{}\n", engine.schedule.peak,
       s.scale_lr ? fmt::format(" (lr {} x effective batch {})", s.lr, effective_batch) : std::string(),
       s.schedule == Schedule::Cosine ? "cosine" : "constant", s.warmup_steps, precision_name(s.compute_dtype),
-      s.zero == 1 ? fmt::format("; state and EMA sharded over the {} ranks (ZeRO-1)", world_size) : std::string());
+      s.zero == 1   ? fmt::format("; state and EMA sharded over the {} ranks (ZeRO-1)", world_size)
+      : s.zero == 2 ? fmt::format("; state, EMA and gradients sharded over the {} ranks (ZeRO-2)", world_size)
+                    : std::string());
   out += total_steps > 0 ? fmt::format("steps: {}{}\n", total_steps,
                                        s.steps == 0 ? fmt::format(" ({} epochs)", s.epochs) : std::string())
                          : std::string("steps: none given\n");

@@ -38,17 +38,23 @@ struct RunSettings {
   at::ScalarType grad_comm_dtype = at::kFloat;  // EngineOptions::grad_comm_dtype
   bool allow_unused = false;
   int zero = 0;  // ZeRO stage (EngineOptions::zero)
+  // Ranks per sequence-parallel group (EngineOptions::sequence_parallel):
+  // a group reads one batch, so the data is split over world / this.
+  int sequence_parallel = 1;
 };
 
 struct RunPlan {
   RunSettings settings;
   int world_size = 1;
-  int64_t effective_batch = 0;  // B x W x K
+  int64_t effective_batch = 0;  // B x data-parallel ranks (W / sp) x K
+  int data_parallel = 1;        // W / sequence_parallel: the ranks the data is split over
   int64_t dataset_size = 0;
   int64_t steps_per_epoch = 0;
   int64_t samples_per_epoch = 0;  // the samples an epoch visits (a padded epoch wraps around)
   int64_t total_steps = 0;        // 0: neither steps nor epochs were set (only a dry run can go on)
-  data::SamplerOptions sampler;   // this rank's: one sampler batch is a rank's whole step, B x K
+  // This rank's (its sequence-parallel group's, shared by the group): one
+  // sampler batch is a rank's whole step, B x K.
+  data::SamplerOptions sampler;
   struct Bucket {
     std::string name;
     int64_t samples = 0, steps = 0;  // an epoch's steps from it (each step's global batch is one bucket)

@@ -15,9 +15,13 @@ Validator::Validator(std::unique_ptr<SampleSource> samples, int batch_size)
 
 Validator::~Validator() = default;
 
-ValidationResult Validator::evaluate(Objective& objective, distributed::Comm& comm, at::ScalarType compute_dtype) {
+ValidationResult Validator::evaluate(Objective& objective, distributed::Comm& comm, at::ScalarType compute_dtype,
+                                     int sequence_parallel) {
   torch::NoGradGuard no_grad;
   const auto device = comm.device();
+  const int sp = std::max(1, sequence_parallel);
+  const size_t group = size_t(comm.rank() / sp), groups = size_t(comm.size() / sp);
+  const bool counts = comm.rank() % sp == 0;
 
   // Each group's sum of per-sample metrics, in a fixed summation order
   // within a rank; the all-reduce adds the ranks' sums.
@@ -25,13 +29,14 @@ ValidationResult Validator::evaluate(Objective& objective, distributed::Comm& co
   for (size_t g = 0; g < groups_.size(); ++g) {
     const auto& all = groups_[g].indices;
     std::vector<int64_t> mine;
-    for (size_t i = size_t(comm.rank()); i < all.size(); i += size_t(comm.size())) mine.push_back(all[i]);
+    for (size_t i = group; i < all.size(); i += groups) mine.push_back(all[i]);
     for (size_t first = 0; first < mine.size(); first += size_t(batch_size_)) {
       const std::vector<int64_t> indices(mine.begin() + first,
                                          mine.begin() + std::min(mine.size(), first + size_t(batch_size_)));
       const Batch batch = samples_->read(indices).slice(0, int64_t(indices.size()), device);
       nn::AutocastScope autocast(compute_dtype, device.type());
-      sums[g] += objective.validation_losses(batch).sum().item<double>();
+      const double batch_sum = objective.validation_losses(batch).sum().item<double>();
+      if (counts) sums[g] += batch_sum;
     }
   }
 

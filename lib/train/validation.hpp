@@ -44,7 +44,11 @@ class Validator {
   // The mean of the objective's per-sample metric, overall and per group,
   // on all ranks. Collective; without gradients, under `compute_dtype`
   // autocast.
-  ValidationResult evaluate(Objective& objective, distributed::Comm& comm, at::ScalarType compute_dtype);
+  // With sequence_parallel > 1 the consecutive ranks of each group
+  // evaluate the same samples together (the model's sequence parallelism),
+  // and the group's first rank counts them.
+  ValidationResult evaluate(Objective& objective, distributed::Comm& comm, at::ScalarType compute_dtype,
+                            int sequence_parallel = 1);
 
  private:
   std::unique_ptr<SampleSource> samples_;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "wantrain/nn/attention_chunk.hpp"
 #include "wantrain/wan/model/weight_names.hpp"
 #include "wantrain/wan/teacher.hpp"
 
@@ -47,10 +48,34 @@ std::string describe_step(const ActivationSettings& s, const ActivationMemory& m
                               : s.grad_checkpoint_every == 1
                                   ? "checkpointing every block"
                                   : fmt::format("checkpointing every {} blocks", s.grad_checkpoint_every);
-  return fmt::format(
-      "batch {} x {} tokens, {}, {}", s.batch, m.tokens,
-      s.attention_chunk > 0 ? fmt::format("attention chunk {}", s.attention_chunk) : std::string("full attention"),
-      checkpointing);
+  const std::string split = s.sequence_parallel > 1
+                                ? fmt::format(" ({} on each of {} ranks)", m.rank_tokens, s.sequence_parallel)
+                                : std::string();
+  return fmt::format("batch {} x {} tokens{}, {}, {}", s.batch, m.tokens, split,
+                     describe_attention(s.attention_chunk, m.attention_chunk), checkpointing);
+}
+
+// The bytes of the largest `count` gradient buckets, as the Reducer forms
+// them over the full model's parameters: in reverse registration order, the
+// first closed at 1 MiB, the others once they reach `cap` (so a parameter
+// larger than the cap is a bucket of its own).
+double largest_buckets(const WanConfig& model, double cap, int count) {
+  const auto shapes = parameter_shapes(model);
+  std::vector<double> buckets;
+  double open = 0;
+  for (auto it = shapes.rbegin(); it != shapes.rend(); ++it) {
+    const double limit = buckets.empty() ? double(1 << 20) : cap;
+    if (open > 0 && open >= limit) {
+      buckets.push_back(open);
+      open = 0;
+    }
+    open += 4.0 * double(element_count(it->second));
+  }
+  if (open > 0) buckets.push_back(open);
+  std::sort(buckets.rbegin(), buckets.rend());
+  double bytes = 0;
+  for (int i = 0; i < count && i < int(buckets.size()); ++i) bytes += buckets[size_t(i)];
+  return bytes;
 }
 
 }  // namespace
@@ -60,9 +85,15 @@ SamplingMemory plan_sampling(const WanConfig& config, const ActivationSettings& 
   SamplingMemory m;
   m.expert_bytes = double(parameter_count(config)) * 4;  // fp32
   m.forward_bytes = inference_memory(config, step);
+  m.attention_chunk = planned_attention_chunk(config, step);
   m.experts = experts;
   m.experts_on_device = offload_experts ? 1 : experts;
   return m;
+}
+
+std::string describe_attention(int64_t requested, int64_t resolved) {
+  return fmt::format("{}{}", resolved > 0 ? fmt::format("attention chunk {}", resolved) : "full attention",
+                     requested == nn::kAutoAttentionChunk ? " (auto)" : "");
 }
 
 std::string format_bytes(double bytes) {
@@ -108,11 +139,24 @@ MemoryPlan plan_memory(const MemoryPlanSettings& s) {
     add("parameters", fmt::format("{} parameters, fp32", parameter_count(s.model)), trained, dev);
   }
   const double shards = std::max(1, s.zero_shards);
-  const std::string share = shards > 1 ? fmt::format(", this rank's 1/{} (ZeRO-1)", s.zero_shards) : "";
+  const std::string share =
+      shards > 1 ? fmt::format(", this rank's 1/{} (ZeRO-{})", s.zero_shards, std::max(1, s.zero_stage)) : "";
   const bool narrow_comm = s.grad_comm_dtype != at::kFloat;  // a 16-bit copy of each bucket, and of the slice
   const std::string copies = narrow_comm ? ", with their 16-bit copies for the reduction" : "";
   const double comm_factor = narrow_comm ? 1.5 : 1.0;
-  if (shards > 1)
+  if (shards > 1 && s.zero_stage == 2) {
+    // The slices summed over micro-steps (fp32), and the buckets alive at
+    // once, in the wire dtype, each with the slice it receives.
+    const int alive = s.buckets_in_flight + 1;
+    const double buckets = lora ? std::min(trained, alive * s.bucket_bytes)
+                                : std::min(trained, largest_buckets(s.model, s.bucket_bytes, alive));
+    const double in_flight = buckets * (narrow_comm ? 0.5 : 1.0) * (1 + 1 / shards);
+    add("gradients",
+        fmt::format("fp32, this rank's 1/{} (ZeRO-2), and the {} largest buckets at once while they reduce "
+                    "({}{})",
+                    s.zero_shards, alive, format_bytes(buckets), narrow_comm ? ", 16-bit" : ""),
+        trained / shards + in_flight, dev);
+  } else if (shards > 1)
     add("gradients", fmt::format("fp32, in the Reducer's buckets, and the reduced 1/{} slice{}", s.zero_shards, copies),
         trained * (1 + 1 / shards) * comm_factor, dev);
   else

@@ -25,9 +25,17 @@ struct MemoryPlanSettings {
   ActivationSettings step;  // batch, latents, compute dtype, attention chunk, checkpointing
   bool optimizer = true;    // AdamW's two moments (false: forward and backward only)
   bool ema = false;
-  // ZeRO-1 (--zero 1): the moments and EMA are split over this many ranks,
-  // and a reduced gradient slice of 1/zero_shards joins the gradients; 1: off.
+  // ZeRO-1 and 2 (--zero): the moments and EMA are split over this many
+  // ranks, and a reduced gradient slice of 1/zero_shards joins the
+  // gradients; 1: off.
   int zero_shards = 1;
+  // ZeRO-2 (--zero 2): the gradients too are 1/zero_shards slices, with the
+  // Reducer's buckets alive only while they reduce: up to
+  // buckets_in_flight reducing beside the one filling, at bucket_bytes
+  // (--bucket-mb; a parameter larger than that is a bucket of its own).
+  int zero_stage = 0;
+  double bucket_bytes = 25.0 * (1 << 20);
+  int buckets_in_flight = 2;  // distributed::ReducerOptions::buckets_in_flight
   // LoRA: the adapters are trained, the model is a frozen base whose block
   // Linears are held in base_dtype.
   LoraOptions lora;  // rank 0: no LoRA
@@ -82,14 +90,20 @@ std::vector<std::string> memory_warnings(const MemoryPlan& plan, std::optional<d
 // memory (--offload-experts): then the device holds one expert at a time
 // and the host the other.
 struct SamplingMemory {
-  double expert_bytes = 0;   // one model's weights
-  double forward_bytes = 0;  // one forward without autograd
+  double expert_bytes = 0;      // one model's weights
+  double forward_bytes = 0;     // one forward without autograd
+  int64_t attention_chunk = 0;  // the forward's attention chunk, auto resolved (0: the whole score matrix)
   int experts = 1, experts_on_device = 1;
   double device_bytes() const { return double(experts_on_device) * expert_bytes + forward_bytes; }
   double host_bytes() const { return double(experts - experts_on_device) * expert_bytes; }
 };
 SamplingMemory plan_sampling(const WanConfig& config, const ActivationSettings& step, int experts,
                              bool offload_experts);
+
+// "attention chunk 192 (auto)", "full attention": the chunk a forward runs
+// with (`resolved`, 0 for the whole matrix), and whether it was chosen
+// (`requested` nn::kAutoAttentionChunk) or given.
+std::string describe_attention(int64_t requested, int64_t resolved);
 
 // "1.5 GiB", "312 MiB": bytes for people.
 std::string format_bytes(double bytes);

@@ -24,6 +24,8 @@
 namespace wt::wan {
 
 struct WanRun::Impl {
+  // Sequence parallelism's group of this rank (before the model, which uses it).
+  std::unique_ptr<distributed::Comm> sequence_group;
   WanModel model;
   WanConfig config;
   std::unique_ptr<train::Objective> objective;
@@ -97,6 +99,12 @@ WanRun::WanRun(const train::RunPlan& plan, const WanRunOptions& options, distrib
   model->set_grad_checkpoint(options.grad_checkpoint);
   model->set_attention_chunk(options.attention_chunk);
   if (teacher) teacher->set_attention_chunk(options.attention_chunk);
+  // Groups of consecutive ranks share each sample's tokens (a teacher runs
+  // whole sequences on every rank).
+  if (const int sp = plan.settings.sequence_parallel; sp > 1) {
+    im.sequence_group = comm.split(comm.rank() / sp);
+    model->set_sequence_parallel(im.sequence_group.get());
+  }
   if (teacher)
     im.objective = std::make_unique<DistillationObjective>(*model, *teacher, objective_options,
                                                            options.distill_target_weight, plan.engine.compute_dtype);
@@ -188,6 +196,7 @@ std::optional<train::SampleReport> WanRun::draw_sample(int64_t step) const {
   auto& im = *impl_;  // the model is drawn with (and left as it was)
   const auto ema = im.engine->ema_weights();
   if (im.rank != 0) return std::nullopt;
+  WholeSequences alone(*im.model);  // rank 0 samples by itself
   return im.training_sampler->draw(*im.model, im.objective->trainable(), ema, step);
 }
 

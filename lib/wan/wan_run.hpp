@@ -54,7 +54,8 @@ struct WanRunOptions {
   // recomputed in backward (WanModel::set_grad_checkpoint); 0 off.
   int64_t grad_checkpoint = 0;
   // Attention over this many queries at a time, in the trained model and a
-  // teacher (WanModel::set_attention_chunk); 0 off.
+  // teacher (WanModel::set_attention_chunk); 0 off; nn::kAutoAttentionChunk:
+  // each model chooses per forward from its heads and the batch's tokens.
   int64_t attention_chunk = 0;
   // Samples drawn during training (fit's sample_every): of which training
   // sample, how, and where their PNGs go.

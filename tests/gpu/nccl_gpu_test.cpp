@@ -44,6 +44,26 @@ TEST(NcclComm, AllReduceBroadcastAllGatherOnGpus) {
   comm->barrier();
 }
 
+// Sequence parallelism's collectives on NCCL: the all-to-all (grouped sends
+// and receives) and a split into groups of one rank each.
+TEST(NcclComm, AllToAllAndSplitOnGpus) {
+  auto comm = wt::distributed::make_nccl_comm(*g_world, wt::distributed::place_gpus(*g_world), {});
+  const int n = comm->size(), r = comm->rank();
+  const auto dev = torch::TensorOptions().device(comm->device()).dtype(torch::kFloat);
+  auto input = torch::empty({n, 5}, dev);  // chunk j: 100 r + j
+  for (int j = 0; j < n; ++j) input[j].fill_(100.0 * r + j);
+  auto output = torch::empty({n, 5}, dev);
+  comm->all_to_all(output, input);
+  for (int i = 0; i < n; ++i) EXPECT_TRUE(torch::all(output[i].cpu() == 100.0 * i + r).item<bool>());
+  auto alone = comm->split(r);
+  EXPECT_EQ(alone->size(), 1);
+  EXPECT_EQ(alone->rank(), 0);
+  auto t = torch::full({8}, r + 1.0, dev);
+  alone->all_reduce(t);
+  EXPECT_TRUE(torch::all(t.cpu() == r + 1.0).item<bool>());
+  comm->barrier();
+}
+
 // A small MLP; the same weights on every rank and device from the seed.
 torch::nn::Sequential toy_model(int64_t width) {
   torch::manual_seed(7);

@@ -251,6 +251,45 @@ TEST(Engine, ZeroOneTakesTheSameStepsWithItsShareOfTheState) {
 
 }  // namespace
 
+// ZeRO-2 is the same optimisation again, with the gradients sharded too: it
+// reduces every micro-step (here 2) instead of once, so the sums differ in
+// order only, and after a step it holds only its slices of the gradients.
+TEST(Engine, ZeroTwoTakesTheSameStepsAndKeepsOnlyItsGradientSlices) {
+  auto& comm = test_comm();
+  EngineOptions o;
+  o.micro_batch = kPerRank / 2;
+  o.accumulation = 2;
+  o.schedule = {3e-2, wt::train::Schedule::Constant, 0, 10};
+  o.clip = 0.5;
+  o.ema_decay = 0.8;
+  o.bucket_bytes = 400;
+  TwoLayers replicated_objective, sharded_objective;
+  Engine replicated(comm, replicated_objective, o);
+  o.zero = 2;
+  Engine sharded(comm, sharded_objective, o);
+  for (int step = 0; step < 4; ++step) {
+    const auto a = replicated.step(random_batch(comm.rank(), step));
+    const auto b = sharded.step(random_batch(comm.rank(), step));
+    EXPECT_NEAR(b.loss, a.loss, 1e-6 * a.loss) << "step " << step;
+    EXPECT_NEAR(b.grad_norm, a.grad_norm, 1e-5 * a.grad_norm) << "step " << step;
+  }
+  const auto ema_a = replicated.ema_weights(), ema_b = sharded.ema_weights();
+  ASSERT_EQ(ema_b.size(), 4u);
+  int64_t numel = 0;
+  for (size_t i = 0; i < 4; ++i) {
+    const auto& [name, w] = replicated_objective.trainable()[i];
+    numel += w.numel();
+    EXPECT_TRUE(torch::allclose(sharded_objective.trainable()[i].second, w, 1e-5, 1e-7)) << name;
+    EXPECT_TRUE(torch::allclose(ema_b[i].second, ema_a[i].second, 1e-5, 1e-7)) << name;
+  }
+  // fp32 gradients: whole without ZeRO; 1/W of the padded buckets with ZeRO-2.
+  const int64_t buckets = 4;
+  EXPECT_EQ(replicated.gradient_bytes(), 4 * numel);
+  EXPECT_GE(sharded.gradient_bytes(), 4 * numel / comm.size());
+  EXPECT_LE(sharded.gradient_bytes(), 4 * (numel / comm.size() + buckets * 16));
+  EXPECT_LE(sharded.state_bytes(), 3 * 4 * (numel / comm.size() + buckets * 16));
+}
+
 namespace {
 
 // The test Comm, counting the collectives issued through it: what the
@@ -280,10 +319,16 @@ class CountingComm final : public wt::distributed::Comm {
     ++issued;
     return real_.reduce_scatter_async(out, in, o);
   }
+  wt::distributed::WorkPtr all_to_all_async(const at::Tensor& out, const at::Tensor& in,
+                                            const wt::distributed::AllToAllOptions& o) override {
+    ++issued;
+    return real_.all_to_all_async(out, in, o);
+  }
   wt::distributed::WorkPtr barrier_async(const wt::distributed::BarrierOptions& o) override {
     ++issued;
     return real_.barrier_async(o);
   }
+  std::unique_ptr<wt::distributed::Comm> split(int color) override { return real_.split(color); }
   int64_t issued = 0;
 
  private:
@@ -294,10 +339,11 @@ class CountingComm final : public wt::distributed::Comm {
 
 // One step costs its gradient buckets plus one reduction of the step's
 // figures (with ZeRO, plus the weights' all-gather), and one host read,
-// whatever the accumulation, with or without a skip.
+// whatever the accumulation (ZeRO-2 reduces each micro-step's buckets), with
+// or without a skip.
 TEST(Engine, AStepIsItsBucketsPlusOneCollectiveAndOneHostRead) {
   CountingComm comm(test_comm());
-  for (const int zero : {0, 1}) {
+  for (const int zero : {0, 1, 2}) {
     for (const int k : {1, kPerRank}) {
       SCOPED_TRACE("zero " + std::to_string(zero) + ", accumulation " + std::to_string(k));
       LeastSquares objective;  // one parameter: one bucket
@@ -308,7 +354,8 @@ TEST(Engine, AStepIsItsBucketsPlusOneCollectiveAndOneHostRead) {
         const int64_t before = comm.issued;
         const auto result = engine.step(rank_batch(comm.rank(), poison && comm.rank() == 0));
         EXPECT_EQ(result.skipped, poison);
-        const int64_t expected = 1 + 1 + (zero == 1 && !poison ? 1 : 0);  // bucket, figures, all-gather
+        // The bucket (with ZeRO-2 once per micro-step), the figures, the all-gather.
+        const int64_t expected = (zero == 2 ? k : 1) + 1 + (zero >= 1 && !poison ? 1 : 0);
         EXPECT_EQ(comm.issued - before, expected);
         EXPECT_EQ(result.host_reads, 1);
       }

@@ -211,7 +211,7 @@ TEST(Launch, DryRunPrintsTheMemoryPlanOfTheRun) {
 }
 
 TEST(Launch, DryRunWarnsOnceWhenThePlanExceedsTheHostMemory) {
-  // Wan2.1-14B at 480p x 81 frames in fp32 with full attention: terabytes.
+  // Wan2.1-14B fully fine-tuned at 480p x 81 frames in fp32: hundreds of GiB, chunked attention (auto) or not.
   const Job job = launch_mpi(std::string(WANTRAIN_WANTRAIN) + " --dry-run --backend mpi --model-config " +
                              WANTRAIN_SOURCE_DIR + "/data/configs/wan2.1-t2v-14b.json --plan-latents 21x60x104");
   EXPECT_EQ(job.status, 0) << job.output;

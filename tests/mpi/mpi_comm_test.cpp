@@ -117,6 +117,20 @@ TEST_P(PerDtype, AllGatherPutsEachRanksInputInItsRow) {
   for (int r = 0; r < n; ++r) expect_matches(output[r], input_of(r, GetParam(), 5).to(torch::kDouble), GetParam());
 }
 
+// Chunk j of rank r's input lands in chunk r of rank j's output: with rank
+// r's chunk j filled with 100 r + j, rank j's chunk r holds 100 r + j.
+TEST_P(PerDtype, AllToAllSendsChunkJToRankJ) {
+  const int n = comm().size(), me = comm().rank();
+  constexpr int64_t kChunk = 7;
+  const auto marks = [&](int from, int to) { return double(100 * from + to); };
+  auto input = torch::empty({n, kChunk}, GetParam());  // [ranks, chunk]
+  for (int j = 0; j < n; ++j) input[j].fill_(marks(me, j));
+  auto output = torch::empty({n, kChunk}, GetParam());
+  comm().all_to_all(output, input);
+  for (int r = 0; r < n; ++r)
+    expect_matches(output[r], torch::full({kChunk}, marks(r, me), torch::kDouble), GetParam());
+}
+
 // ZeRO's parameter all-gather: each rank's input is its own row of the output.
 TEST_P(PerDtype, AllGatherInPlaceFillsTheOtherRows) {
   const int n = comm().size();
@@ -184,6 +198,25 @@ TEST(MpiComm, MessagesLargerThanTheChunkCapAreSentInPieces) {
   }
 }
 
+// Groups of consecutive ranks, as sequence parallelism forms them: each
+// group's collectives see only its ranks, in the parent's order; one color
+// for all is the whole world again.
+TEST(MpiComm, SplitFormsGroupsThatReduceAmongThemselves) {
+  const int n = comm().size(), me = comm().rank();
+  for (const int group_size : {1, n}) {
+    auto group = comm().split(me / group_size);
+    ASSERT_EQ(group->size(), group_size);
+    EXPECT_EQ(group->rank(), me % group_size);
+    auto t = torch::full({3}, double(me + 1), torch::kDouble);
+    group->all_reduce(t);
+    const int first = me / group_size * group_size;  // ranks first .. first + group_size - 1
+    const double want = group_size * (first + 1) + group_size * (group_size - 1) / 2.0;
+    EXPECT_TRUE(torch::equal(t, torch::full({3}, want, torch::kDouble))) << "group size " << group_size;
+  }
+  comm().barrier();  // the parent still works
+  EXPECT_THROW(comm().split(-1), wt::Error);
+}
+
 TEST(MpiComm, EmptyTensorsAndBarrierComplete) {
   auto empty = torch::empty({0});
   comm().all_reduce(empty);
@@ -200,6 +233,9 @@ TEST(MpiComm, RejectsBadArgumentsBeforeIssuingAnything) {
   EXPECT_THROW(comm().broadcast(torch::ones({4}), {comm().size()}), wt::Error);
   EXPECT_THROW(comm().all_gather(torch::empty({3}), torch::ones({4})), wt::Error);
   EXPECT_THROW(comm().reduce_scatter(torch::empty({4}), torch::ones({3})), wt::Error);
+  EXPECT_THROW(comm().all_to_all(torch::empty({4}), torch::ones({6})), wt::Error);  // sizes differ
+  const auto shared = torch::ones({4});
+  EXPECT_THROW(comm().all_to_all(shared, shared), wt::Error);  // in place
   try {
     comm().all_reduce(torch::ones({2}, torch::kLong), {wt::distributed::ReduceOp::Avg});
     FAIL() << "avg on int64 was accepted";

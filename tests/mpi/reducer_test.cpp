@@ -223,3 +223,71 @@ TEST(Reducer, ModelsThatDifferBetweenRanksAreNamed) {
     EXPECT_EQ(std::string(e.what()), expected);
   }
 }
+
+// Transient buckets (ZeRO-2): every micro-step reduce-scatters, the slices
+// add up to the averaged gradient summed over the micro-steps, and no whole
+// gradient exists: during backward at most buckets_in_flight buckets are
+// reducing beside the one filling, and afterwards only the slices are left.
+TEST(Reducer, TransientBucketsKeepOnlySlicesAndAFewBucketsInFlight) {
+  constexpr int64_t kWidth = 16, kLayers = 6;
+  torch::manual_seed(7);
+  auto model = toy_model(kWidth, kLayers);
+  auto reference = toy_model(kWidth, kLayers);
+  {
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < model->parameters().size(); ++i) reference->parameters()[i].copy_(model->parameters()[i]);
+  }
+  wt::distributed::ReducerOptions options;
+  options.first_bucket_bytes = options.bucket_bytes = 1;  // one parameter per bucket
+  options.shard = options.transient_buckets = true;
+  options.buckets_in_flight = 2;
+  wt::distributed::Reducer reducer(comm(), named(*model), {}, options);
+  const auto layouts = reducer.bucket_layouts();
+  ASSERT_EQ(layouts.size(), size_t(2 * kLayers));
+  int64_t slices = 0, largest = 0;  // bytes
+  for (const auto& layout : layouts) {
+    slices += 4 * layout.numel / comm().size();
+    largest = std::max(largest, 4 * layout.numel);
+  }
+  // The most gradient memory backward may hold: the slices, and the bucket
+  // filling plus those reducing, each with its received slice.
+  const int64_t bound = slices + (options.buckets_in_flight + 1) * (largest + largest / comm().size());
+  int64_t whole = 0;
+  for (const auto& p : model->parameters()) whole += 4 * p.numel();
+  ASSERT_LT(bound, slices + whole) << "the model must be large enough for the bound to mean something";
+
+  int64_t peak = 0;
+  for (auto& p : model->parameters())
+    p.register_hook([&](const at::Tensor& g) {
+      peak = std::max(peak, reducer.gradient_bytes());
+      return g;
+    });
+  reducer.zero_grad();
+  constexpr int kMicroSteps = 2;
+  for (int m = 0; m < kMicroSteps; ++m) {
+    reducer.prepare_for_backward(true);
+    model->forward(input_of(comm().rank() + 2 * m, 4, kWidth)).pow(2).mean().backward();
+    reducer.finalize_backward();
+    EXPECT_EQ(reducer.gradient_bytes(), slices) << "micro-step " << m;
+    for (const auto& p : model->parameters()) EXPECT_FALSE(p.grad().defined());
+  }
+  EXPECT_LE(peak, bound);
+  EXPECT_GE(peak, slices + largest) << "a bucket was seen filling";
+  EXPECT_EQ(reducer.collectives_issued(), int64_t(kMicroSteps * layouts.size()));
+
+  // Expected: each rank's slice of the mean over ranks of the gradients summed over micro-steps.
+  for (int m = 0; m < kMicroSteps; ++m)
+    for (int r = 0; r < comm().size(); ++r) reference->forward(input_of(r + 2 * m, 4, kWidth)).pow(2).mean().backward();
+  std::map<std::string, at::Tensor> expected;
+  for (const auto& item : reference->named_parameters())
+    expected.emplace(item.key(), item.value().grad().reshape({-1}) / comm().size());
+  const auto shards = reducer.gradient_shards();
+  for (size_t b = 0; b < layouts.size(); ++b) {
+    auto whole_bucket = torch::zeros({layouts[b].numel});
+    for (const auto& e : layouts[b].entries) whole_bucket.narrow(0, e.offset, e.numel).copy_(expected.at(e.name));
+    const int64_t n = layouts[b].numel / comm().size();
+    EXPECT_TRUE(torch::allclose(shards[b], whole_bucket.narrow(0, comm().rank() * n, n), 1e-5, 1e-7)) << "bucket " << b;
+  }
+  // Accumulating without reducing is not a thing transient buckets can do.
+  EXPECT_THROW(reducer.prepare_for_backward(false), wt::Error);
+}

@@ -135,7 +135,10 @@ TEST_F(Train, GradCheckpointingTakesTheSameStepsOnAnyWorldSize) {
   }
   const Job negative = train(2, "gc-bad", "--steps 2 --attention-chunk -1");
   EXPECT_EQ(negative.status, 2) << negative.output;
-  EXPECT_EQ(occurrences(negative.output, "option --attention-chunk: must be 0 (off) or a number of queries"), 1u)
+  EXPECT_EQ(occurrences(negative.output,
+                        "option --attention-chunk: expected auto, 0 (the whole score matrix) or a number of "
+                        "queries, got '-1'"),
+            1u)
       << negative.output;
   for (const std::string bad : {"every-0", "some", "every-x"}) {
     const Job job = train(2, "gc-bad", "--steps 2 --grad-checkpoint " + bad);
@@ -404,26 +407,56 @@ TEST(WanbenchStep, ReportsTheStepWithAndWithoutCommunicationAndTheSync) {
   EXPECT_EQ(report["comm_skipped"]["comm_s"].get<double>(), 0.0);  // nothing was communicated
 }
 
-// --zero adds a ZeRO-1 Engine: its step, and AdamW's moments per rank
+// --zero N adds a ZeRO-N Engine: its step, and AdamW's moments per rank
 // measured on its tensors: half of the Reducer Engine's on 2 ranks, up to
-// the padding of its bucket (16 elements per rank).
+// the padding of its bucket (16 elements per rank); with ZeRO-2 the
+// gradients it keeps between steps are halved too, ZeRO-1's are whole plus
+// the slice.
 TEST(WanbenchStep, ZeroReportsTheShardedStepAndHalfTheMoments) {
+  for (const int stage : {1, 2}) {
+    SCOPED_TRACE("ZeRO-" + std::to_string(stage));
+    const Job job =
+        launch(mpi_command(2, WANTRAIN_WANBENCH,
+                           "step --json --zero " + std::to_string(stage) + " --model-config " + tiny_config() +
+                               " --size 8x8 --batch-size 2 --iters 2 --rounds 1 --warmup 1 "
+                               "--sync-iters 2 --threads 1"));
+    ASSERT_EQ(job.status, 0) << job.output;
+    const auto report = Json::parse(job.output.substr(job.output.find('{')));
+    const double parameters = report["parameters"].get<double>();
+    EXPECT_DOUBLE_EQ(report["optimizer_state_MB_per_rank"].get<double>(), 8 * parameters / 1e6);
+    EXPECT_DOUBLE_EQ(report["gradient_MB_per_rank"].get<double>(), 4 * parameters / 1e6);
+    const auto& z = report["zero"];
+    EXPECT_EQ(z["stage"].get<int>(), stage);
+    const double sharded = z["optimizer_state_MB_per_rank"].get<double>();
+    EXPECT_GE(sharded, 8 * parameters / 2 / 1e6);
+    EXPECT_LE(sharded, 8 * (parameters / 2 + 16) / 1e6);
+    const double gradients = z["gradient_MB_per_rank"].get<double>();
+    const double slice = 4 * parameters / 2 / 1e6;
+    EXPECT_GE(gradients, (stage == 2 ? 0 : 4 * parameters / 1e6) + slice);
+    EXPECT_LE(gradients, (stage == 2 ? 0 : 4 * (parameters + 32) / 1e6) + slice + 4 * 16 / 1e6);
+    // Its phases are parts of its step.
+    EXPECT_LE(z["data_s"].get<double>() + z["forward_s"].get<double>() + z["backward_s"].get<double>() +
+                  z["comm_s"].get<double>() + z["optimizer_s"].get<double>(),
+              z["step_s"].get<double>() * 1.0001);
+  }
+}
+
+// --sp 2 adds an Engine whose model splits each sample over both ranks:
+// one batch for the pair, so half the samples of the Reducer's step.
+TEST(WanbenchStep, SpReportsTheSplitStepOfOneBatchPerGroup) {
   const Job job = launch(mpi_command(2, WANTRAIN_WANBENCH,
-                                     "step --json --zero --model-config " + tiny_config() +
+                                     "step --json --sp 2 --model-config " + tiny_config() +
                                          " --size 8x8 --batch-size 2 --iters 2 --rounds 1 --warmup 1 --sync-iters 2 "
                                          "--threads 1"));
   ASSERT_EQ(job.status, 0) << job.output;
   const auto report = Json::parse(job.output.substr(job.output.find('{')));
-  const double parameters = report["parameters"].get<double>();
-  EXPECT_DOUBLE_EQ(report["optimizer_state_MB_per_rank"].get<double>(), 8 * parameters / 1e6);
-  const double sharded = report["zero1"]["optimizer_state_MB_per_rank"].get<double>();
-  EXPECT_GE(sharded, 8 * parameters / 2 / 1e6);
-  EXPECT_LE(sharded, 8 * (parameters / 2 + 16) / 1e6);
-  // Its phases are parts of its step.
-  const auto& z = report["zero1"];
-  EXPECT_LE(z["data_s"].get<double>() + z["forward_s"].get<double>() + z["backward_s"].get<double>() +
-                z["comm_s"].get<double>() + z["optimizer_s"].get<double>(),
-            z["step_s"].get<double>() * 1.0001);
+  const auto& q = report["sp"];
+  EXPECT_EQ(q["ranks_per_group"].get<int>(), 2);
+  EXPECT_NEAR(q["samples_per_s"].get<double>(), 2 / q["step_s"].get<double>(), 1e-9 * q["samples_per_s"].get<double>());
+  const Job bad = launch(mpi_command(2, WANTRAIN_WANBENCH, "step --sp 3 --model-config " + tiny_config()));
+  EXPECT_EQ(bad.status, 2) << bad.output;
+  EXPECT_EQ(occurrences(bad.output, "option --sp: 3 must divide the 2 ranks and the model's 4 heads"), 1u)
+      << bad.output;
 }
 
 }  // namespace

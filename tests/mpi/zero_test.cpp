@@ -1,6 +1,7 @@
-// --zero 1 (ZeRO-1: AdamW state and EMA sharded over the ranks) in whole
-// wantrain jobs: the same run as without sharding, checkpoints that resume
-// on another world size and with or without sharding, export, bad input.
+// --zero 1 (ZeRO-1: AdamW state and EMA sharded over the ranks) and --zero 2
+// (the gradients too) in whole wantrain jobs: the same run as without
+// sharding, checkpoints that resume on another world size and under any
+// --zero, export, bad input.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -89,6 +90,24 @@ TEST_F(Zero, ShardedRunEqualsReplicatedRun) {
                                  run_dir("zero-0") + "/" + file + ".safetensors"),
               1e-6)
         << file;
+  // ZeRO-2 with 2 micro-steps of 1: each micro-step's gradients reduced on
+  // their own, so the same steps up to the order of the sums.
+  const Job stage2 = train(2, "zero-2", "--batch-size 1 --grad-accum 2 --save-every 4 --zero 2");
+  ASSERT_EQ(stage2.status, 0) << stage2.output;
+  EXPECT_EQ(occurrences(stage2.output, "; state, EMA and gradients sharded over the 2 ranks (ZeRO-2)"), 1u)
+      << stage2.output;
+  const auto c = training_lines(run_dir("zero-2"));
+  ASSERT_EQ(c.size(), 8u);
+  for (size_t i = 0; i < c.size(); ++i) {
+    EXPECT_LT(relative(c[i]["loss"], a[i]["loss"]), 1e-5) << "step " << i + 1;
+    EXPECT_LT(relative(c[i]["grad_norm"], a[i]["grad_norm"]), 1e-5) << "step " << i + 1;
+  }
+  for (const std::string file : {"model", "ema"})
+    EXPECT_LT(weights_difference(run_dir("zero-2") + "/" + file + ".safetensors",
+                                 run_dir("zero-0") + "/" + file + ".safetensors"),
+              1e-5)
+        << file;
+  expect_same_state(run_dir("zero-2") + "/latest", run_dir("zero-0") + "/latest", 1e-5);
   // The sharded checkpoint: rank 0's main file and one shard per rank.
   const std::string dir = run_dir("zero-1");
   for (const std::string name : {"step-00000008.h5", "step-00000008.zero-0-of-2.h5", "step-00000008.zero-1-of-2.h5",
@@ -147,11 +166,13 @@ TEST_F(Zero, CheckpointsResumeAcrossWorldSizesAndZeroSettings) {
       {"replicated-on-2-sharded", train(2, "zero-r2", "--batch-size 2 --zero 1" + from_replicated)},
       {"sharded-on-1-replicated", train(1, "zero-r3", "--batch-size 4" + from_sharded)},
       {"replicated-on-1-sharded", train(1, "zero-r4", "--batch-size 4 --zero 1" + from_replicated)},
+      {"sharded-on-2-zero-2", train(2, "zero-r5", "--batch-size 2 --zero 2" + from_sharded)},
   };
   for (const auto& [what, job] : resumed) ASSERT_EQ(job.status, 0) << what << "\n" << job.output;
   const std::string uninterrupted = run_dir("zero-full") + "/model.safetensors";
   // 2 ranks: the uninterrupted run's arithmetic.
-  for (const std::string name : {"zero-r1", "zero-r2"}) {
+  // (ZeRO-2 with one micro-step reduces as ZeRO-1 does.)
+  for (const std::string name : {"zero-r1", "zero-r2", "zero-r5"}) {
     EXPECT_LT(weights_difference(run_dir(name) + "/model.safetensors", uninterrupted), 1e-6) << name;
     EXPECT_LT(weights_difference(run_dir(name) + "/ema.safetensors", run_dir("zero-full") + "/ema.safetensors"), 1e-6)
         << name;
@@ -166,9 +187,9 @@ TEST_F(Zero, CheckpointsResumeAcrossWorldSizesAndZeroSettings) {
 // A shard missing or from another checkpoint, --zero out of range, and a
 // shard write that fails on one rank: one line each, nothing lost.
 TEST_F(Zero, BadShardsAndBadValuesAreOneLineAndTheLatestCheckpointStays) {
-  const Job bad = train(2, "zero-bad", "--batch-size 2 --zero 2");
+  const Job bad = train(2, "zero-bad", "--batch-size 2 --zero 5");
   EXPECT_EQ(bad.status, 2) << bad.output;
-  EXPECT_EQ(occurrences(bad.output, "option --zero: must be 0 (off) or 1"), 1u) << bad.output;
+  EXPECT_EQ(occurrences(bad.output, "option --zero: must be 0 (off), 1"), 1u) << bad.output;
 
   const Job run = train(2, "zero-shards", "--batch-size 2 --save-every 4 --zero 1 --keep 0");
   ASSERT_EQ(run.status, 0) << run.output;

@@ -4,6 +4,8 @@
 // the shape of the activation model (linear with chunked attention,
 // quadratic without, checkpointing keeping block inputs only).
 #include <gtest/gtest.h>
+
+#include <algorithm>
 #include <torch/torch.h>
 
 #include "../common/small_models.hpp"
@@ -83,6 +85,40 @@ TEST(ActivationMemory, CheckpointingKeepsBlockInputsAndRecomputesOneBlock) {
   EXPECT_LT(every_block.total(), kept.total());
 }
 
+// Sequence parallelism over N ranks: each holds its tokens' activations
+// (per-token parts ÷ N) and attends with 1/N of the heads over every token
+// (per-score parts ÷ N too), while the text context's keys and values, the
+// latents and the output stay whole. So with N dividing the tokens, the
+// growth of a block's saved tensors with the tokens (linear when chunked,
+// quadratic in full) is 1/N of one rank's, and a checkpointed block keeps
+// 1/N of its input.
+TEST(ActivationMemory, SequenceParallelismSplitsTheBlocksOverTheGroup) {
+  const auto config = small_wan_config();
+  auto saved = [&](int64_t frames, int64_t chunk, int64_t sp) {
+    auto s = step(frames, chunk, 1);
+    s.sequence_parallel = sp;
+    return activation_memory(config, s);
+  };
+  const double chunked_whole = saved(3, 32, 1).block_saved - saved(2, 32, 1).block_saved;
+  const double chunked_split = saved(3, 32, 2).block_saved - saved(2, 32, 2).block_saved;
+  EXPECT_DOUBLE_EQ(chunked_split, chunked_whole / 2);
+  auto second = [&](int64_t sp) {
+    return saved(3, 0, sp).block_saved - 2 * saved(2, 0, sp).block_saved + saved(1, 0, sp).block_saved;
+  };
+  EXPECT_DOUBLE_EQ(second(2), second(1) / 2);
+  const auto split = saved(2, 32, 2), whole = saved(2, 32, 1);
+  EXPECT_EQ(split.tokens, 128);
+  EXPECT_EQ(split.rank_tokens, 64);
+  EXPECT_DOUBLE_EQ(split.checkpointed_block_saved, whole.checkpointed_block_saved / 2);
+  EXPECT_LT(split.total(), whole.total());
+  EXPECT_GT(split.outside_blocks, whole.outside_blocks / 2);  // the whole latents on every rank
+  // An uneven split pads the last part.
+  auto uneven = step(1);
+  uneven.latents = {1, 10, 10};  // 25 tokens
+  uneven.sequence_parallel = 2;
+  EXPECT_EQ(activation_memory(config, uneven).rank_tokens, 13);
+}
+
 TEST(ActivationMemory, LatentsThatDoNotFitThePatchAreAUsageError) {
   auto s = step(1);
   s.latents = {1, 15, 16};
@@ -131,6 +167,31 @@ TEST(MemoryPlan, ModelStateMatchesTheBuiltModel) {
   // (and of the slice under ZeRO-1).
   s.grad_comm_dtype = at::kBFloat16;
   EXPECT_DOUBLE_EQ(item(wt::wan::plan_memory(s), "gradients"), 1.25 * 1.5 * weights);
+  s.grad_comm_dtype = at::kFloat;
+  // ZeRO-2 over 4 ranks: the gradient slice, and the three largest buckets
+  // alive at once, each with its received slice. The buckets as the Reducer
+  // forms them over the built model's parameters: in reverse order, the
+  // first closed at 1 MiB, then (1-byte buckets) one per parameter.
+  s.zero_stage = 2;
+  s.bucket_bytes = 1;
+  std::vector<double> buckets = {0};
+  const auto parameters = model->parameters();
+  for (auto it = parameters.rbegin(); it != parameters.rend(); ++it) {
+    if (buckets.back() >= (buckets.size() == 1 ? double(1 << 20) : s.bucket_bytes)) buckets.push_back(0);
+    buckets.back() += double(it->nbytes());
+  }
+  std::sort(buckets.rbegin(), buckets.rend());
+  ASSERT_GE(buckets.size(), 4u);
+  const double three = buckets[0] + buckets[1] + buckets[2];
+  EXPECT_DOUBLE_EQ(item(wt::wan::plan_memory(s), "gradients"), weights / 4 + three * 1.25);
+  s.grad_comm_dtype = at::kBFloat16;  // the buckets travel in 16 bits; the slice stays fp32
+  EXPECT_DOUBLE_EQ(item(wt::wan::plan_memory(s), "gradients"), weights / 4 + three * 0.5 * 1.25);
+  s.bucket_bytes = 1e12;  // one bucket after the first: never more than the whole gradient
+  s.grad_comm_dtype = at::kFloat;
+  EXPECT_DOUBLE_EQ(item(wt::wan::plan_memory(s), "gradients"), weights / 4 + weights * 1.25);
+  EXPECT_DOUBLE_EQ(item(wt::wan::plan_memory(s), "optimizer"), 0.5 * weights);
+  s.zero_stage = 0;
+  s.grad_comm_dtype = at::kBFloat16;
   s.zero_shards = 1;
   EXPECT_DOUBLE_EQ(item(wt::wan::plan_memory(s), "gradients"), 1.5 * weights);
   s.grad_comm_dtype = at::kFloat;

@@ -2,8 +2,10 @@
 #include <gtest/gtest.h>
 
 #include <sstream>
+#include <utility>
 
 #include "train_config.hpp"
+#include "wantrain/nn/attention_chunk.hpp"
 #include "wantrain/util/threads.hpp"
 #include "wantrain/util/error.hpp"
 #include "wantrain/util/options.hpp"
@@ -100,6 +102,25 @@ TEST(TrainConfig, RangeChecksNameTheOption) {
   EXPECT_EQ(validation_error(d), "option --teacher: --mode distill needs a teacher");
   e.teacher = "teacher.safetensors";  // given, but --mode is train: refused rather than ignored
   EXPECT_EQ(validation_error(e), "option --teacher: only used with --mode distill");
+}
+
+// --attention-chunk: auto by default, 0 or a number of queries; anything
+// else one line naming the option.
+TEST(TrainConfig, AttentionChunkIsAutoZeroOrQueries) {
+  wt::wantrain::TrainConfig cfg;
+  EXPECT_EQ(cfg.attention_chunk, "auto");
+  EXPECT_EQ(wt::wantrain::wan_run_options(cfg).attention_chunk, wt::nn::kAutoAttentionChunk);
+  for (const auto& [text, chunk] : {std::pair<std::string, int64_t>{"0", 0}, {"512", 512}}) {
+    cfg.attention_chunk = text;
+    EXPECT_EQ(validation_error(cfg), "valid") << text;
+    EXPECT_EQ(wt::wantrain::wan_run_options(cfg).attention_chunk, chunk) << text;
+  }
+  for (const std::string bad : {"-1", "none", "256q", ""}) {
+    cfg.attention_chunk = bad;
+    EXPECT_EQ(validation_error(cfg),
+              "option --attention-chunk: expected auto, 0 (the whole score matrix) or a number of queries, got '" +
+                  bad + "'");
+  }
 }
 
 TEST(TrainConfig, BetasReadAsCommaSeparatedPairInUnitInterval) {

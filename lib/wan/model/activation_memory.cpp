@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "wantrain/nn/attention_chunk.hpp"
 #include "wantrain/wan/model/patches.hpp"
 #include "wantrain/wan/model/weight_names.hpp"
 
@@ -75,29 +76,47 @@ BlockBytes block_bytes(const WanConfig& c, bool autocast, bool chunked) {
   return b;
 }
 
+// Tokens per sample: the patch grid's cells.
+int64_t token_count(const WanConfig& c, const ActivationSettings& s) {
+  const auto grid = token_grid(at::IntArrayRef(s.latents.data(), 3), c.patch_size);
+  return grid[0] * grid[1] * grid[2];
+}
+
 }  // namespace
 
+int64_t planned_attention_chunk(const WanConfig& c, const ActivationSettings& s) {
+  const int64_t tokens = token_count(c, s);
+  // As WanModel::attention_chunk_for: a sequence-parallel rank attends with its share of the heads.
+  return nn::resolve_attention_chunk(s.attention_chunk, s.batch,
+                                     c.num_heads / std::max<int64_t>(1, s.sequence_parallel), tokens, tokens);
+}
+
 ActivationMemory activation_memory(const WanConfig& c, const ActivationSettings& s) {
-  const auto grid = token_grid(at::IntArrayRef(s.latents.data(), 3), c.patch_size);
   ActivationMemory m;
-  m.tokens = grid[0] * grid[1] * grid[2];
+  m.tokens = token_count(c, s);
+  m.attention_chunk = planned_attention_chunk(c, s);
   const bool autocast = s.compute_dtype != at::kFloat;
-  const bool chunked = s.attention_chunk > 0;
-  const double batch = double(s.batch), tokens = double(m.tokens), context = double(c.text_len);
-  const double d = double(c.dim), heads = double(c.num_heads), f = 4, a = autocast ? 2 : 4;
+  const bool chunked = m.attention_chunk > 0;
+  const int64_t sp = std::max<int64_t>(1, s.sequence_parallel);
+  m.rank_tokens = (m.tokens + sp - 1) / sp;
+  // Per token, this rank's tokens; per score, its 1/sp of the heads over
+  // every token (queries and keys).
+  const double batch = double(s.batch), tokens = double(m.rank_tokens), context = double(c.text_len);
+  const double all_tokens = double(m.tokens);
+  const double d = double(c.dim), heads = double(c.num_heads) / double(sp), f = 4, a = autocast ? 2 : 4;
 
   auto b = block_bytes(c, autocast, chunked);
   // Bytes of one part for the batch: per token, per context position, per score.
   auto bytes = [&](const Part& part, double score_columns) {
     return batch *
-           (part.per_token * tokens + part.per_context * context + part.per_score * heads * tokens * score_columns);
+           (part.per_token * tokens + part.per_context * context + part.per_score * heads * all_tokens * score_columns);
   };
   // Per-token timesteps: a block's modulation + e0 is a [B, L, 6, dim] fp32
   // sum whose gates (views of it) the residual products save, so it lives
   // on; and (1 + scale) of the two modulated norms, [B, L, dim] each. With
   // one timestep per sample all of these are [B, 1, ...]: left out.
   if (s.per_token_timesteps) b.self_attention.per_token += d * f * (6 + 2);
-  const double self_attention = bytes(b.self_attention, tokens);
+  const double self_attention = bytes(b.self_attention, all_tokens);
   const double after_self_attention = bytes(b.cross_attention, context) + bytes(b.feed_forward, 0);
   m.block_saved = self_attention + after_self_attention;
   m.checkpointed_block_saved = batch * tokens * d * f;  // the recomputation's input
@@ -138,8 +157,8 @@ ActivationMemory activation_memory(const WanConfig& c, const ActivationSettings&
   //   with the gradients of q, k, v and the output;
   // - self-attention forward, before the rest of the block is saved: the
   //   scores (full) or one chunk's scores, shifted and exponentiated.
-  const double chunk_scores = heads * double(std::min(s.attention_chunk, m.tokens)) * tokens * f;
-  const double full_scores = heads * tokens * tokens * f;
+  const double chunk_scores = heads * double(std::min(m.attention_chunk, m.tokens)) * all_tokens * f;
+  const double full_scores = heads * all_tokens * all_tokens * f;
   const double residual = 2 * tokens * d * f;
   const double feed_forward = 2 * tokens * double(c.ffn_dim) * a;
   const double attention_backward = chunked ? 6 * chunk_scores + tokens * d * (a + f + f + a) : 2 * full_scores;
@@ -162,14 +181,17 @@ ActivationMemory activation_memory(const WanConfig& c, const ActivationSettings&
     }
     m.weight_casts = embeddings + block_weights * double(m.blocks_kept + (m.blocks_checkpointed > 0 ? 1 : 0));
   }
-  m.temporary = batch * residual + std::max({batch * feed_forward, batch * attention_backward - after_self_attention,
-                                             batch * attention_forward - after_self_attention, 0.0});
+  // Sequence parallelism: q, k and v's send and receive buffers of the exchange.
+  const double exchange = sp > 1 ? 6 * tokens * d * a : 0;
+  m.temporary =
+      batch * (residual + exchange) + std::max({batch * feed_forward, batch * attention_backward - after_self_attention,
+                                                batch * attention_forward - after_self_attention, 0.0});
   return m;
 }
 
 double inference_memory(const WanConfig& c, const ActivationSettings& s) {
-  const auto grid = token_grid(at::IntArrayRef(s.latents.data(), 3), c.patch_size);
-  const double batch = double(s.batch), tokens = double(grid[0] * grid[1] * grid[2]);
+  const int64_t chunk = planned_attention_chunk(c, s);
+  const double batch = double(s.batch), tokens = double(token_count(c, s));
   const double d = double(c.dim), heads = double(c.num_heads), f = 4, a = s.compute_dtype != at::kFloat ? 2 : 4;
   // In flight inside a block: the residual stream, the normed and modulated
   // input, q, k, v, RoPE's outputs and the attention output (eight fp32
@@ -178,9 +200,8 @@ double inference_memory(const WanConfig& c, const ActivationSettings& s) {
   // exponentiated, or the whole matrix and its softmax).
   const double block = 8 * tokens * d * f;
   const double feed_forward = 2 * tokens * double(c.ffn_dim) * a;
-  const double attention = s.attention_chunk > 0
-                               ? 3 * heads * double(std::min(s.attention_chunk, int64_t(tokens))) * tokens * f
-                               : 2 * heads * tokens * tokens * f;
+  const double attention =
+      chunk > 0 ? 3 * heads * double(std::min(chunk, int64_t(tokens))) * tokens * f : 2 * heads * tokens * tokens * f;
   // Outside the blocks: the context as given, padded and embedded, and the
   // latents in and out.
   const double latent = double(c.in_dim) * double(s.latents[0] * s.latents[1] * s.latents[2]) * f;

@@ -18,16 +18,24 @@ struct ActivationSettings {
   int64_t batch = 1;                          // samples per micro-step
   std::array<int64_t, 3> latents{};           // latent frames, height, width (F, H, W); tokens follow from the patch
   at::ScalarType compute_dtype = at::kFloat;  // kFloat, or the autocast dtype (kBFloat16, kHalf)
-  int64_t attention_chunk = 0;                // WanModel::set_attention_chunk; 0: all queries at once
-  int64_t grad_checkpoint_every = 0;          // WanModel::set_grad_checkpoint; 0: none
+  // WanModel::set_attention_chunk: 0 all queries at once, a number of
+  // queries, or nn::kAutoAttentionChunk (resolved as the model resolves it)
+  int64_t attention_chunk = 0;
+  int64_t grad_checkpoint_every = 0;               // WanModel::set_grad_checkpoint; 0: none
   at::ScalarType block_linear_dtype = at::kFloat;  // the blocks' Linear weights (a LoRA base: kBFloat16)
   // Timesteps per token (Wan2.2 TI2V's first-frame condition): the time
   // embedding and every block's modulation are [B, L, ...], not [B, 1, ...].
   bool per_token_timesteps = false;
+  // Ranks of a sequence-parallel group (WanModel::set_sequence_parallel):
+  // each holds ceil(L / N) tokens' activations and attends with 1/N of the
+  // heads over all L tokens; the latents, context and output stay whole.
+  int64_t sequence_parallel = 1;
 };
 
 struct ActivationMemory {
   int64_t tokens = 0;                   // per sample: the patch grid's cells
+  int64_t rank_tokens = 0;              // of them this rank's (sequence parallelism: padded, ÷ N)
+  int64_t attention_chunk = 0;          // as the model runs it: auto resolved; 0 the whole score matrix
   double block_saved = 0;               // bytes one block keeps for backward without checkpointing
   double checkpointed_block_saved = 0;  // with checkpointing: its input only
   int64_t blocks_kept = 0, blocks_checkpointed = 0;
@@ -42,6 +50,11 @@ struct ActivationMemory {
 // settings (no model state: parameters, gradients, optimizer). Throws
 // UsageError when the latents do not divide into patches.
 ActivationMemory activation_memory(const WanConfig& config, const ActivationSettings& settings);
+
+// The attention chunk a WanModel of `config` runs these settings with
+// (WanModel::attention_chunk_for): 0 for the whole score matrix. Throws
+// UsageError when the latents do not divide into patches.
+int64_t planned_attention_chunk(const WanConfig& config, const ActivationSettings& settings);
 
 // The peak bytes of one forward without autograd (a distillation teacher's,
 // a sampler's) at these settings (checkpointing does not apply): the

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <optional>
 
+#include "wantrain/distributed/sequence_exchange.hpp"
 #include "wantrain/nn/attention.hpp"
 #include "wantrain/nn/autocast.hpp"
 #include "wantrain/nn/gelu.hpp"
@@ -20,6 +21,16 @@ namespace {
 
 torch::nn::LayerNorm layer_norm(int64_t dim, double eps, bool affine) {
   return torch::nn::LayerNorm(torch::nn::LayerNormOptions({dim}).eps(eps).elementwise_affine(affine));
+}
+
+// t with dim 1 (tokens) padded with zeros to `tokens`, then this rank's
+// contiguous part of them.
+at::Tensor my_tokens(const at::Tensor& t, int64_t tokens, const distributed::Comm& group) {
+  std::vector<int64_t> pad(size_t(2 * t.dim()), 0);
+  pad[pad.size() - 3] = tokens - t.size(1);  // dim 1's trailing padding (the list runs from the last dim)
+  const int64_t part = tokens / group.size();
+  // A copy: a view would keep the whole padded tensor alive.
+  return torch::constant_pad_nd(t, pad).narrow(1, group.rank() * part, part).clone();
 }
 
 // Wan's WanLayerNorm: normalise in fp32, hand back the input's dtype.
@@ -85,6 +96,16 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x, const at::Tensor& source,
   } else if (chunk == 0) {
     qs = qs * scale;
     scaled = true;
+  }
+  if (rope && sequence_group && sequence_group->size() > 1) {
+    // [B, Ls, heads, head_dim] -> every token (the padding dropped) of this
+    // rank's heads, and the output back to this rank's tokens.
+    auto whole = [&](const at::Tensor& t) {
+      return distributed::sequence_to_heads(t.contiguous(), *sequence_group).narrow(1, 0, sequence_tokens);
+    };
+    auto out = attend(whole(qs), whole(ks), whole(vs), scaled);  // [B, L, heads / N, head_dim]
+    out = torch::constant_pad_nd(out, {0, 0, 0, 0, 0, len * sequence_group->size() - sequence_tokens});
+    return o(distributed::heads_to_sequence(out, *sequence_group).reshape({b, len, heads_ * head_dim_}));
   }
   auto out = attend(qs, ks, vs, scaled);
   if (k_img) {
@@ -229,8 +250,34 @@ void WanModelImpl::init_weights() {
   torch::nn::init::zeros_(head->head->weight);
 }
 
-void WanModelImpl::set_attention_chunk(int64_t queries) {
+void WanModelImpl::set_attention_chunk(int64_t queries, int64_t score_budget) {
+  if (queries < nn::kAutoAttentionChunk)
+    throw Error(
+        fmt::format("WanModel: attention chunk {}: expected 0 (the whole score matrix), a number of queries "
+                    "or auto (nn::kAutoAttentionChunk)",
+                    queries));
+  if (score_budget < 1) throw Error(fmt::format("WanModel: attention score budget {}: must be positive", score_budget));
   attention_chunk_ = queries;
+  attention_score_budget_ = score_budget;
+  if (queries != nn::kAutoAttentionChunk) set_block_attention_chunk(queries);
+}
+
+void WanModelImpl::set_sequence_parallel(distributed::Comm* group) {
+  if (group && config_.num_heads % group->size() != 0)
+    throw Error(fmt::format("WanModel: {} heads do not split over a sequence-parallel group of {}", config_.num_heads,
+                            group->size()));
+  sequence_group_ = group && group->size() > 1 ? group : nullptr;
+  for (const auto& block : *blocks) block->as<WanBlockImpl>()->self_attn->sequence_group = sequence_group_;
+}
+
+int64_t WanModelImpl::attention_chunk_for(int64_t batch, int64_t tokens) const {
+  // With sequence parallelism a rank attends with its share of the heads over every token.
+  const int64_t heads = config_.num_heads / (sequence_group_ ? sequence_group_->size() : 1);
+  return nn::resolve_attention_chunk(attention_chunk_, batch, heads, tokens, tokens, nn::kAttentionScoreBytes,
+                                     attention_score_budget_);
+}
+
+void WanModelImpl::set_block_attention_chunk(int64_t queries) {
   for (const auto& block : *blocks) {
     auto& b = *block->as<WanBlockImpl>();
     b.self_attn->chunk = b.cross_attn->chunk = queries;
@@ -308,7 +355,24 @@ at::Tensor WanModelImpl::forward(const at::Tensor& noisy, const at::Tensor& t, c
   auto padded = torch::constant_pad_nd(context, {0, 0, 0, cfg.text_len - context.size(1)});  // [B, text_len, text_dim]
   auto ctx = text_embedding->forward(padded);                                                // [B, text_len, dim]
 
-  const RopeTable& rope = rope_for(grid, x.device());
+  // Auto: this batch's chunk, which a checkpointed block's recomputation in
+  // backward finds still set (a step's forward and backward see one shape).
+  if (attention_chunk_ == nn::kAutoAttentionChunk) set_block_attention_chunk(attention_chunk_for(batch, token_count));
+  RopeTable rope = rope_for(grid, x.device());
+  if (sequence_group_) {
+    // This rank's tokens of the sequence padded to a multiple of the group,
+    // with their RoPE angles and per-token modulation.
+    const auto& group = *sequence_group_;
+    const int64_t padded = (token_count + group.size() - 1) / group.size() * group.size();
+    tokens = my_tokens(tokens, padded, group);
+    if (per_token) {
+      e = my_tokens(e, padded, group);
+      e0 = my_tokens(e0, padded, group);
+    }
+    rope = {my_tokens(rope.cos.unsqueeze(0), padded, group).squeeze(0),
+            my_tokens(rope.sin.unsqueeze(0), padded, group).squeeze(0)};
+    for (const auto& block : *blocks) block->as<WanBlockImpl>()->self_attn->sequence_tokens = token_count;
+  }
   for (size_t i = 0; i < blocks->size(); ++i) {
     auto& block = *blocks[i]->as<WanBlockImpl>();
     if (recompute_every_ > 0 && int64_t(i) % recompute_every_ == 0) {
@@ -321,6 +385,7 @@ at::Tensor WanModelImpl::forward(const at::Tensor& noisy, const at::Tensor& t, c
   }
 
   auto out = head(tokens, e);  // [B, L, prod(patch) * out_dim]
+  if (sequence_group_) out = distributed::gather_sequence(out, *sequence_group_).narrow(1, 0, token_count);
   return unpatchify(out, grid, cfg.patch_size, cfg.out_dim);
 }
 

@@ -20,6 +20,8 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/modules/normalization.h>
 
+#include "wantrain/distributed/comm.hpp"
+#include "wantrain/nn/attention_chunk.hpp"
 #include "wantrain/nn/linear.hpp"
 #include "wantrain/nn/recompute.hpp"
 #include "wantrain/wan/model/image_input.hpp"
@@ -59,6 +61,12 @@ class AttentionImpl : public torch::nn::Module {
   nn::Linear k_img{nullptr}, v_img{nullptr};
   RMSNorm norm_k_img{nullptr};
   int64_t chunk = 0;  // > 0: chunked_attention over this many queries at a time
+  // Sequence parallelism (self-attention only; WanModel sets both): x holds
+  // this rank's tokens of a sequence of `sequence_tokens`, split over the
+  // group's ranks; q, k and v are exchanged for every token of this rank's
+  // heads, attention runs without the padding, and the output goes back.
+  distributed::Comm* sequence_group = nullptr;
+  int64_t sequence_tokens = 0;
 
  private:
   // softmax(qs ks^T / sqrt(head_dim)) vs over heads: qs [B, L, heads,
@@ -149,8 +157,27 @@ class WanModelImpl : public torch::nn::Module {
   // Self- and cross-attention over `queries` query rows at a time, with a
   // backward that recomputes each chunk (nn/attention.hpp): attention
   // memory linear in the token count. 0: the whole score matrix at once.
-  void set_attention_chunk(int64_t queries);
-  int64_t attention_chunk() const { return attention_chunk_; }
+  // nn::kAutoAttentionChunk: each forward resolves it from its batch and
+  // token count (buckets differ) against `score_budget` bytes of
+  // self-attention scores (nn/attention_chunk.hpp); cross-attention takes
+  // the same chunk, its [L, text_len] scores being no more than
+  // self-attention's once L >= text_len and small below. Error for any
+  // other value.
+  void set_attention_chunk(int64_t queries, int64_t score_budget = nn::kAttentionScoreBudget);
+  int64_t attention_chunk() const { return attention_chunk_; }  // as set: may be nn::kAutoAttentionChunk
+
+  // Ulysses sequence parallelism over `group` (nullptr, or a group of one:
+  // off). Every rank of the group calls forward with the same inputs; each
+  // runs the blocks on its contiguous 1/N of the tokens (padded to a
+  // multiple of N), self-attention exchanging tokens for heads
+  // (distributed/sequence_exchange.hpp) and cross-attention local, and the
+  // head's output is gathered, so each rank gets the whole output. A
+  // parameter's gradient on a rank is its tokens' part: the sum over the
+  // group is the gradient. Error unless num_heads divides by the group's size.
+  void set_sequence_parallel(distributed::Comm* group);
+  distributed::Comm* sequence_parallel() const { return sequence_group_; }
+  // The chunk a forward of `batch` samples of `tokens` tokens runs with (0: the whole matrix).
+  int64_t attention_chunk_for(int64_t batch, int64_t tokens) const;
 
   torch::nn::Conv3d patch_embedding{nullptr};
   torch::nn::Sequential text_embedding{nullptr}, time_embedding{nullptr}, time_projection{nullptr};
@@ -162,11 +189,30 @@ class WanModelImpl : public torch::nn::Module {
   void init_weights();
   // RoPE's table for the last token grid: built once, not per step or per block.
   const RopeTable& rope_for(std::array<int64_t, 3> grid, at::Device device);
+  // Every block's self- and cross-attention chunk (AttentionImpl::chunk).
+  void set_block_attention_chunk(int64_t queries);
 
   WanConfig config_;
   std::array<int64_t, 3> rope_grid_{};
   RopeTable rope_;
-  int64_t recompute_every_ = 0, attention_chunk_ = 0;
+  int64_t recompute_every_ = 0, attention_chunk_ = 0, attention_score_budget_ = nn::kAttentionScoreBudget;
+  distributed::Comm* sequence_group_ = nullptr;
+};
+
+// Runs a WanModel on whole sequences while it lives (a forward on one rank
+// alone, as the training sample's), restoring its sequence parallelism after.
+class WholeSequences {
+ public:
+  explicit WholeSequences(WanModelImpl& model) : model_(model), group_(model.sequence_parallel()) {
+    model_.set_sequence_parallel(nullptr);
+  }
+  ~WholeSequences() { model_.set_sequence_parallel(group_); }
+  WholeSequences(const WholeSequences&) = delete;
+  WholeSequences& operator=(const WholeSequences&) = delete;
+
+ private:
+  WanModelImpl& model_;
+  distributed::Comm* group_;
 };
 TORCH_MODULE(WanModel);
 
