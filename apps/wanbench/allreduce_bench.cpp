@@ -150,7 +150,7 @@ Collective make_collective(const std::string& kind, distributed::MpiComm& comm, 
     };
     c.wrong = [=] { return count_wrong(output, expected(slice * n, op, n).narrow(0, rank * slice, slice), n); };
   } else if (kind == "all-to-all") {  // chunk j of rank r's pattern goes to rank j's row r
-    auto input = at::empty({n, slice}, options), output = at::empty({n, slice}, options);  // [n, slice] each
+    auto input = at::empty({n * slice}, options), output = at::empty({n * slice}, options);  // n chunks of slice
     c.reset = [=]() mutable { fill(input, rank); };
     c.ours = [=, &comm] { comm.all_to_all(output, input); };
     c.raw = [=, &comm] {
@@ -160,7 +160,7 @@ Collective make_collective(const std::string& kind, distributed::MpiComm& comm, 
     c.wrong = [=] {
       int64_t wrong = 0;
       const at::Tensor mine = pattern(slice * n).narrow(0, rank * slice, slice).to(at::kDouble);
-      for (int r = 0; r < n; ++r) wrong += count_wrong(output[r], mine * (r + 1), 1);
+      for (int r = 0; r < n; ++r) wrong += count_wrong(output.view({n, slice})[r], mine * (r + 1), 1);
       return wrong;
     };
   } else {  // all-gather: row r of the output is rank r's pattern

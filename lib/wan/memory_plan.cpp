@@ -201,6 +201,7 @@ MemoryPlan plan_memory(const MemoryPlanSettings& s) {
     // follows once its working memory is free, so the larger of the two counts.
     auto teacher_step = step;
     if (s.teacher_bf16) teacher_step.compute_dtype = at::kBFloat16;
+    teacher_step.sequence_parallel = 1;  // the teacher runs whole sequences (its auto chunk: all its heads)
     // An image student's frames reach a video teacher as stills, each
     // repeated over the teacher's temporal patch (wan/teacher.hpp).
     if (s.model.patch_size[0] == 1) teacher_step.latents[0] *= s.teacher->patch_size[0];

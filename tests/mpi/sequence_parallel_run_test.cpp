@@ -4,6 +4,7 @@
 // parallelism (with checkpointed blocks) and ZeRO-2; bad values are one line.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <string>
 
@@ -83,7 +84,8 @@ TEST_F(SequenceParallelRun, GroupsThatDoNotFitAreOneLine) {
   EXPECT_EQ(uneven.status, 2) << uneven.output;
   EXPECT_EQ(occurrences(uneven.output, "option --sp: is 3: it must divide the job's 2 ranks"), 1u) << uneven.output;
   // One head cannot be split over 2 ranks.
-  const std::string config = fresh("sp-heads") + "/one-head.json";
+  const std::string dir = fresh("sp-heads"), config = dir + "/one-head.json";
+  std::filesystem::create_directories(dir);
   std::ifstream in(tiny_config());
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   text.replace(text.find("\"num_heads\": 4"), 14, "\"num_heads\": 1");

@@ -44,8 +44,11 @@ class Zero : public ::testing::Test {
 std::string Zero::data_;
 
 // Every tensor of two checkpoints' model, EMA and AdamW state, read whole
-// (a sharded one gathered from its shard files), within `tolerance`.
-void expect_same_state(const std::string& a_path, const std::string& b_path, double tolerance) {
+// (a sharded one gathered from its shard files), within `tolerance`
+// (weights and EMA also within `weight_atol` absolute; default tolerance / 100).
+void expect_same_state(const std::string& a_path, const std::string& b_path, double tolerance,
+                       double weight_atol = -1) {
+  if (weight_atol < 0) weight_atol = tolerance * 1e-2;
   const auto a = wt::ckpt::read_checkpoint(a_path), b = wt::ckpt::read_checkpoint(b_path);
   auto by_name = [](const wt::ckpt::NamedTensors& list) {
     return std::map<std::string, at::Tensor>(list.begin(), list.end());
@@ -55,7 +58,7 @@ void expect_same_state(const std::string& a_path, const std::string& b_path, dou
     ASSERT_EQ(x->size(), y->size()) << group;
     const auto other = by_name(*y);
     for (const auto& [name, t] : *x)
-      EXPECT_TRUE(torch::allclose(t, other.at(name), tolerance, tolerance * 1e-2)) << group << " " << name;
+      EXPECT_TRUE(torch::allclose(t, other.at(name), tolerance, weight_atol)) << group << " " << name;
   }
   ASSERT_EQ(a.optim.size(), a.model.size());
   ASSERT_EQ(a.optim.size(), b.optim.size());
@@ -77,37 +80,35 @@ TEST_F(Zero, ShardedRunEqualsReplicatedRun) {
   ASSERT_EQ(replicated.status, 0) << replicated.output;
   ASSERT_EQ(sharded.status, 0) << sharded.output;
   EXPECT_EQ(occurrences(sharded.output, "; state and EMA sharded over the 2 ranks (ZeRO-1)"), 1u) << sharded.output;
-  const auto a = training_lines(run_dir("zero-0")), b = training_lines(run_dir("zero-1"));
-  ASSERT_EQ(a.size(), 8u);
-  ASSERT_EQ(b.size(), 8u);
-  EXPECT_GT(a[0]["grad_norm"].get<double>(), 0.5) << "the test means to clip";
-  for (size_t i = 0; i < a.size(); ++i) {
-    EXPECT_LT(relative(b[i]["loss"], a[i]["loss"]), 1e-6) << "step " << i + 1;
-    EXPECT_LT(relative(b[i]["grad_norm"], a[i]["grad_norm"]), 1e-6) << "step " << i + 1;
-  }
-  for (const std::string file : {"model", "ema"})
-    EXPECT_LT(weights_difference(run_dir("zero-1") + "/" + file + ".safetensors",
-                                 run_dir("zero-0") + "/" + file + ".safetensors"),
-              1e-6)
-        << file;
+  // Run `name`'s logged losses and gradient norms, and its weights and EMA, against zero-0's.
+  auto expect_same_steps = [](const std::string& name, double tolerance) {
+    const auto a = training_lines(run_dir("zero-0")), b = training_lines(run_dir(name));
+    ASSERT_EQ(a.size(), 8u);
+    ASSERT_EQ(b.size(), 8u);
+    EXPECT_GT(a[0]["grad_norm"].get<double>(), 0.5) << "the test means to clip";
+    for (size_t i = 0; i < a.size(); ++i) {
+      EXPECT_LT(relative(b[i]["loss"], a[i]["loss"]), tolerance) << name << " step " << i + 1;
+      EXPECT_LT(relative(b[i]["grad_norm"], a[i]["grad_norm"]), tolerance) << name << " step " << i + 1;
+    }
+    for (const std::string file : {"model", "ema"})
+      EXPECT_LT(weights_difference(run_dir(name) + "/" + file + ".safetensors",
+                                   run_dir("zero-0") + "/" + file + ".safetensors"),
+                tolerance)
+          << name << " " << file;
+  };
+  expect_same_steps("zero-1", 1e-6);
   // ZeRO-2 with 2 micro-steps of 1: each micro-step's gradients reduced on
   // their own, so the same steps up to the order of the sums.
   const Job stage2 = train(2, "zero-2", "--batch-size 1 --grad-accum 2 --save-every 4 --zero 2");
   ASSERT_EQ(stage2.status, 0) << stage2.output;
   EXPECT_EQ(occurrences(stage2.output, "; state, EMA and gradients sharded over the 2 ranks (ZeRO-2)"), 1u)
       << stage2.output;
-  const auto c = training_lines(run_dir("zero-2"));
-  ASSERT_EQ(c.size(), 8u);
-  for (size_t i = 0; i < c.size(); ++i) {
-    EXPECT_LT(relative(c[i]["loss"], a[i]["loss"]), 1e-5) << "step " << i + 1;
-    EXPECT_LT(relative(c[i]["grad_norm"], a[i]["grad_norm"]), 1e-5) << "step " << i + 1;
-  }
-  for (const std::string file : {"model", "ema"})
-    EXPECT_LT(weights_difference(run_dir("zero-2") + "/" + file + ".safetensors",
-                                 run_dir("zero-0") + "/" + file + ".safetensors"),
-              1e-5)
-        << file;
-  expect_same_state(run_dir("zero-2") + "/latest", run_dir("zero-0") + "/latest", 1e-5);
+  expect_same_steps("zero-2", 1e-5);
+  // Gradients summed in another order can round apart by an ulp, which
+  // Adam's normalisation carries into the step of a weight whose gradient
+  // is near zero: up to 3e-7 measured here. 2e-6 is 1/4000 of the 8e-3
+  // that 8 steps of lr 1e-3 can move a weight.
+  expect_same_state(run_dir("zero-2") + "/latest", run_dir("zero-0") + "/latest", 1e-5, 2e-6);
   // The sharded checkpoint: rank 0's main file and one shard per rank.
   const std::string dir = run_dir("zero-1");
   for (const std::string name : {"step-00000008.h5", "step-00000008.zero-0-of-2.h5", "step-00000008.zero-1-of-2.h5",

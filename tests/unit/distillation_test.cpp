@@ -310,7 +310,10 @@ TEST(Teacher, PredictsTheSameInAttentionChunks) {
   const auto in = inputs(c, 2);
   const auto whole = teacher.predict(in.x, in.t, in.context, at::kFloat);
   teacher.set_attention_chunk(5);  // 12 tokens: chunks of 5, 5 and 2
-  EXPECT_TRUE(torch::allclose(teacher.predict(in.x, in.t, in.context, at::kFloat), whole, 1e-5, 1e-6));
+  // The chunks' softmax sums in another order: fp32 rounding of the
+  // output's scale (3e-7 of it measured), not of each element's.
+  const auto chunked = teacher.predict(in.x, in.t, in.context, at::kFloat);
+  EXPECT_LT((chunked - whole).abs().max().item<double>(), 1e-5 * whole.abs().max().item<double>());
 }
 
 TEST(Teacher, ACheckpointTeacherGivesItsEmaWeightsAndItsOwnConfig) {

@@ -167,31 +167,38 @@ TEST(MemoryPlan, ModelStateMatchesTheBuiltModel) {
   // (and of the slice under ZeRO-1).
   s.grad_comm_dtype = at::kBFloat16;
   EXPECT_DOUBLE_EQ(item(wt::wan::plan_memory(s), "gradients"), 1.25 * 1.5 * weights);
-  s.grad_comm_dtype = at::kFloat;
   // ZeRO-2 over 4 ranks: the gradient slice, and the three largest buckets
   // alive at once, each with its received slice. The buckets as the Reducer
-  // forms them over the built model's parameters: in reverse order, the
-  // first closed at 1 MiB, then (1-byte buckets) one per parameter.
-  s.zero_stage = 2;
-  s.bucket_bytes = 1;
+  // forms them over a built model's parameters: in reverse order, the first
+  // closed at 1 MiB, then (1-byte buckets) one per parameter. A model of a
+  // few MB, so that there are buckets after the first.
+  auto wider = config;
+  wider.dim = 256;
+  wider.ffn_dim = 1024;
+  wider.num_heads = 4;
+  const auto wide_model = wt::testing::seeded_small_model(wider);
+  const double wide_weights = tensor_bytes(wide_model->parameters());
+  auto zero2 = s;
+  zero2.model = wider;
+  zero2.zero_stage = 2;
+  zero2.bucket_bytes = 1;
+  zero2.grad_comm_dtype = at::kFloat;
   std::vector<double> buckets = {0};
-  const auto parameters = model->parameters();
+  const auto parameters = wide_model->parameters();
   for (auto it = parameters.rbegin(); it != parameters.rend(); ++it) {
-    if (buckets.back() >= (buckets.size() == 1 ? double(1 << 20) : s.bucket_bytes)) buckets.push_back(0);
+    if (buckets.back() >= (buckets.size() == 1 ? double(1 << 20) : zero2.bucket_bytes)) buckets.push_back(0);
     buckets.back() += double(it->nbytes());
   }
   std::sort(buckets.rbegin(), buckets.rend());
   ASSERT_GE(buckets.size(), 4u);
   const double three = buckets[0] + buckets[1] + buckets[2];
-  EXPECT_DOUBLE_EQ(item(wt::wan::plan_memory(s), "gradients"), weights / 4 + three * 1.25);
-  s.grad_comm_dtype = at::kBFloat16;  // the buckets travel in 16 bits; the slice stays fp32
-  EXPECT_DOUBLE_EQ(item(wt::wan::plan_memory(s), "gradients"), weights / 4 + three * 0.5 * 1.25);
-  s.bucket_bytes = 1e12;  // one bucket after the first: never more than the whole gradient
-  s.grad_comm_dtype = at::kFloat;
-  EXPECT_DOUBLE_EQ(item(wt::wan::plan_memory(s), "gradients"), weights / 4 + weights * 1.25);
-  EXPECT_DOUBLE_EQ(item(wt::wan::plan_memory(s), "optimizer"), 0.5 * weights);
-  s.zero_stage = 0;
-  s.grad_comm_dtype = at::kBFloat16;
+  EXPECT_DOUBLE_EQ(item(wt::wan::plan_memory(zero2), "gradients"), wide_weights / 4 + three * 1.25);
+  zero2.grad_comm_dtype = at::kBFloat16;  // the buckets travel in 16 bits; the slice stays fp32
+  EXPECT_DOUBLE_EQ(item(wt::wan::plan_memory(zero2), "gradients"), wide_weights / 4 + three * 0.5 * 1.25);
+  zero2.bucket_bytes = 1e12;  // one bucket after the first: never more than the whole gradient
+  zero2.grad_comm_dtype = at::kFloat;
+  EXPECT_DOUBLE_EQ(item(wt::wan::plan_memory(zero2), "gradients"), wide_weights / 4 + wide_weights * 1.25);
+  EXPECT_DOUBLE_EQ(item(wt::wan::plan_memory(zero2), "optimizer"), 0.5 * wide_weights);
   s.zero_shards = 1;
   EXPECT_DOUBLE_EQ(item(wt::wan::plan_memory(s), "gradients"), 1.5 * weights);
   s.grad_comm_dtype = at::kFloat;
