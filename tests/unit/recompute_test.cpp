@@ -120,7 +120,11 @@ TEST(GradCheckpoint, LoraDropoutDrawsTheSameMaskWhenRecomputed) {
 
 TEST(GradCheckpoint, Bf16AutocastIsRecomputedUnderBf16) {
   const auto plain = forward_backward(0, {}, at::kBFloat16);
-  expect_same(plain, forward_backward(1, {}, at::kBFloat16), 1.0 / 128);  // 2 bf16 ulps
+  // Upstream of the shared context and time embedding each order sums some
+  // 8 bf16-rounded terms (the 2 blocks' k and v, their modulation and the
+  // head's), each up to a bf16 ulp (1/256) of the largest apart: 8/256.
+  // Measured: 2.6/256 (AMD EPYC, 2026-11-27); 2/256 was too tight for it.
+  expect_same(plain, forward_backward(1, {}, at::kBFloat16), 8.0 / 256);
   // Not the fp32 gradients: the recomputation ran under bf16 too.
   EXPECT_FALSE(
       torch::equal(plain.grads.at("blocks.1.ffn.0.weight"), forward_backward(1, {}).grads.at("blocks.1.ffn.0.weight")));
