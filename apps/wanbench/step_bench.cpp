@@ -60,9 +60,9 @@ train::StepTimes time_steps(const distributed::World& world, train::Engine& engi
   for (int i = 0; i < iters; ++i) {
     const auto t = engine.step(batch).times;
     sum.data += t.data, sum.forward += t.forward, sum.backward += t.backward, sum.comm += t.comm,
-        sum.optimizer += t.optimizer, sum.total += t.total;
+        sum.optimizer += t.optimizer, sum.gather += t.gather, sum.total += t.total;
   }
-  for (double* v : {&sum.data, &sum.forward, &sum.backward, &sum.comm, &sum.optimizer, &sum.total})
+  for (double* v : {&sum.data, &sum.forward, &sum.backward, &sum.comm, &sum.optimizer, &sum.gather, &sum.total})
     *v = over_ranks(world, *v / iters, MPI_SUM) / world.size();
   return sum;
 }
@@ -106,7 +106,8 @@ int run_step_bench(distributed::World& world, int argc, char** argv) {
       .add("threads", &c.threads, "CPU threads per rank (0: the node's cores shared among its ranks)")
       .add("zero", &c.zero,
            "also time a ZeRO Engine of this stage: 1 (AdamW state sharded: reduce-scatter, sliced update, "
-           "all-gather) or 2 (the gradients too); 0: none")
+           "all-gather), 2 (the gradients too) or 3 (and the weights: each block gathered around its forward and "
+           "backward); 0: none")
       .add("sp", &c.sp,
            "also time a sequence-parallel Engine: groups of this many ranks split each sample's tokens "
            "(wantrain --sp), each group on one batch; 1: none")
@@ -125,6 +126,7 @@ int run_step_bench(distributed::World& world, int argc, char** argv) {
           "(--warmup at least 0)");
     std::tie(height, width) = parse_height_width(c.size, "size");
     config = load_bench_model_config(c.model_config);
+    if (c.zero < 0 || c.zero > 3) throw UsageError(fmt::format("option --zero: is {}; stages 0 to 3 exist", c.zero));
     if (c.sp < 1 || world.size() % c.sp != 0 || config.num_heads % c.sp != 0)
       throw UsageError(fmt::format("option --sp: {} must divide the {} ranks and the model's {} heads", c.sp,
                                    world.size(), config.num_heads));
@@ -175,6 +177,7 @@ int run_step_bench(distributed::World& world, int argc, char** argv) {
     auto zero_options = engine_options;
     zero_options.zero = c.zero;
     sharded = std::make_unique<Variant>(config, *comm, zero_options);
+    sharded->model->set_parameter_units(sharded->engine.parameter_units());  // ZeRO-3; nullptr otherwise
   }
   std::unique_ptr<distributed::Comm> sp_group;
   std::unique_ptr<Variant> split;
@@ -223,6 +226,12 @@ int run_step_bench(distributed::World& world, int argc, char** argv) {
   };
   const double synced_gradient_mb = gradient_mb(synced.engine);
   const double sharded_gradient_mb = sharded ? gradient_mb(sharded->engine) : 0;
+  // The weights each Engine holds between steps (ZeRO-3: its slices).
+  auto weight_mb = [&](const train::Engine& engine) {
+    return over_ranks(world, double(engine.weight_bytes()) / 1e6, MPI_MAX);
+  };
+  const double synced_weight_mb = weight_mb(synced.engine);
+  const double sharded_weight_mb = sharded ? weight_mb(sharded->engine) : 0;
 
   // Whole-model gradient sync: a backward whose gradients cost next to
   // nothing to compute (d/dp sum(p) = 1), with and without the Reducer
@@ -316,6 +325,8 @@ int run_step_bench(distributed::World& world, int argc, char** argv) {
     z["stage"] = c.zero;
     z["optimizer_state_MB_per_rank"] = sharded_state_mb;
     z["gradient_MB_per_rank"] = sharded_gradient_mb;
+    z["weight_MB_per_rank"] = sharded_weight_mb;
+    z["gather_wait_s"] = zero.gather;
     z["step_vs_reducer"] = zero.total / with.total;
   }
   if (split) {
@@ -357,6 +368,12 @@ int run_step_bench(distributed::World& world, int argc, char** argv) {
         fmt::format("ZeRO-{}", c.zero), report["zero"]["step_vs_reducer"].get<double>(), sharded_state_mb,
         synced_state_mb, sharded_state_mb / synced_state_mb, sharded_gradient_mb, synced_gradient_mb,
         sharded_gradient_mb / synced_gradient_mb);
+  if (sharded && c.zero == 3)
+    fmt::print(
+        "  ZeRO-3: waiting for weight gathers {:.4f} s of the step ({:.1f}%, inside fwd and bwd); weights {:.1f} MB "
+        "per rank between steps against {:.1f} MB ({:.2f}x)\n",
+        zero.gather, 100 * zero.gather / zero.total, sharded_weight_mb, synced_weight_mb,
+        sharded_weight_mb / synced_weight_mb);
   if (world.size() == 1) {
     fmt::print("  gradient sync: nothing to synchronise on one rank\n");
     return kExitOk;

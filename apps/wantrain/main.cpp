@@ -161,6 +161,7 @@ int run(distributed::World& world, int argc, char** argv) {
                     {"comm_timeout", "comm-timeout"},
                     {"allow_unused", "allow-unused"},
                     {"zero", "zero"},
+                    {"gather_dtype", "gather-dtype"},
                     {"sp", "sp"},
                     {"teacher", "teacher"},
                     {"teacher_config", "teacher-config"},

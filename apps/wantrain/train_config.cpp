@@ -100,8 +100,14 @@ void declare_options(OptionSet& o, TrainConfig& c) {
               "16 bits (as PyTorch DDP's compression hooks)")
       .add("zero", &c.zero,
            "ZeRO stage: 0 (every rank keeps the whole AdamW state and EMA), 1 (each rank keeps 1/ranks of "
-           "them: gradients reduce-scattered, weights all-gathered after the update) or 2 (and 1/ranks of the "
-           "gradients: buckets reduce-scattered every micro-step as they fill, no whole gradient kept)")
+           "them: gradients reduce-scattered, weights all-gathered after the update), 2 (and 1/ranks of the "
+           "gradients: buckets reduce-scattered every micro-step as they fill, no whole gradient kept) or 3 (and "
+           "1/ranks of the weights: each block gathered just before its forward and again before its backward, "
+           "and released after)")
+      .choice("gather-dtype", &c.gather_dtype, {"auto", "fp32", "bf16"},
+              "with --zero 3: the dtype the blocks' weights are gathered in (the fp32 slices stay the master "
+              "weights); bf16 halves the gathered bytes and leaves autocast no weight copies to keep. auto: bf16 "
+              "under --precision bf16, else fp32")
       .add("sp", &c.sp,
            "sequence parallelism (Ulysses): groups of this many consecutive ranks split each sample's tokens, "
            "self-attention exchanging them for heads (all-to-all); the ranks of a group read the same batch. "
@@ -169,8 +175,14 @@ void validate(const TrainConfig& c) {
           "first-frame is not available with --mode distill yet");
   app::parse_attention_chunk(c.attention_chunk);  // throws on a malformed value
   require(c.bucket_mb > 0, "bucket-mb", "must be positive");
-  require(c.zero >= 0 && c.zero <= 2, "zero",
-          "must be 0 (off), 1 (optimizer state and EMA sharded) or 2 (and the gradients)");
+  require(c.zero >= 0 && c.zero <= 3, "zero",
+          "must be 0 (off), 1 (optimizer state and EMA sharded), 2 (and the gradients) or 3 (and the weights)");
+  require(c.gather_dtype == "auto" || c.zero == 3, "gather-dtype", "needs --zero 3");
+  require(c.gather_dtype != "bf16" || c.precision == "bf16", "gather-dtype",
+          "bf16 gathers need --precision bf16 (fp32 compute reads fp32 weights)");
+  require(c.zero != 3 || c.lora_rank == 0, "zero",
+          "3 shards the trained weights, which with --lora-rank are the small adapters (the frozen base stays "
+          "whole): use --zero 1 or 2");
   require(c.sp >= 1, "sp", "must be at least 1 (1: off)");
   require(c.distill_target_weight >= 0, "distill-target-weight", "must be 0 or more");
   require(c.max_skipped >= 0, "max-skipped", "must be 0 (no limit) or more");
@@ -206,6 +218,7 @@ train::RunSettings run_settings(const TrainConfig& c, const at::Device& device) 
   s.allow_unused = c.allow_unused;
   s.zero = c.zero;
   s.sequence_parallel = c.sp;
+  s.gather_dtype = gather_dtype(c);
   s.compute_dtype = app::float_dtype(c.precision);
   if (s.compute_dtype == at::kHalf)
     require(device.is_cuda(), "precision", "fp16 needs CUDA devices (dynamic loss scaling); on CPU use bf16");
@@ -289,6 +302,12 @@ distributed::Backend requested_backend(const TrainConfig& c) {
                               : distributed::Backend::Auto;
 }
 
+at::ScalarType gather_dtype(const TrainConfig& c) {
+  if (c.zero != 3) return at::kFloat;
+  if (c.gather_dtype == "auto") return c.precision == "bf16" ? at::kBFloat16 : at::kFloat;
+  return app::float_dtype(c.gather_dtype);
+}
+
 at::ScalarType teacher_dtype(const TrainConfig& c) {
   return c.teacher_precision == "bf16" ? at::kBFloat16 : at::kFloat;
 }
@@ -333,6 +352,7 @@ wan::MemoryPlanSettings memory_plan_settings(const TrainConfig& c, const wan::Wa
   s.on_device = device.is_cuda();
   s.zero_shards = c.zero >= 1 ? world_size : 1;
   s.zero_stage = c.zero;
+  s.gather_dtype = gather_dtype(c);
   s.bucket_bytes = double(c.bucket_mb) * (1 << 20);
   s.grad_comm_dtype = app::float_dtype(c.grad_comm_dtype);
   return s;

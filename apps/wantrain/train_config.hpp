@@ -80,6 +80,7 @@ struct TrainConfig : app::TrainingOptions {
   double bucket_mb = 25.0;
   std::string grad_comm_dtype = "fp32";
   int zero = 0;  // ZeRO stage
+  std::string gather_dtype = "auto";  // ZeRO-3: auto (bf16 under --precision bf16, else fp32), fp32 or bf16
   int sp = 1;    // ranks per sequence-parallel group (Ulysses); 1: off
   bool allow_unused = false;
 
@@ -119,6 +120,8 @@ wan::LoraOptions lora_options(const TrainConfig& cfg);
 // --backend as the library's enum (the parser checked it is one of the choices).
 distributed::Backend requested_backend(const TrainConfig& cfg);
 // --teacher-precision as the dtype the teacher's Linears are held in.
+// ZeRO-3: the dtype the blocks are gathered in (--gather-dtype, auto resolved).
+at::ScalarType gather_dtype(const TrainConfig& cfg);
 at::ScalarType teacher_dtype(const TrainConfig& cfg);
 // --grad-checkpoint as WanModel::set_grad_checkpoint's N: none 0, blocks 1,
 // every-N N; UsageError naming the option otherwise.

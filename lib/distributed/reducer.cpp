@@ -133,7 +133,10 @@ struct Reducer::State {
     }
     if (!sync || p.ready) return;
     p.ready = true;
-    if (--buckets[p.bucket].pending == 0) launch_ready_buckets(/*during_backward=*/true);
+    if (--buckets[p.bucket].pending == 0) {
+      if (options.on_bucket_ready) options.on_bucket_ready(p.bucket);
+      launch_ready_buckets(/*during_backward=*/true);
+    }
   }
 };
 
@@ -209,13 +212,16 @@ Reducer::Reducer(Comm& comm, NamedTensors parameters, std::vector<at::Tensor> bu
     }
 
   // Buckets over the parameters in reverse order; a new bucket when the last
-  // one has reached its cap or the dtype changes.
+  // one has reached its cap (or, by unit, when the unit changes) or the dtype changes.
   auto cap_of = [&](size_t bucket) { return bucket == 0 ? options.first_bucket_bytes : options.bucket_bytes; };
+  auto unit_of = [&](size_t k) { return options.unit_of ? options.unit_of(s.params[k].name) : std::string(); };
   int64_t bucket_bytes = 0;  // of the last bucket
   for (size_t k = s.params.size(); k-- > 0;) {
     const at::Tensor& t = s.params[k].tensor;
-    const bool new_bucket = s.buckets.empty() || bucket_bytes >= cap_of(s.buckets.size() - 1) ||
-                            s.params[s.buckets.back().params.front()].tensor.scalar_type() != t.scalar_type();
+    const size_t last = s.buckets.empty() ? 0 : s.buckets.back().params.front();
+    const bool full = options.unit_of ? unit_of(last) != unit_of(k) : bucket_bytes >= cap_of(s.buckets.size() - 1);
+    const bool new_bucket =
+        s.buckets.empty() || full || s.params[last].tensor.scalar_type() != t.scalar_type();
     if (new_bucket) {
       s.buckets.emplace_back();
       bucket_bytes = 0;
@@ -247,16 +253,22 @@ Reducer::Reducer(Comm& comm, NamedTensors parameters, std::vector<at::Tensor> bu
       offset += p.tensor.numel();
     }
   }
-  for (size_t k = 0; k < s.params.size(); ++k) {
-    auto& p = s.params[k];
-    p.accumulator = torch::autograd::impl::grad_accumulator(p.tensor);
-    p.hook = p.accumulator->add_post_hook(std::make_unique<ReadyHook>(state_, k));
-  }
+  refresh_accumulators();
 }
 
 Reducer::~Reducer() {
   for (auto& p : state_->params)
     if (p.accumulator) p.accumulator->del_post_hook(p.hook);
+}
+
+void Reducer::refresh_accumulators() {
+  State& s = *state_;
+  for (size_t k = 0; k < s.params.size(); ++k) {
+    auto& p = s.params[k];
+    if (p.accumulator) p.accumulator->del_post_hook(p.hook);
+    p.accumulator = torch::autograd::impl::grad_accumulator(p.tensor);
+    p.hook = p.accumulator->add_post_hook(std::make_unique<ReadyHook>(state_, k));
+  }
 }
 
 void Reducer::zero_grad() {

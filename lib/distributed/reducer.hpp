@@ -42,6 +42,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -70,6 +71,14 @@ struct ReducerOptions {
   // the ranks, and the sum is widened back into the bucket (then averaged):
   // half the bytes on the wire, the sum rounded to 16 bits.
   at::ScalarType comm_dtype = at::kFloat;
+  // Set (ZeRO-3): buckets are the runs of consecutive parameters (in bucket
+  // order) of one unit, whatever their size, so that a bucket's slices are
+  // a unit's shards.
+  std::function<std::string(const std::string& name)> unit_of;
+  // Called on the autograd thread, under the Reducer's lock, when the last
+  // gradient of a bucket arrived in a synchronising backward (before its
+  // reduction starts): ZeRO-3 releases the unit's gathered weights there.
+  std::function<void(size_t bucket)> on_bucket_ready;
 };
 
 // Where the reduced parameters lie in the flat buckets (padded in shard mode).
@@ -93,6 +102,10 @@ class Reducer {
   Reducer(const Reducer&) = delete;
   Reducer& operator=(const Reducer&) = delete;
 
+  // Takes each parameter's gradient accumulator again: after Tensor::set_data
+  // changed a parameter's dtype (ZeRO-3's bf16 gathers), autograd made the
+  // old one stale and the next backward would not reach its hook.
+  void refresh_accumulators();
   // Zeroes every gradient (the bucket buffers) at the start of a step.
   void zero_grad();
   // Before each backward: `sync` on the last micro-step of a step.

@@ -17,6 +17,7 @@
 #include "wantrain/distributed/comm.hpp"
 #include "wantrain/distributed/reducer.hpp"
 #include "wantrain/nn/autocast.hpp"
+#include "wantrain/nn/parameter_units.hpp"
 #include "wantrain/train/ema.hpp"
 #include "wantrain/train/adamw_step.hpp"
 #include "wantrain/train/gradients.hpp"
@@ -43,7 +44,7 @@ std::vector<at::Tensor> tensors_of(const NamedTensors& named) {
 
 struct Engine::Impl {
   std::unique_ptr<distributed::Reducer> reducer;
-  std::unique_ptr<ZeroShards> zero;  // zero = 1 only
+  std::unique_ptr<ZeroShards> zero;  // zero >= 1
   std::unique_ptr<torch::optim::AdamW> optimizer;
   std::unique_ptr<Ema> ema;
   std::unique_ptr<LossScaler> scaler;  // fp16 only
@@ -63,21 +64,31 @@ Engine::Engine(distributed::Comm& comm, Objective& objective, EngineOptions opti
   reducer_options.comm_dtype = options_.grad_comm_dtype;
   reducer_options.allow_unused = options_.allow_unused;
   reducer_options.average = false;  // the loss is divided by the world size: the gradient's sum is the mean
-  if (options_.zero < 0 || options_.zero > 2)
-    throw SettingError("zero", fmt::format("is {}; stages 0, 1 and 2 exist", options_.zero));
+  if (options_.zero < 0 || options_.zero > 3)
+    throw SettingError("zero", fmt::format("is {}; stages 0 to 3 exist", options_.zero));
   if (options_.zero > 0 && !options_.communicate)
     throw Error("Engine: ZeRO needs communication (its gradients arrive by reduce-scatter)");
   if (options_.sequence_parallel < 1 || comm.size() % options_.sequence_parallel != 0)
     throw SettingError("sp",
                        fmt::format("is {}; it must divide the {} ranks", options_.sequence_parallel, comm.size()));
   reducer_options.shard = options_.zero >= 1;
-  reducer_options.transient_buckets = options_.zero == 2;
+  reducer_options.transient_buckets = options_.zero >= 2;
+  if (options_.zero == 3) {
+    reducer_options.unit_of = nn::parameter_unit;
+    reducer_options.on_bucket_ready = [im = impl_.get()](size_t bucket) {
+      if (im->zero) im->zero->bucket_ready(bucket);
+    };
+  }
   impl_->reducer = std::make_unique<distributed::Reducer>(comm, named, objective_.buffers(), reducer_options);
   // What AdamW and the EMA update: the parameters, or this rank's slices of
   // them (with their gradient slices attached as .grad).
   NamedTensors updated = named;
   if (options_.zero >= 1) {
-    impl_->zero = std::make_unique<ZeroShards>(comm, *impl_->reducer, named);
+    ZeroShardsOptions shards;
+    shards.release_weights = options_.zero == 3;
+    shards.gather_dtype = options_.gather_dtype;
+    impl_->zero = std::make_unique<ZeroShards>(comm, *impl_->reducer, named, shards);
+    if (shards.release_weights) impl_->reducer->refresh_accumulators();
     const auto gradients = impl_->reducer->gradient_shards();
     updated.clear();
     for (size_t b = 0; b < gradients.size(); ++b) {
@@ -113,6 +124,38 @@ int64_t Engine::state_bytes() const {
 
 int64_t Engine::gradient_bytes() const { return impl_->reducer->gradient_bytes(); }
 
+nn::ParameterUnits* Engine::parameter_units() const { return options_.zero == 3 ? impl_->zero.get() : nullptr; }
+
+NamedTensors Engine::weights() const {
+  if (options_.zero != 3) return objective_.trainable();
+  return impl_->zero->gather(impl_->zero->parameter_shards());
+}
+
+int64_t Engine::weight_bytes() const {
+  int64_t bytes = 0;
+  if (options_.zero != 3) {
+    for (const auto& [name, parameter] : objective_.trainable()) bytes += parameter.nbytes();
+    return bytes;
+  }
+  for (const auto& slice : impl_->zero->parameter_shards()) bytes += slice.nbytes();
+  return bytes + impl_->zero->gathered_bytes();
+}
+
+WholeWeights::WholeWeights(Engine& engine, bool ema) : engine_(engine) {
+  if (engine_.options_.zero != 3) return;
+  auto& im = *engine_.impl_;
+  if (!ema || !im.ema) {
+    im.zero->gather_whole();
+    return;
+  }
+  const auto slices = tensors_of(im.ema->averages());
+  im.zero->gather_whole(&slices);
+}
+
+WholeWeights::~WholeWeights() {
+  if (engine_.options_.zero == 3) engine_.impl_->zero->release_whole();
+}
+
 NamedTensors Engine::ema_weights() const {
   const auto& im = *impl_;
   if (!im.ema) return {};
@@ -140,7 +183,7 @@ StepResult Engine::step(const Batch& batch, const StepFlags& flags) {
 
     phase = Clock::now();
     // ZeRO-2 keeps no whole gradient to accumulate in: every micro-step reduces.
-    const bool sync = options_.communicate && (m == K - 1 || options_.zero == 2);
+    const bool sync = options_.communicate && (m == K - 1 || options_.zero >= 2);
     im.reducer->prepare_for_backward(sync);
     ObjectiveLoss out;
     {
@@ -161,8 +204,10 @@ StepResult Engine::step(const Batch& batch, const StepFlags& flags) {
     // left exposed.
     phase = Clock::now();
     im.reducer->finalize_backward_unchecked();
+    if (options_.zero == 3) im.zero->release_all();
     if (sync) t.comm += seconds_since(phase);
   }
+  if (options_.zero == 3) t.gather = im.zero->take_gather_wait_seconds();
 
   // The step's figures in one reduction and one host read, so that a GPU
   // run's host waits for the device once per step: [loss, parameters
@@ -226,7 +271,7 @@ StepResult Engine::step(const Batch& batch, const StepFlags& flags) {
     else
       fused_adamw_step(*im.optimizer);
     if (im.ema) im.ema->update();
-    if (im.zero) im.zero->all_gather_parameters();
+    if (im.zero) im.zero->all_gather_parameters();  // nothing with ZeRO-3: forwards gather
   } else {
     result.skipped = true;
     ++skipped_;
@@ -284,8 +329,25 @@ void Engine::save_state(ckpt::Checkpoint& c) const {
   };
   const auto& named = objective_.trainable();
   const auto& optimizer_state = im.optimizer->state();
+  if (options_.zero == 3) {
+    // The weights exist only as slices: gathered one unit at a time, rank 0 keeping them.
+    std::map<std::string, size_t> index;
+    c.model.resize(comm_.rank() == 0 ? named.size() : 0);
+    for (size_t i = 0; i < c.model.size(); ++i) {
+      c.model[i].first = named[i].first;
+      index.emplace(named[i].first, i);
+    }
+    im.zero->gather_each(im.zero->parameter_shards(), [&](const std::string& name, const at::Tensor& whole) {
+      if (comm_.rank() != 0) return;
+      put(c.model[index.at(name)].second, whole);
+      if (!from_device) return;
+      data::CopyFence copied;  // before the unit's buffer is reused
+      copied.record(comm_.device());
+      copied.wait();
+    });
+  }
   if (im.zero) {
-    put_all(c.model, comm_.rank() == 0 ? named : NamedTensors{});
+    if (options_.zero != 3) put_all(c.model, comm_.rank() == 0 ? named : NamedTensors{});
     c.ema.clear();
     c.optim.clear();
     c.shard.rank = comm_.rank();

@@ -18,7 +18,11 @@
 // the same elementwise arithmetic as without sharding. zero = 2 (ZeRO stage
 // 2) keeps no whole gradient either: each micro-step's buckets are
 // reduce-scattered as they fill and freed, and the slices accumulate
-// (distributed::ReducerOptions::transient_buckets).
+// (distributed::ReducerOptions::transient_buckets). zero = 3 (ZeRO stage 3)
+// keeps no whole weights either: the buckets are the model's units, the
+// fp32 slices are the weights, and the model gathers each unit around its
+// forward and backward through parameter_units() (ZeroShards), in
+// gather_dtype; the update needs no all-gather.
 //
 // The Engine knows no model, dataset, file format or command line: the
 // objective names its trainable parameters, and the caller hands it batches.
@@ -44,6 +48,9 @@
 namespace wt::distributed {
 class Comm;
 }
+namespace wt::nn {
+class ParameterUnits;
+}
 namespace wt::ckpt {
 struct Checkpoint;
 }
@@ -61,6 +68,7 @@ struct StepTimes {
   double backward = 0;   // including bucket all-reduces overlapped with it
   double comm = 0;       // communication left exposed after backward, and the loss average
   double optimizer = 0;  // norm, clip, AdamW, EMA
+  double gather = 0;     // ZeRO-3: waiting for weight gathers, inside forward and backward
   double total = 0;
 };
 
@@ -122,9 +130,14 @@ struct EngineOptions {
   // and the sum over all ranks is the data-parallel mean.
   int sequence_parallel = 1;
   // ZeRO stage: 0 (replicated), 1 (optimizer state and EMA sharded), 2 (and
-  // the gradients: no whole gradient kept).
+  // the gradients: no whole gradient kept), 3 (and the weights).
   int zero = 0;
+  // ZeRO-3: the dtype the blocks' weights are gathered in (kFloat, or
+  // kBFloat16 under bf16 autocast: half the bytes, and no autocast copies).
+  at::ScalarType gather_dtype = at::kFloat;
 };
+
+
 
 class Engine {
  public:
@@ -154,6 +167,15 @@ class Engine {
   NamedTensors ema_weights() const;
   distributed::Comm& comm() { return comm_; }
   Objective& objective() { return objective_; }
+  // ZeRO-3: what the model's forward calls around its units (set it with
+  // the model's own setter); nullptr otherwise.
+  nn::ParameterUnits* parameter_units() const;
+  // Collective with zero = 3: the trained weights by parameter name, whole
+  // on every rank (the parameters themselves otherwise).
+  NamedTensors weights() const;
+  // Bytes of trained weights this rank holds now (with zero = 3: its slices
+  // and the units gathered at the moment).
+  int64_t weight_bytes() const;
 
   // Writes the trainable parameters, EMA, optimizer state (by parameter
   // name), step, skipped steps, learning rate, loss scale and RNG state into
@@ -177,12 +199,28 @@ class Engine {
   void load_whole(const ckpt::Checkpoint& saved);
   void load_slices(const std::string& path);
 
+  friend class WholeWeights;
   struct Impl;
   distributed::Comm& comm_;
   Objective& objective_;
   const EngineOptions options_;
   int64_t step_ = 0, skipped_ = 0;
   std::unique_ptr<Impl> impl_;
+};
+
+// Collective with zero = 3: every unit gathered while it lives, for
+// forwards that not every rank runs, or not as often (validation, the
+// training sample); nothing otherwise. With `ema` (and an EMA) the model
+// holds the EMA weights meanwhile, gathered from their slices.
+class WholeWeights {
+ public:
+  explicit WholeWeights(Engine& engine, bool ema = false);
+  ~WholeWeights();
+  WholeWeights(const WholeWeights&) = delete;
+  WholeWeights& operator=(const WholeWeights&) = delete;
+
+ private:
+  Engine& engine_;
 };
 
 }  // namespace wt::train

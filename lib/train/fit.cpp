@@ -266,6 +266,7 @@ int fit_steps(distributed::World& world, distributed::Comm& comm, const RunPlan&
 
   const at::ScalarType compute_dtype = plan.engine.compute_dtype;
   auto validate = [&](int64_t step) {
+    const WholeWeights whole(engine);  // ZeRO-3: ranks may run different numbers of batches
     const ValidationResult result =
         run.validator->evaluate(engine.objective(), comm, compute_dtype, plan.settings.sequence_parallel);
     log.validation(step, result);

@@ -49,6 +49,7 @@ RunPlan plan_run(const RunSettings& s, int world_size, int rank, const data::Dat
   e.grad_comm_dtype = s.grad_comm_dtype;
   e.allow_unused = s.allow_unused;
   e.zero = s.zero;
+  e.gather_dtype = s.gather_dtype;
   e.sequence_parallel = sp;
   return plan;
 }
@@ -96,6 +97,9 @@ std::string RunPlan::describe() const {
       s.schedule == Schedule::Cosine ? "cosine" : "constant", s.warmup_steps, precision_name(s.compute_dtype),
       s.zero == 1   ? fmt::format("; state and EMA sharded over the {} ranks (ZeRO-1)", world_size)
       : s.zero == 2 ? fmt::format("; state, EMA and gradients sharded over the {} ranks (ZeRO-2)", world_size)
+      : s.zero == 3 ? fmt::format("; state, EMA, gradients and weights sharded over the {} ranks (ZeRO-3, blocks "
+                                  "gathered in {})",
+                                  world_size, precision_name(s.gather_dtype))
                     : std::string());
   out += total_steps > 0 ? fmt::format("steps: {}{}\n", total_steps,
                                        s.steps == 0 ? fmt::format(" ({} epochs)", s.epochs) : std::string())

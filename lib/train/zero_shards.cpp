@@ -1,20 +1,42 @@
 #include "wantrain/train/zero_shards.hpp"
 
+#include <c10/core/StorageImpl.h>
 #include <fmt/format.h>
 #include <torch/torch.h>
 
 #include <algorithm>
-#include <map>
+#include <chrono>
 
-#include "wantrain/distributed/comm.hpp"
 #include "wantrain/distributed/reducer.hpp"
 #include "wantrain/util/error.hpp"
 
 namespace wt::train {
+namespace {
 
-ZeroShards::ZeroShards(distributed::Comm& comm, const distributed::Reducer& reducer, const NamedTensors& trainable)
-    : comm_(comm), trainable_(trainable) {
+// A released unit keeps its tensor (and the parameters their views of it)
+// with no memory behind it; a gather gives the same storage new memory.
+void free_memory(const at::Tensor& flat) {
+  auto* storage = flat.storage().unsafeGetStorageImpl();
+  storage->set_data_ptr_noswap(c10::DataPtr(nullptr, flat.device()));
+  storage->set_nbytes(0);
+}
+
+void give_memory(const at::Tensor& flat) {
+  auto* storage = flat.storage().unsafeGetStorageImpl();
+  const size_t bytes = size_t(flat.numel()) * flat.element_size();
+  storage->set_data_ptr_noswap(storage->allocator()->allocate(bytes));
+  storage->set_nbytes(bytes);
+}
+
+}  // namespace
+
+ZeroShards::ZeroShards(distributed::Comm& comm, const distributed::Reducer& reducer, const NamedTensors& trainable,
+                       ZeroShardsOptions options)
+    : comm_(comm), options_(options), trainable_(trainable) {
   torch::NoGradGuard no_grad;
+  if (options_.gather_dtype != at::kFloat && options_.gather_dtype != at::kBFloat16)
+    throw SettingError("gather_dtype",
+                       fmt::format("is {}; weights are gathered in fp32 or bf16", c10::toString(options_.gather_dtype)));
   const int ranks = comm.size(), rank = comm.rank();
   std::map<std::string, size_t> index;
   for (size_t i = 0; i < trainable_.size(); ++i) index.emplace(trainable_[i].first, i);
@@ -23,47 +45,185 @@ ZeroShards::ZeroShards(distributed::Comm& comm, const distributed::Reducer& redu
   for (size_t b = 0; b < layouts.size(); ++b) {
     const auto& layout = layouts[b];
     const at::Tensor& first = trainable_[index.at(layout.entries.front().name)].second;
-    auto flat = torch::zeros({layout.numel}, first.options().requires_grad(false));  // [numel]
+    const std::string unit = nn::parameter_unit(layout.entries.front().name);
+    // The weights as they are (fp32), laid out as the bucket.
+    auto master = torch::zeros({layout.numel}, first.options().requires_grad(false));  // [numel]
     const int64_t shard = layout.numel / ranks, begin = rank * shard, end = begin + shard;
+    for (const auto& e : layout.entries) {
+      const at::Tensor& parameter = trainable_[index.at(e.name)].second;
+      if (options_.release_weights && nn::parameter_unit(e.name) != unit)
+        throw Error(fmt::format("ZeroShards: bucket {} mixes units '{}' and '{}'", b, unit, nn::parameter_unit(e.name)));
+      master.narrow(0, e.offset, e.numel).view(parameter.sizes()).copy_(parameter.detach());
+    }
+    // Stage 3 gathers the blocks in the gather dtype and keeps the root in
+    // fp32 (the time embedding and head compute in fp32).
+    const auto gathered_dtype = options_.release_weights && !unit.empty() ? options_.gather_dtype : master.scalar_type();
+    Unit u;
+    u.flat = gathered_dtype == master.scalar_type() ? master : master.to(gathered_dtype);
     for (const auto& e : layout.entries) {
       const size_t i = index.at(e.name);
       at::Tensor& parameter = trainable_[i].second;
-      auto view = flat.narrow(0, e.offset, e.numel).view(parameter.sizes());
-      view.copy_(parameter.detach());
-      parameter.set_data(view);
+      parameter.set_data(u.flat.narrow(0, e.offset, e.numel).view(parameter.sizes()));
       places_[i] = {b, e.offset};
       const int64_t from = std::max(begin, e.offset), to = std::min(end, e.offset + e.numel);
       if (from < to) pieces_.push_back({e.name, b, from - begin, from - e.offset, to - from, e.numel});
     }
-    shards_.push_back(flat.narrow(0, begin, shard));
-    flat_.push_back(std::move(flat));
+    auto slice = master.narrow(0, begin, shard);
+    shards_.push_back(options_.release_weights ? slice.clone() : slice);
+    units_.push_back(std::move(u));
+    buckets_of_unit_[unit].push_back(b);
+    if (!unit.empty()) blocks_ = std::max(blocks_, int64_t(std::stoll(unit.substr(unit.find('.') + 1))) + 1);
   }
   for (size_t i = 0; i < trainable_.size(); ++i)
     if (!trainable_[i].second.requires_grad())
       throw Error(fmt::format("ZeroShards: trainable parameter {} does not require grad", trainable_[i].first));
+  if (!options_.release_weights) return;
+  for (auto& u : units_) {
+    free_memory(u.flat);
+    u.gathered = false;
+  }
 }
 
 void ZeroShards::all_gather_parameters() {
   torch::NoGradGuard no_grad;
+  if (options_.release_weights) return;  // the next forward gathers the new slices
   std::vector<distributed::WorkPtr> works;
-  for (size_t b = 0; b < flat_.size(); ++b) works.push_back(comm_.all_gather_async(flat_[b], shards_[b]));
+  for (size_t b = 0; b < units_.size(); ++b) works.push_back(comm_.all_gather_async(units_[b].flat, shards_[b]));
   for (auto& work : works) work->wait();
 }
 
 NamedTensors ZeroShards::gather(const std::vector<at::Tensor>& slices) const {
-  torch::NoGradGuard no_grad;
-  std::vector<at::Tensor> whole;
-  for (size_t b = 0; b < flat_.size(); ++b) {
-    whole.push_back(torch::empty({flat_[b].numel()}, slices[b].options()));
-    comm_.all_gather(whole.back(), slices[b].contiguous());
-  }
-  NamedTensors out;
-  for (size_t i = 0; i < trainable_.size(); ++i) {
-    const auto& [name, parameter] = trainable_[i];
-    out.emplace_back(name,
-                     whole[places_[i].bucket].narrow(0, places_[i].offset, parameter.numel()).view(parameter.sizes()));
-  }
+  NamedTensors out(trainable_.size());
+  gather_each(slices, [&](const std::string& name, const at::Tensor& whole) {
+    for (size_t i = 0; i < trainable_.size(); ++i)
+      if (trainable_[i].first == name) out[i] = {name, whole.to(at::kCPU, /*non_blocking=*/false, /*copy=*/true)};
+  });
   return out;
+}
+
+void ZeroShards::gather_each(
+    const std::vector<at::Tensor>& slices,
+    const std::function<void(const std::string& name, const at::Tensor& whole)>& use) const {
+  torch::NoGradGuard no_grad;
+  for (size_t b = 0; b < units_.size(); ++b) {
+    auto whole = torch::empty({units_[b].flat.numel()}, slices[b].options());
+    comm_.all_gather(whole, slices[b].contiguous());
+    for (size_t i = 0; i < trainable_.size(); ++i) {
+      if (places_[i].bucket != b) continue;
+      const auto& [name, parameter] = trainable_[i];
+      use(name, whole.narrow(0, places_[i].offset, parameter.numel()).view(parameter.sizes()));
+    }
+  }
+}
+
+void ZeroShards::gather_async(size_t bucket, const at::Tensor* from) {
+  Unit& u = units_[bucket];
+  if (u.gathered || u.work) return;
+  torch::NoGradGuard no_grad;
+  give_memory(u.flat);
+  gathered_bytes_ += u.flat.nbytes();
+  peak_gathered_bytes_ = std::max(peak_gathered_bytes_, gathered_bytes_);
+  const auto& slice = from ? *from : shards_[bucket];
+  u.staging = slice.scalar_type() == u.flat.scalar_type() ? slice : slice.to(u.flat.scalar_type());
+  u.work = comm_.all_gather_async(u.flat, u.staging);
+}
+
+void ZeroShards::wait(size_t bucket) {
+  Unit& u = units_[bucket];
+  if (!u.work) return;
+  const auto start = std::chrono::steady_clock::now();
+  u.work->wait();
+  gather_wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  u.work.reset();
+  u.staging = at::Tensor();
+  u.gathered = true;
+}
+
+void ZeroShards::release(size_t bucket) {
+  Unit& u = units_[bucket];
+  if (!u.gathered && !u.work) return;
+  wait(bucket);  // the collective writes into the memory until it completes
+  free_memory(u.flat);
+  u.gathered = false;
+  gathered_bytes_ -= u.flat.nbytes();
+}
+
+std::string ZeroShards::block_unit(int64_t block) const { return fmt::format("blocks.{}", block); }
+
+void ZeroShards::gather_unit(const std::string& unit) {
+  const auto it = buckets_of_unit_.find(unit);
+  if (it == buckets_of_unit_.end()) return;  // no trained parameters in it
+  for (size_t b : it->second) gather_async(b);
+  for (size_t b : it->second) wait(b);
+}
+
+void ZeroShards::prefetch_unit(const std::string& unit) {
+  const auto it = buckets_of_unit_.find(unit);
+  if (it != buckets_of_unit_.end())
+    for (size_t b : it->second) gather_async(b);
+}
+
+void ZeroShards::release_unit(const std::string& unit) {
+  const auto it = buckets_of_unit_.find(unit);
+  if (it != buckets_of_unit_.end())
+    for (size_t b : it->second) release(b);
+}
+
+void ZeroShards::begin_forward() {
+  if (!options_.release_weights || whole_) return;
+  gather_unit("");
+  if (blocks_ > 0) prefetch_unit(block_unit(0));
+}
+
+void ZeroShards::before_block(int64_t block) {
+  if (!options_.release_weights || whole_) return;
+  gather_unit(block_unit(block));
+  if (block + 1 < blocks_) prefetch_unit(block_unit(block + 1));
+}
+
+at::Tensor ZeroShards::after_block(int64_t block, const at::Tensor& output) {
+  if (!options_.release_weights || whole_) return output;
+  const bool backward = at::GradMode::is_enabled() && output.requires_grad();
+  if (backward) {
+    // Runs when the block's output gradient is complete, before any of the
+    // block's own backward (a checkpointed block's recomputation included).
+    at::Tensor hooked = output;
+    hooked.register_hook([this, block](const at::Tensor&) {
+      gather_unit(block_unit(block));
+      if (block > 0) prefetch_unit(block_unit(block - 1));
+    });
+  }
+  // The last block's backward comes first: it stays.
+  if (!(backward && block + 1 == blocks_)) release_unit(block_unit(block));
+  return output;
+}
+
+void ZeroShards::end_forward() {
+  if (!options_.release_weights || whole_) return;
+  if (!at::GradMode::is_enabled()) release_unit("");
+}
+
+void ZeroShards::bucket_ready(size_t bucket) {
+  if (options_.release_weights && !whole_) release(bucket);
+}
+
+void ZeroShards::release_all() {
+  if (!options_.release_weights || whole_) return;
+  for (size_t b = 0; b < units_.size(); ++b) release(b);
+}
+
+void ZeroShards::gather_whole(const std::vector<at::Tensor>* slices) {
+  if (!options_.release_weights) return;
+  release_all();  // a unit gathered from the weights is not the EMA's
+  for (size_t b = 0; b < units_.size(); ++b) gather_async(b, slices ? &(*slices)[b] : nullptr);
+  for (size_t b = 0; b < units_.size(); ++b) wait(b);
+  whole_ = true;
+}
+
+void ZeroShards::release_whole() {
+  if (!options_.release_weights) return;
+  whole_ = false;
+  release_all();
 }
 
 }  // namespace wt::train

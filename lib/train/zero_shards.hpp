@@ -1,33 +1,56 @@
-// ZeroShards: ZeRO stage 1 (optimizer-state sharding) over the Reducer's
-// gradient buckets.
+// ZeroShards: ZeRO stages 1 to 3 over the Reducer's gradient buckets.
 //
-// The trainable parameters become views into flat buffers laid out exactly
-// as the Reducer's (sharding) buckets, padding included, so that rank r's
-// slice r of a bucket holds the same elements of the weights as the reduced
-// gradient shard it receives. The optimizer and the EMA work on these
-// slices only: 1/W of their state per rank. After the update an in-place
-// all-gather per bucket gives every rank the whole new weights.
+// Stages 1 and 2. The trainable parameters become views into flat buffers
+// laid out exactly as the Reducer's (sharding) buckets, padding included,
+// so that rank r's slice r of a bucket holds the same elements of the
+// weights as the reduced gradient shard it receives. The optimizer and the
+// EMA work on these slices only: 1/W of their state per rank. After the
+// update an in-place all-gather per bucket gives every rank the whole new
+// weights.
+//
+// Stage 3 (`release_weights`). The buckets are the model's units
+// (nn/parameter_units.hpp: a block, or a run of root parameters), and the
+// fp32 slices are this rank's only copy of the weights: a unit's flat buffer
+// (in `gather_dtype` for the blocks, fp32 for the root) has memory only
+// while the unit is gathered. The parameters stay views into it, so the
+// tensors autograd saved in forward read the weights gathered again before
+// backward. A unit is gathered before its forward (the next one's gather in
+// flight), released after it, gathered again by a hook on its output's
+// gradient (the previous one's prefetched), and released once the Reducer
+// has every gradient of it (on_bucket_ready). The update needs no
+// all-gather: the next forward gathers the new slices.
 //
 // Collective contract: constructed on every rank after the Reducer (whose
-// broadcast made the weights equal), over the same parameters.
+// broadcast made the weights equal), over the same parameters; every rank
+// runs the same forwards and backwards, so the gathers match.
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/ScalarType.h>
 
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "wantrain/distributed/comm.hpp"
+#include "wantrain/nn/parameter_units.hpp"
 #include "wantrain/train/objective.hpp"
 
 namespace wt::distributed {
-class Comm;
 class Reducer;
 }  // namespace wt::distributed
 
 namespace wt::train {
 
-class ZeroShards {
+struct ZeroShardsOptions {
+  bool release_weights = false;            // stage 3
+  at::ScalarType gather_dtype = at::kFloat;  // stage 3: the blocks' gathered weights (kFloat or kBFloat16)
+};
+
+class ZeroShards : public nn::ParameterUnits {
  public:
   // Elements [param_offset, param_offset + count) of parameter `name`
   // (numel elements in all) lie at shard_offset in this rank's slice of `bucket`.
@@ -38,32 +61,82 @@ class ZeroShards {
   };
 
   // Re-points each parameter in `trainable` at its place in the flat buffers
-  // (Tensor::set_data: the same parameter objects, now views).
-  ZeroShards(distributed::Comm& comm, const distributed::Reducer& reducer, const NamedTensors& trainable);
+  // (Tensor::set_data: the same parameter objects, now views). With stage 3
+  // the weights are then released: call Reducer::refresh_accumulators()
+  // after (a bf16 gather dtype changes the parameters' dtype).
+  ZeroShards(distributed::Comm& comm, const distributed::Reducer& reducer, const NamedTensors& trainable,
+             ZeroShardsOptions options = {});
 
-  // Per bucket, this rank's slice of the weights: [bucket numel / W] views.
+  // Per bucket, this rank's slice of the weights: [bucket numel / W] (views
+  // of the flat buffers, or with stage 3 tensors of their own).
   const std::vector<at::Tensor>& parameter_shards() const { return shards_; }
   // The parameters' parts in this rank's slices, bucket by bucket.
   const std::vector<Piece>& pieces() const { return pieces_; }
 
-  // Collective: every rank's updated slices, into every rank's weights.
+  // Stages 1 and 2, collective: every rank's updated slices, into every rank's weights.
   void all_gather_parameters();
   // Collective: per-bucket slices laid out like parameter_shards() (the
   // EMA's, say), gathered whole and cut into tensors shaped like the
-  // parameters, by name.
+  // parameters, by name, on the CPU (one bucket at a time on the device).
   NamedTensors gather(const std::vector<at::Tensor>& slices) const;
+  // Collective: the same one bucket at a time, handing each parameter to
+  // `use` while only its bucket is whole.
+  void gather_each(const std::vector<at::Tensor>& slices,
+                   const std::function<void(const std::string& name, const at::Tensor& whole)>& use) const;
+
+  // Stage 3. nn::ParameterUnits, for the model's forward.
+  void begin_forward() override;
+  void before_block(int64_t block) override;
+  at::Tensor after_block(int64_t block, const at::Tensor& output) override;
+  void end_forward() override;
+  // The Reducer has every gradient of `bucket`: its weights are not read again.
+  void bucket_ready(size_t bucket);
+  // After a backward: every unit released (one whose gradients did not all arrive, too).
+  void release_all();
+  // Collective: every unit gathered until release_whole(), for forwards that
+  // not every rank runs or not as often (validation, the training sample);
+  // the units' calls do nothing meanwhile. From `slices` laid out like
+  // parameter_shares() (the EMA's) instead of the weights, when given.
+  void gather_whole(const std::vector<at::Tensor>* slices = nullptr);
+  void release_whole();
+  // Bytes of gathered weights now, and the most at once since the last reset.
+  int64_t gathered_bytes() const { return gathered_bytes_; }
+  int64_t peak_gathered_bytes() const { return peak_gathered_bytes_; }
+  void reset_peak_gathered_bytes() { peak_gathered_bytes_ = gathered_bytes_; }
+  // Seconds spent waiting for gathers (not hidden behind compute) since the last call.
+  double take_gather_wait_seconds() { return std::exchange(gather_wait_seconds_, 0.0); }
 
  private:
+  struct Unit {
+    at::Tensor flat;     // [numel] in the gather dtype; memory only while gathered (stage 3)
+    at::Tensor staging;  // the slice in the gather dtype, while its gather is in flight
+    distributed::WorkPtr work;
+    bool gathered = true;
+  };
+  void gather_async(size_t bucket, const at::Tensor* from = nullptr);
+  void wait(size_t bucket);
+  void release(size_t bucket);
+  void gather_unit(const std::string& unit);  // started and waited for
+  void prefetch_unit(const std::string& unit);
+  void release_unit(const std::string& unit);
+  std::string block_unit(int64_t block) const;
+
   distributed::Comm& comm_;
+  ZeroShardsOptions options_;
   NamedTensors trainable_;
-  std::vector<at::Tensor> flat_;    // per bucket [numel], the weights
-  std::vector<at::Tensor> shards_;  // per bucket [numel / W], views of flat_
+  std::vector<Unit> units_;         // per bucket
+  std::vector<at::Tensor> shards_;  // per bucket [numel / W]
   std::vector<Piece> pieces_;
   struct Place {
     size_t bucket;
     int64_t offset;
   };
   std::vector<Place> places_;  // of trainable_[i] in the flat buffers
+  std::map<std::string, std::vector<size_t>> buckets_of_unit_;
+  int64_t blocks_ = 0;
+  bool whole_ = false;
+  int64_t gathered_bytes_ = 0, peak_gathered_bytes_ = 0;
+  double gather_wait_seconds_ = 0;
 };
 
 }  // namespace wt::train

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "wantrain/nn/attention_chunk.hpp"
+#include "wantrain/nn/parameter_units.hpp"
 #include "wantrain/wan/model/weight_names.hpp"
 #include "wantrain/wan/teacher.hpp"
 
@@ -78,6 +79,34 @@ double largest_buckets(const WanConfig& model, double cap, int count) {
   return bytes;
 }
 
+// The model's ZeRO-3 units (nn/parameter_units.hpp) as the Reducer forms
+// them, in elements: runs of one unit's parameters in reverse registration
+// order (the root's head and embeddings are two).
+struct Units {
+  std::vector<double> runs;  // every run
+  double root = 0, block = 0;  // the root's elements, one block's
+};
+
+Units model_units(const WanConfig& model) {
+  Units u;
+  std::string open_unit;
+  for (const auto& [name, shape] : parameter_shapes(model)) {
+    const std::string unit = nn::parameter_unit(name);
+    const double n = double(element_count(shape));
+    if (unit.empty()) u.root += n;
+    if (unit == "blocks.0") u.block += n;
+  }
+  const auto shapes = parameter_shapes(model);
+  for (auto it = shapes.rbegin(); it != shapes.rend(); ++it) {
+    const std::string unit = nn::parameter_unit(it->first);
+    if (u.runs.empty() || unit != open_unit) u.runs.push_back(0);
+    open_unit = unit;
+    u.runs.back() += double(element_count(it->second));
+  }
+  std::sort(u.runs.rbegin(), u.runs.rend());
+  return u;
+}
+
 }  // namespace
 
 SamplingMemory plan_sampling(const WanConfig& config, const ActivationSettings& step, int experts,
@@ -135,6 +164,15 @@ MemoryPlan plan_memory(const MemoryPlanSettings& s) {
         weights.held, dev);
     add("parameters", fmt::format("{} LoRA adapter parameters (rank {}), fp32", weights.adapters, s.lora.rank), trained,
         dev);
+  } else if (s.zero_stage == 3 && s.zero_shards > 1) {
+    const auto units = model_units(s.model);
+    const double gathered = 4 * units.root + 3 * units.block * (s.gather_dtype == at::kFloat ? 4 : 2);
+    add("parameters",
+        fmt::format("{} parameters, fp32, this rank's 1/{} (ZeRO-3); gathered: the root in fp32 and 3 blocks in {} "
+                    "({})",
+                    parameter_count(s.model), s.zero_shards, s.gather_dtype == at::kFloat ? "fp32" : "bf16",
+                    format_bytes(gathered)),
+        trained / s.zero_shards + gathered, dev);
   } else {
     add("parameters", fmt::format("{} parameters, fp32", parameter_count(s.model)), trained, dev);
   }
@@ -144,17 +182,25 @@ MemoryPlan plan_memory(const MemoryPlanSettings& s) {
   const bool narrow_comm = s.grad_comm_dtype != at::kFloat;  // a 16-bit copy of each bucket, and of the slice
   const std::string copies = narrow_comm ? ", with their 16-bit copies for the reduction" : "";
   const double comm_factor = narrow_comm ? 1.5 : 1.0;
-  if (shards > 1 && s.zero_stage == 2) {
+  if (shards > 1 && s.zero_stage >= 2) {
     // The slices summed over micro-steps (fp32), and the buckets alive at
-    // once, in the wire dtype, each with the slice it receives.
+    // once, in the wire dtype, each with the slice it receives (ZeRO-3: the
+    // buckets are the units).
     const int alive = s.buckets_in_flight + 1;
-    const double buckets = lora ? std::min(trained, alive * s.bucket_bytes)
-                                : std::min(trained, largest_buckets(s.model, s.bucket_bytes, alive));
+    double buckets = 0;
+    if (s.zero_stage == 3 && !lora) {
+      const auto units = model_units(s.model);
+      for (int i = 0; i < alive && i < int(units.runs.size()); ++i) buckets += 4 * units.runs[size_t(i)];
+    } else {
+      buckets = lora ? std::min(trained, alive * s.bucket_bytes)
+                     : std::min(trained, largest_buckets(s.model, s.bucket_bytes, alive));
+    }
     const double in_flight = buckets * (narrow_comm ? 0.5 : 1.0) * (1 + 1 / shards);
     add("gradients",
-        fmt::format("fp32, this rank's 1/{} (ZeRO-2), and the {} largest buckets at once while they reduce "
+        fmt::format("fp32, this rank's 1/{} (ZeRO-{}), and the {} largest {} at once while they reduce "
                     "({}{})",
-                    s.zero_shards, alive, format_bytes(buckets), narrow_comm ? ", 16-bit" : ""),
+                    s.zero_shards, s.zero_stage, alive, s.zero_stage == 3 ? "units" : "buckets",
+                    format_bytes(buckets), narrow_comm ? ", 16-bit" : ""),
         trained / shards + in_flight, dev);
   } else if (shards > 1)
     add("gradients", fmt::format("fp32, in the Reducer's buckets, and the reduced 1/{} slice{}", s.zero_shards, copies),
@@ -190,6 +236,8 @@ MemoryPlan plan_memory(const MemoryPlanSettings& s) {
 
   auto step = s.step;
   if (lora) step.block_linear_dtype = s.base_dtype;
+  // Blocks gathered in bf16 leave autocast nothing to cast.
+  if (s.zero_stage == 3 && s.zero_shards > 1) step.block_linear_dtype = s.gather_dtype;
   plan.activations = activation_memory(s.model, step);
   auto other = step;
   other.grad_checkpoint_every = s.step.grad_checkpoint_every > 0 ? 0 : 1;

@@ -36,6 +36,10 @@ struct MemoryPlanSettings {
   int zero_stage = 0;
   double bucket_bytes = 25.0 * (1 << 20);
   int buckets_in_flight = 2;  // distributed::ReducerOptions::buckets_in_flight
+  // ZeRO-3 (--zero 3): the weights too are 1/zero_shards fp32 slices; the
+  // root (embeddings, head) is gathered in fp32 for the step and up to 3
+  // blocks at once in gather_dtype; the buckets are the units.
+  at::ScalarType gather_dtype = at::kFloat;
   // LoRA: the adapters are trained, the model is a frozen base whose block
   // Linears are held in base_dtype.
   LoraOptions lora;  // rank 0: no LoRA

@@ -136,6 +136,7 @@ WanRun::WanRun(const train::RunPlan& plan, const WanRunOptions& options, distrib
 void WanRun::connect(distributed::Comm& comm, const train::StartPoint& start) {
   auto& im = *impl_;
   im.engine = std::make_unique<train::Engine>(comm, *im.objective, im.engine_options);
+  im.model->set_parameter_units(im.engine->parameter_units());  // ZeRO-3: gathered unit by unit
   if (Teacher* teacher = im.teacher) {
     teacher->to(comm.device());  // already in its final precision
     if (comm.rank() == 0)
@@ -194,7 +195,11 @@ void WanRun::start_student(const Teacher& teacher, const WanRunOptions& options,
 
 std::optional<train::SampleReport> WanRun::draw_sample(int64_t step) const {
   auto& im = *impl_;  // the model is drawn with (and left as it was)
-  const auto ema = im.engine->ema_weights();
+  // With ZeRO-3 every rank gathers the whole model, so that rank 0 can
+  // sample by itself: from the EMA's slices, which it then holds.
+  const bool sharded = im.engine_options.zero == 3;
+  const auto ema = sharded ? train::NamedTensors{} : im.engine->ema_weights();
+  const train::WholeWeights whole(*im.engine, /*ema=*/true);
   if (im.rank != 0) return std::nullopt;
   WholeSequences alone(*im.model);  // rank 0 samples by itself
   return im.training_sampler->draw(*im.model, im.objective->trainable(), ema, step);
@@ -202,6 +207,7 @@ std::optional<train::SampleReport> WanRun::draw_sample(int64_t step) const {
 
 std::string WanRun::save_weights(const std::string& directory, bool write) const {
   const auto ema_weights = impl_->engine->ema_weights();
+  const auto weights = impl_->engine_options.zero == 3 ? impl_->engine->weights() : train::NamedTensors{};
   if (!write) return {};
   const auto* ema = ema_weights.empty() ? nullptr : &ema_weights;
   std::filesystem::create_directories(directory);
@@ -213,7 +219,10 @@ std::string WanRun::save_weights(const std::string& directory, bool write) const
     return fmt::format("weights: {0}/lora.safetensors (LoRA adapters{1}), config {0}/model-config.json", directory,
                        ema ? fmt::format("; EMA: {}/lora-ema.safetensors", directory) : std::string());
   }
-  wan::save_weights(*impl_->model, directory + "/model.safetensors");  // the free function, not this member
+  if (impl_->engine_options.zero == 3)  // the model holds no whole weights: its fp32 slices gathered
+    io::write_safetensors(directory + "/model.safetensors", weights, at::kFloat);
+  else
+    wan::save_weights(*impl_->model, directory + "/model.safetensors");  // the free function, not this member
   if (ema) io::write_safetensors(directory + "/ema.safetensors", *ema, at::kFloat);
   write_file_durably(directory + "/model-config.json", to_json(impl_->config) + "\n");
   return fmt::format("weights: {0}/model.safetensors{1}, config {0}/model-config.json", directory,

@@ -1,7 +1,9 @@
-// --sp N in whole wantrain jobs: ranks that split each sample's tokens
-// take the steps of one rank with the group's batch (10 steps, clipped,
-// with an EMA, caption dropout and validation), alone and beside data
-// parallelism (with checkpointed blocks) and ZeRO-2; bad values are one line.
+// --sp N and --zero 3 in whole wantrain jobs: ranks that split each
+// sample's tokens, or the weights, take the steps of one rank with the
+// whole batch (10 steps, clipped, with an EMA, caption dropout and
+// validation): --sp alone and beside data parallelism (with checkpointed
+// blocks), ZeRO-2 and ZeRO-3; ZeRO-3 on 4 ranks with checkpointed blocks
+// and a training sample; bad values are one line.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -68,7 +70,8 @@ TEST_F(SequenceParallelRun, SplitSequencesTakeTheStepsOfOneRankWithTheGroupsBatc
   const Job split = train(2, "sp-2", "--batch-size 4 --sp 2");
   const Job both = train(4, "sp-dp2", "--batch-size 2 --sp 2 --grad-checkpoint blocks");
   const Job sharded = train(4, "sp-dp2-zero2", "--batch-size 2 --sp 2 --zero 2");
-  for (const Job* job : {&one, &split, &both, &sharded}) ASSERT_EQ(job->status, 0) << job->output;
+  const Job stage3 = train(4, "sp-dp2-zero3", "--batch-size 2 --sp 2 --zero 3");
+  for (const Job* job : {&one, &split, &both, &sharded, &stage3}) ASSERT_EQ(job->status, 0) << job->output;
   EXPECT_EQ(occurrences(split.output, "effective batch: 4 per group x 1 sequence-parallel groups of 2 ranks"), 1u)
       << split.output;
   EXPECT_EQ(occurrences(both.output, "effective batch: 2 per group x 2 sequence-parallel groups of 2 ranks"), 1u)
@@ -77,6 +80,23 @@ TEST_F(SequenceParallelRun, SplitSequencesTakeTheStepsOfOneRankWithTheGroupsBatc
   expect_same_run("sp-one", "sp-2", 1e-5);
   expect_same_run("sp-one", "sp-dp2", 1e-5);
   expect_same_run("sp-one", "sp-dp2-zero2", 1e-5);
+  expect_same_run("sp-one", "sp-dp2-zero3", 1e-5);
+}
+
+// ZeRO-3 on 4 ranks, each block gathered for its forward and again for its
+// backward, where a checkpointed block is recomputed inside its gathered
+// unit; validation and the training sample (rank 0 alone) hold the weights
+// whole.
+TEST_F(SequenceParallelRun, ZeroThreeOnFourRanksTakesTheStepsOfOneRank) {
+  const Job one = train(1, "z3-one", "--batch-size 4");
+  const Job stage3 = train(4, "z3-4", "--batch-size 1 --zero 3 --grad-checkpoint blocks --sample-every 10");
+  ASSERT_EQ(one.status, 0) << one.output;
+  ASSERT_EQ(stage3.status, 0) << stage3.output;
+  EXPECT_EQ(occurrences(stage3.output, "gradients and weights sharded over the 4 ranks (ZeRO-3, blocks gathered in fp32)"),
+            1u)
+      << stage3.output;
+  expect_same_run("z3-one", "z3-4", 1e-5);
+  EXPECT_TRUE(std::filesystem::exists(run_dir("z3-4") + "/samples/step-00000010.png")) << stage3.output;
 }
 
 TEST_F(SequenceParallelRun, GroupsThatDoNotFitAreOneLine) {

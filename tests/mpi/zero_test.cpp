@@ -1,5 +1,5 @@
-// --zero 1 (ZeRO-1: AdamW state and EMA sharded over the ranks) and --zero 2
-// (the gradients too) in whole wantrain jobs: the same run as without
+// --zero 1 (ZeRO-1: AdamW state and EMA sharded over the ranks), --zero 2
+// (the gradients too) and --zero 3 (and the weights) in whole wantrain jobs: the same run as without
 // sharding, checkpoints that resume on another world size and under any
 // --zero, export, bad input.
 #include <gtest/gtest.h>
@@ -109,6 +109,13 @@ TEST_F(Zero, ShardedRunEqualsReplicatedRun) {
   // is near zero: up to 3e-7 measured here. 2e-6 is 1/4000 of the 8e-3
   // that 8 steps of lr 1e-3 can move a weight.
   expect_same_state(run_dir("zero-2") + "/latest", run_dir("zero-0") + "/latest", 1e-5, 2e-6);
+  // ZeRO-3 likewise: the weights gathered unit by unit, reduced as ZeRO-2's.
+  const Job stage3 = train(2, "zero-3", "--batch-size 1 --grad-accum 2 --save-every 4 --zero 3");
+  ASSERT_EQ(stage3.status, 0) << stage3.output;
+  EXPECT_EQ(occurrences(stage3.output, "; state, EMA, gradients and weights sharded over the 2 ranks (ZeRO-3"), 1u)
+      << stage3.output;
+  expect_same_steps("zero-3", 1e-5);
+  expect_same_state(run_dir("zero-3") + "/latest", run_dir("zero-0") + "/latest", 1e-5, 2e-6);
   // The sharded checkpoint: rank 0's main file and one shard per rank.
   const std::string dir = run_dir("zero-1");
   for (const std::string name : {"step-00000008.h5", "step-00000008.zero-0-of-2.h5", "step-00000008.zero-1-of-2.h5",
@@ -168,12 +175,13 @@ TEST_F(Zero, CheckpointsResumeAcrossWorldSizesAndZeroSettings) {
       {"sharded-on-1-replicated", train(1, "zero-r3", "--batch-size 4" + from_sharded)},
       {"replicated-on-1-sharded", train(1, "zero-r4", "--batch-size 4 --zero 1" + from_replicated)},
       {"sharded-on-2-zero-2", train(2, "zero-r5", "--batch-size 2 --zero 2" + from_sharded)},
+      {"sharded-on-2-zero-3", train(2, "zero-r6", "--batch-size 2 --zero 3" + from_sharded)},
   };
   for (const auto& [what, job] : resumed) ASSERT_EQ(job.status, 0) << what << "\n" << job.output;
   const std::string uninterrupted = run_dir("zero-full") + "/model.safetensors";
   // 2 ranks: the uninterrupted run's arithmetic.
   // (ZeRO-2 with one micro-step reduces as ZeRO-1 does.)
-  for (const std::string name : {"zero-r1", "zero-r2", "zero-r5"}) {
+  for (const std::string name : {"zero-r1", "zero-r2", "zero-r5", "zero-r6"}) {
     EXPECT_LT(weights_difference(run_dir(name) + "/model.safetensors", uninterrupted), 1e-6) << name;
     EXPECT_LT(weights_difference(run_dir(name) + "/ema.safetensors", run_dir("zero-full") + "/ema.safetensors"), 1e-6)
         << name;
@@ -183,6 +191,21 @@ TEST_F(Zero, CheckpointsResumeAcrossWorldSizesAndZeroSettings) {
             1e-6);
   EXPECT_LT(weights_difference(run_dir("zero-r3") + "/model.safetensors", uninterrupted), 1e-5);
   EXPECT_NE(resumed.at("sharded-on-1-replicated").output.find("written by 2 ranks"), std::string::npos);
+  // A ZeRO-3 checkpoint (its weights gathered from the slices) resumes on 1
+  // rank without sharding, as the ZeRO-1 one did, and exports its weights.
+  const Job stage3 = train(2, "zero-full-3", "--batch-size 2 --save-every 4 --zero 3");
+  ASSERT_EQ(stage3.status, 0) << stage3.output;
+  const Job from_stage3 =
+      train(1, "zero-r7", "--batch-size 4 --resume " + run_dir("zero-full-3") + "/step-00000004.h5");
+  ASSERT_EQ(from_stage3.status, 0) << from_stage3.output;
+  EXPECT_LT(weights_difference(run_dir("zero-r7") + "/model.safetensors", run_dir("zero-r3") + "/model.safetensors"),
+            1e-6);
+  const std::string dir = run_dir("zero-full-3");
+  const Job exported = launch(std::string(WANTRAIN_WANTRAIN) + " export --checkpoint " + dir + "/latest --out " + dir +
+                              "/exported.safetensors");
+  ASSERT_EQ(exported.status, 0) << exported.output;
+  EXPECT_EQ(weights_difference(dir + "/exported.safetensors", dir + "/model.safetensors"), 0);
+  EXPECT_LT(weights_difference(dir + "/model.safetensors", uninterrupted), 1e-6);
 }
 
 // A shard missing or from another checkpoint, --zero out of range, and a
@@ -191,6 +214,14 @@ TEST_F(Zero, BadShardsAndBadValuesAreOneLineAndTheLatestCheckpointStays) {
   const Job bad = train(2, "zero-bad", "--batch-size 2 --zero 5");
   EXPECT_EQ(bad.status, 2) << bad.output;
   EXPECT_EQ(occurrences(bad.output, "option --zero: must be 0 (off), 1"), 1u) << bad.output;
+  for (const auto& [options, line] :
+       {std::pair<std::string, std::string>{"--zero 3 --lora-rank 4", "option --zero: 3 shards the trained weights"},
+        {"--zero 1 --gather-dtype bf16", "option --gather-dtype: needs --zero 3"},
+        {"--zero 3 --gather-dtype bf16", "option --gather-dtype: bf16 gathers need --precision bf16"}}) {
+    const Job refused = train(1, "zero-bad", "--batch-size 2 " + options);
+    EXPECT_EQ(refused.status, 2) << refused.output;
+    EXPECT_EQ(occurrences(refused.output, line), 1u) << refused.output;
+  }
 
   const Job run = train(2, "zero-shards", "--batch-size 2 --save-every 4 --zero 1 --keep 0");
   ASSERT_EQ(run.status, 0) << run.output;

@@ -199,6 +199,33 @@ TEST(MemoryPlan, ModelStateMatchesTheBuiltModel) {
   zero2.grad_comm_dtype = at::kFloat;
   EXPECT_DOUBLE_EQ(item(wt::wan::plan_memory(zero2), "gradients"), wide_weights / 4 + wide_weights * 1.25);
   EXPECT_DOUBLE_EQ(item(wt::wan::plan_memory(zero2), "optimizer"), 0.5 * wide_weights);
+  // ZeRO-3 over 4 ranks: a quarter of the weights, the root (every
+  // parameter outside the blocks) in fp32 and 3 blocks gathered, in bf16
+  // here; the buckets are the units, runs of one unit's parameters in
+  // reverse order (the head, the blocks, the embeddings).
+  auto zero3 = zero2;
+  zero3.zero_stage = 3;
+  zero3.gather_dtype = at::kBFloat16;
+  double root = 0, block = 0;
+  std::vector<double> units;
+  std::string open_unit = "?";
+  const auto named = wide_model->named_parameters();
+  for (auto it = named.end(); it != named.begin();) {
+    --it;
+    const std::string name = it->key(), unit = name.rfind("blocks.", 0) == 0 ? name.substr(0, name.find('.', 7)) : "";
+    if (unit.empty()) root += double(it->value().nbytes());
+    if (unit == "blocks.0") block += double(it->value().nbytes());
+    if (unit != open_unit) units.push_back(0);
+    open_unit = unit;
+    units.back() += double(it->value().nbytes());
+  }
+  std::sort(units.rbegin(), units.rend());
+  ASSERT_EQ(units.size(), size_t(wider.num_layers + 2));
+  EXPECT_DOUBLE_EQ(item(wt::wan::plan_memory(zero3), "parameters"), wide_weights / 4 + root + 3 * block / 2);
+  EXPECT_DOUBLE_EQ(item(wt::wan::plan_memory(zero3), "gradients"),
+                   wide_weights / 4 + (units[0] + units[1] + units[2]) * 1.25);
+  zero3.gather_dtype = at::kFloat;
+  EXPECT_DOUBLE_EQ(item(wt::wan::plan_memory(zero3), "parameters"), wide_weights / 4 + root + 3 * block);
   s.zero_shards = 1;
   EXPECT_DOUBLE_EQ(item(wt::wan::plan_memory(s), "gradients"), 1.5 * weights);
   s.grad_comm_dtype = at::kFloat;

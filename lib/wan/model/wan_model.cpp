@@ -35,6 +35,12 @@ at::Tensor my_tokens(const at::Tensor& t, int64_t tokens, const distributed::Com
 
 // Wan's WanLayerNorm: normalise in fp32, hand back the input's dtype.
 at::Tensor norm_fp32(torch::nn::LayerNorm& norm, const at::Tensor& x) {
+  const auto& o = norm->options;
+  // A block gathered in bf16 (ZeRO-3) holds its affine norm's weights in bf16.
+  if (o.elementwise_affine() && norm->weight.scalar_type() != torch::kFloat32)
+    return at::layer_norm(x.to(torch::kFloat32), o.normalized_shape(), norm->weight.to(torch::kFloat32),
+                          norm->bias.to(torch::kFloat32), o.eps())
+        .to(x.scalar_type());
   return norm(x.to(torch::kFloat32)).to(x.scalar_type());
 }
 
@@ -316,6 +322,7 @@ at::Tensor WanModelImpl::forward(const at::Tensor& noisy, const at::Tensor& t, c
   } else if (image.y.defined() || image.clip_fea.defined()) {
     throw UsageError(fmt::format("a {} model takes no image condition", model_type_name(cfg.model_type)));
   }
+  if (units_) units_->begin_forward();
   at::Tensor image_context;
   if (cfg.image_branch()) {
     const auto& f = image.clip_fea;
@@ -375,6 +382,7 @@ at::Tensor WanModelImpl::forward(const at::Tensor& noisy, const at::Tensor& t, c
   }
   for (size_t i = 0; i < blocks->size(); ++i) {
     auto& block = *blocks[i]->as<WanBlockImpl>();
+    if (units_) units_->before_block(int64_t(i));
     if (recompute_every_ > 0 && int64_t(i) % recompute_every_ == 0) {
       std::vector<at::Tensor> inputs{tokens, e0, ctx, rope.cos, rope.sin};
       if (image_context.defined()) inputs.push_back(image_context);
@@ -382,9 +390,11 @@ at::Tensor WanModelImpl::forward(const at::Tensor& noisy, const at::Tensor& t, c
     } else {
       tokens = block.forward(tokens, e0, ctx, rope, image_context);
     }
+    if (units_) tokens = units_->after_block(int64_t(i), tokens);
   }
 
   auto out = head(tokens, e);  // [B, L, prod(patch) * out_dim]
+  if (units_) units_->end_forward();
   if (sequence_group_) out = distributed::gather_sequence(out, *sequence_group_).narrow(1, 0, token_count);
   return unpatchify(out, grid, cfg.patch_size, cfg.out_dim);
 }

@@ -23,6 +23,7 @@
 #include "wantrain/distributed/comm.hpp"
 #include "wantrain/nn/attention_chunk.hpp"
 #include "wantrain/nn/linear.hpp"
+#include "wantrain/nn/parameter_units.hpp"
 #include "wantrain/nn/recompute.hpp"
 #include "wantrain/wan/model/image_input.hpp"
 #include "wantrain/wan/model/model_config.hpp"
@@ -176,6 +177,11 @@ class WanModelImpl : public torch::nn::Module {
   // group is the gradient. Error unless num_heads divides by the group's size.
   void set_sequence_parallel(distributed::Comm* group);
   distributed::Comm* sequence_parallel() const { return sequence_group_; }
+  // ZeRO-3 (nn/parameter_units.hpp): each forward has the root and each
+  // block gathered around its use by `units` (nullptr: the parameters are
+  // whole). It must outlive the model's forwards and backwards.
+  void set_parameter_units(nn::ParameterUnits* units) { units_ = units; }
+  nn::ParameterUnits* parameter_units() const { return units_; }
   // The chunk a forward of `batch` samples of `tokens` tokens runs with (0: the whole matrix).
   int64_t attention_chunk_for(int64_t batch, int64_t tokens) const;
 
@@ -197,6 +203,7 @@ class WanModelImpl : public torch::nn::Module {
   RopeTable rope_;
   int64_t recompute_every_ = 0, attention_chunk_ = 0, attention_score_budget_ = nn::kAttentionScoreBudget;
   distributed::Comm* sequence_group_ = nullptr;
+  nn::ParameterUnits* units_ = nullptr;
 };
 
 // Runs a WanModel on whole sequences while it lives (a forward on one rank

@@ -1,0 +1,12 @@
+#include "wantrain/nn/parameter_units.hpp"
+
+namespace wt::nn {
+
+std::string parameter_unit(const std::string& name) {
+  const std::string prefix = "blocks.";
+  if (name.compare(0, prefix.size(), prefix) != 0) return {};
+  const auto end = name.find('.', prefix.size());
+  return name.substr(0, end);
+}
+
+}  // namespace wt::nn

@@ -1,0 +1,40 @@
+// ParameterUnits: a model's parameters sharded by unit (ZeRO-3), each unit
+// whole only around the code that reads it. The units are the repeated
+// blocks (parameters named "blocks.<i>.") and the root: every other
+// parameter (embeddings, head), whole from the start of a forward to the end
+// of its backward. A model that supports sharding calls, in forward:
+//
+//   begin_forward();                          the root whole
+//   for each block i:
+//     before_block(i);                        block i whole, i + 1's gather started
+//     x = after_block(i, block(x));           block i released; in grad mode a hook
+//                                             on x gathers it again for backward
+//   end_forward();
+//
+// The implementation (train::ZeroShards) decides when each unit's memory
+// exists; the model only says where its units begin and end.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <string>
+
+namespace wt::nn {
+
+// The unit a parameter belongs to: "blocks.<i>" for a block's, "" (the root)
+// for any other.
+std::string parameter_unit(const std::string& name);
+
+class ParameterUnits {
+ public:
+  virtual ~ParameterUnits() = default;
+  virtual void begin_forward() = 0;
+  virtual void before_block(int64_t block) = 0;
+  // Returns `output` (with, in grad mode, a hook that gathers the block again
+  // before its backward runs).
+  virtual at::Tensor after_block(int64_t block, const at::Tensor& output) = 0;
+  virtual void end_forward() = 0;
+};
+
+}  // namespace wt::nn
