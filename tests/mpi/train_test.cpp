@@ -413,7 +413,10 @@ TEST(WanbenchStep, ReportsTheStepWithAndWithoutCommunicationAndTheSync) {
 // gradients it keeps between steps are halved too, ZeRO-1's are whole plus
 // the slice.
 TEST(WanbenchStep, ZeroReportsTheShardedStepAndHalfTheMoments) {
-  for (const int stage : {1, 2}) {
+  // ZeRO-3's buckets are its units: each block, the head and the embeddings.
+  std::ifstream config_file(tiny_config());
+  const int64_t buckets = Json::parse(config_file)["num_layers"].get<int64_t>() + 2;
+  for (const int stage : {1, 2, 3}) {
     SCOPED_TRACE("ZeRO-" + std::to_string(stage));
     const Job job =
         launch(mpi_command(2, WANTRAIN_WANBENCH,
@@ -432,8 +435,18 @@ TEST(WanbenchStep, ZeroReportsTheShardedStepAndHalfTheMoments) {
     EXPECT_LE(sharded, 8 * (parameters / 2 + 16) / 1e6);
     const double gradients = z["gradient_MB_per_rank"].get<double>();
     const double slice = 4 * parameters / 2 / 1e6;
-    EXPECT_GE(gradients, (stage == 2 ? 0 : 4 * parameters / 1e6) + slice);
-    EXPECT_LE(gradients, (stage == 2 ? 0 : 4 * (parameters + 32) / 1e6) + slice + 4 * 16 / 1e6);
+    EXPECT_GE(gradients, (stage >= 2 ? 0 : 4 * parameters / 1e6) + slice);
+    EXPECT_LE(gradients, (stage >= 2 ? 0 : 4 * (parameters + 32) / 1e6) + slice + 4 * 16 * buckets / 1e6);
+    // ZeRO-3 holds its slice of the weights between steps, and waited for
+    // gathers inside its step.
+    const double weights = z.value("weight_MB_per_rank", 0.0);
+    if (stage == 3) {
+      EXPECT_GE(weights, slice);
+      EXPECT_LE(weights, slice + 4 * 16 * buckets / 1e6);
+      EXPECT_LE(z["gather_wait_s"].get<double>(), z["step_s"].get<double>());
+    } else {
+      EXPECT_DOUBLE_EQ(weights, 4 * parameters / 1e6);
+    }
     // Its phases are parts of its step.
     EXPECT_LE(z["data_s"].get<double>() + z["forward_s"].get<double>() + z["backward_s"].get<double>() +
                   z["comm_s"].get<double>() + z["optimizer_s"].get<double>(),
