@@ -79,9 +79,9 @@ struct TrainConfig : app::TrainingOptions {
   std::string backend = "auto";
   double bucket_mb = 25.0;
   std::string grad_comm_dtype = "fp32";
-  int zero = 0;  // ZeRO stage
+  int zero = 0;                       // ZeRO stage
   std::string gather_dtype = "auto";  // ZeRO-3: auto (bf16 under --precision bf16, else fp32), fp32 or bf16
-  int sp = 1;    // ranks per sequence-parallel group (Ulysses); 1: off
+  int sp = 1;                         // ranks per sequence-parallel group (Ulysses); 1: off
   bool allow_unused = false;
 
   // checkpoints

@@ -220,8 +220,7 @@ Reducer::Reducer(Comm& comm, NamedTensors parameters, std::vector<at::Tensor> bu
     const at::Tensor& t = s.params[k].tensor;
     const size_t last = s.buckets.empty() ? 0 : s.buckets.back().params.front();
     const bool full = options.unit_of ? unit_of(last) != unit_of(k) : bucket_bytes >= cap_of(s.buckets.size() - 1);
-    const bool new_bucket =
-        s.buckets.empty() || full || s.params[last].tensor.scalar_type() != t.scalar_type();
+    const bool new_bucket = s.buckets.empty() || full || s.params[last].tensor.scalar_type() != t.scalar_type();
     if (new_bucket) {
       s.buckets.emplace_back();
       bucket_bytes = 0;

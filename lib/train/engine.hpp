@@ -137,8 +137,6 @@ struct EngineOptions {
   at::ScalarType gather_dtype = at::kFloat;
 };
 
-
-
 class Engine {
  public:
   // The objective must outlive the Engine.

@@ -37,7 +37,7 @@ struct RunSettings {
   int64_t bucket_bytes = 25 << 20;
   at::ScalarType grad_comm_dtype = at::kFloat;  // EngineOptions::grad_comm_dtype
   bool allow_unused = false;
-  int zero = 0;  // ZeRO stage (EngineOptions::zero)
+  int zero = 0;                              // ZeRO stage (EngineOptions::zero)
   at::ScalarType gather_dtype = at::kFloat;  // ZeRO-3 (EngineOptions::gather_dtype)
   // Ranks per sequence-parallel group (EngineOptions::sequence_parallel):
   // a group reads one batch, so the data is split over world / this.

@@ -35,8 +35,8 @@ ZeroShards::ZeroShards(distributed::Comm& comm, const distributed::Reducer& redu
     : comm_(comm), options_(options), trainable_(trainable) {
   torch::NoGradGuard no_grad;
   if (options_.gather_dtype != at::kFloat && options_.gather_dtype != at::kBFloat16)
-    throw SettingError("gather_dtype",
-                       fmt::format("is {}; weights are gathered in fp32 or bf16", c10::toString(options_.gather_dtype)));
+    throw SettingError("gather_dtype", fmt::format("is {}; weights are gathered in fp32 or bf16",
+                                                   c10::toString(options_.gather_dtype)));
   const int ranks = comm.size(), rank = comm.rank();
   std::map<std::string, size_t> index;
   for (size_t i = 0; i < trainable_.size(); ++i) index.emplace(trainable_[i].first, i);
@@ -52,12 +52,14 @@ ZeroShards::ZeroShards(distributed::Comm& comm, const distributed::Reducer& redu
     for (const auto& e : layout.entries) {
       const at::Tensor& parameter = trainable_[index.at(e.name)].second;
       if (options_.release_weights && nn::parameter_unit(e.name) != unit)
-        throw Error(fmt::format("ZeroShards: bucket {} mixes units '{}' and '{}'", b, unit, nn::parameter_unit(e.name)));
+        throw Error(
+            fmt::format("ZeroShards: bucket {} mixes units '{}' and '{}'", b, unit, nn::parameter_unit(e.name)));
       master.narrow(0, e.offset, e.numel).view(parameter.sizes()).copy_(parameter.detach());
     }
     // Stage 3 gathers the blocks in the gather dtype and keeps the root in
     // fp32 (the time embedding and head compute in fp32).
-    const auto gathered_dtype = options_.release_weights && !unit.empty() ? options_.gather_dtype : master.scalar_type();
+    const auto gathered_dtype =
+        options_.release_weights && !unit.empty() ? options_.gather_dtype : master.scalar_type();
     Unit u;
     u.flat = gathered_dtype == master.scalar_type() ? master : master.to(gathered_dtype);
     for (const auto& e : layout.entries) {
@@ -101,9 +103,8 @@ NamedTensors ZeroShards::gather(const std::vector<at::Tensor>& slices) const {
   return out;
 }
 
-void ZeroShards::gather_each(
-    const std::vector<at::Tensor>& slices,
-    const std::function<void(const std::string& name, const at::Tensor& whole)>& use) const {
+void ZeroShards::gather_each(const std::vector<at::Tensor>& slices,
+                             const std::function<void(const std::string& name, const at::Tensor& whole)>& use) const {
   torch::NoGradGuard no_grad;
   for (size_t b = 0; b < units_.size(); ++b) {
     auto whole = torch::empty({units_[b].flat.numel()}, slices[b].options());

@@ -46,7 +46,7 @@ class Reducer;
 namespace wt::train {
 
 struct ZeroShardsOptions {
-  bool release_weights = false;            // stage 3
+  bool release_weights = false;              // stage 3
   at::ScalarType gather_dtype = at::kFloat;  // stage 3: the blocks' gathered weights (kFloat or kBFloat16)
 };
 
@@ -96,7 +96,7 @@ class ZeroShards : public nn::ParameterUnits {
   // Collective: every unit gathered until release_whole(), for forwards that
   // not every rank runs or not as often (validation, the training sample);
   // the units' calls do nothing meanwhile. From `slices` laid out like
-  // parameter_shares() (the EMA's) instead of the weights, when given.
+  // parameter_shards() (the EMA's) instead of the weights, when given.
   void gather_whole(const std::vector<at::Tensor>* slices = nullptr);
   void release_whole();
   // Bytes of gathered weights now, and the most at once since the last reset.

@@ -83,7 +83,7 @@ double largest_buckets(const WanConfig& model, double cap, int count) {
 // them, in elements: runs of one unit's parameters in reverse registration
 // order (the root's head and embeddings are two).
 struct Units {
-  std::vector<double> runs;  // every run
+  std::vector<double> runs;    // every run
   double root = 0, block = 0;  // the root's elements, one block's
 };
 
@@ -199,8 +199,8 @@ MemoryPlan plan_memory(const MemoryPlanSettings& s) {
     add("gradients",
         fmt::format("fp32, this rank's 1/{} (ZeRO-{}), and the {} largest {} at once while they reduce "
                     "({}{})",
-                    s.zero_shards, s.zero_stage, alive, s.zero_stage == 3 ? "units" : "buckets",
-                    format_bytes(buckets), narrow_comm ? ", 16-bit" : ""),
+                    s.zero_shards, s.zero_stage, alive, s.zero_stage == 3 ? "units" : "buckets", format_bytes(buckets),
+                    narrow_comm ? ", 16-bit" : ""),
         trained / shards + in_flight, dev);
   } else if (shards > 1)
     add("gradients", fmt::format("fp32, in the Reducer's buckets, and the reduced 1/{} slice{}", s.zero_shards, copies),

@@ -92,8 +92,9 @@ TEST_F(SequenceParallelRun, ZeroThreeOnFourRanksTakesTheStepsOfOneRank) {
   const Job stage3 = train(4, "z3-4", "--batch-size 1 --zero 3 --grad-checkpoint blocks --sample-every 10");
   ASSERT_EQ(one.status, 0) << one.output;
   ASSERT_EQ(stage3.status, 0) << stage3.output;
-  EXPECT_EQ(occurrences(stage3.output, "gradients and weights sharded over the 4 ranks (ZeRO-3, blocks gathered in fp32)"),
-            1u)
+  EXPECT_EQ(
+      occurrences(stage3.output, "gradients and weights sharded over the 4 ranks (ZeRO-3, blocks gathered in fp32)"),
+      1u)
       << stage3.output;
   expect_same_run("z3-one", "z3-4", 1e-5);
   EXPECT_TRUE(std::filesystem::exists(run_dir("z3-4") + "/samples/step-00000010.png")) << stage3.output;
