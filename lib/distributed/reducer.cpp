@@ -7,6 +7,7 @@
 #include <torch/csrc/autograd/variable.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <chrono>
 #include <deque>
 #include <mutex>
@@ -215,8 +216,11 @@ Reducer::Reducer(Comm& comm, NamedTensors parameters, std::vector<at::Tensor> bu
   // one has reached its cap (or, by unit, when the unit changes) or the dtype changes.
   auto cap_of = [&](size_t bucket) { return bucket == 0 ? options.first_bucket_bytes : options.bucket_bytes; };
   auto unit_of = [&](size_t k) { return options.unit_of ? options.unit_of(s.params[k].name) : std::string(); };
+  std::vector<size_t> order;  // reverse registration order
+  for (size_t k = s.params.size(); k-- > 0;) order.push_back(k);
+  if (options.unit_of) std::stable_partition(order.begin(), order.end(), [&](size_t k) { return !unit_of(k).empty(); });
   int64_t bucket_bytes = 0;  // of the last bucket
-  for (size_t k = s.params.size(); k-- > 0;) {
+  for (const size_t k : order) {
     const at::Tensor& t = s.params[k].tensor;
     const size_t last = s.buckets.empty() ? 0 : s.buckets.back().params.front();
     const bool full = options.unit_of ? unit_of(last) != unit_of(k) : bucket_bytes >= cap_of(s.buckets.size() - 1);

@@ -73,7 +73,9 @@ struct ReducerOptions {
   at::ScalarType comm_dtype = at::kFloat;
   // Set (ZeRO-3): buckets are the runs of consecutive parameters (in bucket
   // order) of one unit, whatever their size, so that a bucket's slices are
-  // a unit's shards.
+  // a unit's shards. The parameters of unit "" (a model's input side, whose
+  // gradients come last) go after all others, so that no bucket waits for
+  // them (buckets launch in index order).
   std::function<std::string(const std::string& name)> unit_of;
   // Called on the autograd thread, under the Reducer's lock, when the last
   // gradient of a bucket arrived in a synchronising backward (before its

@@ -1,8 +1,8 @@
 // ParameterUnits: a model's parameters sharded by unit (ZeRO-3), each unit
 // whole only around the code that reads it. The units are the repeated
 // blocks (parameters named "blocks.<i>.") and the root: every other
-// parameter (embeddings, head), whole from the start of a forward to the end
-// of its backward. A model that supports sharding calls, in forward:
+// parameter (embeddings, head), whole from the start of a forward until
+// its gradients have arrived. A model that supports sharding calls, in forward:
 //
 //   begin_forward();                          the root whole
 //   for each block i:
@@ -22,9 +22,12 @@
 
 namespace wt::nn {
 
-// The unit a parameter belongs to: "blocks.<i>" for a block's, "" (the root)
-// for any other.
+// The unit a parameter belongs to: "blocks.<i>" for a block's, "head" for
+// the output head's (the root's part whose gradients come first in
+// backward), "" for the rest of the root (embeddings: theirs come last).
 std::string parameter_unit(const std::string& name);
+// Whether a unit is part of the root ("" or "head"): gathered for the whole step.
+bool root_unit(const std::string& unit);
 
 class ParameterUnits {
  public:

@@ -126,9 +126,9 @@ int64_t Engine::gradient_bytes() const { return impl_->reducer->gradient_bytes()
 
 nn::ParameterUnits* Engine::parameter_units() const { return options_.zero == 3 ? impl_->zero.get() : nullptr; }
 
-NamedTensors Engine::weights() const {
-  if (options_.zero != 3) return objective_.trainable();
-  return impl_->zero->gather(impl_->zero->parameter_shards());
+NamedTensors Engine::weights(int rank) const {
+  if (options_.zero != 3) return rank < 0 || rank == comm_.rank() ? objective_.trainable() : NamedTensors{};
+  return impl_->zero->gather(impl_->zero->parameter_shards(), rank);
 }
 
 int64_t Engine::weight_bytes() const {
@@ -156,11 +156,11 @@ WholeWeights::~WholeWeights() {
   if (engine_.options_.zero == 3) engine_.impl_->zero->release_whole();
 }
 
-NamedTensors Engine::ema_weights() const {
+NamedTensors Engine::ema_weights(int rank) const {
   const auto& im = *impl_;
   if (!im.ema) return {};
-  if (!im.zero) return im.ema->averages();
-  return im.zero->gather(tensors_of(im.ema->averages()));
+  if (!im.zero) return rank < 0 || rank == comm_.rank() ? im.ema->averages() : NamedTensors{};
+  return im.zero->gather(tensors_of(im.ema->averages()), rank);
 }
 
 StepResult Engine::step(const Batch& batch, const StepFlags& flags) {

@@ -161,16 +161,18 @@ class Engine {
   // per-bucket slices (ema_weights() has them whole).
   const Ema* ema() const;
   // Collective with zero >= 1: the EMA weights by parameter name, whole on
-  // every rank (empty without an EMA).
-  NamedTensors ema_weights() const;
+  // every rank, or with `rank` >= 0 on that rank only (with zero >= 1 on the
+  // CPU; empty without an EMA and on the other ranks).
+  NamedTensors ema_weights(int rank = -1) const;
   distributed::Comm& comm() { return comm_; }
   Objective& objective() { return objective_; }
   // ZeRO-3: what the model's forward calls around its units (set it with
   // the model's own setter); nullptr otherwise.
   nn::ParameterUnits* parameter_units() const;
   // Collective with zero = 3: the trained weights by parameter name, whole
-  // on every rank (the parameters themselves otherwise).
-  NamedTensors weights() const;
+  // on the CPU of every rank, or with `rank` >= 0 of that rank only (the
+  // parameters themselves otherwise).
+  NamedTensors weights(int rank = -1) const;
   // Bytes of trained weights this rank holds now (with zero = 3: its slices
   // and the units gathered at the moment).
   int64_t weight_bytes() const;

@@ -1,5 +1,6 @@
 #include "wantrain/train/zero_shards.hpp"
 
+#include <c10/core/DeviceGuard.h>
 #include <c10/core/StorageImpl.h>
 #include <fmt/format.h>
 #include <torch/torch.h>
@@ -22,6 +23,7 @@ void free_memory(const at::Tensor& flat) {
 }
 
 void give_memory(const at::Tensor& flat) {
+  const c10::DeviceGuard on(flat.device());  // the allocator's device is the current one
   auto* storage = flat.storage().unsafeGetStorageImpl();
   const size_t bytes = size_t(flat.numel()) * flat.element_size();
   storage->set_data_ptr_noswap(storage->allocator()->allocate(bytes));
@@ -59,7 +61,7 @@ ZeroShards::ZeroShards(distributed::Comm& comm, const distributed::Reducer& redu
     // Stage 3 gathers the blocks in the gather dtype and keeps the root in
     // fp32 (the time embedding and head compute in fp32).
     const auto gathered_dtype =
-        options_.release_weights && !unit.empty() ? options_.gather_dtype : master.scalar_type();
+        options_.release_weights && !nn::root_unit(unit) ? options_.gather_dtype : master.scalar_type();
     Unit u;
     u.flat = gathered_dtype == master.scalar_type() ? master : master.to(gathered_dtype);
     for (const auto& e : layout.entries) {
@@ -74,7 +76,7 @@ ZeroShards::ZeroShards(distributed::Comm& comm, const distributed::Reducer& redu
     shards_.push_back(options_.release_weights ? slice.clone() : slice);
     units_.push_back(std::move(u));
     buckets_of_unit_[unit].push_back(b);
-    if (!unit.empty()) blocks_ = std::max(blocks_, int64_t(std::stoll(unit.substr(unit.find('.') + 1))) + 1);
+    if (!nn::root_unit(unit)) blocks_ = std::max(blocks_, int64_t(std::stoll(unit.substr(unit.find('.') + 1))) + 1);
   }
   for (size_t i = 0; i < trainable_.size(); ++i)
     if (!trainable_[i].second.requires_grad())
@@ -94,9 +96,11 @@ void ZeroShards::all_gather_parameters() {
   for (auto& work : works) work->wait();
 }
 
-NamedTensors ZeroShards::gather(const std::vector<at::Tensor>& slices) const {
-  NamedTensors out(trainable_.size());
+NamedTensors ZeroShards::gather(const std::vector<at::Tensor>& slices, int rank) const {
+  const bool keep = rank < 0 || rank == comm_.rank();
+  NamedTensors out(keep ? trainable_.size() : 0);
   gather_each(slices, [&](const std::string& name, const at::Tensor& whole) {
+    if (!keep) return;
     for (size_t i = 0; i < trainable_.size(); ++i)
       if (trainable_[i].first == name) out[i] = {name, whole.to(at::kCPU, /*non_blocking=*/false, /*copy=*/true)};
   });
@@ -172,6 +176,7 @@ void ZeroShards::release_unit(const std::string& unit) {
 
 void ZeroShards::begin_forward() {
   if (!options_.release_weights || whole_) return;
+  prefetch_unit("head");
   gather_unit("");
   if (blocks_ > 0) prefetch_unit(block_unit(0));
 }
@@ -201,7 +206,10 @@ at::Tensor ZeroShards::after_block(int64_t block, const at::Tensor& output) {
 
 void ZeroShards::end_forward() {
   if (!options_.release_weights || whole_) return;
-  if (!at::GradMode::is_enabled()) release_unit("");
+  if (!at::GradMode::is_enabled()) {
+    release_unit("");
+    release_unit("head");
+  }
 }
 
 void ZeroShards::bucket_ready(size_t bucket) {
@@ -215,6 +223,7 @@ void ZeroShards::release_all() {
 
 void ZeroShards::gather_whole(const std::vector<at::Tensor>* slices) {
   if (!options_.release_weights) return;
+  if (whole_) throw Error("ZeroShards: the whole weights are held already (WholeWeights does not nest)");
   release_all();  // a unit gathered from the weights is not the EMA's
   for (size_t b = 0; b < units_.size(); ++b) gather_async(b, slices ? &(*slices)[b] : nullptr);
   for (size_t b = 0; b < units_.size(); ++b) wait(b);

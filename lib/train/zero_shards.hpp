@@ -77,8 +77,9 @@ class ZeroShards : public nn::ParameterUnits {
   void all_gather_parameters();
   // Collective: per-bucket slices laid out like parameter_shards() (the
   // EMA's, say), gathered whole and cut into tensors shaped like the
-  // parameters, by name, on the CPU (one bucket at a time on the device).
-  NamedTensors gather(const std::vector<at::Tensor>& slices) const;
+  // parameters, by name, on the CPU (one bucket at a time on the device);
+  // with `rank` >= 0 only that rank keeps them (the others get an empty list).
+  NamedTensors gather(const std::vector<at::Tensor>& slices, int rank = -1) const;
   // Collective: the same one bucket at a time, handing each parameter to
   // `use` while only its bucket is whole.
   void gather_each(const std::vector<at::Tensor>& slices,

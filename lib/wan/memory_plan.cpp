@@ -81,27 +81,29 @@ double largest_buckets(const WanConfig& model, double cap, int count) {
 
 // The model's ZeRO-3 units (nn/parameter_units.hpp) as the Reducer forms
 // them, in elements: runs of one unit's parameters in reverse registration
-// order (the root's head and embeddings are two).
+// order, the input side's (unit "") moved last.
 struct Units {
-  std::vector<double> runs;    // every run
+  std::vector<double> runs;    // every run, largest first
   double root = 0, block = 0;  // the root's elements, one block's
+  double total = 0;
 };
 
 Units model_units(const WanConfig& model) {
   Units u;
-  std::string open_unit;
-  for (const auto& [name, shape] : parameter_shapes(model)) {
+  auto shapes = parameter_shapes(model);
+  std::reverse(shapes.begin(), shapes.end());
+  std::stable_partition(shapes.begin(), shapes.end(),
+                        [](const ParameterShape& p) { return !nn::parameter_unit(p.first).empty(); });
+  std::string open_unit = "?";
+  for (const auto& [name, shape] : shapes) {
     const std::string unit = nn::parameter_unit(name);
     const double n = double(element_count(shape));
-    if (unit.empty()) u.root += n;
+    u.total += n;
+    if (nn::root_unit(unit)) u.root += n;
     if (unit == "blocks.0") u.block += n;
-  }
-  const auto shapes = parameter_shapes(model);
-  for (auto it = shapes.rbegin(); it != shapes.rend(); ++it) {
-    const std::string unit = nn::parameter_unit(it->first);
-    if (u.runs.empty() || unit != open_unit) u.runs.push_back(0);
+    if (unit != open_unit) u.runs.push_back(0);
     open_unit = unit;
-    u.runs.back() += double(element_count(it->second));
+    u.runs.back() += n;
   }
   std::sort(u.runs.rbegin(), u.runs.rend());
   return u;
@@ -256,6 +258,21 @@ MemoryPlan plan_memory(const MemoryPlanSettings& s) {
     plan.teacher_forward = inference_memory(*s.teacher, teacher_step);
     detail += fmt::format("; the teacher's forward {}", format_bytes(plan.teacher_forward));
     activations = std::max(activations, plan.teacher_forward);
+  }
+  if (s.zero_stage == 3 && s.zero_shards > 1 && !lora) {
+    // Validation and the training sample gather the whole model (beyond the
+    // units the step holds) and run a forward without gradients; the
+    // sample's on whole sequences, on rank 0.
+    const auto units = model_units(s.model);
+    const double gather_bytes = s.gather_dtype == at::kFloat ? 4 : 2;
+    const double whole = 4 * units.root + (units.total - units.root) * gather_bytes;
+    const double in_step = 4 * units.root + 3 * units.block * gather_bytes;
+    auto forward = step;
+    forward.sequence_parallel = 1;
+    const double evaluation = whole - in_step + inference_memory(s.model, forward);
+    detail += fmt::format("; validation and the sample gather the whole model ({}) for a forward: {}",
+                          format_bytes(whole), format_bytes(evaluation));
+    activations = std::max(activations, evaluation);
   }
   add("activations", detail, activations, dev);
   return plan;

@@ -198,7 +198,7 @@ std::optional<train::SampleReport> WanRun::draw_sample(int64_t step) const {
   // With ZeRO-3 every rank gathers the whole model, so that rank 0 can
   // sample by itself: from the EMA's slices, which it then holds.
   const bool sharded = im.engine_options.zero == 3;
-  const auto ema = sharded ? train::NamedTensors{} : im.engine->ema_weights();
+  const auto ema = sharded ? train::NamedTensors{} : im.engine->ema_weights(/*rank=*/0);
   const train::WholeWeights whole(*im.engine, /*ema=*/true);
   if (im.rank != 0) return std::nullopt;
   WholeSequences alone(*im.model);  // rank 0 samples by itself
@@ -206,8 +206,9 @@ std::optional<train::SampleReport> WanRun::draw_sample(int64_t step) const {
 }
 
 std::string WanRun::save_weights(const std::string& directory, bool write) const {
-  const auto ema_weights = impl_->engine->ema_weights();
-  const auto weights = impl_->engine_options.zero == 3 ? impl_->engine->weights() : train::NamedTensors{};
+  // Collective; only rank 0 (the one that writes) keeps them.
+  const auto ema_weights = impl_->engine->ema_weights(/*rank=*/0);
+  const auto weights = impl_->engine_options.zero == 3 ? impl_->engine->weights(/*rank=*/0) : train::NamedTensors{};
   if (!write) return {};
   const auto* ema = ema_weights.empty() ? nullptr : &ema_weights;
   std::filesystem::create_directories(directory);

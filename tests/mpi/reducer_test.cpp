@@ -7,6 +7,7 @@
 #include <map>
 
 #include "wantrain/distributed/reducer.hpp"
+#include "wantrain/nn/parameter_units.hpp"
 #include "mpi_test_env.hpp"
 #include "wantrain/util/error.hpp"
 
@@ -59,6 +60,29 @@ TEST(Reducer, BucketsTakeParametersInReverseOrderUpToTheirCaps) {
   const auto buffers = reducer.bucket_buffers();
   EXPECT_TRUE(model[2]->as<torch::nn::Linear>()->weight.grad().is_alias_of(buffers[0]));
   EXPECT_TRUE(model[0]->as<torch::nn::Linear>()->bias.grad().is_alias_of(buffers[1]));
+}
+
+// ZeRO-3's buckets are the model's units, whatever their size: the head
+// first, the blocks from the last, and the input side (unit "": the
+// embeddings, an I2V model's image embedding registered after the head)
+// last, since its gradients arrive last and buckets launch in order.
+TEST(Reducer, UnitBucketsPutTheInputSideLast) {
+  wt::distributed::Reducer::NamedTensors parameters;
+  for (const char* name : {"patch_embedding.weight", "blocks.0.q.weight", "blocks.0.q.bias", "blocks.1.q.weight",
+                           "head.head.weight", "img_emb.proj.weight"})
+    parameters.emplace_back(name, torch::ones({3}).requires_grad_());
+  wt::distributed::ReducerOptions options;
+  options.first_bucket_bytes = 1;  // caps do not apply
+  options.bucket_bytes = 1;
+  options.shard = true;
+  options.transient_buckets = true;
+  options.unit_of = wt::nn::parameter_unit;
+  wt::distributed::Reducer reducer(comm(), parameters, {}, options);
+  const std::vector<std::vector<std::string>> expected = {{"head.head.weight"},
+                                                          {"blocks.1.q.weight"},
+                                                          {"blocks.0.q.bias", "blocks.0.q.weight"},
+                                                          {"img_emb.proj.weight", "patch_embedding.weight"}};
+  EXPECT_EQ(reducer.bucket_parameter_names(), expected);
 }
 
 TEST(Reducer, GradientsAreTheAverageOfEveryRanksGradient) {

@@ -91,7 +91,8 @@ TEST(ZeroThree, AModelGatheredUnitByUnitTakesTheReplicatedSteps) {
     int64_t numel = 0;
     for (const auto& [name, t] : named) numel += t.numel();
     // Units: the root (2 buckets: the head, then the embeddings) and 4 blocks.
-    const int64_t buckets = 6, block = numel_of(named, "blocks.0"), root = numel_of(named, "");
+    const int64_t buckets = 6, block = numel_of(named, "blocks.0"),
+                  root = numel_of(named, "") + numel_of(named, "head");
     ASSERT_EQ(root + 4 * block, numel);
     // Between steps each rank holds its fp32 slices alone.
     const int64_t granule = 16 * comm.size();
@@ -171,7 +172,8 @@ TEST(ZeroThree, Bf16GathersHalveTheUnitsAndTrainTheFp32Slices) {
   Engine sharded(comm, sharded_objective, o);
   sharded_objective.model()->set_parameter_units(sharded.parameter_units());
   const auto& named = sharded_objective.trainable();
-  const int64_t block = numel_of(named, "blocks.0"), root = numel_of(named, ""), granule = 16 * comm.size();
+  const int64_t block = numel_of(named, "blocks.0"), root = numel_of(named, "") + numel_of(named, "head"),
+                granule = 16 * comm.size();
   for (int step = 0; step < 3; ++step) {
     const auto a = replicated.step(wan_batch(comm.rank(), step, kPerRank));
     const auto b = sharded.step(wan_batch(comm.rank(), step, kPerRank));

@@ -226,6 +226,12 @@ TEST(MemoryPlan, ModelStateMatchesTheBuiltModel) {
                    wide_weights / 4 + (units[0] + units[1] + units[2]) * 1.25);
   zero3.gather_dtype = at::kFloat;
   EXPECT_DOUBLE_EQ(item(wt::wan::plan_memory(zero3), "parameters"), wide_weights / 4 + root + 3 * block);
+  // Validation and the training sample gather the whole model (beyond the
+  // units a step holds) for a forward on whole sequences.
+  auto forward = zero3.step;
+  forward.sequence_parallel = 1;
+  const double evaluation = (wide_weights - root - 3 * block) + wt::wan::inference_memory(wider, forward);
+  EXPECT_GE(item(wt::wan::plan_memory(zero3), "activations"), evaluation);
   s.zero_shards = 1;
   EXPECT_DOUBLE_EQ(item(wt::wan::plan_memory(s), "gradients"), 1.5 * weights);
   s.grad_comm_dtype = at::kFloat;
