@@ -18,6 +18,7 @@
 #include "wantrain/train/engine.hpp"
 #include "wantrain/train/shard_source.hpp"
 #include "../common/shards.hpp"
+#include "../common/small_models.hpp"
 
 namespace {
 
@@ -192,6 +193,81 @@ TEST(EngineOnGpu, SnapshotHoldsTheGpuStateOnTheCpu) {
   engine.save_state(snapshot);
   EXPECT_EQ(snapshot.model[0].second.data_ptr(), buffer);
   EXPECT_TRUE(torch::equal(snapshot.model[0].second, objective.w()));
+}
+
+// A small WanModel's squared error against a target, on `device`.
+class GpuWanRegression : public wt::train::Objective {
+ public:
+  explicit GpuWanRegression(torch::Device device)
+      : model_(wt::testing::seeded_small_model(wt::testing::small_wan_config(4))) {
+    model_->to(device);
+    for (const auto& item : model_->named_parameters()) trainable_.emplace_back(item.key(), item.value());
+  }
+  const wt::train::NamedTensors& trainable() const override { return trainable_; }
+  std::vector<at::Tensor> buffers() const override { return {}; }
+  wt::train::ObjectiveLoss loss(const wt::train::Batch& b, const wt::train::StepContext&) override {
+    return {(model_->forward(b.at("x"), b.at("t"), b.at("context")) - b.at("y")).square().mean()};
+  }
+  std::string kind() const override { return "wan-regression"; }
+  at::Tensor validation_losses(const wt::train::Batch&) override { return {}; }
+  wt::wan::WanModel& model() { return model_; }
+
+ private:
+  wt::wan::WanModel model_;
+  wt::train::NamedTensors trainable_;
+};
+
+wt::train::Batch wan_batch_of(int rank, int step) {
+  torch::manual_seed(1000 * step + rank);
+  const auto config = wt::testing::small_wan_config(4);
+  wt::train::Batch b;
+  b.tensors["x"] = torch::randn({2, config.in_dim, 2, 4, 4});
+  b.tensors["t"] = torch::rand({2}) * 1000;
+  b.tensors["context"] = torch::randn({2, 5, config.text_dim});
+  b.tensors["y"] = torch::randn({2, config.out_dim, 2, 4, 4});
+  b.indices = {2 * rank, 2 * rank + 1};
+  return b;
+}
+
+// ZeRO-3 on GPUs: units given memory by the caching allocator, gathered by
+// NCCL (the next one's in flight), released after their gradients; the
+// steps follow the CPU's replicated Engine, and the checkpoint snapshot
+// holds the whole weights on rank 0.
+TEST(EngineOnGpu, ZeroThreeFollowsTheCpuAndSnapshotsWholeWeights) {
+  auto gpu = wt::distributed::make_nccl_comm(*g_world, wt::distributed::place_gpus(*g_world), {});
+  wt::distributed::MpiComm cpu(*g_world, {});
+  wt::train::EngineOptions options;
+  options.micro_batch = 2;
+  options.schedule = {0.01, wt::train::Schedule::Constant, 0, 10};
+  options.ema_decay = 0.9;
+  options.zero = 3;
+  for (const int64_t checkpoint : {0, 1}) {
+    SCOPED_TRACE(checkpoint ? "checkpointed blocks" : "plain blocks");
+    GpuWanRegression objective(gpu->device());
+    objective.model()->set_grad_checkpoint(checkpoint);
+    wt::train::Engine engine(*gpu, objective, options);
+    objective.model()->set_parameter_units(engine.parameter_units());
+    GpuWanRegression fresh_reference(torch::kCPU);
+    wt::train::Engine replicated(cpu, fresh_reference, [&] {
+      auto o = options;
+      o.zero = 0;
+      return o;
+    }());
+    for (int step = 0; step < 2; ++step) {
+      const auto want = replicated.step(wan_batch_of(gpu->rank(), step));
+      const auto got = engine.step(wan_batch_of(gpu->rank(), step));
+      EXPECT_NEAR(got.loss, want.loss, 1e-4 * std::abs(want.loss)) << "step " << step;
+    }
+    const auto weights = engine.weights();
+    for (size_t i = 0; i < weights.size(); ++i)
+      EXPECT_TRUE(torch::allclose(weights[i].second, fresh_reference.trainable()[i].second, 1e-3, 1e-4))
+          << weights[i].first;
+    wt::ckpt::Checkpoint snapshot;
+    engine.save_state(snapshot);
+    ASSERT_EQ(snapshot.model.size(), gpu->rank() == 0 ? weights.size() : 0u);
+    for (size_t i = 0; i < snapshot.model.size(); ++i)
+      EXPECT_TRUE(torch::equal(snapshot.model[i].second, weights[i].second)) << weights[i].first;
+  }
 }
 
 // Batches for a GPU come in pinned buffers and are copied with
