@@ -100,10 +100,9 @@ class ZeroShards : public nn::ParameterUnits {
   // parameter_shards() (the EMA's) instead of the weights, when given.
   void gather_whole(const std::vector<at::Tensor>* slices = nullptr);
   void release_whole();
-  // Bytes of gathered weights now, and the most at once since the last reset.
+  // Bytes of gathered weights now, and the most at once since construction.
   int64_t gathered_bytes() const { return gathered_bytes_; }
   int64_t peak_gathered_bytes() const { return peak_gathered_bytes_; }
-  void reset_peak_gathered_bytes() { peak_gathered_bytes_ = gathered_bytes_; }
   // Seconds spent waiting for gathers (not hidden behind compute) since the last call.
   double take_gather_wait_seconds() { return std::exchange(gather_wait_seconds_, 0.0); }
 
