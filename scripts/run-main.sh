@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# The main job on a fresh Debian 12 machine: install what is missing, build,
-# make a small synthetic dataset, train wan-mini on it with 2 ranks using the
+# The main job on a fresh Debian 12 machine: install what is missing, build
+# the three programs it runs, make a small synthetic dataset, train wan-mini on it with 2 ranks using the
 # sample configuration (data/run.ini; TensorBoard files and a sample every 400
 # steps), plot the metrics and print the run report, then sample from the
 # trained weights with a PNG preview. Everything lands in runs/sample/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-scripts/build.sh release
+# Only the programs this job runs: the tests, fuzzers and benchmarks are
+# scripts/test.sh's to build, into the same build/release.
+scripts/build.sh release wantrain wandata wansample
 
 # Open MPI refuses root without these, and 2 ranks on fewer than 2 cores
 # without --oversubscribe; both are harmless otherwise.

@@ -1,19 +1,46 @@
 #!/usr/bin/env bash
 # Every test: install what is missing, build, run the whole CTest suite
 # (unit tests, 2-rank MPI tests under mpiexec, launch tests, the fault suite;
-# GPU tests skip without GPUs), then the ThreadSanitizer build of the
-# threaded parts' tests (the `tsan` preset: Loader, checkpoint writer,
-# watchdog, MpiComm's worker). Builds the `release` preset, or `ci` (warnings
-# are errors) when CI=true. CTest arguments run just those tests of the main
-# build, e.g. scripts/test.sh -L unit
+# GPU tests skip without GPUs), check each test's time against the budget
+# (tests/budget/), then the ThreadSanitizer build of the threaded parts'
+# tests (the `tsan` preset: Loader, checkpoint writer, watchdog, MpiComm's
+# worker). One build, the `release` preset (warnings are errors), for users
+# and CI alike: after scripts/run-main.sh only the tests are left to compile.
+# CTest arguments run just those tests of the main build, e.g.
+#   scripts/test.sh -L unit
+# At the end it prints the wall time of each stage.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-preset=release
-if [ "${CI:-}" = "true" ]; then preset=ci; fi
 
-scripts/build.sh "$preset"
-ctest --preset "$preset" "$@"
+stages=()
+stage_start=$SECONDS
+stage_done() {
+  stages+=("$(printf '%-28s %5d s' "$1" $((SECONDS - stage_start)))")
+  stage_start=$SECONDS
+}
+report() {
+  echo "test.sh: wall time by stage"
+  for s in "${stages[@]}"; do echo "  $s"; done
+  printf '  %-28s %5d s\n' total "$SECONDS"
+}
+trap report EXIT
+
+build=build/release
+scripts/build.sh release
+stage_done "build (release)"
+
+# The costs of the last measured run, so that a fresh build directory (CI's
+# clone) starts the longest tests first; CTest updates the copy as it runs.
+mkdir -p "$build/Testing/Temporary"
+[ -f "$build/Testing/Temporary/CTestCostData.txt" ] ||
+  cp tests/budget/ctest-costs.txt "$build/Testing/Temporary/CTestCostData.txt"
+ctest --preset release --output-junit "$PWD/$build/test-times.xml" "$@"
+stage_done "ctest (release)"
+python3 tests/budget/check_test_times.py --allowed tests/budget/long-tests.txt "$build/test-times.xml"
+
 if [ $# -eq 0 ]; then
   scripts/build.sh tsan
+  stage_done "build (tsan)"
   ctest --preset tsan
+  stage_done "ctest (tsan)"
 fi

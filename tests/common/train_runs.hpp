@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/build_paths.hpp"
 #include "../common/launch.hpp"
 #include "wantrain/io/safetensors.hpp"
 
@@ -24,7 +25,6 @@ inline constexpr double kHangGuardSeconds = 150;
 
 inline std::string tiny_config() { return std::string(WANTRAIN_SOURCE_DIR) + "/data/configs/wan-tiny.json"; }
 
-#ifdef WANTRAIN_WANDATA
 // A fresh synthetic dataset in wan-tiny's shape (one 8x8 latent frame, text
 // 16 x 64) of `samples` samples in 2 shards, in fresh(name); its path.
 inline std::string synth_tiny_data(const std::string& name, int samples, int seed) {
@@ -35,7 +35,6 @@ inline std::string synth_tiny_data(const std::string& name, int samples, int see
   EXPECT_EQ(synth.status, 0) << synth.output;
   return dir;
 }
-#endif
 
 inline std::vector<Json> read_metrics(const std::string& dir) {
   std::vector<Json> lines;

@@ -20,6 +20,7 @@
 #include <vector>
 #include <nlohmann/json.hpp>
 
+#include "../common/build_paths.hpp"
 #include "../common/launch.hpp"
 #include "wantrain/io/safetensors.hpp"
 #include "wantrain/util/error.hpp"

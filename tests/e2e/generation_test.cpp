@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/build_paths.hpp"
 #include "../common/launch.hpp"
 #include "wantrain/data/dataset.hpp"
 #include "wantrain/data/shard.hpp"

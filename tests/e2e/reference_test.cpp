@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "../common/build_paths.hpp"
 #include "../common/launch.hpp"
 #include "wantrain/wan/euler_sampler.hpp"
 #include "wantrain/wan/model/model_config.hpp"

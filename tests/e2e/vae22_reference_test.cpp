@@ -13,6 +13,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "../common/build_paths.hpp"
 #include "../common/launch.hpp"
 #include "wantrain/io/safetensors.hpp"
 #include "wantrain/util/error.hpp"

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "../common/build_paths.hpp"
 #include "../common/launch.hpp"
 #include "wantrain/data/dataset.hpp"
 #include "wantrain/io/safetensors.hpp"

@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "../common/build_paths.hpp"
 #include "../common/launch.hpp"
 #include "../common/train_runs.hpp"
 #include "wantrain/ckpt/checkpoint.hpp"

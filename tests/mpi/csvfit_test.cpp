@@ -9,6 +9,7 @@
 #include <random>
 #include <string>
 
+#include "../common/build_paths.hpp"
 #include "../common/launch.hpp"
 #include "../common/train_runs.hpp"
 #include "wantrain/io/safetensors.hpp"

@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "../common/build_paths.hpp"
 #include "../common/launch.hpp"
 #include "wantrain/data/dataset.hpp"
 #include "wantrain/io/safetensors.hpp"

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <string>
 
+#include "../common/build_paths.hpp"
 #include "../common/launch.hpp"
 
 namespace {

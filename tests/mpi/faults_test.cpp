@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <string>
 
+#include "../common/build_paths.hpp"
 #include "../common/launch.hpp"
 #include "../common/train_runs.hpp"
 #include "wantrain/ckpt/checkpoint.hpp"

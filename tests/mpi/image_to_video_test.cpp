@@ -9,6 +9,7 @@
 #include <string>
 #include <tuple>
 
+#include "../common/build_paths.hpp"
 #include "../common/launch.hpp"
 #include "../common/train_runs.hpp"
 #include "wantrain/data/dataset.hpp"

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <torch/torch.h>
 
+#include "../common/build_paths.hpp"
 #include "../common/launch.hpp"
 #include "wantrain/distributed/device_placement.hpp"
 #include "wantrain/util/process.hpp"

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "../common/build_paths.hpp"
 #include "../common/launch.hpp"
 #include "../common/train_runs.hpp"
 #include "wantrain/ckpt/checkpoint.hpp"

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <string>
 
+#include "../common/build_paths.hpp"
 #include "../common/launch.hpp"
 #include "../common/train_runs.hpp"
 

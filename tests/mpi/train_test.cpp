@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/build_paths.hpp"
 #include "../common/launch.hpp"
 #include "../common/shards.hpp"
 #include "../common/train_runs.hpp"

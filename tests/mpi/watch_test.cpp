@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/build_paths.hpp"
 #include "../common/launch.hpp"
 #include "../common/train_runs.hpp"
 

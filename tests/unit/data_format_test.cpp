@@ -11,6 +11,7 @@
 #include <set>
 #include <sstream>
 
+#include "../common/build_paths.hpp"
 #include "../common/shards.hpp"
 #include "wantrain/data/dataset.hpp"
 #include "wantrain/io/h5.hpp"

@@ -13,6 +13,7 @@
 #include <sstream>
 #include <string>
 
+#include "../common/build_paths.hpp"
 #include "../common/small_models.hpp"
 #include "wantrain/io/pth.hpp"
 #include "wantrain/util/error.hpp"

@@ -16,11 +16,11 @@ namespace {
 // (LayerNorm and Linear their input, a product its factors, GELU its input,
 // softmax its output); tensors saved twice are counted once, and the
 // [B, L, 1] statistics of the norms are left out (1/dim of a term).
-struct Part {
+struct BlockPart {
   double per_token = 0, per_context = 0, per_score = 0;
 };
 struct BlockBytes {
-  Part self_attention, cross_attention, feed_forward;
+  BlockPart self_attention, cross_attention, feed_forward;
 };
 
 BlockBytes block_bytes(const WanConfig& c, bool autocast, bool chunked) {
@@ -107,7 +107,7 @@ ActivationMemory activation_memory(const WanConfig& c, const ActivationSettings&
 
   auto b = block_bytes(c, autocast, chunked);
   // Bytes of one part for the batch: per token, per context position, per score.
-  auto bytes = [&](const Part& part, double score_columns) {
+  auto bytes = [&](const BlockPart& part, double score_columns) {
     return batch *
            (part.per_token * tokens + part.per_context * context + part.per_score * heads * all_tokens * score_columns);
   };
