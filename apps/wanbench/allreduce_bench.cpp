@@ -1,3 +1,4 @@
+#include "bench_timing.hpp"
 #include "allreduce_bench.hpp"
 
 #include <ATen/ATen.h>
@@ -179,11 +180,6 @@ Collective make_collective(const std::string& kind, distributed::MpiComm& comm, 
   }
   c.bus_factor = n > 1 ? double(n - 1) / n : 0.0;
   return c;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 }  // namespace

@@ -1,3 +1,4 @@
+#include "bench_timing.hpp"
 #include "ckpt_bench.hpp"
 
 #include <fcntl.h>
@@ -36,13 +37,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 // The baseline: the same bytes written with write(2) in 8 MiB pieces, fsync'd.
 double plain_write_seconds(const std::string& path, int64_t bytes) {
   static const std::vector<char> piece(8 << 20, 1);

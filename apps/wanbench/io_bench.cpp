@@ -1,3 +1,4 @@
+#include "bench_timing.hpp"
 #include "io_bench.hpp"
 
 #include <ATen/ATen.h>
@@ -48,10 +49,6 @@ struct Shape {
     return total;
   }
 };
-
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
 
 // Writes the benchmark dataset once (random values; only the bytes matter);
 // a later run reuses it when it was made with the same samples and shards.
@@ -117,11 +114,6 @@ int64_t loader_epoch(data::Loader& loader) {
     bytes += batch.latents.size(0) * (s.latents_bytes() + s.text_bytes());
   }
   return bytes;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 }  // namespace

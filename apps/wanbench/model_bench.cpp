@@ -1,3 +1,4 @@
+#include "bench_timing.hpp"
 #include "model_bench.hpp"
 
 #include <fmt/format.h>
@@ -31,8 +32,6 @@
 namespace wt {
 namespace {
 
-constexpr double kMiB = 1024.0 * 1024.0;
-
 struct ModelBenchConfig {
   std::string config_file, model_config, size = "32x32", precision = "fp32", attention_chunk = "auto";
   int64_t batch = 2, frames = 5, grad_checkpoint = 0;
@@ -56,15 +55,6 @@ struct Point {
   std::vector<OpTime> ops;  // --profile: operators by self time over `iters` more steps
   double activations_mib() const { return peak_mib - state_mib; }
 };
-
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 Point measure(const wan::WanConfig& config, const ModelBenchConfig& c, Point p) {
   nn::count_tensor_memory();

@@ -1,3 +1,4 @@
+#include "bench_timing.hpp"
 #include "optim_bench.hpp"
 
 #include <fmt/format.h>
@@ -25,11 +26,6 @@ struct OptimBenchConfig {
   std::string config_file, model_config = "data/configs/wan-small.json";
   int rounds = 7, threads = 1;
 };
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 // The model's trainable parameters with gradients, and an AdamW over them
 // that has taken one step (its state exists, as in training).

@@ -1,3 +1,4 @@
+#include "bench_timing.hpp"
 #include "step_bench.hpp"
 
 #include <fmt/format.h>
@@ -43,8 +44,6 @@ struct StepBenchConfig {
 };
 
 using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
-
 double over_ranks(const distributed::World& world, double value, MPI_Op op) {
   double out = 0;
   MPI_CHECK(MPI_Allreduce(&value, &out, 1, MPI_DOUBLE, op, world.comm()));

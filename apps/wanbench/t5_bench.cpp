@@ -1,3 +1,4 @@
+#include "bench_timing.hpp"
 #include "t5_bench.hpp"
 
 #include <fmt/format.h>
@@ -23,23 +24,12 @@
 namespace wt {
 namespace {
 
-constexpr double kMiB = 1024.0 * 1024.0;
-
 struct T5BenchConfig {
   std::string config_file, t5_config, weights, save_weights, save_inputs, save_outputs, dtype = "bf16";
   int64_t layers = 0, vocab = 0, tokens = 100, prompts = 1, seed = 0;
   int iters = 3, warmup = 1, threads = 0, profile = 0;
   bool json = false;
 };
-
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 }  // namespace
 

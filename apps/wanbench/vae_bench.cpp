@@ -1,3 +1,4 @@
+#include "bench_timing.hpp"
 #include "vae_bench.hpp"
 
 #include <fmt/format.h>
@@ -31,8 +32,6 @@
 namespace wt {
 namespace {
 
-constexpr double kMiB = 1024.0 * 1024.0;
-
 struct VaeBenchConfig {
   std::string config_file, vae_config, weights, save_weights, save_inputs, save_outputs;
   std::string frames = "17", size = "128x128", dtype = "fp32", pass = "both";
@@ -51,16 +50,6 @@ struct Point {
   std::vector<double> encode_all, decode_all;  // every timed pass
   std::vector<OpTime> encode_ops, decode_ops;  // --profile
 };
-
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 bool ends_with(const std::string& s, const std::string& end) {
   return s.size() >= end.size() && s.compare(s.size() - end.size(), end.size(), end) == 0;

@@ -170,8 +170,8 @@ void expect_matches_reference(const char* name, const wt::wan::ClipVisionConfig&
             << " of max |reference| " << scale << "\n";
 }
 
-const wt::wan::ClipVisionConfig kTiny{/*image_size=*/28, /*patch_size=*/14, /*dim=*/160,
-                                      /*mlp_ratio=*/4,   /*num_heads=*/2,   /*num_layers=*/3};
+const wt::wan::ClipVisionConfig kTinyClip{/*image_size=*/28, /*patch_size=*/14, /*dim=*/160,
+                                          /*mlp_ratio=*/4,   /*num_heads=*/2,   /*num_layers=*/3};
 
 }  // namespace
 
@@ -179,7 +179,7 @@ const wt::wan::ClipVisionConfig kTiny{/*image_size=*/28, /*patch_size=*/14, /*di
 // (the resize an identity) and a batch of two.
 TEST(ClipReference, TinyTowerMatchesTheReference) {
   torch::manual_seed(31);
-  expect_matches_reference("tiny", kTiny, {{"format", "pt"}}, torch::rand({2, 3, 28, 28}) * 2 - 1);
+  expect_matches_reference("tiny", kTinyClip, {{"format", "pt"}}, torch::rand({2, 3, 28, 28}) * 2 - 1);
 }
 
 // Non-square images of another size (the bicubic resize shrinks one side
@@ -200,7 +200,7 @@ TEST(ClipReference, ResizedNonSquareImagesAndHeadsFromMetadataMatchTheReference)
 TEST(ClipReference, ATorchSavedStateDictLoadsToTheSameFeatures) {
   const std::string dir = wt::testing::fresh("clip-files");
   std::filesystem::create_directories(dir);
-  wt::io::write_safetensors(dir + "/clip.safetensors", released_state_dict(kTiny, 22), torch::kFloat32);
+  wt::io::write_safetensors(dir + "/clip.safetensors", released_state_dict(kTinyClip, 22), torch::kFloat32);
   const std::string pth = dir + "/models_clip_open-clip-xlm-roberta-large-vit-huge-14.pth";
   const auto job = wt::testing::launch(
       std::string(WANTRAIN_PYTHON) + " -c \"import sys, torch; sys.path.insert(0, '" + WANTRAIN_SOURCE_DIR +
@@ -238,7 +238,7 @@ TEST(ClipReference, ATorchSavedStateDictLoadsToTheSameFeatures) {
 TEST(ClipReference, HuggingFaceNamesLoadToTheSameFeatures) {
   const std::string dir = wt::testing::fresh("clip-hugging-face");
   std::filesystem::create_directories(dir);
-  const auto released = released_state_dict(kTiny, 24);
+  const auto released = released_state_dict(kTinyClip, 24);
   const auto hf = hugging_face_state_dict(released);
   const std::string official = dir + "/clip.safetensors", comfy = dir + "/clip_vision_h.safetensors";
   wt::io::write_safetensors(official, released, torch::kFloat32);
@@ -253,12 +253,12 @@ TEST(ClipReference, HuggingFaceNamesLoadToTheSameFeatures) {
   const auto got = wt::wan::load_clip_vision(comfy, torch::kFloat32, torch::kCPU);
   EXPECT_EQ(want->weights_layout(), "official names");
   EXPECT_EQ(got->weights_layout(), "Hugging Face names");
-  EXPECT_EQ(got->config().image_size, kTiny.image_size);
-  EXPECT_EQ(got->config().patch_size, kTiny.patch_size);
-  EXPECT_EQ(got->config().dim, kTiny.dim);
-  EXPECT_EQ(got->config().mlp_ratio, kTiny.mlp_ratio);
-  EXPECT_EQ(got->config().num_heads, kTiny.num_heads);
-  EXPECT_EQ(got->config().num_layers, kTiny.num_layers);
+  EXPECT_EQ(got->config().image_size, kTinyClip.image_size);
+  EXPECT_EQ(got->config().patch_size, kTinyClip.patch_size);
+  EXPECT_EQ(got->config().dim, kTinyClip.dim);
+  EXPECT_EQ(got->config().mlp_ratio, kTinyClip.mlp_ratio);
+  EXPECT_EQ(got->config().num_heads, kTinyClip.num_heads);
+  EXPECT_EQ(got->config().num_layers, kTinyClip.num_layers);
   const auto want_params = want->named_parameters(), got_params = got->named_parameters();
   ASSERT_EQ(got_params.size(), want_params.size());
   for (const auto& item : want_params) EXPECT_TRUE(torch::equal(got_params[item.key()], item.value())) << item.key();
@@ -304,7 +304,7 @@ TEST(ClipReference, HuggingFaceNamesLoadToTheSameFeatures) {
 TEST(ClipReference, FilesWithoutTheTowerAreRefusedInOneLine) {
   const std::string dir = wt::testing::fresh("clip-bad-files");
   std::filesystem::create_directories(dir);
-  const auto full = released_state_dict(kTiny, 23);
+  const auto full = released_state_dict(kTinyClip, 23);
   const auto write = [&](const std::string& file, const std::function<bool(std::pair<std::string, at::Tensor>&)>& keep,
                          const std::map<std::string, std::string>& metadata = {{"format", "pt"}}) {
     wt::io::NamedTensors tensors;
@@ -361,7 +361,7 @@ TEST(ClipReference, TheDefaultIsVitH14AndTheNamesAreTheOfficialOnes) {
   EXPECT_EQ(vit_h.tokens(), 257);
   const std::string dir = wt::testing::fresh("clip-names");
   std::filesystem::create_directories(dir);
-  std::ofstream(dir + "/config.json") << config_json(kTiny);
+  std::ofstream(dir + "/config.json") << config_json(kTinyClip);
   const auto job = wt::testing::launch(std::string(WANTRAIN_PYTHON) + " -c \"import sys, json; sys.path.insert(0, '" +
                                        WANTRAIN_SOURCE_DIR +
                                        "/tests/reference'); import clip_reference as r; "
@@ -369,7 +369,7 @@ TEST(ClipReference, TheDefaultIsVitH14AndTheNamesAreTheOfficialOnes) {
                                        dir + "/config.json'))))\"");
   ASSERT_EQ(job.status, 0) << job.output;
   const auto official = nlohmann::json::parse(job.output);
-  wt::wan::ClipVision tower(kTiny);
+  wt::wan::ClipVision tower(kTinyClip);
   const auto params = tower->named_parameters();
   EXPECT_EQ(params.size(), official.size());
   for (const auto& item : params) {

@@ -23,6 +23,10 @@
 #include "wantrain/wan/vae/wan22_vae.hpp"
 #include "wantrain/wan/vae/wan_vae.hpp"
 
+// Its own namespace: the unity build compiles it with the other e2e tests,
+// whose helpers have the same names.
+namespace vae22_reference {
+
 namespace {
 
 bool ends_with(const std::string& s, const std::string& end) {
@@ -402,3 +406,5 @@ TEST(VideoVae, WeightFilesSayWhichVaeTheyHoldAndLoadByName) {
     }
   }
 }
+
+}  // namespace vae22_reference

@@ -23,6 +23,10 @@
 #include "wantrain/wan/vae/vae_weights.hpp"
 #include "wantrain/wan/vae/wan_vae.hpp"
 
+// Its own namespace: the unity build compiles it with the other e2e tests,
+// whose helpers have the same names.
+namespace vae_reference {
+
 namespace {
 
 bool ends_with(const std::string& s, const std::string& end) {
@@ -447,3 +451,5 @@ TEST(ImageCondition, ALastPictureOfAnotherSizeIsFittedAndEachGoesToClipAlone) {
   EXPECT_TRUE(torch::equal(both.narrow(0, 0, config.tokens()), clip->features(first.unsqueeze(0))[0]));
   EXPECT_TRUE(torch::equal(both.narrow(0, config.tokens(), config.tokens()), clip->features(last.unsqueeze(0))[0]));
 }
+
+}  // namespace vae_reference

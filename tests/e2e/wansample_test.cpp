@@ -14,6 +14,10 @@
 #include "wantrain/wan/model/wan_model.hpp"
 #include "wantrain/wan/model/weights.hpp"
 
+// Its own namespace: the unity build compiles it with the other e2e tests,
+// whose helpers have the same names.
+namespace wansample_test {
+
 namespace {
 
 using wt::testing::fresh;
@@ -339,3 +343,5 @@ TEST_F(Wansample, ATi2vModelHoldsTheFirstFrameItStartsFrom) {
       wt::testing::occurrences(t2v.output, "option --first-frame: a ti2v model's, with --data (this model is t2v)"), 1u)
       << t2v.output;
 }
+
+}  // namespace wansample_test

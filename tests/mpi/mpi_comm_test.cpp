@@ -14,8 +14,6 @@ using wt::distributed::ReduceOp;
 const std::vector<at::ScalarType> kDtypes = {at::kFloat, at::kDouble, at::kBFloat16, at::kHalf, at::kInt, at::kLong};
 constexpr int64_t kCount = 1031;  // not a power of two, nor a multiple of the chunk sizes tested below
 
-wt::distributed::Comm& comm() { return test_comm(); }
-
 // Rank r holds (r + 1) * (i % 7 + 1): small integers, exact in every dtype.
 torch::Tensor base(int64_t n) { return torch::arange(n, torch::kLong).remainder(7).add(1); }
 torch::Tensor input_of(int rank, at::ScalarType dtype, int64_t n = kCount) { return (base(n) * (rank + 1)).to(dtype); }

@@ -13,8 +13,6 @@
 
 namespace {
 
-wt::distributed::Comm& comm() { return test_comm(); }
-
 // `layers` Linear(width, width) in a row.
 torch::nn::Sequential toy_model(int64_t width, int layers = 3) {
   torch::nn::Sequential model;

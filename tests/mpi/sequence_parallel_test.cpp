@@ -14,8 +14,6 @@ namespace {
 
 using wt::distributed::Comm;
 
-Comm& comm() { return test_comm(); }
-
 // The same [B, L, H, D] on every rank.
 torch::Tensor whole(int64_t seed, int64_t tokens, int64_t heads) {
   torch::manual_seed(seed);

@@ -20,7 +20,7 @@ using wt::wan::WanConfig;
 
 namespace {
 
-WanConfig tiny_config() {
+WanConfig tiny_wan_config() {
   WanConfig c;
   c.dim = 32;
   c.ffn_dim = 64;
@@ -79,13 +79,13 @@ void expect_same_parameters(torch::nn::Module& a, torch::nn::Module& b, double t
 
 TEST_F(Safetensors, RoundTripInEachDtype) {
   torch::manual_seed(1);
-  wt::wan::WanModel source(tiny_config());
+  wt::wan::WanModel source(tiny_wan_config());
   for (auto dtype : {torch::kFloat32, torch::kFloat16, torch::kBFloat16}) {
     SCOPED_TRACE(c10::toString(dtype));
     const std::string file = path("model.safetensors");
     wt::wan::save_weights(*source, file, dtype);
     torch::manual_seed(2);
-    wt::wan::WanModel target(tiny_config());
+    wt::wan::WanModel target(tiny_wan_config());
     const auto report = wt::wan::load_weights(*target, file);
     EXPECT_TRUE(report.complete());
     EXPECT_EQ(report.loaded.size(), source->parameters().size());
@@ -132,18 +132,18 @@ TEST_F(Safetensors, DiffusersNamesMapBothWays) {
     EXPECT_EQ(wt::wan::diffusers_name(official), diffusers);
     EXPECT_EQ(wt::wan::official_name(diffusers), official);
   }
-  auto flf2v = tiny_config();
+  auto flf2v = tiny_wan_config();
   flf2v.model_type = wt::wan::ModelType::FLF2V;
   flf2v.image_dim = 8;
   flf2v.in_dim = 2 * flf2v.out_dim + 4;
-  for (const auto& config : {tiny_config(), flf2v})
+  for (const auto& config : {tiny_wan_config(), flf2v})
     for (const auto& [name, shape] : wt::wan::parameter_shapes(config))
       EXPECT_EQ(wt::wan::official_name(wt::wan::diffusers_name(name)), name);
 }
 
 TEST_F(Safetensors, LoadsByDiffusersNames) {
   torch::manual_seed(3);
-  wt::wan::WanModel source(tiny_config());
+  wt::wan::WanModel source(tiny_wan_config());
   const std::string file = path("diffusers.safetensors");
   wt::wan::save_weights(*source, file, torch::kFloat32, wt::wan::WeightNames::Diffusers);
   const auto header = wt::io::SafetensorsFile::open(file);
@@ -151,7 +151,7 @@ TEST_F(Safetensors, LoadsByDiffusersNames) {
   EXPECT_NE(header.find("blocks.1.attn2.to_out.0.weight"), nullptr);
   EXPECT_EQ(header.find("head.head.weight"), nullptr);
   torch::manual_seed(4);
-  wt::wan::WanModel target(tiny_config());
+  wt::wan::WanModel target(tiny_wan_config());
   const auto report = wt::wan::load_weights(*target, file);
   EXPECT_TRUE(report.diffusers_names);
   expect_same_parameters(*source, *target, 0);
@@ -159,7 +159,7 @@ TEST_F(Safetensors, LoadsByDiffusersNames) {
 
 TEST_F(Safetensors, LoadsAModelSplitByAnIndex) {
   torch::manual_seed(5);
-  wt::wan::WanModel source(tiny_config());
+  wt::wan::WanModel source(tiny_wan_config());
   wt::io::NamedTensors first, second;
   nlohmann::json index = {{"metadata", {{"total_size", 0}}}, {"weight_map", nlohmann::json::object()}};
   for (const auto& item : source->named_parameters()) {
@@ -172,7 +172,7 @@ TEST_F(Safetensors, LoadsAModelSplitByAnIndex) {
   wt::io::write_safetensors(path("model-00002-of-00002.safetensors"), second, torch::kBFloat16);
   std::ofstream(path("model.safetensors.index.json")) << index.dump(2);
   torch::manual_seed(6);
-  wt::wan::WanModel target(tiny_config());
+  wt::wan::WanModel target(tiny_wan_config());
   EXPECT_TRUE(wt::wan::load_weights(*target, path("model.safetensors.index.json")).complete());
   expect_same_parameters(*source, *target, 1e-2);
 
@@ -194,7 +194,7 @@ TEST_F(Safetensors, LoadsAModelSplitByAnIndex) {
 
 TEST_F(Safetensors, StrictLoadNamesMissingUnexpectedAndMismatchedTensorsAndChangesNothing) {
   torch::manual_seed(7);
-  wt::wan::WanModel source(tiny_config());
+  wt::wan::WanModel source(tiny_wan_config());
   wt::io::NamedTensors tensors;
   for (const auto& item : source->named_parameters()) {
     if (item.key() == "blocks.0.modulation") continue;  // missing
@@ -207,7 +207,7 @@ TEST_F(Safetensors, StrictLoadNamesMissingUnexpectedAndMismatchedTensorsAndChang
   wt::io::write_safetensors(file, tensors, torch::kFloat32);
 
   torch::manual_seed(8);
-  wt::wan::WanModel target(tiny_config());
+  wt::wan::WanModel target(tiny_wan_config());
   const auto before = target->parameters()[0].clone();
   try {
     wt::wan::load_weights(*target, file);
