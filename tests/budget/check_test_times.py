@@ -8,7 +8,6 @@ than its listed limit. Prints the slowest tests.
 
   check_test_times.py --allowed tests/budget/long-tests.txt build/release/test-times.xml
   check_test_times.py ... --table 20        # the markdown table of development.md
-  check_test_times.py ... --costs tests/budget/ctest-costs.txt   # CTest's scheduling costs
 """
 import argparse
 import sys
@@ -53,18 +52,12 @@ def main():
     parser.add_argument("--allowed", required=True, help="tests allowed over 120 s, with their limits")
     parser.add_argument("--slowest", type=int, default=10, help="how many of the slowest tests to print")
     parser.add_argument("--table", type=int, default=0, help="print the N slowest as a markdown table instead")
-    parser.add_argument("--costs", help="write CTest's cost file (CTestCostData.txt format) of these times here")
     args = parser.parse_args()
 
     allowed = read_allowed(args.allowed)
     times = read_times(args.junit)
     slowest = sorted(times.items(), key=lambda kv: -kv[1])
 
-    if args.costs:
-        with open(args.costs, "w") as f:
-            for name, seconds in sorted(times.items()):
-                f.write(f"{name} 1 {seconds:.3f}\n")
-            f.write("---\n")
     if args.table:
         print("| test | seconds |\n| --- | ---: |")
         for name, seconds in slowest[: args.table]:
