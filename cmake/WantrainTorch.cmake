@@ -26,6 +26,8 @@ target_link_libraries(wantrain_torch_pch PUBLIC wantrain_torch MPI::MPI_CXX spdl
 target_compile_options(wantrain_torch_pch PUBLIC -Winvalid-pch)
 target_precompile_headers(wantrain_torch_pch PRIVATE <torch/torch.h>)
 
+# Every target that reuses the PCH is also compiled in unity batches.
 function(wantrain_use_torch_pch target)
   target_precompile_headers(${target} REUSE_FROM wantrain_torch_pch)
+  wantrain_unity_build(${target})
 endfunction()
