@@ -91,19 +91,13 @@ preempt)
   }
   signal_and_requeue preempted
   # SLURM holds a requeued job back for two minutes, while slurmd finishes
-  # the old run; start it as soon as the old run's slurmstepd processes are
-  # gone, asking again while it is still pending (one early ask is ignored
-  # while the old run is being cleaned up: that waited out the two minutes).
-  for _ in $(seq 240); do
-    pgrep -f "slurmstepd: \[$job\." >/dev/null || break
-    sleep 0.25
-  done
+  # the old run; start it as soon as the old run's slurmstepd processes are gone.
   for _ in $(seq 120); do
-    s=$(state "$job")
-    [ -z "$s" ] || [ "$s" = "RUNNING" ] && break
-    [ "$s" != "PENDING" ] || scontrol update JobId="$job" StartTime=now >/dev/null 2>&1 || true
+    pgrep -f "slurmstepd: \[$job\." >/dev/null || break
     sleep 0.5
   done
+  sleep 2
+  scontrol update JobId="$job" StartTime=now >/dev/null 2>&1 || true
   wait_gone "$job" 240
   out=$(cat "$work/preempted-$job.out")
   grep -q "stopping at step [0-9]* on SIGUSR1: checkpoint" <<<"$out" || { echo "$out"; fail "no checkpoint on USR1"; }
