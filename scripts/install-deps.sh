@@ -54,6 +54,9 @@ else
 fi
 
 echo "install-deps: installing ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-"${sudo[@]}" apt-get update -q
-"${sudo[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
+# Another process may hold the package lock (a fresh machine's unattended
+# upgrades): apt-get-waiting.sh waits for it, bounded, and says so.
+apt=("${sudo[@]}" env DEBIAN_FRONTEND=noninteractive WANTRAIN_APT_LOCK_TIMEOUT="${WANTRAIN_APT_LOCK_TIMEOUT:-600}"
+     "$(dirname "$0")/apt-get-waiting.sh")
+"${apt[@]}" update -q
+"${apt[@]}" install -y -q --no-install-recommends "${missing[@]}"

@@ -23,6 +23,7 @@
 #include "wantrain/util/text.hpp"
 #include "wantrain/wan/dataset_encoder.hpp"
 #include "wantrain/wan/model/weights.hpp"
+#include "wantrain/wan/vae/release_video.hpp"
 #include "wantrain/wan/vae/video_vae.hpp"
 
 namespace wt {
@@ -30,11 +31,16 @@ namespace {
 
 struct EncodeConfig {
   std::string config_file, input, out, vae, vae_config,
-      vae_dtype = "fp32", t5, t5_config, t5_dtype = "bf16", tokenizer, size = "832x480", buckets,
-      bucket_area = "832x480", frames = "81", frame_buckets = "longest", caption_extension = ".txt",
+      vae_dtype = "fp32", t5, t5_config, t5_dtype = "bf16", tokenizer,
+      size,         // empty: the VAE's release size (wan/vae/release_video.hpp)
+      buckets,      //
+      bucket_area,  // empty: the VAE's release size
+      frames,       // empty: the VAE's release length
+      frame_buckets = "longest", caption_extension = ".txt",
       frame_extraction = "head", latent_dtype = "fp32", emb_dtype = "bf16", device = "auto", condition = "none", clip,
       clip_dtype = "fp32";
-  int64_t frame_stride = 1, frame_sample = 1, text_len = 512, items_per_shard = 16, bucket_step = 16,
+  int64_t frame_stride = 1, frame_sample = 1, text_len = 512, items_per_shard = 16,
+          bucket_step = 0,  // 0: the VAE's size multiple
           max_pixels = int64_t(8192) * 8192, max_frames = 100000;
   double fps = 0;
   int decode_threads = 1, threads = 0;
@@ -67,19 +73,20 @@ std::vector<int64_t> parse_frames(const std::string& text) {
 
 // The picture sizes: --size alone (one, today's fixed shape), or the
 // resolution buckets of --buckets: `auto` (the maximal sizes within
-// --bucket-area, sides multiples of --bucket-step) or a list.
-std::vector<media::FrameSize> parse_sizes_options(const EncodeConfig& c, bool size_given) {
+// --bucket-area, sides multiples of --bucket-step) or a list. `vae`: the
+// VAE named in the check of --bucket-step, whose `multiple` it must be.
+std::vector<media::FrameSize> parse_sizes_options(const EncodeConfig& c, bool size_given, const std::string& vae,
+                                                  int64_t multiple) {
   auto size_of = [](const std::string& text, const char* option) {
     const auto wh = parse_sizes(text, "WIDTHxHEIGHT", "832x480", option);
     return media::FrameSize{int(wh[0]), int(wh[1])};
   };
   if (c.buckets.empty()) return {size_of(c.size, "size")};
   if (size_given) throw UsageError("option --size: not with --buckets (the buckets are the sizes)");
-  if (c.bucket_step < 16 || c.bucket_step % 16)
-    throw UsageError(
-        fmt::format("option --bucket-step: {} is not a multiple of 16 (the VAE's 8, then the DiT's 2x2 "
-                    "patches)",
-                    c.bucket_step));
+  if (c.bucket_step < multiple || c.bucket_step % multiple)
+    throw UsageError(fmt::format("option --bucket-step: {} is not a multiple of {} (the {}'s {}, then the DiT's 2x2 "
+                                 "patches)",
+                                 c.bucket_step, multiple, vae, multiple / 2));
   if (c.buckets == "auto") {
     const auto area = size_of(c.bucket_area, "bucket-area");
     if (int64_t(area.width) * area.height > c.max_pixels)
@@ -126,26 +133,34 @@ int run_encode(distributed::World& world, int argc, char** argv) {
            "(musubi-tuner's); relative paths are relative to the list")
       .add("caption-extension", &c.caption_extension, "the sidecar captions' extension in a folder")
       .add("frames", &c.frames,
-           "frames per clip, 4k + 1 (latent frames 1 + k); or frame buckets, e.g. 1,17,33,81: a video gives clips "
+           "frames per clip, 4k + 1 (latent frames 1 + k; default the release's: 81 with Wan2.1's VAE, 121 with "
+           "Wan2.2's); or frame buckets, e.g. 1,17,33,81: a video gives clips "
            "of the longest listed length it fills (--frame-buckets). With a list or --buckets an image is a 1-frame "
            "sample; with one length, only when it is 1")
       .choice("frame-buckets", &c.frame_buckets, {"longest", "all"},
               "with a --frames list: clips of the longest length a video fills, or of every length it fills")
-      .add("fps", &c.fps, "resample clips to this frame rate by their timestamps (Wan2.1: 16); 0 keeps the source's")
+      .add("fps", &c.fps,
+           "resample clips to this frame rate by their timestamps (the releases: 16 for Wan2.1 and A14B, 24 for "
+           "TI2V-5B); 0 keeps the source's")
       .choice("frame-extraction", &c.frame_extraction, {"head", "slide", "uniform"},
               "which clips of a video: head (the first --frames), slide (one every --frame-stride frames), uniform "
               "(--frame-sample clips spread evenly)")
       .add("frame-stride", &c.frame_stride, "frames between clip starts, with slide")
       .add("frame-sample", &c.frame_sample, "clips per video, with uniform")
       .add("size", &c.size,
-           "WIDTHxHEIGHT of every sample, multiples of 16: each frame is scaled to cover it (area filter) and "
-           "centre-cropped (without --buckets)")
+           "WIDTHxHEIGHT of every sample, multiples of 16 (Wan2.1's VAE) or 32 (Wan2.2's): each frame is scaled to "
+           "cover it (area filter) and centre-cropped (without --buckets; default the release's: 832x480 with "
+           "Wan2.1's VAE, 1280x704 with Wan2.2's)")
       .add("buckets", &c.buckets,
            "resolution buckets: auto (every maximal size within --bucket-area, aspect 1:4 to 4:1) or a list, e.g. "
            "832x480,480x832,624x624; each item goes to the one nearest its aspect ratio, scaled to cover it and "
            "centre-cropped")
-      .add("bucket-area", &c.bucket_area, "with --buckets auto: the pixel budget WIDTHxHEIGHT of a bucket")
-      .add("bucket-step", &c.bucket_step, "bucket sides are multiples of this (16: the VAE's 8, the DiT's 2x2 patches)")
+      .add("bucket-area", &c.bucket_area,
+           "with --buckets auto: the pixel budget WIDTHxHEIGHT of a bucket (default the release's size: 832x480 with "
+           "Wan2.1's VAE, 1280x704 with Wan2.2's)")
+      .add("bucket-step", &c.bucket_step,
+           "bucket sides are multiples of this (default the VAE's: 16 for Wan2.1's, its stride 8 times the DiT's "
+           "2x2 patches; 32 for Wan2.2's)")
       .flag("bucket-no-upscale", &c.bucket_no_upscale,
             "with --buckets: an item smaller than its bucket gets a bucket of its own size (sides rounded down to "
             "--bucket-step; scaled down to the bucket's area if larger) instead of being enlarged")
@@ -199,8 +214,18 @@ int run_encode(distributed::World& world, int argc, char** argv) {
       if (r.name == name) return r.source != "default";
     return false;
   };
+  // The VAE's kind (read from its tensors' names and shapes, nothing loaded
+  // yet) sets the defaults: the release's video, and sizes in its multiple.
+  const auto vae_config = wan::video_vae_config(c.vae, c.vae_config);
+  const auto release = wan::release_video(vae_config);
+  const std::string vae_name = std::string(wan::vae_version_name(vae_config.version)) + " VAE";
+  const std::string release_size = fmt::format("{}x{}", release.width, release.height);
+  if (c.size.empty()) c.size = release_size;
+  if (c.bucket_area.empty()) c.bucket_area = release_size;
+  if (c.frames.empty()) c.frames = std::to_string(release.frames);
+  if (!given("bucket-step")) c.bucket_step = release.size_multiple;
   wan::EncodeBuckets buckets;
-  buckets.sizes = parse_sizes_options(c, given("size"));
+  buckets.sizes = parse_sizes_options(c, given("size"), vae_name, release.size_multiple);
   buckets.frames = parse_frames(c.frames);
   buckets.choice = c.frame_buckets == "all" ? media::FrameBucketChoice::All : media::FrameBucketChoice::Longest;
   buckets.bucketed = !c.buckets.empty() || buckets.frames.size() > 1;
@@ -215,7 +240,7 @@ int run_encode(distributed::World& world, int argc, char** argv) {
                     {"condition", "condition"},
                     {"step", "bucket-step"},
                     {"items_per_shard", "items-per-shard"}});
-  wan::check_buckets(buckets);
+  wan::check_buckets(buckets, release.size_multiple);
   if (c.items_per_shard < 1) throw UsageError("option --items-per-shard: must be at least 1");
   if (c.fps < 0) throw UsageError("option --fps: must be 0 (the source's rate) or positive");
   if (c.frame_stride < 1 || c.frame_sample < 1)
@@ -252,7 +277,7 @@ int run_encode(distributed::World& world, int argc, char** argv) {
   wan::ClipVision clip(nullptr);
   std::unique_ptr<wan::TextEncoder> text;
   world.agree([&] {
-    vae = wan::open_video_vae(c.vae, c.vae_config, app::float_dtype(c.vae_dtype));
+    vae = wan::open_video_vae(c.vae, vae_config, app::float_dtype(c.vae_dtype));
     vae->to(chosen.device);
     vae->eval();
     if (!c.clip.empty()) clip = wan::load_clip_vision(c.clip, app::float_dtype(c.clip_dtype), chosen.device);

@@ -39,6 +39,7 @@
 #include "wantrain/wan/memory_plan.hpp"
 #include "wantrain/wan/encoders/text_encoder.hpp"
 #include "wantrain/wan/image_condition.hpp"
+#include "wantrain/wan/vae/release_video.hpp"
 #include "wantrain/wan/vae/video_vae.hpp"
 #include "wantrain/wan/video_output.hpp"
 #include "wantrain/util/error.hpp"
@@ -58,9 +59,9 @@ struct SampleConfig {
       device = "auto", prompt, negative_prompt, t5, t5_config, t5_dtype = "bf16", tokenizer, noise, vae, vae_config,
       vae_dtype = "fp32", video, frames_dir, image, last_image, clip, clip_dtype = "fp32", cfg = "5", high_noise,
       low_noise, attention_chunk = "auto";
-  int64_t index = 0, frames = 0, max_area = 480 * 832;
+  int64_t index = 0, frames = 0, max_area = 0;  // 0: the VAE's release (wan/vae/release_video.hpp)
   int steps = 50, threads = 0;
-  double shift = 5.0, fps = 16, boundary = 0;
+  double shift = 5.0, fps = 0, boundary = 0;  // fps 0: the VAE's release
   uint64_t seed = 0;
   bool compare = false, offload_experts = false, first_frame = false;
   std::vector<std::string> loras, lora_scales, loras_high, loras_low;
@@ -114,8 +115,12 @@ int run(distributed::World&, int argc, char** argv) {
       .add("data", &c.data, "condition on the text embedding of a dataset sample (shape from the dataset)")
       .add("text", &c.text, "condition on an HDF5 file of embeddings: /text_emb [N,L,D] or [L,D], optional /text_len")
       .add("index", &c.index, "which sample of --data or row of --text")
-      .add("frames", &c.frames, "with --prompt: video frames, 4k + 1 (default 81); with --text: latent frames")
-      .add("size", &c.size, "with --prompt: video WIDTHxHEIGHT (default 832x480); with --text: latent HxW")
+      .add("frames", &c.frames,
+           "with --prompt: video frames, 4k + 1 (default the release's: 81 with Wan2.1's VAE, 121 with Wan2.2's "
+           "TI2V-5B); with --text: latent frames")
+      .add("size", &c.size,
+           "with --prompt: video WIDTHxHEIGHT (default the release's: 832x480 with Wan2.1's VAE, 1280x704 with "
+           "Wan2.2's); with --text: latent HxW")
       .add("noise", &c.noise,
            "start from this noise instead of the seed's: an HDF5 /noise of [C, F, H, W] latents (to follow "
            "another implementation step for step)")
@@ -148,13 +153,18 @@ int run(distributed::World&, int argc, char** argv) {
            "(models_clip_open-clip-xlm-roberta-large-vit-huge-14.pth or safetensors of its names, or ComfyUI's "
            "clip_vision_h.safetensors)")
       .choice("clip-dtype", &c.clip_dtype, {"fp32", "bf16"}, "CLIP weights and compute")
-      .add("max-area", &c.max_area, "with --image: the video's pixels (default 480x832, Wan's 480p)")
-      .add("vae", &c.vae, "decode the sample with this Wan2.1 VAE (Wan2.1_VAE.pth, ComfyUI or diffusers weights)")
-      .add("vae-config", &c.vae_config, "VAE shape as JSON (the official constructor's keys); default Wan2.1's")
+      .add("max-area", &c.max_area,
+           "with --image: the video's pixels (default the release size's: 832x480 with Wan2.1's VAE, 1280x704 with "
+           "Wan2.2's)")
+      .add("vae", &c.vae,
+           "decode the sample with this VAE, Wan2.1's or Wan2.2's (told apart by their tensors): Wan2.1_VAE.pth, "
+           "Wan2.2_VAE.pth, ComfyUI's or diffusers' weights")
+      .add("vae-config", &c.vae_config,
+           "VAE shape as JSON (the official constructor's keys); default the released shape of the VAE --vae holds")
       .choice("vae-dtype", &c.vae_dtype, {"fp32", "bf16"}, "VAE weights and compute")
       .add("video", &c.video, "with --vae: write the video here (.mp4: H.264; .mkv, .webm, .gif, .mov too)")
       .add("frames-dir", &c.frames_dir, "with --vae: write the frames as PNGs into this folder")
-      .add("fps", &c.fps, "the video's frame rate (Wan2.1: 16)")
+      .add("fps", &c.fps, "the video's frame rate (default the release's: 16 with Wan2.1's VAE, 24 with Wan2.2's)")
       .add("png", &c.png,
            "also write a PNG preview (the 4 channels that vary most, one row of frames each; under it the dataset's "
            "own sample)")
@@ -241,8 +251,8 @@ int run(distributed::World&, int argc, char** argv) {
     throw UsageError("option --image: with --prompt or --text (--data samples bring their own condition)");
   if (!c.last_image.empty() && c.image.empty()) throw UsageError("option --last-image: needs --image");
   if (!c.clip.empty() && c.image.empty()) throw UsageError("option --clip: encodes --image: give it too");
-  if (c.max_area < 256) throw UsageError("option --max-area: must be at least 256 pixels (16x16)");
-  if (!(c.fps > 0)) throw UsageError("option --fps: must be positive");
+  if (c.max_area != 0 && c.max_area < 256) throw UsageError("option --max-area: must be at least 256 pixels (16x16)");
+  if (c.fps < 0) throw UsageError("option --fps: must be positive (0: the release's)");
   for (const auto& [option, path] : {std::pair{"weights", c.weights},
                                      {"checkpoint", c.checkpoint},
                                      {"high-noise", c.high_noise},
@@ -282,6 +292,10 @@ int run(distributed::World&, int argc, char** argv) {
   wan::VideoVaeConfig vae_config = wan::video_vae_config(c.vae, c.vae_config);
   if (c.vae.empty() && c.vae_config.empty() && config.out_dim == wan::Vae22Config{}.z_dim)
     vae_config.version = wan::VaeVersion::Wan22;
+  // The defaults of the video: the release's of this VAE's models.
+  const auto release = wan::release_video(vae_config);
+  if (c.max_area == 0) c.max_area = release.width * release.height;
+  if (c.fps == 0) c.fps = release.fps;
   const char* model_type = wan::model_type_name(config.model_type);
   const bool ti2v = config.model_type == wan::ModelType::TI2V;
   if (!c.image.empty() && !config.image_conditioned() && !ti2v)
@@ -359,9 +373,10 @@ int run(distributed::World&, int argc, char** argv) {
                              : wan::image_video_size(picture.size(1), picture.size(2), c.max_area, multiple);
       wh = {size.width, size.height};
     } else {
-      wh = parse_sizes(c.size.empty() ? "832x480" : c.size, "WIDTHxHEIGHT", "832x480", "size");
+      const std::string release_size = fmt::format("{}x{}", release.width, release.height);
+      wh = parse_sizes(c.size.empty() ? release_size : c.size, "WIDTHxHEIGHT", release_size.c_str(), "size");
     }
-    const int64_t frames = c.frames > 0 ? c.frames : 81, spatial = vae_config.spatial_factor(),
+    const int64_t frames = c.frames > 0 ? c.frames : release.frames, spatial = vae_config.spatial_factor(),
                   temporal = vae_config.temporal_factor();
     if ((frames - 1) % temporal || wh[0] % (2 * spatial) || wh[1] % (2 * spatial))
       throw UsageError(

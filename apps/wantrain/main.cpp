@@ -80,7 +80,13 @@ MemorySummary memory_summary(distributed::World& world, const distributed::Comm&
   if (!model_config) return {};
   if (!data && cfg.plan_latents.empty())
     return {"memory plan: needs the token count: give --data, or --plan-latents FxHxW\n", {}};
-  std::optional<wan::MemoryPlan> memory;
+  // The device planned for: --plan-device, or this run's. A plan for GPUs
+  // where none is visible (a login node) takes each GPU's memory from
+  // --gpu-memory, or assumes an 80 GiB one.
+  const bool visible_gpu = comm.device().is_cuda();
+  const bool gpu_plan = cfg.plan_device == "cuda" || (cfg.plan_device == "auto" && visible_gpu);
+  const at::Device plan_device = gpu_plan ? (visible_gpu ? comm.device() : at::Device(at::kCUDA, 0)) : at::kCPU;
+  std::optional<wan::MemoryPlan> root, other;  // rank 0's (with the checkpoint copy) and another rank's
   std::string bucket_rows;
   world.agree([&] {
     std::vector<std::pair<std::string, std::array<int64_t, 3>>> shapes;  // (bucket, latents F, H, W)
@@ -107,48 +113,65 @@ MemorySummary memory_summary(distributed::World& world, const distributed::Comm&
     // buckets, every shape's are held at once.
     double loader_bytes = 0;
     for (const auto& shape : shapes) loader_bytes += sample_bytes(shape.second);
-    std::vector<wan::MemoryPlan> plans;
+    std::vector<wan::MemoryPlan> roots, others;
     for (const auto& [name, latents] : shapes) {
       auto settings =
-          memory_plan_settings(cfg, *model_config, teacher_config, latents, loader_bytes, comm.device(), world.size());
-      if (data)
-        settings.staged_bytes = double(train::staged_bytes_per_sample(data->largest_shape(), comm.device().is_cuda()));
+          memory_plan_settings(cfg, *model_config, teacher_config, latents, loader_bytes, plan_device, world.size());
+      if (data) settings.staged_bytes = double(train::staged_bytes_per_sample(data->largest_shape(), gpu_plan));
       settings.loader_shapes = int(shapes.size());
       settings.runtime_bytes = current_rss_bytes();
-      settings.checkpoint_snapshot = world.is_root();
       try {
-        plans.push_back(wan::plan_memory(settings));
+        settings.checkpoint_snapshot = true;
+        roots.push_back(wan::plan_memory(settings));
+        settings.checkpoint_snapshot = false;
+        others.push_back(wan::plan_memory(settings));
       } catch (const UsageError& e) {  // latents that do not fit the patch: name where they came from
         if (data) throw;
         throw UsageError(fmt::format("option --plan-latents: {}", e.what()));
       }
     }
-    const auto total = [&](const wan::MemoryPlan& p) { return comm.device().is_cuda() ? p.device_total() : p.total(); };
-    const size_t largest = size_t(std::max_element(plans.begin(), plans.end(),
+    const auto total = [&](const wan::MemoryPlan& p) { return gpu_plan ? p.device_total() : p.total(); };
+    const size_t largest = size_t(std::max_element(roots.begin(), roots.end(),
                                                    [&](const auto& x, const auto& y) { return total(x) < total(y); }) -
-                                  plans.begin());
+                                  roots.begin());
     if (shapes.size() > 1)
       for (size_t b = 0; b < shapes.size(); ++b)
         bucket_rows += fmt::format("  bucket {:<14} {:>10}  total; activations {}{}\n", shapes[b].first,
-                                   wan::format_bytes(total(plans[b])), wan::format_bytes(plans[b].activations.total()),
+                                   wan::format_bytes(total(roots[b])), wan::format_bytes(roots[b].activations.total()),
                                    b == largest ? " (the largest: the plan below)" : "");
-    memory = plans[largest];
+    root = roots[largest];
+    other = others[largest];
   });
-  // What the plan is held against: the GPU's memory (GPU runs) and the node's, shared by its ranks.
-  const auto device = comm.device();
-  std::optional<double> device_bytes;
-  std::string table = bucket_rows.empty() ? memory->describe()
-                                          : "memory plan per rank, per bucket:\n" + bucket_rows + memory->describe();
-  if (device.is_cuda()) {
-    const double capacity = distributed::cuda_device_memory_bytes(device.index());
-    if (capacity > 0) device_bytes = capacity;  // 0: unreadable, no comparison
-    table += fmt::format("  {:<16} {:>10}  this rank's GPU ({})\n", "capacity",
-                         capacity > 0 ? wan::format_bytes(capacity) : std::string("unknown"), device.str());
+  // This rank's plan is shown (rank 0's, which prints it, with the
+  // checkpoint copy); the limits hold the node's ranks together.
+  const auto& shown = world.is_root() ? *root : *other;
+  std::string table = bucket_rows.empty() ? shown.describe()
+                                          : "memory plan per rank, per bucket:\n" + bucket_rows + shown.describe();
+  wan::MemoryLimits limits;
+  limits.gpu_plan = gpu_plan;
+  limits.host_bytes = physical_memory_bytes();
+  limits.ranks_on_host = world.local_size();
+  std::string device_line;
+  if (!gpu_plan) {
+    device_line = cfg.plan_device == "cpu" ? "--plan-device cpu"
+                                           : "auto: this run is on the CPU (--plan-device cuda plans a job for GPUs)";
+  } else if (cfg.gpu_memory > 0) {
+    limits.device_bytes = cfg.gpu_memory * double(1 << 30);
+    limits.device_source = "--gpu-memory";
+    device_line = visible_gpu ? "this rank's GPU (" + comm.device().str() + ")" : "--plan-device cuda";
+  } else if (visible_gpu) {
+    const double capacity = distributed::cuda_device_memory_bytes(comm.device().index());
+    if (capacity > 0) limits.device_bytes = capacity;  // 0: unreadable, no comparison
+    limits.device_source = "this rank's GPU (" + comm.device().str() + ")";
+    device_line = cfg.plan_device == "cuda" ? "--plan-device cuda" : "auto: " + limits.device_source;
+  } else {
+    limits.device_bytes = 80.0 * double(1 << 30);
+    limits.device_source = "assumed, as this run has no GPU (--gpu-memory GiB)";
+    device_line = "--plan-device cuda";
   }
-  const double host = physical_memory_bytes();
-  table += fmt::format("  {:<16} {:>10}  this node's memory, shared by {} rank{} on it\n", "host",
-                       wan::format_bytes(host), world.local_size(), world.local_size() == 1 ? "" : "s");
-  return {table, wan::memory_warnings(*memory, device_bytes, host, world.local_size())};
+  table += fmt::format("  {:<16} {:>10}  {}\n", "planned for", gpu_plan ? "GPUs" : "CPU", device_line);
+  table += wan::describe_limits(*root, *other, limits);
+  return {table, wan::memory_warnings(*root, *other, limits)};
 }
 
 int run(distributed::World& world, int argc, char** argv) {
@@ -282,6 +305,16 @@ int run(distributed::World& world, int argc, char** argv) {
   if (!on_cpu.empty() && world.is_root()) spdlog::warn("{}", on_cpu);
   world.agree([&] { comm = distributed::make_comm(world, choice, comm_options); });
 
+  // A memory plan for another device than this run's is for planning only.
+  world.agree([&] {
+    const bool visible_gpu = comm->device().is_cuda();
+    if (cfg.plan_device != "auto" && (cfg.plan_device == "cuda") != visible_gpu && !cfg.dry_run)
+      throw UsageError(fmt::format("option --plan-device: {} is not this run's device ({}): only with --dry-run",
+                                   cfg.plan_device, comm->device().str()));
+    if (cfg.gpu_memory > 0 && cfg.plan_device == "auto" && !visible_gpu)
+      throw UsageError(
+          "option --gpu-memory: the plan is for the CPU, this run's device: add --plan-device cuda to plan for GPUs");
+  });
   // The run plan, computed once: what the banner prints and everything below uses.
   train::RunPlan plan;
   world.agree([&] {

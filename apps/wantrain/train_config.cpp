@@ -57,7 +57,12 @@ void declare_options(OptionSet& o, TrainConfig& c) {
       .add("init", &c.init, "weights to start from: safetensors file or index, torch.save .pth, or a checkpoint")
       .add("plan-latents", &c.plan_latents,
            "FxHxW: the latent frames, height and width the memory plan assumes without --data (480p, 81 frames: "
-           "21x60x104)");
+           "21x60x104)")
+      .choice("plan-device", &c.plan_device, {"auto", "cpu", "cuda"},
+              "the device the memory plan is for: auto (this run's: a GPU when the rank sees one), or cuda to plan "
+              "a GPU job where no GPU is visible (a login node; with --dry-run)")
+      .add("gpu-memory", &c.gpu_memory,
+           "GiB of each GPU that a plan for GPUs is held against (0: the visible GPU's; 80 when none is visible)");
   o.group("objective")
       .choice("timestep-sampling", &c.timestep_sampling, {"uniform", "logit-normal"}, "how sigma is drawn")
       .add("logit-mean", &c.logit_mean, "mean of logit-normal sigma sampling")
@@ -167,6 +172,8 @@ void validate(const TrainConfig& c) {
   sigma_range(c);            // throws on a malformed range
   grad_checkpoint_every(c);  // likewise
   if (!c.plan_latents.empty()) plan_latents(c);
+  require(c.gpu_memory >= 0, "gpu-memory", "must be 0 (the visible GPU's) or a positive number of GiB");
+  require(c.gpu_memory == 0 || c.plan_device != "cpu", "gpu-memory", "not with --plan-device cpu (a plan for the CPU)");
   require(c.timestep_range.empty() || c.mode != "distill", "timestep-range", "not available with --mode distill yet");
   require(c.text_drop >= 0 && c.text_drop <= 1, "text-drop", "must be a probability in [0, 1]");
   require(c.image_drop >= 0 && c.image_drop <= 1, "image-drop", "must be a probability in [0, 1]");

@@ -294,20 +294,51 @@ std::string MemoryPlan::describe() const {
   return out;
 }
 
-std::vector<std::string> memory_warnings(const MemoryPlan& plan, std::optional<double> device_bytes, double host_bytes,
-                                         int ranks_on_host) {
+double host_per_node(const MemoryPlan& root, const MemoryPlan& other, int ranks_on_host) {
+  auto need = [](const MemoryPlan& p) { return std::max(p.host_total(), p.startup_host_bytes); };
+  return need(root) + double(std::max(ranks_on_host, 1) - 1) * need(other);
+}
+
+namespace {
+
+const char* kFittingAJob = "(docs/training.md, \"Fitting a job\")";
+
+std::string ranks_text(int ranks) { return ranks == 1 ? "1 rank" : fmt::format("{} ranks", ranks); }
+
+}  // namespace
+
+std::string describe_limits(const MemoryPlan& root, const MemoryPlan& other, const MemoryLimits& limits) {
+  std::string out;
+  const double device = std::max(root.device_total(), other.device_total());
+  if (limits.gpu_plan)
+    out += fmt::format("  {:<16} {:>10}  each GPU: {}\n", "capacity",
+                       limits.device_bytes ? format_bytes(*limits.device_bytes) : std::string("unknown"),
+                       limits.device_source);
+  out += fmt::format("  {:<16} {:>10}  this node's memory, shared by {} on it\n", "host", format_bytes(limits.host_bytes),
+                     ranks_text(limits.ranks_on_host));
+  if (limits.gpu_plan)
+    out += fmt::format("  {:<16} {:>10}  {}\n", "on each GPU", format_bytes(device),
+                       !limits.device_bytes            ? std::string("not compared: the GPU's memory is unknown")
+                       : device <= *limits.device_bytes ? fmt::format("fits in {}", format_bytes(*limits.device_bytes))
+                                                        : fmt::format("does not fit in {}", format_bytes(*limits.device_bytes)));
+  const double node = host_per_node(root, other, limits.ranks_on_host);
+  out += fmt::format("  {:<16} {:>10}  {}: {} this node's {}\n", "host per node", format_bytes(node),
+                     limits.ranks_on_host == 1 ? std::string("its 1 rank") : fmt::format("its {} ranks together", limits.ranks_on_host),
+                     node <= limits.host_bytes ? "fits in" : "does not fit in", format_bytes(limits.host_bytes));
+  return out;
+}
+
+std::vector<std::string> memory_warnings(const MemoryPlan& root, const MemoryPlan& other, const MemoryLimits& limits) {
   std::vector<std::string> warnings;
-  const double share = host_bytes / double(std::max(ranks_on_host, 1));
-  const double host_need = std::max(plan.host_total(), plan.startup_host_bytes);
-  const char* knobs = "(docs/training.md, \"Fitting a job\")";
-  if (host_need > share)
-    warnings.push_back(fmt::format(
-        "the memory plan needs {} of host memory per rank, more than this node's {} shared by {} rank{} ({} each) {}",
-        format_bytes(host_need), format_bytes(host_bytes), ranks_on_host, ranks_on_host == 1 ? "" : "s",
-        format_bytes(share), knobs));
-  if (device_bytes && plan.device_total() > *device_bytes)
-    warnings.push_back(fmt::format("the memory plan needs {} on the GPU, more than its {} {}",
-                                   format_bytes(plan.device_total()), format_bytes(*device_bytes), knobs));
+  const double node = host_per_node(root, other, limits.ranks_on_host);
+  if (node > limits.host_bytes)
+    warnings.push_back(fmt::format("the memory plan needs {} of host memory on this node ({} on it), more than its {} {}",
+                                   format_bytes(node), ranks_text(limits.ranks_on_host),
+                                   format_bytes(limits.host_bytes), kFittingAJob));
+  const double device = std::max(root.device_total(), other.device_total());
+  if (limits.gpu_plan && limits.device_bytes && device > *limits.device_bytes)
+    warnings.push_back(fmt::format("the memory plan needs {} on each GPU, more than its {} ({}) {}", format_bytes(device),
+                                   format_bytes(*limits.device_bytes), limits.device_source, kFittingAJob));
   return warnings;
 }
 

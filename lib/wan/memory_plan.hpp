@@ -83,10 +83,27 @@ struct MemoryPlan {
 
 MemoryPlan plan_memory(const MemoryPlanSettings& settings);
 
-// One line per limit the plan exceeds (empty when it fits): the device's
-// memory, when known, and the host's memory shared by `ranks_on_host` ranks.
-std::vector<std::string> memory_warnings(const MemoryPlan& plan, std::optional<double> device_bytes, double host_bytes,
-                                         int ranks_on_host);
+// What a job's plans are held against: each GPU (a plan for GPUs) and the
+// memory of the node, shared by its ranks.
+struct MemoryLimits {
+  bool gpu_plan = false;               // the plans are for GPUs (MemoryPlanSettings::on_device)
+  std::optional<double> device_bytes;  // each GPU's memory (nullopt: unknown, nothing compared)
+  std::string device_source;           // where that figure comes from: "this rank's GPU (cuda:0)", ...
+  double host_bytes = 0;               // this node's memory
+  int ranks_on_host = 1;
+};
+
+// The host memory a node's ranks need together: rank 0's plan (`root`,
+// with the checkpoint copy) and ranks_on_host - 1 others' (`other`), each
+// at the larger of its running and start-up needs.
+double host_per_node(const MemoryPlan& root, const MemoryPlan& other, int ranks_on_host);
+
+// The lines after MemoryPlan::describe(): the limits, then each total with
+// its verdict: on each GPU (a GPU plan) and the host per node.
+std::string describe_limits(const MemoryPlan& root, const MemoryPlan& other, const MemoryLimits& limits);
+
+// One line per limit the plans exceed (empty when they fit).
+std::vector<std::string> memory_warnings(const MemoryPlan& root, const MemoryPlan& other, const MemoryLimits& limits);
 
 // What sampling holds (wansample): the model's weights, fp32 as wansample
 // loads them, and one forward's tensors (inference_memory). With Wan2.2

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <thread>
 #include <tuple>
 
@@ -675,4 +676,124 @@ TEST(Encode, TheImageConditionIsEncodedAndAPictureBecomesAVideo) {
                                    wide_config + ") makes 48"),
             std::string::npos)
       << mismatched.output;
+}
+
+// Wan2.2's VAE sets the defaults of TI2V-5B's release (1280x704, 121
+// frames; sides multiples of 32), so the README's TI2V-5B encode line runs
+// as written: here with its files replaced by small models drawn here, a
+// small Wan2.2-layout VAE (z_dim 4), and 2 ranks for its 8. A fixed --size
+// needs no bucket option (issue 55: it failed on --bucket-step, never given);
+// wansample's defaults follow the VAE too.
+TEST(Encode, Wan22sVaeSetsTheDefaultsOfTi2vAndItsReadmeLineRuns) {
+  const auto& s = setup();
+  ASSERT_TRUE(s.error.empty()) << s.error;
+  const std::string dir = wt::testing::fresh("encode-wan22");
+  fs::create_directories(dir);
+  const std::string vae_config = dir + "/vae22.json", vae = dir + "/vae22.safetensors";
+  write_text(vae_config, R"({"version": "2.2", "dim": 8, "dec_dim": 12, "z_dim": 4, "dim_mult": [1, 2, 2, 2],
+    "num_res_blocks": 1, "temperal_downsample": [false, true, true]})");
+  {
+    torch::manual_seed(5);
+    const auto made = wt::wan::make_video_vae(wt::wan::load_video_vae_config(vae_config));
+    write_module(*made, vae);
+  }
+
+  // The line, from the README: its continuation lines joined, the released
+  // files replaced by the small models (with the configs they need).
+  std::ifstream readme(std::string(WANTRAIN_SOURCE_DIR) + "/README.md");
+  std::string line, command;
+  bool in_block = false;
+  while (std::getline(readme, line)) {
+    if (line == "W=Wan2.2-TI2V-5B") in_block = true;
+    if (!in_block || (line.find("wandata encode") == std::string::npos && command.empty())) continue;
+    const bool continued = !line.empty() && line.back() == '\\';
+    command += continued ? line.substr(0, line.size() - 1) : line;
+    if (!continued) break;
+  }
+  ASSERT_EQ(command.rfind("mpirun -np 8 wandata encode ", 0), 0u) << "README.md: no TI2V-5B encode line: " << command;
+  auto replace = [&](const std::string& what, const std::string& with) {
+    const auto at = command.find(what);
+    ASSERT_NE(at, std::string::npos) << what << " is not in the README's line: " << command;
+    command.replace(at, what.size(), with);
+  };
+  replace("mpirun -np 8 wandata ", "");
+  replace("my-clips/", s.clips);
+  replace("data/mine-ti2v", dir + "/defaults");
+  replace("$W/Wan2.2_VAE.pth", vae + " --vae-config " + vae_config);
+  replace("$W/models_t5_umt5-xxl-enc-bf16.pth", s.t5 + " --t5-config " + s.t5_config);
+  replace("$W/google/umt5-xxl", s.tokenizer);
+  const std::string as_written = command;
+
+  // As written: the release's shape. The test's clips (at most 13 frames)
+  // are all too short for 121 frames, each one line, and nothing is encoded.
+  const auto defaults = launch(wt::testing::mpi_command(2, WANTRAIN_WANDATA, as_written));
+  ASSERT_EQ(defaults.status, 0) << as_written << "\n" << defaults.output;
+  EXPECT_NE(defaults.output.find(": 121 frames a clip at 1280x704, on 2 ranks"), std::string::npos) << defaults.output;
+  EXPECT_NE(defaults.output.find("--vae " + vae + ": Wan2.2 VAE (4 channels, 4x16x16)"), std::string::npos)
+      << defaults.output;
+  EXPECT_TRUE(
+      std::regex_search(defaults.output, std::regex("/a\\.mp4: too few frames: [0-9]+ at 24 fps, --frames 121 needs 121")))
+      << defaults.output;
+
+  // With a --size and --frames the clips fill (issue 55's line): encoded at
+  // 64x64, latents of 64 / 16 pixels and 1 + 8 / 4 frames.
+  const std::string sized = dir + "/sized";
+  command = as_written;
+  replace(dir + "/defaults", sized + " --size 64x64 --frames 9");
+  run_ok(wandata(command));
+  const auto data = wt::data::Dataset::open(sized);
+  ASSERT_GT(data.size(), 0);
+  EXPECT_EQ(data.shape().channels, 4);
+  EXPECT_EQ(data.shape().frames, 3);
+  EXPECT_EQ(data.shape().height, 4);
+  EXPECT_EQ(data.shape().width, 4);
+
+  // Buckets step in 32s unless told otherwise; a step or size that does not
+  // fit Wan2.2's VAE is one line naming the option, status 2.
+  const auto models = " --vae " + vae + " --vae-config " + vae_config + " --t5 " + s.t5 + " --t5-config " +
+                       s.t5_config + " --tokenizer " + s.tokenizer + " --text-len 16 --frames 5";
+  const std::string bucketed = dir + "/bucketed";
+  const auto buckets = launch(wandata("encode --input " + s.clips + " --out " + bucketed + models +
+                                      " --buckets auto --bucket-area 64x64"));
+  ASSERT_EQ(buckets.status, 0) << buckets.output;
+  const auto made = wt::data::Dataset::open(bucketed);
+  ASSERT_GT(made.buckets().size(), 0u);
+  for (const auto& b : made.buckets()) {
+    EXPECT_EQ(b.shape.height % 2, 0) << b.name();  // latents: pixels / 16, so sides of 32k pixels
+    EXPECT_EQ(b.shape.width % 2, 0) << b.name();
+  }
+  for (const auto& [extra, error] :
+       {std::pair{std::string(" --buckets auto --bucket-step 16"),
+                  std::string("option --bucket-step: 16 is not a multiple of 32 (the Wan2.2 VAE's 16, then the DiT's "
+                              "2x2 patches)")},
+        {std::string(" --size 48x48"),
+         std::string("option --size: 48x48: width and height must be multiples of 32 (the VAE's 16, then the DiT's "
+                     "2x2 patches)")}}) {
+    const auto bad = launch(wandata("encode --input " + s.clips + " --out " + dir + "/bad" + models + extra));
+    EXPECT_EQ(bad.status, 2) << extra << "\n" << bad.output;
+    EXPECT_NE(bad.output.find(error), std::string::npos) << extra << "\n" << bad.output;
+  }
+
+  // wansample with Wan2.2's VAE: a prompt's video is 1280x704 unless --size
+  // says otherwise (named in the check of --frames), and plays at 24 fps.
+  const std::string ti2v_config = dir + "/ti2v.json";
+  write_text(ti2v_config, R"({"model_type": "ti2v", "dim": 32, "ffn_dim": 64, "num_heads": 2, "num_layers": 1,
+    "freq_dim": 256, "text_dim": 64, "text_len": 16, "patch_size": [1, 2, 2], "in_dim": 4, "out_dim": 4,
+    "eps": 1e-6, "qk_norm": true, "cross_attn_norm": true})");
+  wt::wan::WanModel ti2v(wt::wan::load_model_config(ti2v_config));
+  wt::wan::save_weights(*ti2v, dir + "/ti2v.safetensors", torch::kFloat32);
+  const std::string sample = std::string(WANTRAIN_WANSAMPLE) + " --weights " + dir + "/ti2v.safetensors --model-config " +
+                             ti2v_config + " --prompt 'a red ball rolls' --t5 " + s.t5 + " --t5-config " +
+                             s.t5_config + " --tokenizer " + s.tokenizer + " --steps 1 --vae " + vae +
+                             " --vae-config " + vae_config + " --out " + dir + "/s.h5 --video " + dir + "/s.mp4";
+  const auto default_size = launch(sample + " --frames 6");
+  EXPECT_EQ(default_size.status, 2) << default_size.output;
+  EXPECT_NE(default_size.output.find("options --frames 6, --size 1280x704: with --prompt, video frames are 4k + 1 and "
+                                     "the size multiples of 32"),
+            std::string::npos)
+      << default_size.output;
+  run_ok(sample + " --frames 9 --size 64x32");
+  const auto video = wt::media::probe_media(dir + "/s.mp4");
+  EXPECT_EQ(video.frames(), 9);
+  EXPECT_NEAR(video.fps(), 24.0, 0.01);
 }

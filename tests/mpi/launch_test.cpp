@@ -217,10 +217,64 @@ TEST(Launch, DryRunWarnsOnceWhenThePlanExceedsTheHostMemory) {
                              WANTRAIN_SOURCE_DIR + "/data/configs/wan2.1-t2v-14b.json --plan-latents 21x60x104");
   EXPECT_EQ(job.status, 0) << job.output;
   EXPECT_EQ(occurrences(job.output, "[warning] the memory plan needs "), 1u) << job.output;
-  EXPECT_TRUE(std::regex_search(job.output, std::regex("GiB of host memory per rank, more than this node's [0-9.]+ GiB "
-                                                       "shared by " +
-                                                       std::to_string(kRanks) + " ranks")))
+  EXPECT_TRUE(std::regex_search(job.output, std::regex("GiB of host memory on this node \\(" + std::to_string(kRanks) +
+                                                       " ranks on it\\), more than its [0-9.]+ GiB")))
       << job.output;
+  EXPECT_TRUE(std::regex_search(job.output, std::regex("planned for +CPU  auto: this run is on the CPU \\(--plan-device "
+                                                       "cuda plans a job for GPUs\\)\\n")))
+      << job.output;
+}
+
+// Planning a GPU job where no GPU is (a login node): --plan-device cuda puts
+// the model state and activations on each GPU, of --gpu-memory GiB or an
+// assumed 80, and the rest on the host; each total has its verdict.
+TEST(Launch, DryRunPlansAGpuJobOnAMachineWithoutOne) {
+  const std::string job_args = std::string(WANTRAIN_WANTRAIN) + " --dry-run --backend mpi --model-config " +
+                               WANTRAIN_SOURCE_DIR +
+                               "/data/configs/wan2.1-t2v-1.3b.json --plan-latents 21x60x104 --precision bf16 "
+                               "--attention-chunk 256 --grad-checkpoint blocks";
+  const Job gpu = launch_mpi(job_args + " --plan-device cuda");
+  ASSERT_EQ(gpu.status, 0) << gpu.output;
+  EXPECT_TRUE(std::regex_search(gpu.output, std::regex("planned for +GPUs  --plan-device cuda\n"))) << gpu.output;
+  EXPECT_TRUE(std::regex_search(
+      gpu.output, std::regex("capacity +80\\.0 GiB  each GPU: assumed, as this run has no GPU \\(--gpu-memory GiB\\)")))
+      << gpu.output;
+  // The GPU's total is the plan's on-device total, and fits 80 GiB.
+  std::smatch total, each;
+  ASSERT_TRUE(std::regex_search(gpu.output, total, std::regex("total +([0-9.]+ GiB)  on the GPU; [0-9.]+ \\w+ on the host")))
+      << gpu.output;
+  ASSERT_TRUE(std::regex_search(gpu.output, each, std::regex("on each GPU +([0-9.]+ GiB)  fits in 80\\.0 GiB"))) << gpu.output;
+  EXPECT_EQ(total[1], each[1]);
+  EXPECT_TRUE(std::regex_search(gpu.output, std::regex("host per node +[0-9.]+ \\w+  its " + std::to_string(kRanks) +
+                                                       " ranks together: (fits|does not fit) in this node's")))
+      << gpu.output;
+  // A smaller GPU: the verdict and one warning name it.
+  const Job small = launch_mpi(job_args + " --plan-device cuda --gpu-memory 16");
+  ASSERT_EQ(small.status, 0) << small.output;
+  EXPECT_TRUE(std::regex_search(small.output, std::regex("capacity +16\\.0 GiB  each GPU: --gpu-memory\n"))) << small.output;
+  EXPECT_TRUE(std::regex_search(small.output, std::regex("on each GPU +[0-9.]+ GiB  does not fit in 16\\.0 GiB")))
+      << small.output;
+  EXPECT_EQ(occurrences(small.output, "on each GPU, more than its 16.0 GiB (--gpu-memory)"), 1u) << small.output;
+
+  // Planning for another device is for dry runs; --gpu-memory is for GPU plans.
+  for (const auto& [args, line] :
+       {std::pair{std::string(" --plan-device cuda --gpu-memory -1"),
+                  std::string("option --gpu-memory: must be 0 (the visible GPU's) or a positive number of GiB")},
+        {std::string(" --gpu-memory 40"),
+         std::string("option --gpu-memory: the plan is for the CPU, this run's device: add --plan-device cuda to plan "
+                     "for GPUs")},
+        {std::string(" --plan-device cpu --gpu-memory 40"),
+         std::string("option --gpu-memory: not with --plan-device cpu (a plan for the CPU)")}}) {
+    const Job bad = launch_mpi(job_args + args);
+    EXPECT_EQ(bad.status, 2) << args << "\n" << bad.output;
+    EXPECT_EQ(occurrences(bad.output, line), 1u) << args << "\n" << bad.output;
+  }
+  const Job not_dry = launch_mpi(std::string(WANTRAIN_WANTRAIN) + " --backend mpi --plan-device cuda --model-config " +
+                                 WANTRAIN_SOURCE_DIR + "/data/configs/wan-tiny.json --plan-latents 2x8x8");
+  EXPECT_EQ(not_dry.status, 2) << not_dry.output;
+  EXPECT_EQ(occurrences(not_dry.output, "option --plan-device: cuda is not this run's device (cpu): only with --dry-run"),
+            1u)
+      << not_dry.output;
 }
 
 TEST(Launch, PlanLatentsAreCheckedAndNamed) {

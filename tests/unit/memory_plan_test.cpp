@@ -392,17 +392,48 @@ TEST(MemoryPlan, WarnsWhenThePlanExceedsTheHostOrTheDevice) {
   s.model = small_wan_config();
   s.step = step(1);
   s.runtime_bytes = 100 << 20;
-  const auto plan = wt::wan::plan_memory(s);
-  EXPECT_TRUE(wt::wan::memory_warnings(plan, std::nullopt, 64.0 * (1 << 30), 8).empty());
-  const auto host = wt::wan::memory_warnings(plan, std::nullopt, 400.0 * (1 << 20), 8);
+  const auto other = wt::wan::plan_memory(s);
+  s.checkpoint_snapshot = true;  // rank 0: the checkpoint copy besides
+  const auto root = wt::wan::plan_memory(s);
+  ASSERT_GT(root.host_total(), other.host_total());
+  // A node's host memory: rank 0's and its other ranks'.
+  EXPECT_DOUBLE_EQ(wt::wan::host_per_node(root, other, 8), root.host_total() + 7 * other.host_total());
+  EXPECT_DOUBLE_EQ(wt::wan::host_per_node(root, other, 1), root.host_total());
+
+  wt::wan::MemoryLimits limits;
+  limits.host_bytes = 64.0 * (1 << 30);
+  limits.ranks_on_host = 8;
+  EXPECT_TRUE(wt::wan::memory_warnings(root, other, limits).empty());
+  EXPECT_NE(wt::wan::describe_limits(root, other, limits).find("its 8 ranks together: fits in this node's 64.0 GiB"),
+            std::string::npos);
+  limits.host_bytes = 400.0 * (1 << 20);
+  const auto host = wt::wan::memory_warnings(root, other, limits);
   ASSERT_EQ(host.size(), 1u);
-  EXPECT_NE(host[0].find("more than this node's 400 MiB shared by 8 ranks (50 MiB each)"), std::string::npos)
+  EXPECT_NE(host[0].find("of host memory on this node (8 ranks on it), more than its 400 MiB"), std::string::npos)
       << host[0];
+  EXPECT_NE(wt::wan::describe_limits(root, other, limits).find("does not fit in this node's 400 MiB"),
+            std::string::npos);
+
+  // A plan for GPUs: the model state and activations on each GPU, held
+  // against its memory; the host against the node's.
   s.on_device = true;
-  const auto gpu_plan = wt::wan::plan_memory(s);
-  const auto device = wt::wan::memory_warnings(gpu_plan, 1.0 * (1 << 20), 64.0 * (1 << 30), 1);
+  const auto gpu_root = wt::wan::plan_memory(s);
+  s.checkpoint_snapshot = false;
+  const auto gpu_other = wt::wan::plan_memory(s);
+  limits.gpu_plan = true;
+  limits.device_bytes = 1.0 * (1 << 20);
+  limits.device_source = "the test's GPU";
+  limits.host_bytes = 64.0 * (1 << 30);
+  limits.ranks_on_host = 1;
+  const auto device = wt::wan::memory_warnings(gpu_root, gpu_other, limits);
   ASSERT_EQ(device.size(), 1u);
-  EXPECT_NE(device[0].find("on the GPU, more than its 1.0 MiB"), std::string::npos) << device[0];
+  EXPECT_NE(device[0].find("on each GPU, more than its 1.0 MiB (the test's GPU)"), std::string::npos) << device[0];
+  const auto lines = wt::wan::describe_limits(gpu_root, gpu_other, limits);
+  EXPECT_NE(lines.find("capacity"), std::string::npos) << lines;
+  EXPECT_NE(lines.find("does not fit in 1.0 MiB"), std::string::npos) << lines;
+  EXPECT_NE(lines.find("its 1 rank: fits in this node's 64.0 GiB"), std::string::npos) << lines;
+  limits.device_bytes = std::nullopt;  // unknown: nothing compared
+  EXPECT_TRUE(wt::wan::memory_warnings(gpu_root, gpu_other, limits).empty());
 }
 
 }  // namespace

@@ -1,0 +1,16 @@
+#include "wantrain/wan/vae/release_video.hpp"
+
+namespace wt::wan {
+
+ReleaseVideo release_video(const VideoVaeConfig& vae) {
+  ReleaseVideo v;
+  v.size_multiple = 2 * vae.spatial_factor();
+  if (vae.version == VaeVersion::Wan22) {
+    v.width = 1280, v.height = 704, v.frames = 121, v.fps = 24;
+  } else {
+    v.width = 832, v.height = 480, v.frames = 81, v.fps = 16;
+  }
+  return v;
+}
+
+}  // namespace wt::wan
