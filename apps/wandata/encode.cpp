@@ -29,18 +29,14 @@
 namespace wt {
 namespace {
 
+// size, bucket_area, frames and bucket_step (0) left empty take the VAE's
+// release (wan/vae/release_video.hpp) once --vae is read.
 struct EncodeConfig {
   std::string config_file, input, out, vae, vae_config,
-      vae_dtype = "fp32", t5, t5_config, t5_dtype = "bf16", tokenizer,
-      size,         // empty: the VAE's release size (wan/vae/release_video.hpp)
-      buckets,      //
-      bucket_area,  // empty: the VAE's release size
-      frames,       // empty: the VAE's release length
-      frame_buckets = "longest", caption_extension = ".txt",
-      frame_extraction = "head", latent_dtype = "fp32", emb_dtype = "bf16", device = "auto", condition = "none", clip,
-      clip_dtype = "fp32";
-  int64_t frame_stride = 1, frame_sample = 1, text_len = 512, items_per_shard = 16,
-          bucket_step = 0,  // 0: the VAE's size multiple
+      vae_dtype = "fp32", t5, t5_config, t5_dtype = "bf16", tokenizer, size, buckets, bucket_area, frames,
+      frame_buckets = "longest", caption_extension = ".txt", frame_extraction = "head", latent_dtype = "fp32",
+      emb_dtype = "bf16", device = "auto", condition = "none", clip, clip_dtype = "fp32";
+  int64_t frame_stride = 1, frame_sample = 1, text_len = 512, items_per_shard = 16, bucket_step = 0,
           max_pixels = int64_t(8192) * 8192, max_frames = 100000;
   double fps = 0;
   int decode_threads = 1, threads = 0;
@@ -84,9 +80,10 @@ std::vector<media::FrameSize> parse_sizes_options(const EncodeConfig& c, bool si
   if (c.buckets.empty()) return {size_of(c.size, "size")};
   if (size_given) throw UsageError("option --size: not with --buckets (the buckets are the sizes)");
   if (c.bucket_step < multiple || c.bucket_step % multiple)
-    throw UsageError(fmt::format("option --bucket-step: {} is not a multiple of {} (the {}'s {}, then the DiT's 2x2 "
-                                 "patches)",
-                                 c.bucket_step, multiple, vae, multiple / 2));
+    throw UsageError(
+        fmt::format("option --bucket-step: {} is not a multiple of {} (the {}'s {}, then the DiT's 2x2 "
+                    "patches)",
+                    c.bucket_step, multiple, vae, multiple / 2));
   if (c.buckets == "auto") {
     const auto area = size_of(c.bucket_area, "bucket-area");
     if (int64_t(area.width) * area.height > c.max_pixels)

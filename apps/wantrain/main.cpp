@@ -145,8 +145,8 @@ MemorySummary memory_summary(distributed::World& world, const distributed::Comm&
   // This rank's plan is shown (rank 0's, which prints it, with the
   // checkpoint copy); the limits hold the node's ranks together.
   const auto& shown = world.is_root() ? *root : *other;
-  std::string table = bucket_rows.empty() ? shown.describe()
-                                          : "memory plan per rank, per bucket:\n" + bucket_rows + shown.describe();
+  std::string table =
+      bucket_rows.empty() ? shown.describe() : "memory plan per rank, per bucket:\n" + bucket_rows + shown.describe();
   wan::MemoryLimits limits;
   limits.gpu_plan = gpu_plan;
   limits.host_bytes = physical_memory_bytes();

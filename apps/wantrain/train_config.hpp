@@ -55,7 +55,7 @@ struct TrainConfig : app::TrainingOptions {
   // model
   std::string model_config;
   std::string init;
-  std::string plan_latents;  // "FxHxW": latents for the memory plan when there is no --data
+  std::string plan_latents;          // "FxHxW": latents for the memory plan when there is no --data
   std::string plan_device = "auto";  // the device the memory plan is for: auto (the run's), cpu, cuda
   double gpu_memory = 0;             // GiB of each GPU a GPU plan is held against (0: the visible GPU's, else 80)
 

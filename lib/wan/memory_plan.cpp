@@ -314,16 +314,18 @@ std::string describe_limits(const MemoryPlan& root, const MemoryPlan& other, con
     out += fmt::format("  {:<16} {:>10}  each GPU: {}\n", "capacity",
                        limits.device_bytes ? format_bytes(*limits.device_bytes) : std::string("unknown"),
                        limits.device_source);
-  out += fmt::format("  {:<16} {:>10}  this node's memory, shared by {} on it\n", "host", format_bytes(limits.host_bytes),
-                     ranks_text(limits.ranks_on_host));
+  out += fmt::format("  {:<16} {:>10}  this node's memory, shared by {} on it\n", "host",
+                     format_bytes(limits.host_bytes), ranks_text(limits.ranks_on_host));
   if (limits.gpu_plan)
     out += fmt::format("  {:<16} {:>10}  {}\n", "on each GPU", format_bytes(device),
-                       !limits.device_bytes            ? std::string("not compared: the GPU's memory is unknown")
-                       : device <= *limits.device_bytes ? fmt::format("fits in {}", format_bytes(*limits.device_bytes))
-                                                        : fmt::format("does not fit in {}", format_bytes(*limits.device_bytes)));
+                       !limits.device_bytes ? std::string("not compared: the GPU's memory is unknown")
+                       : device <= *limits.device_bytes
+                           ? fmt::format("fits in {}", format_bytes(*limits.device_bytes))
+                           : fmt::format("does not fit in {}", format_bytes(*limits.device_bytes)));
   const double node = host_per_node(root, other, limits.ranks_on_host);
   out += fmt::format("  {:<16} {:>10}  {}: {} this node's {}\n", "host per node", format_bytes(node),
-                     limits.ranks_on_host == 1 ? std::string("its 1 rank") : fmt::format("its {} ranks together", limits.ranks_on_host),
+                     limits.ranks_on_host == 1 ? std::string("its 1 rank")
+                                               : fmt::format("its {} ranks together", limits.ranks_on_host),
                      node <= limits.host_bytes ? "fits in" : "does not fit in", format_bytes(limits.host_bytes));
   return out;
 }
@@ -332,13 +334,14 @@ std::vector<std::string> memory_warnings(const MemoryPlan& root, const MemoryPla
   std::vector<std::string> warnings;
   const double node = host_per_node(root, other, limits.ranks_on_host);
   if (node > limits.host_bytes)
-    warnings.push_back(fmt::format("the memory plan needs {} of host memory on this node ({} on it), more than its {} {}",
-                                   format_bytes(node), ranks_text(limits.ranks_on_host),
-                                   format_bytes(limits.host_bytes), kFittingAJob));
+    warnings.push_back(fmt::format(
+        "the memory plan needs {} of host memory on this node ({} on it), more than its {} {}", format_bytes(node),
+        ranks_text(limits.ranks_on_host), format_bytes(limits.host_bytes), kFittingAJob));
   const double device = std::max(root.device_total(), other.device_total());
   if (limits.gpu_plan && limits.device_bytes && device > *limits.device_bytes)
-    warnings.push_back(fmt::format("the memory plan needs {} on each GPU, more than its {} ({}) {}", format_bytes(device),
-                                   format_bytes(*limits.device_bytes), limits.device_source, kFittingAJob));
+    warnings.push_back(fmt::format("the memory plan needs {} on each GPU, more than its {} ({}) {}",
+                                   format_bytes(device), format_bytes(*limits.device_bytes), limits.device_source,
+                                   kFittingAJob));
   return warnings;
 }
 

@@ -731,8 +731,8 @@ TEST(Encode, Wan22sVaeSetsTheDefaultsOfTi2vAndItsReadmeLineRuns) {
   EXPECT_NE(defaults.output.find(": 121 frames a clip at 1280x704, on 2 ranks"), std::string::npos) << defaults.output;
   EXPECT_NE(defaults.output.find("--vae " + vae + ": Wan2.2 VAE (4 channels, 4x16x16)"), std::string::npos)
       << defaults.output;
-  EXPECT_TRUE(
-      std::regex_search(defaults.output, std::regex("/a\\.mp4: too few frames: [0-9]+ at 24 fps, --frames 121 needs 121")))
+  EXPECT_TRUE(std::regex_search(defaults.output,
+                                std::regex("/a\\.mp4: too few frames: [0-9]+ at 24 fps, --frames 121 needs 121")))
       << defaults.output;
 
   // With a --size and --frames the clips fill (issue 55's line): encoded at
@@ -751,10 +751,10 @@ TEST(Encode, Wan22sVaeSetsTheDefaultsOfTi2vAndItsReadmeLineRuns) {
   // Buckets step in 32s unless told otherwise; a step or size that does not
   // fit Wan2.2's VAE is one line naming the option, status 2.
   const auto models = " --vae " + vae + " --vae-config " + vae_config + " --t5 " + s.t5 + " --t5-config " +
-                       s.t5_config + " --tokenizer " + s.tokenizer + " --text-len 16 --frames 5";
+                      s.t5_config + " --tokenizer " + s.tokenizer + " --text-len 16 --frames 5";
   const std::string bucketed = dir + "/bucketed";
-  const auto buckets = launch(wandata("encode --input " + s.clips + " --out " + bucketed + models +
-                                      " --buckets auto --bucket-area 64x64"));
+  const auto buckets = launch(
+      wandata("encode --input " + s.clips + " --out " + bucketed + models + " --buckets auto --bucket-area 64x64"));
   ASSERT_EQ(buckets.status, 0) << buckets.output;
   const auto made = wt::data::Dataset::open(bucketed);
   ASSERT_GT(made.buckets().size(), 0u);
@@ -782,10 +782,10 @@ TEST(Encode, Wan22sVaeSetsTheDefaultsOfTi2vAndItsReadmeLineRuns) {
     "eps": 1e-6, "qk_norm": true, "cross_attn_norm": true})");
   wt::wan::WanModel ti2v(wt::wan::load_model_config(ti2v_config));
   wt::wan::save_weights(*ti2v, dir + "/ti2v.safetensors", torch::kFloat32);
-  const std::string sample = std::string(WANTRAIN_WANSAMPLE) + " --weights " + dir + "/ti2v.safetensors --model-config " +
-                             ti2v_config + " --prompt 'a red ball rolls' --t5 " + s.t5 + " --t5-config " +
-                             s.t5_config + " --tokenizer " + s.tokenizer + " --steps 1 --vae " + vae +
-                             " --vae-config " + vae_config + " --out " + dir + "/s.h5 --video " + dir + "/s.mp4";
+  const std::string sample =
+      std::string(WANTRAIN_WANSAMPLE) + " --weights " + dir + "/ti2v.safetensors --model-config " + ti2v_config +
+      " --prompt 'a red ball rolls' --t5 " + s.t5 + " --t5-config " + s.t5_config + " --tokenizer " + s.tokenizer +
+      " --steps 1 --vae " + vae + " --vae-config " + vae_config + " --out " + dir + "/s.h5 --video " + dir + "/s.mp4";
   const auto default_size = launch(sample + " --frames 6");
   EXPECT_EQ(default_size.status, 2) << default_size.output;
   EXPECT_NE(default_size.output.find("options --frames 6, --size 1280x704: with --prompt, video frames are 4k + 1 and "

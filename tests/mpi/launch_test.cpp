@@ -220,8 +220,9 @@ TEST(Launch, DryRunWarnsOnceWhenThePlanExceedsTheHostMemory) {
   EXPECT_TRUE(std::regex_search(job.output, std::regex("GiB of host memory on this node \\(" + std::to_string(kRanks) +
                                                        " ranks on it\\), more than its [0-9.]+ GiB")))
       << job.output;
-  EXPECT_TRUE(std::regex_search(job.output, std::regex("planned for +CPU  auto: this run is on the CPU \\(--plan-device "
-                                                       "cuda plans a job for GPUs\\)\\n")))
+  EXPECT_TRUE(
+      std::regex_search(job.output, std::regex("planned for +CPU  auto: this run is on the CPU \\(--plan-device "
+                                               "cuda plans a job for GPUs\\)\\n")))
       << job.output;
 }
 
@@ -241,9 +242,11 @@ TEST(Launch, DryRunPlansAGpuJobOnAMachineWithoutOne) {
       << gpu.output;
   // The GPU's total is the plan's on-device total, and fits 80 GiB.
   std::smatch total, each;
-  ASSERT_TRUE(std::regex_search(gpu.output, total, std::regex("total +([0-9.]+ GiB)  on the GPU; [0-9.]+ \\w+ on the host")))
+  ASSERT_TRUE(
+      std::regex_search(gpu.output, total, std::regex("total +([0-9.]+ GiB)  on the GPU; [0-9.]+ \\w+ on the host")))
       << gpu.output;
-  ASSERT_TRUE(std::regex_search(gpu.output, each, std::regex("on each GPU +([0-9.]+ GiB)  fits in 80\\.0 GiB"))) << gpu.output;
+  ASSERT_TRUE(std::regex_search(gpu.output, each, std::regex("on each GPU +([0-9.]+ GiB)  fits in 80\\.0 GiB")))
+      << gpu.output;
   EXPECT_EQ(total[1], each[1]);
   EXPECT_TRUE(std::regex_search(gpu.output, std::regex("host per node +[0-9.]+ \\w+  its " + std::to_string(kRanks) +
                                                        " ranks together: (fits|does not fit) in this node's")))
@@ -251,7 +254,8 @@ TEST(Launch, DryRunPlansAGpuJobOnAMachineWithoutOne) {
   // A smaller GPU: the verdict and one warning name it.
   const Job small = launch_mpi(job_args + " --plan-device cuda --gpu-memory 16");
   ASSERT_EQ(small.status, 0) << small.output;
-  EXPECT_TRUE(std::regex_search(small.output, std::regex("capacity +16\\.0 GiB  each GPU: --gpu-memory\n"))) << small.output;
+  EXPECT_TRUE(std::regex_search(small.output, std::regex("capacity +16\\.0 GiB  each GPU: --gpu-memory\n")))
+      << small.output;
   EXPECT_TRUE(std::regex_search(small.output, std::regex("on each GPU +[0-9.]+ GiB  does not fit in 16\\.0 GiB")))
       << small.output;
   EXPECT_EQ(occurrences(small.output, "on each GPU, more than its 16.0 GiB (--gpu-memory)"), 1u) << small.output;
@@ -272,8 +276,8 @@ TEST(Launch, DryRunPlansAGpuJobOnAMachineWithoutOne) {
   const Job not_dry = launch_mpi(std::string(WANTRAIN_WANTRAIN) + " --backend mpi --plan-device cuda --model-config " +
                                  WANTRAIN_SOURCE_DIR + "/data/configs/wan-tiny.json --plan-latents 2x8x8");
   EXPECT_EQ(not_dry.status, 2) << not_dry.output;
-  EXPECT_EQ(occurrences(not_dry.output, "option --plan-device: cuda is not this run's device (cpu): only with --dry-run"),
-            1u)
+  EXPECT_EQ(
+      occurrences(not_dry.output, "option --plan-device: cuda is not this run's device (cpu): only with --dry-run"), 1u)
       << not_dry.output;
 }
 
