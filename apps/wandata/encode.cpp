@@ -216,9 +216,8 @@ int run_encode(distributed::World& world, int argc, char** argv) {
   const auto vae_config = wan::video_vae_config(c.vae, c.vae_config);
   const auto release = wan::release_video(vae_config);
   const std::string vae_name = std::string(wan::vae_version_name(vae_config.version)) + " VAE";
-  const std::string release_size = fmt::format("{}x{}", release.width, release.height);
-  if (c.size.empty()) c.size = release_size;
-  if (c.bucket_area.empty()) c.bucket_area = release_size;
+  if (c.size.empty()) c.size = release.size_text();
+  if (c.bucket_area.empty()) c.bucket_area = release.size_text();
   if (c.frames.empty()) c.frames = std::to_string(release.frames);
   if (!given("bucket-step")) c.bucket_step = release.size_multiple;
   wan::EncodeBuckets buckets;

@@ -373,7 +373,7 @@ int run(distributed::World&, int argc, char** argv) {
                              : wan::image_video_size(picture.size(1), picture.size(2), c.max_area, multiple);
       wh = {size.width, size.height};
     } else {
-      const std::string release_size = fmt::format("{}x{}", release.width, release.height);
+      const std::string release_size = release.size_text();
       wh = parse_sizes(c.size.empty() ? release_size : c.size, "WIDTHxHEIGHT", release_size.c_str(), "size");
     }
     const int64_t frames = c.frames > 0 ? c.frames : release.frames, spatial = vae_config.spatial_factor(),

@@ -1,5 +1,7 @@
 #include "wantrain/wan/vae/release_video.hpp"
 
+#include <fmt/format.h>
+
 namespace wt::wan {
 
 ReleaseVideo release_video(const VideoVaeConfig& vae) {
@@ -12,5 +14,7 @@ ReleaseVideo release_video(const VideoVaeConfig& vae) {
   }
   return v;
 }
+
+std::string ReleaseVideo::size_text() const { return fmt::format("{}x{}", width, height); }
 
 }  // namespace wt::wan

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "wantrain/wan/vae/vae_config.hpp"
 
@@ -19,6 +20,7 @@ struct ReleaseVideo {
   int64_t width = 0, height = 0, frames = 0;
   double fps = 0;
   int64_t size_multiple = 0;
+  std::string size_text() const;  // "1280x704": WIDTHxHEIGHT, as --size takes it
 };
 
 ReleaseVideo release_video(const VideoVaeConfig& vae);
