@@ -1,12 +1,15 @@
-# FindNCCL: locates the NCCL header and library, by default in the CUDA
-# toolkit's prefix (where these machines ship it) and in NCCL_ROOT.
+# FindNCCL: locates the NCCL header and library in NCCL_ROOT (the torch
+# wheel's nvidia-nccl by default: cmake/WantrainNccl.cmake), else in the CUDA
+# toolkit's prefix. A wheel ships only libnccl.so.2, no libnccl.so link.
 # Defines NCCL_FOUND, NCCL_VERSION and the imported target NCCL::NCCL.
 find_path(NCCL_INCLUDE_DIR nccl.h
   HINTS ${NCCL_ROOT} ENV NCCL_ROOT ${CUDAToolkit_INCLUDE_DIRS}
-  PATH_SUFFIXES include)
-find_library(NCCL_LIBRARY nccl
+  PATH_SUFFIXES include NO_DEFAULT_PATH)
+find_path(NCCL_INCLUDE_DIR nccl.h PATH_SUFFIXES include)
+find_library(NCCL_LIBRARY NAMES nccl libnccl.so.2 NAMES_PER_DIR
   HINTS ${NCCL_ROOT} ENV NCCL_ROOT ${CUDAToolkit_LIBRARY_DIR}
-  PATH_SUFFIXES lib lib64)
+  PATH_SUFFIXES lib lib64 NO_DEFAULT_PATH)
+find_library(NCCL_LIBRARY NAMES nccl libnccl.so.2 PATH_SUFFIXES lib lib64)
 
 if(NCCL_INCLUDE_DIR AND EXISTS "${NCCL_INCLUDE_DIR}/nccl.h")
   file(STRINGS "${NCCL_INCLUDE_DIR}/nccl.h" _nccl_version_lines REGEX "^#define NCCL_(MAJOR|MINOR|PATCH) ")

@@ -9,6 +9,11 @@ if(NOT _want_nccl MATCHES "^(OFF|FALSE|0|NO)$")
   if(NOT CUDAToolkit_ROOT AND EXISTS /usr/local/cuda)
     set(CUDAToolkit_ROOT /usr/local/cuda)
   endif()
+  # The NCCL that LibTorch itself loads: with the torch wheel, its
+  # nvidia-nccl (its CUDA runtime: cmake/WantrainTorchWheel.cmake).
+  if(NOT NCCL_ROOT AND WANTRAIN_TORCH_NVIDIA_DIR AND EXISTS "${WANTRAIN_TORCH_NVIDIA_DIR}/nccl")
+    set(NCCL_ROOT "${WANTRAIN_TORCH_NVIDIA_DIR}/nccl")
+  endif()
   find_package(CUDAToolkit QUIET)
   if(CUDAToolkit_FOUND)
     # 2.14: the non-blocking communicator (ncclCommInitRankConfig with

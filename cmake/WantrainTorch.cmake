@@ -6,6 +6,24 @@ separate_arguments(_torch_flags UNIX_COMMAND "${TORCH_CXX_FLAGS}")
 target_compile_options(wantrain_torch INTERFACE ${_torch_flags})
 add_library(wantrain::torch ALIAS wantrain_torch)
 
+# The torch wheel's include directory carries its own fmt (12) and protobuf
+# (3.13) headers, which would shadow the system's that spdlog, fmt's library
+# and protoc's generated code are built against. A directory of links to the
+# system's, searched before LibTorch's, keeps them. (GCC ignores -isystem
+# /usr/include itself, hence links in a directory of their own.)
+set(_system_first "${CMAKE_BINARY_DIR}/system-first-include")
+file(MAKE_DIRECTORY "${_system_first}")
+find_path(WANTRAIN_FMT_INCLUDE_DIR fmt/format.h NO_CMAKE_PATH NO_CMAKE_ENVIRONMENT_PATH)
+find_path(WANTRAIN_PROTOBUF_INCLUDE_DIR google/protobuf/message.h NO_CMAKE_PATH NO_CMAKE_ENVIRONMENT_PATH)
+foreach(_pair "fmt;${WANTRAIN_FMT_INCLUDE_DIR}" "google;${WANTRAIN_PROTOBUF_INCLUDE_DIR}")
+  list(GET _pair 0 _name)
+  list(GET _pair 1 _dir)
+  if(_dir AND EXISTS "${TORCH_INSTALL_PREFIX}/include/${_name}")
+    file(CREATE_LINK "${_dir}/${_name}" "${_system_first}/${_name}" SYMBOLIC)
+  endif()
+endforeach()
+target_include_directories(wantrain_torch SYSTEM BEFORE INTERFACE "${_system_first}")
+
 # A CUDA build of LibTorch ships c10_cuda; the Debian CPU build does not.
 if(TARGET c10_cuda OR TORCH_CUDA_LIBRARIES)
   set(WANTRAIN_TORCH_HAS_CUDA ON)

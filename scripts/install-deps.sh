@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages that wantrain's build, tests and tools need,
-# only those that are missing. Safe to run again; does nothing when all are there.
-# Runs apt-get as root, or through sudo when the caller is not root.
+# only those that are missing, then LibTorch: the pinned torch wheel, in a
+# venv outside the clone (scripts/install-torch.sh). Safe to run again; does
+# nothing when all are there. Runs apt-get as root, or through sudo when the
+# caller is not root.
 set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build pkg-config ccache
   libtsan2                             # the tsan preset (ThreadSanitizer's runtime; g++ usually brings it)
-  libtorch-dev
   openmpi-bin libopenmpi-dev
   libhdf5-openmpi-dev hdf5-tools
   libboost-program-options-dev zlib1g-dev
-  libopenblas0-openmp                  # LibTorch's fp32 matrix products: the default reference BLAS is ~27x slower
   libgoogle-perftools-dev              # TCMalloc for the apps: less resident memory and faster steps than glibc's malloc
   nlohmann-json3-dev libspdlog-dev libfmt-dev
   libcsv-dev                           # csvfit reads CSV with libcsv (RFC 4180)
@@ -26,7 +26,7 @@ packages=(
   clang-format                         # the `format` test checks .clang-format's style
   clang libclang-rt-14-dev             # the libFuzzer target of tests/fuzz (clang's fuzzer runtime)
   python3 python3-h5py python3-numpy   # the h5py example of docs/data-format.md is tested
-  python3-torch                        # an independent PyTorch evaluation of Wan's forward pass checks WanModel; scripts/vs_torch.py trains against PyTorch DDP
+  python3-venv                         # scripts/install-torch.sh: the torch wheel's venv (LibTorch, and the tests' PyTorch references)
   slurm-wlm munge                      # the slurm/ scripts are tested on a real SLURM, single-node and two-node
   iproute2                             # the multinode tests: nodes as network namespaces (ip netns, veth, bridge)
   lmod                                 # the installed modulefile is tested with `module load`
@@ -41,6 +41,7 @@ done
 
 if [ ${#missing[@]} -eq 0 ]; then
   echo "install-deps: all ${#packages[@]} packages present"
+  "$(dirname "$0")/install-torch.sh" >/dev/null
   exit 0
 fi
 
@@ -60,3 +61,4 @@ apt=("${sudo[@]}" env DEBIAN_FRONTEND=noninteractive WANTRAIN_APT_LOCK_TIMEOUT="
      "$(dirname "$0")/apt-get-waiting.sh")
 "${apt[@]}" update -q
 "${apt[@]}" install -y -q --no-install-recommends "${missing[@]}"
+"$(dirname "$0")/install-torch.sh" >/dev/null

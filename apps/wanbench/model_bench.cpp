@@ -33,7 +33,7 @@ namespace wt {
 namespace {
 
 struct ModelBenchConfig {
-  std::string config_file, model_config, size = "32x32", precision = "fp32", attention_chunk = "auto";
+  std::string config_file, model_config, size = "32x32", precision = "fp32", attention_chunk = "fused";
   int64_t batch = 2, frames = 5, grad_checkpoint = 0;
   int iters = 5, warmup = 1, threads = 0, profile = 0;
   bool json = false, tokens_sweep = false;
@@ -180,7 +180,8 @@ Point measure_in_child(const ModelBenchConfig& c, const Point& p) {
       "{} model --model-config {} --batch {} --frames {} --size {}x{} --precision {} --attention-chunk {} "
       "--grad-checkpoint {} --iters {} --warmup {} --threads {} --json",
       quote(std::string(self, size_t(length))), quote(c.model_config), p.batch, p.frames, p.height, p.width,
-      c.precision, p.attention_chunk, p.grad_checkpoint, c.iters, c.warmup, torch::get_num_threads());
+      c.precision, app::attention_chunk_text(p.attention_chunk), p.grad_checkpoint, c.iters, c.warmup,
+      torch::get_num_threads());
   return from_json(bench::run_json_child(
       command, fmt::format("wanbench model --tokens-sweep: the point {}x{}x{}", p.frames, p.height, p.width)));
 }
@@ -193,21 +194,25 @@ std::string row(const Point& p) {
   return fmt::format(
       "  {:>6}  {:<9}  {:<10}  {:>12.4f}  {:>16.4f}  {:>11.0f}  {:>8.0f}  {:>10.2f}  {:>15.0f}  {:>13.0f}  {:>12.0f}  "
       "{:>18.2f}\n",
-      p.tokens, p.attention_chunk > 0 ? fmt::format("chunk {}", p.attention_chunk) : "full",
+      p.tokens,
+      p.attention_chunk == nn::kFusedAttention ? std::string("fused")
+      : p.attention_chunk > 0                  ? fmt::format("chunk {}", p.attention_chunk)
+                                               : std::string("full"),
       p.grad_checkpoint > 0 ? fmt::format("every {}", p.grad_checkpoint) : "none", p.forward_s, p.step_s, p.peak_mib,
       p.plan_mib, p.plan_mib / p.peak_mib, p.activations_mib(), p.plan_activations_mib, p.peak_rss_mib,
       p.peak_rss_mib / (p.plan_mib + p.runtime_mib));
 }
 
 // 1k, 2k, 4k and 8k tokens (frames 1, 2, 4, 8 of --size), each with full
-// attention (what the model did before chunking), chunked attention, and
-// chunked attention with every block checkpointed; then the goals.
+// attention (what the model did before chunking), chunked attention,
+// chunked attention with every block checkpointed, and the fused kernel
+// (the default); then the goals of docs/performance.md.
 int tokens_sweep(const ModelBenchConfig& c, int64_t attention_chunk, int64_t height, int64_t width) {
   const int64_t chunk = attention_chunk > 0 ? attention_chunk : 512;
   struct Variant {
     int64_t chunk, checkpoint;
   };
-  const std::vector<Variant> variants{{0, 0}, {chunk, 0}, {chunk, 1}};
+  const std::vector<Variant> variants{{0, 0}, {chunk, 0}, {chunk, 1}, {nn::kFusedAttention, 0}};
   const std::vector<int64_t> frames{1, 2, 4, 8};
   std::vector<std::vector<Point>> points(variants.size());
   if (!c.json)
@@ -239,6 +244,7 @@ int tokens_sweep(const ModelBenchConfig& c, int64_t attention_chunk, int64_t hei
   const auto& full = points[0];
   const auto& chunked = points[1];
   const auto& checkpointed = points[2];
+  const auto& fused = points[3];
   double worst_plan = 0, worst_rss = 0;
   for (const auto& variant : points)
     for (const auto& p : variant) {
@@ -253,6 +259,10 @@ int tokens_sweep(const ModelBenchConfig& c, int64_t attention_chunk, int64_t hei
       {"peak_rss_8k_over_1k_full", growth(full, &Point::peak_rss_mib)},
       {"peak_rss_8k_over_1k_chunked", growth(chunked, &Point::peak_rss_mib)},
       {"peak_rss_8k_over_1k_chunked_checkpointed", growth(checkpointed, &Point::peak_rss_mib)},
+      {"peak_rss_8k_over_1k_fused", growth(fused, &Point::peak_rss_mib)},
+      {"peak_rss_marginal_growth_fused",
+       (fused[3].peak_rss_mib - fused[2].peak_rss_mib) / (fused[2].peak_rss_mib - fused[1].peak_rss_mib)},
+      {"step_time_8k_fused_over_chunked", fused[3].step_s / chunked[3].step_s},
       {"activations_4k_checkpointed_over_chunked", checkpointed[2].activations_mib() / chunked[2].activations_mib()},
       {"step_time_4k_checkpointed_over_chunked", checkpointed[2].step_s / chunked[2].step_s},
       {"largest_plan_error", worst_plan},
@@ -293,13 +303,13 @@ int run_model_bench(distributed::World& world, int argc, char** argv) {
       .add("size", &c.size, "latent HxW")
       .choice("precision", &c.precision, {"fp32", "bf16"}, "fp32, or bf16 autocast (fp32 weights)")
       .add("attention-chunk", &c.attention_chunk,
-           "queries per attention chunk, as wantrain's: auto, 0 (all at once) or a number (the table shows the "
-           "chunk run)")
+           "attention as wantrain's: fused, auto, 0 (the whole score matrix) or queries per chunk (the table "
+           "shows what ran)")
       .add("grad-checkpoint", &c.grad_checkpoint, "recompute every N-th block in backward (0: none)")
       .flag("tokens-sweep", &c.tokens_sweep,
             "measure frames 1, 2, 4, 8 of --size (1k to 8k tokens at 64x64), each with full attention, chunked "
-            "attention (--attention-chunk Q, else 512) and chunked with every block checkpointed, against the "
-            "memory plan")
+            "attention (--attention-chunk Q, else 512), chunked with every block checkpointed and fused "
+            "attention, against the memory plan")
       .add("iters", &c.iters, "timed steps (the median is reported)")
       .add("warmup", &c.warmup, "untimed steps first")
       .add("threads", &c.threads, "CPU threads (0: LibTorch's default)")

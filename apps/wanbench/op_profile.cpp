@@ -51,7 +51,7 @@ std::vector<OpTime> OpProfile::stop() {
   for (const auto& event : result->events()) {
     if (event.deviceType() != c10::DeviceType::CPU) continue;
     threads[event.startThreadId()].push_back(
-        {event.startUs(), event.startUs() + event.durationUs(), event.name(), event.flops()});
+        {event.startNs() / 1000, (event.startNs() + event.durationNs()) / 1000, event.name(), event.flops()});
   }
   std::map<std::string, OpTime> by_name;
   for (auto& [thread, spans] : threads) {

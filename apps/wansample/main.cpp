@@ -58,7 +58,7 @@ struct SampleConfig {
       checkpoint_weights = "auto", model_config, data, text, size, out = "sample.h5", png, precision = "fp32",
       device = "auto", prompt, negative_prompt, t5, t5_config, t5_dtype = "bf16", tokenizer, noise, vae, vae_config,
       vae_dtype = "fp32", video, frames_dir, image, last_image, clip, clip_dtype = "fp32", cfg = "5", high_noise,
-      low_noise, attention_chunk = "auto";
+      low_noise, attention_chunk = "fused";
   int64_t index = 0, frames = 0, max_area = 0;  // 0: the VAE's release (wan/vae/release_video.hpp)
   int steps = 50, threads = 0;
   double shift = 5.0, fps = 0, boundary = 0;  // fps 0: the VAE's release
@@ -133,9 +133,9 @@ int run(distributed::World&, int argc, char** argv) {
       .add("seed", &c.seed, "seed of the initial noise")
       .choice("precision", &c.precision, {"fp32", "bf16"}, "matrix products in fp32 or bf16 (autocast)")
       .add("attention-chunk", &c.attention_chunk,
-           "attention over this many queries at a time: memory linear in the token count; 0: the whole score "
-           "matrix; auto: the whole matrix while its scores fit 1 GiB per block, else the chunk whose scores do "
-           "(as wantrain's)")
+           "fused: the fused kernel (scaled_dot_product_attention); Q: attention over Q queries at a time; both "
+           "take memory linear in the token count; 0: the whole score matrix; auto: the whole matrix while its "
+           "scores fit 1 GiB per block, else the chunk whose scores do (as wantrain's)")
       .add("device", &c.device,
            "auto (the first CUDA device when LibTorch sees one, else the CPU), cpu, cuda or cuda:N; the noise is "
            "drawn on the CPU, so every device samples from the same start")

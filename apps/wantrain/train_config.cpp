@@ -94,9 +94,10 @@ void declare_options(OptionSet& o, TrainConfig& c) {
            "activation checkpointing: none, blocks (each Wan block keeps no activations and runs again in "
            "backward) or every-N (blocks 0, N, 2N, ...): less memory for about one more forward")
       .add("attention-chunk", &c.attention_chunk,
-           "attention over this many queries at a time, recomputed per chunk in backward: memory linear in the "
-           "token count instead of quadratic; 0: the whole score matrix; auto: the whole matrix while its scores "
-           "fit 1 GiB per block, else the chunk whose scores do");
+           "fused: LibTorch's fused scaled_dot_product_attention (flash or memory-efficient kernels), memory "
+           "linear in the token count; Q: attention over Q queries at a time, recomputed per chunk in backward; "
+           "0: the whole score matrix; auto: the whole matrix while its scores fit 1 GiB per block, else the "
+           "chunk whose scores do");
   o.group("distributed")
       .choice("backend", &c.backend, {"auto", "mpi", "nccl"}, "collectives backend (auto: nccl with GPUs, else mpi)")
       .add("bucket-mb", &c.bucket_mb, "gradient bucket size in MiB")

@@ -75,7 +75,7 @@ struct TrainConfig : app::TrainingOptions {
   bool scale_lr = false;
   std::string precision = "fp32";
   std::string grad_checkpoint = "none";  // none, blocks or every-N
-  std::string attention_chunk = "auto";  // auto, 0 (all queries at once) or queries per chunk
+  std::string attention_chunk = "fused";  // fused, auto, 0 (all queries at once) or queries per chunk
 
   // distributed
   std::string backend = "auto";

@@ -75,6 +75,19 @@ class ChunkedAttention : public torch::autograd::Function<ChunkedAttention> {
 
 }  // namespace
 
+at::Tensor fused_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  TORCH_CHECK(q.dim() == 4 && q.size(-1) == k.size(-1) && k.size(-2) == v.size(-2), "fused_attention: q, k, v do not fit");
+  // The products' dtype spelled out, as chunked_attention does, rather than
+  // left to autocast's op lists (which differ by device and version).
+  const auto dtype = autocast_dtype(q) != at::kFloat ? autocast_dtype(q) : q.scalar_type();
+  Fp32Scope explicit_dtypes;
+  return at::scaled_dot_product_attention(q.to(dtype), k.to(dtype), v.to(dtype));
+}
+
+int64_t fused_attention_backend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  return at::_fused_sdp_choice(q, k, v);
+}
+
 at::Tensor chunked_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t chunk) {
   TORCH_CHECK(chunk >= 1, "chunked_attention: chunk must be at least 1, got ", chunk);
   TORCH_CHECK(q.size(-1) == k.size(-1) && k.size(-2) == v.size(-2), "chunked_attention: q, k, v do not fit");

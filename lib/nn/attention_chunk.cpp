@@ -10,9 +10,9 @@ namespace wt::nn {
 
 int64_t resolve_attention_chunk(int64_t requested, int64_t batch, int64_t heads, int64_t queries, int64_t keys,
                                 int64_t score_bytes, int64_t budget) {
-  if (requested < kAutoAttentionChunk)
-    throw Error(
-        fmt::format("attention chunk {}: expected 0 (the whole score matrix), a number of queries or auto", requested));
+  if (requested < kFusedAttention)
+    throw Error(fmt::format(
+        "attention chunk {}: expected fused, 0 (the whole score matrix), a number of queries or auto", requested));
   if (requested != kAutoAttentionChunk) return requested;
   if (batch < 1 || heads < 1 || queries < 1 || keys < 1 || score_bytes < 1 || budget < 1)
     throw Error(

@@ -1,9 +1,10 @@
-// How many queries attention takes at a time (chunked_attention,
-// nn/attention.hpp) when asked to choose: the whole score matrix while it
-// is small, else chunks whose scores fit a budget. A chunk is asked for as
-// 0 (the whole [B, heads, L, S] matrix), a number of queries, or
-// kAutoAttentionChunk; the tools' `--attention-chunk auto|0|Q` maps to
-// these (app/attention_chunk_option.hpp).
+// How attention runs (nn/attention.hpp): the fused kernel
+// (kFusedAttention, the default), or over query chunks, choosing when asked
+// the whole score matrix while it is small, else chunks whose scores fit a
+// budget. A chunk is asked for as kFusedAttention, 0 (the whole
+// [B, heads, L, S] matrix), a number of queries, or kAutoAttentionChunk; the
+// tools' `--attention-chunk fused|auto|0|Q` maps to these
+// (app/attention_chunk_option.hpp).
 #pragma once
 
 #include <cstdint>
@@ -12,6 +13,9 @@ namespace wt::nn {
 
 // "Choose from the shapes": resolve_attention_chunk at each forward.
 constexpr int64_t kAutoAttentionChunk = -1;
+// LibTorch's fused scaled_dot_product_attention: no score matrix is ever
+// formed, in forward or backward (memory linear in the tokens).
+constexpr int64_t kFusedAttention = -2;
 
 // 1 GiB of scores per block. Below it the whole matrix is cheap and the
 // fastest path: images and short clips (a Wan2.1-1.3B, 12 heads, up to
@@ -31,12 +35,12 @@ constexpr int64_t kAttentionScoreBytes = 4;
 constexpr int64_t kAttentionChunkQuantum = 64;
 
 // The chunk to run `queries` queries against `keys` keys with, for
-// `requested` (0, a number of queries, or kAutoAttentionChunk). A number or
-// 0 is returned as is. Auto: 0 (the whole matrix) when
+// `requested` (kFusedAttention, 0, a number of queries, or
+// kAutoAttentionChunk). kFusedAttention, a number or 0 is returned as is. Auto: 0 (the whole matrix) when
 // batch * heads * queries * keys * score_bytes <= budget, else the largest
 // multiple of kAttentionChunkQuantum whose scores
 // batch * heads * chunk * keys * score_bytes fit the budget, at least
-// kAttentionChunkQuantum. wt::Error for a requested value below -1 or a
+// kAttentionChunkQuantum. wt::Error for a requested value below -2 or a
 // shape that is not positive.
 int64_t resolve_attention_chunk(int64_t requested, int64_t batch, int64_t heads, int64_t queries, int64_t keys,
                                 int64_t score_bytes = kAttentionScoreBytes, int64_t budget = kAttentionScoreBudget);

@@ -25,7 +25,7 @@ void release(void* data) {
 
 class CountingAllocator final : public c10::Allocator {
  public:
-  c10::DataPtr allocate(size_t bytes) const override {
+  c10::DataPtr allocate(size_t bytes) override {
     auto* start = static_cast<char*>(base->raw_allocate(bytes + kHeader));
     *reinterpret_cast<int64_t*>(start) = int64_t(bytes);
     const int64_t now = live.fetch_add(int64_t(bytes)) + int64_t(bytes);
@@ -36,6 +36,9 @@ class CountingAllocator final : public c10::Allocator {
     return {data, data, &release, c10::Device(c10::DeviceType::CPU)};
   }
   c10::DeleterFnPtr raw_deleter() const override { return &release; }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
 };
 
 }  // namespace

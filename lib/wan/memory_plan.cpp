@@ -123,7 +123,10 @@ SamplingMemory plan_sampling(const WanConfig& config, const ActivationSettings& 
 }
 
 std::string describe_attention(int64_t requested, int64_t resolved) {
-  return fmt::format("{}{}", resolved > 0 ? fmt::format("attention chunk {}", resolved) : "full attention",
+  const auto how = resolved == nn::kFusedAttention ? std::string("fused attention")
+                   : resolved > 0                  ? fmt::format("attention chunk {}", resolved)
+                                                   : std::string("full attention");
+  return fmt::format("{}{}", how,
                      requested == nn::kAutoAttentionChunk ? " (auto)" : "");
 }
 

@@ -64,8 +64,9 @@ class Teacher {
 
   bool held_in_bf16() const { return bf16_; }
   void to(at::Device device);
-  // Attention over this many queries at a time (WanModel::set_attention_chunk; 0 off;
-  // nn::kAutoAttentionChunk: chosen per forward from the teacher's heads and the batch's tokens).
+  // Attention over this many queries at a time (WanModel::set_attention_chunk; nn::kFusedAttention
+  // the fused kernel; 0 the whole score matrix; nn::kAutoAttentionChunk: chosen per forward from the
+  // teacher's heads and the batch's tokens).
   void set_attention_chunk(int64_t queries);
 
   // For an image student (temporal patch 1) of a video teacher (temporal

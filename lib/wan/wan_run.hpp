@@ -22,6 +22,7 @@
 #include <string>
 
 #include "wantrain/data/dataset.hpp"
+#include "wantrain/nn/attention_chunk.hpp"
 #include "wantrain/wan/model/lora.hpp"
 #include "wantrain/wan/model/model_config.hpp"
 #include "wantrain/train/fit.hpp"
@@ -54,9 +55,11 @@ struct WanRunOptions {
   // recomputed in backward (WanModel::set_grad_checkpoint); 0 off.
   int64_t grad_checkpoint = 0;
   // Attention over this many queries at a time, in the trained model and a
-  // teacher (WanModel::set_attention_chunk); 0 off; nn::kAutoAttentionChunk:
-  // each model chooses per forward from its heads and the batch's tokens.
-  int64_t attention_chunk = 0;
+  // teacher (WanModel::set_attention_chunk); nn::kFusedAttention (the
+  // default) the fused kernel; 0 the whole score matrix;
+  // nn::kAutoAttentionChunk: each model chooses per forward from its heads
+  // and the batch's tokens.
+  int64_t attention_chunk = nn::kFusedAttention;
   // Samples drawn during training (fit's sample_every): of which training
   // sample, how, and where their PNGs go.
   std::optional<TrainingSampleOptions> sample;

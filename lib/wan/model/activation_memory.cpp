@@ -15,7 +15,9 @@ namespace {
 // only). Each term is a tensor of wan_model.cpp's forward that an op saves
 // (LayerNorm and Linear their input, a product its factors, GELU its input,
 // softmax its output); tensors saved twice are counted once, and the
-// [B, L, 1] statistics of the norms are left out (1/dim of a term).
+// [B, L, 1] statistics of the norms are left out (1/dim of a term). Fused
+// attention saves what chunked attention saves: its inputs, its output and
+// each row's log-sum-exp (1/d of a term).
 struct BlockPart {
   double per_token = 0, per_context = 0, per_score = 0;
 };
@@ -96,7 +98,9 @@ ActivationMemory activation_memory(const WanConfig& c, const ActivationSettings&
   m.tokens = token_count(c, s);
   m.attention_chunk = planned_attention_chunk(c, s);
   const bool autocast = s.compute_dtype != at::kFloat;
-  const bool chunked = m.attention_chunk > 0;
+  // Fused and chunked attention keep the same tensors; fused forms no scores at all.
+  const bool fused = m.attention_chunk == nn::kFusedAttention;
+  const bool chunked = m.attention_chunk != 0;
   const int64_t sp = std::max<int64_t>(1, s.sequence_parallel);
   m.rank_tokens = (m.tokens + sp - 1) / sp;
   // Per token, this rank's tokens; per score, its 1/sp of the heads over
@@ -154,10 +158,12 @@ ActivationMemory activation_memory(const WanConfig& c, const ActivationSettings&
   //   cross-attention's saved tensors are freed: full attention's two
   //   [heads, L, L] gradients, or one chunk's fp32 scores,
   //   probabilities, their gradient and two temporaries (six [heads, Q, L])
-  //   with the gradients of q, k, v and the output;
+  //   with the gradients of q, k, v and the output (fused: those gradients,
+  //   its tiles being a few hundred KiB a thread);
   // - self-attention forward, before the rest of the block is saved: the
   //   scores (full) or one chunk's scores, shifted and exponentiated.
-  const double chunk_scores = heads * double(std::min(m.attention_chunk, m.tokens)) * all_tokens * f;
+  const double chunk_scores =
+      fused ? 0.0 : heads * double(std::min(m.attention_chunk, m.tokens)) * all_tokens * f;
   const double full_scores = heads * all_tokens * all_tokens * f;
   const double residual = 2 * tokens * d * f;
   const double feed_forward = 2 * tokens * double(c.ffn_dim) * a;
@@ -201,7 +207,8 @@ double inference_memory(const WanConfig& c, const ActivationSettings& s) {
   const double block = 8 * tokens * d * f;
   const double feed_forward = 2 * tokens * double(c.ffn_dim) * a;
   const double attention =
-      chunk > 0 ? 3 * heads * double(std::min(chunk, int64_t(tokens))) * tokens * f : 2 * heads * tokens * tokens * f;
+      chunk == nn::kFusedAttention ? 0.0
+      : chunk > 0                  ? 3 * heads * double(std::min(chunk, int64_t(tokens))) * tokens * f : 2 * heads * tokens * tokens * f;
   // Outside the blocks: the context as given, padded and embedded, and the
   // latents in and out.
   const double latent = double(c.in_dim) * double(s.latents[0] * s.latents[1] * s.latents[2]) * f;

@@ -10,6 +10,7 @@
 #include <array>
 #include <cstdint>
 
+#include "wantrain/nn/attention_chunk.hpp"
 #include "wantrain/wan/model/model_config.hpp"
 
 namespace wt::wan {
@@ -18,9 +19,10 @@ struct ActivationSettings {
   int64_t batch = 1;                          // samples per micro-step
   std::array<int64_t, 3> latents{};           // latent frames, height, width (F, H, W); tokens follow from the patch
   at::ScalarType compute_dtype = at::kFloat;  // kFloat, or the autocast dtype (kBFloat16, kHalf)
-  // WanModel::set_attention_chunk: 0 all queries at once, a number of
-  // queries, or nn::kAutoAttentionChunk (resolved as the model resolves it)
-  int64_t attention_chunk = 0;
+  // WanModel::set_attention_chunk: nn::kFusedAttention (the fused kernel),
+  // 0 all queries at once, a number of queries, or nn::kAutoAttentionChunk
+  // (resolved as the model resolves it)
+  int64_t attention_chunk = nn::kFusedAttention;
   int64_t grad_checkpoint_every = 0;               // WanModel::set_grad_checkpoint; 0: none
   at::ScalarType block_linear_dtype = at::kFloat;  // the blocks' Linear weights (a LoRA base: kBFloat16)
   // Timesteps per token (Wan2.2 TI2V's first-frame condition): the time
@@ -35,7 +37,7 @@ struct ActivationSettings {
 struct ActivationMemory {
   int64_t tokens = 0;                   // per sample: the patch grid's cells
   int64_t rank_tokens = 0;              // of them this rank's (sequence parallelism: padded, ÷ N)
-  int64_t attention_chunk = 0;          // as the model runs it: auto resolved; 0 the whole score matrix
+  int64_t attention_chunk = 0;          // as the model runs it: auto resolved; 0 the whole score matrix, or fused
   double block_saved = 0;               // bytes one block keeps for backward without checkpointing
   double checkpointed_block_saved = 0;  // with checkpointing: its input only
   int64_t blocks_kept = 0, blocks_checkpointed = 0;

@@ -70,6 +70,8 @@ AttentionImpl::AttentionImpl(const WanConfig& c, at::ScalarType linear_dtype, bo
 }
 
 at::Tensor AttentionImpl::attend(const at::Tensor& qs, const at::Tensor& ks, const at::Tensor& vs, bool scaled) const {
+  if (chunk == nn::kFusedAttention)  // the fused kernel (nn/attention.hpp); it scales itself
+    return nn::fused_attention(qs.transpose(1, 2), ks.transpose(1, 2), vs.transpose(1, 2)).transpose(1, 2);
   if (chunk > 0)  // exact, without the [B, heads, L, S] scores (nn/attention.hpp); it scales itself
     return nn::chunked_attention(qs.transpose(1, 2), ks.transpose(1, 2), vs.transpose(1, 2), chunk).transpose(1, 2);
   const auto q_scaled = scaled ? qs : qs * (1.0 / std::sqrt(double(head_dim_)));
@@ -91,12 +93,12 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x, const at::Tensor& source,
   ks = ks.view({b, src_len, heads_, head_dim_});  // [B, S, heads, head_dim]
   auto vs = v(source).view({b, src_len, heads_, head_dim_});
   // softmax(q k^T / sqrt(head_dim)), the scale folded into q (L x head_dim,
-  // not the L x S scores): into its rotation in self-attention. Chunked
-  // attention scales by itself.
+  // not the L x S scores): into its rotation in self-attention. Fused and
+  // chunked attention scale by themselves.
   const double scale = 1.0 / std::sqrt(double(head_dim_));
   bool scaled = false;
   if (rope) {
-    qs = apply_rope(qs, *rope, chunk > 0 ? 1.0 : scale);
+    qs = apply_rope(qs, *rope, chunk != 0 ? 1.0 : scale);
     ks = apply_rope(ks, *rope);
     scaled = chunk == 0;
   } else if (chunk == 0) {
@@ -257,10 +259,10 @@ void WanModelImpl::init_weights() {
 }
 
 void WanModelImpl::set_attention_chunk(int64_t queries, int64_t score_budget) {
-  if (queries < nn::kAutoAttentionChunk)
+  if (queries < nn::kFusedAttention)
     throw Error(
-        fmt::format("WanModel: attention chunk {}: expected 0 (the whole score matrix), a number of queries "
-                    "or auto (nn::kAutoAttentionChunk)",
+        fmt::format("WanModel: attention chunk {}: expected fused (nn::kFusedAttention), 0 (the whole score "
+                    "matrix), a number of queries or auto (nn::kAutoAttentionChunk)",
                     queries));
   if (score_budget < 1) throw Error(fmt::format("WanModel: attention score budget {}: must be positive", score_budget));
   attention_chunk_ = queries;

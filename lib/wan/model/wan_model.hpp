@@ -61,7 +61,9 @@ class AttentionImpl : public torch::nn::Module {
   RMSNorm norm_q{nullptr}, norm_k{nullptr};
   nn::Linear k_img{nullptr}, v_img{nullptr};
   RMSNorm norm_k_img{nullptr};
-  int64_t chunk = 0;  // > 0: chunked_attention over this many queries at a time
+  // nn::kFusedAttention: fused_attention; > 0: chunked_attention over this
+  // many queries at a time; 0: the whole score matrix.
+  int64_t chunk = nn::kFusedAttention;
   // Sequence parallelism (self-attention only; WanModel sets both): x holds
   // this rank's tokens of a sequence of `sequence_tokens`, split over the
   // group's ranks; q, k and v are exchanged for every token of this rank's
@@ -155,9 +157,11 @@ class WanModelImpl : public torch::nn::Module {
   void set_grad_checkpoint(int64_t every) { recompute_every_ = every; }
   int64_t grad_checkpoint() const { return recompute_every_; }
 
-  // Self- and cross-attention over `queries` query rows at a time, with a
-  // backward that recomputes each chunk (nn/attention.hpp): attention
-  // memory linear in the token count. 0: the whole score matrix at once.
+  // Self- and cross-attention through the fused kernel
+  // (nn::kFusedAttention, the default), or over `queries` query rows at a
+  // time, with a backward that recomputes each chunk (nn/attention.hpp):
+  // attention memory linear in the token count either way. 0: the whole
+  // score matrix at once.
   // nn::kAutoAttentionChunk: each forward resolves it from its batch and
   // token count (buckets differ) against `score_budget` bytes of
   // self-attention scores (nn/attention_chunk.hpp); cross-attention takes
@@ -201,7 +205,7 @@ class WanModelImpl : public torch::nn::Module {
   WanConfig config_;
   std::array<int64_t, 3> rope_grid_{};
   RopeTable rope_;
-  int64_t recompute_every_ = 0, attention_chunk_ = 0, attention_score_budget_ = nn::kAttentionScoreBudget;
+  int64_t recompute_every_ = 0, attention_chunk_ = nn::kFusedAttention, attention_score_budget_ = nn::kAttentionScoreBudget;
   distributed::Comm* sequence_group_ = nullptr;
   nn::ParameterUnits* units_ = nullptr;
 };
