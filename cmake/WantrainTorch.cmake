@@ -24,11 +24,20 @@ foreach(_pair "fmt;${WANTRAIN_FMT_INCLUDE_DIR}" "google;${WANTRAIN_PROTOBUF_INCL
 endforeach()
 target_include_directories(wantrain_torch SYSTEM BEFORE INTERFACE "${_system_first}")
 
-# A CUDA build of LibTorch ships c10_cuda; the Debian CPU build does not.
+# One LibTorch is tested (the wheel of scripts/torch-version); 2.4 brought
+# the device-typed autocast calls that lib/nn/autocast.cpp makes.
+if(Torch_VERSION VERSION_LESS 2.4)
+  message(FATAL_ERROR "LibTorch ${Torch_VERSION} at ${Torch_DIR}: wantrain needs 2.4 or newer "
+                      "(scripts/install-torch.sh installs the tested ${WANTRAIN_TORCH_PIN})")
+endif()
+
+# A CUDA build of LibTorch ships c10_cuda; a CPU build does not.
 if(TARGET c10_cuda OR TORCH_CUDA_LIBRARIES)
   set(WANTRAIN_TORCH_HAS_CUDA ON)
+  set(WANTRAIN_TORCH_CUDA "CUDA ${CUDA_VERSION}")
 else()
   set(WANTRAIN_TORCH_HAS_CUDA OFF)
+  set(WANTRAIN_TORCH_CUDA "CPU")
 endif()
 
 # The PCH is built once, in this object library, and reused by every target

@@ -17,7 +17,7 @@ Modes:
       The PyTorch side: the independent references of the official modules
       in tests/reference (vae_reference.py: WanVAE_ with its WanVAE wrapper,
       chunk by chunk as the official encode and decode loop; t5_reference.py:
-      the umT5 encoder), run by Debian's python3-torch under no_grad on the
+      the umT5 encoder), run by the torch wheel's PyTorch under no_grad on the
       weights and inputs wanbench wrote. Prints one JSON line.
 
   vs_torch_encoders.py write-t5-pth OUT.pth [--layers N] [--vocab N] [--seed N]
@@ -287,7 +287,7 @@ def run_compare(a):
     work = tempfile.mkdtemp(prefix="vs-torch-encoders-", dir=a.dir)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a stopped run still removes its files (finally below)
     t5_shape = f"{a.layers or 24} layers, vocab {a.vocab or T5_XXL['vocab']}"
-    print(f"# wantrain (wanbench vae|t5) against PyTorch (tests/reference, python3-torch), {a.threads} thread(s) "
+    print(f"# wantrain (wanbench vae|t5) against PyTorch (tests/reference, the torch wheel's PyTorch), {a.threads} thread(s) "
           f"each, median of {a.rounds} alternating rounds (each side's median of {a.iters} VAE or {a.t5_iters} umT5 "
           f"passes after {a.warmup} warm-up); VAE: "
           f"{a.vae_config or 'Wan2.1'}, batch 1, frames x WxH; umT5: {a.t5_config or 'umT5-XXL'} with {t5_shape}; "

@@ -31,7 +31,7 @@ std::string version_text(const std::string& program) {
   mpi_name = mpi_name.substr(0, mpi_name.find_first_of(",\n"));
   return fmt::format(
       "{} {} (git {})\n  LibTorch {} ({}), {}, HDF5 {}, {}, {}\n", program, WANTRAIN_VERSION, git_commit(),
-      WANTRAIN_TORCH_VERSION, WANTRAIN_TORCH_HAS_CUDA ? "CUDA" : "CPU", mpi_name, WANTRAIN_HDF5_VERSION,
+      WANTRAIN_TORCH_VERSION, WANTRAIN_TORCH_CUDA, mpi_name, WANTRAIN_HDF5_VERSION,
       distributed::nccl_built() ? fmt::format("NCCL {}", WANTRAIN_NCCL_VERSION) : std::string("without NCCL"),
       malloc_name());
 }

@@ -2,42 +2,17 @@
 
 #include <ATen/autocast_mode.h>
 #include <ATen/core/Tensor.h>
-#include <torch/version.h>
 
 namespace wt::nn {
 
-// The version gate: the only place that names LibTorch's autocast calls.
+// The only place that names LibTorch's autocast calls: the device-typed API
+// of LibTorch >= 2.4 (cmake/WantrainTorch.cmake requires it).
 namespace {
 
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
-// LibTorch >= 2.4: one device-typed API. No CI compiles this branch (Debian
-// 12 ships 1.13); docs/development.md lists it.
 bool is_enabled(c10::DeviceType device) { return at::autocast::is_autocast_enabled(device); }
 void set_enabled(c10::DeviceType device, bool on) { at::autocast::set_autocast_enabled(device, on); }
 c10::ScalarType get_dtype(c10::DeviceType device) { return at::autocast::get_autocast_dtype(device); }
 void set_dtype(c10::DeviceType device, c10::ScalarType dtype) { at::autocast::set_autocast_dtype(device, dtype); }
-#else
-// LibTorch 1.13 to 2.3: one call per device type; "gpu" means CUDA.
-bool is_enabled(c10::DeviceType device) {
-  return device == c10::DeviceType::CUDA ? at::autocast::is_enabled() : at::autocast::is_cpu_enabled();
-}
-void set_enabled(c10::DeviceType device, bool on) {
-  if (device == c10::DeviceType::CUDA)
-    at::autocast::set_enabled(on);
-  else
-    at::autocast::set_cpu_enabled(on);
-}
-c10::ScalarType get_dtype(c10::DeviceType device) {
-  return device == c10::DeviceType::CUDA ? at::autocast::get_autocast_gpu_dtype()
-                                         : at::autocast::get_autocast_cpu_dtype();
-}
-void set_dtype(c10::DeviceType device, c10::ScalarType dtype) {
-  if (device == c10::DeviceType::CUDA)
-    at::autocast::set_autocast_gpu_dtype(dtype);
-  else
-    at::autocast::set_autocast_cpu_dtype(dtype);
-}
-#endif
 
 // wantrain runs on CPU or CUDA; any other device type is held as CPU's.
 c10::DeviceType autocast_device(c10::DeviceType device) {

@@ -2,10 +2,8 @@
 // per device type; these set it for the current thread and restore what was
 // there on exit.
 //
-// Every call into LibTorch's autocast API is in autocast.cpp, behind one
-// version gate: LibTorch >= 2.4 has device-typed calls
-// (set_autocast_enabled(device_type, ...)) and warns on the older per-device
-// names, which 1.13 (Debian 12's, the one CI compiles) alone provides.
+// Every call into LibTorch's autocast API is in autocast.cpp: the
+// device-typed calls of LibTorch >= 2.4 (set_autocast_enabled(device_type, ...)).
 #pragma once
 
 #include <c10/core/DeviceType.h>

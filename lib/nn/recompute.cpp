@@ -21,7 +21,7 @@ std::vector<at::Tensor> trainable_parameters(const Recomputable& module) {
   return parameters;
 }
 
-// Off while the forward runs without gradients: LibTorch 1.13's autocast
+// Off while the forward runs without gradients: LibTorch's autocast
 // would otherwise cache low-precision copies of the trainable weights made
 // outside autograd, and a later use in the same scope would get no gradient.
 class NoAutocastCache {

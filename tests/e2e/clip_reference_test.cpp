@@ -2,7 +2,7 @@
 // (wan/encoders/clip_vision) against tests/reference/clip_reference.py: an
 // independent PyTorch evaluation of the visual tower of the official
 // wan/modules/clip.py clip_xlm_roberta_vit_h_14, as CLIPModel.visual runs
-// it, by Debian's python3-torch on the same weights (random, in the
+// it, by the torch wheel's PyTorch on the same weights (random, in the
 // official names, with the parts the features do not use present too) and
 // the same images.
 #include <gtest/gtest.h>

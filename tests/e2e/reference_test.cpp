@@ -1,6 +1,6 @@
 // WanModel against tests/reference/wan_reference.py: an independent PyTorch
 // evaluation of the official Wan2.1 forward pass (complex-number RoPE, einsum
-// unpatchify), run by Debian's python3-torch on the same weights and inputs.
+// unpatchify), run by the torch wheel's PyTorch on the same weights and inputs.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 

@@ -1,6 +1,6 @@
 // The umT5 encoder (wan/encoders/t5_encoder) against
 // tests/reference/t5_reference.py: an independent PyTorch evaluation of the
-// official wan/modules/t5.py encoder, run by Debian's python3-torch on the
+// official wan/modules/t5.py encoder, run by the torch wheel's PyTorch on the
 // same weights (random, in the official names) and the same token ids.
 #include <gtest/gtest.h>
 #include <torch/torch.h>

@@ -1,6 +1,6 @@
 // The Wan2.2 video VAE (wan/vae/wan22_vae) against tests/reference/vae22_reference.py:
 // an independent PyTorch evaluation of the official wan/modules/vae2_2.py
-// (WanVAE_ in its Wan2_2_VAE wrapper), run by Debian's python3-torch on the
+// (WanVAE_ in its Wan2_2_VAE wrapper), run by the torch wheel's PyTorch on the
 // same weights (random, in the official names) and the same video and
 // latents; and the factory (wan/vae/video_vae) that tells Wan2.1's VAE from
 // Wan2.2's by the tensors of a weights file.

@@ -1,6 +1,6 @@
 // The Wan2.1 video VAE (wan/vae/wan_vae) against tests/reference/vae_reference.py:
 // an independent PyTorch evaluation of the official wan/modules/vae.py
-// (WanVAE_ in its WanVAE wrapper), run by Debian's python3-torch on the same
+// (WanVAE_ in its WanVAE wrapper), run by the torch wheel's PyTorch on the same
 // weights (random, in the official names) and the same video and latents.
 #include <gtest/gtest.h>
 #include <torch/torch.h>

@@ -1,5 +1,5 @@
 // The restricted .pth reader against files that PyTorch itself wrote
-// (python3-torch's torch.save), and against files that are not state dicts,
+// (PyTorch's torch.save), and against files that are not state dicts,
 // that ask for code, or that are cut or corrupted: each is one UsageError
 // naming the file, and nothing ever runs or crashes.
 #include <gtest/gtest.h>
