@@ -2,6 +2,12 @@
 # so that the 20 s it costs to parse is paid once per build, not per file.
 add_library(wantrain_torch INTERFACE)
 target_link_libraries(wantrain_torch INTERFACE ${TORCH_LIBRARIES})
+# The wheel's libtorch.so (built by GCC 13 against an older libstdc++) carries
+# and exports its own copies of newer libstdc++ functions (std::filesystem,
+# std::chrono's time zones). Found before the system's libstdc++, they would
+# serve our calls too, and its remove_all crashes when called from GCC 12 code.
+# libstdc++ first among every program's libraries keeps the system's in front.
+target_link_options(wantrain_torch INTERFACE "LINKER:--push-state,--no-as-needed" "-lstdc++" "LINKER:--pop-state")
 separate_arguments(_torch_flags UNIX_COMMAND "${TORCH_CXX_FLAGS}")
 target_compile_options(wantrain_torch INTERFACE ${_torch_flags})
 add_library(wantrain::torch ALIAS wantrain_torch)
