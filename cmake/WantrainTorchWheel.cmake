@@ -4,6 +4,8 @@
 # that the user names (CMAKE_PREFIX_PATH=/path/to/libtorch, or Torch_DIR) wins.
 # Sets WANTRAIN_TORCH_PYTHON: that venv's python (torch, plus Debian's h5py,
 # numpy, matplotlib), which runs the tests' PyTorch references.
+# On a GPU machine with a torch of its own, the environment's
+# WANTRAIN_TORCH_PYTHON=/path/to/python builds against that one instead.
 file(STRINGS "${PROJECT_SOURCE_DIR}/scripts/torch-version" WANTRAIN_TORCH_PIN LIMIT_COUNT 1)
 string(STRIP "${WANTRAIN_TORCH_PIN}" WANTRAIN_TORCH_PIN)
 if(DEFINED ENV{WANTRAIN_TORCH_VENV} AND NOT "$ENV{WANTRAIN_TORCH_VENV}" STREQUAL "")
@@ -15,15 +17,20 @@ else()
 endif()
 set(WANTRAIN_TORCH_VENV "${_venv}" CACHE PATH "The torch wheel's venv (scripts/install-torch.sh)")
 
+# The environment's WANTRAIN_TORCH_PYTHON names another python whose torch to
+# build against (scripts/gpu-first-run.sh on a GPU machine's own torch).
+set(_python "${WANTRAIN_TORCH_VENV}/bin/python")
+if(DEFINED ENV{WANTRAIN_TORCH_PYTHON} AND NOT "$ENV{WANTRAIN_TORCH_PYTHON}" STREQUAL "")
+  set(_python "$ENV{WANTRAIN_TORCH_PYTHON}")
+endif()
 set(WANTRAIN_TORCH_PYTHON "" CACHE FILEPATH "Python with torch for the tests' references" FORCE)
-if(EXISTS "${WANTRAIN_TORCH_VENV}/bin/python")
+if(EXISTS "${_python}")
   execute_process(
-    COMMAND "${WANTRAIN_TORCH_VENV}/bin/python" -c "import torch.utils; print(torch.utils.cmake_prefix_path)"
+    COMMAND "${_python}" -c "import torch.utils; print(torch.utils.cmake_prefix_path)"
     OUTPUT_VARIABLE _wheel_prefix OUTPUT_STRIP_TRAILING_WHITESPACE RESULT_VARIABLE _wheel_status ERROR_QUIET)
   if(_wheel_status EQUAL 0 AND EXISTS "${_wheel_prefix}")
     list(APPEND CMAKE_PREFIX_PATH "${_wheel_prefix}")
-    set(WANTRAIN_TORCH_PYTHON "${WANTRAIN_TORCH_VENV}/bin/python" CACHE FILEPATH
-        "Python with torch for the tests' references" FORCE)
+    set(WANTRAIN_TORCH_PYTHON "${_python}" CACHE FILEPATH "Python with torch for the tests' references" FORCE)
     # The wheel's CUDA runtime, cuDNN and NCCL (nvidia-* wheels, beside torch):
     # the NCCL backend links the same ones LibTorch loads.
     get_filename_component(_site "${_wheel_prefix}/../../.." ABSOLUTE)

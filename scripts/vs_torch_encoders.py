@@ -43,6 +43,10 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.realpath(__file__))
+sys.path.insert(0, HERE)
+from torch_python import ensure_torch  # noqa: E402
+
+ensure_torch()
 REFERENCE = os.path.join(os.path.dirname(HERE), "tests", "reference")
 
 # umT5-XXL, the official T5Encoder's arguments (wan/encoders/t5_encoder.hpp's defaults).

@@ -74,7 +74,7 @@ struct TrainConfig : app::TrainingOptions {
   Betas betas;
   bool scale_lr = false;
   std::string precision = "fp32";
-  std::string grad_checkpoint = "none";  // none, blocks or every-N
+  std::string grad_checkpoint = "none";   // none, blocks or every-N
   std::string attention_chunk = "fused";  // fused, auto, 0 (all queries at once) or queries per chunk
 
   // distributed

@@ -14,8 +14,7 @@ int64_t parse_attention_chunk(const std::string& text, const char* option) {
   if (!text.empty() && text.size() <= 9 && text.find_first_not_of("0123456789") == std::string::npos)
     return std::stoll(text);
   throw UsageError(fmt::format(
-      "option --{}: expected fused, auto, 0 (the whole score matrix) or a number of queries, got '{}'", option,
-      text));
+      "option --{}: expected fused, auto, 0 (the whole score matrix) or a number of queries, got '{}'", option, text));
 }
 
 std::string attention_chunk_text(int64_t chunk) {

@@ -76,7 +76,8 @@ class ChunkedAttention : public torch::autograd::Function<ChunkedAttention> {
 }  // namespace
 
 at::Tensor fused_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-  TORCH_CHECK(q.dim() == 4 && q.size(-1) == k.size(-1) && k.size(-2) == v.size(-2), "fused_attention: q, k, v do not fit");
+  TORCH_CHECK(q.dim() == 4 && q.size(-1) == k.size(-1) && k.size(-2) == v.size(-2),
+              "fused_attention: q, k, v do not fit");
   // The products' dtype spelled out, as chunked_attention does, rather than
   // left to autocast's op lists (which differ by device and version).
   const auto dtype = autocast_dtype(q) != at::kFloat ? autocast_dtype(q) : q.scalar_type();

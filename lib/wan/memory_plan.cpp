@@ -126,8 +126,7 @@ std::string describe_attention(int64_t requested, int64_t resolved) {
   const auto how = resolved == nn::kFusedAttention ? std::string("fused attention")
                    : resolved > 0                  ? fmt::format("attention chunk {}", resolved)
                                                    : std::string("full attention");
-  return fmt::format("{}{}", how,
-                     requested == nn::kAutoAttentionChunk ? " (auto)" : "");
+  return fmt::format("{}{}", how, requested == nn::kAutoAttentionChunk ? " (auto)" : "");
 }
 
 std::string format_bytes(double bytes) {

@@ -108,18 +108,23 @@ TEST_F(Wansample, SamplesADatasetPromptToAShardAndAPreview) {
 
 TEST_F(Wansample, ChunkedAttentionSamplesWhatTheWholeScoreMatrixSamples) {
   // 2 x 4 x 4 = 32 tokens in chunks of 5 (no chunk divides them) and of 64
-  // (one); by default (auto) the whole matrix, as --attention-chunk 0.
+  // (one); auto takes the whole matrix here, bit for bit as
+  // --attention-chunk 0; the default, fused, samples the same to rounding.
   const std::string common =
       " --weights " + weights_ + " --data " + dir_ + "/data --index 2 --steps 3 --cfg 2 --seed 5 --out " + dir_;
-  const Job automatic = sample(common + "/whole.h5");
+  const Job off = sample(common + "/whole.h5 --attention-chunk 0");
+  ASSERT_EQ(off.status, 0) << off.output;
+  EXPECT_EQ(wt::testing::occurrences(off.output, " (full attention); at once on the host: "), 1u) << off.output;
+  const auto whole = sampled_latents(dir_ + "/whole.h5");
+  const Job automatic = sample(common + "/auto.h5 --attention-chunk auto");
   ASSERT_EQ(automatic.status, 0) << automatic.output;
   EXPECT_EQ(wt::testing::occurrences(automatic.output, " (full attention (auto)); at once on the host: "), 1u)
       << automatic.output;
-  const auto whole = sampled_latents(dir_ + "/whole.h5");
-  const Job off = sample(common + "/off.h5 --attention-chunk 0");
-  ASSERT_EQ(off.status, 0) << off.output;
-  EXPECT_EQ(wt::testing::occurrences(off.output, " (full attention); at once on the host: "), 1u) << off.output;
-  EXPECT_TRUE(torch::equal(sampled_latents(dir_ + "/off.h5"), whole));
+  EXPECT_TRUE(torch::equal(sampled_latents(dir_ + "/auto.h5"), whole));
+  const Job fused = sample(common + "/fused.h5");
+  ASSERT_EQ(fused.status, 0) << fused.output;
+  EXPECT_EQ(wt::testing::occurrences(fused.output, " (fused attention); at once on the host: "), 1u) << fused.output;
+  EXPECT_TRUE(torch::allclose(sampled_latents(dir_ + "/fused.h5"), whole, 1e-4, 1e-4));
   for (const char* chunk : {"5", "64"}) {
     const Job job = sample(common + "/chunk.h5 --attention-chunk " + chunk);
     ASSERT_EQ(job.status, 0) << job.output;
@@ -130,7 +135,7 @@ TEST_F(Wansample, ChunkedAttentionSamplesWhatTheWholeScoreMatrixSamples) {
   const Job bad = sample(common + "/bad.h5 --attention-chunk -1");
   EXPECT_EQ(bad.status, 2) << bad.output;
   EXPECT_EQ(wt::testing::occurrences(bad.output,
-                                     "option --attention-chunk: expected auto, 0 (the whole score matrix) or a "
+                                     "option --attention-chunk: expected fused, auto, 0 (the whole score matrix) or a "
                                      "number of queries, got '-1'"),
             1u)
       << bad.output;

@@ -13,6 +13,7 @@
 #include "../common/build_paths.hpp"
 #include "../common/launch.hpp"
 #include "wantrain/distributed/device_placement.hpp"
+#include "wantrain/nn/attention_chunk.hpp"
 #include "wantrain/util/process.hpp"
 #include "wantrain/data/dataset.hpp"
 #include "wantrain/wan/model/model_config.hpp"
@@ -336,18 +337,21 @@ TEST(Launch, WanbenchModelSweepsTokensAgainstThePlanInProcessesOfTheirOwn) {
   const auto start = job.output.rfind("\n{");
   const auto doc = nlohmann::json::parse(job.output.substr(start == std::string::npos ? 0 : start + 1));
   // Frames 1, 2, 4, 8 of 8x8 in wan-tiny's (1, 2, 2) patches, each with full
-  // attention, chunked (512, the default) and chunked with every block checkpointed.
-  ASSERT_EQ(doc.at("points").size(), 12u) << job.output;
-  for (size_t i = 0; i < 12; ++i) {
+  // attention, chunked (512, the default), chunked with every block
+  // checkpointed and fused.
+  ASSERT_EQ(doc.at("points").size(), 16u) << job.output;
+  const int64_t chunks[] = {0, 512, 512, wt::nn::kFusedAttention};
+  for (size_t i = 0; i < 16; ++i) {
     const auto& point = doc["points"][i];
-    EXPECT_EQ(point.at("tokens").get<int64_t>(), int64_t(16) << (i / 3)) << point;
-    EXPECT_EQ(point.at("attention_chunk").get<int64_t>(), i % 3 == 0 ? 0 : 512) << point;
-    EXPECT_EQ(point.at("grad_checkpoint").get<int64_t>(), i % 3 == 2 ? 1 : 0) << point;
+    EXPECT_EQ(point.at("tokens").get<int64_t>(), int64_t(16) << (i / 4)) << point;
+    EXPECT_EQ(point.at("attention_chunk").get<int64_t>(), chunks[i % 4]) << point;
+    EXPECT_EQ(point.at("grad_checkpoint").get<int64_t>(), i % 4 == 2 ? 1 : 0) << point;
     EXPECT_GT(point.at("peak_tensor_mib").get<double>(), point.at("state_mib").get<double>()) << point;
     EXPECT_GT(point.at("plan_mib").get<double>(), 0.0) << point;
     EXPECT_EQ(point.at("non_finite_losses").get<int>(), 0) << point;
   }
-  for (const char* goal : {"peak_8k_over_1k_chunked", "activations_4k_checkpointed_over_chunked", "largest_plan_error"})
+  for (const char* goal : {"peak_8k_over_1k_chunked", "activations_4k_checkpointed_over_chunked", "largest_plan_error",
+                           "peak_rss_marginal_growth_fused", "step_time_8k_fused_over_chunked"})
     EXPECT_TRUE(doc.at("goals").contains(goal)) << goal;
 
   // Under a launcher each rank would start the children: refused.

@@ -137,7 +137,7 @@ TEST_F(Train, GradCheckpointingTakesTheSameStepsOnAnyWorldSize) {
   const Job negative = train(2, "gc-bad", "--steps 2 --attention-chunk -1");
   EXPECT_EQ(negative.status, 2) << negative.output;
   EXPECT_EQ(occurrences(negative.output,
-                        "option --attention-chunk: expected auto, 0 (the whole score matrix) or a number of "
+                        "option --attention-chunk: expected fused, auto, 0 (the whole score matrix) or a number of "
                         "queries, got '-1'"),
             1u)
       << negative.output;

@@ -45,7 +45,8 @@ TEST(AttentionChunk, AGivenChunkIsKeptAndAutoIsTheWholeMatrixWhileItFits) {
   ASSERT_EQ(score_bytes(1, 4, 8192, 8192), double(kAttentionScoreBudget));
   EXPECT_EQ(resolve_attention_chunk(kAutoAttentionChunk, 1, 4, 8192, 8192), 0);
   EXPECT_EQ(resolve_attention_chunk(kAutoAttentionChunk, 1, 4, 8193, 8193), 8128);
-  EXPECT_THROW(resolve_attention_chunk(-2, 1, 4, 16, 16), wt::Error);
+  EXPECT_EQ(resolve_attention_chunk(wt::nn::kFusedAttention, 1, 40, 32760, 32760), wt::nn::kFusedAttention);
+  EXPECT_THROW(resolve_attention_chunk(-3, 1, 4, 16, 16), wt::Error);
   EXPECT_THROW(resolve_attention_chunk(kAutoAttentionChunk, 0, 4, 16, 16), wt::Error);
 }
 
@@ -159,6 +160,12 @@ TEST(AttentionChunk, TheMemoryPlanResolvesAutoAndSaysSo) {
   EXPECT_EQ(activations(wt::wan::plan_memory(given)).bytes, activations(plan).bytes);
   EXPECT_EQ(activations(wt::wan::plan_memory(given)).detail,
             "batch 1 x 32760 tokens, attention chunk 192, checkpointing every block");
+  // The default, fused: what chunks keep, without any chunk's scores.
+  auto fused = s;
+  fused.step.attention_chunk = wt::nn::kFusedAttention;
+  EXPECT_EQ(activations(wt::wan::plan_memory(fused)).detail,
+            "batch 1 x 32760 tokens, fused attention, checkpointing every block");
+  EXPECT_LT(activations(wt::wan::plan_memory(fused)).bytes, activations(plan).bytes);
   // A still: the whole matrix.
   s.step.latents = {1, 60, 104};
   EXPECT_EQ(activations(wt::wan::plan_memory(s)).detail,
@@ -190,18 +197,22 @@ TEST(AttentionChunk, TheTeachersForwardIsPlannedForAllItsHeads) {
   EXPECT_EQ(wt::wan::plan_memory(s).teacher_forward, wt::wan::inference_memory(config, whole));
 }
 
-TEST(AttentionChunk, TheOptionReadsAutoZeroOrQueriesAndNamesItselfOtherwise) {
+TEST(AttentionChunk, TheOptionReadsFusedAutoZeroOrQueriesAndNamesItselfOtherwise) {
   using wt::app::parse_attention_chunk;
+  EXPECT_EQ(parse_attention_chunk("fused"), wt::nn::kFusedAttention);
   EXPECT_EQ(parse_attention_chunk("auto"), kAutoAttentionChunk);
+  for (const std::string text : {"fused", "auto", "0", "512"})
+    EXPECT_EQ(wt::app::attention_chunk_text(parse_attention_chunk(text)), text);
   EXPECT_EQ(parse_attention_chunk("0"), 0);
   EXPECT_EQ(parse_attention_chunk("512"), 512);
-  for (const std::string bad : {"-1", "", "Auto", "12x", " 64", "1e3", "9999999999"}) {
+  for (const std::string bad : {"-1", "-2", "", "Auto", "Fused", "12x", " 64", "1e3", "9999999999"}) {
     try {
       parse_attention_chunk(bad);
       ADD_FAILURE() << "'" << bad << "' accepted";
     } catch (const wt::UsageError& e) {
       EXPECT_EQ(std::string(e.what()),
-                "option --attention-chunk: expected auto, 0 (the whole score matrix) or a number of queries, got '" +
+                "option --attention-chunk: expected fused, auto, 0 (the whole score matrix) or a number of queries, "
+                "got '" +
                     bad + "'");
     }
   }

@@ -104,22 +104,24 @@ TEST(TrainConfig, RangeChecksNameTheOption) {
   EXPECT_EQ(validation_error(e), "option --teacher: only used with --mode distill");
 }
 
-// --attention-chunk: auto by default, 0 or a number of queries; anything
-// else one line naming the option.
-TEST(TrainConfig, AttentionChunkIsAutoZeroOrQueries) {
+// --attention-chunk: fused by default, auto, 0 or a number of queries;
+// anything else one line naming the option.
+TEST(TrainConfig, AttentionChunkIsFusedAutoZeroOrQueries) {
   wt::wantrain::TrainConfig cfg;
-  EXPECT_EQ(cfg.attention_chunk, "auto");
-  EXPECT_EQ(wt::wantrain::wan_run_options(cfg).attention_chunk, wt::nn::kAutoAttentionChunk);
-  for (const auto& [text, chunk] : {std::pair<std::string, int64_t>{"0", 0}, {"512", 512}}) {
+  EXPECT_EQ(cfg.attention_chunk, "fused");
+  EXPECT_EQ(wt::wantrain::wan_run_options(cfg).attention_chunk, wt::nn::kFusedAttention);
+  for (const auto& [text, chunk] :
+       {std::pair<std::string, int64_t>{"auto", wt::nn::kAutoAttentionChunk}, {"0", 0}, {"512", 512}}) {
     cfg.attention_chunk = text;
     EXPECT_EQ(validation_error(cfg), "valid") << text;
     EXPECT_EQ(wt::wantrain::wan_run_options(cfg).attention_chunk, chunk) << text;
   }
   for (const std::string bad : {"-1", "none", "256q", ""}) {
     cfg.attention_chunk = bad;
-    EXPECT_EQ(validation_error(cfg),
-              "option --attention-chunk: expected auto, 0 (the whole score matrix) or a number of queries, got '" +
-                  bad + "'");
+    EXPECT_EQ(
+        validation_error(cfg),
+        "option --attention-chunk: expected fused, auto, 0 (the whole score matrix) or a number of queries, got '" +
+            bad + "'");
   }
 }
 

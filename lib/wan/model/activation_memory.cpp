@@ -162,8 +162,7 @@ ActivationMemory activation_memory(const WanConfig& c, const ActivationSettings&
   //   its tiles being a few hundred KiB a thread);
   // - self-attention forward, before the rest of the block is saved: the
   //   scores (full) or one chunk's scores, shifted and exponentiated.
-  const double chunk_scores =
-      fused ? 0.0 : heads * double(std::min(m.attention_chunk, m.tokens)) * all_tokens * f;
+  const double chunk_scores = fused ? 0.0 : heads * double(std::min(m.attention_chunk, m.tokens)) * all_tokens * f;
   const double full_scores = heads * all_tokens * all_tokens * f;
   const double residual = 2 * tokens * d * f;
   const double feed_forward = 2 * tokens * double(c.ffn_dim) * a;
@@ -206,9 +205,9 @@ double inference_memory(const WanConfig& c, const ActivationSettings& s) {
   // exponentiated, or the whole matrix and its softmax).
   const double block = 8 * tokens * d * f;
   const double feed_forward = 2 * tokens * double(c.ffn_dim) * a;
-  const double attention =
-      chunk == nn::kFusedAttention ? 0.0
-      : chunk > 0                  ? 3 * heads * double(std::min(chunk, int64_t(tokens))) * tokens * f : 2 * heads * tokens * tokens * f;
+  const double attention = chunk == nn::kFusedAttention ? 0.0
+                           : chunk > 0 ? 3 * heads * double(std::min(chunk, int64_t(tokens))) * tokens * f
+                                       : 2 * heads * tokens * tokens * f;
   // Outside the blocks: the context as given, padded and embedded, and the
   // latents in and out.
   const double latent = double(c.in_dim) * double(s.latents[0] * s.latents[1] * s.latents[2]) * f;

@@ -205,7 +205,8 @@ class WanModelImpl : public torch::nn::Module {
   WanConfig config_;
   std::array<int64_t, 3> rope_grid_{};
   RopeTable rope_;
-  int64_t recompute_every_ = 0, attention_chunk_ = nn::kFusedAttention, attention_score_budget_ = nn::kAttentionScoreBudget;
+  int64_t recompute_every_ = 0, attention_chunk_ = nn::kFusedAttention,
+          attention_score_budget_ = nn::kAttentionScoreBudget;
   distributed::Comm* sequence_group_ = nullptr;
   nn::ParameterUnits* units_ = nullptr;
 };
