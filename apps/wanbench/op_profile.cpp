@@ -27,9 +27,11 @@ std::string readable(const std::string& name) {
 }  // namespace
 
 OpProfile::OpProfile() {
-  profiler::enableProfiler(impl::ProfilerConfig(impl::ProfilerState::KINETO, /*report_input_shapes=*/true,
-                                                /*profile_memory=*/false, /*with_stack=*/false, /*with_flops=*/true),
-                           {impl::ActivityType::CPU});
+  const impl::ProfilerConfig config(impl::ProfilerState::KINETO, /*report_input_shapes=*/true,
+                                    /*profile_memory=*/false, /*with_stack=*/false, /*with_flops=*/true);
+  // Kineto is set up first (torch.profiler does the same); enabling alone crashes in LibTorch 2.x.
+  profiler::prepareProfiler(config, {impl::ActivityType::CPU});
+  profiler::enableProfiler(config, {impl::ActivityType::CPU});
   running_ = true;
 }
 

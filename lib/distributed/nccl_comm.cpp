@@ -1,6 +1,7 @@
 #include "wantrain/distributed/nccl_comm.hpp"
 
 #include <ATen/ATen.h>
+#include <dlfcn.h>
 #include <fmt/format.h>
 
 #include <atomic>
@@ -39,14 +40,25 @@ static_assert(sizeof(ncclUniqueId) == std::tuple_size<NcclUniqueIdBytes>::value,
 
 bool nccl_built() { return true; }
 
+namespace {
+// Whether the machine has a CUDA driver (libcuda) at all.
+bool cuda_driver_installed() {
+  void* driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+  if (driver == nullptr) return false;
+  dlclose(driver);
+  return true;
+}
+}  // namespace
+
 int cuda_device_count() {
   int count = 0;
   const cudaError_t rc = cudaGetDeviceCount(&count);
   if (rc == cudaSuccess) return count;
   cudaGetLastError();  // clear the error, report no device
-  // No device is ordinary on CPU nodes; anything else (a driver older than
-  // this CUDA runtime, say) would silently turn GPU nodes into CPU ones.
-  if (rc != cudaErrorNoDevice)
+  // No device is ordinary on CPU nodes, and so is no driver at all (the
+  // runtime then says "insufficient driver"); anything else (a driver older
+  // than this CUDA runtime, say) would silently turn GPU nodes into CPU ones.
+  if (rc != cudaErrorNoDevice && !(rc == cudaErrorInsufficientDriver && !cuda_driver_installed()))
     report_warning("CUDA reports no usable device: {} ({})", cudaGetErrorString(rc), cudaGetErrorName(rc));
   return 0;
 }

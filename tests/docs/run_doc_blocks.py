@@ -40,7 +40,7 @@ import sys
 import time
 
 RUNNABLE = ("sh", "python")
-PYTHON = "/usr/bin/python3"  # Debian's, with h5py and numpy (a pyenv python3 on PATH may lack them)
+PYTHON = sys.executable  # the tests' python: the torch wheel's venv, which also sees Debian's h5py and numpy
 FENCE = re.compile(r"^(```+|~~~+)\s*([\w-]*)\s*$")
 MARKER = re.compile(r"^<!--\s*(test|skip:|docs-page:)(.*?)(-->)?\s*$")
 COMMAND_WORDS = ("build/", "mpirun", "srun", "sbatch", "wantrain", "wandata", "wansample", "wanbench", "csvfit",
