@@ -279,9 +279,11 @@ TEST(MemoryPlan, ActivationsAreWithinAQuarterOfWhatAStepAllocates) {
     at::ScalarType dtype;
     bool per_token = false;  // timesteps per token (the first-frame condition)
   };
-  for (const Case c : {Case{0, 0, at::kFloat}, Case{64, 0, at::kFloat}, Case{64, 1, at::kFloat},
-                       Case{0, 0, at::kBFloat16}, Case{64, 0, at::kBFloat16}, Case{64, 1, at::kBFloat16},
-                       Case{64, 2, at::kBFloat16}, Case{64, 0, at::kFloat, true}, Case{64, 1, at::kBFloat16, true}}) {
+  for (const Case c :
+       {Case{0, 0, at::kFloat}, Case{64, 0, at::kFloat}, Case{64, 1, at::kFloat}, Case{0, 0, at::kBFloat16},
+        Case{64, 0, at::kBFloat16}, Case{64, 1, at::kBFloat16}, Case{64, 2, at::kBFloat16},
+        Case{64, 0, at::kFloat, true}, Case{64, 1, at::kBFloat16, true}, Case{wt::nn::kFusedAttention, 0, at::kFloat},
+        Case{wt::nn::kFusedAttention, 1, at::kFloat}, Case{wt::nn::kFusedAttention, 0, at::kBFloat16}}) {
     SCOPED_TRACE(::testing::Message() << "chunk " << c.chunk << ", checkpoint every " << c.checkpoint << ", " << c.dtype
                                       << (c.per_token ? ", per-token timesteps" : ""));
     auto settings = step(/*frames=*/4, c.chunk, c.checkpoint, /*batch=*/2);  // 256 tokens
@@ -368,7 +370,7 @@ TEST(MemoryPlan, ATeacherIsHeldInItsPrecisionAndItsForwardCountsWhenLarger) {
 TEST(MemoryPlan, InferenceIsWithinAQuarterOfWhatANoGradForwardAllocates) {
   wt::nn::count_tensor_memory();
   const auto config = measured_config();
-  for (const int64_t chunk : {0, 64}) {
+  for (const int64_t chunk : {int64_t(0), int64_t(64), wt::nn::kFusedAttention}) {
     SCOPED_TRACE(::testing::Message() << "chunk " << chunk);
     auto model = wt::testing::seeded_small_model(config);
     model->set_attention_chunk(chunk);

@@ -72,15 +72,12 @@ struct BlockImpl : torch::nn::Module {
     fc2 = mlp->register_module("2", linear_layer(c.dim, hidden, options));
   }
 
-  // Scores q k^T / sqrt(d) and their softmax in fp32, the probabilities in
-  // x's dtype for the product with v (FlashAttention 2's arithmetic, which
-  // the official calls).
+  // Fused attention (LibTorch's flash kernel: scores and softmax in fp32
+  // whatever x's dtype), as the official code's flash_attention.
   at::Tensor attention(const at::Tensor& x) {
     const int64_t b = x.size(0), s = x.size(1), c = x.size(2), d = c / heads;
     const auto qkv = linear(x, *to_qkv).view({b, s, 3, heads, d}).permute({2, 0, 3, 1, 4});  // [3, b, heads, s, d]
-    const auto q = qkv[0].to(at::kFloat), k = qkv[1].to(at::kFloat), v = qkv[2];
-    const auto scores = torch::matmul(q, k.transpose(-1, -2)).mul_(1 / std::sqrt(double(d)));
-    const auto out = torch::matmul(torch::softmax(scores, -1).to(x.scalar_type()), v);  // [b, heads, s, d]
+    const auto out = at::scaled_dot_product_attention(qkv[0], qkv[1], qkv[2]);               // [b, heads, s, d]
     return linear(out.transpose(1, 2).reshape({b, s, c}), *proj);
   }
 

@@ -90,9 +90,12 @@ struct BlockImpl : torch::nn::Module {
                           : x.scalar_type() == at::kDouble   ? std::numeric_limits<double>::lowest()
                                                              : double(std::numeric_limits<float>::lowest());
     bias.masked_fill_(mask.view({b, 1, 1, -1}) == 0, lowest);
-    auto scores = torch::einsum("binc,bjnc->bnij", {qs, ks}) + bias;  // T5: no 1/sqrt(d)
-    scores = torch::softmax(scores.to(torch::kFloat), -1).to(scores.scalar_type());
-    const auto out = torch::einsum("bnij,bjnc->binc", {scores, vs}).reshape({b, -1, n * h});
+    // Fused attention with the position bias and the padding as its additive
+    // mask (LibTorch's flash kernel takes one on CPU); T5 has no 1/sqrt(d).
+    const auto out = at::scaled_dot_product_attention(qs.transpose(1, 2), ks.transpose(1, 2), vs.transpose(1, 2),
+                                                      bias.to(x.scalar_type()), 0.0, false, 1.0)
+                         .transpose(1, 2)
+                         .reshape({b, -1, n * h});
     return torch::linear(out, o->weight);
   }
 

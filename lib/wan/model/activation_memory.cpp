@@ -25,7 +25,10 @@ struct BlockBytes {
   BlockPart self_attention, cross_attention, feed_forward;
 };
 
-BlockBytes block_bytes(const WanConfig& c, bool autocast, bool chunked) {
+BlockBytes block_bytes(const WanConfig& c, bool autocast, bool chunked, bool fused) {
+  // The heads' output reshaped for o is a copy, except after the fused
+  // kernel, which lays its output out as [B, L, heads, d] already (a view).
+  const double copy_for_o = fused ? 0 : 1;
   const double d = double(c.dim), ffn = double(c.ffn_dim);
   const double f = 4;                 // fp32: the residual stream, norms and modulation are fp32 in any run
   const double a = autocast ? 2 : 4;  // what Linear and matmul produce
@@ -44,12 +47,12 @@ BlockBytes block_bytes(const WanConfig& c, bool autocast, bool chunked) {
     // the modulation), the modulated input (q, k, v's), q, k, v (or its
     // copy), the heads' output reshaped for o (a copy), o's output (a
     // factor of the gate); chunked attention also saves its output.
-    self.per_token = d * f * (1 + 1 + 1 + 2 * qk + 1 + 1 + 1 + (chunked ? 1 : 0));
+    self.per_token = d * f * (1 + 1 + 1 + 2 * qk + 1 + copy_for_o + 1 + (chunked ? 1 : 0));
     // Cross-attention: its input x (norm3's), norm3's output (q's input),
     // q (Linear's output, the RMSNorm's input, and the scaled q attention
     // saves or matmul's copy of it), the heads' output copy (chunked: and
     // the output); k and v over the context alike.
-    cross.per_token = d * f * (1 + (c.cross_attn_norm ? 1 : 0) + (c.qk_norm ? 2 : 1) + 1 + (chunked ? 1 : 0));
+    cross.per_token = d * f * (1 + (c.cross_attn_norm ? 1 : 0) + (c.qk_norm ? 2 : 1) + copy_for_o + (chunked ? 1 : 0));
     cross.per_context = d * f * ((c.qk_norm ? 2 : 1) + 1);
     // Feed-forward: x (norm2's), norm2's output, the modulated input, the
     // first Linear's output (GELU's input), GELU's output, the second's.
@@ -65,12 +68,12 @@ BlockBytes block_bytes(const WanConfig& c, bool autocast, bool chunked) {
   // Self-attention: block input, norm1's output (fp32), three cast copies of
   // the modulated input (one per Linear), q, k, v, the output copy for o,
   // o's output, and chunked attention's output.
-  self.per_token = d * (f + f + 3 * a + 2 * qk + a + a + a + (chunked ? a : 0));
+  self.per_token = d * (f + f + 3 * a + 2 * qk + a + copy_for_o * a + a + (chunked ? a : 0));
   // Cross-attention: x (norm3's), the cast of q's input, q (RMSNorm's fp32
   // input and product, then the cast or copy attention saves), the output
   // copy for o (chunked: and the output). Context: k as q, and v.
   const double q_or_k = c.qk_norm ? f + a + a : a;
-  cross.per_token = d * (f + a + q_or_k + a + (chunked ? a : 0));
+  cross.per_token = d * (f + a + q_or_k + copy_for_o * a + (chunked ? a : 0));
   cross.per_context = d * (q_or_k + a);
   // Feed-forward: x and norm2's output (fp32), the cast, GELU's input and
   // output and the second Linear's output in the compute dtype.
@@ -109,7 +112,7 @@ ActivationMemory activation_memory(const WanConfig& c, const ActivationSettings&
   const double all_tokens = double(m.tokens);
   const double d = double(c.dim), heads = double(c.num_heads) / double(sp), f = 4, a = autocast ? 2 : 4;
 
-  auto b = block_bytes(c, autocast, chunked);
+  auto b = block_bytes(c, autocast, chunked, fused);
   // Bytes of one part for the batch: per token, per context position, per score.
   auto bytes = [&](const BlockPart& part, double score_columns) {
     return batch *
@@ -166,7 +169,11 @@ ActivationMemory activation_memory(const WanConfig& c, const ActivationSettings&
   const double full_scores = heads * all_tokens * all_tokens * f;
   const double residual = 2 * tokens * d * f;
   const double feed_forward = 2 * tokens * double(c.ffn_dim) * a;
-  const double attention_backward = chunked ? 6 * chunk_scores + tokens * d * (a + f + f + a) : 2 * full_scores;
+  // Fused backward writes dq, dk and dv in the products' dtype; chunked
+  // backward also casts dO and accumulates dk and dv in fp32.
+  const double attention_backward = fused     ? tokens * d * 3 * a
+                                    : chunked ? 6 * chunk_scores + tokens * d * (a + f + f + a)
+                                              : 2 * full_scores;
   const double attention_forward = chunked ? 3 * chunk_scores : 2 * full_scores;
   // Autocast casts each fp32 weight of a Linear (and the patch embedding's
   // convolution) once per forward, and the copy is kept until backward is

@@ -148,12 +148,11 @@ struct AttentionBlock : Layer {
   at::Tensor forward(const at::Tensor& x, Cache&) const override {
     const int64_t b = x.size(0), c = x.size(1), t = x.size(2), h = x.size(3), w = x.size(4);
     const auto qkv = conv3d(norm->forward(x), to_qkv->weight3d(), to_qkv->bias).view({b, 3, c, t, h * w});
-    const auto q = qkv.select(1, 0).permute({0, 2, 3, 1}) * (1 / std::sqrt(double(c)));  // [B, T, HW, C]
-    const auto k = qkv.select(1, 1).transpose(1, 2);                                     // [B, T, C, HW]
-    const auto v = qkv.select(1, 2).transpose(1, 2);                                     // [B, T, C, HW]
-    auto p = at::matmul(q, k);                                                           // [B, T, HW, HW]
-    p = x.scalar_type() == at::kFloat ? at::softmax(p, -1) : at::softmax(p, -1, at::kFloat).to(p.scalar_type());
-    const auto out = at::matmul(v, p.transpose(-1, -2)).transpose(1, 2).reshape({b, c, t, h, w});
+    // [B, T, HW, C]: the frames as heads of one fused (flash) attention each,
+    // as the official block's scaled_dot_product_attention; no [HW, HW] scores.
+    auto part = [&](int64_t i) { return qkv.select(1, i).permute({0, 2, 3, 1}); };
+    const auto out =
+        at::scaled_dot_product_attention(part(0), part(1), part(2)).permute({0, 3, 1, 2}).reshape({b, c, t, h, w});
     return conv3d(out, proj->weight3d(), proj->bias).add_(x);
   }
   std::shared_ptr<Norm> norm;
