@@ -19,9 +19,10 @@ add_library(wantrain::torch ALIAS wantrain_torch)
 # /usr/include itself, hence links in a directory of their own.)
 set(_system_first "${CMAKE_BINARY_DIR}/system-first-include")
 file(MAKE_DIRECTORY "${_system_first}")
-find_path(WANTRAIN_FMT_INCLUDE_DIR fmt/format.h NO_CMAKE_PATH NO_CMAKE_ENVIRONMENT_PATH)
-find_path(WANTRAIN_PROTOBUF_INCLUDE_DIR google/protobuf/message.h NO_CMAKE_PATH NO_CMAKE_ENVIRONMENT_PATH)
-foreach(_pair "fmt;${WANTRAIN_FMT_INCLUDE_DIR}" "google;${WANTRAIN_PROTOBUF_INCLUDE_DIR}")
+# The directories of the fmt and protobuf that find_package found (the
+# system's, or those of scripts/pack-deps.sh's archive).
+get_target_property(_fmt_include fmt::fmt INTERFACE_INCLUDE_DIRECTORIES)
+foreach(_pair "fmt;${_fmt_include}" "google;${Protobuf_INCLUDE_DIR}")
   list(GET _pair 0 _name)
   list(GET _pair 1 _dir)
   if(_dir AND EXISTS "${TORCH_INSTALL_PREFIX}/include/${_name}")

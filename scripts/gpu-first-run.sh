@@ -13,7 +13,9 @@
 # 32, 480p x 17 frames, bf16) and PyTorch's (scripts/vs_torch.py peer
 # --device cuda: the same DiT under DDP, full weights, fused attention).
 # Every step's log lies beside it. Build prerequisites (MPI, HDF5, FFmpeg,
-# ...) must be installed: docs/development.md, "GPU first-run kit".
+# ...) must be installed, or packed by scripts/pack-deps.sh and carried
+# (WANTRAIN_DEPS_ARCHIVE, default build/deps-pack/wantrain-deps.tar.xz):
+# docs/development.md, "GPU first-run kit".
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-runs/gpu-first-run}
@@ -35,6 +37,17 @@ python=${WANTRAIN_TORCH_PYTHON:-}
 if [ -z "$python" ] && python3 -c 'import torch; assert torch.version.cuda' 2>/dev/null; then python=$(command -v python3); fi
 if [ -z "$python" ]; then python="$(scripts/install-torch.sh)/bin/python" || exit 1; fi
 say "torch: $("$python" -c 'import torch; print(torch.__version__, "CUDA", torch.version.cuda, "available:", torch.cuda.is_available())')"
+
+# Without the build's Debian packages (no network there), the archive of
+# scripts/pack-deps.sh, carried along: unpacked once, then its env.sh.
+deps_archive=${WANTRAIN_DEPS_ARCHIVE:-build/deps-pack/wantrain-deps.tar.xz}
+if ! command -v mpicxx >/dev/null && [ -f "$deps_archive" ]; then
+  deps_dir=${WANTRAIN_DEPS_DIR:-/opt/wantrain-deps}
+  [ -f "$deps_dir/env.sh" ] || { mkdir -p "$deps_dir" && tar -xJf "$deps_archive" -C "$deps_dir"; } || exit 1
+  # shellcheck source=pack-deps-env.sh
+  . "$deps_dir/env.sh"
+  say "build packages: $deps_archive, unpacked in $deps_dir"
+fi
 
 # 1. Build against that torch (the release preset, as CI).
 export WANTRAIN_TORCH_PYTHON="$python"

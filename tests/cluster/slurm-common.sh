@@ -1,4 +1,5 @@
-# Sourced by slurm-up.sh and slurm-nodes-up.sh: what both clusters need.
+# Sourced by slurm-up.sh, slurm-nodes-up.sh and the tests of both clusters:
+# what they have in common. The job helpers call `fail`, which the tests define.
 
 # slurm-wlm and munge, installed when missing.
 slurm_install_packages() {
@@ -36,4 +37,30 @@ slurm_check_sweep_task() {
   lr=$(sed -n 's/^--lr \([^ ]*\).*/\1/p' <<<"$line")
   python3 -c "import json,sys; l=[json.loads(x) for x in open('$dir/metrics.jsonl') if '\"loss\"' in x]; sys.exit(0 if abs(l[-1]['lr']-float('$lr'))<1e-12 else 1)" \
     || { echo "task $i: metrics.jsonl does not show lr $lr of its line '$line'"; return 1; }
+}
+
+# A job's state, or nothing once it has ended (squeue forgets finished jobs).
+state() { squeue -h -j "$1" -o %T 2>/dev/null | sort -u | tr '\n' ' ' || true; }
+wait_gone() {  # job id, seconds: polled, as sbatch --wait's back-off would add seconds
+  for _ in $(seq $(($2 * 5))); do [ -z "$(state "$1")" ] && return 0; sleep 0.2; done
+  fail "job $1 still $(state "$1") after $2 s"
+}
+exit_code() { scontrol show job "$1" | sed -n 's/.* ExitCode=\([0-9:]*\).*/\1/p' | sort -u | tr '\n' ' '; }
+
+# SLURM holds a requeued job back for two minutes (its begin time) while
+# slurmd finishes the old run. Once the old run's slurmstepd processes are
+# gone, move the begin time to now until the job runs: one early update is
+# not enough, as it is refused while the job is still completing.
+slurm_start_requeued() {  # job id
+  for _ in $(seq 240); do
+    pgrep -f "slurmstepd: \[$1\." >/dev/null || break
+    sleep 0.25
+  done
+  local s
+  for _ in $(seq 120); do
+    s=$(state "$1")
+    [ -z "$s" ] || [ "$s" = "RUNNING " ] && return 0
+    [ "$s" != "PENDING " ] || scontrol update JobId="$1" StartTime=now >/dev/null 2>&1 || true
+    sleep 0.5
+  done
 }

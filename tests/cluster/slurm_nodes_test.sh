@@ -39,14 +39,6 @@ common=(--model-config "$src/data/configs/wan-tiny.json" --data "$data" --batch-
 # 10-20 ms here, and the signal is sent after 20 steps).
 steps=600
 
-# The job's state, or nothing once it has ended (squeue forgets finished jobs).
-state() { squeue -h -j "$1" -o %T 2>/dev/null | sort -u | tr '\n' ' ' || true; }
-wait_gone() {  # job id, seconds: polled, as sbatch --wait's back-off would add seconds
-  for _ in $(seq $(($2 * 5))); do [ -z "$(state "$1")" ] && return 0; sleep 0.2; done
-  fail "job $1 still $(state "$1") after $2 s"
-}
-exit_code() { scontrol show job "$1" | sed -n 's/.* ExitCode=\([0-9:]*\).*/\1/p' | sort -u | tr '\n' ' '; }
-
 case "$what" in
 train)
   "$WANDATA" synth --out "$data" --samples 32 --shards 2 --frames 1 --size 8x8 --text-len 16 --text-dim 64 --seed 6 >/dev/null
@@ -88,18 +80,7 @@ preempt)
     sleep 0.25
   done
   scontrol show job "$job" | grep -q "Restarts=1" || { cat "$work/preempted-$job.out"; fail "job $job was not requeued"; }
-  # SLURM holds a requeued job back for two minutes; start it as soon as the
-  # old run's slurmstepd processes are gone on both nodes.
-  for _ in $(seq 240); do
-    pgrep -f "slurmstepd: \[$job\." >/dev/null || break
-    sleep 0.25
-  done
-  for _ in $(seq 120); do
-    s=$(state "$job")
-    [ -z "$s" ] || [ "$s" = "RUNNING " ] && break
-    [ "$s" != "PENDING " ] || scontrol update JobId="$job" StartTime=now >/dev/null 2>&1 || true
-    sleep 0.5
-  done
+  slurm_start_requeued "$job"
   wait_gone "$job" 120
   out=$(cat "$work/preempted-$job.out")
   grep -q "stopping at step [0-9]* on SIGUSR1: checkpoint" <<<"$out" || { echo "$out"; fail "no checkpoint on USR1"; }

@@ -28,13 +28,6 @@ cd "$work"
 common=(--model-config "$src/data/configs/wan-tiny.json" --data "$work/data" --batch-size 2 --threads 1
         --backend mpi --log-every 1 --seed 5)
 
-# The job's state, or nothing once SLURM has forgotten it.
-state() { squeue -h -j "$1" -o %T 2>/dev/null || true; }
-wait_gone() {  # job id, seconds
-  for _ in $(seq "$2"); do [ -z "$(state "$1")" ] && return 0; sleep 1; done
-  fail "job $1 still $(state "$1") after $2 s"
-}
-
 case "$what" in
 train)
   sbatch --wait --chdir="$work" --ntasks-per-node=2 --output="$work/train-%j.out" \
@@ -90,14 +83,7 @@ preempt)
     scontrol show job "$job" | grep -q "Restarts=1" || { cat "$work/$name-$job.out"; fail "job $job was not requeued"; }
   }
   signal_and_requeue preempted
-  # SLURM holds a requeued job back for two minutes, while slurmd finishes
-  # the old run; start it as soon as the old run's slurmstepd processes are gone.
-  for _ in $(seq 120); do
-    pgrep -f "slurmstepd: \[$job\." >/dev/null || break
-    sleep 0.5
-  done
-  sleep 2
-  scontrol update JobId="$job" StartTime=now >/dev/null 2>&1 || true
+  slurm_start_requeued "$job"
   wait_gone "$job" 240
   out=$(cat "$work/preempted-$job.out")
   grep -q "stopping at step [0-9]* on SIGUSR1: checkpoint" <<<"$out" || { echo "$out"; fail "no checkpoint on USR1"; }

@@ -1,0 +1,20 @@
+# Sourced from the unpacked archive of scripts/pack-deps.sh (as its env.sh):
+#   . /opt/wantrain-deps/env.sh
+# Points CMake, pkg-config, the loader and Open MPI at the unpacked Debian
+# packages, wherever the archive was unpacked. Nothing is installed.
+deps=$(cd "$(dirname "${BASH_SOURCE[0]:-$0}")" && pwd)
+arch=x86_64-linux-gnu
+export WANTRAIN_DEPS="$deps"
+export PATH="$deps/usr/bin:$PATH"
+export CMAKE_PREFIX_PATH="$deps/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
+export LD_LIBRARY_PATH="$deps/usr/lib/$arch:$deps/usr/lib/$arch/openmpi/lib:$deps/usr/lib/$arch/hdf5/openmpi${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# The .pc files say prefix=/usr: the sysroot puts the tree in front.
+export PKG_CONFIG_PATH="$deps/usr/lib/$arch/pkgconfig:$deps/usr/share/pkgconfig"
+export PKG_CONFIG_SYSROOT_DIR="$deps"
+# Open MPI finds its wrappers' data, components and orted under this prefix.
+export OPAL_PREFIX="$deps/usr"
+export MPI_HOME="$deps/usr"
+export HDF5_ROOT="$deps/usr"
+# CMake's FindHDF5 and FindMPI ask these wrappers for the flags.
+export HDF5_C_COMPILER_EXECUTABLE="$deps/usr/bin/h5pcc"
+unset deps arch
