@@ -14,7 +14,20 @@ if(NOT _want_nccl MATCHES "^(OFF|FALSE|0|NO)$")
   if(NOT NCCL_ROOT AND WANTRAIN_TORCH_NVIDIA_DIR AND EXISTS "${WANTRAIN_TORCH_NVIDIA_DIR}/nccl")
     set(NCCL_ROOT "${WANTRAIN_TORCH_NVIDIA_DIR}/nccl")
   endif()
+  # Debian 12's CMake 3.25.1 marks CUDA::nvToolsExt deprecated without
+  # checking that the target exists, and CUDA 12 and later have no
+  # nvToolsExt library: configuring stops with "set_property could not find
+  # TARGET CUDA::nvToolsExt" (fixed in CMake 3.25.2). That branch is taken
+  # only for projects requiring 3.25, so the search asks for less.
+  if(CMAKE_VERSION VERSION_LESS 3.25.2)
+    set(_wantrain_cmake_minimum "${CMAKE_MINIMUM_REQUIRED_VERSION}")
+    set(CMAKE_MINIMUM_REQUIRED_VERSION 3.24)
+  endif()
   find_package(CUDAToolkit QUIET)
+  if(DEFINED _wantrain_cmake_minimum)
+    set(CMAKE_MINIMUM_REQUIRED_VERSION "${_wantrain_cmake_minimum}")
+    unset(_wantrain_cmake_minimum)
+  endif()
   if(CUDAToolkit_FOUND)
     # 2.14: the non-blocking communicator (ncclCommInitRankConfig with
     # blocking = 0, ncclInProgress, ncclCommFinalize) that bounds the join by

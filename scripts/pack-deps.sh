@@ -14,7 +14,7 @@
 # installed, no root is needed there), less what a build never reads:
 # documentation, static libraries beside their shared ones, Fortran. Left
 # out as the other machine's own: the C/C++ toolchain (build-essential's
-# packages), python3 and Debian's required and important packages.
+# packages), python3 and Debian's required packages.
 # Needs apt's package lists (apt-get update) and a network here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -49,7 +49,7 @@ resolve "${build_packages[@]}" >"$work/want" ||
   { echo "pack-deps: apt-get could not resolve the build packages: $(tail -1 "$work/resolve.err")" >&2; exit 1; }
 base_packages=(build-essential python3)
 mapfile -t -O ${#base_packages[@]} base_packages < <(
-  apt-cache dumpavail | awk '/^Package:/ {p=$2} /^Priority: (required|important)/ {print p}' | sort -u)
+  apt-cache dumpavail | awk '/^Package:/ {p=$2} /^Priority: required/ {print p}' | sort -u)
 resolve "${base_packages[@]}" >"$work/base"
 comm -23 "$work/want" "$work/base" | grep -Ev "$not_needed" >"$work/pack"
 [ -s "$work/pack" ] || { echo "pack-deps: nothing to pack: $(tail -1 "$work/resolve.err")" >&2; exit 1; }
@@ -62,16 +62,33 @@ for deb in "$work"/debs/*.deb; do dpkg -x "$deb" "$work/root"; done
 
 root="$work/root"
 libdir="$root/usr/lib/x86_64-linux-gnu"
+# Some of Debian 12's packages still put libraries in /lib (libnl): merged
+# into /usr/lib, as a merged-/usr system has them, where env.sh points.
+for d in lib bin sbin; do
+  if [ -d "$root/$d" ]; then
+    mkdir -p "$root/usr/$d"
+    cp -a "$root/$d/." "$root/usr/$d/"
+    rm -rf "${root:?}/$d"
+  fi
+done
 # Absolute links (Debian's /etc/alternatives, and a few into /usr/lib) would
 # point out of the unpacked tree: each becomes relative to the tree.
 find "$root" -type l | while read -r link; do
   target=$(readlink "$link")
   case "$target" in
     /etc/alternatives/*) continue ;;
+    /lib/* | /bin/* | /sbin/*) target=/usr$target ;&
     /*) ln -sfn "$(realpath -m --relative-to="$(dirname "$link")" "$root$target")" "$link" ;;
   esac
 done
-find "$root" -xtype l -delete
+# Development links to a library of the other machine's own (zlib,
+# OpenSSL: base packages, not packed) name that library by its soname
+# where Debian and Ubuntu keep it.
+find "$libdir" -maxdepth 1 -name '*.so' -xtype l | while read -r link; do
+  soname=$(basename "$(readlink "$link")" | sed -E 's/^(.*\.so\.[0-9]+).*/\1/')
+  ln -sfn "/usr/lib/x86_64-linux-gnu/$soname" "$link"
+done
+find "$root" -xtype l ! -lname '/usr/lib/x86_64-linux-gnu/*' -delete
 # Documentation, GoogleTest's sources (the build links its libraries),
 # X11's locale tables, libtool's macros; Fortran; the Intel Media SDK's
 # hardware plugins, which only its own runtime loads (not packed).
@@ -112,17 +129,19 @@ sort -u -o "$work/keep" "$work/keep"
 find "$libdir" -maxdepth 1 -name '*.so.*' | while read -r f; do
   grep -qxF -e "$f" -e "$(readlink -f "$f")" "$work/keep" || rm -f "$f"
 done
-find "$root" -xtype l -delete
+find "$root" -xtype l ! -lname '/usr/lib/x86_64-linux-gnu/*' -delete
 # The alternatives that dpkg would have made: the commands under their plain names.
 for tool in mpicc mpicxx mpic++ mpirun mpiexec orterun h5pcc; do
   for candidate in "$root/usr/bin/$tool.openmpi" "$root/usr/bin/${tool}.openmpi"; do
     [ -e "$candidate" ] && ln -sfn "$(basename "$candidate")" "$root/usr/bin/$tool"
   done
 done
-# h5pcc's prefix is /usr: relative to the script instead, and it compiles
-# with the packed mpicc.
+# h5pcc's prefix is /usr: relative to the script instead; it compiles
+# with the packed mpicc, and links the shared libraries (no static ones
+# are packed).
 sed -i -e 's|^prefix=.*|prefix="$(cd "$(dirname "$(readlink -f "$0")")/.." \&\& pwd)"|' \
-  -e 's|^CCBASE=.*|CCBASE="${prefix}/bin/mpicc"|' "$root"/usr/bin/h5pcc.openmpi 2>/dev/null || true
+  -e 's|^CCBASE=.*|CCBASE="${prefix}/bin/mpicc"|' -e 's|^CLINKERBASE=.*|CLINKERBASE="${prefix}/bin/mpicc"|' \
+  -e 's|^STATIC_AVAILABLE=.*|STATIC_AVAILABLE="no"|' "$root"/usr/bin/h5pcc.openmpi 2>/dev/null || true
 
 cp scripts/pack-deps-env.sh "$root/env.sh"
 mkdir -p "$out"
