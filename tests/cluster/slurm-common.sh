@@ -45,6 +45,15 @@ wait_gone() {  # job id, seconds: polled, as sbatch --wait's back-off would add 
   for _ in $(seq $(($2 * 5))); do [ -z "$(state "$1")" ] && return 0; sleep 0.2; done
   fail "job $1 still $(state "$1") after $2 s"
 }
+# sbatch --wait, without its back-off (seconds after the job has ended):
+# submits, waits until the job is gone, and fails unless every task exited 0.
+sbatch_wait() {  # seconds, sbatch arguments...
+  local seconds=$1 job
+  shift
+  job=$(sbatch --parsable "$@") || return 1
+  wait_gone "$job" "$seconds"
+  [ "$(exit_code "$job")" = "0:0 " ]
+}
 exit_code() { scontrol show job "$1" | sed -n 's/.* ExitCode=\([0-9:]*\).*/\1/p' | sort -u | tr '\n' ' '; }
 
 # SLURM holds a requeued job back for two minutes (its begin time) while

@@ -30,7 +30,7 @@ common=(--model-config "$src/data/configs/wan-tiny.json" --data "$work/data" --b
 
 case "$what" in
 train)
-  sbatch --wait --chdir="$work" --ntasks-per-node=2 --output="$work/train-%j.out" \
+  sbatch_wait 120 --chdir="$work" --ntasks-per-node=2 --output="$work/train-%j.out" \
     "$src/slurm/train.sbatch" "${common[@]}" --lr 1e-3 --steps 6 --output-dir "$work/run" \
     || { cat "$work"/train-*.out; fail "sbatch train.sbatch exited non-zero"; }
   out=$(cat "$work"/train-*.out)
@@ -42,7 +42,7 @@ train)
   ;;
 sweep)
   printf '# three learning rates\n--lr 1e-4\n\n--lr 3e-4\n--lr 1e-3 --warmup-steps 1\n' > sweep.txt
-  WANTRAIN_SWEEP_DIR="$work/sweep" sbatch --wait --chdir="$work" --array=0-2 --output="$work/sweep-%A_%a.out" \
+  WANTRAIN_SWEEP_DIR="$work/sweep" sbatch_wait 120 --chdir="$work" --array=0-2 --output="$work/sweep-%A_%a.out" \
     "$src/slurm/sweep.sbatch" sweep.txt "${common[@]}" --steps 3 \
     || { cat "$work"/sweep-*.out; fail "sbatch sweep.sbatch exited non-zero"; }
   for i in 0 1 2; do
@@ -60,7 +60,7 @@ preempt)
   "$WANDATA" synth --out data16 --samples 32 --shards 2 --frames 1 --size 16x16 --text-len 16 --text-dim 64 --seed 6 >/dev/null
   common=(--model-config "$src/data/configs/wan-tiny.json" --data "$work/data16" --batch-size 4 --threads 1
           --backend mpi --log-every 1 --seed 5)
-  sbatch --wait --chdir="$work" --ntasks-per-node=2 --output="$work/straight-%j.out" \
+  sbatch_wait 240 --chdir="$work" --ntasks-per-node=2 --output="$work/straight-%j.out" \
     "$src/slurm/train.sbatch" "${common[@]}" --lr 1e-3 --steps $steps --output-dir "$work/straight" \
     || { cat "$work"/straight-*.out; fail "the uninterrupted run failed"; }
   # Submits run NAME, signals it with `scancel -s USR1 [OPTIONS]` once training
