@@ -12,9 +12,12 @@
 #   scripts/gpu-first-run.sh
 # The archive holds the packages' files, unpacked with dpkg -x (nothing is
 # installed, no root is needed there), less what a build never reads:
-# documentation, static libraries beside their shared ones, Fortran. Left
-# out as the other machine's own: the C/C++ toolchain (build-essential's
-# packages), python3 and Debian's required packages.
+# documentation, static libraries (GoogleTest's stay), Fortran, Boost's
+# headers beyond those the project includes, shared libraries nothing packed
+# loads. Left out as the other machine's own: the C/C++ toolchain
+# (build-essential's packages), python3 and Debian's required packages. Not
+# packed: the ffmpeg CLI (it would double the archive; the unit tests that
+# take its frames as their reference skip without it).
 # Needs apt's package lists (apt-get update) and a network here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
