@@ -44,8 +44,11 @@ bool have_ffmpeg_cli() {
   static const bool have = wt::testing::launch("ffmpeg -hide_banner -version").status == 0;
   return have;
 }
-#define SKIP_WITHOUT_FFMPEG_CLI() \
-  if (!have_ffmpeg_cli()) GTEST_SKIP() << "needs the ffmpeg CLI (Debian's ffmpeg package): its files and frames are the reference"
+#define SKIP_WITHOUT_FFMPEG_CLI()                                                                     \
+  do {                                                                                                \
+    if (!have_ffmpeg_cli())                                                                           \
+      GTEST_SKIP() << "needs the ffmpeg CLI (Debian's ffmpeg package): its frames are the reference"; \
+  } while (false)
 
 void ffmpeg(const std::string& args) {
   const auto job = wt::testing::launch("ffmpeg -hide_banner -loglevel error -y " + args);
