@@ -28,6 +28,6 @@ export OMPI_MCA_mca_base_component_show_load_errors=0
 # start even a single process.
 command -v ssh >/dev/null || command -v rsh >/dev/null || export OMPI_MCA_plm=isolated
 export HDF5_ROOT="$deps/usr"
-# CMake's FindHDF5 and FindMPI ask these wrappers for the flags.
+# CMake's FindHDF5 asks the packed h5pcc (first on PATH) for the flags.
 export HDF5_C_COMPILER_EXECUTABLE="$deps/usr/bin/h5pcc"
 unset deps arch

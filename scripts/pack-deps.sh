@@ -134,10 +134,8 @@ find "$libdir" -maxdepth 1 -name '*.so.*' | while read -r f; do
 done
 find "$root" -xtype l ! -lname '/usr/lib/x86_64-linux-gnu/*' -delete
 # The alternatives that dpkg would have made: the commands under their plain names.
-for tool in mpicc mpicxx mpic++ mpirun mpiexec orterun h5pcc; do
-  for candidate in "$root/usr/bin/$tool.openmpi" "$root/usr/bin/${tool}.openmpi"; do
-    [ -e "$candidate" ] && ln -sfn "$(basename "$candidate")" "$root/usr/bin/$tool"
-  done
+for tool in mpicc mpicxx mpic++ mpirun mpiexec h5pcc; do
+  if [ -e "$root/usr/bin/$tool.openmpi" ]; then ln -sfn "$tool.openmpi" "$root/usr/bin/$tool"; fi
 done
 # h5pcc's prefix is /usr: relative to the script instead; it compiles
 # with the packed mpicc, and links the shared libraries (no static ones
