@@ -1,5 +1,5 @@
-// wansample: generate latents with a WanModel by Euler sampling with
-// classifier-free guidance, conditioned on a prompt (umT5), a dataset
+// wansample: generate latents with a WanModel by UniPC, DPM++ or Euler
+// sampling with classifier-free guidance, conditioned on a prompt (umT5), a dataset
 // sample's text embedding or an HDF5 file of embeddings. Writes the latents
 // as a one-sample shard (docs/data-format.md), with --png a preview image,
 // and with --vae a video (--video) or PNG frames (--frames-dir). An
@@ -33,10 +33,10 @@
 #include "wantrain/wan/caption_dropout.hpp"
 #include "wantrain/wan/checkpoint_weights.hpp"
 #include "wantrain/wan/data_fits_model.hpp"
-#include "wantrain/wan/euler_sampler.hpp"
 #include "wantrain/wan/latent_comparison.hpp"
 #include "wantrain/wan/latent_preview.hpp"
 #include "wantrain/wan/memory_plan.hpp"
+#include "wantrain/wan/sample/sampler.hpp"
 #include "wantrain/wan/encoders/text_encoder.hpp"
 #include "wantrain/wan/image_condition.hpp"
 #include "wantrain/wan/vae/release_video.hpp"
@@ -58,7 +58,7 @@ struct SampleConfig {
       checkpoint_weights = "auto", model_config, data, text, size, out = "sample.h5", png, precision = "fp32",
       device = "auto", prompt, negative_prompt, t5, t5_config, t5_dtype = "bf16", tokenizer, noise, vae, vae_config,
       vae_dtype = "fp32", video, frames_dir, image, last_image, clip, clip_dtype = "fp32", cfg = "5", high_noise,
-      low_noise, attention_chunk = "fused";
+      low_noise, attention_chunk = "fused", solver = "unipc";
   int64_t index = 0, frames = 0, max_area = 0;  // 0: the VAE's release (wan/vae/release_video.hpp)
   int steps = 50, threads = 0;
   double shift = 5.0, fps = 0, boundary = 0;  // fps 0: the VAE's release
@@ -124,7 +124,10 @@ int run(distributed::World&, int argc, char** argv) {
       .add("noise", &c.noise,
            "start from this noise instead of the seed's: an HDF5 /noise of [C, F, H, W] latents (to follow "
            "another implementation step for step)")
-      .add("steps", &c.steps, "Euler steps")
+      .choice("solver", &c.solver, {"unipc", "dpm++", "euler"},
+              "the sampler: unipc (the release's default), dpm++ (DPM-Solver++ 2M) or euler, each as Wan's "
+              "schedulers step (docs/model.md, \"Solvers\")")
+      .add("steps", &c.steps, "solver steps")
       .add("shift", &c.shift, "sigma shift s: s*sigma/(1+(s-1)*sigma); with --checkpoint the run's unless given")
       .add("cfg", &c.cfg,
            "classifier-free guidance scale against the unconditional (all-zero) context that wantrain --text-drop "
@@ -551,19 +554,20 @@ int run(distributed::World&, int argc, char** argv) {
   const wan::VelocityField velocity = velocity_of(net);
   std::optional<wan::HighNoiseExpert> high_expert;
   if (experts) high_expert = wan::HighNoiseExpert{velocity_of(high_net), cfg_high, boundary};
-  wan::EulerOptions euler;
-  euler.steps = c.steps;
-  euler.shift = c.shift;
-  euler.cfg = cfg_low;
-  euler.first_frame = first_frame.defined() ? first_frame.to(device, torch::kFloat32) : at::Tensor();
-  euler.patch = config.patch_size;
+  wan::SamplerOptions sampler;
+  sampler.solver = *wan::solver_from_name(c.solver);
+  sampler.steps = c.steps;
+  sampler.shift = c.shift;
+  sampler.cfg = cfg_low;
+  sampler.first_frame = first_frame.defined() ? first_frame.to(device, torch::kFloat32) : at::Tensor();
+  sampler.patch = config.patch_size;
   auto generator = at::make_generator<at::CPUGeneratorImpl>(c.seed);
   const auto noise =
       (c.noise.empty() ? torch::randn(shape, generator, torch::kFloat32)
                        : data::read_noise(c.noise, {shape[1], shape[2], shape[3], shape[4]}).unsqueeze(0))
           .to(device);  // [1, C, F, H, W]
   const auto latents =
-      wan::euler_sample(noise, velocity, euler, high_expert ? &*high_expert : nullptr)[0].to(torch::kCPU);
+      wan::sample_flow(noise, velocity, sampler, high_expert ? &*high_expert : nullptr)[0].to(torch::kCPU);
 
   data::SampleShape out_shape;
   out_shape.channels = shape[1];
@@ -574,9 +578,9 @@ int run(distributed::World&, int argc, char** argv) {
   out_shape.text_dim = context.size(1);
   {
     data::ShardWriter writer(c.out, out_shape, 1, /*with_prompt=*/true);
-    writer.write(
-        0, latents, context, text_len,
-        fmt::format("wansample of {} (steps {}, shift {}, cfg {}, seed {})", source, c.steps, c.shift, c.cfg, c.seed));
+    writer.write(0, latents, context, text_len,
+                 fmt::format("wansample of {} ({} steps {}, shift {}, cfg {}, seed {})", source, c.solver, c.steps,
+                             c.shift, c.cfg, c.seed));
     writer.close();
   }
   std::cout << fmt::format("wansample: wrote latents {} to {}\n", out_shape.latents_string(), c.out);

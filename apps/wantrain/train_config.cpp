@@ -14,6 +14,7 @@
 #include "wantrain/util/error.hpp"
 #include "wantrain/util/options.hpp"
 #include "wantrain/util/text.hpp"
+#include "wantrain/wan/sample/flow_solver.hpp"
 
 namespace wt::wantrain {
 
@@ -43,7 +44,8 @@ void declare_options(OptionSet& o, TrainConfig& c) {
            "draw a sample every N steps and after the last one, with the EMA weights (or the weights), into "
            "OUTPUT-DIR/samples/ (0: never)")
       .add("sample-index", &c.sample_index, "the training sample whose prompt is drawn and compared with")
-      .add("sample-steps", &c.sample_steps, "Euler steps of each sample (wansample --steps)")
+      .add("sample-solver", &c.sample_solver, "unipc, dpm++ or euler: the solver of each sample (wansample --solver)")
+      .add("sample-steps", &c.sample_steps, "solver steps of each sample (wansample --steps)")
       .add("sample-cfg", &c.sample_cfg, "classifier-free guidance of each sample (wansample --cfg)");
   o.group("data").add("data", &c.data, "training dataset: a directory of HDF5 shards (*.h5)");
   declare_training_options(o, c, {T::BatchSize});
@@ -166,6 +168,7 @@ void validate(const TrainConfig& c) {
   require(c.prefetch >= 1, "prefetch", "must be at least 1");
   require(c.sample_every >= 0, "sample-every", "must be 0 (never) or more");
   require(c.sample_index >= 0, "sample-index", "must be 0 or more");
+  require(wan::solver_from_name(c.sample_solver).has_value(), "sample-solver", "must be unipc, dpm++ or euler");
   require(c.sample_steps >= 1, "sample-steps", "must be at least 1");
   require(c.sample_cfg >= 0, "sample-cfg", "must be 0 or more");
   require(c.logit_std > 0, "logit-std", "must be positive");
@@ -293,9 +296,10 @@ wan::WanRunOptions wan_run_options(const TrainConfig& c) {
   if (c.sample_every > 0) {
     wan::TrainingSampleOptions sample;
     sample.index = c.sample_index;
-    sample.euler.steps = c.sample_steps;
-    sample.euler.shift = c.shift;
-    sample.euler.cfg = c.sample_cfg;
+    sample.sampler.solver = *wan::solver_from_name(c.sample_solver);
+    sample.sampler.steps = c.sample_steps;
+    sample.sampler.shift = c.shift;
+    sample.sampler.cfg = c.sample_cfg;
     sample.first_frame = c.condition == "first-frame";
     sample.seed = c.seed;
     sample.directory = c.output_dir + "/samples";

@@ -43,6 +43,7 @@ struct TrainConfig : app::TrainingOptions {
   bool tensorboard = true;
   std::int64_t sample_every = 0;
   std::int64_t sample_index = 0;
+  std::string sample_solver = "unipc";
   int sample_steps = 50;
   double sample_cfg = 5.0;
 

@@ -112,12 +112,12 @@ train::SampleReport TrainingSampler::draw(WanModelImpl& model, const train::Name
     auto shape = latents_.sizes().vec();  // the data fit the model: C is its out_dim
     shape.insert(shape.begin(), 1);
     const auto noise = torch::randn(shape, generator, torch::kFloat32).to(device);
-    auto euler = options_.euler;
+    auto sampler = options_.sampler;
     if (options_.first_frame && latents_.size(1) > 1) {
-      euler.first_frame = latents_.slice(1, 0, 1).unsqueeze(0).to(device);  // [1, C, 1, H, W]
-      euler.patch = model.config().patch_size;
+      sampler.first_frame = latents_.slice(1, 0, 1).unsqueeze(0).to(device);  // [1, C, 1, H, W]
+      sampler.patch = model.config().patch_size;
     }
-    latents = euler_sample(noise, velocity, euler)[0].cpu();  // [C, F, H, W]
+    latents = sample_flow(noise, velocity, sampler)[0].cpu();  // [C, F, H, W]
   }
   train::SampleReport report;
   report.index = options_.index;

@@ -1,6 +1,6 @@
 // Samples drawn during training (wantrain --sample-every N): rank 0 draws
 // one training sample's prompt with the current EMA weights (or the weights
-// without an EMA) as wansample does — Euler steps with classifier-free
+// without an EMA) as wansample does — the solver's steps with classifier-free
 // guidance from the same initial noise every time — and writes
 // <output-dir>/samples/step-N.png, the sample above that training sample's
 // own latents, with their correlation.
@@ -19,7 +19,7 @@
 
 #include "wantrain/data/dataset.hpp"
 #include "wantrain/wan/model/wan_model.hpp"
-#include "wantrain/wan/euler_sampler.hpp"
+#include "wantrain/wan/sample/sampler.hpp"
 #include "wantrain/train/objective.hpp"
 #include "wantrain/train/train_log.hpp"
 
@@ -27,7 +27,7 @@ namespace wt::wan {
 
 struct TrainingSampleOptions {
   int64_t index = 0;  // the training sample whose prompt is drawn
-  EulerOptions euler;
+  SamplerOptions sampler;
   uint64_t seed = 0;                          // of the initial noise, the same at every draw
   at::ScalarType compute_dtype = at::kFloat;  // autocast, as in training
   std::string directory;                      // <output-dir>/samples

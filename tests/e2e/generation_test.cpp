@@ -98,7 +98,7 @@ TEST_F(Generation, WithEveryCaptionDroppedTheModelLearnsTheUnconditionalMean) {
     constexpr int kDraws = 8;
     auto sum = torch::zeros_like(mean);
     for (int seed = 0; seed < kDraws; ++seed) {
-      const Job job = sample(run, 0, "--steps 1 " + guidance + " --seed " + std::to_string(seed));
+      const Job job = sample(run, 0, "--solver euler --steps 1 " + guidance + " --seed " + std::to_string(seed));
       EXPECT_EQ(job.status, 0) << job.output;
       sum += sampled(run, 0);
     }
@@ -178,10 +178,10 @@ TEST(BucketGeneration, EachMemorisedSampleIsSampledBackAtItsShape) {
     double own = 0, other = 0;
     for (int draw = 0; draw < kDraws; ++draw) {
       const std::string out = run + "/sample-" + std::to_string(i) + ".h5";
-      const Job job =
-          launch(std::string(WANTRAIN_WANSAMPLE) + " --weights " + run + "/model.safetensors --model-config " + run +
-                 "/model-config.json --data " + data + " --index " + std::to_string(i) + " --threads 1 --out " + out +
-                 " --steps 30 --shift 20 --cfg 1 --compare --seed " + std::to_string(10 * (draw + 1) + i));
+      const Job job = launch(
+          std::string(WANTRAIN_WANSAMPLE) + " --weights " + run + "/model.safetensors --model-config " + run +
+          "/model-config.json --data " + data + " --index " + std::to_string(i) + " --threads 1 --out " + out +
+          " --solver euler --steps 30 --shift 20 --cfg 1 --compare --seed " + std::to_string(10 * (draw + 1) + i));
       ASSERT_EQ(job.status, 0) << job.output;
       const auto x = read_all(wt::data::Dataset::of(run, {wt::data::inspect_shard(out)})).front();
       ASSERT_EQ(x.sizes(), own_truth.sizes()) << "sample " << i << " drawn at another shape";
@@ -239,7 +239,7 @@ TEST(ImageToVideoGeneration, EachClipIsDrawnFromItsFirstFrame) {
       const Job sample =
           launch(std::string(WANTRAIN_WANSAMPLE) + " --weights " + run + "/model.safetensors --model-config " + run +
                  "/model-config.json --data " + data + " --index " + std::to_string(k) + " --threads 1 --out " + out +
-                 " --steps 30 --shift 20 --cfg 0 --seed " + std::to_string(10 * draw + k));
+                 " --solver euler --steps 30 --shift 20 --cfg 0 --seed " + std::to_string(10 * draw + k));
       ASSERT_EQ(sample.status, 0) << sample.output;
       const auto x = read_all(wt::data::Dataset::of(run, {wt::data::inspect_shard(out)})).front();
       ASSERT_TRUE(torch::isfinite(x).all().item<bool>());
@@ -297,10 +297,10 @@ TEST(FirstFrameGeneration, EachClipIsContinuedFromItsFirstFrame) {
     std::vector<double> others(kClips, 0.0);
     for (int draw = 0; draw < kDraws; ++draw) {
       const std::string out = run + "/sample-" + std::to_string(k) + ".h5";
-      const Job sample =
-          launch(std::string(WANTRAIN_WANSAMPLE) + " --weights " + run + "/model.safetensors --model-config " + run +
-                 "/model-config.json --data " + data + " --index " + std::to_string(k) + " --first-frame --threads 1 " +
-                 "--out " + out + " --steps 30 --shift 20 --cfg 0 --seed " + std::to_string(10 * draw + k));
+      const Job sample = launch(
+          std::string(WANTRAIN_WANSAMPLE) + " --weights " + run + "/model.safetensors --model-config " + run +
+          "/model-config.json --data " + data + " --index " + std::to_string(k) + " --first-frame --threads 1 " +
+          "--out " + out + " --solver euler --steps 30 --shift 20 --cfg 0 --seed " + std::to_string(10 * draw + k));
       ASSERT_EQ(sample.status, 0) << sample.output;
       const auto x = read_all(wt::data::Dataset::of(run, {wt::data::inspect_shard(out)})).front();
       ASSERT_TRUE(torch::isfinite(x).all().item<bool>());

@@ -9,7 +9,7 @@
 
 #include "../common/build_paths.hpp"
 #include "../common/launch.hpp"
-#include "wantrain/wan/euler_sampler.hpp"
+#include "wantrain/wan/sample/sampler.hpp"
 #include "wantrain/wan/model/model_config.hpp"
 #include "wantrain/io/safetensors.hpp"
 #include "wantrain/wan/model/wan_model.hpp"
@@ -189,7 +189,8 @@ TEST(WanReference, Wan22Ti2vSamplingStepMatchesTheOfficialLoop) {
   const auto z = torch::randn({1, 6, 1, 4, 6});
   const auto context = torch::randn({1, 7, 24});
   // One Euler step of a 1-step schedule: sigma 1 -> 0.
-  wt::wan::EulerOptions options;
+  wt::wan::SamplerOptions options;
+  options.solver = wt::wan::Solver::Euler;
   options.steps = 1;
   options.shift = 5.0;
   options.cfg = 3.5;
@@ -212,7 +213,7 @@ TEST(WanReference, Wan22Ti2vSamplingStepMatchesTheOfficialLoop) {
   wt::wan::VelocityField velocity = [&](const at::Tensor& x, const at::Tensor& t, bool conditional) {
     return model->forward(x, t, conditional ? context : uncond);
   };
-  const auto ours = wt::wan::euler_sample(noise, velocity, options);
+  const auto ours = wt::wan::sample_flow(noise, velocity, options);
   ASSERT_EQ(ours.sizes(), reference.sizes());
   EXPECT_TRUE(torch::equal(ours.slice(2, 0, 1), z));  // frame 0 is the picture's, exactly
   const double scale = reference.abs().max().item<double>(), error = (ours - reference).abs().max().item<double>();

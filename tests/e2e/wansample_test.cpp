@@ -104,6 +104,19 @@ TEST_F(Wansample, SamplesADatasetPromptToAShardAndAPreview) {
   const std::string other = " --weights " + weights_ + " --data " + dir_ + "/data --index 3 --steps 3 --cfg 2 --seed 6";
   ASSERT_EQ(sample(other + " --out " + dir_ + "/c.h5").status, 0);
   EXPECT_FALSE(torch::equal(sampled_latents(dir_ + "/c.h5"), latents));
+
+  // UniPC is the default: --solver unipc samples the same; the other
+  // solvers step otherwise from the same noise; an unknown one is one line.
+  ASSERT_EQ(sample(common + " --solver unipc --out " + dir_ + "/u.h5").status, 0);
+  EXPECT_TRUE(torch::equal(sampled_latents(dir_ + "/u.h5"), latents));
+  for (const std::string solver : {"dpm++", "euler"}) {
+    ASSERT_EQ(sample(common + " --solver " + solver + " --out " + dir_ + "/s.h5").status, 0);
+    EXPECT_FALSE(torch::equal(sampled_latents(dir_ + "/s.h5"), latents)) << solver;
+  }
+  const Job bad = sample(common + " --solver ddim --out " + dir_ + "/d.h5");
+  EXPECT_EQ(bad.status, 2) << bad.output;
+  EXPECT_EQ(wt::testing::occurrences(bad.output, "--solver"), 1u) << bad.output;
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/d.h5"));
 }
 
 TEST_F(Wansample, ChunkedAttentionSamplesWhatTheWholeScoreMatrixSamples) {

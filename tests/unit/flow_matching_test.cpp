@@ -1,17 +1,18 @@
-// The flow-matching objective and the Euler sampler, against their formulas.
+// The flow-matching objective and the sampling loop with Euler steps, against their formulas.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include <cmath>
 
-#include "wantrain/wan/euler_sampler.hpp"
 #include "wantrain/wan/flow_matching.hpp"
+#include "wantrain/wan/sample/sampler.hpp"
 
 using namespace wt::wan;
 
 namespace {
-EulerOptions euler(int steps, double shift, double cfg) {
-  EulerOptions options;
+SamplerOptions euler(int steps, double shift, double cfg) {
+  SamplerOptions options;
+  options.solver = Solver::Euler;
   options.steps = steps;
   options.shift = shift;
   options.cfg = cfg;
@@ -129,7 +130,7 @@ TEST(EulerSampler, ExactVelocityFieldReturnsX0) {
   };
   for (double cfg : {1.0, 4.0}) {
     calls = 0;
-    const auto sample = euler_sample(noise, exact, euler(10, 5.0, cfg));
+    const auto sample = sample_flow(noise, exact, euler(10, 5.0, cfg));
     EXPECT_TRUE(torch::allclose(sample, x0, 1e-4, 1e-4)) << (sample - x0).abs().max();
     EXPECT_EQ(calls, cfg == 1.0 ? 10 : 20);
   }
@@ -137,7 +138,7 @@ TEST(EulerSampler, ExactVelocityFieldReturnsX0) {
   VelocityField guided = [&](const at::Tensor& x, const at::Tensor& t, bool conditional) {
     return conditional ? (x - x0) / (t / 1000.0).view({-1, 1, 1, 1, 1}) : torch::zeros_like(x);
   };
-  const auto once = euler_sample(noise, guided, euler(1, 1.0, 2.0));
+  const auto once = sample_flow(noise, guided, euler(1, 1.0, 2.0));
   EXPECT_TRUE(torch::allclose(once, noise - 2.0 * (noise - x0), 1e-5, 1e-5));
 }
 
@@ -151,7 +152,7 @@ TEST(EulerSampler, ZeroGuidanceIsTheUnconditionalFieldAlone) {
     ++(conditional ? conditional_calls : unconditional_calls);
     return conditional ? torch::full_like(x, 1e6) : (x - x0) / (t / 1000.0).view({-1, 1, 1, 1, 1});
   };
-  const auto sample = euler_sample(noise, field, euler(6, 3.0, 0.0));
+  const auto sample = sample_flow(noise, field, euler(6, 3.0, 0.0));
   EXPECT_TRUE(torch::allclose(sample, x0, 1e-4, 1e-4)) << (sample - x0).abs().max();
   EXPECT_EQ(conditional_calls, 0);
   EXPECT_EQ(unconditional_calls, 6);
@@ -175,7 +176,7 @@ TEST(EulerSampler, TwoExpertsSwitchAtTheBoundaryEachWithItsGuidance) {
                          return conditional ? torch::full_like(x, 1.0) : torch::zeros_like(x);
                        },
                        2.0, boundary};
-  const auto sample = euler_sample(noise, low, euler(steps, shift, 3.0), &high);
+  const auto sample = sample_flow(noise, low, euler(steps, shift, 3.0), &high);
   // Derived: step i is the high expert's where 1000 * sigma_i >= 875; each
   // step calls its expert twice (cfg != 1) and moves by cfg * (sigma_{i+1} - sigma_i).
   std::string expected;
@@ -210,7 +211,7 @@ TEST(EulerSampler, AFirstFrameIsHeldAndItsTokensSeeTimestepZero) {
     const auto sigma = t.slice(1, 4, 5).view({-1, 1, 1, 1, 1}) / 1000.0;
     return (x - x0) / sigma;  // the exact field of the later frames
   };
-  const auto sample = euler_sample(noise, exact, options);
+  const auto sample = sample_flow(noise, exact, options);
   EXPECT_TRUE(seen_first_at_zero);
   EXPECT_TRUE(torch::equal(sample.slice(2, 0, 1), x0.slice(2, 0, 1)));  // exactly the picture's latents
   EXPECT_TRUE(torch::allclose(sample, x0, 1e-4, 1e-4));

@@ -1,13 +1,14 @@
-// Euler sampling of a flow-matching model, as Wan's sampler steps: sigmas
-// shifted from linspace(1, 0, N+1); x <- x + (sigma_{i+1} - sigma_i) * v(x, 1000*sigma_i),
-// with classifier-free guidance v = v_uncond + cfg * (v_cond - v_uncond).
+// The guided sampling loop of a flow-matching model, as Wan's samplers run
+// it: from pure noise, at each of the solver's steps the model's velocity
+// with classifier-free guidance v = v_uncond + cfg * (v_cond - v_uncond),
+// then the solver's step (flow_solver.hpp: euler, unipc, dpm++).
 //
 // Wan2.2 adds two things. TI2V-5B from a picture (textimage2video.py): the
 // first latent frame is the picture's latents before every step and after
-// the last, and its tokens see timestep 0. A14B's two experts (text2video.py,
+// each, and its tokens see timestep 0. A14B's two experts (text2video.py,
 // image2video.py): the steps whose timestep is at or above boundary * 1000
 // run the high-noise expert with its own guidance scale, the rest the
-// low-noise one.
+// low-noise one; one solver runs through both.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -15,11 +16,13 @@
 #include <array>
 #include <cstdint>
 #include <functional>
-#include <vector>
+
+#include "wantrain/wan/sample/flow_solver.hpp"
 
 namespace wt::wan {
 
-struct EulerOptions {
+struct SamplerOptions {
+  Solver solver = Solver::UniPC;
   int steps = 50;
   double shift = 5.0;
   double cfg = 5.0;  // 1: no guidance, 0: unconditional (one model call per step each)
@@ -30,9 +33,6 @@ struct EulerOptions {
   std::array<int64_t, 3> patch{1, 2, 2};
 };
 
-// The N+1 sigmas, from 1 down to 0.
-std::vector<double> sampling_sigmas(int steps, double shift);
-
 // The model's velocity at x [B, ...] for timesteps t [B] (or [B, L] with a
 // first frame); `conditional` false asks for the unconditional
 // (empty-context) prediction.
@@ -40,7 +40,7 @@ using VelocityField = std::function<at::Tensor(const at::Tensor& x, const at::Te
 
 // Wan2.2 A14B's high-noise expert: it takes the steps at t >= boundary * 1000
 // (boundary in (0, 1]; the release: 0.875 text to video, 0.9 image to video)
-// with guidance `cfg`; the other steps go to euler_sample's `velocity`.
+// with guidance `cfg`; the other steps go to sample_flow's `velocity`.
 struct HighNoiseExpert {
   VelocityField velocity;
   double cfg = 5.0;
@@ -50,7 +50,7 @@ struct HighNoiseExpert {
 bool high_noise_step(double timestep, double boundary);
 
 // Integrates from pure noise (sigma = 1) to data (sigma = 0); returns fp32.
-at::Tensor euler_sample(const at::Tensor& noise, const VelocityField& velocity, const EulerOptions& options,
-                        const HighNoiseExpert* high_noise = nullptr);
+at::Tensor sample_flow(const at::Tensor& noise, const VelocityField& velocity, const SamplerOptions& options,
+                       const HighNoiseExpert* high_noise = nullptr);
 
 }  // namespace wt::wan

@@ -1,4 +1,4 @@
-#include "wantrain/wan/euler_sampler.hpp"
+#include "wantrain/wan/sample/sampler.hpp"
 
 #include <torch/torch.h>
 
@@ -6,18 +6,12 @@
 
 namespace wt::wan {
 
-std::vector<double> sampling_sigmas(int steps, double shift) {
-  std::vector<double> sigmas(steps + 1);
-  for (int i = 0; i <= steps; ++i) sigmas[i] = shift_sigma(1.0 - double(i) / steps, shift);
-  return sigmas;
-}
-
 bool high_noise_step(double timestep, double boundary) { return timestep >= boundary * 1000.0; }
 
-at::Tensor euler_sample(const at::Tensor& noise, const VelocityField& velocity, const EulerOptions& options,
-                        const HighNoiseExpert* high_noise) {
+at::Tensor sample_flow(const at::Tensor& noise, const VelocityField& velocity, const SamplerOptions& options,
+                       const HighNoiseExpert* high_noise) {
   torch::NoGradGuard no_grad;
-  const auto sigmas = sampling_sigmas(options.steps, options.shift);
+  auto solver = make_flow_solver(options.solver, options.steps, options.shift);
   auto x = noise.to(torch::kFloat32);
   const bool first_frame = options.first_frame.defined();
   const auto first = first_frame ? options.first_frame.to(x.device(), torch::kFloat32) : at::Tensor();
@@ -25,8 +19,8 @@ at::Tensor euler_sample(const at::Tensor& noise, const VelocityField& velocity, 
     if (first_frame) x.slice(2, 0, 1).copy_(first);
   };
   hold_first_frame();
-  for (int i = 0; i < options.steps; ++i) {
-    const double timestep = 1000.0 * sigmas[i];
+  for (int i = 0; i < solver->steps(); ++i) {
+    const double timestep = solver->timestep(i);
     const bool high = high_noise && high_noise_step(timestep, high_noise->boundary);
     const VelocityField& field = high ? high_noise->velocity : velocity;
     const double cfg = high ? high_noise->cfg : options.cfg;
@@ -42,7 +36,7 @@ at::Tensor euler_sample(const at::Tensor& noise, const VelocityField& velocity, 
         v = v_uncond + cfg * (v - v_uncond);
       }
     }
-    x = x + (sigmas[i + 1] - sigmas[i]) * v;
+    x = solver->step(i, x, v);
     hold_first_frame();
   }
   return x;
