@@ -31,7 +31,7 @@ mpirun -np 2 --oversubscribe build/release/apps/wantrain/wantrain --config data/
 # PNG, and how the run went (run.json) as a table.
 build/release/apps/wantrain/wantrain plot runs/sample --out runs/sample/plot.png
 build/release/apps/wantrain/wantrain report runs/sample
-# 50 Euler steps from the EMA weights with the run's shift, at guidance 2 (the
+# 50 UniPC steps from the EMA weights with the run's shift, at guidance 2 (the
 # samples during training draw the same way); --compare prints how close the
 # sample is to training sample 0's latents: 0.9 or more.
 build/release/apps/wansample/wansample --weights runs/sample/ema.safetensors \

@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <iostream>
+#include <map>
 #include <optional>
 
 #include "wantrain/app/attention_chunk_option.hpp"
@@ -36,6 +37,7 @@
 #include "wantrain/wan/latent_comparison.hpp"
 #include "wantrain/wan/latent_preview.hpp"
 #include "wantrain/wan/memory_plan.hpp"
+#include "wantrain/wan/sample/release_defaults.hpp"
 #include "wantrain/wan/sample/sampler.hpp"
 #include "wantrain/wan/encoders/text_encoder.hpp"
 #include "wantrain/wan/image_condition.hpp"
@@ -107,7 +109,9 @@ int run(distributed::World&, int argc, char** argv) {
       .add("prompt", &c.prompt,
            "condition on this prompt, encoded by umT5 (--t5, --tokenizer); shape from --size, --frames")
       .add("negative-prompt", &c.negative_prompt,
-           "with --prompt: the unconditional branch of guidance (default: the all-zero context --text-drop trains)")
+           "with --prompt: the unconditional branch of guidance (default: a released model's negative prompt, "
+           "the all-zero context that --text-drop trains for a wantrain checkpoint or a model of no released "
+           "shape; '' gives the all-zero context)")
       .add("t5", &c.t5, "umT5 weights for --prompt: models_t5_umt5-xxl-enc-bf16.pth or UMT5EncoderModel safetensors")
       .add("t5-config", &c.t5_config, "umT5 shape as JSON (the official constructor's keys); default umT5-XXL")
       .choice("t5-dtype", &c.t5_dtype, {"bf16", "fp32"}, "umT5 weights and compute (the release is bf16)")
@@ -127,7 +131,7 @@ int run(distributed::World&, int argc, char** argv) {
       .choice("solver", &c.solver, {"unipc", "dpm++", "euler"},
               "the sampler: unipc (the release's default), dpm++ (DPM-Solver++ 2M) or euler, each as Wan's "
               "schedulers step (docs/model.md, \"Solvers\")")
-      .add("steps", &c.steps, "solver steps")
+      .add("steps", &c.steps, "solver steps (default: the release's for a released model, else 50)")
       .add("shift", &c.shift, "sigma shift s: s*sigma/(1+(s-1)*sigma); with --checkpoint the run's unless given")
       .add("cfg", &c.cfg,
            "classifier-free guidance scale against the unconditional (all-zero) context that wantrain --text-drop "
@@ -212,7 +216,10 @@ int run(distributed::World&, int argc, char** argv) {
   if (cfg.empty() || cfg.size() > 2 || (cfg.size() == 2 && !experts))
     throw UsageError(fmt::format("option --cfg: '{}': give one scale{}", c.cfg,
                                  experts ? ", or LOW,HIGH (one per expert)" : " (LOW,HIGH needs two experts)"));
-  const double cfg_low = cfg[0], cfg_high = cfg.back();
+  double cfg_low = cfg[0], cfg_high = cfg.back();
+  // Which of the settings that a release fixes were given (else the release's, below).
+  std::map<std::string, bool> given;
+  for (const auto& option : options.resolved()) given[option.name] = option.source != "default";
   // With --checkpoint and no --shift, the run's: the shift it trained at is
   // the one its model samples well at (docs/training.md, "What good training
   // looks like").
@@ -299,6 +306,41 @@ int run(distributed::World&, int argc, char** argv) {
   const auto release = wan::release_video(vae_config);
   if (c.max_area == 0) c.max_area = release.width * release.height;
   if (c.fps == 0) c.fps = release.fps;
+  // A released model samples with its release's settings unless given.
+  int64_t pixels = c.max_area;
+  if (!c.size.empty() && !c.prompt.empty()) {
+    const auto wh = parse_sizes(c.size, "WIDTHxHEIGHT", release.size_text().c_str(), "size");
+    pixels = wh[0] * wh[1];
+  }
+  const auto release_settings = wan::release_sampling(config, experts, pixels);
+  if (release_settings) {
+    if (!given["steps"]) c.steps = release_settings->steps;
+    if (!given["shift"] && !run_shift) c.shift = release_settings->shift;
+    if (!given["cfg"]) cfg_low = release_settings->cfg_low, cfg_high = release_settings->cfg_high;
+    std::cout << fmt::format(
+        "wansample: {}'s release settings: {} steps, shift {:g}, cfg {}{} (each option overrides its own)\n",
+        release_settings->model, c.steps, c.shift,
+        cfg_low == cfg_high ? fmt::format("{:g}", cfg_low) : fmt::format("{:g},{:g}", cfg_low, cfg_high),
+        release_settings->boundary > 0 ? fmt::format(", boundary {:g}", release_settings->boundary) : "");
+  }
+  // The unconditional branch with --prompt: --negative-prompt (its empty
+  // value: the all-zero context); else a released model's negative prompt,
+  // or the all-zero context that wantrain's --text-drop trains for a
+  // wantrain checkpoint or a model of no released shape.
+  std::string negative_prompt = c.negative_prompt;
+  if (!c.prompt.empty()) {
+    std::string why;
+    if (given["negative-prompt"])
+      why = c.negative_prompt.empty() ? "the all-zero context (--negative-prompt '')" : "--negative-prompt's embedding";
+    else if (release_settings && c.checkpoint.empty()) {
+      negative_prompt = release_settings->negative_prompt;
+      why = fmt::format("{}'s negative prompt (sample_neg_prompt; --negative-prompt replaces it)",
+                        release_settings->model);
+    } else
+      why = fmt::format("the all-zero context that wantrain --text-drop trains ({})",
+                        c.checkpoint.empty() ? "a model of no released shape" : "a wantrain checkpoint");
+    std::cout << "wansample: unconditional branch: " << why << "\n";
+  }
   const char* model_type = wan::model_type_name(config.model_type);
   const bool ti2v = config.model_type == wan::ModelType::TI2V;
   if (!c.image.empty() && !config.image_conditioned() && !ti2v)
@@ -388,14 +430,14 @@ int run(distributed::World&, int argc, char** argv) {
                       frames, wh[0], wh[1], temporal, 2 * spatial, spatial));
     wan::TextEncoder encoder({c.t5, c.t5_config, c.tokenizer, app::float_dtype(c.t5_dtype), config.text_len}, device);
     std::vector<std::string> prompts{c.prompt};
-    if (!c.negative_prompt.empty()) prompts.push_back(c.negative_prompt);
+    if (!negative_prompt.empty()) prompts.push_back(negative_prompt);
     const auto encoded = encoder.encode(prompts);
     if (encoded.truncated > 0)
       std::cerr << fmt::format("wansample: warning: the prompt is cut at {} tokens (--text-len of the model)\n",
                                config.text_len);
     context = encoded.embedding[0];
     text_len = encoded.lengths[0];
-    if (!c.negative_prompt.empty()) negative = encoded.embedding[1];
+    if (!negative_prompt.empty()) negative = encoded.embedding[1];
     shape = {1, latent_channels, 1 + (frames - 1) / temporal, wh[1] / spatial, wh[0] / spatial};
     source = fmt::format("prompt \"{}\"", c.prompt);
   } else {
@@ -578,9 +620,11 @@ int run(distributed::World&, int argc, char** argv) {
   out_shape.text_dim = context.size(1);
   {
     data::ShardWriter writer(c.out, out_shape, 1, /*with_prompt=*/true);
-    writer.write(0, latents, context, text_len,
-                 fmt::format("wansample of {} ({} steps {}, shift {}, cfg {}, seed {})", source, c.solver, c.steps,
-                             c.shift, c.cfg, c.seed));
+    writer.write(
+        0, latents, context, text_len,
+        fmt::format("wansample of {} ({} steps {}, shift {}, cfg {}, seed {})", source, c.solver, c.steps, c.shift,
+                    cfg_low == cfg_high ? fmt::format("{:g}", cfg_low) : fmt::format("{:g},{:g}", cfg_low, cfg_high),
+                    c.seed));
     writer.close();
   }
   std::cout << fmt::format("wansample: wrote latents {} to {}\n", out_shape.latents_string(), c.out);

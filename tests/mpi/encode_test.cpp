@@ -482,6 +482,8 @@ TEST(Encode, DecodeAndPromptSamplingWriteVideos) {
                              " --size 48x32 --frames 9 --steps 3 --vae " + s.vae + " --vae-config " + s.vae_config;
   const auto job = launch(sample + " --out " + out + "/a.h5 --video " + out + "/a.mp4 --seed 7");
   ASSERT_EQ(job.status, 0) << job.output;
+  EXPECT_EQ(wt::testing::occurrences(job.output, "wansample: unconditional branch: --negative-prompt's embedding"), 1u)
+      << job.output;
   const auto made = wt::media::probe_media(out + "/a.mp4");
   EXPECT_EQ(made.frames(), 9);
   EXPECT_EQ(made.width, 48);
@@ -500,6 +502,43 @@ TEST(Encode, DecodeAndPromptSamplingWriteVideos) {
   ASSERT_EQ(a.latents.size(), 1u);
   EXPECT_TRUE(torch::equal(a.latents[0], b.latents[0]));
   EXPECT_TRUE(fs::exists(out + "/b/frame-00008.png"));
+  // The unconditional branch without --negative-prompt: a model of no
+  // released shape (wan-tiny) gets the all-zero context that --text-drop
+  // trains, as --negative-prompt '' gives it; another prompt's embedding
+  // samples otherwise.
+  std::string unconditional = sample;
+  const std::string negative = " --negative-prompt 'a blue sky'";
+  unconditional.replace(unconditional.find(negative), negative.size(), "");
+  const auto zero = launch(unconditional + " --out " + out + "/z.h5 --frames-dir " + out + "/z --seed 7");
+  ASSERT_EQ(zero.status, 0) << zero.output;
+  EXPECT_EQ(wt::testing::occurrences(zero.output,
+                                     "unconditional branch: the all-zero context that wantrain --text-drop trains "
+                                     "(a model of no released shape)"),
+            1u)
+      << zero.output;
+  EXPECT_EQ(zero.output.find("release settings"), std::string::npos) << zero.output;
+  run_ok(unconditional + " --negative-prompt '' --out " + out + "/e.h5 --frames-dir " + out + "/e --seed 7");
+  const auto z = read_shard(out + "/z.h5"), e = read_shard(out + "/e.h5");
+  EXPECT_TRUE(torch::equal(z.latents[0], e.latents[0]));
+  EXPECT_FALSE(torch::equal(z.latents[0], a.latents[0]));
+  // A released shape samples with its release's settings (but --steps 3,
+  // given) and negative prompt, and says so before anything is built; here the small umT5's
+  // embeddings then do not fit the 1.3B model: one line, status 2.
+  std::string released = unconditional;
+  released.replace(released.find(kTiny), kTiny.size(),
+                   std::string(WANTRAIN_SOURCE_DIR) + "/data/configs/wan2.1-t2v-1.3b.json");
+  const auto release = launch(released + " --out " + out + "/r.h5 --frames-dir " + out + "/r");
+  EXPECT_EQ(release.status, 2) << release.output;
+  EXPECT_EQ(wt::testing::occurrences(release.output,
+                                     "wansample: Wan2.1 T2V-1.3B's release settings: 3 steps, shift 5, cfg 5"),
+            1u)
+      << release.output;
+  EXPECT_EQ(
+      wt::testing::occurrences(release.output, "wansample: unconditional branch: Wan2.1 T2V-1.3B's negative prompt"),
+      1u)
+      << release.output;
+  EXPECT_EQ(wt::testing::occurrences(release.output, "do not fit model config"), 1u) << release.output;
+  EXPECT_FALSE(fs::exists(out + "/r.h5"));
   std::string odd = sample;
   odd.replace(odd.find("--size 48x32"), 12, "--size 40x32");
   const auto bad = launch(odd + " --out " + out + "/c.h5 --video " + out + "/c.mp4");

@@ -1,0 +1,76 @@
+#include "wantrain/wan/sample/release_defaults.hpp"
+
+namespace wt::wan {
+
+namespace {
+
+// wan/configs/shared_config.py's sample_neg_prompt, shared by Wan2.1 and
+// Wan2.2; Wan2.1's I2V config puts "镜头晃动，" (shaky camera) before it,
+// and its FLF2V config (a copy of I2V's) "镜头切换，" (a cut) before that.
+const char* const kNegativePrompt =
+    "色调艳丽，过曝，静态，细节模糊不清，字幕，风格，作品，画作，画面，静止，整体发灰，最差质量，低质量，JPEG压缩残留，"
+    "丑陋的，残缺的，多余的手指，画得不好的手部，画得不好的脸部，畸形的，毁容的，形态畸形的肢体，手指融合，"
+    "静止不动的画面，杂乱的背景，三条腿，背景人很多，倒着走";
+const char* const kShakyCamera = "镜头晃动，";
+const char* const kCut = "镜头切换，";
+
+bool shape_is(const WanConfig& c, int64_t dim, int64_t layers, int64_t heads, int64_t ffn_dim) {
+  return c.dim == dim && c.num_layers == layers && c.num_heads == heads && c.ffn_dim == ffn_dim && c.text_dim == 4096 &&
+         c.patch_size == std::array<int64_t, 3>{1, 2, 2};
+}
+
+}  // namespace
+
+std::optional<ReleaseSampling> release_sampling(const WanConfig& config, bool two_experts, int64_t pixels) {
+  ReleaseSampling r;
+  r.negative_prompt = kNegativePrompt;
+  const bool wide_14b = shape_is(config, 5120, 40, 40, 13824);
+  switch (config.model_type) {
+    case ModelType::T2V:
+      if (shape_is(config, 1536, 30, 12, 8960) && !two_experts) {
+        r.model = "Wan2.1 T2V-1.3B";
+        return r;
+      }
+      if (!wide_14b) return std::nullopt;
+      if (!two_experts) {
+        r.model = "Wan2.1 T2V-14B";
+        return r;
+      }
+      r.model = "Wan2.2 T2V-A14B";
+      r.steps = 40;
+      r.shift = 12.0;
+      r.cfg_low = 3.0;
+      r.cfg_high = 4.0;
+      r.boundary = 0.875;
+      return r;
+    case ModelType::I2V:
+      if (!wide_14b) return std::nullopt;
+      if (config.image_branch()) {  // Wan2.1's reads CLIP features
+        if (two_experts) return std::nullopt;
+        r.model = "Wan2.1 I2V-14B";
+        r.steps = 40;
+        // generate.py: shift 3 for 832x480 and 480x832, else 5.
+        if (pixels == 832 * 480) r.shift = 3.0;
+        r.negative_prompt = std::string(kShakyCamera) + kNegativePrompt;
+        return r;
+      }
+      r.model = "Wan2.2 I2V-A14B";
+      r.steps = 40;
+      r.cfg_low = r.cfg_high = 3.5;
+      r.boundary = 0.9;
+      return r;
+    case ModelType::FLF2V:
+      if (!wide_14b || two_experts) return std::nullopt;
+      r.model = "Wan2.1 FLF2V-14B";
+      r.shift = 16.0;
+      r.negative_prompt = std::string(kCut) + kShakyCamera + kNegativePrompt;
+      return r;
+    case ModelType::TI2V:
+      if (!shape_is(config, 3072, 30, 24, 14336) || two_experts) return std::nullopt;
+      r.model = "Wan2.2 TI2V-5B";
+      return r;
+  }
+  return std::nullopt;
+}
+
+}  // namespace wt::wan
