@@ -296,6 +296,16 @@ int run(distributed::World&, int argc, char** argv) {
   }
 
   const wan::WanConfig config = sampling_model_config(c);
+  // Each weights file's header against the config, before anything large
+  // is read or built: a 1.3B file for a 14B config is one line here, not a
+  // 57 GB model built first.
+  std::map<std::string, wan::TensorSource> sources;
+  for (const auto& path : {c.weights, c.high_noise, c.low_noise})
+    if (!path.empty() && !sources.count(path)) {
+      auto source = wan::open_weights(path);
+      wan::check_weights_fit(source, config);
+      sources.emplace(path, std::move(source));
+    }
   // Wan2.1's VAE or Wan2.2's, from --vae's tensors, --vae-config, or
   // without either the one whose latents the model makes (48 channels:
   // Wan2.2's), which sets the video's size per latent.
@@ -476,9 +486,10 @@ int run(distributed::World&, int argc, char** argv) {
               << std::flush;  // before a model that may not fit is built
   }
   // One model, or A14B's two experts of the same config.
+  // Every parameter is read from the weights (checked above), so none is drawn first.
   auto load_model = [&](const std::string& weights, const char* role) {
-    wan::WanModel model(config);
-    const auto report = wan::load_weights(*model, weights);
+    wan::WanModel model(config, at::kFloat, wan::WanInit::Empty);
+    const auto report = wan::load_weights(*model, sources.at(weights));
     std::cout << fmt::format("wansample: {}{} ({:.3g} parameters, {}{})\n", role, weights,
                              double(wan::parameter_count(config)), report.summary(),
                              report.diffusers_names ? ", diffusers names" : "");
@@ -491,7 +502,7 @@ int run(distributed::World&, int argc, char** argv) {
   } else if (c.checkpoint.empty()) {
     net = load_model(c.weights, "");
   } else {
-    net = wan::WanModel(config);
+    net = wan::WanModel(config, at::kFloat, wan::WanInit::Empty);
     const auto saved = wan::checkpoint_weights(c.checkpoint, c.checkpoint_weights != "model");
     if (c.checkpoint_weights == "ema" && !saved.ema)
       throw UsageError(

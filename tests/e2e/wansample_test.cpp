@@ -3,8 +3,10 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <numeric>
 
 #include "../common/build_paths.hpp"
 #include "../common/launch.hpp"
@@ -117,6 +119,50 @@ TEST_F(Wansample, SamplesADatasetPromptToAShardAndAPreview) {
   EXPECT_EQ(bad.status, 2) << bad.output;
   EXPECT_EQ(wt::testing::occurrences(bad.output, "--solver"), 1u) << bad.output;
   EXPECT_FALSE(std::filesystem::exists(dir_ + "/d.h5"));
+}
+
+// The released Wan2.1 T2V-1.3B's weights given with the 14B config: its
+// header is checked against the config before anything is built, so the
+// mismatch is one line naming the file, before the memory plan, and not a
+// 57 GB model first. The file is the 1.3B's header in bf16 with its 2.8 GB
+// of data left as a hole (a sparse file: no disk, nothing read).
+TEST_F(Wansample, WeightsOfAnotherModelAreOneLineBeforeAnyModelIsBuilt) {
+  const std::string configs = std::string(WANTRAIN_SOURCE_DIR) + "/data/configs/";
+  const auto small = wt::wan::load_model_config(configs + "wan2.1-t2v-1.3b.json");
+  std::string header = "{";
+  int64_t offset = 0;
+  for (const auto& [name, shape] : wt::wan::parameter_shapes(small)) {
+    const int64_t bytes = 2 * std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<>());
+    header += (offset ? ",\"" : "\"") + name + "\":{\"dtype\":\"BF16\",\"shape\":[";
+    for (size_t i = 0; i < shape.size(); ++i) header += (i ? "," : "") + std::to_string(shape[i]);
+    header += "],\"data_offsets\":[" + std::to_string(offset) + "," + std::to_string(offset + bytes) + "]}";
+    offset += bytes;
+  }
+  header += "}";
+  const std::string file = dir_ + "/wan2.1-t2v-1.3b.safetensors";
+  {
+    std::ofstream out(file, std::ios::binary);
+    const uint64_t length = header.size();
+    for (int i = 0; i < 8; ++i) out.put(static_cast<char>((length >> (8 * i)) & 0xff));
+    out << header;
+  }
+  std::filesystem::resize_file(file, 8 + header.size() + offset);
+  EXPECT_GT(offset, int64_t{2'800'000'000});  // 1.42e9 parameters in bf16
+
+  const Job job = launch(std::string(WANTRAIN_WANSAMPLE) + " --model-config " + configs +
+                         "wan2.1-t2v-14b.json --weights " + file + " --data " + dir_ + "/data --out " + dir_ + "/x.h5");
+  EXPECT_EQ(job.status, 2) << job.output;
+  EXPECT_EQ(wt::testing::occurrences(job.output, "error: weights " + file + ": do not match the model: "), 1u)
+      << job.output;
+  // 14B has 40 blocks to 1.3B's 30: ten blocks' tensors are missing, and the rest are 5120 wide, not 1536.
+  const auto small_shapes = wt::wan::parameter_shapes(small);
+  const size_t per_block = std::count_if(small_shapes.begin(), small_shapes.end(),
+                                         [](const auto& p) { return p.first.rfind("blocks.0.", 0) == 0; });
+  EXPECT_NE(job.output.find(std::to_string(10 * per_block) + " missing (blocks.30."), std::string::npos) << job.output;
+  EXPECT_NE(job.output.find("patch_embedding.weight: file [1536,16,1,2,2] vs model [5120,16,1,2,2]"), std::string::npos)
+      << job.output;
+  EXPECT_EQ(job.output.find("memory:"), std::string::npos) << job.output;  // before the plan, before any model
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/x.h5"));
 }
 
 TEST_F(Wansample, ChunkedAttentionSamplesWhatTheWholeScoreMatrixSamples) {

@@ -11,6 +11,7 @@
 #include "wantrain/wan/model/positional.hpp"
 #include "wantrain/nn/rms_norm.hpp"
 #include "wantrain/wan/model/wan_model.hpp"
+#include "wantrain/wan/model/weights.hpp"
 #include "wantrain/util/error.hpp"
 
 namespace {
@@ -325,6 +326,66 @@ TEST(WanModel, SameSeedSameWeights) {
   wt::wan::WanModel b(tiny_config());
   const auto pa = a->parameters(), pb = b->parameters();
   for (size_t i = 0; i < pa.size(); ++i) EXPECT_TRUE(torch::equal(pa[i], pb[i]));
+}
+
+// parameter_shapes names what a built model holds, in its order, for every
+// kind of model (ModelConfig.ModelParametersAreExactlyTheDerivedShapes
+// covers the norm settings of text to video); a file's header is checked
+// against it before a model is built, with the error strict loading gives.
+TEST(WanModel, EveryKindOfModelHoldsItsDerivedShapesAndHeadersAreCheckedAgainstThem) {
+  std::vector<WanConfig> configs;
+  for (auto type :
+       {wt::wan::ModelType::T2V, wt::wan::ModelType::I2V, wt::wan::ModelType::FLF2V, wt::wan::ModelType::TI2V})
+    for (bool norms : {true, false}) {
+      auto c = tiny_config();
+      c.model_type = type;
+      c.qk_norm = c.cross_attn_norm = norms;
+      if (c.image_conditioned()) {
+        c.in_dim = 2 * c.out_dim + 4;
+        c.image_dim = 48;
+        c.image_tokens = 5;
+      }
+      configs.push_back(c);
+    }
+  auto no_clip = configs[2];  // Wan2.2's I2V: no CLIP branch
+  no_clip.image_dim = 0;
+  no_clip.image_tokens = 257;  // the default, which a model without the branch keeps
+  configs.push_back(no_clip);
+  for (const auto& config : configs) {
+    wt::wan::WanModel model(config, at::kFloat, wt::wan::WanInit::Empty);
+    std::vector<wt::wan::ParameterShape> built;
+    for (const auto& item : model->named_parameters(true)) built.emplace_back(item.key(), item.value().sizes().vec());
+    EXPECT_EQ(wt::wan::parameter_shapes(config), built) << wt::wan::to_json(config);
+  }
+
+  // A header that fits passes; one of another width or depth is the
+  // UsageError that strict loading gives, naming the file.
+  const auto config = tiny_config();
+  wt::wan::WanModel model(config);
+  wt::io::NamedTensors tensors;
+  for (const auto& item : model->named_parameters(true)) tensors.emplace_back(item.key(), item.value());
+  const auto source = wt::wan::tensors_source(tensors, "tiny.safetensors");
+  EXPECT_NO_THROW(wt::wan::check_weights_fit(source, config));
+  auto wider = config;
+  wider.dim = 128;
+  auto deeper = config;
+  deeper.num_layers = 3;
+  for (const auto& other : {wider, deeper}) {
+    try {
+      wt::wan::check_weights_fit(source, other);
+      ADD_FAILURE() << "no error for " << wt::wan::to_json(other);
+    } catch (const wt::UsageError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("weights tiny.safetensors: do not match the model: "), std::string::npos) << what;
+      wt::wan::WanModel built(other, at::kFloat, wt::wan::WanInit::Empty);
+      try {
+        wt::wan::load_weights(*built, source);
+        ADD_FAILURE() << "loading passed";
+      } catch (const wt::UsageError& loading) {
+        EXPECT_EQ(what, std::string(loading.what()));  // the same line as loading would give
+      }
+    }
+  }
 }
 
 // The model keeps RoPE's table of the last token grid; a new grid must not reuse it.

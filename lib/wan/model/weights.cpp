@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 #include <nlohmann/json.hpp>
+#include <map>
 #include <set>
 
 #include "wantrain/wan/model/weight_names.hpp"
@@ -168,38 +169,56 @@ LoadReport load_weights(torch::nn::Module& module, const std::string& path, Load
   return load_weights(module, open_weights(path), mode);
 }
 
-LoadReport load_weights(torch::nn::Module& module, const TensorSource& source, LoadMode mode, const EachTensor& each) {
+LoadReport match_weights(const std::vector<ParameterShape>& parameters, const TensorSource& source) {
   LoadReport report;
   report.diffusers_names = source.diffusers_names;
-  auto params = module.named_parameters(/*recurse=*/true);
   std::set<std::string> model_names;
-  std::vector<std::pair<std::string, at::Tensor>> copies;  // (official name, parameter)
-  for (const auto& item : params) {
-    model_names.insert(item.key());
-    const auto it = source.shapes.find(item.key());
+  for (const auto& [name, shape] : parameters) {
+    model_names.insert(name);
+    const auto it = source.shapes.find(name);
     if (it == source.shapes.end()) {
-      report.missing.push_back(item.key());
+      report.missing.push_back(name);
       continue;
     }
-    if (item.value().sizes().vec() != it->second) {
-      report.mismatched.push_back(fmt::format("{}: file [{}] vs model [{}]", item.key(), fmt::join(it->second, ","),
-                                              fmt::join(item.value().sizes(), ",")));
+    if (shape != it->second) {
+      report.mismatched.push_back(
+          fmt::format("{}: file [{}] vs model [{}]", name, fmt::join(it->second, ","), fmt::join(shape, ",")));
       continue;
     }
-    copies.emplace_back(item.key(), item.value());
-    report.loaded.push_back(item.key());
+    report.loaded.push_back(name);
   }
   for (const auto& [official, shape] : source.shapes)
     if (!model_names.count(official))
       report.unexpected.push_back(source.stored_names.count(official) ? source.stored_names.at(official) : official);
-  if (mode == LoadMode::Strict && !report.complete())
+  return report;
+}
+
+namespace {
+void require_match(const LoadReport& report, const TensorSource& source) {
+  if (!report.complete())
     throw UsageError(fmt::format("weights {}: do not match the model: {}", source.path, report.summary()));
+}
+}  // namespace
+
+void check_weights_fit(const TensorSource& source, const WanConfig& config) {
+  require_match(match_weights(parameter_shapes(config), source), source);
+}
+
+LoadReport load_weights(torch::nn::Module& module, const TensorSource& source, LoadMode mode, const EachTensor& each) {
+  std::vector<ParameterShape> shapes;
+  std::map<std::string, at::Tensor> params;
+  for (const auto& item : module.named_parameters(/*recurse=*/true)) {
+    shapes.emplace_back(item.key(), item.value().sizes().vec());
+    params.emplace(item.key(), item.value());
+  }
+  const LoadReport report = match_weights(shapes, source);
+  if (mode == LoadMode::Strict) require_match(report, source);
 
   torch::NoGradGuard no_grad;
-  for (auto& [name, param] : copies) {
+  for (const auto& name : report.loaded) {
     const auto read = source.read(name);
     if (each) each(name, read);
-    param.copy_(read);
+    params.at(name).copy_(read);
   }
   return report;
 }

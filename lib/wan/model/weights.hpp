@@ -80,6 +80,14 @@ LoadReport load_weights(torch::nn::Module& module, const TensorSource& source, L
 // The same from a safetensors file or index.
 LoadReport load_weights(torch::nn::Module& module, const std::string& path, LoadMode mode = LoadMode::Strict);
 
+// What loading `source` into parameters of these names and shapes would
+// copy, miss, leave over or find of another shape; reads no tensor.
+LoadReport match_weights(const std::vector<ParameterShape>& parameters, const TensorSource& source);
+// Whether `source` holds exactly the parameters of a model of `config`,
+// from its header alone, before any model is built: the UsageError that
+// strict loading would give, without allocating the model first.
+void check_weights_fit(const TensorSource& source, const WanConfig& config);
+
 // "crc32:xxxxxxxx" over the config and each tensor's name and fp32 bytes, in
 // order: what identifies a frozen model (a distillation teacher, a LoRA
 // base) in checkpoints, whatever file layout or dtype it was read from.
