@@ -60,7 +60,7 @@ struct SampleConfig {
       checkpoint_weights = "auto", model_config, data, text, size, out = "sample.h5", png, precision = "fp32",
       device = "auto", prompt, negative_prompt, t5, t5_config, t5_dtype = "bf16", tokenizer, noise, vae, vae_config,
       vae_dtype = "fp32", video, frames_dir, image, last_image, clip, clip_dtype = "fp32", cfg = "5", high_noise,
-      low_noise, attention_chunk = "fused", solver = "unipc";
+      low_noise, attention_chunk = "fused", solver = "unipc", weights_dtype = "auto";
   int64_t index = 0, frames = 0, max_area = 0;  // 0: the VAE's release (wan/vae/release_video.hpp)
   int steps = 50, threads = 0;
   double shift = 5.0, fps = 0, boundary = 0;  // fps 0: the VAE's release
@@ -139,6 +139,9 @@ int run(distributed::World&, int argc, char** argv) {
            "high-noise one's (A14B: 3,4 text to video, 3.5,3.5 image to video)")
       .add("seed", &c.seed, "seed of the initial noise")
       .choice("precision", &c.precision, {"fp32", "bf16"}, "matrix products in fp32 or bf16 (autocast)")
+      .choice("weights-dtype", &c.weights_dtype, {"auto", "bf16", "fp32"},
+              "the blocks' Linears held in bf16 or fp32 (norms, modulation, embeddings and head stay fp32); auto: "
+              "bf16 for a released model, fp32 for others")
       .add("attention-chunk", &c.attention_chunk,
            "fused: the fused kernel (scaled_dot_product_attention); Q: attention over Q queries at a time; both "
            "take memory linear in the token count; 0: the whole score matrix; auto: the whole matrix while its "
@@ -333,6 +336,10 @@ int run(distributed::World&, int argc, char** argv) {
         cfg_low == cfg_high ? fmt::format("{:g}", cfg_low) : fmt::format("{:g},{:g}", cfg_low, cfg_high),
         release_settings->boundary > 0 ? fmt::format(", boundary {:g}", release_settings->boundary) : "");
   }
+  // A released model's weights are bf16 as released: the blocks' Linears
+  // are held so, half the memory of fp32.
+  const bool bf16_weights = c.weights_dtype == "bf16" || (c.weights_dtype == "auto" && release_settings);
+  const at::ScalarType block_linear_dtype = bf16_weights ? at::kBFloat16 : at::kFloat;
   // The unconditional branch with --prompt: --negative-prompt (its empty
   // value: the all-zero context); else a released model's negative prompt,
   // or the all-zero context that wantrain's --text-drop trains for a
@@ -474,10 +481,10 @@ int run(distributed::World&, int argc, char** argv) {
     step.latents = {shape[2], shape[3], shape[4]};
     step.compute_dtype = app::float_dtype(c.precision);
     step.attention_chunk = attention_chunk;
-    const auto memory = wan::plan_sampling(config, step, experts ? 2 : 1, offload);
-    std::cout << fmt::format("wansample: memory: {} of {} (fp32 weights), a forward {} ({}); at once on the {}: {}{}\n",
+    const auto memory = wan::plan_sampling(config, step, experts ? 2 : 1, offload, block_linear_dtype);
+    std::cout << fmt::format("wansample: memory: {} of {} ({} weights), a forward {} ({}); at once on the {}: {}{}\n",
                              experts ? "two experts" : "the model", wan::format_bytes(memory.expert_bytes),
-                             wan::format_bytes(memory.forward_bytes),
+                             bf16_weights ? "bf16 block" : "fp32", wan::format_bytes(memory.forward_bytes),
                              wan::describe_attention(attention_chunk, memory.attention_chunk),
                              device.is_cuda() ? "device" : "host", wan::format_bytes(memory.device_bytes()),
                              memory.host_bytes() > 0 ? fmt::format(" (one expert; the other, {}, in host memory)",
@@ -488,7 +495,7 @@ int run(distributed::World&, int argc, char** argv) {
   // One model, or A14B's two experts of the same config.
   // Every parameter is read from the weights (checked above), so none is drawn first.
   auto load_model = [&](const std::string& weights, const char* role) {
-    wan::WanModel model(config, at::kFloat, wan::WanInit::Empty);
+    wan::WanModel model(config, block_linear_dtype, wan::WanInit::Empty);
     const auto report = wan::load_weights(*model, sources.at(weights));
     std::cout << fmt::format("wansample: {}{} ({:.3g} parameters, {}{})\n", role, weights,
                              double(wan::parameter_count(config)), report.summary(),
@@ -502,7 +509,7 @@ int run(distributed::World&, int argc, char** argv) {
   } else if (c.checkpoint.empty()) {
     net = load_model(c.weights, "");
   } else {
-    net = wan::WanModel(config, at::kFloat, wan::WanInit::Empty);
+    net = wan::WanModel(config, block_linear_dtype, wan::WanInit::Empty);
     const auto saved = wan::checkpoint_weights(c.checkpoint, c.checkpoint_weights != "model");
     if (c.checkpoint_weights == "ema" && !saved.ema)
       throw UsageError(

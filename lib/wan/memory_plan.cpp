@@ -111,10 +111,10 @@ Units model_units(const WanConfig& model) {
 
 }  // namespace
 
-SamplingMemory plan_sampling(const WanConfig& config, const ActivationSettings& step, int experts,
-                             bool offload_experts) {
+SamplingMemory plan_sampling(const WanConfig& config, const ActivationSettings& step, int experts, bool offload_experts,
+                             at::ScalarType block_linear_dtype) {
   SamplingMemory m;
-  m.expert_bytes = double(parameter_count(config)) * 4;  // fp32
+  m.expert_bytes = model_bytes(config, block_linear_dtype == at::kBFloat16 ? 2 : 4, {}).held;
   m.forward_bytes = inference_memory(config, step);
   m.attention_chunk = planned_attention_chunk(config, step);
   m.experts = experts;

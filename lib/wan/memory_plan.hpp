@@ -105,8 +105,9 @@ std::string describe_limits(const MemoryPlan& root, const MemoryPlan& other, con
 // One line per limit the plans exceed (empty when they fit).
 std::vector<std::string> memory_warnings(const MemoryPlan& root, const MemoryPlan& other, const MemoryLimits& limits);
 
-// What sampling holds (wansample): the model's weights, fp32 as wansample
-// loads them, and one forward's tensors (inference_memory). With Wan2.2
+// What sampling holds (wansample): the model's weights, with its blocks'
+// Linears in `block_linear_dtype` (fp32 or bf16; the rest fp32), and one
+// forward's tensors (inference_memory). With Wan2.2
 // A14B's two experts both are held, unless the idle one waits in host
 // memory (--offload-experts): then the device holds one expert at a time
 // and the host the other.
@@ -118,8 +119,8 @@ struct SamplingMemory {
   double device_bytes() const { return double(experts_on_device) * expert_bytes + forward_bytes; }
   double host_bytes() const { return double(experts - experts_on_device) * expert_bytes; }
 };
-SamplingMemory plan_sampling(const WanConfig& config, const ActivationSettings& step, int experts,
-                             bool offload_experts);
+SamplingMemory plan_sampling(const WanConfig& config, const ActivationSettings& step, int experts, bool offload_experts,
+                             at::ScalarType block_linear_dtype = at::kFloat);
 
 // "attention chunk 192 (auto)", "full attention": the chunk a forward runs
 // with (`resolved`, 0 for the whole matrix), and whether it was chosen
