@@ -5,7 +5,8 @@
 // and with --vae a video (--video) or PNG frames (--frames-dir). An
 // image-to-video model starts from a picture (--image, encoded by the VAE
 // and CLIP as Wan's image2video.py does) or a dataset sample's condition.
-// A serial tool.
+// On one process, or on N ranks (mpirun -np N wansample) that split each
+// sample's tokens with Ulysses sequence parallelism, as training's --sp.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <torch/torch.h>
@@ -25,7 +26,9 @@
 #include "wantrain/data/shard.hpp"
 #include "wantrain/data/noise_file.hpp"
 #include "wantrain/data/text_file.hpp"
+#include "wantrain/distributed/backend.hpp"
 #include "wantrain/distributed/device_placement.hpp"
+#include "wantrain/distributed/world.hpp"
 #include "wantrain/app/app.hpp"
 #include "wantrain/nn/autocast.hpp"
 #include "wantrain/wan/model/wan_model.hpp"
@@ -62,8 +65,8 @@ struct SampleConfig {
       vae_dtype = "fp32", video, frames_dir, image, last_image, clip, clip_dtype = "fp32", cfg = "5", high_noise,
       low_noise, attention_chunk = "fused", solver = "unipc", weights_dtype = "auto";
   int64_t index = 0, frames = 0, max_area = 0;  // 0: the VAE's release (wan/vae/release_video.hpp)
-  int steps = 50, threads = 0;
-  double shift = 5.0, fps = 0, boundary = 0;  // fps 0: the VAE's release
+  int steps = 50, threads = 0, sp = 0;          // sp 0: the ranks of the job
+  double shift = 5.0, fps = 0, boundary = 0;    // fps 0: the VAE's release
   uint64_t seed = 0;
   bool compare = false, offload_experts = false, first_frame = false;
   std::vector<std::string> loras, lora_scales, loras_high, loras_low;
@@ -80,7 +83,7 @@ wan::WanConfig sampling_model_config(const SampleConfig& c) {
   return wan::parse_model_config(stored, fmt::format("checkpoint {}: attribute model_config", c.checkpoint));
 }
 
-int run(distributed::World&, int argc, char** argv) {
+int run(distributed::World& world, int argc, char** argv) {
   set_option_names({{"device", "device"}, {"max_area", "max-area"}});  // the library's settings that errors may name
   SampleConfig c;
   OptionSet options(
@@ -150,6 +153,9 @@ int run(distributed::World&, int argc, char** argv) {
            "auto (the first CUDA device when LibTorch sees one, else the CPU), cpu, cuda or cuda:N; the noise is "
            "drawn on the CPU, so every device samples from the same start")
       .add("threads", &c.threads, "CPU threads (0: LibTorch's default)")
+      .add("sp", &c.sp,
+           "under mpirun: the ranks that split each sample's tokens (Ulysses sequence parallelism, as wantrain "
+           "--sp); 0 or the job's ranks: all of them. The model's heads must divide by it")
       .add("out", &c.out, "output: the latents as a one-sample shard")
       .add("image", &c.image,
            "image-to-video models: start from this picture (PNG, JPEG, ...), encoded by --vae (and --clip) as Wan's "
@@ -283,7 +289,14 @@ int run(distributed::World&, int argc, char** argv) {
   if (c.shift <= 0) throw UsageError("option --shift: must be positive");
   if (c.compare && c.data.empty()) throw UsageError("option --compare: needs --data (the sample to compare with)");
   if (c.threads > 0) torch::set_num_threads(c.threads);
-  const auto chosen = distributed::choose_device(app::parse_device(c.device), "device");
+  // Every rank runs the same pipeline on the same inputs (the noise is the
+  // seed's, drawn on the CPU); the model splits the tokens over the ranks,
+  // and rank 0 alone writes and prints.
+  if (c.sp == 0) c.sp = world.size();
+  if (!world.is_root()) std::cout.setstate(std::ios::badbit);  // one rank's lines, not N copies
+  auto chosen = distributed::choose_device(app::parse_device(c.device), "device");
+  if (world.size() > 1 && chosen.device.is_cuda() && (c.device == "auto" || c.device == "cuda"))  // a GPU a rank
+    chosen.device = torch::Device(torch::kCUDA, world.local_rank() % torch::cuda::device_count());
   if (!chosen.warning.empty()) std::cerr << "wansample: warning: " << chosen.warning << "\n";
   const torch::Device device = chosen.device;
   if (!c.lora_scales.empty() && c.lora_scales.size() != 1 && c.lora_scales.size() != c.loras.size())
@@ -298,17 +311,34 @@ int run(distributed::World&, int argc, char** argv) {
     scales.push_back(value);
   }
 
-  const wan::WanConfig config = sampling_model_config(c);
-  // Each weights file's header against the config, before anything large
-  // is read or built: a 1.3B file for a 14B config is one line here, not a
+  // The model, its weights' headers and the split, checked on every rank
+  // alike: a mistake is one line for the job, not one a rank. Each weights
+  // file's header is checked against the config before anything large is
+  // read or built: a 1.3B file for a 14B config is one line here, not a
   // 57 GB model built first.
+  wan::WanConfig config;
   std::map<std::string, wan::TensorSource> sources;
-  for (const auto& path : {c.weights, c.high_noise, c.low_noise})
-    if (!path.empty() && !sources.count(path)) {
-      auto source = wan::open_weights(path);
-      wan::check_weights_fit(source, config);
-      sources.emplace(path, std::move(source));
-    }
+  world.agree([&] {
+    if (c.sp != world.size())
+      throw UsageError(
+          world.size() == 1
+              ? fmt::format("option --sp: {0}: wansample runs as one process: start it with mpirun -np {0}", c.sp)
+              : fmt::format("option --sp: {}: this job has {} ranks: wansample splits each sample over all of them "
+                            "(give --sp {} or leave it out)",
+                            c.sp, world.size(), world.size()));
+    config = sampling_model_config(c);
+    if (config.num_heads % c.sp != 0)
+      throw UsageError(
+          fmt::format("option --sp: {}: the model's {} attention heads do not divide by it (Ulysses gives "
+                      "each rank whole heads)",
+                      c.sp, config.num_heads));
+    for (const auto& path : {c.weights, c.high_noise, c.low_noise})
+      if (!path.empty() && !sources.count(path)) {
+        auto source = wan::open_weights(path);
+        wan::check_weights_fit(source, config);
+        sources.emplace(path, std::move(source));
+      }
+  });
   // Wan2.1's VAE or Wan2.2's, from --vae's tensors, --vae-config, or
   // without either the one whose latents the model makes (48 channels:
   // Wan2.2's), which sets the video's size per latent.
@@ -537,6 +567,17 @@ int run(distributed::World&, int argc, char** argv) {
     (*model)->eval();
     (*model)->set_attention_chunk(attention_chunk);
   }
+  // The ranks' group for the tokens' all-to-all (NCCL on GPUs, else MPI).
+  std::unique_ptr<distributed::Comm> sequence_group;
+  if (c.sp > 1) {
+    sequence_group = distributed::make_comm(world, distributed::Backend::Auto);
+    for (auto* model : {&net, &high_net})
+      if (*model) (*model)->set_sequence_parallel(sequence_group.get());
+    std::cout << fmt::format(
+        "wansample: {} ranks split each sample's {} tokens (Ulysses, {} heads a rank)\n", c.sp,
+        shape[2] / config.patch_size[0] * (shape[3] / config.patch_size[1]) * (shape[4] / config.patch_size[2]),
+        config.num_heads / c.sp);
+  }
   const double boundary =
       c.boundary > 0 ? c.boundary : (config.model_type == wan::ModelType::I2V ? 0.9 : 0.875);  // the release's
   if (experts)
@@ -628,6 +669,7 @@ int run(distributed::World&, int argc, char** argv) {
           .to(device);  // [1, C, F, H, W]
   const auto latents =
       wan::sample_flow(noise, velocity, sampler, high_expert ? &*high_expert : nullptr)[0].to(torch::kCPU);
+  if (!world.is_root()) return kExitOk;  // every rank holds the sample; rank 0 writes it
 
   data::SampleShape out_shape;
   out_shape.channels = shape[1];

@@ -1,0 +1,90 @@
+// wansample on several ranks (mpirun -np N wansample): each sample's tokens
+// split over the ranks with Ulysses, as training's --sp. The sample equals
+// the one process's from the same seed, with guidance and with two
+// experts; a split the job or the model cannot take is one line, status 2.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <string>
+
+#include "../common/build_paths.hpp"
+#include "../common/launch.hpp"
+#include "../common/train_runs.hpp"
+#include "wantrain/data/dataset.hpp"
+#include "wantrain/data/shard.hpp"
+#include "wantrain/wan/model/model_config.hpp"
+#include "wantrain/wan/model/wan_model.hpp"
+#include "wantrain/wan/model/weights.hpp"
+
+namespace {
+
+using wt::testing::fresh;
+using wt::testing::Job;
+using wt::testing::launch;
+using wt::testing::mpi_command;
+using wt::testing::occurrences;
+
+at::Tensor read_split_sample(const std::string& shard) {
+  const auto info = wt::data::inspect_shard(shard);
+  const auto dataset = wt::data::Dataset::of(std::filesystem::path(shard).parent_path().string(), {info});
+  const auto& s = info.shape;
+  auto latents = torch::empty({s.channels, s.frames, s.height, s.width});
+  auto text = torch::empty({s.text_len, s.text_dim});
+  int32_t len = 0;
+  wt::data::SampleReader(dataset).read(0, latents, text, len);
+  return latents;
+}
+
+}  // namespace
+
+TEST(WansampleRanks, SplitSequencesSampleWhatOneProcessSamples) {
+  const std::string dir = fresh("wansample-ranks");
+  std::filesystem::create_directories(dir);
+  const std::string data =
+      wt::testing::train_runs::synth_tiny_data("wansample-ranks-data", 4, 3);  // 8x8 latents: 16 tokens
+  // Two models of wan-tiny's shape (4 heads), drawn from two seeds.
+  const auto config = wt::wan::load_model_config(wt::testing::train_runs::tiny_config());
+  for (const auto& [name, seed] : {std::pair{"a", 1}, {"b", 2}}) {
+    torch::manual_seed(seed);
+    wt::wan::WanModel model(config);
+    wt::wan::save_weights(*model, dir + "/" + name + ".safetensors");
+  }
+  const std::string common = "--model-config " + wt::testing::train_runs::tiny_config() + " --data " + data +
+                             " --index 1 --steps 4 --seed 3 --threads 1 ";
+  for (const std::string& weights :
+       {"--weights " + dir + "/a.safetensors --cfg 2",
+        "--high-noise " + dir + "/a.safetensors --low-noise " + dir + "/b.safetensors --cfg 3,4 --boundary 0.7"}) {
+    const Job one = launch(std::string(WANTRAIN_WANSAMPLE) + " " + common + weights + " --out " + dir + "/one.h5");
+    ASSERT_EQ(one.status, 0) << one.output;
+    const auto reference = read_split_sample(dir + "/one.h5");
+    for (int ranks : {2, 4}) {
+      const std::string out = dir + "/ranks-" + std::to_string(ranks) + ".h5";
+      const Job split = launch(mpi_command(ranks, WANTRAIN_WANSAMPLE, common + weights + " --out " + out));
+      ASSERT_EQ(split.status, 0) << split.output;
+      EXPECT_LT(split.seconds, wt::testing::train_runs::kHangGuardSeconds);
+      EXPECT_EQ(occurrences(split.output, "wansample: " + std::to_string(ranks) +
+                                              " ranks split each sample's 16 tokens (Ulysses, " +
+                                              std::to_string(4 / ranks) + " heads a rank)"),
+                1u)
+          << split.output;
+      EXPECT_EQ(occurrences(split.output, "wrote latents"), 1u) << split.output;  // rank 0's lines alone
+      const auto sample = read_split_sample(out);
+      const double error = (sample - reference).abs().max().item<double>() / reference.abs().max().item<double>();
+      EXPECT_LE(error, 1e-5) << weights << ", " << ranks << " ranks";
+    }
+  }
+
+  // 3 ranks cannot split 4 heads; --sp must be the job's ranks.
+  for (const auto& [ranks, options, line] :
+       {std::tuple{3, std::string(), std::string("option --sp: 3: the model's 4 attention heads do not divide by it")},
+        {2, std::string(" --sp 4"), std::string("option --sp: 4: this job has 2 ranks")},
+        {1, std::string(" --sp 2"),
+         std::string("option --sp: 2: wansample runs as one process: start it with "
+                     "mpirun -np 2")}}) {
+    const Job bad = launch(mpi_command(
+        ranks, WANTRAIN_WANSAMPLE, common + "--weights " + dir + "/a.safetensors --out " + dir + "/bad.h5" + options));
+    EXPECT_EQ(bad.status, 2) << bad.output;
+    EXPECT_EQ(occurrences(bad.output, line), 1u) << bad.output;
+    EXPECT_FALSE(std::filesystem::exists(dir + "/bad.h5"));
+  }
+}
