@@ -68,7 +68,7 @@ struct SampleConfig {
   int steps = 50, threads = 0, sp = 0;          // sp 0: the ranks of the job
   double shift = 5.0, fps = 0, boundary = 0;    // fps 0: the VAE's release
   uint64_t seed = 0;
-  bool compare = false, offload_experts = false, first_frame = false;
+  bool compare = false, offload_experts = false, first_frame = false, cfg_parallel = false;
   std::vector<std::string> loras, lora_scales, loras_high, loras_low;
 };
 
@@ -155,7 +155,10 @@ int run(distributed::World& world, int argc, char** argv) {
       .add("threads", &c.threads, "CPU threads (0: LibTorch's default)")
       .add("sp", &c.sp,
            "under mpirun: the ranks that split each sample's tokens (Ulysses sequence parallelism, as wantrain "
-           "--sp); 0 or the job's ranks: all of them. The model's heads must divide by it")
+           "--sp); 0: all of them (half with --cfg-parallel). The model's heads must divide by it")
+      .flag("cfg-parallel", &c.cfg_parallel,
+            "under mpirun with an even number of ranks: the conditional and the unconditional branch of guidance "
+            "each on half of them, side by side")
       .add("out", &c.out, "output: the latents as a one-sample shard")
       .add("image", &c.image,
            "image-to-video models: start from this picture (PNG, JPEG, ...), encoded by --vae (and --clip) as Wan's "
@@ -292,7 +295,8 @@ int run(distributed::World& world, int argc, char** argv) {
   // Every rank runs the same pipeline on the same inputs (the noise is the
   // seed's, drawn on the CPU); the model splits the tokens over the ranks,
   // and rank 0 alone writes and prints.
-  if (c.sp == 0) c.sp = world.size();
+  const int branches = c.cfg_parallel ? 2 : 1;  // rank groups, one per branch of guidance
+  if (c.sp == 0) c.sp = world.size() / branches;
   if (!world.is_root()) std::cout.setstate(std::ios::badbit);  // one rank's lines, not N copies
   auto chosen = distributed::choose_device(app::parse_device(c.device), "device");
   if (world.size() > 1 && chosen.device.is_cuda() && (c.device == "auto" || c.device == "cuda"))  // a GPU a rank
@@ -319,13 +323,20 @@ int run(distributed::World& world, int argc, char** argv) {
   wan::WanConfig config;
   std::map<std::string, wan::TensorSource> sources;
   world.agree([&] {
-    if (c.sp != world.size())
+    if (c.cfg_parallel && (world.size() % 2 != 0 || cfg_low == 0 || cfg_low == 1 || cfg_high == 0 || cfg_high == 1))
+      throw UsageError(fmt::format(
+          "option --cfg-parallel: {}",
+          world.size() % 2 != 0
+              ? fmt::format("the two branches of guidance take half the ranks each: this job has {}", world.size())
+              : "needs guidance with both branches (--cfg other than 0 and 1)"));
+    if (c.sp * branches != world.size())
       throw UsageError(
           world.size() == 1
               ? fmt::format("option --sp: {0}: wansample runs as one process: start it with mpirun -np {0}", c.sp)
-              : fmt::format("option --sp: {}: this job has {} ranks: wansample splits each sample over all of them "
+              : fmt::format("option --sp: {}: this job has {} ranks: wansample splits each sample over {} "
                             "(give --sp {} or leave it out)",
-                            c.sp, world.size(), world.size()));
+                            c.sp, world.size(), c.cfg_parallel ? "half of them, one half a branch" : "all of them",
+                            world.size() / branches));
     config = sampling_model_config(c);
     if (config.num_heads % c.sp != 0)
       throw UsageError(
@@ -567,16 +578,26 @@ int run(distributed::World& world, int argc, char** argv) {
     (*model)->eval();
     (*model)->set_attention_chunk(attention_chunk);
   }
-  // The ranks' group for the tokens' all-to-all (NCCL on GPUs, else MPI).
-  std::unique_ptr<distributed::Comm> sequence_group;
+  // The ranks' groups (NCCL on GPUs, else MPI): with --cfg-parallel the
+  // first half computes the conditional branch and the second half the
+  // unconditional one, rank r of one half paired with rank r of the other;
+  // within a half, the tokens' all-to-all.
+  std::unique_ptr<distributed::Comm> comm, sequence_group, branch_pair;
+  const int branch = world.rank() / c.sp;  // 0: conditional (or both, without --cfg-parallel)
+  if (world.size() > 1) comm = distributed::make_comm(world, distributed::Backend::Auto);
   if (c.sp > 1) {
-    sequence_group = distributed::make_comm(world, distributed::Backend::Auto);
+    sequence_group = c.cfg_parallel ? comm->split(branch) : std::move(comm);
     for (auto* model : {&net, &high_net})
       if (*model) (*model)->set_sequence_parallel(sequence_group.get());
     std::cout << fmt::format(
         "wansample: {} ranks split each sample's {} tokens (Ulysses, {} heads a rank)\n", c.sp,
         shape[2] / config.patch_size[0] * (shape[3] / config.patch_size[1]) * (shape[4] / config.patch_size[2]),
         config.num_heads / c.sp);
+  }
+  if (c.cfg_parallel) {
+    branch_pair = (comm ? comm : sequence_group)->split(world.rank() % c.sp);
+    std::cout << fmt::format("wansample: the two branches of guidance side by side, {} rank{} each\n", c.sp,
+                             c.sp == 1 ? "" : "s");
   }
   const double boundary =
       c.boundary > 0 ? c.boundary : (config.model_type == wan::ModelType::I2V ? 0.9 : 0.875);  // the release's
@@ -641,6 +662,7 @@ int run(distributed::World& world, int argc, char** argv) {
   // Both branches see the picture: Wan's image2video.py guides on the text only.
   // Which expert is on the device (with --offload-experts).
   wan::WanModelImpl* on_device = offload ? nullptr : net.get();
+  at::Tensor uncond_computed;  // --cfg-parallel: the other half's branch, from the conditional call
   auto velocity_of = [&](wan::WanModel& model) -> wan::VelocityField {
     return [&](const at::Tensor& x, const at::Tensor& t, bool conditional) {
       if (offload && on_device != model.get()) {
@@ -649,7 +671,18 @@ int run(distributed::World& world, int argc, char** argv) {
         model->to(device);
         on_device = model.get();
       }
-      return model->forward(x, t, conditional ? cond : uncond, image);
+      if (!branch_pair) return model->forward(x, t, conditional ? cond : uncond, image);
+      // --cfg-parallel: the sampler asks for the conditional branch, then
+      // the unconditional one; each half computes its own at the first
+      // call and the pair trades them.
+      if (!conditional) return uncond_computed;
+      const auto mine = model->forward(x, t, branch == 0 ? cond : uncond, image).contiguous();
+      auto sizes = mine.sizes().vec();
+      sizes.insert(sizes.begin(), 2);
+      const auto both = torch::empty(sizes, mine.options());
+      branch_pair->all_gather_async(both, mine)->wait();
+      uncond_computed = both[1];
+      return both[0];
     };
   };
   const wan::VelocityField velocity = velocity_of(net);

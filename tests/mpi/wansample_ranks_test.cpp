@@ -1,7 +1,9 @@
 // wansample on several ranks (mpirun -np N wansample): each sample's tokens
-// split over the ranks with Ulysses, as training's --sp. The sample equals
-// the one process's from the same seed, with guidance and with two
-// experts; a split the job or the model cannot take is one line, status 2.
+// split over the ranks with Ulysses, as training's --sp, and with
+// --cfg-parallel the two branches of guidance on two halves of the ranks.
+// The sample equals the one process's from the same seed, with guidance and
+// with two experts; a split the job or the model cannot take is one line,
+// status 2.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -57,27 +59,44 @@ TEST(WansampleRanks, SplitSequencesSampleWhatOneProcessSamples) {
     const Job one = launch(std::string(WANTRAIN_WANSAMPLE) + " " + common + weights + " --out " + dir + "/one.h5");
     ASSERT_EQ(one.status, 0) << one.output;
     const auto reference = read_split_sample(dir + "/one.h5");
-    for (int ranks : {2, 4}) {
-      const std::string out = dir + "/ranks-" + std::to_string(ranks) + ".h5";
-      const Job split = launch(mpi_command(ranks, WANTRAIN_WANSAMPLE, common + weights + " --out " + out));
+    // Split over 2 and 4 ranks; with --cfg-parallel the two branches of
+    // guidance side by side, on 1 rank each or split over 2 each.
+    for (const auto& [ranks, cfg_parallel] : {std::pair{2, false}, {4, false}, {2, true}, {4, true}}) {
+      const int sp = cfg_parallel ? ranks / 2 : ranks;
+      const std::string out = dir + "/ranks-" + std::to_string(ranks) + (cfg_parallel ? "-cfg.h5" : ".h5");
+      const Job split = launch(mpi_command(
+          ranks, WANTRAIN_WANSAMPLE, common + weights + " --out " + out + (cfg_parallel ? " --cfg-parallel" : "")));
       ASSERT_EQ(split.status, 0) << split.output;
       EXPECT_LT(split.seconds, wt::testing::train_runs::kHangGuardSeconds);
-      EXPECT_EQ(occurrences(split.output, "wansample: " + std::to_string(ranks) +
-                                              " ranks split each sample's 16 tokens (Ulysses, " +
-                                              std::to_string(4 / ranks) + " heads a rank)"),
-                1u)
-          << split.output;
+      if (sp > 1) {
+        EXPECT_EQ(occurrences(split.output, "wansample: " + std::to_string(sp) +
+                                                " ranks split each sample's 16 tokens (Ulysses, " +
+                                                std::to_string(4 / sp) + " heads a rank)"),
+                  1u)
+            << split.output;
+      }
+      if (cfg_parallel) {
+        EXPECT_EQ(occurrences(split.output, "wansample: the two branches of guidance side by side, " +
+                                                std::to_string(sp) + (sp == 1 ? " rank each" : " ranks each")),
+                  1u)
+            << split.output;
+      }
       EXPECT_EQ(occurrences(split.output, "wrote latents"), 1u) << split.output;  // rank 0's lines alone
       const auto sample = read_split_sample(out);
       const double error = (sample - reference).abs().max().item<double>() / reference.abs().max().item<double>();
-      EXPECT_LE(error, 1e-5) << weights << ", " << ranks << " ranks";
+      EXPECT_LE(error, 1e-5) << weights << ", " << ranks << " ranks" << (cfg_parallel ? ", --cfg-parallel" : "");
     }
   }
 
-  // 3 ranks cannot split 4 heads; --sp must be the job's ranks.
+  // 3 ranks cannot split 4 heads; --sp must be the job's ranks; the
+  // branches of --cfg-parallel need an even number of ranks and guidance.
   for (const auto& [ranks, options, line] :
        {std::tuple{3, std::string(), std::string("option --sp: 3: the model's 4 attention heads do not divide by it")},
         {2, std::string(" --sp 4"), std::string("option --sp: 4: this job has 2 ranks")},
+        {3, std::string(" --cfg-parallel"),
+         std::string("option --cfg-parallel: the two branches of guidance take half the ranks each: this job has 3")},
+        {2, std::string(" --cfg-parallel --cfg 1"),
+         std::string("option --cfg-parallel: needs guidance with both branches (--cfg other than 0 and 1)")},
         {1, std::string(" --sp 2"),
          std::string("option --sp: 2: wansample runs as one process: start it with "
                      "mpirun -np 2")}}) {
