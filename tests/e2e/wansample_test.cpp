@@ -10,6 +10,7 @@
 
 #include "../common/build_paths.hpp"
 #include "../common/launch.hpp"
+#include "../common/sample_shard.hpp"
 #include "wantrain/data/dataset.hpp"
 #include "wantrain/io/safetensors.hpp"
 #include "wantrain/wan/model/model_config.hpp"
@@ -25,6 +26,7 @@ namespace {
 using wt::testing::fresh;
 using wt::testing::Job;
 using wt::testing::launch;
+using wt::testing::sampled_latents;
 
 const std::string kTiny = std::string(WANTRAIN_SOURCE_DIR) + "/data/configs/wan-tiny.json";
 const std::string kStudent = std::string(WANTRAIN_SOURCE_DIR) + "/data/configs/wan-tiny-student.json";
@@ -39,18 +41,6 @@ std::string write_weights(const std::string& config, const std::string& path) {
   }
   wt::wan::save_weights(*model, path, torch::kBFloat16);
   return path;
-}
-
-at::Tensor sampled_latents(const std::string& shard) {
-  const auto info = wt::data::inspect_shard(shard);
-  const auto dataset = wt::data::Dataset::of(std::filesystem::path(shard).parent_path().string(), {info});
-  wt::data::SampleReader reader(dataset);
-  const auto& s = info.shape;
-  auto latents = torch::empty({s.channels, s.frames, s.height, s.width});
-  auto text = torch::empty({s.text_len, s.text_dim});
-  int32_t len = 0;
-  reader.read(0, latents, text, len);
-  return latents;
 }
 
 // Width and height from a PNG's IHDR chunk (bytes 16..23, big-endian).

@@ -11,9 +11,8 @@
 
 #include "../common/build_paths.hpp"
 #include "../common/launch.hpp"
+#include "../common/sample_shard.hpp"
 #include "../common/train_runs.hpp"
-#include "wantrain/data/dataset.hpp"
-#include "wantrain/data/shard.hpp"
 #include "wantrain/wan/model/model_config.hpp"
 #include "wantrain/wan/model/wan_model.hpp"
 #include "wantrain/wan/model/weights.hpp"
@@ -25,17 +24,7 @@ using wt::testing::Job;
 using wt::testing::launch;
 using wt::testing::mpi_command;
 using wt::testing::occurrences;
-
-at::Tensor read_split_sample(const std::string& shard) {
-  const auto info = wt::data::inspect_shard(shard);
-  const auto dataset = wt::data::Dataset::of(std::filesystem::path(shard).parent_path().string(), {info});
-  const auto& s = info.shape;
-  auto latents = torch::empty({s.channels, s.frames, s.height, s.width});
-  auto text = torch::empty({s.text_len, s.text_dim});
-  int32_t len = 0;
-  wt::data::SampleReader(dataset).read(0, latents, text, len);
-  return latents;
-}
+using wt::testing::sampled_latents;
 
 }  // namespace
 
@@ -58,7 +47,7 @@ TEST(WansampleRanks, SplitSequencesSampleWhatOneProcessSamples) {
         "--high-noise " + dir + "/a.safetensors --low-noise " + dir + "/b.safetensors --cfg 3,4 --boundary 0.7"}) {
     const Job one = launch(std::string(WANTRAIN_WANSAMPLE) + " " + common + weights + " --out " + dir + "/one.h5");
     ASSERT_EQ(one.status, 0) << one.output;
-    const auto reference = read_split_sample(dir + "/one.h5");
+    const auto reference = sampled_latents(dir + "/one.h5");
     // Split over 2 and 4 ranks; with --cfg-parallel the two branches of
     // guidance side by side, on 1 rank each or split over 2 each.
     for (const auto& [ranks, cfg_parallel] : {std::pair{2, false}, {4, false}, {2, true}, {4, true}}) {
@@ -82,7 +71,7 @@ TEST(WansampleRanks, SplitSequencesSampleWhatOneProcessSamples) {
             << split.output;
       }
       EXPECT_EQ(occurrences(split.output, "wrote latents"), 1u) << split.output;  // rank 0's lines alone
-      const auto sample = read_split_sample(out);
+      const auto sample = sampled_latents(out);
       const double error = (sample - reference).abs().max().item<double>() / reference.abs().max().item<double>();
       EXPECT_LE(error, 1e-5) << weights << ", " << ranks << " ranks" << (cfg_parallel ? ", --cfg-parallel" : "");
     }
