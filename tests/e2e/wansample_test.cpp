@@ -6,11 +6,11 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
-#include <numeric>
 
 #include "../common/build_paths.hpp"
 #include "../common/launch.hpp"
 #include "../common/sample_shard.hpp"
+#include "../common/sparse_weights.hpp"
 #include "wantrain/data/dataset.hpp"
 #include "wantrain/io/safetensors.hpp"
 #include "wantrain/wan/model/model_config.hpp"
@@ -135,24 +135,8 @@ TEST_F(Wansample, SamplesADatasetPromptToAShardAndAPreview) {
 TEST_F(Wansample, WeightsOfAnotherModelAreOneLineBeforeAnyModelIsBuilt) {
   const std::string configs = std::string(WANTRAIN_SOURCE_DIR) + "/data/configs/";
   const auto small = wt::wan::load_model_config(configs + "wan2.1-t2v-1.3b.json");
-  std::string header = "{";
-  int64_t offset = 0;
-  for (const auto& [name, shape] : wt::wan::parameter_shapes(small)) {
-    const int64_t bytes = 2 * std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<>());
-    header += (offset ? ",\"" : "\"") + name + "\":{\"dtype\":\"BF16\",\"shape\":[";
-    for (size_t i = 0; i < shape.size(); ++i) header += (i ? "," : "") + std::to_string(shape[i]);
-    header += "],\"data_offsets\":[" + std::to_string(offset) + "," + std::to_string(offset + bytes) + "]}";
-    offset += bytes;
-  }
-  header += "}";
   const std::string file = dir_ + "/wan2.1-t2v-1.3b.safetensors";
-  {
-    std::ofstream out(file, std::ios::binary);
-    const uint64_t length = header.size();
-    for (int i = 0; i < 8; ++i) out.put(static_cast<char>((length >> (8 * i)) & 0xff));
-    out << header;
-  }
-  std::filesystem::resize_file(file, 8 + header.size() + offset);
+  const int64_t offset = wt::testing::write_sparse_weights(small, file);
   EXPECT_GT(offset, int64_t{2'800'000'000});  // 1.42e9 parameters in bf16
 
   const Job job = launch(std::string(WANTRAIN_WANSAMPLE) + " --model-config " + configs +
