@@ -25,7 +25,7 @@
 #include "wantrain/wan/model/model_config.hpp"
 #include "scratch_dataset.hpp"
 #include "wantrain/train/run_plan.hpp"
-#include "wantrain/wan/wan_run.hpp"
+#include "wantrain/wan/run/wan_run.hpp"
 #include "wantrain/util/error.hpp"
 #include "wantrain/util/exit_codes.hpp"
 #include "wantrain/util/options.hpp"

@@ -22,7 +22,7 @@
 #include "wantrain/wan/model/model_config.hpp"
 #include "wantrain/wan/model/wan_model.hpp"
 #include "wantrain/train/engine.hpp"
-#include "wantrain/wan/flow_matching_objective.hpp"
+#include "wantrain/wan/objective/flow_matching_objective.hpp"
 #include "wantrain/util/threads.hpp"
 #include "wantrain/util/error.hpp"
 #include "wantrain/util/exit_codes.hpp"

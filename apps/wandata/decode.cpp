@@ -16,7 +16,7 @@
 #include "wantrain/util/options.hpp"
 #include "wantrain/wan/model/weights.hpp"
 #include "wantrain/wan/vae/video_vae.hpp"
-#include "wantrain/wan/video_output.hpp"
+#include "wantrain/wan/sample/video_output.hpp"
 
 namespace wt {
 

@@ -1,5 +1,5 @@
 // wandata encode: videos, images and captions -> a shard dataset of Wan VAE
-// latents and umT5 embeddings (wan/dataset_encoder.hpp does the work; this
+// latents and umT5 embeddings (wan/encode/dataset_encoder.hpp does the work; this
 // file reads the options and loads the models). Runs under mpirun: every
 // rank encodes its share of the shards.
 #include <fmt/format.h>
@@ -21,7 +21,7 @@
 #include "wantrain/util/options.hpp"
 #include "wantrain/util/reporter.hpp"
 #include "wantrain/util/text.hpp"
-#include "wantrain/wan/dataset_encoder.hpp"
+#include "wantrain/wan/encode/dataset_encoder.hpp"
 #include "wantrain/wan/model/weights.hpp"
 #include "wantrain/wan/vae/release_video.hpp"
 #include "wantrain/wan/vae/video_vae.hpp"

@@ -10,7 +10,7 @@
 #include "wantrain/app/float_dtype.hpp"
 #include "wantrain/app/version.hpp"
 #include "wantrain/ckpt/checkpoint.hpp"
-#include "wantrain/wan/checkpoint_weights.hpp"
+#include "wantrain/wan/run/checkpoint_weights.hpp"
 #include "wantrain/distributed/world.hpp"
 #include "wantrain/wan/model/lora.hpp"
 #include "wantrain/wan/model/model_config.hpp"

@@ -23,13 +23,13 @@
 #include "wantrain/distributed/world.hpp"
 #include "wantrain/wan/model/model_config.hpp"
 #include "wantrain/wan/model/projection.hpp"
-#include "wantrain/wan/data_fits_model.hpp"
+#include "wantrain/wan/run/data_fits_model.hpp"
 #include "wantrain/train/fit.hpp"
 #include "wantrain/train/run_plan.hpp"
 #include "wantrain/train/shard_source.hpp"
-#include "wantrain/wan/teacher.hpp"
+#include "wantrain/wan/objective/teacher.hpp"
 #include "wantrain/train/validation.hpp"
-#include "wantrain/wan/wan_run.hpp"
+#include "wantrain/wan/run/wan_run.hpp"
 #include "wantrain/util/error.hpp"
 #include "wantrain/util/exit_codes.hpp"
 #include "wantrain/util/log.hpp"
@@ -70,7 +70,7 @@ struct MemorySummary {
   std::vector<std::string> warnings;  // one per limit the plan exceeds
 };
 
-// The memory plan of this rank (wan/memory_plan.hpp) at the data's
+// The memory plan of this rank (wan/run/memory_plan.hpp) at the data's
 // latents or --plan-latents, and the limits it exceeds. Data of several
 // shapes (buckets) are planned at each; the largest plan is the one shown
 // and held against the limits, after a row per bucket.
@@ -275,7 +275,7 @@ int run(distributed::World& world, int argc, char** argv) {
     const std::string source = (cfg.teacher_config.empty() ? "the config stored in --teacher " + cfg.teacher
                                                            : "--teacher-config " + cfg.teacher_config) +
                                " (the teacher's)";
-    // An image student's frames reach a video teacher as stills (wan/teacher.hpp).
+    // An image student's frames reach a video teacher as stills (wan/objective/teacher.hpp).
     auto seen = config;
     if (model_config && model_config->patch_size[0] == 1) seen.patch_size[0] = 1;
     if (dataset) wan::check_data_fits_model(*dataset, seen, source);

@@ -14,9 +14,9 @@
 #include "wantrain/app/training_options.hpp"
 #include "wantrain/distributed/backend.hpp"
 #include "wantrain/train/fit.hpp"
-#include "wantrain/wan/memory_plan.hpp"
+#include "wantrain/wan/run/memory_plan.hpp"
 #include "wantrain/train/run_plan.hpp"
-#include "wantrain/wan/wan_run.hpp"
+#include "wantrain/wan/run/wan_run.hpp"
 
 namespace wt {
 class OptionSet;

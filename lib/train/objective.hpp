@@ -3,7 +3,7 @@
 // An objective declares its trainable parameters (the Engine's Reducer,
 // optimizer, EMA and checkpoints cover exactly those, by name) and the loss
 // of one micro-batch. One implementation per file, in its family's folder:
-// wan/flow_matching_objective, wan/distillation_objective; the generic
+// wan/objective/flow_matching_objective, wan/objective/distillation_objective; the generic
 // train/regression_objective (csvfit).
 #pragma once
 

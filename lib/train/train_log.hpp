@@ -40,7 +40,7 @@ struct MemoryPeaks {
   std::vector<double> device_mib;  // GPU runs only: the most device memory seen in use
 };
 
-// A sample drawn during training (wan/training_sample.hpp).
+// A sample drawn during training (wan/run/training_sample.hpp).
 struct SampleReport {
   int64_t index = 0;       // of the training sample whose prompt it was drawn for
   double correlation = 0;  // against that sample's latents

@@ -1,6 +1,6 @@
 // Validation: an objective's validation metric over a held-out set.
 // The objective makes the metric deterministic (flow matching: a fixed sigma
-// grid with noise keyed by sample; wan/flow_matching_objective.hpp). Rank r
+// grid with noise keyed by sample; wan/objective/flow_matching_objective.hpp). Rank r
 // of W scores samples r, r+W, ... of each group (a dataset's bucket: its
 // samples share a shape and so a batch); the per-group sums are
 // all-reduced, so the result equals the 1-rank value on any world size

@@ -25,7 +25,7 @@
 #include "wantrain/media/media_reader.hpp"
 #include "wantrain/wan/encoders/clip_vision.hpp"
 #include "wantrain/wan/encoders/t5_encoder.hpp"
-#include "wantrain/wan/image_condition.hpp"
+#include "wantrain/wan/encode/image_condition.hpp"
 #include "wantrain/wan/model/model_config.hpp"
 #include "wantrain/wan/model/wan_model.hpp"
 #include "wantrain/wan/model/weights.hpp"

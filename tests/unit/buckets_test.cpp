@@ -1,7 +1,7 @@
 // Buckets: the resolution buckets of a pixel budget, the nearest bucket by
 // aspect ratio, buckets of an item's own size without enlarging it, the
 // clip lengths a video fills (lib/media/buckets), and the encode plan that
-// groups a listing's items into one-shape shards (lib/wan/encode_plan).
+// groups a listing's items into one-shape shards (lib/wan/encode/encode_plan).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,7 +12,7 @@
 #include "wantrain/media/buckets.hpp"
 #include "wantrain/media/frame_selection.hpp"
 #include "wantrain/util/error.hpp"
-#include "wantrain/wan/encode_plan.hpp"
+#include "wantrain/wan/encode/encode_plan.hpp"
 
 namespace {
 

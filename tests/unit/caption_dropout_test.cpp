@@ -6,7 +6,7 @@
 #include <cmath>
 #include <numeric>
 
-#include "wantrain/wan/caption_dropout.hpp"
+#include "wantrain/wan/objective/caption_dropout.hpp"
 
 using namespace wt::wan;
 

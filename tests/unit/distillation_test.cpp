@@ -10,8 +10,8 @@
 #include "wantrain/nn/tensor_memory.hpp"
 #include "wantrain/wan/model/wan_model.hpp"
 #include "wantrain/wan/model/weights.hpp"
-#include "wantrain/wan/distillation.hpp"
-#include "wantrain/wan/teacher.hpp"
+#include "wantrain/wan/objective/distillation.hpp"
+#include "wantrain/wan/objective/teacher.hpp"
 #include "wantrain/util/error.hpp"
 
 namespace {

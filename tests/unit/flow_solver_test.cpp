@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "wantrain/wan/flow_matching.hpp"
+#include "wantrain/wan/objective/flow_matching.hpp"
 #include "wantrain/wan/sample/flow_solver.hpp"
 #include "wantrain/wan/sample/sampler.hpp"
 

@@ -7,7 +7,7 @@
 
 #include "../common/shards.hpp"
 #include "../common/small_models.hpp"
-#include "wantrain/wan/flow_matching_objective.hpp"
+#include "wantrain/wan/objective/flow_matching_objective.hpp"
 #include "wantrain/train/shard_source.hpp"
 #include "wantrain/util/error.hpp"
 

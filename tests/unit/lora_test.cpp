@@ -18,7 +18,7 @@
 #include "wantrain/wan/model/model_config.hpp"
 #include "wantrain/wan/model/wan_model.hpp"
 #include "wantrain/wan/model/weights.hpp"
-#include "wantrain/wan/flow_matching_objective.hpp"
+#include "wantrain/wan/objective/flow_matching_objective.hpp"
 #include "wantrain/util/error.hpp"
 
 namespace {

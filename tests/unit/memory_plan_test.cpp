@@ -1,4 +1,4 @@
-// The memory plan (wan/memory_plan.hpp) against what a run allocates:
+// The memory plan (wan/run/memory_plan.hpp) against what a run allocates:
 // parameter and adapter counts against a built model, activations against
 // the bytes LibTorch's allocator hands out in a forward and backward, and
 // the shape of the activation model (linear with chunked attention,
@@ -13,8 +13,8 @@
 #include "wantrain/nn/autocast.hpp"
 #include "wantrain/wan/model/lora.hpp"
 #include "wantrain/nn/tensor_memory.hpp"
-#include "wantrain/wan/flow_matching.hpp"
-#include "wantrain/wan/memory_plan.hpp"
+#include "wantrain/wan/objective/flow_matching.hpp"
+#include "wantrain/wan/run/memory_plan.hpp"
 #include "wantrain/train/shard_source.hpp"
 #include "wantrain/util/error.hpp"
 

@@ -6,7 +6,7 @@
 #include <stdexcept>
 #include <utility>
 
-#include "wantrain/wan/flow_matching.hpp"
+#include "wantrain/wan/objective/flow_matching.hpp"
 #include "wantrain/wan/sample/dpm_solver.hpp"
 #include "wantrain/wan/sample/unipc_solver.hpp"
 

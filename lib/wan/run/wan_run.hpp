@@ -26,8 +26,8 @@
 #include "wantrain/wan/model/lora.hpp"
 #include "wantrain/wan/model/model_config.hpp"
 #include "wantrain/train/fit.hpp"
-#include "wantrain/wan/flow_matching_objective.hpp"
-#include "wantrain/wan/training_sample.hpp"
+#include "wantrain/wan/objective/flow_matching_objective.hpp"
+#include "wantrain/wan/run/training_sample.hpp"
 
 namespace wt::wan {
 

@@ -1,4 +1,4 @@
-#include "wantrain/wan/video_output.hpp"
+#include "wantrain/wan/sample/video_output.hpp"
 
 #include <fmt/format.h>
 #include <torch/torch.h>
@@ -7,7 +7,7 @@
 #include <memory>
 
 #include "wantrain/util/error.hpp"
-#include "wantrain/wan/video_frames.hpp"
+#include "wantrain/wan/encode/video_frames.hpp"
 
 namespace wt::wan {
 

@@ -1,4 +1,4 @@
-#include "wantrain/wan/teacher.hpp"
+#include "wantrain/wan/objective/teacher.hpp"
 
 #include <fmt/format.h>
 #include <torch/torch.h>
@@ -7,7 +7,7 @@
 #include <map>
 
 #include "wantrain/ckpt/checkpoint.hpp"
-#include "wantrain/wan/checkpoint_weights.hpp"
+#include "wantrain/wan/run/checkpoint_weights.hpp"
 #include "wantrain/nn/autocast.hpp"
 #include "wantrain/wan/model/wan_model.hpp"
 #include "wantrain/wan/model/weight_names.hpp"

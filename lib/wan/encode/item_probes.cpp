@@ -1,4 +1,4 @@
-#include "wantrain/wan/item_probes.hpp"
+#include "wantrain/wan/encode/item_probes.hpp"
 
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-#include "wantrain/wan/checkpoint_weights.hpp"
+#include "wantrain/wan/run/checkpoint_weights.hpp"
 
 #include <memory>
 

@@ -1,4 +1,4 @@
-#include "wantrain/wan/flow_matching_objective.hpp"
+#include "wantrain/wan/objective/flow_matching_objective.hpp"
 
 #include <fmt/format.h>
 #include <torch/torch.h>
@@ -6,7 +6,7 @@
 #include <chrono>
 
 #include "wantrain/wan/model/wan_model.hpp"
-#include "wantrain/wan/caption_dropout.hpp"
+#include "wantrain/wan/objective/caption_dropout.hpp"
 #include "wantrain/util/error.hpp"
 
 namespace wt::wan {

@@ -1,4 +1,4 @@
-#include "wantrain/wan/training_sample.hpp"
+#include "wantrain/wan/run/training_sample.hpp"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
@@ -10,9 +10,9 @@
 #include "wantrain/data/shard.hpp"
 #include "wantrain/nn/autocast.hpp"
 #include "wantrain/util/reporter.hpp"
-#include "wantrain/wan/caption_dropout.hpp"
-#include "wantrain/wan/latent_comparison.hpp"
-#include "wantrain/wan/latent_preview.hpp"
+#include "wantrain/wan/objective/caption_dropout.hpp"
+#include "wantrain/wan/sample/latent_comparison.hpp"
+#include "wantrain/wan/sample/latent_preview.hpp"
 #include "wantrain/util/error.hpp"
 #include "wantrain/util/files.hpp"
 

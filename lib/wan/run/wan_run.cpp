@@ -1,4 +1,4 @@
-#include "wantrain/wan/wan_run.hpp"
+#include "wantrain/wan/run/wan_run.hpp"
 
 #include <fmt/format.h>
 #include <torch/torch.h>
@@ -12,12 +12,12 @@
 #include "wantrain/io/safetensors.hpp"
 #include "wantrain/wan/model/wan_model.hpp"
 #include "wantrain/wan/model/weights.hpp"
-#include "wantrain/wan/checkpoint_weights.hpp"
-#include "wantrain/wan/distillation_objective.hpp"
+#include "wantrain/wan/run/checkpoint_weights.hpp"
+#include "wantrain/wan/objective/distillation_objective.hpp"
 #include "wantrain/train/ema.hpp"
 #include "wantrain/train/run_plan.hpp"
 #include "wantrain/train/shard_source.hpp"
-#include "wantrain/wan/teacher.hpp"
+#include "wantrain/wan/objective/teacher.hpp"
 #include "wantrain/util/error.hpp"
 #include "wantrain/util/files.hpp"
 

@@ -1,4 +1,4 @@
-#include "wantrain/wan/dataset_encoder.hpp"
+#include "wantrain/wan/encode/dataset_encoder.hpp"
 
 #include <torch/torch.h>
 
@@ -22,9 +22,9 @@
 #include "wantrain/util/test_hooks.hpp"
 #include "wantrain/util/text.hpp"
 #include "wantrain/wan/encoders/prompt_text.hpp"
-#include "wantrain/wan/image_condition.hpp"
-#include "wantrain/wan/item_probes.hpp"
-#include "wantrain/wan/video_frames.hpp"
+#include "wantrain/wan/encode/image_condition.hpp"
+#include "wantrain/wan/encode/item_probes.hpp"
+#include "wantrain/wan/encode/video_frames.hpp"
 
 namespace wt::wan {
 namespace fs = std::filesystem;

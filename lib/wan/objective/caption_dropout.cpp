@@ -1,11 +1,11 @@
-#include "wantrain/wan/caption_dropout.hpp"
+#include "wantrain/wan/objective/caption_dropout.hpp"
 
 #include <torch/torch.h>
 
 #include <algorithm>
 
 #include "wantrain/data/sampler.hpp"
-#include "wantrain/wan/flow_matching.hpp"
+#include "wantrain/wan/objective/flow_matching.hpp"
 
 namespace wt::wan {
 namespace {

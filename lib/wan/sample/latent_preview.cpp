@@ -1,4 +1,4 @@
-#include "wantrain/wan/latent_preview.hpp"
+#include "wantrain/wan/sample/latent_preview.hpp"
 
 #include <torch/torch.h>
 

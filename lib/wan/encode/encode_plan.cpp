@@ -1,4 +1,4 @@
-#include "wantrain/wan/encode_plan.hpp"
+#include "wantrain/wan/encode/encode_plan.hpp"
 
 #include <fmt/format.h>
 

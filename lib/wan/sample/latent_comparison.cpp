@@ -1,4 +1,4 @@
-#include "wantrain/wan/latent_comparison.hpp"
+#include "wantrain/wan/sample/latent_comparison.hpp"
 
 #include <torch/torch.h>
 

@@ -2,9 +2,9 @@
 // dataset of normalised VAE latents and umT5 embeddings out
 // (docs/data-format.md).
 //
-// Every item is probed first (wan/item_probes.hpp: the ranks share it),
+// Every item is probed first (wan/encode/item_probes.hpp: the ranks share it),
 // which gives its buckets: the picture size and the clip lengths it is made
-// at (wan/encode_plan.hpp). The items are grouped by bucket, buckets in
+// at (wan/encode/encode_plan.hpp). The items are grouped by bucket, buckets in
 // (frames, height, width) order and each bucket's items in listing order,
 // and cut into shards of `items_per_shard`: every shard holds one shape.
 // Shard k is encoded by rank k mod N, so the dataset is the same, sample for
@@ -26,7 +26,7 @@
 #include "wantrain/data/shard.hpp"
 #include "wantrain/media/frame_selection.hpp"
 #include "wantrain/media/media_reader.hpp"
-#include "wantrain/wan/encode_plan.hpp"
+#include "wantrain/wan/encode/encode_plan.hpp"
 #include "wantrain/wan/encoders/clip_vision.hpp"
 #include "wantrain/wan/encoders/text_encoder.hpp"
 #include "wantrain/wan/vae/video_vae.hpp"
@@ -47,7 +47,7 @@ struct DatasetEncoderSettings {
   int64_t items_per_shard = 16;
   data::Stored latent_dtype = data::Stored::Float32, emb_dtype = data::Stored::BFloat16;
   // The image-to-video condition stored with each sample
-  // (wan/image_condition.hpp): 0 none (text-to-video data), 1 the first
+  // (wan/encode/image_condition.hpp): 0 none (text-to-video data), 1 the first
   // frame (i2v), 2 the first and the last (flf2v). /y always; /clip_fea
   // when a CLIP tower is given (Wan2.1's I2V and FLF2V read it, Wan2.2's
   // I2V does not).

@@ -1,4 +1,4 @@
-#include "wantrain/wan/distillation_objective.hpp"
+#include "wantrain/wan/objective/distillation_objective.hpp"
 
 #include <fmt/format.h>
 #include <torch/torch.h>
@@ -6,8 +6,8 @@
 #include <chrono>
 
 #include "wantrain/wan/model/wan_model.hpp"
-#include "wantrain/wan/distillation.hpp"
-#include "wantrain/wan/teacher.hpp"
+#include "wantrain/wan/objective/distillation.hpp"
+#include "wantrain/wan/objective/teacher.hpp"
 #include "wantrain/util/error.hpp"
 
 namespace wt::wan {

@@ -1,4 +1,4 @@
-#include "wantrain/wan/memory_plan.hpp"
+#include "wantrain/wan/run/memory_plan.hpp"
 
 #include <fmt/format.h>
 
@@ -7,7 +7,7 @@
 #include "wantrain/nn/attention_chunk.hpp"
 #include "wantrain/nn/parameter_units.hpp"
 #include "wantrain/wan/model/weight_names.hpp"
-#include "wantrain/wan/teacher.hpp"
+#include "wantrain/wan/objective/teacher.hpp"
 
 namespace wt::wan {
 namespace {
@@ -255,7 +255,7 @@ MemoryPlan plan_memory(const MemoryPlanSettings& s) {
     if (s.teacher_bf16) teacher_step.compute_dtype = at::kBFloat16;
     teacher_step.sequence_parallel = 1;  // the teacher runs whole sequences (its auto chunk: all its heads)
     // An image student's frames reach a video teacher as stills, each
-    // repeated over the teacher's temporal patch (wan/teacher.hpp).
+    // repeated over the teacher's temporal patch (wan/objective/teacher.hpp).
     if (s.model.patch_size[0] == 1) teacher_step.latents[0] *= s.teacher->patch_size[0];
     plan.teacher_forward = inference_memory(*s.teacher, teacher_step);
     detail += fmt::format("; the teacher's forward {}", format_bytes(plan.teacher_forward));

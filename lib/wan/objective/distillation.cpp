@@ -1,8 +1,8 @@
-#include "wantrain/wan/distillation.hpp"
+#include "wantrain/wan/objective/distillation.hpp"
 
 #include <torch/torch.h>
 
-#include "wantrain/wan/flow_matching.hpp"
+#include "wantrain/wan/objective/flow_matching.hpp"
 
 namespace wt::wan {
 

@@ -1,6 +1,6 @@
 // What each item of a `wandata encode` listing is, before any is decoded:
 // its caption checked and its header probed (size, frame count at the
-// frame rate), the facts its buckets are chosen from (wan/encode_plan.hpp).
+// frame rate), the facts its buckets are chosen from (wan/encode/encode_plan.hpp).
 //
 // Probing reads every packet of a video, so the ranks share it: rank r
 // probes items r, r + N, r + 2N, ... and the probes are gathered, in
@@ -17,7 +17,7 @@
 
 #include "wantrain/data/media_items.hpp"
 #include "wantrain/media/media_reader.hpp"
-#include "wantrain/wan/encode_plan.hpp"
+#include "wantrain/wan/encode/encode_plan.hpp"
 
 namespace wt::distributed {
 class World;

@@ -1,10 +1,10 @@
 // Distillation: the flow-matching inputs (the same noise, timestep and
 // possibly dropped context) go to a frozen teacher and to the trained
-// student; the loss is wan/distillation.hpp's MSE to the teacher plus an
+// student; the loss is wan/objective/distillation.hpp's MSE to the teacher plus an
 // optional weight on the flow-matching target.
 #pragma once
 
-#include "wantrain/wan/flow_matching_objective.hpp"
+#include "wantrain/wan/objective/flow_matching_objective.hpp"
 
 namespace wt::wan {
 
@@ -13,7 +13,7 @@ class Teacher;
 class DistillationObjective : public FlowMatchingObjective {
  public:
   // `student` and `teacher` must outlive the objective. The teacher computes
-  // in `compute_dtype` (its own precision rules: wan/teacher.hpp).
+  // in `compute_dtype` (its own precision rules: wan/objective/teacher.hpp).
   DistillationObjective(WanModelImpl& student, const Teacher& teacher, FlowMatchingObjectiveOptions options,
                         double target_weight, at::ScalarType compute_dtype);
 
