@@ -64,7 +64,7 @@ int run_decode(distributed::World&, int argc, char** argv) {
   vae->eval();
   media::VideoWriterOptions writer;
   writer.fps = fps;
-  const int64_t frames = wan::write_decoded_video(*vae, latents.to(torch::kFloat32), {video, frames_dir, writer});
+  const int64_t frames = wan::write_decoded_video(*vae, latents.to(torch::kFloat32), {video, frames_dir, writer, {}});
   const std::string prompt = reader.prompt(index);
   std::cout << fmt::format("wandata decode: sample {} of {}{}: {} frames of {}x{} to {}{}{}\n", index, data_dir,
                            prompt.empty() ? "" : " (\"" + prompt + "\")", frames, s.width * vae->spatial_factor(),

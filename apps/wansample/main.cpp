@@ -40,6 +40,7 @@
 #include "wantrain/wan/sample/latent_comparison.hpp"
 #include "wantrain/wan/sample/latent_preview.hpp"
 #include "wantrain/wan/run/memory_plan.hpp"
+#include "wantrain/wan/sample/picture_start.hpp"
 #include "wantrain/wan/sample/release_defaults.hpp"
 #include "wantrain/wan/sample/sampler.hpp"
 #include "wantrain/wan/encoders/text_encoder.hpp"
@@ -607,47 +608,28 @@ int run(distributed::World& world, int argc, char** argv) {
         "low / {:g} high{}\n",
         1000 * boundary, boundary, cfg_low, cfg_high, offload ? ", the idle one in host memory" : "");
 
-  if (!c.image.empty() && config.image_conditioned()) {
-    // image2video.py: the picture resized (bicubic) to the video's size, then
-    // encoded into y with the frame mask; CLIP sees the picture as it is.
-    const wan::VideoSize size{shape[3] * vae_config.spatial_factor(), shape[4] * vae_config.spatial_factor()};
-    const int64_t frames = 1 + (shape[2] - 1) * vae_config.temporal_factor();
-    const auto first = wan::read_picture(c.image);
-    // A last frame of another size is fitted to the first's (first_last_frame2video.py).
-    const auto last = c.last_image.empty()
-                          ? at::Tensor()
-                          : wan::cover_picture(wan::read_picture(c.last_image), first.size(1), first.size(2));
-    image.y = wan::image_condition_y(*vae, wan::resize_picture(first, size),
-                                     last.defined() ? wan::resize_picture(last, size) : at::Tensor(), frames)
-                  .unsqueeze(0);
-    std::string clip_layout;
-    if (!c.clip.empty()) {
-      auto clip = wan::load_clip_vision(c.clip, app::float_dtype(c.clip_dtype), device);
-      image.clip_fea = wan::image_clip_features(*clip, first, last).unsqueeze(0);
-      clip_layout = clip->weights_layout();
-    }
-    std::cout << fmt::format("wansample: starting from {}{} at {}x{}{}\n", c.image,
-                             last.defined() ? " to " + c.last_image : std::string(), size.width, size.height,
-                             image.clip_fea.defined() ? " (VAE and CLIP), CLIP weights in " + clip_layout : " (VAE)");
-  }
-  // Wan2.2 TI2V: the picture (or the --data sample's first latent frame)
-  // is the first latent frame, held through sampling (textimage2video.py).
+  // The picture: an image-to-video model's condition, or TI2V's first frame.
   at::Tensor first_frame;
-  if (ti2v && !c.image.empty()) {
-    const wan::VideoSize size{shape[3] * vae_config.spatial_factor(), shape[4] * vae_config.spatial_factor()};
-    const auto picture = wan::cover_picture(wan::read_picture(c.image), size.height, size.width);
-    torch::NoGradGuard no_grad;
-    first_frame = vae->encode(picture.unsqueeze(1).unsqueeze(0).to(device));  // [1, C, 1, h, w]
-    std::cout << fmt::format("wansample: starting from {} at {}x{} (its latents are the first frame)\n", c.image,
-                             size.width, size.height);
+  if (!c.image.empty()) {
+    const auto first = wan::read_picture(c.image);
+    const auto last = c.last_image.empty() ? at::Tensor() : wan::read_picture(c.last_image);
+    wan::ClipVision clip(nullptr);
+    if (!c.clip.empty()) clip = wan::load_clip_vision(c.clip, app::float_dtype(c.clip_dtype), device);
+    const auto start = wan::start_from_picture(config, *vae, clip.get(), first, last, shape, device);
+    const int64_t spatial = vae_config.spatial_factor();
+    if (config.image_conditioned()) {
+      image = start.image;
+      std::cout << fmt::format(
+          "wansample: starting from {}{} at {}x{}{}\n", c.image, last.defined() ? " to " + c.last_image : std::string(),
+          shape[4] * spatial, shape[3] * spatial,
+          !clip.is_empty() ? " (VAE and CLIP), CLIP weights in " + clip->weights_layout() : " (VAE)");
+    } else {
+      first_frame = start.first_frame;
+      std::cout << fmt::format("wansample: starting from {} at {}x{} (its latents are the first frame)\n", c.image,
+                               shape[4] * spatial, shape[3] * spatial);
+    }
   }
   if (c.first_frame) first_frame = reference.slice(1, 0, 1).unsqueeze(0);  // [1, C, 1, H, W]
-  if (first_frame.defined() &&
-      (first_frame.size(1) != shape[1] || first_frame.sizes().slice(3) != at::IntArrayRef(shape).slice(3)))
-    throw UsageError(
-        fmt::format("option --image: the VAE makes latents [{}] of the picture, the model samples [{}]: "
-                    "a {}-channel model needs its own VAE",
-                    fmt::join(first_frame.sizes(), ","), fmt::join(shape, ","), shape[1]));
   if (config.image_conditioned() && !image.y.defined())
     throw UsageError(
         fmt::format("option --data: {} holds no image condition /y for the {} model: encode it with "
@@ -737,7 +719,7 @@ int run(distributed::World& world, int argc, char** argv) {
   if (!c.video.empty() || !c.frames_dir.empty()) {
     media::VideoWriterOptions writer;
     writer.fps = c.fps;
-    const int64_t frames = wan::write_decoded_video(*vae, latents, {c.video, c.frames_dir, writer});
+    const int64_t frames = wan::write_decoded_video(*vae, latents, {c.video, c.frames_dir, writer, {}});
     std::cout << fmt::format("wansample: decoded {} frames of {}x{} to {}{}{}\n", frames,
                              latents.size(3) * vae_config.spatial_factor(),
                              latents.size(2) * vae_config.spatial_factor(), c.video,

@@ -347,8 +347,29 @@ int run(distributed::World& world, int argc, char** argv) {
           b.name, b.samples, plan.global_batch());
     for (const auto& warning : memory.warnings) spdlog::warn("{}", warning);
   }
+  // The prompt file's lines, each bad one its line, before anything is trained.
+  std::vector<wan::SamplePrompt> sample_prompts;
+  world.agree([&] {
+    if (!cfg.sample_prompts.empty()) sample_prompts = wan::read_sample_prompts(cfg.sample_prompts);
+  });
   comm->barrier();  // the collectives work end to end
   if (cfg.dry_run) return kExitOk;
+  // Checked against the model and the VAE; each rank's prompts encoded by
+  // umT5 once, here (the encoder freed before training starts).
+  std::unique_ptr<wan::PromptVideos> prompt_videos;
+  world.agree([&] {
+    if (sample_prompts.empty()) return;
+    const auto index = cfg.sample_index < dataset->size() ? cfg.sample_index : 0;
+    const auto& shape = dataset->shape_of(index);
+    prompt_videos = std::make_unique<wan::PromptVideos>(
+        *model_config,
+        prompt_video_options(cfg, sample_prompts, {shape.frames, shape.height, shape.width}, plan.engine.compute_dtype,
+                             world.rank(), world.size()),
+        comm->device());
+  });
+  if (prompt_videos && world.is_root())
+    spdlog::info("sample prompts: {} prompts of {}, spread over {} rank{}; umT5 freed", sample_prompts.size(),
+                 cfg.sample_prompts, world.size(), world.size() == 1 ? "" : "s");
 
   nlohmann::json run_options = nlohmann::json::object();
   for (const auto& option : options.resolved()) run_options[option.name] = option.value;
@@ -380,6 +401,8 @@ int run(distributed::World& world, int argc, char** argv) {
     run = std::make_unique<wan::WanRun>(plan, wan_run_options(cfg), *comm, std::move(*dataset), *model_config, start,
                                         teacher.get());
   });
+  if (prompt_videos)
+    run->set_prompt_videos([&](wan::WanModelImpl& model, int64_t step) { return prompt_videos->draw(model, step); });
   run->connect(*comm, start);
   start.checkpoint.reset();  // its state lives in the run now
   const int status = train::fit(world, *comm, plan, run->fit_run(validator.get()), fit_options, start.best_val_loss);

@@ -12,6 +12,7 @@
 #include "wantrain/app/attention_chunk_option.hpp"
 #include "wantrain/app/float_dtype.hpp"
 #include "wantrain/util/error.hpp"
+#include "wantrain/util/files.hpp"
 #include "wantrain/util/options.hpp"
 #include "wantrain/util/text.hpp"
 #include "wantrain/wan/sample/flow_solver.hpp"
@@ -46,7 +47,22 @@ void declare_options(OptionSet& o, TrainConfig& c) {
       .add("sample-index", &c.sample_index, "the training sample whose prompt is drawn and compared with")
       .add("sample-solver", &c.sample_solver, "unipc, dpm++ or euler: the solver of each sample (wansample --solver)")
       .add("sample-steps", &c.sample_steps, "solver steps of each sample (wansample --steps)")
-      .add("sample-cfg", &c.sample_cfg, "classifier-free guidance of each sample (wansample --cfg)");
+      .add("sample-cfg", &c.sample_cfg, "classifier-free guidance of each sample (wansample --cfg)")
+      .add("sample-prompts", &c.sample_prompts,
+           "with --sample-every: also a video of each prompt in this file (one a line, each with optional --size, "
+           "--frames, --seed, --image, --negative-prompt, --steps, --cfg) into OUTPUT-DIR/samples/step-N/NN.mp4, "
+           "spread over the ranks; needs --t5, --tokenizer and --vae")
+      .add("t5", &c.t5, "with --sample-prompts: umT5 weights (models_t5_umt5-xxl-enc-bf16.pth), as wansample --t5")
+      .add("t5-config", &c.t5_config, "umT5 shape as JSON (the official constructor's keys); default umT5-XXL")
+      .choice("t5-dtype", &c.t5_dtype, {"bf16", "fp32"}, "umT5 weights and compute (the release is bf16)")
+      .add("tokenizer", &c.tokenizer, "with --sample-prompts: umT5's spiece.model, or the folder holding it")
+      .add("vae", &c.vae, "with --sample-prompts: the VAE that decodes the videos (Wan2.1_VAE.pth, Wan2.2_VAE.pth)")
+      .add("vae-config", &c.vae_config, "VAE shape as JSON; default the released shape of the VAE --vae holds")
+      .choice("vae-dtype", &c.vae_dtype, {"fp32", "bf16"}, "VAE weights and compute")
+      .add("clip", &c.clip,
+           "with --sample-prompts and an image-to-video model with the CLIP branch: the CLIP image encoder for "
+           "the lines' --image")
+      .choice("clip-dtype", &c.clip_dtype, {"fp32", "bf16"}, "CLIP weights and compute");
   o.group("data").add("data", &c.data, "training dataset: a directory of HDF5 shards (*.h5)");
   declare_training_options(o, c, {T::BatchSize});
   o.add("prefetch", &c.prefetch, "batches the loader reads ahead");
@@ -171,6 +187,14 @@ void validate(const TrainConfig& c) {
   require(wan::solver_from_name(c.sample_solver).has_value(), "sample-solver", "must be unipc, dpm++ or euler");
   require(c.sample_steps >= 1, "sample-steps", "must be at least 1");
   require(c.sample_cfg >= 0, "sample-cfg", "must be 0 or more");
+  require(c.sample_prompts.empty() || c.sample_every > 0, "sample-prompts",
+          "needs --sample-every N (when the videos are drawn)");
+  require(c.sample_prompts.empty() || (!c.t5.empty() && !c.tokenizer.empty() && !c.vae.empty()), "sample-prompts",
+          "needs --t5, --tokenizer (to encode the prompts) and --vae (to decode the videos)");
+  for (const auto& [option, path] :
+       {std::pair{"sample-prompts", c.sample_prompts}, {"t5", c.t5}, {"vae", c.vae}, {"clip", c.clip}})
+    if (const auto why = path.empty() ? std::string() : unreadable_file_reason(path); !why.empty())
+      throw UsageError(fmt::format("option --{}: {}: {}", option, path, why));
   require(c.logit_std > 0, "logit-std", "must be positive");
   require(c.shift > 0, "shift", "must be positive");
   sigma_range(c);            // throws on a malformed range
@@ -305,6 +329,31 @@ wan::WanRunOptions wan_run_options(const TrainConfig& c) {
     sample.directory = c.output_dir + "/samples";
     o.sample = sample;  // compute_dtype: the run's, set by WanRun
   }
+  return o;
+}
+
+wan::PromptVideoOptions prompt_video_options(const TrainConfig& c, std::vector<wan::SamplePrompt> prompts,
+                                             std::array<int64_t, 3> latents, at::ScalarType compute_dtype, int rank,
+                                             int ranks) {
+  wan::PromptVideoOptions o;
+  o.prompts_file = c.sample_prompts;
+  o.prompts = std::move(prompts);
+  o.t5 = {c.t5, c.t5_config, c.tokenizer, app::float_dtype(c.t5_dtype)};
+  o.vae = c.vae;
+  o.vae_config = c.vae_config;
+  o.vae_dtype = app::float_dtype(c.vae_dtype);
+  o.clip = c.clip;
+  o.clip_dtype = app::float_dtype(c.clip_dtype);
+  o.sampler.solver = *wan::solver_from_name(c.sample_solver);
+  o.sampler.steps = c.sample_steps;
+  o.sampler.shift = c.shift;
+  o.sampler.cfg = c.sample_cfg;
+  o.seed = c.seed;
+  o.latents = latents;
+  o.compute_dtype = compute_dtype;
+  o.directory = c.output_dir + "/samples";
+  o.rank = rank;
+  o.ranks = ranks;
   return o;
 }
 

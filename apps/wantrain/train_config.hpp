@@ -17,6 +17,7 @@
 #include "wantrain/wan/run/memory_plan.hpp"
 #include "wantrain/train/run_plan.hpp"
 #include "wantrain/wan/run/wan_run.hpp"
+#include "wantrain/wan/sample/prompt_videos.hpp"
 
 namespace wt {
 class OptionSet;
@@ -46,6 +47,9 @@ struct TrainConfig : app::TrainingOptions {
   std::string sample_solver = "unipc";
   int sample_steps = 50;
   double sample_cfg = 5.0;
+  // --sample-prompts: videos of a prompt file's prompts at each sample.
+  std::string sample_prompts, t5, t5_config, t5_dtype = "bf16", tokenizer, vae, vae_config, vae_dtype = "fp32", clip,
+                                             clip_dtype = "fp32";
 
   // data
   std::string data;
@@ -119,6 +123,13 @@ void validate(const TrainConfig& cfg);
 // UsageError naming --precision for fp16 on a CPU device.
 train::RunSettings run_settings(const TrainConfig& cfg, const at::Device& device);
 wan::WanRunOptions wan_run_options(const TrainConfig& cfg);
+// --sample-prompts' settings for rank `rank` of `ranks`: the file's
+// prompts, the solver, steps, guidance and seed of the training sample,
+// and `latents` (the training sample's F, H, W) for lines of no size of
+// their own, sampled in `compute_dtype` as trained.
+wan::PromptVideoOptions prompt_video_options(const TrainConfig& cfg, std::vector<wan::SamplePrompt> prompts,
+                                             std::array<int64_t, 3> latents, at::ScalarType compute_dtype, int rank,
+                                             int ranks);
 wan::LoraOptions lora_options(const TrainConfig& cfg);
 // --backend as the library's enum (the parser checked it is one of the choices).
 distributed::Backend requested_backend(const TrainConfig& cfg);

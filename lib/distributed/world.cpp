@@ -125,18 +125,20 @@ void World::broadcast(std::string& text) const {
   wait(request, "broadcast", timeout_);
 }
 
-std::vector<std::string> World::all_gather(const std::string& mine, const char* what) const {
+std::vector<std::string> World::all_gather(const std::string& mine, const char* what,
+                                           std::chrono::milliseconds bound) const {
+  if (bound.count() == 0) bound = timeout_;
   const int length = int(mine.size());
   std::vector<int> lengths(size_t(size_), 0);
   MPI_Request request = MPI_REQUEST_NULL;
   MPI_CHECK(MPI_Iallgather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, comm_, &request));
-  wait(request, what, timeout_);
+  wait(request, what, bound);
   std::vector<int> offsets(size_t(size_), 0);
   for (int r = 1; r < size_; ++r) offsets[r] = offsets[r - 1] + lengths[r - 1];
   std::string all(size_t(offsets.back() + lengths.back()), '\0');
   MPI_CHECK(MPI_Iallgatherv(mine.data(), length, MPI_CHAR, all.data(), lengths.data(), offsets.data(), MPI_CHAR, comm_,
                             &request));
-  wait(request, what, timeout_);
+  wait(request, what, bound);
   std::vector<std::string> out;
   for (int r = 0; r < size_; ++r) out.push_back(all.substr(size_t(offsets[r]), size_t(lengths[r])));
   return out;

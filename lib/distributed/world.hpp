@@ -69,8 +69,10 @@ class World {
   void broadcast(std::string& text) const;
 
   // Collective: every rank's `mine`, indexed by rank, on every rank; `what`
-  // names the exchange in the timeout line.
-  std::vector<std::string> all_gather(const std::string& mine, const char* what) const;
+  // names the exchange in the timeout line. `bound`: how long it may wait
+  // (0: the timeout below), for ranks that come from work of uneven length.
+  std::vector<std::string> all_gather(const std::string& mine, const char* what,
+                                      std::chrono::milliseconds bound = {}) const;
 
   // Collective: the maximum of each element over the ranks, waiting at most
   // `bound` (a wait that knows its own length, e.g. a checkpoint write);

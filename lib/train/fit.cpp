@@ -16,6 +16,7 @@
 #include "wantrain/distributed/nccl_comm.hpp"
 #include "wantrain/distributed/world.hpp"
 #include "wantrain/train/run_plan.hpp"
+#include "wantrain/train/sample_videos.hpp"
 #include "wantrain/train/train_log.hpp"
 #include "wantrain/train/validation.hpp"
 #include "wantrain/util/error.hpp"
@@ -275,8 +276,16 @@ int fit_steps(distributed::World& world, distributed::Comm& comm, const RunPlan&
   };
   // Rank 0 draws while the others wait in the agreement that follows its
   // checkpoint writes (rank 0's own long work), never under the comm timeout.
+  // The prompts' videos first, every rank its share, gathered (waiting out
+  // the ranks' uneven shares as a checkpoint write is waited out).
   auto draw_sample = [&](int64_t step) {
-    if (const auto sample = run.draw_sample(step)) {
+    std::vector<SampleVideo> videos;
+    if (run.draw_videos)
+      videos = gather_sample_videos(
+          world, run.draw_videos(step),
+          options.checkpoint_timeout + std::max<std::chrono::milliseconds>(world.timeout(), std::chrono::seconds(60)));
+    if (auto sample = run.draw_sample(step)) {
+      sample->videos = std::move(videos);
       log.sample(step, *sample);
       record.sample(step, *sample);
     }

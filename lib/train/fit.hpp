@@ -118,6 +118,10 @@ struct FitRun {
   // model as trained so far, writes its PNG and returns what to log, the
   // other ranks return nothing. Needed with sample_every.
   std::function<std::optional<SampleReport>(int64_t step)> draw_sample;
+  // Collective, before draw_sample (optional): every rank draws its share
+  // of the prompts' videos with the same weights; fit gathers them to rank
+  // 0's report.
+  std::function<std::vector<SampleVideo>(int64_t step)> draw_videos;
 };
 
 // `best_val_loss`: the start point's (what a new `best` must beat).

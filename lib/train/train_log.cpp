@@ -189,11 +189,24 @@ void TrainLog::sample(int64_t step, const SampleReport& s) {
                             {"sample_s", s.seconds},
                             {"sample_png", s.png_path}}
                  .dump());
+  for (const auto& video : s.videos) {
+    line(fmt::format("step {}  prompt {:02d} \"{}\": {} ({:.2f} s, rank {})", step, video.index, video.prompt,
+                     video.path.empty() ? "not written" : video.path, video.seconds, video.rank));
+    write_line(nlohmann::json{{"step", step},
+                              {"prompt_index", video.index},
+                              {"prompt", video.prompt},
+                              {"prompt_video", video.path},
+                              {"prompt_video_s", video.seconds}}
+                   .dump());
+  }
   if (tensorboard_)
     to_tensorboard([&] {
       tensorboard_->scalars(
           step, {{"sample/correlation", s.correlation}, {"sample/mse", s.mse}, {"sample/seconds", s.seconds}});
       tensorboard_->image(step, "sample/preview", s.image);
+      for (const auto& video : s.videos)
+        if (!video.strip.png.empty())
+          tensorboard_->image(step, fmt::format("prompts/{:02d}", video.index), video.strip);
     });
 }
 

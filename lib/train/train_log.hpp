@@ -40,14 +40,25 @@ struct MemoryPeaks {
   std::vector<double> device_mib;  // GPU runs only: the most device memory seen in use
 };
 
+// A video of a prompt drawn during training (wan/sample/prompt_videos.hpp).
+struct SampleVideo {
+  int64_t index = 0;    // the prompt's, in its file's order
+  std::string prompt;   // its text
+  std::string path;     // samples/step-N/NN.mp4 (empty: not written)
+  report::Image strip;  // some of its frames side by side, for TensorBoard
+  double seconds = 0;   // what drawing and writing it cost
+  int rank = 0;         // that drew it
+};
+
 // A sample drawn during training (wan/run/training_sample.hpp).
 struct SampleReport {
   int64_t index = 0;       // of the training sample whose prompt it was drawn for
   double correlation = 0;  // against that sample's latents
   double mse = 0;
-  double seconds = 0;    // what drawing it cost
-  std::string png_path;  // samples/step-N.png
-  report::Image image;   // the same PNG, for TensorBoard
+  double seconds = 0;               // what drawing it cost
+  std::string png_path;             // samples/step-N.png
+  report::Image image;              // the same PNG, for TensorBoard
+  std::vector<SampleVideo> videos;  // the prompts' videos (every rank's), by index
 };
 
 class TrainLog {

@@ -4,6 +4,7 @@
 // a umT5 encoder and a tokenizer spm_train trains), then the dataset read
 // back, compared across rank counts and across a kill, and sampled back
 // into a video.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <torch/torch.h>
@@ -12,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <regex>
+#include <sstream>
 #include <thread>
 #include <tuple>
 
@@ -550,6 +552,92 @@ TEST(Encode, DecodeAndPromptSamplingWriteVideos) {
   const auto bad = launch(odd + " --out " + out + "/c.h5 --video " + out + "/c.mp4");
   EXPECT_EQ(bad.status, 2) << bad.output;
   EXPECT_NE(bad.output.find("multiples of 16"), std::string::npos) << bad.output;
+}
+
+// Videos of a prompt file drawn during training (--sample-prompts): each
+// prompt at its own size and length, spread over the two ranks, written as
+// mp4 and logged to metrics.jsonl and TensorBoard (read back by an
+// independent reader); bad lines are one line each before any step.
+TEST(Encode, PromptVideosAreDrawnDuringTrainingOverTheRanks) {
+  const auto& s = setup();
+  ASSERT_TRUE(s.error.empty()) << s.error;
+  const std::string data = wt::testing::fresh("encode-prompt-videos-data");
+  run_ok(wandata(encode_args(s, s.clips, data, "--frames 5")));  // 32x32, 5 frames
+  const std::string dir = wt::testing::fresh("encode-prompt-videos");
+  fs::create_directories(dir);
+  write_text(dir + "/prompts.txt",
+             "a red ball rolls --seed 3\n"
+             "# a comment, then a blank line\n\n"
+             "a small dog runs --size 48x32 --frames 9 --n a blue sky\n"
+             "the camera pans --d 5 --s 2 --g 3\n");
+  const std::string models = " --t5 " + s.t5 + " --t5-config " + s.t5_config + " --t5-dtype fp32 --tokenizer " +
+                             s.tokenizer + " --vae " + s.vae + " --vae-config " + s.vae_config;
+  auto train = [&](const std::string& out, const std::string& prompts) {
+    return launch(wt::testing::mpi_command(
+        2, WANTRAIN_WANTRAIN,
+        "--model-config " + kTiny + " --data " + data + " --output-dir " + out +
+            " --threads 1 --backend mpi --batch-size 1 --steps 2 --sample-every 2 --sample-steps 2 "
+            "--sample-prompts " +
+            prompts + models));
+  };
+  const std::string out = dir + "/run";
+  const auto job = train(out, dir + "/prompts.txt");
+  ASSERT_EQ(job.status, 0) << job.output;
+  const std::string step = out + "/samples/step-00000002/";
+  for (const auto& [name, frames, width] :
+       {std::tuple{"00.mp4", 5, 32}, std::tuple{"01.mp4", 9, 48}, std::tuple{"02.mp4", 5, 32}}) {
+    ASSERT_TRUE(fs::exists(step + name)) << name << "\n" << job.output;
+    const auto info = wt::media::probe_media(step + name);
+    EXPECT_EQ(info.frames(), frames) << name;
+    EXPECT_EQ(info.width, width) << name;
+    EXPECT_EQ(info.height, 32) << name;
+  }
+  EXPECT_EQ(
+      wt::testing::occurrences(job.output, "sample prompts: 3 prompts of " + dir + "/prompts.txt, spread over 2 ranks"),
+      1u)
+      << job.output;
+  // Prompt i drawn by rank i % 2.
+  EXPECT_EQ(wt::testing::occurrences(job.output, "prompt 00 \"a red ball rolls\": " + step + "00.mp4"), 1u)
+      << job.output;
+  EXPECT_EQ(wt::testing::occurrences(job.output, "prompt 01 \"a small dog runs\": " + step + "01.mp4"), 1u)
+      << job.output;
+  EXPECT_NE(job.output.find("s, rank 1)"), std::string::npos) << job.output;
+  int logged = 0;
+  std::istringstream metrics(wt::testing::read_text(out + "/metrics.jsonl"));
+  for (std::string line; std::getline(metrics, line);)
+    if (line.find("\"prompt_video\"") != std::string::npos) {
+      const auto j = nlohmann::json::parse(line);
+      EXPECT_EQ(j["step"], 2);
+      EXPECT_EQ(j["prompt_index"], logged);
+      EXPECT_EQ(j["prompt_video"], fmt::format("{}{:02d}.mp4", step, logged));
+      ++logged;
+    }
+  EXPECT_EQ(logged, 3);
+  const std::string check = std::string(WANTRAIN_PYTHON) + " " + WANTRAIN_SOURCE_DIR +
+                            "/tests/report/tfevents_reader.py check " + out +
+                            "/tb --image prompts/00=2 --image prompts/01=2 --image prompts/02=2";
+  const auto read = launch(check);
+  EXPECT_EQ(read.status, 0) << check << "\n" << read.output;
+
+  // Bad lines: each its line naming the file and line, status 2, before any step.
+  write_text(dir + "/bad.txt", "fine\n--size 10x10\nx --frames four\ny --colour red\n");
+  const auto bad = train(dir + "/bad", dir + "/bad.txt");
+  EXPECT_EQ(bad.status, 2) << bad.output;
+  for (const std::string& expected :
+       {dir + "/bad.txt:2: the line has settings but no prompt before them",
+        dir + "/bad.txt:3: --frames 'four': a frame count must be a positive whole number",
+        dir + "/bad.txt:4: --colour: no such setting"})
+    EXPECT_EQ(wt::testing::occurrences(bad.output, expected), 1u) << expected << "\n" << bad.output;
+  EXPECT_EQ(bad.output.find("step 1"), std::string::npos) << bad.output;
+  // Lines that do not fit the model and its VAE, found before training too.
+  write_text(dir + "/unfit.txt", "fine\nx --frames 4\ny --size 40x32\nz --image " + s.clips + "/d.png\n");
+  const auto unfit = train(dir + "/unfit", dir + "/unfit.txt");
+  EXPECT_EQ(unfit.status, 2) << unfit.output;
+  for (const std::string& expected : {dir + "/unfit.txt:2: --frames 4: video frames are 4k + 1",
+                                      dir + "/unfit.txt:3: --size 40x32: sides must be multiples of 16",
+                                      dir + "/unfit.txt:4: --image: the model is t2v: it starts from no picture"})
+    EXPECT_EQ(wt::testing::occurrences(unfit.output, expected), 1u) << expected << "\n" << unfit.output;
+  EXPECT_FALSE(fs::exists(dir + "/unfit/metrics.jsonl")) << unfit.output;
 }
 
 // Image to video end to end: clips encoded with their first frame's

@@ -13,6 +13,7 @@
 #include "wantrain/wan/model/wan_model.hpp"
 #include "wantrain/wan/model/weights.hpp"
 #include "wantrain/wan/run/checkpoint_weights.hpp"
+#include "wantrain/wan/run/sampling_weights.hpp"
 #include "wantrain/wan/objective/distillation_objective.hpp"
 #include "wantrain/train/ema.hpp"
 #include "wantrain/train/run_plan.hpp"
@@ -42,6 +43,7 @@ struct WanRun::Impl {
   LoraOptions lora;
   std::string lora_base;                              // the frozen base's checksum
   std::unique_ptr<TrainingSampler> training_sampler;  // with options.sample
+  WanRun::DrawVideos draw_videos;                     // with --sample-prompts
   int rank = 0;
 
   Impl(WanConfig c, at::ScalarType base_dtype) : model(c, base_dtype), config(std::move(c)) {}
@@ -169,6 +171,7 @@ train::FitRun WanRun::fit_run(train::Validator* validator) {
   run.resumed = impl_->resumed;
   run.save_weights = [this](const std::string& directory, bool write) { return save_weights(directory, write); };
   if (impl_->training_sampler) run.draw_sample = [this](int64_t step) { return draw_sample(step); };
+  if (impl_->draw_videos) run.draw_videos = [this](int64_t step) { return draw_videos(step); };
   return run;
 }
 
@@ -203,6 +206,22 @@ std::optional<train::SampleReport> WanRun::draw_sample(int64_t step) const {
   if (im.rank != 0) return std::nullopt;
   WholeSequences alone(*im.model);  // rank 0 samples by itself
   return im.training_sampler->draw(*im.model, im.objective->trainable(), ema, step);
+}
+
+void WanRun::set_prompt_videos(DrawVideos draw) { impl_->draw_videos = std::move(draw); }
+
+std::vector<train::SampleVideo> WanRun::draw_videos(int64_t step) const {
+  auto& im = *impl_;
+  // Every rank draws, so every rank holds the whole EMA: gathered from its
+  // slices into the model with ZeRO-3, else by name.
+  const bool sharded = im.engine_options.zero == 3;
+  const auto ema = sharded ? train::NamedTensors{} : im.engine->ema_weights();
+  const train::WholeWeights whole(*im.engine, /*ema=*/true);
+  WholeSequences alone(*im.model);
+  torch::NoGradGuard no_grad;
+  const SwappedWeights swapped(im.objective->trainable(), ema);
+  const EvalMode eval(*im.model);
+  return im.draw_videos(*im.model, step);
 }
 
 std::string WanRun::save_weights(const std::string& directory, bool write) const {

@@ -18,6 +18,7 @@
 #include <c10/core/ScalarType.h>
 
 #include <memory>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -101,7 +102,16 @@ class WanRun {
   // draws with the EMA weights, or the weights without an EMA.
   std::optional<train::SampleReport> draw_sample(int64_t step) const;
 
+  // The videos of a prompt file (wantrain --sample-prompts): `draw` is
+  // called on every rank at each sample with the model holding the weights
+  // samples are drawn with (the EMA's, or the weights), whole (ZeRO-3's
+  // gathered, no sequence split), in eval mode with no autograd. Before
+  // fit_run.
+  using DrawVideos = std::function<std::vector<train::SampleVideo>(WanModelImpl& model, int64_t step)>;
+  void set_prompt_videos(DrawVideos draw);
+
  private:
+  std::vector<train::SampleVideo> draw_videos(int64_t step) const;
   void start_student(const Teacher& teacher, const WanRunOptions& options, int rank, uint64_t seed);
 
   struct Impl;

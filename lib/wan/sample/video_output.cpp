@@ -28,6 +28,7 @@ int64_t write_decoded_video(VideoVae& vae, const at::Tensor& latents, const Vide
   vae.decode(latents.unsqueeze(0).to(weights.device(), torch::kFloat32), [&](const at::Tensor& chunk) {
     for (auto& frame : video_to_frames(chunk[0])) {  // [3, n, H, W] -> n RGB frames
       if (writer) writer->write(frame);
+      if (output.on_frame) output.on_frame(frame);
       if (!output.frames_dir.empty())
         media::write_png(fmt::format("{}/frame-{:05d}.png", output.frames_dir, written), frame);
       ++written;

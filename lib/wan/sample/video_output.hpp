@@ -6,6 +6,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "wantrain/media/video_writer.hpp"
@@ -17,6 +18,7 @@ struct VideoOutput {
   std::string video;       // a video file (container by extension); empty: none
   std::string frames_dir;  // PNG frames frame-00000.png ... (created); empty: none
   media::VideoWriterOptions writer;
+  std::function<void(const media::Image& frame)> on_frame;  // also sees each frame (optional)
 };
 
 // latents [z, F, h, w] (normalised) -> the frames written; returns their

@@ -1,0 +1,223 @@
+#include "wantrain/wan/sample/prompt_videos.hpp"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+
+#include "wantrain/media/video_writer.hpp"
+#include "wantrain/nn/autocast.hpp"
+#include "wantrain/util/error.hpp"
+#include "wantrain/util/files.hpp"
+#include "wantrain/util/reporter.hpp"
+#include "wantrain/wan/encode/image_condition.hpp"
+#include "wantrain/wan/objective/caption_dropout.hpp"
+#include "wantrain/wan/sample/picture_start.hpp"
+#include "wantrain/wan/sample/video_output.hpp"
+#include "wantrain/wan/vae/release_video.hpp"
+#include "wantrain/wan/vae/video_vae.hpp"
+
+namespace wt::wan {
+namespace {
+
+constexpr int kStripFrames = 6;    // frames a TensorBoard strip shows
+constexpr int kStripHeight = 160;  // at most, in pixels
+constexpr int kStripGap = 4;       // black pixels between frames
+
+// Frames chosen evenly over the video (the first and the last among them),
+// shrunk by a whole factor to at most kStripHeight, side by side.
+class FrameStrip {
+ public:
+  explicit FrameStrip(int64_t frames) {
+    const int64_t shown = std::min<int64_t>(kStripFrames, frames);
+    for (int64_t k = 0; k < shown; ++k)
+      chosen_.push_back(shown == 1 ? 0 : (k * (frames - 1) + (shown - 1) / 2) / (shown - 1));
+  }
+  void add(const media::Image& frame) {
+    if (std::find(chosen_.begin(), chosen_.end(), seen_++) == chosen_.end()) return;
+    const int step = (frame.height + kStripHeight - 1) / kStripHeight;
+    media::Image small(frame.width / step, frame.height / step, 3);
+    for (int y = 0; y < small.height; ++y)
+      for (int x = 0; x < small.width; ++x)
+        std::copy_n(frame.row(y * step) + size_t(x * step) * 3, 3, small.row(y) + size_t(x) * 3);
+    frames_.push_back(std::move(small));
+  }
+  report::Image image() const {
+    if (frames_.empty()) return {};
+    const int w = frames_[0].width, h = frames_[0].height, n = int(frames_.size());
+    media::Image strip(n * w + (n - 1) * kStripGap, h, 3);
+    for (int i = 0; i < n; ++i)
+      for (int y = 0; y < h; ++y)
+        std::copy_n(frames_[i].row(y), size_t(w) * 3, strip.row(y) + size_t(i) * (w + kStripGap) * 3);
+    return {strip.width, strip.height, 3, media::encode_png(strip)};
+  }
+
+ private:
+  std::vector<int64_t> chosen_;
+  int64_t seen_ = 0;
+  std::vector<media::Image> frames_;
+};
+
+}  // namespace
+
+PromptVideos::PromptVideos(const WanConfig& config, PromptVideoOptions options, const c10::Device& device)
+    : config_(config), options_(std::move(options)) {
+  vae_config_ = video_vae_config(options_.vae, options_.vae_config);
+  if (vae_config_.z_dim() != config_.out_dim)
+    throw UsageError(fmt::format("option --vae: {} is the {}, whose latents have {} channels; the model makes {}",
+                                 options_.vae, vae_config_.description(), vae_config_.z_dim(), config_.out_dim));
+  const int64_t spatial = vae_config_.spatial_factor(), temporal = vae_config_.temporal_factor();
+  const int64_t multiple = spatial * config_.patch_size[1];
+  const bool ti2v = config_.model_type == ModelType::TI2V;
+  std::vector<std::string> problems;
+  for (size_t i = 0; i < options_.prompts.size(); ++i) {
+    const auto& line = options_.prompts[i];
+    auto wrong = [&](const std::string& why) {
+      problems.push_back(fmt::format("{}:{}: {}", options_.prompts_file, line.line, why));
+    };
+    Prompt p;
+    p.line = line;
+    p.index = int64_t(i);
+    int64_t frames = options_.latents[0], height = options_.latents[1], width = options_.latents[2];
+    if (line.frames > 0) {
+      if ((line.frames - 1) % temporal != 0) {
+        wrong(fmt::format("--frames {}: video frames are {}k + 1 (the VAE's stride)", line.frames, temporal));
+        continue;
+      }
+      frames = 1 + (line.frames - 1) / temporal;
+    }
+    if (line.width > 0) {
+      if (line.width % multiple != 0 || line.height % multiple != 0) {
+        wrong(fmt::format("--size {}x{}: sides must be multiples of {} (the VAE's {}, then the model's patches)",
+                          line.width, line.height, multiple, spatial));
+        continue;
+      }
+      height = line.height / spatial;
+      width = line.width / spatial;
+    }
+    p.shape = {1, config_.in_dim - config_.condition_channels(), frames, height, width};
+    if (!line.image.empty()) {
+      if (!config_.image_conditioned() && !ti2v) {
+        wrong(fmt::format("--image: the model is {}: it starts from no picture", model_type_name(config_.model_type)));
+        continue;
+      }
+      if (config_.model_type == ModelType::FLF2V) {
+        wrong(
+            "--image: a flf2v model needs a first and a last frame; a prompt file gives one (use wansample "
+            "--image --last-image)");
+        continue;
+      }
+      if (const auto why = unreadable_file_reason(line.image); !why.empty()) {
+        wrong(fmt::format("--image {}: {}", line.image, why));
+        continue;
+      }
+      if (config_.image_branch() && options_.clip.empty()) {
+        wrong(fmt::format("--image: the {} model reads the picture's CLIP features: give wantrain --clip",
+                          model_type_name(config_.model_type)));
+        continue;
+      }
+    } else if (config_.image_conditioned()) {
+      wrong(fmt::format("the {} model starts from a picture: give the line --image FILE",
+                        model_type_name(config_.model_type)));
+      continue;
+    }
+    if (int64_t(i) % options_.ranks == options_.rank) mine_.push_back(std::move(p));
+  }
+  if (!problems.empty()) {
+    std::string message;
+    for (const auto& problem : problems) message += (message.empty() ? "" : "\n") + problem;
+    throw UsageError(message);
+  }
+  if (mine_.empty()) return;
+  // This rank's prompts and negative prompts, encoded once; the encoder is
+  // freed when this scope ends.
+  auto files = options_.t5;
+  files.text_len = config_.text_len;
+  TextEncoder encoder(files, device);
+  if (encoder.dim() != config_.text_dim)
+    throw UsageError(fmt::format("option --t5: {} makes embeddings of {} values a token; the model reads {}",
+                                 files.weights, encoder.dim(), config_.text_dim));
+  std::vector<std::string> texts;
+  for (const auto& p : mine_) {
+    texts.push_back(p.line.prompt);
+    if (p.line.negative_prompt && !p.line.negative_prompt->empty()) texts.push_back(*p.line.negative_prompt);
+  }
+  const auto encoded = encoder.encode(texts);
+  if (encoded.truncated > 0)
+    report_warning("{}: {} prompts are cut at the model's {} tokens", options_.prompts_file, encoded.truncated,
+                   config_.text_len);
+  int64_t row = 0;
+  for (auto& p : mine_) {
+    p.context = encoded.embedding[row++].clone();
+    if (p.line.negative_prompt && !p.line.negative_prompt->empty()) p.negative = encoded.embedding[row++].clone();
+  }
+}
+
+std::vector<train::SampleVideo> PromptVideos::draw(WanModelImpl& model, int64_t step) const {
+  std::vector<train::SampleVideo> videos;
+  if (mine_.empty()) return videos;
+  const auto device = model.parameters().front().device();
+  auto vae = open_video_vae(options_.vae, vae_config_, options_.vae_dtype);
+  vae->to(device);
+  vae->eval();
+  ClipVision clip(nullptr);
+  const bool pictures = std::any_of(mine_.begin(), mine_.end(), [](const Prompt& p) { return !p.line.image.empty(); });
+  if (pictures && config_.image_branch()) clip = load_clip_vision(options_.clip, options_.clip_dtype, device);
+  const std::string folder = fmt::format("{}/step-{:08d}", options_.directory, step);
+  std::error_code error;
+  std::filesystem::create_directories(folder, error);
+  for (const auto& p : mine_) {
+    const auto start = std::chrono::steady_clock::now();
+    PictureStart picture;
+    if (!p.line.image.empty())
+      picture = start_from_picture(config_, *vae, clip.is_empty() ? nullptr : clip.get(), read_picture(p.line.image),
+                                   at::Tensor(), p.shape, device);
+    const auto cond = p.context.unsqueeze(0).to(device);
+    const auto uncond = p.negative.defined() ? p.negative.unsqueeze(0).to(device) : unconditional_context(cond);
+    VelocityField velocity = [&](const at::Tensor& x, const at::Tensor& t, bool conditional) {
+      return model.forward(x, t, conditional ? cond : uncond, picture.image);
+    };
+    auto sampler = options_.sampler;
+    if (p.line.steps > 0) sampler.steps = p.line.steps;
+    if (p.line.cfg) sampler.cfg = *p.line.cfg;
+    if (picture.first_frame.defined()) {
+      sampler.first_frame = picture.first_frame;
+      sampler.patch = config_.patch_size;
+    }
+    // The same noise at every draw, from a generator of its own: training's
+    // random streams are untouched.
+    auto generator = at::make_generator<at::CPUGeneratorImpl>(p.line.seed.value_or(options_.seed));
+    const auto noise = torch::randn(p.shape, generator, torch::kFloat32).to(device);
+    at::Tensor latents;
+    {
+      const nn::AutocastScope autocast(options_.compute_dtype, device.type());
+      latents = sample_flow(noise, velocity, sampler)[0].cpu();  // [C, F, H, W]
+    }
+    train::SampleVideo video;
+    video.index = p.index;
+    video.prompt = p.line.prompt;
+    video.rank = options_.rank;
+    video.path = fmt::format("{}/{:02d}.mp4", folder, p.index);
+    FrameStrip strip(1 + (latents.size(1) - 1) * vae->temporal_factor());
+    VideoOutput output;
+    output.video = video.path;
+    output.writer.fps = options_.fps > 0 ? options_.fps : release_video(vae_config_).fps;
+    output.on_frame = [&](const media::Image& frame) { strip.add(frame); };
+    // A sample is for looking at: a full or read-only disk costs its video, not the run.
+    try {
+      write_decoded_video(*vae, latents, output);
+    } catch (const Error& e) {
+      report_warning("{} (prompt {:02d}'s video is not saved; training goes on)", e.what(), p.index);
+      video.path.clear();
+    }
+    video.strip = strip.image();
+    video.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    videos.push_back(std::move(video));
+  }
+  return videos;
+}
+
+}  // namespace wt::wan
