@@ -615,7 +615,8 @@ int run(distributed::World& world, int argc, char** argv) {
     const auto last = c.last_image.empty() ? at::Tensor() : wan::read_picture(c.last_image);
     wan::ClipVision clip(nullptr);
     if (!c.clip.empty()) clip = wan::load_clip_vision(c.clip, app::float_dtype(c.clip_dtype), device);
-    const auto start = wan::start_from_picture(config, *vae, clip.get(), first, last, shape, device);
+    const auto start =
+        wan::start_from_picture(config, *vae, clip.is_empty() ? nullptr : clip.get(), first, last, shape, device);
     const int64_t spatial = vae_config.spatial_factor();
     if (config.image_conditioned()) {
       image = start.image;

@@ -59,10 +59,10 @@ void declare_options(OptionSet& o, TrainConfig& c) {
       .add("vae", &c.vae, "with --sample-prompts: the VAE that decodes the videos (Wan2.1_VAE.pth, Wan2.2_VAE.pth)")
       .add("vae-config", &c.vae_config, "VAE shape as JSON; default the released shape of the VAE --vae holds")
       .choice("vae-dtype", &c.vae_dtype, {"fp32", "bf16"}, "VAE weights and compute")
-      .add("clip", &c.clip,
+      .add("sample-clip", &c.clip,
            "with --sample-prompts and an image-to-video model with the CLIP branch: the CLIP image encoder for "
-           "the lines' --image")
-      .choice("clip-dtype", &c.clip_dtype, {"fp32", "bf16"}, "CLIP weights and compute");
+           "the lines' --image (wansample --clip; wantrain's --clip clips gradients)")
+      .choice("sample-clip-dtype", &c.clip_dtype, {"fp32", "bf16"}, "CLIP weights and compute");
   o.group("data").add("data", &c.data, "training dataset: a directory of HDF5 shards (*.h5)");
   declare_training_options(o, c, {T::BatchSize});
   o.add("prefetch", &c.prefetch, "batches the loader reads ahead");

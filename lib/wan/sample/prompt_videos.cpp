@@ -115,7 +115,7 @@ PromptVideos::PromptVideos(const WanConfig& config, PromptVideoOptions options, 
         continue;
       }
       if (config_.image_branch() && options_.clip.empty()) {
-        wrong(fmt::format("--image: the {} model reads the picture's CLIP features: give wantrain --clip",
+        wrong(fmt::format("--image: the {} model reads the picture's CLIP features: give wantrain --sample-clip",
                           model_type_name(config_.model_type)));
         continue;
       }
