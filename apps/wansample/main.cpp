@@ -43,6 +43,7 @@
 #include "wantrain/wan/sample/picture_start.hpp"
 #include "wantrain/wan/sample/release_defaults.hpp"
 #include "wantrain/wan/sample/sampler.hpp"
+#include "wantrain/wan/sample/sharded_blocks.hpp"
 #include "wantrain/wan/encoders/text_encoder.hpp"
 #include "wantrain/wan/encode/image_condition.hpp"
 #include "wantrain/wan/vae/release_video.hpp"
@@ -69,7 +70,7 @@ struct SampleConfig {
   int steps = 50, threads = 0, sp = 0;          // sp 0: the ranks of the job
   double shift = 5.0, fps = 0, boundary = 0;    // fps 0: the VAE's release
   uint64_t seed = 0;
-  bool compare = false, offload_experts = false, first_frame = false, cfg_parallel = false;
+  bool compare = false, offload_experts = false, first_frame = false, cfg_parallel = false, shard_weights = false;
   std::vector<std::string> loras, lora_scales, loras_high, loras_low;
 };
 
@@ -160,6 +161,9 @@ int run(distributed::World& world, int argc, char** argv) {
       .flag("cfg-parallel", &c.cfg_parallel,
             "under mpirun with an even number of ranks: the conditional and the unconditional branch of guidance "
             "each on half of them, side by side")
+      .flag("shard-weights", &c.shard_weights,
+            "under mpirun: each rank keeps 1/N of the blocks' weights and gathers each block for its forward (as "
+            "the official --dit_fsdp), for a model that does not fit one rank whole; the same sample")
       .add("out", &c.out, "output: the latents as a one-sample shard")
       .add("image", &c.image,
            "image-to-video models: start from this picture (PNG, JPEG, ...), encoded by --vae (and --clip) as Wan's "
@@ -338,6 +342,15 @@ int run(distributed::World& world, int argc, char** argv) {
                             "(give --sp {} or leave it out)",
                             c.sp, world.size(), c.cfg_parallel ? "half of them, one half a branch" : "all of them",
                             world.size() / branches));
+    if (c.shard_weights && world.size() == 1)
+      throw UsageError(
+          "option --shard-weights: shards the weights over the ranks of mpirun -np N; this is one process");
+    if (c.shard_weights && (!c.loras.empty() || !c.loras_high.empty() || !c.loras_low.empty()))
+      throw UsageError(
+          "option --shard-weights: a LoRA is merged into whole weights: merge it first (wantrain export --merge) and "
+          "sample the merged weights");
+    if (c.shard_weights && c.offload_experts)
+      throw UsageError("option --shard-weights: not with --offload-experts (each rank holds its slices of both)");
     config = sampling_model_config(c);
     if (config.num_heads % c.sp != 0)
       throw UsageError(
@@ -422,19 +435,22 @@ int run(distributed::World& world, int argc, char** argv) {
   if (config.image_conditioned() && c.image.empty() && c.data.empty())
     throw UsageError(fmt::format("option --image: the {} model starts from a picture: give --image FILE{}", model_type,
                                  config.image_branch() ? " and --clip FILE" : ""));
-  // The VAE encodes the picture before sampling, then decodes the sample.
+  // The VAE encodes the picture before sampling (on every rank), then
+  // decodes the sample (on rank 0, which writes it).
   std::shared_ptr<wan::VideoVae> vae;
   if (!c.vae.empty()) {
-    vae = wan::open_video_vae(c.vae, vae_config, app::float_dtype(c.vae_dtype));
-    if (vae->z_dim() != config.out_dim)
+    if (vae_config.z_dim() != config.out_dim)
       throw UsageError(
           fmt::format("option --vae: {} is the {}, whose latents have {} channels; the model ({}) makes "
                       "{}: give the VAE its data were encoded with (Wan2.2 TI2V-5B: Wan2.2_VAE.pth, "
                       "the others: Wan2.1_VAE.pth)",
-                      c.vae, vae->description(), vae->z_dim(), c.model_config.empty() ? c.checkpoint : c.model_config,
-                      config.out_dim));
-    vae->to(device);
-    vae->eval();
+                      c.vae, vae_config.description(), vae_config.z_dim(),
+                      c.model_config.empty() ? c.checkpoint : c.model_config, config.out_dim));
+    if (world.is_root() || !c.image.empty()) {
+      vae = wan::open_video_vae(c.vae, vae_config, app::float_dtype(c.vae_dtype));
+      vae->to(device);
+      vae->eval();
+    }
   }
   const int64_t latent_channels = config.in_dim - config.condition_channels();
   wan::ImageCondition image;                // [1, ...] on the device, once the shape is known
@@ -487,11 +503,12 @@ int run(distributed::World& world, int argc, char** argv) {
           fmt::format("options --frames {}, --size {}x{}: with --prompt, video frames are {}k + 1 and "
                       "the size multiples of {} (the VAE's {}, then the DiT's 2x2 patches)",
                       frames, wh[0], wh[1], temporal, 2 * spatial, spatial));
-    wan::TextEncoder encoder({c.t5, c.t5_config, c.tokenizer, app::float_dtype(c.t5_dtype), config.text_len}, device);
+    // umT5 on rank 0 alone; the other ranks receive its embeddings.
     std::vector<std::string> prompts{c.prompt};
     if (!negative_prompt.empty()) prompts.push_back(negative_prompt);
-    const auto encoded = encoder.encode(prompts);
-    if (encoded.truncated > 0)
+    const auto encoded = wan::encode_on_root(
+        world, {c.t5, c.t5_config, c.tokenizer, app::float_dtype(c.t5_dtype), config.text_len}, device, prompts);
+    if (encoded.truncated > 0 && world.is_root())
       std::cerr << fmt::format("wansample: warning: the prompt is cut at {} tokens (--text-len of the model)\n",
                                config.text_len);
     context = encoded.embedding[0];
@@ -531,17 +548,34 @@ int run(distributed::World& world, int argc, char** argv) {
                              device.is_cuda() ? "device" : "host", wan::format_bytes(memory.device_bytes()),
                              memory.host_bytes() > 0 ? fmt::format(" (one expert; the other, {}, in host memory)",
                                                                    wan::format_bytes(memory.host_bytes()))
+                             : c.shard_weights       ? fmt::format(" (the weights sharded: about {} of them a rank)",
+                                                                   wan::format_bytes(memory.expert_bytes * (experts ? 2 : 1) /
+                                                                                     double(world.size())))
                                                      : std::string())
               << std::flush;  // before a model that may not fit is built
   }
+  // The ranks' communicator (NCCL on GPUs, else MPI), before the models:
+  // with --shard-weights each rank's slices are read into it.
+  std::unique_ptr<distributed::Comm> comm, sequence_group, branch_pair;
+  if (world.size() > 1) comm = distributed::make_comm(world, distributed::Backend::Auto);
+  std::vector<std::unique_ptr<wan::ShardedBlocks>> shards;  // live as long as the models' forwards
+  auto load_into = [&](wan::WanModelImpl& model, const wan::TensorSource& source) {
+    if (!c.shard_weights) {
+      const auto report = wan::load_weights(model, source);
+      return report.summary() + (report.diffusers_names ? ", diffusers names" : "");
+    }
+    wan::check_weights_fit(source, config);
+    shards.push_back(std::make_unique<wan::ShardedBlocks>(*comm, model, source, device));
+    return fmt::format("sharded over {} ranks: {} of weights a rank", world.size(),
+                       wan::format_bytes(double(shards.back()->held_bytes())));
+  };
   // One model, or A14B's two experts of the same config.
   // Every parameter is read from the weights (checked above), so none is drawn first.
   auto load_model = [&](const std::string& weights, const char* role) {
     wan::WanModel model(config, block_linear_dtype, wan::WanInit::Empty);
-    const auto report = wan::load_weights(*model, sources.at(weights));
-    std::cout << fmt::format("wansample: {}{} ({:.3g} parameters, {}{})\n", role, weights,
-                             double(wan::parameter_count(config)), report.summary(),
-                             report.diffusers_names ? ", diffusers names" : "");
+    const auto loaded = load_into(*model, sources.at(weights));
+    std::cout << fmt::format("wansample: {}{} ({:.3g} parameters, {})\n", role, weights,
+                             double(wan::parameter_count(config)), loaded);
     return model;
   };
   wan::WanModel net(nullptr), high_net(nullptr);
@@ -558,10 +592,9 @@ int run(distributed::World& world, int argc, char** argv) {
           fmt::format("option --checkpoint-weights: checkpoint {} holds no EMA weights (its run had no "
                       "--ema-decay); use auto or model",
                       c.checkpoint));
-    const auto report = wan::load_weights(*net, saved.source);
+    const auto loaded = load_into(*net, saved.source);
     std::cout << fmt::format("wansample: {} ({:.3g} parameters, {} weights of step {}, {})\n", c.checkpoint,
-                             double(wan::parameter_count(config)), saved.ema ? "EMA" : "model", saved.step,
-                             report.summary());
+                             double(wan::parameter_count(config)), saved.ema ? "EMA" : "model", saved.step, loaded);
   }
   auto merge_loras = [&](wan::WanModelImpl& model, const std::vector<std::string>& files, const char* role) {
     for (size_t i = 0; i < files.size(); ++i) {
@@ -583,9 +616,7 @@ int run(distributed::World& world, int argc, char** argv) {
   // first half computes the conditional branch and the second half the
   // unconditional one, rank r of one half paired with rank r of the other;
   // within a half, the tokens' all-to-all.
-  std::unique_ptr<distributed::Comm> comm, sequence_group, branch_pair;
   const int branch = world.rank() / c.sp;  // 0: conditional (or both, without --cfg-parallel)
-  if (world.size() > 1) comm = distributed::make_comm(world, distributed::Backend::Auto);
   if (c.sp > 1) {
     sequence_group = c.cfg_parallel ? comm->split(branch) : std::move(comm);
     for (auto* model : {&net, &high_net})

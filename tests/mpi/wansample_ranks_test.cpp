@@ -7,7 +7,9 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <map>
 #include <string>
+#include <tuple>
 
 #include "../common/build_paths.hpp"
 #include "../common/launch.hpp"
@@ -50,11 +52,22 @@ TEST(WansampleRanks, SplitSequencesSampleWhatOneProcessSamples) {
     const auto reference = sampled_latents(dir + "/one.h5");
     // Split over 2 and 4 ranks; with --cfg-parallel the two branches of
     // guidance side by side, on 1 rank each or split over 2 each.
-    for (const auto& [ranks, cfg_parallel] : {std::pair{2, false}, {4, false}, {2, true}, {4, true}}) {
+    // With --shard-weights each rank holds 1/N of the blocks' weights and
+    // gathers each block: the same sample, bit for bit, as unsharded.
+    std::map<std::pair<int, bool>, at::Tensor> unsharded;
+    for (const auto& [ranks, cfg_parallel, shard] : {std::tuple{2, false, false},
+                                                     {4, false, false},
+                                                     {2, true, false},
+                                                     {4, true, false},
+                                                     {2, false, true},
+                                                     {4, true, true}}) {
       const int sp = cfg_parallel ? ranks / 2 : ranks;
-      const std::string out = dir + "/ranks-" + std::to_string(ranks) + (cfg_parallel ? "-cfg.h5" : ".h5");
-      const Job split = launch(mpi_command(
-          ranks, WANTRAIN_WANSAMPLE, common + weights + " --out " + out + (cfg_parallel ? " --cfg-parallel" : "")));
+      const std::string out =
+          dir + "/ranks-" + std::to_string(ranks) + (cfg_parallel ? "-cfg" : "") + (shard ? "-shard.h5" : ".h5");
+      const Job split =
+          launch(mpi_command(ranks, WANTRAIN_WANSAMPLE,
+                             common + weights + " --out " + out + (cfg_parallel ? " --cfg-parallel" : "") +
+                                 (shard ? " --shard-weights" : "")));
       ASSERT_EQ(split.status, 0) << split.output;
       EXPECT_LT(split.seconds, wt::testing::train_runs::kHangGuardSeconds);
       if (sp > 1) {
@@ -73,7 +86,17 @@ TEST(WansampleRanks, SplitSequencesSampleWhatOneProcessSamples) {
       EXPECT_EQ(occurrences(split.output, "wrote latents"), 1u) << split.output;  // rank 0's lines alone
       const auto sample = sampled_latents(out);
       const double error = (sample - reference).abs().max().item<double>() / reference.abs().max().item<double>();
-      EXPECT_LE(error, 1e-5) << weights << ", " << ranks << " ranks" << (cfg_parallel ? ", --cfg-parallel" : "");
+      EXPECT_LE(error, 1e-5) << weights << ", " << ranks << " ranks" << (cfg_parallel ? ", --cfg-parallel" : "")
+                             << (shard ? ", --shard-weights" : "");
+      if (!shard) {
+        unsharded[{ranks, cfg_parallel}] = sample;
+        continue;
+      }
+      EXPECT_EQ(occurrences(split.output, "sharded over " + std::to_string(ranks) + " ranks: "),
+                weights.find("--high-noise") == std::string::npos ? 1u : 2u)
+          << split.output;
+      EXPECT_TRUE(torch::equal(sample, unsharded.at({ranks, cfg_parallel})))
+          << weights << ", " << ranks << " ranks, --shard-weights";
     }
   }
 
@@ -86,6 +109,10 @@ TEST(WansampleRanks, SplitSequencesSampleWhatOneProcessSamples) {
          std::string("option --cfg-parallel: the two branches of guidance take half the ranks each: this job has 3")},
         {2, std::string(" --cfg-parallel --cfg 1"),
          std::string("option --cfg-parallel: needs guidance with both branches (--cfg other than 0 and 1)")},
+        {1, std::string(" --shard-weights"),
+         std::string("option --shard-weights: shards the weights over the ranks of mpirun -np N; this is one process")},
+        {2, std::string(" --shard-weights --lora ") + dir + "/a.safetensors",
+         std::string("option --shard-weights: a LoRA is merged into whole weights: merge it first")},
         {1, std::string(" --sp 2"),
          std::string("option --sp: 2: wansample runs as one process: start it with "
                      "mpirun -np 2")}}) {

@@ -2,6 +2,8 @@
 
 #include <torch/torch.h>
 
+#include <cstring>
+
 #include "wantrain/wan/model/weights.hpp"
 
 namespace wt::wan {
@@ -28,6 +30,39 @@ TextEncoder::Encoded TextEncoder::encode(const std::vector<std::string>& prompts
     out[int64_t(b)].slice(0, length).zero_();  // Wan cuts each embedding to its tokens, zero-padded to L
   }
   encoded.embedding = out;
+  return encoded;
+}
+
+TextEncoder::Encoded encode_on_root(const distributed::World& world, const TextEncoderFiles& files,
+                                    const c10::Device& device, const std::vector<std::string>& prompts) {
+  TextEncoder::Encoded encoded;
+  world.agree([&] {
+    if (world.is_root()) encoded = TextEncoder(files, device).encode(prompts);
+  });
+  if (world.size() == 1) return encoded;
+  // [B, L, D] fp32, then the B lengths and the truncated count, as bytes.
+  std::string bytes;
+  if (world.is_root()) {
+    const auto embedding = encoded.embedding.contiguous();
+    const int64_t sizes[3] = {embedding.size(0), embedding.size(1), embedding.size(2)};
+    bytes.append(reinterpret_cast<const char*>(sizes), sizeof sizes);
+    bytes.append(static_cast<const char*>(embedding.data_ptr()), size_t(embedding.numel()) * sizeof(float));
+    bytes.append(reinterpret_cast<const char*>(encoded.lengths.data()), encoded.lengths.size() * sizeof(int32_t));
+    bytes.append(reinterpret_cast<const char*>(&encoded.truncated), sizeof encoded.truncated);
+  }
+  world.broadcast(bytes);
+  if (world.is_root()) return encoded;
+  int64_t sizes[3];
+  std::memcpy(sizes, bytes.data(), sizeof sizes);
+  size_t at = sizeof sizes;
+  encoded.embedding = torch::empty({sizes[0], sizes[1], sizes[2]}, torch::kFloat32);
+  const size_t floats = size_t(encoded.embedding.numel()) * sizeof(float);
+  std::memcpy(encoded.embedding.data_ptr(), bytes.data() + at, floats);
+  at += floats;
+  encoded.lengths.resize(size_t(sizes[0]));
+  std::memcpy(encoded.lengths.data(), bytes.data() + at, encoded.lengths.size() * sizeof(int32_t));
+  at += encoded.lengths.size() * sizeof(int32_t);
+  std::memcpy(&encoded.truncated, bytes.data() + at, sizeof encoded.truncated);
   return encoded;
 }
 

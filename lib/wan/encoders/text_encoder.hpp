@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "wantrain/distributed/world.hpp"
 #include "wantrain/wan/encoders/t5_encoder.hpp"
 #include "wantrain/wan/encoders/t5_tokenizer.hpp"
 
@@ -46,5 +47,12 @@ class TextEncoder {
   c10::Device device_;
   int64_t text_len_;
 };
+
+// Collective over `world`: rank 0 alone loads the encoder (umT5-XXL: 11
+// GiB in bf16) and encodes `prompts`; the other ranks receive what it made,
+// so one encoder serves the job. A UsageError on rank 0 (weights that
+// cannot be read) is the job's one line (World::agree).
+TextEncoder::Encoded encode_on_root(const distributed::World& world, const TextEncoderFiles& files,
+                                    const c10::Device& device, const std::vector<std::string>& prompts);
 
 }  // namespace wt::wan
