@@ -43,9 +43,11 @@
 #include "wantrain/wan/sample/picture_start.hpp"
 #include "wantrain/wan/sample/release_defaults.hpp"
 #include "wantrain/wan/sample/sampler.hpp"
+#include "wantrain/wan/sample/sampling_plan.hpp"
 #include "wantrain/wan/sample/sharded_blocks.hpp"
 #include "wantrain/wan/encoders/text_encoder.hpp"
 #include "wantrain/wan/encode/image_condition.hpp"
+#include "wantrain/wan/vae/decode_memory.hpp"
 #include "wantrain/wan/vae/release_video.hpp"
 #include "wantrain/wan/vae/video_vae.hpp"
 #include "wantrain/wan/sample/video_output.hpp"
@@ -70,7 +72,8 @@ struct SampleConfig {
   int steps = 50, threads = 0, sp = 0;          // sp 0: the ranks of the job
   double shift = 5.0, fps = 0, boundary = 0;    // fps 0: the VAE's release
   uint64_t seed = 0;
-  bool compare = false, offload_experts = false, first_frame = false, cfg_parallel = false, shard_weights = false;
+  bool compare = false, offload_experts = false, first_frame = false, cfg_parallel = false, shard_weights = false,
+       dry_run = false;
   std::vector<std::string> loras, lora_scales, loras_high, loras_low;
 };
 
@@ -164,6 +167,9 @@ int run(distributed::World& world, int argc, char** argv) {
       .flag("shard-weights", &c.shard_weights,
             "under mpirun: each rank keeps 1/N of the blocks' weights and gathers each block for its forward (as "
             "the official --dit_fsdp), for a model that does not fit one rank whole; the same sample")
+      .flag("dry-run", &c.dry_run,
+            "check everything and print the memory plan of each rank (the encoders, the DiT and its forward, the "
+            "VAE's decode), then stop before any weights are read")
       .add("out", &c.out, "output: the latents as a one-sample shard")
       .add("image", &c.image,
            "image-to-video models: start from this picture (PNG, JPEG, ...), encoded by --vae (and --clip) as Wan's "
@@ -446,7 +452,7 @@ int run(distributed::World& world, int argc, char** argv) {
                       "the others: Wan2.1_VAE.pth)",
                       c.vae, vae_config.description(), vae_config.z_dim(),
                       c.model_config.empty() ? c.checkpoint : c.model_config, config.out_dim));
-    if (world.is_root() || !c.image.empty()) {
+    if (!c.dry_run && (world.is_root() || !c.image.empty())) {
       vae = wan::open_video_vae(c.vae, vae_config, app::float_dtype(c.vae_dtype));
       vae->to(device);
       vae->eval();
@@ -506,8 +512,13 @@ int run(distributed::World& world, int argc, char** argv) {
     // umT5 on rank 0 alone; the other ranks receive its embeddings.
     std::vector<std::string> prompts{c.prompt};
     if (!negative_prompt.empty()) prompts.push_back(negative_prompt);
-    const auto encoded = wan::encode_on_root(
-        world, {c.t5, c.t5_config, c.tokenizer, app::float_dtype(c.t5_dtype), config.text_len}, device, prompts);
+    wan::TextEncoder::Encoded encoded;  // a dry run encodes nothing: one token of zeros
+    if (c.dry_run)
+      encoded = {torch::zeros({int64_t(prompts.size()), 1, config.text_dim}), std::vector<int32_t>(prompts.size(), 1),
+                 0};
+    else
+      encoded = wan::encode_on_root(
+          world, {c.t5, c.t5_config, c.tokenizer, app::float_dtype(c.t5_dtype), config.text_len}, device, prompts);
     if (encoded.truncated > 0 && world.is_root())
       std::cerr << fmt::format("wansample: warning: the prompt is cut at {} tokens (--text-len of the model)\n",
                                config.text_len);
@@ -553,6 +564,40 @@ int run(distributed::World& world, int argc, char** argv) {
                                                                                      double(world.size())))
                                                      : std::string())
               << std::flush;  // before a model that may not fit is built
+  }
+  if (c.dry_run) {
+    // The encoders' weights from their files' headers, in the dtype each computes in.
+    auto weight_bytes = [](const std::string& path, const std::string& dtype, const char* only = nullptr) {
+      if (path.empty()) return 0.0;
+      double elements = 0;
+      for (const auto& [name, shape] : wan::open_weights(path).shapes)
+        if (!only || name.find(only) != std::string::npos) elements += double(c10::multiply_integers(shape));
+      return elements * (dtype == "fp32" ? 4.0 : 2.0);
+    };
+    wan::SamplingJob job;
+    job.config = config;
+    job.step.latents = {shape[2], shape[3], shape[4]};
+    job.step.compute_dtype = app::float_dtype(c.precision);
+    job.step.attention_chunk = attention_chunk;
+    job.step.sequence_parallel = c.sp;
+    job.experts = experts ? 2 : 1;
+    job.block_linear_dtype = block_linear_dtype;
+    job.ranks = world.size();
+    job.shard_weights = c.shard_weights;
+    job.t5_bytes = c.prompt.empty() ? 0.0 : weight_bytes(c.t5, c.t5_dtype);
+    job.clip_bytes = weight_bytes(c.clip, c.clip_dtype, "visual");  // the image tower of open-clip's file
+    if (job.clip_bytes == 0) job.clip_bytes = weight_bytes(c.clip, c.clip_dtype);
+    job.vae_bytes = weight_bytes(c.vae, c.vae_dtype);
+    job.picture = !c.image.empty();
+    if (!c.vae.empty())
+      job.decode_bytes =
+          wan::vae_decode_bytes(vae_config.version, app::float_dtype(c.vae_dtype),
+                                shape[4] * vae_config.spatial_factor(), shape[3] * vae_config.spatial_factor());
+    const auto plan = wan::plan_sampling_job(job);
+    std::cout << fmt::format("wansample: dry run: what each rank holds{} (nothing was loaded)\n{}",
+                             world.size() > 1 ? fmt::format(" on {} ranks", world.size()) : std::string(),
+                             plan.table());
+    return kExitOk;
   }
   // The ranks' communicator (NCCL on GPUs, else MPI), before the models:
   // with --shard-weights each rank's slices are read into it.
@@ -717,6 +762,10 @@ int run(distributed::World& world, int argc, char** argv) {
   const auto latents =
       wan::sample_flow(noise, velocity, sampler, high_expert ? &*high_expert : nullptr)[0].to(torch::kCPU);
   if (!world.is_root()) return kExitOk;  // every rank holds the sample; rank 0 writes it
+  // The DiT is done: its memory goes before the VAE decodes.
+  net = wan::WanModel(nullptr);
+  high_net = wan::WanModel(nullptr);
+  shards.clear();
 
   data::SampleShape out_shape;
   out_shape.channels = shape[1];

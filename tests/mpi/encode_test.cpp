@@ -31,6 +31,7 @@
 #include "wantrain/wan/model/model_config.hpp"
 #include "wantrain/wan/model/wan_model.hpp"
 #include "wantrain/wan/model/weights.hpp"
+#include "wantrain/wan/run/memory_plan.hpp"
 #include "wantrain/wan/vae/video_vae.hpp"
 #include "wantrain/wan/vae/wan_vae.hpp"
 
@@ -547,6 +548,36 @@ TEST(Encode, DecodeAndPromptSamplingWriteVideos) {
       << release.output;
   EXPECT_EQ(wt::testing::occurrences(release.output, "do not fit model config"), 1u) << release.output;
   EXPECT_FALSE(fs::exists(out + "/r.h5"));
+  // --dry-run: the plan of each rank, phase by phase, and nothing written.
+  // The encoders' line is umT5's and the VAE's weights in fp32, counted
+  // here from their files.
+  auto file_bytes = [](const std::string& path) {
+    double elements = 0;
+    for (const auto& [name, shape] : wt::wan::open_weights(path).shapes)
+      elements += double(c10::multiply_integers(shape));
+    return 4 * elements;
+  };
+  const auto dry = launch(sample + " --out " + out + "/d.h5 --video " + out + "/d.mp4 --dry-run");
+  ASSERT_EQ(dry.status, 0) << dry.output;
+  EXPECT_EQ(wt::testing::occurrences(dry.output, "wansample: dry run: what each rank holds (nothing was loaded)"), 1u)
+      << dry.output;
+  const std::string encoders = wt::wan::format_bytes(file_bytes(s.t5) + file_bytes(s.vae));
+  EXPECT_TRUE(std::regex_search(dry.output, std::regex("encoders \\(umT5 on rank 0[^\n]* " + encoders + "\n")))
+      << encoders << "\n"
+      << dry.output;
+  for (const char* phase : {"sampling (the DiT weights, one forward's activations)",
+                            "decoding on rank 0 (the DiT freed; the VAE and its activations)", "peak"})
+    EXPECT_EQ(wt::testing::occurrences(dry.output, phase), 1u) << phase << "\n" << dry.output;
+  EXPECT_FALSE(fs::exists(out + "/d.h5"));
+  EXPECT_FALSE(fs::exists(out + "/d.mp4"));
+  // On 2 ranks with sharded weights: a column for rank 0 and one for the others.
+  const auto dry2 =
+      launch(wt::testing::mpi_command(2, WANTRAIN_WANSAMPLE,
+                                      sample.substr(std::string(WANTRAIN_WANSAMPLE).size()) + " --out " + out +
+                                          "/d.h5 --video " + out + "/d.mp4 --dry-run --shard-weights"));
+  ASSERT_EQ(dry2.status, 0) << dry2.output;
+  EXPECT_EQ(wt::testing::occurrences(dry2.output, "what each rank holds on 2 ranks"), 1u) << dry2.output;
+  EXPECT_EQ(wt::testing::occurrences(dry2.output, "rank 0  other ranks"), 1u) << dry2.output;
   std::string odd = sample;
   odd.replace(odd.find("--size 48x32"), 12, "--size 40x32");
   const auto bad = launch(odd + " --out " + out + "/c.h5 --video " + out + "/c.mp4");

@@ -1,6 +1,7 @@
 #include "wantrain/wan/model/activation_memory.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 #include "wantrain/nn/attention_chunk.hpp"
 #include "wantrain/wan/model/patches.hpp"
@@ -210,11 +211,16 @@ double inference_memory(const WanConfig& c, const ActivationSettings& s) {
   // [B, L, dim] at most), plus the largest op: the feed-forward's hidden
   // activations, or attention's scores (a chunk's, shifted and
   // exponentiated, or the whole matrix and its softmax).
-  const double block = 8 * tokens * d * f;
-  const double feed_forward = 2 * tokens * double(c.ffn_dim) * a;
+  // With a sequence split (Ulysses) each rank holds its 1/N of the tokens
+  // and attends over all of them with 1/N of the heads; the all-to-all's
+  // buffers hold two more [L / N, dim].
+  const double ranks = double(std::max<int64_t>(1, s.sequence_parallel));
+  const double rank_tokens = std::ceil(tokens / ranks), rank_heads = heads / ranks;
+  const double block = (8 + (ranks > 1 ? 2 : 0)) * rank_tokens * d * f;
+  const double feed_forward = 2 * rank_tokens * double(c.ffn_dim) * a;
   const double attention = chunk == nn::kFusedAttention ? 0.0
-                           : chunk > 0 ? 3 * heads * double(std::min(chunk, int64_t(tokens))) * tokens * f
-                                       : 2 * heads * tokens * tokens * f;
+                           : chunk > 0 ? 3 * rank_heads * double(std::min(chunk, int64_t(tokens))) * tokens * f
+                                       : 2 * rank_heads * tokens * tokens * f;
   // Outside the blocks: the context as given, padded and embedded, and the
   // latents in and out.
   const double latent = double(c.in_dim) * double(s.latents[0] * s.latents[1] * s.latents[2]) * f;
