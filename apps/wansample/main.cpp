@@ -567,12 +567,8 @@ int run(distributed::World& world, int argc, char** argv) {
   }
   if (c.dry_run) {
     // The encoders' weights from their files' headers, in the dtype each computes in.
-    auto weight_bytes = [](const std::string& path, const std::string& dtype, const char* only = nullptr) {
-      if (path.empty()) return 0.0;
-      double elements = 0;
-      for (const auto& [name, shape] : wan::open_weights(path).shapes)
-        if (!only || name.find(only) != std::string::npos) elements += double(c10::multiply_integers(shape));
-      return elements * (dtype == "fp32" ? 4.0 : 2.0);
+    auto weight_bytes = [](const std::string& path, const std::string& dtype, const std::string& only = "") {
+      return path.empty() ? 0.0 : wan::weights_bytes(path, app::float_dtype(dtype), only);
     };
     wan::SamplingJob job;
     job.config = config;

@@ -30,6 +30,10 @@
 #include "wantrain/wan/objective/teacher.hpp"
 #include "wantrain/train/validation.hpp"
 #include "wantrain/wan/run/wan_run.hpp"
+#include "wantrain/app/float_dtype.hpp"
+#include "wantrain/wan/model/weights.hpp"
+#include "wantrain/wan/vae/video_vae.hpp"
+#include "wantrain/wan/vae/decode_memory.hpp"
 #include "wantrain/util/error.hpp"
 #include "wantrain/util/exit_codes.hpp"
 #include "wantrain/util/log.hpp"
@@ -74,9 +78,34 @@ struct MemorySummary {
 // latents or --plan-latents, and the limits it exceeds. Data of several
 // shapes (buckets) are planned at each; the largest plan is the one shown
 // and held against the limits, after a row per bucket.
+// --sample-prompts' encoders in the memory plan: the VAE's weights and
+// its decode of the largest prompt's frame (a line's --size, else the
+// training sample's), and umT5's weights, from their files' headers.
+struct PromptVideoMemory {
+  double video_bytes = 0, t5_bytes = 0;
+};
+PromptVideoMemory prompt_video_memory(const TrainConfig& cfg, const std::vector<wan::SamplePrompt>& prompts,
+                                      const data::Dataset* data) {
+  PromptVideoMemory memory;
+  if (prompts.empty()) return memory;
+  const auto vae = wan::video_vae_config(cfg.vae, cfg.vae_config);
+  int64_t pixels = 0;
+  if (data) {
+    const auto& shape = data->shape_of(cfg.sample_index < data->size() ? cfg.sample_index : 0);
+    pixels = shape.height * shape.width * vae.spatial_factor() * vae.spatial_factor();
+  }
+  for (const auto& p : prompts) pixels = std::max(pixels, p.width * p.height);
+  const auto vae_dtype = app::float_dtype(cfg.vae_dtype);
+  memory.video_bytes =
+      wan::weights_bytes(cfg.vae, vae_dtype) + wan::vae_decode_bytes(vae.version, vae_dtype, pixels, 1);
+  memory.t5_bytes = wan::weights_bytes(cfg.t5, app::float_dtype(cfg.t5_dtype));
+  return memory;
+}
+
 MemorySummary memory_summary(distributed::World& world, const distributed::Comm& comm, const TrainConfig& cfg,
                              const std::optional<wan::WanConfig>& model_config,
-                             const std::optional<wan::WanConfig>& teacher_config, const data::Dataset* data) {
+                             const std::optional<wan::WanConfig>& teacher_config, const data::Dataset* data,
+                             const PromptVideoMemory& prompts) {
   if (!model_config) return {};
   if (!data && cfg.plan_latents.empty())
     return {"memory plan: needs the token count: give --data, or --plan-latents FxHxW\n", {}};
@@ -120,6 +149,8 @@ MemorySummary memory_summary(distributed::World& world, const distributed::Comm&
       if (data) settings.staged_bytes = double(train::staged_bytes_per_sample(data->largest_shape(), gpu_plan));
       settings.loader_shapes = int(shapes.size());
       settings.runtime_bytes = current_rss_bytes();
+      settings.prompt_video_bytes = prompts.video_bytes;
+      settings.prompt_t5_bytes = prompts.t5_bytes;
       try {
         settings.checkpoint_snapshot = true;
         roots.push_back(wan::plan_memory(settings));
@@ -334,8 +365,16 @@ int run(distributed::World& world, int argc, char** argv) {
                             dataset->buckets().front().shape.text_string(), plan.describe_epoch())
               : std::string("data: none given (--data)\n");
   const std::string table = world_table(world, *comm, choice, cfg);
+  // The prompt file's lines, each bad one its line, before anything is trained;
+  // their encoders in the memory plan.
+  std::vector<wan::SamplePrompt> sample_prompts;
+  world.agree([&] {
+    if (!cfg.sample_prompts.empty()) sample_prompts = wan::read_sample_prompts(cfg.sample_prompts);
+  });
+  PromptVideoMemory prompt_memory;
+  world.agree([&] { prompt_memory = prompt_video_memory(cfg, sample_prompts, dataset ? &*dataset : nullptr); });
   const MemorySummary memory =
-      memory_summary(world, *comm, cfg, model_config, teacher_config, dataset ? &*dataset : nullptr);
+      memory_summary(world, *comm, cfg, model_config, teacher_config, dataset ? &*dataset : nullptr, prompt_memory);
   if (world.is_root())
     log::info_lines("wantrain " WANTRAIN_VERSION ": resolved configuration\n" + options.resolved_table() + table +
                     data_summary + model_summary + plan.describe() + memory.table);
@@ -347,11 +386,6 @@ int run(distributed::World& world, int argc, char** argv) {
           b.name, b.samples, plan.global_batch());
     for (const auto& warning : memory.warnings) spdlog::warn("{}", warning);
   }
-  // The prompt file's lines, each bad one its line, before anything is trained.
-  std::vector<wan::SamplePrompt> sample_prompts;
-  world.agree([&] {
-    if (!cfg.sample_prompts.empty()) sample_prompts = wan::read_sample_prompts(cfg.sample_prompts);
-  });
   comm->barrier();  // the collectives work end to end
   if (cfg.dry_run) return kExitOk;
   // Checked against the model and the VAE; each rank's prompts encoded by

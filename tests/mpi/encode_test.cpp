@@ -627,6 +627,13 @@ TEST(Encode, PromptVideosAreDrawnDuringTrainingOverTheRanks) {
       wt::testing::occurrences(job.output, "sample prompts: 3 prompts of " + dir + "/prompts.txt, spread over 2 ranks"),
       1u)
       << job.output;
+  // The memory plan counts the VAE and its decode of the largest prompt's
+  // frame (48x32: 22.4 KiB a pixel in fp32, vae/decode_memory.hpp).
+  const std::string videos =
+      wt::wan::format_bytes(wt::wan::weights_bytes(s.vae, torch::kFloat32) + 22.4 * 1024 * 48 * 32);
+  EXPECT_TRUE(std::regex_search(job.output, std::regex("prompt videos +" + videos + "  the VAE and its decode")))
+      << videos << "\n"
+      << job.output;
   // Prompt i drawn by rank i % 2.
   EXPECT_EQ(wt::testing::occurrences(job.output, "prompt 00 \"a red ball rolls\": " + step + "00.mp4"), 1u)
       << job.output;

@@ -169,6 +169,14 @@ LoadReport load_weights(torch::nn::Module& module, const std::string& path, Load
   return load_weights(module, open_weights(path), mode);
 }
 
+double weights_bytes(const std::string& path, at::ScalarType dtype, const std::string& containing) {
+  double elements = 0;
+  for (const auto& [name, shape] : open_weights(path).shapes)
+    if (containing.empty() || name.find(containing) != std::string::npos)
+      elements += double(c10::multiply_integers(shape));
+  return elements * double(c10::elementSize(dtype));
+}
+
 LoadReport match_weights(const std::vector<ParameterShape>& parameters, const TensorSource& source) {
   LoadReport report;
   report.diffusers_names = source.diffusers_names;

@@ -57,6 +57,10 @@ struct TensorSource {
 TensorSource open_weights(const std::string& path);
 // Whether open_weights reads `path` as a torch.save file (.pth, .pt).
 bool is_pth(const std::string& path);
+// The bytes the tensors of `path` take held in `dtype`, from its header
+// (nothing else is read); with `containing`, only those whose official name
+// contains it (open-clip's "visual" tower of a file that holds both).
+double weights_bytes(const std::string& path, at::ScalarType dtype, const std::string& containing = "");
 // Tensors already in memory as a TensorSource.
 TensorSource tensors_source(const io::NamedTensors& tensors, const std::string& what);
 

@@ -276,7 +276,12 @@ MemoryPlan plan_memory(const MemoryPlanSettings& s) {
                           format_bytes(whole), format_bytes(evaluation));
     activations = std::max(activations, evaluation);
   }
+  if (s.prompt_video_bytes > 0)
+    add("prompt videos", "the VAE and its decode of the largest prompt's frame, at each draw (--sample-prompts)",
+        s.prompt_video_bytes, dev);
   add("activations", detail, activations, dev);
+  if (s.prompt_t5_bytes > 0 && !dev)  // on a GPU umT5 is alone on the device at start-up
+    plan.startup_host_bytes = std::max(plan.startup_host_bytes, s.runtime_bytes + s.prompt_t5_bytes);
   return plan;
 }
 

@@ -58,6 +58,11 @@ struct MemoryPlanSettings {
   bool checkpoint_snapshot = false;
   double runtime_bytes = 0;  // the process before any of this (libraries, MPI): measured
   bool on_device = false;    // model state and activations on a GPU; the rest on the host
+  // --sample-prompts: at each draw the VAE's weights and its decode of the
+  // largest prompt's frame (beside what training holds; counted in full,
+  // though a step's activations are gone by then), and umT5 at start-up,
+  // before the model (its weights: the start-up peak with the runtime).
+  double prompt_video_bytes = 0, prompt_t5_bytes = 0;
 };
 
 struct MemoryItem {
