@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """wantrain against PyTorch DDP on the same math, side by side.
 
-Two modes:
+Four modes:
 
   vs_torch.py peer --model-config JSON [options]
       Run under mpirun (one process per rank): an independent PyTorch
@@ -20,7 +20,21 @@ Two modes:
       each and their ratio (PyTorch / wantrain: above 1 means wantrain is
       faster). The 1-rank row is per-rank compute.
 
-The same step on both sides: flow matching with sigma ~ U(0,1) shifted by 5,
+  vs_torch.py sample-peer --model-config JSON [options]
+      The sampling loop of the official text2video.py over the same PyTorch
+      DiT, in eval mode without autograd: per step the conditional and the
+      unconditional forward (the context padded to text_len, as the
+      official T5 hands it over), guidance, and the solver's update (a
+      flow-matching step: its few element-wise ops cost the same as
+      UniPC's next to two forwards). Prints the median seconds per step.
+
+  vs_torch.py compare-sample [options]
+      For each model config, `wansample` (UniPC, guidance 5) at --steps N
+      and 2N, its seconds per step the difference over N (start-up and
+      weights loading cancel), against sample-peer, alternated for --rounds
+      rounds, with their ratio (PyTorch / wantrain).
+
+The same training step on both sides: flow matching with sigma ~ U(0,1) shifted by 5,
 caption dropout 0.1 to the zero context, MSE against eps - x0 in fp32,
 gradients averaged over ranks in buckets of 25 MiB (1 MiB first), global-norm
 clipping to 1, AdamW (lr 1e-4, betas 0.9/0.999, weight decay 0.01), fp32
@@ -214,6 +228,37 @@ def run_peer(a):
     os._exit(0)
 
 
+def run_sample_peer(a):
+    import torch
+
+    torch.set_num_threads(a.threads)
+    with open(a.model_config) as f:
+        cfg = json.load(f)
+    torch.manual_seed(0)
+    model = build_model(torch, cfg).eval()
+    height, width = (int(v) for v in a.size.split("x"))
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(1, cfg["in_dim"], a.frames, height, width, generator=g)
+    context = torch.zeros(1, cfg["text_len"], cfg["text_dim"])
+    context[:, :16] = torch.randn(1, 16, cfg["text_dim"], generator=g)  # a prompt of 16 tokens, zero-padded
+    null = torch.zeros_like(context)
+    guide, shift = 5.0, 5.0
+    sigmas = [shift * s / (1 + (shift - 1) * s) for s in (1 - i / (a.iters + a.warmup) for i in range(a.iters + a.warmup + 1))]
+    times = []
+    with torch.no_grad():
+        for i in range(a.iters + a.warmup):
+            start = time.perf_counter()
+            t = torch.tensor([sigmas[i] * 1000])
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.precision == "bf16"):
+                cond = model(x, t, context).float()
+                uncond = model(x, t, null).float()
+            v = uncond + guide * (cond - uncond)
+            x = x + (sigmas[i + 1] - sigmas[i]) * v
+            if i >= a.warmup:
+                times.append(time.perf_counter() - start)
+    print(json.dumps({"step_s": statistics.median(times)}), flush=True)
+
+
 # ---------------------------------------------------------------- compare
 
 def mpirun(np_, args):
@@ -260,6 +305,51 @@ def run_compare(a):
     return rows
 
 
+def run_compare_sample(a):
+    """wansample's seconds per step (from N and 2N steps) against sample-peer's."""
+    wansample = a.wansample
+    if not os.path.exists(wansample):
+        sys.exit(f"vs_torch: no wansample at {wansample} (build first, or give --wansample)")
+    scratch = a.scratch
+    os.makedirs(scratch, exist_ok=True)
+    import h5py  # noqa: E402 (the venv's)
+    import numpy
+    rows = []
+    for config in a.model_configs.split(","):
+        name = os.path.basename(config).removesuffix(".json")
+        weights = os.path.join(scratch, name + ".safetensors")
+        subprocess.run([sys.executable, os.path.join(HERE, "sparse_wan_weights.py"), config, weights, "--dtype", "F32"],
+                       check=True)
+        with open(config) as f:
+            text_dim = json.load(f)["text_dim"]
+        text = os.path.join(scratch, "text-%d.h5" % text_dim)
+        with h5py.File(text, "w") as f:
+            f["text_emb"] = numpy.random.default_rng(0).standard_normal((16, text_dim), dtype=numpy.float32)
+        ours, theirs = [], []
+        for _ in range(a.rounds):
+            seconds = []
+            for steps in (a.iters, 2 * a.iters):
+                start = time.perf_counter()
+                out = subprocess.run([wansample, "--weights", weights, "--model-config", config, "--text", text,
+                                      "--frames", str(a.frames), "--size", a.size, "--steps", str(steps), "--cfg", "5",
+                                      "--precision", a.precision, "--weights-dtype", "fp32", "--threads",
+                                      str(a.threads), "--out", os.path.join(scratch, "out.h5")],
+                                     capture_output=True, text=True)
+                if out.returncode != 0:
+                    sys.exit(f"vs_torch: wansample failed:\n{out.stdout}{out.stderr}")
+                seconds.append(time.perf_counter() - start)
+            ours.append((seconds[1] - seconds[0]) / a.iters)
+            out = subprocess.run([sys.executable, os.path.abspath(__file__), "sample-peer", "--model-config", config,
+                                  "--frames", str(a.frames), "--size", a.size, "--precision", a.precision,
+                                  "--threads", str(a.threads), "--iters", str(a.iters), "--warmup", "1"],
+                                 capture_output=True, text=True, check=True)
+            theirs.append(last_json(out.stdout)["step_s"])
+        w, t = statistics.median(ours), statistics.median(theirs)
+        rows.append((name, w, t, t / w))
+        print(f"{name:<22} {a.precision:>9} {w:>14.4f} {t:>14.4f} {t / w:>8.2f}x", flush=True)
+    return rows
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="mode", required=True)
@@ -282,9 +372,33 @@ def main():
     compare.add_argument("--precisions", default="fp32,bf16")
     compare.add_argument("--rounds", type=int, default=3, help="alternating rounds (the median is reported)")
     compare.add_argument("--wanbench", default="build/release/apps/wanbench/wanbench")
+    sample_peer = sub.add_parser("sample-peer", help="the official sampling loop over the PyTorch DiT")
+    compare_sample = sub.add_parser("compare-sample", help="wansample's seconds per step and sample-peer's, with ratios")
+    for q in (sample_peer, compare_sample):
+        q.add_argument("--frames", type=int, default=5, help="latent frames")
+        q.add_argument("--size", default="32x32", help="latent HxW")
+        q.add_argument("--threads", type=int, default=2)
+        q.add_argument("--iters", type=int, default=4, help="timed steps (wansample: N and 2N)")
+        q.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
+    sample_peer.add_argument("--model-config", required=True)
+    sample_peer.add_argument("--warmup", type=int, default=1)
+    compare_sample.add_argument("--model-configs", default="data/configs/wan-small.json,data/configs/wan-mid.json")
+    compare_sample.add_argument("--rounds", type=int, default=3, help="alternating rounds (the median is reported)")
+    compare_sample.add_argument("--wansample", default="build/release/apps/wansample/wansample")
+    compare_sample.add_argument("--scratch", default=os.path.join(os.environ.get("TMPDIR", "/tmp"), "vs_torch_sample"))
     a = p.parse_args()
     if a.mode == "peer":
         run_peer(a)
+        return
+    if a.mode == "sample-peer":
+        run_sample_peer(a)
+        return
+    if a.mode == "compare-sample":
+        print(f"# wansample (UniPC, cfg 5) against the official sampling loop over a PyTorch DiT, latents "
+              f"[16,{a.frames},{a.size.replace('x', ',')}], {a.threads} thread(s), median of {a.rounds} alternating "
+              f"rounds of {a.iters} steps")
+        print(f"{'model config':<22} {'precision':>9} {'wansample s/step':>14} {'PyTorch s/step':>14} {'ratio':>8}")
+        run_compare_sample(a)
         return
     print(f"# wantrain (wanbench step, with Reducer) against PyTorch DDP (gloo), batch {a.batch_size} per rank, "
           f"latents [16,{a.frames},{a.size.replace('x', ',')}], {a.threads} thread(s) per rank, median of "
