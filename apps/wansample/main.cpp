@@ -40,6 +40,7 @@
 #include "wantrain/wan/sample/latent_comparison.hpp"
 #include "wantrain/wan/sample/latent_preview.hpp"
 #include "wantrain/wan/run/memory_plan.hpp"
+#include "wantrain/wan/sample/model_velocity.hpp"
 #include "wantrain/wan/sample/picture_start.hpp"
 #include "wantrain/wan/sample/release_defaults.hpp"
 #include "wantrain/wan/sample/sampler.hpp"
@@ -401,23 +402,14 @@ int run(distributed::World& world, int argc, char** argv) {
   // are held so, half the memory of fp32.
   const bool bf16_weights = c.weights_dtype == "bf16" || (c.weights_dtype == "auto" && release_settings);
   const at::ScalarType block_linear_dtype = bf16_weights ? at::kBFloat16 : at::kFloat;
-  // The unconditional branch with --prompt: --negative-prompt (its empty
-  // value: the all-zero context); else a released model's negative prompt,
-  // or the all-zero context that wantrain's --text-drop trains for a
-  // wantrain checkpoint or a model of no released shape.
-  std::string negative_prompt = c.negative_prompt;
+  // The unconditional branch with --prompt (wan/sample/release_defaults.hpp).
+  std::string negative_prompt;
   if (!c.prompt.empty()) {
-    std::string why;
-    if (given["negative-prompt"])
-      why = c.negative_prompt.empty() ? "the all-zero context (--negative-prompt '')" : "--negative-prompt's embedding";
-    else if (release_settings && c.checkpoint.empty()) {
-      negative_prompt = release_settings->negative_prompt;
-      why = fmt::format("{}'s negative prompt (sample_neg_prompt; --negative-prompt replaces it)",
-                        release_settings->model);
-    } else
-      why = fmt::format("the all-zero context that wantrain --text-drop trains ({})",
-                        c.checkpoint.empty() ? "a model of no released shape" : "a wantrain checkpoint");
-    std::cout << "wansample: unconditional branch: " << why << "\n";
+    const auto branch = wan::unconditional_branch(
+        given["negative-prompt"] ? std::optional<std::string>(c.negative_prompt) : std::nullopt, release_settings,
+        !c.checkpoint.empty());
+    negative_prompt = branch.negative_prompt;
+    std::cout << "wansample: unconditional branch: " << branch.why << "\n";
   }
   const char* model_type = wan::model_type_name(config.model_type);
   const bool ti2v = config.model_type == wan::ModelType::TI2V;
@@ -714,31 +706,20 @@ int run(distributed::World& world, int argc, char** argv) {
   const auto uncond = negative.defined() ? negative.unsqueeze(0).to(device)
                                          : wan::unconditional_context(cond);  // what --text-drop trains
   const nn::AutocastScope autocast(app::float_dtype(c.precision), device.type());
-  // Both branches see the picture: Wan's image2video.py guides on the text only.
-  // Which expert is on the device (with --offload-experts).
+  // With --offload-experts one expert at a time on the device, moved at
+  // the switch (text2video.py's offload).
   wan::WanModelImpl* on_device = offload ? nullptr : net.get();
-  at::Tensor uncond_computed;  // --cfg-parallel: the other half's branch, from the conditional call
-  auto velocity_of = [&](wan::WanModel& model) -> wan::VelocityField {
-    return [&](const at::Tensor& x, const at::Tensor& t, bool conditional) {
-      if (offload && on_device != model.get()) {
+  auto velocity_of = [&](wan::WanModel& model) {
+    std::function<void()> bring;
+    if (offload)
+      bring = [&, wanted = model.get()] {
+        if (on_device == wanted) return;
         for (auto* other : {&net, &high_net})
-          if (other->get() != model.get()) (*other)->to(torch::kCPU);
-        model->to(device);
-        on_device = model.get();
-      }
-      if (!branch_pair) return model->forward(x, t, conditional ? cond : uncond, image);
-      // --cfg-parallel: the sampler asks for the conditional branch, then
-      // the unconditional one; each half computes its own at the first
-      // call and the pair trades them.
-      if (!conditional) return uncond_computed;
-      const auto mine = model->forward(x, t, branch == 0 ? cond : uncond, image).contiguous();
-      auto sizes = mine.sizes().vec();
-      sizes.insert(sizes.begin(), 2);
-      const auto both = torch::empty(sizes, mine.options());
-      branch_pair->all_gather_async(both, mine)->wait();
-      uncond_computed = both[1];
-      return both[0];
-    };
+          if (other->get() != wanted) (*other)->to(torch::kCPU);
+        wanted->to(device);
+        on_device = wanted;
+      };
+    return wan::model_velocity(*model, cond, uncond, image, {branch_pair.get(), branch}, bring);
   };
   const wan::VelocityField velocity = velocity_of(net);
   std::optional<wan::HighNoiseExpert> high_expert;

@@ -1,5 +1,7 @@
 #include "wantrain/wan/sample/release_defaults.hpp"
 
+#include <fmt/format.h>
+
 namespace wt::wan {
 
 namespace {
@@ -71,6 +73,17 @@ std::optional<ReleaseSampling> release_sampling(const WanConfig& config, bool tw
       return r;
   }
   return std::nullopt;
+}
+
+UnconditionalBranch unconditional_branch(const std::optional<std::string>& given,
+                                         const std::optional<ReleaseSampling>& release, bool wantrain_checkpoint) {
+  if (given)
+    return {*given, given->empty() ? "the all-zero context (--negative-prompt '')" : "--negative-prompt's embedding"};
+  if (release && !wantrain_checkpoint)
+    return {release->negative_prompt,
+            fmt::format("{}'s negative prompt (sample_neg_prompt; --negative-prompt replaces it)", release->model)};
+  return {"", fmt::format("the all-zero context that wantrain --text-drop trains ({})",
+                          wantrain_checkpoint ? "a wantrain checkpoint" : "a model of no released shape")};
 }
 
 }  // namespace wt::wan

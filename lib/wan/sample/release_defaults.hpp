@@ -30,4 +30,17 @@ struct ReleaseSampling {
 // release has this shape.
 std::optional<ReleaseSampling> release_sampling(const WanConfig& config, bool two_experts, int64_t pixels);
 
+// The unconditional branch of guidance for a prompt: the negative prompt
+// given (`given`; its empty value: the all-zero context), else a released
+// model's negative prompt (`release`, unless the weights are a wantrain
+// checkpoint's), else the all-zero context that wantrain --text-drop trains.
+// `negative_prompt` empty: the all-zero context; `why` says which, for the
+// user.
+struct UnconditionalBranch {
+  std::string negative_prompt;
+  std::string why;
+};
+UnconditionalBranch unconditional_branch(const std::optional<std::string>& given,
+                                         const std::optional<ReleaseSampling>& release, bool wantrain_checkpoint);
+
 }  // namespace wt::wan

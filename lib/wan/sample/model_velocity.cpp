@@ -1,0 +1,27 @@
+#include "wantrain/wan/sample/model_velocity.hpp"
+
+#include <torch/torch.h>
+
+#include <memory>
+
+namespace wt::wan {
+
+VelocityField model_velocity(WanModelImpl& model, at::Tensor cond, at::Tensor uncond, ImageCondition image,
+                             BranchPair pair, std::function<void()> before) {
+  auto traded = std::make_shared<at::Tensor>();  // the other half's branch, from the conditional call
+  return
+      [&model, cond, uncond, image, pair, before, traded](const at::Tensor& x, const at::Tensor& t, bool conditional) {
+        if (before) before();
+        if (!pair.comm) return model.forward(x, t, conditional ? cond : uncond, image);
+        if (!conditional) return *traded;
+        const auto mine = model.forward(x, t, pair.branch == 0 ? cond : uncond, image).contiguous();
+        auto sizes = mine.sizes().vec();
+        sizes.insert(sizes.begin(), 2);
+        const auto both = torch::empty(sizes, mine.options());
+        pair.comm->all_gather_async(both, mine)->wait();
+        *traded = both[1];
+        return both[0];
+      };
+}
+
+}  // namespace wt::wan
