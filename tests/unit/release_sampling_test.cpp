@@ -76,3 +76,27 @@ TEST(ReleaseSampling, ShapesNoReleaseHasGetNone) {
   EXPECT_FALSE(release_sampling(config("wan2.1-i2v-14b-480p"), true, 832 * 480).has_value());
   EXPECT_EQ(release_sampling(config("wan2.2-t2v-a14b"), false, 832 * 480)->model, "Wan2.1 T2V-14B");
 }
+
+// The unconditional branch: a given negative prompt (its empty value the
+// all-zero context) wins; a released model's weights get the release's
+// negative prompt; a wantrain checkpoint, or a shape no release has, the
+// all-zero context that --text-drop trains.
+TEST(ReleaseSampling, TheUnconditionalBranchFollowsTheRule) {
+  const auto release = release_sampling(config("wan2.1-t2v-1.3b"), false, 832 * 480);
+  ASSERT_TRUE(release.has_value());
+  const auto given = unconditional_branch(std::string("blurry"), release, false);
+  EXPECT_EQ(given.negative_prompt, "blurry");
+  EXPECT_EQ(given.why, "--negative-prompt's embedding");
+  const auto zero = unconditional_branch(std::string(), release, false);
+  EXPECT_EQ(zero.negative_prompt, "");
+  EXPECT_EQ(zero.why, "the all-zero context (--negative-prompt '')");
+  const auto released = unconditional_branch(std::nullopt, release, false);
+  EXPECT_EQ(released.negative_prompt, release->negative_prompt);
+  EXPECT_EQ(released.why, "Wan2.1 T2V-1.3B's negative prompt (sample_neg_prompt; --negative-prompt replaces it)");
+  const auto checkpoint = unconditional_branch(std::nullopt, release, true);
+  EXPECT_EQ(checkpoint.negative_prompt, "");
+  EXPECT_EQ(checkpoint.why, "the all-zero context that wantrain --text-drop trains (a wantrain checkpoint)");
+  const auto unreleased = unconditional_branch(std::nullopt, std::nullopt, false);
+  EXPECT_EQ(unreleased.negative_prompt, "");
+  EXPECT_EQ(unreleased.why, "the all-zero context that wantrain --text-drop trains (a model of no released shape)");
+}
