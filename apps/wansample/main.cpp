@@ -40,6 +40,7 @@
 #include "wantrain/wan/sample/latent_comparison.hpp"
 #include "wantrain/wan/sample/latent_preview.hpp"
 #include "wantrain/wan/run/memory_plan.hpp"
+#include "wantrain/wan/sample/dataset_sample.hpp"
 #include "wantrain/wan/sample/model_velocity.hpp"
 #include "wantrain/wan/sample/picture_start.hpp"
 #include "wantrain/wan/sample/release_defaults.hpp"
@@ -463,23 +464,13 @@ int run(distributed::World& world, int argc, char** argv) {
           fmt::format("option --index: {} is outside the {} samples of {}", c.index, dataset.size(), c.data));
     const auto& s = dataset.shape_of(c.index);  // a bucketed dataset: that sample's shape
     wan::check_data_fits_model(s, c.data, config, c.model_config);
-    reference = torch::empty({s.channels, s.frames, s.height, s.width}, data::scalar_type(s.latents));
-    context = torch::empty({s.text_len, s.text_dim}, data::scalar_type(s.text));
-    data::SampleCondition condition;
-    if (s.has_condition()) {
-      condition.y = torch::empty({s.condition_channels, s.frames, s.height, s.width}, data::scalar_type(s.latents));
-      if (s.clip_tokens > 0) condition.clip_fea = torch::empty({s.clip_tokens, s.clip_dim}, data::scalar_type(s.text));
-    }
-    data::SampleReader reader(dataset);
-    reader.read(c.index, reference, context, text_len, s.has_condition() ? &condition : nullptr);
-    context = context.to(torch::kFloat32);
-    reference = reference.to(torch::kFloat32);
-    // The sample's own condition: its first (and last) frame, as trained.
-    if (condition.y.defined()) image.y = condition.y.to(torch::kFloat32).unsqueeze(0);
-    if (condition.clip_fea.defined()) image.clip_fea = condition.clip_fea.to(torch::kFloat32).unsqueeze(0);
+    auto sample = wan::read_dataset_sample(dataset, c.index);
+    reference = sample.latents;
+    context = sample.context;
+    text_len = sample.text_len;
+    image = sample.image;  // the sample's own condition: its first (and last) frame, as trained
     shape = {1, latent_channels, s.frames, s.height, s.width};
-    const std::string prompt = reader.prompt(c.index);
-    source = fmt::format("{} sample {}{}", c.data, c.index, prompt.empty() ? "" : ": " + prompt);
+    source = fmt::format("{} sample {}{}", c.data, c.index, sample.prompt.empty() ? "" : ": " + sample.prompt);
   } else if (!c.prompt.empty()) {
     std::vector<int64_t> wh;
     if (!c.image.empty() && c.size.empty()) {  // the picture's aspect ratio within --max-area

@@ -12,6 +12,7 @@
 #include "wantrain/util/reporter.hpp"
 #include "wantrain/wan/objective/caption_dropout.hpp"
 #include "wantrain/wan/run/sampling_weights.hpp"
+#include "wantrain/wan/sample/dataset_sample.hpp"
 #include "wantrain/wan/sample/latent_comparison.hpp"
 #include "wantrain/wan/sample/latent_preview.hpp"
 #include "wantrain/util/error.hpp"
@@ -23,21 +24,10 @@ TrainingSampler::TrainingSampler(const data::Dataset& dataset, const TrainingSam
   if (options.index < 0 || options.index >= dataset.size())
     throw SettingError("sample_index",
                        fmt::format("{} is outside the {} training samples", options.index, dataset.size()));
-  const auto& s = dataset.shape_of(options.index);  // drawn at the shape of its bucket
-  latents_ = torch::empty({s.channels, s.frames, s.height, s.width}, data::scalar_type(s.latents));
-  context_ = torch::empty({s.text_len, s.text_dim}, data::scalar_type(s.text));
-  int32_t text_len = 0;
-  data::SampleCondition condition;
-  if (s.has_condition()) {
-    condition.y = torch::empty({s.condition_channels, s.frames, s.height, s.width}, data::scalar_type(s.latents));
-    if (s.clip_tokens > 0) condition.clip_fea = torch::empty({s.clip_tokens, s.clip_dim}, data::scalar_type(s.text));
-  }
-  data::SampleReader reader(dataset);
-  reader.read(options.index, latents_, context_, text_len, s.has_condition() ? &condition : nullptr);
-  latents_ = latents_.to(torch::kFloat32);
-  context_ = context_.to(torch::kFloat32);
-  if (condition.y.defined()) image_.y = condition.y.to(torch::kFloat32).unsqueeze(0);
-  if (condition.clip_fea.defined()) image_.clip_fea = condition.clip_fea.to(torch::kFloat32).unsqueeze(0);
+  auto sample = read_dataset_sample(dataset, options.index);  // at the shape of its bucket
+  latents_ = sample.latents;
+  context_ = sample.context;
+  image_ = sample.image;
 }
 
 train::SampleReport TrainingSampler::draw(WanModelImpl& model, const train::NamedTensors& trainable,

@@ -1,0 +1,29 @@
+#include "wantrain/wan/sample/dataset_sample.hpp"
+
+#include <torch/torch.h>
+
+#include "wantrain/data/shard.hpp"
+
+namespace wt::wan {
+
+DatasetSample read_dataset_sample(const data::Dataset& dataset, int64_t index) {
+  const auto& s = dataset.shape_of(index);  // a bucketed dataset: that sample's shape
+  DatasetSample sample;
+  auto latents = torch::empty({s.channels, s.frames, s.height, s.width}, data::scalar_type(s.latents));
+  auto context = torch::empty({s.text_len, s.text_dim}, data::scalar_type(s.text));
+  data::SampleCondition condition;
+  if (s.has_condition()) {
+    condition.y = torch::empty({s.condition_channels, s.frames, s.height, s.width}, data::scalar_type(s.latents));
+    if (s.clip_tokens > 0) condition.clip_fea = torch::empty({s.clip_tokens, s.clip_dim}, data::scalar_type(s.text));
+  }
+  data::SampleReader reader(dataset);
+  reader.read(index, latents, context, sample.text_len, s.has_condition() ? &condition : nullptr);
+  sample.latents = latents.to(torch::kFloat32);
+  sample.context = context.to(torch::kFloat32);
+  if (condition.y.defined()) sample.image.y = condition.y.to(torch::kFloat32).unsqueeze(0);
+  if (condition.clip_fea.defined()) sample.image.clip_fea = condition.clip_fea.to(torch::kFloat32).unsqueeze(0);
+  sample.prompt = reader.prompt(index);
+  return sample;
+}
+
+}  // namespace wt::wan
