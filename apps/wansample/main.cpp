@@ -91,7 +91,9 @@ wan::WanConfig sampling_model_config(const SampleConfig& c) {
 }
 
 int run(distributed::World& world, int argc, char** argv) {
-  set_option_names({{"device", "device"}, {"max_area", "max-area"}});  // the library's settings that errors may name
+  set_option_names({{"device", "device"},
+                    {"max_area", "max-area"},
+                    {"image", "image"}});  // the library's settings that errors may name
   SampleConfig c;
   OptionSet options(
       "wansample",

@@ -208,6 +208,9 @@ MemorySummary memory_summary(distributed::World& world, const distributed::Comm&
 int run(distributed::World& world, int argc, char** argv) {
   // The library's settings that errors may name, by their option here.
   set_option_names({{"output_dir", "output-dir"},
+                    {"vae", "vae"},
+                    {"t5", "t5"},
+                    {"sample_clip", "sample-clip"},
                     {"resume", "resume"},
                     {"prefetch", "prefetch"},
                     {"shard_affinity", "shard-affinity"},

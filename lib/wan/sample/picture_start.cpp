@@ -29,10 +29,10 @@ PictureStart start_from_picture(const WanConfig& config, VideoVae& vae, ClipVisi
   const auto weights = vae.parameters().front();
   start.first_frame = vae.encode(picture.unsqueeze(1).unsqueeze(0).to(weights.device())).to(device, at::kFloat);
   if (start.first_frame.size(1) != shape[1] || start.first_frame.sizes().slice(3) != at::IntArrayRef(shape).slice(3))
-    throw UsageError(
-        fmt::format("option --image: the VAE makes latents [{}] of the picture, the model samples [{}]: "
-                    "a {}-channel model needs its own VAE",
-                    fmt::join(start.first_frame.sizes(), ","), fmt::join(shape, ","), shape[1]));
+    throw SettingError("image",
+                       fmt::format("the VAE makes latents [{}] of the picture, the model samples [{}]: "
+                                   "a {}-channel model needs its own VAE",
+                                   fmt::join(start.first_frame.sizes(), ","), fmt::join(shape, ","), shape[1]));
   return start;
 }
 

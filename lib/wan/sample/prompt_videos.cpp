@@ -67,8 +67,9 @@ PromptVideos::PromptVideos(const WanConfig& config, PromptVideoOptions options, 
     : config_(config), options_(std::move(options)) {
   vae_config_ = video_vae_config(options_.vae, options_.vae_config);
   if (vae_config_.z_dim() != config_.out_dim)
-    throw UsageError(fmt::format("option --vae: {} is the {}, whose latents have {} channels; the model makes {}",
-                                 options_.vae, vae_config_.description(), vae_config_.z_dim(), config_.out_dim));
+    throw SettingError("vae",
+                       fmt::format("{} is the {}, whose latents have {} channels; the model makes {}", options_.vae,
+                                   vae_config_.description(), vae_config_.z_dim(), config_.out_dim));
   const int64_t spatial = vae_config_.spatial_factor(), temporal = vae_config_.temporal_factor();
   const int64_t multiple = spatial * config_.patch_size[1];
   const bool ti2v = config_.model_type == ModelType::TI2V;
@@ -115,8 +116,8 @@ PromptVideos::PromptVideos(const WanConfig& config, PromptVideoOptions options, 
         continue;
       }
       if (config_.image_branch() && options_.clip.empty()) {
-        wrong(fmt::format("--image: the {} model reads the picture's CLIP features: give wantrain --sample-clip",
-                          model_type_name(config_.model_type)));
+        wrong(fmt::format("--image: the {} model reads the picture's CLIP features: give the CLIP image encoder ({})",
+                          model_type_name(config_.model_type), setting_reference("sample_clip")));
         continue;
       }
     } else if (config_.image_conditioned()) {
@@ -138,8 +139,8 @@ PromptVideos::PromptVideos(const WanConfig& config, PromptVideoOptions options, 
   files.text_len = config_.text_len;
   TextEncoder encoder(files, device);
   if (encoder.dim() != config_.text_dim)
-    throw UsageError(fmt::format("option --t5: {} makes embeddings of {} values a token; the model reads {}",
-                                 files.weights, encoder.dim(), config_.text_dim));
+    throw SettingError("t5", fmt::format("{} makes embeddings of {} values a token; the model reads {}", files.weights,
+                                         encoder.dim(), config_.text_dim));
   std::vector<std::string> texts;
   for (const auto& p : mine_) {
     texts.push_back(p.line.prompt);
