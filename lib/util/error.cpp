@@ -12,15 +12,24 @@ std::map<std::string, std::string>& option_names() {
   static std::map<std::string, std::string> names;
   return names;
 }
-std::string describe_setting(const std::string& setting, const std::string& message) {
-  const auto it = option_names().find(setting);
-  return it == option_names().end() ? fmt::format("{}: {}", setting, message)
-                                    : fmt::format("option --{}: {}", it->second, message);
+std::string describe_settings(const std::vector<std::string>& settings, const std::string& message) {
+  std::string named;
+  bool mapped = true;
+  for (const auto& setting : settings) mapped = mapped && option_names().count(setting);
+  for (const auto& setting : settings)
+    named += (named.empty() ? "" : ", ") + (mapped ? "--" + option_names().at(setting) : setting);
+  if (!mapped) return fmt::format("{}: {}", named, message);
+  return fmt::format("option{} {}: {}", settings.size() > 1 ? "s" : "", named, message);
 }
 }  // namespace
 
 SettingError::SettingError(const std::string& setting, const std::string& message)
-    : UsageError(describe_setting(setting, message)), setting_(setting), message_(message) {}
+    : SettingError(SettingNames{setting}, message) {}
+
+SettingError::SettingError(const SettingNames& settings, const std::string& message)
+    : UsageError(describe_settings(settings, message)),
+      setting_(settings.empty() ? std::string() : settings.front()),
+      message_(message) {}
 
 std::string setting_reference(const std::string& setting) {
   const auto it = option_names().find(setting);

@@ -15,6 +15,7 @@
 #include <map>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace wt {
 
@@ -33,11 +34,15 @@ class UsageError : public Error {
 // tool's command-line options. A tool maps the settings it exposes to its
 // option names once, at start-up (set_option_names), so that the line its
 // user reads names the option: "option --shard-affinity: <message>".
-// Unmapped: "<setting>: <message>".
+// Unmapped: "<setting>: <message>". A message about several settings at
+// once names them all (SettingNames{"frames", "size"}): "options --frames,
+// --size: <message>".
+using SettingNames = std::vector<std::string>;
 class SettingError : public UsageError {
  public:
   SettingError(const std::string& setting, const std::string& message);
-  const std::string& setting() const { return setting_; }
+  SettingError(const SettingNames& settings, const std::string& message);
+  const std::string& setting() const { return setting_; }  // the first
   const std::string& message() const { return message_; }
 
  private:

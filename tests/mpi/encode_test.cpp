@@ -959,9 +959,10 @@ TEST(Encode, Wan22sVaeSetsTheDefaultsOfTi2vAndItsReadmeLineRuns) {
       " --steps 1 --vae " + vae + " --vae-config " + vae_config + " --out " + dir + "/s.h5 --video " + dir + "/s.mp4";
   const auto default_size = launch(sample + " --frames 6");
   EXPECT_EQ(default_size.status, 2) << default_size.output;
-  EXPECT_NE(default_size.output.find("options --frames 6, --size 1280x704: with --prompt, video frames are 4k + 1 and "
-                                     "the size multiples of 32"),
-            std::string::npos)
+  EXPECT_NE(
+      default_size.output.find("options --frames, --size: 6 and 1280x704: with --prompt, video frames are 4k + 1 and "
+                               "the size multiples of 32"),
+      std::string::npos)
       << default_size.output;
   run_ok(sample + " --frames 9 --size 64x32");
   const auto video = wt::media::probe_media(dir + "/s.mp4");

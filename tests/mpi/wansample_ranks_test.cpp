@@ -114,7 +114,7 @@ TEST(WansampleRanks, SplitSequencesSampleWhatOneProcessSamples) {
         {2, std::string(" --shard-weights --lora ") + dir + "/a.safetensors",
          std::string("option --shard-weights: a LoRA is merged into whole weights: merge it first")},
         {1, std::string(" --sp 2"),
-         std::string("option --sp: 2: wansample runs as one process: start it with "
+         std::string("option --sp: 2: the sample runs as one process: start it with "
                      "mpirun -np 2")}}) {
     const Job bad = launch(mpi_command(
         ranks, WANTRAIN_WANSAMPLE, common + "--weights " + dir + "/a.safetensors --out " + dir + "/bad.h5" + options));
