@@ -9,6 +9,7 @@
 #include "io_bench.hpp"
 #include "model_bench.hpp"
 #include "optim_bench.hpp"
+#include "sample_bench.hpp"
 #include "step_bench.hpp"
 #include "t5_bench.hpp"
 #include "vae_bench.hpp"
@@ -30,6 +31,8 @@ constexpr const char* kUsage =
     "  model       WanModel forward and forward+backward seconds per sample and peak RSS (run without mpirun)\n"
     "  optim       the optimizer phase on a model's parameters: AdamW's loop vs the multi-tensor and fused steps,\n"
     "              the EMA per tensor vs multi-tensor (run without mpirun)\n"
+    "  sample      wansample's pipeline: seconds per solver step on a model of random weights, on one rank or\n"
+    "              split over the ranks of mpirun\n"
     "  step        Trainer step time and split, with the Reducer and with communication skipped; gradient sync\n"
     "              of the whole model by the Reducer vs raw MPI_Allreduce\n"
     "  t5          umT5 text encoder seconds per forward, weight bytes and peak RSS (run without mpirun)\n"
@@ -44,6 +47,7 @@ int run(wt::distributed::World& world, int argc, char** argv) {
   if (command == "io") return wt::run_io_bench(world, argc - 1, argv + 1);
   if (command == "model") return wt::run_model_bench(world, argc - 1, argv + 1);
   if (command == "optim") return wt::run_optim_bench(world, argc - 1, argv + 1);
+  if (command == "sample") return wt::run_sample_bench(world, argc - 1, argv + 1);
   if (command == "step") return wt::run_step_bench(world, argc - 1, argv + 1);
   if (command == "t5") return wt::run_t5_bench(world, argc - 1, argv + 1);
   if (command == "vae") return wt::run_vae_bench(world, argc - 1, argv + 1);
@@ -57,8 +61,9 @@ int run(wt::distributed::World& world, int argc, char** argv) {
   }
   world.agree([&] {
     throw wt::UsageError(
-        command.empty() ? std::string("no command given (allreduce|ckpt|io|model|optim|step|t5|vae)")
-                        : fmt::format("unknown command '{}' (allreduce|ckpt|io|model|optim|step|t5|vae)", command));
+        command.empty()
+            ? std::string("no command given (allreduce|ckpt|io|model|optim|sample|step|t5|vae)")
+            : fmt::format("unknown command '{}' (allreduce|ckpt|io|model|optim|sample|step|t5|vae)", command));
   });
   return wt::kExitUsage;
 }

@@ -209,3 +209,15 @@ TEST(DidYouMean, NamesTheClosestCandidateWhenItIsATypo) {
   EXPECT_EQ(wt::did_you_mean("xy", names), "");
   EXPECT_EQ(wt::did_you_mean("anything", {}), "");
 }
+
+// A library error about several settings names each as the tool's option
+// when the tool maps them all, and as the settings otherwise.
+TEST(SettingErrors, NameEverySettingAsTheToolsOption) {
+  wt::set_option_names({{"frames", "frames"}, {"size", "size"}});
+  EXPECT_STREQ(wt::SettingError(wt::SettingNames{"frames", "size"}, "6 and 40x40: not 4k + 1").what(),
+               "options --frames, --size: 6 and 40x40: not 4k + 1");
+  EXPECT_STREQ(wt::SettingError("size", "too small").what(), "option --size: too small");
+  EXPECT_STREQ(wt::SettingError(wt::SettingNames{"frames", "max_area"}, "x").what(), "frames, max_area: x");
+  wt::set_option_names({});
+  EXPECT_STREQ(wt::SettingError("size", "too small").what(), "size: too small");
+}
