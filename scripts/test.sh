@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Every test: install what is missing, build, run the whole CTest suite
+# Every test: install what is missing (the peers the tests compare with too:
+# scripts/install-peers.sh), build, run the whole CTest suite
 # (unit tests, 2-rank MPI tests under mpiexec, launch tests, the fault suite;
 # GPU tests skip without GPUs), check each test's time against the budget
 # (tests/budget/), then the ThreadSanitizer build of the threaded parts'
@@ -28,6 +29,10 @@ trap report EXIT
 build=build/release
 scripts/build.sh release
 stage_done "build (release)"
+# The peers the tests compare with (diffusers, transformers, peft; test-only,
+# pinned in scripts/peer-versions), into the torch wheel's venv once per machine.
+scripts/install-peers.sh >/dev/null
+stage_done "peers (diffusers, ...)"
 
 # The costs of the last measured run, so that a fresh build directory (CI's
 # clone) starts the longest tests first; CTest updates the copy as it runs.

@@ -12,6 +12,7 @@
 #include "wantrain/ckpt/checkpoint.hpp"
 #include "wantrain/wan/run/checkpoint_weights.hpp"
 #include "wantrain/distributed/world.hpp"
+#include "wantrain/wan/model/diffusers_export.hpp"
 #include "wantrain/wan/model/lora.hpp"
 #include "wantrain/wan/model/model_config.hpp"
 #include "wantrain/wan/model/wan_model.hpp"
@@ -27,12 +28,25 @@ namespace {
 
 struct ExportOptions {
   bool ema = false;
-  std::string out, names, dtype_name;
+  std::string out, names, dtype_name, format = "safetensors";
   at::ScalarType dtype = at::kFloat;
+  double max_shard_bytes = 5.0 * (1 << 30);
 };
 
 wan::WeightNames weight_names(const ExportOptions& o) {
   return o.names == "diffusers" ? wan::WeightNames::Diffusers : wan::WeightNames::Official;
+}
+
+// Whole weights: one safetensors file, or a diffusers folder (OUT/transformer/).
+// Returns how they were written, for the line that reports it.
+std::string write_model(const wan::WanModelImpl& model, const wan::WanConfig& config, const ExportOptions& o) {
+  if (o.format != "diffusers") {
+    wan::save_weights(model, o.out, o.dtype, weight_names(o));
+    return fmt::format("{} names, {}", o.names, o.dtype_name);
+  }
+  const auto folder = wan::save_diffusers_folder(model, config, o.out, o.dtype, o.max_shard_bytes);
+  return fmt::format("a diffusers folder {} in {} shard{}, {}", folder.folder, folder.shards,
+                     folder.shards == 1 ? "" : "s", o.dtype_name);
 }
 
 // A whole model's checkpoint: its weights (or EMA) as safetensors, through
@@ -50,9 +64,9 @@ void export_model(const ckpt::Checkpoint& saved, const std::string& path, const 
     torch::NoGradGuard no_grad;
     ckpt::copy_named(tensors.model, named);
   }
-  wan::save_weights(*model, o.out, o.dtype, weight_names(o));
-  fmt::print("exported {} {} tensors of step {} ({} names, {}) to {}\n", named.size(), o.ema ? "EMA" : "model",
-             saved.state.step, o.names, o.dtype_name, o.out);
+  const auto written = write_model(*model, config, o);
+  fmt::print("exported {} {} tensors of step {} ({}) to {}\n", named.size(), o.ema ? "EMA" : "model", saved.state.step,
+             written, o.out);
 }
 
 // A LoRA checkpoint's adapter settings, from the run options it stores.
@@ -83,6 +97,11 @@ void export_lora(const ckpt::Checkpoint& saved, const std::string& path, const w
   const auto& adapters = o.ema ? saved.ema : saved.model;
   const std::string trained_base = saved.objective.at("lora_base");
   if (merge_base.empty()) {
+    if (o.format == "diffusers")
+      throw UsageError(fmt::format(
+          "option --format diffusers: checkpoint {} holds LoRA adapters: a diffusers folder holds whole weights "
+          "(give --merge BASE), and a LoRA file for diffusers is --names diffusers",
+          path));
     wan::write_lora_file(o.out, adapters, lora, trained_base,
                          o.names == "diffusers" ? wan::LoraNames::Diffusers : wan::LoraNames::Official, o.dtype);
     fmt::print("exported the {} LoRA adapters of step {} ({}; {} names, base {}) to {}\n", o.ema ? "EMA" : "trained",
@@ -120,9 +139,9 @@ void export_lora(const ckpt::Checkpoint& saved, const std::string& path, const w
     ckpt::copy_named(adapters, into);
   }
   wan::merge_lora(*model);
-  wan::save_weights(*model, o.out, o.dtype, weight_names(o));
-  fmt::print("exported {} with the {} LoRA adapters of step {} folded in ({} names, {}) to {}\n", merge_base,
-             o.ema ? "EMA" : "trained", saved.state.step, o.names, o.dtype_name, o.out);
+  const auto written = write_model(*model, config, o);
+  fmt::print("exported {} with the {} LoRA adapters of step {} folded in ({}) to {}\n", merge_base,
+             o.ema ? "EMA" : "trained", saved.state.step, written, o.out);
 }
 
 // No checkpoint: the weights a fresh run with --seed starts from (Wan's
@@ -140,16 +159,16 @@ void export_seed(const std::string& config_path, uint64_t seed, bool stand_in, c
     torch::NoGradGuard no_grad;
     torch::nn::init::xavier_uniform_(model->head->head->weight);
   }
-  wan::save_weights(*model, o.out, o.dtype, weight_names(o));
-  fmt::print("exported the initial weights of seed {}{} for {} ({} parameters; {} names, {}) to {}\n", seed,
-             stand_in ? " with a random head" : "", config_path, wan::parameter_count(config), o.names, o.dtype_name,
-             o.out);
+  const auto written = write_model(*model, config, o);
+  fmt::print("exported the initial weights of seed {}{} for {} ({} parameters; {}) to {}\n", seed,
+             stand_in ? " with a random head" : "", config_path, wan::parameter_count(config), written, o.out);
 }
 
 }  // namespace
 
 int run_export(distributed::World& world, int argc, char** argv) {
   std::string config_file, checkpoint_path, dtype = "fp32", model_config_out, merge, model_config;
+  double max_shard_gib = 5;
   uint64_t seed = 0;
   bool stand_in = false;
   ExportOptions o;
@@ -166,7 +185,11 @@ int run_export(distributed::World& world, int argc, char** argv) {
       .flag("random-head", &stand_in,
             "with --model-config: draw the output head too (zero in Wan's initialisation): a stand-in base for "
             "LoRA, whose blocks all reach the output")
-      .add("out", &o.out, "safetensors file to write")
+      .add("out", &o.out, "safetensors file to write; with --format diffusers, the folder")
+      .choice("format", &o.format, {"safetensors", "diffusers"},
+              "safetensors: one file; diffusers: a folder OUT/transformer/ with config.json and the weights "
+              "(sharded past --max-shard-size) as diffusers' WanTransformer3DModel.from_pretrained loads them")
+      .add("max-shard-size", &max_shard_gib, "with --format diffusers: GiB at most a shard")
       .flag("ema", &o.ema, "export the EMA weights instead of the trained ones")
       .choice("dtype", &dtype, {"fp32", "bf16", "fp16"}, "stored dtype")
       .choice("names", &o.names, {"official", "diffusers"}, "tensor names: official Wan, or diffusers'")
@@ -187,7 +210,10 @@ int run_export(distributed::World& world, int argc, char** argv) {
   if (!model_config.empty() && (o.ema || !merge.empty() || !model_config_out.empty()))
     throw UsageError("option --model-config: --ema, --merge and --model-config-out need --checkpoint");
   if (stand_in && model_config.empty()) throw UsageError("option --random-head: needs --model-config");
-  if (o.out.empty()) throw UsageError("option --out: the safetensors file to write is required");
+  if (o.out.empty()) throw UsageError("option --out: the safetensors file (or diffusers folder) to write is required");
+  if (!(max_shard_gib > 0)) throw UsageError("option --max-shard-size: must be positive (GiB)");
+  o.max_shard_bytes = max_shard_gib * double(1 << 30);
+  if (o.format == "diffusers") o.names = "diffusers";
   if (!world.is_root()) return kExitOk;  // one writer, however it was launched
   o.dtype = app::float_dtype(dtype);
   o.dtype_name = dtype;

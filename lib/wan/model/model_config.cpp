@@ -13,6 +13,7 @@
 #include "wantrain/util/files.hpp"
 #include "wantrain/util/text.hpp"
 #include "wantrain/util/json.hpp"
+#include "wantrain/wan/model/diffusers_folder.hpp"
 
 namespace wt::wan {
 namespace {
@@ -178,13 +179,27 @@ WanConfig parse_model_config(const std::string& text, const std::string& source)
 }
 
 WanConfig load_model_config(const std::string& path) {
+  // A diffusers folder (the transformer's, or a pipeline's root): its config.json.
+  if (const auto folder = find_transformer_folder(path))
+    return parse_diffusers_config(read_whole_file(folder->config), folder->config);
   if (const auto why = unreadable_file_reason(path); !why.empty())
     throw UsageError(fmt::format("model config {}: {}", path, why));
   std::ifstream in(path);
   if (!in) throw UsageError(fmt::format("model config {}: cannot open the file", path));
   std::ostringstream text;
   text << in.rdbuf();
+  if (is_diffusers_config(text.str())) return parse_diffusers_config(text.str(), path);
   return parse_model_config(text.str(), path);
+}
+
+std::string first_difference(const WanConfig& a, const WanConfig& b) {
+  const auto left = json::parse(to_json(a)), right = json::parse(to_json(b));
+  for (const auto& [key, value] : left.items())
+    if (!right.contains(key) || right[key] != value)
+      return fmt::format("{}: {} vs {}", key, value.dump(), right.contains(key) ? right[key].dump() : "none");
+  for (const auto& [key, value] : right.items())
+    if (!left.contains(key)) return fmt::format("{}: none vs {}", key, value.dump());
+  return {};
 }
 
 std::string to_json(const WanConfig& c) {

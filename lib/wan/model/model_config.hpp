@@ -55,7 +55,11 @@ struct WanConfig {
 
 // Reads and validates a config file. UsageError naming the file and the key
 // for a missing key, an unknown key, a value of the wrong type or range.
+// A diffusers WanTransformer3DModel config.json, or a diffusers folder (the
+// transformer's, or a pipeline's root) is read as diffusers_folder.hpp says.
 WanConfig load_model_config(const std::string& path);
+// "num_layers: 30 vs 2": the first key whose values differ; "" when equal.
+std::string first_difference(const WanConfig& a, const WanConfig& b);
 // The same from JSON text; `source` names it in errors.
 WanConfig parse_model_config(const std::string& json_text, const std::string& source);
 // The config as JSON with Wan's keys (what checkpoints store).

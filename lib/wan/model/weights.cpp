@@ -12,6 +12,7 @@
 #include <map>
 #include <set>
 
+#include "wantrain/wan/model/diffusers_folder.hpp"
 #include "wantrain/wan/model/weight_names.hpp"
 #include "wantrain/util/error.hpp"
 #include "wantrain/util/files.hpp"
@@ -142,6 +143,8 @@ bool is_pth(const std::string& path) {
 }
 
 TensorSource open_weights(const std::string& path) {
+  // A diffusers folder: its transformer's weights (one file or the shards' index).
+  if (const auto folder = find_transformer_folder(path)) return open_weights(folder->weights);
   std::vector<std::pair<std::string, std::vector<int64_t>>> stored;
   if (is_pth(path)) {
     auto file = std::make_shared<const io::PthFile>(io::PthFile::open(path));

@@ -52,8 +52,10 @@ struct TensorSource {
 
 // A safetensors file or index, or a .pth/.pt state dict written by
 // torch.save (read by io::PthFile, which runs no code from it), as a
-// TensorSource. UsageError as WeightFiles::open or PthFile::open, and naming
-// both when two tensors name one parameter.
+// TensorSource; or a diffusers folder (diffusers_folder.hpp: the
+// transformer's, or a pipeline's root), its transformer's weights.
+// UsageError as WeightFiles::open or PthFile::open, and naming both when two
+// tensors name one parameter.
 TensorSource open_weights(const std::string& path);
 // Whether open_weights reads `path` as a torch.save file (.pth, .pt).
 bool is_pth(const std::string& path);

@@ -22,6 +22,7 @@
 #include "wantrain/wan/encode/image_condition.hpp"
 #include "wantrain/wan/encoders/clip_vision.hpp"
 #include "wantrain/wan/encoders/text_encoder.hpp"
+#include "wantrain/wan/model/diffusers_folder.hpp"
 #include "wantrain/wan/model/lora_file.hpp"
 #include "wantrain/wan/model/wan_model.hpp"
 #include "wantrain/wan/objective/caption_dropout.hpp"
@@ -61,7 +62,18 @@ std::string cfg_text(double low, double high) {
 // The model config: model_config, or the one the checkpoint stores (checked
 // against model_config when both are given).
 WanConfig sampling_model_config(const SamplingRequest& r) {
-  if (r.checkpoint.empty()) return load_model_config(r.model_config);
+  if (r.checkpoint.empty()) {
+    // A diffusers folder brings its config.json; a model_config given too must agree with it.
+    const std::string weights = r.weights.empty() ? r.low_noise : r.weights;
+    const auto folder = find_transformer_folder(weights);
+    if (!folder) return load_model_config(r.model_config);
+    const auto stored = load_model_config(folder->folder);
+    if (!r.model_config.empty())
+      if (const auto difference = first_difference(load_model_config(r.model_config), stored); !difference.empty())
+        throw SettingError("model_config",
+                           fmt::format("{} and {} differ: {}", r.model_config, folder->config, difference));
+    return stored;
+  }
   const std::string stored = ckpt::read_model_config(r.checkpoint);
   if (!r.model_config.empty())
     ckpt::check_model_config(stored, r.checkpoint, to_json(load_model_config(r.model_config)),
@@ -142,7 +154,9 @@ void SamplingPipeline::check_request() const {
     throw SettingError("cfg",
                        fmt::format("'{}': give one scale{}", fmt::join(r.cfg, ","),
                                    experts ? ", or LOW,HIGH (one per expert)" : " (LOW,HIGH needs two experts)"));
-  if (r.checkpoint.empty() && r.model_config.empty())
+  const bool folder = !r.weights.empty() ? bool(find_transformer_folder(r.weights))
+                                         : !r.low_noise.empty() && find_transformer_folder(r.low_noise);
+  if (r.checkpoint.empty() && r.model_config.empty() && !folder)
     throw SettingError("model_config",
                        fmt::format("the model config is required with {}",
                                    experts ? setting_reference("high_noise") + " and " + setting_reference("low_noise")
@@ -183,9 +197,14 @@ void SamplingPipeline::check_request() const {
                                       {"image", r.image},
                                       {"last_image", r.last_image},
                                       {"clip", r.clip},
-                                      {"noise", r.noise}})
-    if (const auto why = path.empty() ? std::string() : unreadable_file_reason(path); !why.empty())
+                                      {"noise", r.noise}}) {
+    if (path.empty()) continue;
+    const std::string name = setting;
+    const bool model_weights = name == "weights" || name == "high_noise" || name == "low_noise";
+    if (model_weights && find_transformer_folder(path)) continue;  // a diffusers folder
+    if (const auto why = unreadable_file_reason(path); !why.empty())
       throw SettingError(setting, fmt::format("{}: {}", path, why));
+  }
   if (r.steps && *r.steps < 1) throw SettingError("steps", "must be at least 1");
   if (r.shift && !(*r.shift > 0)) throw SettingError("shift", "must be positive");
   if (r.compare && r.data.empty())

@@ -1,0 +1,233 @@
+// wantrain against diffusers itself (tests/peers/diffusers_transformer.py):
+// diffusers' WanTransformer3DModel, built from a config with random weights
+// and saved by save_pretrained in shards into a pipeline folder, is read by
+// wantrain from that folder alone (its config.json gives the WanConfig, its
+// index the shards, diffusers' names mapped), and both forwards agree. Then
+// wansample samples from the folder with no --model-config: one Euler step
+// from pure noise lands on noise - v, v diffusers' own velocity.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "../common/build_paths.hpp"
+#include "../common/launch.hpp"
+#include "../common/sample_shard.hpp"
+#include "wantrain/io/safetensors.hpp"
+#include "wantrain/wan/model/model_config.hpp"
+#include "wantrain/wan/model/wan_model.hpp"
+#include "wantrain/wan/model/weights.hpp"
+
+namespace {
+
+struct Peer {
+  const char* name;
+  const char* diffusers_config;  // WanTransformer3DModel's config.json
+  wt::wan::ModelType type;       // what wantrain must read it as
+  bool per_token_timesteps = false;
+};
+
+constexpr int64_t kF = 2, kH = 4, kW = 4, kContext = 6;
+
+// The maximum of |a - b| against the maximum of |b|, which must be no tiny number.
+void expect_close(const at::Tensor& ours, const at::Tensor& theirs, const char* what) {
+  ASSERT_EQ(ours.sizes(), theirs.sizes()) << what;
+  const double scale = theirs.abs().max().item<double>();
+  const double error = (ours - theirs).abs().max().item<double>();
+  EXPECT_GT(scale, 0.1) << what;
+  EXPECT_LT(error, 1e-4 * scale) << what << ": max |wantrain - diffusers| = " << error << " of " << scale;
+}
+
+// Random inputs of a `config` model, written to DIR/inputs.safetensors for the peer.
+struct Inputs {
+  at::Tensor x, t, context;
+  wt::wan::ImageCondition image;
+};
+Inputs write_inputs(const wt::wan::WanConfig& config, bool per_token_timesteps, const std::string& dir) {
+  Inputs in;
+  const int64_t cy = config.condition_channels();
+  torch::manual_seed(3);
+  in.x = torch::randn({2, config.in_dim - cy, kF, kH, kW});
+  in.t = torch::tensor({37.5f, 912.0f});
+  in.context = torch::randn({2, kContext, config.text_dim});
+  wt::io::NamedTensors named{{"x", in.x}, {"context", in.context}};
+  if (config.image_conditioned()) {
+    in.image.y = torch::randn({2, cy, kF, kH, kW});
+    named.emplace_back("y", in.image.y);
+  }
+  if (config.image_branch()) {
+    in.image.clip_fea = torch::randn({2, config.condition_images() * config.image_tokens, config.image_dim});
+    named.emplace_back("clip_fea", in.image.clip_fea);
+  }
+  if (per_token_timesteps) {  // TI2V: the first latent frame's tokens at timestep 0
+    const int64_t frame_tokens = (kH / 2) * (kW / 2);
+    in.t = in.t.view({2, 1}).repeat({1, kF * frame_tokens});
+    in.t.slice(1, 0, frame_tokens).zero_();
+  }
+  named.emplace_back("t", in.t);
+  wt::io::write_safetensors(dir + "/inputs.safetensors", named, torch::kFloat32);
+  return in;
+}
+
+// wantrain's forward of the model in diffusers folder `root`, read from it alone.
+at::Tensor forward_from_folder(const std::string& root, const Inputs& in) {
+  const auto config = wt::wan::load_model_config(root);
+  wt::wan::WanModel model(config, at::kFloat, wt::wan::WanInit::Empty);
+  const auto report = wt::wan::load_weights(*model, wt::wan::open_weights(root));
+  EXPECT_TRUE(report.diffusers_names);
+  model->eval();
+  torch::NoGradGuard no_grad;
+  return model->forward(in.x, in.t, in.context, in.image);
+}
+
+void expect_matches_diffusers(const Peer& peer) {
+  SCOPED_TRACE(peer.name);
+  const std::string dir = wt::testing::fresh(std::string("diffusers-") + peer.name);
+  const std::string root = dir + "/pipeline";
+  std::filesystem::create_directories(root);
+  std::ofstream(dir + "/config.json") << peer.diffusers_config;
+  // The inputs, made here: the peer reads them.
+  const auto config_text = wt::wan::load_model_config(dir + "/config.json");  // diffusers' keys, read as ours
+  EXPECT_EQ(config_text.model_type, peer.type);
+  const auto in = write_inputs(config_text, peer.per_token_timesteps, dir);
+  const auto& x = in.x;
+  const auto job = wt::testing::launch(std::string(WANTRAIN_PYTHON) + " " + WANTRAIN_SOURCE_DIR +
+                                       "/tests/peers/diffusers_transformer.py " + dir + "/config.json " + root + " " +
+                                       dir + "/inputs.safetensors " + dir + "/out.safetensors");
+  ASSERT_EQ(job.status, 0) << job.output;
+  ASSERT_TRUE(std::filesystem::exists(root + "/transformer/diffusion_pytorch_model.safetensors.index.json"))
+      << "the peer was to save shards";
+
+  // The pipeline's root folder alone: config and weights from its transformer/.
+  const auto config = wt::wan::load_model_config(root);
+  EXPECT_EQ(wt::wan::first_difference(config, config_text), "");
+  const auto file = wt::io::SafetensorsFile::open(dir + "/out.safetensors");
+  expect_close(forward_from_folder(root, in), file.read(*file.find("out")), "forward");
+
+  if (config.image_conditioned() || peer.per_token_timesteps) return;
+  // wansample from the folder: one Euler step from the noise at timestep 1000.
+  const auto sample = wt::testing::launch(std::string(WANTRAIN_WANSAMPLE) + " --weights " + root + " --text " + dir +
+                                          "/text.h5 --frames " + std::to_string(kF) + " --size " + std::to_string(kH) +
+                                          "x" + std::to_string(kW) + " --noise " + dir +
+                                          "/noise.h5 --solver euler --steps 1 --cfg 1 --out " + dir + "/one-step.h5");
+  ASSERT_EQ(sample.status, 0) << sample.output;
+  const auto latents = wt::testing::sampled_latents(dir + "/one-step.h5");
+  expect_close(x[0] - latents, file.read(*file.find("v1000"))[0], "wansample's step");
+  // A --model-config that the folder's config.json contradicts, and a folder
+  // with no model: one line each, status 2, nothing written.
+  const std::string tiny = std::string(WANTRAIN_SOURCE_DIR) + "/data/configs/wan-tiny.json";
+  const std::string common = " --text " + dir + "/text.h5 --frames 2 --size 4x4 --steps 1 --out " + dir + "/bad.h5";
+  const auto conflict =
+      wt::testing::launch(std::string(WANTRAIN_WANSAMPLE) + " --weights " + root + " --model-config " + tiny + common);
+  EXPECT_EQ(conflict.status, 2) << conflict.output;
+  EXPECT_EQ(wt::testing::occurrences(conflict.output, "option --model-config: " + tiny + " and " + root +
+                                                          "/transformer/config.json differ: ffn_dim: 128 vs 96"),
+            1u)
+      << conflict.output;
+  std::filesystem::create_directories(dir + "/empty");
+  const auto empty = wt::testing::launch(std::string(WANTRAIN_WANSAMPLE) + " --weights " + dir + "/empty" + common);
+  EXPECT_EQ(empty.status, 2) << empty.output;
+  EXPECT_EQ(wt::testing::occurrences(empty.output, dir + "/empty: a folder with no model in it"), 1u) << empty.output;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/bad.h5"));
+}
+
+}  // namespace
+
+TEST(DiffusersPeer, TextToVideoFolderLoadsAndSamplesAsDiffusers) {
+  expect_matches_diffusers(
+      {"t2v",
+       R"({"_class_name": "WanTransformer3DModel", "patch_size": [1, 2, 2], "num_attention_heads": 4,
+           "attention_head_dim": 16, "in_channels": 16, "out_channels": 16, "text_dim": 32, "freq_dim": 256,
+           "ffn_dim": 96, "num_layers": 2, "cross_attn_norm": true, "qk_norm": "rms_norm_across_heads",
+           "eps": 1e-6, "image_dim": null, "added_kv_proj_dim": null, "rope_max_seq_len": 1024})",
+       wt::wan::ModelType::T2V});
+}
+
+// Wan2.1 I2V: y joined; CLIP features through the image embedder into
+// cross-attention's added key and value projections.
+TEST(DiffusersPeer, ImageToVideoWithTheClipBranchMatches) {
+  expect_matches_diffusers(
+      {"i2v",
+       R"({"_class_name": "WanTransformer3DModel", "patch_size": [1, 2, 2], "num_attention_heads": 4,
+           "attention_head_dim": 16, "in_channels": 36, "out_channels": 16, "text_dim": 32, "freq_dim": 256,
+           "ffn_dim": 96, "num_layers": 2, "cross_attn_norm": true, "qk_norm": "rms_norm_across_heads",
+           "eps": 1e-6, "image_dim": 1280, "added_kv_proj_dim": 64, "rope_max_seq_len": 1024})",
+       wt::wan::ModelType::I2V});
+}
+
+// Wan2.1 FLF2V: two pictures' CLIP tokens with their position embedding.
+TEST(DiffusersPeer, FirstLastFrameToVideoMatches) {
+  expect_matches_diffusers(
+      {"flf2v",
+       R"({"_class_name": "WanTransformer3DModel", "patch_size": [1, 2, 2], "num_attention_heads": 4,
+           "attention_head_dim": 16, "in_channels": 36, "out_channels": 16, "text_dim": 32, "freq_dim": 256,
+           "ffn_dim": 96, "num_layers": 2, "cross_attn_norm": true, "qk_norm": "rms_norm_across_heads",
+           "eps": 1e-6, "image_dim": 1280, "added_kv_proj_dim": 64, "rope_max_seq_len": 1024,
+           "pos_embed_seq_len": 514})",
+       wt::wan::ModelType::FLF2V});
+}
+
+// Wan2.2 I2V-A14B's expert: y joined, no CLIP branch.
+TEST(DiffusersPeer, Wan22ImageToVideoExpertMatches) {
+  expect_matches_diffusers(
+      {"wan22-i2v",
+       R"({"_class_name": "WanTransformer3DModel", "patch_size": [1, 2, 2], "num_attention_heads": 4,
+           "attention_head_dim": 16, "in_channels": 36, "out_channels": 16, "text_dim": 32, "freq_dim": 256,
+           "ffn_dim": 96, "num_layers": 2, "cross_attn_norm": true, "qk_norm": "rms_norm_across_heads",
+           "eps": 1e-6, "image_dim": null, "added_kv_proj_dim": null, "rope_max_seq_len": 1024})",
+       wt::wan::ModelType::I2V});
+}
+
+// Wan2.2 TI2V-5B: 48 latent channels, a timestep per token (the first frame's at 0).
+TEST(DiffusersPeer, Wan22Ti2vWithPerTokenTimestepsMatches) {
+  expect_matches_diffusers(
+      {"ti2v",
+       R"({"_class_name": "WanTransformer3DModel", "patch_size": [1, 2, 2], "num_attention_heads": 4,
+           "attention_head_dim": 16, "in_channels": 48, "out_channels": 48, "text_dim": 32, "freq_dim": 256,
+           "ffn_dim": 96, "num_layers": 2, "cross_attn_norm": true, "qk_norm": "rms_norm_across_heads",
+           "eps": 1e-6, "image_dim": null, "added_kv_proj_dim": null, "rope_max_seq_len": 1024})",
+       wt::wan::ModelType::TI2V, true});
+}
+
+// The way out: wantrain export --format diffusers writes a folder that
+// diffusers' from_pretrained loads with every tensor in place (the peer
+// fails otherwise), in shards past --max-shard-size, and diffusers' forward
+// of it equals wantrain's. A model diffusers cannot express is one line.
+TEST(DiffusersPeer, ExportedFolderLoadsInDiffusersAndMatches) {
+  const std::string dir = wt::testing::fresh("diffusers-export");
+  std::filesystem::create_directories(dir);
+  for (const auto& [name, config_json] :
+       {std::pair{"t2v", R"({"dim": 64, "ffn_dim": 96, "num_heads": 4, "num_layers": 2, "freq_dim": 256,
+                             "text_dim": 32, "text_len": 512, "patch_size": [1, 2, 2], "in_dim": 16, "out_dim": 16,
+                             "eps": 1e-6, "qk_norm": true, "cross_attn_norm": true})"},
+        {"flf2v", R"({"model_type": "flf2v", "image_dim": 1280, "dim": 64, "ffn_dim": 96, "num_heads": 4,
+                      "num_layers": 2, "freq_dim": 256, "text_dim": 32, "text_len": 512, "patch_size": [1, 2, 2],
+                      "in_dim": 36, "out_dim": 16, "eps": 1e-6, "qk_norm": true, "cross_attn_norm": true})"}}) {
+    SCOPED_TRACE(name);
+    const std::string config_path = dir + "/" + name + ".json", out = dir + "/" + name;
+    std::ofstream(config_path) << config_json;
+    const auto exported =
+        wt::testing::launch(std::string(WANTRAIN_WANTRAIN) + " export --model-config " + config_path +
+                            " --seed 3 --random-head --format diffusers --max-shard-size 0.0001 --out " + out);
+    ASSERT_EQ(exported.status, 0) << exported.output;
+    EXPECT_EQ(wt::testing::occurrences(exported.output, "a diffusers folder " + out + "/transformer in "), 1u)
+        << exported.output;
+    ASSERT_TRUE(std::filesystem::exists(out + "/transformer/diffusion_pytorch_model.safetensors.index.json"));
+    const auto config = wt::wan::load_model_config(config_path);
+    EXPECT_EQ(wt::wan::first_difference(wt::wan::load_model_config(out), config), "");
+    const auto in = write_inputs(config, false, dir);
+    const auto job = wt::testing::launch(std::string(WANTRAIN_PYTHON) + " " + WANTRAIN_SOURCE_DIR +
+                                         "/tests/peers/diffusers_transformer.py --load " + out + " " + dir +
+                                         "/inputs.safetensors " + dir + "/out.safetensors");
+    ASSERT_EQ(job.status, 0) << job.output;
+    const auto file = wt::io::SafetensorsFile::open(dir + "/out.safetensors");
+    expect_close(forward_from_folder(out, in), file.read(*file.find("out")), "forward");
+  }
+  const auto refused =
+      wt::testing::launch(std::string(WANTRAIN_WANTRAIN) + " export --model-config " + WANTRAIN_SOURCE_DIR +
+                          "/data/configs/wan-tiny.json --format diffusers --out " + dir + "/tiny");
+  EXPECT_EQ(refused.status, 2) << refused.output;
+  EXPECT_EQ(wt::testing::occurrences(refused.output, "would differ in text_len: 512 vs 16"), 1u) << refused.output;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/tiny/transformer/config.json"));
+}
