@@ -41,7 +41,7 @@ struct SampleConfig {
       checkpoint_weights = "auto", model_config, data, text, size, out = "sample.h5", png, precision = "fp32",
       device = "auto", prompt, negative_prompt, t5, t5_config, t5_dtype = "bf16", tokenizer, noise, vae, vae_config,
       vae_dtype = "fp32", video, frames_dir, image, last_image, clip, clip_dtype = "fp32", cfg = "5", high_noise,
-      low_noise, attention_chunk = "fused", solver = "unipc", weights_dtype = "auto";
+      low_noise, attention_chunk = "fused", solver = "unipc", weights_dtype = "auto", schedule = "release";
   int64_t index = 0, frames = 0, max_area = 0;  // 0: the VAE's release (wan/vae/release_video.hpp)
   int steps = 50, threads = 0, sp = 0;          // sp 0: the ranks of the job
   double shift = 5.0, fps = 0, boundary = 0;    // fps 0: the VAE's release
@@ -118,6 +118,8 @@ int run(distributed::World& world, int argc, char** argv) {
                              "steps",
                              "shift",
                              "cfg",
+                             "schedule",
+                             "solver",
                              "sp",
                              "cfg-parallel",
                              "shard-weights",
@@ -181,6 +183,9 @@ int run(distributed::World& world, int argc, char** argv) {
       .choice("solver", &c.solver, {"unipc", "dpm++", "euler"},
               "the sampler: unipc (the release's default), dpm++ (DPM-Solver++ 2M) or euler, each as Wan's "
               "schedulers step (docs/model.md, \"Solvers\")")
+      .choice("schedule", &c.schedule, {"release", "diffusers"},
+              "unipc's sigmas: release (Wan's own scheduler, as the official scripts sample) or diffusers (diffusers' "
+              "UniPCMultistepScheduler with flow sigmas, as WanPipeline samples); they differ by a few timesteps")
       .add("steps", &c.steps, "solver steps (default: the release's for a released model, else 50)")
       .add("shift", &c.shift, "sigma shift s: s*sigma/(1+(s-1)*sigma); with --checkpoint the run's unless given")
       .add("cfg", &c.cfg,
@@ -300,6 +305,7 @@ int run(distributed::World& world, int argc, char** argv) {
   r.noise = c.noise;
   r.seed = c.seed;
   r.solver = *wan::solver_from_name(c.solver);
+  r.schedule = *wan::schedule_from_name(c.schedule);
   if (given["steps"]) r.steps = c.steps;
   if (given["shift"]) r.shift = c.shift;
   if (given["cfg"]) {

@@ -114,6 +114,30 @@ void expect_matches_diffusers(const Peer& peer) {
   ASSERT_EQ(sample.status, 0) << sample.output;
   const auto latents = wt::testing::sampled_latents(dir + "/one-step.h5");
   expect_close(x[0] - latents, file.read(*file.find("v1000"))[0], "wansample's step");
+  // diffusers' WanPipeline's whole loop (its flow UniPC scheduler, guidance
+  // 5, 10 steps, the same noise through latents=): wansample on diffusers'
+  // schedule lands where it does. The release's schedule differs from it
+  // by a few timesteps, which this random model shows plainly.
+  const auto pipeline = wt::testing::launch(std::string(WANTRAIN_PYTHON) + " " + WANTRAIN_SOURCE_DIR +
+                                            "/tests/peers/diffusers_pipeline.py " + root + " " + dir + "/noise.h5 " +
+                                            dir + "/text.h5 10 5 5 " + dir + "/pipeline.safetensors");
+  ASSERT_EQ(pipeline.status, 0) << pipeline.output;
+  const auto pipeline_file = wt::io::SafetensorsFile::open(dir + "/pipeline.safetensors");
+  const auto theirs = pipeline_file.read(*pipeline_file.find("latents"));
+  for (const std::string schedule : {"diffusers", "release"}) {
+    const auto ours = wt::testing::launch(std::string(WANTRAIN_WANSAMPLE) + " --weights " + root + " --text " + dir +
+                                          "/text.h5 --frames 2 --size 4x4 --noise " + dir +
+                                          "/noise.h5 --solver unipc --steps 10 --cfg 5 --shift 5 --schedule " +
+                                          schedule + " --out " + dir + "/" + schedule + ".h5");
+    ASSERT_EQ(ours.status, 0) << ours.output;
+    const double error =
+        (wt::testing::sampled_latents(dir + "/" + schedule + ".h5") - theirs).abs().max().item<double>() /
+        theirs.abs().max().item<double>();
+    if (schedule == "diffusers")
+      EXPECT_LT(error, 1e-3) << "wansample --schedule diffusers against WanPipeline";
+    else
+      EXPECT_GT(error, 1e-3) << "the release's schedule is not diffusers'";
+  }
   // A --model-config that the folder's config.json contradicts, and a folder
   // with no model: one line each, status 2, nothing written.
   const std::string tiny = std::string(WANTRAIN_SOURCE_DIR) + "/data/configs/wan-tiny.json";

@@ -27,6 +27,14 @@ std::optional<Solver> solver_from_name(std::string_view name) {
   return std::nullopt;
 }
 
+std::string schedule_name(Schedule schedule) { return schedule == Schedule::Diffusers ? "diffusers" : "release"; }
+
+std::optional<Schedule> schedule_from_name(std::string_view name) {
+  for (Schedule s : {Schedule::Release, Schedule::Diffusers})
+    if (name == schedule_name(s)) return s;
+  return std::nullopt;
+}
+
 FlowSolver::FlowSolver(std::vector<double> sigmas, std::vector<double> timesteps)
     : sigmas_(std::move(sigmas)), timesteps_(std::move(timesteps)) {}
 
@@ -41,6 +49,19 @@ SolverSchedule release_schedule(double start, int steps, double shift) {
   const double delta = (0.0 - start) / steps;  // numpy: arange(num) * step + start
   for (int i = 0; i < steps; ++i) {
     const double sigma = shift_sigma(double(i) * delta + start, shift);
+    schedule.timesteps.push_back(std::trunc(sigma * 1000.0));
+    schedule.sigmas.push_back(static_cast<float>(sigma));
+  }
+  schedule.sigmas.push_back(0.0);
+  return schedule;
+}
+
+SolverSchedule diffusers_schedule(int steps, double shift) {
+  SolverSchedule schedule;
+  const double start = 1.0, delta = (1.0 / 1000.0 - start) / steps;  // numpy: linspace(1, 1/1000, N+1)
+  for (int i = 0; i < steps; ++i) {
+    double sigma = shift_sigma(double(i) * delta + start, shift);
+    if (i == 0 && std::fabs(sigma - 1.0) < 1e-6) sigma -= 1e-6;  // diffusers keeps log(alpha) finite so
     schedule.timesteps.push_back(std::trunc(sigma * 1000.0));
     schedule.sigmas.push_back(static_cast<float>(sigma));
   }
@@ -64,11 +85,16 @@ class EulerSolver final : public FlowSolver {
 
 }  // namespace
 
-std::unique_ptr<FlowSolver> make_flow_solver(Solver solver, int steps, double shift) {
+std::unique_ptr<FlowSolver> make_flow_solver(Solver solver, int steps, double shift, Schedule schedule) {
   if (steps < 1) throw std::invalid_argument("a sampler needs at least one step, not " + std::to_string(steps));
+  if (schedule == Schedule::Diffusers && solver != Solver::UniPC)
+    throw std::invalid_argument("diffusers' schedule is UniPC's (WanPipeline's scheduler), not " + solver_name(solver) +
+                                "'s");
   switch (solver) {
     case Solver::Euler: return std::make_unique<EulerSolver>(steps, shift);
-    case Solver::UniPC: return std::make_unique<UniPCSolver>(steps, shift);
+    case Solver::UniPC:
+      return std::make_unique<UniPCSolver>(schedule == Schedule::Diffusers ? diffusers_schedule(steps, shift)
+                                                                           : UniPCSolver::release(steps, shift));
     case Solver::DpmPlusPlus: return std::make_unique<DpmSolver>(steps, shift);
   }
   throw std::invalid_argument("unknown solver");

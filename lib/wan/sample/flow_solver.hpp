@@ -27,6 +27,17 @@ namespace wt::wan {
 
 enum class Solver { Euler, UniPC, DpmPlusPlus };
 
+// Whose sigmas the UniPC solver steps on. Release: Wan's own scheduler's
+// (above). Diffusers: diffusers' UniPCMultistepScheduler with
+// use_flow_sigmas, as WanPipeline and the Wan-AI *-Diffusers repositories
+// run it: shifted from linspace(1, 1/1000, N+1)[:N], the first pulled to
+// 1 - 1e-6 when it is within 1e-6 of 1. The two differ by up to a few
+// timesteps (at 10 steps, shift 5: 921 against 920 at step 3), which a
+// sample shows.
+enum class Schedule { Release, Diffusers };
+std::string schedule_name(Schedule schedule);
+std::optional<Schedule> schedule_from_name(std::string_view name);
+
 // "euler", "unipc", "dpm++": the names of wansample's --solver.
 std::string solver_name(Solver solver);
 std::optional<Solver> solver_from_name(std::string_view name);
@@ -48,8 +59,10 @@ class FlowSolver {
   std::vector<double> sigmas_, timesteps_;
 };
 
-// A fresh solver for `steps` steps (>= 1) with the timestep shift `shift`.
-std::unique_ptr<FlowSolver> make_flow_solver(Solver solver, int steps, double shift);
+// A fresh solver for `steps` steps (>= 1) with the timestep shift `shift`
+// (Schedule::Diffusers: UniPC only; std::invalid_argument for the others).
+std::unique_ptr<FlowSolver> make_flow_solver(Solver solver, int steps, double shift,
+                                             Schedule schedule = Schedule::Release);
 
 // The official schedulers' schedule: sigmas shifted from numpy's
 // linspace(start, 0, N+1)[:N] in double, timesteps int(1000 * sigma)
@@ -58,6 +71,8 @@ struct SolverSchedule {
   std::vector<double> sigmas, timesteps;
 };
 SolverSchedule release_schedule(double start, int steps, double shift);
+// diffusers' flow UniPC schedule (Schedule::Diffusers), rounded alike.
+SolverSchedule diffusers_schedule(int steps, double shift);
 
 // log(alpha / sigma) with alpha = 1 - sigma: -inf at sigma 1, +inf at 0.
 double half_log_snr(double sigma);

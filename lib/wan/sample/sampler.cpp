@@ -11,7 +11,7 @@ bool high_noise_step(double timestep, double boundary) { return timestep >= boun
 at::Tensor sample_flow(const at::Tensor& noise, const VelocityField& velocity, const SamplerOptions& options,
                        const HighNoiseExpert* high_noise) {
   torch::NoGradGuard no_grad;
-  auto solver = make_flow_solver(options.solver, options.steps, options.shift);
+  auto solver = make_flow_solver(options.solver, options.steps, options.shift, options.schedule);
   auto x = noise.to(torch::kFloat32);
   const bool first_frame = options.first_frame.defined();
   const auto first = first_frame ? options.first_frame.to(x.device(), torch::kFloat32) : at::Tensor();

@@ -23,6 +23,7 @@ namespace wt::wan {
 
 struct SamplerOptions {
   Solver solver = Solver::UniPC;
+  Schedule schedule = Schedule::Release;  // UniPC's sigmas: the release's or diffusers'
   int steps = 50;
   double shift = 5.0;
   double cfg = 5.0;  // 1: no guidance, 0: unconditional (one model call per step each)

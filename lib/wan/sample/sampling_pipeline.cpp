@@ -206,6 +206,9 @@ void SamplingPipeline::check_request() const {
       throw SettingError(setting, fmt::format("{}: {}", path, why));
   }
   if (r.steps && *r.steps < 1) throw SettingError("steps", "must be at least 1");
+  if (r.schedule == Schedule::Diffusers && r.solver != Solver::UniPC)
+    throw SettingError("schedule", fmt::format("diffusers is UniPC's schedule (WanPipeline's scheduler): give {} unipc",
+                                               setting_reference("solver")));
   if (r.shift && !(*r.shift > 0)) throw SettingError("shift", "must be positive");
   if (r.compare && r.data.empty())
     throw SettingError("compare", fmt::format("needs {} (the sample to compare with)", setting_reference("data")));
@@ -600,6 +603,7 @@ at::Tensor SamplingPipeline::sample() {
   if (experts_) high_expert = HighNoiseExpert{velocity_of(high_net), cfg_high_, boundary_};
   SamplerOptions sampler;
   sampler.solver = r.solver;
+  sampler.schedule = r.schedule;
   sampler.steps = *r.steps;
   sampler.shift = *r.shift;
   sampler.cfg = cfg_low_;
@@ -629,8 +633,9 @@ void SamplingPipeline::write(const at::Tensor& latents) {
   {
     data::ShardWriter writer(r.out, out_shape, 1, /*with_prompt=*/true);
     writer.write(0, latents, c.context, c.text_len,
-                 fmt::format("wansample of {} ({} steps {}, shift {}, cfg {}, seed {})", c.source,
-                             solver_name(r.solver), *r.steps, *r.shift, cfg_text(cfg_low_, cfg_high_), r.seed));
+                 fmt::format("wansample of {} ({}{} steps {}, shift {}, cfg {}, seed {})", c.source,
+                             solver_name(r.solver), r.schedule == Schedule::Diffusers ? " (diffusers' schedule)" : "",
+                             *r.steps, *r.shift, cfg_text(cfg_low_, cfg_high_), r.seed));
     writer.close();
   }
   report_info("wrote latents {} to {}", out_shape.latents_string(), r.out);

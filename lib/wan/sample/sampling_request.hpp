@@ -53,6 +53,7 @@ struct SamplingRequest {
 
   // The solver and guidance.
   Solver solver = Solver::UniPC;
+  Schedule schedule = Schedule::Release;  // UniPC's sigmas: the release's, or diffusers' WanPipeline's
   std::optional<int> steps;
   std::optional<double> shift;  // unset: the checkpoint run's, else the release's, else 5
   std::vector<double> cfg;      // one scale, or LOW,HIGH with two experts; empty: the release's, else 5

@@ -40,11 +40,10 @@ constexpr float kFirstSigma = 0.999f;
 
 }  // namespace
 
-UniPCSolver::UniPCSolver(int steps, double shift) : FlowSolver({}, {}) {
-  auto schedule = release_schedule(kFirstSigma, steps, shift);
-  sigmas_ = std::move(schedule.sigmas);
-  timesteps_ = std::move(schedule.timesteps);
-}
+UniPCSolver::UniPCSolver(SolverSchedule schedule)
+    : FlowSolver(std::move(schedule.sigmas), std::move(schedule.timesteps)) {}
+
+SolverSchedule UniPCSolver::release(int steps, double shift) { return release_schedule(kFirstSigma, steps, shift); }
 
 at::Tensor UniPCSolver::update(int s, int t, const at::Tensor& x, int order, const at::Tensor* newest) const {
   const double sigma_t = sigmas_[t], sigma_s = sigmas_[s], alpha_t = 1.0 - sigma_t;

@@ -18,7 +18,10 @@ namespace wt::wan {
 class UniPCSolver final : public FlowSolver {
  public:
   static constexpr int kOrder = 2;
-  UniPCSolver(int steps, double shift);
+  // On `schedule` (flow_solver.hpp: the release's, or diffusers').
+  explicit UniPCSolver(SolverSchedule schedule);
+  // The release's schedule of `steps` steps at `shift`.
+  static SolverSchedule release(int steps, double shift);
   at::Tensor step(int i, const at::Tensor& x, const at::Tensor& velocity) override;
 
  private:
