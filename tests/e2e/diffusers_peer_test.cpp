@@ -255,3 +255,58 @@ TEST(DiffusersPeer, ExportedFolderLoadsInDiffusersAndMatches) {
   EXPECT_EQ(wt::testing::occurrences(refused.output, "would differ in text_len: 512 vs 16"), 1u) << refused.output;
   EXPECT_FALSE(std::filesystem::exists(dir + "/tiny/transformer/config.json"));
 }
+
+// Wan2.2 A14B as diffusers keeps it: transformer/ (high noise) and
+// transformer_2/ (low noise) under one pipeline folder, model_index.json
+// holding boundary_ratio. wansample takes both experts and the boundary
+// from the folder alone, and its sample is WanPipeline's.
+TEST(DiffusersPeer, TwoExpertFolderSamplesAsWanPipeline) {
+  const std::string dir = wt::testing::fresh("diffusers-experts");
+  const std::string root = dir + "/pipeline";
+  std::filesystem::create_directories(root);
+  std::ofstream(dir + "/config.json")
+      << R"({"_class_name": "WanTransformer3DModel", "patch_size": [1, 2, 2], "num_attention_heads": 4,
+             "attention_head_dim": 16, "in_channels": 16, "out_channels": 16, "text_dim": 32, "freq_dim": 256,
+             "ffn_dim": 96, "num_layers": 2, "cross_attn_norm": true, "qk_norm": "rms_norm_across_heads",
+             "eps": 1e-6, "image_dim": null, "added_kv_proj_dim": null, "rope_max_seq_len": 1024})";
+  const std::string python = std::string(WANTRAIN_PYTHON) + " " + WANTRAIN_SOURCE_DIR + "/tests/peers/";
+  // 0.9: at 10 steps and shift 5 the first 5 steps (t 999 .. 921) are the high-noise expert's.
+  const auto made = wt::testing::launch(python + "diffusers_experts.py " + dir + "/config.json " + root + " 0.9");
+  ASSERT_EQ(made.status, 0) << made.output;
+  // The noise and text, as the one-model tests write them.
+  const auto config = wt::wan::load_model_config(root);
+  write_inputs(config, false, dir);
+  const auto job = wt::testing::launch(python + "diffusers_transformer.py --load " + root + " " + dir +
+                                       "/inputs.safetensors " + dir + "/out.safetensors");  // writes noise.h5, text.h5
+  ASSERT_EQ(job.status, 0) << job.output;
+  const auto pipeline = wt::testing::launch(python + "diffusers_pipeline.py " + root + " " + dir + "/noise.h5 " + dir +
+                                            "/text.h5 10 5 5 " + dir + "/pipeline.safetensors");
+  ASSERT_EQ(pipeline.status, 0) << pipeline.output;
+  const auto file = wt::io::SafetensorsFile::open(dir + "/pipeline.safetensors");
+  const auto theirs = file.read(*file.find("latents"));
+  const auto ours = wt::testing::launch(std::string(WANTRAIN_WANSAMPLE) + " --weights " + root + " --text " + dir +
+                                        "/text.h5 --frames 2 --size 4x4 --noise " + dir +
+                                        "/noise.h5 --solver unipc --schedule diffusers --steps 10 --cfg 5 --shift 5 "
+                                        "--out " +
+                                        dir + "/experts.h5");
+  ASSERT_EQ(ours.status, 0) << ours.output;
+  EXPECT_EQ(wt::testing::occurrences(ours.output,
+                                     "two experts, transformer/ the high-noise one and transformer_2/ "
+                                     "the low-noise one, boundary_ratio 0.9 (model_index.json)"),
+            1u)
+      << ours.output;
+  EXPECT_EQ(wt::testing::occurrences(ours.output, "the high-noise one from t = 900 (boundary 0.9)"), 1u) << ours.output;
+  const auto latents = wt::testing::sampled_latents(dir + "/experts.h5");
+  const double error = (latents - theirs).abs().max().item<double>() / theirs.abs().max().item<double>();
+  EXPECT_LT(error, 1e-3) << "wansample's two experts against WanPipeline's";
+  // Each expert matters: the high-noise expert alone samples another video.
+  const auto alone =
+      wt::testing::launch(std::string(WANTRAIN_WANSAMPLE) + " --weights " + root + "/transformer --text " + dir +
+                          "/text.h5 --frames 2 --size 4x4 --noise " + dir +
+                          "/noise.h5 --solver unipc --schedule diffusers --steps 10 --cfg 5 "
+                          "--shift 5 --out " +
+                          dir + "/alone.h5");
+  ASSERT_EQ(alone.status, 0) << alone.output;
+  EXPECT_GT((wt::testing::sampled_latents(dir + "/alone.h5") - theirs).abs().max().item<double>(),
+            1e-2 * theirs.abs().max().item<double>());
+}

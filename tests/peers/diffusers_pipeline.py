@@ -5,7 +5,8 @@ Loads the transformer of the diffusers folder ROOT (from_pretrained, as a
 pipeline does) into a WanPipeline with diffusers' flow UniPC scheduler
 (UniPCMultistepScheduler with prediction_type "flow_prediction",
 use_flow_sigmas and flow_shift SHIFT, as the Wan-AI *-Diffusers
-repositories configure it), and samples from the noise of NOISE (h5 /noise
+repositories configure it; with ROOT/transformer_2, the low-noise expert, and
+model_index.json's boundary_ratio, as Wan2.2 A14B's), and samples from the noise of NOISE (h5 /noise
 [C, F, H, W], through `latents=`) with the text embedding of TEXT (h5
 /text_emb [L, D], padded with zeros to 512 tokens, through
 `prompt_embeds=`) and the all-zero context as the unconditional branch
@@ -16,6 +17,8 @@ encoder and no VAE: output_type "latent". Writes the latents to OUT
 Usage: diffusers_pipeline.py ROOT NOISE TEXT STEPS CFG SHIFT OUT
 """
 
+import json
+import os
 import sys
 
 import h5py
@@ -31,9 +34,16 @@ except ImportError as e:
 
 def main(root, noise_path, text_path, steps, cfg, shift, out_path):
     transformer = WanTransformer3DModel.from_pretrained(root, subfolder="transformer").eval()
+    # Wan2.2 A14B: transformer_2 (the low-noise expert) and model_index.json's boundary_ratio.
+    transformer_2, boundary_ratio = None, None
+    if os.path.isdir(f"{root}/transformer_2"):
+        transformer_2 = WanTransformer3DModel.from_pretrained(root, subfolder="transformer_2").eval()
+        with open(f"{root}/model_index.json") as f:
+            boundary_ratio = json.load(f)["boundary_ratio"]
     scheduler = UniPCMultistepScheduler(prediction_type="flow_prediction", use_flow_sigmas=True,
                                         num_train_timesteps=1000, flow_shift=float(shift))
-    pipe = WanPipeline(tokenizer=None, text_encoder=None, transformer=transformer, vae=None, scheduler=scheduler)
+    pipe = WanPipeline(tokenizer=None, text_encoder=None, transformer=transformer, vae=None, scheduler=scheduler,
+                       transformer_2=transformer_2, boundary_ratio=boundary_ratio)
     with h5py.File(noise_path) as f:
         noise = torch.from_numpy(f["noise"][...]).float().unsqueeze(0)  # [1, C, F, H, W]
     with h5py.File(text_path) as f:

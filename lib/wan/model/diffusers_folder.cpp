@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "wantrain/util/error.hpp"
+#include "wantrain/util/files.hpp"
 
 namespace wt::wan {
 
@@ -39,6 +40,30 @@ std::optional<ModelFolder> find_model_folder(const std::string& path, const std:
 
 std::optional<ModelFolder> find_transformer_folder(const std::string& path) {
   return find_model_folder(path, "transformer", "diffusion_pytorch_model");
+}
+
+std::optional<TwoExperts> find_two_experts(const std::string& path) {
+  std::error_code error;
+  if (!fs::is_directory(fs::path(path) / "transformer_2", error)) return std::nullopt;
+  const auto high = component_in(fs::path(path) / "transformer", "diffusion_pytorch_model");
+  const auto low = component_in(fs::path(path) / "transformer_2", "diffusion_pytorch_model");
+  if (!high || !low)
+    throw UsageError(
+        fmt::format("{}: a two-expert pipeline folder needs transformer/ and transformer_2/, each with "
+                    "config.json and diffusion_pytorch_model.safetensors (or its index); {}/ has not",
+                    path, high ? "transformer_2" : "transformer"));
+  TwoExperts experts{high->folder, low->folder, std::nullopt};
+  const fs::path index = fs::path(path) / "model_index.json";
+  if (fs::is_regular_file(index, error)) {
+    const auto doc = json::parse(read_whole_file(index.string()), nullptr, false);
+    if (!doc.is_object()) throw UsageError(fmt::format("{}: not a JSON object", index.string()));
+    if (doc.contains("boundary_ratio") && !doc["boundary_ratio"].is_null()) {
+      if (!doc["boundary_ratio"].is_number())
+        throw UsageError(fmt::format("{}: key \"boundary_ratio\": not a number", index.string()));
+      experts.boundary_ratio = doc["boundary_ratio"].get<double>();
+    }
+  }
+  return experts;
 }
 
 bool is_diffusers_config(const std::string& json_text) {

@@ -36,6 +36,17 @@ std::optional<ModelFolder> find_model_folder(const std::string& path, const std:
 // holding transformer/): stem diffusion_pytorch_model.
 std::optional<ModelFolder> find_transformer_folder(const std::string& path);
 
+// A Wan2.2 A14B pipeline folder: transformer/ is the high-noise expert and
+// transformer_2/ the low-noise one (WanPipeline runs `transformer` at
+// timesteps >= boundary_ratio x 1000), and model_index.json's
+// boundary_ratio, when it has one. nullopt when `path` has no
+// transformer_2/; UsageError naming what is missing when it has.
+struct TwoExperts {
+  std::string high_noise, low_noise;  // the component folders
+  std::optional<double> boundary_ratio;
+};
+std::optional<TwoExperts> find_two_experts(const std::string& path);
+
 // A WanTransformer3DModel config.json as a WanConfig; UsageError naming the
 // file and the key for a missing or unsupported value.
 WanConfig parse_diffusers_config(const std::string& json_text, const std::string& source);

@@ -115,6 +115,7 @@ SamplingPipeline::SamplingPipeline(distributed::World& world, SamplingRequest re
     : world_(world), request_(std::move(request)), device_(device) {
   // Checked on every rank alike: a mistake is one line for the job.
   world_.agree([&] {
+    use_two_experts_of_a_folder();
     check_request();
     resolve_model();
     resolve_settings();
@@ -124,6 +125,26 @@ SamplingPipeline::SamplingPipeline(distributed::World& world, SamplingRequest re
 }
 
 SamplingPipeline::~SamplingPipeline() = default;
+
+// A Wan2.2 A14B diffusers folder as weights: its two experts, and its
+// boundary unless one is given.
+void SamplingPipeline::use_two_experts_of_a_folder() {
+  auto& r = request_;
+  if (r.weights.empty()) return;
+  const auto experts = find_two_experts(r.weights);
+  if (!experts) return;
+  if (r.boundary == 0 && experts->boundary_ratio) r.boundary = *experts->boundary_ratio;
+  if (!r.loras.empty())
+    throw SettingError("lora", fmt::format("{} holds two experts: give each its own LoRA with {} and {}", r.weights,
+                                           setting_reference("lora_high"), setting_reference("lora_low")));
+  report_info("{}: two experts, transformer/ the high-noise one and transformer_2/ the low-noise one{}", r.weights,
+              experts->boundary_ratio
+                  ? fmt::format(", boundary_ratio {:g} (model_index.json)", *experts->boundary_ratio)
+                  : std::string());
+  r.high_noise = experts->high_noise;
+  r.low_noise = experts->low_noise;
+  r.weights.clear();
+}
 
 // What the request asks, alone: each mistake a line naming its settings.
 void SamplingPipeline::check_request() const {

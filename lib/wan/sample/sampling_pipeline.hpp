@@ -59,6 +59,7 @@ class SamplingPipeline {
 
  private:
   struct Condition;
+  void use_two_experts_of_a_folder();
   void check_request() const;
   void resolve_model();
   void resolve_settings();
