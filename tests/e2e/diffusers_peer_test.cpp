@@ -15,6 +15,7 @@
 #include "../common/launch.hpp"
 #include "../common/sample_shard.hpp"
 #include "wantrain/io/safetensors.hpp"
+#include "wantrain/wan/model/lora_file.hpp"
 #include "wantrain/wan/model/model_config.hpp"
 #include "wantrain/wan/model/wan_model.hpp"
 #include "wantrain/wan/model/weights.hpp"
@@ -309,4 +310,55 @@ TEST(DiffusersPeer, TwoExpertFolderSamplesAsWanPipeline) {
   ASSERT_EQ(alone.status, 0) << alone.output;
   EXPECT_GT((wt::testing::sampled_latents(dir + "/alone.h5") - theirs).abs().max().item<double>(),
             1e-2 * theirs.abs().max().item<double>());
+}
+
+// A LoRA trained by wantrain on a diffusers folder, exported with
+// diffusers' names, loads with WanPipeline.load_lora_weights (every adapter
+// finds its layer, through peft), and diffusers' adapted forward equals
+// wantrain's with the same file merged (what wansample --lora does).
+TEST(DiffusersPeer, AWantrainLoraLoadsInDiffusersAsInWansample) {
+  const std::string dir = wt::testing::fresh("diffusers-lora");
+  const std::string root = dir + "/pipeline";
+  std::filesystem::create_directories(root);
+  const char* diffusers_config =
+      R"({"_class_name": "WanTransformer3DModel", "patch_size": [1, 2, 2], "num_attention_heads": 4,
+          "attention_head_dim": 16, "in_channels": 16, "out_channels": 16, "text_dim": 32, "freq_dim": 256,
+          "ffn_dim": 96, "num_layers": 2, "cross_attn_norm": true, "qk_norm": "rms_norm_across_heads",
+          "eps": 1e-6, "image_dim": null, "added_kv_proj_dim": null, "rope_max_seq_len": 1024})";
+  std::ofstream(dir + "/config.json") << diffusers_config;
+  const auto in = write_inputs(wt::wan::load_model_config(dir + "/config.json"), false, dir);
+  const std::string python = std::string(WANTRAIN_PYTHON) + " " + WANTRAIN_SOURCE_DIR + "/tests/peers/";
+  const auto made = wt::testing::launch(python + "diffusers_transformer.py " + dir + "/config.json " + root + " " +
+                                        dir + "/inputs.safetensors " + dir + "/base.safetensors");
+  ASSERT_EQ(made.status, 0) << made.output;
+  // A few LoRA steps on the folder, at a rate that moves the adapters.
+  const auto data = wt::testing::launch(std::string(WANTRAIN_WANDATA) + " synth --out " + dir +
+                                        "/data --samples 4 --shards 1 --frames 2 --size 4x4 --text-len 16 "
+                                        "--text-dim 32");
+  ASSERT_EQ(data.status, 0) << data.output;
+  const auto run = wt::testing::launch(std::string(WANTRAIN_WANTRAIN) + " --model-config " + root + " --init " + root +
+                                       " --data " + dir + "/data --output-dir " + dir +
+                                       "/run --steps 3 --lr 1e-2 --batch-size 1 --threads 1 --lora-rank 4");
+  ASSERT_EQ(run.status, 0) << run.output;
+  const auto exported = wt::testing::launch(std::string(WANTRAIN_WANTRAIN) + " export --checkpoint " + dir +
+                                            "/run/latest --names diffusers --out " + dir + "/lora.safetensors");
+  ASSERT_EQ(exported.status, 0) << exported.output;
+  const auto job = wt::testing::launch(python + "diffusers_lora.py " + root + " " + dir + "/lora.safetensors " + dir +
+                                       "/inputs.safetensors " + dir + "/adapted.safetensors");
+  ASSERT_EQ(job.status, 0) << job.output;
+  const auto adapted_file = wt::io::SafetensorsFile::open(dir + "/adapted.safetensors");
+  const auto theirs = adapted_file.read(*adapted_file.find("out"));
+
+  const auto config = wt::wan::load_model_config(root);
+  wt::wan::WanModel model(config, at::kFloat, wt::wan::WanInit::Empty);
+  wt::wan::load_weights(*model, wt::wan::open_weights(root));
+  EXPECT_EQ(wt::wan::merge_lora_file(*model, dir + "/lora.safetensors", 1.0),
+            20);  // q k v o of both attentions, ffn's two
+  model->eval();
+  torch::NoGradGuard no_grad;
+  expect_close(model->forward(in.x, in.t, in.context, in.image), theirs, "the adapted forward");
+  // The adapters matter: diffusers' output without them is another.
+  const auto base_file = wt::io::SafetensorsFile::open(dir + "/base.safetensors");
+  EXPECT_GT((base_file.read(*base_file.find("out")) - theirs).abs().max().item<double>(),
+            1e-3 * theirs.abs().max().item<double>());
 }
