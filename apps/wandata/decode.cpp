@@ -44,7 +44,7 @@ int run_decode(distributed::World&, int argc, char** argv) {
   if (data_dir.empty() || vae_file.empty()) throw UsageError("options --data, --vae: required");
   if (video.empty() && frames_dir.empty()) throw UsageError("options --video, --frames-dir: give one or both");
   if (!(fps > 0)) throw UsageError("option --fps: must be positive");
-  if (const auto why = unreadable_file_reason(vae_file); !why.empty())
+  if (const auto why = unreadable_file_reason(wan::vae_weights_file(vae_file)); !why.empty())
     throw UsageError(fmt::format("option --vae: {}: {}", vae_file, why));
   const auto dataset = data::Dataset::open(data_dir);
   if (index < 0 || index >= dataset.size())

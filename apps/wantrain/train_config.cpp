@@ -9,6 +9,7 @@
 #include <istream>
 #include <ostream>
 
+#include "wantrain/wan/vae/video_vae.hpp"
 #include "wantrain/app/attention_chunk_option.hpp"
 #include "wantrain/app/float_dtype.hpp"
 #include "wantrain/util/error.hpp"
@@ -191,8 +192,10 @@ void validate(const TrainConfig& c) {
           "needs --sample-every N (when the videos are drawn)");
   require(c.sample_prompts.empty() || (!c.t5.empty() && !c.tokenizer.empty() && !c.vae.empty()), "sample-prompts",
           "needs --t5, --tokenizer (to encode the prompts) and --vae (to decode the videos)");
-  for (const auto& [option, path] :
-       {std::pair{"sample-prompts", c.sample_prompts}, {"t5", c.t5}, {"vae", c.vae}, {"clip", c.clip}})
+  for (const auto& [option, path] : {std::pair{"sample-prompts", c.sample_prompts},
+                                     {"t5", c.t5},
+                                     {"vae", wan::vae_weights_file(c.vae)},
+                                     {"clip", c.clip}})
     if (const auto why = path.empty() ? std::string() : unreadable_file_reason(path); !why.empty())
       throw UsageError(fmt::format("option --{}: {}: {}", option, path, why));
   require(c.logit_std > 0, "logit-std", "must be positive");

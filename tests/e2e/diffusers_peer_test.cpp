@@ -19,6 +19,7 @@
 #include "wantrain/wan/model/model_config.hpp"
 #include "wantrain/wan/model/wan_model.hpp"
 #include "wantrain/wan/model/weights.hpp"
+#include "wantrain/wan/vae/video_vae.hpp"
 
 namespace {
 
@@ -361,4 +362,35 @@ TEST(DiffusersPeer, AWantrainLoraLoadsInDiffusersAsInWansample) {
   const auto base_file = wt::io::SafetensorsFile::open(dir + "/base.safetensors");
   EXPECT_GT((base_file.read(*base_file.find("out")) - theirs).abs().max().item<double>(),
             1e-3 * theirs.abs().max().item<double>());
+}
+
+// Wan2.1's VAE as diffusers keeps it (AutoencoderKLWan, vae/ of a
+// pipeline): wantrain reads the pipeline's root folder alone (config.json
+// gives the shape, the names are mapped), and encodes and decodes as
+// diffusers' own model does, normalised as WanPipeline normalises.
+TEST(DiffusersPeer, Wan21VaeFolderEncodesAndDecodesAsAutoencoderKLWan) {
+  const std::string dir = wt::testing::fresh("diffusers-vae");
+  const std::string root = dir + "/pipeline";
+  std::filesystem::create_directories(root);
+  std::ofstream(dir + "/config.json")
+      << R"({"_class_name": "AutoencoderKLWan", "base_dim": 8, "z_dim": 4, "dim_mult": [1, 2, 2, 2],
+             "num_res_blocks": 1, "attn_scales": [], "temperal_downsample": [false, true, true], "dropout": 0.0,
+             "latents_mean": [0.1, -0.2, 0.3, 0.0], "latents_std": [1.5, 0.5, 2.0, 1.0]})";
+  torch::manual_seed(4);
+  const auto video = torch::rand({1, 3, 9, 24, 32}) * 2 - 1;  // 9 frames: the first, then two chunks of 4
+  const auto latents = torch::randn({1, 4, 3, 3, 4});
+  wt::io::write_safetensors(dir + "/inputs.safetensors", {{"video", video}, {"latents", latents}}, torch::kFloat32);
+  const auto job =
+      wt::testing::launch(std::string(WANTRAIN_PYTHON) + " " + WANTRAIN_SOURCE_DIR + "/tests/peers/diffusers_vae.py " +
+                          dir + "/config.json " + root + " " + dir + "/inputs.safetensors " + dir + "/out.safetensors");
+  ASSERT_EQ(job.status, 0) << job.output;
+  const auto file = wt::io::SafetensorsFile::open(dir + "/out.safetensors");
+  const auto vae = wt::wan::open_video_vae(root);
+  EXPECT_EQ(vae->z_dim(), 4);
+  EXPECT_EQ(vae->spatial_factor(), 8);
+  torch::NoGradGuard no_grad;
+  expect_close(vae->encode(video), file.read(*file.find("latents")), "encode");
+  const auto theirs = file.read(*file.find("decoded"));
+  EXPECT_LT((theirs.abs() == 1).to(torch::kFloat).mean().item<double>(), 0.1);  // few values at the clamp
+  expect_close(vae->decode(latents), theirs, "decode");
 }

@@ -223,6 +223,7 @@ void SamplingPipeline::check_request() const {
     const std::string name = setting;
     const bool model_weights = name == "weights" || name == "high_noise" || name == "low_noise";
     if (model_weights && find_transformer_folder(path)) continue;  // a diffusers folder
+    if (name == "vae" && vae_folder(path)) continue;
     if (const auto why = unreadable_file_reason(path); !why.empty())
       throw SettingError(setting, fmt::format("{}: {}", path, why));
   }
@@ -463,7 +464,7 @@ SamplingPlan SamplingPipeline::plan() const {
   job.t5_bytes = r.prompt.empty() ? 0.0 : weight_bytes(r.t5, r.t5_dtype);
   job.clip_bytes = weight_bytes(r.clip, r.clip_dtype, "visual");  // the image tower of open-clip's file
   if (job.clip_bytes == 0) job.clip_bytes = weight_bytes(r.clip, r.clip_dtype);
-  job.vae_bytes = weight_bytes(r.vae, r.vae_dtype);
+  job.vae_bytes = weight_bytes(vae_weights_file(r.vae), r.vae_dtype);
   job.picture = !r.image.empty();
   if (!r.vae.empty())
     job.decode_bytes = vae_decode_bytes(vae_config_.version, r.vae_dtype, shape_[4] * vae_config_.spatial_factor(),

@@ -3,10 +3,12 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <vector>
 
 #include "wantrain/util/error.hpp"
+#include "wantrain/util/files.hpp"
 #include "wantrain/wan/vae/vae_weights.hpp"
 #include "wantrain/wan/vae/wan22_vae.hpp"
 #include "wantrain/wan/vae/wan_vae.hpp"
@@ -46,6 +48,15 @@ at::Tensor VideoVae::decode(const at::Tensor& latents) {
   return video;
 }
 
+std::optional<ModelFolder> vae_folder(const std::string& path) {
+  return path.empty() ? std::nullopt : find_model_folder(path, "vae", "diffusion_pytorch_model");
+}
+
+std::string vae_weights_file(const std::string& path) {
+  const auto folder = vae_folder(path);
+  return folder ? folder->weights : path;
+}
+
 VaeVersion detect_vae_version(const TensorSource& weights) {
   const auto head = pixel_channels(weights, "decoder.head.2.weight", 0);
   const auto input = pixel_channels(weights, "encoder.conv1.weight", 1);
@@ -67,9 +78,29 @@ VaeVersion detect_vae_version(const TensorSource& weights) {
 
 namespace {
 
+// A diffusers AutoencoderKLWan config.json in the keys of vae_config.hpp.
+// Wan2.2's (is_residual) is refused as its diffusers names are (below).
+VideoVaeConfig diffusers_vae_config(const std::string& config_json) {
+  const auto doc = nlohmann::json::parse(read_whole_file(config_json), nullptr, false);
+  if (!doc.is_object() || doc.value("_class_name", std::string()) != "AutoencoderKLWan")
+    throw UsageError(fmt::format("{}: not a diffusers AutoencoderKLWan config (its _class_name)", config_json));
+  if (doc.value("is_residual", false))
+    throw UsageError(
+        fmt::format("{}: the Wan2.2 VAE in diffusers' names (AutoencoderKLWan with is_residual) is not "
+                    "read: give Wan2.2_VAE.pth or a safetensors file of its official names",
+                    config_json));
+  nlohmann::json ours = nlohmann::json::object();
+  if (doc.contains("base_dim")) ours["dim"] = doc["base_dim"];
+  for (const char* key :
+       {"z_dim", "dim_mult", "num_res_blocks", "attn_scales", "temperal_downsample", "latents_mean", "latents_std"})
+    if (doc.contains(key) && !doc[key].is_null()) ours[key] = doc[key];
+  return parse_video_vae_config(ours.dump(), config_json, VaeVersion::Wan21, config_json);
+}
+
 VideoVaeConfig config_for(const std::optional<VaeVersion>& weights, const std::string& weights_path,
                           const std::string& config_path) {
   if (!config_path.empty()) return load_video_vae_config(config_path, weights, "weights " + weights_path);
+  if (const auto folder = vae_folder(weights_path)) return diffusers_vae_config(folder->config);
   VideoVaeConfig c;  // the released shapes
   c.version = weights.value_or(VaeVersion::Wan21);
   return c;
@@ -78,7 +109,7 @@ VideoVaeConfig config_for(const std::optional<VaeVersion>& weights, const std::s
 // The weights, refused where they hold Wan2.2's VAE in diffusers' names,
 // which open_vae_weights maps as Wan2.1's.
 TensorSource open_checked(const std::string& path, VaeVersion& version) {
-  auto source = open_vae_weights(path);
+  auto source = open_vae_weights(vae_weights_file(path));
   version = detect_vae_version(source);
   if (version == VaeVersion::Wan22 && source.diffusers_names)
     throw UsageError(

@@ -24,8 +24,10 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
+#include "wantrain/wan/model/diffusers_folder.hpp"
 #include "wantrain/wan/model/weights.hpp"
 #include "wantrain/wan/vae/vae_config.hpp"
 
@@ -58,6 +60,14 @@ class VideoVae : public torch::nn::Module {
   int64_t latent_frames(int64_t frames) const { return 1 + (frames - 1) / temporal_factor(); }
   int64_t video_frames(int64_t latent_frames) const { return 1 + (latent_frames - 1) * temporal_factor(); }
 };
+
+// A diffusers AutoencoderKLWan folder (`vae/` of a pipeline, or the
+// pipeline's root holding it; diffusers_folder.hpp): its config.json gives
+// the shape where no config is given. nullopt for a file; UsageError for a
+// folder with no VAE in it.
+std::optional<ModelFolder> vae_folder(const std::string& path);
+// The weights file of `path`: its own, or its folder's.
+std::string vae_weights_file(const std::string& path);
 
 // Which VAE `weights` holds, from its tensors' shapes (the top of this
 // file); UsageError naming the file when it holds neither.
