@@ -9,6 +9,7 @@
 #include <istream>
 #include <ostream>
 
+#include "wantrain/wan/encoders/t5_encoder.hpp"
 #include "wantrain/wan/vae/video_vae.hpp"
 #include "wantrain/app/attention_chunk_option.hpp"
 #include "wantrain/app/float_dtype.hpp"
@@ -193,7 +194,7 @@ void validate(const TrainConfig& c) {
   require(c.sample_prompts.empty() || (!c.t5.empty() && !c.tokenizer.empty() && !c.vae.empty()), "sample-prompts",
           "needs --t5, --tokenizer (to encode the prompts) and --vae (to decode the videos)");
   for (const auto& [option, path] : {std::pair{"sample-prompts", c.sample_prompts},
-                                     {"t5", c.t5},
+                                     {"t5", wan::t5_weights_file(c.t5)},
                                      {"vae", wan::vae_weights_file(c.vae)},
                                      {"clip", c.clip}})
     if (const auto why = path.empty() ? std::string() : unreadable_file_reason(path); !why.empty())

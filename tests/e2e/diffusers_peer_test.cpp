@@ -15,6 +15,7 @@
 #include "../common/launch.hpp"
 #include "../common/sample_shard.hpp"
 #include "wantrain/io/safetensors.hpp"
+#include "wantrain/wan/encoders/t5_encoder.hpp"
 #include "wantrain/wan/model/lora_file.hpp"
 #include "wantrain/wan/model/model_config.hpp"
 #include "wantrain/wan/model/wan_model.hpp"
@@ -393,4 +394,39 @@ TEST(DiffusersPeer, Wan21VaeFolderEncodesAndDecodesAsAutoencoderKLWan) {
   const auto theirs = file.read(*file.find("decoded"));
   EXPECT_LT((theirs.abs() == 1).to(torch::kFloat).mean().item<double>(), 0.1);  // few values at the clamp
   expect_close(vae->decode(latents), theirs, "decode");
+}
+
+// umT5 as a diffusers pipeline keeps it (transformers' UMT5EncoderModel in
+// text_encoder/): wantrain reads the root folder alone (config.json gives
+// the shape, transformers' names are mapped) and encodes the same token ids
+// as transformers' own model, at every token of each prompt.
+TEST(DiffusersPeer, Umt5TextEncoderFolderEncodesAsTransformers) {
+  const std::string dir = wt::testing::fresh("diffusers-umt5");
+  const std::string root = dir + "/pipeline";
+  std::filesystem::create_directories(root);
+  std::ofstream(dir + "/config.json")
+      << R"({"vocab_size": 300, "d_model": 32, "d_kv": 8, "d_ff": 48, "num_layers": 2, "num_heads": 4,
+             "relative_attention_num_buckets": 32, "relative_attention_max_distance": 128,
+             "feed_forward_proj": "gated-gelu", "dense_act_fn": "gelu_new", "is_gated_act": true,
+             "tie_word_embeddings": false})";
+  torch::manual_seed(6);
+  const auto ids = torch::randint(2, 300, {2, 40}, torch::kInt64);  // 40 tokens: positions past the exact buckets
+  auto mask = torch::ones({2, 40}, torch::kInt64);
+  mask[1].slice(0, 25).zero_();  // the second prompt is 25 tokens, then padding
+  wt::io::write_safetensors(dir + "/inputs.safetensors", {{"ids", ids}, {"mask", mask}}, torch::kFloat32);  // exact
+  const auto job =
+      wt::testing::launch(std::string(WANTRAIN_PYTHON) + " " + WANTRAIN_SOURCE_DIR + "/tests/peers/umt5_encoder.py " +
+                          dir + "/config.json " + root + " " + dir + "/inputs.safetensors " + dir + "/out.safetensors");
+  ASSERT_EQ(job.status, 0) << job.output;
+  const auto folder = wt::wan::text_encoder_folder(root);
+  ASSERT_TRUE(folder.has_value());
+  wt::wan::T5Encoder encoder(wt::wan::hugging_face_t5_config(folder->config));
+  wt::wan::load_weights(*encoder, wt::wan::open_t5_weights(root));
+  encoder->eval();
+  torch::NoGradGuard no_grad;
+  const auto ours = encoder->forward(ids, mask);
+  const auto file = wt::io::SafetensorsFile::open(dir + "/out.safetensors");
+  const auto theirs = file.read(*file.find("out"));
+  expect_close(ours[0], theirs[0], "the full prompt");
+  expect_close(ours[1].slice(0, 0, 25), theirs[1].slice(0, 0, 25), "the padded prompt's tokens");
 }

@@ -156,8 +156,45 @@ std::string official_t5_name(const std::string& name) {
 
 }  // namespace
 
+std::optional<ModelFolder> text_encoder_folder(const std::string& path) {
+  return path.empty() ? std::nullopt : find_model_folder(path, "text_encoder", "model");
+}
+
+std::string t5_weights_file(const std::string& path) {
+  const auto folder = text_encoder_folder(path);
+  return folder ? folder->weights : path;
+}
+
+T5Config hugging_face_t5_config(const std::string& config_json) {
+  const auto doc = nlohmann::json::parse(read_whole_file(config_json), nullptr, false);
+  if (!doc.is_object()) throw UsageError(fmt::format("{}: not a JSON object", config_json));
+  auto integer = [&](const char* key) -> int64_t {
+    if (!doc.contains(key) || !doc[key].is_number_integer())
+      throw UsageError(fmt::format("{}: key \"{}\": missing or not an integer", config_json, key));
+    return doc[key].get<int64_t>();
+  };
+  auto expect = [&](const char* key, const nlohmann::json& value, const char* why) {
+    if (doc.contains(key) && doc[key] != value)
+      throw UsageError(
+          fmt::format("{}: key \"{}\": {}, not umT5's {} ({})", config_json, key, doc[key].dump(), value.dump(), why));
+  };
+  expect("feed_forward_proj", "gated-gelu", "the gated GELU feed-forward");
+  expect("relative_attention_max_distance", 128, "the position buckets' reach");
+  T5Config c;
+  c.vocab = integer("vocab_size");
+  c.dim = integer("d_model");
+  c.num_heads = integer("num_heads");
+  c.dim_attn = c.num_heads * integer("d_kv");
+  c.dim_ffn = integer("d_ff");
+  c.num_layers = integer("num_layers");
+  c.num_buckets = integer("relative_attention_num_buckets");
+  c.shared_pos = false;  // umT5: a position bias in every layer
+  return c;
+}
+
 TensorSource open_t5_weights(const std::string& path) {
-  TensorSource file = open_weights(path);
+  const auto folder = text_encoder_folder(path);
+  TensorSource file = open_weights(folder ? folder->weights : path);
   bool hugging_face = false;
   for (const auto& [name, shape] : file.shapes) hugging_face = hugging_face || name.rfind("encoder.", 0) == 0;
   if (!hugging_face) return file;

@@ -25,8 +25,10 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
+#include "wantrain/wan/model/diffusers_folder.hpp"
 #include "wantrain/wan/model/weights.hpp"
 
 namespace wt::wan {
@@ -71,6 +73,19 @@ TORCH_MODULE(T5Encoder);
 //   encoder.final_layer_norm                          -> norm
 // (UMT5's feed-forward is act(wi_0 x) * wi_1 x, the official gate and fc1.)
 TensorSource open_t5_weights(const std::string& path);
+
+// A transformers UMT5EncoderModel folder (save_pretrained: config.json and
+// model.safetensors or its shards' index), `text_encoder/` of a diffusers
+// pipeline or the pipeline's root holding it; open_t5_weights reads its
+// weights. nullopt for a file; UsageError for a folder with no model.
+std::optional<ModelFolder> text_encoder_folder(const std::string& path);
+// The weights file of `path`: its own, or its folder's.
+std::string t5_weights_file(const std::string& path);
+// Its config.json (UMT5Config) as a T5Config: d_model, num_heads x d_kv,
+// d_ff, num_layers, relative_attention_num_buckets, vocab_size. UsageError
+// naming the key for what umT5 is not (gated-gelu feed-forward, position
+// buckets to distance 128, a bias in every layer).
+T5Config hugging_face_t5_config(const std::string& config_json);
 
 // The bucket of each relative position (key − query), T5's bidirectional
 // scheme: exact below num_buckets / 4 each way, logarithmic up to

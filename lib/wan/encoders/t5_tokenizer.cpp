@@ -12,15 +12,17 @@
 namespace wt::wan {
 namespace {
 
-// spiece.model itself, or the folder holding it.
+// spiece.model itself, or the folder holding it (or its tokenizer/: a diffusers pipeline's root).
 std::string model_file(const std::string& path) {
   std::error_code error;
   if (!std::filesystem::is_directory(path, error)) return path;
-  const auto file = (std::filesystem::path(path) / "spiece.model").string();
+  auto file = (std::filesystem::path(path) / "spiece.model").string();
+  if (!std::filesystem::exists(file, error))  // a diffusers pipeline's root: its tokenizer/
+    file = (std::filesystem::path(path) / "tokenizer" / "spiece.model").string();
   if (!std::filesystem::exists(file, error))
     throw UsageError(
-        fmt::format("tokenizer model {}: a folder without spiece.model (umT5's tokenizer, as in the "
-                    "google/umt5-xxl folder of a Wan repository)",
+        fmt::format("tokenizer model {}: a folder without spiece.model, here or in its tokenizer/ (umT5's "
+                    "tokenizer, as in the google/umt5-xxl folder of a Wan repository, or a diffusers pipeline's)",
                     path));
   return file;
 }

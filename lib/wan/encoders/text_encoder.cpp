@@ -10,7 +10,11 @@ namespace wt::wan {
 
 TextEncoder::TextEncoder(const TextEncoderFiles& files, const c10::Device& device)
     : tokenizer_(files.tokenizer), device_(device), text_len_(files.text_len) {
-  const T5Config config = files.config.empty() ? T5Config{} : load_t5_config(files.config);
+  // A config file, else a transformers folder's config.json, else umT5-XXL's.
+  const auto folder = text_encoder_folder(files.weights);
+  const T5Config config = !files.config.empty() ? load_t5_config(files.config)
+                          : folder              ? hugging_face_t5_config(folder->config)
+                                                : T5Config{};
   const TensorSource weights = open_t5_weights(files.weights);  // names and shapes checked before a byte is made
   encoder_ = T5Encoder(config, files.dtype);
   load_weights(*encoder_, weights);

@@ -1,3 +1,4 @@
+#include "wantrain/wan/encoders/t5_encoder.hpp"
 #include "wantrain/wan/sample/sampling_pipeline.hpp"
 
 #include <fmt/format.h>
@@ -224,6 +225,7 @@ void SamplingPipeline::check_request() const {
     const bool model_weights = name == "weights" || name == "high_noise" || name == "low_noise";
     if (model_weights && find_transformer_folder(path)) continue;  // a diffusers folder
     if (name == "vae" && vae_folder(path)) continue;
+    if (name == "t5" && text_encoder_folder(path)) continue;
     if (const auto why = unreadable_file_reason(path); !why.empty())
       throw SettingError(setting, fmt::format("{}: {}", path, why));
   }
@@ -461,7 +463,7 @@ SamplingPlan SamplingPipeline::plan() const {
   job.block_linear_dtype = block_linear_dtype_;
   job.ranks = world_.size();
   job.shard_weights = r.shard_weights;
-  job.t5_bytes = r.prompt.empty() ? 0.0 : weight_bytes(r.t5, r.t5_dtype);
+  job.t5_bytes = r.prompt.empty() ? 0.0 : weight_bytes(t5_weights_file(r.t5), r.t5_dtype);
   job.clip_bytes = weight_bytes(r.clip, r.clip_dtype, "visual");  // the image tower of open-clip's file
   if (job.clip_bytes == 0) job.clip_bytes = weight_bytes(r.clip, r.clip_dtype);
   job.vae_bytes = weight_bytes(vae_weights_file(r.vae), r.vae_dtype);
