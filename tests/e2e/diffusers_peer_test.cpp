@@ -5,6 +5,7 @@
 // index the shards, diffusers' names mapped), and both forwards agree. Then
 // wansample samples from the folder with no --model-config: one Euler step
 // from pure noise lands on noise - v, v diffusers' own velocity.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -24,9 +25,21 @@
 
 namespace {
 
+// A small WanTransformer3DModel config.json: `in` and `out` latent channels,
+// and the image branch's keys (JSON members).
+std::string small_transformer(int64_t in, int64_t out,
+                              const std::string& image = R"("image_dim": null, "added_kv_proj_dim": null)") {
+  return fmt::format(
+      R"({{"_class_name": "WanTransformer3DModel", "patch_size": [1, 2, 2], "num_attention_heads": 4,
+          "attention_head_dim": 16, "in_channels": {}, "out_channels": {}, "text_dim": 32, "freq_dim": 256,
+          "ffn_dim": 96, "num_layers": 2, "cross_attn_norm": true, "qk_norm": "rms_norm_across_heads", "eps": 1e-6,
+          "rope_max_seq_len": 1024, {}}})",
+      in, out, image);
+}
+
 struct Peer {
   const char* name;
-  const char* diffusers_config;  // WanTransformer3DModel's config.json
+  std::string diffusers_config;  // WanTransformer3DModel's config.json
   wt::wan::ModelType type;       // what wantrain must read it as
   bool per_token_timesteps = false;
 };
@@ -162,59 +175,31 @@ void expect_matches_diffusers(const Peer& peer) {
 }  // namespace
 
 TEST(DiffusersPeer, TextToVideoFolderLoadsAndSamplesAsDiffusers) {
-  expect_matches_diffusers(
-      {"t2v",
-       R"({"_class_name": "WanTransformer3DModel", "patch_size": [1, 2, 2], "num_attention_heads": 4,
-           "attention_head_dim": 16, "in_channels": 16, "out_channels": 16, "text_dim": 32, "freq_dim": 256,
-           "ffn_dim": 96, "num_layers": 2, "cross_attn_norm": true, "qk_norm": "rms_norm_across_heads",
-           "eps": 1e-6, "image_dim": null, "added_kv_proj_dim": null, "rope_max_seq_len": 1024})",
-       wt::wan::ModelType::T2V});
+  expect_matches_diffusers({"t2v", small_transformer(16, 16), wt::wan::ModelType::T2V});
 }
 
 // Wan2.1 I2V: y joined; CLIP features through the image embedder into
 // cross-attention's added key and value projections.
 TEST(DiffusersPeer, ImageToVideoWithTheClipBranchMatches) {
   expect_matches_diffusers(
-      {"i2v",
-       R"({"_class_name": "WanTransformer3DModel", "patch_size": [1, 2, 2], "num_attention_heads": 4,
-           "attention_head_dim": 16, "in_channels": 36, "out_channels": 16, "text_dim": 32, "freq_dim": 256,
-           "ffn_dim": 96, "num_layers": 2, "cross_attn_norm": true, "qk_norm": "rms_norm_across_heads",
-           "eps": 1e-6, "image_dim": 1280, "added_kv_proj_dim": 64, "rope_max_seq_len": 1024})",
-       wt::wan::ModelType::I2V});
+      {"i2v", small_transformer(36, 16, R"("image_dim": 1280, "added_kv_proj_dim": 64)"), wt::wan::ModelType::I2V});
 }
 
 // Wan2.1 FLF2V: two pictures' CLIP tokens with their position embedding.
 TEST(DiffusersPeer, FirstLastFrameToVideoMatches) {
   expect_matches_diffusers(
-      {"flf2v",
-       R"({"_class_name": "WanTransformer3DModel", "patch_size": [1, 2, 2], "num_attention_heads": 4,
-           "attention_head_dim": 16, "in_channels": 36, "out_channels": 16, "text_dim": 32, "freq_dim": 256,
-           "ffn_dim": 96, "num_layers": 2, "cross_attn_norm": true, "qk_norm": "rms_norm_across_heads",
-           "eps": 1e-6, "image_dim": 1280, "added_kv_proj_dim": 64, "rope_max_seq_len": 1024,
-           "pos_embed_seq_len": 514})",
+      {"flf2v", small_transformer(36, 16, R"("image_dim": 1280, "added_kv_proj_dim": 64, "pos_embed_seq_len": 514)"),
        wt::wan::ModelType::FLF2V});
 }
 
 // Wan2.2 I2V-A14B's expert: y joined, no CLIP branch.
 TEST(DiffusersPeer, Wan22ImageToVideoExpertMatches) {
-  expect_matches_diffusers(
-      {"wan22-i2v",
-       R"({"_class_name": "WanTransformer3DModel", "patch_size": [1, 2, 2], "num_attention_heads": 4,
-           "attention_head_dim": 16, "in_channels": 36, "out_channels": 16, "text_dim": 32, "freq_dim": 256,
-           "ffn_dim": 96, "num_layers": 2, "cross_attn_norm": true, "qk_norm": "rms_norm_across_heads",
-           "eps": 1e-6, "image_dim": null, "added_kv_proj_dim": null, "rope_max_seq_len": 1024})",
-       wt::wan::ModelType::I2V});
+  expect_matches_diffusers({"wan22-i2v", small_transformer(36, 16), wt::wan::ModelType::I2V});
 }
 
 // Wan2.2 TI2V-5B: 48 latent channels, a timestep per token (the first frame's at 0).
 TEST(DiffusersPeer, Wan22Ti2vWithPerTokenTimestepsMatches) {
-  expect_matches_diffusers(
-      {"ti2v",
-       R"({"_class_name": "WanTransformer3DModel", "patch_size": [1, 2, 2], "num_attention_heads": 4,
-           "attention_head_dim": 16, "in_channels": 48, "out_channels": 48, "text_dim": 32, "freq_dim": 256,
-           "ffn_dim": 96, "num_layers": 2, "cross_attn_norm": true, "qk_norm": "rms_norm_across_heads",
-           "eps": 1e-6, "image_dim": null, "added_kv_proj_dim": null, "rope_max_seq_len": 1024})",
-       wt::wan::ModelType::TI2V, true});
+  expect_matches_diffusers({"ti2v", small_transformer(48, 48), wt::wan::ModelType::TI2V, true});
 }
 
 // The way out: wantrain export --format diffusers writes a folder that
@@ -267,11 +252,7 @@ TEST(DiffusersPeer, TwoExpertFolderSamplesAsWanPipeline) {
   const std::string dir = wt::testing::fresh("diffusers-experts");
   const std::string root = dir + "/pipeline";
   std::filesystem::create_directories(root);
-  std::ofstream(dir + "/config.json")
-      << R"({"_class_name": "WanTransformer3DModel", "patch_size": [1, 2, 2], "num_attention_heads": 4,
-             "attention_head_dim": 16, "in_channels": 16, "out_channels": 16, "text_dim": 32, "freq_dim": 256,
-             "ffn_dim": 96, "num_layers": 2, "cross_attn_norm": true, "qk_norm": "rms_norm_across_heads",
-             "eps": 1e-6, "image_dim": null, "added_kv_proj_dim": null, "rope_max_seq_len": 1024})";
+  std::ofstream(dir + "/config.json") << small_transformer(16, 16);
   const std::string python = std::string(WANTRAIN_PYTHON) + " " + WANTRAIN_SOURCE_DIR + "/tests/peers/";
   // 0.9: at 10 steps and shift 5 the first 5 steps (t 999 .. 921) are the high-noise expert's.
   const auto made = wt::testing::launch(python + "diffusers_experts.py " + dir + "/config.json " + root + " 0.9");
@@ -322,12 +303,7 @@ TEST(DiffusersPeer, AWantrainLoraLoadsInDiffusersAsInWansample) {
   const std::string dir = wt::testing::fresh("diffusers-lora");
   const std::string root = dir + "/pipeline";
   std::filesystem::create_directories(root);
-  const char* diffusers_config =
-      R"({"_class_name": "WanTransformer3DModel", "patch_size": [1, 2, 2], "num_attention_heads": 4,
-          "attention_head_dim": 16, "in_channels": 16, "out_channels": 16, "text_dim": 32, "freq_dim": 256,
-          "ffn_dim": 96, "num_layers": 2, "cross_attn_norm": true, "qk_norm": "rms_norm_across_heads",
-          "eps": 1e-6, "image_dim": null, "added_kv_proj_dim": null, "rope_max_seq_len": 1024})";
-  std::ofstream(dir + "/config.json") << diffusers_config;
+  std::ofstream(dir + "/config.json") << small_transformer(16, 16);
   const auto in = write_inputs(wt::wan::load_model_config(dir + "/config.json"), false, dir);
   const std::string python = std::string(WANTRAIN_PYTHON) + " " + WANTRAIN_SOURCE_DIR + "/tests/peers/";
   const auto made = wt::testing::launch(python + "diffusers_transformer.py " + dir + "/config.json " + root + " " +
