@@ -44,6 +44,13 @@ else()
 endif()
 # One string, not a list (the library lists hold semicolons).
 set(_hdf5_link "${HDF5_C_LIBRARIES}")
+# libprotobuf by its path: in a consumer that finds LibTorch first, the
+# protobuf::libprotobuf target added nothing to the link line.
+if(Protobuf_LIBRARY_RELEASE)
+  set(_protobuf_link "${Protobuf_LIBRARY_RELEASE}")
+else()
+  set(_protobuf_link "${Protobuf_LIBRARY}")
+endif()
 # From lib/cmake/wantrain back to the prefix, however deep the libdir is (lib64, lib/x86_64-linux-gnu).
 file(RELATIVE_PATH _config_to_prefix "/prefix/${CMAKE_INSTALL_LIBDIR}/cmake/wantrain" "/prefix")
 set(_install_vars "set(WANTRAIN_CONFIG_TO_PREFIX \"${_config_to_prefix}\")
@@ -57,6 +64,7 @@ set(WANTRAIN_NCCL_ENABLED \"${WANTRAIN_NCCL_ENABLED}\")
 set(WANTRAIN_NCCL_LINK \"${_nccl_link}\")
 set(WANTRAIN_HDF5_LINK \"${_hdf5_link}\")
 set(WANTRAIN_CSV_LINK \"${WANTRAIN_CSV_LIBRARY}\")
+set(WANTRAIN_PROTOBUF_LINK \"${_protobuf_link}\")
 set(WANTRAIN_FFMPEG_LINK \"${WANTRAIN_FFMPEG_LINK_LIBRARIES}\")")
 install(CODE "
 ${_install_vars}

@@ -1,5 +1,6 @@
 // Model configs: the shipped files, their parameter counts from shapes alone,
 // the model's parameters against those shapes, and each bad config's error.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <tuple>
@@ -9,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../common/build_paths.hpp"
+#include "wantrain/wan/model/diffusers_folder.hpp"
 #include "wantrain/wan/model/model_config.hpp"
 #include "wantrain/wan/model/wan_model.hpp"
 #include "wantrain/util/error.hpp"
@@ -214,4 +216,49 @@ TEST(ModelConfig, ImageToVideoKeysAreOptionalAndChecked) {
   bad["model_type"] = "flf2v";
   bad["image_dim"] = 0;
   EXPECT_NE(error_of(bad).find("'model_type' flf2v needs the CLIP branch"), std::string::npos) << error_of(bad);
+}
+
+// The transformer config.json of the Wan-AI *-Diffusers repositories (the
+// values published there) reads as the shipped config of the same release.
+TEST(ModelConfig, DiffusersConfigsOfTheReleasesReadAsTheShippedConfigs) {
+  auto diffusers = [](int heads, int in, int out, int ffn, int layers, const std::string& image) {
+    return fmt::format(
+        R"({{"_class_name": "WanTransformer3DModel", "_diffusers_version": "0.33.0", "patch_size": [1, 2, 2],
+            "num_attention_heads": {}, "attention_head_dim": 128, "in_channels": {}, "out_channels": {},
+            "text_dim": 4096, "freq_dim": 256, "ffn_dim": {}, "num_layers": {}, "cross_attn_norm": true,
+            "qk_norm": "rms_norm_across_heads", "eps": 1e-06, "rope_max_seq_len": 1024, {}}})",
+        heads, in, out, ffn, layers, image);
+  };
+  const std::string none = R"("image_dim": null, "added_kv_proj_dim": null)";
+  for (const auto& [shipped, json] :
+       {std::pair{"wan2.1-t2v-1.3b", diffusers(12, 16, 16, 8960, 30, none)},
+        {"wan2.1-t2v-14b", diffusers(40, 16, 16, 13824, 40, none)},
+        {"wan2.1-i2v-14b-480p", diffusers(40, 36, 16, 13824, 40, R"("image_dim": 1280, "added_kv_proj_dim": 5120)")},
+        {"wan2.1-flf2v-14b",
+         diffusers(40, 36, 16, 13824, 40, R"("image_dim": 1280, "added_kv_proj_dim": 5120, "pos_embed_seq_len": 514)")},
+        {"wan2.2-t2v-a14b", diffusers(40, 16, 16, 13824, 40, none)},
+        {"wan2.2-i2v-a14b", diffusers(40, 36, 16, 13824, 40, none)},
+        {"wan2.2-ti2v-5b", diffusers(24, 48, 48, 14336, 30, none)}}) {
+    const auto config = wt::wan::parse_diffusers_config(json, shipped);
+    const auto expected =
+        wt::wan::load_model_config(std::string(WANTRAIN_SOURCE_DIR) + "/data/configs/" + shipped + ".json");
+    EXPECT_EQ(wt::wan::first_difference(config, expected), "") << shipped;
+  }
+  // A value of another type, or of a kind Wan has not, is one line naming the file.
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {diffusers(12, 16, 16, 8960, 30, R"("image_dim": null, "added_kv_proj_dim": null, "patch_size": ["1", 2, 2])"),
+       "wrong type"},
+      {R"({"_class_name": "WanTransformer3DModel", "patch_size": [1, 2, 2]})", "key \"num_attention_heads\""},
+      {diffusers(12, 16, 16, 8960, 30, R"("image_dim": null, "added_kv_proj_dim": null, "eps": "small")"),
+       "wrong type"},
+      {R"({"_class_name": "UNet2DConditionModel"})", "not a WanTransformer3DModel"}};
+  for (const auto& [json, why] : bad) {
+    try {
+      wt::wan::parse_diffusers_config(json, "transformer/config.json");
+      ADD_FAILURE() << json;
+    } catch (const wt::UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find("transformer/config.json: "), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+    }
+  }
 }

@@ -71,7 +71,23 @@ bool is_diffusers_config(const std::string& json_text) {
   return doc.is_object() && doc.contains("_class_name");
 }
 
+namespace {
+
+WanConfig parse_checked(const std::string& json_text, const std::string& source);
+
+}  // namespace
+
 WanConfig parse_diffusers_config(const std::string& json_text, const std::string& source) {
+  try {
+    return parse_checked(json_text, source);
+  } catch (const json::exception& e) {  // a value of another type than the key's
+    throw UsageError(fmt::format("{}: a value of the wrong type: {}", source, e.what()));
+  }
+}
+
+namespace {
+
+WanConfig parse_checked(const std::string& json_text, const std::string& source) {
   const auto doc = json::parse(json_text, nullptr, false);
   if (!doc.is_object()) throw UsageError(fmt::format("{}: not a JSON object", source));
   const std::string class_name = doc.value("_class_name", std::string());
@@ -126,5 +142,7 @@ WanConfig parse_diffusers_config(const std::string& json_text, const std::string
   validate(c, source);
   return c;
 }
+
+}  // namespace
 
 }  // namespace wt::wan
