@@ -9,6 +9,7 @@
 #include <iostream>
 
 #include "commands.hpp"
+#include "wantrain/wan/encoders/clip_vision.hpp"
 #include "wantrain/wan/encoders/t5_encoder.hpp"
 #include "wantrain/app/device_option.hpp"
 #include "wantrain/app/float_dtype.hpp"
@@ -204,8 +205,9 @@ int run_encode(distributed::World& world, int argc, char** argv) {
     if (value.empty()) throw UsageError(fmt::format("option --{}: required", option));
   if (!c.clip.empty() && c.condition == "none")
     throw UsageError("option --clip: the CLIP features are of an image condition: give --condition i2v or flf2v");
-  for (const auto& [option, path] :
-       {std::pair{"vae", wan::vae_weights_file(c.vae)}, {"t5", wan::t5_weights_file(c.t5)}, {"clip", c.clip}})
+  for (const auto& [option, path] : {std::pair{"vae", wan::vae_weights_file(c.vae)},
+                                     {"t5", wan::t5_weights_file(c.t5)},
+                                     {"clip", wan::clip_weights_file(c.clip)}})
     if (const auto why = path.empty() ? std::string() : unreadable_file_reason(path); !why.empty())
       throw UsageError(fmt::format("option --{}: {}: {}", option, path, why));
   auto given = [&](const std::string& name) {

@@ -9,6 +9,7 @@
 #include <istream>
 #include <ostream>
 
+#include "wantrain/wan/encoders/clip_vision.hpp"
 #include "wantrain/wan/encoders/t5_encoder.hpp"
 #include "wantrain/wan/vae/video_vae.hpp"
 #include "wantrain/app/attention_chunk_option.hpp"
@@ -196,7 +197,7 @@ void validate(const TrainConfig& c) {
   for (const auto& [option, path] : {std::pair{"sample-prompts", c.sample_prompts},
                                      {"t5", wan::t5_weights_file(c.t5)},
                                      {"vae", wan::vae_weights_file(c.vae)},
-                                     {"clip", c.clip}})
+                                     {"clip", wan::clip_weights_file(c.clip)}})
     if (const auto why = path.empty() ? std::string() : unreadable_file_reason(path); !why.empty())
       throw UsageError(fmt::format("option --{}: {}: {}", option, path, why));
   require(c.logit_std > 0, "logit-std", "must be positive");

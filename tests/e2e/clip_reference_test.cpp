@@ -315,7 +315,8 @@ TEST(ClipReference, FilesWithoutTheTowerAreRefusedInOneLine) {
   };
   const std::vector<std::pair<std::string, std::string>> cases = {
       {write("text_only.safetensors", [](auto& item) { return item.first.rfind("visual.", 0) != 0; }),
-       ": neither visual.* (official) nor vision_model.* (Hugging Face) tensors (not a CLIP image encoder)"},
+       ": neither visual.* (official) nor vision_model.* or embeddings.* (Hugging Face) tensors (not a CLIP image "
+       "encoder)"},
       {write("missing.safetensors", [](auto& item) { return item.first != "visual.transformer.1.norm2.bias"; }),
        " (official names): no tensor visual.transformer.1.norm2.bias"},
       {write("misshaped.safetensors",

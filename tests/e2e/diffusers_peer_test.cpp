@@ -11,11 +11,14 @@
 
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "../common/build_paths.hpp"
 #include "../common/launch.hpp"
 #include "../common/sample_shard.hpp"
 #include "wantrain/io/safetensors.hpp"
+#include "wantrain/util/error.hpp"
+#include "wantrain/wan/encoders/clip_vision.hpp"
 #include "wantrain/wan/encoders/t5_encoder.hpp"
 #include "wantrain/wan/model/lora_file.hpp"
 #include "wantrain/wan/model/model_config.hpp"
@@ -405,4 +408,44 @@ TEST(DiffusersPeer, Umt5TextEncoderFolderEncodesAsTransformers) {
   const auto theirs = file.read(*file.find("out"));
   expect_close(ours[0], theirs[0], "the full prompt");
   expect_close(ours[1].slice(0, 0, 25), theirs[1].slice(0, 0, 25), "the padded prompt's tokens");
+}
+
+// CLIP as a diffusers image-to-video pipeline keeps it (transformers'
+// CLIPVisionModel in image_encoder/): wantrain reads the root folder alone
+// (config.json gives the heads, which the tensors cannot tell) and its
+// features are transformers' hidden states before the last layer, the ones
+// WanImageToVideoPipeline hands the transformer. A config.json of another
+// activation is refused in one line.
+TEST(DiffusersPeer, ClipImageEncoderFolderGivesTransformersPenultimateFeatures) {
+  const std::string dir = wt::testing::fresh("diffusers-clip");
+  const std::string root = dir + "/pipeline";
+  std::filesystem::create_directories(root);
+  std::ofstream(dir + "/config.json")
+      << R"({"hidden_size": 32, "intermediate_size": 128, "num_attention_heads": 4, "num_hidden_layers": 3,
+             "image_size": 28, "patch_size": 14, "hidden_act": "gelu", "layer_norm_eps": 1e-5,
+             "projection_dim": 16})";
+  torch::manual_seed(8);
+  const auto images = torch::rand({2, 3, 28, 28}) * 2 - 1;  // at image_size: no resize
+  wt::io::write_safetensors(dir + "/inputs.safetensors", {{"images", images}}, torch::kFloat32);
+  const auto job =
+      wt::testing::launch(std::string(WANTRAIN_PYTHON) + " " + WANTRAIN_SOURCE_DIR + "/tests/peers/clip_vision.py " +
+                          dir + "/config.json " + root + " " + dir + "/inputs.safetensors " + dir + "/out.safetensors");
+  ASSERT_EQ(job.status, 0) << job.output;
+  const auto clip = wt::wan::load_clip_vision(root);
+  EXPECT_EQ(clip->config().num_heads, 4);  // from config.json: 32 channels are no ViT-H heads of 80
+  EXPECT_EQ(clip->config().num_layers, 3);
+  const auto file = wt::io::SafetensorsFile::open(dir + "/out.safetensors");
+  expect_close(clip->features(images), file.read(*file.find("features")), "features");
+
+  const std::string config = root + "/image_encoder/config.json";
+  auto doc = nlohmann::json::parse(std::ifstream(config));
+  doc["hidden_act"] = "quick_gelu";
+  std::ofstream(config) << doc.dump();
+  try {
+    wt::wan::load_clip_vision(root);
+    ADD_FAILURE() << "a quick_gelu config loaded";
+  } catch (const wt::UsageError& e) {
+    EXPECT_EQ(std::string(e.what()), config + R"(: key "hidden_act": "quick_gelu", not "gelu": Wan's CLIP is )"
+                                              "open_clip's ViT-H/14, with the exact GELU");
+  }
 }

@@ -9,11 +9,13 @@
 #include <cmath>
 #include <filesystem>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <vector>
 
 #include "wantrain/io/safetensors.hpp"
 #include "wantrain/util/error.hpp"
+#include "wantrain/util/files.hpp"
 #include "wantrain/wan/model/weights.hpp"
 
 namespace wt::wan {
@@ -167,19 +169,20 @@ struct Layout {
   bool hugging_face = false;
   std::string label;   // in messages: "official names" or "Hugging Face names"
   std::string blocks;  // the blocks' prefix, before their index
+  std::string root;    // Hugging Face's: "vision_model." (transformers 4), "" (transformers 5 saves it bare)
 
   // The file's names of a parameter (its official name, without "visual."):
   // one, or q, k and v for a to_qkv under Hugging Face names.
   std::vector<std::string> stored(const std::string& name) const {
     if (!hugging_face) return {kPrefix + name};
     static const std::map<std::string, std::string> whole = {
-        {"cls_embedding", "vision_model.embeddings.class_embedding"},
-        {"pos_embedding", "vision_model.embeddings.position_embedding.weight"},
-        {"patch_embedding.weight", "vision_model.embeddings.patch_embedding.weight"},
-        {"patch_embedding.bias", "vision_model.embeddings.patch_embedding.bias"},
-        {"pre_norm.weight", "vision_model.pre_layrnorm.weight"},
-        {"pre_norm.bias", "vision_model.pre_layrnorm.bias"}};
-    if (const auto it = whole.find(name); it != whole.end()) return {it->second};
+        {"cls_embedding", "embeddings.class_embedding"},
+        {"pos_embedding", "embeddings.position_embedding.weight"},
+        {"patch_embedding.weight", "embeddings.patch_embedding.weight"},
+        {"patch_embedding.bias", "embeddings.patch_embedding.bias"},
+        {"pre_norm.weight", "pre_layrnorm.weight"},
+        {"pre_norm.bias", "pre_layrnorm.bias"}};
+    if (const auto it = whole.find(name); it != whole.end()) return {root + it->second};
     static const std::regex block(R"(transformer\.(\d+)\.(norm1|norm2|attn\.to_qkv|attn\.proj|mlp\.0|mlp\.2)\.(.+))");
     static const std::map<std::string, std::string> parts = {{"norm1", "layer_norm1"},
                                                              {"norm2", "layer_norm2"},
@@ -187,7 +190,7 @@ struct Layout {
                                                              {"mlp.0", "mlp.fc1"},
                                                              {"mlp.2", "mlp.fc2"}};
     std::smatch m;
-    if (!std::regex_match(name, m, block)) return {"vision_model." + name};
+    if (!std::regex_match(name, m, block)) return {root + name};
     const std::string layer = blocks + m[1].str() + ".", leaf = "." + m[3].str();
     if (m[2] == "attn.to_qkv")
       return {layer + "self_attn.q_proj" + leaf, layer + "self_attn.k_proj" + leaf, layer + "self_attn.v_proj" + leaf};
@@ -206,8 +209,10 @@ struct Layout {
   }
 };
 
-Layout official_layout() { return {false, "official names", kPrefix + "transformer."}; }
-Layout hugging_face_layout() { return {true, "Hugging Face names", "vision_model.encoder.layers."}; }
+Layout official_layout() { return {false, "official names", kPrefix + "transformer.", ""}; }
+Layout hugging_face_layout(const std::string& root) {
+  return {true, "Hugging Face names", root + "encoder.layers.", root};
+}
 
 bool has_prefix(const TensorSource& source, const std::string& prefix) {
   return std::any_of(source.shapes.begin(), source.shapes.end(),
@@ -292,26 +297,77 @@ int64_t heads_of(const std::string& path, const TensorSource& source, const Layo
   return dim / kHeadWidth;
 }
 
+// num_heads from a CLIPVisionModel folder's config.json, whose other values
+// must be the tower the tensors describe (`shapes`) and run as Wan's does.
+int64_t heads_of_folder(const std::string& config_json, const ClipVisionConfig& shapes) {
+  auto doc = nlohmann::json::parse(read_whole_file(config_json), nullptr, false);
+  if (!doc.is_object()) throw UsageError(fmt::format("{}: not a JSON object", config_json));
+  if (doc.contains("vision_config") && doc["vision_config"].is_object()) doc = doc["vision_config"];  // a CLIPModel's
+  auto integer = [&](const char* key) -> int64_t {
+    if (!doc.contains(key) || !doc[key].is_number_integer())
+      throw UsageError(fmt::format("{}: key \"{}\": missing or not an integer", config_json, key));
+    return doc[key].get<int64_t>();
+  };
+  // transformers' CLIPVisionConfig runs quick_gelu when the key is absent.
+  const std::string act = doc.contains("hidden_act") ? doc["hidden_act"].dump() : "\"quick_gelu\" (absent)";
+  if (act != "\"gelu\"")
+    throw UsageError(
+        fmt::format("{}: key \"hidden_act\": {}, not \"gelu\": Wan's CLIP is open_clip's ViT-H/14, with "
+                    "the exact GELU",
+                    config_json, act));
+  if (doc.contains("layer_norm_eps") && (!doc["layer_norm_eps"].is_number() || doc["layer_norm_eps"] != kNormEps))
+    throw UsageError(fmt::format("{}: key \"layer_norm_eps\": {}, not the tower's {:g}", config_json,
+                                 doc["layer_norm_eps"].dump(), kNormEps));
+  const std::pair<const char*, int64_t> agreed[] = {{"hidden_size", shapes.dim},
+                                                    {"patch_size", shapes.patch_size},
+                                                    {"image_size", shapes.image_size},
+                                                    {"intermediate_size", shapes.mlp_ratio * shapes.dim},
+                                                    {"num_hidden_layers", shapes.num_layers}};
+  for (const auto& [key, tensors] : agreed)
+    if (integer(key) != tensors)
+      throw UsageError(fmt::format("{}: key \"{}\": {}, but the weights beside it make {}", config_json, key,
+                                   integer(key), tensors));
+  const int64_t heads = integer("num_attention_heads");
+  if (heads < 1 || shapes.dim % heads != 0)
+    throw UsageError(fmt::format("{}: key \"num_attention_heads\": {} is not a divisor of hidden_size {}", config_json,
+                                 heads, shapes.dim));
+  return heads;
+}
+
 }  // namespace
 
-ClipVision load_clip_vision(const std::string& path, at::ScalarType dtype, at::Device device) {
+std::optional<ModelFolder> image_encoder_folder(const std::string& path) {
+  return path.empty() ? std::nullopt : find_model_folder(path, "image_encoder", "model");
+}
+
+std::string clip_weights_file(const std::string& path) {
+  const auto folder = image_encoder_folder(path);
+  return folder ? folder->weights : path;
+}
+
+ClipVision load_clip_vision(const std::string& given, at::ScalarType dtype, at::Device device) {
+  const auto folder = image_encoder_folder(given);
+  const std::string path = folder ? folder->weights : given;
   const TensorSource file = open_weights(path);
   Layout layout;
   if (has_prefix(file, kPrefix))
     layout = official_layout();
   else if (has_prefix(file, "vision_model."))
-    layout = hugging_face_layout();
+    layout = hugging_face_layout("vision_model.");
+  else if (file.shapes.count("embeddings.class_embedding"))  // CLIPVisionModel as transformers 5 saves it
+    layout = hugging_face_layout("");
   else
-    throw UsageError(fmt::format(
-        "CLIP weights {}: neither visual.* (official) nor vision_model.* (Hugging Face) tensors (not a CLIP "
-        "image encoder)",
-        path));
+    throw UsageError(
+        fmt::format("CLIP weights {}: neither visual.* (official) nor vision_model.* or embeddings.* (Hugging Face) "
+                    "tensors (not a CLIP "
+                    "image encoder)",
+                    path));
   const std::string patch_bias = layout.stored("patch_embedding.bias")[0];
   if (file.shapes.count(patch_bias))
     throw UsageError(
         fmt::format("{}: {}: a tower without pre_norm, which Wan's CLIP is not", where(file, layout), patch_bias));
   ClipVisionConfig config = config_from_shapes(file, layout);
-  config.num_heads = heads_of(path, file, layout, config.dim);
+  config.num_heads = folder ? heads_of_folder(folder->config, config) : heads_of(path, file, layout, config.dim);
   check_clip_vision_config(config, where(file, layout));
   if (dtype == at::kHalf && device.is_cpu())
     throw UsageError(

@@ -21,7 +21,9 @@
 // mapped onto these: vision_model.embeddings.class_embedding [dim] ->
 // cls_embedding, .position_embedding.weight [tokens, dim] -> pos_embedding,
 // .patch_embedding.weight -> patch_embedding.weight, pre_layrnorm ->
-// pre_norm, and in vision_model.encoder.layers.N: layer_norm1/2 -> norm1/2,
+// pre_norm (transformers 5 saves a CLIPVisionModel without the
+// "vision_model." prefix: those bare names load too), and in
+// vision_model.encoder.layers.N: layer_norm1/2 -> norm1/2,
 // self_attn.{q,k,v}_proj joined along the output rows -> attn.to_qkv,
 // self_attn.out_proj -> attn.proj, mlp.fc1/fc2 -> mlp.0/2. Such a file does
 // not name its activation (transformers' CLIPVisionConfig defaults to
@@ -65,7 +67,10 @@
 
 #include <cstdint>
 #include <string>
+#include <optional>
 #include <utility>
+
+#include "wantrain/wan/model/diffusers_folder.hpp"
 
 namespace wt::wan {
 
@@ -118,7 +123,8 @@ TORCH_MODULE(ClipVision);
 // models_clip_open-clip-xlm-roberta-large-vit-huge-14.pth, the whole
 // XLMRobertaCLIP state dict) or a safetensors file or index, in the official
 // names with their "visual." prefix, or, when the file has no "visual."
-// tensor but "vision_model." ones, in Hugging Face's CLIPVisionModel names
+// tensor but "vision_model." ones (or transformers 5's bare "embeddings."
+// and "encoder.layers."), in Hugging Face's CLIPVisionModel names
 // (ComfyUI's clip_vision_h.safetensors); every other tensor (textual.*,
 // log_scale, the last block, post_norm, head; text_model.*, the last layer,
 // post_layernorm, visual_projection, position_ids) is skipped unread. The
@@ -132,6 +138,22 @@ TORCH_MODULE(ClipVision);
 // names" or "Hugging Face names") and the tensor, in the file's own name,
 // for a file with neither prefix, a needed tensor missing or of another
 // shape, or a config it cannot tell.
+//
+// `path` may also be a transformers CLIPVisionModel folder
+// (image_encoder_folder): its weights are read as above, in Hugging Face
+// names, and its config.json gives num_heads (num_attention_heads) and must
+// agree with the tensors on hidden_size, patch_size, image_size,
+// intermediate_size and num_hidden_layers; a hidden_act other than "gelu"
+// (transformers' default quick_gelu: not open_clip's ViT-H/14) or a
+// layer_norm_eps other than 1e-5 is a UsageError naming the file and key.
 ClipVision load_clip_vision(const std::string& path, at::ScalarType dtype = at::kFloat, at::Device device = at::kCPU);
+
+// A transformers CLIPVisionModel folder (save_pretrained: config.json and
+// model.safetensors or its shards' index): image_encoder/ of a diffusers
+// image-to-video pipeline, or the pipeline's root holding it. nullopt for a
+// file; UsageError for a folder with no model.
+std::optional<ModelFolder> image_encoder_folder(const std::string& path);
+// The weights file of `path`: a folder's model.safetensors (or index), else `path`.
+std::string clip_weights_file(const std::string& path);
 
 }  // namespace wt::wan

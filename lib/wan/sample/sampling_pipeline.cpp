@@ -226,6 +226,7 @@ void SamplingPipeline::check_request() const {
     if (model_weights && find_transformer_folder(path)) continue;  // a diffusers folder
     if (name == "vae" && vae_folder(path)) continue;
     if (name == "t5" && text_encoder_folder(path)) continue;
+    if (name == "clip" && image_encoder_folder(path)) continue;
     if (const auto why = unreadable_file_reason(path); !why.empty())
       throw SettingError(setting, fmt::format("{}: {}", path, why));
   }
