@@ -186,7 +186,8 @@ int run_encode(distributed::World& world, int argc, char** argv) {
               "(flf2v) encoded as Wan's image2video.py does, and with --clip their CLIP features /clip_fea")
       .add("clip", &c.clip,
            "CLIP image encoder for Wan2.1 I2V/FLF2V (models_clip_open-clip-xlm-roberta-large-vit-huge-14.pth or "
-           "safetensors of its names, or ComfyUI's clip_vision_h.safetensors); Wan2.2's I2V reads no CLIP features")
+           "safetensors of its names, ComfyUI's clip_vision_h.safetensors, or a CLIPVisionModel folder: a diffusers "
+           "pipeline's image_encoder/ or root); Wan2.2's I2V reads no CLIP features")
       .choice("clip-dtype", &c.clip_dtype, {"fp32", "bf16"}, "CLIP weights and compute")
       .add("device", &c.device, "auto (CUDA when LibTorch sees one), cpu, cuda or cuda:N")
       .add("threads", &c.threads, "CPU threads for the models (0: LibTorch's default)");

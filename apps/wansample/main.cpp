@@ -227,8 +227,8 @@ int run(distributed::World& world, int argc, char** argv) {
             "picture's")
       .add("clip", &c.clip,
            "CLIP image encoder for --image with Wan2.1 I2V/FLF2V "
-           "(models_clip_open-clip-xlm-roberta-large-vit-huge-14.pth or safetensors of its names, or ComfyUI's "
-           "clip_vision_h.safetensors)")
+           "(models_clip_open-clip-xlm-roberta-large-vit-huge-14.pth or safetensors of its names, ComfyUI's "
+           "clip_vision_h.safetensors, or a CLIPVisionModel folder: a diffusers pipeline's image_encoder/ or root)")
       .choice("clip-dtype", &c.clip_dtype, {"fp32", "bf16"}, "CLIP weights and compute")
       .add("max-area", &c.max_area,
            "with --image: the video's pixels (default the release size's: 832x480 with Wan2.1's VAE, 1280x704 with "
