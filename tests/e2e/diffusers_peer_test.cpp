@@ -344,21 +344,17 @@ TEST(DiffusersPeer, AWantrainLoraLoadsInDiffusersAsInWansample) {
             1e-3 * theirs.abs().max().item<double>());
 }
 
-// Wan2.1's VAE as diffusers keeps it (AutoencoderKLWan, vae/ of a
-// pipeline): wantrain reads the pipeline's root folder alone (config.json
-// gives the shape, the names are mapped), and encodes and decodes as
-// diffusers' own model does, normalised as WanPipeline normalises.
-TEST(DiffusersPeer, Wan21VaeFolderEncodesAndDecodesAsAutoencoderKLWan) {
-  const std::string dir = wt::testing::fresh("diffusers-vae");
+// A VAE as diffusers keeps it (AutoencoderKLWan, vae/ of a pipeline) of
+// config `config_json`: wantrain reads the pipeline's root folder alone
+// (config.json gives the shape, the names are mapped), and encodes `video`
+// and decodes `latents` as diffusers' own model does, normalised as
+// WanPipeline normalises.
+void expect_vae_matches_diffusers(const std::string& name, const std::string& config_json, const at::Tensor& video,
+                                  const at::Tensor& latents, int64_t spatial_factor) {
+  const std::string dir = wt::testing::fresh(name);
   const std::string root = dir + "/pipeline";
   std::filesystem::create_directories(root);
-  std::ofstream(dir + "/config.json")
-      << R"({"_class_name": "AutoencoderKLWan", "base_dim": 8, "z_dim": 4, "dim_mult": [1, 2, 2, 2],
-             "num_res_blocks": 1, "attn_scales": [], "temperal_downsample": [false, true, true], "dropout": 0.0,
-             "latents_mean": [0.1, -0.2, 0.3, 0.0], "latents_std": [1.5, 0.5, 2.0, 1.0]})";
-  torch::manual_seed(4);
-  const auto video = torch::rand({1, 3, 9, 24, 32}) * 2 - 1;  // 9 frames: the first, then two chunks of 4
-  const auto latents = torch::randn({1, 4, 3, 3, 4});
+  std::ofstream(dir + "/config.json") << config_json;
   wt::io::write_safetensors(dir + "/inputs.safetensors", {{"video", video}, {"latents", latents}}, torch::kFloat32);
   const auto job =
       wt::testing::launch(std::string(WANTRAIN_PYTHON) + " " + WANTRAIN_SOURCE_DIR + "/tests/peers/diffusers_vae.py " +
@@ -366,13 +362,38 @@ TEST(DiffusersPeer, Wan21VaeFolderEncodesAndDecodesAsAutoencoderKLWan) {
   ASSERT_EQ(job.status, 0) << job.output;
   const auto file = wt::io::SafetensorsFile::open(dir + "/out.safetensors");
   const auto vae = wt::wan::open_video_vae(root);
-  EXPECT_EQ(vae->z_dim(), 4);
-  EXPECT_EQ(vae->spatial_factor(), 8);
+  EXPECT_EQ(vae->z_dim(), latents.size(1));
+  EXPECT_EQ(vae->spatial_factor(), spatial_factor);
   torch::NoGradGuard no_grad;
   expect_close(vae->encode(video), file.read(*file.find("latents")), "encode");
   const auto theirs = file.read(*file.find("decoded"));
   EXPECT_LT((theirs.abs() == 1).to(torch::kFloat).mean().item<double>(), 0.1);  // few values at the clamp
   expect_close(vae->decode(latents), theirs, "decode");
+}
+
+TEST(DiffusersPeer, Wan21VaeFolderEncodesAndDecodesAsAutoencoderKLWan) {
+  torch::manual_seed(4);
+  const auto video = torch::rand({1, 3, 9, 24, 32}) * 2 - 1;  // 9 frames: the first, then two chunks of 4
+  expect_vae_matches_diffusers(
+      "diffusers-vae",
+      R"({"_class_name": "AutoencoderKLWan", "base_dim": 8, "z_dim": 4, "dim_mult": [1, 2, 2, 2],
+          "num_res_blocks": 1, "attn_scales": [], "temperal_downsample": [false, true, true], "dropout": 0.0,
+          "latents_mean": [0.1, -0.2, 0.3, 0.0], "latents_std": [1.5, 0.5, 2.0, 1.0]})",
+      video, torch::randn({1, 4, 3, 3, 4}), 8);
+}
+
+// Wan2.2's VAE (TI2V-5B's) as diffusers keeps it: is_residual, 2x2 patches,
+// a decoder of its own width, each level a block of resnets and a resampler.
+TEST(DiffusersPeer, Wan22VaeFolderEncodesAndDecodesAsAutoencoderKLWan) {
+  torch::manual_seed(5);
+  const auto video = torch::rand({1, 3, 9, 32, 32}) * 2 - 1;
+  expect_vae_matches_diffusers("diffusers-vae22",
+                               R"({"_class_name": "AutoencoderKLWan", "base_dim": 8, "decoder_base_dim": 12, "z_dim": 4,
+          "dim_mult": [1, 2, 2, 2], "num_res_blocks": 1, "attn_scales": [], "temperal_downsample": [false, true, true],
+          "dropout": 0.0, "is_residual": true, "in_channels": 12, "out_channels": 12, "patch_size": 2,
+          "scale_factor_spatial": 16, "scale_factor_temporal": 4,
+          "latents_mean": [0.1, -0.2, 0.3, 0.0], "latents_std": [1.5, 0.5, 2.0, 1.0]})",
+                               video, torch::randn({1, 4, 3, 2, 2}), 16);
 }
 
 // umT5 as a diffusers pipeline keeps it (transformers' UMT5EncoderModel in

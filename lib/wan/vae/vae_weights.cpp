@@ -80,6 +80,33 @@ std::string official_vae_name(const std::string& name, const UpBlocks& up) {
   return name;  // not diffusers': the load names it if unexpected
 }
 
+// Wan2.2's VAE (AutoencoderKLWan with is_residual): each level is one
+// block, its resnets then its resampler, as the official
+// encoder.downsamples.I.downsamples.J and decoder.upsamples.I.upsamples.J
+// (the resampler at J = the level's resnets); the rest as Wan2.1's.
+bool is_residual_vae_name(const std::string& name) {
+  // Wan2.1's encoder blocks are one flat list (no resnets), and its decoder's resampler is "upsamplers.0".
+  static const std::regex level(
+      R"((encoder\.down_blocks\.\d{1,4}\.(resnets|downsampler)|decoder\.up_blocks\.\d{1,4}\.upsampler)\..*)");
+  return std::regex_match(name, level);
+}
+
+using ResnetsPerLevel = std::map<std::pair<std::string, int64_t>, int64_t>;  // (encoder|decoder, level) -> resnets
+
+std::string official_vae22_name(const std::string& name, const ResnetsPerLevel& resnets) {
+  static const std::regex level(
+      R"((encoder|decoder)\.(down_blocks|up_blocks)\.(\d{1,4})\.(resnets\.(\d{1,4})|downsampler|upsampler)\.(.+))");
+  std::smatch m;
+  if (!std::regex_match(name, m, level)) return official_vae_name(name, UpBlocks{});  // the parts Wan2.1 shares
+  const std::string part = m[1].str();
+  const int64_t index = std::stoll(m[3].str());
+  const std::string list = part == "encoder" ? "downsamples" : "upsamples";
+  const bool resnet = m[5].matched;
+  const auto count = resnets.find({part, index});
+  const int64_t j = resnet ? std::stoll(m[5].str()) : (count == resnets.end() ? 0 : count->second);
+  return fmt::format("{}.{}.{}.{}.{}.{}", part, list, index, list, j, resnet ? official_part(m[6].str()) : m[6].str());
+}
+
 }  // namespace
 
 TensorSource open_vae_weights(const std::string& path) {
@@ -87,6 +114,17 @@ TensorSource open_vae_weights(const std::string& path) {
   if (std::none_of(file.shapes.begin(), file.shapes.end(),
                    [](const auto& item) { return is_diffusers_vae_name(item.first); }))
     return file;
+  const bool residual = std::any_of(file.shapes.begin(), file.shapes.end(),
+                                    [](const auto& item) { return is_residual_vae_name(item.first); });
+  ResnetsPerLevel level_resnets;
+  static const std::regex resnet_part(
+      R"((encoder|decoder)\.(?:down_blocks|up_blocks)\.(\d{1,4})\.resnets\.(\d{1,4})\..+)");
+  for (const auto& [name, shape] : file.shapes) {
+    std::smatch m;
+    if (!residual || !std::regex_match(name, m, resnet_part)) continue;
+    auto& count = level_resnets[{m[1].str(), std::stoll(m[2].str())}];
+    count = std::max<int64_t>(count, std::stoll(m[3].str()) + 1);
+  }
   UpBlocks up;
   static const std::regex up_part(R"(decoder\.up_blocks\.(\d{1,4})\.(resnets\.(\d{1,4})|upsamplers\.0)\..+)");
   for (const auto& [name, shape] : file.shapes) {
@@ -102,7 +140,7 @@ TensorSource open_vae_weights(const std::string& path) {
   source.path = path;
   source.diffusers_names = true;
   for (const auto& [name, shape] : file.shapes) {
-    const std::string official = official_vae_name(name, up);
+    const std::string official = residual ? official_vae22_name(name, level_resnets) : official_vae_name(name, up);
     if (!source.shapes.emplace(official, shape).second)
       throw UsageError(fmt::format("weights {}: tensors '{}' and '{}' both name parameter '{}'", path,
                                    source.stored_names.count(official) ? source.stored_names.at(official) : official,

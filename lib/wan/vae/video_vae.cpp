@@ -78,44 +78,43 @@ VaeVersion detect_vae_version(const TensorSource& weights) {
 
 namespace {
 
-// A diffusers AutoencoderKLWan config.json in the keys of vae_config.hpp.
-// Wan2.2's (is_residual) is refused as its diffusers names are (below).
-VideoVaeConfig diffusers_vae_config(const std::string& config_json) {
+// A diffusers AutoencoderKLWan config.json in the keys of vae_config.hpp:
+// Wan2.2's when it is_residual (its decoder_base_dim is dec_dim).
+VideoVaeConfig diffusers_vae_config(const std::string& config_json, const std::optional<VaeVersion>& weights,
+                                    const std::string& weights_source) {
   const auto doc = nlohmann::json::parse(read_whole_file(config_json), nullptr, false);
   if (!doc.is_object() || doc.value("_class_name", std::string()) != "AutoencoderKLWan")
     throw UsageError(fmt::format("{}: not a diffusers AutoencoderKLWan config (its _class_name)", config_json));
-  if (doc.value("is_residual", false))
-    throw UsageError(
-        fmt::format("{}: the Wan2.2 VAE in diffusers' names (AutoencoderKLWan with is_residual) is not "
-                    "read: give Wan2.2_VAE.pth or a safetensors file of its official names",
-                    config_json));
+  const bool residual = doc.contains("is_residual") && doc["is_residual"] == true;
+  const nlohmann::json patch = residual ? nlohmann::json(2) : nlohmann::json(nullptr);  // Wan2.2's: 2x2 patches
+  if (doc.contains("patch_size") && doc["patch_size"] != patch)
+    throw UsageError(fmt::format("{}: key \"patch_size\": {}, not the {} VAE's {}", config_json,
+                                 doc["patch_size"].dump(), residual ? "Wan2.2" : "Wan2.1", patch.dump()));
   nlohmann::json ours = nlohmann::json::object();
   if (doc.contains("base_dim")) ours["dim"] = doc["base_dim"];
+  if (residual && doc.contains("decoder_base_dim") && !doc["decoder_base_dim"].is_null())
+    ours["dec_dim"] = doc["decoder_base_dim"];
   for (const char* key :
        {"z_dim", "dim_mult", "num_res_blocks", "attn_scales", "temperal_downsample", "latents_mean", "latents_std"})
     if (doc.contains(key) && !doc[key].is_null()) ours[key] = doc[key];
-  return parse_video_vae_config(ours.dump(), config_json, VaeVersion::Wan21, config_json);
+  ours["version"] = residual ? "2.2" : "2.1";  // is_residual says which, whatever the weights hold
+  return parse_video_vae_config(ours.dump(), config_json, weights, weights_source);
 }
 
 VideoVaeConfig config_for(const std::optional<VaeVersion>& weights, const std::string& weights_path,
                           const std::string& config_path) {
   if (!config_path.empty()) return load_video_vae_config(config_path, weights, "weights " + weights_path);
-  if (const auto folder = vae_folder(weights_path)) return diffusers_vae_config(folder->config);
+  if (const auto folder = vae_folder(weights_path))
+    return diffusers_vae_config(folder->config, weights, "weights " + folder->weights);
   VideoVaeConfig c;  // the released shapes
   c.version = weights.value_or(VaeVersion::Wan21);
   return c;
 }
 
-// The weights, refused where they hold Wan2.2's VAE in diffusers' names,
-// which open_vae_weights maps as Wan2.1's.
+// The weights and the VAE they hold.
 TensorSource open_checked(const std::string& path, VaeVersion& version) {
   auto source = open_vae_weights(vae_weights_file(path));
   version = detect_vae_version(source);
-  if (version == VaeVersion::Wan22 && source.diffusers_names)
-    throw UsageError(
-        fmt::format("{}: the Wan2.2 VAE in diffusers' names (AutoencoderKLWan) is not read: give Wan2.2_VAE.pth or a "
-                    "safetensors file of its official names (ComfyUI's wan2.2_vae.safetensors)",
-                    path));
   return source;
 }
 
