@@ -13,6 +13,21 @@
       Prints the median seconds per step of each and the ratio (diffusers /
       wansample: above 1 means wansample is faster).
 
+  vs_diffusers.py compare-train [options]
+      A LoRA training step of the 1.3B architecture cut to --layers blocks
+      (data/configs/wan2.1-t2v-1.3b.json), on --ranks ranks with --threads
+      threads each: `wantrain` with data/lora.ini's adapters (rank and alpha
+      32 on the 10 Linears of each block, bf16 base, bf16 autocast) on a
+      synthetic dataset of latents [16, --frames, --size] and 512 context
+      positions of width 4096 (the step times its metrics.jsonl logs),
+      against diffusers' WanTransformer3DModel of the same shape with the
+      same adapters through peft (LoraConfig on to_q, to_k, to_v, to_out.0 of
+      both attentions and the two FFN Linears), bf16 base, bf16 autocast,
+      under PyTorch DistributedDataParallel (gloo) with AdamW: the same flow
+      matching step (`train-peer`, run under mpirun). Both sides without
+      activation checkpointing. Alternated for --rounds rounds; prints the
+      median seconds per step of each and the ratio (diffusers / wantrain).
+
 The peers are the test dependencies of scripts/install-peers.sh (diffusers
 as scripts/peer-versions pins it), in the torch wheel's venv.
 """
@@ -112,6 +127,136 @@ def run_compare_sample(a):
         print(f"{name:<22} {w:>16.4f} {t:>16.4f} {t / w:>7.2f}x", flush=True)
 
 
+LORA_TARGETS = ["to_q", "to_k", "to_v", "to_out.0", "ffn.net.0.proj", "ffn.net.2"]  # diffusers' names of lora.ini's
+
+
+def rank_and_world():
+    return (int(os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("PMI_RANK", "0"))),
+            int(os.environ.get("OMPI_COMM_WORLD_SIZE", os.environ.get("PMI_SIZE", "1"))))
+
+
+def run_train_peer(a):
+    """diffusers + peft under DDP: the same LoRA flow-matching step, median seconds per step on rank 0."""
+    import torch.distributed as dist
+    from peft import LoraConfig
+    from torch.nn.parallel import DistributedDataParallel
+
+    rank, world = rank_and_world()
+    torch.set_num_threads(a.threads)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{a.port}", rank=rank, world_size=world)
+    with open(a.model_config) as f:
+        ours = json.load(f)
+    torch.manual_seed(0)
+    model = WanTransformer3DModel(**diffusers_config(ours)).to(torch.bfloat16)
+    model.requires_grad_(False)
+    model.add_adapter(LoraConfig(r=a.rank, lora_alpha=a.rank, init_lora_weights="gaussian",
+                                 target_modules=LORA_TARGETS))
+    trained = [p for p in model.parameters() if p.requires_grad]
+    for p in trained:  # adapters in fp32, as wantrain keeps them
+        p.data = p.data.float()
+    model = DistributedDataParallel(model, bucket_cap_mb=25)
+    optimizer = torch.optim.AdamW(trained, lr=1e-4, betas=(0.9, 0.999), weight_decay=0.01)
+    height, width = (int(v) for v in a.size.split("x"))
+    g = torch.Generator().manual_seed(1 + rank)
+    x0 = torch.randn(1, ours["in_dim"], a.frames, height, width, generator=g)
+    context = torch.zeros(1, 512, ours["text_dim"])  # WanPipeline's 512 positions, the text's first
+    context[:, :16] = torch.randn(1, 16, ours["text_dim"], generator=g)
+    shift = 5.0
+
+    def step():
+        sigma = torch.rand(1)
+        sigma = shift * sigma / (1 + (shift - 1) * sigma)
+        eps = torch.randn_like(x0)
+        s = sigma.view(-1, 1, 1, 1, 1)
+        x_t = (1 - s) * x0 + s * eps
+        keep = (torch.rand(1) >= 0.1).view(-1, 1, 1)
+        ctx = torch.where(keep, context, torch.zeros_like(context))
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            prediction = model(hidden_states=x_t, timestep=sigma * 1000, encoder_hidden_states=ctx,
+                               return_dict=False)[0]
+        loss = torch.nn.functional.mse_loss(prediction.float(), eps - x0)
+        optimizer.zero_grad(set_to_none=False)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(trained, 1.0)
+        optimizer.step()
+
+    for _ in range(a.warmup):
+        step()
+    times = []
+    for _ in range(a.iters):
+        dist.barrier()
+        start = time.perf_counter()
+        step()
+        elapsed = torch.tensor([time.perf_counter() - start])
+        dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)  # the slowest rank's step
+        times.append(elapsed.item())
+    if rank == 0:
+        print(json.dumps({"step_s": statistics.median(times), "trained": sum(p.numel() for p in trained)}),
+              flush=True)
+    dist.barrier()
+    sys.stdout.flush()
+    os._exit(0)  # gloo's teardown at exit can hang under mpirun
+
+
+def mpirun(ranks, args):
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    out = subprocess.run(["mpirun", "-np", str(ranks), "--oversubscribe"] + args, env=env, capture_output=True,
+                         text=True)
+    if out.returncode != 0:
+        sys.exit(f"vs_diffusers: {' '.join(args[:2])} ... failed (status {out.returncode}):\n{out.stdout}{out.stderr}")
+    return out.stdout
+
+
+def run_compare_train(a):
+    apps = a.apps
+    for tool in ("wantrain/wantrain", "wandata/wandata"):
+        if not os.path.exists(os.path.join(apps, tool)):
+            sys.exit(f"vs_diffusers: no {tool} under {apps} (build first, or give --apps)")
+    os.makedirs(a.scratch, exist_ok=True)
+    with open("data/configs/wan2.1-t2v-1.3b.json") as f:
+        ours = json.load(f)
+    ours["num_layers"] = a.layers
+    config = os.path.join(a.scratch, f"wan2.1-t2v-1.3b-{a.layers}-blocks.json")
+    with open(config, "w") as f:
+        json.dump(ours, f)
+    data = os.path.join(a.scratch, "data")
+    if not os.path.isdir(data):
+        subprocess.run([os.path.join(apps, "wandata/wandata"), "synth", "--out", data, "--samples", "8", "--shards",
+                        "2", "--frames", str(a.frames), "--size", a.size, "--text-len", "16", "--text-dim", "4096",
+                        "--seed", "1"], check=True, capture_output=True)
+    height, width = (int(v) for v in a.size.split("x"))
+    tokens = a.frames * (height // 2) * (width // 2)
+    print(f"# a LoRA training step (rank {a.rank} on 10 Linears a block, bf16 base and autocast) of the 1.3B "
+          f"architecture with {a.layers} blocks, latents [16, {a.frames}, {height}, {width}] ({tokens} tokens), "
+          f"512 context positions; {a.ranks} ranks x {a.threads} thread(s), batch 1 per rank; median of "
+          f"{a.rounds} alternating rounds")
+    print(f"{'wantrain s/step':>16} {'diffusers+peft s/step':>22} {'ratio':>8}")
+    steps = a.warmup + a.iters
+    mine, theirs = [], []
+    port = 29700
+    for r in range(a.rounds):
+        run = os.path.join(a.scratch, "run")
+        subprocess.run(["rm", "-rf", run], check=True)
+        mpirun(a.ranks, [os.path.join(apps, "wantrain/wantrain"), "--config", "data/lora.ini", "--model-config",
+                         config, "--lora-rank", str(a.rank), "--lora-alpha", str(a.rank), "--data", data,
+                         "--output-dir", run, "--threads", str(a.threads), "--steps", str(steps), "--log-every", "1",
+                         "--warmup-steps", "0", "--grad-checkpoint", "none", "--attention-chunk", "fused",
+                         "--save-every", "0"])
+        with open(os.path.join(run, "metrics.jsonl")) as f:
+            logged = [json.loads(line) for line in f]
+        step_s = [m["step_s"] for m in logged if "loss" in m and "step_s" in m][a.warmup:]
+        mine.append(statistics.median(step_s))
+        port += 1
+        out = mpirun(a.ranks, [sys.executable, os.path.abspath(__file__), "train-peer", "--model-config", config,
+                               "--frames", str(a.frames), "--size", a.size, "--rank", str(a.rank), "--threads",
+                               str(a.threads), "--iters", str(a.iters), "--warmup", str(a.warmup), "--port",
+                               str(port)])
+        theirs.append(json.loads(out.strip().splitlines()[-1])["step_s"])
+        print(f"# round {r + 1}: wantrain {mine[-1]:.3f} s, diffusers+peft {theirs[-1]:.3f} s", flush=True)
+    w, t = statistics.median(mine), statistics.median(theirs)
+    print(f"{w:>16.3f} {t:>22.3f} {t / w:>7.2f}x", flush=True)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="mode", required=True)
@@ -124,8 +269,25 @@ def main():
     c.add_argument("--rounds", type=int, default=3, help="alternating rounds (the median is reported)")
     c.add_argument("--wansample", default="build/release/apps/wansample/wansample")
     c.add_argument("--scratch", default=os.path.join(os.environ.get("TMPDIR", "/tmp"), "vs_diffusers"))
+    for q in (sub.add_parser("compare-train", help="wantrain's LoRA step and diffusers+peft's under DDP"),
+              sub.add_parser("train-peer", help="the diffusers+peft DDP side, under mpirun")):
+        q.add_argument("--frames", type=int, default=5, help="latent frames (17 video frames: 5)")
+        q.add_argument("--size", default="32x32", help="latent HxW (256x256 pixels: 32x32)")
+        q.add_argument("--rank", type=int, default=32, help="LoRA rank (alpha the same)")
+        q.add_argument("--threads", type=int, default=1, help="threads per rank")
+        q.add_argument("--iters", type=int, default=3, help="timed steps (the median is reported)")
+        q.add_argument("--warmup", type=int, default=1, help="untimed steps first")
+        if q.prog.endswith("compare-train"):
+            q.add_argument("--layers", type=int, default=8, help="blocks of the 1.3B architecture")
+            q.add_argument("--ranks", type=int, default=2)
+            q.add_argument("--rounds", type=int, default=2, help="alternating rounds (the median is reported)")
+            q.add_argument("--apps", default="build/release/apps")
+            q.add_argument("--scratch", default=os.path.join(os.environ.get("TMPDIR", "/tmp"), "vs_diffusers_train"))
+        else:
+            q.add_argument("--model-config", required=True)
+            q.add_argument("--port", type=int, default=29700, help="gloo's rendezvous port on 127.0.0.1")
     a = p.parse_args()
-    run_compare_sample(a)
+    {"compare-sample": run_compare_sample, "compare-train": run_compare_train, "train-peer": run_train_peer}[a.mode](a)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <nlohmann/json.hpp>
 
 #include "../common/build_paths.hpp"
@@ -20,6 +21,7 @@
 #include "wantrain/util/error.hpp"
 #include "wantrain/wan/encoders/clip_vision.hpp"
 #include "wantrain/wan/encoders/t5_encoder.hpp"
+#include "wantrain/wan/encoders/t5_tokenizer.hpp"
 #include "wantrain/wan/model/lora_file.hpp"
 #include "wantrain/wan/model/model_config.hpp"
 #include "wantrain/wan/model/wan_model.hpp"
@@ -469,4 +471,74 @@ TEST(DiffusersPeer, ClipImageEncoderFolderGivesTransformersPenultimateFeatures) 
     EXPECT_EQ(std::string(e.what()), config + R"(: key "hidden_act": "quick_gelu", not "gelu": Wan's CLIP is )"
                                               "open_clip's ViT-H/14, with the exact GELU");
   }
+}
+
+// umT5's tokenizer as transformers keeps it (tokenizer.json in a pipeline's
+// tokenizer/, converted by transformers from a SentencePiece model with
+// byte fallback and extra ids): wantrain, given the root folder, reads the
+// tokenizer.json and gives the ids and mask that transformers' AutoTokenizer
+// gives on the text diffusers' prompt_clean makes, as WanPipeline calls it
+// (padding to the length, truncation, EOS): on accents, compatibility forms,
+// CJK, HTML entities, special tokens' text, characters no piece covers, a
+// combining accent and a prompt cut short. SentencePiece on the same
+// spiece.model differs where transformers' converter dropped byte fallback.
+TEST(DiffusersPeer, Umt5TokenizerJsonGivesTransformersIds) {
+  const std::string dir = wt::testing::fresh("diffusers-tokenizer");
+  const std::string root = dir + "/pipeline";
+  std::filesystem::create_directories(root);
+  const std::vector<std::string> words = {"a",     "the",    "cat",    "dog",  "runs",   "over",   "lazy",  "quick",
+                                          "brown", "fox",    "video",  "of",   "sunset", "ocean",  "waves", "camera",
+                                          "pans",  "Café",   "naïve",  "über", "straße", "日本語", "の",    "テキスト",
+                                          "中文",  "한국어", "Привет", "мир",  "\"",     "&",      "fine",  "LOUD"};
+  std::mt19937 draw(9);
+  {
+    std::ofstream corpus(dir + "/corpus.txt");
+    for (int line = 0; line < 600; ++line) {
+      for (int w = 0; w < 3 + static_cast<int>(draw() % 8); ++w)
+        corpus << (w ? " " : "") << words[draw() % words.size()];
+      corpus << "\n";
+    }
+  }
+  std::string long_prompt;
+  for (int w = 0; w < 60; ++w) long_prompt += (w ? " " : "") + words[draw() % 20];
+  const std::vector<std::string> prompts = {
+      "a cat runs over the lazy dog",
+      "Café naïve über straße façade",
+      "日本語のテキスト 中文字符 한국어 Привет мир",
+      "\xef\xac\x81ne \xef\xbc\xac\xef\xbc\xaf\xef\xbc\xb5\xef\xbc\xa4\xe3\x80\x80waves \xe2\x91\xa0",  // ﬁne
+                                                                                                        // ＬＯＵＤ　waves
+                                                                                                        // ①
+      "Tom &amp; Jerry &lt;3 the dog",
+      "the \xe2\x80\x9c"
+      "fine\xe2\x80\x9d camera",                              // curly quotes
+      "an emoji \xf0\x9f\x99\x82 and \xe2\x9c\xa8 sparkles",  // no piece covers them
+      "the end</s> of <extra_id_1> a <pad> video",
+      "  spaced   out\ttext \n over  ",
+      "cafe\xcc\x81 naive",  // e + a combining acute: one grapheme
+      long_prompt};
+  std::ofstream(dir + "/prompts.json") << nlohmann::json(prompts).dump();
+  constexpr int64_t kLength = 48;
+  const auto job =
+      wt::testing::launch(std::string(WANTRAIN_PYTHON) + " " + WANTRAIN_SOURCE_DIR + "/tests/peers/umt5_tokenizer.py " +
+                          dir + "/corpus.txt " + dir + " " + root + " " + dir + "/prompts.json " +
+                          std::to_string(kLength) + " 3 " + dir + "/out.safetensors");
+  ASSERT_EQ(job.status, 0) << job.output;
+  const wt::wan::T5Tokenizer ours(root);
+  EXPECT_EQ(ours.model_path(), root + "/tokenizer/tokenizer.json");
+  const auto tokens = ours.encode(prompts, kLength);
+  const auto file = wt::io::SafetensorsFile::open(dir + "/out.safetensors");
+  const auto ids = file.read(*file.find("ids")).to(torch::kLong), mask = file.read(*file.find("mask")).to(torch::kLong);
+  ASSERT_EQ(ids.sizes(), tokens.ids.sizes());
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    const auto i = static_cast<int64_t>(p);
+    EXPECT_TRUE(torch::equal(tokens.ids[i], ids[i])) << "prompt " << p << " (" << prompts[p] << "):\n  wantrain     "
+                                                     << tokens.ids[i] << "\n  transformers " << ids[i];
+    EXPECT_TRUE(torch::equal(tokens.mask[i], mask[i])) << "prompt " << p;
+  }
+  EXPECT_EQ(tokens.truncated, 1);  // the long prompt
+  const auto unknown = ours.token_ids(prompts[6]);
+  EXPECT_NE(std::find(unknown.begin(), unknown.end(), 2), unknown.end()) << "the emoji is <unk> (id 2)";
+  const wt::wan::T5Tokenizer sentencepiece(dir + "/spiece.model");
+  EXPECT_NE(sentencepiece.token_ids(prompts[6]), unknown) << "SentencePiece gives the emoji's bytes";
+  EXPECT_EQ(sentencepiece.token_ids(prompts[0]), ours.token_ids(prompts[0]));
 }

@@ -399,7 +399,8 @@ TEST(T5Tokenizer, BadModelPathsAreOneLineNamingThePath) {
   const std::string empty_folder = dir + "/no-model";
   fs::create_directories(empty_folder);
   message = one_line_usage_error([&] { T5Tokenizer{empty_folder}; });
-  EXPECT_NE(message.find(empty_folder + ": a folder without spiece.model"), std::string::npos) << message;
+  EXPECT_NE(message.find(empty_folder + ": a folder without tokenizer.json or spiece.model"), std::string::npos)
+      << message;
 
   const std::string corrupt = dir + "/corrupt.model";
   std::string junk;
@@ -435,4 +436,64 @@ TEST(T5Tokenizer, InvalidPromptsAndLengthsAreUsageErrors) {
   const auto none = tokenizer.encode({}, 16);
   EXPECT_EQ(none.ids.sizes(), (std::vector<int64_t>{0, 16}));
   EXPECT_EQ(none.truncated, 0);
+}
+
+// ---- tokenizer.json ------------------------------------------------------------
+
+namespace {
+
+// A Unigram tokenizer.json of seven pieces, with `pre_tokenizer` and `model_type`.
+std::string tokenizer_json(const std::string& pre_tokenizer = R"({"type": "Metaspace", "replacement": "▁",
+                                                                   "prepend_scheme": "always", "split": true})",
+                           const std::string& model_type = "Unigram") {
+  return fmt::format(
+      R"({{"added_tokens": [{{"id": 0, "content": "<pad>", "special": true}}, {{"id": 1, "content": "</s>",
+          "special": true}}, {{"id": 2, "content": "<unk>", "special": true}}],
+          "normalizer": {{"type": "Sequence", "normalizers": [{{"type": "Strip", "strip_left": true,
+          "strip_right": true}}, {{"type": "Replace", "pattern": {{"Regex": " {{2,}}"}}, "content": " "}}]}},
+          "pre_tokenizer": {},
+          "model": {{"type": "{}", "unk_id": 2, "byte_fallback": false,
+                     "vocab": [["<pad>", 0.0], ["</s>", 0.0], ["<unk>", 0.0], ["▁a", -1.0], ["▁ab", -1.5],
+                               ["b", -2.0], ["▁", -3.0]]}}}})",
+      pre_tokenizer, model_type);
+}
+
+}  // namespace
+
+// The pieces worked out by hand from the vocabulary's scores: "▁ab" (-1.5)
+// beats "▁a" + "b" (-3); "▁b" has no piece, so "▁" + "b"; "c" no piece at
+// all: <unk>, a run of two one <unk>; "</s>" in the text is the EOS.
+TEST(T5Tokenizer, TokenizerJsonCutsAsTheUnigramScoresSay) {
+  const std::string dir = wt::testing::fresh("tokenizer-json");
+  fs::create_directories(dir);
+  std::ofstream(dir + "/tokenizer.json") << tokenizer_json();
+  const T5Tokenizer tokenizer(dir);
+  EXPECT_EQ(tokenizer.model_path(), dir + "/tokenizer.json");
+  EXPECT_EQ(tokenizer.eos_id(), 1);
+  EXPECT_EQ(tokenizer.pad_id(), 0);
+  EXPECT_EQ(tokenizer.token_ids("a ab b"), (std::vector<int>{3, 4, 6, 5, 1}));
+  EXPECT_EQ(tokenizer.token_ids("  ab   cc "), (std::vector<int>{4, 6, 2, 1}));
+  EXPECT_EQ(tokenizer.token_ids("a</s>b"), (std::vector<int>{3, 1, 6, 5, 1}));
+  // Split by whitespace first, each word its own "▁": the same pieces.
+  std::ofstream(dir + "/tokenizer.json") << tokenizer_json(
+      R"({"type": "Sequence", "pretokenizers": [{"type": "WhitespaceSplit"}, {"type": "Metaspace",
+          "replacement": "▁", "prepend_scheme": "always", "split": true}]})");
+  EXPECT_EQ(T5Tokenizer(dir).token_ids("a ab b"), (std::vector<int>{3, 4, 6, 5, 1}));
+}
+
+TEST(T5Tokenizer, TokenizerJsonOfWhatIsNotReadIsOneLine) {
+  const std::string dir = wt::testing::fresh("tokenizer-json-bad");
+  fs::create_directories(dir);
+  for (const auto& [text, expected] : std::vector<std::pair<std::string, std::string>>{
+           {"{\"model\": ", ": not a JSON object (a tokenizers file, tokenizer.json)"},
+           {tokenizer_json(R"({"type": "Metaspace"})", "BPE"), ": a BPE model; only Unigram models (umT5's) are read"},
+           {tokenizer_json(R"({"type": "Split", "pattern": {"String": " "}})"),
+            ": a Split pre-tokenizer, which is not read (WhitespaceSplit, Metaspace and Sequence are)"},
+           {R"({"model": {"type": "Unigram", "unk_id": 0, "vocab": [["<unk>", 0.0], ["a", -1.0]]}})",
+            ": has no EOS control piece (\"</s>\"), which umT5's has"}}) {
+    SCOPED_TRACE(expected);
+    std::ofstream(dir + "/tokenizer.json") << text;
+    const auto message = one_line_usage_error([&] { T5Tokenizer{dir}; });
+    EXPECT_NE(message.find(dir + "/tokenizer.json" + expected), std::string::npos) << message;
+  }
 }

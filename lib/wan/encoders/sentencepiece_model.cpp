@@ -14,6 +14,7 @@
 
 #include "wantrain/util/error.hpp"
 #include "wantrain/util/files.hpp"
+#include "wantrain/wan/encoders/precompiled_charsmap.hpp"
 
 namespace wt::wan {
 namespace {
@@ -135,44 +136,12 @@ struct SentencePieceModel::Impl {
   bool add_dummy_prefix = true, remove_extra_whitespaces = true, escape_whitespaces = true;
   float min_score = FLT_MAX, max_score = FLT_MIN;  // over normal pieces, as SentencePiece starts them
 
-  // The precompiled character map: a darts-clone double array over UTF-8
-  // bytes whose values index NUL-terminated replacements.
-  std::vector<uint32_t> charsmap_units;
-  std::string charsmap_text;
+  PrecompiledCharsmap charsmap;  // the normalisation rules
 
   int piece_to_id(std::string_view piece) const {
     if (const auto found = reserved.find(piece); found != reserved.end()) return found->second;
     if (const auto found = normal.find(piece); found != normal.end()) return found->second;
     return unk;
-  }
-
-  // The replacement of the longest character-map key at the start of
-  // `text`, and that key's length (0: none).
-  std::pair<std::string_view, std::size_t> charsmap_match(std::string_view text) const {
-    if (charsmap_units.empty()) return {{}, 0};
-    const auto offset = [](uint32_t unit) { return (unit >> 10) << ((unit & (1u << 9)) >> 6); };
-    const auto units = charsmap_units.size();
-    std::size_t longest = 0;
-    uint32_t value = 0;
-    std::size_t id = offset(charsmap_units[0]);
-    for (std::size_t k = 0; k < text.size(); ++k) {
-      const auto label = static_cast<unsigned char>(text[k]);
-      id ^= label;
-      if (id >= units) break;
-      const uint32_t unit = charsmap_units[id];
-      if ((unit & ((1u << 31) | 0xFF)) != label) break;
-      id ^= offset(unit);
-      if ((unit >> 8) & 1) {  // a key ends here: its value sits in the leaf unit
-        if (id >= units) break;
-        longest = k + 1;
-        value = charsmap_units[id] & ((1u << 31) - 1);
-      }
-    }
-    if (longest == 0) return {{}, 0};
-    const auto end = value < charsmap_text.size() ? charsmap_text.find('\0', value) : std::string::npos;
-    if (end == std::string::npos)
-      throw UsageError(fmt::format("tokenizer model {}: its normalisation table is corrupt", source));
-    return {std::string_view(charsmap_text).substr(value, end - value), longest};
   }
 
   // SentencePiece's NormalizePrefix: what the start of `text` becomes, and
@@ -182,7 +151,7 @@ struct SentencePieceModel::Impl {
     for (const auto piece : user_defined)
       if (piece.size() > user && text.substr(0, piece.size()) == piece) user = piece.size();
     if (user > 0) return {text.substr(0, user), user};
-    if (const auto match = charsmap_match(text); match.second > 0) return match;
+    if (const auto match = charsmap.longest_prefix(text, source); match.second > 0) return match;
     const std::size_t length = valid_char_length(text);
     if (length == 0) return {"\xEF\xBF\xBD", 1};  // malformed: U+FFFD for one byte
     return {text.substr(0, length), length};
@@ -408,19 +377,9 @@ SentencePieceModel SentencePieceModel::parse(const std::string& bytes, const std
       throw Malformed{"byte fallback without all 256 byte pieces"};
     if (impl->normal.empty()) throw Malformed{"no normal pieces"};
 
-    if (!charsmap.empty()) {
-      uint32_t trie_size = 0;
-      if (charsmap.size() <= 4) throw Malformed{"its normalisation table is broken"};
-      for (int k = 3; k >= 0; --k) trie_size = (trie_size << 8) | static_cast<unsigned char>(charsmap[k]);
-      if (trie_size > charsmap.size() - 4 || trie_size % 4 != 0) throw Malformed{"its normalisation table is broken"};
-      impl->charsmap_units.resize(trie_size / 4);
-      for (std::size_t u = 0; u < impl->charsmap_units.size(); ++u) {
-        uint32_t unit = 0;
-        for (int k = 3; k >= 0; --k) unit = (unit << 8) | static_cast<unsigned char>(charsmap[4 + 4 * u + k]);
-        impl->charsmap_units[u] = unit;
-      }
-      impl->charsmap_text = std::string(charsmap.substr(4 + trie_size));
-    }
+    const auto table = PrecompiledCharsmap::parse(charsmap);
+    if (!table) throw Malformed{"its normalisation table is broken"};
+    impl->charsmap = *table;
   } catch (const Malformed& malformed) {
     throw UsageError(fmt::format("tokenizer model {}: not a SentencePiece model ({})", source, malformed.what));
   }

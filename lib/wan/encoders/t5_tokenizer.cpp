@@ -12,35 +12,44 @@
 namespace wt::wan {
 namespace {
 
-// spiece.model itself, or the folder holding it (or its tokenizer/: a diffusers pipeline's root).
+// The tokenizer's file: `path` itself, or in the folder (or its tokenizer/:
+// a diffusers pipeline's root) tokenizer.json, else spiece.model.
 std::string model_file(const std::string& path) {
   std::error_code error;
   if (!std::filesystem::is_directory(path, error)) return path;
-  auto file = (std::filesystem::path(path) / "spiece.model").string();
-  if (!std::filesystem::exists(file, error))  // a diffusers pipeline's root: its tokenizer/
-    file = (std::filesystem::path(path) / "tokenizer" / "spiece.model").string();
-  if (!std::filesystem::exists(file, error))
-    throw UsageError(
-        fmt::format("tokenizer model {}: a folder without spiece.model, here or in its tokenizer/ (umT5's "
-                    "tokenizer, as in the google/umt5-xxl folder of a Wan repository, or a diffusers pipeline's)",
-                    path));
-  return file;
+  for (const auto& folder : {std::filesystem::path(path), std::filesystem::path(path) / "tokenizer"})
+    for (const char* name : {"tokenizer.json", "spiece.model"})
+      if (std::filesystem::exists(folder / name, error)) return (folder / name).string();
+  throw UsageError(
+      fmt::format("tokenizer model {}: a folder without tokenizer.json or spiece.model, here or in its tokenizer/ "
+                  "(umT5's tokenizer, as in the google/umt5-xxl folder of a Wan repository, or a diffusers "
+                  "pipeline's)",
+                  path));
 }
 
-SentencePieceModel load_with_eos(const std::string& file) {
-  auto model = SentencePieceModel::load(file);
-  if (model.eos_id() < 0)
-    throw UsageError(fmt::format("tokenizer model {}: has no EOS control piece (\"</s>\"), which umT5's has", file));
-  return model;
-}
+bool is_json(const std::string& file) { return std::filesystem::path(file).extension() == ".json"; }
 
 }  // namespace
 
-T5Tokenizer::T5Tokenizer(const std::string& path) : model_path_(model_file(path)), model_(load_with_eos(model_path_)) {}
+T5Tokenizer::T5Tokenizer(const std::string& path) : model_path_(model_file(path)) {
+  if (is_json(model_path_)) {
+    hugging_face_ = HuggingFaceTokenizer::load(model_path_);
+    eos_id_ = hugging_face_->id_of("</s>");
+    pad_id_ = std::max(0, hugging_face_->id_of("<pad>"));
+  } else {
+    sentencepiece_ = SentencePieceModel::load(model_path_);
+    eos_id_ = sentencepiece_->eos_id();
+    pad_id_ = std::max(0, sentencepiece_->pad_id());
+  }
+  if (eos_id_ < 0)
+    throw UsageError(
+        fmt::format("tokenizer model {}: has no EOS control piece (\"</s>\"), which umT5's has", model_path_));
+}
 
 std::vector<int> T5Tokenizer::token_ids(const std::string& prompt) const {
-  auto ids = model_.encode(clean_prompt(prompt));
-  ids.push_back(model_.eos_id());
+  const auto text = clean_prompt(prompt);
+  auto ids = hugging_face_ ? hugging_face_->encode(text) : sentencepiece_->encode(text);
+  ids.push_back(eos_id_);
   return ids;
 }
 
