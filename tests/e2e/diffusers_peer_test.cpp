@@ -501,21 +501,22 @@ TEST(DiffusersPeer, Umt5TokenizerJsonGivesTransformersIds) {
   }
   std::string long_prompt;
   for (int w = 0; w < 60; ++w) long_prompt += (w ? " " : "") + words[draw() % 20];
-  const std::vector<std::string> prompts = {
-      "a cat runs over the lazy dog",
-      "Café naïve über straße façade",
-      "日本語のテキスト 中文字符 한국어 Привет мир",
-      "\xef\xac\x81ne \xef\xbc\xac\xef\xbc\xaf\xef\xbc\xb5\xef\xbc\xa4\xe3\x80\x80waves \xe2\x91\xa0",  // ﬁne
-                                                                                                        // ＬＯＵＤ　waves
-                                                                                                        // ①
-      "Tom &amp; Jerry &lt;3 the dog",
-      "the \xe2\x80\x9c"
-      "fine\xe2\x80\x9d camera",                              // curly quotes
-      "an emoji \xf0\x9f\x99\x82 and \xe2\x9c\xa8 sparkles",  // no piece covers them
-      "the end</s> of <extra_id_1> a <pad> video",
-      "  spaced   out\ttext \n over  ",
-      "cafe\xcc\x81 naive",  // e + a combining acute: one grapheme
-      long_prompt};
+  // Plain words; accents; CJK and Cyrillic; a ligature, full-width letters, an
+  // ideographic space and a circled digit; HTML entities; curly quotes; two
+  // characters no piece covers; special tokens' text; runs of whitespace; an
+  // e and a combining acute; a prompt longer than the length.
+  const std::vector<std::string> prompts = {"a cat runs over the lazy dog",
+                                            "Café naïve über straße façade",
+                                            "日本語のテキスト 中文字符 한국어 Привет мир",
+                                            "\xef\xac\x81ne \xef\xbc\xac\xef\xbc\xaf\xe3\x80\x80waves \xe2\x91\xa0",
+                                            "Tom &amp; Jerry &lt;3 the dog",
+                                            "the \xe2\x80\x9c"
+                                            "fine\xe2\x80\x9d camera",
+                                            "an emoji \xf0\x9f\x99\x82 and \xe2\x9c\xa8 sparkles",
+                                            "the end</s> of <extra_id_1> a <pad> video",
+                                            "  spaced   out\ttext \n over  ",
+                                            "cafe\xcc\x81 naive",
+                                            long_prompt};
   std::ofstream(dir + "/prompts.json") << nlohmann::json(prompts).dump();
   constexpr int64_t kLength = 48;
   const auto job =

@@ -387,7 +387,7 @@ TEST(VideoVae, WeightFilesSayWhichVaeTheyHoldAndLoadByName) {
            {"odd.safetensors",
             ": not a Wan video VAE: its decoder.head.2.weight makes 6 channels and its encoder.conv1.weight reads 3" +
                 rule},
-}) {
+       }) {
     SCOPED_TRACE(file);
     try {
       wt::wan::open_video_vae(dir + "/" + file);
