@@ -18,6 +18,13 @@
 // frame: its colour, radius and position, one token each, encoded as the
 // text is. The motion is in the text only.
 //
+// With --modes K, one prompt has K videos, as a real prompt has many: the
+// samples come in groups of K that share a prompt (colour, radius, start
+// and a base velocity, all in the text), and sample k of a group moves at
+// the base velocity turned by 2 pi k / K, at a speed of 0.08 to 0.12 a
+// frame. The mean of a prompt's videos then differs from every one of them,
+// which a few-step sampler drawing that blurred mean shows.
+//
 // Latents are normalised per channel to zero mean and unit standard deviation,
 // as Wan's VAE latents are by the VAE's (z - mean) / std: the statistics are
 // those of a fixed calibration population of the task, the way a VAE's are
@@ -25,7 +32,9 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
+#include <cmath>
 #include <iostream>
+#include <utility>
 #include <tuple>
 
 #include "commands.hpp"
@@ -49,7 +58,7 @@ constexpr int kParams = 6;  // colour, radius, x, y, vx, vy: one token each
 struct SynthConfig {
   std::string config_file, out, size = "32x32", latent_dtype = "float32", text_dtype = "float32", condition = "none";
   int64_t samples = 64, shards = 2, frames = 1, channels = 16, text_len = 16, text_dim = 64, clip_tokens = 0,
-          clip_dim = 0;
+          clip_dim = 0, modes = 1;
   uint64_t seed = 0, task_seed = 0;
   int64_t height = 0, width = 0;
 };
@@ -70,6 +79,24 @@ struct Blob {
         vx(uniform(r, -0.1, 0.1)),
         vy(uniform(r, -0.1, 0.1)) {}
 };
+
+// Sample `index` of a dataset of `c`: its prompt's blob (the text's), and
+// the blob it shows (the prompt's with this sample's motion).
+std::pair<Blob, Blob> draw_sample(const SynthConfig& c, int64_t index) {
+  const int64_t prompt = index / c.modes, way = index % c.modes;
+  data::PortableRandom r(c.seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(prompt) + 1);
+  Blob text(r);
+  if (c.modes == 1) return {text, text};
+  constexpr double kPi = 3.14159265358979323846;
+  const double speed = 0.08 + 0.04 * std::hypot(text.vx, text.vy) / std::hypot(0.1, 0.1);
+  const double angle = std::atan2(text.vy, text.vx);
+  text.vx = speed * std::cos(angle);
+  text.vy = speed * std::sin(angle);
+  Blob shown = text;
+  shown.vx = speed * std::cos(angle + 2 * kPi * double(way) / double(c.modes));
+  shown.vy = speed * std::sin(angle + 2 * kPi * double(way) / double(c.modes));
+  return {text, shown};
+}
 
 // Samples drawn to measure the per-channel latent statistics.
 constexpr int kCalibrationSamples = 512;
@@ -176,6 +203,9 @@ int run_synth(distributed::World&, int argc, char** argv) {
            "task seed and another --seed")
       .choice("condition", &c.condition, {"none", "i2v"},
               "i2v: also the image-to-video condition /y of each sample's first frame")
+      .add("modes", &c.modes,
+           "videos per prompt: samples in groups of K share a prompt, each moving its own way (the base velocity "
+           "turned by 2 pi k / K); 1: every sample its own prompt")
       .add("clip-tokens", &c.clip_tokens, "with --condition: CLIP-like features /clip_fea of T tokens (0: none)")
       .add("clip-dim", &c.clip_dim, "their width")
       .choice("latent-dtype", &c.latent_dtype, {"float32", "float16", "bfloat16"}, "how latents are stored")
@@ -193,6 +223,10 @@ int run_synth(distributed::World&, int argc, char** argv) {
   if (c.text_len < kParams)
     throw UsageError(fmt::format("option --text-len: must be at least {} (one token per blob parameter)", kParams));
 
+  if (c.modes < 1) throw UsageError("option --modes: must be at least 1");
+  if (c.samples % c.modes != 0)
+    throw UsageError(fmt::format("option --modes: --samples {} is no whole number of prompts of {} videos each",
+                                 c.samples, c.modes));
   if ((c.clip_tokens > 0) != (c.clip_dim > 0) || c.clip_tokens < 0 || c.clip_dim < 0)
     throw UsageError("options --clip-tokens, --clip-dim: give both, positive, or neither");
   if (c.clip_tokens > 0 && c.condition == "none")
@@ -218,15 +252,17 @@ int run_synth(distributed::World&, int argc, char** argv) {
     const std::string path = data::shard_path(c.out, k);
     data::ShardWriter writer(path, shape, end - next, /*with_prompt=*/true);
     for (int64_t row = 0; next < end; ++next, ++row) {
-      data::PortableRandom r(c.seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(next) + 1);
-      const Blob b(r);
+      const auto [prompt, b] = draw_sample(c, next);
       const auto latents = task.latents(b);
       data::SampleCondition condition;
       if (shape.has_condition()) condition.y = Task::condition(latents);
       if (shape.clip_tokens > 0) condition.clip_fea = task.picture_features(b);
-      writer.write(row, latents, task.text(b), kParams,
-                   fmt::format("a {} blob of radius {:.2f} at ({:.2f}, {:.2f}) moving ({:+.2f}, {:+.2f}) per frame",
-                               kColours[b.colour], b.radius, b.cx, b.cy, b.vx, b.vy),
+      const std::string motion = c.modes == 1 ? fmt::format("moving ({:+.2f}, {:+.2f}) per frame", b.vx, b.vy)
+                                              : fmt::format("moving one of {} ways from ({:+.2f}, {:+.2f}) per frame",
+                                                            c.modes, prompt.vx, prompt.vy);
+      writer.write(row, latents, task.text(prompt), kParams,
+                   fmt::format("a {} blob of radius {:.2f} at ({:.2f}, {:.2f}) {}", kColours[b.colour], b.radius, b.cx,
+                               b.cy, motion),
                    condition);
       progress.advance();
     }

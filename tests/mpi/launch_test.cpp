@@ -1,5 +1,6 @@
 // Whole jobs under mpiexec: how they end when something goes wrong, and what
 // the apps print. Each test launches a job and reads its exit status and output.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -545,6 +546,40 @@ std::pair<torch::Tensor, torch::Tensor> read_dataset(const std::string& dir) {
   return {latents, text};
 }
 }  // namespace
+
+// --modes K: samples in groups of K share a prompt (the text) and a start
+// (the first frame); each moves its own way, so later frames differ, and
+// the group's mean video, which a sampler drawing the blurred mean would
+// give, is far from each of them.
+TEST(Wandata, SynthModesGiveEachPromptKVideos) {
+  const auto dir = fresh("synth-modes");
+  const Job synth =
+      wandata("synth --out " + dir + " --samples 6 --modes 3 --shards 1 --frames 3 --size 16x16 --seed 2");
+  ASSERT_EQ(synth.status, 0) << synth.output;
+  const auto [latents, text] = read_dataset(dir);
+  for (int64_t prompt = 0; prompt < 2; ++prompt) {
+    const auto group = latents.narrow(0, 3 * prompt, 3), last = group.select(2, 2);  // [3, C, H, W]
+    const auto mean = last.mean(0);
+    for (int64_t k = 0; k < 3; ++k) {
+      SCOPED_TRACE(fmt::format("prompt {}, video {}", prompt, k));
+      EXPECT_TRUE(torch::equal(text[3 * prompt + k], text[3 * prompt]));
+      EXPECT_TRUE(torch::equal(group[k].select(1, 0), group[0].select(1, 0))) << "one start";
+      if (k > 0) {
+        EXPECT_GT((last[k] - last[0]).abs().max().item<float>(), 1.0f) << "its own way";
+      }
+      // Apart by more than a channel's standard deviation over the data (1), as a visible blob is.
+      EXPECT_GT((last[k] - mean).abs().max().item<float>(), 1.0f) << "not the mean of the prompt's videos";
+    }
+  }
+  EXPECT_FALSE(torch::equal(text[0], text[3])) << "two prompts";
+  for (const auto& [args, expected] : std::vector<std::pair<std::string, std::string>>{
+           {"--samples 7 --modes 3", "option --modes: --samples 7 is no whole number of prompts of 3 videos each"},
+           {"--modes 0", "option --modes: must be at least 1"}}) {
+    const Job bad = wandata("synth --out " + fresh("synth-modes-bad") + " " + args);
+    EXPECT_EQ(bad.status, 2) << bad.output;
+    EXPECT_NE(bad.output.find(expected), std::string::npos) << bad.output;
+  }
+}
 
 TEST(Wandata, SynthLatentsHaveUnitScalePerChannelLikeNormalisedVaeLatents) {
   const auto dir = fresh("synth-scale");
