@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 
 #include "../common/build_paths.hpp"
 #include "../common/launch.hpp"
@@ -125,6 +126,51 @@ TEST_F(Wansample, SamplesADatasetPromptToAShardAndAPreview) {
   EXPECT_EQ(bad.status, 2) << bad.output;
   EXPECT_EQ(wt::testing::occurrences(bad.output, "--solver"), 1u) << bad.output;
   EXPECT_FALSE(std::filesystem::exists(dir_ + "/d.h5"));
+}
+
+// A dataset where one prompt has several videos (wandata synth --modes 2):
+// --compare also prints the correlation with the nearest of the prompt's
+// videos and with their mean, each the Pearson correlation over every
+// element (worked out here from the sample and the dataset's latents). A
+// dataset of one video a prompt prints no such line.
+TEST_F(Wansample, CompareWithAPromptsVideosGivesTheNearestAndTheirMean) {
+  const std::string data = dir_ + "/modes";
+  const Job synth = launch(std::string(WANTRAIN_WANDATA) + " synth --out " + data +
+                           " --samples 4 --modes 2 --shards 1 --frames 2 --size 8x8 --text-len 16 --text-dim 64");
+  ASSERT_EQ(synth.status, 0) << synth.output;
+  const Job job = sample("--weights " + weights_ + " --data " + data +
+                         " --index 3 --steps 2 --cfg 1 --seed 3 --compare " + "--out " + dir_ + "/m.h5");
+  ASSERT_EQ(job.status, 0) << job.output;
+  const std::regex line(
+      R"(its prompt's 2 videos in (\S+): the nearest \(sample (\d)\) correlation (-?[0-9.]+); their mean )"
+      R"(correlation (-?[0-9.]+))");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(job.output, m, line)) << job.output;
+  EXPECT_EQ(m[1].str(), data);
+  const auto x = sampled_latents(dir_ + "/m.h5").to(torch::kDouble).flatten();
+  const auto dataset = wt::data::Dataset::open(data);
+  wt::data::SampleReader reader(dataset);
+  std::vector<torch::Tensor> videos;
+  for (const int64_t i : {2, 3}) {  // the second prompt's two videos
+    auto latents = torch::empty({16, 2, 8, 8});
+    auto text = torch::empty({16, 64});
+    int32_t length = 0;
+    reader.read(i, latents, text, length);
+    videos.push_back(latents.to(torch::kDouble).flatten());
+  }
+  const auto pearson = [&](const torch::Tensor& y) {
+    const auto a = x - x.mean(), b = y - y.mean();
+    return ((a * b).sum() / (a.norm() * b.norm())).item<double>();
+  };
+  const double r2 = pearson(videos[0]), r3 = pearson(videos[1]);
+  EXPECT_EQ(std::stoi(m[2].str()), r2 > r3 ? 2 : 3);
+  EXPECT_NEAR(std::stod(m[3].str()), std::max(r2, r3), 6e-4);
+  EXPECT_NEAR(std::stod(m[4].str()), pearson((videos[0] + videos[1]) / 2), 6e-4);
+
+  const Job single = sample("--weights " + weights_ + " --data " + dir_ +
+                            "/data --index 3 --steps 2 --cfg 1 --compare " + "--out " + dir_ + "/s.h5");
+  ASSERT_EQ(single.status, 0) << single.output;
+  EXPECT_EQ(wt::testing::occurrences(single.output, "its prompt's"), 0u) << single.output;
 }
 
 // The released Wan2.1 T2V-1.3B's weights given with the 14B config: its

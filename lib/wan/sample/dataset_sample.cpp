@@ -26,4 +26,19 @@ DatasetSample read_dataset_sample(const data::Dataset& dataset, int64_t index) {
   return sample;
 }
 
+std::vector<int64_t> videos_of_prompt(const data::Dataset& dataset, int64_t index) {
+  data::SampleReader reader(dataset);
+  const std::string prompt = reader.prompt(index);
+  if (prompt.empty()) return {index};
+  const auto& shape = dataset.shape_of(index);
+  std::vector<int64_t> videos;
+  for (int64_t i = 0; i < dataset.size(); ++i) {
+    const auto& s = dataset.shape_of(i);
+    const bool same_shape =
+        s.channels == shape.channels && s.frames == shape.frames && s.height == shape.height && s.width == shape.width;
+    if (same_shape && (i == index || reader.prompt(i) == prompt)) videos.push_back(i);
+  }
+  return videos;
+}
+
 }  // namespace wt::wan

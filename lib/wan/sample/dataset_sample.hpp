@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "wantrain/data/dataset.hpp"
 #include "wantrain/wan/model/wan_model.hpp"
@@ -25,5 +26,11 @@ struct DatasetSample {
 // `index` must be one of the dataset's samples (the caller says which option
 // names it when not).
 DatasetSample read_dataset_sample(const data::Dataset& dataset, int64_t index);
+
+// The samples whose prompt is sample `index`'s, of its shape, `index`
+// among them, in order: the videos of one prompt (`wandata synth --modes`).
+// Just `index` when the dataset keeps no prompts. Reads every sample's
+// prompt, none of their tensors.
+std::vector<int64_t> videos_of_prompt(const data::Dataset& dataset, int64_t index);
 
 }  // namespace wt::wan

@@ -15,4 +15,18 @@ LatentComparison compare_latents(const at::Tensor& sample, const at::Tensor& ref
   return c;
 }
 
+VideosComparison compare_with_videos(const at::Tensor& sample, const std::vector<at::Tensor>& videos) {
+  VideosComparison c;
+  c.nearest_correlation = -2;  // below any correlation
+  for (std::size_t k = 0; k < videos.size(); ++k) {
+    const double r = compare_latents(sample, videos[k]).correlation;
+    if (r > c.nearest_correlation) {
+      c.nearest_correlation = r;
+      c.nearest = k;
+    }
+  }
+  c.mean_correlation = compare_latents(sample, torch::stack(videos).to(torch::kFloat64).mean(0)).correlation;
+  return c;
+}
+
 }  // namespace wt::wan

@@ -4,6 +4,9 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <cstdint>
+#include <vector>
+
 namespace wt::wan {
 
 struct LatentComparison {
@@ -14,5 +17,17 @@ struct LatentComparison {
 
 // `sample` and `reference` of the same shape, any float dtype or device.
 LatentComparison compare_latents(const at::Tensor& sample, const at::Tensor& reference);
+
+// A sample against the several videos of its prompt (a dataset where one
+// prompt has many, as `wandata synth --modes K` makes): the correlation
+// with the nearest of them, and with their mean, which a sampler drawing
+// the blurred mean of a prompt's videos comes close to.
+struct VideosComparison {
+  std::size_t nearest = 0;         // which of `videos`
+  double nearest_correlation = 0;  // the highest correlation with one of them
+  double mean_correlation = 0;     // the correlation with their element-wise mean
+};
+// `videos` not empty, each of the sample's shape.
+VideosComparison compare_with_videos(const at::Tensor& sample, const std::vector<at::Tensor>& videos);
 
 }  // namespace wt::wan

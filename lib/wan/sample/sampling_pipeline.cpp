@@ -48,9 +48,11 @@ namespace wt::wan {
 struct SamplingPipeline::Condition {
   at::Tensor context, negative;  // [L, D]; negative undefined: the all-zero context
   int32_t text_len = 0;
-  at::Tensor reference;  // a dataset sample's own latents [C, F, H, W]
-  ImageCondition image;  // [1, ...]
-  std::string source;    // for the shard's description
+  at::Tensor reference;                   // a dataset sample's own latents [C, F, H, W]
+  std::vector<int64_t> prompt_samples;    // with --compare: the samples of the reference's prompt, when several
+  std::vector<at::Tensor> prompt_videos;  // their latents [C, F, H, W]
+  ImageCondition image;                   // [1, ...]
+  std::string source;                     // for the shard's description
   std::shared_ptr<VideoVae> vae;
 };
 
@@ -382,6 +384,12 @@ void SamplingPipeline::resolve_condition() {
     check_data_fits_model(s, r.data, config_, model_named);
     auto sample = read_dataset_sample(dataset, r.index);
     c.reference = sample.latents;
+    if (r.compare) {
+      if (const auto videos = videos_of_prompt(dataset, r.index); videos.size() > 1) {
+        c.prompt_samples = videos;
+        for (const auto i : videos) c.prompt_videos.push_back(read_dataset_sample(dataset, i).latents);
+      }
+    }
     c.context = sample.context;
     c.text_len = sample.text_len;
     c.image = sample.image;  // the sample's own condition: its first (and last) frame, as trained
@@ -668,6 +676,12 @@ void SamplingPipeline::write(const at::Tensor& latents) {
     const auto m = compare_latents(latents, c.reference);
     report_info("against {} sample {}: correlation {:.3f}, MSE {:.4f} (the reference's variance {:.4f})", r.data,
                 r.index, m.correlation, m.mse, m.reference_variance);
+    if (!c.prompt_videos.empty()) {
+      const auto v = compare_with_videos(latents, c.prompt_videos);
+      report_info(
+          "its prompt's {} videos in {}: the nearest (sample {}) correlation {:.3f}; their mean correlation {:.3f}",
+          c.prompt_videos.size(), r.data, c.prompt_samples[v.nearest], v.nearest_correlation, v.mean_correlation);
+    }
   }
   if (!r.png.empty()) {
     std::vector<at::Tensor> videos{latents};
