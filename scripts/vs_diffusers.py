@@ -42,6 +42,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from torch_python import ensure_torch  # noqa: E402
+from vs_torch import mpirun  # noqa: E402  (under mpirun, as root on 2 cores)
 
 ensure_torch()
 
@@ -196,15 +197,6 @@ def run_train_peer(a):
     dist.barrier()
     sys.stdout.flush()
     os._exit(0)  # gloo's teardown at exit can hang under mpirun
-
-
-def mpirun(ranks, args):
-    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-    out = subprocess.run(["mpirun", "-np", str(ranks), "--oversubscribe"] + args, env=env, capture_output=True,
-                         text=True)
-    if out.returncode != 0:
-        sys.exit(f"vs_diffusers: {' '.join(args[:2])} ... failed (status {out.returncode}):\n{out.stdout}{out.stderr}")
-    return out.stdout
 
 
 def run_compare_train(a):

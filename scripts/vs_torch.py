@@ -266,7 +266,8 @@ def mpirun(np_, args):
     out = subprocess.run(["mpirun", "-np", str(np_), "--oversubscribe"] + args, env=env, capture_output=True,
                          text=True)
     if out.returncode != 0:
-        sys.exit(f"vs_torch: {' '.join(args[:3])} ... failed (status {out.returncode}):\n{out.stdout}{out.stderr}")
+        sys.exit(f"{os.path.basename(sys.argv[0]).removesuffix('.py')}: {' '.join(args[:3])} ... failed "
+                 f"(status {out.returncode}):\n{out.stdout}{out.stderr}")
     return out.stdout
 
 
