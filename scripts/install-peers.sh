@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the pinned peers (scripts/peer-versions: diffusers, transformers,
-# peft) into the torch wheel's venv (scripts/install-torch.sh), once per
+# peft, ftfy) into the torch wheel's venv (scripts/install-torch.sh), once per
 # machine, and prints the venv's path. They are test dependencies only: the
 # tests build tiny models with them, save them as the libraries save models,
 # and compare wantrain's outputs with theirs. The programs never import

@@ -20,6 +20,13 @@
 //                                                    residual.6, shortcut
 // (attention blocks and resamples keep their names: norm, to_qkv, proj, resample.1, time_conv).
 // diffusers' up blocks hold no attention, as the released VAE has none there.
+//
+// Wan2.2's VAE (wan22_vae.hpp) in diffusers' layout (AutoencoderKLWan with
+// is_residual, told apart by its names) maps the same way but for its levels,
+// each one block of resnets and a resampler:
+//   encoder.down_blocks.I.resnets.J / downsampler -> encoder.downsamples.I.downsamples.J / .R
+//   decoder.up_blocks.I.resnets.J / upsampler     -> decoder.upsamples.I.upsamples.J / .R
+// with R the level's number of resnets.
 #pragma once
 
 #include <string>

@@ -14,7 +14,7 @@
 // and the encoder's first (encoder.conv1.weight) reads as many; a file with
 // neither, or with the two disagreeing, is no Wan VAE. Both VAEs' released
 // files load by their official names (Wan2.1_VAE.pth, Wan2.2_VAE.pth,
-// ComfyUI's safetensors); diffusers' names for Wan2.1's only.
+// ComfyUI's safetensors), and by diffusers' names (vae_weights.hpp).
 #pragma once
 
 #include <ATen/core/Tensor.h>
