@@ -49,6 +49,12 @@ struct Peer {
   bool per_token_timesteps = false;
 };
 
+// Runs tests/peers/SCRIPT with `args` under the torch wheel's python, the venv the peers are installed in.
+wt::testing::Job run_peer(const std::string& script, const std::string& args) {
+  return wt::testing::launch(std::string(WANTRAIN_PYTHON) + " " + WANTRAIN_SOURCE_DIR + "/tests/peers/" + script + " " +
+                             args);
+}
+
 constexpr int64_t kF = 2, kH = 4, kW = 4, kContext = 6;
 
 // The maximum of |a - b| against the maximum of |b|, which must be no tiny number.
@@ -113,9 +119,8 @@ void expect_matches_diffusers(const Peer& peer) {
   EXPECT_EQ(config_text.model_type, peer.type);
   const auto in = write_inputs(config_text, peer.per_token_timesteps, dir);
   const auto& x = in.x;
-  const auto job = wt::testing::launch(std::string(WANTRAIN_PYTHON) + " " + WANTRAIN_SOURCE_DIR +
-                                       "/tests/peers/diffusers_transformer.py " + dir + "/config.json " + root + " " +
-                                       dir + "/inputs.safetensors " + dir + "/out.safetensors");
+  const auto job = run_peer("diffusers_transformer.py", dir + "/config.json " + root + " " + dir +
+                                                            "/inputs.safetensors " + dir + "/out.safetensors");
   ASSERT_EQ(job.status, 0) << job.output;
   ASSERT_TRUE(std::filesystem::exists(root + "/transformer/diffusion_pytorch_model.safetensors.index.json"))
       << "the peer was to save shards";
@@ -139,9 +144,8 @@ void expect_matches_diffusers(const Peer& peer) {
   // 5, 10 steps, the same noise through latents=): wansample on diffusers'
   // schedule lands where it does. The release's schedule differs from it
   // by a few timesteps, which this random model shows plainly.
-  const auto pipeline = wt::testing::launch(std::string(WANTRAIN_PYTHON) + " " + WANTRAIN_SOURCE_DIR +
-                                            "/tests/peers/diffusers_pipeline.py " + root + " " + dir + "/noise.h5 " +
-                                            dir + "/text.h5 10 5 5 " + dir + "/pipeline.safetensors");
+  const auto pipeline = run_peer("diffusers_pipeline.py", root + " " + dir + "/noise.h5 " + dir + "/text.h5 10 5 5 " +
+                                                              dir + "/pipeline.safetensors");
   ASSERT_EQ(pipeline.status, 0) << pipeline.output;
   const auto pipeline_file = wt::io::SafetensorsFile::open(dir + "/pipeline.safetensors");
   const auto theirs = pipeline_file.read(*pipeline_file.find("latents"));
@@ -234,9 +238,8 @@ TEST(DiffusersPeer, ExportedFolderLoadsInDiffusersAndMatches) {
     const auto config = wt::wan::load_model_config(config_path);
     EXPECT_EQ(wt::wan::first_difference(wt::wan::load_model_config(out), config), "");
     const auto in = write_inputs(config, false, dir);
-    const auto job = wt::testing::launch(std::string(WANTRAIN_PYTHON) + " " + WANTRAIN_SOURCE_DIR +
-                                         "/tests/peers/diffusers_transformer.py --load " + out + " " + dir +
-                                         "/inputs.safetensors " + dir + "/out.safetensors");
+    const auto job = run_peer("diffusers_transformer.py",
+                              "--load " + out + " " + dir + "/inputs.safetensors " + dir + "/out.safetensors");
     ASSERT_EQ(job.status, 0) << job.output;
     const auto file = wt::io::SafetensorsFile::open(dir + "/out.safetensors");
     expect_close(forward_from_folder(out, in), file.read(*file.find("out")), "forward");
@@ -258,18 +261,17 @@ TEST(DiffusersPeer, TwoExpertFolderSamplesAsWanPipeline) {
   const std::string root = dir + "/pipeline";
   std::filesystem::create_directories(root);
   std::ofstream(dir + "/config.json") << small_transformer(16, 16);
-  const std::string python = std::string(WANTRAIN_PYTHON) + " " + WANTRAIN_SOURCE_DIR + "/tests/peers/";
   // 0.9: at 10 steps and shift 5 the first 5 steps (t 999 .. 921) are the high-noise expert's.
-  const auto made = wt::testing::launch(python + "diffusers_experts.py " + dir + "/config.json " + root + " 0.9");
+  const auto made = run_peer("diffusers_experts.py", dir + "/config.json " + root + " 0.9");
   ASSERT_EQ(made.status, 0) << made.output;
   // The noise and text, as the one-model tests write them.
   const auto config = wt::wan::load_model_config(root);
   write_inputs(config, false, dir);
-  const auto job = wt::testing::launch(python + "diffusers_transformer.py --load " + root + " " + dir +
-                                       "/inputs.safetensors " + dir + "/out.safetensors");  // writes noise.h5, text.h5
+  const auto job = run_peer("diffusers_transformer.py", "--load " + root + " " + dir + "/inputs.safetensors " + dir +
+                                                            "/out.safetensors");  // writes noise.h5, text.h5
   ASSERT_EQ(job.status, 0) << job.output;
-  const auto pipeline = wt::testing::launch(python + "diffusers_pipeline.py " + root + " " + dir + "/noise.h5 " + dir +
-                                            "/text.h5 10 5 5 " + dir + "/pipeline.safetensors");
+  const auto pipeline = run_peer("diffusers_pipeline.py", root + " " + dir + "/noise.h5 " + dir + "/text.h5 10 5 5 " +
+                                                              dir + "/pipeline.safetensors");
   ASSERT_EQ(pipeline.status, 0) << pipeline.output;
   const auto file = wt::io::SafetensorsFile::open(dir + "/pipeline.safetensors");
   const auto theirs = file.read(*file.find("latents"));
@@ -310,9 +312,8 @@ TEST(DiffusersPeer, AWantrainLoraLoadsInDiffusersAsInWansample) {
   std::filesystem::create_directories(root);
   std::ofstream(dir + "/config.json") << small_transformer(16, 16);
   const auto in = write_inputs(wt::wan::load_model_config(dir + "/config.json"), false, dir);
-  const std::string python = std::string(WANTRAIN_PYTHON) + " " + WANTRAIN_SOURCE_DIR + "/tests/peers/";
-  const auto made = wt::testing::launch(python + "diffusers_transformer.py " + dir + "/config.json " + root + " " +
-                                        dir + "/inputs.safetensors " + dir + "/base.safetensors");
+  const auto made = run_peer("diffusers_transformer.py", dir + "/config.json " + root + " " + dir +
+                                                             "/inputs.safetensors " + dir + "/base.safetensors");
   ASSERT_EQ(made.status, 0) << made.output;
   // A few LoRA steps on the folder, at a rate that moves the adapters.
   const auto data = wt::testing::launch(std::string(WANTRAIN_WANDATA) + " synth --out " + dir +
@@ -326,8 +327,8 @@ TEST(DiffusersPeer, AWantrainLoraLoadsInDiffusersAsInWansample) {
   const auto exported = wt::testing::launch(std::string(WANTRAIN_WANTRAIN) + " export --checkpoint " + dir +
                                             "/run/latest --names diffusers --out " + dir + "/lora.safetensors");
   ASSERT_EQ(exported.status, 0) << exported.output;
-  const auto job = wt::testing::launch(python + "diffusers_lora.py " + root + " " + dir + "/lora.safetensors " + dir +
-                                       "/inputs.safetensors " + dir + "/adapted.safetensors");
+  const auto job = run_peer("diffusers_lora.py", root + " " + dir + "/lora.safetensors " + dir +
+                                                     "/inputs.safetensors " + dir + "/adapted.safetensors");
   ASSERT_EQ(job.status, 0) << job.output;
   const auto adapted_file = wt::io::SafetensorsFile::open(dir + "/adapted.safetensors");
   const auto theirs = adapted_file.read(*adapted_file.find("out"));
@@ -358,9 +359,8 @@ void expect_vae_matches_diffusers(const std::string& name, const std::string& co
   std::filesystem::create_directories(root);
   std::ofstream(dir + "/config.json") << config_json;
   wt::io::write_safetensors(dir + "/inputs.safetensors", {{"video", video}, {"latents", latents}}, torch::kFloat32);
-  const auto job =
-      wt::testing::launch(std::string(WANTRAIN_PYTHON) + " " + WANTRAIN_SOURCE_DIR + "/tests/peers/diffusers_vae.py " +
-                          dir + "/config.json " + root + " " + dir + "/inputs.safetensors " + dir + "/out.safetensors");
+  const auto job = run_peer(
+      "diffusers_vae.py", dir + "/config.json " + root + " " + dir + "/inputs.safetensors " + dir + "/out.safetensors");
   ASSERT_EQ(job.status, 0) << job.output;
   const auto file = wt::io::SafetensorsFile::open(dir + "/out.safetensors");
   const auto vae = wt::wan::open_video_vae(root);
@@ -416,9 +416,8 @@ TEST(DiffusersPeer, Umt5TextEncoderFolderEncodesAsTransformers) {
   auto mask = torch::ones({2, 40}, torch::kInt64);
   mask[1].slice(0, 25).zero_();  // the second prompt is 25 tokens, then padding
   wt::io::write_safetensors(dir + "/inputs.safetensors", {{"ids", ids}, {"mask", mask}}, torch::kFloat32);  // exact
-  const auto job =
-      wt::testing::launch(std::string(WANTRAIN_PYTHON) + " " + WANTRAIN_SOURCE_DIR + "/tests/peers/umt5_encoder.py " +
-                          dir + "/config.json " + root + " " + dir + "/inputs.safetensors " + dir + "/out.safetensors");
+  const auto job = run_peer(
+      "umt5_encoder.py", dir + "/config.json " + root + " " + dir + "/inputs.safetensors " + dir + "/out.safetensors");
   ASSERT_EQ(job.status, 0) << job.output;
   const auto folder = wt::wan::text_encoder_folder(root);
   ASSERT_TRUE(folder.has_value());
@@ -450,9 +449,8 @@ TEST(DiffusersPeer, ClipImageEncoderFolderGivesTransformersPenultimateFeatures) 
   torch::manual_seed(8);
   const auto images = torch::rand({2, 3, 28, 28}) * 2 - 1;  // at image_size: no resize
   wt::io::write_safetensors(dir + "/inputs.safetensors", {{"images", images}}, torch::kFloat32);
-  const auto job =
-      wt::testing::launch(std::string(WANTRAIN_PYTHON) + " " + WANTRAIN_SOURCE_DIR + "/tests/peers/clip_vision.py " +
-                          dir + "/config.json " + root + " " + dir + "/inputs.safetensors " + dir + "/out.safetensors");
+  const auto job = run_peer(
+      "clip_vision.py", dir + "/config.json " + root + " " + dir + "/inputs.safetensors " + dir + "/out.safetensors");
   ASSERT_EQ(job.status, 0) << job.output;
   const auto clip = wt::wan::load_clip_vision(root);
   EXPECT_EQ(clip->config().num_heads, 4);  // from config.json: 32 channels are no ViT-H heads of 80
@@ -520,9 +518,8 @@ TEST(DiffusersPeer, Umt5TokenizerJsonGivesTransformersIds) {
   std::ofstream(dir + "/prompts.json") << nlohmann::json(prompts).dump();
   constexpr int64_t kLength = 48;
   const auto job =
-      wt::testing::launch(std::string(WANTRAIN_PYTHON) + " " + WANTRAIN_SOURCE_DIR + "/tests/peers/umt5_tokenizer.py " +
-                          dir + "/corpus.txt " + dir + " " + root + " " + dir + "/prompts.json " +
-                          std::to_string(kLength) + " 3 " + dir + "/out.safetensors");
+      run_peer("umt5_tokenizer.py", dir + "/corpus.txt " + dir + " " + root + " " + dir + "/prompts.json " +
+                                        std::to_string(kLength) + " 3 " + dir + "/out.safetensors");
   ASSERT_EQ(job.status, 0) << job.output;
   const wt::wan::T5Tokenizer ours(root);
   EXPECT_EQ(ours.model_path(), root + "/tokenizer/tokenizer.json");
