@@ -40,7 +40,19 @@ slurm_check_sweep_task() {
 }
 
 # A job's state, or nothing once it has ended (squeue forgets finished jobs).
-state() { squeue -h -j "$1" -o %T 2>/dev/null | sort -u | tr '\n' ' ' || true; }
+# squeue failing for another reason (the controller busy under load) is asked
+# again, not taken for the end: slurm.preempt once read a requeue as the end.
+state() {
+  local out
+  for _ in 1 2 3 4 5 6; do
+    if out=$(squeue -h -j "$1" -o %T 2>&1); then
+      [ -z "$out" ] || sort -u <<<"$out" | tr '\n' ' '
+      return 0
+    fi
+    grep -q "Invalid job id" <<<"$out" && return 0
+    sleep 0.5
+  done
+}
 wait_gone() {  # job id, seconds: polled, as sbatch --wait's back-off would add seconds
   for _ in $(seq $(($2 * 5))); do [ -z "$(state "$1")" ] && return 0; sleep 0.2; done
   fail "job $1 still $(state "$1") after $2 s"
