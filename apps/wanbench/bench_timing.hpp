@@ -5,13 +5,11 @@
 #include <chrono>
 #include <vector>
 
+#include "wantrain/util/seconds.hpp"
+
 namespace wt {  // wanbench's own: its benchmarks are in namespace wt
 
 inline constexpr double kMiB = 1024.0 * 1024.0;
-
-inline double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
 
 // The middle value (the upper one of an even count); 0 for none.
 inline double median(std::vector<double> v) {

@@ -182,7 +182,7 @@ int run(distributed::World& world, int argc, char** argv) {
            "another implementation step for step)")
       .choice("solver", &c.solver, {"unipc", "dpm++", "euler"},
               "the sampler: unipc (the release's default), dpm++ (DPM-Solver++ 2M) or euler, each as Wan's "
-              "schedulers step (docs/model.md, \"Solvers\")")
+              "schedulers step (docs/model.md, \"Solvers\"); a few-step student's default is its own")
       .choice("schedule", &c.schedule, {"release", "diffusers"},
               "unipc's sigmas: release (Wan's own scheduler, as the official scripts sample) or diffusers (diffusers' "
               "UniPCMultistepScheduler with flow sigmas, as WanPipeline samples); they differ by a few timesteps")
@@ -304,7 +304,7 @@ int run(distributed::World& world, int argc, char** argv) {
   r.first_frame = c.first_frame;
   r.noise = c.noise;
   r.seed = c.seed;
-  r.solver = *wan::solver_from_name(c.solver);
+  if (given["solver"]) r.solver = *wan::solver_from_name(c.solver);
   r.schedule = *wan::schedule_from_name(c.schedule);
   if (given["steps"]) r.steps = c.steps;
   if (given["shift"]) r.shift = c.shift;

@@ -17,6 +17,7 @@
 #include "wantrain/wan/model/model_config.hpp"
 #include "wantrain/wan/model/wan_model.hpp"
 #include "wantrain/wan/model/weights.hpp"
+#include "wantrain/wan/sample/student_sampler.hpp"
 #include "wantrain/util/error.hpp"
 #include "wantrain/util/exit_codes.hpp"
 #include "wantrain/util/json.hpp"
@@ -31,6 +32,8 @@ struct ExportOptions {
   std::string out, names, dtype_name, format = "safetensors";
   at::ScalarType dtype = at::kFloat;
   double max_shard_bytes = 5.0 * (1 << 30);
+  // A few-step student's sampler, carried into the file's metadata.
+  std::map<std::string, std::string> metadata;
 };
 
 wan::WeightNames weight_names(const ExportOptions& o) {
@@ -41,7 +44,7 @@ wan::WeightNames weight_names(const ExportOptions& o) {
 // Returns how they were written, for the line that reports it.
 std::string write_model(const wan::WanModelImpl& model, const wan::WanConfig& config, const ExportOptions& o) {
   if (o.format != "diffusers") {
-    wan::save_weights(model, o.out, o.dtype, weight_names(o));
+    wan::save_weights(model, o.out, o.dtype, weight_names(o), o.metadata);
     return fmt::format("{} names, {}", o.names, o.dtype_name);
   }
   const auto folder = wan::save_diffusers_folder(model, config, o.out, o.dtype, o.max_shard_bytes);
@@ -103,7 +106,8 @@ void export_lora(const ckpt::Checkpoint& saved, const std::string& path, const w
           "(give --merge BASE), and a LoRA file for diffusers is --names diffusers",
           path));
     wan::write_lora_file(o.out, adapters, lora, trained_base,
-                         o.names == "diffusers" ? wan::LoraNames::Diffusers : wan::LoraNames::Official, o.dtype);
+                         o.names == "diffusers" ? wan::LoraNames::Diffusers : wan::LoraNames::Official, o.dtype,
+                         o.metadata);
     fmt::print("exported the {} LoRA adapters of step {} ({}; {} names, base {}) to {}\n", o.ema ? "EMA" : "trained",
                saved.state.step, saved.objective.at("lora"), o.names, trained_base, o.out);
     return;
@@ -231,6 +235,7 @@ int run_export(distributed::World& world, int argc, char** argv) {
     throw UsageError(
         fmt::format("option --ema: checkpoint {} has no EMA (trained without --ema-decay)", checkpoint_path));
   const auto config = wan::parse_model_config(saved.model_config, checkpoint_path + " attribute model_config");
+  o.metadata = wan::student_sampler_fields(saved.objective);
   if (is_lora) {
     export_lora(saved, checkpoint_path, config, o, merge);
   } else {

@@ -234,7 +234,12 @@ int run(distributed::World& world, int argc, char** argv) {
                     {"image_drop", "image-drop"},
                     {"condition", "condition"},
                     {"base_precision", "base-precision"},
-                    {"sample_index", "sample-index"}});
+                    {"sample_index", "sample-index"},
+                    {"shift", "shift"},
+                    {"model_config", "model-config"},
+                    {"distill_steps", "distill-steps"},
+                    {"distill_teacher_steps", "distill-teacher-steps"},
+                    {"distill_guidance", "distill-guidance"}});
   TrainConfig cfg;
   OptionSet options(
       "wantrain",
@@ -247,6 +252,8 @@ int run(distributed::World& world, int argc, char** argv) {
   auto outcome = OptionSet::Outcome::Run;
   world.agree([&] {
     outcome = options.parse(argc, argv);
+    for (const auto& option : options.resolved())
+      if (option.source != "default") cfg.given.insert(option.name);
     if (outcome == OptionSet::Outcome::Run) validate(cfg);
   });
   if (outcome != OptionSet::Outcome::Run) {
@@ -313,9 +320,16 @@ int run(distributed::World& world, int argc, char** argv) {
     auto seen = config;
     if (model_config && model_config->patch_size[0] == 1) seen.patch_size[0] = 1;
     if (dataset) wan::check_data_fits_model(*dataset, seen, source);
-    if (model_config && cfg.student_init == "projection" && cfg.init.empty())
+    if (cfg.distill_steps > 0 && model_config && wan::to_json(config) != wan::to_json(*model_config))
+      throw UsageError(fmt::format(
+          "option --distill-steps: a few-step student has its teacher's architecture, but --model-config {} differs "
+          "from {}; give the teacher's config",
+          cfg.model_config, source));
+    if (model_config && cfg.student_init == "projection" && cfg.init.empty() && cfg.distill_steps == 0)
       wan::check_projectable(config, "--teacher " + cfg.teacher, *model_config, "--model-config " + cfg.model_config);
-    const std::string student_init = !cfg.init.empty() ? "--init " + cfg.init : cfg.student_init;
+    const std::string student_init = !cfg.init.empty()       ? "--init " + cfg.init
+                                     : cfg.distill_steps > 0 ? "the teacher's weights"
+                                                             : cfg.student_init;
     model_summary +=
         fmt::format("teacher: {}: {} parameters, dim {}, {} layers, held in {}; student init: {}{}\n", cfg.teacher,
                     wan::parameter_count(config), config.dim, config.num_layers, cfg.teacher_precision, student_init,

@@ -167,7 +167,15 @@ void declare_options(OptionSet& o, TrainConfig& c) {
       .choice("teacher-precision", &c.teacher_precision, {"fp32", "bf16"},
               "bf16 holds the teacher's block and text Linear weights in bf16 (half the memory)")
       .add("distill-target-weight", &c.distill_target_weight,
-           "w in loss = MSE(student, teacher) + w * MSE(student, eps - x0)");
+           "w in loss = MSE(student, teacher) + w * MSE(student, eps - x0)")
+      .add("distill-steps", &c.distill_steps,
+           "a few-step student: the teacher's own architecture, started from its weights (in full or with "
+           "--lora-rank), learns to sample in this many Euler steps with guidance built in (phased consistency "
+           "along the teacher's guided ODE); 0: the student learns the teacher's velocity (same steps)")
+      .add("distill-teacher-steps", &c.distill_teacher_steps,
+           "few-step: the teacher's Euler steps along its ODE, a multiple of --distill-steps")
+      .add("distill-guidance", &c.distill_guidance,
+           "few-step: the teacher's classifier-free guidance scale that the student learns to sample with at cfg 1");
   o.group("faults")
       .add("max-skipped", &c.max_skipped,
            "consecutive skipped (non-finite) steps after which the run stops with status 1 (0: no limit)")
@@ -227,9 +235,23 @@ void validate(const TrainConfig& c) {
   require(c.distill_target_weight >= 0, "distill-target-weight", "must be 0 or more");
   require(c.max_skipped >= 0, "max-skipped", "must be 0 (no limit) or more");
   require(c.lora_rank >= 0, "lora-rank", "must be 0 (no LoRA) or more");
+  require(c.distill_steps >= 0, "distill-steps", "must be 0 (the teacher's velocity) or a number of steps");
+  if (c.distill_steps > 0) {
+    require(c.distill_teacher_steps >= c.distill_steps && c.distill_teacher_steps % c.distill_steps == 0,
+            "distill-teacher-steps",
+            fmt::format("must be a multiple of --distill-steps {} (each student step spans whole teacher steps)",
+                        c.distill_steps));
+    require(std::isfinite(c.distill_guidance) && c.distill_guidance >= 0, "distill-guidance",
+            "must be 0 or more (1: no guidance)");
+    require(c.distill_target_weight == 0, "distill-target-weight",
+            "only with --distill-steps 0 (a few-step student has no velocity target of its own)");
+    require(c.student_init == "projection", "student-init",
+            "not with --distill-steps: a few-step student starts from the teacher's weights (or --init)");
+  }
   if (c.lora_rank > 0) {
     wan::check_lora_options(lora_options(c));
-    require(c.mode != "distill", "lora-rank", "LoRA is not available with --mode distill yet");
+    require(c.mode != "distill" || c.distill_steps > 0, "lora-rank",
+            "with --mode distill only for a few-step student (--distill-steps K): a smaller student trains in full");
   } else {
     require(c.lora_alpha == 0 && c.lora_dropout == 0 && c.lora_targets.empty() && c.base_precision == "auto",
             "lora-rank", "--lora-alpha, --lora-dropout, --lora-targets and --base-precision need --lora-rank R");
@@ -244,6 +266,12 @@ void validate(const TrainConfig& c) {
     require(c.student_init == "projection", "student-init", only);
     require(c.teacher_precision == "fp32", "teacher-precision", only);
     require(c.distill_target_weight == 0, "distill-target-weight", only);
+    require(c.distill_steps == 0, "distill-steps", only);
+    require(c.distill_teacher_steps == 48, "distill-teacher-steps", only);
+    require(c.distill_guidance == 5.0, "distill-guidance", only);
+  } else if (c.distill_steps == 0) {
+    require(c.distill_teacher_steps == 48, "distill-teacher-steps", "only with --distill-steps K");
+    require(c.distill_guidance == 5.0, "distill-guidance", "only with --distill-steps K");
   }
 }
 
@@ -316,6 +344,8 @@ wan::WanRunOptions wan_run_options(const TrainConfig& c) {
   o.objective.first_frame_prob = c.condition == "first-frame" ? c.first_frame_prob : 0;
   o.objective.seed = c.seed;
   o.distill_target_weight = c.distill_target_weight;
+  if (c.distill_steps > 0)
+    o.few_step = wan::FewStepOptions{c.distill_steps, c.distill_teacher_steps, c.distill_guidance};
   o.student_init = c.student_init == "random" ? wan::StudentInit::Random : wan::StudentInit::Projection;
   o.prefetch = c.prefetch;
   o.lora = lora_options(c);
@@ -329,6 +359,11 @@ wan::WanRunOptions wan_run_options(const TrainConfig& c) {
     sample.sampler.steps = c.sample_steps;
     sample.sampler.shift = c.shift;
     sample.sampler.cfg = c.sample_cfg;
+    if (c.distill_steps > 0) {  // a few-step student samples as it is trained to, unless told otherwise
+      if (!c.given.count("sample-solver")) sample.sampler.solver = wan::Solver::Euler;
+      if (!c.given.count("sample-steps")) sample.sampler.steps = c.distill_steps;
+      if (!c.given.count("sample-cfg")) sample.sampler.cfg = 1;
+    }
     sample.first_frame = c.condition == "first-frame";
     sample.seed = c.seed;
     sample.directory = c.output_dir + "/samples";

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <iosfwd>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 
@@ -100,6 +101,14 @@ struct TrainConfig : app::TrainingOptions {
   std::string student_init = "projection";
   std::string teacher_precision = "fp32";
   double distill_target_weight = 0.0;
+  int distill_steps = 0;  // 0: the teacher's velocity at the same steps; K: a K-step student
+  int distill_teacher_steps = 48;
+  double distill_guidance = 5.0;
+
+  // The options given on the command line or in the INI file (not left at
+  // their defaults): a few-step student's samples take its own sampler
+  // where --sample-solver, --sample-steps and --sample-cfg are not given.
+  std::set<std::string> given;
 
   // faults
   std::int64_t max_skipped = 20;

@@ -102,6 +102,21 @@ at::Tensor read_rng(hid_t group) {
   return rng;
 }
 
+// The /objective group of a version 2 checkpoint: its kind and its state.
+void read_objective_group(hid_t file, std::string& kind, std::map<std::string, std::string>& state,
+                          std::string& object) {
+  object = "/objective";
+  const auto objective = open_group(file, "objective");
+  for (const auto& name : attribute_names(objective.get())) {
+    object = fmt::format("/objective attribute {}", name);
+    const auto value = io::read_string_attribute(objective.get(), name);
+    if (name == "kind")
+      kind = value;
+    else
+      state.emplace(name, value);
+  }
+}
+
 // Version 1 kept the run's identity at the root and the teacher there too.
 void read_v1_root(hid_t file, Checkpoint& c, std::string& object) {
   object = "attribute world_size";
@@ -221,16 +236,7 @@ Checkpoint read_main_file(const std::string& path, ReadParts parts) {
       c.world_size = int(io::read_int_attribute(sampler.get(), "world_size"));
       object = "/sampler attribute shard_affinity";
       c.shard_affinity = io::read_int_attribute(sampler.get(), "shard_affinity") != 0;
-      object = "/objective";
-      const auto objective = open_group(file.get(), "objective");
-      for (const auto& name : attribute_names(objective.get())) {
-        object = fmt::format("/objective attribute {}", name);
-        const auto value = io::read_string_attribute(objective.get(), name);
-        if (name == "kind")
-          c.objective_kind = value;
-        else
-          c.objective.emplace(name, value);
-      }
+      read_objective_group(file.get(), c.objective_kind, c.objective, object);
     }
 
     for (const auto& [group_name, tensors] : {std::pair{"model", &c.model}, std::pair{"ema", &c.ema}}) {
@@ -381,6 +387,22 @@ std::string read_root_string(const std::string& path, const char* name) {
 std::string read_model_config(const std::string& path) { return read_root_string(path, "model_config"); }
 
 std::string read_run_options(const std::string& path) { return read_root_string(path, "run_options"); }
+
+ObjectiveRecord read_objective(const std::string& path) {
+  io::Lock lock(io::library_mutex());
+  io::quiet_errors();
+  require_readable(path);
+  std::string object = "the file";
+  try {
+    const auto file = io::open_file(path);
+    ObjectiveRecord record;
+    if (read_version(file.get(), object) == 1) return record;  // version 1 predates few-step students
+    read_objective_group(file.get(), record.kind, record.state, object);
+    return record;
+  } catch (const std::exception& e) {
+    throw UsageError(fmt::format("checkpoint {}: {}: {}", path, object, e.what()));
+  }
+}
 
 void check_model_config(const std::string& saved_json, const std::string& path, const std::string& config_json,
                         const std::string& config_path) {

@@ -139,6 +139,13 @@ std::string read_model_config(const std::string& path);
 // The run_options attribute only: the run's resolved options as JSON
 // ({"shift": "20", ...}), e.g. what a sampler should default to.
 std::string read_run_options(const std::string& path);
+// The /objective group only: its kind ("flow-matching", "few-step", ...)
+// and state, e.g. a few-step student's sampler.
+struct ObjectiveRecord {
+  std::string kind = "flow-matching";
+  std::map<std::string, std::string> state;
+};
+ObjectiveRecord read_objective(const std::string& path);
 
 // UsageError naming the file, `config_path` and the first field that differs
 // when `saved_json` (a checkpoint's model_config) is not `config`.

@@ -23,6 +23,7 @@
 #include "wantrain/train/gradients.hpp"
 #include "wantrain/train/loss_scaler.hpp"
 #include "wantrain/train/zero_shards.hpp"
+#include "wantrain/util/seconds.hpp"
 #include "wantrain/util/error.hpp"
 #include "wantrain/util/reporter.hpp"
 #include "wantrain/util/test_hooks.hpp"
@@ -32,7 +33,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr int kSignalSlots = 64;  // signal numbers 1..64 (Linux's, real-time ones included)
-double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 std::vector<at::Tensor> tensors_of(const NamedTensors& named) {
   std::vector<at::Tensor> out;

@@ -14,6 +14,7 @@
 #include <variant>
 
 #include "wantrain/distributed/world.hpp"
+#include "wantrain/util/seconds.hpp"
 #include "wantrain/util/error.hpp"
 #include "wantrain/util/files.hpp"
 #include "wantrain/util/json.hpp"
@@ -31,8 +32,6 @@ namespace fs = std::filesystem;
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 std::string record_path(const std::string& out, int64_t shard) {
   return fs::path(data::shard_path(out, shard)).replace_extension(".json").string();

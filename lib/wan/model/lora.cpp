@@ -100,7 +100,8 @@ std::string describe_lora(const LoraOptions& options) {
 }
 
 void write_lora_file(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& adapters,
-                     const LoraOptions& options, const std::string& base, LoraNames names, at::ScalarType dtype) {
+                     const LoraOptions& options, const std::string& base, LoraNames names, at::ScalarType dtype,
+                     const std::map<std::string, std::string>& metadata) {
   const double alpha = options.alpha > 0 ? options.alpha : double(options.rank);
   // The targets adapted, in lora_targets() order: "all" of a t2v model is
   // the ten block Linears, named as they always were.
@@ -128,12 +129,15 @@ void write_lora_file(const std::string& path, const std::vector<std::pair<std::s
     out.emplace_back(layer + name.substr(at) + ".weight", tensor);
     if (up) out.emplace_back(layer + ".alpha", torch::tensor(float(alpha)));
   }
-  io::write_safetensors(path, out, dtype,
-                        {{"format", "pt"},
-                         {"lora_rank", std::to_string(options.rank)},
-                         {"lora_alpha", fmt::format("{:g}", alpha)},
-                         {"lora_targets", fmt::format("{}", fmt::join(adapted, ","))},
-                         {"base_checksum", base}});
+  auto all = metadata;
+  for (auto& [key, value] :
+       std::map<std::string, std::string>{{"format", "pt"},
+                                          {"lora_rank", std::to_string(options.rank)},
+                                          {"lora_alpha", fmt::format("{:g}", alpha)},
+                                          {"lora_targets", fmt::format("{}", fmt::join(adapted, ","))},
+                                          {"base_checksum", base}})
+    all[key] = value;
+  io::write_safetensors(path, out, dtype, all);
 }
 
 void merge_lora(WanModelImpl& model) {

@@ -5,6 +5,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -55,10 +56,11 @@ enum class LoraNames {
 // "blocks.0.self_attn.q.lora_A", ...) as a LoRA file: per layer
 // "<prefix><layer>.lora_A.weight" [r, in], "....lora_B.weight" [out, r] and a
 // "....alpha" scalar, in `dtype`, with __metadata__ (rank, alpha, targets
-// and `base`, the base's checksum).
+// and `base`, the base's checksum; and `metadata`, e.g. a few-step student's
+// sampler).
 void write_lora_file(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& adapters,
                      const LoraOptions& options, const std::string& base, LoraNames names = LoraNames::Official,
-                     at::ScalarType dtype = at::kFloat);
+                     at::ScalarType dtype = at::kFloat, const std::map<std::string, std::string>& metadata = {});
 
 // Folds every adapter into its base weight (weight += alpha/rank * B A) and
 // removes it: the model's parameters are the base's names again.

@@ -234,11 +234,14 @@ LoadReport load_weights(torch::nn::Module& module, const TensorSource& source, L
   return report;
 }
 
-void save_weights(const torch::nn::Module& module, const std::string& path, at::ScalarType dtype, WeightNames names) {
+void save_weights(const torch::nn::Module& module, const std::string& path, at::ScalarType dtype, WeightNames names,
+                  const std::map<std::string, std::string>& metadata) {
   io::NamedTensors tensors;
   for (const auto& item : module.named_parameters(/*recurse=*/true))
     tensors.emplace_back(names == WeightNames::Diffusers ? diffusers_name(item.key()) : item.key(), item.value());
-  io::write_safetensors(path, tensors, dtype);
+  auto all = metadata;
+  all["format"] = "pt";
+  io::write_safetensors(path, tensors, dtype, all);
 }
 
 WeightsChecksum::WeightsChecksum(const WanConfig& config) : crc_(crc32_z(0L, Z_NULL, 0)) {

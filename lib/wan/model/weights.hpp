@@ -112,8 +112,9 @@ class WeightsChecksum {
 
 enum class WeightNames { Official, Diffusers };
 
-// Writes every parameter of `module` as `dtype` (F32, F16 or BF16), atomically.
+// Writes every parameter of `module` as `dtype` (F32, F16 or BF16), atomically,
+// with `metadata` beside "format": "pt" (e.g. a few-step student's sampler).
 void save_weights(const torch::nn::Module& module, const std::string& path, at::ScalarType dtype = at::kFloat,
-                  WeightNames names = WeightNames::Official);
+                  WeightNames names = WeightNames::Official, const std::map<std::string, std::string>& metadata = {});
 
 }  // namespace wt::wan

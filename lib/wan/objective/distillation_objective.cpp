@@ -9,13 +9,9 @@
 #include "wantrain/wan/objective/distillation.hpp"
 #include "wantrain/wan/objective/teacher.hpp"
 #include "wantrain/util/error.hpp"
+#include "wantrain/util/seconds.hpp"
 
 namespace wt::wan {
-namespace {
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-}  // namespace
 
 DistillationObjective::DistillationObjective(WanModelImpl& student, const Teacher& teacher,
                                              FlowMatchingObjectiveOptions options, double target_weight,

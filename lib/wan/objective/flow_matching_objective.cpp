@@ -26,7 +26,8 @@ constexpr const char* kNoiseEps = "noise.eps";
 constexpr const char* kCaptionKeep = "caption.keep";
 constexpr const char* kImageKeep = "image.keep";
 
-// The batch's image condition in fp32, where it has one.
+}  // namespace
+
 ImageCondition image_condition(const train::Batch& batch) {
   ImageCondition image;
   if (const auto y = batch.tensors.find("y"); y != batch.tensors.end()) image.y = y->second.to(torch::kFloat32);
@@ -34,8 +35,6 @@ ImageCondition image_condition(const train::Batch& batch) {
     image.clip_fea = f->second.to(torch::kFloat32);
   return image;
 }
-
-}  // namespace
 
 FlowMatchingObjective::FlowMatchingObjective(WanModelImpl& model, FlowMatchingObjectiveOptions options)
     : model_(model), options_(options) {
@@ -57,7 +56,8 @@ FlowMatchingObjective::Inputs FlowMatchingObjective::prepare(const train::Batch&
   } else {
     noise = training_noise(x0.sizes(), micro_batch.indices, options_.seed, context.step, options_.flow);
   }
-  Inputs inputs{apply_noise(x0, noise), {}, {}, {}};
+  noise.eps = noise.eps.to(x0.device());  // once: apply_noise reads it there
+  Inputs inputs{apply_noise(x0, noise), noise.eps, {}, {}, {}};
   if (options_.first_frame_prob > 0) {
     const auto kept =
         first_frame_draws(micro_batch.indices, options_.seed, context.step, options_.first_frame_prob, x0.size(2));

@@ -42,6 +42,9 @@ struct FlowMatchingObjectiveOptions {
   std::string lora, lora_base, lora_base_precision;
 };
 
+// A batch's image condition in fp32 ("y", "clip_fea"), where it has one.
+ImageCondition image_condition(const train::Batch& batch);
+
 class FlowMatchingObjective : public train::Objective {
  public:
   // `model` must outlive the objective. Its parameters that require a
@@ -71,6 +74,7 @@ class FlowMatchingObjective : public train::Objective {
   // caption dropout.
   struct Inputs {
     NoisyBatch noisy;
+    at::Tensor eps;        // the noise of x_t, on its device, fp32
     at::Tensor context;    // [B, L, D] fp32
     ImageCondition image;  // fp32; image dropout applied
     // With the first-frame condition: [B] bool, the rows whose frame 0 is

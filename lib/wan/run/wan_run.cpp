@@ -14,6 +14,7 @@
 #include "wantrain/wan/model/weights.hpp"
 #include "wantrain/wan/run/checkpoint_weights.hpp"
 #include "wantrain/wan/run/sampling_weights.hpp"
+#include "wantrain/wan/sample/student_sampler.hpp"
 #include "wantrain/wan/objective/distillation_objective.hpp"
 #include "wantrain/train/ema.hpp"
 #include "wantrain/train/run_plan.hpp"
@@ -55,8 +56,13 @@ WanRun::WanRun(const train::RunPlan& plan, const WanRunOptions& options, distrib
   data::DistributedSampler sampler(dataset.layout(), plan.sampler);
 
   const bool lora = options.lora.rank > 0;
-  if (lora && teacher)
-    throw SettingError("lora_rank", "LoRA is not available with distillation yet; train the student in full");
+  const bool few_step = teacher && options.few_step;
+  if (lora && teacher && !few_step)
+    throw SettingError("lora_rank",
+                       "LoRA distils a few-step student only (--distill-steps); a smaller student trains in full");
+  if (few_step && to_json(teacher->config()) != to_json(config))
+    throw SettingError("distill_steps", "a few-step student has its teacher's config; give the teacher's as " +
+                                            setting_reference("model_config"));
   if (!lora && options.base_dtype != at::kFloat)
     throw SettingError("base_precision", "only a LoRA run has a frozen base to hold in bf16");
   torch::manual_seed(plan.settings.seed);  // the same initial weights for the same seed (rank 0's are broadcast)
@@ -80,6 +86,16 @@ WanRun::WanRun(const train::RunPlan& plan, const WanRunOptions& options, distrib
   // never exists in fp32).
   if (init_from_checkpoint && (!resume || lora))
     load_weights(*model, checkpoint_weights(options.init, /*prefer_ema=*/false).source, LoadMode::Strict);
+  // A few-step student starts as its teacher: the weights as loaded (from
+  // the file when they are held rounded to bf16), before any adapter.
+  if (few_step && options.init.empty()) {
+    load_weights(
+        *model, teacher->held_in_bf16() ? teacher->file_tensors() : tensors_source(teacher->weights(), teacher->path()),
+        LoadMode::Strict);
+    if (comm.rank() == 0 && !resume)
+      report_info("student init: the teacher's weights ({}){}", teacher->path(),
+                  lora ? ", frozen as the LoRA base" : "");
+  }
   auto objective_options = options.objective;
   if (lora) {
     io::NamedTensors base;
@@ -107,7 +123,10 @@ WanRun::WanRun(const train::RunPlan& plan, const WanRunOptions& options, distrib
     im.sequence_group = comm.split(comm.rank() / sp);
     model->set_sequence_parallel(im.sequence_group.get());
   }
-  if (teacher)
+  if (few_step)
+    im.objective = std::make_unique<FewStepObjective>(*model, *teacher, objective_options, *options.few_step,
+                                                      plan.engine.compute_dtype);
+  else if (teacher)
     im.objective = std::make_unique<DistillationObjective>(*model, *teacher, objective_options,
                                                            options.distill_target_weight, plan.engine.compute_dtype);
   else
@@ -122,7 +141,7 @@ WanRun::WanRun(const train::RunPlan& plan, const WanRunOptions& options, distrib
   }
   if (teacher) {
     if (teacher->config().patch_size[0] > 1 && im.config.patch_size[0] == 1) teacher->show_frames_as_stills(true);
-    if (!resume) start_student(*teacher, options, comm.rank(), plan.settings.seed);
+    if (!resume && !few_step) start_student(*teacher, options, comm.rank(), plan.settings.seed);
   }
 
   if (resume) {
@@ -231,19 +250,25 @@ std::string WanRun::save_weights(const std::string& directory, bool write) const
   if (!write) return {};
   const auto* ema = ema_weights.empty() ? nullptr : &ema_weights;
   std::filesystem::create_directories(directory);
+  // A few-step student's sampler travels in its files (sample/student_sampler.hpp).
+  auto metadata = student_sampler_fields(impl_->objective->checkpoint_state());
   if (impl_->lora.rank > 0) {
     const auto& im = *impl_;
-    write_lora_file(directory + "/lora.safetensors", im.objective->trainable(), im.lora, im.lora_base);
-    if (ema) write_lora_file(directory + "/lora-ema.safetensors", *ema, im.lora, im.lora_base);
+    write_lora_file(directory + "/lora.safetensors", im.objective->trainable(), im.lora, im.lora_base,
+                    LoraNames::Official, at::kFloat, metadata);
+    if (ema)
+      write_lora_file(directory + "/lora-ema.safetensors", *ema, im.lora, im.lora_base, LoraNames::Official, at::kFloat,
+                      metadata);
     write_file_durably(directory + "/model-config.json", to_json(im.config) + "\n");
     return fmt::format("weights: {0}/lora.safetensors (LoRA adapters{1}), config {0}/model-config.json", directory,
                        ema ? fmt::format("; EMA: {}/lora-ema.safetensors", directory) : std::string());
   }
+  metadata["format"] = "pt";
   if (impl_->engine_options.zero == 3)  // the model holds no whole weights: its fp32 slices gathered
-    io::write_safetensors(directory + "/model.safetensors", weights, at::kFloat);
-  else
-    wan::save_weights(*impl_->model, directory + "/model.safetensors");  // the free function, not this member
-  if (ema) io::write_safetensors(directory + "/ema.safetensors", *ema, at::kFloat);
+    io::write_safetensors(directory + "/model.safetensors", weights, at::kFloat, metadata);
+  else  // the free function, not this member
+    wan::save_weights(*impl_->model, directory + "/model.safetensors", at::kFloat, WeightNames::Official, metadata);
+  if (ema) io::write_safetensors(directory + "/ema.safetensors", *ema, at::kFloat, metadata);
   write_file_durably(directory + "/model-config.json", to_json(impl_->config) + "\n");
   return fmt::format("weights: {0}/model.safetensors{1}, config {0}/model-config.json", directory,
                      ema ? fmt::format(" (EMA: {}/ema.safetensors)", directory) : std::string());

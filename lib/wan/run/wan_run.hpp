@@ -27,6 +27,7 @@
 #include "wantrain/wan/model/lora.hpp"
 #include "wantrain/wan/model/model_config.hpp"
 #include "wantrain/train/fit.hpp"
+#include "wantrain/wan/objective/few_step_objective.hpp"
 #include "wantrain/wan/objective/flow_matching_objective.hpp"
 #include "wantrain/wan/run/training_sample.hpp"
 
@@ -40,6 +41,10 @@ struct WanRunOptions {
   std::string init;  // weights to start from: safetensors file or index, or a checkpoint; "" none
   FlowMatchingObjectiveOptions objective;
   double distill_target_weight = 0;  // distillation only
+  // Few-step distillation (wan/objective/few_step_objective.hpp): the student
+  // has the teacher's config and starts from its weights (unless `init`);
+  // with LoRA they are its frozen base.
+  std::optional<FewStepOptions> few_step;
   // A fresh distillation student without `init`. Projection assumes the
   // caller checked check_projectable (wan/model/projection.hpp) on every
   // rank while planning, before any weights load, as wantrain does.

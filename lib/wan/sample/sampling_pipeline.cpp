@@ -1,5 +1,6 @@
 #include "wantrain/wan/encoders/t5_encoder.hpp"
 #include "wantrain/wan/sample/sampling_pipeline.hpp"
+#include "wantrain/wan/sample/student_sampler.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -100,6 +101,17 @@ std::optional<double> run_shift(const std::string& checkpoint) {
   const double value = std::strtod(text.c_str(), &end);
   if (text.empty() || *end != '\0' || !(value > 0)) return std::nullopt;
   return value;
+}
+
+// The sampler a few-step student was trained for: from its checkpoint, its
+// weights file, or the first of its LoRA files that records one.
+std::optional<StudentSampler> student_sampler(const SamplingRequest& r) {
+  if (!r.checkpoint.empty()) return student_sampler_of_checkpoint(r.checkpoint);
+  if (!r.weights.empty())
+    if (auto sampler = student_sampler_of_weights(r.weights)) return sampler;
+  for (const auto& lora : r.loras)
+    if (auto sampler = student_sampler_of_weights(lora)) return sampler;
+  return std::nullopt;
 }
 
 // Text embeddings [L, D] that the model reads: D its text_dim, L at most its text_len.
@@ -233,9 +245,6 @@ void SamplingPipeline::check_request() const {
       throw SettingError(setting, fmt::format("{}: {}", path, why));
   }
   if (r.steps && *r.steps < 1) throw SettingError("steps", "must be at least 1");
-  if (r.schedule == Schedule::Diffusers && r.solver != Solver::UniPC)
-    throw SettingError("schedule", fmt::format("diffusers is UniPC's schedule (WanPipeline's scheduler): give {} unipc",
-                                               setting_reference("solver")));
   if (r.shift && !(*r.shift > 0)) throw SettingError("shift", "must be positive");
   if (r.compare && r.data.empty())
     throw SettingError("compare", fmt::format("needs {} (the sample to compare with)", setting_reference("data")));
@@ -306,6 +315,19 @@ void SamplingPipeline::resolve_model() {
 // unconditional branch.
 void SamplingPipeline::resolve_settings() {
   auto& r = request_;
+  // A few-step student samples as it was trained, in what the options leave open.
+  if (const auto student = student_sampler(r)) {
+    if (!r.solver) r.solver = student->solver;
+    if (!r.steps) r.steps = student->steps;
+    if (!r.shift) r.shift = student->shift;
+    if (r.cfg.empty()) {
+      r.cfg = {1.0};
+      cfg_low_ = cfg_high_ = 1.0;
+    }
+    report_info("a few-step student: {}, cfg 1, as it was trained ({}, {}, {} and {} override each)",
+                describe(*student), setting_reference("solver"), setting_reference("steps"), setting_reference("shift"),
+                setting_reference("cfg"));
+  }
   if (!r.shift && !r.checkpoint.empty())
     if (const auto shift = run_shift(r.checkpoint)) {
       r.shift = *shift;
@@ -326,6 +348,10 @@ void SamplingPipeline::resolve_settings() {
                 release_->model, *r.steps, *r.shift, cfg_text(cfg_low_, cfg_high_),
                 release_->boundary > 0 ? fmt::format(", boundary {:g}", release_->boundary) : "");
   }
+  if (!r.solver) r.solver = Solver::UniPC;
+  if (r.schedule == Schedule::Diffusers && *r.solver != Solver::UniPC)
+    throw SettingError("schedule", fmt::format("diffusers is UniPC's schedule (WanPipeline's scheduler): give {} unipc",
+                                               setting_reference("solver")));
   if (!r.steps) r.steps = 50;
   if (!r.shift) r.shift = 5.0;
   if (r.cfg_parallel && (cfg_low_ == 0 || cfg_low_ == 1 || cfg_high_ == 0 || cfg_high_ == 1))
@@ -635,7 +661,7 @@ at::Tensor SamplingPipeline::sample() {
   std::optional<HighNoiseExpert> high_expert;
   if (experts_) high_expert = HighNoiseExpert{velocity_of(high_net), cfg_high_, boundary_};
   SamplerOptions sampler;
-  sampler.solver = r.solver;
+  sampler.solver = *r.solver;
   sampler.schedule = r.schedule;
   sampler.steps = *r.steps;
   sampler.shift = *r.shift;
@@ -667,7 +693,7 @@ void SamplingPipeline::write(const at::Tensor& latents) {
     data::ShardWriter writer(r.out, out_shape, 1, /*with_prompt=*/true);
     writer.write(0, latents, c.context, c.text_len,
                  fmt::format("wansample of {} ({}{} steps {}, shift {}, cfg {}, seed {})", c.source,
-                             solver_name(r.solver), r.schedule == Schedule::Diffusers ? " (diffusers' schedule)" : "",
+                             solver_name(*r.solver), r.schedule == Schedule::Diffusers ? " (diffusers' schedule)" : "",
                              *r.steps, *r.shift, cfg_text(cfg_low_, cfg_high_), r.seed));
     writer.close();
   }

@@ -52,7 +52,7 @@ struct SamplingRequest {
   uint64_t seed = 0;
 
   // The solver and guidance.
-  Solver solver = Solver::UniPC;
+  std::optional<Solver> solver;           // unset: a few-step student's own (sample/student_sampler.hpp), else unipc
   Schedule schedule = Schedule::Release;  // UniPC's sigmas: the release's, or diffusers' WanPipeline's
   std::optional<int> steps;
   std::optional<double> shift;  // unset: the checkpoint run's, else the release's, else 5
