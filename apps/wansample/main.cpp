@@ -186,12 +186,15 @@ int run(distributed::World& world, int argc, char** argv) {
       .choice("schedule", &c.schedule, {"release", "diffusers"},
               "unipc's sigmas: release (Wan's own scheduler, as the official scripts sample) or diffusers (diffusers' "
               "UniPCMultistepScheduler with flow sigmas, as WanPipeline samples); they differ by a few timesteps")
-      .add("steps", &c.steps, "solver steps (default: the release's for a released model, else 50)")
-      .add("shift", &c.shift, "sigma shift s: s*sigma/(1+(s-1)*sigma); with --checkpoint the run's unless given")
+      .add("steps", &c.steps,
+           "solver steps (default: a few-step student's own, the release's for a released model, else 50)")
+      .add("shift", &c.shift,
+           "sigma shift s: s*sigma/(1+(s-1)*sigma); with --checkpoint the run's unless given (a few-step student's: "
+           "its own)")
       .add("cfg", &c.cfg,
            "classifier-free guidance scale against the unconditional (all-zero) context that wantrain --text-drop "
            "trains; 1: no guidance, 0: unconditional. With two experts LOW,HIGH: the low-noise expert's, then the "
-           "high-noise one's (A14B: 3,4 text to video, 3.5,3.5 image to video)")
+           "high-noise one's (A14B: 3,4 text to video, 3.5,3.5 image to video); a few-step student's default: 1")
       .add("seed", &c.seed, "seed of the initial noise")
       .choice("precision", &c.precision, {"fp32", "bf16"}, "matrix products in fp32 or bf16 (autocast)")
       .choice("weights-dtype", &c.weights_dtype, {"auto", "bf16", "fp32"},

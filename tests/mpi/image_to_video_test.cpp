@@ -122,7 +122,8 @@ TEST_F(ImageToVideo, ResumeIsBitwiseAndImageDropoutIsUsed) {
 
 // LoRA adapts the image layers too (k_img, v_img in every block, img_emb's
 // Linears); the file round-trips through wansample --lora and through the
-// diffusers layout; a distillation student learns from an i2v teacher.
+// diffusers layout; a distillation student learns from an i2v teacher, and
+// a few-step student of it gives every call the picture's condition.
 TEST_F(ImageToVideo, LoraOnTheImageLayersAndDistillationFromAnImageTeacher) {
   const auto base = fresh("i2v-base");
   ASSERT_EQ(train(1, base, "--steps 3 --batch-size 4").status, 0);
@@ -180,6 +181,20 @@ TEST_F(ImageToVideo, LoraOnTheImageLayersAndDistillationFromAnImageTeacher) {
                                 "/model.safetensors --teacher-config " + i2v_config());
   ASSERT_EQ(distill.status, 0) << distill.output;
   for (const auto& line : training_lines(student)) EXPECT_TRUE(std::isfinite(line["loss"].get<double>()));
+
+  // A few-step student of the same teacher: with
+  // guidance 1 and one teacher step per student step its target is the
+  // teacher's velocity, which the student (started on the teacher) gives
+  // only when every call sees the picture's condition alike.
+  const auto few = fresh("i2v-few-step");
+  const Job few_step =
+      train(2, few,
+            "--steps 1 --batch-size 2 --mode distill --teacher " + base + "/model.safetensors --teacher-config " +
+                i2v_config() + " --distill-steps 2 --distill-teacher-steps 2 --distill-guidance 1");
+  ASSERT_EQ(few_step.status, 0) << few_step.output;
+  const auto few_lines = training_lines(few);
+  ASSERT_EQ(few_lines.size(), 1u);
+  EXPECT_LT(few_lines[0]["loss"].get<double>(), 1e-10);  // after it, Adam moves the student
 }
 
 // Data and model that do not fit: one line naming both, status 2.

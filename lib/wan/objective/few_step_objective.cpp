@@ -60,6 +60,8 @@ at::Tensor FewStepObjective::row_losses(const at::Tensor& x_t, const Consistency
 train::ObjectiveLoss FewStepObjective::loss(const train::Batch& micro_batch, const train::StepContext& context) {
   auto phase = std::chrono::steady_clock::now();
   const auto in = prepare(micro_batch, context);
+  TORCH_CHECK(!in.first_frame_kept.defined(),
+              "few-step distillation with the first-frame condition is refused at start");
   const auto x0 = micro_batch.at("latents").to(torch::kFloat32);
   const auto sigmas = consistency_sigmas(
       schedule_, consistency_points(micro_batch.indices, options_.seed, context.step, schedule_), x0.device());

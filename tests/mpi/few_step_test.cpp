@@ -1,0 +1,214 @@
+// Few-step students as users run them (`wantrain --mode distill
+// --distill-steps K`): the student starts on its teacher (with guidance 1
+// and one teacher step per phase its first loss is zero), takes the same
+// steps on 1 rank x 2B as on 2 ranks x B (and with ZeRO-2), resumes bit for bit, records its
+// sampler in checkpoints and weights files (LoRA too) where wansample finds
+// it and says so, and each bad setting is one line and status 2.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "../common/build_paths.hpp"
+#include "../common/launch.hpp"
+#include "../common/train_runs.hpp"
+#include "wantrain/ckpt/checkpoint.hpp"
+#include "wantrain/io/safetensors.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using wt::testing::fresh;
+using wt::testing::Job;
+using wt::testing::launch;
+using wt::testing::mpi_command;
+using wt::testing::occurrences;
+using namespace wt::testing::train_runs;
+
+class FewStep : public ::testing::Test {
+ protected:
+  // A wan-tiny teacher trained for 12 steps on image data.
+  static void SetUpTestSuite() {
+    data_ = synth_tiny_data("few-step-data", 32, 4);
+    teacher_dir_ = fresh("few-step-teacher");
+    const Job teacher = launch(mpi_command(
+        2, WANTRAIN_WANTRAIN,
+        "--model-config " + tiny_config() + " --data " + data_ + " --output-dir " + teacher_dir_ +
+            " --steps 12 --save-every 0 --keep 0 --batch-size 4 --lr 2e-3 --seed 3 --threads 1 --backend mpi"));
+    ASSERT_EQ(teacher.status, 0) << teacher.output;
+  }
+
+  static std::string teacher() { return teacher_dir_ + "/model.safetensors"; }
+
+  static constexpr const char* kFewStep = "--shift 3 --distill-steps 2 --distill-teacher-steps 8 --distill-guidance 3 ";
+  static Job distill(int ranks, const std::string& dir, const std::string& options,
+                     const std::string& few_step = kFewStep, const std::string& model_config = tiny_config()) {
+    const Job job =
+        launch(mpi_command(ranks, WANTRAIN_WANTRAIN,
+                           "--mode distill --teacher " + teacher() + " --teacher-config " + tiny_config() +
+                               " --model-config " + model_config + " --data " + data_ + " --output-dir " + dir +
+                               " --seed 11 --threads 1 --backend mpi --log-every 1 --lr 1e-3 " + few_step + " " +
+                               options + (options.find("--batch-size") == std::string::npos ? " --batch-size 2" : "")));
+    EXPECT_LT(job.seconds, kHangGuardSeconds);
+    return job;
+  }
+
+  static Job sample(const std::string& model, const std::string& extra = "") {
+    return launch(std::string(WANTRAIN_WANSAMPLE) + " " + model + " --data " + data_ + " --index 0 --threads 1 --out " +
+                  fresh("few-step-sample.h5") + " " + extra);
+  }
+
+  static std::string data_, teacher_dir_;
+};
+std::string FewStep::data_, FewStep::teacher_dir_;
+
+TEST_F(FewStep, TheStudentStartsOnItsTeacherWhenTheTargetIsTheTeachersVelocity) {
+  // Guidance 1 and one teacher step per student step: the target is the
+  // teacher's velocity, which the student (the teacher's weights) predicts.
+  const auto same = fresh("few-step-same");
+  const Job a =
+      distill(2, same, "--steps 1", "--shift 3 --distill-steps 2 --distill-teacher-steps 2 --distill-guidance 1");
+  ASSERT_EQ(a.status, 0) << a.output;
+  EXPECT_EQ(occurrences(a.output, "student init: the teacher's weights (" + teacher() + ")"), 1u) << a.output;
+  const auto first = training_lines(same);
+  ASSERT_EQ(first.size(), 1u);
+  EXPECT_LT(first[0]["loss"].get<double>(), 1e-10);
+  // With guidance, the target is another velocity.
+  const auto guided = fresh("few-step-guided");
+  const Job b =
+      distill(2, guided, "--steps 1", "--shift 3 --distill-steps 2 --distill-teacher-steps 2 --distill-guidance 3");
+  ASSERT_EQ(b.status, 0) << b.output;
+  EXPECT_GT(training_lines(guided)[0]["loss"].get<double>(), 1e-4);
+}
+
+TEST_F(FewStep, TwoRanksTakeOneRanksStepsResumeIsBitwiseAndTheSamplerTravels) {
+  const std::string common = "--steps 8 --ema-decay 0.9 --val-data " + data_ + " --val-every 4 ";
+  const auto one = fresh("few-step-1x4"), two = fresh("few-step-2x2"), stopped = fresh("few-step-stopped");
+  const Job a = distill(1, one, common + "--batch-size 4");
+  const Job b = distill(2, two, common + "--batch-size 2");
+  const Job c = distill(2, stopped, common + "--batch-size 2 --save-every 4");
+  // ZeRO-2 shards the student's optimizer state and gradients: the same steps.
+  const auto zero = fresh("few-step-zero2");
+  const Job z = distill(2, zero, common + "--batch-size 2 --zero 2 --sample-every 8");
+  ASSERT_EQ(z.status, 0) << z.output;
+  EXPECT_TRUE(fs::exists(zero + "/samples/step-00000008.png")) << z.output;
+  ASSERT_EQ(a.status, 0) << a.output;
+  ASSERT_EQ(b.status, 0) << b.output;
+  ASSERT_EQ(c.status, 0) << c.output;
+  const auto reference = training_lines(one), lines = training_lines(two);
+  ASSERT_EQ(reference.size(), 8u);
+  ASSERT_EQ(lines.size(), 8u);
+  for (size_t i = 0; i < lines.size(); ++i) {
+    EXPECT_LT(relative(lines[i]["loss"], reference[i]["loss"]), 1e-5) << "step " << i + 1;
+    EXPECT_GT(lines[i]["teacher_s"].get<double>(), 0.0);
+  }
+  EXPECT_LT(weights_difference(two + "/model.safetensors", one + "/model.safetensors"), 1e-5);
+  const auto sharded = training_lines(zero);
+  ASSERT_EQ(sharded.size(), 8u);
+  for (size_t i = 0; i < sharded.size(); ++i)
+    EXPECT_LT(relative(sharded[i]["loss"], reference[i]["loss"]), 1e-5) << "step " << i + 1;
+  const auto val_one = validation_lines(one), val_two = validation_lines(two);
+  ASSERT_EQ(val_one.size(), 2u);
+  for (size_t v = 0; v < 2; ++v) EXPECT_LT(relative(val_two[v]["val_loss"], val_one[v]["val_loss"]), 1e-5);
+
+  fs::remove(stopped + "/step-00000008.h5");
+  const Job resumed = distill(2, stopped, common + "--batch-size 2 --resume " + stopped + "/step-00000004.h5");
+  ASSERT_EQ(resumed.status, 0) << resumed.output;
+  const auto after = training_lines(stopped);
+  ASSERT_EQ(after.size(), 8u);
+  for (size_t i = 0; i < after.size(); ++i)
+    EXPECT_EQ(after[i]["loss"].get<double>(), lines[i]["loss"].get<double>()) << "step " << i + 1;
+  EXPECT_EQ(weights_difference(stopped + "/model.safetensors", two + "/model.safetensors"), 0);
+  EXPECT_EQ(weights_difference(stopped + "/ema.safetensors", two + "/ema.safetensors"), 0);
+
+  // The checkpoint and the weights files record the sampler: Euler's 2 steps
+  // at shift 3, sigmas shift(1), shift(1/2) = 3/4, 0.
+  const auto saved = wt::ckpt::read_checkpoint(two + "/step-00000008.h5");
+  EXPECT_EQ(saved.objective_kind, "few-step");
+  EXPECT_EQ(saved.objective.at("sampler_solver"), "euler");
+  EXPECT_EQ(saved.objective.at("sampler_steps"), "2");
+  EXPECT_EQ(saved.objective.at("sampler_shift"), "3");
+  EXPECT_EQ(saved.objective.at("sampler_sigmas"), "1,0.75,0");
+  EXPECT_EQ(saved.objective.at("guidance"), "3");
+  for (const char* file : {"/model.safetensors", "/ema.safetensors"})
+    EXPECT_EQ(wt::io::SafetensorsFile::open(two + file).metadata().at("sampler_sigmas"), "1,0.75,0") << file;
+
+  // wansample samples it so, says so once, and an option overrides its own.
+  const std::string line =
+      "a few-step student: euler, 2 steps at shift 3 (sigmas 1, 0.75, 0), cfg 1, as it was trained";
+  const Job from_checkpoint = sample("--checkpoint " + two + "/latest");
+  ASSERT_EQ(from_checkpoint.status, 0) << from_checkpoint.output;
+  EXPECT_EQ(occurrences(from_checkpoint.output, line), 1u) << from_checkpoint.output;
+  const Job from_file =
+      sample("--weights " + two + "/ema.safetensors --model-config " + tiny_config(), "--steps 6 --cfg 2");
+  ASSERT_EQ(from_file.status, 0) << from_file.output;
+  EXPECT_EQ(occurrences(from_file.output, line), 1u) << from_file.output;
+  // The teacher's file records none: the release's defaults, no such line.
+  const Job from_teacher = sample("--weights " + teacher() + " --model-config " + tiny_config(), "--steps 2");
+  ASSERT_EQ(from_teacher.status, 0) << from_teacher.output;
+  EXPECT_EQ(occurrences(from_teacher.output, "a few-step student"), 0u) << from_teacher.output;
+
+  // Another step count, teacher step count or guidance: refused on resume.
+  const Job other = distill(2, stopped, common + "--batch-size 2 --resume " + stopped + "/step-00000004.h5",
+                            "--shift 3 --distill-steps 4 --distill-teacher-steps 8 --distill-guidance 3 ");
+  EXPECT_EQ(other.status, 2) << other.output;
+  EXPECT_EQ(occurrences(other.output, "checkpoint " + stopped +
+                                          "/step-00000004.h5: trained with --distill-steps 2, this run with 4; "
+                                          "resume with the same"),
+            1u)
+      << other.output;
+}
+
+TEST_F(FewStep, ALoraStudentTrainsAdaptersOnTheFrozenTeacherAndItsFileCarriesTheSampler) {
+  const auto dir = fresh("few-step-lora");
+  const Job job = distill(2, dir, "--steps 4 --lora-rank 4 --base-precision fp32");
+  ASSERT_EQ(job.status, 0) << job.output;
+  EXPECT_EQ(occurrences(job.output, "student init: the teacher's weights (" + teacher() + "), frozen as the LoRA base"),
+            1u)
+      << job.output;
+  const auto file = wt::io::SafetensorsFile::open(dir + "/lora.safetensors");
+  EXPECT_EQ(file.metadata().at("sampler_steps"), "2");
+  EXPECT_EQ(file.metadata().at("lora_rank"), "4");
+  const Job sampled =
+      sample("--weights " + teacher() + " --model-config " + tiny_config() + " --lora " + dir + "/lora.safetensors");
+  ASSERT_EQ(sampled.status, 0) << sampled.output;
+  EXPECT_EQ(occurrences(sampled.output, "a few-step student: euler, 2 steps at shift 3"), 1u) << sampled.output;
+}
+
+TEST_F(FewStep, BadSettingsAreOneLineAndStatus2) {
+  const std::string few_step = "--shift 3 --distill-steps 2 ";
+  const std::string student = std::string(WANTRAIN_SOURCE_DIR) + "/data/configs/wan-tiny-student.json";
+  const struct {
+    std::string options, line, model_config = tiny_config();
+  } cases[] = {
+      {"--distill-teacher-steps 9",
+       "error: option --distill-teacher-steps: must be a multiple of --distill-steps 2 (each student step spans whole "
+       "teacher steps)"},
+      {"--distill-target-weight 0.5",
+       "error: option --distill-target-weight: only with --distill-steps 0 (a few-step student has no velocity target "
+       "of its own)"},
+      {"--distill-teacher-steps 8",
+       "error: option --distill-steps: a few-step student has its teacher's architecture, but --model-config " +
+           student + " differs from --teacher-config " + tiny_config() + " (the teacher's); give the teacher's config",
+       student},
+      {"--distill-guidance 2", "error: option --distill-guidance: only with --distill-steps K"},
+      {"--distill-steps -1", "error: option --distill-steps: must be 0 (the teacher's velocity) or a number of steps"},
+  };
+  for (const auto& c : cases) {
+    // The first case's options set --distill-steps for themselves.
+    const bool own = c.options.rfind("--distill-guidance", 0) == 0 || c.options.rfind("--distill-steps", 0) == 0;
+    const Job job =
+        distill(2, fresh("few-step-bad"), c.options + " --steps 2", own ? "--shift 3 " : few_step, c.model_config);
+    EXPECT_EQ(job.status, 2) << c.options << "\n" << job.output;
+    EXPECT_EQ(occurrences(job.output, c.line), 1u) << c.options << "\n" << job.output;
+  }
+  const Job training = launch(mpi_command(2, WANTRAIN_WANTRAIN,
+                                          "--model-config " + tiny_config() + " --data " + data_ + " --output-dir " +
+                                              fresh("few-step-train") + " --steps 1 --distill-steps 4 --threads 1"));
+  EXPECT_EQ(training.status, 2) << training.output;
+  EXPECT_EQ(occurrences(training.output, "error: option --distill-steps: only used with --mode distill"), 1u)
+      << training.output;
+}
+
+}  // namespace
