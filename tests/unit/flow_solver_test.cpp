@@ -14,6 +14,8 @@
 #include "wantrain/wan/objective/flow_matching.hpp"
 #include "wantrain/wan/sample/flow_solver.hpp"
 #include "wantrain/wan/sample/sampler.hpp"
+#include "wantrain/wan/sample/student_sampler.hpp"
+#include "wantrain/util/error.hpp"
 
 using namespace wt::wan;
 
@@ -290,4 +292,43 @@ TEST(FlowSolver, EverySolverLandsOnTheStraightPathsEndWithAFirstFrameAndTwoExper
     EXPECT_TRUE(torch::allclose(sample, x0, 1e-5, 1e-5))
         << solver_name(solver) << ": " << (sample - x0).abs().max().item<double>();
   }
+}
+
+// A few-step student's recorded sampler: read back as written, absent when
+// none is recorded, and each malformed field one line naming the source and
+// the key (sigmas that are not the solver's included).
+TEST(StudentSampler, ReadsItsFieldsAndNamesWhatIsWrong) {
+  const std::map<std::string, std::string> good = {{"sampler_solver", "euler"},
+                                                   {"sampler_steps", "2"},
+                                                   {"sampler_shift", "3"},
+                                                   {"sampler_sigmas", "1,0.75,0"},
+                                                   {"lora_rank", "4"}};
+  const auto sampler = student_sampler_from(good, "f.safetensors");
+  ASSERT_TRUE(sampler.has_value());
+  EXPECT_EQ(sampler->solver, Solver::Euler);
+  EXPECT_EQ(sampler->steps, 2);
+  EXPECT_EQ(sampler->shift, 3.0);
+  EXPECT_EQ(sampler->sigmas, sampling_sigmas(2, 3.0));
+  EXPECT_EQ(describe(*sampler), "euler, 2 steps at shift 3 (sigmas 1, 0.75, 0)");
+  EXPECT_EQ(student_sampler_fields(good).size(), 4u);  // lora_rank is not the sampler's
+  EXPECT_FALSE(student_sampler_from({{"format", "pt"}}, "f.safetensors").has_value());
+  const std::vector<std::pair<std::pair<std::string, std::string>, std::string>> bad = {
+      {{"sampler_solver", "heun"}, "f.safetensors: sampler_solver 'heun' is none of wansample's"},
+      {{"sampler_steps", "2.5"}, "f.safetensors: sampler_steps 2.5 is no number of steps"},
+      {{"sampler_shift", "x"}, "f.safetensors: sampler_shift 'x' is not a number"},
+      {{"sampler_sigmas", "1,0.5,0"}, "f.safetensors: sampler_sigmas 1,0.5,0 are not euler's at 2 steps and shift 3"},
+  };
+  for (const auto& [field, line] : bad) {
+    auto fields = good;
+    fields[field.first] = field.second;
+    try {
+      student_sampler_from(fields, "f.safetensors");
+      ADD_FAILURE() << field.first << " accepted";
+    } catch (const wt::UsageError& e) {
+      EXPECT_EQ(std::string(e.what()), line);
+    }
+  }
+  auto missing = good;
+  missing.erase("sampler_shift");
+  EXPECT_THROW(student_sampler_from(missing, "f.safetensors"), wt::UsageError);
 }
