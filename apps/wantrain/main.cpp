@@ -28,6 +28,7 @@
 #include "wantrain/train/run_plan.hpp"
 #include "wantrain/train/shard_source.hpp"
 #include "wantrain/wan/objective/teacher.hpp"
+#include "wantrain/wan/sample/release_defaults.hpp"
 #include "wantrain/train/validation.hpp"
 #include "wantrain/wan/run/wan_run.hpp"
 #include "wantrain/app/float_dtype.hpp"
@@ -325,6 +326,14 @@ int run(distributed::World& world, int argc, char** argv) {
           "option --distill-steps: a few-step student has its teacher's architecture, but --model-config {} differs "
           "from {}; give the teacher's config",
           cfg.model_config, source));
+    // Released weights were guided against the release's negative prompt,
+    // which this objective does not encode: said, not silently different.
+    if (const auto release = wan::release_sampling(config, /*two_experts=*/false, 832 * 480);
+        release && cfg.distill_steps > 0 && world.is_root())
+      spdlog::warn(
+          "--distill-steps: the teacher has {}'s architecture; the student learns its guidance against the all-zero "
+          "context (what --text-drop trains), not the release's negative prompt",
+          release->model);
     if (model_config && cfg.student_init == "projection" && cfg.init.empty() && cfg.distill_steps == 0)
       wan::check_projectable(config, "--teacher " + cfg.teacher, *model_config, "--model-config " + cfg.model_config);
     const std::string student_init = !cfg.init.empty()       ? "--init " + cfg.init

@@ -266,12 +266,15 @@ void validate(const TrainConfig& c) {
     require(c.student_init == "projection", "student-init", only);
     require(c.teacher_precision == "fp32", "teacher-precision", only);
     require(c.distill_target_weight == 0, "distill-target-weight", only);
-    require(c.distill_steps == 0, "distill-steps", only);
-    require(c.distill_teacher_steps == 48, "distill-teacher-steps", only);
-    require(c.distill_guidance == 5.0, "distill-guidance", only);
+    for (const char* option : {"distill-steps", "distill-teacher-steps", "distill-guidance"})
+      require(!c.given.count(option), option, only);
   } else if (c.distill_steps == 0) {
-    require(c.distill_teacher_steps == 48, "distill-teacher-steps", "only with --distill-steps K");
-    require(c.distill_guidance == 5.0, "distill-guidance", "only with --distill-steps K");
+    for (const char* option : {"distill-teacher-steps", "distill-guidance"})
+      require(!c.given.count(option), option, "only with --distill-steps K");
+  } else {  // a few-step student's points lie on the teacher's grid, drawn uniformly
+    for (const char* option : {"timestep-sampling", "logit-mean", "logit-std"})
+      require(!c.given.count(option), option,
+              "not with --distill-steps: the student's points lie on the teacher's grid, drawn uniformly");
   }
 }
 
@@ -332,6 +335,23 @@ wan::LoraOptions lora_options(const TrainConfig& c) {
   return {c.lora_rank, c.lora_alpha, c.lora_dropout, split_list(c.lora_targets)};
 }
 
+namespace {
+// How samples during training are drawn (of a training sample and of --sample-prompts).
+wan::SamplerOptions sample_sampler(const TrainConfig& c) {
+  wan::SamplerOptions sampler;
+  sampler.solver = *wan::solver_from_name(c.sample_solver);
+  sampler.steps = c.sample_steps;
+  sampler.shift = c.shift;
+  sampler.cfg = c.sample_cfg;
+  if (c.distill_steps > 0) {  // a few-step student samples as it is trained to, unless told otherwise
+    if (!c.given.count("sample-solver")) sampler.solver = wan::Solver::Euler;
+    if (!c.given.count("sample-steps")) sampler.steps = c.distill_steps;
+    if (!c.given.count("sample-cfg")) sampler.cfg = 1;
+  }
+  return sampler;
+}
+}  // namespace
+
 wan::WanRunOptions wan_run_options(const TrainConfig& c) {
   wan::WanRunOptions o;
   o.init = c.init;
@@ -355,15 +375,7 @@ wan::WanRunOptions wan_run_options(const TrainConfig& c) {
   if (c.sample_every > 0) {
     wan::TrainingSampleOptions sample;
     sample.index = c.sample_index;
-    sample.sampler.solver = *wan::solver_from_name(c.sample_solver);
-    sample.sampler.steps = c.sample_steps;
-    sample.sampler.shift = c.shift;
-    sample.sampler.cfg = c.sample_cfg;
-    if (c.distill_steps > 0) {  // a few-step student samples as it is trained to, unless told otherwise
-      if (!c.given.count("sample-solver")) sample.sampler.solver = wan::Solver::Euler;
-      if (!c.given.count("sample-steps")) sample.sampler.steps = c.distill_steps;
-      if (!c.given.count("sample-cfg")) sample.sampler.cfg = 1;
-    }
+    sample.sampler = sample_sampler(c);
     sample.first_frame = c.condition == "first-frame";
     sample.seed = c.seed;
     sample.directory = c.output_dir + "/samples";
@@ -384,10 +396,7 @@ wan::PromptVideoOptions prompt_video_options(const TrainConfig& c, std::vector<w
   o.vae_dtype = app::float_dtype(c.vae_dtype);
   o.clip = c.clip;
   o.clip_dtype = app::float_dtype(c.clip_dtype);
-  o.sampler.solver = *wan::solver_from_name(c.sample_solver);
-  o.sampler.steps = c.sample_steps;
-  o.sampler.shift = c.shift;
-  o.sampler.cfg = c.sample_cfg;
+  o.sampler = sample_sampler(c);
   o.seed = c.seed;
   o.latents = latents;
   o.compute_dtype = compute_dtype;

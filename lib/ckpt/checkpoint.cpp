@@ -349,59 +349,53 @@ at::Tensor read_weight(const std::string& path, const std::string& group, const 
   }
 }
 
-TrainerState read_trainer_state(const std::string& path) {
+namespace {
+
+// Opens `path` under the library lock and returns read(file, object): a
+// failure is one UsageError naming the file and the object `read` was at.
+template <class Read>
+auto read_checkpoint_part(const std::string& path, Read read) {
   io::Lock lock(io::library_mutex());
   io::quiet_errors();
   require_readable(path);
   std::string object = "the file";
   try {
     const auto file = io::open_file(path);
-    return read_state(file.get(), read_version(file.get(), object), object);
+    return read(file.get(), object);
   } catch (const std::exception& e) {
     throw UsageError(fmt::format("checkpoint {}: {}: {}", path, object, e.what()));
   }
 }
-
-namespace {
 
 // A string attribute of a checkpoint's root, without reading any tensor.
 std::string read_root_string(const std::string& path, const char* name) {
-  io::Lock lock(io::library_mutex());
-  io::quiet_errors();
-  require_readable(path);
-  std::string object = "the file";
-  try {
-    const auto file = io::open_file(path);
+  return read_checkpoint_part(path, [&](hid_t file, std::string& object) {
     object = "attribute format";
-    const auto format = io::read_string_attribute(file.get(), "format");
+    const auto format = io::read_string_attribute(file, "format");
     if (format != kFormat) throw Error(fmt::format("is '{}', not a {}", format, kFormat));
     object = std::string("attribute ") + name;
-    return io::read_string_attribute(file.get(), name);
-  } catch (const std::exception& e) {
-    throw UsageError(fmt::format("checkpoint {}: {}: {}", path, object, e.what()));
-  }
+    return io::read_string_attribute(file, name);
+  });
 }
 
 }  // namespace
+
+TrainerState read_trainer_state(const std::string& path) {
+  return read_checkpoint_part(
+      path, [](hid_t file, std::string& object) { return read_state(file, read_version(file, object), object); });
+}
 
 std::string read_model_config(const std::string& path) { return read_root_string(path, "model_config"); }
 
 std::string read_run_options(const std::string& path) { return read_root_string(path, "run_options"); }
 
 ObjectiveRecord read_objective(const std::string& path) {
-  io::Lock lock(io::library_mutex());
-  io::quiet_errors();
-  require_readable(path);
-  std::string object = "the file";
-  try {
-    const auto file = io::open_file(path);
+  return read_checkpoint_part(path, [](hid_t file, std::string& object) {
     ObjectiveRecord record;
-    if (read_version(file.get(), object) == 1) return record;  // version 1 predates few-step students
-    read_objective_group(file.get(), record.kind, record.state, object);
+    if (read_version(file, object) == 1) return record;  // version 1 predates few-step students
+    read_objective_group(file, record.kind, record.state, object);
     return record;
-  } catch (const std::exception& e) {
-    throw UsageError(fmt::format("checkpoint {}: {}: {}", path, object, e.what()));
-  }
+  });
 }
 
 void check_model_config(const std::string& saved_json, const std::string& path, const std::string& config_json,

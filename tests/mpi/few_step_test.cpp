@@ -143,7 +143,7 @@ TEST_F(FewStep, TwoRanksTakeOneRanksStepsResumeIsBitwiseAndTheSamplerTravels) {
   const Job from_file =
       sample("--weights " + two + "/ema.safetensors --model-config " + tiny_config(), "--steps 6 --cfg 2");
   ASSERT_EQ(from_file.status, 0) << from_file.output;
-  EXPECT_EQ(occurrences(from_file.output, line), 1u) << from_file.output;
+  EXPECT_EQ(occurrences(from_file.output, line + "; sampled with --steps 6, --cfg 2 instead"), 1u) << from_file.output;
   // The teacher's file records none: the release's defaults, no such line.
   const Job from_teacher = sample("--weights " + teacher() + " --model-config " + tiny_config(), "--steps 2");
   ASSERT_EQ(from_teacher.status, 0) << from_teacher.output;
@@ -167,6 +167,7 @@ TEST_F(FewStep, ALoraStudentTrainsAdaptersOnTheFrozenTeacherAndItsFileCarriesThe
   EXPECT_EQ(occurrences(job.output, "student init: the teacher's weights (" + teacher() + "), frozen as the LoRA base"),
             1u)
       << job.output;
+  EXPECT_EQ(occurrences(job.output, "frozen (the teacher " + teacher() + ", crc32:"), 1u) << job.output;
   const auto file = wt::io::SafetensorsFile::open(dir + "/lora.safetensors");
   EXPECT_EQ(file.metadata().at("sampler_steps"), "2");
   EXPECT_EQ(file.metadata().at("lora_rank"), "4");
@@ -194,6 +195,9 @@ TEST_F(FewStep, BadSettingsAreOneLineAndStatus2) {
        student},
       {"--distill-guidance 2", "error: option --distill-guidance: only with --distill-steps K"},
       {"--distill-steps -1", "error: option --distill-steps: must be 0 (the teacher's velocity) or a number of steps"},
+      {"--distill-teacher-steps 8 --timestep-sampling logit-normal",
+       "error: option --timestep-sampling: not with --distill-steps: the student's points lie on the teacher's grid, "
+       "drawn uniformly"},
   };
   for (const auto& c : cases) {
     // The first case's options set --distill-steps for themselves.

@@ -303,7 +303,8 @@ TEST_F(LoraRun, BadOptionsAreOneLineAndStatus2) {
             "option --lora-rank: --lora-alpha, --lora-dropout, --lora-targets and --base-precision need --lora-rank R"},
            {"--lora-rank 4 --lora-dropout 1", "option --lora-dropout: must be in [0, 1), got 1"},
            {"--lora-rank 4 --mode distill --teacher " + base("a") + " --teacher-config " + tiny_config(),
-            "option --lora-rank: LoRA is not available with --mode distill yet"}}) {
+            "option --lora-rank: with --mode distill only for a few-step student (--distill-steps K): a smaller "
+            "student trains in full"}}) {
     SCOPED_TRACE(c.options);
     const Job job = train(2, "lora-bad", "--steps 2 --batch-size 2 " + c.options);
     EXPECT_EQ(job.status, 2) << job.output;

@@ -83,10 +83,14 @@ at::Tensor consistency_target(const at::Tensor& x_t, const ConsistencySigmas& si
   torch::NoGradGuard no_grad;
   const auto x = x_t.to(torch::kFloat32);
   const auto t = per_row(sigmas.t, x), next = per_row(sigmas.next, x), edge = per_row(sigmas.edge, x);
-  const auto x_next = x + (next - t) * guided_teacher(x_t, sigmas.t).to(torch::kFloat32);
+  // (x_s - x_t) / (s - t) from the two steps' displacements, not from x_s
+  // and x_t themselves: near an edge s - t is small, and the difference of
+  // the two points would lose the digits the velocities keep.
+  const auto to_next = (next - t) * guided_teacher(x_t, sigmas.t).to(torch::kFloat32);
+  const auto x_next = x + to_next;
   // Rows whose step ends on the edge add 0 times the target's velocity.
-  const auto x_edge = x_next + (edge - next) * target(x_next, sigmas.next).to(torch::kFloat32);
-  return (x_edge - x) / (edge - t);
+  const auto to_edge = (edge - next) * target(x_next, sigmas.next).to(torch::kFloat32);
+  return (to_next + to_edge) / (edge - t);
 }
 
 }  // namespace wt::wan

@@ -22,6 +22,7 @@
 //   step   x_t' = x_t + (t' - t) v_g                     (one Euler step)
 //   target x_s = x_t' + (s - t') v_θ⁻(x_t', t')          (= x_t' when t' = s)
 //          v* = (x_s - x_t) / (s - t)
+//             = ((t' - t) v_g + (s - t') v_θ⁻) / (s - t)   (computed so)
 //   loss   mean (v_θ(x_t, t) - v*)^2 in fp32
 //
 // The student's phase map f_θ(x, t) = x + (s - t) v_θ(x, t) is one Euler

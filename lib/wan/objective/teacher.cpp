@@ -99,4 +99,6 @@ at::Tensor Teacher::predict(const at::Tensor& x_t, const at::Tensor& timesteps, 
   return prediction.to(torch::kFloat32).unflatten(2, {x_t.size(2), pt}).mean(3);
 }
 
+TensorSource Teacher::unrounded_weights() const { return bf16_ ? file_ : tensors_source(weights(), path_); }
+
 }  // namespace wt::wan

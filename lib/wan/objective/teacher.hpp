@@ -61,6 +61,9 @@ class Teacher {
   // The teacher's file again, one tensor at a time as stored (what a
   // student's projection reads: the weights before any bf16 rounding).
   const TensorSource& file_tensors() const { return file_; }
+  // Its weights before any bf16 rounding, what a student starts from:
+  // file_tensors() when held in bf16, else the tensors as loaded.
+  TensorSource unrounded_weights() const;
 
   bool held_in_bf16() const { return bf16_; }
   void to(at::Device device);

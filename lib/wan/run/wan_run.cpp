@@ -89,9 +89,7 @@ WanRun::WanRun(const train::RunPlan& plan, const WanRunOptions& options, distrib
   // A few-step student starts as its teacher: the weights as loaded (from
   // the file when they are held rounded to bf16), before any adapter.
   if (few_step && options.init.empty()) {
-    load_weights(
-        *model, teacher->held_in_bf16() ? teacher->file_tensors() : tensors_source(teacher->weights(), teacher->path()),
-        LoadMode::Strict);
+    load_weights(*model, teacher->unrounded_weights(), LoadMode::Strict);
     if (comm.rank() == 0 && !resume)
       report_info("student init: the teacher's weights ({}){}", teacher->path(),
                   lora ? ", frozen as the LoRA base" : "");
@@ -109,8 +107,10 @@ WanRun::WanRun(const train::RunPlan& plan, const WanRunOptions& options, distrib
     if (comm.rank() == 0)
       report_info("lora: {}; {} adapter parameters trained, the base's {} frozen ({}, {}; block Linears held in {})",
                   objective_options.lora, adapters, parameter_count(im.config),
-                  options.init.empty() ? "from the seed" : options.init, im.lora_base,
-                  objective_options.lora_base_precision);
+                  !options.init.empty() ? options.init
+                  : few_step            ? "the teacher " + teacher->path()
+                                        : std::string("from the seed"),
+                  im.lora_base, objective_options.lora_base_precision);
   }
   model->to(comm.device());
   model->train();
@@ -209,9 +209,8 @@ void WanRun::start_student(const Teacher& teacher, const WanRunOptions& options,
   // teacher, from its tensors as loaded, or from its file when they are held
   // rounded to bf16.
   if (!report) return;
-  const auto projection = project_weights(
-      teacher.held_in_bf16() ? teacher.file_tensors() : tensors_source(teacher.weights(), teacher.path()),
-      teacher.config(), im.objective->trainable(), im.config);
+  const auto projection =
+      project_weights(teacher.unrounded_weights(), teacher.config(), im.objective->trainable(), im.config);
   report_info("student init: projection from the teacher {}\n{}", teacher.path(), projection.describe());
 }
 

@@ -316,7 +316,13 @@ void SamplingPipeline::resolve_model() {
 void SamplingPipeline::resolve_settings() {
   auto& r = request_;
   // A few-step student samples as it was trained, in what the options leave open.
-  if (const auto student = student_sampler(r)) {
+  const auto student = student_sampler(r);
+  if (student) {
+    std::vector<std::string> given;  // the options that override the student's own
+    if (r.solver) given.push_back(setting_reference("solver") + " " + solver_name(*r.solver));
+    if (r.steps) given.push_back(fmt::format("{} {}", setting_reference("steps"), *r.steps));
+    if (r.shift) given.push_back(fmt::format("{} {:g}", setting_reference("shift"), *r.shift));
+    if (!r.cfg.empty()) given.push_back(setting_reference("cfg") + " " + cfg_text(cfg_low_, cfg_high_));
     if (!r.solver) r.solver = student->solver;
     if (!r.steps) r.steps = student->steps;
     if (!r.shift) r.shift = student->shift;
@@ -324,9 +330,11 @@ void SamplingPipeline::resolve_settings() {
       r.cfg = {1.0};
       cfg_low_ = cfg_high_ = 1.0;
     }
-    report_info("a few-step student: {}, cfg 1, as it was trained ({}, {}, {} and {} override each)",
-                describe(*student), setting_reference("solver"), setting_reference("steps"), setting_reference("shift"),
-                setting_reference("cfg"));
+    report_info("a few-step student: {}, cfg 1, as it was trained{}", describe(*student),
+                given.empty()
+                    ? fmt::format(" ({}, {}, {} and {} override each)", setting_reference("solver"),
+                                  setting_reference("steps"), setting_reference("shift"), setting_reference("cfg"))
+                    : fmt::format("; sampled with {} instead", fmt::join(given, ", ")));
   }
   if (!r.shift && !r.checkpoint.empty())
     if (const auto shift = run_shift(r.checkpoint)) {
@@ -340,7 +348,7 @@ void SamplingPipeline::resolve_settings() {
   if (r.fps == 0) r.fps = release.fps;
   const int64_t pixels = r.size && !r.prompt.empty() ? (*r.size)[0] * (*r.size)[1] : r.max_area;
   release_ = release_sampling(config_, experts_, pixels);
-  if (release_) {
+  if (release_ && !student) {  // a student of a released model samples as it was trained
     if (!r.steps) r.steps = release_->steps;
     if (!r.shift) r.shift = release_->shift;
     if (r.cfg.empty()) cfg_low_ = release_->cfg_low, cfg_high_ = release_->cfg_high;
