@@ -36,6 +36,18 @@ inline std::string synth_tiny_data(const std::string& name, int samples, int see
   return dir;
 }
 
+// A wan-tiny teacher trained on `data` for 12 steps on 2 ranks (a
+// checkpoint at step 6), in fresh(name); its directory.
+inline std::string train_tiny_teacher(const std::string& name, const std::string& data) {
+  const std::string dir = fresh(name);
+  const Job teacher = launch(mpi_command(
+      2, WANTRAIN_WANTRAIN,
+      "--model-config " + tiny_config() + " --data " + data + " --output-dir " + dir +
+          " --steps 12 --save-every 6 --keep 0 --batch-size 4 --lr 2e-3 --seed 3 --threads 1 --backend mpi"));
+  EXPECT_EQ(teacher.status, 0) << teacher.output;
+  return dir;
+}
+
 inline std::vector<Json> read_metrics(const std::string& dir) {
   std::vector<Json> lines;
   std::ifstream in(dir + "/metrics.jsonl");

@@ -32,12 +32,7 @@ class Distill : public ::testing::Test {
   // steps, with its step-6 checkpoint as "another teacher".
   static void SetUpTestSuite() {
     data_ = synth_tiny_data("distill-data", 32, 4);
-    teacher_dir_ = fresh("distill-teacher");
-    const Job teacher = launch(mpi_command(
-        2, WANTRAIN_WANTRAIN,
-        "--model-config " + tiny_config() + " --data " + data_ + " --output-dir " + teacher_dir_ +
-            " --steps 12 --save-every 6 --keep 0 --batch-size 4 --lr 2e-3 --seed 3 --threads 1 --backend mpi"));
-    ASSERT_EQ(teacher.status, 0) << teacher.output;
+    teacher_dir_ = train_tiny_teacher("distill-teacher", data_);
   }
 
   static std::string teacher() { return teacher_dir_ + "/model.safetensors"; }

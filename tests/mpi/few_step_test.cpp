@@ -31,12 +31,7 @@ class FewStep : public ::testing::Test {
   // A wan-tiny teacher trained for 12 steps on image data.
   static void SetUpTestSuite() {
     data_ = synth_tiny_data("few-step-data", 32, 4);
-    teacher_dir_ = fresh("few-step-teacher");
-    const Job teacher = launch(mpi_command(
-        2, WANTRAIN_WANTRAIN,
-        "--model-config " + tiny_config() + " --data " + data_ + " --output-dir " + teacher_dir_ +
-            " --steps 12 --save-every 0 --keep 0 --batch-size 4 --lr 2e-3 --seed 3 --threads 1 --backend mpi"));
-    ASSERT_EQ(teacher.status, 0) << teacher.output;
+    teacher_dir_ = train_tiny_teacher("few-step-teacher", data_);
   }
 
   static std::string teacher() { return teacher_dir_ + "/model.safetensors"; }
