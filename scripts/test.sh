@@ -41,7 +41,8 @@ mkdir -p "$build/Testing/Temporary"
   cp tests/budget/ctest-costs.txt "$build/Testing/Temporary/CTestCostData.txt"
 ctest --preset release --output-junit "$PWD/$build/test-times.xml" "$@"
 stage_done "ctest (release)"
-python3 tests/budget/check_test_times.py --allowed tests/budget/long-tests.txt "$build/test-times.xml"
+python3 tests/budget/check_test_times.py --allowed tests/budget/long-tests.txt \
+  --costs tests/budget/ctest-costs.txt "$build/test-times.xml"
 
 if [ $# -eq 0 ]; then
   scripts/build.sh tsan
