@@ -114,22 +114,24 @@ void export_lora(const ckpt::Checkpoint& saved, const std::string& path, const w
   }
   // The base as the run held it (an fp32 file held in bf16 is its rounded
   // values: what the adapters were trained on and the checksum names).
+  // An fp8 base's adapters fold into its dequantised values, in fp32.
   const auto held = saved.objective.find("lora_base_precision");
-  const bool bf16_base = held != saved.objective.end() && held->second == "bf16";
-  wan::WanModel model(config, bf16_base ? at::kBFloat16 : at::kFloat);
-  io::NamedTensors base;
-  for (const auto& item : model->named_parameters()) base.emplace_back(item.key(), item.value());
+  const std::string base_precision = held == saved.objective.end() ? "fp32" : held->second;
+  wan::WanModel model(config, base_precision == "bf16"  ? at::kBFloat16
+                              : base_precision == "fp8" ? at::kFloat8_e4m3fn
+                                                        : at::kFloat);
   // A run's --init may be a checkpoint's whole model; read one tensor at a time either way.
   wan::load_weights(*model, ckpt::is_checkpoint_file(merge_base)
                                 ? wan::checkpoint_weights(merge_base, /*prefer_ema=*/false).source
                                 : wan::open_weights(merge_base));
-  if (const auto checksum = wan::weights_checksum(config, base); checksum != trained_base)
+  if (const auto checksum = wan::held_weights_checksum(config, *model); checksum != trained_base)
     throw UsageError(
         fmt::format("option --merge: {} has checksum {}, but the adapters of checkpoint {} were trained "
                     "on {}",
                     merge_base, checksum, path, trained_base));
   // merge_lora sums base + scale B A in fp32 and rounds once into the
   // weight's dtype: a bf16 base written as bf16 needs no fp32 copy of it.
+  if (base_precision == "fp8") wan::dequantize_fp8_linears(*model, torch::kFloat32);
   if (o.dtype != at::kBFloat16) model->to(torch::kFloat32);
   wan::add_lora(*model, lora);
   io::NamedTensors into;

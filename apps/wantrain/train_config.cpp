@@ -155,9 +155,10 @@ void declare_options(OptionSet& o, TrainConfig& c) {
            "each block's Linear layers that get adapters, comma-separated (self_attn.q ... cross_attn.o, ffn.0, "
            "ffn.2; empty: all)")
       .add("lora-dropout", &c.lora_dropout, "dropout on the adapters' input while training")
-      .choice("base-precision", &c.base_precision, {"auto", "bf16", "fp32"},
+      .choice("base-precision", &c.base_precision, {"auto", "bf16", "fp8", "fp32"},
               "LoRA: the frozen base's block Linears held in bf16 (built and loaded straight into bf16, never an "
-              "fp32 copy) or fp32; auto: bf16");
+              "fp32 copy), fp8 (e4m3 with a scale per 64 inputs of a row, dequantised to bf16 per product) or "
+              "fp32; auto: bf16");
   o.group("distillation")
       .add("teacher", &c.teacher,
            "teacher weights: safetensors file or index, torch.save .pth, or a checkpoint (its EMA if stored)")
@@ -369,7 +370,10 @@ wan::WanRunOptions wan_run_options(const TrainConfig& c) {
   o.student_init = c.student_init == "random" ? wan::StudentInit::Random : wan::StudentInit::Projection;
   o.prefetch = c.prefetch;
   o.lora = lora_options(c);
-  if (c.lora_rank > 0) o.base_dtype = c.base_precision == "fp32" ? at::kFloat : at::kBFloat16;
+  if (c.lora_rank > 0)
+    o.base_dtype = c.base_precision == "fp32"  ? at::kFloat
+                   : c.base_precision == "fp8" ? at::kFloat8_e4m3fn
+                                               : at::kBFloat16;
   o.grad_checkpoint = grad_checkpoint_every(c);
   o.attention_chunk = app::parse_attention_chunk(c.attention_chunk);
   if (c.sample_every > 0) {

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "wantrain/nn/autocast.hpp"
+#include "wantrain/nn/fp8_weights.hpp"
 #include "wantrain/util/error.hpp"
 
 namespace wt::nn {
@@ -38,9 +39,16 @@ SkipWeightInit::SkipWeightInit() : was_(skip_weight_init) { skip_weight_init = t
 SkipWeightInit::~SkipWeightInit() { skip_weight_init = was_; }
 
 LinearImpl::LinearImpl(int64_t in, int64_t out, at::ScalarType dtype) : in_features(in), out_features(out) {
+  TORCH_CHECK(dtype == at::kFloat || dtype == at::kBFloat16 || dtype == at::kFloat8_e4m3fn,
+              "Linear: weights are held in fp32, bf16 or fp8 (e4m3fn)");
+  // An fp8 layer's bias, a few bytes, stays in bf16, the dtype its product runs in.
+  const auto bias_dtype = dtype == at::kFloat8_e4m3fn ? at::kBFloat16 : dtype;
+  if (dtype == at::kFloat8_e4m3fn)
+    weight_scale =
+        register_buffer("weight_scale", torch::ones(fp8_scale_shape(out, in), torch::dtype(torch::kFloat32)));
   if (skip_weight_init) {
     weight = register_parameter("weight", torch::empty({out, in}, torch::dtype(dtype)));
-    bias = register_parameter("bias", torch::empty({out}, torch::dtype(dtype)));
+    bias = register_parameter("bias", torch::empty({out}, torch::dtype(bias_dtype)));
     return;
   }
   if (dtype == at::kFloat) {
@@ -58,17 +66,45 @@ LinearImpl::LinearImpl(int64_t in, int64_t out, at::ScalarType dtype) : in_featu
   const double weight_bound = std::sqrt(3.0) * (gain / std::sqrt(double(in)));
   const double bias_bound = 1 / std::sqrt(double(in));
   weight = register_parameter("weight", torch::empty({out, in}, torch::dtype(dtype)));
-  bias = register_parameter("bias", torch::empty({out}, torch::dtype(dtype)));
-  fill_uniform_drawn_in_fp32(weight, -weight_bound, weight_bound);
+  bias = register_parameter("bias", torch::empty({out}, torch::dtype(bias_dtype)));
+  fill_weight_uniform(-weight_bound, weight_bound);
   fill_uniform_drawn_in_fp32(bias, -bias_bound, bias_bound);
 }
 
+void LinearImpl::fill_weight_uniform(double from, double to) {
+  if (weight.scalar_type() != at::kFloat8_e4m3fn) {
+    fill_uniform_drawn_in_fp32(weight, from, to);
+    return;
+  }
+  // Rows drawn in fp32 a few at a time (the generator's sequence, as for
+  // one fp32 tensor) and quantised with their scales.
+  torch::NoGradGuard no_grad;
+  const int64_t rows = std::max<int64_t>(1, (int64_t(1) << 18) / in_features);
+  auto buffer = torch::empty({std::min(rows, out_features), in_features}, torch::kFloat32);
+  for (int64_t first = 0; first < out_features; first += rows) {
+    const int64_t n = std::min(rows, out_features - first);
+    auto part = buffer.narrow(0, 0, n);
+    part.uniform_(from, to);
+    quantize_fp8(part, weight.narrow(0, first, n), weight_scale.narrow(0, first, n));
+  }
+}
+
 at::Tensor LinearImpl::forward(const at::Tensor& x) {
-  // A base held in another dtype than the input (bf16 weights, fp32
-  // activations) computes in its own dtype and hands back the input's.
-  auto y = x.scalar_type() == weight.scalar_type() || autocast_dtype(x) != at::kFloat
-               ? torch::nn::functional::linear(x, weight, bias)
-               : torch::nn::functional::linear(x.to(weight.scalar_type()), weight, bias).to(x.scalar_type());
+  at::Tensor y;
+  if (weight.scalar_type() == at::kFloat8_e4m3fn) {
+    // Dequantised to bf16 (or autocast's dtype) for this product only; the
+    // output is the input's dtype outside autocast, autocast's inside.
+    const auto autocast = autocast_dtype(x);
+    const auto compute = autocast != at::kFloat ? autocast : at::kBFloat16;
+    y = fp8_linear(x.to(compute), weight, weight_scale, bias.to(compute), compute);
+    if (autocast == at::kFloat) y = y.to(x.scalar_type());
+  } else {
+    // A base held in another dtype than the input (bf16 weights, fp32
+    // activations) computes in its own dtype and hands back the input's.
+    y = x.scalar_type() == weight.scalar_type() || autocast_dtype(x) != at::kFloat
+            ? torch::nn::functional::linear(x, weight, bias)
+            : torch::nn::functional::linear(x.to(weight.scalar_type()), weight, bias).to(x.scalar_type());
+  }
   if (!lora_A.defined()) return y;
   const auto input = lora_dropout_ > 0 ? torch::dropout(x, lora_dropout_, is_training()) : x;
   return y + torch::nn::functional::linear(torch::nn::functional::linear(input, lora_A), lora_B) * lora_scale_;
@@ -89,12 +125,25 @@ void LinearImpl::merge_lora() {
   if (!has_lora()) return;
   torch::NoGradGuard no_grad;
   const auto delta = torch::matmul(lora_B.to(torch::kFloat32), lora_A.to(torch::kFloat32)) * lora_scale_;
-  weight.copy_((weight.to(torch::kFloat32) + delta).to(weight.scalar_type()));
+  if (weight.scalar_type() == at::kFloat8_e4m3fn)
+    quantize_fp8(nn::dequantize_fp8(weight, weight_scale, torch::kFloat32) + delta, weight, weight_scale);
+  else
+    weight.copy_((weight.to(torch::kFloat32) + delta).to(weight.scalar_type()));
   // The registered parameters go too, so that names and counts are the base's again.
   parameters_.erase("lora_A");
   parameters_.erase("lora_B");
   lora_A = lora_B = at::Tensor();
   lora_scale_ = lora_dropout_ = 0;
+}
+
+void LinearImpl::dequantize_fp8(at::ScalarType dtype) {
+  if (weight.scalar_type() != at::kFloat8_e4m3fn) return;
+  torch::NoGradGuard no_grad;
+  const bool trainable = weight.requires_grad();
+  weight = parameters_["weight"] = nn::dequantize_fp8(weight, weight_scale, dtype).set_requires_grad(trainable);
+  bias = parameters_["bias"] = bias.to(dtype).set_requires_grad(bias.requires_grad());
+  weight_scale.set_();  // LibTorch cannot unregister a buffer: it stays, empty
+  weight_scale = at::Tensor();
 }
 
 }  // namespace wt::nn

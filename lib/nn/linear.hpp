@@ -9,7 +9,10 @@
 //
 // A frozen base may be held in bf16 (`dtype`): its product then runs in
 // bf16, and the adapter's in the input's dtype. Under autocast both follow
-// autocast, as any Linear does.
+// autocast, as any Linear does. Held in fp8 (float8_e4m3fn, with the
+// scales of nn/fp8_weights.hpp in the buffer `weight_scale` and the bias in
+// bf16), its weight is dequantised to bf16 (autocast's dtype under autocast)
+// just before its product, and again in backward.
 #pragma once
 
 #include <torch/nn/module.h>
@@ -33,10 +36,14 @@ class SkipWeightInit {
 
 class LinearImpl : public torch::nn::Module {
  public:
-  // The weight and bias are drawn in fp32 and held in `dtype` (kFloat or
-  // kBFloat16): a bf16 layer holds the rounded values of its fp32 twin.
+  // The weight and bias are drawn in fp32 and held in `dtype` (kFloat,
+  // kBFloat16 or kFloat8_e4m3fn): a bf16 or fp8 layer holds the rounded
+  // values of its fp32 twin.
   LinearImpl(int64_t in_features, int64_t out_features, at::ScalarType dtype = at::kFloat);
   at::Tensor forward(const at::Tensor& x);
+  // weight ~ U(from, to), drawn in fp32 from LibTorch's global generator
+  // and rounded (or quantised) to the weight's dtype.
+  void fill_weight_uniform(double from, double to);
 
   // Adds the trainable pair lora_A (random, as PEFT: Kaiming-uniform with
   // a = sqrt(5), from LibTorch's global generator) and lora_B (zero), so
@@ -44,11 +51,17 @@ class LinearImpl : public torch::nn::Module {
   void add_lora(int64_t rank, double alpha, double dropout);
   bool has_lora() const { return lora_A.defined(); }
   double lora_scale() const { return lora_scale_; }
-  // weight += scale * B A, in fp32, then the adapter is gone.
+  // weight += scale * B A, in fp32 (an fp8 weight is quantised again), then
+  // the adapter is gone.
   void merge_lora();
+  // An fp8 weight held in `dtype` from now on, as its dequantised values,
+  // and its bias too; the scales are freed (the buffer stays registered,
+  // empty). Nothing for another weight.
+  void dequantize_fp8(at::ScalarType dtype);
 
   int64_t in_features, out_features;
   at::Tensor weight, bias, lora_A, lora_B;
+  at::Tensor weight_scale;  // fp8 weights only: fp32 [out, ceil(in / 64)]
 
  private:
   double lora_scale_ = 0, lora_dropout_ = 0;

@@ -10,6 +10,7 @@ const char* precision_name(at::ScalarType compute_dtype) {
   switch (compute_dtype) {
     case at::kBFloat16: return "bf16";
     case at::kHalf: return "fp16";
+    case at::kFloat8_e4m3fn: return "fp8";
     default: return "fp32";
   }
 }

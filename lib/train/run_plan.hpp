@@ -79,6 +79,6 @@ struct RunPlan {
 // (data::DistributedSampler's checks).
 RunPlan plan_run(const RunSettings& settings, int world_size, int rank, const data::DataLayout& data);
 
-const char* precision_name(at::ScalarType compute_dtype);  // "fp32", "bf16", "fp16"
+const char* precision_name(at::ScalarType compute_dtype);  // "fp32", "bf16", "fp16", "fp8" (e4m3fn)
 
 }  // namespace wt::train

@@ -145,4 +145,9 @@ void merge_lora(WanModelImpl& model) {
     if (auto* linear = module->as<nn::LinearImpl>()) linear->merge_lora();
 }
 
+void dequantize_fp8_linears(WanModelImpl& model, at::ScalarType dtype) {
+  for (auto& module : model.modules(/*include_self=*/false))
+    if (auto* linear = module->as<nn::LinearImpl>()) linear->dequantize_fp8(dtype);
+}
+
 }  // namespace wt::wan

@@ -65,5 +65,8 @@ void write_lora_file(const std::string& path, const std::vector<std::pair<std::s
 // Folds every adapter into its base weight (weight += alpha/rank * B A) and
 // removes it: the model's parameters are the base's names again.
 void merge_lora(WanModelImpl& model);
+// Every Linear held in fp8 is held in `dtype` instead, as its dequantised
+// values (an fp8 base's adapters are merged into these).
+void dequantize_fp8_linears(WanModelImpl& model, at::ScalarType dtype);
 
 }  // namespace wt::wan

@@ -213,8 +213,9 @@ at::Tensor ImageEmbeddingImpl::forward(const at::Tensor& clip_features) {
 WanModelImpl::WanModelImpl(WanConfig c, at::ScalarType block_linear_dtype, WanInit init) : config_(std::move(c)) {
   std::optional<nn::SkipWeightInit> skip;
   if (init == WanInit::Empty) skip.emplace();
-  if (block_linear_dtype != at::kFloat && block_linear_dtype != at::kBFloat16)
-    throw Error("WanModel: block Linears are held in fp32 or bf16");
+  if (block_linear_dtype != at::kFloat && block_linear_dtype != at::kBFloat16 &&
+      block_linear_dtype != at::kFloat8_e4m3fn)
+    throw Error("WanModel: block Linears are held in fp32, bf16 or fp8");
   const auto& cfg = config_;
   validate(cfg, "(in code)");
   auto patch = torch::IntArrayRef(cfg.patch_size.data(), 3);
@@ -247,7 +248,7 @@ void WanModelImpl::init_weights() {
       // xavier_uniform_'s bound, drawn in fp32 whatever the layer's dtype.
       const auto& w = block_linear->weight;
       const double bound = std::sqrt(3.0) * std::sqrt(2.0 / double(w.size(0) + w.size(1)));
-      nn::fill_uniform_drawn_in_fp32(w, -bound, bound);
+      block_linear->fill_weight_uniform(-bound, bound);
       torch::nn::init::zeros_(block_linear->bias);
     }
   // xavier over the flattened kernel [dim, in_dim * prod(patch)], as Wan does

@@ -132,8 +132,10 @@ class WanModelImpl : public torch::nn::Module {
   // global generator (torch::manual_seed). `block_linear_dtype` kBFloat16
   // holds the blocks' Linear weights and biases (nearly all parameters) in
   // bf16 from the start, one layer at a time in fp32 while it is drawn: a
-  // frozen LoRA base that never exists in fp32. The draws, and so the
-  // values before rounding, are those of the fp32 model.
+  // frozen LoRA base that never exists in fp32; kFloat8_e4m3fn holds the
+  // weights in fp8 with their scales (nn/fp8_weights.hpp) and the biases in
+  // bf16. The draws, and so the values before rounding, are those of the
+  // fp32 model.
   // WanInit::Empty allocates the parameters without drawing them (the
   // blocks' Linears, nearly all of them, are not even written), for a model
   // whose weights are loaded next: a teacher.

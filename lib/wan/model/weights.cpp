@@ -12,6 +12,7 @@
 #include <map>
 #include <set>
 
+#include "wantrain/nn/fp8_weights.hpp"
 #include "wantrain/wan/model/diffusers_folder.hpp"
 #include "wantrain/wan/model/weight_names.hpp"
 #include "wantrain/util/error.hpp"
@@ -225,11 +226,18 @@ LoadReport load_weights(torch::nn::Module& module, const TensorSource& source, L
   const LoadReport report = match_weights(shapes, source);
   if (mode == LoadMode::Strict) require_match(report, source);
 
+  // A weight held in fp8 is quantised as it is copied, into its scales beside it.
+  std::map<std::string, at::Tensor> buffers;
+  for (const auto& item : module.named_buffers(/*recurse=*/true)) buffers.emplace(item.key(), item.value());
   torch::NoGradGuard no_grad;
   for (const auto& name : report.loaded) {
     const auto read = source.read(name);
     if (each) each(name, read);
-    params.at(name).copy_(read);
+    auto& param = params.at(name);
+    if (param.scalar_type() == at::kFloat8_e4m3fn)
+      nn::quantize_fp8(read, param, buffers.at(name + "_scale"));
+    else
+      param.copy_(read);
   }
   return report;
 }
@@ -256,6 +264,19 @@ void WeightsChecksum::add(const std::string& name, const at::Tensor& tensor) {
 }
 
 std::string WeightsChecksum::value() const { return fmt::format("crc32:{:08x}", crc_); }
+
+std::string held_weights_checksum(const WanConfig& config, const torch::nn::Module& module) {
+  std::map<std::string, at::Tensor> buffers;
+  for (const auto& item : module.named_buffers(/*recurse=*/true)) buffers.emplace(item.key(), item.value());
+  WeightsChecksum checksum(config);
+  for (const auto& item : module.named_parameters(/*recurse=*/true)) {
+    const auto& value = item.value();
+    checksum.add(item.key(), value.scalar_type() == at::kFloat8_e4m3fn
+                                 ? nn::dequantize_fp8(value, buffers.at(item.key() + "_scale"), torch::kFloat32)
+                                 : value);
+  }
+  return checksum.value();
+}
 
 std::string weights_checksum(const WanConfig& config, const io::NamedTensors& weights) {
   WeightsChecksum checksum(config);

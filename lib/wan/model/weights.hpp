@@ -76,7 +76,8 @@ struct LoadReport {
 enum class LoadMode { Strict, Lenient };
 
 // Copies every tensor of `source` into the parameter of `module` with its
-// (official) name, converting dtype, one tensor at a time. Strict: any
+// (official) name, converting dtype (quantising a weight held in fp8 into
+// its `<name>_scale` buffer beside it), one tensor at a time. Strict: any
 // missing, unexpected or shape-mismatched tensor is a UsageError naming
 // them, and nothing is copied. Lenient: copies what matches and reports the
 // rest. `each` sees every tensor loaded, as read, in the module's order.
@@ -98,6 +99,9 @@ void check_weights_fit(const TensorSource& source, const WanConfig& config);
 // order: what identifies a frozen model (a distillation teacher, a LoRA
 // base) in checkpoints, whatever file layout or dtype it was read from.
 std::string weights_checksum(const WanConfig& config, const io::NamedTensors& weights);
+// The checksum of `module`'s parameters as it holds them: a weight held in
+// fp8 by its dequantised values (nn/fp8_weights.hpp), one tensor at a time.
+std::string held_weights_checksum(const WanConfig& config, const torch::nn::Module& module);
 // The same checksum, one tensor at a time (in the model's order): a model
 // loaded in bf16 is identified by the values it was read with.
 class WeightsChecksum {

@@ -5,7 +5,9 @@
 #include <algorithm>
 
 #include "wantrain/nn/attention_chunk.hpp"
+#include "wantrain/nn/fp8_weights.hpp"
 #include "wantrain/nn/parameter_units.hpp"
+#include "wantrain/train/run_plan.hpp"
 #include "wantrain/wan/model/weight_names.hpp"
 #include "wantrain/wan/objective/teacher.hpp"
 
@@ -15,19 +17,31 @@ namespace {
 constexpr double kMiB = 1024.0 * 1024.0;
 
 struct ModelBytes {
-  double fp32 = 0;       // every parameter in fp32
-  double held = 0;       // block Linears in `linear_bytes` per element, the rest fp32
-  int64_t adapters = 0;  // LoRA parameters for these options (rank 0: none)
+  double fp32 = 0;            // every parameter in fp32
+  double held = 0;            // block Linears in their dtype, the rest fp32
+  int64_t adapters = 0;       // LoRA parameters for these options (rank 0: none)
+  double largest_linear = 0;  // elements of the largest block Linear weight
 };
 
-ModelBytes model_bytes(const WanConfig& config, double linear_bytes, const LoraOptions& lora) {
+// The bytes of a block Linear's parameter of this shape held in `dtype`:
+// fp8 weights with an fp32 scale per 64 inputs of a row, and bf16 biases.
+double block_linear_bytes(const std::vector<int64_t>& shape, at::ScalarType dtype) {
+  const double n = double(element_count(shape));
+  if (dtype != at::kFloat8_e4m3fn) return double(c10::elementSize(dtype)) * n;
+  if (shape.size() < 2) return 2 * n;
+  return n + 4 * double(c10::multiply_integers(nn::fp8_scale_shape(shape[0], shape[1])));
+}
+
+ModelBytes model_bytes(const WanConfig& config, at::ScalarType linear_dtype, const LoraOptions& lora) {
   const auto& targets = lora.targets.empty() ? lora_targets() : lora.targets;
   ModelBytes m;
   for (const auto& [name, shape] : parameter_shapes(config)) {
     const double n = double(element_count(shape));
     const std::string layer = lora_target_of(name);
     m.fp32 += 4 * n;
-    m.held += (block_linear(name).empty() ? 4 : linear_bytes) * n;
+    const bool block = !block_linear(name).empty();
+    m.held += block ? block_linear_bytes(shape, linear_dtype) : 4 * n;
+    if (block && shape.size() == 2) m.largest_linear = std::max(m.largest_linear, n);
     // A LoRA adapter per target Linear: A [r, in] and B [out, r].
     if (lora.rank > 0 && shape.size() == 2 && !layer.empty() &&
         std::find(targets.begin(), targets.end(), layer) != targets.end())
@@ -114,7 +128,7 @@ Units model_units(const WanConfig& model) {
 SamplingMemory plan_sampling(const WanConfig& config, const ActivationSettings& step, int experts, bool offload_experts,
                              at::ScalarType block_linear_dtype) {
   SamplingMemory m;
-  m.expert_bytes = model_bytes(config, block_linear_dtype == at::kBFloat16 ? 2 : 4, {}).held;
+  m.expert_bytes = model_bytes(config, block_linear_dtype, {}).held;
   m.forward_bytes = inference_memory(config, step);
   m.attention_chunk = planned_attention_chunk(config, step);
   m.experts = experts;
@@ -159,13 +173,18 @@ MemoryPlan plan_memory(const MemoryPlanSettings& s) {
   add("runtime", "this process before the model: libraries, MPI, threads (measured)", s.runtime_bytes, false);
 
   const bool lora = s.lora.rank > 0;
-  const auto weights = model_bytes(s.model, lora && s.base_dtype == at::kBFloat16 ? 2 : 4, s.lora);
+  const auto weights = model_bytes(s.model, lora ? s.base_dtype : at::kFloat, s.lora);
   const double trained = lora ? 4 * double(weights.adapters) : weights.fp32;
   if (lora) {
     add("frozen base",
         fmt::format("{} parameters, block Linears in {}", parameter_count(s.model),
-                    s.base_dtype == at::kBFloat16 ? "bf16" : "fp32"),
+                    s.base_dtype == at::kFloat8_e4m3fn ? "fp8 (e4m3, an fp32 scale per 64 inputs of a row)"
+                                                       : train::precision_name(s.base_dtype)),
         weights.held, dev);
+    // Each product dequantises its layer: an fp32 then a bf16 copy of the largest, one at a time.
+    if (s.base_dtype == at::kFloat8_e4m3fn)
+      add("fp8 dequantisation", "the largest block Linear dequantised for its product (fp32, then bf16)",
+          6 * weights.largest_linear, dev);
     add("parameters", fmt::format("{} LoRA adapter parameters (rank {}), fp32", weights.adapters, s.lora.rank), trained,
         dev);
   } else if (s.zero_stage == 3 && s.zero_shards > 1) {

@@ -58,13 +58,13 @@ WanRun::WanRun(const train::RunPlan& plan, const WanRunOptions& options, distrib
   const bool lora = options.lora.rank > 0;
   const bool few_step = teacher && options.few_step;
   if (lora && teacher && !few_step)
-    throw SettingError("lora_rank",
-                       "LoRA distils a few-step student only (--distill-steps); a smaller student trains in full");
+    throw SettingError("lora_rank", "LoRA distils a few-step student only (" + setting_reference("distill_steps") +
+                                        "); a smaller student trains in full");
   if (few_step && to_json(teacher->config()) != to_json(config))
     throw SettingError("distill_steps", "a few-step student has its teacher's config; give the teacher's as " +
                                             setting_reference("model_config"));
   if (!lora && options.base_dtype != at::kFloat)
-    throw SettingError("base_precision", "only a LoRA run has a frozen base to hold in bf16");
+    throw SettingError("base_precision", "only a LoRA run has a frozen base to hold in bf16 or fp8");
   torch::manual_seed(plan.settings.seed);  // the same initial weights for the same seed (rank 0's are broadcast)
   impl_ = std::make_unique<Impl>(std::move(config), options.base_dtype);
   auto& im = *impl_;
@@ -87,8 +87,10 @@ WanRun::WanRun(const train::RunPlan& plan, const WanRunOptions& options, distrib
   if (init_from_checkpoint && (!resume || lora))
     load_weights(*model, checkpoint_weights(options.init, /*prefer_ema=*/false).source, LoadMode::Strict);
   // A few-step student starts as its teacher: the weights as loaded (from
-  // the file when they are held rounded to bf16), before any adapter.
-  if (few_step && options.init.empty()) {
+  // the file when they are held rounded to bf16), before any adapter. A
+  // full student's resume brings all of its weights; a LoRA student's, only
+  // the adapters, so its base is loaded here then too.
+  if (few_step && options.init.empty() && (!resume || lora)) {
     load_weights(*model, teacher->unrounded_weights(), LoadMode::Strict);
     if (comm.rank() == 0 && !resume)
       report_info("student init: the teacher's weights ({}){}", teacher->path(),
@@ -96,14 +98,12 @@ WanRun::WanRun(const train::RunPlan& plan, const WanRunOptions& options, distrib
   }
   auto objective_options = options.objective;
   if (lora) {
-    io::NamedTensors base;
-    for (const auto& item : model->named_parameters()) base.emplace_back(item.key(), item.value());
     im.lora = options.lora;
-    im.lora_base = weights_checksum(im.config, base);
+    im.lora_base = held_weights_checksum(im.config, *model);
     const int64_t adapters = add_lora(*model, options.lora);
     objective_options.lora = describe_lora(options.lora);
     objective_options.lora_base = im.lora_base;
-    objective_options.lora_base_precision = options.base_dtype == at::kBFloat16 ? "bf16" : "fp32";
+    objective_options.lora_base_precision = train::precision_name(options.base_dtype);
     if (comm.rank() == 0)
       report_info("lora: {}; {} adapter parameters trained, the base's {} frozen ({}, {}; block Linears held in {})",
                   objective_options.lora, adapters, parameter_count(im.config),
