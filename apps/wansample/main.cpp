@@ -197,9 +197,10 @@ int run(distributed::World& world, int argc, char** argv) {
            "high-noise one's (A14B: 3,4 text to video, 3.5,3.5 image to video); a few-step student's default: 1")
       .add("seed", &c.seed, "seed of the initial noise")
       .choice("precision", &c.precision, {"fp32", "bf16"}, "matrix products in fp32 or bf16 (autocast)")
-      .choice("weights-dtype", &c.weights_dtype, {"auto", "bf16", "fp32"},
-              "the blocks' Linears held in bf16 or fp32 (norms, modulation, embeddings and head stay fp32); auto: "
-              "bf16 for a released model, fp32 for others")
+      .choice("weights-dtype", &c.weights_dtype, {"auto", "bf16", "fp8", "fp32"},
+              "the blocks' Linears held in bf16, fp8 (e4m3 with a scale per 64 inputs of a row, dequantised to "
+              "bf16 for each product) or fp32 (norms, modulation, embeddings and head stay fp32); auto: bf16 for a "
+              "released model, fp32 for others")
       .add("attention-chunk", &c.attention_chunk,
            "fused: the fused kernel (scaled_dot_product_attention); Q: attention over Q queries at a time; both "
            "take memory linear in the token count; 0: the whole score matrix; auto: the whole matrix while its "

@@ -117,9 +117,7 @@ void export_lora(const ckpt::Checkpoint& saved, const std::string& path, const w
   // An fp8 base's adapters fold into its dequantised values, in fp32.
   const auto held = saved.objective.find("lora_base_precision");
   const std::string base_precision = held == saved.objective.end() ? "fp32" : held->second;
-  wan::WanModel model(config, base_precision == "bf16"  ? at::kBFloat16
-                              : base_precision == "fp8" ? at::kFloat8_e4m3fn
-                                                        : at::kFloat);
+  wan::WanModel model(config, app::float_dtype(base_precision));
   // A run's --init may be a checkpoint's whole model; read one tensor at a time either way.
   wan::load_weights(*model, ckpt::is_checkpoint_file(merge_base)
                                 ? wan::checkpoint_weights(merge_base, /*prefer_ema=*/false).source

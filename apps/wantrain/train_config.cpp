@@ -370,10 +370,7 @@ wan::WanRunOptions wan_run_options(const TrainConfig& c) {
   o.student_init = c.student_init == "random" ? wan::StudentInit::Random : wan::StudentInit::Projection;
   o.prefetch = c.prefetch;
   o.lora = lora_options(c);
-  if (c.lora_rank > 0)
-    o.base_dtype = c.base_precision == "fp32"  ? at::kFloat
-                   : c.base_precision == "fp8" ? at::kFloat8_e4m3fn
-                                               : at::kBFloat16;
+  if (c.lora_rank > 0) o.base_dtype = app::float_dtype(c.base_precision == "auto" ? "bf16" : c.base_precision);
   o.grad_checkpoint = grad_checkpoint_every(c);
   o.attention_chunk = app::parse_attention_chunk(c.attention_chunk);
   if (c.sample_every > 0) {

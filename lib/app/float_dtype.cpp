@@ -10,7 +10,8 @@ at::ScalarType float_dtype(const std::string& name) {
   if (name == "fp32") return at::kFloat;
   if (name == "bf16") return at::kBFloat16;
   if (name == "fp16") return at::kHalf;
-  throw Error(fmt::format("'{}' names no floating-point dtype (fp32, bf16, fp16)", name));
+  if (name == "fp8") return at::kFloat8_e4m3fn;
+  throw Error(fmt::format("'{}' names no floating-point dtype (fp32, bf16, fp16, fp8)", name));
 }
 
 }  // namespace wt::app

@@ -1,5 +1,6 @@
 // The floating-point dtypes the tools' options name: "fp32", "bf16", "fp16"
-// (--precision, --grad-comm-dtype, export --dtype). The option tables
+// (--precision, --grad-comm-dtype, export --dtype), "fp8" (e4m3fn: frozen
+// weights, --base-precision and wansample's --weights-dtype). The option tables
 // restrict the values; this maps them in one place.
 #pragma once
 
@@ -9,7 +10,7 @@
 
 namespace wt::app {
 
-// kFloat, kBFloat16 or kHalf; wt::Error for any other name.
+// kFloat, kBFloat16, kHalf or kFloat8_e4m3fn; wt::Error for any other name.
 at::ScalarType float_dtype(const std::string& name);
 
 }  // namespace wt::app

@@ -124,16 +124,21 @@ void LinearImpl::add_lora(int64_t rank, double alpha, double dropout) {
 void LinearImpl::merge_lora() {
   if (!has_lora()) return;
   torch::NoGradGuard no_grad;
-  const auto delta = torch::matmul(lora_B.to(torch::kFloat32), lora_A.to(torch::kFloat32)) * lora_scale_;
-  if (weight.scalar_type() == at::kFloat8_e4m3fn)
-    quantize_fp8(nn::dequantize_fp8(weight, weight_scale, torch::kFloat32) + delta, weight, weight_scale);
-  else
-    weight.copy_((weight.to(torch::kFloat32) + delta).to(weight.scalar_type()));
+  add_to_weight(torch::matmul(lora_B.to(torch::kFloat32), lora_A.to(torch::kFloat32)) * lora_scale_);
   // The registered parameters go too, so that names and counts are the base's again.
   parameters_.erase("lora_A");
   parameters_.erase("lora_B");
   lora_A = lora_B = at::Tensor();
   lora_scale_ = lora_dropout_ = 0;
+}
+
+void LinearImpl::add_to_weight(const at::Tensor& delta) {
+  torch::NoGradGuard no_grad;
+  const auto d = delta.to(weight.device(), torch::kFloat32);
+  if (weight.scalar_type() == at::kFloat8_e4m3fn)
+    quantize_fp8(nn::dequantize_fp8(weight, weight_scale, torch::kFloat32) + d, weight, weight_scale);
+  else
+    weight.copy_((weight.to(torch::kFloat32) + d).to(weight.scalar_type()));
 }
 
 void LinearImpl::dequantize_fp8(at::ScalarType dtype) {

@@ -54,6 +54,9 @@ class LinearImpl : public torch::nn::Module {
   // weight += scale * B A, in fp32 (an fp8 weight is quantised again), then
   // the adapter is gone.
   void merge_lora();
+  // weight += delta, summed in fp32 and rounded once into the weight's
+  // dtype (an fp8 weight is quantised again, with new scales).
+  void add_to_weight(const at::Tensor& delta);
   // An fp8 weight held in `dtype` from now on, as its dequantised values,
   // and its bias too; the scales are freed (the buffer stays registered,
   // empty). Nothing for another weight.

@@ -15,6 +15,7 @@
 #include "wantrain/ckpt/checkpoint.hpp"
 #include "wantrain/ckpt/directory.hpp"
 #include "wantrain/data/dataset.hpp"
+#include "wantrain/wan/model/lora.hpp"
 #include "wantrain/wan/model/lora_file.hpp"
 #include "wantrain/wan/model/model_config.hpp"
 #include "wantrain/io/safetensors.hpp"
@@ -54,11 +55,12 @@ class LoraRun : public ::testing::Test {
     return "--lora-rank 4 --lora-alpha 8 --lr 1e-2 --seed 7 --text-drop 0.3 " + extra;
   }
 
-  // Base "a" held as a run held it (`held`: bf16 rounds it), with the LoRA
+  // Base "a" held as a run held it (`held`: bf16 rounds it, fp8 quantises it), with the LoRA
   // file folded in in fp32, written to `out`.
   static void merge_by_hand(const std::string& lora_file, at::ScalarType held, const std::string& out) {
     wt::wan::WanModel model(wt::wan::load_model_config(tiny_config()), held);
     wt::wan::load_weights(*model, base("a"));
+    if (held == at::kFloat8_e4m3fn) wt::wan::dequantize_fp8_linears(*model, torch::kFloat32);
     model->to(torch::kFloat32);
     wt::wan::merge_lora_file(*model, lora_file, 1.0);
     wt::wan::save_weights(*model, out);
@@ -177,6 +179,41 @@ TEST_F(LoraRun, ResumeIsBitwiseAndNeedsTheSameBaseAndAdapters) {
       << other_rank.output;
 }
 
+// An fp8 base (--base-precision fp8): the adapters train on it, a resume is
+// bitwise, another precision is refused, and --merge folds the adapters
+// into the base's dequantised values, what they were trained on.
+TEST_F(LoraRun, AnFp8BaseTrainsResumesBitwiseAndMergesIntoItsDequantisedValues) {
+  const std::string common = lora("--batch-size 2 --base-precision fp8 --init " + base("a") + " ");
+  const Job straight = train(2, "lora-fp8", common + "--steps 6");
+  ASSERT_EQ(straight.status, 0) << straight.output;
+  EXPECT_EQ(occurrences(straight.output, "; block Linears held in fp8)"), 1u) << straight.output;
+  ASSERT_EQ(train(2, "lora-fp8-resumed", common + "--steps 3").status, 0);
+  const Job resumed = train(2, "lora-fp8-resumed", common + "--steps 6 --resume auto", "");
+  ASSERT_EQ(resumed.status, 0) << resumed.output;
+  const std::string dir = run_dir("lora-fp8");
+  EXPECT_EQ(weights_difference(run_dir("lora-fp8-resumed") + "/lora.safetensors", dir + "/lora.safetensors"), 0);
+  const auto losses = training_lines(dir);
+  ASSERT_EQ(losses.size(), 6u);
+
+  const Job merged = launch(std::string(WANTRAIN_WANTRAIN) + " export --checkpoint " + dir + "/latest --out " + dir +
+                            "/merged.safetensors --merge " + base("a"));
+  ASSERT_EQ(merged.status, 0) << merged.output;
+  merge_by_hand(dir + "/lora.safetensors", at::kFloat8_e4m3fn, dir + "/by-hand.safetensors");
+  EXPECT_LT(weights_difference(dir + "/merged.safetensors", dir + "/by-hand.safetensors"), 1e-7);
+  // The merge is of the quantised base: against the base as stored it differs by more than the adapters' fp32 sums.
+  merge_by_hand(dir + "/lora.safetensors", at::kFloat, dir + "/on-fp32.safetensors");
+  EXPECT_GT(weights_difference(dir + "/merged.safetensors", dir + "/on-fp32.safetensors"), 1e-4);
+
+  const Job other_precision = train(
+      2, "lora-fp8-as-bf16", lora("--batch-size 2 --steps 8 --init " + base("a") + " --resume " + dir + "/latest"));
+  EXPECT_EQ(other_precision.status, 2) << other_precision.output;
+  EXPECT_EQ(occurrences(other_precision.output,
+                        "its LoRA adapters were trained on a base held in fp8, this run holds it in bf16; resume "
+                        "with the same --base-precision"),
+            1u)
+      << other_precision.output;
+}
+
 // One expert of Wan2.2: --timestep-range is recorded in the checkpoint and a
 // resume must keep it; the other form (timesteps in [0, 1000]) is refused.
 TEST_F(LoraRun, ATimestepRangeIsKeptAcrossAResume) {
@@ -230,6 +267,22 @@ TEST_F(LoraRun, WansampleWithTheLoraSamplesAsTheMergedWeights) {
   const auto plain = sample("base", base("a")).first;
   EXPECT_TRUE(torch::allclose(with_lora, merged, 1e-4, 1e-5)) << (with_lora - merged).abs().max().item<float>();
   EXPECT_GT((with_lora - plain).abs().max().item<float>(), 1e-3);  // the adapters matter
+
+  // --weights-dtype fp8 samples as the quantised weights, dequantised and
+  // held in bf16, do: only the storage differs.
+  {
+    wt::wan::WanModel quantised(wt::wan::load_model_config(tiny_config()), at::kFloat8_e4m3fn);
+    wt::wan::load_weights(*quantised, base("a"));
+    wt::wan::dequantize_fp8_linears(*quantised, torch::kBFloat16);
+    wt::wan::save_weights(*quantised, dir + "/dequantised.safetensors");
+  }
+  const auto [fp8, fp8_output] = sample("fp8", base("a") + " --weights-dtype fp8");
+  EXPECT_EQ(occurrences(fp8_output, "(fp8 block weights)"), 1u) << fp8_output;
+  EXPECT_TRUE(torch::equal(fp8, sample("dequantised", dir + "/dequantised.safetensors --weights-dtype bf16").first));
+  EXPECT_GT((fp8 - plain).abs().max().item<float>(), 0);
+  // A LoRA merges into an fp8 base too (quantised again with it).
+  const auto fp8_lora = sample("fp8-lora", base("a") + " --weights-dtype fp8 --lora " + dir + "/lora.safetensors").first;
+  EXPECT_GT((fp8_lora - fp8).abs().max().item<float>(), 1e-3);
 }
 
 // wantrain export --model-config --seed writes the weights a run from that

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <torch/torch.h>
 
+#include "../common/build_paths.hpp"
 #include "../common/small_models.hpp"
 #include "wantrain/wan/model/activation_memory.hpp"
 #include "wantrain/nn/autocast.hpp"
@@ -266,6 +267,27 @@ TEST(MemoryPlan, ModelStateMatchesTheBuiltModel) {
   EXPECT_DOUBLE_EQ(item(lora_plan, "parameters"), tensor_bytes(adapters));
   EXPECT_DOUBLE_EQ(item(lora_plan, "frozen base"), tensor_bytes(base));
   EXPECT_DOUBLE_EQ(item(lora_plan, "optimizer"), 2 * tensor_bytes(adapters));
+
+  // On an fp8 base: a byte a block Linear weight, their scales (buffers)
+  // and bf16 biases; the largest block Linear dequantised in fp32 then bf16.
+  s.base_dtype = at::kFloat8_e4m3fn;
+  const auto fp8_plan = wt::wan::plan_memory(s);
+  const auto fp8_model = wt::testing::seeded_small_model(config, s.lora, at::kFloat8_e4m3fn);
+  std::vector<at::Tensor> frozen = fp8_model->buffers();
+  double largest = 0;
+  for (const auto& parameter : fp8_model->parameters()) {
+    if (!parameter.requires_grad()) frozen.push_back(parameter);
+    if (parameter.scalar_type() == at::kFloat8_e4m3fn) largest = std::max(largest, double(parameter.numel()));
+  }
+  EXPECT_DOUBLE_EQ(item(fp8_plan, "frozen base"), tensor_bytes(frozen));
+  // Wan2.1 T2V-14B's base: at most 0.6 of its bytes in bf16 (block Linears are 99% of it).
+  auto released = s;
+  released.model = wt::wan::load_model_config(std::string(WANTRAIN_SOURCE_DIR) + "/data/configs/wan2.1-t2v-14b.json");
+  const double fp8_base = item(wt::wan::plan_memory(released), "frozen base");
+  released.base_dtype = at::kBFloat16;
+  EXPECT_LT(fp8_base, 0.6 * item(wt::wan::plan_memory(released), "frozen base"));
+  EXPECT_DOUBLE_EQ(item(fp8_plan, "fp8 working copy"), 6 * largest);
+  EXPECT_DOUBLE_EQ(item(fp8_plan, "parameters"), tensor_bytes(adapters));
 }
 
 // What a training step allocates beyond the model state, counted at

@@ -115,9 +115,14 @@ int merge_lora_file(WanModelImpl& model, const std::string& path, double scale) 
   const Layers layers = layers_of(model);
   torch::NoGradGuard no_grad;
   for (const auto& [layer, adapter] : adapters) {
-    auto weight = weight_of(layers.official.at(layer));
+    auto* module = layers.official.at(layer);
     const double factor = scale * adapter.alpha / double(adapter.down.size(0));
     const auto delta = torch::matmul(adapter.up, adapter.down) * factor;
+    if (auto* linear = module->as<nn::LinearImpl>()) {
+      linear->add_to_weight(delta);  // in fp32, rounded once: into bf16, or quantised into fp8
+      continue;
+    }
+    auto weight = weight_of(module);
     weight.copy_((weight.to(torch::kFloat32) + delta.to(weight.device())).to(weight.scalar_type()));
   }
   return int(adapters.size());

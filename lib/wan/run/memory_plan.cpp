@@ -183,7 +183,7 @@ MemoryPlan plan_memory(const MemoryPlanSettings& s) {
         weights.held, dev);
     // Each product dequantises its layer: an fp32 then a bf16 copy of the largest, one at a time.
     if (s.base_dtype == at::kFloat8_e4m3fn)
-      add("fp8 dequantisation", "the largest block Linear dequantised for its product (fp32, then bf16)",
+      add("fp8 working copy", "the largest block Linear dequantised for its product (fp32, then bf16)",
           6 * weights.largest_linear, dev);
     add("parameters", fmt::format("{} LoRA adapter parameters (rank {}), fp32", weights.adapters, s.lora.rank), trained,
         dev);

@@ -1,6 +1,7 @@
 #include "wantrain/wan/encoders/t5_encoder.hpp"
 #include "wantrain/wan/sample/sampling_pipeline.hpp"
 #include "wantrain/wan/sample/student_sampler.hpp"
+#include "wantrain/train/run_plan.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -279,6 +280,9 @@ void SamplingPipeline::resolve_model() {
     throw SettingError("shard_weights",
                        "a LoRA is merged into whole weights: merge it first (wantrain export --merge) and sample "
                        "the merged weights");
+  if (r.shard_weights && r.weights_dtype == at::kFloat8_e4m3fn)
+    throw SettingError("shard_weights", fmt::format("not with {} fp8 (the slices are gathered in bf16 or fp32)",
+                                                    setting_reference("weights_dtype")));
   if (r.shard_weights && r.offload_experts)
     throw SettingError("shard_weights", fmt::format("not with {} (each rank holds its slices of both)",
                                                     setting_reference("offload_experts")));
@@ -477,17 +481,18 @@ void SamplingPipeline::report_memory() const {
   step.compute_dtype = request_.compute_dtype;
   step.attention_chunk = request_.attention_chunk;
   const auto memory = plan_sampling(config_, step, experts_ ? 2 : 1, offload_, block_linear_dtype_);
-  report_info("memory: {} of {} ({} weights), a forward {} ({}); at once on the {}: {}{}",
-              experts_ ? "two experts" : "the model", format_bytes(memory.expert_bytes),
-              block_linear_dtype_ == at::kBFloat16 ? "bf16 block" : "fp32", format_bytes(memory.forward_bytes),
-              describe_attention(request_.attention_chunk, memory.attention_chunk),
-              device_.is_cuda() ? "device" : "host", format_bytes(memory.device_bytes()),
-              memory.host_bytes() > 0
-                  ? fmt::format(" (one expert; the other, {}, in host memory)", format_bytes(memory.host_bytes()))
-              : request_.shard_weights
-                  ? fmt::format(" (the weights sharded: about {} of them a rank)",
-                                format_bytes(memory.expert_bytes * (experts_ ? 2 : 1) / double(world_.size())))
-                  : std::string());
+  report_info(
+      "memory: {} of {} ({} weights), a forward {} ({}); at once on the {}: {}{}",
+      experts_ ? "two experts" : "the model", format_bytes(memory.expert_bytes),
+      block_linear_dtype_ == at::kFloat ? "fp32" : train::precision_name(block_linear_dtype_) + std::string(" block"),
+      format_bytes(memory.forward_bytes), describe_attention(request_.attention_chunk, memory.attention_chunk),
+      device_.is_cuda() ? "device" : "host", format_bytes(memory.device_bytes()),
+      memory.host_bytes() > 0
+          ? fmt::format(" (one expert; the other, {}, in host memory)", format_bytes(memory.host_bytes()))
+      : request_.shard_weights
+          ? fmt::format(" (the weights sharded: about {} of them a rank)",
+                        format_bytes(memory.expert_bytes * (experts_ ? 2 : 1) / double(world_.size())))
+          : std::string());
 }
 
 SamplingPlan SamplingPipeline::plan() const {
