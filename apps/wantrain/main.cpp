@@ -235,6 +235,7 @@ int run(distributed::World& world, int argc, char** argv) {
                     {"image_drop", "image-drop"},
                     {"condition", "condition"},
                     {"base_precision", "base-precision"},
+                    {"blocks_to_swap", "blocks-to-swap"},
                     {"sample_index", "sample-index"},
                     {"shift", "shift"},
                     {"model_config", "model-config"},

@@ -158,7 +158,10 @@ void declare_options(OptionSet& o, TrainConfig& c) {
       .choice("base-precision", &c.base_precision, {"auto", "bf16", "fp8", "fp32"},
               "LoRA: the frozen base's block Linears held in bf16 (built and loaded straight into bf16, never an "
               "fp32 copy), fp8 (e4m3 with a scale per 64 inputs of a row, dequantised to bf16 per product) or "
-              "fp32; auto: bf16");
+              "fp32; auto: bf16")
+      .add("blocks-to-swap", &c.blocks_to_swap,
+           "LoRA: the frozen weights of the first N blocks held in host memory (page-locked on a GPU), each block "
+           "copied to the device one block ahead of its forward and its backward, then dropped; 0: off");
   o.group("distillation")
       .add("teacher", &c.teacher,
            "teacher weights: safetensors file or index, torch.save .pth, or a checkpoint (its EMA if stored)")
@@ -257,6 +260,8 @@ void validate(const TrainConfig& c) {
     require(c.lora_alpha == 0 && c.lora_dropout == 0 && c.lora_targets.empty() && c.base_precision == "auto",
             "lora-rank", "--lora-alpha, --lora-dropout, --lora-targets and --base-precision need --lora-rank R");
   }
+  require(c.blocks_to_swap == 0 || c.lora_rank > 0, "blocks-to-swap",
+          "swaps the frozen base's blocks of a LoRA run: it needs --lora-rank R");
   require(std::isfinite(c.checkpoint_timeout) && c.checkpoint_timeout >= 0.001 && c.checkpoint_timeout <= 1e7,
           "checkpoint-timeout", "must be a positive number of seconds");
   if (c.mode == "distill") require(!c.teacher.empty(), "teacher", "--mode distill needs a teacher");
@@ -371,6 +376,7 @@ wan::WanRunOptions wan_run_options(const TrainConfig& c) {
   o.prefetch = c.prefetch;
   o.lora = lora_options(c);
   if (c.lora_rank > 0) o.base_dtype = app::float_dtype(c.base_precision == "auto" ? "bf16" : c.base_precision);
+  o.blocks_to_swap = c.blocks_to_swap;
   o.grad_checkpoint = grad_checkpoint_every(c);
   o.attention_chunk = app::parse_attention_chunk(c.attention_chunk);
   if (c.sample_every > 0) {
@@ -456,6 +462,7 @@ wan::MemoryPlanSettings memory_plan_settings(const TrainConfig& c, const wan::Wa
   const auto run = wan_run_options(c);
   s.lora = run.lora;
   s.base_dtype = run.base_dtype;
+  s.blocks_to_swap = run.blocks_to_swap;
   s.teacher = teacher;
   s.teacher_bf16 = teacher_dtype(c) == at::kBFloat16;
   s.prefetch = c.prefetch;

@@ -119,6 +119,7 @@ struct TrainConfig : app::TrainingOptions {
   std::string lora_targets;
   double lora_dropout = 0;
   std::string base_precision = "auto";  // auto: bf16 with LoRA
+  int64_t blocks_to_swap = 0;
   double checkpoint_timeout = 3600;
 };
 

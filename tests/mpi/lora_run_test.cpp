@@ -180,9 +180,10 @@ TEST_F(LoraRun, ResumeIsBitwiseAndNeedsTheSameBaseAndAdapters) {
 }
 
 // An fp8 base (--base-precision fp8): the adapters train on it, a resume is
-// bitwise, another precision is refused, and --merge folds the adapters
-// into the base's dequantised values, what they were trained on.
-TEST_F(LoraRun, AnFp8BaseTrainsResumesBitwiseAndMergesIntoItsDequantisedValues) {
+// bitwise, its blocks may be swapped, another precision is refused, and
+// --merge folds the adapters into the base's dequantised values, what they
+// were trained on.
+TEST_F(LoraRun, AnFp8BaseTrainsResumesBitwiseSwapsBlocksAndMergesIntoItsDequantisedValues) {
   const std::string common = lora("--batch-size 2 --base-precision fp8 --init " + base("a") + " ");
   const Job straight = train(2, "lora-fp8", common + "--steps 6");
   ASSERT_EQ(straight.status, 0) << straight.output;
@@ -194,6 +195,16 @@ TEST_F(LoraRun, AnFp8BaseTrainsResumesBitwiseAndMergesIntoItsDequantisedValues) 
   EXPECT_EQ(weights_difference(run_dir("lora-fp8-resumed") + "/lora.safetensors", dir + "/lora.safetensors"), 0);
   const auto losses = training_lines(dir);
   ASSERT_EQ(losses.size(), 6u);
+  // Block swap (--blocks-to-swap): on the CPU the copy is a copy, so a run
+  // with every block's frozen weights swapped (their fp8 scales with them),
+  // recomputed under checkpointing or not, trains the same adapters bit for bit.
+  for (const std::string swap : {"--blocks-to-swap 2 --grad-checkpoint blocks", "--blocks-to-swap 1"}) {
+    SCOPED_TRACE(swap);
+    const Job swapped = train(2, "lora-fp8-swapped", common + "--steps 6 " + swap);
+    ASSERT_EQ(swapped.status, 0) << swapped.output;
+    EXPECT_EQ(occurrences(swapped.output, "block swap: the frozen weights of blocks 0 to "), 1u) << swapped.output;
+    EXPECT_EQ(weights_difference(run_dir("lora-fp8-swapped") + "/lora.safetensors", dir + "/lora.safetensors"), 0);
+  }
 
   const Job merged = launch(std::string(WANTRAIN_WANTRAIN) + " export --checkpoint " + dir + "/latest --out " + dir +
                             "/merged.safetensors --merge " + base("a"));
@@ -281,7 +292,8 @@ TEST_F(LoraRun, WansampleWithTheLoraSamplesAsTheMergedWeights) {
   EXPECT_TRUE(torch::equal(fp8, sample("dequantised", dir + "/dequantised.safetensors --weights-dtype bf16").first));
   EXPECT_GT((fp8 - plain).abs().max().item<float>(), 0);
   // A LoRA merges into an fp8 base too (quantised again with it).
-  const auto fp8_lora = sample("fp8-lora", base("a") + " --weights-dtype fp8 --lora " + dir + "/lora.safetensors").first;
+  const auto fp8_lora =
+      sample("fp8-lora", base("a") + " --weights-dtype fp8 --lora " + dir + "/lora.safetensors").first;
   EXPECT_GT((fp8_lora - fp8).abs().max().item<float>(), 1e-3);
 }
 
@@ -355,6 +367,10 @@ TEST_F(LoraRun, BadOptionsAreOneLineAndStatus2) {
            {"--base-precision bf16",
             "option --lora-rank: --lora-alpha, --lora-dropout, --lora-targets and --base-precision need --lora-rank R"},
            {"--lora-rank 4 --lora-dropout 1", "option --lora-dropout: must be in [0, 1), got 1"},
+           {"--blocks-to-swap 1",
+            "option --blocks-to-swap: swaps the frozen base's blocks of a LoRA run: it needs --lora-rank R"},
+           {"--lora-rank 4 --blocks-to-swap 3",
+            "option --blocks-to-swap: 3: the model has 2 blocks (0 to 2 may be swapped)"},
            {"--lora-rank 4 --mode distill --teacher " + base("a") + " --teacher-config " + tiny_config(),
             "option --lora-rank: with --mode distill only for a few-step student (--distill-steps K): a smaller "
             "student trains in full"}}) {

@@ -12,6 +12,7 @@
 #include "../common/small_models.hpp"
 #include "wantrain/wan/model/activation_memory.hpp"
 #include "wantrain/nn/autocast.hpp"
+#include "wantrain/nn/block_swap.hpp"
 #include "wantrain/wan/model/lora.hpp"
 #include "wantrain/nn/tensor_memory.hpp"
 #include "wantrain/wan/objective/flow_matching.hpp"
@@ -272,7 +273,7 @@ TEST(MemoryPlan, ModelStateMatchesTheBuiltModel) {
   // and bf16 biases; the largest block Linear dequantised in fp32 then bf16.
   s.base_dtype = at::kFloat8_e4m3fn;
   const auto fp8_plan = wt::wan::plan_memory(s);
-  const auto fp8_model = wt::testing::seeded_small_model(config, s.lora, at::kFloat8_e4m3fn);
+  auto fp8_model = wt::testing::seeded_small_model(config, s.lora, at::kFloat8_e4m3fn);
   std::vector<at::Tensor> frozen = fp8_model->buffers();
   double largest = 0;
   for (const auto& parameter : fp8_model->parameters()) {
@@ -286,7 +287,20 @@ TEST(MemoryPlan, ModelStateMatchesTheBuiltModel) {
   const double fp8_base = item(wt::wan::plan_memory(released), "frozen base");
   released.base_dtype = at::kBFloat16;
   EXPECT_LT(fp8_base, 0.6 * item(wt::wan::plan_memory(released), "frozen base"));
+  // Block swap: N of the 40 blocks in host memory, 2 of them on the device at once.
+  const double resident = item(wt::wan::plan_memory(released), "frozen base");
+  released.blocks_to_swap = 20;
+  const auto swapping = wt::wan::plan_memory(released);
+  const double per_block = item(swapping, "swapped blocks") / 20;
+  EXPECT_GT(per_block, 0.0);
+  EXPECT_NEAR(item(swapping, "frozen base"), resident - 18 * per_block, 1.0);
+  EXPECT_LT(40 * per_block, resident);  // the root is not swapped
   EXPECT_DOUBLE_EQ(item(fp8_plan, "fp8 working copy"), 6 * largest);
+  // The swapped blocks' bytes are what BlockSwap takes to host memory (weights, scales, norms, modulation).
+  s.blocks_to_swap = 2;
+  wt::nn::BlockSwap swap(*fp8_model, 2, torch::kCPU);
+  EXPECT_DOUBLE_EQ(item(wt::wan::plan_memory(s), "swapped blocks"), swap.host_bytes());
+  s.blocks_to_swap = 0;
   EXPECT_DOUBLE_EQ(item(fp8_plan, "parameters"), tensor_bytes(adapters));
 }
 

@@ -21,6 +21,7 @@ struct ModelBytes {
   double held = 0;            // block Linears in their dtype, the rest fp32
   int64_t adapters = 0;       // LoRA parameters for these options (rank 0: none)
   double largest_linear = 0;  // elements of the largest block Linear weight
+  double block_held = 0;      // one block's parameters as held (blocks.0's)
 };
 
 // The bytes of a block Linear's parameter of this shape held in `dtype`:
@@ -40,7 +41,9 @@ ModelBytes model_bytes(const WanConfig& config, at::ScalarType linear_dtype, con
     const std::string layer = lora_target_of(name);
     m.fp32 += 4 * n;
     const bool block = !block_linear(name).empty();
-    m.held += block ? block_linear_bytes(shape, linear_dtype) : 4 * n;
+    const double held = block ? block_linear_bytes(shape, linear_dtype) : 4 * n;
+    m.held += held;
+    if (name.rfind("blocks.0.", 0) == 0) m.block_held += held;
     if (block && shape.size() == 2) m.largest_linear = std::max(m.largest_linear, n);
     // A LoRA adapter per target Linear: A [r, in] and B [out, r].
     if (lora.rank > 0 && shape.size() == 2 && !layer.empty() &&
@@ -164,6 +167,13 @@ double MemoryPlan::device_total() const {
 
 double MemoryPlan::host_total() const { return total() - device_total(); }
 
+namespace {
+// What block swap takes off the device: N blocks, less the 2 there at once.
+double swapped_base(const MemoryPlanSettings& s, double block_held) {
+  return double(s.blocks_to_swap - std::min<int64_t>(s.blocks_to_swap, 2)) * block_held;
+}
+}  // namespace
+
 MemoryPlan plan_memory(const MemoryPlanSettings& s) {
   MemoryPlan plan;
   auto add = [&](std::string name, std::string detail, double bytes, bool on_device) {
@@ -180,7 +190,12 @@ MemoryPlan plan_memory(const MemoryPlanSettings& s) {
         fmt::format("{} parameters, block Linears in {}", parameter_count(s.model),
                     s.base_dtype == at::kFloat8_e4m3fn ? "fp8 (e4m3, an fp32 scale per 64 inputs of a row)"
                                                        : train::precision_name(s.base_dtype)),
-        weights.held, dev);
+        weights.held - swapped_base(s, weights.block_held), dev);
+    if (s.blocks_to_swap > 0)
+      add("swapped blocks",
+          fmt::format("blocks 0 to {}'s frozen weights in host memory; 2 of them on the device at once",
+                      s.blocks_to_swap - 1),
+          double(s.blocks_to_swap) * weights.block_held, false);
     // Each product dequantises its layer: an fp32 then a bf16 copy of the largest, one at a time.
     if (s.base_dtype == at::kFloat8_e4m3fn)
       add("fp8 working copy", "the largest block Linear dequantised for its product (fp32, then bf16)",

@@ -44,6 +44,9 @@ struct MemoryPlanSettings {
   // Linears are held in base_dtype.
   LoraOptions lora;  // rank 0: no LoRA
   at::ScalarType base_dtype = at::kFloat;
+  // LoRA: the frozen weights of the first N blocks in host memory, two
+  // blocks of them on the device at once (the one running, the next coming).
+  int64_t blocks_to_swap = 0;
   std::optional<WanConfig> teacher;  // distillation
   bool teacher_bf16 = false;         // its Linears in bf16, the rest fp32
   int prefetch = 0;                  // the loader's batches waiting beside the one in use

@@ -6,6 +6,8 @@
 #include <filesystem>
 
 #include "wantrain/ckpt/checkpoint.hpp"
+#include "wantrain/nn/block_swap.hpp"
+#include "wantrain/wan/run/memory_plan.hpp"
 #include "wantrain/distributed/comm.hpp"
 #include "wantrain/util/reporter.hpp"
 #include "wantrain/wan/model/projection.hpp"
@@ -46,6 +48,7 @@ struct WanRun::Impl {
   std::unique_ptr<TrainingSampler> training_sampler;  // with options.sample
   WanRun::DrawVideos draw_videos;                     // with --sample-prompts
   int rank = 0;
+  std::unique_ptr<nn::BlockSwap> block_swap;  // with options.blocks_to_swap; the model's parameter units
 
   Impl(WanConfig c, at::ScalarType base_dtype) : model(c, base_dtype), config(std::move(c)) {}
 };
@@ -65,6 +68,12 @@ WanRun::WanRun(const train::RunPlan& plan, const WanRunOptions& options, distrib
                                             setting_reference("model_config"));
   if (!lora && options.base_dtype != at::kFloat)
     throw SettingError("base_precision", "only a LoRA run has a frozen base to hold in bf16 or fp8");
+  if (options.blocks_to_swap > 0 && !lora)
+    throw SettingError("blocks_to_swap",
+                       "swaps the frozen base's blocks of a LoRA run (" + setting_reference("lora_rank") + ")");
+  if (options.blocks_to_swap < 0 || options.blocks_to_swap > config.num_layers)
+    throw SettingError("blocks_to_swap", fmt::format("{}: the model has {} blocks (0 to {} may be swapped)",
+                                                     options.blocks_to_swap, config.num_layers, config.num_layers));
   torch::manual_seed(plan.settings.seed);  // the same initial weights for the same seed (rank 0's are broadcast)
   impl_ = std::make_unique<Impl>(std::move(config), options.base_dtype);
   auto& im = *impl_;
@@ -112,6 +121,17 @@ WanRun::WanRun(const train::RunPlan& plan, const WanRunOptions& options, distrib
                                         : std::string("from the seed"),
                   im.lora_base, objective_options.lora_base_precision);
   }
+  // Before the model goes to the device: the swapped weights never do, whole.
+  if (options.blocks_to_swap > 0) {
+    im.block_swap = std::make_unique<nn::BlockSwap>(*model, options.blocks_to_swap, comm.device());
+    model->set_parameter_units(im.block_swap.get());
+    if (comm.rank() == 0)
+      report_info(
+          "block swap: the frozen weights of blocks 0 to {} ({}) in host memory{}, each brought to the "
+          "{} around its use",
+          options.blocks_to_swap - 1, format_bytes(im.block_swap->host_bytes()),
+          comm.device().is_cuda() ? " (page-locked)" : "", comm.device().is_cuda() ? "GPU" : "device");
+  }
   model->to(comm.device());
   model->train();
   model->set_grad_checkpoint(options.grad_checkpoint);
@@ -157,7 +177,11 @@ WanRun::WanRun(const train::RunPlan& plan, const WanRunOptions& options, distrib
 void WanRun::connect(distributed::Comm& comm, const train::StartPoint& start) {
   auto& im = *impl_;
   im.engine = std::make_unique<train::Engine>(comm, *im.objective, im.engine_options);
-  im.model->set_parameter_units(im.engine->parameter_units());  // ZeRO-3: gathered unit by unit
+  // ZeRO-3's units gathered unit by unit, or the swapped blocks (LoRA, never with ZeRO-3).
+  if (im.block_swap)
+    im.model->set_parameter_units(im.block_swap.get());
+  else
+    im.model->set_parameter_units(im.engine->parameter_units());
   if (Teacher* teacher = im.teacher) {
     teacher->to(comm.device());  // already in its final precision
     if (comm.rank() == 0)

@@ -55,8 +55,12 @@ struct WanRunOptions {
   // the run's weights are lora.safetensors (wan/model/lora.hpp).
   LoraOptions lora;
   // With LoRA: the frozen base's block Linears held in kBFloat16 (built,
-  // loaded and kept so: never an fp32 copy of them) or kFloat.
+  // loaded and kept so: never an fp32 copy of them), kFloat8_e4m3fn (with
+  // scales: nn/fp8_weights.hpp) or kFloat.
   at::ScalarType base_dtype = at::kFloat;
+  // With LoRA: the frozen weights of the first N blocks held in host memory
+  // and brought to the device around their use (nn/block_swap.hpp); 0 off.
+  int64_t blocks_to_swap = 0;
   // Activation checkpointing of the trained model: every N-th block
   // recomputed in backward (WanModel::set_grad_checkpoint); 0 off.
   int64_t grad_checkpoint = 0;

@@ -1,0 +1,145 @@
+#include "wantrain/nn/block_swap.hpp"
+
+#include <torch/torch.h>
+
+#include <chrono>
+#include <string>
+
+#include "wantrain/util/seconds.hpp"
+
+#if WANTRAIN_TORCH_HAS_CUDA
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+namespace wt::nn {
+
+struct BlockSwap::Block {
+  std::vector<at::Tensor> parameters;  // the model's, empty while the block is not on the device
+  std::vector<at::Tensor> host;        // their values, in host memory
+  std::vector<at::Tensor> copies;      // the device copies queued, until waited for
+  bool present = false, queued = false;
+#if WANTRAIN_TORCH_HAS_CUDA
+  // GPU only (never executed here: no CI machine has a GPU).
+  at::cuda::CUDAEvent copied;
+#endif
+};
+
+BlockSwap::BlockSwap(torch::nn::Module& model, int64_t count, const c10::Device& device) : device_(device) {
+  torch::NoGradGuard no_grad;
+  for (int64_t i = 0; i < count; ++i) blocks_.push_back(std::make_unique<Block>());
+  // The frozen parameters, and the buffers beside them (an fp8 weight's scales).
+  auto tensors = model.named_parameters(/*recurse=*/true);
+  for (const auto& item : model.named_buffers(/*recurse=*/true)) tensors.insert(item.key(), item.value());
+  for (const auto& item : tensors) {
+    const std::string unit = parameter_unit(item.key());
+    if (root_unit(unit)) continue;
+    const int64_t block = std::stoll(unit.substr(unit.find('.') + 1));
+    total_blocks_ = std::max(total_blocks_, block + 1);
+    auto parameter = item.value();
+    if (block >= count || parameter.requires_grad() || parameter.numel() == 0) continue;
+    // A copy (on the CPU, to() would hand back the parameter itself).
+    auto host = parameter.detach().to(torch::kCPU, parameter.scalar_type(), false, /*copy=*/true);
+    if (device.is_cuda()) host = host.pin_memory();  // an asynchronous copy needs page-locked memory
+    host_bytes_ += double(host.nbytes());
+    blocks_[size_t(block)]->parameters.push_back(parameter);
+    blocks_[size_t(block)]->host.push_back(host);
+    parameter.set_data(torch::empty({0}, parameter.options()));
+  }
+}
+
+BlockSwap::~BlockSwap() = default;
+
+double BlockSwap::take_wait_seconds() {
+  const double seconds = wait_seconds_;
+  wait_seconds_ = 0;
+  return seconds;
+}
+
+void BlockSwap::fetch(int64_t block) {
+  if (block < 0 || block >= count()) return;
+  auto& b = *blocks_[size_t(block)];
+  if (b.present || b.queued) return;
+  const auto start = std::chrono::steady_clock::now();
+  torch::NoGradGuard no_grad;
+#if WANTRAIN_TORCH_HAS_CUDA
+  if (device_.is_cuda()) {
+    auto side = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device_.index());
+    // The side stream first waits for the compute stream: the memory the
+    // copies go into may have been freed by kernels queued there.
+    at::cuda::CUDAEvent ready;
+    ready.record(c10::cuda::getCurrentCUDAStream(device_.index()));
+    ready.block(side);
+    c10::cuda::CUDAStreamGuard guard(side);
+    for (const auto& host : b.host) b.copies.push_back(host.to(device_, /*non_blocking=*/true));
+    b.copied.record(side);
+    b.queued = true;
+    wait_seconds_ += seconds_since(start);
+    return;
+  }
+#endif
+  for (const auto& host : b.host) b.copies.push_back(host.to(device_, host.scalar_type(), false, /*copy=*/true));
+  b.queued = true;
+  wait_seconds_ += seconds_since(start);
+}
+
+void BlockSwap::wait(int64_t block) {
+  if (block < 0 || block >= count()) return;
+  auto& b = *blocks_[size_t(block)];
+  if (b.present) return;
+  fetch(block);
+  const auto start = std::chrono::steady_clock::now();
+#if WANTRAIN_TORCH_HAS_CUDA
+  if (device_.is_cuda()) {
+    const auto compute = c10::cuda::getCurrentCUDAStream(device_.index());
+    b.copied.block(compute);
+    for (auto& copy : b.copies) copy.record_stream(compute.unwrap());
+  }
+#endif
+  for (size_t k = 0; k < b.parameters.size(); ++k) b.parameters[k].set_data(b.copies[k]);
+  b.copies.clear();
+  b.queued = false;
+  b.present = true;
+  wait_seconds_ += seconds_since(start);
+}
+
+void BlockSwap::drop(int64_t block) {
+  if (block < 0 || block >= count()) return;
+  auto& b = *blocks_[size_t(block)];
+  if (b.queued) wait(block);  // a queued copy's memory is freed only once it is done
+  for (auto& parameter : b.parameters) parameter.set_data(torch::empty({0}, parameter.options()));
+  b.present = false;
+}
+
+void BlockSwap::begin_forward() {
+  // What the last backward left (the first block: nothing marks its end).
+  for (int64_t i = 0; i < count(); ++i) drop(i);
+  fetch(0);
+}
+
+void BlockSwap::before_block(int64_t block) {
+  wait(block);
+
+  fetch(block + 1);  // while this block computes
+}
+
+at::Tensor BlockSwap::after_block(int64_t block, const at::Tensor& output) {
+  const bool backward = at::GradMode::is_enabled() && output.requires_grad();
+  if (backward) {
+    // Runs when the block's output gradient is complete: the next block's
+    // backward is done (its input is this output) and this block's comes,
+    // its recomputation under checkpointing included.
+    at::Tensor hooked = output;
+    hooked.register_hook([this, block](const at::Tensor&) {
+      drop(block + 1);
+      wait(block);
+      fetch(block - 1);
+    });
+  }
+  // The last block's backward comes first: it stays.
+  if (!(backward && block + 1 == total_blocks_)) drop(block);
+  return output;
+}
+
+}  // namespace wt::nn
