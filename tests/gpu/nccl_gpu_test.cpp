@@ -17,6 +17,9 @@
 #include "wantrain/distributed/reducer.hpp"
 #include "wantrain/train/engine.hpp"
 #include "wantrain/train/shard_source.hpp"
+#include "wantrain/nn/block_swap.hpp"
+#include "wantrain/wan/model/lora.hpp"
+#include "wantrain/wan/model/wan_model.hpp"
 #include "../common/shards.hpp"
 #include "../common/small_models.hpp"
 
@@ -299,6 +302,51 @@ TEST(LoaderOnGpu, PinnedBatchesReachTheDeviceIntactWhileBuffersAreRecycled) {
     for (size_t j = 0; j < indices.size(); ++j)
       EXPECT_TRUE(torch::equal(latents[int64_t(j)].cpu(), wt::testing::expected_latents(shape, 5, indices[j])))
           << "sample " << indices[j];
+}
+
+// Block swap on a GPU (--blocks-to-swap): a LoRA model whose blocks' frozen
+// weights (fp8 with their scales, or bf16) wait in page-locked host memory
+// and come to the GPU on a side stream, fenced by events, computes what the
+// model holding them on the GPU computes: the same output and adapter
+// gradients, under checkpointing or not; and after a no-grad forward no
+// swapped block is left on the GPU.
+TEST(BlockSwapOnGpu, ASwappedLoraModelComputesAsTheResidentOne) {
+  auto gpu = wt::distributed::make_nccl_comm(*g_world, wt::distributed::place_gpus(*g_world), {});
+  const auto device = gpu->device();
+  const auto config = wt::testing::small_wan_config(4);
+  wt::wan::LoraOptions lora;
+  lora.rank = 4;
+  for (const auto dtype : {at::kFloat8_e4m3fn, at::kBFloat16})
+    for (const int64_t checkpoint : {0, 1}) {
+      SCOPED_TRACE(::testing::Message() << c10::toString(dtype) << ", checkpointing every " << checkpoint);
+      auto resident = wt::testing::seeded_small_model(config, lora, dtype);
+      auto swapped = wt::testing::seeded_small_model(config, lora, dtype);
+      wt::nn::BlockSwap swap(*swapped, 3, device);  // before the model goes to the GPU
+      swapped->set_parameter_units(&swap);
+      for (auto* model : {&resident, &swapped}) {
+        (*model)->to(device);
+        (*model)->set_grad_checkpoint(checkpoint);
+      }
+      torch::manual_seed(3);
+      const auto options = torch::TensorOptions().device(device);
+      const auto x = torch::randn({2, config.in_dim, 2, 8, 8}, options);
+      const auto t = torch::full({2}, 500.0, options);
+      const auto context = torch::randn({2, 4, config.text_dim}, options);
+      const auto y = resident->forward(x, t, context), y_swapped = swapped->forward(x, t, context);
+      EXPECT_TRUE(torch::equal(y, y_swapped));
+      y.square().mean().backward();
+      y_swapped.square().mean().backward();
+      auto grads = swapped->named_parameters();
+      for (const auto& item : resident->named_parameters()) {
+        if (item.value().requires_grad()) {
+          EXPECT_TRUE(torch::equal(item.value().grad(), grads[item.key()].grad())) << item.key();
+        }
+      }
+      torch::NoGradGuard no_grad;
+      swapped->forward(x, t, context);
+      EXPECT_EQ(swapped->blocks[0]->as<wt::wan::WanBlockImpl>()->modulation.numel(), 0);
+      EXPECT_GT(swap.host_bytes(), 0.0);
+    }
 }
 
 }  // namespace
