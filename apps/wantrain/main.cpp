@@ -116,7 +116,8 @@ MemorySummary memory_summary(distributed::World& world, const distributed::Comm&
   const bool visible_gpu = comm.device().is_cuda();
   const bool gpu_plan = cfg.plan_device == "cuda" || (cfg.plan_device == "auto" && visible_gpu);
   const at::Device plan_device = gpu_plan ? (visible_gpu ? comm.device() : at::Device(at::kCUDA, 0)) : at::kCPU;
-  std::optional<wan::MemoryPlan> root, other;  // rank 0's (with the checkpoint copy) and another rank's
+  std::optional<wan::MemoryPlan> root, other;            // rank 0's (with the checkpoint copy) and another rank's
+  std::optional<wan::MemoryPlanSettings> root_settings;  // root's, for the block swap suggestion
   std::string bucket_rows;
   world.agree([&] {
     std::vector<std::pair<std::string, std::array<int64_t, 3>>> shapes;  // (bucket, latents F, H, W)
@@ -173,6 +174,9 @@ MemorySummary memory_summary(distributed::World& world, const distributed::Comm&
                                    b == largest ? " (the largest: the plan below)" : "");
     root = roots[largest];
     other = others[largest];
+    root_settings = memory_plan_settings(cfg, *model_config, teacher_config, shapes[largest].second, loader_bytes,
+                                         plan_device, world.size());
+    root_settings->checkpoint_snapshot = true;
   });
   // This rank's plan is shown (rank 0's, which prints it, with the
   // checkpoint copy); the limits hold the node's ranks together.
@@ -203,6 +207,14 @@ MemorySummary memory_summary(distributed::World& world, const distributed::Comm&
   }
   table += fmt::format("  {:<16} {:>10}  {}\n", "planned for", gpu_plan ? "GPUs" : "CPU", device_line);
   table += wan::describe_limits(*root, *other, limits);
+  // A LoRA run that does not fit its GPUs: how many blocks to swap would do.
+  if (gpu_plan && limits.device_bytes && root->device_total() > *limits.device_bytes && cfg.lora_rank > 0) {
+    const auto swap = wan::smallest_blocks_to_swap(*root_settings, *limits.device_bytes);
+    table += swap ? fmt::format("  {:<16} {:>10}  on each GPU with --blocks-to-swap {}, the fewest that fit\n",
+                                "block swap", wan::format_bytes(swap->device_bytes), swap->blocks)
+                  : fmt::format("  {:<16} {:>10}  no --blocks-to-swap fits: the rest is more than the GPU\n",
+                                "block swap", "");
+  }
   return {table, wan::memory_warnings(*root, *other, limits)};
 }
 

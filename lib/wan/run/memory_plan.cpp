@@ -319,6 +319,16 @@ MemoryPlan plan_memory(const MemoryPlanSettings& s) {
   return plan;
 }
 
+std::optional<SwapSuggestion> smallest_blocks_to_swap(MemoryPlanSettings s, double device_bytes) {
+  if (s.lora.rank == 0) return std::nullopt;
+  for (int64_t n = s.blocks_to_swap + 1; n <= s.model.num_layers; ++n) {
+    s.blocks_to_swap = n;
+    const double device = plan_memory(s).device_total();
+    if (device <= device_bytes) return SwapSuggestion{n, device};
+  }
+  return std::nullopt;
+}
+
 std::string MemoryPlan::describe() const {
   std::string out = "memory plan per rank:\n";
   for (const auto& item : items)

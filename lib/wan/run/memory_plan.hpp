@@ -138,4 +138,13 @@ std::string describe_attention(int64_t requested, int64_t resolved);
 // "1.5 GiB", "312 MiB": bytes for people.
 std::string format_bytes(double bytes);
 
+// The smallest --blocks-to-swap (LoRA runs) whose plan's device part fits
+// in `device_bytes`, with the device part it leaves; nullopt when none does
+// (the model's every block swapped is not enough) or the run has no LoRA.
+struct SwapSuggestion {
+  int64_t blocks = 0;
+  double device_bytes = 0;
+};
+std::optional<SwapSuggestion> smallest_blocks_to_swap(MemoryPlanSettings s, double device_bytes);
+
 }  // namespace wt::wan
