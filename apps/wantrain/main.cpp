@@ -248,6 +248,8 @@ int run(distributed::World& world, int argc, char** argv) {
                     {"condition", "condition"},
                     {"base_precision", "base-precision"},
                     {"blocks_to_swap", "blocks-to-swap"},
+                    {"activation_offload", "activation-offload"},
+                    {"grad_checkpoint", "grad-checkpoint"},
                     {"sample_index", "sample-index"},
                     {"shift", "shift"},
                     {"model_config", "model-config"},

@@ -159,6 +159,9 @@ void declare_options(OptionSet& o, TrainConfig& c) {
               "LoRA: the frozen base's block Linears held in bf16 (built and loaded straight into bf16, never an "
               "fp32 copy), fp8 (e4m3 with a scale per 64 inputs of a row, dequantised to bf16 per product) or "
               "fp32; auto: bf16")
+      .flag("activation-offload", &c.activation_offload,
+            "with --grad-checkpoint: each checkpointed block's input waits in host memory (page-locked on a GPU) "
+            "until backward brings it back, one block ahead")
       .add("blocks-to-swap", &c.blocks_to_swap,
            "LoRA: the frozen weights of the first N blocks held in host memory (page-locked on a GPU), each block "
            "copied to the device one block ahead of its forward and its backward, then dropped; 0: off");
@@ -260,6 +263,8 @@ void validate(const TrainConfig& c) {
     require(c.lora_alpha == 0 && c.lora_dropout == 0 && c.lora_targets.empty() && c.base_precision == "auto",
             "lora-rank", "--lora-alpha, --lora-dropout, --lora-targets and --base-precision need --lora-rank R");
   }
+  require(!c.activation_offload || c.grad_checkpoint != "none", "activation-offload",
+          "offloads the inputs that checkpointed blocks keep: it needs --grad-checkpoint blocks or every-N");
   require(c.blocks_to_swap == 0 || c.lora_rank > 0, "blocks-to-swap",
           "swaps the frozen base's blocks of a LoRA run: it needs --lora-rank R");
   require(std::isfinite(c.checkpoint_timeout) && c.checkpoint_timeout >= 0.001 && c.checkpoint_timeout <= 1e7,
@@ -377,6 +382,7 @@ wan::WanRunOptions wan_run_options(const TrainConfig& c) {
   o.lora = lora_options(c);
   if (c.lora_rank > 0) o.base_dtype = app::float_dtype(c.base_precision == "auto" ? "bf16" : c.base_precision);
   o.blocks_to_swap = c.blocks_to_swap;
+  o.activation_offload = c.activation_offload;
   o.grad_checkpoint = grad_checkpoint_every(c);
   o.attention_chunk = app::parse_attention_chunk(c.attention_chunk);
   if (c.sample_every > 0) {
@@ -456,6 +462,7 @@ wan::MemoryPlanSettings memory_plan_settings(const TrainConfig& c, const wan::Wa
   s.step.compute_dtype = run_settings(c, device).compute_dtype;
   s.step.attention_chunk = app::parse_attention_chunk(c.attention_chunk);
   s.step.grad_checkpoint_every = grad_checkpoint_every(c);
+  s.step.offload_checkpointed = c.activation_offload;
   s.step.per_token_timesteps = c.condition == "first-frame";
   s.step.sequence_parallel = c.sp;
   s.ema = c.ema_decay > 0;

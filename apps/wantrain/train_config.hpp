@@ -120,6 +120,7 @@ struct TrainConfig : app::TrainingOptions {
   double lora_dropout = 0;
   std::string base_precision = "auto";  // auto: bf16 with LoRA
   int64_t blocks_to_swap = 0;
+  bool activation_offload = false;
   double checkpoint_timeout = 3600;
 };
 

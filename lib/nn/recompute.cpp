@@ -56,8 +56,15 @@ class Recompute : public torch::autograd::Function<Recompute> {
   // came from: a table the model caches (a Wan model's RoPE table) may be
   // replaced before backward.
   static at::Tensor forward(AutogradContext* ctx, at::TensorList inputs, at::TensorList parameters,
-                            Recomputable* module) {
-    ctx->save_for_backward(inputs.vec());
+                            Recomputable* module, ActivationOffload* offload) {
+    // With offload the first input waits in host memory instead.
+    auto saved = inputs.vec();
+    ctx->saved_data["offload"] = reinterpret_cast<int64_t>(offload);
+    if (offload) {
+      ctx->saved_data["offloaded"] = offload->keep(inputs[0]);
+      saved.erase(saved.begin());
+    }
+    ctx->save_for_backward(saved);
     ctx->saved_data["parameters"] = int64_t(parameters.size());
     ctx->saved_data["module"] = reinterpret_cast<int64_t>(module);
     ctx->saved_data["autocast"] = int64_t(autocast_dtype(inputs[0]));
@@ -67,7 +74,9 @@ class Recompute : public torch::autograd::Function<Recompute> {
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
-    const auto saved = ctx->get_saved_variables();
+    auto saved = ctx->get_saved_variables();
+    if (auto* offload = reinterpret_cast<ActivationOffload*>(ctx->saved_data["offload"].toInt()))
+      saved.insert(saved.begin(), offload->bring_back(ctx->saved_data["offloaded"].toInt()));
     auto* module = reinterpret_cast<Recomputable*>(ctx->saved_data["module"].toInt());
     const auto parameter_count = ctx->saved_data["parameters"].toInt();
 
@@ -99,19 +108,20 @@ class Recompute : public torch::autograd::Function<Recompute> {
     for (size_t i = 0; i < saved.size(); ++i) result.push_back(ctx->needs_input_grad(i) ? grads[next++] : at::Tensor());
     for (int64_t i = 0; i < parameter_count; ++i) result.push_back(grads[next++]);
     result.emplace_back();  // the module
+    result.emplace_back();  // the offload
     return result;
   }
 };
 
 }  // namespace
 
-at::Tensor recomputed(Recomputable& module, const std::vector<at::Tensor>& inputs) {
+at::Tensor recomputed(Recomputable& module, const std::vector<at::Tensor>& inputs, ActivationOffload* offload) {
   TORCH_CHECK(
       !inputs.empty() && std::all_of(inputs.begin(), inputs.end(), [](const at::Tensor& t) { return t.defined(); }),
       "recomputed: every input must be a defined tensor, and there must be one");
   if (!torch::GradMode::is_enabled()) return module.forward_tensors(inputs);
   const auto parameters = trainable_parameters(module);
-  return Recompute::apply(at::TensorList(inputs), at::TensorList(parameters), &module);
+  return Recompute::apply(at::TensorList(inputs), at::TensorList(parameters), &module, offload);
 }
 
 }  // namespace wt::nn

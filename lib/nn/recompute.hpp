@@ -20,6 +20,8 @@
 
 #include <vector>
 
+#include "wantrain/nn/activation_offload.hpp"
+
 namespace wt::nn {
 
 // A module whose forward is a function of tensors alone, so that it can be
@@ -35,6 +37,9 @@ class Recomputable : public torch::nn::Module {
 // dtype the recomputation runs under. `inputs` are activations, never the
 // module's own parameters (those are added as inputs here: passed twice,
 // a parameter would get its gradient twice).
-at::Tensor recomputed(Recomputable& module, const std::vector<at::Tensor>& inputs);
+// With `offload`, the first input waits in host memory until backward
+// (nn/activation_offload.hpp).
+at::Tensor recomputed(Recomputable& module, const std::vector<at::Tensor>& inputs,
+                      ActivationOffload* offload = nullptr);
 
 }  // namespace wt::nn

@@ -197,8 +197,10 @@ TEST_F(LoraRun, AnFp8BaseTrainsResumesBitwiseSwapsBlocksAndMergesIntoItsDequanti
   ASSERT_EQ(losses.size(), 6u);
   // Block swap (--blocks-to-swap): on the CPU the copy is a copy, so a run
   // with every block's frozen weights swapped (their fp8 scales with them),
-  // recomputed under checkpointing or not, trains the same adapters bit for bit.
-  for (const std::string swap : {"--blocks-to-swap 2 --grad-checkpoint blocks", "--blocks-to-swap 1"}) {
+  // recomputed under checkpointing or not, its blocks' inputs offloaded or
+  // not (--activation-offload), trains the same adapters bit for bit.
+  for (const std::string swap : {"--blocks-to-swap 2 --grad-checkpoint blocks", "--blocks-to-swap 1",
+                                 "--blocks-to-swap 2 --grad-checkpoint blocks --activation-offload"}) {
     SCOPED_TRACE(swap);
     const Job swapped = train(2, "lora-fp8-swapped", common + "--steps 6 " + swap);
     ASSERT_EQ(swapped.status, 0) << swapped.output;
@@ -367,6 +369,9 @@ TEST_F(LoraRun, BadOptionsAreOneLineAndStatus2) {
            {"--base-precision bf16",
             "option --lora-rank: --lora-alpha, --lora-dropout, --lora-targets and --base-precision need --lora-rank R"},
            {"--lora-rank 4 --lora-dropout 1", "option --lora-dropout: must be in [0, 1), got 1"},
+           {"--lora-rank 4 --activation-offload",
+            "option --activation-offload: offloads the inputs that checkpointed blocks keep: it needs "
+            "--grad-checkpoint blocks or every-N"},
            {"--blocks-to-swap 1",
             "option --blocks-to-swap: swaps the frozen base's blocks of a LoRA run: it needs --lora-rank R"},
            {"--lora-rank 4 --blocks-to-swap 3",

@@ -43,7 +43,8 @@ class CountingHook : public torch::autograd::FunctionPostHook {
 };
 
 // One forward and backward of a seeded model, every N-th block recomputed.
-Run forward_backward(int64_t every, const wt::wan::LoraOptions& lora, at::ScalarType autocast = at::kFloat) {
+Run forward_backward(int64_t every, const wt::wan::LoraOptions& lora, at::ScalarType autocast = at::kFloat,
+                     bool offload = false) {
   auto model = wt::testing::seeded_small_model(wt::testing::small_wan_config(3));
   if (lora.rank > 0) {
     wt::wan::add_lora(*model, lora);
@@ -52,6 +53,7 @@ Run forward_backward(int64_t every, const wt::wan::LoraOptions& lora, at::Scalar
       if (item.key().find("lora_B") != std::string::npos) item.value().normal_(0, 0.1);
   }
   model->set_grad_checkpoint(every);
+  model->set_activation_offload(offload);
   model->train();
   Run run;
   // As the Reducer listens: a post hook on each parameter's AccumulateGrad.
@@ -103,6 +105,36 @@ TEST(GradCheckpoint, EveryBlockRecomputedGivesTheSameGradientsBitwise) {
   const auto plain = forward_backward(0, {});
   expect_same(plain, forward_backward(1, {}));
   expect_same(plain, forward_backward(2, {}));  // blocks 0 and 2
+}
+
+// --activation-offload: the checkpointed blocks' inputs wait in host memory
+// (on the CPU, a copy) and come back for the recomputation: the same run,
+// bit for bit, every gradient included.
+TEST(GradCheckpoint, OffloadedInputsGiveTheSameGradientsBitwise) {
+  for (const int64_t every : {1, 2}) {
+    const auto kept = forward_backward(every, {}), offloaded = forward_backward(every, {}, at::kFloat, true);
+    EXPECT_TRUE(torch::equal(kept.output, offloaded.output));
+    ASSERT_EQ(kept.grads.size(), offloaded.grads.size());
+    for (const auto& [name, grad] : kept.grads) EXPECT_TRUE(torch::equal(grad, offloaded.grads.at(name))) << name;
+  }
+}
+
+// The input is held in host memory between forward and backward, and
+// nowhere after; its copy is what the recomputation runs on.
+TEST(GradCheckpoint, AnOffloadedInputIsHeldUntilItsRecomputation) {
+  struct Square : wt::nn::Recomputable {
+    at::Tensor forward_tensors(const std::vector<at::Tensor>& inputs) override { return inputs[0] * inputs[0]; }
+  } square;
+  wt::nn::ActivationOffload offload;
+  offload.begin_forward();
+  const auto x = torch::randn({3, 5}, torch::requires_grad());
+  const auto y = wt::nn::recomputed(square, {x * 1.0}, &offload);
+  const auto z = wt::nn::recomputed(square, {y}, &offload);
+  EXPECT_EQ(offload.host_bytes(), 2.0 * double(x.nbytes()));
+  z.sum().backward();
+  EXPECT_EQ(offload.host_bytes(), 0.0);
+  EXPECT_TRUE(torch::allclose(x.grad(), 4 * x.detach().pow(3)));
+  EXPECT_THROW(offload.bring_back(0), c10::Error);  // each once
 }
 
 TEST(GradCheckpoint, LoraAdaptersGetTheirGradientsInTheFirstBlockToo) {

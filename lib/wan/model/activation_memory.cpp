@@ -134,12 +134,17 @@ ActivationMemory activation_memory(const WanConfig& c, const ActivationSettings&
   // Backward frees each block's tensors as it passes; recomputing a
   // checkpointed block adds its tensors to those of the blocks before it.
   auto kept = [&](int64_t block) { return every == 0 || block % every != 0; };
+  // Offloaded, a checkpointed block's input is in host memory until its
+  // recomputation, the one before it on its way back meanwhile.
+  const double recomputing = (s.offload_checkpointed ? 2 : 1) * m.checkpointed_block_saved;
+  const double checkpointed_held = s.offload_checkpointed ? 0 : m.checkpointed_block_saved;
   double held = 0;  // by blocks 0 .. i-1 at the end of forward
   for (int64_t i = 0; i < c.num_layers; ++i) {
-    if (!kept(i)) m.blocks = std::max(m.blocks, held + m.checkpointed_block_saved + m.block_saved);
-    held += kept(i) ? m.block_saved : m.checkpointed_block_saved;
+    if (!kept(i)) m.blocks = std::max(m.blocks, held + recomputing + m.block_saved);
+    held += kept(i) ? m.block_saved : checkpointed_held;
   }
   m.blocks = std::max(m.blocks, held);
+  if (s.offload_checkpointed) m.offloaded = double(m.blocks_checkpointed) * m.checkpointed_block_saved;
 
   // Outside the blocks: the latents, noise, noisy input and target, the
   // output and the loss's difference ([B, C, F, H, W] fp32 each); the

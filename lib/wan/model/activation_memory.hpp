@@ -23,7 +23,10 @@ struct ActivationSettings {
   // 0 all queries at once, a number of queries, or nn::kAutoAttentionChunk
   // (resolved as the model resolves it)
   int64_t attention_chunk = nn::kFusedAttention;
-  int64_t grad_checkpoint_every = 0;               // WanModel::set_grad_checkpoint; 0: none
+  int64_t grad_checkpoint_every = 0;  // WanModel::set_grad_checkpoint; 0: none
+  // WanModel::set_activation_offload: the checkpointed blocks' inputs in
+  // host memory, two of them on the device at once in backward.
+  bool offload_checkpointed = false;
   at::ScalarType block_linear_dtype = at::kFloat;  // the blocks' Linear weights (a LoRA base: kBFloat16)
   // Timesteps per token (Wan2.2 TI2V's first-frame condition): the time
   // embedding and every block's modulation are [B, L, ...], not [B, 1, ...].
@@ -45,6 +48,7 @@ struct ActivationMemory {
   double blocks = 0;          // the most the blocks hold at once: end of forward, or a recomputation in backward
   double temporary = 0;       // the largest working set of one op (attention, feed-forward)
   double weight_casts = 0;    // under autocast: its cached copies of the fp32 Linear weights
+  double offloaded = 0;       // host memory: the checkpointed blocks' inputs (offload_checkpointed)
   double total() const { return blocks + outside_blocks + temporary + weight_casts; }
 };
 

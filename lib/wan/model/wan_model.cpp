@@ -259,6 +259,10 @@ void WanModelImpl::init_weights() {
   torch::nn::init::zeros_(head->head->weight);
 }
 
+void WanModelImpl::set_activation_offload(bool on) {
+  offload_ = on ? std::make_unique<nn::ActivationOffload>() : nullptr;
+}
+
 void WanModelImpl::set_attention_chunk(int64_t queries, int64_t score_budget) {
   if (queries < nn::kFusedAttention)
     throw Error(
@@ -326,6 +330,8 @@ at::Tensor WanModelImpl::forward(const at::Tensor& noisy, const at::Tensor& t, c
     throw UsageError(fmt::format("a {} model takes no image condition", model_type_name(cfg.model_type)));
   }
   if (units_) units_->begin_forward();
+  nn::ActivationOffload* offload = recompute_every_ > 0 && torch::GradMode::is_enabled() ? offload_.get() : nullptr;
+  if (offload) offload->begin_forward();
   at::Tensor image_context;
   if (cfg.image_branch()) {
     const auto& f = image.clip_fea;
@@ -389,7 +395,7 @@ at::Tensor WanModelImpl::forward(const at::Tensor& noisy, const at::Tensor& t, c
     if (recompute_every_ > 0 && int64_t(i) % recompute_every_ == 0) {
       std::vector<at::Tensor> inputs{tokens, e0, ctx, rope.cos, rope.sin};
       if (image_context.defined()) inputs.push_back(image_context);
-      tokens = nn::recomputed(block, inputs);
+      tokens = nn::recomputed(block, inputs, offload);
     } else {
       tokens = block.forward(tokens, e0, ctx, rope, image_context);
     }

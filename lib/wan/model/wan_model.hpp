@@ -158,6 +158,11 @@ class WanModelImpl : public torch::nn::Module {
   // (N = 1: every block); 0: off. Gradients are those without it.
   void set_grad_checkpoint(int64_t every) { recompute_every_ = every; }
   int64_t grad_checkpoint() const { return recompute_every_; }
+  // With checkpointing: each checkpointed block's input waits in host
+  // memory until backward brings it back, one block ahead
+  // (nn/activation_offload.hpp). Gradients are those without it.
+  void set_activation_offload(bool on);
+  bool activation_offload() const { return offload_ != nullptr; }
 
   // Self- and cross-attention through the fused kernel
   // (nn::kFusedAttention, the default), or over `queries` query rows at a
@@ -207,6 +212,7 @@ class WanModelImpl : public torch::nn::Module {
   WanConfig config_;
   std::array<int64_t, 3> rope_grid_{};
   RopeTable rope_;
+  std::unique_ptr<nn::ActivationOffload> offload_;
   int64_t recompute_every_ = 0, attention_chunk_ = nn::kFusedAttention,
           attention_score_budget_ = nn::kAttentionScoreBudget;
   distributed::Comm* sequence_group_ = nullptr;

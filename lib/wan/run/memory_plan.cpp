@@ -66,6 +66,7 @@ std::string describe_step(const ActivationSettings& s, const ActivationMemory& m
                               : s.grad_checkpoint_every == 1
                                   ? "checkpointing every block"
                                   : fmt::format("checkpointing every {} blocks", s.grad_checkpoint_every);
+  if (s.grad_checkpoint_every > 0 && s.offload_checkpointed) checkpointing += ", their inputs offloaded";
   const std::string split = s.sequence_parallel > 1
                                 ? fmt::format(" ({} on each of {} ranks)", m.rank_tokens, s.sequence_parallel)
                                 : std::string();
@@ -314,6 +315,9 @@ MemoryPlan plan_memory(const MemoryPlanSettings& s) {
     add("prompt videos", "the VAE and its decode of the largest prompt's frame, at each draw (--sample-prompts)",
         s.prompt_video_bytes, dev);
   add("activations", detail, activations, dev);
+  if (plan.activations.offloaded > 0)
+    add("offloaded inputs", "the checkpointed blocks' inputs in host memory (--activation-offload)",
+        plan.activations.offloaded, false);
   if (s.prompt_t5_bytes > 0 && !dev)  // on a GPU umT5 is alone on the device at start-up
     plan.startup_host_bytes = std::max(plan.startup_host_bytes, s.runtime_bytes + s.prompt_t5_bytes);
   return plan;

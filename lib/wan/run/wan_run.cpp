@@ -135,6 +135,10 @@ WanRun::WanRun(const train::RunPlan& plan, const WanRunOptions& options, distrib
   model->to(comm.device());
   model->train();
   model->set_grad_checkpoint(options.grad_checkpoint);
+  if (options.activation_offload && options.grad_checkpoint == 0)
+    throw SettingError("activation_offload", "offloads the inputs that checkpointed blocks keep: it needs " +
+                                                 setting_reference("grad_checkpoint") + " blocks or every-N");
+  model->set_activation_offload(options.activation_offload);
   model->set_attention_chunk(options.attention_chunk);
   if (teacher) teacher->set_attention_chunk(options.attention_chunk);
   // Groups of consecutive ranks share each sample's tokens (a teacher runs

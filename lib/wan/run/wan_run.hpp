@@ -61,6 +61,9 @@ struct WanRunOptions {
   // With LoRA: the frozen weights of the first N blocks held in host memory
   // and brought to the device around their use (nn/block_swap.hpp); 0 off.
   int64_t blocks_to_swap = 0;
+  // With grad_checkpoint: the checkpointed blocks' inputs in host memory
+  // until backward (WanModel::set_activation_offload).
+  bool activation_offload = false;
   // Activation checkpointing of the trained model: every N-th block
   // recomputed in backward (WanModel::set_grad_checkpoint); 0 off.
   int64_t grad_checkpoint = 0;
