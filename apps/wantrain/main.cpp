@@ -209,11 +209,27 @@ MemorySummary memory_summary(distributed::World& world, const distributed::Comm&
   table += wan::describe_limits(*root, *other, limits);
   // A LoRA run that does not fit its GPUs: how many blocks to swap would do.
   if (gpu_plan && limits.device_bytes && root->device_total() > *limits.device_bytes && cfg.lora_rank > 0) {
-    const auto swap = wan::smallest_blocks_to_swap(*root_settings, *limits.device_bytes);
-    table += swap ? fmt::format("  {:<16} {:>10}  on each GPU with --blocks-to-swap {}, the fewest that fit\n",
-                                "block swap", wan::format_bytes(swap->device_bytes), swap->blocks)
-                  : fmt::format("  {:<16} {:>10}  no --blocks-to-swap fits: the rest is more than the GPU\n",
-                                "block swap", "");
+    auto swap = wan::smallest_blocks_to_swap(*root_settings, *limits.device_bytes);
+    std::string with = "";
+    // Not enough alone: with the checkpointed inputs offloaded too?
+    auto offloading = *root_settings;
+    offloading.step.offload_checkpointed = true;
+    if (!swap && offloading.step.grad_checkpoint_every > 0 && !root_settings->step.offload_checkpointed) {
+      if (wan::plan_memory(offloading).device_total() <= *limits.device_bytes)
+        swap = wan::SwapSuggestion{0, wan::plan_memory(offloading).device_total()};
+      else
+        swap = wan::smallest_blocks_to_swap(offloading, *limits.device_bytes);
+      with = "--activation-offload";
+    }
+    const std::string options = swap && swap->blocks > 0 ? (with.empty() ? "" : with + " and ") +
+                                                               fmt::format("--blocks-to-swap {}", swap->blocks)
+                                                         : with;
+    table += swap ? fmt::format("  {:<16} {:>10}  on each GPU with {}, the fewest blocks swapped that fit\n",
+                                "block swap", wan::format_bytes(swap->device_bytes), options)
+                  : fmt::format("  {:<16} {:>10}  no --blocks-to-swap fits{}: the rest is more than the GPU\n",
+                                "block swap", "",
+                                root_settings->step.grad_checkpoint_every > 0 ? ", with --activation-offload or not"
+                                                                              : " (--grad-checkpoint blocks may help)");
   }
   return {table, wan::memory_warnings(*root, *other, limits)};
 }
