@@ -46,7 +46,7 @@ class BlockSwap : public ParameterUnits {
   // The bytes of the swapped weights held in host memory.
   double host_bytes() const { return host_bytes_; }
   // Seconds this thread spent copying blocks or waiting for their copies, since the last call.
-  double take_wait_seconds();
+  double take_wait_seconds() override;
 
  private:
   struct Block;

@@ -38,6 +38,8 @@ class ParameterUnits {
   // before its backward runs).
   virtual at::Tensor after_block(int64_t block, const at::Tensor& output) = 0;
   virtual void end_forward() = 0;
+  // Seconds spent waiting for units (a gather, a copy) since the last call.
+  virtual double take_wait_seconds() { return 0; }
 };
 
 }  // namespace wt::nn

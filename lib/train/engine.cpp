@@ -208,6 +208,7 @@ StepResult Engine::step(const Batch& batch, const StepFlags& flags) {
     if (sync) t.comm += seconds_since(phase);
   }
   if (options_.zero == 3) t.gather = im.zero->take_gather_wait_seconds();
+  if (watched_units_) t.gather += watched_units_->take_wait_seconds();
 
   // The step's figures in one reduction and one host read, so that a GPU
   // run's host waits for the device once per step: [loss, parameters

@@ -68,7 +68,7 @@ struct StepTimes {
   double backward = 0;   // including bucket all-reduces overlapped with it
   double comm = 0;       // communication left exposed after backward, and the loss average
   double optimizer = 0;  // norm, clip, AdamW, EMA
-  double gather = 0;     // ZeRO-3: waiting for weight gathers, inside forward and backward
+  double gather = 0;     // waiting for weights (ZeRO-3's gathers, swapped blocks), inside forward and backward
   double total = 0;
 };
 
@@ -169,6 +169,9 @@ class Engine {
   // ZeRO-3: what the model's forward calls around its units (set it with
   // the model's own setter); nullptr otherwise.
   nn::ParameterUnits* parameter_units() const;
+  // Units of the model other than ZeRO-3's (block swap): their waiting
+  // goes into StepTimes::gather.
+  void watch_units(nn::ParameterUnits* units) { watched_units_ = units; }
   // Collective with zero = 3: the trained weights by parameter name, whole
   // on the CPU of every rank, or with `rank` >= 0 of that rank only (the
   // parameters themselves otherwise).
@@ -205,6 +208,7 @@ class Engine {
   Objective& objective_;
   const EngineOptions options_;
   int64_t step_ = 0, skipped_ = 0;
+  nn::ParameterUnits* watched_units_ = nullptr;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -93,6 +93,7 @@ void TrainLog::record(const StepResult& r, int64_t skipped_total, const MemoryPe
   times_.backward += r.times.backward;
   times_.comm += r.times.comm;
   times_.optimizer += r.times.optimizer;
+  times_.gather += r.times.gather;
 
   const double step_time = wall_ / steps_;
   const double samples_per_s = double(options_.samples_per_step) / step_time;
@@ -113,10 +114,12 @@ void TrainLog::record(const StepResult& r, int64_t skipped_total, const MemoryPe
   if (!progress_->enabled())
     report_info(
         "step {}/{}  epoch {}  loss {:.5f}  lr {:.3e}  grad {:.3f}{}  {:.1f} samples/s  "
-        "step {:.3f} s = data {:.3f} + {}fwd {:.3f} + bwd {:.3f} + comm {:.3f} + optim {:.3f}  ETA {}",
+        "step {:.3f} s = data {:.3f} + {}fwd {:.3f} + bwd {:.3f} + comm {:.3f} + optim {:.3f}{}  ETA {}",
         r.step, options_.total_steps, r.epoch, loss, r.lr, r.grad_norm,
         scaled ? fmt::format("  loss scale {:g}", r.loss_scale) : std::string(), samples_per_s, step_time,
         times_.data / n, teacher, times_.forward / n, times_.backward / n, times_.comm / n, times_.optimizer / n,
+        // Inside fwd and bwd: the weights waited for (ZeRO-3's gathers, block swap's copies).
+        times_.gather > 0 ? fmt::format(" (weights waited for {:.3f})", times_.gather / n) : std::string(),
         format_duration(eta));
 
   nlohmann::json json = {{"step", r.step},
@@ -135,6 +138,7 @@ void TrainLog::record(const StepResult& r, int64_t skipped_total, const MemoryPe
                          {"skipped_steps", skipped_total},
                          {"eta_s", eta}};
   if (scaled) json["loss_scale"] = r.loss_scale;
+  if (times_.gather > 0) json["weights_wait_s"] = times_.gather / n;
   if (!peaks.rss_mib.empty()) json["peak_rss_mib"] = peaks.rss_mib[0];  // rank 0's, as before per-rank figures
   add_memory(json, peaks);
   write_line(json.dump());

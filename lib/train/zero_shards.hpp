@@ -105,6 +105,7 @@ class ZeroShards : public nn::ParameterUnits {
   int64_t peak_gathered_bytes() const { return peak_gathered_bytes_; }
   // Seconds spent waiting for gathers (not hidden behind compute) since the last call.
   double take_gather_wait_seconds() { return std::exchange(gather_wait_seconds_, 0.0); }
+  double take_wait_seconds() override { return take_gather_wait_seconds(); }
 
  private:
   struct Unit {

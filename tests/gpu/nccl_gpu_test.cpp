@@ -308,8 +308,9 @@ TEST(LoaderOnGpu, PinnedBatchesReachTheDeviceIntactWhileBuffersAreRecycled) {
 // weights (fp8 with their scales, or bf16) wait in page-locked host memory
 // and come to the GPU on a side stream, fenced by events, computes what the
 // model holding them on the GPU computes: the same output and adapter
-// gradients, under checkpointing or not; and after a no-grad forward no
-// swapped block is left on the GPU.
+// gradients, under checkpointing or not (and then with its blocks' inputs
+// offloaded, --activation-offload); and after a no-grad forward no swapped
+// block is left on the GPU.
 TEST(BlockSwapOnGpu, ASwappedLoraModelComputesAsTheResidentOne) {
   auto gpu = wt::distributed::make_nccl_comm(*g_world, wt::distributed::place_gpus(*g_world), {});
   const auto device = gpu->device();
@@ -327,6 +328,7 @@ TEST(BlockSwapOnGpu, ASwappedLoraModelComputesAsTheResidentOne) {
         (*model)->to(device);
         (*model)->set_grad_checkpoint(checkpoint);
       }
+      swapped->set_activation_offload(checkpoint > 0);  // the checkpointed inputs in host memory too
       torch::manual_seed(3);
       const auto options = torch::TensorOptions().device(device);
       const auto x = torch::randn({2, config.in_dim, 2, 8, 8}, options);

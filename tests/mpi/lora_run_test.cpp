@@ -206,6 +206,10 @@ TEST_F(LoraRun, AnFp8BaseTrainsResumesBitwiseSwapsBlocksAndMergesIntoItsDequanti
     ASSERT_EQ(swapped.status, 0) << swapped.output;
     EXPECT_EQ(occurrences(swapped.output, "block swap: the frozen weights of blocks 0 to "), 1u) << swapped.output;
     EXPECT_EQ(weights_difference(run_dir("lora-fp8-swapped") + "/lora.safetensors", dir + "/lora.safetensors"), 0);
+    // The steps report the time spent copying blocks (a copy on the CPU takes some).
+    const auto steps = training_lines(run_dir("lora-fp8-swapped"));
+    ASSERT_FALSE(steps.empty());
+    EXPECT_GT(steps[0].value("weights_wait_s", 0.0), 0.0);
   }
 
   const Job merged = launch(std::string(WANTRAIN_WANTRAIN) + " export --checkpoint " + dir + "/latest --out " + dir +

@@ -182,10 +182,12 @@ void WanRun::connect(distributed::Comm& comm, const train::StartPoint& start) {
   auto& im = *impl_;
   im.engine = std::make_unique<train::Engine>(comm, *im.objective, im.engine_options);
   // ZeRO-3's units gathered unit by unit, or the swapped blocks (LoRA, never with ZeRO-3).
-  if (im.block_swap)
+  if (im.block_swap) {
     im.model->set_parameter_units(im.block_swap.get());
-  else
+    im.engine->watch_units(im.block_swap.get());
+  } else {
     im.model->set_parameter_units(im.engine->parameter_units());
+  }
   if (Teacher* teacher = im.teacher) {
     teacher->to(comm.device());  // already in its final precision
     if (comm.rank() == 0)
