@@ -27,9 +27,10 @@ struct SamplingRequest {
   // checked against the stored one), or A14B's two experts.
   std::string weights, checkpoint, high_noise, low_noise, model_config;
   CheckpointWeightsChoice checkpoint_weights = CheckpointWeightsChoice::Auto;
-  double boundary = 0;                          // two experts: 0 = the release's
-  bool offload_experts = false;                 // two experts on a GPU: the idle one in host memory
-  std::optional<at::ScalarType> weights_dtype;  // the blocks' Linears (fp32, bf16, fp8); unset: bf16 for a released model
+  double boundary = 0;           // two experts: 0 = the release's
+  bool offload_experts = false;  // two experts on a GPU: the idle one in host memory
+  std::optional<at::ScalarType>
+      weights_dtype;  // the blocks' Linears (fp32, bf16, fp8); unset: bf16 for a released model
   std::vector<std::string> loras, loras_high, loras_low;
   std::vector<double> lora_scales;  // one for all, or one per lora; empty: 1
 
