@@ -145,6 +145,7 @@ MemorySummary memory_summary(distributed::World& world, const distributed::Comm&
     double loader_bytes = 0;
     for (const auto& shape : shapes) loader_bytes += sample_bytes(shape.second);
     std::vector<wan::MemoryPlan> roots, others;
+    std::vector<wan::MemoryPlanSettings> root_settings_of;  // per shape, as planned
     for (const auto& [name, latents] : shapes) {
       auto settings =
           memory_plan_settings(cfg, *model_config, teacher_config, latents, loader_bytes, plan_device, world.size());
@@ -156,6 +157,7 @@ MemorySummary memory_summary(distributed::World& world, const distributed::Comm&
       try {
         settings.checkpoint_snapshot = true;
         roots.push_back(wan::plan_memory(settings));
+        root_settings_of.push_back(settings);
         settings.checkpoint_snapshot = false;
         others.push_back(wan::plan_memory(settings));
       } catch (const UsageError& e) {  // latents that do not fit the patch: name where they came from
@@ -174,9 +176,7 @@ MemorySummary memory_summary(distributed::World& world, const distributed::Comm&
                                    b == largest ? " (the largest: the plan below)" : "");
     root = roots[largest];
     other = others[largest];
-    root_settings = memory_plan_settings(cfg, *model_config, teacher_config, shapes[largest].second, loader_bytes,
-                                         plan_device, world.size());
-    root_settings->checkpoint_snapshot = true;
+    root_settings = root_settings_of[largest];
   });
   // This rank's plan is shown (rank 0's, which prints it, with the
   // checkpoint copy); the limits hold the node's ranks together.
@@ -215,10 +215,9 @@ MemorySummary memory_summary(distributed::World& world, const distributed::Comm&
     auto offloading = *root_settings;
     offloading.step.offload_checkpointed = true;
     if (!swap && offloading.step.grad_checkpoint_every > 0 && !root_settings->step.offload_checkpointed) {
-      if (wan::plan_memory(offloading).device_total() <= *limits.device_bytes)
-        swap = wan::SwapSuggestion{0, wan::plan_memory(offloading).device_total()};
-      else
-        swap = wan::smallest_blocks_to_swap(offloading, *limits.device_bytes);
+      const double offloaded = wan::plan_memory(offloading).device_total();
+      swap = offloaded <= *limits.device_bytes ? std::optional(wan::SwapSuggestion{0, offloaded})
+                                               : wan::smallest_blocks_to_swap(offloading, *limits.device_bytes);
       with = "--activation-offload";
     }
     const std::string options = swap && swap->blocks > 0 ? (with.empty() ? "" : with + " and ") +

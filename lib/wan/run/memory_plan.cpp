@@ -316,7 +316,7 @@ MemoryPlan plan_memory(const MemoryPlanSettings& s) {
         s.prompt_video_bytes, dev);
   add("activations", detail, activations, dev);
   if (plan.activations.offloaded > 0)
-    add("offloaded inputs", "the checkpointed blocks' inputs in host memory (--activation-offload)",
+    add("offloaded inputs", "the checkpointed blocks' inputs in host memory, brought back one block ahead",
         plan.activations.offloaded, false);
   if (s.prompt_t5_bytes > 0 && !dev)  // on a GPU umT5 is alone on the device at start-up
     plan.startup_host_bytes = std::max(plan.startup_host_bytes, s.runtime_bytes + s.prompt_t5_bytes);
