@@ -26,7 +26,7 @@ Key key_of(c10::TensorImpl* impl) {
 }
 
 // The parameters of one group that share a step count: one set of _foreach_ calls.
-struct Batch {
+struct StepGroup {
   std::vector<at::Tensor> params, grads, exp_avg, exp_avg_sq;
 };
 
@@ -40,11 +40,11 @@ namespace {
 
 // Counts this step for every parameter of `group` with a gradient (creating
 // its state as AdamW's first step does) and returns them by step count.
-std::map<int64_t, Batch> count_step(torch::optim::AdamW& optimizer, torch::optim::OptimizerParamGroup& group) {
+std::map<int64_t, StepGroup> count_step(torch::optim::AdamW& optimizer, torch::optim::OptimizerParamGroup& group) {
   const auto& o = static_cast<const torch::optim::AdamWOptions&>(group.options());
   if (o.amsgrad()) throw Error("AdamW step: amsgrad is not supported");
   auto& state = optimizer.state();
-  std::map<int64_t, Batch> by_step;  // step count after this step -> its parameters
+  std::map<int64_t, StepGroup> by_step;  // step count after this step -> its parameters
   for (auto& p : group.params()) {
     if (!p.grad().defined()) continue;
     auto& slot = state[optimizer_key(p)];
@@ -80,7 +80,7 @@ struct Coefficients {
   }
 };
 
-void foreach_update(Batch& b, const Coefficients& c) {
+void foreach_update(StepGroup& b, const Coefficients& c) {
   // Decoupled weight decay first, then the moments, as AdamW::step.
   if (c.decay != 1) at::_foreach_mul_(b.params, c.decay);
   at::_foreach_mul_(b.exp_avg, c.beta1);
@@ -130,7 +130,7 @@ void fused_adamw_step(torch::optim::AdamW& optimizer) {
     const auto& o = static_cast<const torch::optim::AdamWOptions&>(group.options());
     for (auto& [step, b] : count_step(optimizer, group)) {
       const Coefficients c(o, step);
-      Batch rest;  // not fp32 and contiguous: tensor ops
+      StepGroup rest;  // not fp32 and contiguous: tensor ops
       for (size_t i = 0; i < b.params.size(); ++i) {
         if (fusable(b.params[i]) && fusable(b.grads[i]) && fusable(b.exp_avg[i]) && fusable(b.exp_avg_sq[i])) {
           fused_update(b.params[i].data_ptr<float>(), b.grads[i].data_ptr<float>(), b.exp_avg[i].data_ptr<float>(),
