@@ -32,10 +32,11 @@ const char* thread_level_name(int level) {
 World::World(int& argc, char**& argv) : host_(host_name()) {
   // A process started without a launcher (one rank: wandata, wansample, a
   // one-rank wantrain) is an MPI singleton; Open MPI then starts an orted
-  // beside it, which costs every such start 0.3 s of wall time and serves
-  // nothing a singleton does (no spawn, no second rank). Isolated, it starts
-  // none. Only Open MPI reads the variable, only a singleton uses it, and a
-  // value already set wins.
+  // beside it, which costs every such start about 0.15 s (measured:
+  // docs/development.md, "Scheduling") and serves nothing a singleton does
+  // (no spawn, no second rank). Isolated, it starts none. Only Open MPI
+  // reads the variable, only a singleton uses it, and a value already set
+  // wins.
   setenv("OMPI_MCA_ess_singleton_isolated", "1", /*overwrite=*/0);
   int provided = MPI_THREAD_SINGLE;
   if (MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
