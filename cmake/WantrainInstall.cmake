@@ -30,11 +30,9 @@ install(FILES README.md DESTINATION ${CMAKE_INSTALL_DOCDIR})
 install(DIRECTORY docs/ DESTINATION ${CMAKE_INSTALL_DOCDIR})
 
 # What the generated files need to know, fixed now; the prefix comes at install time.
+# The NCCL backend links neither NCCL nor the CUDA runtime: it finds them
+# among the libraries LibTorch's CUDA backend loads (lib/distributed/cuda_api.hpp).
 set(_nccl_link "")
-if(WANTRAIN_NCCL_ENABLED)
-  get_target_property(_cudart CUDA::cudart IMPORTED_LOCATION)
-  set(_nccl_link "${NCCL_LIBRARY};${_cudart}")
-endif()
 execute_process(COMMAND ${MPIEXEC_EXECUTABLE} --version OUTPUT_VARIABLE _mpiexec_version ERROR_QUIET)
 string(REGEX MATCH "[0-9]+\\.[0-9]+(\\.[0-9]+)?" _mpi_release "${_mpiexec_version}")
 if(_mpiexec_version MATCHES "Open MPI|OpenRTE")

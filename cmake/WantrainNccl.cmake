@@ -46,3 +46,17 @@ if(NOT _want_nccl MATCHES "^(OFF|FALSE|0|NO)$")
                         "(found: ${NCCL_FOUND}) is missing; set CUDAToolkit_ROOT / NCCL_ROOT or use OFF")
   endif()
 endif()
+
+# The sonames by which the NCCL backend finds the CUDA runtime and NCCL among
+# the libraries LibTorch's CUDA backend loaded (lib/distributed/cuda_api.cpp):
+# those of the files found here, as the linker would have recorded them.
+if(WANTRAIN_NCCL_ENABLED)
+  get_target_property(_cudart_file CUDA::cudart IMPORTED_LOCATION)
+  get_filename_component(_cudart_name "${_cudart_file}" NAME)
+  if(_cudart_name MATCHES "^libcudart\\.so\\.[0-9]+$")
+    set(WANTRAIN_CUDART_SONAME "${_cudart_name}")
+  else()
+    set(WANTRAIN_CUDART_SONAME "libcudart.so.${CUDAToolkit_VERSION_MAJOR}")
+  endif()
+  set(WANTRAIN_NCCL_SONAME "libnccl.so.${NCCL_MAJOR}")
+endif()

@@ -1,7 +1,17 @@
 # LibTorch as one interface target, and a shared precompiled <torch/torch.h>
 # so that the 20 s it costs to parse is paid once per build, not per file.
 add_library(wantrain_torch INTERFACE)
-target_link_libraries(wantrain_torch INTERFACE ${TORCH_LIBRARIES})
+# LibTorch's CPU library alone: a CUDA LibTorch's CUDA backend (libtorch_cuda
+# and with it c10_cuda, cuBLAS, cuDNN, NCCL) is loaded at
+# run time where a CUDA driver is (lib/distributed/cuda_libraries.hpp), so a
+# process on a CPU node does not pay its start-up (0.1 CPU-s each;
+# docs/development.md, "Scheduling").
+if(TARGET torch_cpu_library AND TARGET c10)
+  target_link_libraries(wantrain_torch INTERFACE torch_cpu_library c10)
+  target_include_directories(wantrain_torch INTERFACE ${TORCH_INCLUDE_DIRS})
+else()
+  target_link_libraries(wantrain_torch INTERFACE ${TORCH_LIBRARIES})
+endif()
 # The wheel's libtorch.so (built by GCC 13 against an older libstdc++) carries
 # and exports its own copies of newer libstdc++ functions (std::filesystem,
 # std::chrono's time zones). Found before the system's libstdc++, they would

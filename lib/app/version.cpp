@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <mpi.h>
 
+#include "wantrain/distributed/cuda_libraries.hpp"
 #include "wantrain/distributed/nccl_comm.hpp"
 #include "wantrain/config.hpp"
 
@@ -29,9 +30,15 @@ std::string version_text(const std::string& program) {
   MPI_Get_library_version(mpi, &length);
   std::string mpi_name(mpi, length);
   mpi_name = mpi_name.substr(0, mpi_name.find_first_of(",\n"));
+  // A CUDA LibTorch says whether its CUDA backend is in this process (loaded
+  // only where a CUDA driver is: cuda_libraries.hpp).
+  const auto& cuda = distributed::load_cuda_libraries();
+  const std::string torch_cuda = WANTRAIN_TORCH_HAS_CUDA
+                                     ? fmt::format("{}, {}", WANTRAIN_TORCH_CUDA, cuda.loaded ? "loaded" : cuda.why_not)
+                                     : std::string(WANTRAIN_TORCH_CUDA);
   return fmt::format(
       "{} {} (git {})\n  LibTorch {} ({}), {}, HDF5 {}, {}, {}\n", program, WANTRAIN_VERSION, git_commit(),
-      WANTRAIN_TORCH_VERSION, WANTRAIN_TORCH_CUDA, mpi_name, WANTRAIN_HDF5_VERSION,
+      WANTRAIN_TORCH_VERSION, torch_cuda, mpi_name, WANTRAIN_HDF5_VERSION,
       distributed::nccl_built() ? fmt::format("NCCL {}", WANTRAIN_NCCL_VERSION) : std::string("without NCCL"),
       malloc_name());
 }

@@ -1,49 +1,35 @@
 #include "wantrain/data/copy_fence.hpp"
 
-#include "wantrain/config.hpp"
-
-#if WANTRAIN_TORCH_HAS_CUDA
-#include <ATen/cuda/CUDAEvent.h>
-#include <c10/cuda/CUDAStream.h>
-#endif
+#include <c10/core/Event.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 
 namespace wt::data {
 
-#if WANTRAIN_TORCH_HAS_CUDA
-// GPU only (never executed here: no CI machine has a GPU).
+// GPU only (never executed here: no CI machine has a GPU). c10's
+// device-generic event, which LibTorch's CUDA backend implements once it is
+// loaded (distributed/cuda_libraries.hpp).
 struct CopyFence::Event {
-  at::cuda::CUDAEvent event;
+  c10::Event event{c10::DeviceType::CUDA};
 };
-#else
-struct CopyFence::Event {};
-#endif
 
 CopyFence::CopyFence() = default;
 CopyFence::~CopyFence() = default;
 
 void CopyFence::record(const c10::Device& device) {
   if (!device.is_cuda()) return;  // CPU copies are finished when they return
-#if WANTRAIN_TORCH_HAS_CUDA
   std::lock_guard<std::mutex> lock(mutex_);
   if (!event_) event_ = std::make_unique<Event>();
-  event_->event.record(c10::cuda::getCurrentCUDAStream(device.index()));
-#endif
+  event_->event.record(c10::impl::VirtualGuardImpl(device.type()).getStream(device));
 }
 
 bool CopyFence::done() const {
-#if WANTRAIN_TORCH_HAS_CUDA
   std::lock_guard<std::mutex> lock(mutex_);
   return !event_ || event_->event.query();
-#else
-  return true;
-#endif
 }
 
 void CopyFence::wait() const {
-#if WANTRAIN_TORCH_HAS_CUDA
   std::lock_guard<std::mutex> lock(mutex_);
   if (event_) event_->event.synchronize();
-#endif
 }
 
 }  // namespace wt::data

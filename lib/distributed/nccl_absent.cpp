@@ -5,6 +5,7 @@
 namespace wt::distributed {
 
 bool nccl_built() { return false; }
+std::string nccl_unavailable_reason() { return "this wantrain was built without NCCL"; }
 int cuda_device_count() { return 0; }
 double cuda_device_memory_bytes(int) { return 0; }
 double cuda_device_memory_in_use_bytes(int) { return 0; }

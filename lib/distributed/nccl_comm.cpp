@@ -1,7 +1,6 @@
 #include "wantrain/distributed/nccl_comm.hpp"
 
 #include <ATen/ATen.h>
-#include <dlfcn.h>
 #include <fmt/format.h>
 
 #include <atomic>
@@ -12,6 +11,7 @@
 #include <vector>
 
 #include "wantrain/distributed/cuda_check.hpp"
+#include "wantrain/distributed/cuda_libraries.hpp"
 #include "wantrain/distributed/watchdog.hpp"
 #include "wantrain/distributed/world.hpp"
 #include "wantrain/util/exit_codes.hpp"
@@ -23,9 +23,7 @@
 #include "wantrain/distributed/abort.hpp"
 #include "wantrain/distributed/mpi_check.hpp"
 
-#if WANTRAIN_TORCH_HAS_CUDA
-#include <c10/cuda/CUDAStream.h>
-#endif
+#include <c10/core/impl/VirtualGuardImpl.h>
 
 namespace wt::distributed {
 
@@ -40,33 +38,38 @@ static_assert(sizeof(ncclUniqueId) == std::tuple_size<NcclUniqueIdBytes>::value,
 
 bool nccl_built() { return true; }
 
-namespace {
-// Whether the machine has a CUDA driver (libcuda) at all.
-bool cuda_driver_installed() {
-  void* driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
-  if (driver == nullptr) return false;
-  dlclose(driver);
-  return true;
+std::string nccl_unavailable_reason() {
+  std::string why_not;
+  cuda_api(&why_not);
+  return why_not;
 }
-}  // namespace
 
 int cuda_device_count() {
+  std::string why_not;
+  const CudaApi* api = cuda_api(&why_not);
+  if (api == nullptr) {
+    // No driver (a CPU node) or WANTRAIN_CUDA=off: no device, as asked. A
+    // driver whose libraries did not load would silently make a GPU node a
+    // CPU one: that is said.
+    if (load_cuda_libraries().wanted) report_warning("CUDA cannot be used: {}", why_not);
+    return 0;
+  }
   int count = 0;
-  const cudaError_t rc = cudaGetDeviceCount(&count);
+  const cudaError_t rc = api->cudaGetDeviceCount(&count);
   if (rc == cudaSuccess) return count;
-  cudaGetLastError();  // clear the error, report no device
-  // No device is ordinary on CPU nodes, and so is no driver at all (the
-  // runtime then says "insufficient driver"); anything else (a driver older
-  // than this CUDA runtime, say) would silently turn GPU nodes into CPU ones.
-  if (rc != cudaErrorNoDevice && !(rc == cudaErrorInsufficientDriver && !cuda_driver_installed()))
-    report_warning("CUDA reports no usable device: {} ({})", cudaGetErrorString(rc), cudaGetErrorName(rc));
+  api->cudaGetLastError();  // clear the error, report no device
+  // No device is ordinary where the libraries were loaded without a driver
+  // (WANTRAIN_CUDA=on); anything else (a driver older than this CUDA
+  // runtime, say) would silently turn GPU nodes into CPU ones.
+  if (rc != cudaErrorNoDevice && rc != cudaErrorInsufficientDriver)
+    report_warning("CUDA reports no usable device: {} ({})", api->cudaGetErrorString(rc), api->cudaGetErrorName(rc));
   return 0;
 }
 
 double cuda_device_memory_bytes(int device) {
   cudaDeviceProp properties{};
-  if (cudaGetDeviceProperties(&properties, device) != cudaSuccess) {
-    cudaGetLastError();
+  if (cu().cudaGetDeviceProperties(&properties, device) != cudaSuccess) {
+    cu().cudaGetLastError();
     return 0;
   }
   return double(properties.totalGlobalMem);
@@ -74,19 +77,19 @@ double cuda_device_memory_bytes(int device) {
 
 double cuda_device_memory_in_use_bytes(int device) {
   int current = 0;
-  if (cudaGetDevice(&current) != cudaSuccess) {
-    cudaGetLastError();
+  if (cu().cudaGetDevice(&current) != cudaSuccess) {
+    cu().cudaGetLastError();
     return 0;
   }
   // cudaMemGetInfo answers for the current device.
-  if (current != device && cudaSetDevice(device) != cudaSuccess) {
-    cudaGetLastError();
+  if (current != device && cu().cudaSetDevice(device) != cudaSuccess) {
+    cu().cudaGetLastError();
     return 0;
   }
   size_t free = 0, total = 0;
-  const bool read = cudaMemGetInfo(&free, &total) == cudaSuccess;
-  if (!read) cudaGetLastError();
-  if (current != device) cudaSetDevice(current);
+  const bool read = cu().cudaMemGetInfo(&free, &total) == cudaSuccess;
+  if (!read) cu().cudaGetLastError();
+  if (current != device) cu().cudaSetDevice(current);
   return read ? double(total - free) : 0.0;
 }
 
@@ -108,10 +111,10 @@ RankDevice this_rank_device(const World& world) {
   // told apart by the bus ids: place_gpus names them.
   mine.ordinal = world.local_rank() % devices;
   char bus_id[32] = {};
-  if (cudaDeviceGetPCIBusId(bus_id, int(sizeof bus_id), mine.ordinal) == cudaSuccess) {
+  if (cu().cudaDeviceGetPCIBusId(bus_id, int(sizeof bus_id), mine.ordinal) == cudaSuccess) {
     mine.bus_id = bus_id;
   } else {
-    cudaGetLastError();  // no bus id: the ordinal alone then names the device
+    cu().cudaGetLastError();  // no bus id: the ordinal alone then names the device
   }
   return mine;
 }
@@ -120,7 +123,7 @@ NcclUniqueIdBytes broadcast_nccl_unique_id(const World& world) {
   NcclUniqueIdBytes bytes{};
   if (world.rank() == 0) {
     ncclUniqueId id;
-    NCCL_CHECK(ncclGetUniqueId(&id));
+    NCCL_CHECK(cu().ncclGetUniqueId(&id));
     std::memcpy(bytes.data(), &id, sizeof id);
   }
   MPI_CHECK(MPI_Bcast(bytes.data(), static_cast<int>(bytes.size()), MPI_BYTE, 0, world.comm()));
@@ -129,15 +132,12 @@ NcclUniqueIdBytes broadcast_nccl_unique_id(const World& world) {
 
 namespace {
 
-// The stream the caller's kernels run on: LibTorch's current stream when it
-// has CUDA, else the legacy default stream.
+// The stream the caller's kernels run on: LibTorch's current stream on the
+// device (through c10's device-generic interface, which c10_cuda implements).
 cudaStream_t compute_stream(int device) {
-#if WANTRAIN_TORCH_HAS_CUDA
-  return c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device)).stream();
-#else
-  (void)device;
-  return cudaStreamLegacy;
-#endif
+  const c10::impl::VirtualGuardImpl cuda(c10::DeviceType::CUDA);
+  return static_cast<cudaStream_t>(
+      cuda.getStream(c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device))).native_handle());
 }
 
 ncclDataType_t nccl_type(at::ScalarType dtype) {
@@ -171,29 +171,29 @@ class NcclWork final : public Work {
  public:
   NcclWork(int device, cudaStream_t stream, std::vector<at::Tensor> keep_alive, bool host_blocking)
       : device_(device), host_blocking_(host_blocking), keep_alive_(std::move(keep_alive)) {
-    CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
-    CUDA_CHECK(cudaEventRecord(done_, stream));
+    CUDA_CHECK(cu().cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
+    CUDA_CHECK(cu().cudaEventRecord(done_, stream));
   }
   ~NcclWork() override {
-    cudaSetDevice(device_);  // may run on the watchdog's thread
-    cudaEventDestroy(done_);
+    cu().cudaSetDevice(device_);  // may run on the watchdog's thread
+    cu().cudaEventDestroy(done_);
   }
   NcclWork(const NcclWork&) = delete;
   NcclWork& operator=(const NcclWork&) = delete;
 
   void wait() override {
-    CUDA_CHECK(cudaSetDevice(device_));
+    CUDA_CHECK(cu().cudaSetDevice(device_));
     if (host_blocking_)
-      CUDA_CHECK(cudaEventSynchronize(done_));
+      CUDA_CHECK(cu().cudaEventSynchronize(done_));
     else
-      CUDA_CHECK(cudaStreamWaitEvent(compute_stream(device_), done_, 0));
+      CUDA_CHECK(cu().cudaStreamWaitEvent(compute_stream(device_), done_, 0));
   }
   bool completed() override { return query() == cudaSuccess; }
 
   // cudaSuccess (done), cudaErrorNotReady (running) or the CUDA error that stopped it.
   cudaError_t query() const {
-    cudaSetDevice(device_);
-    return cudaEventQuery(done_);
+    cu().cudaSetDevice(device_);
+    return cu().cudaEventQuery(done_);
   }
 
  private:
@@ -213,7 +213,7 @@ class NcclComm final : public Comm {
       if (!placement.usable()) throw SettingError("backend", "nccl: " + placement.problem);
     });
     device_ = placement.ranks.at(size_t(rank_)).ordinal;
-    CUDA_CHECK(cudaSetDevice(device_));
+    CUDA_CHECK(cu().cudaSetDevice(device_));
     const NcclUniqueIdBytes bytes = broadcast_nccl_unique_id(world);
     ncclUniqueId id;
     std::memcpy(&id, bytes.data(), sizeof id);
@@ -223,18 +223,18 @@ class NcclComm final : public Comm {
     test_delay("nccl_join");
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
-    const ncclResult_t joined = ncclCommInitRankConfig(&comm_, size_, id, rank_, &config);
+    const ncclResult_t joined = cu().ncclCommInitRankConfig(&comm_, size_, id, rank_, &config);
     if (joined != ncclSuccess && joined != ncclInProgress) {
-      if (comm_ != nullptr) ncclCommAbort(comm_);
+      if (comm_ != nullptr) cu().ncclCommAbort(comm_);
       abort_job(fmt::format("NCCL could not create its communicator on {} ({}): {}", world.host(),
-                            placement.ranks[size_t(rank_)].describe(), ncclGetErrorString(joined)),
+                            placement.ranks[size_t(rank_)].describe(), cu().ncclGetErrorString(joined)),
                 kExitFailure);
     }
     joining_ = true;
     settle(fmt::format("communicator creation on {} ({})", world.host(), placement.ranks[size_t(rank_)].describe()));
     joining_ = false;
-    CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-    CUDA_CHECK(cudaMalloc(&barrier_buffer_, sizeof(float)));
+    CUDA_CHECK(cu().cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    CUDA_CHECK(cu().cudaMalloc(&barrier_buffer_, sizeof(float)));
     watchdog_ =
         std::make_unique<Watchdog>("NCCL", options.timeout, [this](const std::string& message) { fail(message); });
   }
@@ -242,19 +242,19 @@ class NcclComm final : public Comm {
   // Collective over `parent`: ncclCommSplit, non-blocking and settled as the join is.
   NcclComm(NcclComm& parent, int color) : rank_(0), size_(0), timeout_(parent.timeout_), device_(parent.device_) {
     if (color < 0) throw Error(fmt::format("NcclComm split: color {} is negative", color));
-    CUDA_CHECK(cudaSetDevice(device_));
+    CUDA_CHECK(cu().cudaSetDevice(device_));
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
-    const ncclResult_t asked = ncclCommSplit(parent.comm_, color, parent.rank_, &comm_, &config);
+    const ncclResult_t asked = cu().ncclCommSplit(parent.comm_, color, parent.rank_, &comm_, &config);
     if (asked != ncclSuccess && asked != ncclInProgress)
-      parent.fail(fmt::format("NCCL could not split its communicator: {}", ncclGetErrorString(asked)));
+      parent.fail(fmt::format("NCCL could not split its communicator: {}", cu().ncclGetErrorString(asked)));
     joining_ = true;
     settle(fmt::format("communicator split (color {})", color));
     joining_ = false;
-    if (ncclCommUserRank(comm_, &rank_) != ncclSuccess || ncclCommCount(comm_, &size_) != ncclSuccess)
+    if (cu().ncclCommUserRank(comm_, &rank_) != ncclSuccess || cu().ncclCommCount(comm_, &size_) != ncclSuccess)
       fail("NCCL could not read the split communicator's rank and size");
-    CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-    CUDA_CHECK(cudaMalloc(&barrier_buffer_, sizeof(float)));
+    CUDA_CHECK(cu().cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    CUDA_CHECK(cu().cudaMalloc(&barrier_buffer_, sizeof(float)));
     watchdog_ = std::make_unique<Watchdog>("NCCL", timeout_, [this](const std::string& message) { fail(message); });
   }
 
@@ -262,18 +262,18 @@ class NcclComm final : public Comm {
     if (std::uncaught_exceptions() > 0) {
       // Unwinding to MPI_Abort: queued ops may wait for peers that are gone.
       watchdog_.reset();
-      ncclCommAbort(comm_);
+      cu().ncclCommAbort(comm_);
       return;
     }
     // Let issued ops finish, stop watching, then release in reverse order.
-    cudaSetDevice(device_);
-    cudaStreamSynchronize(stream_);
+    cu().cudaSetDevice(device_);
+    cu().cudaStreamSynchronize(stream_);
     watchdog_.reset();
-    cudaFree(barrier_buffer_);
-    cudaStreamDestroy(stream_);
+    cu().cudaFree(barrier_buffer_);
+    cu().cudaStreamDestroy(stream_);
     // A non-blocking communicator finalizes asynchronously: flush, then free.
-    if (ncclCommFinalize(comm_) == ncclInProgress) settle("finalize");
-    ncclCommDestroy(comm_);
+    if (cu().ncclCommFinalize(comm_) == ncclInProgress) settle("finalize");
+    cu().ncclCommDestroy(comm_);
   }
   NcclComm(const NcclComm&) = delete;
   NcclComm& operator=(const NcclComm&) = delete;
@@ -287,10 +287,11 @@ class NcclComm final : public Comm {
     check("all_reduce", t);
     const ncclDataType_t type = nccl_type(t.scalar_type());
     const ncclRedOp_t op = nccl_op(t.scalar_type(), options.op);
-    return launch(
-        fmt::format("all_reduce #{} ({} x {}, {})", seq_++, c10::toString(t.scalar_type()), t.numel(),
-                    to_string(options.op)),
-        {t}, [&](cudaStream_t s) { return ncclAllReduce(t.data_ptr(), t.data_ptr(), t.numel(), type, op, comm_, s); });
+    return launch(fmt::format("all_reduce #{} ({} x {}, {})", seq_++, c10::toString(t.scalar_type()), t.numel(),
+                              to_string(options.op)),
+                  {t}, [&](cudaStream_t s) {
+                    return cu().ncclAllReduce(t.data_ptr(), t.data_ptr(), t.numel(), type, op, comm_, s);
+                  });
   }
 
   WorkPtr broadcast_async(const at::Tensor& t, const BroadcastOptions& options) override {
@@ -301,7 +302,7 @@ class NcclComm final : public Comm {
     return launch(fmt::format("broadcast #{} ({} x {}, root {})", seq_++, c10::toString(t.scalar_type()), t.numel(),
                               options.root),
                   {t}, [&](cudaStream_t s) {
-                    return ncclBroadcast(t.data_ptr(), t.data_ptr(), t.numel(), type, options.root, comm_, s);
+                    return cu().ncclBroadcast(t.data_ptr(), t.data_ptr(), t.numel(), type, options.root, comm_, s);
                   });
   }
 
@@ -314,7 +315,7 @@ class NcclComm final : public Comm {
     const ncclDataType_t type = nccl_type(input.scalar_type());
     return launch(fmt::format("all_gather #{} ({} x {})", seq_++, c10::toString(input.scalar_type()), input.numel()),
                   {output, input}, [&](cudaStream_t s) {
-                    return ncclAllGather(input.data_ptr(), output.data_ptr(), input.numel(), type, comm_, s);
+                    return cu().ncclAllGather(input.data_ptr(), output.data_ptr(), input.numel(), type, comm_, s);
                   });
   }
 
@@ -330,7 +331,8 @@ class NcclComm final : public Comm {
     return launch(fmt::format("reduce_scatter #{} ({} x {}, {})", seq_++, c10::toString(input.scalar_type()),
                               input.numel(), to_string(options.op)),
                   {output, input}, [&](cudaStream_t s) {
-                    return ncclReduceScatter(input.data_ptr(), output.data_ptr(), output.numel(), type, op, comm_, s);
+                    return cu().ncclReduceScatter(input.data_ptr(), output.data_ptr(), output.numel(), type, op, comm_,
+                                                  s);
                   });
   }
 
@@ -350,12 +352,12 @@ class NcclComm final : public Comm {
                   {output, input}, [&](cudaStream_t s) {
                     const char* in = static_cast<const char*>(input.data_ptr());
                     char* out = static_cast<char*>(output.data_ptr());
-                    ncclResult_t r = ncclGroupStart();
+                    ncclResult_t r = cu().ncclGroupStart();
                     for (int peer = 0; peer < size_ && r == ncclSuccess; ++peer) {
-                      r = ncclSend(in + peer * chunk_bytes, count, type, peer, comm_, s);
-                      if (r == ncclSuccess) r = ncclRecv(out + peer * chunk_bytes, count, type, peer, comm_, s);
+                      r = cu().ncclSend(in + peer * chunk_bytes, count, type, peer, comm_, s);
+                      if (r == ncclSuccess) r = cu().ncclRecv(out + peer * chunk_bytes, count, type, peer, comm_, s);
                     }
-                    const ncclResult_t ended = ncclGroupEnd();
+                    const ncclResult_t ended = cu().ncclGroupEnd();
                     return r != ncclSuccess ? r : ended;
                   });
   }
@@ -368,7 +370,7 @@ class NcclComm final : public Comm {
     return launch(
         fmt::format("barrier #{}", seq_++), {},
         [&](cudaStream_t s) {
-          return ncclAllReduce(barrier_buffer_, barrier_buffer_, 1, ncclFloat32, ncclSum, comm_, s);
+          return cu().ncclAllReduce(barrier_buffer_, barrier_buffer_, 1, ncclFloat32, ncclSum, comm_, s);
         },
         /*host_blocking=*/true);
   }
@@ -390,7 +392,7 @@ class NcclComm final : public Comm {
   [[noreturn]] void fail(const std::string& message, bool abort_nccl = true) {
     if (failing_.exchange(true))
       for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
-    if (abort_nccl) ncclCommAbort(comm_);
+    if (abort_nccl) cu().ncclCommAbort(comm_);
     abort_job(message, kExitFailure);
   }
 
@@ -402,10 +404,11 @@ class NcclComm final : public Comm {
     const bool settled = poll_until(
         [&] {
           ncclResult_t state = ncclSuccess;
-          const ncclResult_t asked = ncclCommGetAsyncError(comm_, &state);
+          const ncclResult_t asked = cu().ncclCommGetAsyncError(comm_, &state);
           if (asked != ncclSuccess) state = asked;
           if (state != ncclSuccess && state != ncclInProgress)
-            fail(fmt::format("NCCL {} failed: {} ({})", what, ncclGetErrorString(state), ncclGetLastError(comm_)));
+            fail(fmt::format("NCCL {} failed: {} ({})", what, cu().ncclGetErrorString(state),
+                             cu().ncclGetLastError(comm_)));
           return state == ncclSuccess;
         },
         timeout_);
@@ -418,30 +421,30 @@ class NcclComm final : public Comm {
 
   template <class Call>
   WorkPtr launch(std::string description, std::vector<at::Tensor> keep_alive, Call call, bool host_blocking = false) {
-    CUDA_CHECK(cudaSetDevice(device_));
+    CUDA_CHECK(cu().cudaSetDevice(device_));
     // The op must see what the compute stream has queued so far.
     cudaEvent_t ready = nullptr;
-    CUDA_CHECK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
-    CUDA_CHECK(cudaEventRecord(ready, compute_stream(device_)));
-    CUDA_CHECK(cudaStreamWaitEvent(stream_, ready, 0));
-    CUDA_CHECK(cudaEventDestroy(ready));
+    CUDA_CHECK(cu().cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
+    CUDA_CHECK(cu().cudaEventRecord(ready, compute_stream(device_)));
+    CUDA_CHECK(cu().cudaStreamWaitEvent(stream_, ready, 0));
+    CUDA_CHECK(cu().cudaEventDestroy(ready));
     const ncclResult_t queued = call(stream_);
     if (queued == ncclInProgress)
       settle(description);  // non-blocking: enqueued once the state is no longer in progress
     else if (queued != ncclSuccess)
-      fail(fmt::format("NCCL {} could not be queued: {} ({})", description, ncclGetErrorString(queued),
-                       ncclGetLastError(comm_)));
+      fail(fmt::format("NCCL {} could not be queued: {} ({})", description, cu().ncclGetErrorString(queued),
+                       cu().ncclGetLastError(comm_)));
     auto work = std::make_shared<NcclWork>(device_, stream_, std::move(keep_alive), host_blocking);
     // The watchdog holds the Work (and so its tensors) until the op is done,
     // and ends the job at once on an asynchronous NCCL or CUDA error.
     watchdog_->watch(description, [this, work, description] {
       ncclResult_t async_error = ncclSuccess;
-      if (ncclCommGetAsyncError(comm_, &async_error) == ncclSuccess && async_error != ncclSuccess &&
+      if (cu().ncclCommGetAsyncError(comm_, &async_error) == ncclSuccess && async_error != ncclSuccess &&
           async_error != ncclInProgress)
-        fail(fmt::format("NCCL {} failed: {}", description, ncclGetErrorString(async_error)));
+        fail(fmt::format("NCCL {} failed: {}", description, cu().ncclGetErrorString(async_error)));
       const cudaError_t state = work->query();
       if (state != cudaSuccess && state != cudaErrorNotReady)
-        fail(fmt::format("NCCL {}: CUDA error {}", description, cudaGetErrorString(state)));
+        fail(fmt::format("NCCL {}: CUDA error {}", description, cu().cudaGetErrorString(state)));
       return state == cudaSuccess;
     });
     return work;

@@ -19,6 +19,7 @@
 
 #include <array>
 #include <memory>
+#include <string>
 
 #include "wantrain/distributed/comm.hpp"
 #include "wantrain/distributed/device_placement.hpp"
@@ -29,6 +30,11 @@ class World;
 
 // Whether this build contains the NCCL backend.
 bool nccl_built();
+
+// Why the NCCL backend cannot call the CUDA runtime and NCCL in this
+// process (it looks their functions up in what LibTorch's CUDA backend
+// loaded: cuda_libraries.hpp); empty when it can.
+std::string nccl_unavailable_reason();
 
 // CUDA devices visible to this process (0 without a driver, a device or NCCL).
 int cuda_device_count();

@@ -12,6 +12,7 @@
 #include "wantrain/util/poll.hpp"
 #include "wantrain/util/process.hpp"
 #include "wantrain/distributed/abort.hpp"
+#include "wantrain/distributed/cuda_libraries.hpp"
 #include "wantrain/distributed/mpi_check.hpp"
 #include "wantrain/distributed/roll_call.hpp"
 
@@ -51,6 +52,10 @@ World::World(int& argc, char**& argv) : host_(host_name()) {
   MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
   MPI_CHECK(MPI_Comm_size(comm_, &size_));
   set_process_rank(rank_, size_);
+  // LibTorch's CUDA backend where this machine can run it, before anything
+  // asks LibTorch about CUDA (cuda_libraries.hpp).
+  const auto& cuda = load_cuda_libraries();
+  if (!cuda.setting.empty()) abort_job(cuda.why_not, kExitUsage);
 
   // The node-local rank comes from the processes sharing memory with us.
   MPI_Comm node = MPI_COMM_NULL;

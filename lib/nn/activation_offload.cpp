@@ -4,11 +4,10 @@
 
 #include <optional>
 
-#if WANTRAIN_TORCH_HAS_CUDA
-#include <ATen/cuda/CUDAEvent.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
-#endif
+#include <c10/core/Event.h>
+#include <c10/core/StreamGuard.h>
+
+#include "wantrain/nn/device_streams.hpp"
 
 namespace wt::nn {
 
@@ -17,11 +16,9 @@ struct ActivationOffload::Entry {
   at::Tensor device;  // on its way back (or back), until taken
   c10::Device where = c10::Device(c10::kCPU);
   bool taken = false;
-#if WANTRAIN_TORCH_HAS_CUDA
   // GPU only (never executed here: no CI machine has a GPU).
-  std::optional<c10::cuda::CUDAStream> stream;  // both copies, in order
-  at::cuda::CUDAEvent back;                     // the copy back done
-#endif
+  std::optional<c10::Stream> stream;  // both copies, in order
+  std::optional<c10::Event> back;     // the copy back done (made with it: CUDA must be loaded)
 };
 
 ActivationOffload::ActivationOffload() = default;
@@ -33,23 +30,21 @@ int64_t ActivationOffload::keep(const at::Tensor& input) {
   torch::NoGradGuard no_grad;
   auto entry = std::make_unique<Entry>();
   entry->where = input.device();
-#if WANTRAIN_TORCH_HAS_CUDA
   if (input.is_cuda()) {
-    auto side = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, input.device().index());
-    at::cuda::CUDAEvent computed;
-    computed.record(c10::cuda::getCurrentCUDAStream(input.device().index()));
+    const auto side = side_stream(input.device());
+    c10::Event computed(c10::DeviceType::CUDA);
+    computed.record(current_stream(input.device()));
     computed.block(side);
     entry->host = torch::empty(input.sizes(), input.options().device(torch::kCPU).pinned_memory(true));
     {
-      c10::cuda::CUDAStreamGuard guard(side);
+      c10::StreamGuard guard(side);
       entry->host.copy_(input, /*non_blocking=*/true);
     }
-    input.record_stream(side.unwrap());  // its memory is not reused before the copy is done
+    input.record_stream(side);  // its memory is not reused before the copy is done
     entry->stream = side;
     entries_.push_back(std::move(entry));
     return int64_t(entries_.size()) - 1;
   }
-#endif
   entry->host = input.detach().clone();
   entries_.push_back(std::move(entry));
   return int64_t(entries_.size()) - 1;
@@ -60,17 +55,16 @@ void ActivationOffload::fetch(int64_t index) {
   auto& e = *entries_[size_t(index)];
   if (e.taken || e.device.defined()) return;
   torch::NoGradGuard no_grad;
-#if WANTRAIN_TORCH_HAS_CUDA
   if (e.stream) {
-    at::cuda::CUDAEvent ready;  // the memory it goes into may have been freed by queued kernels
-    ready.record(c10::cuda::getCurrentCUDAStream(e.where.index()));
+    c10::Event ready(c10::DeviceType::CUDA);  // the memory it goes into may have been freed by queued kernels
+    ready.record(current_stream(e.where));
     ready.block(*e.stream);
-    c10::cuda::CUDAStreamGuard guard(*e.stream);
+    c10::StreamGuard guard(*e.stream);
     e.device = e.host.to(e.where, /*non_blocking=*/true);
-    e.back.record(*e.stream);
+    e.back.emplace(c10::DeviceType::CUDA);
+    e.back->record(*e.stream);
     return;
   }
-#endif
   e.device = e.host.to(e.where, e.host.scalar_type(), false, /*copy=*/true);
 }
 
@@ -79,13 +73,11 @@ at::Tensor ActivationOffload::bring_back(int64_t index) {
               "ActivationOffload: input ", index, " is not held (brought back twice, or after another forward)");
   auto& e = *entries_[size_t(index)];
   fetch(index);
-#if WANTRAIN_TORCH_HAS_CUDA
   if (e.stream) {
-    const auto compute = c10::cuda::getCurrentCUDAStream(e.where.index());
-    e.back.block(compute);
-    e.device.record_stream(compute.unwrap());
+    const auto compute = current_stream(e.where);
+    e.back->block(compute);
+    e.device.record_stream(compute);
   }
-#endif
   auto input = std::move(e.device);
   e.device = at::Tensor();
   e.host = at::Tensor();

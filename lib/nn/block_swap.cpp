@@ -3,15 +3,14 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <optional>
 #include <string>
 
+#include "wantrain/nn/device_streams.hpp"
 #include "wantrain/util/seconds.hpp"
 
-#if WANTRAIN_TORCH_HAS_CUDA
-#include <ATen/cuda/CUDAEvent.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
-#endif
+#include <c10/core/Event.h>
+#include <c10/core/StreamGuard.h>
 
 namespace wt::nn {
 
@@ -20,10 +19,9 @@ struct BlockSwap::Block {
   std::vector<at::Tensor> host;        // their values, in host memory
   std::vector<at::Tensor> copies;      // the device copies queued, until waited for
   bool present = false, queued = false;
-#if WANTRAIN_TORCH_HAS_CUDA
-  // GPU only (never executed here: no CI machine has a GPU).
-  at::cuda::CUDAEvent copied;
-#endif
+  // GPU only (never executed here: no CI machine has a GPU). Made at the
+  // first copy: a CUDA event cannot be made where CUDA is not loaded.
+  std::optional<c10::Event> copied;
 };
 
 BlockSwap::BlockSwap(torch::nn::Module& model, int64_t count, const c10::Device& device) : device_(device) {
@@ -63,22 +61,21 @@ void BlockSwap::fetch(int64_t block) {
   if (b.present || b.queued) return;
   const auto start = std::chrono::steady_clock::now();
   torch::NoGradGuard no_grad;
-#if WANTRAIN_TORCH_HAS_CUDA
   if (device_.is_cuda()) {
-    auto side = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device_.index());
+    const auto side = side_stream(device_);
     // The side stream first waits for the compute stream: the memory the
     // copies go into may have been freed by kernels queued there.
-    at::cuda::CUDAEvent ready;
-    ready.record(c10::cuda::getCurrentCUDAStream(device_.index()));
+    c10::Event ready(c10::DeviceType::CUDA);
+    ready.record(current_stream(device_));
     ready.block(side);
-    c10::cuda::CUDAStreamGuard guard(side);
+    c10::StreamGuard guard(side);
     for (const auto& host : b.host) b.copies.push_back(host.to(device_, /*non_blocking=*/true));
-    b.copied.record(side);
+    if (!b.copied) b.copied.emplace(c10::DeviceType::CUDA);
+    b.copied->record(side);
     b.queued = true;
     wait_seconds_ += seconds_since(start);
     return;
   }
-#endif
   for (const auto& host : b.host) b.copies.push_back(host.to(device_, host.scalar_type(), false, /*copy=*/true));
   b.queued = true;
   wait_seconds_ += seconds_since(start);
@@ -90,13 +87,11 @@ void BlockSwap::wait(int64_t block) {
   if (b.present) return;
   fetch(block);
   const auto start = std::chrono::steady_clock::now();
-#if WANTRAIN_TORCH_HAS_CUDA
   if (device_.is_cuda()) {
-    const auto compute = c10::cuda::getCurrentCUDAStream(device_.index());
-    b.copied.block(compute);
-    for (auto& copy : b.copies) copy.record_stream(compute.unwrap());
+    const auto compute = current_stream(device_);
+    b.copied->block(compute);
+    for (auto& copy : b.copies) copy.record_stream(compute);
   }
-#endif
   for (size_t k = 0; k < b.parameters.size(); ++k) b.parameters[k].set_data(b.copies[k]);
   b.copies.clear();
   b.queued = false;

@@ -12,6 +12,7 @@
 #include "../common/launch.hpp"
 #include "../common/sample_shard.hpp"
 #include "../common/sparse_weights.hpp"
+#include "wantrain/distributed/cuda_libraries.hpp"
 #include "wantrain/data/dataset.hpp"
 #include "wantrain/io/safetensors.hpp"
 #include "wantrain/wan/model/model_config.hpp"
@@ -335,6 +336,7 @@ TEST_F(Wansample, ACheckpointIsSampledAtItsRunsShiftUnlessOneIsGiven) {
 TEST_F(Wansample, DeviceCpuSamplesWhatAutoSamplesAndCudaIsRefusedWithoutIt) {
   const std::string common =
       "--weights " + weights_ + " --data " + dir_ + "/data --index 1 --steps 2 --seed 4 --out " + dir_;
+  wt::distributed::load_cuda_libraries();  // as wansample's World does, so that LibTorch can see a GPU here too
   if (torch::cuda::is_available()) GTEST_SKIP() << "a CUDA device is visible: auto is not the CPU here";
   ASSERT_EQ(sample(common + "/auto.h5").status, 0);
   const Job cpu = sample(common + "/cpu.h5 --device cpu");

@@ -110,11 +110,29 @@ def check_links(binary, build):
     return problems, "csvfit links the engine (wt::train::fit) and no Wan code"
 
 
+# LibTorch's CUDA backend and what it brings: loaded at run time where a CUDA
+# driver is (lib/distributed/cuda_libraries.hpp), never a program's own need.
+CUDA_LIBRARIES = re.compile(r"lib(torch_cuda|c10_cuda|cudart|nccl|cublas|cublasLt|cudnn)\.so")
+
+
+def check_needed(binaries):
+    problems = []
+    for binary in binaries:
+        dynamic = subprocess.run(["readelf", "-d", binary], capture_output=True, text=True, check=True).stdout
+        needed = re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", dynamic)
+        if not any(name.startswith("libtorch_cpu.so") for name in needed):
+            problems.append(f"{binary}: needs no libtorch_cpu.so: not a program this check is about")
+        problems += [f"{binary}: needs {name}" for name in needed if CUDA_LIBRARIES.match(name)]
+    return problems, f"{len(binaries)} programs need LibTorch's CPU library and no CUDA library"
+
+
 def main():
     if len(sys.argv) == 3 and sys.argv[1] == "includes":
         problems, ok = check_includes(sys.argv[2])
     elif len(sys.argv) == 4 and sys.argv[1] == "links":
         problems, ok = check_links(sys.argv[2], sys.argv[3])
+    elif len(sys.argv) >= 3 and sys.argv[1] == "needed":
+        problems, ok = check_needed(sys.argv[2:])
     else:
         print(__doc__)
         return 2
