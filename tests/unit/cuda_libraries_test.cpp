@@ -4,6 +4,7 @@
 // here with WANTRAIN_CUDA=on, as a driver would) LibTorch's CUDA backend is
 // registered and every CUDA runtime and NCCL function the NCCL backend calls
 // resolves.
+#include <ATen/detail/CUDAHooksInterface.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <dlfcn.h>
 #include <gtest/gtest.h>
@@ -81,6 +82,13 @@ TEST(CudaLibraries, WithoutADriverNoneIsInTheProcess) {
     if (!holds(library)) fail(std::string(library) + " is not in the process");
   // LibTorch's CUDA device interface, which streams and events go through.
   if (!c10::impl::hasDeviceGuardImpl(c10::DeviceType::CUDA)) fail("no CUDA device guard registered");
+  // LibTorch's CUDA hooks (torch::cuda::device_count() and the like): the
+  // real ones, not the stub that answers before libtorch_cuda is loaded.
+  try {
+    if (at::detail::getCUDAHooks().versionCUDART() <= 0) fail("no CUDA runtime version from the CUDA hooks");
+  } catch (const std::exception& e) {
+    fail(std::string("the CUDA hooks are LibTorch's stub: ") + e.what());
+  }
   if (wt::distributed::nccl_built()) {
     const std::string why_not = wt::distributed::nccl_unavailable_reason();
     if (!why_not.empty()) fail("the CUDA runtime and NCCL functions: " + why_not);
