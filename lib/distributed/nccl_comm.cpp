@@ -67,29 +67,33 @@ int cuda_device_count() {
 }
 
 double cuda_device_memory_bytes(int device) {
+  const CudaApi* api = cuda_api();
+  if (api == nullptr) return 0;
   cudaDeviceProp properties{};
-  if (cu().cudaGetDeviceProperties(&properties, device) != cudaSuccess) {
-    cu().cudaGetLastError();
+  if (api->cudaGetDeviceProperties(&properties, device) != cudaSuccess) {
+    api->cudaGetLastError();
     return 0;
   }
   return double(properties.totalGlobalMem);
 }
 
 double cuda_device_memory_in_use_bytes(int device) {
+  const CudaApi* api = cuda_api();
+  if (api == nullptr) return 0;
   int current = 0;
-  if (cu().cudaGetDevice(&current) != cudaSuccess) {
-    cu().cudaGetLastError();
+  if (api->cudaGetDevice(&current) != cudaSuccess) {
+    api->cudaGetLastError();
     return 0;
   }
   // cudaMemGetInfo answers for the current device.
-  if (current != device && cu().cudaSetDevice(device) != cudaSuccess) {
-    cu().cudaGetLastError();
+  if (current != device && api->cudaSetDevice(device) != cudaSuccess) {
+    api->cudaGetLastError();
     return 0;
   }
   size_t free = 0, total = 0;
-  const bool read = cu().cudaMemGetInfo(&free, &total) == cudaSuccess;
-  if (!read) cu().cudaGetLastError();
-  if (current != device) cu().cudaSetDevice(current);
+  const bool read = api->cudaMemGetInfo(&free, &total) == cudaSuccess;
+  if (!read) api->cudaGetLastError();
+  if (current != device) api->cudaSetDevice(current);
   return read ? double(total - free) : 0.0;
 }
 

@@ -13,7 +13,7 @@ recorded one (never below 1). A host 1.5x slower on every test then passes,
 while one test grown against the rest still fails.
 
   check_test_times.py --allowed tests/budget/long-tests.txt \
-      --costs tests/budget/ctest-costs.txt build/release/test-times.xml
+      --costs tests/budget/ctest-costs.txt build/release/test-times.xml [more.xml]
   check_test_times.py ... --table 20        # the markdown table of development.md
 """
 import argparse
@@ -82,7 +82,7 @@ def host_factor(times, costs, least=2.0):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("junit", help="the file of ctest --output-junit")
+    parser.add_argument("junit", nargs="+", help="the files of ctest --output-junit (one run's parts)")
     parser.add_argument("--allowed", required=True, help="tests allowed over 120 s, with their limits")
     parser.add_argument("--costs", help="the recorded costs the limits were set against (ctest-costs.txt)")
     parser.add_argument("--slowest", type=int, default=10, help="how many of the slowest tests to print")
@@ -90,7 +90,9 @@ def main():
     args = parser.parse_args()
 
     allowed = read_allowed(args.allowed)
-    times = read_times(args.junit)
+    times = {}
+    for junit in args.junit:
+        times.update(read_times(junit))
     slowest = sorted(times.items(), key=lambda kv: -kv[1])
 
     if args.table:
