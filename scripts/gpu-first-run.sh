@@ -54,7 +54,13 @@ export WANTRAIN_TORCH_PYTHON="$python"
 if ! { cmake --preset release && cmake --build --preset release; } >"$out/build.log" 2>&1; then
   say "build failed: $out/build.log"; tail -20 "$out/build.log"; exit 1
 fi
-say "$(build/release/apps/wantrain/wantrain --version | tr '\n' ' ')"
+version=$(build/release/apps/wantrain/wantrain --version | tr '\n' ' ')
+say "$version"
+# LibTorch's CUDA backend is loaded at start where the driver is (docs/development.md).
+case "$version" in
+  *", loaded)"*) ;;
+  *) say "LibTorch's CUDA backend is not loaded in wantrain (see the version line): the GPU tests will skip" ;;
+esac
 
 # 2. The GPU tests (docs/development.md, "GPU code that has never run").
 ctest --preset release -L gpu >"$out/ctest-gpu.log" 2>&1
