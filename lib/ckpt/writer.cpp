@@ -130,7 +130,9 @@ WriteResult CheckpointWriter::write_now(const Checkpoint& checkpoint, const Writ
               : std::string();
   auto remove_files = [&] {
     std::error_code ignored;
-    fs::remove(temporary, ignored);
+    // The main file's .tmp is rank 0's: another rank removing it could pull
+    // it from under rank 0's write (its H5Fcreate then fails on a vanished file).
+    if (root) fs::remove(temporary, ignored);
     if (sharded) {
       fs::remove(shard + ".tmp", ignored);
       fs::remove(shard, ignored);

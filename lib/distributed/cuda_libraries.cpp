@@ -1,7 +1,7 @@
 #include "wantrain/distributed/cuda_libraries.hpp"
 
-#include <ATen/Context.h>
 #include <dlfcn.h>
+#include <link.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -26,12 +26,19 @@ bool cuda_driver_installed() {
 }
 
 // libtorch_cuda beside the libtorch_cpu this process runs (the torch wheel
-// keeps them in one directory); by its name alone when that is unknown.
+// keeps them in one directory); by its name alone (the programs' RUNPATH)
+// when that is not found.
 std::string torch_cuda_path() {
-  Dl_info info{};
-  if (dladdr(reinterpret_cast<void*>(&at::globalContext), &info) != 0 && info.dli_fname != nullptr)
-    return (std::filesystem::path(info.dli_fname).parent_path() / "libtorch_cuda.so").string();
-  return "libtorch_cuda.so";
+  std::string directory;
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* out) {
+        const std::filesystem::path name(info->dlpi_name != nullptr ? info->dlpi_name : "");
+        if (name.filename() != "libtorch_cpu.so") return 0;
+        *static_cast<std::string*>(out) = name.parent_path().string();
+        return 1;
+      },
+      &directory);
+  return directory.empty() ? "libtorch_cuda.so" : directory + "/libtorch_cuda.so";
 }
 
 CudaLibraries load() {
