@@ -72,11 +72,18 @@ exit_code() { scontrol show job "$1" | sed -n 's/.* ExitCode=\([0-9:]*\).*/\1/p'
 # slurmd finishes the old run. Once the old run's slurmstepd processes are
 # gone, move the begin time to now until the job runs: one early update is
 # not enough, as it is refused while the job is still completing.
+#
+# slurmd refuses to start the job again with a credential made in the same
+# second as the one it revoked at the requeue ("Job credential revoked":
+# slurmctld then kills the job; it compares whole seconds): 1.2 s after the
+# old run is gone, the new start is in a later second. (With wantrain's
+# quicker exit, the update once came 0.13 s after the requeue.)
 slurm_start_requeued() {  # job id
   for _ in $(seq 240); do
     pgrep -f "slurmstepd: \[$1\." >/dev/null || break
     sleep 0.25
   done
+  sleep 1.2
   local s
   for _ in $(seq 120); do
     s=$(state "$1")
