@@ -90,24 +90,33 @@ void LinearImpl::fill_weight_uniform(double from, double to) {
 }
 
 at::Tensor LinearImpl::forward(const at::Tensor& x) {
+  const auto autocast = autocast_dtype(x);
+  // With an adapter under autocast, an fp32 input is rounded to the product's
+  // dtype once for both products, not once each (its gradient is then the
+  // two products' gradients summed in that dtype, as peft's LoRA sums them).
+  const auto input = lora_A.defined() && autocast != at::kFloat && x.scalar_type() == at::kFloat &&
+                             weight.scalar_type() != at::kFloat8_e4m3fn
+                         ? x.to(autocast)
+                         : x;
   at::Tensor y;
   if (weight.scalar_type() == at::kFloat8_e4m3fn) {
     // Dequantised to bf16 (or autocast's dtype) for this product only; the
     // output is the input's dtype outside autocast, autocast's inside.
-    const auto autocast = autocast_dtype(x);
     const auto compute = autocast != at::kFloat ? autocast : at::kBFloat16;
-    y = fp8_linear(x.to(compute), weight, weight_scale, bias.to(compute), compute);
+    y = fp8_linear(input.to(compute), weight, weight_scale, bias.to(compute), compute);
     if (autocast == at::kFloat) y = y.to(x.scalar_type());
   } else {
     // A base held in another dtype than the input (bf16 weights, fp32
     // activations) computes in its own dtype and hands back the input's.
-    y = x.scalar_type() == weight.scalar_type() || autocast_dtype(x) != at::kFloat
-            ? torch::nn::functional::linear(x, weight, bias)
-            : torch::nn::functional::linear(x.to(weight.scalar_type()), weight, bias).to(x.scalar_type());
+    y = input.scalar_type() == weight.scalar_type() || autocast != at::kFloat
+            ? torch::nn::functional::linear(input, weight, bias)
+            : torch::nn::functional::linear(input.to(weight.scalar_type()), weight, bias).to(x.scalar_type());
   }
   if (!lora_A.defined()) return y;
-  const auto input = lora_dropout_ > 0 ? torch::dropout(x, lora_dropout_, is_training()) : x;
-  return y + torch::nn::functional::linear(torch::nn::functional::linear(input, lora_A), lora_B) * lora_scale_;
+  const auto dropped = lora_dropout_ > 0 ? torch::dropout(input, lora_dropout_, is_training()) : input;
+  const auto update = torch::nn::functional::linear(torch::nn::functional::linear(dropped, lora_A), lora_B);
+  // alpha = rank (scale 1) is the common setting: no product by 1 and its backward
+  return y + (lora_scale_ == 1 ? update : update * lora_scale_);
 }
 
 void LinearImpl::add_lora(int64_t rank, double alpha, double dropout) {

@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <string>
 
@@ -222,6 +223,58 @@ TEST(Lora, TheBlockLinearIsTorchsLinearWithoutAnAdapter) {
   EXPECT_TRUE(torch::equal(after_ours, after_reference));
   const auto x = torch::randn({3, 6});
   EXPECT_TRUE(torch::equal(ours->forward(x), reference->forward(x)));
+}
+
+// Under bf16 autocast an adapted Linear rounds its fp32 input to bf16 once
+// for the base's product and the adapter's (as peft's LoRA computes on a
+// bf16 input), so its input gradient is one bf16 value. Output and gradient
+// stay within bf16's roundings of the fp64 products: each path rounds at
+// most 6 times by u = 2^-8 (the input, each product, the scale, the sum),
+// so 8u of the sum of the terms' magnitudes bounds the error.
+TEST(Lora, UnderBf16AutocastAnAdapterRoundsItsInputOnceAndStaysWithinBf16OfFp64) {
+  for (const double alpha : {16.0, 24.0}) {  // scale 1 and 1.5
+    SCOPED_TRACE(alpha);
+    torch::manual_seed(21);
+    wt::nn::Linear layer(64, 48, at::kBFloat16);
+    layer->add_lora(16, alpha, 0);
+    {
+      torch::NoGradGuard no_grad;
+      layer->lora_B.normal_(0, 0.5);  // an adapter as large as the base
+    }
+    const auto x = torch::randn({2, 10, 64}).requires_grad_(true);
+    const auto grad_out = torch::randn({2, 10, 48});
+    at::Tensor y;
+    {
+      wt::nn::AutocastScope autocast(at::kBFloat16, at::kCPU);
+      y = layer->forward(x);
+    }
+    ASSERT_EQ(y.scalar_type(), at::kBFloat16);
+    y.backward(grad_out.to(at::kBFloat16));
+    const auto gx = x.grad();
+    ASSERT_EQ(gx.scalar_type(), at::kFloat);
+    EXPECT_TRUE(torch::equal(gx, gx.to(at::kBFloat16).to(at::kFloat)));  // one bf16 value, widened
+
+    const auto d = [](const at::Tensor& t) { return t.detach().to(at::kDouble); };
+    const double s = alpha / 16;
+    const auto w = d(layer->weight), b = d(layer->bias);
+    const auto a = d(layer->lora_A).to(at::kBFloat16).to(at::kDouble);  // autocast's rounded copies
+    const auto bb = d(layer->lora_B).to(at::kBFloat16).to(at::kDouble);
+    const auto x64 = d(x), g64 = d(grad_out);
+    const auto y64 = torch::matmul(x64, w.t()) + b + s * torch::matmul(torch::matmul(x64, a.t()), bb.t());
+    const auto y_scale = torch::matmul(x64.abs(), w.abs().t()) + b.abs() +
+                         s * torch::matmul(torch::matmul(x64.abs(), a.abs().t()), bb.abs().t());
+    const auto gx64 = torch::matmul(g64, w) + s * torch::matmul(torch::matmul(g64, bb), a);
+    const auto gx_scale =
+        torch::matmul(g64.abs(), w.abs()) + s * torch::matmul(torch::matmul(g64.abs(), bb.abs()), a.abs());
+    const double u = std::ldexp(1.0, -8);
+    EXPECT_TRUE(((d(y) - y64).abs() <= 8 * u * y_scale).all().item<bool>())
+        << ((d(y) - y64).abs() / y_scale).max().item<double>() / u << " u";
+    EXPECT_TRUE(((d(gx) - gx64).abs() <= 8 * u * gx_scale).all().item<bool>())
+        << ((d(gx) - gx64).abs() / gx_scale).max().item<double>() / u << " u";
+    // not vacuous: the adapter's share is far above the bound
+    const auto adapter = s * torch::matmul(torch::matmul(x64, a.t()), bb.t());
+    EXPECT_GT((adapter.abs() - 8 * u * y_scale).max().item<double>(), 0);
+  }
 }
 
 // The training seam: an objective over a LoRA model declares the adapters,

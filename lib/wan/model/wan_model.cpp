@@ -84,14 +84,21 @@ at::Tensor AttentionImpl::attend(const at::Tensor& qs, const at::Tensor& ks, con
 at::Tensor AttentionImpl::forward(const at::Tensor& x, const at::Tensor& source, const RopeTable* rope,
                                   const at::Tensor& image_source) {
   const int64_t b = x.size(0), len = x.size(1), src_len = source.size(1);
-  auto qs = q(x), ks = k(source);
+  // Under autocast an fp32 input is rounded to the products' dtype once for
+  // q, k and v, not once in each (their input gradients then sum in that dtype).
+  const auto dtype = nn::autocast_dtype(x);
+  auto rounded = [dtype](const at::Tensor& t) {
+    return dtype != at::kFloat && t.scalar_type() == at::kFloat ? t.to(dtype) : t;
+  };
+  const auto input = rounded(x), from = source.is_same(x) ? input : rounded(source);
+  auto qs = q(input), ks = k(from);
   if (norm_q) {
     qs = norm_q(qs);
     ks = norm_k(ks);
   }
   qs = qs.view({b, len, heads_, head_dim_});      // [B, L, heads, head_dim]
   ks = ks.view({b, src_len, heads_, head_dim_});  // [B, S, heads, head_dim]
-  auto vs = v(source).view({b, src_len, heads_, head_dim_});
+  auto vs = v(from).view({b, src_len, heads_, head_dim_});
   // softmax(q k^T / sqrt(head_dim)), the scale folded into q (L x head_dim,
   // not the L x S scores): into its rotation in self-attention. Fused and
   // chunked attention scale by themselves.
