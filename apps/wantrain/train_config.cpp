@@ -226,8 +226,8 @@ void validate(const TrainConfig& c) {
   require(c.text_drop >= 0 && c.text_drop <= 1, "text-drop", "must be a probability in [0, 1]");
   require(c.image_drop >= 0 && c.image_drop <= 1, "image-drop", "must be a probability in [0, 1]");
   require(c.first_frame_prob > 0 && c.first_frame_prob <= 1, "first-frame-prob", "must be a probability in (0, 1]");
-  require(c.condition != "first-frame" || c.mode != "distill", "condition",
-          "first-frame is not available with --mode distill yet");
+  require(c.condition != "first-frame" || c.mode != "distill" || c.distill_steps > 0, "condition",
+          "first-frame with --mode distill is for few-step students (--distill-steps K) only yet");
   app::parse_attention_chunk(c.attention_chunk);  // throws on a malformed value
   require(c.bucket_mb > 0, "bucket-mb", "must be positive");
   require(c.zero >= 0 && c.zero <= 3, "zero",

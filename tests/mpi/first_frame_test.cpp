@@ -126,6 +126,52 @@ TEST_F(FirstFrame, ResumeIsBitwiseAndTheConditionIsUsed) {
   EXPECT_GT(weights_difference(plain + "/model.safetensors", straight + "/model.safetensors"), 1e-7);
 }
 
+// A few-step student of a TI2V teacher (wantrain --mode distill
+// --distill-steps K --condition first-frame): every model sees the kept
+// first frame at timestep 0, no step moves it, and the loss leaves it out.
+// So with guidance 1 and one teacher step per student step the target is
+// the teacher's velocity on the other frames and the student (the teacher's
+// weights) starts at loss 0; frame 0 in the loss, or other timesteps for
+// the teacher than for the student, would make it positive. And 2 ranks x B
+// take 1 rank x 2B's steps, with a sample drawn from its first frame.
+TEST_F(FirstFrame, AFewStepStudentKeepsTheFirstFrameOnEveryModelAndTakesTheSameStepsOnTwoRanks) {
+  const auto teacher = fresh("first-frame-teacher");
+  const Job t = train(2, teacher, "--steps 4 --batch-size 2 --condition first-frame --first-frame-prob 0.5");
+  ASSERT_EQ(t.status, 0) << t.output;
+  const std::string few_step = "--mode distill --teacher " + teacher + "/model.safetensors --teacher-config " +
+                               ti2v_config() + " --shift 3 --condition first-frame ";
+  const auto same = fresh("first-frame-student-same");
+  const Job a = train(2, same,
+                      few_step +
+                          "--steps 1 --batch-size 2 --first-frame-prob 1 --distill-steps 2 "
+                          "--distill-teacher-steps 2 --distill-guidance 1");
+  ASSERT_EQ(a.status, 0) << a.output;
+  EXPECT_LT(training_lines(same).at(0)["loss"].get<double>(), 1e-10);
+
+  const std::string common = few_step +
+                             "--steps 3 --first-frame-prob 0.5 --distill-steps 2 --distill-teacher-steps 4 "
+                             "--distill-guidance 3 --val-data " +
+                             data_ + " --val-every 3 --sample-every 3 --sample-index 2 ";
+  const auto one = fresh("first-frame-student-1x4"), two = fresh("first-frame-student-2x2");
+  const Job b = train(1, one, common + "--batch-size 4");
+  const Job c = train(2, two, common + "--batch-size 2");
+  ASSERT_EQ(b.status, 0) << b.output;
+  ASSERT_EQ(c.status, 0) << c.output;
+  const auto reference = training_lines(one), lines = training_lines(two);
+  ASSERT_EQ(lines.size(), 3u);
+  ASSERT_EQ(reference.size(), 3u);
+  for (size_t i = 0; i < lines.size(); ++i) {
+    EXPECT_GT(lines[i]["loss"].get<double>(), 0.0) << "step " << i + 1;
+    EXPECT_LT(relative(lines[i]["loss"], reference[i]["loss"]), 1e-5) << "step " << i + 1;
+  }
+  const auto val_one = validation_lines(one), val_two = validation_lines(two);
+  ASSERT_EQ(val_one.size(), 1u);
+  ASSERT_EQ(val_two.size(), 1u);
+  EXPECT_LT(relative(val_two[0]["val_loss"], val_one[0]["val_loss"]), 1e-5);
+  EXPECT_LT(weights_difference(two + "/model.safetensors", one + "/model.safetensors"), 1e-5);
+  EXPECT_TRUE(fs::exists(two + "/samples/step-00000003.png")) << c.output;
+}
+
 // Not a ti2v model, distillation, a probability out of range: one line, status 2.
 TEST_F(FirstFrame, OtherModelsDistillationAndBadProbabilitiesAreOneLine) {
   const Job t2v = train(1, fresh("first-frame-t2v"), "--steps 1 --batch-size 2 --condition first-frame", tiny_config());
@@ -137,7 +183,10 @@ TEST_F(FirstFrame, OtherModelsDistillationAndBadProbabilitiesAreOneLine) {
   const Job distill = train(1, fresh("first-frame-distill"),
                             "--steps 1 --batch-size 2 --condition first-frame --mode distill --teacher x.safetensors");
   EXPECT_EQ(distill.status, 2) << distill.output;
-  EXPECT_EQ(occurrences(distill.output, "option --condition: first-frame is not available with --mode distill yet"), 1u)
+  EXPECT_EQ(occurrences(distill.output,
+                        "option --condition: first-frame with --mode distill is for few-step students "
+                        "(--distill-steps K) only yet"),
+            1u)
       << distill.output;
   // Latents of Wan2.1's VAE (16 channels) for TI2V-5B (48, Wan2.2's VAE):
   // refused before the model is built.

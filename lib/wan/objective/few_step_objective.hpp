@@ -4,8 +4,9 @@
 // guidance built in, by phased consistency along the teacher's guided ODE
 // (wan/objective/phased_consistency.hpp has the method and its equations).
 // The noise, caption and image dropout are flow matching's, keyed alike;
-// every model sees the sample's condition (text, and an image-to-video
-// model's picture).
+// every model sees the sample's condition (text, an image-to-video
+// model's picture, and Wan2.2 TI2V's clean first frame under
+// --condition first-frame).
 #pragma once
 
 #include "wantrain/wan/objective/flow_matching_objective.hpp"
@@ -45,9 +46,11 @@ class FewStepObjective : public FlowMatchingObjective {
   const FewStepSchedule& schedule() const { return schedule_; }
 
  private:
-  // The loss of each row [B] for student input x_t at `sigmas`.
-  at::Tensor row_losses(const at::Tensor& x_t, const ConsistencySigmas& sigmas, const Inputs& in,
-                        double* teacher_seconds);
+  // The loss of each row [B] for clean latents x0 noised by eps at
+  // `sigmas`; `kept` [B] bool (or undefined): the rows that keep their
+  // first frame.
+  at::Tensor row_losses(const at::Tensor& x0, const at::Tensor& eps, const ConsistencySigmas& sigmas, const Inputs& in,
+                        const at::Tensor& kept, double* teacher_seconds);
 
   const Teacher& teacher_;
   const FewStepOptions few_step_;
