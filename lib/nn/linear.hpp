@@ -9,10 +9,11 @@
 //
 // A frozen base may be held in bf16 (`dtype`): its product then runs in
 // bf16, and the adapter's in the input's dtype. Under autocast both follow
-// autocast, as any Linear does, on the input rounded once for both. Held in fp8 (float8_e4m3fn, with the
-// scales of nn/fp8_weights.hpp in the buffer `weight_scale` and the bias in
-// bf16), its weight is dequantised to bf16 (autocast's dtype under autocast)
-// just before its product, and again in backward.
+// autocast, as any Linear does, on the input rounded once for both. Held
+// in fp8 (float8_e4m3fn, with the scales of nn/fp8_weights.hpp in the
+// buffer `weight_scale` and the bias in bf16), its weight is dequantised to
+// bf16 (autocast's dtype under autocast) just before its product, and again
+// in backward.
 #pragma once
 
 #include <torch/nn/module.h>
