@@ -472,6 +472,7 @@ wan::MemoryPlanSettings memory_plan_settings(const TrainConfig& c, const wan::Wa
   s.blocks_to_swap = run.blocks_to_swap;
   s.teacher = teacher;
   s.teacher_bf16 = teacher_dtype(c) == at::kBFloat16;
+  s.teacher_shares_base = teacher && c.lora_rank > 0 && c.distill_steps > 0 && c.init.empty() && c.blocks_to_swap == 0;
   s.prefetch = c.prefetch;
   s.sample_bytes = sample_bytes;
   s.on_device = device.is_cuda();

@@ -75,6 +75,24 @@ Teacher::Teacher(const std::string& path, const WanConfig& config, const std::st
   model_->eval();
 }
 
+Teacher::Sharing Teacher::share_frozen_weights(const WanModelImpl& base) {
+  torch::NoGradGuard no_grad;
+  Sharing sharing;
+  const auto frozen = base.named_parameters(/*recurse=*/true);
+  for (auto& item : model_->named_parameters(/*recurse=*/true)) {
+    ++sharing.of;
+    const auto* held = frozen.find(item.key());
+    if (!held || held->requires_grad()) continue;  // a trained parameter changes: never shared
+    auto& mine = item.value();
+    if (held->sizes() != mine.sizes() || held->scalar_type() != mine.scalar_type()) continue;
+    if (!torch::equal(mine.to(held->device()), *held)) continue;  // e.g. a base from --init
+    sharing.bytes += double(mine.numel()) * double(mine.element_size());
+    mine.set_data(*held);
+    ++sharing.tensors;
+  }
+  return sharing;
+}
+
 void Teacher::to(at::Device device) { model_->to(device); }
 
 void Teacher::set_attention_chunk(int64_t queries) { model_->set_attention_chunk(queries); }

@@ -66,6 +66,16 @@ class Teacher {
   TensorSource unrounded_weights() const;
 
   bool held_in_bf16() const { return bf16_; }
+  // A LoRA few-step student's frozen base holds the teacher's weights: each
+  // teacher parameter that a frozen parameter of `base` (the same name,
+  // shape and dtype) holds bit for bit is replaced by that tensor, on
+  // base's device, and the teacher's own copy is freed. Call it before
+  // to(device), which then moves only what is not shared. What is shared:
+  struct Sharing {
+    int64_t tensors = 0, of = 0;
+    double bytes = 0;
+  };
+  Sharing share_frozen_weights(const WanModelImpl& base);
   void to(at::Device device);
   // Attention over this many queries at a time (WanModel::set_attention_chunk; nn::kFusedAttention
   // the fused kernel; 0 the whole score matrix; nn::kAutoAttentionChunk: chosen per forward from the

@@ -61,6 +61,19 @@ double teacher_bytes(const WanConfig& config, bool bf16) {
   return bytes;
 }
 
+// What of the teacher a LoRA few-step student's frozen base holds alike
+// (Teacher::share_frozen_weights): each tensor held in the same dtype by
+// both, the base's block Linears in base_dtype and the rest in fp32.
+double teacher_bytes_in_base(const WanConfig& config, bool bf16, at::ScalarType base_dtype) {
+  double bytes = 0;
+  for (const auto& [name, shape] : parameter_shapes(config)) {
+    const auto teacher = bf16 && held_in_bf16_by_teacher(name) ? at::kBFloat16 : at::kFloat;
+    const auto base = block_linear(name).empty() ? at::kFloat : base_dtype;
+    if (teacher == base) bytes += (teacher == at::kBFloat16 ? 2 : 4) * double(element_count(shape));
+  }
+  return bytes;
+}
+
 std::string describe_step(const ActivationSettings& s, const ActivationMemory& m) {
   std::string checkpointing = s.grad_checkpoint_every == 0 ? "no checkpointing"
                               : s.grad_checkpoint_every == 1
@@ -252,10 +265,12 @@ MemoryPlan plan_memory(const MemoryPlanSettings& s) {
     // Loaded on the host in its precision, one tensor at a time, then moved.
     const double held = teacher_bytes(*s.teacher, s.teacher_bf16);
     plan.startup_host_bytes = s.runtime_bytes + held;
+    const double shared = s.teacher_shares_base ? teacher_bytes_in_base(*s.teacher, s.teacher_bf16, s.base_dtype) : 0;
     add("teacher",
-        fmt::format("{} parameters, {}, loaded in that precision one tensor at a time", parameter_count(*s.teacher),
-                    s.teacher_bf16 ? "Linears in bf16" : "fp32"),
-        held, dev);
+        fmt::format("{} parameters, {}, loaded in that precision one tensor at a time{}", parameter_count(*s.teacher),
+                    s.teacher_bf16 ? "Linears in bf16" : "fp32",
+                    shared > 0 ? fmt::format("; {} of it held once, as the LoRA base", format_bytes(shared)) : ""),
+        held - shared, dev);
   }
   if (s.sample_bytes > 0)
     add("data",

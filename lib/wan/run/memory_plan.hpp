@@ -49,10 +49,13 @@ struct MemoryPlanSettings {
   int64_t blocks_to_swap = 0;
   std::optional<WanConfig> teacher;  // distillation
   bool teacher_bf16 = false;         // its Linears in bf16, the rest fp32
-  int prefetch = 0;                  // the loader's batches waiting beside the one in use
-  double sample_bytes = 0;           // one sample's latents, text and noise as the loader hands them over
-  int loader_shapes = 1;             // buckets: the loader keeps batch buffers per shape (sample_bytes sums them)
-  double staged_bytes = 0;           // one sample's parts the loader reads as stored before converting
+  // A LoRA few-step student whose frozen base is the teacher's weights (no
+  // --init, no swapped blocks): what both hold in the same dtype is held once.
+  bool teacher_shares_base = false;
+  int prefetch = 0;         // the loader's batches waiting beside the one in use
+  double sample_bytes = 0;  // one sample's latents, text and noise as the loader hands them over
+  int loader_shapes = 1;    // buckets: the loader keeps batch buffers per shape (sample_bytes sums them)
+  double staged_bytes = 0;  // one sample's parts the loader reads as stored before converting
   // The dtype gradients are reduced in: a 16-bit one keeps a 16-bit copy of
   // the fp32 buckets (EngineOptions::grad_comm_dtype).
   at::ScalarType grad_comm_dtype = at::kFloat;

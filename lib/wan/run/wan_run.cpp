@@ -133,6 +133,15 @@ WanRun::WanRun(const train::RunPlan& plan, const WanRunOptions& options, distrib
           comm.device().is_cuda() ? " (page-locked)" : "", comm.device().is_cuda() ? "GPU" : "device");
   }
   model->to(comm.device());
+  // A LoRA student's base is its teacher's weights: held once, the
+  // teacher's tensors being the base's (not with swapped blocks, whose
+  // weights come and go).
+  if (lora && few_step && !im.block_swap) {
+    const auto shared = teacher->share_frozen_weights(*model);
+    if (comm.rank() == 0)
+      report_info("teacher: {} of its {} tensors ({}) are the LoRA base's, held once", shared.tensors, shared.of,
+                  format_bytes(shared.bytes));
+  }
   model->train();
   model->set_grad_checkpoint(options.grad_checkpoint);
   if (options.activation_offload && options.grad_checkpoint == 0)
