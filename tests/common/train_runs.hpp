@@ -72,6 +72,15 @@ inline std::string run_dir(const std::string& name) {
   return (std::filesystem::path(::testing::TempDir()) / ("launch-" + name)).string();
 }
 
+// Two runs of `steps` steps logged the same losses, bit for bit.
+inline void expect_same_losses(const std::string& a_dir, const std::string& b_dir, size_t steps) {
+  const auto a = training_lines(a_dir), b = training_lines(b_dir);
+  ASSERT_EQ(a.size(), steps) << a_dir;
+  ASSERT_EQ(b.size(), steps) << b_dir;
+  for (size_t i = 0; i < steps; ++i)
+    EXPECT_EQ(a[i]["loss"].get<double>(), b[i]["loss"].get<double>()) << "step " << i + 1;
+}
+
 inline double relative(double a, double b) { return std::abs(a - b) / std::max(std::abs(b), 1e-30); }
 
 // |a - b| / |b| over all tensors of two weight files together (relative to

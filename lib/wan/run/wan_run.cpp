@@ -133,15 +133,6 @@ WanRun::WanRun(const train::RunPlan& plan, const WanRunOptions& options, distrib
           comm.device().is_cuda() ? " (page-locked)" : "", comm.device().is_cuda() ? "GPU" : "device");
   }
   model->to(comm.device());
-  // A LoRA student's base is its teacher's weights: held once, the
-  // teacher's tensors being the base's (not with swapped blocks, whose
-  // weights come and go).
-  if (lora && few_step && !im.block_swap) {
-    const auto shared = teacher->share_frozen_weights(*model);
-    if (comm.rank() == 0)
-      report_info("teacher: {} of its {} tensors ({}) are the LoRA base's, held once", shared.tensors, shared.of,
-                  format_bytes(shared.bytes));
-  }
   model->train();
   model->set_grad_checkpoint(options.grad_checkpoint);
   if (options.activation_offload && options.grad_checkpoint == 0)
@@ -198,11 +189,20 @@ void WanRun::connect(distributed::Comm& comm, const train::StartPoint& start) {
     im.model->set_parameter_units(im.engine->parameter_units());
   }
   if (Teacher* teacher = im.teacher) {
-    teacher->to(comm.device());  // already in its final precision
+    // A LoRA student's base is its teacher's weights (the model is on the
+    // device already): held once, the teacher's tensors being the base's;
+    // not with swapped blocks, whose weights come and go.
+    std::string shared;
+    if (im.lora.rank > 0 && !im.block_swap) {
+      const auto sharing = teacher->share_frozen_weights(*im.model);
+      shared = fmt::format("; {} of its {} tensors ({}) are the LoRA base's, held once", sharing.tensors, sharing.of,
+                           format_bytes(sharing.bytes));
+    }
+    teacher->to(comm.device());  // already in its final precision; what is shared is there
     if (comm.rank() == 0)
-      report_info("teacher: {} ({}), checksum {}, frozen{}{}", teacher->path(), teacher->source(), teacher->checksum(),
-                  teacher->held_in_bf16() ? ", Linear weights held in bf16" : "",
-                  teacher->shows_frames_as_stills() ? ", each frame shown to it as a still video" : "");
+      report_info("teacher: {} ({}), checksum {}, frozen{}{}{}", teacher->path(), teacher->source(),
+                  teacher->checksum(), teacher->held_in_bf16() ? ", Linear weights held in bf16" : "",
+                  teacher->shows_frames_as_stills() ? ", each frame shown to it as a still video" : "", shared);
   }
   if (start.checkpoint) {
     im.engine->load_state(*start.checkpoint, start.path);
