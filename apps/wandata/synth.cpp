@@ -20,10 +20,13 @@
 //
 // With --modes K, one prompt has K videos, as a real prompt has many: the
 // samples come in groups of K that share a prompt (colour, radius, start
-// and a base velocity, all in the text), and sample k of a group moves at
-// the base velocity turned by 2 pi k / K, at a speed of 0.08 to 0.12 a
-// frame. The mean of a prompt's videos then differs from every one of them,
-// which a few-step sampler drawing that blurred mean shows.
+// and a base velocity, all in the text). Video k of a group starts on a
+// circle of radius 0.25 about the frame's centre, at the angle of the
+// prompt's start turned by 2 pi k / K, and moves at the base velocity
+// turned as much, at a speed of 0.08 to 0.12 a frame. The videos are apart from the first
+// frame on, so the mean of a prompt's videos (K fainter blobs) differs from
+// every one of them, which a few-step sampler drawing that blurred mean
+// shows.
 //
 // Latents are normalised per channel to zero mean and unit standard deviation,
 // as Wan's VAE latents are by the VAE's (z - mean) / std: the statistics are
@@ -81,7 +84,7 @@ struct Blob {
 };
 
 // Sample `index` of a dataset of `c`: its prompt's blob (the text's), and
-// the blob it shows (the prompt's with this sample's motion).
+// the blob it shows (the prompt's with this sample's place and motion).
 std::pair<Blob, Blob> draw_sample(const SynthConfig& c, int64_t index) {
   const int64_t prompt = index / c.modes, way = index % c.modes;
   data::PortableRandom r(c.seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(prompt) + 1);
@@ -93,8 +96,14 @@ std::pair<Blob, Blob> draw_sample(const SynthConfig& c, int64_t index) {
   text.vx = speed * std::cos(angle);
   text.vy = speed * std::sin(angle);
   Blob shown = text;
-  shown.vx = speed * std::cos(angle + 2 * kPi * double(way) / double(c.modes));
-  shown.vy = speed * std::sin(angle + 2 * kPi * double(way) / double(c.modes));
+  const double turn = 2 * kPi * double(way) / double(c.modes);
+  shown.vx = speed * std::cos(angle + turn);
+  shown.vy = speed * std::sin(angle + turn);
+  // Apart from the first frame: a shared start would leave the mean of the
+  // videos close to each of them over a few frames.
+  const double place = std::atan2(text.cy - 0.5, text.cx - 0.5) + turn;
+  shown.cx = 0.5 + 0.25 * std::cos(place);
+  shown.cy = 0.5 + 0.25 * std::sin(place);
   return {text, shown};
 }
 
@@ -257,13 +266,16 @@ int run_synth(distributed::World&, int argc, char** argv) {
       data::SampleCondition condition;
       if (shape.has_condition()) condition.y = Task::condition(latents);
       if (shape.clip_tokens > 0) condition.clip_fea = task.picture_features(b);
-      const std::string motion = c.modes == 1 ? fmt::format("moving ({:+.2f}, {:+.2f}) per frame", b.vx, b.vy)
-                                              : fmt::format("moving one of {} ways from ({:+.2f}, {:+.2f}) per frame",
-                                                            c.modes, prompt.vx, prompt.vy);
-      writer.write(row, latents, task.text(prompt), kParams,
-                   fmt::format("a {} blob of radius {:.2f} at ({:.2f}, {:.2f}) {}", kColours[b.colour], b.radius, b.cx,
-                               b.cy, motion),
-                   condition);
+      const std::string text =
+          c.modes == 1
+              ? fmt::format("a {} blob of radius {:.2f} at ({:.2f}, {:.2f}) moving ({:+.2f}, {:+.2f}) per frame",
+                            kColours[b.colour], b.radius, b.cx, b.cy, b.vx, b.vy)
+              : fmt::format(
+                    "a {} blob of radius {:.2f} in one of {} places around the centre from ({:.2f}, {:.2f}), "
+                    "moving one of {} ways from ({:+.2f}, {:+.2f}) per frame",
+                    kColours[prompt.colour], prompt.radius, c.modes, prompt.cx, prompt.cy, c.modes, prompt.vx,
+                    prompt.vy);
+      writer.write(row, latents, task.text(prompt), kParams, text, condition);
       progress.advance();
     }
   }

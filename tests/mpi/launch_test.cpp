@@ -547,31 +547,42 @@ std::pair<torch::Tensor, torch::Tensor> read_dataset(const std::string& dir) {
 }
 }  // namespace
 
-// --modes K: samples in groups of K share a prompt (the text) and a start
-// (the first frame); each moves its own way, so later frames differ, and
-// the group's mean video, which a sampler drawing the blurred mean would
-// give, is far from each of them.
+// --modes K: samples in groups of K share a prompt (the text, and the
+// /prompt line wansample groups them by); each starts in its own place and
+// moves its own way, so every frame differs, and the group's mean video,
+// which a sampler drawing the blurred mean would give, is far from each of
+// them.
 TEST(Wandata, SynthModesGiveEachPromptKVideos) {
   const auto dir = fresh("synth-modes");
   const Job synth =
       wandata("synth --out " + dir + " --samples 6 --modes 3 --shards 1 --frames 3 --size 16x16 --seed 2");
   ASSERT_EQ(synth.status, 0) << synth.output;
   const auto [latents, text] = read_dataset(dir);
+  const auto dataset = wt::data::Dataset::open(dir);
+  wt::data::SampleReader reader(dataset);
+  std::vector<std::string> prompts;
+  for (int64_t i = 0; i < 6; ++i) prompts.push_back(reader.prompt(i));
   for (int64_t prompt = 0; prompt < 2; ++prompt) {
-    const auto group = latents.narrow(0, 3 * prompt, 3), last = group.select(2, 2);  // [3, C, H, W]
-    const auto mean = last.mean(0);
-    for (int64_t k = 0; k < 3; ++k) {
-      SCOPED_TRACE(fmt::format("prompt {}, video {}", prompt, k));
-      EXPECT_TRUE(torch::equal(text[3 * prompt + k], text[3 * prompt]));
-      EXPECT_TRUE(torch::equal(group[k].select(1, 0), group[0].select(1, 0))) << "one start";
-      if (k > 0) {
-        EXPECT_GT((last[k] - last[0]).abs().max().item<float>(), 1.0f) << "its own way";
+    const auto group = latents.narrow(0, 3 * prompt, 3);  // [3, C, F, H, W]
+    for (int64_t frame = 0; frame < 3; ++frame) {
+      const auto shown = group.select(2, frame);  // [3, C, H, W]
+      const auto mean = shown.mean(0);
+      for (int64_t k = 0; k < 3; ++k) {
+        SCOPED_TRACE(fmt::format("prompt {}, video {}, frame {}", prompt, k, frame));
+        if (k > 0) {
+          EXPECT_GT((shown[k] - shown[0]).abs().max().item<float>(), 1.0f) << "its own place and way";
+        }
+        // Apart by more than a channel's standard deviation over the data (1), as a visible blob is.
+        EXPECT_GT((shown[k] - mean).abs().max().item<float>(), 1.0f) << "not the mean of the prompt's videos";
       }
-      // Apart by more than a channel's standard deviation over the data (1), as a visible blob is.
-      EXPECT_GT((last[k] - mean).abs().max().item<float>(), 1.0f) << "not the mean of the prompt's videos";
+    }
+    for (int64_t k = 1; k < 3; ++k) {
+      EXPECT_TRUE(torch::equal(text[3 * prompt + k], text[3 * prompt]));
+      EXPECT_EQ(prompts[3 * prompt + k], prompts[3 * prompt]);
     }
   }
   EXPECT_FALSE(torch::equal(text[0], text[3])) << "two prompts";
+  EXPECT_NE(prompts[0], prompts[3]);
   for (const auto& [args, expected] : std::vector<std::pair<std::string, std::string>>{
            {"--samples 7 --modes 3", "option --modes: --samples 7 is no whole number of prompts of 3 videos each"},
            {"--modes 0", "option --modes: must be at least 1"}}) {
