@@ -23,10 +23,10 @@
 // and a base velocity, all in the text). Video k of a group starts on a
 // circle of radius 0.25 about the frame's centre, at the angle of the
 // prompt's start turned by 2 pi k / K, and moves at the base velocity
-// turned as much, at a speed of 0.08 to 0.12 a frame. The videos are apart from the first
-// frame on, so the mean of a prompt's videos (K fainter blobs) differs from
-// every one of them, which a few-step sampler drawing that blurred mean
-// shows.
+// turned as much, at a speed of 0.08 to 0.12 a frame. The videos are apart
+// from the first frame on, so the mean of a prompt's videos (K fainter
+// blobs) differs from every one of them, which a few-step sampler drawing
+// that blurred mean shows.
 //
 // Latents are normalised per channel to zero mean and unit standard deviation,
 // as Wan's VAE latents are by the VAE's (z - mean) / std: the statistics are
