@@ -270,7 +270,10 @@ int run(distributed::World& world, int argc, char** argv) {
                     {"model_config", "model-config"},
                     {"distill_steps", "distill-steps"},
                     {"distill_teacher_steps", "distill-teacher-steps"},
-                    {"distill_guidance", "distill-guidance"}});
+                    {"distill_guidance", "distill-guidance"},
+                    {"distill_method", "distill-method"},
+                    {"distill_regression", "distill-regression"},
+                    {"distill_regression_steps", "distill-regression-steps"}});
   TrainConfig cfg;
   OptionSet options(
       "wantrain",

@@ -177,8 +177,16 @@ void declare_options(OptionSet& o, TrainConfig& c) {
            "w in loss = MSE(student, teacher) + w * MSE(student, eps - x0)")
       .add("distill-steps", &c.distill_steps,
            "a few-step student: the teacher's own architecture, started from its weights (in full or with "
-           "--lora-rank), learns to sample in this many Euler steps with guidance built in (phased consistency "
-           "along the teacher's guided ODE); 0: the student learns the teacher's velocity (same steps)")
+           "--lora-rank), learns to sample in this many Euler steps with guidance built in (--distill-method); 0: "
+           "the student learns the teacher's velocity (same steps)")
+      .choice("distill-method", &c.distill_method, {"dmd", "consistency"},
+              "few-step: dmd, distribution matching with a fake score model trained beside the student (DMD, DMD2); "
+              "consistency, phased consistency along the teacher's guided ODE (PCM)")
+      .add("distill-regression", &c.distill_regression,
+           "dmd: the weight of DMD's regression of each student sample on the teacher's sample from the same noise "
+           "(what keeps a prompt's samples on its different videos); 0: distribution matching alone")
+      .add("distill-regression-steps", &c.distill_regression_steps,
+           "dmd: the teacher's guided Euler steps that give the regression's target")
       .add("distill-teacher-steps", &c.distill_teacher_steps,
            "few-step: the teacher's Euler steps along its ODE, a multiple of --distill-steps")
       .add("distill-guidance", &c.distill_guidance,
@@ -252,6 +260,12 @@ void validate(const TrainConfig& c) {
             "must be 0 or more (1: no guidance)");
     require(c.distill_target_weight == 0, "distill-target-weight",
             "only with --distill-steps 0 (a few-step student has no velocity target of its own)");
+    require(std::isfinite(c.distill_regression) && c.distill_regression >= 0, "distill-regression",
+            "must be 0 (distribution matching alone) or more");
+    require(c.distill_regression_steps >= 1, "distill-regression-steps", "must be 1 or more");
+    if (c.distill_method == "consistency")
+      for (const char* option : {"distill-regression", "distill-regression-steps"})
+        require(!c.given.count(option), option, "only with --distill-method dmd");
     require(c.student_init == "projection", "student-init",
             "not with --distill-steps: a few-step student starts from the teacher's weights (or --init)");
   }
@@ -277,10 +291,12 @@ void validate(const TrainConfig& c) {
     require(c.student_init == "projection", "student-init", only);
     require(c.teacher_precision == "fp32", "teacher-precision", only);
     require(c.distill_target_weight == 0, "distill-target-weight", only);
-    for (const char* option : {"distill-steps", "distill-teacher-steps", "distill-guidance"})
+    for (const char* option : {"distill-steps", "distill-teacher-steps", "distill-guidance", "distill-method",
+                               "distill-regression", "distill-regression-steps"})
       require(!c.given.count(option), option, only);
   } else if (c.distill_steps == 0) {
-    for (const char* option : {"distill-teacher-steps", "distill-guidance"})
+    for (const char* option :
+         {"distill-teacher-steps", "distill-guidance", "distill-method", "distill-regression", "distill-regression-steps"})
       require(!c.given.count(option), option, "only with --distill-steps K");
   } else {  // a few-step student's points lie on the teacher's grid, drawn uniformly
     for (const char* option : {"timestep-sampling", "logit-mean", "logit-std"})
@@ -376,7 +392,10 @@ wan::WanRunOptions wan_run_options(const TrainConfig& c) {
   o.objective.seed = c.seed;
   o.distill_target_weight = c.distill_target_weight;
   if (c.distill_steps > 0)
-    o.few_step = wan::FewStepOptions{c.distill_steps, c.distill_teacher_steps, c.distill_guidance};
+    o.few_step = wan::FewStepOptions{c.distill_steps, c.distill_teacher_steps, c.distill_guidance,
+                                     c.distill_method == "dmd" ? wan::FewStepMethod::DistributionMatching
+                                                               : wan::FewStepMethod::Consistency,
+                                     c.distill_regression, c.distill_regression_steps};
   o.student_init = c.student_init == "random" ? wan::StudentInit::Random : wan::StudentInit::Projection;
   o.prefetch = c.prefetch;
   o.lora = lora_options(c);
@@ -473,6 +492,7 @@ wan::MemoryPlanSettings memory_plan_settings(const TrainConfig& c, const wan::Wa
   s.teacher = teacher;
   s.teacher_bf16 = teacher_dtype(c) == at::kBFloat16;
   s.teacher_shares_base = teacher && c.lora_rank > 0 && c.distill_steps > 0 && c.init.empty() && c.blocks_to_swap == 0;
+  s.fake_score = teacher && c.distill_steps > 0 && c.distill_method == "dmd";
   s.prefetch = c.prefetch;
   s.sample_bytes = sample_bytes;
   s.on_device = device.is_cuda();

@@ -104,6 +104,9 @@ struct TrainConfig : app::TrainingOptions {
   int distill_steps = 0;  // 0: the teacher's velocity at the same steps; K: a K-step student
   int distill_teacher_steps = 48;
   double distill_guidance = 5.0;
+  std::string distill_method = "dmd";  // a few-step student's: "dmd" or "consistency"
+  double distill_regression = 0.25;    // dmd: the regression term's weight
+  int distill_regression_steps = 4;    // dmd: the teacher's Euler steps to its target
 
   // The options given on the command line or in the INI file (not left at
   // their defaults): a few-step student's samples take its own sampler

@@ -4,12 +4,15 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <stdexcept>
 
 #include "wantrain/wan/model/wan_model.hpp"
 #include "wantrain/wan/objective/caption_dropout.hpp"
+#include "wantrain/wan/objective/distribution_matching.hpp"
 #include "wantrain/wan/objective/flow_matching.hpp"
 #include "wantrain/wan/objective/teacher.hpp"
 #include "wantrain/util/error.hpp"
+#include "wantrain/wan/sample/flow_solver.hpp"
 #include "wantrain/util/seconds.hpp"
 
 namespace wt::wan {
@@ -27,39 +30,52 @@ std::string sigma_list(const std::vector<double>& sigmas) {
 
 }  // namespace
 
+const char* few_step_method_name(FewStepMethod method) {
+  return method == FewStepMethod::DistributionMatching ? "dmd" : "consistency";
+}
+
 FewStepObjective::FewStepObjective(WanModelImpl& student, const Teacher& teacher, FlowMatchingObjectiveOptions options,
-                                   FewStepOptions few_step, at::ScalarType compute_dtype)
+                                   FewStepOptions few_step, at::ScalarType compute_dtype, WanModelImpl* fake_score)
     : FlowMatchingObjective(student, options),
       teacher_(teacher),
       few_step_(few_step),
       schedule_(few_step_schedule(few_step.steps, few_step.teacher_steps, options.flow.shift)),
-      compute_dtype_(compute_dtype) {}
+      compute_dtype_(compute_dtype),
+      fake_score_(fake_score),
+      trained_(FlowMatchingObjective::trainable()) {
+  if ((few_step.method == FewStepMethod::DistributionMatching) != (fake_score != nullptr))
+    throw std::invalid_argument(fmt::format("few-step {} distillation {} a fake score model",
+                                            few_step_method_name(few_step.method),
+                                            fake_score ? "takes no" : "needs"));
+  if (fake_score_)
+    for (const auto& item : fake_score_->named_parameters(/*recurse=*/true))
+      if (item.value().requires_grad()) trained_.emplace_back(kFakeScorePrefix + item.key(), item.value());
+}
 
-at::Tensor FewStepObjective::row_losses(const at::Tensor& x0, const at::Tensor& eps, const ConsistencySigmas& sigmas,
-                                        const Inputs& in, const at::Tensor& kept, double* teacher_seconds) {
+at::Tensor FewStepObjective::with_first_frame(const at::Tensor& x, const at::Tensor& x0, const at::Tensor& kept) {
+  if (!kept.defined()) return x;
+  auto out = x.clone();
+  out.slice(2, 0, 1).copy_(torch::where(kept.view({x.size(0), 1, 1, 1, 1}), x0.slice(2, 0, 1), x.slice(2, 0, 1)));
+  return out;
+}
+
+FewStepObjective::Models FewStepObjective::models(const Inputs& in, const at::Tensor& x0, const at::Tensor& kept,
+                                                  double* teacher_seconds) {
   const int64_t b = x0.size(0);
-  auto x_t = noised_at(x0, eps, sigmas.t);
-  // The first-frame condition (Wan2.2 TI2V): a kept row's frame 0 is the
-  // clean picture on every point of the ODE, its tokens at timestep 0, so
-  // every model sees it and no step moves it (its velocity is zeroed), and
-  // the loss leaves it out, as flow matching's first-frame loss does.
-  at::Tensor moving;  // [B, 1, F, 1, 1]: 0 on a kept row's frame 0, else 1
+  Models m;
   if (kept.defined()) {
-    const auto row = kept.view({b, 1, 1, 1, 1});
-    x_t = x_t.clone();
-    x_t.slice(2, 0, 1).copy_(torch::where(row, x0.slice(2, 0, 1), x_t.slice(2, 0, 1)));
-    moving = torch::ones({b, 1, x0.size(2), 1, 1}, x0.options());
-    moving.slice(2, 0, 1).masked_fill_(row, 0.0);
+    m.moving = torch::ones({b, 1, x0.size(2), 1, 1}, x0.options());
+    m.moving.slice(2, 0, 1).masked_fill_(kept.view({b, 1, 1, 1, 1}), 0.0);
   }
-  const auto timesteps = [&](const at::Tensor& sigma) {
+  const auto timesteps = [this, kept, sizes = x0.sizes().vec(), b](const at::Tensor& sigma) {
     const auto t = sigma * 1000.0;
     if (!kept.defined()) return t;
-    const auto with_first = first_frame_timesteps(t, x0.sizes(), model_.config().patch_size);  // [B, L]
+    const auto with_first = first_frame_timesteps(t, sizes, model_.config().patch_size);  // [B, L]
     return torch::where(kept.view({b, 1}), with_first, t.view({b, 1}).expand_as(with_first));
   };
-  const auto held = [&](at::Tensor v) { return moving.defined() ? v * moving : v; };
+  const auto held = [moving = m.moving](at::Tensor v) { return moving.defined() ? v * moving : v; };
   const auto uncond = unconditional_context(in.context);  // what caption dropout trains
-  const SigmaVelocity guided_teacher = [&](const at::Tensor& x, const at::Tensor& sigma) {
+  m.guided_teacher = [=, &in](const at::Tensor& x, const at::Tensor& sigma) {
     const auto start = std::chrono::steady_clock::now();
     const auto t = timesteps(sigma);
     auto v = teacher_.predict(x, t, in.context, compute_dtype_, in.image);
@@ -70,30 +86,96 @@ at::Tensor FewStepObjective::row_losses(const at::Tensor& x0, const at::Tensor& 
     if (teacher_seconds) *teacher_seconds += seconds_since(start);
     return held(v);
   };
-  // The target network: the student without gradient, in eval mode (no
-  // LoRA dropout: θ⁻ is the student's map itself).
-  const SigmaVelocity target = [&](const at::Tensor& x, const at::Tensor& sigma) {
-    torch::NoGradGuard no_grad;
-    const bool was_training = model_.is_training();
-    model_.eval();
-    auto v = model_.forward(x, timesteps(sigma), in.context, in.image).to(torch::kFloat32);
-    if (was_training) model_.train();
-    return held(v);
+  // A model's map without gradient and in eval mode (no LoRA dropout): the
+  // target network θ⁻ is the student's map itself.
+  const auto without_gradient = [=, &in](WanModelImpl& model) {
+    return [=, &in, &model](const at::Tensor& x, const at::Tensor& sigma) {
+      torch::NoGradGuard no_grad;
+      const bool was_training = model.is_training();
+      model.eval();
+      auto v = model.forward(x, timesteps(sigma), in.context, in.image).to(torch::kFloat32);
+      if (was_training) model.train();
+      return held(v);
+    };
   };
-  const auto wanted = consistency_target(x_t, sigmas, guided_teacher, target);
-  const auto prediction = model_.forward(x_t, timesteps(sigmas.t), in.context, in.image);
+  const auto with_gradient = [=, &in](WanModelImpl& model) {
+    return [=, &in, &model](const at::Tensor& x, const at::Tensor& sigma) {
+      return held(model.forward(x, timesteps(sigma), in.context, in.image).to(torch::kFloat32));
+    };
+  };
+  m.target = without_gradient(model_);
+  m.student = with_gradient(model_);
+  if (fake_score_) {
+    m.fake_score = with_gradient(*fake_score_);
+    m.fake_score_without_gradient = without_gradient(*fake_score_);
+  }
+  return m;
+}
+
+at::Tensor FewStepObjective::consistency_losses(const at::Tensor& x0, const at::Tensor& eps,
+                                                const ConsistencySigmas& sigmas, const Inputs& in,
+                                                const at::Tensor& kept, double* teacher_seconds) {
+  // A kept first frame (Wan2.2 TI2V) is the clean picture on every point of
+  // the ODE and out of the loss, as in flow matching's first-frame loss.
+  const auto x_t = with_first_frame(noised_at(x0, eps, sigmas.t), x0, kept);
+  const auto m = models(in, x0, kept, teacher_seconds);
+  const auto wanted = consistency_target(x_t, sigmas, m.guided_teacher, m.target);
+  const auto prediction = m.student(x_t, sigmas.t);
   return kept.defined() ? first_frame_losses(prediction, wanted, kept) : per_sample_loss(prediction, wanted);
+}
+
+at::Tensor FewStepObjective::matching_losses(const at::Tensor& x0, const Inputs& in,
+                                             const std::vector<int64_t>& indices, int64_t step,
+                                             double* teacher_seconds) {
+  const auto& kept = in.first_frame_kept;
+  const auto m = models(in, x0, kept, teacher_seconds);
+  const auto draws = matching_draws(indices, options_.seed, step, schedule_.steps, schedule_.shift);
+  const auto sigmas = [&](const std::vector<double>& values) {
+    return torch::tensor(std::vector<float>(values.begin(), values.end()), torch::kFloat32).to(x0.device());
+  };
+  const auto noise = [&](const std::vector<uint64_t>& keys) {
+    return noise_at(x0.sizes(), std::vector<double>(keys.size(), 0.0), keys).eps.to(x0.device());
+  };
+  // The student's sample from the step's noise, its first frame kept clean.
+  const auto generated = generator_sample(with_first_frame(in.eps, x0, kept), draws.generator_steps,
+                                          schedule_.student_sigmas(), m.target, m.student);
+  const auto sample = generated.detach();
+  const auto t = sigmas(draws.matching_sigmas);
+  const auto noised = with_first_frame(noised_at(sample, noise(draws.matching_noise_keys), t), x0, kept);
+  const auto direction =
+      matching_direction(sample, noised, t, m.guided_teacher, m.fake_score_without_gradient, m.moving);
+  // The fake score learns the student's samples by flow matching.
+  const auto t_f = sigmas(draws.fake_sigmas);
+  const auto eps_f = noise(draws.fake_noise_keys);
+  const auto fake_prediction = m.fake_score(with_first_frame(noised_at(sample, eps_f, t_f), x0, kept), t_f);
+  const auto fake_losses = kept.defined() ? first_frame_losses(fake_prediction, eps_f - sample, kept)
+                                          : per_sample_loss(fake_prediction, eps_f - sample);
+  auto losses = generator_losses(generated, direction) + fake_losses;
+  if (few_step_.regression_weight > 0) {
+    // The teacher's own sample from the student's noise: DMD's paired target.
+    const auto teacher_video = teacher_sample(with_first_frame(in.eps, x0, kept),
+                                              sampling_sigmas(few_step_.regression_steps, schedule_.shift),
+                                              m.guided_teacher);
+    losses = losses + few_step_.regression_weight * (kept.defined() ? first_frame_losses(generated, teacher_video, kept)
+                                                                    : per_sample_loss(generated, teacher_video));
+  }
+  return losses;
 }
 
 train::ObjectiveLoss FewStepObjective::loss(const train::Batch& micro_batch, const train::StepContext& context) {
   auto phase = std::chrono::steady_clock::now();
   const auto in = prepare(micro_batch, context);
   const auto x0 = micro_batch.at("latents").to(torch::kFloat32);
+  train::ObjectiveLoss out;
+  if (few_step_.method == FewStepMethod::DistributionMatching) {
+    out.prepare_seconds = seconds_since(phase);
+    out.loss = matching_losses(x0, in, micro_batch.indices, context.step, &out.teacher_seconds).mean();
+    return out;
+  }
   const auto sigmas = consistency_sigmas(
       schedule_, consistency_points(micro_batch.indices, options_.seed, context.step, schedule_), x0.device());
-  train::ObjectiveLoss out;
   out.prepare_seconds = seconds_since(phase);
-  out.loss = row_losses(x0, in.eps, sigmas, in, in.first_frame_kept, &out.teacher_seconds).mean();
+  out.loss = consistency_losses(x0, in.eps, sigmas, in, in.first_frame_kept, &out.teacher_seconds).mean();
   return out;
 }
 
@@ -117,7 +199,7 @@ at::Tensor FewStepObjective::validation_losses(const train::Batch& batch) {
     for (int64_t i = 0; i < b; ++i) keys[size_t(i)] = sample_key(kValidationSeed, j, batch.indices[size_t(i)]);
     const auto eps = noise_at(x0.sizes(), std::vector<double>(size_t(b), 0.0), keys).eps.to(x0.device());
     const auto sigmas = consistency_sigmas(schedule_, std::vector<int>(size_t(b), n), x0.device());
-    sum += row_losses(x0, eps, sigmas, in, kept, nullptr).to(torch::kCPU, torch::kFloat64);
+    sum += consistency_losses(x0, eps, sigmas, in, kept, nullptr).to(torch::kCPU, torch::kFloat64);
   }
   if (was_training) model_.train();
   return sum / kValidationPoints;
@@ -127,21 +209,30 @@ std::map<std::string, std::string> FewStepObjective::checkpoint_state() const {
   auto state = FlowMatchingObjective::checkpoint_state();
   state["teacher"] = teacher_.path();
   state["teacher_checksum"] = teacher_.checksum();
+  state["method"] = few_step_method_name(few_step_.method);
   state["sampler_solver"] = "euler";
   state["sampler_steps"] = std::to_string(schedule_.steps);
   state["sampler_shift"] = fmt::format("{:g}", schedule_.shift);
   state["sampler_sigmas"] = sigma_list(schedule_.student_sigmas());
   state["teacher_steps"] = std::to_string(schedule_.teacher_steps);
   state["guidance"] = fmt::format("{:g}", few_step_.guidance);
+  if (few_step_.method == FewStepMethod::DistributionMatching) {
+    state["regression_weight"] = fmt::format("{:g}", few_step_.regression_weight);
+    state["regression_steps"] = std::to_string(few_step_.regression_steps);
+  }
   return state;
 }
 
 void FewStepObjective::check_resume(const std::string& kind, const std::map<std::string, std::string>& state,
                                     const std::string& path) const {
-  const auto saved = [&](const char* name) {
-    const auto it = state.find(name);
-    return it == state.end() ? std::string("unknown") : it->second;
+  // A setting as recorded; a method's own settings are "none" in the other's.
+  const auto recorded = [](const std::map<std::string, std::string>& fields, const std::string& name) {
+    const auto it = fields.find(name);
+    if (it != fields.end()) return it->second;
+    // Checkpoints from before distribution matching are consistency's.
+    return std::string(name == "method" ? "consistency" : name.rfind("regression", 0) == 0 ? "none" : "unknown");
   };
+  const auto saved = [&](const char* name) { return recorded(state, name); };
   if (kind != this->kind())
     throw UsageError(fmt::format(
         "checkpoint {}: written by a {} run, not by few-step distillation; start from its weights with {} instead "
@@ -154,13 +245,16 @@ void FewStepObjective::check_resume(const std::string& kind, const std::map<std:
         path, saved("teacher"), saved("teacher_checksum"), setting_reference("teacher"), teacher_.path(),
         teacher_.checksum()));
   const auto mine = checkpoint_state();
-  for (const auto& [key, setting] : {std::pair{"sampler_steps", "distill_steps"},
+  for (const auto& [key, setting] : {std::pair{"method", "distill_method"},
+                                     {"regression_weight", "distill_regression"},
+                                     {"regression_steps", "distill_regression_steps"},
+                                     {"sampler_steps", "distill_steps"},
                                      {"teacher_steps", "distill_teacher_steps"},
                                      {"guidance", "distill_guidance"},
                                      {"sampler_shift", "shift"}})
-    if (saved(key) != mine.at(key))
+    if (saved(key) != recorded(mine, key))
       throw UsageError(fmt::format("checkpoint {}: trained with {} {}, this run with {}; resume with the same", path,
-                                   setting_reference(setting), saved(key), mine.at(key)));
+                                   setting_reference(setting), saved(key), recorded(mine, key)));
   auto same_teacher = state;  // the same weights may come from another path
   same_teacher["teacher"] = teacher_.path();
   FlowMatchingObjective::check_resume(kind, same_teacher, path);

@@ -12,32 +12,56 @@
 #include "wantrain/wan/objective/flow_matching_objective.hpp"
 #include "wantrain/wan/objective/phased_consistency.hpp"
 
+#include <string>
+
 namespace wt::wan {
 
 class Teacher;
 
+enum class FewStepMethod { DistributionMatching, Consistency };
+// "dmd", "consistency": what checkpoints record and --distill-method takes.
+const char* few_step_method_name(FewStepMethod method);
+
+// The fake score's parameters in the objective's trainable() and in
+// checkpoints: its official names behind this prefix. Never in the
+// student's weights files.
+inline const std::string kFakeScorePrefix = "fake_score.";
+inline bool is_fake_score_parameter(const std::string& name) { return name.rfind(kFakeScorePrefix, 0) == 0; }
+
 struct FewStepOptions {
-  int steps = 4;           // the student's sampling steps (K)
-  int teacher_steps = 48;  // the teacher's Euler steps along its ODE (N, a multiple of K)
-  double guidance = 5.0;   // the teacher's classifier-free guidance scale built into the student
+  int steps = 4;  // the student's sampling steps (K)
+  // The teacher's Euler steps along its ODE (N, a multiple of K): the
+  // consistency method's grid; with either method, validation's.
+  int teacher_steps = 48;
+  double guidance = 5.0;  // the teacher's classifier-free guidance scale built into the student
+  FewStepMethod method = FewStepMethod::DistributionMatching;
+  // Distribution matching: the weight lambda of DMD's regression term
+  // (0: none) and the teacher's guided Euler steps M that give its target.
+  double regression_weight = 0.25;
+  int regression_steps = 4;
 };
 
 class FewStepObjective : public FlowMatchingObjective {
  public:
-  // `student` and `teacher` must outlive the objective; the schedule's shift
-  // is options.flow.shift. std::invalid_argument for a schedule
-  // few_step_schedule refuses.
+  // `student`, `teacher` and `fake_score` must outlive the objective; the
+  // schedule's shift is options.flow.shift. Distribution matching needs the
+  // fake score (a model of the teacher's config, trained in full: its
+  // parameters join trainable() behind kFakeScorePrefix); consistency takes
+  // none. std::invalid_argument for a schedule few_step_schedule refuses,
+  // or a fake score where the method takes none or none where it needs one.
   FewStepObjective(WanModelImpl& student, const Teacher& teacher, FlowMatchingObjectiveOptions options,
-                   FewStepOptions few_step, at::ScalarType compute_dtype);
+                   FewStepOptions few_step, at::ScalarType compute_dtype, WanModelImpl* fake_score = nullptr);
 
+  const train::NamedTensors& trainable() const override { return trained_; }
   train::ObjectiveLoss loss(const train::Batch& micro_batch, const train::StepContext& context) override;
-  // The loss at 4 fixed grid points per sample (n_j = (2j + 1) N / 8), with
-  // noise keyed by (sample, j) alone and every caption kept; the student in
-  // eval mode.
+  // Whatever the method, the phased-consistency loss at 4 fixed grid points
+  // per sample (n_j = (2j + 1) N / 8): how far the student's steps are from
+  // the teacher's guided ODE, with noise keyed by (sample, j) alone and
+  // every caption kept; the student in eval mode.
   at::Tensor validation_losses(const train::Batch& batch) override;
   std::string kind() const override { return "few-step"; }
-  // The teacher (path, checksum) and the student's sampler: steps, shift,
-  // sigmas (the phase edges), the teacher's steps and guidance. wansample
+  // The teacher (path, checksum), the method and the student's sampler:
+  // steps, shift, sigmas (the phase edges), the teacher's steps and guidance. wansample
   // reads the sampler from here (sample/student_sampler.hpp).
   std::map<std::string, std::string> checkpoint_state() const override;
   void check_resume(const std::string& kind, const std::map<std::string, std::string>& state,
@@ -46,16 +70,36 @@ class FewStepObjective : public FlowMatchingObjective {
   const FewStepSchedule& schedule() const { return schedule_; }
 
  private:
-  // The loss of each row [B] for clean latents x0 noised by eps at
-  // `sigmas`; `kept` [B] bool (or undefined): the rows that keep their
+  // The models as the methods call them, for one batch's condition: x [B,
+  // ...] and each row's sigma [B] to a velocity, fp32. With a kept first
+  // frame (TI2V), its tokens see timestep 0 and its velocity is 0, so no
+  // step moves it.
+  struct Models {
+    SigmaVelocity guided_teacher;  // v_u + G (v_c - v_u), no gradient
+    SigmaVelocity target;          // the student without gradient, in eval mode (θ⁻)
+    SigmaVelocity student;         // with gradient
+    SigmaVelocity fake_score, fake_score_without_gradient;
+    at::Tensor moving;  // [B, 1, F, 1, 1]: 0 on a kept row's frame 0, else 1 (undefined: none kept)
+  };
+  Models models(const Inputs& in, const at::Tensor& x0, const at::Tensor& kept, double* teacher_seconds);
+  // x with each kept row's frame 0 replaced by x0's.
+  static at::Tensor with_first_frame(const at::Tensor& x, const at::Tensor& x0, const at::Tensor& kept);
+  // The consistency loss of each row [B] for clean latents x0 noised by eps
+  // at `sigmas`; `kept` [B] bool (or undefined): the rows that keep their
   // first frame.
-  at::Tensor row_losses(const at::Tensor& x0, const at::Tensor& eps, const ConsistencySigmas& sigmas, const Inputs& in,
-                        const at::Tensor& kept, double* teacher_seconds);
+  at::Tensor consistency_losses(const at::Tensor& x0, const at::Tensor& eps, const ConsistencySigmas& sigmas,
+                                const Inputs& in, const at::Tensor& kept, double* teacher_seconds);
+  // The distribution-matching losses of each row [B]: the student's and
+  // the fake score's.
+  at::Tensor matching_losses(const at::Tensor& x0, const Inputs& in, const std::vector<int64_t>& indices, int64_t step,
+                             double* teacher_seconds);
 
   const Teacher& teacher_;
   const FewStepOptions few_step_;
   const FewStepSchedule schedule_;
   const at::ScalarType compute_dtype_;
+  WanModelImpl* const fake_score_;
+  train::NamedTensors trained_;  // the student's parameters, then the fake score's
 };
 
 }  // namespace wt::wan

@@ -15,14 +15,13 @@ namespace {
 // Keys the grid points apart from the noise of the same (seed, step, sample).
 constexpr uint64_t kPointSalt = 0x7068617365645f63;  // "phased_c"
 
-// A row's value [B] broadcast over x's other dimensions.
+}  // namespace
+
 at::Tensor per_row(const at::Tensor& value, const at::Tensor& x) {
   std::vector<int64_t> shape(size_t(x.dim()), 1);
   shape[0] = value.size(0);
   return value.to(x.device(), torch::kFloat32).view(shape);
 }
-
-}  // namespace
 
 int FewStepSchedule::edge_index(int n) const {
   const int m = teacher_steps / steps;

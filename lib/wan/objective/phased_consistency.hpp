@@ -70,6 +70,9 @@ ConsistencySigmas consistency_sigmas(const FewStepSchedule& schedule, const std:
 // x [B, ...] and each row's sigma [B] -> the velocity [B, ...] fp32.
 using SigmaVelocity = std::function<at::Tensor(const at::Tensor& x, const at::Tensor& sigma)>;
 
+// Each row's value [B] as fp32 on x's device, shaped to broadcast over x [B, ...].
+at::Tensor per_row(const at::Tensor& value, const at::Tensor& x);
+
 // (1 - t) x0 + t eps, each row at its own t [B].
 at::Tensor noised_at(const at::Tensor& x0, const at::Tensor& eps, const at::Tensor& t);
 

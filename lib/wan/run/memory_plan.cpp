@@ -272,6 +272,15 @@ MemoryPlan plan_memory(const MemoryPlanSettings& s) {
                     shared > 0 ? fmt::format("; {} of it held once, as the LoRA base", format_bytes(shared)) : ""),
         held - shared, dev);
   }
+  if (s.fake_score && s.teacher) {
+    // Trained in full, sharded as the student's state is (not its weights: no ZeRO-3).
+    const double fake = model_bytes(*s.teacher, at::kFloat, {}).fp32;
+    const double state = (s.optimizer ? 2 : 0) + (s.ema ? 1 : 0);
+    add("fake score",
+        fmt::format("{} parameters trained in full (distribution matching), fp32: weights, gradients{}{}",
+                    parameter_count(*s.teacher), s.optimizer ? ", AdamW's moments" : "", s.ema ? ", EMA" : ""),
+        fake * (2 + state / shards), dev);
+  }
   if (s.sample_bytes > 0)
     add("data",
         fmt::format("{} batches of {} in the loader, with their noise{}{}", s.prefetch + 1, s.step.batch,
@@ -309,6 +318,12 @@ MemoryPlan plan_memory(const MemoryPlanSettings& s) {
     if (s.model.patch_size[0] == 1) teacher_step.latents[0] *= s.teacher->patch_size[0];
     plan.teacher_forward = inference_memory(*s.teacher, teacher_step);
     detail += fmt::format("; the teacher's forward {}", format_bytes(plan.teacher_forward));
+    if (s.fake_score) {
+      // The fake score's forward for its own loss, kept with the student's
+      // graph until the one backward (its model and step are the student's).
+      activations += plan.activations.total();
+      detail += fmt::format("; the fake score's graph beside the student's {}", format_bytes(plan.activations.total()));
+    }
     activations = std::max(activations, plan.teacher_forward);
   }
   if (s.zero_stage == 3 && s.zero_shards > 1 && !lora) {

@@ -52,6 +52,11 @@ struct MemoryPlanSettings {
   // A LoRA few-step student whose frozen base is the teacher's weights (no
   // --init, no swapped blocks): what both hold in the same dtype is held once.
   bool teacher_shares_base = false;
+  // Distribution matching (--distill-method dmd): a fake score of the
+  // teacher's config trained in full beside the student, its gradients,
+  // moments and EMA as the student's are kept, and its graph alive with the
+  // student's until the backward.
+  bool fake_score = false;
   int prefetch = 0;         // the loader's batches waiting beside the one in use
   double sample_bytes = 0;  // one sample's latents, text and noise as the loader hands them over
   int loader_shapes = 1;    // buckets: the loader keeps batch buffers per shape (sample_bytes sums them)

@@ -31,6 +31,7 @@ struct WanRun::Impl {
   // Sequence parallelism's group of this rank (before the model, which uses it).
   std::unique_ptr<distributed::Comm> sequence_group;
   WanModel model;
+  WanModel fake_score{nullptr};  // distribution matching's, beside a few-step student
   WanConfig config;
   std::unique_ptr<train::Objective> objective;
   std::unique_ptr<train::Engine> engine;
@@ -147,9 +148,32 @@ WanRun::WanRun(const train::RunPlan& plan, const WanRunOptions& options, distrib
     im.sequence_group = comm.split(comm.rank() / sp);
     model->set_sequence_parallel(im.sequence_group.get());
   }
+  // Distribution matching's fake score starts as the teacher too, trained
+  // in full whatever the student (DMD2 initialises it so): it must first
+  // describe the student's samples, which are the teacher's.
+  const bool matching = few_step && options.few_step->method == FewStepMethod::DistributionMatching;
+  if (matching) {
+    if (plan.engine.zero == 3)
+      throw SettingError("zero", "3 shards the student's weights only; distribution matching's fake score "
+                                 "trains beside it: use ZeRO 1 or 2 (or " + setting_reference("distill_method") +
+                                 " consistency)");
+    if (plan.settings.sequence_parallel > 1)
+      throw SettingError("sp", "not with distribution matching's fake score yet (" +
+                                                  setting_reference("distill_method") + " consistency takes it)");
+    im.fake_score = WanModel(im.config);
+    load_weights(*im.fake_score, teacher->unrounded_weights(), LoadMode::Strict);
+    im.fake_score->to(comm.device());
+    im.fake_score->train();
+    im.fake_score->set_grad_checkpoint(options.grad_checkpoint);
+    im.fake_score->set_attention_chunk(options.attention_chunk);
+    if (comm.rank() == 0 && !resume)
+      report_info("fake score: the teacher's weights ({}), {} parameters trained in full beside the student",
+                  teacher->path(), parameter_count(im.config));
+  }
   if (few_step)
     im.objective = std::make_unique<FewStepObjective>(*model, *teacher, objective_options, *options.few_step,
-                                                      plan.engine.compute_dtype);
+                                                      plan.engine.compute_dtype,
+                                                      matching ? im.fake_score.get() : nullptr);
   else if (teacher)
     im.objective = std::make_unique<DistillationObjective>(*model, *teacher, objective_options,
                                                            options.distill_target_weight, plan.engine.compute_dtype);
@@ -281,9 +305,20 @@ std::vector<train::SampleVideo> WanRun::draw_videos(int64_t step) const {
   return im.draw_videos(*im.model, step);
 }
 
+namespace {
+// The student's tensors of a trained set: without distribution matching's
+// fake score, which checkpoints keep and weights files never hold.
+train::NamedTensors student_tensors(const train::NamedTensors& trained) {
+  train::NamedTensors student;
+  for (const auto& item : trained)
+    if (!is_fake_score_parameter(item.first)) student.push_back(item);
+  return student;
+}
+}  // namespace
+
 std::string WanRun::save_weights(const std::string& directory, bool write) const {
   // Collective; only rank 0 (the one that writes) keeps them.
-  const auto ema_weights = impl_->engine->ema_weights(/*rank=*/0);
+  const auto ema_weights = student_tensors(impl_->engine->ema_weights(/*rank=*/0));
   const auto weights = impl_->engine_options.zero == 3 ? impl_->engine->weights(/*rank=*/0) : train::NamedTensors{};
   if (!write) return {};
   const auto* ema = ema_weights.empty() ? nullptr : &ema_weights;
@@ -292,7 +327,7 @@ std::string WanRun::save_weights(const std::string& directory, bool write) const
   auto metadata = student_sampler_fields(impl_->objective->checkpoint_state());
   if (impl_->lora.rank > 0) {
     const auto& im = *impl_;
-    write_lora_file(directory + "/lora.safetensors", im.objective->trainable(), im.lora, im.lora_base,
+    write_lora_file(directory + "/lora.safetensors", student_tensors(im.objective->trainable()), im.lora, im.lora_base,
                     LoraNames::Official, at::kFloat, metadata);
     if (ema)
       write_lora_file(directory + "/lora-ema.safetensors", *ema, im.lora, im.lora_base, LoraNames::Official, at::kFloat,
