@@ -1,9 +1,11 @@
 // Few-step students as users run them (`wantrain --mode distill
-// --distill-steps K`): the student starts on its teacher (with guidance 1
-// and one teacher step per phase its first loss is zero), takes the same
-// steps on 1 rank x 2B as on 2 ranks x B (and with ZeRO-2), resumes bit for bit, records its
-// sampler in checkpoints and weights files (LoRA too) where wansample finds
-// it and says so, and each bad setting is one line and status 2.
+// --distill-steps K`): a consistency student starts on its teacher (with
+// guidance 1 and one teacher step per phase its first loss is zero); a
+// distribution-matching student (the default) takes the same steps on 1
+// rank x 2B as on 2 ranks x B (and with ZeRO-2), resumes bit for bit with
+// its fake score, which checkpoints hold and weights files never, records
+// its sampler in checkpoints and weights files (LoRA too) where wansample
+// finds it and says so, and each bad setting is one line and status 2.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -59,12 +61,12 @@ class FewStep : public ::testing::Test {
 };
 std::string FewStep::data_, FewStep::teacher_dir_;
 
-TEST_F(FewStep, TheStudentStartsOnItsTeacherWhenTheTargetIsTheTeachersVelocity) {
+TEST_F(FewStep, AConsistencyStudentStartsOnItsTeacherWhenTheTargetIsTheTeachersVelocity) {
   // Guidance 1 and one teacher step per student step: the target is the
   // teacher's velocity, which the student (the teacher's weights) predicts.
+  const std::string consistency = "--distill-method consistency --shift 3 --distill-steps 2 --distill-teacher-steps 2 ";
   const auto same = fresh("few-step-same");
-  const Job a =
-      distill(2, same, "--steps 1", "--shift 3 --distill-steps 2 --distill-teacher-steps 2 --distill-guidance 1");
+  const Job a = distill(2, same, "--steps 1", consistency + "--distill-guidance 1");
   ASSERT_EQ(a.status, 0) << a.output;
   EXPECT_EQ(occurrences(a.output, "student init: the teacher's weights (" + teacher() + ")"), 1u) << a.output;
   const auto first = training_lines(same);
@@ -72,8 +74,7 @@ TEST_F(FewStep, TheStudentStartsOnItsTeacherWhenTheTargetIsTheTeachersVelocity) 
   EXPECT_LT(first[0]["loss"].get<double>(), 1e-10);
   // With guidance, the target is another velocity.
   const auto guided = fresh("few-step-guided");
-  const Job b =
-      distill(2, guided, "--steps 1", "--shift 3 --distill-steps 2 --distill-teacher-steps 2 --distill-guidance 3");
+  const Job b = distill(2, guided, "--steps 1", consistency + "--distill-guidance 3");
   ASSERT_EQ(b.status, 0) << b.output;
   EXPECT_GT(training_lines(guided)[0]["loss"].get<double>(), 1e-4);
 }
@@ -122,6 +123,19 @@ TEST_F(FewStep, TwoRanksTakeOneRanksStepsResumeIsBitwiseAndTheSamplerTravels) {
   // at shift 3, sigmas shift(1), shift(1/2) = 3/4, 0.
   const auto saved = wt::ckpt::read_checkpoint(two + "/step-00000008.h5");
   EXPECT_EQ(saved.objective_kind, "few-step");
+  EXPECT_EQ(saved.objective.at("method"), "dmd");
+  EXPECT_EQ(saved.objective.at("regression_weight"), "0.25");
+  // The checkpoint holds the fake score (what the bitwise resume above
+  // needed); the student's weights files do not.
+  const auto is_fake = [](const std::string& name) { return name.rfind("fake_score.", 0) == 0; };
+  size_t fake = 0;
+  for (const auto& item : saved.model) fake += is_fake(item.first) ? 1 : 0;
+  EXPECT_GT(fake, 0u);
+  EXPECT_EQ(fake * 2, saved.model.size());  // the student's tensors and as many of the fake score's
+  for (const char* file : {"/model.safetensors", "/ema.safetensors"}) {
+    const auto weights = wt::io::SafetensorsFile::open(two + file);
+    for (const auto& entry : weights.entries()) EXPECT_FALSE(is_fake(entry.name)) << file << ": " << entry.name;
+  }
   EXPECT_EQ(saved.objective.at("sampler_solver"), "euler");
   EXPECT_EQ(saved.objective.at("sampler_steps"), "2");
   EXPECT_EQ(saved.objective.at("sampler_shift"), "3");
@@ -220,6 +234,13 @@ TEST_F(FewStep, BadSettingsAreOneLineAndStatus2) {
       {"--distill-teacher-steps 8 --timestep-sampling logit-normal",
        "error: option --timestep-sampling: not with --distill-steps: the student's points lie on the teacher's grid, "
        "drawn uniformly"},
+      {"--distill-teacher-steps 8 --distill-method consistency --distill-regression 0.5",
+       "error: option --distill-regression: only with --distill-method dmd"},
+      {"--distill-teacher-steps 8 --distill-regression -1",
+       "error: option --distill-regression: must be 0 (distribution matching alone) or more"},
+      {"--distill-teacher-steps 8 --zero 3",
+       "error: option --zero: 3 shards the student's weights only; distribution matching's fake score trains beside "
+       "it: use ZeRO 1 or 2 (or --distill-method consistency)"},
   };
   for (const auto& c : cases) {
     // The first case's options set --distill-steps for themselves.

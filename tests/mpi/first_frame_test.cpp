@@ -130,10 +130,12 @@ TEST_F(FirstFrame, ResumeIsBitwiseAndTheConditionIsUsed) {
 // --distill-steps K --condition first-frame): every model sees the kept
 // first frame at timestep 0, no step moves it, and the loss leaves it out.
 // So with guidance 1 and one teacher step per student step the target is
-// the teacher's velocity on the other frames and the student (the teacher's
-// weights) starts at loss 0; frame 0 in the loss, or other timesteps for
-// the teacher than for the student, would make it positive. And 2 ranks x B
-// take 1 rank x 2B's steps, with a sample drawn from its first frame.
+// the teacher's velocity on the other frames and the consistency student
+// (the teacher's weights) starts at loss 0; frame 0 in the loss, or other
+// timesteps for the teacher than for the student, would make it positive.
+// And 2 ranks x B of a distribution-matching student (the default method:
+// the fake score sees the frame too) take 1 rank x 2B's steps, with a
+// sample drawn from its first frame.
 TEST_F(FirstFrame, AFewStepStudentKeepsTheFirstFrameOnEveryModelAndTakesTheSameStepsOnTwoRanks) {
   const auto teacher = fresh("first-frame-teacher");
   const Job t = train(2, teacher, "--steps 4 --batch-size 2 --condition first-frame --first-frame-prob 0.5");
@@ -144,7 +146,7 @@ TEST_F(FirstFrame, AFewStepStudentKeepsTheFirstFrameOnEveryModelAndTakesTheSameS
   const Job a = train(2, same,
                       few_step +
                           "--steps 1 --batch-size 2 --first-frame-prob 1 --distill-steps 2 "
-                          "--distill-teacher-steps 2 --distill-guidance 1");
+                          "--distill-teacher-steps 2 --distill-guidance 1 --distill-method consistency");
   ASSERT_EQ(a.status, 0) << a.output;
   EXPECT_LT(training_lines(same).at(0)["loss"].get<double>(), 1e-10);
 
