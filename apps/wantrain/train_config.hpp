@@ -105,7 +105,7 @@ struct TrainConfig : app::TrainingOptions {
   int distill_teacher_steps = 48;
   double distill_guidance = 5.0;
   std::string distill_method = "dmd";  // a few-step student's: "dmd" or "consistency"
-  double distill_regression = 0.25;    // dmd: the regression term's weight
+  double distill_regression = 0.5;     // dmd: the regression term's weight
   int distill_regression_steps = 4;    // dmd: the teacher's Euler steps to its target
 
   // The options given on the command line or in the INI file (not left at

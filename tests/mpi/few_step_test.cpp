@@ -124,7 +124,7 @@ TEST_F(FewStep, TwoRanksTakeOneRanksStepsResumeIsBitwiseAndTheSamplerTravels) {
   const auto saved = wt::ckpt::read_checkpoint(two + "/step-00000008.h5");
   EXPECT_EQ(saved.objective_kind, "few-step");
   EXPECT_EQ(saved.objective.at("method"), "dmd");
-  EXPECT_EQ(saved.objective.at("regression_weight"), "0.25");
+  EXPECT_EQ(saved.objective.at("regression_weight"), "0.5");
   // The checkpoint holds the fake score (what the bitwise resume above
   // needed); the student's weights files do not.
   const auto is_fake = [](const std::string& name) { return name.rfind("fake_score.", 0) == 0; };

@@ -37,7 +37,7 @@ struct FewStepOptions {
   FewStepMethod method = FewStepMethod::DistributionMatching;
   // Distribution matching: the weight lambda of DMD's regression term
   // (0: none) and the teacher's guided Euler steps M that give its target.
-  double regression_weight = 0.25;
+  double regression_weight = 0.5;
   int regression_steps = 4;
 };
 
