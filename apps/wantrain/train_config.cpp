@@ -295,8 +295,8 @@ void validate(const TrainConfig& c) {
                                "distill-regression", "distill-regression-steps"})
       require(!c.given.count(option), option, only);
   } else if (c.distill_steps == 0) {
-    for (const char* option :
-         {"distill-teacher-steps", "distill-guidance", "distill-method", "distill-regression", "distill-regression-steps"})
+    for (const char* option : {"distill-teacher-steps", "distill-guidance", "distill-method", "distill-regression",
+                               "distill-regression-steps"})
       require(!c.given.count(option), option, "only with --distill-steps K");
   } else {  // a few-step student's points lie on the teacher's grid, drawn uniformly
     for (const char* option : {"timestep-sampling", "logit-mean", "logit-std"})
@@ -392,10 +392,13 @@ wan::WanRunOptions wan_run_options(const TrainConfig& c) {
   o.objective.seed = c.seed;
   o.distill_target_weight = c.distill_target_weight;
   if (c.distill_steps > 0)
-    o.few_step = wan::FewStepOptions{c.distill_steps, c.distill_teacher_steps, c.distill_guidance,
-                                     c.distill_method == "dmd" ? wan::FewStepMethod::DistributionMatching
-                                                               : wan::FewStepMethod::Consistency,
-                                     c.distill_regression, c.distill_regression_steps};
+    o.few_step = wan::FewStepOptions{
+        c.distill_steps,
+        c.distill_teacher_steps,
+        c.distill_guidance,
+        c.distill_method == "dmd" ? wan::FewStepMethod::DistributionMatching : wan::FewStepMethod::Consistency,
+        c.distill_regression,
+        c.distill_regression_steps};
   o.student_init = c.student_init == "random" ? wan::StudentInit::Random : wan::StudentInit::Projection;
   o.prefetch = c.prefetch;
   o.lora = lora_options(c);

@@ -97,7 +97,8 @@ TEST(DistributionMatching, LossAndGradientsAreTheReferencesOnHandBuiltFields) {
   const Rows nf = {{-0.2, 0.5, 1.0, -0.9}, {0.3, -0.7, 0.4, 1.1}, {1.5, 0.2, -1.0, 0.6}};
   // Three student steps at shift 3; the rows stop after 0, 1 and 2 of them.
   const std::vector<int> k = {0, 1, 2};
-  const std::vector<double> edges = {1.0, 3.0 * (2.0 / 3) / (1 + 2.0 * (2.0 / 3)), 3.0 * (1.0 / 3) / (1 + 2.0 / 3), 0.0};
+  const std::vector<double> edges = {1.0, 3.0 * (2.0 / 3) / (1 + 2.0 * (2.0 / 3)), 3.0 * (1.0 / 3) / (1 + 2.0 / 3),
+                                     0.0};
   const std::vector<double> t = {0.9, 0.55, 0.2}, tf = {0.35, 0.8, 0.6};
   const std::vector<double> grid = {1.0, 0.75, 0.4, 0.0};
   const double w0 = 0.9, u0 = -0.35, p0 = 0.6, q0 = 0.25;
@@ -120,8 +121,8 @@ TEST(DistributionMatching, LossAndGradientsAreTheReferencesOnHandBuiltFields) {
   const auto generated = generator_sample(as_tensor(eps), k, edges, student, student);
   const auto sample = generated.detach();
   const auto sigma = as_tensor(t), sigma_f = as_tensor(tf);
-  const auto direction = matching_direction(sample, noised_at(sample, as_tensor(n), sigma), sigma, teacher,
-                                            fake_without_gradient);
+  const auto direction =
+      matching_direction(sample, noised_at(sample, as_tensor(n), sigma), sigma, teacher, fake_without_gradient);
   EXPECT_FALSE(direction.requires_grad());
   const auto eps_f = as_tensor(nf);
   const auto fake_losses = per_sample_loss(fake(noised_at(sample, eps_f, sigma_f), sigma_f), eps_f - sample);

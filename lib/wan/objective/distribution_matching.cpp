@@ -11,7 +11,7 @@ namespace wt::wan {
 namespace {
 
 // Keys the draws apart from the noise and the consistency points of the same (seed, step, sample).
-constexpr uint64_t kDrawSalt = 0x646d645f64726177;        // "dmd_draw"
+constexpr uint64_t kDrawSalt = 0x646d645f64726177;           // "dmd_draw"
 constexpr uint64_t kMatchingNoiseSalt = 0x646d645f6e6f6973;  // "dmd_nois"
 constexpr uint64_t kFakeNoiseSalt = 0x646d645f66616b65;      // "dmd_fake"
 // DMD's range of the matching timestep, before the shift: [0.02, 0.98] of the schedule.

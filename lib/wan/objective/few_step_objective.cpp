@@ -45,8 +45,7 @@ FewStepObjective::FewStepObjective(WanModelImpl& student, const Teacher& teacher
       trained_(FlowMatchingObjective::trainable()) {
   if ((few_step.method == FewStepMethod::DistributionMatching) != (fake_score != nullptr))
     throw std::invalid_argument(fmt::format("few-step {} distillation {} a fake score model",
-                                            few_step_method_name(few_step.method),
-                                            fake_score ? "takes no" : "needs"));
+                                            few_step_method_name(few_step.method), fake_score ? "takes no" : "needs"));
   if (fake_score_)
     for (const auto& item : fake_score_->named_parameters(/*recurse=*/true))
       if (item.value().requires_grad()) trained_.emplace_back(kFakeScorePrefix + item.key(), item.value());
@@ -153,9 +152,9 @@ at::Tensor FewStepObjective::matching_losses(const at::Tensor& x0, const Inputs&
   auto losses = generator_losses(generated, direction) + fake_losses;
   if (few_step_.regression_weight > 0) {
     // The teacher's own sample from the student's noise: DMD's paired target.
-    const auto teacher_video = teacher_sample(with_first_frame(in.eps, x0, kept),
-                                              sampling_sigmas(few_step_.regression_steps, schedule_.shift),
-                                              m.guided_teacher);
+    const auto teacher_video =
+        teacher_sample(with_first_frame(in.eps, x0, kept), sampling_sigmas(few_step_.regression_steps, schedule_.shift),
+                       m.guided_teacher);
     losses = losses + few_step_.regression_weight * (kept.defined() ? first_frame_losses(generated, teacher_video, kept)
                                                                     : per_sample_loss(generated, teacher_video));
   }

@@ -154,12 +154,13 @@ WanRun::WanRun(const train::RunPlan& plan, const WanRunOptions& options, distrib
   const bool matching = few_step && options.few_step->method == FewStepMethod::DistributionMatching;
   if (matching) {
     if (plan.engine.zero == 3)
-      throw SettingError("zero", "3 shards the student's weights only; distribution matching's fake score "
-                                 "trains beside it: use ZeRO 1 or 2 (or " + setting_reference("distill_method") +
-                                 " consistency)");
+      throw SettingError("zero",
+                         "3 shards the student's weights only; distribution matching's fake score "
+                         "trains beside it: use ZeRO 1 or 2 (or " +
+                             setting_reference("distill_method") + " consistency)");
     if (plan.settings.sequence_parallel > 1)
       throw SettingError("sp", "not with distribution matching's fake score yet (" +
-                                                  setting_reference("distill_method") + " consistency takes it)");
+                                   setting_reference("distill_method") + " consistency takes it)");
     im.fake_score = WanModel(im.config);
     load_weights(*im.fake_score, teacher->unrounded_weights(), LoadMode::Strict);
     im.fake_score->to(comm.device());
@@ -171,9 +172,9 @@ WanRun::WanRun(const train::RunPlan& plan, const WanRunOptions& options, distrib
                   teacher->path(), parameter_count(im.config));
   }
   if (few_step)
-    im.objective = std::make_unique<FewStepObjective>(*model, *teacher, objective_options, *options.few_step,
-                                                      plan.engine.compute_dtype,
-                                                      matching ? im.fake_score.get() : nullptr);
+    im.objective =
+        std::make_unique<FewStepObjective>(*model, *teacher, objective_options, *options.few_step,
+                                           plan.engine.compute_dtype, matching ? im.fake_score.get() : nullptr);
   else if (teacher)
     im.objective = std::make_unique<DistillationObjective>(*model, *teacher, objective_options,
                                                            options.distill_target_weight, plan.engine.compute_dtype);
