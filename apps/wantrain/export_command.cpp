@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -10,6 +11,7 @@
 #include "wantrain/app/float_dtype.hpp"
 #include "wantrain/app/version.hpp"
 #include "wantrain/ckpt/checkpoint.hpp"
+#include "wantrain/wan/objective/few_step_objective.hpp"
 #include "wantrain/wan/run/checkpoint_weights.hpp"
 #include "wantrain/distributed/world.hpp"
 #include "wantrain/wan/model/diffusers_export.hpp"
@@ -226,7 +228,13 @@ int run_export(distributed::World& world, int argc, char** argv) {
     return kExitOk;
   }
 
-  const auto saved = ckpt::read_checkpoint(checkpoint_path, {/*optimizer=*/false, /*ema=*/o.ema});
+  auto saved = ckpt::read_checkpoint(checkpoint_path, {/*optimizer=*/false, /*ema=*/o.ema});
+  // A distribution-matching student's checkpoint also holds its fake score:
+  // training state, never part of the exported student.
+  for (auto* tensors : {&saved.model, &saved.ema})
+    tensors->erase(std::remove_if(tensors->begin(), tensors->end(),
+                                  [](const auto& item) { return wan::is_fake_score_parameter(item.first); }),
+                   tensors->end());
   const bool is_lora = saved.objective.count("lora") > 0;
   if (!merge.empty() && !is_lora)
     throw UsageError(

@@ -132,7 +132,12 @@ TEST_F(FewStep, TwoRanksTakeOneRanksStepsResumeIsBitwiseAndTheSamplerTravels) {
   for (const auto& item : saved.model) fake += is_fake(item.first) ? 1 : 0;
   EXPECT_GT(fake, 0u);
   EXPECT_EQ(fake * 2, saved.model.size());  // the student's tensors and as many of the fake score's
-  for (const char* file : {"/model.safetensors", "/ema.safetensors"}) {
+  // Nor does an export of the checkpoint.
+  const Job exported = launch(std::string(WANTRAIN_WANTRAIN) + " export --checkpoint " + two +
+                              "/step-00000008.h5 --ema --out " + two + "/exported.safetensors");
+  ASSERT_EQ(exported.status, 0) << exported.output;
+  EXPECT_EQ(weights_difference(two + "/exported.safetensors", two + "/ema.safetensors"), 0);
+  for (const char* file : {"/model.safetensors", "/ema.safetensors", "/exported.safetensors"}) {
     const auto weights = wt::io::SafetensorsFile::open(two + file);
     for (const auto& entry : weights.entries()) EXPECT_FALSE(is_fake(entry.name)) << file << ": " << entry.name;
   }
