@@ -182,7 +182,7 @@ TEST_F(ImageToVideo, LoraOnTheImageLayersAndDistillationFromAnImageTeacher) {
   ASSERT_EQ(distill.status, 0) << distill.output;
   for (const auto& line : training_lines(student)) EXPECT_TRUE(std::isfinite(line["loss"].get<double>()));
 
-  // A few-step student of the same teacher: with
+  // A few-step consistency student of the same teacher: with
   // guidance 1 and one teacher step per student step its target is the
   // teacher's velocity, which the student (started on the teacher) gives
   // only when every call sees the picture's condition alike.
@@ -190,7 +190,8 @@ TEST_F(ImageToVideo, LoraOnTheImageLayersAndDistillationFromAnImageTeacher) {
   const Job few_step =
       train(2, few,
             "--steps 1 --batch-size 2 --mode distill --teacher " + base + "/model.safetensors --teacher-config " +
-                i2v_config() + " --distill-steps 2 --distill-teacher-steps 2 --distill-guidance 1");
+                i2v_config() +
+                " --distill-method consistency --distill-steps 2 --distill-teacher-steps 2 --distill-guidance 1");
   ASSERT_EQ(few_step.status, 0) << few_step.output;
   const auto few_lines = training_lines(few);
   ASSERT_EQ(few_lines.size(), 1u);
