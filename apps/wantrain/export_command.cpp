@@ -4,9 +4,11 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <nlohmann/json.hpp>
 
 #include "wantrain/app/float_dtype.hpp"
 #include "wantrain/app/version.hpp"
@@ -22,6 +24,7 @@
 #include "wantrain/wan/sample/student_sampler.hpp"
 #include "wantrain/util/error.hpp"
 #include "wantrain/util/exit_codes.hpp"
+#include "wantrain/util/files.hpp"
 #include "wantrain/util/json.hpp"
 #include "wantrain/util/options.hpp"
 #include "wantrain/util/text.hpp"
@@ -170,6 +173,86 @@ void export_seed(const std::string& config_path, uint64_t seed, bool stand_in, c
              stand_in ? " with a random head" : "", config_path, wan::parameter_count(config), written, o.out);
 }
 
+// One checkpoint: a whole model's weights, or a LoRA run's adapters (or,
+// with `merge`, full weights with them folded in).
+void export_checkpoint(const std::string& checkpoint_path, ExportOptions o, const std::string& merge,
+                       const std::string& model_config_out) {
+  auto saved = ckpt::read_checkpoint(checkpoint_path, {/*optimizer=*/false, /*ema=*/o.ema});
+  // A distribution-matching student's checkpoint also holds its fake score:
+  // training state, never part of the exported student.
+  for (auto* tensors : {&saved.model, &saved.ema})
+    tensors->erase(std::remove_if(tensors->begin(), tensors->end(),
+                                  [](const auto& item) { return wan::is_fake_score_parameter(item.first); }),
+                   tensors->end());
+  const bool is_lora = saved.objective.count("lora") > 0;
+  if (!merge.empty() && !is_lora)
+    throw UsageError(
+        fmt::format("option --merge: checkpoint {} holds a whole model, not LoRA adapters", checkpoint_path));
+  if (o.ema && saved.ema.empty())
+    throw UsageError(
+        fmt::format("option --ema: checkpoint {} has no EMA (trained without --ema-decay)", checkpoint_path));
+  const auto config = wan::parse_model_config(saved.model_config, checkpoint_path + " attribute model_config");
+  o.metadata = wan::student_sampler_fields(saved.objective);
+  if (is_lora) {
+    export_lora(saved, checkpoint_path, config, o, merge);
+  } else {
+    export_model(saved, checkpoint_path, config, o);
+  }
+  if (!model_config_out.empty()) {
+    std::ofstream file(model_config_out);
+    file << wan::to_json(config) << '\n';
+    if (!file) throw Error(fmt::format("{}: cannot write", model_config_out));
+  }
+}
+
+// A --experts run's directory (experts.json): each expert's latest
+// checkpoint, whole weights as the release's folders (OUT/high_noise_model/
+// with config.json and diffusion_pytorch_model.safetensors), LoRA adapters
+// as one file per expert (OUT/high_noise_model.safetensors), as wansample's
+// --high-noise/--low-noise and --lora-high/--lora-low take them.
+void export_experts(const std::string& run, const ExportOptions& o, const std::string& merge,
+                    const std::string& model_config_out) {
+  const auto file = run + "/experts.json";
+  const auto layout = nlohmann::json::parse(read_whole_file(file), nullptr, /*allow_exceptions=*/false);
+  if (!layout.is_object() || !layout.contains("groups") || !layout["groups"].is_array())
+    throw UsageError(fmt::format("{}: not the experts.json of a wantrain --experts run", file));
+  if (o.format == "diffusers")
+    throw UsageError(
+        fmt::format("option --format diffusers: not for the two experts of {} yet: export each "
+                    "expert's checkpoint ({}/high_noise_model/latest) alone",
+                    run, run));
+  if (!merge.empty() || !model_config_out.empty())
+    throw UsageError(
+        fmt::format("option --{}: not for the two experts of {}: export each expert's checkpoint "
+                    "({}/high_noise_model/latest) with its own",
+                    merge.empty() ? "model-config-out" : "merge", run, run));
+  std::error_code error;
+  std::filesystem::create_directories(o.out, error);
+  if (error) throw UsageError(fmt::format("option --out: cannot create the folder {}: {}", o.out, error.message()));
+  for (const auto& group : layout["groups"]) {
+    const std::string folder = group.value("folder", "");
+    if (folder != "high_noise_model" && folder != "low_noise_model")
+      throw UsageError(
+          fmt::format("{}: an expert's folder is {}, not high_noise_model or low_noise_model", file, group.dump()));
+    const auto checkpoint = run + "/" + folder + "/latest";
+    if (!std::filesystem::exists(checkpoint))
+      throw UsageError(fmt::format("{}: no checkpoint yet ({} is missing)", run, checkpoint));
+    const auto saved = ckpt::read_checkpoint(checkpoint, {/*optimizer=*/false, /*ema=*/false});
+    ExportOptions mine = o;
+    if (saved.objective.count("lora") > 0) {
+      mine.out = o.out + "/" + folder + ".safetensors";
+    } else {
+      const auto config = wan::parse_model_config(saved.model_config, checkpoint + " attribute model_config");
+      const auto expert = std::filesystem::path(o.out) / folder;
+      std::filesystem::create_directories(expert, error);
+      if (error) throw UsageError(fmt::format("option --out: cannot create {}: {}", expert.string(), error.message()));
+      write_file_durably((expert / "config.json").string(), wan::to_json(config) + "\n");
+      mine.out = (expert / "diffusion_pytorch_model.safetensors").string();
+    }
+    export_checkpoint(checkpoint, mine, "", "");
+  }
+}
+
 }  // namespace
 
 int run_export(distributed::World& world, int argc, char** argv) {
@@ -184,7 +267,9 @@ int run_export(distributed::World& world, int argc, char** argv) {
                     "--model-config C.json --seed S --out base.safetensors [--dtype bf16]");
   options.group("wantrain export")
       .standard_options(&config_file)
-      .add("checkpoint", &checkpoint_path, "wantrain checkpoint (.h5) to read")
+      .add("checkpoint", &checkpoint_path,
+           "wantrain checkpoint (.h5) to read; or a --experts run's output directory: both experts, into the folder "
+           "--out")
       .add("model-config", &model_config,
            "instead of --checkpoint: write the initial weights a fresh run of this model config starts from")
       .add("seed", &seed, "with --model-config: the run's --seed")
@@ -228,32 +313,11 @@ int run_export(distributed::World& world, int argc, char** argv) {
     return kExitOk;
   }
 
-  auto saved = ckpt::read_checkpoint(checkpoint_path, {/*optimizer=*/false, /*ema=*/o.ema});
-  // A distribution-matching student's checkpoint also holds its fake score:
-  // training state, never part of the exported student.
-  for (auto* tensors : {&saved.model, &saved.ema})
-    tensors->erase(std::remove_if(tensors->begin(), tensors->end(),
-                                  [](const auto& item) { return wan::is_fake_score_parameter(item.first); }),
-                   tensors->end());
-  const bool is_lora = saved.objective.count("lora") > 0;
-  if (!merge.empty() && !is_lora)
-    throw UsageError(
-        fmt::format("option --merge: checkpoint {} holds a whole model, not LoRA adapters", checkpoint_path));
-  if (o.ema && saved.ema.empty())
-    throw UsageError(
-        fmt::format("option --ema: checkpoint {} has no EMA (trained without --ema-decay)", checkpoint_path));
-  const auto config = wan::parse_model_config(saved.model_config, checkpoint_path + " attribute model_config");
-  o.metadata = wan::student_sampler_fields(saved.objective);
-  if (is_lora) {
-    export_lora(saved, checkpoint_path, config, o, merge);
-  } else {
-    export_model(saved, checkpoint_path, config, o);
+  if (std::filesystem::is_regular_file(std::filesystem::path(checkpoint_path) / "experts.json")) {
+    export_experts(checkpoint_path, o, merge, model_config_out);
+    return kExitOk;
   }
-  if (!model_config_out.empty()) {
-    std::ofstream file(model_config_out);
-    file << wan::to_json(config) << '\n';
-    if (!file) throw Error(fmt::format("{}: cannot write", model_config_out));
-  }
+  export_checkpoint(checkpoint_path, o, merge, model_config_out);
   return kExitOk;
 }
 

@@ -7,7 +7,9 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <thread>
 
+#include "expert_groups.hpp"
 #include "export_command.hpp"
 #include "plot_command.hpp"
 #include "report_command.hpp"
@@ -18,6 +20,7 @@
 #include "wantrain/app/version.hpp"
 #include "wantrain/config.hpp"
 #include "wantrain/data/dataset.hpp"
+#include "wantrain/distributed/abort.hpp"
 #include "wantrain/distributed/backend.hpp"
 #include "wantrain/distributed/nccl_comm.hpp"
 #include "wantrain/distributed/world.hpp"
@@ -40,6 +43,7 @@
 #include "wantrain/util/log.hpp"
 #include "wantrain/util/memory.hpp"
 #include "wantrain/util/options.hpp"
+#include "wantrain/util/process.hpp"
 #include "wantrain/util/stop_signals.hpp"
 #include "wantrain/util/test_hooks.hpp"
 #include "wantrain/util/threads.hpp"
@@ -233,6 +237,10 @@ MemorySummary memory_summary(distributed::World& world, const distributed::Comm&
   return {table, wan::memory_warnings(*root, *other, limits)};
 }
 
+int train(distributed::World& world, const TrainConfig& cfg, const OptionSet& options, int argc, char** argv,
+          const ExpertGroup* group);
+int train_experts(distributed::World& world, const TrainConfig& cfg, const OptionSet& options, int argc, char** argv);
+
 int run(distributed::World& world, int argc, char** argv) {
   // The library's settings that errors may name, by their option here.
   set_option_names({{"output_dir", "output-dir"},
@@ -294,8 +302,15 @@ int run(distributed::World& world, int argc, char** argv) {
     if (world.is_root()) std::cout << app::help_or_version(outcome, options);
     return kExitOk;
   }
+  world.set_timeout(app::comm_timeout(cfg));  // bounds every start-up agreement below, too
+  if (!cfg.experts.empty()) return train_experts(world, cfg, options, argc, argv);
+  return train(world, cfg, options, argc, argv, nullptr);
+}
+
+// One training run on `world` (the job, or an expert's rank group: `group`).
+int train(distributed::World& world, const TrainConfig& cfg, const OptionSet& options, int argc, char** argv,
+          const ExpertGroup* group) {
   const auto comm_timeout = app::comm_timeout(cfg);
-  world.set_timeout(comm_timeout);  // bounds every start-up agreement below, too
 
   // The data are checked on every rank before anything else starts; a bad
   // dataset is one line and status 2 for the whole job.
@@ -434,9 +449,15 @@ int run(distributed::World& world, int argc, char** argv) {
   world.agree([&] { prompt_memory = prompt_video_memory(cfg, sample_prompts, dataset ? &*dataset : nullptr); });
   const MemorySummary memory =
       memory_summary(world, *comm, cfg, model_config, teacher_config, dataset ? &*dataset : nullptr, prompt_memory);
+  const std::string group_summary =
+      group
+          ? fmt::format("expert group: {}, job ranks {}-{}, sigma' in [{:g}, {:g}], its run in {}, starting from {}\n",
+                        group->name, group->first_rank, group->first_rank + group->ranks - 1, group->sigma_lo,
+                        group->sigma_hi, cfg.output_dir, cfg.init.empty() ? "random weights" : cfg.init)
+          : std::string();
   if (world.is_root())
-    log::info_lines("wantrain " WANTRAIN_VERSION ": resolved configuration\n" + options.resolved_table() + table +
-                    data_summary + model_summary + plan.describe() + memory.table);
+    log::info_lines("wantrain " WANTRAIN_VERSION ": resolved configuration\n" + options.resolved_table() +
+                    group_summary + table + data_summary + model_summary + plan.describe() + memory.table);
   if (world.is_root()) {
     for (const auto& b : plan.untrained_buckets())
       spdlog::warn(
@@ -466,6 +487,12 @@ int run(distributed::World& world, int argc, char** argv) {
 
   nlohmann::json run_options = nlohmann::json::object();
   for (const auto& option : options.resolved()) run_options[option.name] = option.value;
+  if (group) {  // the group's own run, as a one-expert run of it would record
+    run_options["output-dir"] = cfg.output_dir;
+    run_options["init"] = cfg.init;
+    run_options["timestep-range"] = cfg.timestep_range;
+    run_options["resume"] = cfg.resume;
+  }
   train::FitOptions fit_options = wantrain::fit_options(cfg);
   fit_options.run_options = run_options.dump();
   fit_options.identity = app::run_identity("wantrain", world, *comm, argc, argv);
@@ -500,6 +527,42 @@ int run(distributed::World& world, int argc, char** argv) {
   start.checkpoint.reset();  // its state lives in the run now
   const int status = train::fit(world, *comm, plan, run->fit_run(validator.get()), fit_options, start.best_val_loss);
   test_delay("after_fit");
+  return status;
+}
+
+// Wan2.2 A14B's two experts in one job (expert_groups.hpp): the job splits
+// into two rank groups, each trains its expert as a run of its own. A group
+// that fails ends the whole job with one line naming it: the other group
+// must not train on towards a checkpoint that lacks its partner.
+int train_experts(distributed::World& world, const TrainConfig& cfg, const OptionSet& options, int argc, char** argv) {
+  ExpertLayout layout;
+  world.agree([&] {
+    std::optional<wan::WanConfig> model;
+    if (!cfg.model_config.empty()) model = wan::load_model_config(cfg.model_config);
+    layout = expert_layout(cfg, world.size(), model);
+    record_expert_layout(layout, cfg, /*write=*/world.is_root() && !cfg.dry_run);
+  });
+  if (world.is_root()) log::info_lines(layout.describe());
+  const auto& group = layout.group_of(world.rank());
+  int status = kExitOk;
+  {
+    const auto group_world = world.split(group.first_rank);
+    set_process_group(group.name + " expert group");
+    log::set_group(world.rank(), world.size(), group.name, group_world->rank(), group_world->size());
+    try {
+      status = train(*group_world, expert_run_config(cfg, group), options, argc, argv, &group);
+    } catch (const distributed::CollectiveExit& exit) {
+      status = exit.code;
+    }
+  }
+  // A stop (75) is every group's own, at its own step: each saved its run.
+  if (status != kExitOk && status != kExitRequeue) {
+    const auto line = fmt::format("the {} expert group (ranks {}-{}) ended with status {}: ending the whole job",
+                                  group.name, group.first_rank, group.first_rank + group.ranks - 1, status);
+    // The group's first rank says it once; the others follow if it cannot.
+    if (world.rank() != group.first_rank) std::this_thread::sleep_for(std::chrono::seconds(5));
+    distributed::abort_job(line, status);
+  }
   return status;
 }
 

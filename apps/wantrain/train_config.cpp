@@ -1,5 +1,7 @@
 #include "train_config.hpp"
 
+#include "expert_groups.hpp"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -140,6 +142,16 @@ void declare_options(OptionSet& o, TrainConfig& c) {
            "self-attention exchanging them for heads (all-to-all); the ranks of a group read the same batch. "
            "Must divide the ranks and the model's heads; 1: off");
   declare_training_options(o, c, {T::CommTimeout});
+  o.add("experts", &c.experts,
+        "Wan2.2 A14B: high,low trains both experts in one job, on two rank groups (the first --expert-ranks "
+        "ranks the first expert), each on its side of --boundary; their runs in OUTPUT_DIR/high_noise_model and "
+        "low_noise_model")
+      .add("expert-ranks", &c.expert_ranks, "with --experts: H,L ranks of the two groups (default: half each)")
+      .add("boundary", &c.boundary,
+           "with --experts: sigma' (timestep / 1000) at and above which the high-noise expert trains (0: the "
+           "release's, 0.875 text-to-video, 0.9 image-to-video)")
+      .add("high-noise", &c.high_noise, "with --experts: the high-noise expert's weights to start from (else --init)")
+      .add("low-noise", &c.low_noise, "with --experts: the low-noise expert's weights to start from (else --init)");
   o.flag("require-gpu", &c.require_gpu,
          "refuse to compute on the CPU: a GPU per rank or an error line (without it, the CPU on a node with "
          "NVIDIA GPUs is one warning: a CPU-only build, --backend mpi, or two ranks on one GPU)")
@@ -207,6 +219,7 @@ void require(bool ok, const char* option, const std::string& expected) {
 
 void validate(const TrainConfig& c) {
   app::check_training_options(c);
+  check_expert_options(c);
   require(c.prefetch >= 1, "prefetch", "must be at least 1");
   require(c.sample_every >= 0, "sample-every", "must be 0 (never) or more");
   require(c.sample_index >= 0, "sample-index", "must be 0 or more");

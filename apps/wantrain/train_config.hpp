@@ -90,6 +90,11 @@ struct TrainConfig : app::TrainingOptions {
   int zero = 0;                       // ZeRO stage
   std::string gather_dtype = "auto";  // ZeRO-3: auto (bf16 under --precision bf16, else fp32), fp32 or bf16
   int sp = 1;                         // ranks per sequence-parallel group (Ulysses); 1: off
+  // Wan2.2 A14B's two experts in one job (expert_groups.hpp): "high,low" or
+  // "low,high" (the order of the rank groups); empty: one model.
+  std::string experts, expert_ranks;  // expert_ranks "H,L": ranks per group, in that order
+  double boundary = 0;                // sigma' between the experts; 0: the release's for the model type
+  std::string high_noise, low_noise;  // each expert's starting weights (else --init)
   bool allow_unused = false;
 
   // checkpoints

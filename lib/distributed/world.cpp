@@ -51,6 +51,8 @@ World::World(int& argc, char**& argv) : host_(host_name()) {
   MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
   MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
   MPI_CHECK(MPI_Comm_size(comm_, &size_));
+  job_rank_ = rank_;
+  job_size_ = size_;
   set_process_rank(rank_, size_);
   // LibTorch's CUDA backend where this machine can run it, before anything
   // asks LibTorch about CUDA (cuda_libraries.hpp).
@@ -73,11 +75,35 @@ World::World(int& argc, char**& argv) : host_(host_name()) {
   if (answer) set_roll_call(roll_call_.get());
 }
 
+World::World(GroupTag, const World& parent, MPI_Comm comm)
+    : comm_(comm),
+      local_rank_(parent.local_rank_),
+      local_size_(parent.local_size_),
+      job_rank_(parent.job_rank_),
+      job_size_(parent.job_size_),
+      group_(true),
+      host_(parent.host_),
+      timeout_(parent.timeout_) {
+  MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
+  MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
+  MPI_CHECK(MPI_Comm_size(comm_, &size_));
+}
+
+std::unique_ptr<World> World::split(int colour) const {
+  MPI_Comm comm = MPI_COMM_NULL;
+  MPI_CHECK(MPI_Comm_split(comm_, colour, rank_, &comm));
+  return std::unique_ptr<World>(new World(GroupTag{}, *this, comm));
+}
+
 World::~World() { finalize(); }
 
 void World::finalize() noexcept {
   if (finalized_) return;
   finalized_ = true;
+  if (group_) {
+    if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+    return;
+  }
   set_roll_call(nullptr);
   roll_call_.reset();
   if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
@@ -175,7 +201,7 @@ void World::wait(MPI_Request& request, const char* what, std::chrono::millisecon
       },
       bound);
   if (done) return;
-  std::string why = roll_call_ ? roll_call_clause(bound) : "";
+  std::string why = roll_call_ || group_ ? roll_call_clause(bound) : "";
   if (why.empty()) why = "another rank died, is stuck, or left the job's sequence of steps";
   abort_job(fmt::format("world {} did not complete within {:g} s ({}): {}", what,
                         std::chrono::duration<double>(bound).count(), setting_reference(setting), why),

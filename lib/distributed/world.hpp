@@ -48,8 +48,21 @@ class World {
   int local_size() const { return local_size_; }
   const std::string& host() const { return host_; }
   bool is_root() const { return rank_ == 0; }
-  // A duplicate of MPI_COMM_WORLD with MPI_ERRORS_RETURN, for World's own use.
+  // A duplicate of MPI_COMM_WORLD with MPI_ERRORS_RETURN, for World's own use
+  // (a group's: a split of it).
   MPI_Comm comm() const { return comm_; }
+
+  // Collective over this World: the ranks of equal `colour` as a World of
+  // their own (a rank group: Wan2.2 A14B's experts train one each), ranked in
+  // the order of their ranks here. Everything that takes a World (agreements,
+  // communicators, checkpoints) then runs within the group; the node-local
+  // rank and size stay the job's (GPUs are the node's), the roll call and an
+  // abort stay the whole job's. Destroy it before finalize().
+  std::unique_ptr<World> split(int colour) const;
+  // This process's rank and the rank count in the whole job (a group's
+  // rank() and size() are within the group).
+  int job_rank() const { return job_rank_; }
+  int job_size() const { return job_size_; }
 
   struct Peer {
     int rank, local_rank, local_size;
@@ -85,12 +98,16 @@ class World {
   void set_timeout(std::chrono::milliseconds timeout) { timeout_ = timeout; }
   std::chrono::milliseconds timeout() const { return timeout_; }
 
-  // Ends MPI. Idempotent; every Comm must be gone.
+  // Ends MPI (a group: frees its communicator). Idempotent; every Comm must be gone.
   void finalize() noexcept;
 
  private:
+  struct GroupTag {};
+  World(GroupTag, const World& parent, MPI_Comm comm);
+
   MPI_Comm comm_ = MPI_COMM_NULL;
-  int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
+  int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1, job_rank_ = 0, job_size_ = 1;
+  bool group_ = false;  // a split of another World: it neither initialises nor finalizes MPI
   std::string host_;
   bool finalized_ = false;
   // Names the ranks that no longer answer when a collective times out.

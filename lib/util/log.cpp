@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "wantrain/util/progress.hpp"
@@ -53,6 +54,14 @@ void init(int rank, int size, spdlog::level::level_enum level) {
   spdlog::set_default_logger(logger);
   static LogReporter reporter;
   set_reporter(&reporter);
+}
+
+void set_group(int rank, int size, const std::string& group, int group_rank, int group_size) {
+  auto logger = spdlog::get("wantrain");
+  if (!logger) return;
+  logger->set_pattern(fmt::format("[%Y-%m-%d %H:%M:%S.%e] [rank {}/{}, {} {}/{}] [%^%l%$] %v", rank, size, group,
+                                  group_rank, group_size));
+  if (group_rank == 0) logger->set_level(std::min(logger->level(), spdlog::level::info));
 }
 
 void info_lines(const std::string& text) { log_lines(spdlog::level::info, text); }

@@ -3,6 +3,8 @@
 
 #include <map>
 #include <set>
+#include <string>
+#include <vector>
 
 #include "wantrain/distributed/world.hpp"
 #include "mpi_test_env.hpp"
@@ -80,4 +82,35 @@ TEST(MpiCheck, FailedCallThrowsWithTheFunctionAndReason) {
     EXPECT_NE(message.find("world_test.cpp:"), std::string::npos) << message;
     EXPECT_NE(message.find("root"), std::string::npos) << message;  // MPI_ERR_ROOT's own text
   }
+}
+
+// A split (wantrain --experts' rank groups): each rank its own group here,
+// ranked within it, agreeing and gathering within it only, with the job's
+// rank and its node-local rank (GPUs are the node's) kept.
+TEST(World, ASplitRanksWithinItsGroupAndKeepsTheJobsRankAndNodeLocalRank) {
+  const auto& world = test_world();
+  const auto group = world.split(world.rank());
+  EXPECT_EQ(group->size(), 1);
+  EXPECT_EQ(group->rank(), 0);
+  EXPECT_TRUE(group->is_root());
+  EXPECT_EQ(group->job_rank(), world.rank());
+  EXPECT_EQ(group->job_size(), world.size());
+  EXPECT_EQ(group->local_rank(), world.local_rank());
+  EXPECT_EQ(group->local_size(), world.local_size());
+  // A usage error on the last rank leaves its own group only.
+  bool left = false;
+  try {
+    group->agree([&] {
+      if (world.rank() == world.size() - 1) throw wt::UsageError("option --test: bad in the last rank's group");
+    });
+  } catch (const wt::distributed::CollectiveExit&) {
+    left = true;
+  }
+  EXPECT_EQ(left, world.rank() == world.size() - 1);
+  const auto mine = group->all_gather(std::to_string(world.rank()), "test");
+  EXPECT_EQ(mine, std::vector<std::string>{std::to_string(world.rank())});
+  // Together again: one group of every rank, in the job's order.
+  const auto all = world.split(0);
+  EXPECT_EQ(all->rank(), world.rank());
+  EXPECT_EQ(all->size(), world.size());
 }

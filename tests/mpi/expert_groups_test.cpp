@@ -1,0 +1,159 @@
+// Wan2.2 A14B's two experts in one job (wantrain --experts high,low): the
+// job's ranks split into two groups, each trains its expert as a one-expert
+// run of its side of the boundary would, resumes bit for bit, exports both,
+// and a group that fails ends the whole job with one line naming it.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+
+#include "../common/build_paths.hpp"
+#include "../common/launch.hpp"
+#include "../common/train_runs.hpp"
+
+namespace {
+
+using wt::testing::fresh;
+using wt::testing::Job;
+using wt::testing::launch;
+using wt::testing::mpi_command;
+using wt::testing::occurrences;
+using wt::testing::read_text;
+using namespace wt::testing::train_runs;
+
+class Experts : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    data_ = synth_tiny_data("experts-data", 16, 9);
+    // Two different starting points, as A14B's experts are two models.
+    for (const auto& [name, seed] : {std::pair{"experts-base-high", 1}, {"experts-base-low", 2}}) {
+      const Job base = train(1, name, "--steps 2 --batch-size 4 --seed " + std::to_string(seed));
+      ASSERT_EQ(base.status, 0) << base.output;
+    }
+  }
+
+  static Job train(int ranks, const std::string& name, const std::string& options, bool fresh_dir = true) {
+    const std::string dir = fresh_dir ? fresh(name) : run_dir(name);
+    const Job job = launch(mpi_command(ranks, WANTRAIN_WANTRAIN,
+                                       "--model-config " + tiny_config() + " --data " + data_ + " --output-dir " + dir +
+                                           " --threads 1 --backend mpi --log-every 1 " + options));
+    EXPECT_LT(job.seconds, kHangGuardSeconds);
+    return job;
+  }
+  static std::string base(const std::string& which) { return run_dir("experts-base-" + which) + "/model.safetensors"; }
+  // The run's options beside the experts' (the global batch 2 x 2 of each group).
+  static std::string common() {
+    return "--batch-size 2 --lr 5e-3 --seed 4 --val-data " + data_ + " --val-every 2 --save-every 2 --keep 0 ";
+  }
+  static std::string experts() {
+    return "--experts high,low --boundary 0.875 --high-noise " + base("high") + " --low-noise " + base("low") + " ";
+  }
+
+  static std::string data_;
+};
+std::string Experts::data_;
+
+// Each group's steps are a one-expert run's on 2 ranks with its
+// --timestep-range, its --init and the same seed: losses, validation and
+// weights; a resume continues each group bit for bit; export writes both.
+TEST_F(Experts, EachGroupTrainsAsAOneExpertRunResumesBitwiseAndExportsBoth) {
+  const Job job = train(4, "experts", common() + experts() + "--steps 6");
+  ASSERT_EQ(job.status, 0) << job.output;
+  EXPECT_EQ(occurrences(job.output, "high ranks 0-1 (2), sigma' in [0.875, 1], run in high_noise_model/"), 1u)
+      << job.output;
+  EXPECT_EQ(occurrences(job.output, "low  ranks 2-3 (2), sigma' in [0, 0.875], run in low_noise_model/"), 1u)
+      << job.output;
+  const Job high =
+      train(2, "experts-high-alone", common() + "--steps 6 --timestep-range 0.875,1 --init " + base("high"));
+  const Job low = train(2, "experts-low-alone", common() + "--steps 6 --timestep-range 0,0.875 --init " + base("low"));
+  ASSERT_EQ(high.status, 0) << high.output;
+  ASSERT_EQ(low.status, 0) << low.output;
+  const std::string dir = run_dir("experts");
+  for (const auto& [expert, alone] : {std::pair{std::string("high"), run_dir("experts-high-alone")},
+                                      {std::string("low"), run_dir("experts-low-alone")}}) {
+    SCOPED_TRACE(expert);
+    const std::string mine = dir + "/" + expert + "_noise_model";
+    const auto a = training_lines(mine), b = training_lines(alone);
+    ASSERT_EQ(a.size(), 6u);
+    ASSERT_EQ(b.size(), 6u);
+    for (size_t i = 0; i < a.size(); ++i) EXPECT_LT(relative(a[i]["loss"], b[i]["loss"]), 1e-6) << "step " << i + 1;
+    const auto va = validation_lines(mine), vb = validation_lines(alone);
+    ASSERT_EQ(va.size(), 3u);
+    ASSERT_EQ(vb.size(), 3u);
+    for (size_t i = 0; i < va.size(); ++i) EXPECT_LT(relative(va[i]["val_loss"], vb[i]["val_loss"]), 1e-6);
+    EXPECT_LT(weights_difference(mine + "/model.safetensors", alone + "/model.safetensors"), 1e-6);
+  }
+  // The experts differ: they started apart and trained on different noise.
+  EXPECT_GT(weights_difference(dir + "/high_noise_model/model.safetensors", dir + "/low_noise_model/model.safetensors"),
+            1e-3);
+
+  // Stopped after 3 steps and resumed to 6: each group as the straight run.
+  ASSERT_EQ(train(4, "experts-resumed", common() + experts() + "--steps 3").status, 0);
+  const Job resumed = train(4, "experts-resumed", common() + experts() + "--steps 6 --resume auto", false);
+  ASSERT_EQ(resumed.status, 0) << resumed.output;
+  for (const std::string expert : {"high", "low"})
+    EXPECT_EQ(weights_difference(run_dir("experts-resumed") + "/" + expert + "_noise_model/model.safetensors",
+                                 dir + "/" + expert + "_noise_model/model.safetensors"),
+              0)
+        << expert;
+  // On other group sizes the groups' runs cannot continue exactly: refused.
+  const Job other =
+      train(4, "experts-resumed", common() + experts() + "--steps 8 --expert-ranks 1,3 --resume auto", false);
+  EXPECT_EQ(other.status, 2) << other.output;
+  EXPECT_EQ(occurrences(other.output, "experts.json records"), 1u) << other.output;
+  EXPECT_EQ(occurrences(other.output,
+                        "a group's run continues exactly only on the same experts, group sizes and "
+                        "boundary"),
+            1u)
+      << other.output;
+
+  // wantrain export of the job's directory: each expert as the release's folder.
+  const Job exported =
+      launch(std::string(WANTRAIN_WANTRAIN) + " export --checkpoint " + dir + " --out " + dir + "/exported");
+  ASSERT_EQ(exported.status, 0) << exported.output;
+  for (const std::string folder : {"high_noise_model", "low_noise_model"}) {
+    EXPECT_TRUE(std::filesystem::exists(dir + "/exported/" + folder + "/config.json")) << folder;
+    EXPECT_EQ(weights_difference(dir + "/exported/" + folder + "/diffusion_pytorch_model.safetensors",
+                                 dir + "/" + folder + "/model.safetensors"),
+              0)
+        << folder;
+  }
+}
+
+// A group that fails (here: the low-noise expert's weights are another
+// model's) ends the whole job in bounded time, the high-noise group's long
+// run included, with one line naming the group; bad group options are one
+// line each.
+TEST_F(Experts, AFailingGroupEndsTheWholeJobWithOneLineNamingIt) {
+  const std::string other_dir = fresh("experts-other-model"), other_model = other_dir + "/model.safetensors";
+  std::filesystem::create_directories(other_dir);
+  {
+    const Job job = launch(std::string(WANTRAIN_WANTRAIN) + " export --model-config " +
+                           std::string(WANTRAIN_SOURCE_DIR) + "/data/configs/wan-mini.json --out " + other_model);
+    ASSERT_EQ(job.status, 0) << job.output;
+  }
+  const Job job = train(
+      4, "experts-failing",
+      "--batch-size 2 --steps 100000 --experts high,low --high-noise " + base("high") + " --low-noise " + other_model);
+  EXPECT_NE(job.status, 0) << job.output;
+  EXPECT_LT(job.seconds, 60) << job.output;
+  EXPECT_EQ(occurrences(job.output, "the low expert group (ranks 2-3) ended with status 2: ending the whole job"), 1u)
+      << job.output;
+  EXPECT_EQ(occurrences(job.output, "rank 2/4, low expert group on "), 2u) << job.output;  // the error and the end
+
+  for (const auto& [options, line] :
+       {std::pair{std::string("--experts high,middle"), std::string("option --experts: expected high,low")},
+        {"--experts high,low --expert-ranks 3,3", "option --expert-ranks: 6 ranks, but the job has 4"},
+        {"--experts high,low --expert-ranks 2", "option --expert-ranks: expected H,L"},
+        {"--experts high,low --boundary 1.5", "option --boundary: expected sigma'"},
+        {"--experts high,low --timestep-range 0,0.5", "option --timestep-range: not with --experts"},
+        {"--experts high,low --sample-every 2", "option --sample-every: not with --experts yet"},
+        {"--high-noise " + base("high"), "option --high-noise: only with --experts high,low"}}) {
+    SCOPED_TRACE(options);
+    const Job bad = train(4, "experts-bad", "--steps 2 --batch-size 2 " + options);
+    EXPECT_EQ(bad.status, 2) << bad.output;
+    EXPECT_EQ(occurrences(bad.output, line), 1u) << bad.output;
+  }
+}
+
+}  // namespace
