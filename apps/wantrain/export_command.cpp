@@ -246,7 +246,10 @@ void export_experts(const std::string& run, const ExportOptions& o, const std::s
       const auto expert = std::filesystem::path(o.out) / folder;
       std::filesystem::create_directories(expert, error);
       if (error) throw UsageError(fmt::format("option --out: cannot create {}: {}", expert.string(), error.message()));
-      write_file_durably((expert / "config.json").string(), wan::to_json(config) + "\n");
+      // The release's config.json: the official class and Wan's keys.
+      auto expert_config = nlohmann::json::parse(wan::to_json(config));
+      expert_config["_class_name"] = "WanModel";
+      write_file_durably((expert / "config.json").string(), expert_config.dump(2) + "\n");
       mine.out = (expert / "diffusion_pytorch_model.safetensors").string();
     }
     export_checkpoint(checkpoint, mine, "", "");

@@ -10,6 +10,7 @@
 #include "../common/build_paths.hpp"
 #include "../common/launch.hpp"
 #include "../common/train_runs.hpp"
+#include "wantrain/wan/model/model_config.hpp"
 
 namespace {
 
@@ -112,7 +113,10 @@ TEST_F(Experts, EachGroupTrainsAsAOneExpertRunResumesBitwiseAndExportsBoth) {
       launch(std::string(WANTRAIN_WANTRAIN) + " export --checkpoint " + dir + " --out " + dir + "/exported");
   ASSERT_EQ(exported.status, 0) << exported.output;
   for (const std::string folder : {"high_noise_model", "low_noise_model"}) {
-    EXPECT_TRUE(std::filesystem::exists(dir + "/exported/" + folder + "/config.json")) << folder;
+    // The release's config.json: its model is the run's.
+    EXPECT_EQ(wt::wan::to_json(wt::wan::load_model_config(dir + "/exported/" + folder + "/config.json")),
+              wt::wan::to_json(wt::wan::load_model_config(tiny_config())))
+        << folder;
     EXPECT_EQ(weights_difference(dir + "/exported/" + folder + "/diffusion_pytorch_model.safetensors",
                                  dir + "/" + folder + "/model.safetensors"),
               0)

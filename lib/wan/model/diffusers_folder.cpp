@@ -68,7 +68,9 @@ std::optional<TwoExperts> find_two_experts(const std::string& path) {
 
 bool is_diffusers_config(const std::string& json_text) {
   const auto doc = json::parse(json_text, nullptr, false);
-  return doc.is_object() && doc.contains("_class_name");
+  // The official release's config.json names its own class, WanModel, over
+  // Wan's keys: not a diffusers config.
+  return doc.is_object() && doc.contains("_class_name") && doc["_class_name"] != "WanModel";
 }
 
 namespace {

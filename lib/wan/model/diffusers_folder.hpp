@@ -51,7 +51,8 @@ std::optional<TwoExperts> find_two_experts(const std::string& path);
 // file and the key for a missing or unsupported value.
 WanConfig parse_diffusers_config(const std::string& json_text, const std::string& source);
 
-// Whether `json_text` is a diffusers config (it names its _class_name).
+// Whether `json_text` is a diffusers config: it names its _class_name, and
+// not the official release's WanModel (whose config.json holds Wan's keys).
 bool is_diffusers_config(const std::string& json_text);
 
 }  // namespace wt::wan

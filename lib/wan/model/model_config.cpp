@@ -29,7 +29,10 @@ constexpr const char* kOptionalKeys[] = {"model_type", "image_dim", "image_token
 constexpr int64_t kDefaultImageTokens = 257;
 
 // Keys Wan's own config files carry that do not change the network we build.
-bool informational_key(const std::string& key) { return key == "_class_name" || key == "_comment" || key == "name"; }
+// The release's config.json carries its class and the diffusers version it was saved with.
+bool informational_key(const std::string& key) {
+  return key == "_class_name" || key == "_diffusers_version" || key == "_comment" || key == "name";
+}
 
 constexpr std::pair<ModelType, const char*> kModelTypes[] = {
     {ModelType::T2V, "t2v"}, {ModelType::I2V, "i2v"}, {ModelType::FLF2V, "flf2v"}, {ModelType::TI2V, "ti2v"}};
