@@ -124,6 +124,27 @@ TEST_F(Experts, EachGroupTrainsAsAOneExpertRunResumesBitwiseAndExportsBoth) {
   }
 }
 
+// LoRA under ZeRO-1 in each group: the low-noise group's adapters are a
+// one-expert LoRA run's on 2 ranks; export writes one LoRA file per expert.
+TEST_F(Experts, LoraGroupsUnderZeroTrainAsOneExpertRunsAndExportOneFileEach) {
+  const std::string lora = "--lora-rank 4 --lora-alpha 8 --zero 1 --steps 3 --batch-size 2 --lr 1e-2 --seed 6 ";
+  const Job job = train(4, "experts-lora", lora + experts());
+  ASSERT_EQ(job.status, 0) << job.output;
+  const Job low = train(2, "experts-lora-low", lora + "--timestep-range 0,0.875 --init " + base("low"));
+  ASSERT_EQ(low.status, 0) << low.output;
+  const std::string dir = run_dir("experts-lora");
+  EXPECT_LT(
+      weights_difference(dir + "/low_noise_model/lora.safetensors", run_dir("experts-lora-low") + "/lora.safetensors"),
+      1e-6);
+  const Job exported =
+      launch(std::string(WANTRAIN_WANTRAIN) + " export --checkpoint " + dir + " --out " + dir + "/exported");
+  ASSERT_EQ(exported.status, 0) << exported.output;
+  for (const std::string folder : {"high_noise_model", "low_noise_model"})
+    EXPECT_EQ(
+        weights_difference(dir + "/exported/" + folder + ".safetensors", dir + "/" + folder + "/lora.safetensors"), 0)
+        << folder;
+}
+
 // A group that fails (here: the low-noise expert's weights are another
 // model's) ends the whole job in bounded time, the high-noise group's long
 // run included, with one line naming the group; bad group options are one
@@ -150,6 +171,8 @@ TEST_F(Experts, AFailingGroupEndsTheWholeJobWithOneLineNamingIt) {
         {"--experts high,low --expert-ranks 3,3", "option --expert-ranks: 6 ranks, but the job has 4"},
         {"--experts high,low --expert-ranks 2", "option --expert-ranks: expected H,L"},
         {"--experts high,low --boundary 1.5", "option --boundary: expected sigma'"},
+        {"--experts high,low --expert-ranks 1,3 --sp 2",
+         "option --sp: is 2: it must divide each expert group's ranks, and the high group has 1"},
         {"--experts high,low --timestep-range 0,0.5", "option --timestep-range: not with --experts"},
         {"--experts high,low --sample-every 2", "option --sample-every: not with --experts yet"},
         {"--high-noise " + base("high"), "option --high-noise: only with --experts high,low"}}) {
