@@ -3,17 +3,27 @@
 // run of its side of the boundary would, resumes bit for bit, exports both,
 // and a group that fails ends the whole job with one line naming it.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
 
+#include <algorithm>
+#include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <string>
+#include <thread>
 
 #include "../common/build_paths.hpp"
 #include "../common/launch.hpp"
 #include "../common/train_runs.hpp"
+#include "wantrain/ckpt/checkpoint.hpp"
+#include "wantrain/ckpt/directory.hpp"
 #include "wantrain/wan/model/model_config.hpp"
 
 namespace {
 
+using wt::testing::children_of;
 using wt::testing::fresh;
 using wt::testing::Job;
 using wt::testing::launch;
@@ -143,6 +153,53 @@ TEST_F(Experts, LoraGroupsUnderZeroTrainAsOneExpertRunsAndExportOneFileEach) {
     EXPECT_EQ(
         weights_difference(dir + "/exported/" + folder + ".safetensors", dir + "/" + folder + "/lora.safetensors"), 0)
         << folder;
+}
+
+// A pre-emption signals every task (SLURM): each group checkpoints the step
+// it reached and exits 75, the job too, and --resume auto takes each group
+// on from its own checkpoint.
+TEST_F(Experts, ASignalToEveryRankStopsEachGroupAtItsStepAndTheyResume) {
+  const std::string dir = fresh("experts-signal");
+  const std::string line =
+      "exec " +
+      mpi_command(4, WANTRAIN_WANTRAIN,
+                  "--model-config " + tiny_config() + " --data " + data_ + " --output-dir " + dir +
+                      " --threads 1 --backend mpi --log-every 1 --batch-size 2 --steps 100000 " + experts()) +
+      " > " + dir + ".log 2>&1";
+  const char* argv[] = {"sh", "-c", line.c_str(), nullptr};
+  pid_t job = 0;
+  ASSERT_EQ(posix_spawn(&job, "/bin/sh", nullptr, nullptr, const_cast<char**>(argv), environ), 0);
+  const auto start = std::chrono::steady_clock::now();
+  auto logged = [&](const char* expert) { return training_lines(dir + "/" + expert + "_noise_model").size(); };
+  while ((logged("high") < 3 || logged("low") < 3) &&
+         std::chrono::steady_clock::now() - start < std::chrono::seconds(60))
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const auto ranks = children_of(job);
+  ASSERT_EQ(ranks.size(), 4u);
+  for (const pid_t rank : ranks) ASSERT_EQ(kill(rank, SIGTERM), 0);
+  int raw = 0;
+  ASSERT_EQ(waitpid(job, &raw, 0), job);
+  const std::string output = read_text(dir + ".log");
+  ASSERT_TRUE(WIFEXITED(raw)) << output;
+  EXPECT_EQ(WEXITSTATUS(raw), 75) << output;
+  int64_t last = 0;
+  for (const std::string expert : {"high", "low"}) {
+    const auto latest = wt::ckpt::linked_checkpoint(dir + "/" + expert + "_noise_model", "latest");
+    ASSERT_TRUE(latest.has_value()) << expert << output;
+    const auto step = wt::ckpt::read_checkpoint(*latest).state.step;
+    EXPECT_GE(step, 3) << expert;
+    EXPECT_EQ(occurrences(output, "stopping at step " + std::to_string(step) + " on SIGTERM: checkpoint " + *latest),
+              1u)
+        << output;
+    last = std::max(last, step);
+  }
+  const Job resumed = launch(mpi_command(4, WANTRAIN_WANTRAIN,
+                                         "--model-config " + tiny_config() + " --data " + data_ + " --output-dir " +
+                                             dir + " --threads 1 --backend mpi --log-every 1 --batch-size 2 --steps " +
+                                             std::to_string(last + 2) + " --resume auto " + experts()));
+  ASSERT_EQ(resumed.status, 0) << resumed.output;
+  for (const std::string expert : {"high", "low"})
+    EXPECT_EQ(training_lines(dir + "/" + expert + "_noise_model").back()["step"], last + 2) << expert;
 }
 
 // A group that fails (here: the low-noise expert's weights are another
