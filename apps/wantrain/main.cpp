@@ -532,8 +532,8 @@ int train(distributed::World& world, const TrainConfig& cfg, const OptionSet& op
 
 // Wan2.2 A14B's two experts in one job (expert_groups.hpp): the job splits
 // into two rank groups, each trains its expert as a run of its own. A group
-// that fails ends the whole job with one line naming it: the other group
-// must not train on towards a checkpoint that lacks its partner.
+// that fails ends the whole job with one line naming it, rather than leave
+// the other training on alone for a model that lacks half its experts.
 int train_experts(distributed::World& world, const TrainConfig& cfg, const OptionSet& options, int argc, char** argv) {
   ExpertLayout layout;
   world.agree([&] {
