@@ -35,6 +35,8 @@ namespace {
 struct ExportOptions {
   bool ema = false;
   std::string out, names, dtype_name, format = "safetensors";
+  std::string component =
+      "transformer";  // with --format diffusers: OUT/transformer (transformer_2: A14B's low-noise expert)
   at::ScalarType dtype = at::kFloat;
   double max_shard_bytes = 5.0 * (1 << 30);
   // A few-step student's sampler, carried into the file's metadata.
@@ -52,7 +54,7 @@ std::string write_model(const wan::WanModelImpl& model, const wan::WanConfig& co
     wan::save_weights(model, o.out, o.dtype, weight_names(o), o.metadata);
     return fmt::format("{} names, {}", o.names, o.dtype_name);
   }
-  const auto folder = wan::save_diffusers_folder(model, config, o.out, o.dtype, o.max_shard_bytes);
+  const auto folder = wan::save_diffusers_folder(model, config, o.out, o.dtype, o.max_shard_bytes, o.component);
   return fmt::format("a diffusers folder {} in {} shard{}, {}", folder.folder, folder.shards,
                      folder.shards == 1 ? "" : "s", o.dtype_name);
 }
@@ -209,18 +211,15 @@ void export_checkpoint(const std::string& checkpoint_path, ExportOptions o, cons
 // checkpoint, whole weights as the release's folders (OUT/high_noise_model/
 // with config.json and diffusion_pytorch_model.safetensors), LoRA adapters
 // as one file per expert (OUT/high_noise_model.safetensors), as wansample's
-// --high-noise/--low-noise and --lora-high/--lora-low take them.
+// --high-noise/--low-noise and --lora-high/--lora-low take them; with
+// --format diffusers, a WanPipeline's transformer/ (high) and transformer_2/
+// (low) with model_index.json's boundary_ratio.
 void export_experts(const std::string& run, const ExportOptions& o, const std::string& merge,
                     const std::string& model_config_out) {
   const auto file = run + "/experts.json";
   const auto layout = nlohmann::json::parse(read_whole_file(file), nullptr, /*allow_exceptions=*/false);
   if (!layout.is_object() || !layout.contains("groups") || !layout["groups"].is_array())
     throw UsageError(fmt::format("{}: not the experts.json of a wantrain --experts run", file));
-  if (o.format == "diffusers")
-    throw UsageError(
-        fmt::format("option --format diffusers: not for the two experts of {} yet: export each "
-                    "expert's checkpoint ({}/high_noise_model/latest) alone",
-                    run, run));
   if (!merge.empty() || !model_config_out.empty())
     throw UsageError(
         fmt::format("option --{}: not for the two experts of {}: export each expert's checkpoint "
@@ -239,7 +238,9 @@ void export_experts(const std::string& run, const ExportOptions& o, const std::s
       throw UsageError(fmt::format("{}: no checkpoint yet ({} is missing)", run, checkpoint));
     const auto saved = ckpt::read_checkpoint(checkpoint, {/*optimizer=*/false, /*ema=*/false});
     ExportOptions mine = o;
-    if (saved.objective.count("lora") > 0) {
+    if (o.format == "diffusers") {  // diffusers' WanPipeline: the high-noise expert is transformer/
+      mine.component = folder == "high_noise_model" ? "transformer" : "transformer_2";
+    } else if (saved.objective.count("lora") > 0) {
       mine.out = o.out + "/" + folder + ".safetensors";
     } else {
       const auto config = wan::parse_model_config(saved.model_config, checkpoint + " attribute model_config");
@@ -254,6 +255,15 @@ void export_experts(const std::string& run, const ExportOptions& o, const std::s
     }
     export_checkpoint(checkpoint, mine, "", "");
   }
+  if (o.format != "diffusers") return;
+  // Where the pipeline switches experts (what wansample --weights OUT reads
+  // too); the VAE, text encoder and tokenizer are the release's, unchanged:
+  // copy their folders beside these to make the whole pipeline.
+  const nlohmann::json index = {{"_class_name", "WanPipeline"},
+                                {"boundary_ratio", layout.value("boundary", 0.875)},
+                                {"transformer", {"diffusers", "WanTransformer3DModel"}},
+                                {"transformer_2", {"diffusers", "WanTransformer3DModel"}}};
+  write_file_durably(o.out + "/model_index.json", index.dump(2) + "\n");
 }
 
 }  // namespace

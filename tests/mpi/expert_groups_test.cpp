@@ -11,6 +11,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -19,7 +20,10 @@
 #include "../common/train_runs.hpp"
 #include "wantrain/ckpt/checkpoint.hpp"
 #include "wantrain/ckpt/directory.hpp"
+#include "wantrain/wan/model/diffusers_folder.hpp"
 #include "wantrain/wan/model/model_config.hpp"
+#include "wantrain/wan/model/wan_model.hpp"
+#include "wantrain/wan/model/weights.hpp"
 
 namespace {
 
@@ -35,7 +39,20 @@ using namespace wt::testing::train_runs;
 class Experts : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    data_ = synth_tiny_data("experts-data", 16, 9);
+    // wan-tiny with diffusers' fixed 512 text tokens, so that the experts
+    // also export as a diffusers pipeline.
+    const std::string config_dir = fresh("experts-config");
+    std::filesystem::create_directories(config_dir);
+    config_ = config_dir + "/wan-tiny-512.json";
+    {
+      auto config = wt::wan::load_model_config(tiny_config());
+      config.text_len = 512;
+      std::ofstream(config_) << wt::wan::to_json(config) << "\n";
+    }
+    data_ = fresh("experts-data");
+    const Job synth = launch(std::string(WANTRAIN_WANDATA) + " synth --out " + data_ +
+                             " --samples 16 --shards 2 --frames 1 --size 8x8 --text-len 512 --text-dim 64 --seed 9");
+    ASSERT_EQ(synth.status, 0) << synth.output;
     // Two different starting points, as A14B's experts are two models.
     for (const auto& [name, seed] : {std::pair{"experts-base-high", 1}, {"experts-base-low", 2}}) {
       const Job base = train(1, name, "--steps 2 --batch-size 4 --seed " + std::to_string(seed));
@@ -46,7 +63,7 @@ class Experts : public ::testing::Test {
   static Job train(int ranks, const std::string& name, const std::string& options, bool fresh_dir = true) {
     const std::string dir = fresh_dir ? fresh(name) : run_dir(name);
     const Job job = launch(mpi_command(ranks, WANTRAIN_WANTRAIN,
-                                       "--model-config " + tiny_config() + " --data " + data_ + " --output-dir " + dir +
+                                       "--model-config " + config_ + " --data " + data_ + " --output-dir " + dir +
                                            " --threads 1 --backend mpi --log-every 1 " + options));
     EXPECT_LT(job.seconds, kHangGuardSeconds);
     return job;
@@ -60,9 +77,9 @@ class Experts : public ::testing::Test {
     return "--experts high,low --boundary 0.875 --high-noise " + base("high") + " --low-noise " + base("low") + " ";
   }
 
-  static std::string data_;
+  static std::string data_, config_;
 };
-std::string Experts::data_;
+std::string Experts::data_, Experts::config_;
 
 // Each group's steps are a one-expert run's on 2 ranks with its
 // --timestep-range, its --init and the same seed: losses, validation and
@@ -118,6 +135,23 @@ TEST_F(Experts, EachGroupTrainsAsAOneExpertRunResumesBitwiseAndExportsBoth) {
             1u)
       << other.output;
 
+  // As diffusers' WanPipeline: transformer/ the high-noise expert, transformer_2/ the low-noise one, read back.
+  const Job pipeline = launch(std::string(WANTRAIN_WANTRAIN) + " export --checkpoint " + dir +
+                              " --format diffusers --out " + dir + "/pipeline");
+  ASSERT_EQ(pipeline.status, 0) << pipeline.output;
+  const auto experts_folder = wt::wan::find_two_experts(dir + "/pipeline");
+  ASSERT_TRUE(experts_folder.has_value());
+  EXPECT_EQ(experts_folder->boundary_ratio, std::optional<double>(0.875));
+  for (const auto& [folder, expert] : {std::pair{experts_folder->high_noise, std::string("high_noise_model")},
+                                       {experts_folder->low_noise, std::string("low_noise_model")}}) {
+    wt::wan::WanModel model(wt::wan::load_model_config(config_));
+    wt::wan::load_weights(*model, folder);
+    wt::wan::save_weights(*model, dir + "/pipeline/" + expert + ".safetensors");
+    EXPECT_EQ(
+        weights_difference(dir + "/pipeline/" + expert + ".safetensors", dir + "/" + expert + "/model.safetensors"), 0)
+        << expert;
+  }
+
   // wantrain export of the job's directory: each expert as the release's folder.
   const Job exported =
       launch(std::string(WANTRAIN_WANTRAIN) + " export --checkpoint " + dir + " --out " + dir + "/exported");
@@ -125,7 +159,7 @@ TEST_F(Experts, EachGroupTrainsAsAOneExpertRunResumesBitwiseAndExportsBoth) {
   for (const std::string folder : {"high_noise_model", "low_noise_model"}) {
     // The release's config.json: its model is the run's.
     EXPECT_EQ(wt::wan::to_json(wt::wan::load_model_config(dir + "/exported/" + folder + "/config.json")),
-              wt::wan::to_json(wt::wan::load_model_config(tiny_config())))
+              wt::wan::to_json(wt::wan::load_model_config(config_)))
         << folder;
     EXPECT_EQ(weights_difference(dir + "/exported/" + folder + "/diffusion_pytorch_model.safetensors",
                                  dir + "/" + folder + "/model.safetensors"),
@@ -163,7 +197,7 @@ TEST_F(Experts, ASignalToEveryRankStopsEachGroupAtItsStepAndTheyResume) {
   const std::string line =
       "exec " +
       mpi_command(4, WANTRAIN_WANTRAIN,
-                  "--model-config " + tiny_config() + " --data " + data_ + " --output-dir " + dir +
+                  "--model-config " + config_ + " --data " + data_ + " --output-dir " + dir +
                       " --threads 1 --backend mpi --log-every 1 --batch-size 2 --steps 100000 " + experts()) +
       " > " + dir + ".log 2>&1";
   const char* argv[] = {"sh", "-c", line.c_str(), nullptr};
@@ -194,8 +228,8 @@ TEST_F(Experts, ASignalToEveryRankStopsEachGroupAtItsStepAndTheyResume) {
     last = std::max(last, step);
   }
   const Job resumed = launch(mpi_command(4, WANTRAIN_WANTRAIN,
-                                         "--model-config " + tiny_config() + " --data " + data_ + " --output-dir " +
-                                             dir + " --threads 1 --backend mpi --log-every 1 --batch-size 2 --steps " +
+                                         "--model-config " + config_ + " --data " + data_ + " --output-dir " + dir +
+                                             " --threads 1 --backend mpi --log-every 1 --batch-size 2 --steps " +
                                              std::to_string(last + 2) + " --resume auto " + experts()));
   ASSERT_EQ(resumed.status, 0) << resumed.output;
   for (const std::string expert : {"high", "low"})

@@ -49,10 +49,10 @@ std::string diffusers_config_json(const WanConfig& c) {
 }
 
 DiffusersFolder save_diffusers_folder(const torch::nn::Module& module, const WanConfig& config, const std::string& out,
-                                      at::ScalarType dtype, double max_shard_bytes) {
+                                      at::ScalarType dtype, double max_shard_bytes, const std::string& component) {
   const std::string config_text = diffusers_config_json(config);  // refused before anything is written
   DiffusersFolder result;
-  result.folder = out + "/transformer";
+  result.folder = out + "/" + component;
   std::error_code error;
   std::filesystem::create_directories(result.folder, error);
   if (error) throw UsageError(fmt::format("{}: cannot create the folder: {}", result.folder, error.message()));

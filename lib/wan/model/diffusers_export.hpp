@@ -27,7 +27,7 @@ namespace wt::wan {
 std::string diffusers_config_json(const WanConfig& config);
 
 struct DiffusersFolder {
-  std::string folder;  // OUT/transformer
+  std::string folder;  // OUT/transformer (or the component given: transformer_2, A14B's low-noise expert)
   int shards = 1;
   double bytes = 0;  // the weights' bytes, all shards
 };
@@ -37,6 +37,7 @@ struct DiffusersFolder {
 // larger than that gets a shard of its own). UsageError as
 // diffusers_config_json, or naming a file that cannot be written.
 DiffusersFolder save_diffusers_folder(const torch::nn::Module& module, const WanConfig& config, const std::string& out,
-                                      at::ScalarType dtype, double max_shard_bytes);
+                                      at::ScalarType dtype, double max_shard_bytes,
+                                      const std::string& component = "transformer");
 
 }  // namespace wt::wan
