@@ -8,6 +8,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <utility>
 #include <nlohmann/json.hpp>
 
 #include "wantrain/app/float_dtype.hpp"
@@ -175,11 +176,11 @@ void export_seed(const std::string& config_path, uint64_t seed, bool stand_in, c
              stand_in ? " with a random head" : "", config_path, wan::parameter_count(config), written, o.out);
 }
 
-// One checkpoint: a whole model's weights, or a LoRA run's adapters (or,
-// with `merge`, full weights with them folded in).
-void export_checkpoint(const std::string& checkpoint_path, ExportOptions o, const std::string& merge,
-                       const std::string& model_config_out) {
-  auto saved = ckpt::read_checkpoint(checkpoint_path, {/*optimizer=*/false, /*ema=*/o.ema});
+// One checkpoint, read from `checkpoint_path` (without its optimizer state):
+// a whole model's weights, or a LoRA run's adapters (or, with `merge`, full
+// weights with them folded in).
+void export_checkpoint(ckpt::Checkpoint saved, const std::string& checkpoint_path, ExportOptions o,
+                       const std::string& merge, const std::string& model_config_out) {
   // A distribution-matching student's checkpoint also holds its fake score:
   // training state, never part of the exported student.
   for (auto* tensors : {&saved.model, &saved.ema})
@@ -236,7 +237,7 @@ void export_experts(const std::string& run, const ExportOptions& o, const std::s
     const auto checkpoint = run + "/" + folder + "/latest";
     if (!std::filesystem::exists(checkpoint))
       throw UsageError(fmt::format("{}: no checkpoint yet ({} is missing)", run, checkpoint));
-    const auto saved = ckpt::read_checkpoint(checkpoint, {/*optimizer=*/false, /*ema=*/false});
+    auto saved = ckpt::read_checkpoint(checkpoint, {/*optimizer=*/false, /*ema=*/o.ema});
     ExportOptions mine = o;
     if (o.format == "diffusers") {  // diffusers' WanPipeline: the high-noise expert is transformer/
       mine.component = folder == "high_noise_model" ? "transformer" : "transformer_2";
@@ -253,7 +254,7 @@ void export_experts(const std::string& run, const ExportOptions& o, const std::s
       write_file_durably((expert / "config.json").string(), expert_config.dump(2) + "\n");
       mine.out = (expert / "diffusion_pytorch_model.safetensors").string();
     }
-    export_checkpoint(checkpoint, mine, "", "");
+    export_checkpoint(std::move(saved), checkpoint, mine, "", "");
   }
   if (o.format != "diffusers") return;
   // Where the pipeline switches experts (what wansample --weights OUT reads
@@ -330,7 +331,8 @@ int run_export(distributed::World& world, int argc, char** argv) {
     export_experts(checkpoint_path, o, merge, model_config_out);
     return kExitOk;
   }
-  export_checkpoint(checkpoint_path, o, merge, model_config_out);
+  export_checkpoint(ckpt::read_checkpoint(checkpoint_path, {/*optimizer=*/false, /*ema=*/o.ema}), checkpoint_path, o,
+                    merge, model_config_out);
   return kExitOk;
 }
 
