@@ -261,6 +261,7 @@ void export_experts(const std::string& run, const ExportOptions& o, const std::s
   // too); the VAE, text encoder and tokenizer are the release's, unchanged:
   // copy their folders beside these to make the whole pipeline.
   const nlohmann::json index = {{"_class_name", "WanPipeline"},
+                                {"_diffusers_version", "0.42.1"},  // as its transformer folders say
                                 {"boundary_ratio", layout.value("boundary", 0.875)},
                                 {"transformer", {"diffusers", "WanTransformer3DModel"}},
                                 {"transformer_2", {"diffusers", "WanTransformer3DModel"}}};
