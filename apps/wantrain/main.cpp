@@ -237,8 +237,14 @@ MemorySummary memory_summary(distributed::World& world, const distributed::Comm&
   return {table, wan::memory_warnings(*root, *other, limits)};
 }
 
+// With --experts: the job, its groups and this rank's, for train() on the group.
+struct ExpertRun {
+  const distributed::World& job;
+  const ExpertLayout& layout;
+  const ExpertGroup& group;
+};
 int train(distributed::World& world, const TrainConfig& cfg, const OptionSet& options, int argc, char** argv,
-          const ExpertGroup* group);
+          const ExpertRun* experts);
 int train_experts(distributed::World& world, const TrainConfig& cfg, const OptionSet& options, int argc, char** argv);
 
 int run(distributed::World& world, int argc, char** argv) {
@@ -307,9 +313,10 @@ int run(distributed::World& world, int argc, char** argv) {
   return train(world, cfg, options, argc, argv, nullptr);
 }
 
-// One training run on `world` (the job, or an expert's rank group: `group`).
+// One training run on `world` (the job, or an expert's rank group: `experts`).
 int train(distributed::World& world, const TrainConfig& cfg, const OptionSet& options, int argc, char** argv,
-          const ExpertGroup* group) {
+          const ExpertRun* experts) {
+  const ExpertGroup* group = experts ? &experts->group : nullptr;
   const auto comm_timeout = app::comm_timeout(cfg);
 
   // The data are checked on every rank before anything else starts; a bad
@@ -455,16 +462,24 @@ int train(distributed::World& world, const TrainConfig& cfg, const OptionSet& op
                         group->name, group->first_rank, group->first_rank + group->ranks - 1, group->sigma_lo,
                         group->sigma_hi, cfg.output_dir, cfg.init.empty() ? "random weights" : cfg.init)
           : std::string();
-  if (world.is_root())
+  auto print_banner = [&] {
+    if (!world.is_root()) return;
     log::info_lines("wantrain " WANTRAIN_VERSION ": resolved configuration\n" + options.resolved_table() +
                     group_summary + table + data_summary + model_summary + plan.describe() + memory.table);
-  if (world.is_root()) {
     for (const auto& b : plan.untrained_buckets())
       spdlog::warn(
           "bucket {}: its {} samples are fewer than one global batch of {}, so no step trains on them; use a "
           "smaller batch, fewer ranks or --no-drop-last",
           b.name, b.samples, plan.global_batch());
     for (const auto& warning : memory.warnings) spdlog::warn("{}", warning);
+  };
+  if (!experts) {
+    print_banner();
+  } else {  // the groups' banners one after the other: two at once tear each other's lines in a log file
+    for (const auto& in_turn : experts->layout.groups) {
+      if (in_turn.first_rank == group->first_rank) print_banner();
+      experts->job.barrier();
+    }
   }
   comm->barrier();  // the collectives work end to end
   if (cfg.dry_run) return kExitOk;
@@ -550,7 +565,8 @@ int train_experts(distributed::World& world, const TrainConfig& cfg, const Optio
     set_process_group(group.name + " expert group");
     log::set_group(world.rank(), world.size(), group.name, group_world->rank(), group_world->size());
     try {
-      status = train(*group_world, expert_run_config(cfg, group), options, argc, argv, &group);
+      const ExpertRun experts{world, layout, group};
+      status = train(*group_world, expert_run_config(cfg, group), options, argc, argv, &experts);
     } catch (const distributed::CollectiveExit& exit) {
       status = exit.code;
     }
