@@ -8,14 +8,12 @@
 
 #include "wantrain/util/error.hpp"
 #include "wantrain/util/files.hpp"
+#include "wantrain/util/json.hpp"
 #include "wantrain/util/text.hpp"
+#include "wantrain/wan/sample/release_defaults.hpp"
 
 namespace wt::wantrain {
 namespace {
-
-// Wan2.2's own boundaries (its wan/configs): text-to-video switches experts
-// at timestep 875, image-to-video at 900.
-double release_boundary(const wan::WanConfig& model) { return model.model_type == wan::ModelType::I2V ? 0.9 : 0.875; }
 
 std::vector<std::string> expert_names(const TrainConfig& cfg) {
   const auto names = split_list(cfg.experts);
@@ -31,11 +29,8 @@ std::string experts_file(const std::string& directory) { return directory + "/ex
 
 void check_expert_options(const TrainConfig& cfg) {
   if (cfg.experts.empty()) {
-    for (const auto& [option, given] : {std::pair{"expert-ranks", !cfg.expert_ranks.empty()},
-                                        {"boundary", cfg.boundary != 0},
-                                        {"high-noise", !cfg.high_noise.empty()},
-                                        {"low-noise", !cfg.low_noise.empty()}})
-      if (given) throw UsageError(fmt::format("option --{}: only with --experts high,low", option));
+    for (const char* option : {"expert-ranks", "boundary", "high-noise", "low-noise"})
+      if (cfg.given.count(option)) throw UsageError(fmt::format("option --{}: only with --experts high,low", option));
     return;
   }
   expert_names(cfg);
@@ -70,7 +65,7 @@ ExpertLayout expert_layout(const TrainConfig& cfg, int job_ranks, const std::opt
     for (const auto& part : split_list(cfg.expert_ranks)) {
       char* end = nullptr;
       const long value = std::strtol(part.c_str(), &end, 10);
-      ranks.push_back(part.empty() || *end != '\0' ? -1 : int(value));
+      ranks.push_back(part.empty() || *end != '\0' || value > job_ranks ? -1 : int(value));
     }
     if (ranks.size() != 2 || ranks[0] < 1 || ranks[1] < 1)
       throw UsageError(
@@ -80,7 +75,8 @@ ExpertLayout expert_layout(const TrainConfig& cfg, int job_ranks, const std::opt
           fmt::format("option --expert-ranks: {} ranks, but the job has {}", ranks[0] + ranks[1], job_ranks));
   }
   ExpertLayout layout;
-  layout.boundary = cfg.boundary > 0 ? cfg.boundary : model ? release_boundary(*model) : 0.875;
+  layout.boundary =
+      cfg.boundary > 0 ? cfg.boundary : wan::release_boundary(model ? model->model_type : wan::ModelType::T2V);
   int first = 0;
   for (size_t g = 0; g < 2; ++g) {
     ExpertGroup group;
@@ -143,7 +139,7 @@ void record_expert_layout(const ExpertLayout& layout, const TrainConfig& cfg, bo
                         "directory of a --experts run",
                         cfg.resume));
     } else {
-      const auto stored = nlohmann::json::parse(read_whole_file(file), nullptr, /*allow_exceptions=*/false);
+      const auto stored = parse_json_or_discarded(read_whole_file(file));
       if (stored.is_discarded()) throw UsageError(fmt::format("{}: not JSON", file));
       if (stored != nlohmann::json::parse(layout.to_json()))
         throw UsageError(fmt::format(

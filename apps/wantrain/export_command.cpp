@@ -218,7 +218,7 @@ void export_checkpoint(ckpt::Checkpoint saved, const std::string& checkpoint_pat
 void export_experts(const std::string& run, const ExportOptions& o, const std::string& merge,
                     const std::string& model_config_out) {
   const auto file = run + "/experts.json";
-  const auto layout = nlohmann::json::parse(read_whole_file(file), nullptr, /*allow_exceptions=*/false);
+  const auto layout = parse_json_or_discarded(read_whole_file(file));
   if (!layout.is_object() || !layout.contains("groups") || !layout["groups"].is_array())
     throw UsageError(fmt::format("{}: not the experts.json of a wantrain --experts run", file));
   if (!merge.empty() || !model_config_out.empty())
@@ -230,7 +230,9 @@ void export_experts(const std::string& run, const ExportOptions& o, const std::s
   std::filesystem::create_directories(o.out, error);
   if (error) throw UsageError(fmt::format("option --out: cannot create the folder {}: {}", o.out, error.message()));
   for (const auto& group : layout["groups"]) {
-    const std::string folder = group.value("folder", "");
+    const std::string folder = group.is_object() && group.contains("folder") && group["folder"].is_string()
+                                   ? group["folder"].get<std::string>()
+                                   : std::string();
     if (folder != "high_noise_model" && folder != "low_noise_model")
       throw UsageError(
           fmt::format("{}: an expert's folder is {}, not high_noise_model or low_noise_model", file, group.dump()));

@@ -560,18 +560,18 @@ int train_experts(distributed::World& world, const TrainConfig& cfg, const Optio
   if (world.is_root()) log::info_lines(layout.describe());
   const auto& group = layout.group_of(world.rank());
   int status = kExitOk;
-  {
-    const auto group_world = world.split(group.first_rank);
-    set_process_group(group.name + " expert group");
-    log::set_group(world.rank(), world.size(), group.name, group_world->rank(), group_world->size());
-    try {
-      const ExpertRun experts{world, layout, group};
-      status = train(*group_world, expert_run_config(cfg, group), options, argc, argv, &experts);
-    } catch (const distributed::CollectiveExit& exit) {
-      status = exit.code;
-    }
+  const auto group_world = world.split(group.first_rank);
+  set_process_group(group.name + " expert group");
+  log::set_group(world.rank(), world.size(), group.name, group_world->rank(), group_world->size());
+  try {
+    const ExpertRun experts{world, layout, group};
+    status = train(*group_world, expert_run_config(cfg, group), options, argc, argv, &experts);
+  } catch (const distributed::CollectiveExit& exit) {
+    status = exit.code;
   }
   // A stop (75) is every group's own, at its own step: each saved its run.
+  // A failure aborts while the group's communicator is still held: freeing
+  // it is collective, and the other group is still training.
   if (status != kExitOk && status != kExitRequeue) {
     const auto line = fmt::format("the {} expert group (ranks {}-{}) ended with status {}: ending the whole job",
                                   group.name, group.first_rank, group.first_rank + group.ranks - 1, status);

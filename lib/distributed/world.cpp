@@ -201,7 +201,7 @@ void World::wait(MPI_Request& request, const char* what, std::chrono::millisecon
       },
       bound);
   if (done) return;
-  std::string why = roll_call_ || group_ ? roll_call_clause(bound) : "";
+  std::string why = roll_call_clause(bound);  // the job's roll call, a group's too
   if (why.empty()) why = "another rank died, is stuck, or left the job's sequence of steps";
   abort_job(fmt::format("world {} did not complete within {:g} s ({}): {}", what,
                         std::chrono::duration<double>(bound).count(), setting_reference(setting), why),

@@ -252,7 +252,8 @@ TEST_F(Experts, AFailingGroupEndsTheWholeJobWithOneLineNamingIt) {
       4, "experts-failing",
       "--batch-size 2 --steps 100000 --experts high,low --high-noise " + base("high") + " --low-noise " + other_model);
   EXPECT_NE(job.status, 0) << job.output;
-  EXPECT_LT(job.seconds, 60) << job.output;
+  // Not the other group's 100000 steps (over 30 minutes here): the hang guard tells them apart.
+  EXPECT_LT(job.seconds, kHangGuardSeconds) << job.output;
   EXPECT_EQ(occurrences(job.output, "the low expert group (ranks 2-3) ended with status 2: ending the whole job"), 1u)
       << job.output;
   EXPECT_EQ(occurrences(job.output, "rank 2/4, low expert group on "), 2u) << job.output;  // the error and the end
@@ -261,6 +262,8 @@ TEST_F(Experts, AFailingGroupEndsTheWholeJobWithOneLineNamingIt) {
        {std::pair{std::string("--experts high,middle"), std::string("option --experts: expected high,low")},
         {"--experts high,low --expert-ranks 3,3", "option --expert-ranks: 6 ranks, but the job has 4"},
         {"--experts high,low --expert-ranks 2", "option --expert-ranks: expected H,L"},
+        {"--experts high,low --expert-ranks 4294967298,2", "option --expert-ranks: expected H,L"},
+        {"--boundary 0", "option --boundary: only with --experts high,low"},
         {"--experts high,low --boundary 1.5", "option --boundary: expected sigma'"},
         {"--experts high,low --expert-ranks 1,3 --sp 2",
          "option --sp: is 2: it must divide each expert group's ranks, and the high group has 1"},

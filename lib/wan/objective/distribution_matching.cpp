@@ -77,8 +77,11 @@ at::Tensor matching_direction(const at::Tensor& generated, const at::Tensor& noi
   } else {
     normaliser = distance.mean(elements, /*keepdim=*/true);
   }
-  // A sample on the teacher's estimate exactly has nothing to move.
-  return torch::nan_to_num((fake - real) / normaliser, 0.0, 0.0, 0.0);
+  // A sample on the teacher's estimate exactly has nothing to move; a
+  // non-finite estimate stays non-finite, for the Engine to skip the step.
+  const auto moved = normaliser > 0;
+  return torch::where(moved, (fake - real) / torch::where(moved, normaliser, torch::ones_like(normaliser)),
+                      torch::zeros_like(fake));
 }
 
 at::Tensor generator_losses(const at::Tensor& generated, const at::Tensor& direction) {

@@ -86,4 +86,6 @@ UnconditionalBranch unconditional_branch(const std::optional<std::string>& given
                           wantrain_checkpoint ? "a wantrain checkpoint" : "a model of no released shape")};
 }
 
+double release_boundary(ModelType type) { return type == ModelType::I2V ? 0.9 : 0.875; }
+
 }  // namespace wt::wan

@@ -30,6 +30,10 @@ struct ReleaseSampling {
 // release has this shape.
 std::optional<ReleaseSampling> release_sampling(const WanConfig& config, bool two_experts, int64_t pixels);
 
+// Wan2.2 A14B's expert boundary (timestep / 1000) for a model of `type`:
+// 0.9 for image to video, 0.875 otherwise (its wan/configs).
+double release_boundary(ModelType type);
+
 // The unconditional branch of guidance for a prompt: the negative prompt
 // given (`given`; its empty value: the all-zero context), else a released
 // model's negative prompt (`release`, unless the weights are a wantrain

@@ -377,7 +377,7 @@ void SamplingPipeline::resolve_settings() {
     negative_prompt_ = branch.negative_prompt;
     report_info("unconditional branch: {}", branch.why);
   }
-  boundary_ = r.boundary > 0 ? r.boundary : (config_.model_type == ModelType::I2V ? 0.9 : 0.875);  // the release's
+  boundary_ = r.boundary > 0 ? r.boundary : release_boundary(config_.model_type);
   const char* model_type = model_type_name(config_.model_type);
   const std::string model_named = r.model_config.empty() ? r.checkpoint : r.model_config;
   const bool ti2v = config_.model_type == ModelType::TI2V;
