@@ -43,11 +43,10 @@ void check_expert_options(const TrainConfig& cfg) {
     throw UsageError("option --timestep-range: not with --experts: each expert trains on its side of --boundary");
   if (cfg.mode != "train") throw UsageError("option --experts: with --mode train only yet");
   // A sample of an A14B model needs both experts, which train on different ranks.
-  if (cfg.sample_every > 0 || !cfg.sample_prompts.empty())
+  if (cfg.sample_every > 0 && cfg.sample_ranks == 0)
     throw UsageError(
-        fmt::format("option --{}: not with --experts yet: a sample needs both experts, and each group "
-                    "holds one (sample the exported experts with wansample --high-noise/--low-noise)",
-                    cfg.sample_every > 0 ? "sample-every" : "sample-prompts"));
+        "option --sample-every: with --experts, give --sample-ranks K: a sample needs both experts, and each "
+        "group holds one; K ranks of their own receive both and draw it");
   for (const auto& [option, path] : {std::pair{"high-noise", cfg.high_noise}, {"low-noise", cfg.low_noise}})
     if (const auto why = path.empty() ? std::string() : unreadable_file_reason(path); !why.empty())
       throw UsageError(fmt::format("option --{}: {}: {}", option, path, why));

@@ -13,6 +13,7 @@
 #include "export_command.hpp"
 #include "plot_command.hpp"
 #include "report_command.hpp"
+#include "sample_ranks.hpp"
 #include "train_config.hpp"
 #include "wantrain/app/app.hpp"
 #include "wantrain/app/job_dataset.hpp"
@@ -244,8 +245,11 @@ struct ExpertRun {
   const ExpertGroup& group;
 };
 int train(distributed::World& world, const TrainConfig& cfg, const OptionSet& options, int argc, char** argv,
-          const ExpertRun* experts);
-int train_experts(distributed::World& world, const TrainConfig& cfg, const OptionSet& options, int argc, char** argv);
+          const ExpertRun* experts, train::SampleSender* sample_sender);
+int train_experts(distributed::World& world, const TrainConfig& cfg, const OptionSet& options, int argc, char** argv,
+                  const SampleRanks* samples);
+int train_with_sample_ranks(distributed::World& job, const TrainConfig& cfg, const OptionSet& options, int argc,
+                            char** argv);
 
 int run(distributed::World& world, int argc, char** argv) {
   // The library's settings that errors may name, by their option here.
@@ -309,13 +313,14 @@ int run(distributed::World& world, int argc, char** argv) {
     return kExitOk;
   }
   world.set_timeout(app::comm_timeout(cfg));  // bounds every start-up agreement below, too
-  if (!cfg.experts.empty()) return train_experts(world, cfg, options, argc, argv);
-  return train(world, cfg, options, argc, argv, nullptr);
+  if (cfg.sample_ranks > 0) return train_with_sample_ranks(world, cfg, options, argc, argv);
+  if (!cfg.experts.empty()) return train_experts(world, cfg, options, argc, argv, nullptr);
+  return train(world, cfg, options, argc, argv, nullptr, nullptr);
 }
 
 // One training run on `world` (the job, or an expert's rank group: `experts`).
 int train(distributed::World& world, const TrainConfig& cfg, const OptionSet& options, int argc, char** argv,
-          const ExpertRun* experts) {
+          const ExpertRun* experts, train::SampleSender* sample_sender) {
   const ExpertGroup* group = experts ? &experts->group : nullptr;
   const auto comm_timeout = app::comm_timeout(cfg);
 
@@ -450,18 +455,24 @@ int train(distributed::World& world, const TrainConfig& cfg, const OptionSet& op
   // their encoders in the memory plan.
   std::vector<wan::SamplePrompt> sample_prompts;
   world.agree([&] {
-    if (!cfg.sample_prompts.empty()) sample_prompts = wan::read_sample_prompts(cfg.sample_prompts);
+    if (!cfg.sample_prompts.empty() && cfg.sample_ranks == 0)
+      sample_prompts = wan::read_sample_prompts(cfg.sample_prompts);
   });
   PromptVideoMemory prompt_memory;
   world.agree([&] { prompt_memory = prompt_video_memory(cfg, sample_prompts, dataset ? &*dataset : nullptr); });
   const MemorySummary memory =
       memory_summary(world, *comm, cfg, model_config, teacher_config, dataset ? &*dataset : nullptr, prompt_memory);
-  const std::string group_summary =
+  std::string group_summary =
       group
           ? fmt::format("expert group: {}, job ranks {}-{}, sigma' in [{:g}, {:g}], its run in {}, starting from {}\n",
                         group->name, group->first_rank, group->first_rank + group->ranks - 1, group->sigma_lo,
                         group->sigma_hi, cfg.output_dir, cfg.init.empty() ? "random weights" : cfg.init)
           : std::string();
+  if (cfg.sample_ranks > 0)
+    group_summary += fmt::format("sample ranks: job ranks {}-{} draw the samples (--sample-ranks {}); {} train{}\n",
+                                 world.job_size() - cfg.sample_ranks, world.job_size() - 1, cfg.sample_ranks,
+                                 experts ? "the expert groups" : "the others",
+                                 experts ? "" : fmt::format(" (ranks 0-{})", world.size() - 1));
   auto print_banner = [&] {
     if (!world.is_root()) return;
     log::info_lines("wantrain " WANTRAIN_VERSION ": resolved configuration\n" + options.resolved_table() +
@@ -533,9 +544,12 @@ int train(distributed::World& world, const TrainConfig& cfg, const OptionSet& op
   });
   std::unique_ptr<wan::WanRun> run;
   world.agree([&] {
-    run = std::make_unique<wan::WanRun>(plan, wan_run_options(cfg), *comm, std::move(*dataset), *model_config, start,
+    auto run_options = wan_run_options(cfg);
+    if (cfg.sample_ranks > 0) run_options.sample.reset();  // the sample ranks draw
+    run = std::make_unique<wan::WanRun>(plan, run_options, *comm, std::move(*dataset), *model_config, start,
                                         teacher.get());
   });
+  if (cfg.sample_ranks > 0) run->hand_samples_to(sample_sender);
   if (prompt_videos)
     run->set_prompt_videos([&](wan::WanModelImpl& model, int64_t step) { return prompt_videos->draw(model, step); });
   run->connect(*comm, start);
@@ -545,11 +559,24 @@ int train(distributed::World& world, const TrainConfig& cfg, const OptionSet& op
   return status;
 }
 
+// A training group's rank 0, however it ended: the sample ranks draw what
+// they were sent and finish, or the job ends after --checkpoint-timeout.
+void end_hand_offs(train::SampleSender& sender, int status, const TrainConfig& cfg, const SampleRanks& samples) {
+  const auto bound = std::chrono::milliseconds(static_cast<std::int64_t>(cfg.checkpoint_timeout * 1000));
+  if (sender.finish(status, bound)) return;
+  distributed::abort_job(
+      fmt::format("the sample ranks ({}-{}) have not finished their last sample {:g} s after training ended with "
+                  "status {} (--checkpoint-timeout): ending the job",
+                  samples.first_rank, samples.first_rank + samples.ranks - 1, cfg.checkpoint_timeout, status),
+      kExitFailure);
+}
+
 // Wan2.2 A14B's two experts in one job (expert_groups.hpp): the job splits
 // into two rank groups, each trains its expert as a run of its own. A group
 // that fails ends the whole job with one line naming it, rather than leave
 // the other training on alone for a model that lacks half its experts.
-int train_experts(distributed::World& world, const TrainConfig& cfg, const OptionSet& options, int argc, char** argv) {
+int train_experts(distributed::World& world, const TrainConfig& cfg, const OptionSet& options, int argc, char** argv,
+                  const SampleRanks* samples) {
   ExpertLayout layout;
   world.agree([&] {
     std::optional<wan::WanConfig> model;
@@ -562,13 +589,17 @@ int train_experts(distributed::World& world, const TrainConfig& cfg, const Optio
   int status = kExitOk;
   const auto group_world = world.split(group.first_rank);
   set_process_group(group.name + " expert group");
-  log::set_group(world.rank(), world.size(), group.name, group_world->rank(), group_world->size());
+  log::set_group(world.job_rank(), world.job_size(), group.name, group_world->rank(), group_world->size());
+  std::unique_ptr<train::SampleSender> sender;  // each group's rank 0 sends its expert
+  if (samples && group_world->is_root() && !cfg.dry_run)
+    sender = std::make_unique<train::SampleSender>(samples->channel, samples->first_rank);
   try {
     const ExpertRun experts{world, layout, group};
-    status = train(*group_world, expert_run_config(cfg, group), options, argc, argv, &experts);
+    status = train(*group_world, expert_run_config(cfg, group), options, argc, argv, &experts, sender.get());
   } catch (const distributed::CollectiveExit& exit) {
     status = exit.code;
   }
+  if (sender) end_hand_offs(*sender, status, cfg, *samples);
   // A stop (75) is every group's own, at its own step: each saved its run.
   // A failure aborts while the group's communicator is still held: freeing
   // it is collective, and the other group is still training.
@@ -579,6 +610,61 @@ int train_experts(distributed::World& world, const TrainConfig& cfg, const Optio
     if (world.rank() != group.first_rank) std::this_thread::sleep_for(std::chrono::seconds(5));
     distributed::abort_job(line, status);
   }
+  return status;
+}
+
+// --sample-ranks K (sample_ranks.hpp): the job's last K ranks draw the
+// samples, the others train (one run, or the expert groups). What both need
+// is checked once for the job, before it splits; a sample group that fails
+// on its own ends the whole job with one line naming it.
+int train_with_sample_ranks(distributed::World& job, const TrainConfig& cfg, const OptionSet& options, int argc,
+                            char** argv) {
+  const int ranks = cfg.sample_ranks, training = job.size() - cfg.sample_ranks;
+  std::optional<ExpertLayout> layout;
+  job.agree([&] {
+    if (training < 1)
+      throw UsageError(
+          fmt::format("option --sample-ranks: {} of the job's {} ranks leave none to train", ranks, job.size()));
+    if (cfg.data.empty() && !cfg.dry_run)
+      throw UsageError("option --data: a training dataset is needed (or --dry-run)");
+    if (cfg.model_config.empty())
+      throw UsageError("option --model-config: a model config is needed (the sample ranks build the model)");
+    const auto config = wan::load_model_config(cfg.model_config);
+    if (ranks > 1 && config.num_heads % ranks != 0)
+      throw UsageError(
+          fmt::format("option --sample-ranks: model config {}'s {} heads do not split over {} ranks "
+                      "(the sample ranks split each video's tokens)",
+                      cfg.model_config, config.num_heads, ranks));
+    if (!cfg.sample_prompts.empty()) wan::read_sample_prompts(cfg.sample_prompts);
+    if (!cfg.experts.empty()) layout = expert_layout(cfg, training, config);
+  });
+  const train::SampleChannel channel(job);
+  const SampleRanks samples{channel, training, ranks};
+  const bool sampling = job.rank() >= training;
+  const auto group = job.split(sampling ? 1 : 0);
+  int status = kExitOk;
+  if (sampling) {
+    set_process_group("sample ranks");
+    log::set_group(job.rank(), job.size(), "sample", group->rank(), group->size());
+    try {
+      if (!cfg.dry_run) status = run_sample_ranks(*group, cfg, samples, layout ? &*layout : nullptr);
+    } catch (const distributed::CollectiveExit& exit) {  // their own start-up failed: the line is out
+      if (group->rank() != 0) std::this_thread::sleep_for(std::chrono::seconds(5));
+      distributed::abort_job(fmt::format("the sample ranks ({}-{}) ended with status {}: ending the whole job",
+                                         training, training + ranks - 1, exit.code),
+                             exit.code);
+    }
+    return status;
+  }
+  if (layout) return train_experts(*group, cfg, options, argc, argv, &samples);
+  std::unique_ptr<train::SampleSender> sender;
+  if (group->is_root() && !cfg.dry_run) sender = std::make_unique<train::SampleSender>(channel, training);
+  try {
+    status = train(*group, cfg, options, argc, argv, nullptr, sender.get());
+  } catch (const distributed::CollectiveExit& exit) {
+    status = exit.code;
+  }
+  if (sender) end_hand_offs(*sender, status, cfg, samples);
   return status;
 }
 

@@ -1,6 +1,7 @@
 #include "train_config.hpp"
 
 #include "expert_groups.hpp"
+#include "sample_ranks.hpp"
 
 #include <fmt/format.h>
 
@@ -49,6 +50,10 @@ void declare_options(OptionSet& o, TrainConfig& c) {
       .add("sample-every", &c.sample_every,
            "draw a sample every N steps and after the last one, with the EMA weights (or the weights), into "
            "OUTPUT-DIR/samples/ (0: never)")
+      .add("sample-ranks", &c.sample_ranks,
+           "with --sample-every: the job's last K ranks do not train but draw the samples (the weights sent to "
+           "them, training going on meanwhile; each video's tokens split over the K ranks); 0: the training "
+           "ranks draw them between steps")
       .add("sample-index", &c.sample_index, "the training sample whose prompt is drawn and compared with")
       .add("sample-solver", &c.sample_solver, "unipc, dpm++ or euler: the solver of each sample (wansample --solver)")
       .add("sample-steps", &c.sample_steps, "solver steps of each sample (wansample --steps)")
@@ -220,6 +225,7 @@ void require(bool ok, const char* option, const std::string& expected) {
 void validate(const TrainConfig& c) {
   app::check_training_options(c);
   check_expert_options(c);
+  check_sample_rank_options(c);
   require(c.prefetch >= 1, "prefetch", "must be at least 1");
   require(c.sample_every >= 0, "sample-every", "must be 0 (never) or more");
   require(c.sample_index >= 0, "sample-index", "must be 0 or more");

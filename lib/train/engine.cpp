@@ -163,6 +163,17 @@ NamedTensors Engine::ema_weights(int rank) const {
   return im.zero->gather(tensors_of(im.ema->averages()), rank);
 }
 
+void Engine::each_sampling_weight(
+    const std::function<void(const std::string& name, const at::Tensor& whole)>& use) const {
+  const auto& im = *impl_;
+  const bool whole_here = !im.zero || (options_.zero != 3 && !im.ema);
+  if (whole_here) {
+    for (const auto& [name, tensor] : im.ema ? im.ema->averages() : objective_.trainable()) use(name, tensor);
+    return;
+  }
+  im.zero->gather_each(im.ema ? tensors_of(im.ema->averages()) : im.zero->parameter_shards(), use);
+}
+
 StepResult Engine::step(const Batch& batch, const StepFlags& flags) {
   auto& im = *impl_;
   const auto step_start = Clock::now();

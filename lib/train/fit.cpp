@@ -291,6 +291,41 @@ int fit_steps(distributed::World& world, distributed::Comm& comm, const RunPlan&
     }
     agree_after_writes(world, options, {0}, "agreement after drawing a training sample");
   };
+  // With sample ranks: the weights go to them, or the sample is dropped
+  // (never a wait, but for the last one's, bounded as a checkpoint write is).
+  auto hand_off = [&](int64_t step, bool last) {
+    using Readiness = SampleSender::Readiness;
+    SampleSender* sender = run.hand_off->sender;
+    Readiness readiness = Readiness::Busy;
+    if (sender) readiness = last ? sender->wait_ready(step, options.checkpoint_timeout) : sender->ready(step);
+    readiness =
+        Readiness(agree_after_writes(world, options, {int64_t(readiness)}, "agreement on handing a sample over")[0]);
+    if (readiness == Readiness::NotWanted) return;  // the sample ranks wait for the other expert's step
+    if (readiness == Readiness::Busy) {
+      if (world.is_root() && last)
+        report_warning(
+            "step {}: the sample ranks are still drawing an earlier sample after {:g} s ({}): the last "
+            "sample is dropped",
+            step, std::chrono::duration<double>(options.checkpoint_timeout).count(),
+            setting_reference("checkpoint_timeout"));
+      else if (world.is_root())
+        report_warning(
+            "step {}: the sample ranks are still drawing an earlier sample: this one is dropped (a sample "
+            "takes them longer than {} steps train; {} with a larger N, or more sample ranks)",
+            step, options.sample_every, setting_reference("sample_every"));
+      return;
+    }
+    const auto start = std::chrono::steady_clock::now();
+    int64_t count = 0;
+    for (const auto& item : engine.objective().trainable()) count += run.hand_off->sends(item.first) ? 1 : 0;
+    if (sender) sender->begin(step, count);
+    engine.each_sampling_weight([&](const std::string& name, const at::Tensor& whole) {
+      if (sender && run.hand_off->sends(name)) sender->send(name, whole);
+    });
+    if (world.is_root())
+      report_info("step {}: the weights of the sample went to the sample ranks in {:.2f} s", step,
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  };
   // A stop signal that came during start-up: nothing new to save (a resumed
   // run's checkpoint is `latest` already); the requeue starts again from it.
   test_delay("before_first_step");
@@ -343,7 +378,12 @@ int fit_steps(distributed::World& world, distributed::Comm& comm, const RunPlan&
     val_loss = kNoValidation;
     if (run.validator && (done || (options.val_every > 0 && result.step % options.val_every == 0)))
       val_loss = validate(result.step);
-    if (options.sample_every > 0 && (done || result.step % options.sample_every == 0)) draw_sample(result.step);
+    if (options.sample_every > 0 && (done || result.step % options.sample_every == 0)) {
+      if (run.hand_off)
+        hand_off(result.step, done);
+      else
+        draw_sample(result.step);
+    }
     if (options.save_every > 0 && result.step % options.save_every == 0) save(val_loss);
     if (writer) writes_ok = report(writer->take_results(), options) && writes_ok;
 
@@ -404,7 +444,7 @@ int fit_steps(distributed::World& world, distributed::Comm& comm, const RunPlan&
 
 int fit(distributed::World& world, distributed::Comm& comm, const RunPlan& plan, FitRun run, const FitOptions& options,
         double best_val_loss) {
-  if (options.sample_every > 0 && !run.draw_sample)
+  if (options.sample_every > 0 && !run.draw_sample && !run.hand_off)
     throw UsageError("fit: sample_every is set, but this run cannot draw samples");
   const int64_t first_step = run.engine->steps_taken();
   TrainLogOptions log_options;

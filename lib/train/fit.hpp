@@ -42,6 +42,7 @@
 #include "wantrain/ckpt/directory.hpp"
 #include "wantrain/train/engine.hpp"
 #include "wantrain/train/run_record.hpp"
+#include "wantrain/train/sample_handoff.hpp"
 #include "wantrain/train/sample_source.hpp"
 #include "wantrain/train/train_log.hpp"
 
@@ -77,7 +78,7 @@ struct FitOptions {
   // reads its own slices of the optimizer state and EMA).
   bool sharded_state = false;
   bool tensorboard = true;   // TensorBoard event files in <output_dir>/tb
-  int64_t sample_every = 0;  // FitRun::draw_sample every N steps and after the last; 0 never
+  int64_t sample_every = 0;  // FitRun::draw_sample (or hand_off) every N steps and after the last; 0 never
   RunIdentity identity;      // what run.json names
 };
 
@@ -122,6 +123,17 @@ struct FitRun {
   // of the prompts' videos with the same weights; fit gathers them to rank
   // 0's report.
   std::function<std::vector<SampleVideo>(int64_t step)> draw_videos;
+  // With sample ranks of their own (train/sample_handoff.hpp), instead of
+  // draw_sample: at a sample step, when the sample ranks are idle, every
+  // rank takes part in gathering the weights to draw with
+  // (Engine::each_sampling_weight) and rank 0's `sender` sends those that
+  // `sends` names; when they are still drawing, the sample is dropped with
+  // one line. The last sample waits for them, at most checkpoint_timeout.
+  struct SampleHandOff {
+    SampleSender* sender = nullptr;  // rank 0's; nullptr on the others
+    std::function<bool(const std::string& name)> sends;
+  };
+  std::optional<SampleHandOff> hand_off;
 };
 
 // `best_val_loss`: the start point's (what a new `best` must beat).

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <optional>
 
 #include "wantrain/data/shard.hpp"
 #include "wantrain/nn/autocast.hpp"
@@ -31,7 +32,8 @@ TrainingSampler::TrainingSampler(const data::Dataset& dataset, const TrainingSam
 }
 
 train::SampleReport TrainingSampler::draw(WanModelImpl& model, const train::NamedTensors& trainable,
-                                          const train::NamedTensors& weights, int64_t step) const {
+                                          const train::NamedTensors& weights, int64_t step,
+                                          const HighNoiseModel* high) const {
   const auto start = std::chrono::steady_clock::now();
   const auto device = trainable.empty() ? torch::Device(torch::kCPU) : trainable.front().second.device();
   at::Tensor latents;
@@ -46,9 +48,14 @@ train::SampleReport TrainingSampler::draw(WanModelImpl& model, const train::Name
     ImageCondition image;
     if (image_.y.defined()) image.y = image_.y.to(device);
     if (image_.clip_fea.defined()) image.clip_fea = image_.clip_fea.to(device);
-    VelocityField velocity = [&](const at::Tensor& x, const at::Tensor& t, bool conditional) {
-      return model.forward(x, t, conditional ? cond : uncond, image);
+    auto velocity_of = [&](WanModelImpl& net) -> VelocityField {
+      return [&](const at::Tensor& x, const at::Tensor& t, bool conditional) {
+        return net.forward(x, t, conditional ? cond : uncond, image);
+      };
     };
+    const VelocityField velocity = velocity_of(model);
+    std::optional<HighNoiseExpert> high_expert;
+    if (high) high_expert = HighNoiseExpert{velocity_of(*high->model), options_.sampler.cfg, high->boundary};
     // The same noise at every draw, from a generator of its own: training's
     // random streams are untouched.
     auto generator = at::make_generator<at::CPUGeneratorImpl>(options_.seed);
@@ -60,7 +67,7 @@ train::SampleReport TrainingSampler::draw(WanModelImpl& model, const train::Name
       sampler.first_frame = latents_.slice(1, 0, 1).unsqueeze(0).to(device);  // [1, C, 1, H, W]
       sampler.patch = model.config().patch_size;
     }
-    latents = sample_flow(noise, velocity, sampler)[0].cpu();  // [C, F, H, W]
+    latents = sample_flow(noise, velocity, sampler, high_expert ? &*high_expert : nullptr)[0].cpu();  // [C, F, H, W]
   }
   train::SampleReport report;
   report.index = options_.index;
@@ -69,6 +76,7 @@ train::SampleReport TrainingSampler::draw(WanModelImpl& model, const train::Name
   report.mse = comparison.mse;
   const auto preview = latent_preview({latents, latents_});
   report.image = {preview.width, preview.height, 1, preview.png()};
+  if (options_.directory.empty()) return report;
   // A sample is for looking at: a full or read-only disk costs its PNG, not the run.
   std::error_code error;
   std::filesystem::create_directories(options_.directory, error);

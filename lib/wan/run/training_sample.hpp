@@ -19,6 +19,7 @@
 
 #include "wantrain/data/dataset.hpp"
 #include "wantrain/wan/model/wan_model.hpp"
+#include "wantrain/wan/sample/model_velocity.hpp"
 #include "wantrain/wan/sample/sampler.hpp"
 #include "wantrain/train/objective.hpp"
 #include "wantrain/train/train_log.hpp"
@@ -30,7 +31,7 @@ struct TrainingSampleOptions {
   SamplerOptions sampler;
   uint64_t seed = 0;                          // of the initial noise, the same at every draw
   at::ScalarType compute_dtype = at::kFloat;  // autocast, as in training
-  std::string directory;                      // <output-dir>/samples
+  std::string directory;                      // <output-dir>/samples; empty: no PNG (a rank that helps draw)
   // A first-frame (TI2V) run: the sample starts from its own first latent
   // frame, as wansample --image does (when it has more than one).
   bool first_frame = false;
@@ -44,9 +45,11 @@ class TrainingSampler {
 
   // Draws with `model`, whose `trainable` parameters take `weights` (by
   // position, the same shapes) while it draws; empty `weights`: as they are.
-  // Writes the PNG and returns what the log records.
+  // Writes the PNG and returns what the log records. `high`: Wan2.2 A14B's
+  // high-noise expert, which takes the steps at or above its boundary.
   train::SampleReport draw(WanModelImpl& model, const train::NamedTensors& trainable,
-                           const train::NamedTensors& weights, int64_t step) const;
+                           const train::NamedTensors& weights, int64_t step,
+                           const HighNoiseModel* high = nullptr) const;
 
  private:
   TrainingSampleOptions options_;

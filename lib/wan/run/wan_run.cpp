@@ -48,6 +48,8 @@ struct WanRun::Impl {
   std::string lora_base;                              // the frozen base's checksum
   std::unique_ptr<TrainingSampler> training_sampler;  // with options.sample
   WanRun::DrawVideos draw_videos;                     // with --sample-prompts
+  bool hand_off = false;                              // with sample ranks
+  train::SampleSender* sample_sender = nullptr;       // theirs, on rank 0
   int rank = 0;
   std::unique_ptr<nn::BlockSwap> block_swap;  // with options.blocks_to_swap; the model's parameter units
 
@@ -253,6 +255,11 @@ train::FitRun WanRun::fit_run(train::Validator* validator) {
   run.first_epoch = impl_->first_epoch;
   run.resumed = impl_->resumed;
   run.save_weights = [this](const std::string& directory, bool write) { return save_weights(directory, write); };
+  if (impl_->hand_off) {  // the sample ranks draw the student, never the fake score
+    run.hand_off = train::FitRun::SampleHandOff{impl_->sample_sender,
+                                                [](const std::string& name) { return !is_fake_score_parameter(name); }};
+    return run;
+  }
   if (impl_->training_sampler) run.draw_sample = [this](int64_t step) { return draw_sample(step); };
   if (impl_->draw_videos) run.draw_videos = [this](int64_t step) { return draw_videos(step); };
   return run;
@@ -291,6 +298,11 @@ std::optional<train::SampleReport> WanRun::draw_sample(int64_t step) const {
 }
 
 void WanRun::set_prompt_videos(DrawVideos draw) { impl_->draw_videos = std::move(draw); }
+
+void WanRun::hand_samples_to(train::SampleSender* sender) {
+  impl_->hand_off = true;
+  impl_->sample_sender = sender;
+}
 
 std::vector<train::SampleVideo> WanRun::draw_videos(int64_t step) const {
   auto& im = *impl_;

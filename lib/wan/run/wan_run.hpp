@@ -122,6 +122,11 @@ class WanRun {
   using DrawVideos = std::function<std::vector<train::SampleVideo>(WanModelImpl& model, int64_t step)>;
   void set_prompt_videos(DrawVideos draw);
 
+  // Samples drawn on sample ranks of their own (wantrain --sample-ranks):
+  // fit hands them the student's weights (train/sample_handoff.hpp) instead
+  // of drawing; `sender` on rank 0, nullptr on the others. Before fit_run.
+  void hand_samples_to(train::SampleSender* sender);
+
  private:
   std::vector<train::SampleVideo> draw_videos(int64_t step) const;
   void start_student(const Teacher& teacher, const WanRunOptions& options, int rank, uint64_t seed);

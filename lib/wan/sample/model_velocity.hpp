@@ -28,6 +28,13 @@ struct BranchPair {
 
 // `before`, when given, runs before each forward (an offloaded expert
 // brought to the device).
+// Wan2.2 A14B's high-noise expert beside the model that takes the other
+// steps (sampler.hpp's HighNoiseExpert, as a model).
+struct HighNoiseModel {
+  WanModelImpl* model = nullptr;
+  double boundary = 0.875;
+};
+
 VelocityField model_velocity(WanModelImpl& model, at::Tensor cond, at::Tensor uncond, ImageCondition image,
                              BranchPair pair = {}, std::function<void()> before = {});
 

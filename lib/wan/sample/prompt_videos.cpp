@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <optional>
 
 #include "wantrain/media/video_writer.hpp"
 #include "wantrain/nn/autocast.hpp"
@@ -157,7 +158,8 @@ PromptVideos::PromptVideos(const WanConfig& config, PromptVideoOptions options, 
   }
 }
 
-std::vector<train::SampleVideo> PromptVideos::draw(WanModelImpl& model, int64_t step) const {
+std::vector<train::SampleVideo> PromptVideos::draw(WanModelImpl& model, int64_t step,
+                                                   const HighNoiseModel* high) const {
   std::vector<train::SampleVideo> videos;
   if (mine_.empty()) return videos;
   const auto device = model.parameters().front().device();
@@ -169,7 +171,7 @@ std::vector<train::SampleVideo> PromptVideos::draw(WanModelImpl& model, int64_t 
   if (pictures && config_.image_branch()) clip = load_clip_vision(options_.clip, options_.clip_dtype, device);
   const std::string folder = fmt::format("{}/step-{:08d}", options_.directory, step);
   std::error_code error;
-  std::filesystem::create_directories(folder, error);
+  if (options_.decode) std::filesystem::create_directories(folder, error);
   for (const auto& p : mine_) {
     const auto start = std::chrono::steady_clock::now();
     PictureStart picture;
@@ -178,9 +180,12 @@ std::vector<train::SampleVideo> PromptVideos::draw(WanModelImpl& model, int64_t 
                                    at::Tensor(), p.shape, device);
     const auto cond = p.context.unsqueeze(0).to(device);
     const auto uncond = p.negative.defined() ? p.negative.unsqueeze(0).to(device) : unconditional_context(cond);
-    VelocityField velocity = [&](const at::Tensor& x, const at::Tensor& t, bool conditional) {
-      return model.forward(x, t, conditional ? cond : uncond, picture.image);
+    auto velocity_of = [&](WanModelImpl& net) -> VelocityField {
+      return [&](const at::Tensor& x, const at::Tensor& t, bool conditional) {
+        return net.forward(x, t, conditional ? cond : uncond, picture.image);
+      };
     };
+    const VelocityField velocity = velocity_of(model);
     auto sampler = options_.sampler;
     if (p.line.steps > 0) sampler.steps = p.line.steps;
     if (p.line.cfg) sampler.cfg = *p.line.cfg;
@@ -192,11 +197,14 @@ std::vector<train::SampleVideo> PromptVideos::draw(WanModelImpl& model, int64_t 
     // random streams are untouched.
     auto generator = at::make_generator<at::CPUGeneratorImpl>(p.line.seed.value_or(options_.seed));
     const auto noise = torch::randn(p.shape, generator, torch::kFloat32).to(device);
+    std::optional<HighNoiseExpert> high_expert;
+    if (high) high_expert = HighNoiseExpert{velocity_of(*high->model), sampler.cfg, high->boundary};
     at::Tensor latents;
     {
       const nn::AutocastScope autocast(options_.compute_dtype, device.type());
-      latents = sample_flow(noise, velocity, sampler)[0].cpu();  // [C, F, H, W]
+      latents = sample_flow(noise, velocity, sampler, high_expert ? &*high_expert : nullptr)[0].cpu();  // [C, F, H, W]
     }
+    if (!options_.decode) continue;
     train::SampleVideo video;
     video.index = p.index;
     video.prompt = p.line.prompt;

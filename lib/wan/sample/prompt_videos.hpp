@@ -24,6 +24,7 @@
 #include "wantrain/train/train_log.hpp"
 #include "wantrain/wan/encoders/text_encoder.hpp"
 #include "wantrain/wan/model/wan_model.hpp"
+#include "wantrain/wan/sample/model_velocity.hpp"
 #include "wantrain/wan/sample/sample_prompts.hpp"
 #include "wantrain/wan/sample/sampler.hpp"
 #include "wantrain/wan/vae/vae_config.hpp"
@@ -45,6 +46,8 @@ struct PromptVideoOptions {
   std::string directory;                      // <output-dir>/samples
   double fps = 0;                             // 0: the VAE's release
   int rank = 0, ranks = 1;
+  // false: this rank helps draw (its share of the tokens) and writes nothing.
+  bool decode = true;
 };
 
 class PromptVideos {
@@ -58,7 +61,9 @@ class PromptVideos {
   // This rank's videos, drawn with `model` as it is (the caller puts the
   // weights to draw with in, in eval mode, with no autograd). A video that
   // cannot be written is a warning and an empty path; training goes on.
-  std::vector<train::SampleVideo> draw(WanModelImpl& model, int64_t step) const;
+  // `high`: Wan2.2 A14B's high-noise expert, taking the steps at or above
+  // its boundary (with the same guidance).
+  std::vector<train::SampleVideo> draw(WanModelImpl& model, int64_t step, const HighNoiseModel* high = nullptr) const;
 
   // The prompts this rank draws.
   size_t size() const { return mine_.size(); }

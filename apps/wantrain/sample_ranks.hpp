@@ -1,0 +1,35 @@
+// Samples on ranks of their own (wantrain --sample-ranks K): the job's last
+// K ranks never train. The training ranks (or both expert groups) send them
+// the weights to draw with at each --sample-every step when they are idle,
+// and train on; the sample ranks draw the training sample's PNG and the
+// --sample-prompts videos (wan/run/sample_group.hpp), into the run's
+// samples/ folder, with a log of their own.
+#pragma once
+
+#include <vector>
+
+#include "expert_groups.hpp"
+#include "train_config.hpp"
+#include "wantrain/distributed/world.hpp"
+#include "wantrain/train/sample_handoff.hpp"
+
+namespace wt::wantrain {
+
+// --sample-ranks' options alone (called by validate()): throws UsageError.
+void check_sample_rank_options(const TrainConfig& cfg);
+
+// Where a training group's rank 0 sends its weights.
+struct SampleRanks {
+  const train::SampleChannel& channel;
+  int first_rank = 0, ranks = 0;  // the sample ranks: job ranks [first_rank, first_rank + ranks)
+};
+
+// The sample ranks' whole run, on their group `group` of the job: their
+// start-up (data, model config, prompts, the models of the sources as the
+// training ranks build them) and the sample loop, until every source is
+// done. `experts`: the expert groups (each a source), or nullptr for one
+// training group whose rank 0 is job rank 0. Returns the training's status.
+int run_sample_ranks(const distributed::World& group, const TrainConfig& cfg, const SampleRanks& samples,
+                     const ExpertLayout* experts);
+
+}  // namespace wt::wantrain
