@@ -272,6 +272,7 @@ int run(distributed::World& world, int argc, char** argv) {
                     {"init", "init"},
                     {"max_skipped", "max-skipped"},
                     {"checkpoint_timeout", "checkpoint-timeout"},
+                    {"sample_every", "sample-every"},
                     {"lora_rank", "lora-rank"},
                     {"lora_alpha", "lora-alpha"},
                     {"lora_targets", "lora-targets"},

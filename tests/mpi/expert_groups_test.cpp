@@ -268,7 +268,7 @@ TEST_F(Experts, AFailingGroupEndsTheWholeJobWithOneLineNamingIt) {
         {"--experts high,low --expert-ranks 1,3 --sp 2",
          "option --sp: is 2: it must divide each expert group's ranks, and the high group has 1"},
         {"--experts high,low --timestep-range 0,0.5", "option --timestep-range: not with --experts"},
-        {"--experts high,low --sample-every 2", "option --sample-every: not with --experts yet"},
+        {"--experts high,low --sample-every 2", "option --sample-every: with --experts, give --sample-ranks K"},
         {"--high-noise " + base("high"), "option --high-noise: only with --experts high,low"}}) {
     SCOPED_TRACE(options);
     const Job bad = train(4, "experts-bad", "--steps 2 --batch-size 2 " + options);

@@ -1,0 +1,220 @@
+// Samples on ranks of their own (wantrain --sample-ranks K): the sample
+// ranks draw what the training ranks would have drawn inline, with ZeRO-3's
+// weights sent unit by unit and a video's tokens split over K ranks;
+// training is the run it would be without samples; both A14B experts reach
+// the sample ranks, which draw as wansample draws the pair; sample ranks
+// that fall behind cost dropped samples (one line each), never a stalled
+// step, and a sample rank that dies ends the job.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <thread>
+
+#include "../common/build_paths.hpp"
+#include "../common/launch.hpp"
+#include "../common/sample_shard.hpp"
+#include "../common/train_runs.hpp"
+
+namespace {
+
+using wt::testing::children_of;
+using wt::testing::fresh;
+using wt::testing::Job;
+using wt::testing::launch;
+using wt::testing::mpi_command;
+using wt::testing::occurrences;
+using wt::testing::read_text;
+using namespace wt::testing::train_runs;
+
+class SampleRanks : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { data_ = synth_tiny_data("sample-ranks-data", 16, 9); }
+
+  static std::string command(int ranks, const std::string& dir, const std::string& options) {
+    return mpi_command(ranks, WANTRAIN_WANTRAIN,
+                       "--model-config " + tiny_config() + " --data " + data_ + " --output-dir " + dir +
+                           " --threads 1 --backend mpi --log-every 1 --batch-size 2 --lr 5e-3 --seed 4 "
+                           "--ema-decay 0.9 --sample-steps 4 --sample-cfg 3 " +
+                           options);
+  }
+  static Job train(int ranks, const std::string& name, const std::string& options, const std::string& env = "") {
+    const Job job = launch(env + command(ranks, fresh(name), options));
+    EXPECT_LT(job.seconds, kHangGuardSeconds);
+    return job;
+  }
+  // A run's sample lines by step (metrics.jsonl: the run's; samples/metrics.jsonl: the sample ranks').
+  static std::map<int64_t, Json> samples_of(const std::string& metrics) {
+    std::map<int64_t, Json> out;
+    std::ifstream in(metrics);
+    for (std::string line; std::getline(in, line);) {
+      const auto json = Json::parse(line);
+      if (json.contains("sample_correlation")) out[json["step"].get<int64_t>()] = json;
+    }
+    return out;
+  }
+
+  static std::string data_;
+};
+std::string SampleRanks::data_;
+
+// 2 training ranks and 1 sample rank, and 2 training ranks under ZeRO-3 with
+// 2 sample ranks that split each sample's tokens: the samples the sample
+// ranks drew are the inline run's at their steps, each step they skipped is
+// one line, the last is always drawn, and training is the inline run's.
+TEST_F(SampleRanks, DrawWhatInlineSamplingDrawsAndLeaveTrainingAsItWas) {
+  const std::string options = "--steps 8 --sample-every 2 ";
+  const Job inline_run = train(2, "sample-ranks-inline", options);
+  ASSERT_EQ(inline_run.status, 0) << inline_run.output;
+  const auto expected = samples_of(run_dir("sample-ranks-inline") + "/metrics.jsonl");
+  ASSERT_EQ(expected.size(), 4u);
+  for (const auto& [name, ranks, more] :
+       {std::tuple{std::string("sample-ranks-one"), 3, std::string("--sample-ranks 1")},
+        {"sample-ranks-zero3", 4, "--sample-ranks 2 --zero 3"}}) {
+    SCOPED_TRACE(name);
+    const Job job = train(ranks, name, options + more);
+    ASSERT_EQ(job.status, 0) << job.output;
+    const std::string dir = run_dir(name);
+    expect_same_losses(dir, run_dir("sample-ranks-inline"), 8);
+    EXPECT_LT(weights_difference(dir + "/ema.safetensors", run_dir("sample-ranks-inline") + "/ema.safetensors"), 1e-6);
+    // The run's own log has no sample lines: the sample ranks keep theirs.
+    EXPECT_TRUE(samples_of(dir + "/metrics.jsonl").empty());
+    const auto drawn = samples_of(dir + "/samples/metrics.jsonl");
+    ASSERT_TRUE(drawn.count(8)) << job.output;
+    for (const auto& [step, line] : drawn) {
+      ASSERT_TRUE(expected.count(step)) << step;
+      EXPECT_LT(relative(line["sample_mse"], expected.at(step)["sample_mse"]), 1e-5) << "step " << step;
+      EXPECT_LT(
+          std::abs(line["sample_correlation"].get<double>() - expected.at(step)["sample_correlation"].get<double>()),
+          1e-5)
+          << "step " << step;
+      EXPECT_TRUE(std::filesystem::exists(dir + "/samples/step-0000000" + std::to_string(step) + ".png"));
+    }
+    EXPECT_EQ(occurrences(job.output, "this one is dropped"), expected.size() - drawn.size()) << job.output;
+    EXPECT_EQ(occurrences(job.output, "the weights of the sample went to the sample ranks"), drawn.size())
+        << job.output;
+    EXPECT_FALSE(std::filesystem::is_empty(dir + "/tb/samples"));
+  }
+}
+
+// Both experts (2 + 2 ranks) and one sample rank: the last sample is the
+// pair's at the last step, as wansample draws the two experts' EMA weights
+// from the same noise; the sample ranks are no expert group's.
+TEST_F(SampleRanks, BothExpertsReachTheSampleRanksWhichDrawAsWansampleDrawsThePair) {
+  const Job job = train(5, "sample-ranks-experts", "--steps 4 --sample-every 4 --experts high,low --sample-ranks 1");
+  ASSERT_EQ(job.status, 0) << job.output;
+  EXPECT_EQ(occurrences(job.output, "sample ranks 4-4: every 4 steps they receive the two experts' weights"), 1u)
+      << job.output;
+  const std::string dir = run_dir("sample-ranks-experts");
+  const auto drawn = samples_of(dir + "/samples/metrics.jsonl");
+  ASSERT_EQ(drawn.size(), 1u) << job.output;
+  ASSERT_TRUE(drawn.count(4)) << job.output;
+
+  const Job pair =
+      launch(std::string(WANTRAIN_WANSAMPLE) + " --model-config " + tiny_config() + " --high-noise " + dir +
+             "/high_noise_model/ema.safetensors --low-noise " + dir +
+             "/low_noise_model/ema.safetensors --boundary 0.875 --data " + data_ +
+             " --index 0 --seed 4 --steps 4 --cfg 3 --shift 5 --solver unipc --threads 1 --out " + dir + "/pair.h5");
+  ASSERT_EQ(pair.status, 0) << pair.output;
+  const auto sample = wt::testing::sampled_latents(dir + "/pair.h5").to(torch::kFloat64);
+  const auto reference = wt::testing::sampled_latents(data_ + "/shard-00000.h5").to(torch::kFloat64);
+  const double mse = (sample - reference).square().mean().item<double>();
+  EXPECT_LT(relative(drawn.at(4)["sample_mse"], mse), 1e-5) << drawn.at(4).dump() << " against " << mse;
+  // Not what one expert alone draws: the pair's sample differs from the low-noise expert's.
+  const Job low =
+      launch(std::string(WANTRAIN_WANSAMPLE) + " --model-config " + tiny_config() + " --weights " + dir +
+             "/low_noise_model/ema.safetensors --data " + data_ +
+             " --index 0 --seed 4 --steps 4 --cfg 3 --shift 5 --solver unipc --threads 1 --out " + dir + "/low.h5");
+  ASSERT_EQ(low.status, 0) << low.output;
+  EXPECT_GT((wt::testing::sampled_latents(dir + "/low.h5").to(torch::kFloat64) - sample).abs().max().item<double>(),
+            1e-4);
+}
+
+// Sample ranks that fall behind (each sample takes them 3 s, training 10
+// steps far less): the samples they cannot take are dropped with one line
+// each and training never waits, except for the last sample; past
+// --checkpoint-timeout even that one is dropped and the job ends with one
+// line naming the sample ranks, the checkpoint and weights written.
+TEST_F(SampleRanks, SampleRanksThatFallBehindDropSamplesWithOneLineEachAndNeverStallTraining) {
+  const Job job = train(3, "sample-ranks-behind", "--steps 12 --sample-every 2 --sample-ranks 1",
+                        "WANTRAIN_TEST_DELAY=sample_draw:3 ");
+  ASSERT_EQ(job.status, 0) << job.output;
+  const std::string dir = run_dir("sample-ranks-behind");
+  const auto drawn = samples_of(dir + "/samples/metrics.jsonl");
+  // The first sample holds them 3 s; steps 4 to 10 pass meanwhile; the last is waited for.
+  EXPECT_EQ(drawn.size(), 2u) << job.output;
+  EXPECT_TRUE(drawn.count(2) && drawn.count(12)) << job.output;
+  for (const int step : {4, 6, 8, 10})
+    EXPECT_EQ(occurrences(job.output, "step " + std::to_string(step) +
+                                          ": the sample ranks are still drawing an earlier sample: this one is "
+                                          "dropped"),
+              1u)
+        << job.output;
+
+  const Job stuck = train(3, "sample-ranks-stuck", "--steps 4 --sample-every 2 --sample-ranks 1 --checkpoint-timeout 1",
+                          "WANTRAIN_TEST_DELAY=sample_draw:8 ");
+  EXPECT_NE(stuck.status, 0) << stuck.output;
+  EXPECT_EQ(occurrences(stuck.output, "step 4: the sample ranks are still drawing an earlier sample after 1 s"), 1u)
+      << stuck.output;
+  EXPECT_EQ(occurrences(stuck.output,
+                        "the sample ranks (2-2) have not finished their last sample 1 s after training ended with "
+                        "status 0 (--checkpoint-timeout): ending the job"),
+            1u)
+      << stuck.output;
+  EXPECT_TRUE(std::filesystem::exists(run_dir("sample-ranks-stuck") + "/ema.safetensors")) << stuck.output;
+}
+
+// A sample rank killed while the others train ends the whole job in
+// bounded time (the launcher ends it), rather than training on with no one
+// to draw its samples.
+TEST_F(SampleRanks, ASampleRankThatDiesEndsTheJob) {
+  const std::string dir = fresh("sample-ranks-killed");
+  const std::string line =
+      "exec " + command(3, dir, "--steps 100000 --sample-every 5 --sample-ranks 1") + " > " + dir + ".log 2>&1";
+  const char* argv[] = {"sh", "-c", line.c_str(), nullptr};
+  pid_t job = 0;
+  ASSERT_EQ(posix_spawn(&job, "/bin/sh", nullptr, nullptr, const_cast<char**>(argv), environ), 0);
+  const auto start = std::chrono::steady_clock::now();
+  while (samples_of(dir + "/samples/metrics.jsonl").empty() &&
+         std::chrono::steady_clock::now() - start < std::chrono::seconds(60))
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  // The sample rank: the launched rank whose environment says job rank 2.
+  pid_t sample_rank = 0;
+  for (const pid_t rank : children_of(job)) {
+    std::ifstream environ_file("/proc/" + std::to_string(rank) + "/environ");
+    const std::string environment((std::istreambuf_iterator<char>(environ_file)), std::istreambuf_iterator<char>());
+    if (environment.find(std::string("OMPI_COMM_WORLD_RANK=2") + '\0') != std::string::npos) sample_rank = rank;
+  }
+  ASSERT_NE(sample_rank, 0) << read_text(dir + ".log");
+  ASSERT_EQ(kill(sample_rank, SIGKILL), 0);
+  int raw = 0;
+  ASSERT_EQ(waitpid(job, &raw, 0), job);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(seconds, kHangGuardSeconds);
+  EXPECT_FALSE(WIFEXITED(raw) && WEXITSTATUS(raw) == 0) << read_text(dir + ".log");
+}
+
+// What --sample-ranks needs, one line each.
+TEST_F(SampleRanks, BadOptionsAreOneLineEach) {
+  for (const auto& [ranks, options, line] :
+       {std::tuple{3, std::string("--steps 2 --sample-ranks 1"),
+                   std::string("option --sample-ranks: needs --sample-every N")},
+        {2, "--steps 2 --sample-every 2 --sample-ranks 2", "option --sample-ranks: 2 of the job's 2 ranks leave none"},
+        {4, "--steps 2 --sample-every 2 --sample-ranks 3",
+         "option --sample-ranks: model config " + tiny_config() + "'s 4 heads do not split over 3 ranks"},
+        {3, "--steps 2 --sample-every 2 --sample-ranks -1", "option --sample-ranks: must be 0"}}) {
+    SCOPED_TRACE(options);
+    const Job bad = train(ranks, "sample-ranks-bad", options);
+    EXPECT_EQ(bad.status, 2) << bad.output;
+    EXPECT_EQ(occurrences(bad.output, line), 1u) << bad.output;
+  }
+}
+
+}  // namespace
