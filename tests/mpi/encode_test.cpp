@@ -657,6 +657,32 @@ TEST(Encode, PromptVideosAreDrawnDuringTrainingOverTheRanks) {
   const auto read = launch(check);
   EXPECT_EQ(read.status, 0) << check << "\n" << read.output;
 
+  // On sample ranks of their own (--sample-ranks 2 of 4): the same videos,
+  // each drawn by both sample ranks (its tokens split over them), written
+  // once by the first, logged in samples/metrics.jsonl and tb/samples.
+  const std::string apart = dir + "/apart";
+  const auto on_sample_ranks = launch(wt::testing::mpi_command(
+      4, WANTRAIN_WANTRAIN,
+      "--model-config " + kTiny + " --data " + data + " --output-dir " + apart +
+          " --threads 1 --backend mpi --batch-size 1 --steps 2 --sample-every 2 --sample-steps 2 --sample-ranks 2 "
+          "--sample-prompts " +
+          dir + "/prompts.txt" + models));
+  ASSERT_EQ(on_sample_ranks.status, 0) << on_sample_ranks.output;
+  for (const auto& [name, frames, width] :
+       {std::tuple{"00.mp4", 5, 32}, std::tuple{"01.mp4", 9, 48}, std::tuple{"02.mp4", 5, 32}}) {
+    const std::string video = apart + "/samples/step-00000002/" + name;
+    ASSERT_TRUE(fs::exists(video)) << name << "\n" << on_sample_ranks.output;
+    const auto info = wt::media::probe_media(video);
+    EXPECT_EQ(info.frames(), frames) << name;
+    EXPECT_EQ(info.width, width) << name;
+  }
+  EXPECT_EQ(wt::testing::occurrences(wt::testing::read_text(apart + "/samples/metrics.jsonl"), "\"prompt_video\""), 3u);
+  EXPECT_EQ(wt::testing::occurrences(on_sample_ranks.output, "s, rank 0)"), 3u) << on_sample_ranks.output;
+  const auto read_apart =
+      launch(std::string(WANTRAIN_PYTHON) + " " + WANTRAIN_SOURCE_DIR + "/tests/report/tfevents_reader.py check " +
+             apart + "/tb/samples --image prompts/00=2 --image prompts/01=2 --image prompts/02=2");
+  EXPECT_EQ(read_apart.status, 0) << read_apart.output;
+
   // Bad lines: each its line naming the file and line, status 2, before any step.
   write_text(dir + "/bad.txt", "fine\n--size 10x10\nx --frames four\ny --colour red\n");
   const auto bad = train(dir + "/bad", dir + "/bad.txt");
