@@ -27,11 +27,15 @@ namespace {
 // A source's model as its training ranks build it (wan/run/wan_run.cpp):
 // the same frozen base (from the seed, --init, or a few-step LoRA student's
 // teacher) and adapters, so that the tensors sent in each sample — what is
-// trained — complete it.
-wan::WanModel sampling_model(const TrainConfig& cfg, const wan::WanConfig& config, const at::Device& device) {
+// trained — complete it. The blocks' Linears are held as autocast computes
+// with them: in bf16 under --precision bf16 (a 14B expert in 28 GB, as
+// wansample holds a released model), else as trained.
+wan::WanModel sampling_model(const TrainConfig& cfg, const wan::WanConfig& config, const at::Device& device,
+                             at::ScalarType compute_dtype) {
   const auto run = wan_run_options(cfg);
   torch::manual_seed(cfg.seed);
-  wan::WanModel model(config, run.base_dtype);
+  const auto held = cfg.lora_rank > 0 ? run.base_dtype : compute_dtype == at::kBFloat16 ? at::kBFloat16 : at::kFloat;
+  wan::WanModel model(config, held);
   std::string base = cfg.init;
   bool prefer_ema = false;
   if (base.empty() && cfg.distill_steps > 0 && cfg.lora_rank > 0) {  // a teacher is read for its EMA, as one
@@ -103,11 +107,11 @@ int run_sample_ranks(const distributed::World& group, const TrainConfig& cfg, co
   group.agree([&] {
     if (experts) {
       for (const auto& g : experts->groups) {
-        sources.push_back({g.name, sampling_model(expert_run_config(cfg, g), config, device)});
+        sources.push_back({g.name, sampling_model(expert_run_config(cfg, g), config, device, compute_dtype)});
         source_ranks.push_back(g.first_rank);
       }
     } else {
-      sources.push_back({"", sampling_model(cfg, config, device)});
+      sources.push_back({"", sampling_model(cfg, config, device, compute_dtype)});
       source_ranks.push_back(0);
     }
   });
