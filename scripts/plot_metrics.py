@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 # plot_metrics.py: draws one 1600x1000 PNG summarising a wantrain run from
-# RUN_DIR/metrics.jsonl, as a 2x3 grid: training and validation loss, learning
+# RUN_DIR/metrics.jsonl (and RUN_DIR/samples/metrics.jsonl of --sample-ranks),
+# as a 2x3 grid: training and validation loss, learning
 # rate, samples/s, the step-time split (stacked data/teacher/forward/backward/
 # comm/optimizer seconds), sample correlation against the ground truth, and
 # peak RSS (and peak device memory) per rank.
@@ -54,7 +55,7 @@ def check_numbers(obj, fields, where):
             raise PlotError(f"{where}: field '{key}' is not a number")
 
 
-def read_metrics(path):
+def read_metrics(path, needs_steps=True):
     """Returns (steps, validations, samples), each a list of dicts sorted by step."""
     try:
         with open(path, "rb") as f:
@@ -100,7 +101,7 @@ def read_metrics(path):
             if obj.get("step") is not None:
                 samples.append(obj)
         # anything else (the final summary line, future kinds) is ignored
-    if not steps:
+    if not steps and needs_steps:
         raise PlotError(f"{path}: no training steps logged yet")
     key = lambda o: num(o["step"])
     return sorted(steps, key=key), sorted(vals, key=key), sorted(samples, key=key)
@@ -255,6 +256,10 @@ def main(argv=None):
         if os.path.isdir(path):
             raise PlotError(f"{path}: is a directory")
         steps, vals, samples = read_metrics(path)
+        # Samples drawn on sample ranks of their own (--sample-ranks) are in their log.
+        sample_log = os.path.join(run_dir, "samples", "metrics.jsonl")
+        if os.path.isfile(sample_log):
+            samples = sorted(samples + read_metrics(sample_log, needs_steps=False)[2], key=lambda o: num(o["step"]))
         plot(run_dir, out, args.log_scale, steps, vals, samples, plt)
     except PlotError as e:
         print(f"{PROG}: {str(e).replace(chr(10), ' ')}", file=sys.stderr)

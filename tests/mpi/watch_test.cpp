@@ -222,6 +222,14 @@ TEST_F(Watch, PlotDrawsThePngAndRefusesBadMetricsInOneLine) {
   const Job elsewhere = launch(plot + dir + " --out " + dir + "/other.png");
   ASSERT_EQ(elsewhere.status, 0) << elsewhere.output;
   EXPECT_EQ(png_size(dir + "/other.png"), std::make_pair(1600u, 1000u));
+  // The sample log of --sample-ranks is drawn with the run's.
+  fs::create_directories(dir + "/samples");
+  std::ofstream(dir + "/samples/metrics.jsonl")
+      << "{\"step\": 3, \"sample_correlation\": 0.2, \"sample_mse\": 1.5, \"sample_s\": 0.1}\n"
+      << "{\"step\": 6, \"sample_correlation\": 0.4, \"sample_mse\": 1.2, \"sample_s\": 0.1}\n";
+  const Job with_samples = launch(plot + dir + " --out " + dir + "/samples.png");
+  ASSERT_EQ(with_samples.status, 0) << with_samples.output;
+  EXPECT_EQ(occurrences(with_samples.output, ", 2 samples)"), 1u) << with_samples.output;
 
   auto refused = [&](const std::string& metrics, const std::string& expected) {
     const auto bad = fresh("watch-plot-bad");
