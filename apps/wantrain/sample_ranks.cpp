@@ -18,6 +18,7 @@
 #include "wantrain/wan/model/weights.hpp"
 #include "wantrain/wan/run/checkpoint_weights.hpp"
 #include "wantrain/wan/run/data_fits_model.hpp"
+#include "wantrain/wan/run/memory_plan.hpp"
 #include "wantrain/wan/run/sample_group.hpp"
 #include "wantrain/wan/sample/sample_prompts.hpp"
 
@@ -136,10 +137,16 @@ int run_sample_ranks(const distributed::World& group, const TrainConfig& cfg, co
       throw UsageError(
           fmt::format("option --output-dir: cannot create {}/samples: {}", cfg.output_dir, error.message()));
     receiver = std::make_unique<train::SampleReceiver>(samples.channel, source_ranks);
-    report_info("sample ranks {}-{}: every {} steps they receive the {} and draw the sample{}{}, into {}/samples",
-                samples.first_rank, samples.first_rank + ranks - 1, cfg.sample_every,
-                experts ? "two experts' weights" : "weights", videos ? " and the prompts' videos" : "",
-                ranks > 1 ? fmt::format(", each video's tokens split over the {} of them", ranks) : "", cfg.output_dir);
+    double held = 0;  // what each sample rank holds of the models
+    for (const auto& source : sources)
+      for (const auto& parameter : source.model->parameters()) held += double(parameter.nbytes());
+    report_info(
+        "sample ranks {}-{}: every {} steps they receive the {} and draw the sample{}{}, into {}/samples; each "
+        "holds {} of weights",
+        samples.first_rank, samples.first_rank + ranks - 1, cfg.sample_every,
+        experts ? "two experts' weights" : "weights", videos ? " and the prompts' videos" : "",
+        ranks > 1 ? fmt::format(", each video's tokens split over the {} of them", ranks) : "", cfg.output_dir,
+        wan::format_bytes(held));
   });
   return wan::run_sample_group(group, receiver.get(), sources, *sampler, videos.get(), options, *comm);
 }

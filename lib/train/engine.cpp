@@ -163,15 +163,16 @@ NamedTensors Engine::ema_weights(int rank) const {
   return im.zero->gather(tensors_of(im.ema->averages()), rank);
 }
 
-void Engine::each_sampling_weight(
-    const std::function<void(const std::string& name, const at::Tensor& whole)>& use) const {
+void Engine::each_sampling_weight(const std::function<void(const std::string& name, const at::Tensor& whole)>& use,
+                                  const std::function<bool(const std::string& name)>& wanted) const {
   const auto& im = *impl_;
   const bool whole_here = !im.zero || (options_.zero != 3 && !im.ema);
   if (whole_here) {
-    for (const auto& [name, tensor] : im.ema ? im.ema->averages() : objective_.trainable()) use(name, tensor);
+    for (const auto& [name, tensor] : im.ema ? im.ema->averages() : objective_.trainable())
+      if (wanted(name)) use(name, tensor);
     return;
   }
-  im.zero->gather_each(im.ema ? tensors_of(im.ema->averages()) : im.zero->parameter_shards(), use);
+  im.zero->gather_each(im.ema ? tensors_of(im.ema->averages()) : im.zero->parameter_shards(), use, wanted);
 }
 
 StepResult Engine::step(const Batch& batch, const StepFlags& flags) {

@@ -165,11 +165,12 @@ class Engine {
   // CPU; empty without an EMA and on the other ranks).
   NamedTensors ema_weights(int rank = -1) const;
   // Collective with zero >= 1: the weights samples are drawn with (the
-  // EMA's, or the trained weights without an EMA), one parameter at a time
-  // in the trainable order, each whole while `use` has it (with ZeRO one
-  // bucket gathered at a time: a model that is never whole on one rank
-  // passes through it unit by unit).
-  void each_sampling_weight(const std::function<void(const std::string& name, const at::Tensor& whole)>& use) const;
+  // EMA's, or the trained weights without an EMA), those that `wanted`
+  // names, one parameter at a time in the trainable order, each whole while
+  // `use` has it (with ZeRO one bucket gathered at a time: a model that is
+  // never whole on one rank passes through it unit by unit).
+  void each_sampling_weight(const std::function<void(const std::string& name, const at::Tensor& whole)>& use,
+                            const std::function<bool(const std::string& name)>& wanted) const;
   distributed::Comm& comm() { return comm_; }
   Objective& objective() { return objective_; }
   // ZeRO-3: what the model's forward calls around its units (set it with

@@ -304,13 +304,13 @@ int fit_steps(distributed::World& world, distributed::Comm& comm, const RunPlan&
     if (readiness == Readiness::Busy) {
       if (world.is_root() && last)
         report_warning(
-            "step {}: the sample ranks are still drawing an earlier sample after {:g} s ({}): the last "
+            "step {}: the sample ranks are still busy with an earlier sample after {:g} s ({}): the last "
             "sample is dropped",
             step, std::chrono::duration<double>(options.checkpoint_timeout).count(),
             setting_reference("checkpoint_timeout"));
       else if (world.is_root())
         report_warning(
-            "step {}: the sample ranks are still drawing an earlier sample: this one is dropped (a sample "
+            "step {}: the sample ranks are still busy with an earlier sample: this one is dropped (a sample "
             "takes them longer than {} steps train; {} with a larger N, or more sample ranks)",
             step, options.sample_every, setting_reference("sample_every"));
       return;
@@ -319,9 +319,11 @@ int fit_steps(distributed::World& world, distributed::Comm& comm, const RunPlan&
     int64_t count = 0;
     for (const auto& item : engine.objective().trainable()) count += run.hand_off->sends(item.first) ? 1 : 0;
     if (sender) sender->begin(step, count);
-    engine.each_sampling_weight([&](const std::string& name, const at::Tensor& whole) {
-      if (sender && run.hand_off->sends(name)) sender->send(name, whole);
-    });
+    engine.each_sampling_weight(
+        [&](const std::string& name, const at::Tensor& whole) {
+          if (sender) sender->send(name, whole);
+        },
+        run.hand_off->sends);
     if (world.is_root())
       report_info("step {}: the weights of the sample went to the sample ranks in {:.2f} s", step,
                   std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());

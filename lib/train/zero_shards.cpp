@@ -108,13 +108,18 @@ NamedTensors ZeroShards::gather(const std::vector<at::Tensor>& slices, int rank)
 }
 
 void ZeroShards::gather_each(const std::vector<at::Tensor>& slices,
-                             const std::function<void(const std::string& name, const at::Tensor& whole)>& use) const {
+                             const std::function<void(const std::string& name, const at::Tensor& whole)>& use,
+                             const std::function<bool(const std::string& name)>& wanted) const {
   torch::NoGradGuard no_grad;
+  auto is_wanted = [&](size_t i) { return !wanted || wanted(trainable_[i].first); };
   for (size_t b = 0; b < units_.size(); ++b) {
+    bool any = false;
+    for (size_t i = 0; i < trainable_.size() && !any; ++i) any = places_[i].bucket == b && is_wanted(i);
+    if (!any) continue;
     auto whole = torch::empty({units_[b].flat.numel()}, slices[b].options());
     comm_.all_gather(whole, slices[b].contiguous());
     for (size_t i = 0; i < trainable_.size(); ++i) {
-      if (places_[i].bucket != b) continue;
+      if (places_[i].bucket != b || !is_wanted(i)) continue;
       const auto& [name, parameter] = trainable_[i];
       use(name, whole.narrow(0, places_[i].offset, parameter.numel()).view(parameter.sizes()));
     }

@@ -81,9 +81,12 @@ class ZeroShards : public nn::ParameterUnits {
   // with `rank` >= 0 only that rank keeps them (the others get an empty list).
   NamedTensors gather(const std::vector<at::Tensor>& slices, int rank = -1) const;
   // Collective: the same one bucket at a time, handing each parameter to
-  // `use` while only its bucket is whole.
+  // `use` while only its bucket is whole; with `wanted`, only the
+  // parameters it names, and no bucket that holds none of them is gathered
+  // (the same names on every rank).
   void gather_each(const std::vector<at::Tensor>& slices,
-                   const std::function<void(const std::string& name, const at::Tensor& whole)>& use) const;
+                   const std::function<void(const std::string& name, const at::Tensor& whole)>& use,
+                   const std::function<bool(const std::string& name)>& wanted = {}) const;
 
   // Stage 3. nn::ParameterUnits, for the model's forward.
   void begin_forward() override;

@@ -65,25 +65,33 @@ class SampleRanks : public ::testing::Test {
 };
 std::string SampleRanks::data_;
 
-// 2 training ranks and 1 sample rank, and 2 training ranks under ZeRO-3 with
-// 2 sample ranks that split each sample's tokens: the samples the sample
-// ranks drew are the inline run's at their steps, each step they skipped is
-// one line, the last is always drawn, and training is the inline run's.
+// 2 training ranks and 1 sample rank; 2 training ranks under ZeRO-3 with 2
+// sample ranks that split each sample's tokens; a LoRA run under ZeRO-1
+// (the sample rank builds the frozen base itself and receives the
+// adapters' EMA): the samples the sample ranks drew are the inline run's at
+// their steps, each step they skipped is one line, the last is always
+// drawn, and training is the inline run's.
 TEST_F(SampleRanks, DrawWhatInlineSamplingDrawsAndLeaveTrainingAsItWas) {
-  const std::string options = "--steps 8 --sample-every 2 ";
-  const Job inline_run = train(2, "sample-ranks-inline", options);
-  ASSERT_EQ(inline_run.status, 0) << inline_run.output;
-  const auto expected = samples_of(run_dir("sample-ranks-inline") + "/metrics.jsonl");
-  ASSERT_EQ(expected.size(), 4u);
-  for (const auto& [name, ranks, more] :
-       {std::tuple{std::string("sample-ranks-one"), 3, std::string("--sample-ranks 1")},
-        {"sample-ranks-zero3", 4, "--sample-ranks 2 --zero 3"}}) {
+  const std::string options = "--steps 8 --sample-every 2 ", lora = "--lora-rank 4 --lora-alpha 8 --zero 1 ";
+  for (const auto& [name, more] :
+       {std::pair{std::string("sample-ranks-inline"), std::string()}, {"sample-ranks-inline-lora", lora}}) {
+    const Job inline_run = train(2, name, options + more);
+    ASSERT_EQ(inline_run.status, 0) << inline_run.output;
+  }
+  for (const auto& [name, ranks, more, reference] :
+       {std::tuple{std::string("sample-ranks-one"), 3, std::string("--sample-ranks 1"),
+                   std::string("sample-ranks-inline")},
+        {"sample-ranks-zero3", 4, "--sample-ranks 2 --zero 3", "sample-ranks-inline"},
+        {"sample-ranks-lora", 3, lora + "--sample-ranks 1", "sample-ranks-inline-lora"}}) {
     SCOPED_TRACE(name);
+    const auto expected = samples_of(run_dir(reference) + "/metrics.jsonl");
+    ASSERT_EQ(expected.size(), 4u);
     const Job job = train(ranks, name, options + more);
     ASSERT_EQ(job.status, 0) << job.output;
     const std::string dir = run_dir(name);
-    expect_same_losses(dir, run_dir("sample-ranks-inline"), 8);
-    EXPECT_LT(weights_difference(dir + "/ema.safetensors", run_dir("sample-ranks-inline") + "/ema.safetensors"), 1e-6);
+    expect_same_losses(dir, run_dir(reference), 8);
+    const std::string ema = more.find("lora") != std::string::npos ? "/lora-ema.safetensors" : "/ema.safetensors";
+    EXPECT_LT(weights_difference(dir + ema, run_dir(reference) + ema), 1e-6);
     // The run's own log has no sample lines: the sample ranks keep theirs.
     EXPECT_TRUE(samples_of(dir + "/metrics.jsonl").empty());
     const auto drawn = samples_of(dir + "/samples/metrics.jsonl");
@@ -104,18 +112,26 @@ TEST_F(SampleRanks, DrawWhatInlineSamplingDrawsAndLeaveTrainingAsItWas) {
   }
 }
 
-// Both experts (2 + 2 ranks) and one sample rank: the last sample is the
-// pair's at the last step, as wansample draws the two experts' EMA weights
-// from the same noise; the sample ranks are no expert group's.
+// Both experts (2 + 2 ranks, validating) and one sample rank: the last
+// sample is the pair's at the last step, as wansample draws the two
+// experts' EMA weights from the same noise; the sample ranks are no expert
+// group's.
 TEST_F(SampleRanks, BothExpertsReachTheSampleRanksWhichDrawAsWansampleDrawsThePair) {
-  const Job job = train(5, "sample-ranks-experts", "--steps 4 --sample-every 4 --experts high,low --sample-ranks 1");
+  const Job job =
+      train(5, "sample-ranks-experts",
+            "--steps 8 --sample-every 4 --experts high,low --sample-ranks 1 --val-data " + data_ + " --val-every 4");
   ASSERT_EQ(job.status, 0) << job.output;
   EXPECT_EQ(occurrences(job.output, "sample ranks 4-4: every 4 steps they receive the two experts' weights"), 1u)
       << job.output;
   const std::string dir = run_dir("sample-ranks-experts");
+  for (const std::string expert : {"high", "low"})
+    EXPECT_EQ(validation_lines(dir + "/" + expert + "_noise_model").size(), 2u) << expert;
   const auto drawn = samples_of(dir + "/samples/metrics.jsonl");
-  ASSERT_EQ(drawn.size(), 1u) << job.output;
-  ASSERT_TRUE(drawn.count(4)) << job.output;
+  // Step 8's pair always (the last sample is waited for); step 4's when the
+  // sample rank had started by then.
+  ASSERT_TRUE(drawn.count(8)) << job.output;
+  EXPECT_GE(occurrences(job.output, "the weights of the sample went to the sample ranks"), 2 * drawn.size())
+      << job.output;
 
   const Job pair =
       launch(std::string(WANTRAIN_WANSAMPLE) + " --model-config " + tiny_config() + " --high-noise " + dir +
@@ -126,7 +142,7 @@ TEST_F(SampleRanks, BothExpertsReachTheSampleRanksWhichDrawAsWansampleDrawsThePa
   const auto sample = wt::testing::sampled_latents(dir + "/pair.h5").to(torch::kFloat64);
   const auto reference = wt::testing::sampled_latents(data_ + "/shard-00000.h5").to(torch::kFloat64);
   const double mse = (sample - reference).square().mean().item<double>();
-  EXPECT_LT(relative(drawn.at(4)["sample_mse"], mse), 1e-5) << drawn.at(4).dump() << " against " << mse;
+  EXPECT_LT(relative(drawn.at(8)["sample_mse"], mse), 1e-5) << drawn.at(8).dump() << " against " << mse;
   // Not what one expert alone draws: the pair's sample differs from the low-noise expert's.
   const Job low =
       launch(std::string(WANTRAIN_WANSAMPLE) + " --model-config " + tiny_config() + " --weights " + dir +
@@ -153,7 +169,7 @@ TEST_F(SampleRanks, SampleRanksThatFallBehindDropSamplesWithOneLineEachAndNeverS
   EXPECT_TRUE(drawn.count(2) && drawn.count(12)) << job.output;
   for (const int step : {4, 6, 8, 10})
     EXPECT_EQ(occurrences(job.output, "step " + std::to_string(step) +
-                                          ": the sample ranks are still drawing an earlier sample: this one is "
+                                          ": the sample ranks are still busy with an earlier sample: this one is "
                                           "dropped"),
               1u)
         << job.output;
@@ -161,7 +177,7 @@ TEST_F(SampleRanks, SampleRanksThatFallBehindDropSamplesWithOneLineEachAndNeverS
   const Job stuck = train(3, "sample-ranks-stuck", "--steps 4 --sample-every 2 --sample-ranks 1 --checkpoint-timeout 1",
                           "WANTRAIN_TEST_DELAY=sample_draw:8 ");
   EXPECT_NE(stuck.status, 0) << stuck.output;
-  EXPECT_EQ(occurrences(stuck.output, "step 4: the sample ranks are still drawing an earlier sample after 1 s"), 1u)
+  EXPECT_EQ(occurrences(stuck.output, "step 4: the sample ranks are still busy with an earlier sample after 1 s"), 1u)
       << stuck.output;
   EXPECT_EQ(occurrences(stuck.output,
                         "the sample ranks (2-2) have not finished their last sample 1 s after training ended with "

@@ -35,7 +35,8 @@ train::SampleReport TrainingSampler::draw(WanModelImpl& model, const train::Name
                                           const train::NamedTensors& weights, int64_t step,
                                           const HighNoiseModel* high) const {
   const auto start = std::chrono::steady_clock::now();
-  const auto device = trainable.empty() ? torch::Device(torch::kCPU) : trainable.front().second.device();
+  // The sample ranks' model comes without a trainable list: its own parameters' device.
+  const auto device = trainable.empty() ? model.parameters().front().device() : trainable.front().second.device();
   at::Tensor latents;
   {
     torch::NoGradGuard no_grad;
