@@ -112,6 +112,27 @@ TEST_F(SampleRanks, DrawWhatInlineSamplingDrawsAndLeaveTrainingAsItWas) {
   }
 }
 
+// Few-step students: a LoRA student, whose frozen base the sample rank
+// reads from the teacher itself, and a full distribution-matching student
+// under ZeRO-1, whose fake score is never sent: drawn as inline.
+TEST_F(SampleRanks, FewStepStudentsAreDrawnAsInline) {
+  const std::string teacher = train_tiny_teacher("sample-ranks-teacher", data_) + "/latest";
+  for (const auto& [name, student] :
+       {std::pair{std::string("lora"), std::string("--lora-rank 4 --lora-alpha 8 ")}, {"dmd", "--zero 1 "}}) {
+    SCOPED_TRACE(name);
+    const std::string options =
+        "--mode distill --teacher " + teacher + " --distill-steps 2 --steps 4 --sample-every 2 " + student;
+    const Job inline_run = train(2, "sample-ranks-student-inline-" + name, options);
+    ASSERT_EQ(inline_run.status, 0) << inline_run.output;
+    const Job job = train(3, "sample-ranks-student-" + name, options + "--sample-ranks 1");
+    ASSERT_EQ(job.status, 0) << job.output;
+    const auto expected = samples_of(run_dir("sample-ranks-student-inline-" + name) + "/metrics.jsonl");
+    const auto drawn = samples_of(run_dir("sample-ranks-student-" + name) + "/samples/metrics.jsonl");
+    ASSERT_TRUE(expected.count(4) && drawn.count(4)) << job.output;
+    EXPECT_LT(relative(drawn.at(4)["sample_mse"], expected.at(4)["sample_mse"]), 1e-5) << job.output;
+  }
+}
+
 // Both experts (2 + 2 ranks, validating) and one sample rank: the last
 // sample is the pair's at the last step, as wansample draws the two
 // experts' EMA weights from the same noise; the sample ranks are no expert
