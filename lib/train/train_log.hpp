@@ -31,7 +31,7 @@ struct TrainLogOptions {
   int64_t total_steps = 0;
   int64_t first_step = 0;        // steps already taken (a resumed run)
   int64_t samples_per_step = 1;  // the effective batch
-  std::FILE* stream = stdout;    // the progress bar's
+  std::FILE* stream = stdout;    // the progress bar's; nullptr: none (a log of samples drawn elsewhere)
 };
 
 // Each rank's peak memory so far, in MiB, by rank (collected by fit).

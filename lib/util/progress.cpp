@@ -26,7 +26,9 @@ bool is_terminal(std::FILE* stream) {
          (major_number == 4 || major_number == 5 || (major_number >= 136 && major_number <= 143));
 }
 
-bool shows_live_output(std::FILE* stream) { return std::getenv("SLURM_JOB_ID") == nullptr && is_terminal(stream); }
+bool shows_live_output(std::FILE* stream) {
+  return stream && std::getenv("SLURM_JOB_ID") == nullptr && is_terminal(stream);
+}
 
 Progress::Progress(std::string label, int64_t total, std::FILE* stream)
     : label_(std::move(label)), stream_(stream), total_(total), enabled_(shows_live_output(stream)) {}

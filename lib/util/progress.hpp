@@ -16,7 +16,7 @@ bool is_terminal(std::FILE* stream);
 
 // Whether live output (a redrawn progress bar, colours) suits `stream`: a
 // terminal, outside a SLURM job (SLURM_JOB_ID), whose output is read later
-// from files even when an interactive step has a terminal.
+// from files even when an interactive step has a terminal. nullptr: none.
 bool shows_live_output(std::FILE* stream);
 
 class Progress {

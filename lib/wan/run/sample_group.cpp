@@ -66,6 +66,7 @@ int run_sample_group(const distributed::World& group, train::SampleReceiver* rec
     log_options.tensorboard_dir = options.tensorboard_dir;
     log_options.append = options.first_step > 0;
     log_options.first_step = options.first_step;
+    log_options.stream = nullptr;  // the training ranks' bar is the run's
     log.emplace(true, log_options);
   }
   // Two experts: the low-noise one is the model, the high-noise one takes its steps.
