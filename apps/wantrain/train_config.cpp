@@ -51,9 +51,9 @@ void declare_options(OptionSet& o, TrainConfig& c) {
            "draw a sample every N steps and after the last one, with the EMA weights (or the weights), into "
            "OUTPUT-DIR/samples/ (0: never)")
       .add("sample-ranks", &c.sample_ranks,
-           "with --sample-every: the job's last K ranks do not train but draw the samples (the weights sent to "
-           "them, training going on meanwhile; each video's tokens split over the K ranks); 0: the training "
-           "ranks draw them between steps")
+           "with --sample-every: the job's last N ranks do not train but draw the samples (the weights sent to "
+           "them, training going on meanwhile; a sample they are too busy for is dropped with one line; each "
+           "video's tokens split over the N ranks); 0: the training ranks draw them between steps")
       .add("sample-index", &c.sample_index, "the training sample whose prompt is drawn and compared with")
       .add("sample-solver", &c.sample_solver, "unipc, dpm++ or euler: the solver of each sample (wansample --solver)")
       .add("sample-steps", &c.sample_steps, "solver steps of each sample (wansample --steps)")
