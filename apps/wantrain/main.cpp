@@ -16,6 +16,7 @@
 #include "sample_ranks.hpp"
 #include "train_config.hpp"
 #include "wantrain/app/app.hpp"
+#include "wantrain/app/attention_chunk_option.hpp"
 #include "wantrain/app/job_dataset.hpp"
 #include "wantrain/app/run_identity.hpp"
 #include "wantrain/app/version.hpp"
@@ -236,6 +237,37 @@ MemorySummary memory_summary(distributed::World& world, const distributed::Comm&
                                                                               : " (--grad-checkpoint blocks may help)");
   }
   return {table, wan::memory_warnings(*root, *other, limits)};
+}
+
+// What each sample rank holds (--sample-ranks), for the banner: the
+// model's weights (both experts'), held as sample_ranks.cpp holds them, a
+// forward of the training sample's size with its tokens split over the
+// sample ranks, and with --sample-prompts the VAE and its decode.
+std::string sample_rank_memory(const TrainConfig& cfg, const std::optional<wan::WanConfig>& model,
+                               const data::Dataset* data, at::ScalarType compute_dtype, int models) {
+  if (!model || (!data && cfg.plan_latents.empty())) return "";
+  wan::ActivationSettings step;
+  if (data) {
+    const auto& shape = data->shape_of(cfg.sample_index < data->size() ? cfg.sample_index : 0);
+    step.latents = {shape.frames, shape.height, shape.width};
+  } else {
+    step.latents = plan_latents(cfg);
+  }
+  step.compute_dtype = compute_dtype;
+  step.attention_chunk = app::parse_attention_chunk(cfg.attention_chunk);
+  step.per_token_timesteps = cfg.condition == "first-frame";
+  step.sequence_parallel = cfg.sample_ranks;
+  const auto held = cfg.lora_rank > 0                ? wan_run_options(cfg).base_dtype
+                    : compute_dtype == at::kBFloat16 ? at::kBFloat16
+                                                     : at::kFloat;
+  const auto memory = wan::plan_sampling(*model, step, models, /*offload_experts=*/false, held);
+  const auto prompts =
+      cfg.sample_prompts.empty() ? std::vector<wan::SamplePrompt>{} : wan::read_sample_prompts(cfg.sample_prompts);
+  const double videos = prompt_video_memory(cfg, prompts, data).video_bytes;
+  return fmt::format("; each holds {}: {}weights {}, a forward {}{}", wan::format_bytes(memory.device_bytes() + videos),
+                     models == 2 ? "two experts' " : "", wan::format_bytes(memory.experts * memory.expert_bytes),
+                     wan::format_bytes(memory.forward_bytes),
+                     videos > 0 ? fmt::format(", the VAE and its decode {}", wan::format_bytes(videos)) : "");
 }
 
 // With --experts: the job, its groups and this rank's, for train() on the group.
@@ -470,10 +502,12 @@ int train(distributed::World& world, const TrainConfig& cfg, const OptionSet& op
                         group->sigma_hi, cfg.output_dir, cfg.init.empty() ? "random weights" : cfg.init)
           : std::string();
   if (cfg.sample_ranks > 0)
-    group_summary += fmt::format("sample ranks: job ranks {}-{} draw the samples (--sample-ranks {}); {} train{}\n",
+    group_summary += fmt::format("sample ranks: job ranks {}-{} draw the samples (--sample-ranks {}); {} train{}{}\n",
                                  world.job_size() - cfg.sample_ranks, world.job_size() - 1, cfg.sample_ranks,
                                  experts ? "the expert groups" : "the others",
-                                 experts ? "" : fmt::format(" (ranks 0-{})", world.size() - 1));
+                                 experts ? "" : fmt::format(" (ranks 0-{})", world.size() - 1),
+                                 sample_rank_memory(cfg, model_config, dataset ? &*dataset : nullptr,
+                                                    plan.engine.compute_dtype, experts ? 2 : 1));
   auto print_banner = [&] {
     if (!world.is_root()) return;
     log::info_lines("wantrain " WANTRAIN_VERSION ": resolved configuration\n" + options.resolved_table() +

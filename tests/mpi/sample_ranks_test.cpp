@@ -22,6 +22,8 @@
 #include "../common/launch.hpp"
 #include "../common/sample_shard.hpp"
 #include "../common/train_runs.hpp"
+#include "wantrain/wan/model/model_config.hpp"
+#include "wantrain/wan/run/memory_plan.hpp"
 
 namespace {
 
@@ -92,6 +94,16 @@ TEST_F(SampleRanks, DrawWhatInlineSamplingDrawsAndLeaveTrainingAsItWas) {
     expect_same_losses(dir, run_dir(reference), 8);
     const std::string ema = more.find("lora") != std::string::npos ? "/lora-ema.safetensors" : "/ema.safetensors";
     EXPECT_LT(weights_difference(dir + ema, run_dir(reference) + ema), 1e-6);
+    if (name == "sample-ranks-one") {  // the banner says what a sample rank holds: wan-tiny's weights in fp32
+      const auto weights =
+          wt::wan::format_bytes(4.0 * double(wt::wan::parameter_count(wt::wan::load_model_config(tiny_config()))));
+      EXPECT_EQ(occurrences(job.output,
+                            "sample ranks: job ranks 2-2 draw the samples (--sample-ranks 1); the others "
+                            "train (ranks 0-1); each holds "),
+                1u)
+          << job.output;
+      EXPECT_EQ(occurrences(job.output, ": weights " + weights + ", a forward "), 1u) << weights << job.output;
+    }
     // The run's own log has no sample lines: the sample ranks keep theirs.
     EXPECT_TRUE(samples_of(dir + "/metrics.jsonl").empty());
     const auto drawn = samples_of(dir + "/samples/metrics.jsonl");
