@@ -31,8 +31,8 @@ namespace {
 // trained — complete it. The blocks' Linears are held as autocast computes
 // with them: in bf16 under --precision bf16 (a 14B expert in 28 GB, as
 // wansample holds a released model), else as trained.
-wan::WanModel sampling_model(const TrainConfig& cfg, const wan::WanConfig& config, const at::Device& device,
-                             at::ScalarType compute_dtype) {
+wan::SampleSource sampling_model(const std::string& name, const TrainConfig& cfg, const wan::WanConfig& config,
+                                 const at::Device& device, at::ScalarType compute_dtype) {
   const auto run = wan_run_options(cfg);
   torch::manual_seed(cfg.seed);
   const auto held = cfg.lora_rank > 0 ? run.base_dtype : compute_dtype == at::kBFloat16 ? at::kBFloat16 : at::kFloat;
@@ -49,11 +49,15 @@ wan::WanModel sampling_model(const TrainConfig& cfg, const wan::WanConfig& confi
     else
       wan::load_weights(*model, base, wan::LoadMode::Strict);
   }
-  if (cfg.lora_rank > 0) wan::add_lora(*model, run.lora);
+  std::string checksum;  // of the base as held, as the training ranks name theirs
+  if (cfg.lora_rank > 0) {
+    checksum = wan::held_weights_checksum(config, *model);
+    wan::add_lora(*model, run.lora);
+  }
   model->to(device);
   model->eval();
   model->set_attention_chunk(run.attention_chunk);
-  return model;
+  return {name, model, checksum};
 }
 
 }  // namespace
@@ -108,11 +112,11 @@ int run_sample_ranks(const distributed::World& group, const TrainConfig& cfg, co
   group.agree([&] {
     if (experts) {
       for (const auto& g : experts->groups) {
-        sources.push_back({g.name, sampling_model(expert_run_config(cfg, g), config, device, compute_dtype)});
+        sources.push_back(sampling_model(g.name, expert_run_config(cfg, g), config, device, compute_dtype));
         source_ranks.push_back(g.first_rank);
       }
     } else {
-      sources.push_back({"", sampling_model(cfg, config, device, compute_dtype)});
+      sources.push_back(sampling_model("", cfg, config, device, compute_dtype));
       source_ranks.push_back(0);
     }
   });

@@ -318,7 +318,7 @@ int fit_steps(distributed::World& world, distributed::Comm& comm, const RunPlan&
     const auto start = std::chrono::steady_clock::now();
     int64_t count = 0;
     for (const auto& item : engine.objective().trainable()) count += run.hand_off->sends(item.first) ? 1 : 0;
-    if (sender) sender->begin(step, count);
+    if (sender) sender->begin(step, count, run.hand_off->base);
     engine.each_sampling_weight(
         [&](const std::string& name, const at::Tensor& whole) {
           if (sender) sender->send(name, whole);

@@ -132,6 +132,7 @@ struct FitRun {
   struct SampleHandOff {
     SampleSender* sender = nullptr;  // rank 0's; nullptr on the others
     std::function<bool(const std::string& name)> sends;
+    std::string base;  // the frozen weights they complete (a LoRA base's checksum; "" none)
   };
   std::optional<SampleHandOff> hand_off;
 };

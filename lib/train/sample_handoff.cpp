@@ -17,7 +17,7 @@
 namespace wt::train {
 namespace {
 
-enum Tag : int { kReady = 1, kHeader = 2, kTensor = 3, kTensorData = 4, kFinished = 5 };
+enum Tag : int { kReady = 1, kHeader = 2, kTensor = 3, kTensorData = 4, kFinished = 5, kBase = 6 };
 enum Kind : int64_t { kWeights = 0, kDone = 1 };
 
 // Messages of at most 1 GiB (MPI counts are ints).
@@ -121,11 +121,12 @@ SampleSender::Readiness SampleSender::wait_ready(int64_t step, std::chrono::mill
   return ready(step);
 }
 
-void SampleSender::begin(int64_t step, int64_t count) {
+void SampleSender::begin(int64_t step, int64_t count, const std::string& base) {
   if (!have_ask_) throw Error("sample hand-off: weights sent without being asked for");
   post_ask();  // the next ask may come while these are received
   const std::array<int64_t, 4> header{kWeights, step, count, 0};
   MPI_CHECK(MPI_Send(header.data(), 4, MPI_INT64_T, root_, kHeader, comm_));
+  MPI_CHECK(MPI_Send(base.data(), int(base.size()), MPI_CHAR, root_, kBase, comm_));
 }
 
 void SampleSender::send(const std::string& name, const at::Tensor& tensor) {
@@ -192,6 +193,14 @@ SampleReceiver::Arrival SampleReceiver::next() {
   arrival.step = header[1];
   arrival.count = header[2];
   arrival.status = int(header[3]);
+  if (!arrival.done) {  // the base follows its header at once
+    MPI_Status base{};
+    MPI_CHECK(MPI_Probe(status.MPI_SOURCE, kBase, comm_, &base));
+    int length = 0;
+    MPI_CHECK(MPI_Get_count(&base, MPI_CHAR, &length));
+    arrival.base.resize(size_t(length));
+    MPI_CHECK(MPI_Recv(arrival.base.data(), length, MPI_CHAR, status.MPI_SOURCE, kBase, comm_, MPI_STATUS_IGNORE));
+  }
   return arrival;
 }
 

@@ -65,8 +65,10 @@ class SampleSender {
   Readiness ready(int64_t step);
   // The same, waiting up to `bound` while they are busy (the run's last sample).
   Readiness wait_ready(int64_t step, std::chrono::milliseconds bound);
-  // After Ready: the weights of `step`, `count` tensors, each then by send().
-  void begin(int64_t step, int64_t count);
+  // After Ready: the weights of `step`, `count` tensors, each then by
+  // send(); `base` names the frozen weights they complete (a LoRA base's
+  // checksum; "" none), which the sample ranks check against their own.
+  void begin(int64_t step, int64_t count, const std::string& base);
   // Blocks until the sample root has the tensor (any dtype, on any device).
   void send(const std::string& name, const at::Tensor& tensor);
   // The training group is done with status `status` (sent once, also
@@ -104,6 +106,7 @@ class SampleReceiver {
     int64_t step = 0;   // weights: their step
     int64_t count = 0;  // weights: tensors that follow
     int status = 0;     // done: the group's exit status
+    std::string base;   // weights: the frozen base they complete (SampleSender::begin)
   };
   // Waits (without bound: a source that dies ends the job) for the next
   // header of any source.

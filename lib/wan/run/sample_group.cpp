@@ -123,6 +123,13 @@ int run_sample_group(const distributed::World& group, train::SampleReceiver* rec
       status = std::max(status, arrival.status);
     } else {
       asked[s] = false;
+      // The weights sent complete a frozen base: the one these ranks built.
+      if (arrival.base != sources[s].base)
+        throw Error(fmt::format(
+            "the {} group trains on a frozen base of checksum {}, but the sample ranks built theirs as {}: the "
+            "sample ranks read the base where the training ranks do (--init, --high-noise, --low-noise, the teacher)",
+            sources[s].name.empty() ? "training" : sources[s].name, arrival.base.empty() ? "(none)" : arrival.base,
+            sources[s].base.empty() ? "(none)" : sources[s].base));
       receiver->receive(
           arrival,
           [&](const std::string& name, at::ScalarType dtype, const std::vector<int64_t>& shape) {

@@ -31,6 +31,7 @@ namespace wt::wan {
 struct SampleSource {
   std::string name;  // "" one model; "high" or "low" for an expert
   WanModel model{nullptr};
+  std::string base;  // a LoRA model's frozen base: its checksum (held_weights_checksum); "" none
 };
 
 struct SampleGroupOptions {

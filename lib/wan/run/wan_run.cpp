@@ -256,8 +256,8 @@ train::FitRun WanRun::fit_run(train::Validator* validator) {
   run.resumed = impl_->resumed;
   run.save_weights = [this](const std::string& directory, bool write) { return save_weights(directory, write); };
   if (impl_->hand_off) {  // the sample ranks draw the student, never the fake score
-    run.hand_off = train::FitRun::SampleHandOff{impl_->sample_sender,
-                                                [](const std::string& name) { return !is_fake_score_parameter(name); }};
+    run.hand_off = train::FitRun::SampleHandOff{
+        impl_->sample_sender, [](const std::string& name) { return !is_fake_score_parameter(name); }, impl_->lora_base};
     return run;
   }
   if (impl_->training_sampler) run.draw_sample = [this](int64_t step) { return draw_sample(step); };
