@@ -393,8 +393,11 @@ int train(distributed::World& world, const TrainConfig& cfg, const OptionSet& op
   world.agree([&] {
     if (cfg.sp == 1) return;
     if (world.size() % cfg.sp != 0)
-      throw SettingError("sp", fmt::format("is {}: it must divide the job's {} ranks (groups of consecutive ranks)",
-                                           cfg.sp, world.size()));
+      throw SettingError("sp", fmt::format("is {}: it must divide the {} (groups of consecutive ranks)", cfg.sp,
+                                           cfg.sample_ranks == 0
+                                               ? fmt::format("job's {} ranks", world.size())
+                                               : fmt::format("{} training ranks (the job's {} less --sample-ranks {})",
+                                                             world.size(), world.job_size(), cfg.sample_ranks)));
     if (model_config && model_config->num_heads % cfg.sp != 0)
       throw SettingError("sp", fmt::format("is {}: model config {}'s {} heads do not split over {} ranks", cfg.sp,
                                            cfg.model_config, model_config->num_heads, cfg.sp));
@@ -672,6 +675,10 @@ int train_with_sample_ranks(distributed::World& job, const TrainConfig& cfg, con
                       cfg.model_config, config.num_heads, ranks));
     if (!cfg.sample_prompts.empty()) wan::read_sample_prompts(cfg.sample_prompts);
     if (!cfg.experts.empty()) layout = expert_layout(cfg, training, config);
+    if (cfg.experts.empty() && training % cfg.sp != 0)  // before the sample ranks start
+      throw UsageError(
+          fmt::format("option --sp: is {}: it must divide the {} training ranks (the job's {} less --sample-ranks {})",
+                      cfg.sp, training, job.size(), ranks));
   });
   const train::SampleChannel channel(job);
   const SampleRanks samples{channel, training, ranks};

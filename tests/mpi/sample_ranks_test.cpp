@@ -258,7 +258,9 @@ TEST_F(SampleRanks, BadOptionsAreOneLineEach) {
         {2, "--steps 2 --sample-every 2 --sample-ranks 2", "option --sample-ranks: 2 of the job's 2 ranks leave none"},
         {4, "--steps 2 --sample-every 2 --sample-ranks 3",
          "option --sample-ranks: model config " + tiny_config() + "'s 4 heads do not split over 3 ranks"},
-        {3, "--steps 2 --sample-every 2 --sample-ranks -1", "option --sample-ranks: must be 0"}}) {
+        {3, "--steps 2 --sample-every 2 --sample-ranks -1", "option --sample-ranks: must be 0"},
+        {4, "--steps 2 --sample-every 2 --sample-ranks 1 --sp 2",
+         "option --sp: is 2: it must divide the 3 training ranks (the job's 4 less --sample-ranks 1)"}}) {
     SCOPED_TRACE(options);
     const Job bad = train(ranks, "sample-ranks-bad", options);
     EXPECT_EQ(bad.status, 2) << bad.output;
