@@ -244,7 +244,8 @@ MemorySummary memory_summary(distributed::World& world, const distributed::Comm&
 // forward of the training sample's size with its tokens split over the
 // sample ranks, and with --sample-prompts the VAE and its decode.
 std::string sample_rank_memory(const TrainConfig& cfg, const std::optional<wan::WanConfig>& model,
-                               const data::Dataset* data, at::ScalarType compute_dtype, int models) {
+                               const data::Dataset* data, at::ScalarType compute_dtype, int models,
+                               const PromptVideoMemory& prompts) {
   if (!model || (!data && cfg.plan_latents.empty())) return "";
   wan::ActivationSettings step;
   if (data) {
@@ -257,13 +258,9 @@ std::string sample_rank_memory(const TrainConfig& cfg, const std::optional<wan::
   step.attention_chunk = app::parse_attention_chunk(cfg.attention_chunk);
   step.per_token_timesteps = cfg.condition == "first-frame";
   step.sequence_parallel = cfg.sample_ranks;
-  const auto held = cfg.lora_rank > 0                ? wan_run_options(cfg).base_dtype
-                    : compute_dtype == at::kBFloat16 ? at::kBFloat16
-                                                     : at::kFloat;
-  const auto memory = wan::plan_sampling(*model, step, models, /*offload_experts=*/false, held);
-  const auto prompts =
-      cfg.sample_prompts.empty() ? std::vector<wan::SamplePrompt>{} : wan::read_sample_prompts(cfg.sample_prompts);
-  const double videos = prompt_video_memory(cfg, prompts, data).video_bytes;
+  const auto memory =
+      wan::plan_sampling(*model, step, models, /*offload_experts=*/false, sample_rank_linear_dtype(cfg, compute_dtype));
+  const double videos = prompts.video_bytes;
   return fmt::format("; each holds {}: {}weights {}, a forward {}{}", wan::format_bytes(memory.device_bytes() + videos),
                      models == 2 ? "two experts' " : "", wan::format_bytes(memory.experts * memory.expert_bytes),
                      wan::format_bytes(memory.forward_bytes),
@@ -393,11 +390,8 @@ int train(distributed::World& world, const TrainConfig& cfg, const OptionSet& op
   world.agree([&] {
     if (cfg.sp == 1) return;
     if (world.size() % cfg.sp != 0)
-      throw SettingError("sp", fmt::format("is {}: it must divide the {} (groups of consecutive ranks)", cfg.sp,
-                                           cfg.sample_ranks == 0
-                                               ? fmt::format("job's {} ranks", world.size())
-                                               : fmt::format("{} training ranks (the job's {} less --sample-ranks {})",
-                                                             world.size(), world.job_size(), cfg.sample_ranks)));
+      throw SettingError("sp", fmt::format("is {}: it must divide the job's {} ranks (groups of consecutive ranks)",
+                                           cfg.sp, world.size()));
     if (model_config && model_config->num_heads % cfg.sp != 0)
       throw SettingError("sp", fmt::format("is {}: model config {}'s {} heads do not split over {} ranks", cfg.sp,
                                            cfg.model_config, model_config->num_heads, cfg.sp));
@@ -491,13 +485,14 @@ int train(distributed::World& world, const TrainConfig& cfg, const OptionSet& op
   // their encoders in the memory plan.
   std::vector<wan::SamplePrompt> sample_prompts;
   world.agree([&] {
-    if (!cfg.sample_prompts.empty() && cfg.sample_ranks == 0)
-      sample_prompts = wan::read_sample_prompts(cfg.sample_prompts);
+    if (!cfg.sample_prompts.empty()) sample_prompts = wan::read_sample_prompts(cfg.sample_prompts);
   });
   PromptVideoMemory prompt_memory;
   world.agree([&] { prompt_memory = prompt_video_memory(cfg, sample_prompts, dataset ? &*dataset : nullptr); });
+  // With sample ranks the encoders are theirs, not the training ranks'.
   const MemorySummary memory =
-      memory_summary(world, *comm, cfg, model_config, teacher_config, dataset ? &*dataset : nullptr, prompt_memory);
+      memory_summary(world, *comm, cfg, model_config, teacher_config, dataset ? &*dataset : nullptr,
+                     cfg.sample_ranks > 0 ? PromptVideoMemory{} : prompt_memory);
   std::string group_summary =
       group
           ? fmt::format("expert group: {}, job ranks {}-{}, sigma' in [{:g}, {:g}], its run in {}, starting from {}\n",
@@ -510,7 +505,7 @@ int train(distributed::World& world, const TrainConfig& cfg, const OptionSet& op
                                  experts ? "the expert groups" : "the others",
                                  experts ? "" : fmt::format(" (ranks 0-{})", world.size() - 1),
                                  sample_rank_memory(cfg, model_config, dataset ? &*dataset : nullptr,
-                                                    plan.engine.compute_dtype, experts ? 2 : 1));
+                                                    plan.engine.compute_dtype, experts ? 2 : 1, prompt_memory));
   auto print_banner = [&] {
     if (!world.is_root()) return;
     log::info_lines("wantrain " WANTRAIN_VERSION ": resolved configuration\n" + options.resolved_table() +
@@ -536,7 +531,7 @@ int train(distributed::World& world, const TrainConfig& cfg, const OptionSet& op
   // umT5 once, here (the encoder freed before training starts).
   std::unique_ptr<wan::PromptVideos> prompt_videos;
   world.agree([&] {
-    if (sample_prompts.empty()) return;
+    if (sample_prompts.empty() || cfg.sample_ranks > 0) return;  // the sample ranks encode them
     const auto index = cfg.sample_index < dataset->size() ? cfg.sample_index : 0;
     const auto& shape = dataset->shape_of(index);
     prompt_videos = std::make_unique<wan::PromptVideos>(

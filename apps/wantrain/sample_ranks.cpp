@@ -28,15 +28,12 @@ namespace {
 // A source's model as its training ranks build it (wan/run/wan_run.cpp):
 // the same frozen base (from the seed, --init, or a few-step LoRA student's
 // teacher) and adapters, so that the tensors sent in each sample — what is
-// trained — complete it. The blocks' Linears are held as autocast computes
-// with them: in bf16 under --precision bf16 (a 14B expert in 28 GB, as
-// wansample holds a released model), else as trained.
+// trained — complete it; the blocks' Linears in sample_rank_linear_dtype.
 wan::SampleSource sampling_model(const std::string& name, const TrainConfig& cfg, const wan::WanConfig& config,
                                  const at::Device& device, at::ScalarType compute_dtype) {
   const auto run = wan_run_options(cfg);
   torch::manual_seed(cfg.seed);
-  const auto held = cfg.lora_rank > 0 ? run.base_dtype : compute_dtype == at::kBFloat16 ? at::kBFloat16 : at::kFloat;
-  wan::WanModel model(config, held);
+  wan::WanModel model(config, sample_rank_linear_dtype(cfg, compute_dtype));
   std::string base = cfg.init;
   bool prefer_ema = false;
   if (base.empty() && cfg.distill_steps > 0 && cfg.lora_rank > 0) {  // a teacher is read for its EMA, as one
@@ -61,6 +58,11 @@ wan::SampleSource sampling_model(const std::string& name, const TrainConfig& cfg
 }
 
 }  // namespace
+
+at::ScalarType sample_rank_linear_dtype(const TrainConfig& cfg, at::ScalarType compute_dtype) {
+  if (cfg.lora_rank > 0) return wan_run_options(cfg).base_dtype;
+  return compute_dtype == at::kBFloat16 ? at::kBFloat16 : at::kFloat;
+}
 
 void check_sample_rank_options(const TrainConfig& cfg) {
   if (cfg.sample_ranks < 0) throw UsageError("option --sample-ranks: must be 0 (samples drawn inline) or more");

@@ -18,6 +18,11 @@ namespace wt::wantrain {
 // --sample-ranks' options alone (called by validate()): throws UsageError.
 void check_sample_rank_options(const TrainConfig& cfg);
 
+// The dtype the sample ranks hold the blocks' Linear weights in: as
+// autocast computes with them (bf16 under --precision bf16: a 14B expert in
+// 28 GB, as wansample holds a released model), a LoRA base as trained.
+at::ScalarType sample_rank_linear_dtype(const TrainConfig& cfg, at::ScalarType compute_dtype);
+
 // Where a training group's rank 0 sends its weights.
 struct SampleRanks {
   const train::SampleChannel& channel;

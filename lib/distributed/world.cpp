@@ -9,11 +9,11 @@
 #include "wantrain/util/error.hpp"
 #include "wantrain/util/exit_codes.hpp"
 #include "wantrain/util/fatal.hpp"
-#include "wantrain/util/poll.hpp"
 #include "wantrain/util/process.hpp"
 #include "wantrain/distributed/abort.hpp"
 #include "wantrain/distributed/cuda_libraries.hpp"
 #include "wantrain/distributed/mpi_check.hpp"
+#include "wantrain/distributed/poll_request.hpp"
 #include "wantrain/distributed/roll_call.hpp"
 
 namespace wt::distributed {
@@ -193,14 +193,7 @@ std::vector<int64_t> World::max_over_ranks(std::vector<int64_t> values, const st
 }
 
 void World::wait(MPI_Request& request, const char* what, std::chrono::milliseconds bound, const char* setting) const {
-  const bool done = poll_until(
-      [&] {
-        int finished = 0;
-        MPI_CHECK(MPI_Test(&request, &finished, MPI_STATUS_IGNORE));
-        return finished != 0;
-      },
-      bound);
-  if (done) return;
+  if (poll_request(request, bound)) return;
   std::string why = roll_call_clause(bound);  // the job's roll call, a group's too
   if (why.empty()) why = "another rank died, is stuck, or left the job's sequence of steps";
   abort_job(fmt::format("world {} did not complete within {:g} s ({}): {}", what,

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "wantrain/distributed/mpi_check.hpp"
+#include "wantrain/distributed/poll_request.hpp"
 #include "wantrain/distributed/world.hpp"
 #include "wantrain/util/error.hpp"
 #include "wantrain/util/poll.hpp"
@@ -22,11 +23,6 @@ enum Kind : int64_t { kWeights = 0, kDone = 1 };
 
 // Messages of at most 1 GiB (MPI counts are ints).
 constexpr int64_t kPiece = int64_t(1) << 30;
-
-// Waits for `done`, sleeping between polls: a rank that waits here for
-// hours (the sample ranks between samples) must not take a core that
-// training ranks on the same node need.
-constexpr auto kForever = std::chrono::hours(24 * 365);
 
 std::string describe(const std::string& name, const at::Tensor& tensor) {
   std::string text = fmt::format("{}\t{}\t", name, int(tensor.scalar_type()));
@@ -66,8 +62,9 @@ void receive_bytes(void* data, int64_t bytes, int from, MPI_Comm comm) {
         MPI_Recv(p + at, int(std::min(kPiece, bytes - at)), MPI_BYTE, from, kTensorData, comm, MPI_STATUS_IGNORE));
 }
 
-// Waits, sleeping between polls, for a message with `tag` from `from`.
-MPI_Status probe(int from, int tag, MPI_Comm comm, std::chrono::milliseconds bound = kForever) {
+// Waits, sleeping between polls (the sample ranks wait here for hours,
+// beside training ranks), for a message with `tag` from `from`.
+MPI_Status probe(int from, int tag, MPI_Comm comm) {
   MPI_Status status{};
   poll_until(
       [&] {
@@ -75,7 +72,7 @@ MPI_Status probe(int from, int tag, MPI_Comm comm, std::chrono::milliseconds bou
         MPI_CHECK(MPI_Iprobe(from, tag, comm, &arrived, &status));
         return arrived != 0;
       },
-      bound);
+      distributed::kUnbounded);
   return status;
 }
 
@@ -148,13 +145,7 @@ bool SampleSender::finish(int status, std::chrono::milliseconds bound) {
   int64_t their_status = 0;
   MPI_Request request = MPI_REQUEST_NULL;
   MPI_CHECK(MPI_Irecv(&their_status, 1, MPI_INT64_T, root_, kFinished, comm_, &request));
-  const bool done = poll_until(
-      [&] {
-        int arrived = 0;
-        MPI_CHECK(MPI_Test(&request, &arrived, MPI_STATUS_IGNORE));
-        return arrived != 0;
-      },
-      bound);
+  const bool done = distributed::poll_request(request, bound);
   if (!done) {
     MPI_Cancel(&request);
     MPI_Wait(&request, MPI_STATUS_IGNORE);

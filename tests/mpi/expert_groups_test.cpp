@@ -4,16 +4,12 @@
 // and a group that fails ends the whole job with one line naming it.
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
 
 #include <algorithm>
-#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <optional>
 #include <string>
-#include <thread>
 
 #include "../common/build_paths.hpp"
 #include "../common/launch.hpp"
@@ -194,28 +190,20 @@ TEST_F(Experts, LoraGroupsUnderZeroTrainAsOneExpertRunsAndExportOneFileEach) {
 // on from its own checkpoint.
 TEST_F(Experts, ASignalToEveryRankStopsEachGroupAtItsStepAndTheyResume) {
   const std::string dir = fresh("experts-signal");
-  const std::string line =
-      "exec " +
+  const auto job = wt::testing::start_background(
       mpi_command(4, WANTRAIN_WANTRAIN,
                   "--model-config " + config_ + " --data " + data_ + " --output-dir " + dir +
-                      " --threads 1 --backend mpi --log-every 1 --batch-size 2 --steps 100000 " + experts()) +
-      " > " + dir + ".log 2>&1";
-  const char* argv[] = {"sh", "-c", line.c_str(), nullptr};
-  pid_t job = 0;
-  ASSERT_EQ(posix_spawn(&job, "/bin/sh", nullptr, nullptr, const_cast<char**>(argv), environ), 0);
-  const auto start = std::chrono::steady_clock::now();
+                      " --threads 1 --backend mpi --log-every 1 --batch-size 2 --steps 100000 " + experts()),
+      dir + ".log");
+  ASSERT_GT(job.pid, 0);
   auto logged = [&](const char* expert) { return training_lines(dir + "/" + expert + "_noise_model").size(); };
-  while ((logged("high") < 3 || logged("low") < 3) &&
-         std::chrono::steady_clock::now() - start < std::chrono::seconds(60))
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  const auto ranks = children_of(job);
+  wt::testing::wait_until([&] { return logged("high") >= 3 && logged("low") >= 3; }, 60);
+  const auto ranks = children_of(job.pid);
   ASSERT_EQ(ranks.size(), 4u);
   for (const pid_t rank : ranks) ASSERT_EQ(kill(rank, SIGTERM), 0);
-  int raw = 0;
-  ASSERT_EQ(waitpid(job, &raw, 0), job);
-  const std::string output = read_text(dir + ".log");
-  ASSERT_TRUE(WIFEXITED(raw)) << output;
-  EXPECT_EQ(WEXITSTATUS(raw), 75) << output;
+  const Job stopped = wt::testing::finish(job);
+  const std::string& output = stopped.output;
+  EXPECT_EQ(stopped.status, 75) << output;
   int64_t last = 0;
   for (const std::string expert : {"high", "low"}) {
     const auto latest = wt::ckpt::linked_checkpoint(dir + "/" + expert + "_noise_model", "latest");

@@ -7,16 +7,12 @@
 // step, and a sample rank that dies ends the job.
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <torch/torch.h>
 
-#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <string>
-#include <thread>
 
 #include "../common/build_paths.hpp"
 #include "../common/launch.hpp"
@@ -28,12 +24,15 @@
 namespace {
 
 using wt::testing::children_of;
+using wt::testing::finish;
 using wt::testing::fresh;
 using wt::testing::Job;
 using wt::testing::launch;
 using wt::testing::mpi_command;
 using wt::testing::occurrences;
 using wt::testing::read_text;
+using wt::testing::start_background;
+using wt::testing::wait_until;
 using namespace wt::testing::train_runs;
 
 class SampleRanks : public ::testing::Test {
@@ -225,29 +224,21 @@ TEST_F(SampleRanks, SampleRanksThatFallBehindDropSamplesWithOneLineEachAndNeverS
 // to draw its samples.
 TEST_F(SampleRanks, ASampleRankThatDiesEndsTheJob) {
   const std::string dir = fresh("sample-ranks-killed");
-  const std::string line =
-      "exec " + command(3, dir, "--steps 100000 --sample-every 5 --sample-ranks 1") + " > " + dir + ".log 2>&1";
-  const char* argv[] = {"sh", "-c", line.c_str(), nullptr};
-  pid_t job = 0;
-  ASSERT_EQ(posix_spawn(&job, "/bin/sh", nullptr, nullptr, const_cast<char**>(argv), environ), 0);
-  const auto start = std::chrono::steady_clock::now();
-  while (samples_of(dir + "/samples/metrics.jsonl").empty() &&
-         std::chrono::steady_clock::now() - start < std::chrono::seconds(60))
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const auto job = start_background(command(3, dir, "--steps 100000 --sample-every 5 --sample-ranks 1"), dir + ".log");
+  ASSERT_GT(job.pid, 0);
+  ASSERT_TRUE(wait_until([&] { return !samples_of(dir + "/samples/metrics.jsonl").empty(); }, 60))
+      << read_text(job.log);
   // The sample rank: the launched rank whose environment says job rank 2.
   pid_t sample_rank = 0;
-  for (const pid_t rank : children_of(job)) {
-    std::ifstream environ_file("/proc/" + std::to_string(rank) + "/environ");
-    const std::string environment((std::istreambuf_iterator<char>(environ_file)), std::istreambuf_iterator<char>());
+  for (const pid_t rank : children_of(job.pid)) {
+    const std::string environment = read_text("/proc/" + std::to_string(rank) + "/environ");
     if (environment.find(std::string("OMPI_COMM_WORLD_RANK=2") + '\0') != std::string::npos) sample_rank = rank;
   }
-  ASSERT_NE(sample_rank, 0) << read_text(dir + ".log");
+  ASSERT_NE(sample_rank, 0) << read_text(job.log);
   ASSERT_EQ(kill(sample_rank, SIGKILL), 0);
-  int raw = 0;
-  ASSERT_EQ(waitpid(job, &raw, 0), job);
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  EXPECT_LT(seconds, kHangGuardSeconds);
-  EXPECT_FALSE(WIFEXITED(raw) && WEXITSTATUS(raw) == 0) << read_text(dir + ".log");
+  const Job ended = finish(job);
+  EXPECT_LT(ended.seconds, kHangGuardSeconds);
+  EXPECT_NE(ended.status, 0) << ended.output;
 }
 
 // What --sample-ranks needs, one line each.

@@ -10,9 +10,9 @@
 #include <optional>
 
 #include "wantrain/distributed/mpi_check.hpp"
+#include "wantrain/distributed/poll_request.hpp"
 #include "wantrain/train/train_log.hpp"
 #include "wantrain/util/error.hpp"
-#include "wantrain/util/poll.hpp"
 #include "wantrain/util/reporter.hpp"
 #include "wantrain/util/test_hooks.hpp"
 
@@ -29,13 +29,7 @@ using Command = std::array<int64_t, 3>;  // {op, a, b}: tensor {source, paramete
 Command broadcast_command(const distributed::World& group, Command command) {
   MPI_Request request = MPI_REQUEST_NULL;
   MPI_CHECK(MPI_Ibcast(command.data(), 3, MPI_INT64_T, 0, group.comm(), &request));
-  poll_until(
-      [&] {
-        int done = 0;
-        MPI_CHECK(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
-        return done != 0;
-      },
-      std::chrono::hours(24 * 365));
+  distributed::poll_request(request);  // unbounded: rank 0's death ends the job
   return command;
 }
 
@@ -126,8 +120,8 @@ int run_sample_group(const distributed::World& group, train::SampleReceiver* rec
       // The weights sent complete a frozen base: the one these ranks built.
       if (arrival.base != sources[s].base)
         throw Error(fmt::format(
-            "the {} group trains on a frozen base of checksum {}, but the sample ranks built theirs as {}: the "
-            "sample ranks read the base where the training ranks do (--init, --high-noise, --low-noise, the teacher)",
+            "the {} group trains on a frozen base of checksum {}, but the sample ranks built theirs as {}: both "
+            "read it from the same file (the starting weights or the teacher); was it rewritten meanwhile?",
             sources[s].name.empty() ? "training" : sources[s].name, arrival.base.empty() ? "(none)" : arrival.base,
             sources[s].base.empty() ? "(none)" : sources[s].base));
       receiver->receive(

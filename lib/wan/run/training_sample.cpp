@@ -49,14 +49,11 @@ train::SampleReport TrainingSampler::draw(WanModelImpl& model, const train::Name
     ImageCondition image;
     if (image_.y.defined()) image.y = image_.y.to(device);
     if (image_.clip_fea.defined()) image.clip_fea = image_.clip_fea.to(device);
-    auto velocity_of = [&](WanModelImpl& net) -> VelocityField {
-      return [&](const at::Tensor& x, const at::Tensor& t, bool conditional) {
-        return net.forward(x, t, conditional ? cond : uncond, image);
-      };
-    };
-    const VelocityField velocity = velocity_of(model);
+    const VelocityField velocity = model_velocity(model, cond, uncond, image);
     std::optional<HighNoiseExpert> high_expert;
-    if (high) high_expert = HighNoiseExpert{velocity_of(*high->model), options_.sampler.cfg, high->boundary};
+    if (high)
+      high_expert =
+          HighNoiseExpert{model_velocity(*high->model, cond, uncond, image), options_.sampler.cfg, high->boundary};
     // The same noise at every draw, from a generator of its own: training's
     // random streams are untouched.
     auto generator = at::make_generator<at::CPUGeneratorImpl>(options_.seed);

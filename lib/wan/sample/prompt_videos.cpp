@@ -180,12 +180,7 @@ std::vector<train::SampleVideo> PromptVideos::draw(WanModelImpl& model, int64_t 
                                    at::Tensor(), p.shape, device);
     const auto cond = p.context.unsqueeze(0).to(device);
     const auto uncond = p.negative.defined() ? p.negative.unsqueeze(0).to(device) : unconditional_context(cond);
-    auto velocity_of = [&](WanModelImpl& net) -> VelocityField {
-      return [&](const at::Tensor& x, const at::Tensor& t, bool conditional) {
-        return net.forward(x, t, conditional ? cond : uncond, picture.image);
-      };
-    };
-    const VelocityField velocity = velocity_of(model);
+    const VelocityField velocity = model_velocity(model, cond, uncond, picture.image);
     auto sampler = options_.sampler;
     if (p.line.steps > 0) sampler.steps = p.line.steps;
     if (p.line.cfg) sampler.cfg = *p.line.cfg;
@@ -198,7 +193,9 @@ std::vector<train::SampleVideo> PromptVideos::draw(WanModelImpl& model, int64_t 
     auto generator = at::make_generator<at::CPUGeneratorImpl>(p.line.seed.value_or(options_.seed));
     const auto noise = torch::randn(p.shape, generator, torch::kFloat32).to(device);
     std::optional<HighNoiseExpert> high_expert;
-    if (high) high_expert = HighNoiseExpert{velocity_of(*high->model), sampler.cfg, high->boundary};
+    if (high)
+      high_expert =
+          HighNoiseExpert{model_velocity(*high->model, cond, uncond, picture.image), sampler.cfg, high->boundary};
     at::Tensor latents;
     {
       const nn::AutocastScope autocast(options_.compute_dtype, device.type());
