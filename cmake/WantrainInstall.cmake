@@ -14,7 +14,8 @@ set(WANTRAIN_MODULE_MPI "" CACHE STRING
 install(PROGRAMS mpi/wanrun DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(PROGRAMS scripts/plot_metrics.py DESTINATION ${CMAKE_INSTALL_DATADIR}/wantrain)  # wantrain plot
 install(TARGETS wantrain_util wantrain_io wantrain_media wantrain_report wantrain_distributed wantrain_nn wantrain_data
-                wantrain_ckpt wantrain_train wantrain_wan_model wantrain_wan wantrain_wan_encoders wantrain_app
+                wantrain_ckpt wantrain_train wantrain_wan_model wantrain_wan_vae wantrain_wan_encoders wantrain_wan_plan
+                wantrain_wan_sample wantrain_wan_objective wantrain_wan_run wantrain_wan_encode wantrain_app
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(DIRECTORY lib/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/wantrain FILES_MATCHING PATTERN "*.hpp")
 install(FILES "${PROJECT_BINARY_DIR}/generated/wantrain/config.hpp"

@@ -15,7 +15,7 @@
 #include "wantrain/app/version.hpp"
 #include "wantrain/ckpt/checkpoint.hpp"
 #include "wantrain/wan/objective/few_step_objective.hpp"
-#include "wantrain/wan/run/checkpoint_weights.hpp"
+#include "wantrain/wan/model/checkpoint_weights.hpp"
 #include "wantrain/distributed/world.hpp"
 #include "wantrain/wan/model/diffusers_export.hpp"
 #include "wantrain/wan/model/lora.hpp"

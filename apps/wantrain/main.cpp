@@ -28,7 +28,7 @@
 #include "wantrain/distributed/world.hpp"
 #include "wantrain/wan/model/model_config.hpp"
 #include "wantrain/wan/model/projection.hpp"
-#include "wantrain/wan/run/data_fits_model.hpp"
+#include "wantrain/wan/model/data_fits_model.hpp"
 #include "wantrain/train/fit.hpp"
 #include "wantrain/train/run_plan.hpp"
 #include "wantrain/train/shard_source.hpp"
@@ -39,7 +39,7 @@
 #include "wantrain/app/float_dtype.hpp"
 #include "wantrain/wan/model/weights.hpp"
 #include "wantrain/wan/vae/video_vae.hpp"
-#include "wantrain/wan/vae/decode_memory.hpp"
+#include "wantrain/wan/plan/decode_memory.hpp"
 #include "wantrain/util/error.hpp"
 #include "wantrain/util/exit_codes.hpp"
 #include "wantrain/util/log.hpp"
@@ -81,7 +81,7 @@ struct MemorySummary {
   std::vector<std::string> warnings;  // one per limit the plan exceeds
 };
 
-// The memory plan of this rank (wan/run/memory_plan.hpp) at the data's
+// The memory plan of this rank (wan/plan/memory_plan.hpp) at the data's
 // latents or --plan-latents, and the limits it exceeds. Data of several
 // shapes (buckets) are planned at each; the largest plan is the one shown
 // and held against the limits, after a row per bucket.

@@ -16,9 +16,9 @@
 #include "wantrain/util/threads.hpp"
 #include "wantrain/wan/model/lora.hpp"
 #include "wantrain/wan/model/weights.hpp"
-#include "wantrain/wan/run/checkpoint_weights.hpp"
-#include "wantrain/wan/run/data_fits_model.hpp"
-#include "wantrain/wan/run/memory_plan.hpp"
+#include "wantrain/wan/model/checkpoint_weights.hpp"
+#include "wantrain/wan/model/data_fits_model.hpp"
+#include "wantrain/wan/plan/memory_plan.hpp"
 #include "wantrain/wan/run/sample_group.hpp"
 #include "wantrain/wan/sample/sample_prompts.hpp"
 

@@ -21,7 +21,7 @@
 #include "wantrain/util/files.hpp"
 #include "wantrain/util/options.hpp"
 #include "wantrain/util/text.hpp"
-#include "wantrain/wan/sample/flow_solver.hpp"
+#include "wantrain/wan/model/flow_solver.hpp"
 
 namespace wt::wantrain {
 

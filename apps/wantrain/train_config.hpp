@@ -15,7 +15,7 @@
 #include "wantrain/app/training_options.hpp"
 #include "wantrain/distributed/backend.hpp"
 #include "wantrain/train/fit.hpp"
-#include "wantrain/wan/run/memory_plan.hpp"
+#include "wantrain/wan/plan/memory_plan.hpp"
 #include "wantrain/train/run_plan.hpp"
 #include "wantrain/wan/run/wan_run.hpp"
 #include "wantrain/wan/sample/prompt_videos.hpp"

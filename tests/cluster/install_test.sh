@@ -87,5 +87,8 @@ cmake -S "$src/tests/cluster/consumer" -B "$work/consumer" -DCMAKE_PREFIX_PATH="
   -DCMAKE_BUILD_TYPE=Release >"$work/consumer.log" 2>&1 || { cat "$work/consumer.log"; fail "consumer configure"; }
 cmake --build "$work/consumer" >>"$work/consumer.log" 2>&1 || { cat "$work/consumer.log"; fail "consumer build"; }
 out=$("$work/consumer/count_parameters" "$prefix/share/wantrain/configs/wan-tiny.json")
-[ "$out" = "wantrain 0.1.0: 163584 parameters" ] || fail "consumer printed '$out'"
-echo "PASS: installed tree, Lmod (Lua and Tcl), a 2-rank job from outside the source tree, find_package(wantrain)"
+# wan-tiny: 163584 parameters; one latent frame of 2x2 patches (patch 1x2x2) in, out_dim 16 channels out.
+expected="wantrain 0.1.0: 163584 parameters
+forward: [1, 16, 1, 4, 4]"
+[ "$out" = "$expected" ] || fail "consumer printed '$out'"
+echo "PASS: installed tree, Lmod (Lua and Tcl), a 2-rank job from outside the source tree, find_package(wantrain) and a forward of the DiT"

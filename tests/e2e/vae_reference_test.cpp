@@ -17,7 +17,7 @@
 #include "wantrain/io/safetensors.hpp"
 #include "wantrain/util/error.hpp"
 #include "wantrain/wan/encoders/clip_vision.hpp"
-#include "wantrain/wan/encode/image_condition.hpp"
+#include "wantrain/wan/sample/image_condition.hpp"
 #include "wantrain/wan/model/weights.hpp"
 #include "wantrain/wan/vae/vae_config.hpp"
 #include "wantrain/wan/vae/vae_weights.hpp"
@@ -362,7 +362,7 @@ TEST(VaeConfig, AnotherZDimGetsZeroMeanUnitStdAndBadFilesAreOneLine) {
 
 namespace {
 
-// The image-to-video condition y (wan/encode/image_condition) against
+// The image-to-video condition y (wan/sample/image_condition) against
 // tests/reference/i2v_condition_reference.py, which builds it as Wan's
 // image2video.py and first_last_frame2video.py do, with the reference VAE.
 void expect_condition_matches_reference(const char* name, int64_t frames, bool last_frame) {

@@ -3,7 +3,11 @@
 
   check_layers.py includes SOURCE_DIR
       Every lib/<layer>/ file includes only its own layer and the layers
-      below it (docs/development.md, "Layout rules"), and no library file
+      below it (docs/development.md, "Layout rules"); inside lib/wan, every
+      lib/wan/<floor>/ file includes only its own floor and the floors below
+      it (WAN_FLOORS, acyclic), and lib/wan/CMakeLists.txt has one target
+      per floor that builds exactly that folder's sources and links only
+      the floors below it; and no library file
       below app prints: no spdlog, iostream or stdio output outside util/log,
       util/fatal and util/progress (the library reports through
       util/reporter.hpp).
@@ -37,7 +41,21 @@ ALLOWED = {
     # it stays off wan, and the Wan tools link wan themselves.
     "app": {"train", "ckpt", "data", "nn", "distributed", "report", "media", "io", "util"},
 }
+# lib/wan's floors and the floors each may include directly, besides itself
+# (and what those may, transitively). The same table as lib/wan/CMakeLists.txt
+# and docs/development.md's diagram.
+WAN_FLOORS = {
+    "model": set(),
+    "vae": {"model"},
+    "encoders": {"model"},
+    "plan": {"vae", "model"},
+    "sample": {"plan", "encoders", "vae", "model"},
+    "objective": {"model"},
+    "run": {"objective", "sample", "plan", "model"},
+    "encode": {"sample", "encoders", "vae", "model"},
+}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"wantrain/([a-z_]+)/')
+WAN_INCLUDE = re.compile(r'^\s*#\s*include\s+"wantrain/wan/([a-z_]+)/')
 # Printing, in code (comments are stripped first): the library reports instead.
 PRINTING = re.compile(r"#\s*include\s*<(spdlog/|iostream>)|#\s*include\s+\"wantrain/util/log\.hpp\"|"
                       r"std::(cout|cerr|clog)\b|\bfmt::print\s*\(|\b(f|v|vf)?printf\s*\(|\bf?puts\s*\(|\bfputc\s*\(")
@@ -52,10 +70,63 @@ def strip_comments(text):
     return "\n".join(line.split("//", 1)[0] if '"' not in line.split("//", 1)[0] else line for line in text.split("\n"))
 
 
+def wan_floors_below():
+    """Each floor's transitive floors below; ValueError on a cycle in the table."""
+    below, visiting = {}, set()
+
+    def visit(floor):
+        if floor in below:
+            return below[floor]
+        if floor in visiting:
+            raise ValueError(f"WAN_FLOORS has a cycle through {floor}")
+        visiting.add(floor)
+        reach = set()
+        for lower in WAN_FLOORS[floor]:
+            reach |= {lower} | visit(lower)
+        visiting.discard(floor)
+        below[floor] = reach
+        return reach
+
+    for floor in WAN_FLOORS:
+        visit(floor)
+    return below
+
+
+def check_wan_targets(lib, below):
+    """lib/wan/CMakeLists.txt: one static target per floor, building that folder's sources, linking floors below."""
+    problems = []
+    cmake = (lib / "wan" / "CMakeLists.txt").read_text()
+    cmake = "\n".join(line.split("#", 1)[0] for line in cmake.split("\n"))
+    for floor in WAN_FLOORS:
+        target = f"wantrain_wan_{floor}"
+        library = re.search(rf"add_library\({target}\s+STATIC\s+([^)]*)\)", cmake)
+        if not library:
+            problems.append(f"lib/wan/CMakeLists.txt: no static target {target} for the floor lib/wan/{floor}")
+            continue
+        sources = set(library.group(1).split())
+        folder = {f"{floor}/{p.name}" for p in (lib / "wan" / floor).glob("*.cpp")}
+        problems += [f"lib/wan/CMakeLists.txt: {target} builds {s}, outside lib/wan/{floor}" for s in sorted(sources - folder)]
+        problems += [f"lib/wan/CMakeLists.txt: lib/wan/{s} is in no target (the floor's is {target})"
+                     for s in sorted(folder - sources)]
+        links = re.search(rf"target_link_libraries\({target}\s+([^)]*)\)", cmake)
+        for other in re.findall(r"wantrain::wan_([a-z_]+)", links.group(1) if links else ""):
+            if other != floor and other not in below[floor]:
+                problems.append(f"lib/wan/CMakeLists.txt: {target} links wantrain::wan_{other}, a floor above it or beside it")
+    for folder in sorted(p.name for p in (lib / "wan").iterdir() if p.is_dir()):
+        if folder not in WAN_FLOORS:
+            problems.append(f"lib/wan/{folder}: a folder that is not a floor of WAN_FLOORS in {__file__}")
+    return problems
+
+
 def check_includes(source):
     lib = pathlib.Path(source) / "lib"
     problems, files = [], 0
     layers = sorted(p.name for p in lib.iterdir() if p.is_dir())
+    try:
+        below = wan_floors_below()
+    except ValueError as cycle:
+        return [str(cycle)], ""
+    problems += check_wan_targets(lib, below)
     for layer in layers:
         if layer not in ALLOWED:
             problems.append(f"lib/{layer}: a folder that is not a layer of the table in {__file__}")
@@ -65,18 +136,24 @@ def check_includes(source):
                 continue
             files += 1
             rel = path.relative_to(lib).as_posix()
+            floor = rel.split("/")[1] if layer == "wan" and rel.count("/") >= 2 else None
             text = path.read_text()
             for number, line in enumerate(text.split("\n"), 1):
                 match = INCLUDE.match(line)
                 if match and match.group(1) != layer and match.group(1) not in ALLOWED[layer]:
                     problems.append(f"lib/{rel}:{number}: {layer} includes {match.group(1)}, a layer above it or beside it: "
                                     f"{line.strip()}")
+                inner = WAN_INCLUDE.match(line)
+                if inner and floor in WAN_FLOORS and inner.group(1) != floor and inner.group(1) not in below[floor]:
+                    problems.append(f"lib/{rel}:{number}: wan/{floor} includes wan/{inner.group(1)}, a floor above it or "
+                                    f"beside it: {line.strip()}")
             if layer != "app" and rel not in MAY_PRINT:
                 for number, line in enumerate(strip_comments(text).split("\n"), 1):
                     if PRINTING.search(line):
                         problems.append(f"lib/{rel}:{number}: library code prints (report through util/reporter.hpp): "
                                         f"{line.strip()}")
-    return problems, f"{files} library files in {len(layers)} layers include only downwards and print nothing"
+    return problems, (f"{files} library files in {len(layers)} layers (lib/wan in {len(WAN_FLOORS)} floors, a target each) "
+                      "include only downwards and print nothing")
 
 
 def link_line(build):

@@ -27,11 +27,11 @@
 #include "wantrain/media/media_reader.hpp"
 #include "wantrain/wan/encoders/clip_vision.hpp"
 #include "wantrain/wan/encoders/t5_encoder.hpp"
-#include "wantrain/wan/encode/image_condition.hpp"
+#include "wantrain/wan/sample/image_condition.hpp"
 #include "wantrain/wan/model/model_config.hpp"
 #include "wantrain/wan/model/wan_model.hpp"
 #include "wantrain/wan/model/weights.hpp"
-#include "wantrain/wan/run/memory_plan.hpp"
+#include "wantrain/wan/plan/memory_plan.hpp"
 #include "wantrain/wan/vae/video_vae.hpp"
 #include "wantrain/wan/vae/wan_vae.hpp"
 
@@ -628,7 +628,7 @@ TEST(Encode, PromptVideosAreDrawnDuringTrainingOverTheRanks) {
       1u)
       << job.output;
   // The memory plan counts the VAE and its decode of the largest prompt's
-  // frame (48x32: 22.4 KiB a pixel in fp32, vae/decode_memory.hpp).
+  // frame (48x32: 22.4 KiB a pixel in fp32, plan/decode_memory.hpp).
   const std::string videos =
       wt::wan::format_bytes(wt::wan::weights_bytes(s.vae, torch::kFloat32) + 22.4 * 1024 * 48 * 32);
   EXPECT_TRUE(std::regex_search(job.output, std::regex("prompt videos +" + videos + "  the VAE and its decode")))

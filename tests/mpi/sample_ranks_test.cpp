@@ -19,7 +19,7 @@
 #include "../common/sample_shard.hpp"
 #include "../common/train_runs.hpp"
 #include "wantrain/wan/model/model_config.hpp"
-#include "wantrain/wan/run/memory_plan.hpp"
+#include "wantrain/wan/plan/memory_plan.hpp"
 
 namespace {
 

@@ -13,8 +13,8 @@
 #include "wantrain/app/attention_chunk_option.hpp"
 #include "wantrain/nn/attention_chunk.hpp"
 #include "wantrain/util/error.hpp"
-#include "wantrain/wan/run/memory_plan.hpp"
-#include "wantrain/wan/model/activation_memory.hpp"
+#include "wantrain/wan/plan/memory_plan.hpp"
+#include "wantrain/wan/plan/activation_memory.hpp"
 #include "wantrain/wan/model/model_config.hpp"
 
 namespace {

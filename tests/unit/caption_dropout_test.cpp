@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "wantrain/wan/objective/caption_dropout.hpp"
+#include "wantrain/wan/model/unconditional_context.hpp"
 
 using namespace wt::wan;
 

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "wantrain/wan/objective/distribution_matching.hpp"
-#include "wantrain/wan/objective/flow_matching.hpp"
+#include "wantrain/wan/model/flow_matching.hpp"
 
 namespace wt::wan::matching_test {
 namespace {

@@ -4,7 +4,7 @@
 
 #include <cmath>
 
-#include "wantrain/wan/objective/flow_matching.hpp"
+#include "wantrain/wan/model/flow_matching.hpp"
 #include "wantrain/wan/sample/sampler.hpp"
 
 using namespace wt::wan;

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "wantrain/wan/objective/flow_matching.hpp"
-#include "wantrain/wan/sample/flow_solver.hpp"
+#include "wantrain/wan/model/flow_matching.hpp"
+#include "wantrain/wan/model/flow_solver.hpp"
 #include "wantrain/wan/sample/sampler.hpp"
 #include "wantrain/wan/sample/student_sampler.hpp"
 #include "wantrain/util/error.hpp"

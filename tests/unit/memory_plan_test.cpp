@@ -1,4 +1,4 @@
-// The memory plan (wan/run/memory_plan.hpp) against what a run allocates:
+// The memory plan (wan/plan/memory_plan.hpp) against what a run allocates:
 // parameter and adapter counts against a built model, activations against
 // the bytes LibTorch's allocator hands out in a forward and backward, and
 // the shape of the activation model (linear with chunked attention,
@@ -10,13 +10,13 @@
 
 #include "../common/build_paths.hpp"
 #include "../common/small_models.hpp"
-#include "wantrain/wan/model/activation_memory.hpp"
+#include "wantrain/wan/plan/activation_memory.hpp"
 #include "wantrain/nn/autocast.hpp"
 #include "wantrain/nn/block_swap.hpp"
 #include "wantrain/wan/model/lora.hpp"
 #include "wantrain/nn/tensor_memory.hpp"
-#include "wantrain/wan/objective/flow_matching.hpp"
-#include "wantrain/wan/run/memory_plan.hpp"
+#include "wantrain/wan/model/flow_matching.hpp"
+#include "wantrain/wan/plan/memory_plan.hpp"
 #include "wantrain/train/shard_source.hpp"
 #include "wantrain/util/error.hpp"
 

@@ -9,9 +9,9 @@
 #include <cmath>
 #include <vector>
 
-#include "wantrain/wan/objective/flow_matching.hpp"
+#include "wantrain/wan/model/flow_matching.hpp"
 #include "wantrain/wan/objective/phased_consistency.hpp"
-#include "wantrain/wan/sample/flow_solver.hpp"
+#include "wantrain/wan/model/flow_solver.hpp"
 
 namespace wt::wan {
 namespace {

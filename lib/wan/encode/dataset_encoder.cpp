@@ -23,9 +23,9 @@
 #include "wantrain/util/test_hooks.hpp"
 #include "wantrain/util/text.hpp"
 #include "wantrain/wan/encoders/prompt_text.hpp"
-#include "wantrain/wan/encode/image_condition.hpp"
+#include "wantrain/wan/sample/image_condition.hpp"
 #include "wantrain/wan/encode/item_probes.hpp"
-#include "wantrain/wan/encode/video_frames.hpp"
+#include "wantrain/wan/vae/video_frames.hpp"
 
 namespace wt::wan {
 namespace fs = std::filesystem;

@@ -47,7 +47,7 @@ struct DatasetEncoderSettings {
   int64_t items_per_shard = 16;
   data::Stored latent_dtype = data::Stored::Float32, emb_dtype = data::Stored::BFloat16;
   // The image-to-video condition stored with each sample
-  // (wan/encode/image_condition.hpp): 0 none (text-to-video data), 1 the first
+  // (wan/sample/image_condition.hpp): 0 none (text-to-video data), 1 the first
   // frame (i2v), 2 the first and the last (flf2v). /y always; /clip_fea
   // when a CLIP tower is given (Wan2.1's I2V and FLF2V read it, Wan2.2's
   // I2V does not).

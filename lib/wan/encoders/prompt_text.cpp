@@ -91,7 +91,7 @@ icu::UnicodeString to_icu(const Text& text) {
                                        static_cast<int32_t>(text.size()));
 }
 
-Text from_icu(const icu::UnicodeString& text) {
+Text text_from_icu(const icu::UnicodeString& text) {
   Text out(static_cast<std::size_t>(text.countChar32()), U'\0');
   UErrorCode status = U_ZERO_ERROR;
   text.toUTF32(reinterpret_cast<UChar32*>(out.data()), static_cast<int32_t>(out.size()), status);
@@ -111,14 +111,14 @@ Text normalize(const Text& text, Form form) {
   status = U_ZERO_ERROR;
   const auto result = normalizer->normalize(source, status);
   if (U_FAILURE(status)) throw Error(fmt::format("ICU: normalisation failed ({})", u_errorName(status)));
-  return from_icu(result);
+  return text_from_icu(result);
 }
 
 // Python's str.upper(): full case mapping (ß -> SS).
 Text upper(const Text& text) {
   auto value = to_icu(text);
   value.toUpper(icu::Locale::getRoot());
-  return from_icu(value);
+  return text_from_icu(value);
 }
 
 // ---- HTML entities -----------------------------------------------------------

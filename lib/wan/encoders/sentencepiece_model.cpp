@@ -23,7 +23,7 @@ namespace {
 enum PieceType : int { kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kUnused = 5, kByte = 6 };
 
 constexpr std::string_view kSpaceSymbol = "\xe2\x96\x81";  // U+2581, SentencePiece's visible space
-constexpr float kUnknownPenalty = 10.0f;                   // an unknown character scores min score - 10
+constexpr float kUnknownPiecePenalty = 10.0f;                   // an unknown character scores min score - 10
 
 // A malformed file: the message completes "not a SentencePiece model (...)".
 struct Malformed {
@@ -206,7 +206,7 @@ struct SentencePieceModel::Impl {
       long start = -1;
     };
     const std::size_t size = text.size();
-    const float unknown_score = min_score - kUnknownPenalty;
+    const float unknown_score = min_score - kUnknownPiecePenalty;
     std::vector<Best> best(size + 1);
     for (std::size_t start = 0; start < size;) {
       const float till_here = best[start].score;

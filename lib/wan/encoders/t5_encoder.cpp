@@ -58,8 +58,8 @@ struct RelativeBiasImpl : torch::nn::Module {
 };
 TORCH_MODULE(RelativeBias);
 
-struct BlockImpl : torch::nn::Module {
-  BlockImpl(const T5Config& c, at::ScalarType dtype) : c_(c) {
+struct T5BlockImpl : torch::nn::Module {
+  T5BlockImpl(const T5Config& c, at::ScalarType dtype) : c_(c) {
     const double d = double(c.dim), a = double(c.dim_attn), f = double(c.dim_ffn);
     norm1 = register_module("norm1", Weight(torch::ones({c.dim}, torch::TensorOptions().dtype(dtype))));
     auto attn = register_module("attn", std::make_shared<torch::nn::Module>());
@@ -112,7 +112,7 @@ struct BlockImpl : torch::nn::Module {
       fc2{nullptr};
   RelativeBias pos_embedding{nullptr};
 };
-TORCH_MODULE(Block);
+TORCH_MODULE(T5Block);
 
 }  // namespace
 
@@ -265,7 +265,7 @@ T5EncoderImpl::T5EncoderImpl(const T5Config& config, at::ScalarType dtype) : con
   if (config.shared_pos)
     shared_pos_ = register_module("pos_embedding", RelativeBias(config.num_buckets, config.num_heads, dtype));
   blocks_ = register_module("blocks", torch::nn::ModuleList());
-  for (int64_t i = 0; i < config.num_layers; ++i) blocks_->push_back(Block(config, dtype));
+  for (int64_t i = 0; i < config.num_layers; ++i) blocks_->push_back(T5Block(config, dtype));
   norm_weight_ =
       register_module("norm", Weight(torch::ones({config.dim}, torch::TensorOptions().dtype(dtype))))->weight;
 }
@@ -274,7 +274,7 @@ at::Tensor T5EncoderImpl::forward(const at::Tensor& ids, const at::Tensor& mask)
   auto x = torch::embedding(token_weight_, ids);
   at::Tensor shared;
   if (shared_pos_) shared = shared_pos_->as<RelativeBiasImpl>()->forward(ids.size(1));
-  for (const auto& block : *blocks_) x = block->as<BlockImpl>()->forward(x, mask, shared);
+  for (const auto& block : *blocks_) x = block->as<T5BlockImpl>()->forward(x, mask, shared);
   return t5_norm(x, norm_weight_);
 }
 

@@ -1,5 +1,5 @@
 // What an image-to-video WanModel (model_type i2v or flf2v) reads besides
-// the noisy latents, the timestep and the text (wan/encode/image_condition.hpp
+// the noisy latents, the timestep and the text (wan/sample/image_condition.hpp
 // builds it from pictures; shards store it as /y and /clip_fea).
 #pragma once
 

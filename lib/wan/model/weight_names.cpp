@@ -111,4 +111,8 @@ bool uses_diffusers_names(const std::vector<std::string>& names) {
   });
 }
 
+bool held_in_bf16_by_teacher(const std::string& name) {
+  return name.rfind("text_embedding.", 0) == 0 || !block_linear(name).empty();
+}
+
 }  // namespace wt::wan

@@ -22,4 +22,15 @@ const std::vector<std::string>& block_linear_names();
 // ("blocks.3.self_attn.q.weight" -> "self_attn.q"); "" for any other parameter.
 std::string block_linear(const std::string& official_name);
 
+// Whether a teacher held in bf16 (Teacher(..., kBFloat16)) holds this
+// parameter (official name) in bf16: the Linears of the blocks and of the
+// text embedding.
+bool held_in_bf16_by_teacher(const std::string& official_name);
+
+// A DMD fake score's parameters in the few-step objective's trainable() and
+// in checkpoints: its official names behind this prefix. Never in the
+// student's weights files.
+inline const std::string kFakeScorePrefix = "fake_score.";
+inline bool is_fake_score_parameter(const std::string& name) { return name.rfind(kFakeScorePrefix, 0) == 0; }
+
 }  // namespace wt::wan

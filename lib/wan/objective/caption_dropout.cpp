@@ -5,7 +5,8 @@
 #include <algorithm>
 
 #include "wantrain/data/sampler.hpp"
-#include "wantrain/wan/objective/flow_matching.hpp"
+#include "wantrain/wan/model/flow_matching.hpp"
+#include "wantrain/wan/model/unconditional_context.hpp"
 
 namespace wt::wan {
 namespace {
@@ -27,8 +28,6 @@ std::vector<bool> drops_with_salt(const std::vector<int64_t>& sample_indices, ui
 }
 
 }  // namespace
-
-at::Tensor unconditional_context(const at::Tensor& context) { return torch::zeros_like(context); }
 
 std::vector<bool> caption_drops(const std::vector<int64_t>& sample_indices, uint64_t seed, int64_t step, double p) {
   return drops_with_salt(sample_indices, seed ^ kCaptionDropSalt, step, p);

@@ -4,9 +4,8 @@
 // prompt with. Without it, `wansample --cfg` extrapolates along a direction
 // the model never saw.
 //
-// The unconditional context is all zeros: a prompt of zero tokens, since Wan
-// zero-pads every context beyond its tokens to text_len. Training and
-// wansample both take it from unconditional_context(), so they agree.
+// The unconditional context is wan/model/unconditional_context.hpp's (all
+// zeros): training and every sampler take it from there, so they agree.
 //
 // A sample's draw is keyed by (seed, step, global sample index), like its
 // noise, so it does not depend on the world size, micro-batching or restarts.
@@ -18,10 +17,6 @@
 #include <vector>
 
 namespace wt::wan {
-
-// The context a sample is trained with when its caption is dropped, and that
-// wansample's unconditional branch uses: zeros shaped like `context`.
-at::Tensor unconditional_context(const at::Tensor& context);
 
 // Whether each sample's caption is dropped at `step`; p in [0, 1].
 std::vector<bool> caption_drops(const std::vector<int64_t>& sample_indices, uint64_t seed, int64_t step, double p);

@@ -5,7 +5,7 @@
 #include <algorithm>
 
 #include "wantrain/data/sampler.hpp"
-#include "wantrain/wan/objective/flow_matching.hpp"
+#include "wantrain/wan/model/flow_matching.hpp"
 
 namespace wt::wan {
 namespace {

@@ -7,19 +7,19 @@
 #include <stdexcept>
 
 #include "wantrain/wan/model/wan_model.hpp"
-#include "wantrain/wan/objective/caption_dropout.hpp"
+#include "wantrain/wan/model/unconditional_context.hpp"
 #include "wantrain/wan/objective/distribution_matching.hpp"
-#include "wantrain/wan/objective/flow_matching.hpp"
+#include "wantrain/wan/model/flow_matching.hpp"
 #include "wantrain/wan/objective/teacher.hpp"
 #include "wantrain/util/error.hpp"
-#include "wantrain/wan/sample/flow_solver.hpp"
+#include "wantrain/wan/model/flow_solver.hpp"
 #include "wantrain/util/seconds.hpp"
 
 namespace wt::wan {
 namespace {
 
 // Validation noise and points: independent of --seed, as flow matching's.
-constexpr uint64_t kValidationSeed = 0x66657773746570;  // "fewstep"
+constexpr uint64_t kFewStepValidationSeed = 0x66657773746570;  // "fewstep"
 constexpr int kValidationPoints = 4;
 
 std::string sigma_list(const std::vector<double>& sigmas) {
@@ -195,7 +195,7 @@ at::Tensor FewStepObjective::validation_losses(const train::Batch& batch) {
   for (int j = 0; j < kValidationPoints; ++j) {
     const int n = (2 * j + 1) * schedule_.teacher_steps / (2 * kValidationPoints);
     std::vector<uint64_t> keys(size_t(b), 0);
-    for (int64_t i = 0; i < b; ++i) keys[size_t(i)] = sample_key(kValidationSeed, j, batch.indices[size_t(i)]);
+    for (int64_t i = 0; i < b; ++i) keys[size_t(i)] = sample_key(kFewStepValidationSeed, j, batch.indices[size_t(i)]);
     const auto eps = noise_at(x0.sizes(), std::vector<double>(size_t(b), 0.0), keys).eps.to(x0.device());
     const auto sigmas = consistency_sigmas(schedule_, std::vector<int>(size_t(b), n), x0.device());
     sum += consistency_losses(x0, eps, sigmas, in, kept, nullptr).to(torch::kCPU, torch::kFloat64);

@@ -11,6 +11,7 @@
 
 #include "wantrain/wan/objective/flow_matching_objective.hpp"
 #include "wantrain/wan/objective/phased_consistency.hpp"
+#include "wantrain/wan/model/weight_names.hpp"  // kFakeScorePrefix
 
 #include <string>
 
@@ -21,12 +22,6 @@ class Teacher;
 enum class FewStepMethod { DistributionMatching, Consistency };
 // "dmd", "consistency": what checkpoints record and --distill-method takes.
 const char* few_step_method_name(FewStepMethod method);
-
-// The fake score's parameters in the objective's trainable() and in
-// checkpoints: its official names behind this prefix. Never in the
-// student's weights files.
-inline const std::string kFakeScorePrefix = "fake_score.";
-inline bool is_fake_score_parameter(const std::string& name) { return name.rfind(kFakeScorePrefix, 0) == 0; }
 
 struct FewStepOptions {
   int steps = 4;  // the student's sampling steps (K)

@@ -1,4 +1,4 @@
-// The flow-matching objective of Wan (wan/objective/flow_matching.hpp has the math):
+// The flow-matching objective of Wan (wan/model/flow_matching.hpp has the math):
 // a WanModel predicts v = eps - x0 from x_t, the timestep and the text
 // context, with caption dropout to the unconditional context.
 // Batch tensors: "latents" [B, C, F, H, W] and "text_emb" [B, L, D]; for an
@@ -10,7 +10,7 @@
 #include <map>
 #include <string>
 
-#include "wantrain/wan/objective/flow_matching.hpp"
+#include "wantrain/wan/model/flow_matching.hpp"
 #include "wantrain/train/objective.hpp"
 
 #include "wantrain/wan/model/image_input.hpp"

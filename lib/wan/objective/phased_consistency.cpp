@@ -6,8 +6,8 @@
 #include <stdexcept>
 
 #include "wantrain/data/sampler.hpp"
-#include "wantrain/wan/objective/flow_matching.hpp"
-#include "wantrain/wan/sample/flow_solver.hpp"
+#include "wantrain/wan/model/flow_matching.hpp"
+#include "wantrain/wan/model/flow_solver.hpp"
 
 namespace wt::wan {
 namespace {

@@ -7,7 +7,7 @@
 #include <map>
 
 #include "wantrain/ckpt/checkpoint.hpp"
-#include "wantrain/wan/run/checkpoint_weights.hpp"
+#include "wantrain/wan/model/checkpoint_weights.hpp"
 #include "wantrain/nn/autocast.hpp"
 #include "wantrain/wan/model/wan_model.hpp"
 #include "wantrain/wan/model/weight_names.hpp"
@@ -15,10 +15,6 @@
 #include "wantrain/util/error.hpp"
 
 namespace wt::wan {
-bool held_in_bf16_by_teacher(const std::string& name) {
-  return name.rfind("text_embedding.", 0) == 0 || !block_linear(name).empty();
-}
-
 WanConfig resolve_teacher_config(const std::string& teacher_path, const std::string& config_path) {
   if (!std::filesystem::exists(teacher_path))
     throw SettingError("teacher", fmt::format("{} does not exist", teacher_path));

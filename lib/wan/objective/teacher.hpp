@@ -21,11 +21,6 @@ class WanModelImpl;
 
 namespace wt::wan {
 
-// Whether a teacher held in bf16 (Teacher(..., kBFloat16)) holds this
-// parameter (official name) in bf16: the Linears of the blocks and of the
-// text embedding.
-bool held_in_bf16_by_teacher(const std::string& name);
-
 // The teacher's config: --teacher-config, or the model_config of a teacher
 // checkpoint (checked against --teacher-config when both are given).
 // UsageError naming the option when neither gives one or the file is bad.

@@ -11,7 +11,7 @@
 #include "wantrain/data/shard.hpp"
 #include "wantrain/nn/autocast.hpp"
 #include "wantrain/util/reporter.hpp"
-#include "wantrain/wan/objective/caption_dropout.hpp"
+#include "wantrain/wan/model/unconditional_context.hpp"
 #include "wantrain/wan/run/sampling_weights.hpp"
 #include "wantrain/wan/sample/dataset_sample.hpp"
 #include "wantrain/wan/sample/latent_comparison.hpp"

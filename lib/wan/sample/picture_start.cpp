@@ -5,7 +5,7 @@
 #include <torch/torch.h>
 
 #include "wantrain/util/error.hpp"
-#include "wantrain/wan/encode/image_condition.hpp"
+#include "wantrain/wan/sample/image_condition.hpp"
 
 namespace wt::wan {
 

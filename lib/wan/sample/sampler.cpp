@@ -2,7 +2,7 @@
 
 #include <torch/torch.h>
 
-#include "wantrain/wan/objective/flow_matching.hpp"
+#include "wantrain/wan/model/flow_matching.hpp"
 
 namespace wt::wan {
 

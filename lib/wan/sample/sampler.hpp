@@ -17,7 +17,7 @@
 #include <cstdint>
 #include <functional>
 
-#include "wantrain/wan/sample/flow_solver.hpp"
+#include "wantrain/wan/model/flow_solver.hpp"
 
 namespace wt::wan {
 

@@ -25,7 +25,7 @@
 #include "wantrain/distributed/world.hpp"
 #include "wantrain/wan/model/weights.hpp"
 #include "wantrain/wan/sample/release_defaults.hpp"
-#include "wantrain/wan/sample/sampling_plan.hpp"
+#include "wantrain/wan/plan/sampling_plan.hpp"
 #include "wantrain/wan/sample/sampling_request.hpp"
 #include "wantrain/wan/vae/vae_config.hpp"
 

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "wantrain/wan/sample/flow_solver.hpp"
+#include "wantrain/wan/model/flow_solver.hpp"
 
 namespace wt::wan {
 

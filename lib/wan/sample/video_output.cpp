@@ -7,7 +7,7 @@
 #include <memory>
 
 #include "wantrain/util/error.hpp"
-#include "wantrain/wan/encode/video_frames.hpp"
+#include "wantrain/wan/vae/video_frames.hpp"
 
 namespace wt::wan {
 

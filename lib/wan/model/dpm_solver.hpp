@@ -11,7 +11,7 @@
 // the second step's difference term vanishes too (r = inf), as in the release.
 #pragma once
 
-#include "wantrain/wan/sample/flow_solver.hpp"
+#include "wantrain/wan/model/flow_solver.hpp"
 
 namespace wt::wan {
 

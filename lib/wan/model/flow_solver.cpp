@@ -1,4 +1,4 @@
-#include "wantrain/wan/sample/flow_solver.hpp"
+#include "wantrain/wan/model/flow_solver.hpp"
 
 #include <torch/torch.h>
 
@@ -6,9 +6,9 @@
 #include <stdexcept>
 #include <utility>
 
-#include "wantrain/wan/objective/flow_matching.hpp"
-#include "wantrain/wan/sample/dpm_solver.hpp"
-#include "wantrain/wan/sample/unipc_solver.hpp"
+#include "wantrain/wan/model/flow_matching.hpp"
+#include "wantrain/wan/model/dpm_solver.hpp"
+#include "wantrain/wan/model/unipc_solver.hpp"
 
 namespace wt::wan {
 

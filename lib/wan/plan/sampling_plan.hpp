@@ -3,7 +3,7 @@
 // order: the encoders (umT5 on rank 0 alone, CLIP and the VAE's encode of a
 // picture), then the solver's forwards (the DiT or both experts, whole or
 // sharded, one forward's activations split by the sequence split), then
-// rank 0's VAE decode (its activations: vae/decode_memory.hpp), the DiT
+// rank 0's VAE decode (its activations: plan/decode_memory.hpp), the DiT
 // freed before it and the other ranks done. umT5 and CLIP are freed after
 // their phase; the VAE stays from the first to the last.
 #pragma once
@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "wantrain/wan/model/activation_memory.hpp"
+#include "wantrain/wan/plan/activation_memory.hpp"
 #include "wantrain/wan/model/model_config.hpp"
 
 namespace wt::wan {

@@ -1,4 +1,4 @@
-#include "wantrain/wan/sample/dpm_solver.hpp"
+#include "wantrain/wan/model/dpm_solver.hpp"
 
 #include <torch/torch.h>
 

@@ -1,4 +1,4 @@
-#include "wantrain/wan/objective/flow_matching.hpp"
+#include "wantrain/wan/model/flow_matching.hpp"
 
 #include <fmt/format.h>
 #include <torch/torch.h>

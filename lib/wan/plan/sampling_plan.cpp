@@ -1,10 +1,10 @@
-#include "wantrain/wan/sample/sampling_plan.hpp"
+#include "wantrain/wan/plan/sampling_plan.hpp"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 
-#include "wantrain/wan/run/memory_plan.hpp"
+#include "wantrain/wan/plan/memory_plan.hpp"
 
 namespace wt::wan {
 

@@ -1,4 +1,4 @@
-#include "wantrain/wan/vae/decode_memory.hpp"
+#include "wantrain/wan/plan/decode_memory.hpp"
 
 namespace wt::wan {
 

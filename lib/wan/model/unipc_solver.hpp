@@ -11,7 +11,7 @@
 
 #include <deque>
 
-#include "wantrain/wan/sample/flow_solver.hpp"
+#include "wantrain/wan/model/flow_solver.hpp"
 
 namespace wt::wan {
 

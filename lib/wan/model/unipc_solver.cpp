@@ -1,4 +1,4 @@
-#include "wantrain/wan/sample/unipc_solver.hpp"
+#include "wantrain/wan/model/unipc_solver.hpp"
 
 #include <torch/torch.h>
 

@@ -1,4 +1,4 @@
-#include "wantrain/wan/encode/video_frames.hpp"
+#include "wantrain/wan/vae/video_frames.hpp"
 
 #include <torch/torch.h>
 

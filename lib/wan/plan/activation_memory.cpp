@@ -1,4 +1,4 @@
-#include "wantrain/wan/model/activation_memory.hpp"
+#include "wantrain/wan/plan/activation_memory.hpp"
 
 #include <algorithm>
 #include <cmath>

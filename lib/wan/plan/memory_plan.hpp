@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "wantrain/wan/model/activation_memory.hpp"
+#include "wantrain/wan/plan/activation_memory.hpp"
 #include "wantrain/wan/model/lora.hpp"
 #include "wantrain/wan/model/model_config.hpp"
 

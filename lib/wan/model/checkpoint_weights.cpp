@@ -1,11 +1,11 @@
-#include "wantrain/wan/run/checkpoint_weights.hpp"
+#include "wantrain/wan/model/checkpoint_weights.hpp"
 
 #include <memory>
 
 #include "wantrain/ckpt/checkpoint.hpp"
 #include "wantrain/ckpt/shard_file.hpp"
 #include "wantrain/wan/model/model_config.hpp"
-#include "wantrain/wan/objective/few_step_objective.hpp"
+#include "wantrain/wan/model/weight_names.hpp"
 
 namespace wt::wan {
 

@@ -1,4 +1,4 @@
-#include "wantrain/wan/run/data_fits_model.hpp"
+#include "wantrain/wan/model/data_fits_model.hpp"
 
 #include <fmt/format.h>
 

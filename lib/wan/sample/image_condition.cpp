@@ -1,4 +1,4 @@
-#include "wantrain/wan/encode/image_condition.hpp"
+#include "wantrain/wan/sample/image_condition.hpp"
 
 #include <fmt/format.h>
 #include <torch/torch.h>
@@ -9,7 +9,7 @@
 
 #include "wantrain/media/media_reader.hpp"
 #include "wantrain/util/error.hpp"
-#include "wantrain/wan/encode/video_frames.hpp"
+#include "wantrain/wan/vae/video_frames.hpp"
 
 namespace wt::wan {
 

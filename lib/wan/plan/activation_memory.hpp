@@ -2,7 +2,7 @@
 // from the model's shapes: the tensors each op of the forward saves for its
 // backward (docs/model.md, "Activation memory", lists them), counted at the
 // batch and token count of a run, plus the largest temporary of the step.
-// The memory plan (wan/run/memory_plan.hpp) adds the model state around it.
+// The memory plan (wan/plan/memory_plan.hpp) adds the model state around it.
 #pragma once
 
 #include <c10/core/ScalarType.h>

@@ -1,4 +1,4 @@
-#include "wantrain/wan/run/memory_plan.hpp"
+#include "wantrain/wan/plan/memory_plan.hpp"
 
 #include <fmt/format.h>
 
@@ -9,7 +9,6 @@
 #include "wantrain/nn/parameter_units.hpp"
 #include "wantrain/train/run_plan.hpp"
 #include "wantrain/wan/model/weight_names.hpp"
-#include "wantrain/wan/objective/teacher.hpp"
 
 namespace wt::wan {
 namespace {
