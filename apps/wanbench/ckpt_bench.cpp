@@ -65,10 +65,15 @@ struct CkptBenchConfig {
   bool json = false, strict = false;
 };
 
-}  // namespace
+// Each round's seconds, and the checkpoint's size.
+struct CkptTimes {
+  std::vector<double> sync_s, snapshot_s, handoff_s, write_s, plain_s, quiet_s, busy_s;
+  int64_t file_bytes = 0, tensor_bytes = 0;
+};
 
-int run_ckpt_bench(distributed::World& world, int argc, char** argv) {
-  CkptBenchConfig c;
+// The options; UsageError naming the option. Fills `config` and the latents' `height`, `width`.
+OptionSet::Outcome parse_ckpt_bench(distributed::World& world, int argc, char** argv, CkptBenchConfig& c,
+                                    wan::WanConfig& config, int64_t& height, int64_t& width) {
   OptionSet options("wanbench ckpt", "--model-config JSON [options]");
   options.group("ckpt")
       .standard_options(&c.config_file)
@@ -83,8 +88,6 @@ int run_ckpt_bench(distributed::World& world, int argc, char** argv) {
       .flag("json", &c.json, "print JSON instead of the table")
       .flag("strict", &c.strict, "exit 1 when a figure is unreliable (too short, too few rounds, an impossible ratio)");
   auto outcome = OptionSet::Outcome::Run;
-  wan::WanConfig config;
-  int64_t height = 0, width = 0;
   world.agree([&] {
     outcome = options.parse(argc, argv);
     if (outcome != OptionSet::Outcome::Run) return;
@@ -95,79 +98,14 @@ int run_ckpt_bench(distributed::World& world, int argc, char** argv) {
     std::tie(height, width) = parse_height_width(c.size, "size");
     config = load_bench_model_config(c.model_config);
   });
-  if (outcome != OptionSet::Outcome::Run) {
-    std::cout << app::help_or_version(outcome, options);
-    return kExitOk;
-  }
+  if (outcome != OptionSet::Outcome::Run) std::cout << app::help_or_version(outcome, options);
+  return outcome;
+}
 
-  train::RunSettings settings;
-  settings.micro_batch = c.batch;
-  settings.ema_decay = 0.999;
-  settings.steps = 1 + 2 * c.steps * c.rounds + 1;
-  torch::set_num_threads(threads_per_rank(c.threads, world.local_size()));
-  auto comm = distributed::make_comm(world, distributed::Backend::Mpi, {});
-  data::SampleShape shape;
-  shape.channels = config.in_dim, shape.frames = c.frames, shape.height = height, shape.width = width;
-  shape.text_len = config.text_len, shape.text_dim = config.text_dim;
-  const ScratchDataset scratch(world, shape, c.batch * settings.steps);
-  const std::string dir = c.dir.empty() ? scratch.directory + "-ckpt" : c.dir;
-  fs::create_directories(dir);
-
-  auto dataset = data::Dataset::open(scratch.directory);
-  const auto plan = train::plan_run(settings, 1, 0, dataset.layout());
-  wan::WanRun run(plan, {}, *comm, std::move(dataset), config, {});
-  run.connect(*comm, {});
-  auto parts = run.fit_run(nullptr);
-  auto step = [&] {
-    int64_t epoch = 0;
-    run.engine().step(parts.batches->next(epoch));
-  };
-  step();  // AdamW's state exists from the first step on
-
-  ckpt::WriterOptions writer_options;
-  writer_options.directory = dir;
-  writer_options.keep = 1;
-  double best = std::numeric_limits<double>::infinity();
-  std::vector<double> sync_s, snapshot_s, handoff_s, write_s, plain_s, quiet_s, busy_s;
-  int64_t file_bytes = 0, tensor_bytes = 0;
-  // Snapshots reuse their buffers, as wantrain's do; the first is untimed.
-  ckpt::Checkpoint snapshot;
-  run.engine().save_state(snapshot);
-  ckpt::CheckpointWriter writer(writer_options);
-  for (int round = 0; round < c.rounds; ++round) {
-    // Synchronous: snapshot, then the whole write (tmp, fsync, rename, latest) on this thread.
-    auto start = Clock::now();
-    run.engine().save_state(snapshot);
-    if (snapshot.filled.valid()) snapshot.filled.get();  // the whole copy, as a synchronous save makes it
-    snapshot_s.push_back(seconds_since(start));
-    const auto result = ckpt::CheckpointWriter::write_now(snapshot, writer_options, best);
-    if (!result.ok()) throw Error(result.error);
-    sync_s.push_back(seconds_since(start));
-    write_s.push_back(result.seconds);
-    file_bytes = int64_t(fs::file_size(result.path));
-    tensor_bytes = snapshot.tensor_bytes();
-    plain_s.push_back(plain_write_seconds(dir + "/plain.bin", file_bytes));
-
-    // Steps with no write, then the same number with a background write
-    // submitted before the first (save_state on this thread, as wantrain's).
-    start = Clock::now();
-    for (int i = 0; i < c.steps; ++i) step();
-    quiet_s.push_back(seconds_since(start));
-    start = Clock::now();
-    run.engine().save_state(snapshot);
-    handoff_s.push_back(seconds_since(start));
-    writer.submit(std::exchange(snapshot, {}));
-    for (int i = 0; i < c.steps; ++i) step();
-    busy_s.push_back(seconds_since(start));
-    if (writer.busy())
-      fmt::print(stderr, "wanbench ckpt: the background write outlasted {} steps; raise --steps\n", c.steps);
-    for (const auto& r : writer.drain())
-      if (!r.ok()) throw Error(r.error);
-    snapshot = writer.recycle();
-  }
-  std::error_code ignored;
-  if (c.dir.empty()) fs::remove_all(dir, ignored);
-
+// The medians over the rounds, checked for plausibility, as JSON or a table; the exit status.
+int report_ckpt_bench(const CkptBenchConfig& c, const wan::WanConfig& config, const std::string& dir,
+                      const CkptTimes& times) {
+  const auto& [sync_s, snapshot_s, handoff_s, write_s, plain_s, quiet_s, busy_s, file_bytes, tensor_bytes] = times;
   const double sync = median(sync_s), snap = median(snapshot_s), write = median(write_s), plain = median(plain_s);
   const double stall = median(busy_s) - median(quiet_s);
   // A background write cannot speed training up beyond noise, nor stall it by
@@ -217,6 +155,85 @@ int run_ckpt_bench(distributed::World& world, int argc, char** argv) {
              stall, 100 * stall / sync);
   if (!check.ok()) fmt::print("  UNRELIABLE: {}\n", fmt::join(check.notes(), "; "));
   return c.strict && !check.ok() ? kExitFailure : kExitOk;
+}
+
+}  // namespace
+
+int run_ckpt_bench(distributed::World& world, int argc, char** argv) {
+  CkptBenchConfig c;
+  wan::WanConfig config;
+  int64_t height = 0, width = 0;
+  if (parse_ckpt_bench(world, argc, argv, c, config, height, width) != OptionSet::Outcome::Run) return kExitOk;
+
+  train::RunSettings settings;
+  settings.micro_batch = c.batch;
+  settings.ema_decay = 0.999;
+  settings.steps = 1 + 2 * c.steps * c.rounds + 1;
+  torch::set_num_threads(threads_per_rank(c.threads, world.local_size()));
+  auto comm = distributed::make_comm(world, distributed::Backend::Mpi, {});
+  data::SampleShape shape;
+  shape.channels = config.in_dim, shape.frames = c.frames, shape.height = height, shape.width = width;
+  shape.text_len = config.text_len, shape.text_dim = config.text_dim;
+  const ScratchDataset scratch(world, shape, c.batch * settings.steps);
+  const std::string dir = c.dir.empty() ? scratch.directory + "-ckpt" : c.dir;
+  fs::create_directories(dir);
+
+  auto dataset = data::Dataset::open(scratch.directory);
+  const auto plan = train::plan_run(settings, 1, 0, dataset.layout());
+  wan::WanRun run(plan, {}, *comm, std::move(dataset), config, {});
+  run.connect(*comm, {});
+  auto parts = run.fit_run(nullptr);
+  auto step = [&] {
+    int64_t epoch = 0;
+    run.engine().step(parts.batches->next(epoch));
+  };
+  step();  // AdamW's state exists from the first step on
+
+  ckpt::WriterOptions writer_options;
+  writer_options.directory = dir;
+  writer_options.keep = 1;
+  double best = std::numeric_limits<double>::infinity();
+  CkptTimes times;
+  auto& [sync_s, snapshot_s, handoff_s, write_s, plain_s, quiet_s, busy_s, file_bytes, tensor_bytes] = times;
+  // Snapshots reuse their buffers, as wantrain's do; the first is untimed.
+  ckpt::Checkpoint snapshot;
+  run.engine().save_state(snapshot);
+  ckpt::CheckpointWriter writer(writer_options);
+  for (int round = 0; round < c.rounds; ++round) {
+    // Synchronous: snapshot, then the whole write (tmp, fsync, rename, latest) on this thread.
+    auto start = Clock::now();
+    run.engine().save_state(snapshot);
+    if (snapshot.filled.valid()) snapshot.filled.get();  // the whole copy, as a synchronous save makes it
+    snapshot_s.push_back(seconds_since(start));
+    const auto result = ckpt::CheckpointWriter::write_now(snapshot, writer_options, best);
+    if (!result.ok()) throw Error(result.error);
+    sync_s.push_back(seconds_since(start));
+    write_s.push_back(result.seconds);
+    file_bytes = int64_t(fs::file_size(result.path));
+    tensor_bytes = snapshot.tensor_bytes();
+    plain_s.push_back(plain_write_seconds(dir + "/plain.bin", file_bytes));
+
+    // Steps with no write, then the same number with a background write
+    // submitted before the first (save_state on this thread, as wantrain's).
+    start = Clock::now();
+    for (int i = 0; i < c.steps; ++i) step();
+    quiet_s.push_back(seconds_since(start));
+    start = Clock::now();
+    run.engine().save_state(snapshot);
+    handoff_s.push_back(seconds_since(start));
+    writer.submit(std::exchange(snapshot, {}));
+    for (int i = 0; i < c.steps; ++i) step();
+    busy_s.push_back(seconds_since(start));
+    if (writer.busy())
+      fmt::print(stderr, "wanbench ckpt: the background write outlasted {} steps; raise --steps\n", c.steps);
+    for (const auto& r : writer.drain())
+      if (!r.ok()) throw Error(r.error);
+    snapshot = writer.recycle();
+  }
+  std::error_code ignored;
+  if (c.dir.empty()) fs::remove_all(dir, ignored);
+
+  return report_ckpt_bench(c, config, dir, times);
 }
 
 }  // namespace wt

@@ -116,6 +116,91 @@ int64_t loader_epoch(data::Loader& loader) {
   return bytes;
 }
 
+// The datasets --shapes names; UsageError when it names none.
+std::vector<Shape> bench_shapes(const IoConfig& c) {
+  std::vector<Shape> shapes;
+  const data::SampleShape tiny{16, 1, 32, 32, 16, 64, data::Stored::Float16, data::Stored::Float32};
+  if (c.shapes.find("tiny") != std::string::npos) shapes.push_back({"tiny", {{tiny, c.tiny_samples}}});
+  if (c.shapes.find("wan480p") != std::string::npos)
+    shapes.push_back(
+        {"wan480p", {{{16, 21, 60, 104, 512, 4096, data::Stored::Float16, data::Stored::Float16}, c.wan_samples}}});
+  if (c.shapes.find("buckets") != std::string::npos) {
+    auto wide = tiny, clip = tiny;
+    wide.width = 48;
+    clip.frames = 5;
+    shapes.push_back({"buckets", {{tiny, c.bucket_samples}, {wide, c.bucket_samples}, {clip, c.bucket_samples}}});
+  }
+  if (shapes.empty()) throw UsageError("option --shapes: name tiny, wan480p, buckets or several");
+
+  return shapes;
+}
+
+// One shape's dataset (made once), read raw and by the Loader in
+// alternating rounds; its row, printed unless --json. `reliable`: whether
+// its figures passed the plausibility checks.
+nlohmann::json measure_shape(const IoConfig& c, const Shape& shape, bool& reliable) {
+  const std::string dir = c.dir + "/" + shape.name;
+  make_dataset(dir, shape, c.shards);
+  const data::Dataset dataset = data::Dataset::open(dir);
+  const double sample_bytes = shape.bytes() / double(shape.samples());  // the mean, with buckets
+  const at::ScalarType dtype = c.dtype == "float32"    ? at::kFloat
+                               : c.dtype == "bfloat16" ? at::kBFloat16
+                                                       : data::scalar_type(shape.buckets.front().first.latents);
+  data::LoaderOptions options;
+  options.prefetch = c.prefetch;
+  options.dtype = dtype;
+  data::Loader loader(dataset, data::DistributedSampler(dataset.layout(), {1, 0, c.batch_size, 1, true, false}),
+                      options);
+  std::vector<char> raw_buffer;
+  raw_read(dataset, raw_buffer);  // warm-up: the page cache and the raw buffer,
+  loader_epoch(loader);           // and the Loader's buffers
+  const int64_t warm_allocations = loader.allocations();
+  std::vector<double> raw, loaded, raw_seconds, loader_seconds;
+  for (int r = 0; r < c.rounds; ++r) {
+    auto start = std::chrono::steady_clock::now();
+    const int64_t raw_bytes = raw_read(dataset, raw_buffer);
+    raw_seconds.push_back(seconds_since(start));
+    raw.push_back(raw_bytes / raw_seconds.back());
+    start = std::chrono::steady_clock::now();
+    const int64_t loader_bytes = loader_epoch(loader);
+    loader_seconds.push_back(seconds_since(start));
+    loaded.push_back(loader_bytes / loader_seconds.back());
+  }
+  const double raw_bps = median(raw), loader_bps = median(loaded);
+  // Buffers the Loader allocated in the timed rounds: none once warm, also
+  // when batches alternate between buckets (data/loader.hpp).
+  // A handful at most, while the batches in flight first reach their
+  // maximum (prefetch + 2 per shape), against thousands of batches.
+  const int64_t allocations = loader.allocations() - warm_allocations;
+  const int64_t batches = c.rounds * loader.sampler().batches_per_epoch();
+  bench::Plausibility check;
+  check.enough_rounds(c.rounds);
+  check.resolvable("the raw read", median(raw_seconds));
+  check.resolvable("the Loader's epoch", median(loader_seconds));
+  check.within("the ratio", loader_bps / raw_bps, 0, 1.25,
+               "the Loader reads the same bytes as the raw read, and converts and copies them");
+  nlohmann::json row{{"shape", shape.name},
+                     {"samples", shape.samples()},
+                     {"sample_bytes", sample_bytes},
+                     {"raw_MBps", raw_bps / 1e6},
+                     {"raw_samples_per_s", raw_bps / sample_bytes},
+                     {"loader_MBps", loader_bps / 1e6},
+                     {"loader_samples_per_s", loader_bps / sample_bytes},
+                     {"ratio", loader_bps / raw_bps},
+                     {"buckets", shape.buckets.size()},
+                     {"loader_allocations_warm", allocations},
+                     {"loader_batches_timed", batches},
+                     {"unreliable", check.notes()}};
+  if (!c.json)
+    std::cout << fmt::format(
+                     "  {:<8} {:>8} {:>12.0f} | {:>10.1f} {:>9.1f} | {:>10.1f} {:>9.1f} | {:>6.3f} | {:>5}/{:<6}{}\n",
+                     shape.name, shape.samples(), sample_bytes, raw_bps / 1e6, raw_bps / sample_bytes, loader_bps / 1e6,
+                     loader_bps / sample_bytes, loader_bps / raw_bps, allocations, batches, check.row_suffix())
+              << std::flush;
+  reliable = check.ok();
+  return row;
+}
+
 }  // namespace
 
 int run_io_bench(distributed::World& world, int argc, char** argv) {
@@ -145,20 +230,7 @@ int run_io_bench(distributed::World& world, int argc, char** argv) {
   if (c.rounds < 1 || c.batch_size < 1 || c.prefetch < 1)
     throw UsageError("options --rounds, --batch-size, --prefetch: must be at least 1");
 
-  std::vector<Shape> shapes;
-  const data::SampleShape tiny{16, 1, 32, 32, 16, 64, data::Stored::Float16, data::Stored::Float32};
-  if (c.shapes.find("tiny") != std::string::npos) shapes.push_back({"tiny", {{tiny, c.tiny_samples}}});
-  if (c.shapes.find("wan480p") != std::string::npos)
-    shapes.push_back(
-        {"wan480p", {{{16, 21, 60, 104, 512, 4096, data::Stored::Float16, data::Stored::Float16}, c.wan_samples}}});
-  if (c.shapes.find("buckets") != std::string::npos) {
-    auto wide = tiny, clip = tiny;
-    wide.width = 48;
-    clip.frames = 5;
-    shapes.push_back({"buckets", {{tiny, c.bucket_samples}, {wide, c.bucket_samples}, {clip, c.bucket_samples}}});
-  }
-  if (shapes.empty()) throw UsageError("option --shapes: name tiny, wan480p, buckets or several");
-
+  const std::vector<Shape> shapes = bench_shapes(c);
   nlohmann::json rows = nlohmann::json::array();
   int unreliable = 0;  // rows
   if (!c.json)
@@ -169,67 +241,9 @@ int run_io_bench(distributed::World& world, int argc, char** argv) {
                              "sample(B)", "raw MB/s", "samples/s", "Loader MB/s", "samples/s", "ratio",
                              "allocs/batches");
   for (const auto& shape : shapes) {
-    const std::string dir = c.dir + "/" + shape.name;
-    make_dataset(dir, shape, c.shards);
-    const data::Dataset dataset = data::Dataset::open(dir);
-    const double sample_bytes = shape.bytes() / double(shape.samples());  // the mean, with buckets
-    const at::ScalarType dtype = c.dtype == "float32"    ? at::kFloat
-                                 : c.dtype == "bfloat16" ? at::kBFloat16
-                                                         : data::scalar_type(shape.buckets.front().first.latents);
-    data::LoaderOptions options;
-    options.prefetch = c.prefetch;
-    options.dtype = dtype;
-    data::Loader loader(dataset, data::DistributedSampler(dataset.layout(), {1, 0, c.batch_size, 1, true, false}),
-                        options);
-    std::vector<char> raw_buffer;
-    raw_read(dataset, raw_buffer);  // warm-up: the page cache and the raw buffer,
-    loader_epoch(loader);           // and the Loader's buffers
-    const int64_t warm_allocations = loader.allocations();
-    std::vector<double> raw, loaded, raw_seconds, loader_seconds;
-    for (int r = 0; r < c.rounds; ++r) {
-      auto start = std::chrono::steady_clock::now();
-      const int64_t raw_bytes = raw_read(dataset, raw_buffer);
-      raw_seconds.push_back(seconds_since(start));
-      raw.push_back(raw_bytes / raw_seconds.back());
-      start = std::chrono::steady_clock::now();
-      const int64_t loader_bytes = loader_epoch(loader);
-      loader_seconds.push_back(seconds_since(start));
-      loaded.push_back(loader_bytes / loader_seconds.back());
-    }
-    const double raw_bps = median(raw), loader_bps = median(loaded);
-    // Buffers the Loader allocated in the timed rounds: none once warm, also
-    // when batches alternate between buckets (data/loader.hpp).
-    // A handful at most, while the batches in flight first reach their
-    // maximum (prefetch + 2 per shape), against thousands of batches.
-    const int64_t allocations = loader.allocations() - warm_allocations;
-    const int64_t batches = c.rounds * loader.sampler().batches_per_epoch();
-    bench::Plausibility check;
-    check.enough_rounds(c.rounds);
-    check.resolvable("the raw read", median(raw_seconds));
-    check.resolvable("the Loader's epoch", median(loader_seconds));
-    check.within("the ratio", loader_bps / raw_bps, 0, 1.25,
-                 "the Loader reads the same bytes as the raw read, and converts and copies them");
-    unreliable += check.ok() ? 0 : 1;
-    nlohmann::json row{{"shape", shape.name},
-                       {"samples", shape.samples()},
-                       {"sample_bytes", sample_bytes},
-                       {"raw_MBps", raw_bps / 1e6},
-                       {"raw_samples_per_s", raw_bps / sample_bytes},
-                       {"loader_MBps", loader_bps / 1e6},
-                       {"loader_samples_per_s", loader_bps / sample_bytes},
-                       {"ratio", loader_bps / raw_bps},
-                       {"buckets", shape.buckets.size()},
-                       {"loader_allocations_warm", allocations},
-                       {"loader_batches_timed", batches},
-                       {"unreliable", check.notes()}};
-    rows.push_back(row);
-    if (!c.json)
-      std::cout << fmt::format(
-                       "  {:<8} {:>8} {:>12.0f} | {:>10.1f} {:>9.1f} | {:>10.1f} {:>9.1f} | {:>6.3f} | {:>5}/{:<6}{}\n",
-                       shape.name, shape.samples(), sample_bytes, raw_bps / 1e6, raw_bps / sample_bytes,
-                       loader_bps / 1e6, loader_bps / sample_bytes, loader_bps / raw_bps, allocations, batches,
-                       check.row_suffix())
-                << std::flush;
+    bool reliable = true;
+    rows.push_back(measure_shape(c, shape, reliable));
+    unreliable += reliable ? 0 : 1;
   }
   if (c.json)
     std::cout << nlohmann::json{{"bench", "io"}, {"batch_size", c.batch_size}, {"prefetch", c.prefetch}, {"rows", rows}}

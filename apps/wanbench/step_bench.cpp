@@ -82,10 +82,9 @@ nlohmann::json to_json(const train::StepTimes& t, double samples_per_step) {
           {"samples_per_s", samples_per_step / t.total}};
 }
 
-}  // namespace
-
-int run_step_bench(distributed::World& world, int argc, char** argv) {
-  StepBenchConfig c;
+// The options; UsageError naming the option. Fills `config` and the latents' `height`, `width`.
+OptionSet::Outcome parse_step_bench(distributed::World& world, int argc, char** argv, StepBenchConfig& c,
+                                    wan::WanConfig& config, int64_t& height, int64_t& width) {
   OptionSet options("wanbench step", "--model-config JSON [options]");
   options.group("step")
       .standard_options(&c.config_file)
@@ -112,8 +111,6 @@ int run_step_bench(distributed::World& world, int argc, char** argv) {
            "(wantrain --sp), each group on one batch; 1: none")
       .flag("json", &c.json, "print JSON instead of the table");
   auto outcome = OptionSet::Outcome::Run;
-  wan::WanConfig config;
-  int64_t height = 0, width = 0;
   world.agree([&] {
     outcome = options.parse(argc, argv);
     if (outcome != OptionSet::Outcome::Run) return;
@@ -130,39 +127,270 @@ int run_step_bench(distributed::World& world, int argc, char** argv) {
       throw UsageError(fmt::format("option --sp: {} must divide the {} ranks and the model's {} heads", c.sp,
                                    world.size(), config.num_heads));
   });
-  if (outcome != OptionSet::Outcome::Run) {
-    if (world.is_root()) std::cout << app::help_or_version(outcome, options);
-    return kExitOk;
-  }
+  if (outcome != OptionSet::Outcome::Run && world.is_root()) std::cout << app::help_or_version(outcome, options);
+  return outcome;
+}
 
+// A batch of `samples` random samples drawn from `seed`, indexed from `first_index`.
+train::Batch random_batch(const wan::WanConfig& config, int64_t samples, int64_t frames, int64_t height, int64_t width,
+                          uint64_t seed, int64_t first_index) {
+  torch::manual_seed(seed);
+  train::Batch batch;
+  batch.tensors.emplace("latents", torch::randn({samples, config.in_dim, frames, height, width}));  // [B*K, C, F, H, W]
+  batch.tensors.emplace("text_emb", torch::randn({samples, config.text_len, config.text_dim}));     // [B*K, L, D]
+  for (int64_t i = 0; i < samples; ++i) batch.indices.push_back(first_index + i);
+  return batch;
+}
+
+// The model, objective and Engine of each variant: the same initial weights.
+struct Variant {
+  wan::WanModel model;
+  wan::FlowMatchingObjective objective;
+  train::Engine engine;
+  Variant(const wan::WanConfig& config, distributed::Comm& comm, const train::EngineOptions& options)
+      : model(seeded(config)), objective(*model, {}), engine(comm, objective, options) {}
+};
+
+// Each variant's median round, and what its Engine holds (MB per rank, the largest rank's).
+struct VariantTimes {
+  train::StepTimes with, without, zero, sequence;
+  double synced_state_mb = 0, sharded_state_mb = 0, synced_gradient_mb = 0, sharded_gradient_mb = 0,
+         synced_weight_mb = 0, sharded_weight_mb = 0;
+};
+
+// Both variants side by side (and the ZeRO and sp ones), alternating in
+// rounds so that all see the same machine; each reports its round with the
+// median step time.
+VariantTimes time_variants(const distributed::World& world, const StepBenchConfig& c, const train::Batch& batch,
+                           const train::Batch& group_batch, Variant& synced, Variant& local, Variant* sharded,
+                           Variant* split) {
+  for (int i = 0; i < c.warmup; ++i) {
+    synced.engine.step(batch), local.engine.step(batch);
+    if (sharded) sharded->engine.step(batch);
+    if (split) split->engine.step(group_batch);
+  }
+  std::vector<train::StepTimes> with_rounds, without_rounds, sharded_rounds, split_rounds;
+  for (int round = 0; round < c.rounds; ++round) {
+    with_rounds.push_back(time_steps(world, synced.engine, batch, c.iters));
+    if (sharded) sharded_rounds.push_back(time_steps(world, sharded->engine, batch, c.iters));
+    if (split) split_rounds.push_back(time_steps(world, split->engine, group_batch, c.iters));
+    without_rounds.push_back(time_steps(world, local.engine, batch, c.iters));
+  }
+  auto median = [](std::vector<train::StepTimes> v) {
+    std::sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.total < b.total; });
+    return v[v.size() / 2];
+  };
+  VariantTimes out;
+  out.with = median(with_rounds), out.without = median(without_rounds);
+  out.zero = sharded ? median(sharded_rounds) : train::StepTimes{};
+  out.sequence = split ? median(split_rounds) : train::StepTimes{};
+  auto largest_mb = [&](int64_t bytes) { return over_ranks(world, double(bytes) / 1e6, MPI_MAX); };
+  // AdamW's moments, the gradient buffers and the weights (ZeRO-3: its slices) each Engine holds between steps.
+  out.synced_state_mb = largest_mb(synced.engine.state_bytes());
+  out.sharded_state_mb = sharded ? largest_mb(sharded->engine.state_bytes()) : 0;
+  out.synced_gradient_mb = largest_mb(synced.engine.gradient_bytes());
+  out.sharded_gradient_mb = sharded ? largest_mb(sharded->engine.gradient_bytes()) : 0;
+  out.synced_weight_mb = largest_mb(synced.engine.weight_bytes());
+  out.sharded_weight_mb = sharded ? largest_mb(sharded->engine.weight_bytes()) : 0;
+  return out;
+}
+
+struct SyncTimes {
+  double synced_s = 1e30, local_s = 1e30, raw_s = 1e30, raw_buckets_s = 1e30, reducer_s = 0;
+  int64_t params = 0;
+  size_t buckets = 0;
+};
+
+// Whole-model gradient sync: a backward whose gradients cost next to
+// nothing to compute (d/dp sum(p) = 1), with and without the Reducer
+// synchronising; against one raw MPI_Allreduce (sum) of the same bytes.
+SyncTimes time_gradient_sync(const distributed::World& world, distributed::Comm& comm, const wan::WanConfig& config,
+                             const StepBenchConfig& c, at::ScalarType grad_comm_dtype) {
+  torch::manual_seed(0);
+  wan::WanModel net(config);
+  std::vector<std::pair<std::string, at::Tensor>> named;
+  for (const auto& item : net->named_parameters()) named.emplace_back(item.key(), item.value());
+  distributed::ReducerOptions reducer_options;
+  reducer_options.bucket_bytes = static_cast<int64_t>(c.bucket_mb * (1 << 20));
+  reducer_options.average = false;  // as the Trainer does: the loss is divided by the world size instead
+  reducer_options.comm_dtype = grad_comm_dtype;
+  distributed::Reducer reducer(comm, named, {}, reducer_options);
+  // The graph is built once and kept, so only backward and the Reducer are
+  // timed (gradients accumulate across iterations: zeroing them is not sync).
+  at::Tensor total = torch::zeros({});
+  for (const auto& [name, p] : named) total = total + p.sum();
+  total = total / world.size();
+  reducer.zero_grad();
+  auto backward_once = [&](bool sync) {
+    reducer.prepare_for_backward(sync);
+    total.backward({}, /*retain_graph=*/true);
+    reducer.finalize_backward();
+  };
+  auto sync_once = [&] { backward_once(true); };
+  auto local_once = [&] { backward_once(false); };
+  SyncTimes out;
+  out.params = wan::parameter_count(config);
+  auto raw = torch::ones({out.params});
+  // The same bytes cut as the Reducer cuts them, reduced one bucket after the
+  // other: the Reducer's own overhead (hooks, ordering, averaging, the
+  // unused-parameter check) without its choice of bucket sizes.
+  std::vector<at::Tensor> raw_buckets;
+  for (const auto& b : reducer.bucket_buffers()) raw_buckets.push_back(torch::ones({b.numel()}));
+  out.buckets = raw_buckets.size();
+  auto raw_buckets_once = [&] {
+    for (auto& b : raw_buckets)
+      MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, b.data_ptr<float>(), int(b.numel()), MPI_FLOAT, MPI_SUM, world.comm()));
+  };
+  auto raw_once = [&] {
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, raw.data_ptr<float>(), int(out.params), MPI_FLOAT, MPI_SUM, world.comm()));
+  };
+  auto timed = [&](auto op) {
+    op();
+    world.barrier();
+    const auto start = Clock::now();
+    for (int i = 0; i < c.sync_iters; ++i) op();
+    return over_ranks(world, seconds_since(start) / c.sync_iters, MPI_MAX);
+  };
+  // Alternate, so both see the same machine state; the better of two rounds.
+  // The Reducer's sync costs what a synchronising backward takes beyond the
+  // same backward without communication (which writes the same gradients).
+  for (int round = 0; round < 2; ++round) {
+    out.synced_s = std::min(out.synced_s, timed(sync_once));
+    out.local_s = std::min(out.local_s, timed(local_once));
+    out.raw_s = std::min(out.raw_s, timed(raw_once));
+    out.raw_buckets_s = std::min(out.raw_buckets_s, timed(raw_buckets_once));
+  }
+  out.reducer_s = std::max(out.synced_s - out.local_s, 1e-9);
+  return out;
+}
+
+// The report as JSON (--json), rank 0's.
+nlohmann::json step_report(const distributed::World& world, const StepBenchConfig& c, const wan::WanConfig& config,
+                           int64_t height, int64_t width, const VariantTimes& v, const SyncTimes& sync,
+                           int64_t samples_per_step) {
+  const double bytes = double(sync.params) * 4;
+  const double bus = 2.0 * (world.size() - 1) / world.size();
+  const double exposed = v.with.total - v.without.total;
+  nlohmann::json report = {{"model_config", c.model_config},
+                           {"parameters", sync.params},
+                           {"ranks", world.size()},
+                           {"threads_per_rank", torch::get_num_threads()},
+                           {"batch_per_rank", c.batch},
+                           {"grad_accum", c.grad_accum},
+                           {"latents", {config.in_dim, c.frames, height, width}},
+                           {"precision", c.precision},
+                           {"with_reducer", to_json(v.with, double(samples_per_step))},
+                           {"comm_skipped", to_json(v.without, double(samples_per_step))},
+                           {"exposed_comm_s", exposed},
+                           {"exposed_comm_fraction", exposed / v.with.total},
+                           {"optimizer_state_MB_per_rank", v.synced_state_mb},
+                           {"gradient_MB_per_rank", v.synced_gradient_mb},
+                           {"sync",
+                            {{"bytes", bytes},
+                             {"reducer_s", sync.reducer_s},
+                             {"backward_with_sync_s", sync.synced_s},
+                             {"backward_without_sync_s", sync.local_s},
+                             {"mpi_allreduce_s", sync.raw_s},
+                             {"reducer_busbw_GBps", bytes / sync.reducer_s * bus / 1e9},
+                             {"mpi_busbw_GBps", bytes / sync.raw_s * bus / 1e9},
+                             {"reducer_vs_mpi", sync.raw_s / sync.reducer_s},
+                             {"buckets", sync.buckets},
+                             {"mpi_per_bucket_s", sync.raw_buckets_s},
+                             {"reducer_vs_mpi_per_bucket", sync.raw_buckets_s / sync.reducer_s}}}};
+  if (c.zero > 0) {
+    auto& z = report["zero"] = to_json(v.zero, double(samples_per_step));
+    z["stage"] = c.zero;
+    z["optimizer_state_MB_per_rank"] = v.sharded_state_mb;
+    z["gradient_MB_per_rank"] = v.sharded_gradient_mb;
+    z["weight_MB_per_rank"] = v.sharded_weight_mb;
+    z["gather_wait_s"] = v.zero.gather;
+    z["step_vs_reducer"] = v.zero.total / v.with.total;
+  }
+  if (c.sp > 1) {
+    // A group of sp ranks trains one batch: sp times fewer samples a step.
+    auto& q = report["sp"] = to_json(v.sequence, double(samples_per_step / c.sp));
+    q["ranks_per_group"] = c.sp;
+    q["step_vs_reducer"] = v.sequence.total / v.with.total;
+  }
+  return report;
+}
+
+// The report as a table (rank 0's).
+void print_step_table(const distributed::World& world, const StepBenchConfig& c, const wan::WanConfig& config,
+                      int64_t height, int64_t width, const VariantTimes& v, const SyncTimes& sync,
+                      int64_t samples_per_step) {
+  const double bytes = double(sync.params) * 4;
+  const double bus = 2.0 * (world.size() - 1) / world.size();
+  const double exposed = v.with.total - v.without.total;
+  fmt::print(
+      "wanbench step: {} ({} parameters), {} rank{} x batch {} x accumulation {}, latents [{},{},{},{}], {}, "
+      "gradients reduced in {}, {} thread{} per rank\n",
+      c.model_config, sync.params, world.size(), world.size() == 1 ? "" : "s", c.batch, c.grad_accum, config.in_dim,
+      c.frames, height, width, c.precision, c.grad_comm_dtype, torch::get_num_threads(),
+      torch::get_num_threads() == 1 ? "" : "s");
+  fmt::print("  {:<16} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>10}\n", "seconds per step", "step", "data", "fwd", "bwd",
+             "comm", "optim", "samples/s");
+  struct Row {
+    std::string label;
+    train::StepTimes times;
+    double samples;  // per step
+  };
+  std::vector<Row> rows = {{"with Reducer", v.with, double(samples_per_step)}};
+  if (c.zero > 0) rows.push_back({fmt::format("ZeRO-{}", c.zero), v.zero, double(samples_per_step)});
+  if (c.sp > 1) rows.push_back({fmt::format("sp {}", c.sp), v.sequence, double(samples_per_step / c.sp)});
+  rows.push_back({"comm skipped", v.without, double(samples_per_step)});
+  for (const auto& [label, t, samples] : rows)
+    fmt::print("  {:<16} {:>8.4f} {:>8.4f} {:>8.4f} {:>8.4f} {:>8.4f} {:>8.4f} {:>10.2f}\n", label, t.total, t.data,
+               t.forward, t.backward, t.comm, t.optimizer, samples / t.total);
+  fmt::print("  exposed communication: {:.4f} s = {:.1f}% of the step (goal <= 10%)\n", exposed,
+             100 * exposed / v.with.total);
+  if (c.zero > 0)
+    fmt::print(
+        "  {}: step {:.2f}x the Reducer's; AdamW moments {:.1f} MB per rank against {:.1f} MB ({:.2f}x); "
+        "gradients {:.1f} MB against {:.1f} MB ({:.2f}x)\n",
+        fmt::format("ZeRO-{}", c.zero), v.zero.total / v.with.total, v.sharded_state_mb, v.synced_state_mb,
+        v.sharded_state_mb / v.synced_state_mb, v.sharded_gradient_mb, v.synced_gradient_mb,
+        v.sharded_gradient_mb / v.synced_gradient_mb);
+  if (c.zero == 3)
+    fmt::print(
+        "  ZeRO-3: waiting for weight gathers {:.4f} s of the step ({:.1f}%, inside fwd and bwd); weights {:.1f} MB "
+        "per rank between steps against {:.1f} MB ({:.2f}x)\n",
+        v.zero.gather, 100 * v.zero.gather / v.zero.total, v.sharded_weight_mb, v.synced_weight_mb,
+        v.sharded_weight_mb / v.synced_weight_mb);
+  if (world.size() == 1) {
+    fmt::print("  gradient sync: nothing to synchronise on one rank\n");
+    return;
+  }
+  fmt::print(
+      "  gradient sync of {:.2f} MB: Reducer {:.2f} ms ({:.2f} GB/s busbw), MPI_Allreduce {:.2f} ms "
+      "({:.2f} GB/s): {:.0f}% of raw MPI (goal >= 85%)\n",
+      bytes / 1e6, sync.reducer_s * 1e3, bytes / sync.reducer_s * bus / 1e9, sync.raw_s * 1e3,
+      bytes / sync.raw_s * bus / 1e9, 100 * sync.raw_s / sync.reducer_s);
+  fmt::print("  the same {} bucket{} by raw MPI_Allreduce one after the other: {:.2f} ms: Reducer at {:.0f}% of it\n",
+             sync.buckets, sync.buckets == 1 ? "" : "s", sync.raw_buckets_s * 1e3,
+             100 * sync.raw_buckets_s / sync.reducer_s);
+}
+
+}  // namespace
+
+int run_step_bench(distributed::World& world, int argc, char** argv) {
+  StepBenchConfig c;
+  wan::WanConfig config;
+  int64_t height = 0, width = 0;
+  if (parse_step_bench(world, argc, argv, c, config, height, width) != OptionSet::Outcome::Run) return kExitOk;
   torch::set_num_threads(threads_per_rank(c.threads, world.local_size()));
   auto comm = distributed::make_comm(world, distributed::Backend::Mpi, {});
 
   // This rank's batch of B*K samples, in memory (reading data is wanbench
-  // io's measurement): the step from the batch on, as wantrain takes it.
+  // io's measurement): the step from the batch on, as wantrain takes it. A
+  // sequence-parallel group's ranks share one batch: its first rank's.
   const int64_t per_rank = c.batch * c.grad_accum;
-  torch::manual_seed(1 + world.rank());
-  train::Batch batch;
-  batch.tensors.emplace("latents",
-                        torch::randn({per_rank, config.in_dim, c.frames, height, width}));        // [B*K, C, F, H, W]
-  batch.tensors.emplace("text_emb", torch::randn({per_rank, config.text_len, config.text_dim}));  // [B*K, L, D]
-  for (int64_t i = 0; i < per_rank; ++i) batch.indices.push_back(world.rank() * per_rank + i);
-  // A sequence-parallel group's ranks share one batch: its first rank's.
+  const train::Batch batch =
+      random_batch(config, per_rank, c.frames, height, width, 1 + world.rank(), world.rank() * per_rank);
   const int group = world.rank() / c.sp;
-  torch::manual_seed(1 + group * c.sp);
-  train::Batch group_batch;
-  group_batch.tensors.emplace("latents", torch::randn({per_rank, config.in_dim, c.frames, height, width}));
-  group_batch.tensors.emplace("text_emb", torch::randn({per_rank, config.text_len, config.text_dim}));
-  for (int64_t i = 0; i < per_rank; ++i) group_batch.indices.push_back(group * per_rank + i);
+  const train::Batch group_batch =
+      random_batch(config, per_rank, c.frames, height, width, 1 + group * c.sp, group * per_rank);
 
-  // The model, objective and Engine of each variant: the same initial weights.
-  struct Variant {
-    wan::WanModel model;
-    wan::FlowMatchingObjective objective;
-    train::Engine engine;
-    Variant(const wan::WanConfig& config, distributed::Comm& comm, const train::EngineOptions& options)
-        : model(seeded(config)), objective(*model, {}), engine(comm, objective, options) {}
-  };
   train::EngineOptions engine_options;
   engine_options.micro_batch = c.batch;
   engine_options.accumulation = c.grad_accum;
@@ -191,200 +419,13 @@ int run_step_bench(distributed::World& world, int argc, char** argv) {
   Variant local(config, *comm, engine_options);
   const int64_t samples_per_step = per_rank * world.size();
 
-  // Both variants side by side, alternating in rounds so that both see the
-  // same machine; each reports its round with the median step time.
-  for (int i = 0; i < c.warmup; ++i) {
-    synced.engine.step(batch), local.engine.step(batch);
-    if (sharded) sharded->engine.step(batch);
-    if (split) split->engine.step(group_batch);
-  }
-  std::vector<train::StepTimes> with_rounds, without_rounds, sharded_rounds, split_rounds;
-  for (int round = 0; round < c.rounds; ++round) {
-    with_rounds.push_back(time_steps(world, synced.engine, batch, c.iters));
-    if (sharded) sharded_rounds.push_back(time_steps(world, sharded->engine, batch, c.iters));
-    if (split) split_rounds.push_back(time_steps(world, split->engine, group_batch, c.iters));
-    without_rounds.push_back(time_steps(world, local.engine, batch, c.iters));
-  }
-  auto median = [](std::vector<train::StepTimes> v) {
-    std::sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.total < b.total; });
-    return v[v.size() / 2];
-  };
-  const auto with = median(with_rounds), without = median(without_rounds);
-  const auto zero = sharded ? median(sharded_rounds) : train::StepTimes{};
-  const auto sequence = split ? median(split_rounds) : train::StepTimes{};
-  const double exposed = with.total - without.total;
-  // AdamW's moments per rank, measured on each Engine's tensors (the largest rank's).
-  auto state_mb = [&](const train::Engine& engine) {
-    return over_ranks(world, double(engine.state_bytes()) / 1e6, MPI_MAX);
-  };
-  const double synced_state_mb = state_mb(synced.engine);
-  const double sharded_state_mb = sharded ? state_mb(sharded->engine) : 0;
-  // The gradient buffers each Engine holds between steps.
-  auto gradient_mb = [&](const train::Engine& engine) {
-    return over_ranks(world, double(engine.gradient_bytes()) / 1e6, MPI_MAX);
-  };
-  const double synced_gradient_mb = gradient_mb(synced.engine);
-  const double sharded_gradient_mb = sharded ? gradient_mb(sharded->engine) : 0;
-  // The weights each Engine holds between steps (ZeRO-3: its slices).
-  auto weight_mb = [&](const train::Engine& engine) {
-    return over_ranks(world, double(engine.weight_bytes()) / 1e6, MPI_MAX);
-  };
-  const double synced_weight_mb = weight_mb(synced.engine);
-  const double sharded_weight_mb = sharded ? weight_mb(sharded->engine) : 0;
-
-  // Whole-model gradient sync: a backward whose gradients cost next to
-  // nothing to compute (d/dp sum(p) = 1), with and without the Reducer
-  // synchronising; against one raw MPI_Allreduce (sum) of the same bytes.
-  torch::manual_seed(0);
-  wan::WanModel net(config);
-  std::vector<std::pair<std::string, at::Tensor>> named;
-  for (const auto& item : net->named_parameters()) named.emplace_back(item.key(), item.value());
-  distributed::ReducerOptions reducer_options;
-  reducer_options.bucket_bytes = static_cast<int64_t>(c.bucket_mb * (1 << 20));
-  reducer_options.average = false;  // as the Trainer does: the loss is divided by the world size instead
-  reducer_options.comm_dtype = engine_options.grad_comm_dtype;
-  distributed::Reducer reducer(*comm, named, {}, reducer_options);
-  // The graph is built once and kept, so only backward and the Reducer are
-  // timed (gradients accumulate across iterations: zeroing them is not sync).
-  at::Tensor total = torch::zeros({});
-  for (const auto& [name, p] : named) total = total + p.sum();
-  total = total / world.size();
-  reducer.zero_grad();
-  auto backward_once = [&](bool sync) {
-    reducer.prepare_for_backward(sync);
-    total.backward({}, /*retain_graph=*/true);
-    reducer.finalize_backward();
-  };
-  auto sync_once = [&] { backward_once(true); };
-  auto local_once = [&] { backward_once(false); };
-  const int64_t params = wan::parameter_count(config);
-  auto raw = torch::ones({params});
-  // The same bytes cut as the Reducer cuts them, reduced one bucket after the
-  // other: the Reducer's own overhead (hooks, ordering, averaging, the
-  // unused-parameter check) without its choice of bucket sizes.
-  std::vector<at::Tensor> raw_buckets;
-  for (const auto& b : reducer.bucket_buffers()) raw_buckets.push_back(torch::ones({b.numel()}));
-  auto raw_buckets_once = [&] {
-    for (auto& b : raw_buckets)
-      MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, b.data_ptr<float>(), int(b.numel()), MPI_FLOAT, MPI_SUM, world.comm()));
-  };
-  auto raw_once = [&] {
-    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, raw.data_ptr<float>(), int(params), MPI_FLOAT, MPI_SUM, world.comm()));
-  };
-  auto timed = [&](auto op) {
-    op();
-    world.barrier();
-    const auto start = Clock::now();
-    for (int i = 0; i < c.sync_iters; ++i) op();
-    return over_ranks(world, seconds_since(start) / c.sync_iters, MPI_MAX);
-  };
-  // Alternate, so both see the same machine state; the better of two rounds.
-  // The Reducer's sync costs what a synchronising backward takes beyond the
-  // same backward without communication (which writes the same gradients).
-  double synced_s = 1e30, local_s = 1e30, raw_s = 1e30, raw_buckets_s = 1e30;
-  for (int round = 0; round < 2; ++round) {
-    synced_s = std::min(synced_s, timed(sync_once));
-    local_s = std::min(local_s, timed(local_once));
-    raw_s = std::min(raw_s, timed(raw_once));
-    raw_buckets_s = std::min(raw_buckets_s, timed(raw_buckets_once));
-  }
-  const double reducer_s = std::max(synced_s - local_s, 1e-9);
-  const double bytes = double(params) * 4;
-  const double bus = 2.0 * (world.size() - 1) / world.size();
-
+  const VariantTimes variants = time_variants(world, c, batch, group_batch, synced, local, sharded.get(), split.get());
+  const SyncTimes sync = time_gradient_sync(world, *comm, config, c, engine_options.grad_comm_dtype);
   if (!world.is_root()) return kExitOk;
-  nlohmann::json report = {{"model_config", c.model_config},
-                           {"parameters", params},
-                           {"ranks", world.size()},
-                           {"threads_per_rank", torch::get_num_threads()},
-                           {"batch_per_rank", c.batch},
-                           {"grad_accum", c.grad_accum},
-                           {"latents", {config.in_dim, c.frames, height, width}},
-                           {"precision", c.precision},
-                           {"with_reducer", to_json(with, double(samples_per_step))},
-                           {"comm_skipped", to_json(without, double(samples_per_step))},
-                           {"exposed_comm_s", exposed},
-                           {"exposed_comm_fraction", exposed / with.total},
-                           {"optimizer_state_MB_per_rank", synced_state_mb},
-                           {"gradient_MB_per_rank", synced_gradient_mb},
-                           {"sync",
-                            {{"bytes", bytes},
-                             {"reducer_s", reducer_s},
-                             {"backward_with_sync_s", synced_s},
-                             {"backward_without_sync_s", local_s},
-                             {"mpi_allreduce_s", raw_s},
-                             {"reducer_busbw_GBps", bytes / reducer_s * bus / 1e9},
-                             {"mpi_busbw_GBps", bytes / raw_s * bus / 1e9},
-                             {"reducer_vs_mpi", raw_s / reducer_s},
-                             {"buckets", raw_buckets.size()},
-                             {"mpi_per_bucket_s", raw_buckets_s},
-                             {"reducer_vs_mpi_per_bucket", raw_buckets_s / reducer_s}}}};
-  if (sharded) {
-    auto& z = report["zero"] = to_json(zero, double(samples_per_step));
-    z["stage"] = c.zero;
-    z["optimizer_state_MB_per_rank"] = sharded_state_mb;
-    z["gradient_MB_per_rank"] = sharded_gradient_mb;
-    z["weight_MB_per_rank"] = sharded_weight_mb;
-    z["gather_wait_s"] = zero.gather;
-    z["step_vs_reducer"] = zero.total / with.total;
-  }
-  if (split) {
-    // A group of sp ranks trains one batch: sp times fewer samples a step.
-    auto& q = report["sp"] = to_json(sequence, double(samples_per_step / c.sp));
-    q["ranks_per_group"] = c.sp;
-    q["step_vs_reducer"] = sequence.total / with.total;
-  }
-  if (c.json) {
-    std::cout << report.dump(2) << '\n';
-    return kExitOk;
-  }
-  fmt::print(
-      "wanbench step: {} ({} parameters), {} rank{} x batch {} x accumulation {}, latents [{},{},{},{}], {}, "
-      "gradients reduced in {}, {} thread{} per rank\n",
-      c.model_config, params, world.size(), world.size() == 1 ? "" : "s", c.batch, c.grad_accum, config.in_dim,
-      c.frames, height, width, c.precision, c.grad_comm_dtype, torch::get_num_threads(),
-      torch::get_num_threads() == 1 ? "" : "s");
-  fmt::print("  {:<16} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>10}\n", "seconds per step", "step", "data", "fwd", "bwd",
-             "comm", "optim", "samples/s");
-  struct Row {
-    std::string label;
-    train::StepTimes times;
-    double samples;  // per step
-  };
-  std::vector<Row> rows = {{"with Reducer", with, double(samples_per_step)}};
-  if (sharded) rows.push_back({fmt::format("ZeRO-{}", c.zero), zero, double(samples_per_step)});
-  if (split) rows.push_back({fmt::format("sp {}", c.sp), sequence, double(samples_per_step / c.sp)});
-  rows.push_back({"comm skipped", without, double(samples_per_step)});
-  for (const auto& [label, t, samples] : rows)
-    fmt::print("  {:<16} {:>8.4f} {:>8.4f} {:>8.4f} {:>8.4f} {:>8.4f} {:>8.4f} {:>10.2f}\n", label, t.total, t.data,
-               t.forward, t.backward, t.comm, t.optimizer, samples / t.total);
-  fmt::print("  exposed communication: {:.4f} s = {:.1f}% of the step (goal <= 10%)\n", exposed,
-             100 * exposed / with.total);
-  if (sharded)
-    fmt::print(
-        "  {}: step {:.2f}x the Reducer's; AdamW moments {:.1f} MB per rank against {:.1f} MB ({:.2f}x); "
-        "gradients {:.1f} MB against {:.1f} MB ({:.2f}x)\n",
-        fmt::format("ZeRO-{}", c.zero), report["zero"]["step_vs_reducer"].get<double>(), sharded_state_mb,
-        synced_state_mb, sharded_state_mb / synced_state_mb, sharded_gradient_mb, synced_gradient_mb,
-        sharded_gradient_mb / synced_gradient_mb);
-  if (sharded && c.zero == 3)
-    fmt::print(
-        "  ZeRO-3: waiting for weight gathers {:.4f} s of the step ({:.1f}%, inside fwd and bwd); weights {:.1f} MB "
-        "per rank between steps against {:.1f} MB ({:.2f}x)\n",
-        zero.gather, 100 * zero.gather / zero.total, sharded_weight_mb, synced_weight_mb,
-        sharded_weight_mb / synced_weight_mb);
-  if (world.size() == 1) {
-    fmt::print("  gradient sync: nothing to synchronise on one rank\n");
-    return kExitOk;
-  }
-  fmt::print(
-      "  gradient sync of {:.2f} MB: Reducer {:.2f} ms ({:.2f} GB/s busbw), MPI_Allreduce {:.2f} ms "
-      "({:.2f} GB/s): {:.0f}% of raw MPI (goal >= 85%)\n",
-      bytes / 1e6, reducer_s * 1e3, bytes / reducer_s * bus / 1e9, raw_s * 1e3, bytes / raw_s * bus / 1e9,
-      100 * raw_s / reducer_s);
-  fmt::print("  the same {} bucket{} by raw MPI_Allreduce one after the other: {:.2f} ms: Reducer at {:.0f}% of it\n",
-             raw_buckets.size(), raw_buckets.size() == 1 ? "" : "s", raw_buckets_s * 1e3,
-             100 * raw_buckets_s / reducer_s);
+  if (c.json)
+    std::cout << step_report(world, c, config, height, width, variants, sync, samples_per_step).dump(2) << '\n';
+  else
+    print_step_table(world, c, config, height, width, variants, sync, samples_per_step);
   return kExitOk;
 }
 

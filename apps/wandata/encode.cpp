@@ -117,13 +117,8 @@ std::string describe_sizes(const EncodeConfig& c, const wan::EncodeBuckets& b) {
                      b.no_upscale ? ", never enlarged" : "");
 }
 
-}  // namespace
-
-int run_encode(distributed::World& world, int argc, char** argv) {
-  EncodeConfig c;
-  OptionSet options("wandata encode",
-                    "--input FOLDER|LIST.csv|LIST.jsonl --out DIR --vae FILE --t5 FILE "
-                    "--tokenizer PATH [options]");
+// wandata encode's options, declared once: --help, the INI file and the parser read this table.
+void declare_encode_options(OptionSet& options, EncodeConfig& c) {
   options.group("input")
       .standard_options(&c.config_file)
       .add("input", &c.input,
@@ -197,6 +192,63 @@ int run_encode(distributed::World& world, int argc, char** argv) {
       .choice("latent-dtype", &c.latent_dtype, {"fp32", "bf16", "fp16"}, "how latents are stored")
       .choice("emb-dtype", &c.emb_dtype, {"bf16", "fp32", "fp16"},
               "how text embeddings are stored (umT5 outputs overflow fp16: bf16 keeps their range)");
+}
+
+// The options into the encoder's typed settings.
+wan::DatasetEncoderSettings encoder_settings(const EncodeConfig& c, const wan::EncodeBuckets& buckets) {
+  wan::DatasetEncoderSettings s;
+  s.listing = c.input;
+  s.out = c.out;
+  s.listing_options.caption_extension = c.caption_extension;
+  s.selection.fps = c.fps;
+  s.selection.extraction = media::parse_frame_extraction(c.frame_extraction);
+  s.selection.stride = c.frame_stride;
+  s.selection.samples = c.frame_sample;
+  s.buckets = buckets;
+  s.limits = {c.max_pixels, c.max_frames};
+  s.items_per_shard = c.items_per_shard;
+  s.latent_dtype = stored(c.latent_dtype);
+  s.emb_dtype = stored(c.emb_dtype);
+  s.strict = c.strict;
+  s.condition_images = c.condition == "i2v" ? 1 : c.condition == "flf2v" ? 2 : 0;
+  s.decode_threads = c.decode_threads;
+  s.models_fingerprint =
+      fmt::format("vae {} ({}, {}), t5 {} ({}, {}), tokenizer {}, text_len {}", c.vae,
+                  c.vae_config.empty() ? "Wan2.1" : c.vae_config, c.vae_dtype, c.t5,
+                  c.t5_config.empty() ? "umT5-XXL" : c.t5_config, c.t5_dtype, c.tokenizer, c.text_len);
+  if (!c.clip.empty()) s.models_fingerprint += fmt::format(", clip {} ({})", c.clip, c.clip_dtype);
+
+  return s;
+}
+
+// Rank 0's summary: the totals, each bucket's shape and samples, then the skipped items.
+void print_summary(const EncodeConfig& c, const wan::DatasetEncoderSummary& summary) {
+  std::string lines;
+  for (const auto& b : summary.buckets)
+    lines += fmt::format("\n  {} frame{} at {}x{} (latents {}x{}x{}x{}): {} sample{} in {} shard{}", b.bucket.frames,
+                         b.bucket.frames == 1 ? "" : "s", b.bucket.size.width, b.bucket.size.height, b.shape.channels,
+                         b.shape.frames, b.shape.height, b.shape.width, b.samples, b.samples == 1 ? "" : "s", b.shards,
+                         b.shards == 1 ? "" : "s");
+  if (!summary.skipped.empty()) lines += "\nskipped:";
+  for (const auto& line : summary.skipped) lines += "\n  " + line;
+  std::cout << fmt::format(
+      "wandata encode: {} items, {} samples in {} shard{} ({} kept from before), {} skipped, {} prompts cut at "
+      "{} tokens; {} ({:.2f} samples/s; rank 0: VAE {:.1f} s, umT5 {:.1f} s, waiting for decoding {:.1f} s); "
+      "{} bucket{}:{}\n",
+      summary.items, summary.samples, summary.shards, summary.shards == 1 ? "" : "s", summary.shards_kept,
+      summary.skipped.size(), summary.truncated_prompts, c.text_len, format_duration(summary.seconds),
+      summary.samples / std::max(summary.seconds, 1e-9), summary.vae_seconds, summary.text_seconds,
+      summary.waiting_seconds, summary.buckets.size(), summary.buckets.size() == 1 ? "" : "s", lines);
+}
+
+}  // namespace
+
+int run_encode(distributed::World& world, int argc, char** argv) {
+  EncodeConfig c;
+  OptionSet options("wandata encode",
+                    "--input FOLDER|LIST.csv|LIST.jsonl --out DIR --vae FILE --t5 FILE "
+                    "--tokenizer PATH [options]");
+  declare_encode_options(options, c);
   if (const auto outcome = options.parse(argc, argv); outcome != OptionSet::Outcome::Run) {
     if (world.is_root()) std::cout << app::help_or_version(outcome, options);
     return kExitOk;
@@ -250,28 +302,7 @@ int run_encode(distributed::World& world, int argc, char** argv) {
   if (c.text_len < 1) throw UsageError("option --text-len: must be at least 1");
   if (c.threads > 0) torch::set_num_threads(c.threads);
 
-  wan::DatasetEncoderSettings s;
-  s.listing = c.input;
-  s.out = c.out;
-  s.listing_options.caption_extension = c.caption_extension;
-  s.selection.fps = c.fps;
-  s.selection.extraction = media::parse_frame_extraction(c.frame_extraction);
-  s.selection.stride = c.frame_stride;
-  s.selection.samples = c.frame_sample;
-  s.buckets = buckets;
-  s.limits = {c.max_pixels, c.max_frames};
-  s.items_per_shard = c.items_per_shard;
-  s.latent_dtype = stored(c.latent_dtype);
-  s.emb_dtype = stored(c.emb_dtype);
-  s.strict = c.strict;
-  s.condition_images = c.condition == "i2v" ? 1 : c.condition == "flf2v" ? 2 : 0;
-  s.decode_threads = c.decode_threads;
-  s.models_fingerprint =
-      fmt::format("vae {} ({}, {}), t5 {} ({}, {}), tokenizer {}, text_len {}", c.vae,
-                  c.vae_config.empty() ? "Wan2.1" : c.vae_config, c.vae_dtype, c.t5,
-                  c.t5_config.empty() ? "umT5-XXL" : c.t5_config, c.t5_dtype, c.tokenizer, c.text_len);
-  if (!c.clip.empty()) s.models_fingerprint += fmt::format(", clip {} ({})", c.clip, c.clip_dtype);
-
+  const wan::DatasetEncoderSettings s = encoder_settings(c, buckets);
   const auto chosen = distributed::choose_device(app::parse_device(c.device), "device");
   if (!chosen.warning.empty()) report_warning("{}", chosen.warning);
   std::shared_ptr<wan::VideoVae> vae;
@@ -298,25 +329,7 @@ int run_encode(distributed::World& world, int argc, char** argv) {
                                    clip->config().tokens(), clip->config().dim, clip->weights_layout())
                      : std::string(" (no --clip: for Wan2.2's I2V, which reads no CLIP features)"));
   const auto summary = wan::encode_dataset(s, *vae, *text, world, clip ? &clip : nullptr);
-  if (world.is_root()) {
-    // The totals, each bucket's shape and samples, then the skipped items.
-    std::string lines;
-    for (const auto& b : summary.buckets)
-      lines += fmt::format("\n  {} frame{} at {}x{} (latents {}x{}x{}x{}): {} sample{} in {} shard{}", b.bucket.frames,
-                           b.bucket.frames == 1 ? "" : "s", b.bucket.size.width, b.bucket.size.height, b.shape.channels,
-                           b.shape.frames, b.shape.height, b.shape.width, b.samples, b.samples == 1 ? "" : "s",
-                           b.shards, b.shards == 1 ? "" : "s");
-    if (!summary.skipped.empty()) lines += "\nskipped:";
-    for (const auto& line : summary.skipped) lines += "\n  " + line;
-    std::cout << fmt::format(
-        "wandata encode: {} items, {} samples in {} shard{} ({} kept from before), {} skipped, {} prompts cut at "
-        "{} tokens; {} ({:.2f} samples/s; rank 0: VAE {:.1f} s, umT5 {:.1f} s, waiting for decoding {:.1f} s); "
-        "{} bucket{}:{}\n",
-        summary.items, summary.samples, summary.shards, summary.shards == 1 ? "" : "s", summary.shards_kept,
-        summary.skipped.size(), summary.truncated_prompts, c.text_len, format_duration(summary.seconds),
-        summary.samples / std::max(summary.seconds, 1e-9), summary.vae_seconds, summary.text_seconds,
-        summary.waiting_seconds, summary.buckets.size(), summary.buckets.size() == 1 ? "" : "s", lines);
-  }
+  if (world.is_root()) print_summary(c, summary);
   return kExitOk;
 }
 

@@ -85,8 +85,8 @@ std::vector<double> parse_numbers(const std::vector<std::string>& texts, const c
   return values;
 }
 
-int run(distributed::World& world, int argc, char** argv) {
-  // The library's settings that errors may name, as wansample's options.
+// The library's settings that errors may name, as wansample's options.
+void set_wansample_option_names() {
   std::map<std::string, std::string> names;
   for (const char* option : {"weights",
                              "checkpoint",
@@ -134,11 +134,10 @@ int run(distributed::World& world, int argc, char** argv) {
     names[setting] = option;
   }
   set_option_names(names);
-  SampleConfig c;
-  OptionSet options(
-      "wansample",
-      "(--weights FILE --model-config JSON | --checkpoint PATH) (--prompt TEXT | --data DIR | --text FILE) "
-      "[--vae FILE --video OUT.mp4] [options]");
+}
+
+// wansample's options, declared once: --help, the INI file and the parser read this table.
+void declare_options(OptionSet& options, SampleConfig& c) {
   options.group("wansample")
       .standard_options(&c.config_file)
       .add("weights", &c.weights,
@@ -257,12 +256,11 @@ int run(distributed::World& world, int argc, char** argv) {
       .repeated("lora-scale", &c.lora_scales, "the strength of each --lora, in order (one value: all; default 1)")
       .repeated("lora-high", &c.loras_high, "with two experts: a LoRA file for the high-noise expert (repeatable)")
       .repeated("lora-low", &c.loras_low, "with two experts: a LoRA file for the low-noise expert (repeatable)");
-  if (const auto outcome = options.parse(argc, argv); outcome != OptionSet::Outcome::Run) {
-    std::cout << app::help_or_version(outcome, options);
-    return kExitOk;
-  }
-  // The options into the library's typed request; an option left at its
-  // default leaves the setting to the release (or the run).
+}
+
+// The options into the library's typed request; an option left at its
+// default leaves the setting to the release (or the run).
+wan::SamplingRequest sampling_request(const SampleConfig& c, const OptionSet& options) {
   std::map<std::string, bool> given;
   for (const auto& option : options.resolved()) given[option.name] = option.source != "default";
   wan::SamplingRequest r;
@@ -330,6 +328,22 @@ int run(distributed::World& world, int argc, char** argv) {
   r.frames_dir = c.frames_dir;
   r.fps = c.fps;
   r.compare = c.compare;
+  return r;
+}
+
+int run(distributed::World& world, int argc, char** argv) {
+  set_wansample_option_names();
+  SampleConfig c;
+  OptionSet options(
+      "wansample",
+      "(--weights FILE --model-config JSON | --checkpoint PATH) (--prompt TEXT | --data DIR | --text FILE) "
+      "[--vae FILE --video OUT.mp4] [options]");
+  declare_options(options, c);
+  if (const auto outcome = options.parse(argc, argv); outcome != OptionSet::Outcome::Run) {
+    std::cout << app::help_or_version(outcome, options);
+    return kExitOk;
+  }
+  wan::SamplingRequest r = sampling_request(c, options);
   if (c.threads > 0) torch::set_num_threads(c.threads);
 
   // What the pipeline reports, as wansample's lines on rank 0: every rank

@@ -11,7 +11,7 @@
 // 448 is e4m3fn's largest finite value. e4m3 keeps 3 mantissa bits, so a
 // quantised weight is within 2^-4 of its value relatively, or 2^-10 * scale
 // absolutely below e4m3's smallest normal (2^-6 * scale): the bound
-// tests/unit/fp8_weights_test.cpp derives for a Linear's output.
+// tests/unit/wan/model/fp8_weights_test.cpp derives for a Linear's output.
 #pragma once
 
 #include <ATen/core/Tensor.h>

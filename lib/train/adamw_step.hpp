@@ -8,7 +8,7 @@
 //                       instead of a pass per op.
 // Both keep the optimizer's own state (AdamWParamState per parameter), so
 // checkpoints, resume and ZeRO's slices are unchanged; both equal
-// torch::optim::AdamW to 1e-6 (tests/unit/optimizer_parts_test.cpp).
+// torch::optim::AdamW to 1e-6 (tests/unit/train/optimizer_parts_test.cpp).
 #pragma once
 
 #include <torch/optim/adamw.h>

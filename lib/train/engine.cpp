@@ -175,17 +175,11 @@ void Engine::each_sampling_weight(const std::function<void(const std::string& na
   im.zero->gather_each(im.ema ? tensors_of(im.ema->averages()) : im.zero->parameter_shards(), use, wanted);
 }
 
-StepResult Engine::step(const Batch& batch, const StepFlags& flags) {
+at::Tensor Engine::accumulate(const Batch& batch, double loss_scale, StepTimes& t) {
   auto& im = *impl_;
-  const auto step_start = Clock::now();
-  StepResult result;
-  StepTimes& t = result.times;
   const auto device = comm_.device();
   const int K = options_.accumulation;
   const int64_t B = options_.micro_batch;
-  TORCH_CHECK(batch.size() == B * K, "the engine's batch holds micro_batch x accumulation samples");
-  const double loss_scale = im.scaler ? im.scaler->scale() : 1.0;
-
   im.reducer->zero_grad();
   auto loss_sum = torch::zeros({}, torch::dtype(torch::kFloat64).device(device));
   for (int m = 0; m < K; ++m) {
@@ -219,6 +213,21 @@ StepResult Engine::step(const Batch& batch, const StepFlags& flags) {
     if (options_.zero == 3) im.zero->release_all();
     if (sync) t.comm += seconds_since(phase);
   }
+  return loss_sum;
+}
+
+StepResult Engine::step(const Batch& batch, const StepFlags& flags) {
+  auto& im = *impl_;
+  const auto step_start = Clock::now();
+  StepResult result;
+  StepTimes& t = result.times;
+  const auto device = comm_.device();
+  const int K = options_.accumulation;
+  const int64_t B = options_.micro_batch;
+  TORCH_CHECK(batch.size() == B * K, "the engine's batch holds micro_batch x accumulation samples");
+  const double loss_scale = im.scaler ? im.scaler->scale() : 1.0;
+
+  const at::Tensor loss_sum = accumulate(batch, loss_scale, t);
   if (options_.zero == 3) t.gather = im.zero->take_gather_wait_seconds();
   if (watched_units_) t.gather += watched_units_->take_wait_seconds();
 
@@ -302,44 +311,98 @@ StepResult Engine::step(const Batch& batch, const StepFlags& flags) {
   return result;
 }
 
-void Engine::save_state(ckpt::Checkpoint& c) const {
-  auto& im = *impl_;
-  im.wait_for_snapshot();  // the previous one may still fill these slots
-  c.filled = {};
-  // Copies `t` into `slot` as fp32 on the CPU, reusing the slot's buffer
-  // (the previous checkpoint's, from the writer) when it fits. From a GPU
-  // new slots are page-locked and their copies queued, one wait at the end
-  // covering them all; since the slots live for the whole run and the OS
-  // cannot swap them, at most kPinnedBudget is pinned and the rest of a
-  // larger snapshot is copied into ordinary memory, blocking. On the CPU the
-  // copies run on a thread of their own while the next step's forward and
-  // backward (which only read these tensors) go on; the step's update and
-  // the writer wait for them.
-  constexpr int64_t kPinnedBudget = int64_t(8) << 30;
-  const bool from_device = !comm_.device().is_cpu();
-  int64_t pinned = 0;
-  std::vector<std::pair<at::Tensor, at::Tensor>> deferred;  // slot, source
-  auto put = [&](at::Tensor& slot, const at::Tensor& t) {
+namespace {
+
+// The copies of a state snapshot (Engine::save_state): each tensor into
+// its slot as fp32 on the CPU, reusing the slot's buffer (the previous
+// checkpoint's, from the writer) when it fits. From a GPU new slots are
+// page-locked and their copies queued, one wait at the end covering them
+// all; since the slots live for the whole run and the OS cannot swap them,
+// at most kPinnedBudget is pinned and the rest of a larger snapshot is
+// copied into ordinary memory, blocking. On the CPU the copies run on a
+// thread of their own while the next step's forward and backward (which
+// only read these tensors) go on; the step's update and the writer wait
+// for them.
+class SnapshotCopies {
+ public:
+  explicit SnapshotCopies(bool from_device) : from_device_(from_device) {}
+
+  bool from_device() const { return from_device_; }
+
+  void put(at::Tensor& slot, const at::Tensor& t) {
     const bool fits = slot.defined() && slot.sizes() == t.sizes() && slot.scalar_type() == at::kFloat && slot.is_cpu();
     if (!fits) {
-      const bool pin = from_device && pinned + t.numel() * 4 <= kPinnedBudget;
+      const bool pin = from_device_ && pinned_ + t.numel() * 4 <= kPinnedBudget;
       slot = at::empty(t.sizes(), at::TensorOptions(at::kFloat).pinned_memory(pin));
     }
-    if (!from_device) {
-      deferred.emplace_back(slot, t.detach());
+    if (!from_device_) {
+      deferred_.emplace_back(slot, t.detach());
       return;
     }
     const bool queued = slot.is_pinned();
-    if (queued) pinned += slot.numel() * 4;
+    if (queued) pinned_ += slot.numel() * 4;
     slot.copy_(t.detach(), /*non_blocking=*/queued);
-  };
-  auto put_all = [&](ckpt::NamedTensors& list, const NamedTensors& from) {
+  }
+
+  void put_all(ckpt::NamedTensors& list, const NamedTensors& from) {
     list.resize(from.size());
     for (size_t i = 0; i < from.size(); ++i) {
       list[i].first = from[i].first;
       put(list[i].second, from[i].second);
     }
-  };
+  }
+
+  // On the CPU: the copies started on their own thread, and what the
+  // checkpoint's readers wait for. From a GPU: the queued copies waited for
+  // (the writer thread reads the slots once save_state returns).
+  std::shared_future<void> start(const at::Device& device) {
+    if (!from_device_)
+      return std::async(std::launch::async,
+                        [copies = std::move(deferred_)] {
+                          at::init_num_threads();
+                          test_delay("snapshot_copy");
+                          for (const auto& [slot, source] : copies) slot.copy_(source);
+                        })
+          .share();
+    data::CopyFence copied;
+    copied.record(device);
+    copied.wait();
+    return {};
+  }
+
+ private:
+  static constexpr int64_t kPinnedBudget = int64_t(8) << 30;
+  const bool from_device_;
+  int64_t pinned_ = 0;
+  std::vector<std::pair<at::Tensor, at::Tensor>> deferred_;  // slot, source
+};
+
+// AdamW's moments of whole parameters, by parameter name (those that have any).
+void put_optimizer_state(SnapshotCopies& copies, const torch::optim::Optimizer& optimizer, const NamedTensors& named,
+                         std::vector<ckpt::OptimizerSlot>& optim) {
+  const auto& state = optimizer.state();
+  size_t i = 0;
+  for (const auto& [name, parameter] : named) {
+    const auto it = state.find(optimizer_key(parameter));
+    if (it == state.end()) continue;
+    const auto& adam = static_cast<const torch::optim::AdamWParamState&>(*it->second);
+    if (optim.size() <= i) optim.resize(i + 1);
+    auto& slot = optim[i++];
+    slot.name = name;
+    slot.step = adam.step();
+    copies.put(slot.exp_avg, adam.exp_avg());
+    copies.put(slot.exp_avg_sq, adam.exp_avg_sq());
+  }
+  optim.resize(i);
+}
+
+}  // namespace
+
+void Engine::save_state(ckpt::Checkpoint& c) const {
+  auto& im = *impl_;
+  im.wait_for_snapshot();  // the previous one may still fill these slots
+  c.filled = {};
+  SnapshotCopies copies(!comm_.device().is_cpu());
   const auto& named = objective_.trainable();
   const auto& optimizer_state = im.optimizer->state();
   if (options_.zero == 3) {
@@ -352,15 +415,15 @@ void Engine::save_state(ckpt::Checkpoint& c) const {
     }
     im.zero->gather_each(im.zero->parameter_shards(), [&](const std::string& name, const at::Tensor& whole) {
       if (comm_.rank() != 0) return;
-      put(c.model[index.at(name)].second, whole);
-      if (!from_device) return;
+      copies.put(c.model[index.at(name)].second, whole);
+      if (!copies.from_device()) return;
       data::CopyFence copied;  // before the unit's buffer is reused
       copied.record(comm_.device());
       copied.wait();
     });
   }
   if (im.zero) {
-    if (options_.zero != 3) put_all(c.model, comm_.rank() == 0 ? named : NamedTensors{});
+    if (options_.zero != 3) copies.put_all(c.model, comm_.rank() == 0 ? named : NamedTensors{});
     c.ema.clear();
     c.optim.clear();
     c.shard.rank = comm_.rank();
@@ -379,33 +442,21 @@ void Engine::save_state(ckpt::Checkpoint& c) const {
       if (it != optimizer_state.end()) {
         const auto& adam = static_cast<const torch::optim::AdamWParamState&>(*it->second);
         slice.step = adam.step();
-        put(slice.exp_avg, cut(adam.exp_avg()));
-        put(slice.exp_avg_sq, cut(adam.exp_avg_sq()));
+        copies.put(slice.exp_avg, cut(adam.exp_avg()));
+        copies.put(slice.exp_avg_sq, cut(adam.exp_avg_sq()));
       } else {  // no step taken yet: AdamW's initial state
         slice.step = 0;
-        put(slice.exp_avg, torch::zeros({piece.count}));
-        put(slice.exp_avg_sq, torch::zeros({piece.count}));
+        copies.put(slice.exp_avg, torch::zeros({piece.count}));
+        copies.put(slice.exp_avg_sq, torch::zeros({piece.count}));
       }
-      if (im.ema) put(slice.ema, cut(im.ema->averages()[piece.bucket].second));
+      if (im.ema) copies.put(slice.ema, cut(im.ema->averages()[piece.bucket].second));
     }
   } else {
     c.shard = {};
-    put_all(c.model, named);
-    put_all(c.ema, im.ema ? im.ema->averages() : NamedTensors{});
+    copies.put_all(c.model, named);
+    copies.put_all(c.ema, im.ema ? im.ema->averages() : NamedTensors{});
   }
-  size_t i = 0;
-  for (const auto& [name, parameter] : im.zero ? NamedTensors{} : named) {
-    const auto it = optimizer_state.find(optimizer_key(parameter));
-    if (it == optimizer_state.end()) continue;
-    const auto& adam = static_cast<const torch::optim::AdamWParamState&>(*it->second);
-    if (c.optim.size() <= i) c.optim.resize(i + 1);
-    auto& slot = c.optim[i++];
-    slot.name = name;
-    slot.step = adam.step();
-    put(slot.exp_avg, adam.exp_avg());
-    put(slot.exp_avg_sq, adam.exp_avg_sq());
-  }
-  c.optim.resize(i);
+  put_optimizer_state(copies, *im.optimizer, im.zero ? NamedTensors{} : named, c.optim);
   c.state.step = step_;
   c.state.skipped = skipped_;
   c.state.lr = step_ > 0 ? options_.schedule.at(step_ - 1) : options_.schedule.at(0);
@@ -416,19 +467,8 @@ void Engine::save_state(ckpt::Checkpoint& c) const {
     std::lock_guard<std::mutex> lock(generator.mutex());
     c.rng_cpu = generator.get_state();
   }
-  if (!from_device) {
-    im.snapshot = std::async(std::launch::async, [copies = std::move(deferred)] {
-                    at::init_num_threads();
-                    test_delay("snapshot_copy");
-                    for (const auto& [slot, source] : copies) slot.copy_(source);
-                  }).share();
-    c.filled = im.snapshot;
-    return;
-  }
-  // The writer thread reads the slots once this returns.
-  data::CopyFence copied;
-  copied.record(comm_.device());
-  copied.wait();
+  im.snapshot = copies.start(comm_.device());
+  c.filled = im.snapshot;
 }
 
 void Engine::load_state(const ckpt::Checkpoint& saved, const std::string& path) {

@@ -206,6 +206,10 @@ class Engine {
   void load_state(const ckpt::Checkpoint& saved, const std::string& path);
 
  private:
+  // The step's micro-batches: each one's loss under autocast and its
+  // backward, the buckets reduced on the last (every one with ZeRO-2);
+  // returns the losses' sum, fp64 on the device.
+  at::Tensor accumulate(const Batch& batch, double loss_scale, StepTimes& times);
   void load_whole(const ckpt::Checkpoint& saved);
   void load_slices(const std::string& path);
 

@@ -9,14 +9,12 @@
 
 #include "wantrain/ckpt/directory.hpp"
 #include "wantrain/ckpt/shard_file.hpp"
-#include "wantrain/ckpt/writer.hpp"
-#include "wantrain/distributed/abort.hpp"
 #include "wantrain/distributed/comm.hpp"
-#include "wantrain/distributed/mpi_comm.hpp"
 #include "wantrain/distributed/nccl_comm.hpp"
 #include "wantrain/distributed/world.hpp"
+#include "wantrain/train/checkpoint_saver.hpp"
 #include "wantrain/train/run_plan.hpp"
-#include "wantrain/train/sample_videos.hpp"
+#include "wantrain/train/sample_sink.hpp"
 #include "wantrain/train/train_log.hpp"
 #include "wantrain/train/validation.hpp"
 #include "wantrain/util/error.hpp"
@@ -65,52 +63,6 @@ RunProgress progress_of(const Engine& engine, const TrainLog& log, int64_t sampl
 MemoryPeaks own_memory_peak() { return {{peak_rss_mib()}, {}}; }
 
 constexpr double kNoValidation = std::numeric_limits<double>::quiet_NaN();
-
-// What the training thread does with finished background writes (rank 0).
-// Returns false when a write failed and the run must stop on it.
-bool report(const std::vector<ckpt::WriteResult>& results, const FitOptions& options) {
-  bool ok = true;
-  for (const auto& r : results) {
-    if (r.ok()) {
-      report_info("checkpoint {} written in {:.2f} s", r.path, r.seconds);
-      continue;
-    }
-    if (options.stop_on_checkpoint_error) {
-      report_error("{} (stopping on a failed checkpoint write; the previous checkpoint is intact)", r.error);
-      ok = false;
-    } else {
-      report_warning("{} (training goes on; the previous checkpoint is intact)", r.error);
-    }
-  }
-  return ok;
-}
-
-// Rank 0: waits for the write in flight, at most options.checkpoint_timeout;
-// past it the job ends with the writer's own line (the other ranks wait in a
-// World agreement meanwhile, never under the comm timeout). The .tmp left
-// behind is removed by the next start; `latest` names the previous file.
-void wait_for_writer(ckpt::CheckpointWriter& writer, const FitOptions& options) {
-  if (writer.wait_idle(options.checkpoint_timeout)) return;
-  distributed::abort_job(
-      fmt::format("a checkpoint write in {} has not finished after {:g} s ({}): the file system is too slow or "
-                  "hung; the previous checkpoint is intact",
-                  options.output_dir, std::chrono::duration<double>(options.checkpoint_timeout).count(),
-                  setting_reference("checkpoint_timeout")),
-      kExitFailure);
-}
-
-// Collective over the World: the maximum of `values` over the ranks. Rank 0
-// may be in wait_for_writer meanwhile, so the bound is the checkpoint
-// timeout plus a margin in which rank 0's own abort reaches the others
-// first (this bound only catches a rank 0 that vanished silently).
-std::vector<int64_t> agree_after_writes(const distributed::World& world, const FitOptions& options,
-                                        std::vector<int64_t> values,
-                                        const std::string& what = "agreement after a checkpoint write") {
-  return world.max_over_ranks(
-      std::move(values), what,
-      options.checkpoint_timeout + std::max<std::chrono::milliseconds>(world.timeout(), std::chrono::seconds(60)),
-      "checkpoint_timeout");
-}
 
 }  // namespace
 
@@ -197,170 +149,104 @@ void restore_sampler(const ckpt::Checkpoint& saved, const std::string& path, dat
 
 namespace {
 
+// Where a stop signal found the run.
+enum class StopPoint {
+  BeforeFirstStep,  // during start-up: nothing new to save (a resumed run's checkpoint is `latest` already)
+  AtStep,           // at a step boundary: the step's checkpoint was written (`saved`) or could not be
+  AfterLastStep,    // while the final checkpoint was written: complete (`saved`) or not
+};
+
+// Collective: a stop signal any rank has received (0: none).
+int agreed_stop_signal(const distributed::World& world) {
+  return int(world.max_over_ranks({stop_signal()}, "agreement on a stop signal", world.timeout())[0]);
+}
+
+// The one way a stop signal ends a run: rank 0's line, `reason` for
+// run.json, and the exit status (kExitRequeue when there is a checkpoint to
+// go on from, kExitFailure when it could not be written).
+int stopped(const distributed::World& world, const FitOptions& options, StopPoint point, int signal, bool saved,
+            int64_t step, std::string& reason) {
+  const std::string requeue = fmt::format("{} (requeue, then {} auto)", kExitRequeue, setting_reference("resume"));
+  const std::string name = signal_name(signal);
+  std::string line;
+  switch (point) {
+    case StopPoint::BeforeFirstStep:
+      line = fmt::format("stopping before the first step on {}: nothing to save; exit status {}", name, requeue);
+      reason = fmt::format("stopped before the first step by {} (nothing to save)", name);
+      break;
+    case StopPoint::AtStep:
+      line = fmt::format("stopping at step {} on {}: {}; exit status {}", step, name,
+                         saved ? fmt::format("checkpoint {}/{}", options.output_dir, ckpt::checkpoint_file_name(step))
+                               : std::string("the checkpoint could not be written"),
+                         saved ? requeue : std::string("1"));
+      reason = fmt::format("stopped at step {} by {}: {}", step, name,
+                           saved ? "checkpoint written, requeue to go on" : "the checkpoint could not be written");
+      break;
+    case StopPoint::AfterLastStep:
+      line = fmt::format("stopping after the last step on {}: {}", name,
+                         saved ? fmt::format("the final checkpoint is complete ({}/latest); exit status {}",
+                                             options.output_dir, requeue)
+                               : std::string("the final checkpoint could not be written; exit status 1"));
+      reason =
+          fmt::format("finished, then stopped by {} while the final checkpoint was written{}", name,
+                      saved ? " (it is complete; the requeued run writes the weights)" : " (it could not be written)");
+      break;
+  }
+  if (world.is_root()) report_info("{}", line);
+  std::fflush(stdout);  // before a launcher's kill-on-bad-exit can end this rank
+  return saved ? kExitRequeue : kExitFailure;
+}
+
+// One optimizer step on the next batch, logged and recorded. The ranks
+// agree on a signal any of them got and a failed write any of them saw in
+// the step's own reduction (no collective of their own): what arrives
+// after it counts at the next step.
+StepResult take_step(distributed::Comm& comm, const RunPlan& plan, FitRun& run, int64_t& epoch, bool writes_ok,
+                     TrainLog& log, RunRecord& record, double& device_peak) {
+  using Clock = std::chrono::steady_clock;
+  Engine& engine = *run.engine;
+  const auto wait = Clock::now();
+  const Batch batch = run.batches->next(epoch);
+  const double waited = std::chrono::duration<double>(Clock::now() - wait).count();
+  StepResult result = engine.step(batch, {stop_signal, !writes_ok});
+  result.epoch = epoch;
+  result.times.data += waited;
+  result.times.total += waited;
+  log.record(result, engine.skipped_steps(),
+             log.is_logged_step(result.step) ? memory_peaks(comm, device_peak) : MemoryPeaks{});
+  record.progress(progress_of(engine, log, plan.effective_batch));
+  return result;
+}
+
 // fit's loop; `reason` says how it ended, for run.json.
 int fit_steps(distributed::World& world, distributed::Comm& comm, const RunPlan& plan, FitRun& run,
               const FitOptions& options, double best_val_loss, TrainLog& log, RunRecord& record, std::string& reason,
               double& device_peak) {
   Engine& engine = *run.engine;
-  const bool resumed = run.resumed;
   int64_t epoch = run.first_epoch;
-
-  // Rank 0's writer; without ZeRO the other ranks never touch the file
-  // system for checkpoints. With it every rank writes its shard, and the
-  // writers agree on each checkpoint over a communicator of their own
-  // (ended by its watchdog after the checkpoint timeout).
-  std::unique_ptr<ckpt::CheckpointWriter> writer;
-  std::shared_ptr<distributed::MpiComm> writers_comm;
-  if (world.is_root())
-    for (const auto& partial : ckpt::remove_partial_writes(options.output_dir))
-      report_warning("removed {}, left by a checkpoint write that did not finish", partial);
-  ckpt::WriterOptions writer_options;
-  writer_options.directory = options.output_dir;
-  writer_options.keep = options.keep;
-  writer_options.keep_best = options.keep_best;
-  writer_options.best_val_loss = best_val_loss;
-  writer_options.rank = world.rank();
-  if (options.sharded_state) {
-    writers_comm = std::make_shared<distributed::MpiComm>(world, distributed::CommOptions{options.checkpoint_timeout});
-    writer_options.agree = [writers_comm](bool ok) {
-      auto failed = torch::tensor({int32_t(!ok)}, torch::kInt32);
-      writers_comm->all_reduce(failed, {distributed::ReduceOp::Max});
-      return failed.item<int32_t>() == 0;
-    };
-  }
-  if (world.is_root() || options.sharded_state) writer = std::make_unique<ckpt::CheckpointWriter>(writer_options);
-  // Collective: rank 0 drains its writer (bounded) and reports; true on
-  // every rank when every write so far succeeded and `ok`.
-  auto finish_writes = [&](bool ok) {
-    if (writer) {
-      wait_for_writer(*writer, options);
-      ok = report(writer->drain(), options) && ok;
-    }
-    return agree_after_writes(world, options, {int64_t(!ok)})[0] == 0;
-  };
-  int64_t last_saved = resumed ? engine.steps_taken() : -1;
-  // Collective (at the same steps on every rank): rank 0 hands a snapshot to
-  // its writer once the previous write finished; the others wait for that.
-  auto save = [&](double val_loss) {
-    if (engine.steps_taken() == last_saved) return;
-    if (writer) wait_for_writer(*writer, options);
-    agree_after_writes(world, options, {0});
-    if (writer) {
-      auto c = writer->recycle();
-      engine.save_state(c);
-      const auto position = run.batches->position();
-      c.state.epoch = epoch;
-      c.state.sampler_epoch = position.epoch;
-      c.state.sampler_consumed = position.consumed;
-      c.state.val_loss = val_loss;
-      c.world_size = plan.data_parallel;  // the sampler's ranks (with --sp: its groups)
-      c.shard_affinity = plan.sampler.shard_affinity;
-      c.run_config = options.run_options;
-      c.model_config = options.model_config;
-      c.objective_kind = engine.objective().kind();
-      c.objective = engine.objective().checkpoint_state();
-      writer->submit(std::move(c));
-    }
-    last_saved = engine.steps_taken();
-    record.write_started();  // a job killed from here on is recorded this far
-  };
-
-  const at::ScalarType compute_dtype = plan.engine.compute_dtype;
+  CheckpointSaver saver(world, options, plan, engine, *run.batches, record, best_val_loss,
+                        run.resumed ? engine.steps_taken() : -1);
+  const auto samples = make_sample_sink(world, run, options, log, record);
   auto validate = [&](int64_t step) {
     const WholeWeights whole(engine);  // ZeRO-3: ranks may run different numbers of batches
     const ValidationResult result =
-        run.validator->evaluate(engine.objective(), comm, compute_dtype, plan.settings.sequence_parallel);
+        run.validator->evaluate(engine.objective(), comm, plan.engine.compute_dtype, plan.settings.sequence_parallel);
     log.validation(step, result);
     record.validation(step, result.loss);
     return result.loss;
   };
-  // Rank 0 draws while the others wait in the agreement that follows its
-  // checkpoint writes (rank 0's own long work), never under the comm timeout.
-  // The prompts' videos first, every rank its share, gathered (waiting out
-  // the ranks' uneven shares as a checkpoint write is waited out).
-  auto draw_sample = [&](int64_t step) {
-    std::vector<SampleVideo> videos;
-    if (run.draw_videos)
-      videos = gather_sample_videos(
-          world, run.draw_videos(step),
-          options.checkpoint_timeout + std::max<std::chrono::milliseconds>(world.timeout(), std::chrono::seconds(60)));
-    if (auto sample = run.draw_sample(step)) {
-      sample->videos = std::move(videos);
-      log.sample(step, *sample);
-      record.sample(step, *sample);
-    }
-    agree_after_writes(world, options, {0}, "agreement after drawing a training sample");
-  };
-  // With sample ranks: the weights go to them, or the sample is dropped
-  // (never a wait, but for the last one's, bounded as a checkpoint write is).
-  auto hand_off = [&](int64_t step, bool last) {
-    using Readiness = SampleSender::Readiness;
-    SampleSender* sender = run.hand_off->sender;
-    Readiness readiness = Readiness::Busy;
-    if (sender) readiness = last ? sender->wait_ready(step, options.checkpoint_timeout) : sender->ready(step);
-    readiness =
-        Readiness(agree_after_writes(world, options, {int64_t(readiness)}, "agreement on handing a sample over")[0]);
-    if (readiness == Readiness::NotWanted) return;  // the sample ranks wait for the other expert's step
-    if (readiness == Readiness::Busy) {
-      if (world.is_root() && last)
-        report_warning(
-            "step {}: the sample ranks are still busy with an earlier sample after {:g} s ({}): the last "
-            "sample is dropped",
-            step, std::chrono::duration<double>(options.checkpoint_timeout).count(),
-            setting_reference("checkpoint_timeout"));
-      else if (world.is_root())
-        report_warning(
-            "step {}: the sample ranks are still busy with an earlier sample: this one is dropped (a sample "
-            "takes them longer than {} steps train; {} with a larger N, or more sample ranks)",
-            step, options.sample_every, setting_reference("sample_every"));
-      return;
-    }
-    const auto start = std::chrono::steady_clock::now();
-    int64_t count = 0;
-    for (const auto& item : engine.objective().trainable()) count += run.hand_off->sends(item.first) ? 1 : 0;
-    if (sender) sender->begin(step, count, run.hand_off->base);
-    engine.each_sampling_weight(
-        [&](const std::string& name, const at::Tensor& whole) {
-          if (sender) sender->send(name, whole);
-        },
-        run.hand_off->sends);
-    if (world.is_root())
-      report_info("step {}: the weights of the sample went to the sample ranks in {:.2f} s", step,
-                  std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  };
-  // A stop signal that came during start-up: nothing new to save (a resumed
-  // run's checkpoint is `latest` already); the requeue starts again from it.
   test_delay("before_first_step");
-  if (const int signal = int(world.max_over_ranks({stop_signal()}, "agreement on a stop signal", world.timeout())[0])) {
-    reason = fmt::format("stopped before the first step by {} (nothing to save)", signal_name(signal));
-    if (world.is_root())
-      report_info("stopping before the first step on {}: nothing to save; exit status {} (requeue, then {} auto)",
-                  signal_name(signal), kExitRequeue, setting_reference("resume"));
-    std::fflush(stdout);
-    return kExitRequeue;
-  }
+  if (const int signal = agreed_stop_signal(world))
+    return stopped(world, options, StopPoint::BeforeFirstStep, signal, true, 0, reason);
 
-  using Clock = std::chrono::steady_clock;
   bool writes_ok = true;
   int64_t skipped_in_a_row = 0;     // the skip decision is the same on every rank, so is this
   double val_loss = kNoValidation;  // of the step just taken
   while (engine.steps_taken() < plan.total_steps) {
-    const auto wait = Clock::now();
-    const Batch batch = run.batches->next(epoch);
-    const double waited = std::chrono::duration<double>(Clock::now() - wait).count();
-    // The ranks agree on a signal any of them got and a failed write any
-    // of them saw in the step's own reduction (no collective of their own):
-    // what arrives after it counts at the next step.
-    StepResult result = engine.step(batch, {stop_signal, !writes_ok});
-    result.epoch = epoch;
-    result.times.data += waited;
-    result.times.total += waited;
-    log.record(result, engine.skipped_steps(),
-               log.is_logged_step(result.step) ? memory_peaks(comm, device_peak) : MemoryPeaks{});
-    record.progress(progress_of(engine, log, plan.effective_batch));
+    const StepResult result = take_step(comm, plan, run, epoch, writes_ok, log, record, device_peak);
     skipped_in_a_row = result.skipped ? skipped_in_a_row + 1 : 0;
     if (options.max_skipped > 0 && skipped_in_a_row >= options.max_skipped) {
-      finish_writes(true);
+      saver.finish(true);
       if (world.is_root())
         print_error_line(fmt::format(
             "stopping at step {}: {} steps in a row had a non-finite loss or gradient and were skipped ({} {}); "
@@ -370,9 +256,8 @@ int fit_steps(distributed::World& world, distributed::Comm& comm, const RunPlan&
                            result.step, skipped_in_a_row);
       return kExitFailure;
     }
-    // A failed write stops the run before it writes anything more.
-    if (result.write_failed) {
-      finish_writes(true);
+    if (result.write_failed) {  // a failed write stops the run before it writes anything more
+      saver.finish(true);
       reason = fmt::format("stopped at step {}: a checkpoint write failed", engine.steps_taken());
       return kExitFailure;
     }
@@ -380,60 +265,27 @@ int fit_steps(distributed::World& world, distributed::Comm& comm, const RunPlan&
     val_loss = kNoValidation;
     if (run.validator && (done || (options.val_every > 0 && result.step % options.val_every == 0)))
       val_loss = validate(result.step);
-    if (options.sample_every > 0 && (done || result.step % options.sample_every == 0)) {
-      if (run.hand_off)
-        hand_off(result.step, done);
-      else
-        draw_sample(result.step);
-    }
-    if (options.save_every > 0 && result.step % options.save_every == 0) save(val_loss);
-    if (writer) writes_ok = report(writer->take_results(), options) && writes_ok;
-
-    if (const int signal = result.stop_signal; signal != 0) {
-      save(val_loss);
-      bool written = true;  // whatever the error policy says: the message must be true
-      if (writer) {
-        wait_for_writer(*writer, options);
-        const auto results = writer->drain();
-        report(results, options);
-        for (const auto& r : results) written = written && r.ok();
-      }
-      const bool saved = agree_after_writes(world, options, {int64_t(!written)})[0] == 0;
-      if (world.is_root())
-        report_info("stopping at step {} on {}: {}; exit status {}", engine.steps_taken(), signal_name(signal),
-                    saved ? fmt::format("checkpoint {}/{}", options.output_dir,
-                                        ckpt::checkpoint_file_name(engine.steps_taken()))
-                          : std::string("the checkpoint could not be written"),
-                    saved ? fmt::format("{} (requeue, then {} auto)", kExitRequeue, setting_reference("resume"))
-                          : std::string("1"));
-      std::fflush(stdout);  // before a launcher's kill-on-bad-exit can end this rank
-      reason = fmt::format("stopped at step {} by {}: {}", engine.steps_taken(), signal_name(signal),
-                           saved ? "checkpoint written, requeue to go on" : "the checkpoint could not be written");
-      return saved ? kExitRequeue : kExitFailure;
+    if (options.sample_every > 0 && (done || result.step % options.sample_every == 0))
+      samples->sample(result.step, done);
+    if (options.save_every > 0 && result.step % options.save_every == 0) saver.save(epoch, val_loss);
+    writes_ok = saver.take_results() && writes_ok;
+    if (result.stop_signal != 0) {
+      saver.save(epoch, val_loss);
+      const bool saved = saver.all_written();  // whatever the error policy says: the message must be true
+      return stopped(world, options, StopPoint::AtStep, result.stop_signal, saved, engine.steps_taken(), reason);
     }
   }
   log.finish(engine.skipped_steps(), memory_peaks(comm, device_peak));
 
   // The final checkpoint; not after a failed write that stops the run.
   // Every rank learns how the writes went, so all exit with one status.
-  writes_ok = finish_writes(writes_ok);
-  if (writes_ok || !options.stop_on_checkpoint_error) save(val_loss);
-  writes_ok = finish_writes(writes_ok);
+  writes_ok = saver.finish(writes_ok);
+  if (writes_ok || !options.stop_on_checkpoint_error) saver.save(epoch, val_loss);
+  writes_ok = saver.finish(writes_ok);
   // A stop signal while the final checkpoint was written: it is complete,
   // and the requeued job (--resume auto) only writes the weights.
-  if (const int signal = int(world.max_over_ranks({stop_signal()}, "agreement on a stop signal", world.timeout())[0])) {
-    if (world.is_root())
-      report_info("stopping after the last step on {}: {}", signal_name(signal),
-                  writes_ok ? fmt::format("the final checkpoint is complete ({}/latest); exit status {} (requeue, then "
-                                          "{} auto)",
-                                          options.output_dir, kExitRequeue, setting_reference("resume"))
-                            : std::string("the final checkpoint could not be written; exit status 1"));
-    std::fflush(stdout);
-    reason = fmt::format(
-        "finished, then stopped by {} while the final checkpoint was written{}", signal_name(signal),
-        writes_ok ? " (it is complete; the requeued run writes the weights)" : " (it could not be written)");
-    return writes_ok ? kExitRequeue : kExitFailure;
-  }
+  if (const int signal = agreed_stop_signal(world))
+    return stopped(world, options, StopPoint::AfterLastStep, signal, writes_ok, engine.steps_taken(), reason);
   std::string weights;
   if (run.save_weights) weights = run.save_weights(options.output_dir, world.is_root());
   comm.barrier();  // the weights are complete before any rank reports success

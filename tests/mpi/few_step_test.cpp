@@ -88,6 +88,11 @@ TEST_F(FewStep, TwoRanksTakeOneRanksStepsResumeIsBitwiseAndTheSamplerTravels) {
   // ZeRO-2 shards the student's optimizer state and gradients: the same steps.
   const auto zero = fresh("few-step-zero2");
   const Job z = distill(2, zero, common + "--batch-size 2 --zero 2 --sample-every 8");
+  // --sp 2: the student's and the fake score's tokens split over the two
+  // ranks, which take the steps of one rank with the whole batch.
+  const auto split = fresh("few-step-sp2");
+  const Job s = distill(2, split, common + "--batch-size 4 --sp 2");
+  ASSERT_EQ(s.status, 0) << s.output;
   ASSERT_EQ(z.status, 0) << z.output;
   EXPECT_TRUE(fs::exists(zero + "/samples/step-00000008.png")) << z.output;
   ASSERT_EQ(a.status, 0) << a.output;
@@ -105,6 +110,14 @@ TEST_F(FewStep, TwoRanksTakeOneRanksStepsResumeIsBitwiseAndTheSamplerTravels) {
   ASSERT_EQ(sharded.size(), 8u);
   for (size_t i = 0; i < sharded.size(); ++i)
     EXPECT_LT(relative(sharded[i]["loss"], reference[i]["loss"]), 1e-5) << "step " << i + 1;
+  const auto split_lines = training_lines(split);
+  ASSERT_EQ(split_lines.size(), 8u);
+  for (size_t i = 0; i < split_lines.size(); ++i) {
+    EXPECT_LT(relative(split_lines[i]["loss"], reference[i]["loss"]), 1e-5) << "--sp 2, step " << i + 1;
+    EXPECT_LT(relative(split_lines[i]["grad_norm"], reference[i]["grad_norm"]), 1e-5) << "--sp 2, step " << i + 1;
+  }
+  EXPECT_LT(weights_difference(split + "/model.safetensors", one + "/model.safetensors"), 1e-5);
+  EXPECT_LT(weights_difference(split + "/ema.safetensors", one + "/ema.safetensors"), 1e-5);
   const auto val_one = validation_lines(one), val_two = validation_lines(two);
   ASSERT_EQ(val_one.size(), 2u);
   for (size_t v = 0; v < 2; ++v) EXPECT_LT(relative(val_two[v]["val_loss"], val_one[v]["val_loss"]), 1e-5);

@@ -1,5 +1,5 @@
 """fp8 weights with block scales, as docs/lora.md states the rule, in torch:
-the reference of tests/unit/fp8_weights_test.cpp. Written from the rule, a
+the reference of tests/unit/wan/model/fp8_weights_test.cpp. Written from the rule, a
 block of 64 inputs at a time, with torch's own float8_e4m3fn conversion.
 
   fp8_reference.py IN OUT   IN: F32 tensors [out, in]; OUT: per tensor NAME,

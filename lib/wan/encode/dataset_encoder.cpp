@@ -8,6 +8,7 @@
 #include <deque>
 #include <exception>
 #include <filesystem>
+#include <functional>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -260,11 +261,8 @@ EncodePlan plan_job(const DatasetEncoderSettings& s, const std::vector<data::Med
   return plan;
 }
 
-}  // namespace
-
-DatasetEncoderSummary encode_dataset(const DatasetEncoderSettings& s, VideoVae& vae, TextEncoder& text,
-                                     distributed::World& world, ClipVision* clip) {
-  const auto started = Clock::now();
+// The settings' checks that need the encoders.
+void check_settings(const DatasetEncoderSettings& s, VideoVae& vae, const ClipVision* clip) {
   check_buckets(s.buckets, 2 * vae.spatial_factor());  // Wan2.2's VAE: sides multiples of 32
   if (s.items_per_shard < 1) throw SettingError("items_per_shard", "must be at least 1");
   if (s.condition_images < 0 || s.condition_images > 2)
@@ -277,69 +275,63 @@ DatasetEncoderSummary encode_dataset(const DatasetEncoderSettings& s, VideoVae& 
                                                     frames));
   if (clip && s.condition_images == 0)
     throw SettingError("condition", "a CLIP tower encodes the picture of an image condition, and none is asked for");
+}
 
-  std::vector<data::MediaItem> items;
-  world.agree([&] {
-    items = data::list_media(s.listing, s.listing_options);
-    if (world.is_root()) prepare_output(s);
-  });
-  std::vector<ItemProbe> probes;
-  const EncodePlan plan = plan_job(s, items, probes, world);
-  const auto shards = int64_t(plan.shards.size());
+// What the shards of a bucket hold per sample:
+// [C, 1 + (F - 1) / 4, H / 8, W / 8] latents for Wan2.1's VAE (Wan2.2's: 48
+// channels, H / 16, W / 16), the text, and an image condition's y and CLIP features.
+data::SampleShape sample_shape(const ClipBucket& b, const DatasetEncoderSettings& s, VideoVae& vae, TextEncoder& text,
+                               ClipVision* clip) {
+  const int64_t factor = vae.spatial_factor();
+  data::SampleShape shape{vae.z_dim(),
+                          vae.latent_frames(b.frames),
+                          b.size.height / factor,
+                          b.size.width / factor,
+                          text.text_len(),
+                          text.dim(),
+                          s.latent_dtype,
+                          s.emb_dtype};
+  if (s.condition_images > 0) shape.condition_channels = 4 + vae.z_dim();  // y: mask and latents
+  if (s.condition_images > 0 && clip) {
+    shape.clip_tokens = s.condition_images * (*clip)->config().tokens();
+    shape.clip_dim = (*clip)->config().dim;
+  }
+  return shape;
+}
+
+// This rank's shards still to encode (every size-th, without a record yet;
+// a killed run's unfinished file removed), and their items.
+std::vector<int64_t> shards_to_encode(const DatasetEncoderSettings& s, const EncodePlan& plan,
+                                      const distributed::World& world, int64_t& items) {
   std::vector<int64_t> mine;
-  int64_t kept = 0;
-  for (int64_t k = 0; k < shards; ++k) kept += fs::exists(record_path(s.out, k)) ? 1 : 0;
-  int64_t my_items = 0;
-  for (int64_t k = world.rank(); k < shards; k += world.size()) {
+  items = 0;
+  for (int64_t k = world.rank(); k < int64_t(plan.shards.size()); k += world.size()) {
     if (fs::exists(record_path(s.out, k))) continue;
     std::error_code ec;
     fs::remove(data::shard_path(s.out, k) + ".partial", ec);  // a killed run's unfinished shard
     mine.push_back(k);
-    my_items += int64_t(plan.shards[size_t(k)].items.size());
+    items += int64_t(plan.shards[size_t(k)].items.size());
   }
+  return mine;
+}
 
-  const int64_t factor = vae.spatial_factor();
-  auto shape_of = [&](const ClipBucket& b) {
-    // [C, 1 + (F - 1) / 4, H / 8, W / 8] for Wan2.1's VAE (Wan2.2's: 48 channels, H / 16, W / 16)
-    data::SampleShape shape{vae.z_dim(),
-                            vae.latent_frames(b.frames),
-                            b.size.height / factor,
-                            b.size.width / factor,
-                            text.text_len(),
-                            text.dim(),
-                            s.latent_dtype,
-                            s.emb_dtype};
-    if (s.condition_images > 0) shape.condition_channels = 4 + vae.z_dim();  // y: mask and latents
-    if (s.condition_images > 0 && clip) {
-      shape.clip_tokens = s.condition_images * (*clip)->config().tokens();
-      shape.clip_dim = (*clip)->config().dim;
-    }
-    return shape;
-  };
-  const auto device = vae.parameters().front().device();
-
-  Handoff handoff;
-  std::thread decoder(decode_ahead, std::cref(items), std::cref(probes), std::cref(plan), std::cref(mine), std::cref(s),
-                      std::ref(handoff));
-  struct JoinOnExit {
-    std::thread& t;
-    Handoff& h;
-    ~JoinOnExit() {
-      h.stop();
-      if (t.joinable()) t.join();
-    }
-  } join_on_exit{decoder, handoff};
-
-  DatasetEncoderSummary summary;
-  Progress progress("encode", my_items);
-  auto last_line = Clock::now();
-  int64_t done_items = 0, done_samples = 0;
+// The shard being written: its rows, its items done, the prompts cut to
+// text_len and the items skipped, then its record.
+struct ShardInProgress {
+  int64_t shard = -1, row = 0, items_done = 0, truncated = 0;
   std::unique_ptr<data::ShardWriter> writer;
-  int64_t shard = -1, row = 0, shard_done = 0, truncated = 0;
   std::vector<std::pair<size_t, std::string>> problems;  // (item, line)
-  auto finish_shard = [&] {
-    const auto& planned = plan.shards[size_t(shard)];
-    const std::string path = data::shard_path(s.out, shard);
+
+  void start(int64_t k, const data::SampleShape& shape, int64_t clips, const std::string& out) {
+    shard = k;
+    row = 0, items_done = 0, truncated = 0;
+    problems.clear();
+    writer = std::make_unique<data::ShardWriter>(data::shard_path(out, shard) + ".partial", shape, clips,
+                                                 /*with_prompt=*/true);
+  }
+  // Renames the shard into place (none when it has no rows) and writes its record.
+  void finish(const PlannedShard& planned, const std::string& out) {
+    const std::string path = data::shard_path(out, shard);
     writer->keep_first(row);
     writer->close();
     writer.reset();
@@ -362,62 +354,136 @@ DatasetEncoderSummary encode_dataset(const DatasetEncoderSettings& s, VideoVae& 
                                 {"truncated_prompts", truncated},
                                 {"skipped", skipped},
                                 {"skipped_items", skipped_items}};
-    write_file_durably(record_path(s.out, shard), record.dump(2) + "\n");
-  };
+    write_file_durably(record_path(out, shard), record.dump(2) + "\n");
+  }
+};
+
+// An item's clips encoded into the shard's next rows: the caption by the
+// text encoder, each clip by the VAE (and with an image condition its y
+// and CLIP features). Returns the samples written.
+int64_t encode_item(const data::MediaItem& item, const Prepared& prepared, const DatasetEncoderSettings& s,
+                    VideoVae& vae, TextEncoder& text, ClipVision* clip, ShardInProgress& shard,
+                    DatasetEncoderSummary& summary) {
+  const auto device = vae.parameters().front().device();
+  const auto text_start = Clock::now();
+  auto encoded = text.encode({*item.caption});
+  summary.text_seconds += seconds_since(text_start);
+  shard.truncated += encoded.truncated;
+  int64_t samples = 0;
+  for (const auto& frames : prepared.clips) {  // [3, F, H, W] in [-1, 1]
+    torch::NoGradGuard no_grad;
+    const auto vae_start = Clock::now();
+    const auto latents = vae.encode(frames.unsqueeze(0).to(device)).to(torch::kCPU);  // [1, z, t, h, w]
+    data::SampleCondition condition;
+    if (s.condition_images > 0) {
+      const int64_t f = frames.size(1);
+      const auto first = frames.select(1, 0);
+      const auto last = s.condition_images == 2 ? frames.select(1, f - 1) : at::Tensor();
+      condition.y = image_condition_y(vae, first, last, f).to(torch::kCPU);
+      if (clip) condition.clip_fea = image_clip_features(**clip, first, last).to(torch::kCPU);
+    }
+    summary.vae_seconds += seconds_since(vae_start);
+    shard.writer->write(shard.row++, latents[0], encoded.embedding[0], encoded.lengths[0], *item.caption, condition);
+    ++samples;
+  }
+  return samples;
+}
+
+// The job's summary from every shard's record (those of earlier runs too),
+// once all ranks are done: buckets, samples, cut prompts, and each skipped
+// item's line once, in listing order.
+void summarize(const DatasetEncoderSettings& s, const std::vector<data::MediaItem>& items, const EncodePlan& plan,
+               const std::function<data::SampleShape(const ClipBucket&)>& shape_of, DatasetEncoderSummary& summary) {
+  auto skipped = plan.skipped;
+  for (size_t i = 0; i < skipped.size(); ++i)
+    skipped[i].second = items[skipped[i].first].origin + ": " + skipped[i].second;
+  for (int64_t k = 0; k < int64_t(plan.shards.size()); ++k) {
+    const auto record = parse_json(read_whole_file(record_path(s.out, k)));
+    const auto& bucket = plan.shards[size_t(k)].bucket;
+    if (summary.buckets.empty() || !(summary.buckets.back().bucket == bucket))
+      summary.buckets.push_back({bucket, shape_of(bucket)});
+    const auto samples = record.at("samples").get<int64_t>();
+    summary.buckets.back().samples += samples;
+    summary.buckets.back().shards += 1;
+    summary.samples += samples;
+    summary.truncated_prompts += record.at("truncated_prompts").get<int64_t>();
+    const auto& lines = record.at("skipped");
+    const auto& at = record.at("skipped_items");
+    for (size_t j = 0; j < lines.size(); ++j) skipped.emplace_back(at.at(j).get<size_t>(), lines[j].get<std::string>());
+  }
+  // Each line once (an item of several clip lengths may fail alike in each of their shards).
+  std::stable_sort(skipped.begin(), skipped.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  skipped.erase(std::unique(skipped.begin(), skipped.end()), skipped.end());
+  for (auto& entry : skipped) summary.skipped.push_back(std::move(entry.second));
+}
+
+}  // namespace
+
+DatasetEncoderSummary encode_dataset(const DatasetEncoderSettings& s, VideoVae& vae, TextEncoder& text,
+                                     distributed::World& world, ClipVision* clip) {
+  const auto started = Clock::now();
+  check_settings(s, vae, clip);
+  std::vector<data::MediaItem> items;
+  world.agree([&] {
+    items = data::list_media(s.listing, s.listing_options);
+    if (world.is_root()) prepare_output(s);
+  });
+  std::vector<ItemProbe> probes;
+  const EncodePlan plan = plan_job(s, items, probes, world);
+  const auto shards = int64_t(plan.shards.size());
+  int64_t kept = 0;
+  for (int64_t k = 0; k < shards; ++k) kept += fs::exists(record_path(s.out, k)) ? 1 : 0;
+  int64_t my_items = 0;
+  const std::vector<int64_t> mine = shards_to_encode(s, plan, world, my_items);
+  const auto shape_of = [&](const ClipBucket& b) { return sample_shape(b, s, vae, text, clip); };
+
+  Handoff handoff;
+  std::thread decoder(decode_ahead, std::cref(items), std::cref(probes), std::cref(plan), std::cref(mine), std::cref(s),
+                      std::ref(handoff));
+  struct JoinOnExit {
+    std::thread& t;
+    Handoff& h;
+    ~JoinOnExit() {
+      h.stop();
+      if (t.joinable()) t.join();
+    }
+  } join_on_exit{decoder, handoff};
+
+  DatasetEncoderSummary summary;
+  Progress progress("encode", my_items);
+  auto last_line = Clock::now();
+  int64_t done_items = 0, done_samples = 0;
+  ShardInProgress shard;
   auto skip = [&](size_t item, const std::string& line) {
     if (s.strict) throw UsageError(line + " (--strict)");
-    problems.emplace_back(item, line);
+    shard.problems.emplace_back(item, line);
     progress.interrupt();
     report_warning("skipped {}", line);
   };
-
   for (bool running = true; running;) {
     const auto waiting = Clock::now();
     Work work = handoff.take();
     summary.waiting_seconds += seconds_since(waiting);
     if (auto* start = std::get_if<ShardStart>(&work)) {
-      shard = start->shard;
-      row = 0, shard_done = 0, truncated = 0;
-      problems.clear();
-      writer = std::make_unique<data::ShardWriter>(data::shard_path(s.out, shard) + ".partial",
-                                                   shape_of(plan.shards[size_t(shard)].bucket),
-                                                   plan.shards[size_t(shard)].clips(), /*with_prompt=*/true);
+      const auto& planned = plan.shards[size_t(start->shard)];
+      shard.start(start->shard, shape_of(planned.bucket), planned.clips(), s.out);
     } else if (auto* p = std::get_if<Prepared>(&work)) {
       const auto& item = items[p->item];
       test_delay("encode_item");
       // A still (a 1-frame sample of a bucketed encode) has no last frame.
       const bool too_short = s.condition_images == 2 &&
                              std::any_of(p->clips.begin(), p->clips.end(), [](const auto& c) { return c.size(1) < 5; });
-      if (!p->problem.empty()) {
+      if (!p->problem.empty())
         skip(p->item, item.origin + ": " + p->problem);
-      } else if (too_short) {
+      else if (too_short)
         skip(p->item,
              item.origin + ": a still or a clip under 5 frames has no last frame to give (the flf2v condition)");
-      } else {
-        const auto text_start = Clock::now();
-        auto encoded = text.encode({*item.caption});
-        summary.text_seconds += seconds_since(text_start);
-        truncated += encoded.truncated;
-        for (const auto& frames : p->clips) {  // [3, F, H, W] in [-1, 1]
-          torch::NoGradGuard no_grad;
-          const auto vae_start = Clock::now();
-          const auto latents = vae.encode(frames.unsqueeze(0).to(device)).to(torch::kCPU);  // [1, z, t, h, w]
-          data::SampleCondition condition;
-          if (s.condition_images > 0) {
-            const int64_t f = frames.size(1);
-            const auto first = frames.select(1, 0);
-            const auto last = s.condition_images == 2 ? frames.select(1, f - 1) : at::Tensor();
-            condition.y = image_condition_y(vae, first, last, f).to(torch::kCPU);
-            if (clip) condition.clip_fea = image_clip_features(**clip, first, last).to(torch::kCPU);
-          }
-          summary.vae_seconds += seconds_since(vae_start);
-          writer->write(row++, latents[0], encoded.embedding[0], encoded.lengths[0], *item.caption, condition);
-          ++done_samples;
-        }
-      }
+      else
+        done_samples += encode_item(item, *p, s, vae, text, clip, shard, summary);
       ++done_items;
       progress.advance();
-      if (++shard_done == int64_t(plan.shards[size_t(shard)].items.size())) finish_shard();
+      const auto& planned = plan.shards[size_t(shard.shard)];
+      if (++shard.items_done == int64_t(planned.items.size())) shard.finish(planned, s.out);
       if (!progress.enabled() && Clock::now() - last_line > std::chrono::seconds(30)) {
         last_line = Clock::now();
         const double seconds = std::chrono::duration<double>(last_line - started).count();
@@ -440,28 +506,7 @@ DatasetEncoderSummary encode_dataset(const DatasetEncoderSettings& s, VideoVae& 
   summary.items = int64_t(items.size());
   summary.shards = shards;
   summary.shards_kept = kept;
-  auto skipped = plan.skipped;
-  for (size_t i = 0; i < skipped.size(); ++i)
-    skipped[i].second = items[skipped[i].first].origin + ": " + skipped[i].second;
-  for (int64_t k = 0; k < shards; ++k) {
-    const auto record = parse_json(read_whole_file(record_path(s.out, k)));
-    const auto& bucket = plan.shards[size_t(k)].bucket;
-    if (summary.buckets.empty() || !(summary.buckets.back().bucket == bucket))
-      summary.buckets.push_back({bucket, shape_of(bucket)});
-    const auto samples = record.at("samples").get<int64_t>();
-    summary.buckets.back().samples += samples;
-    summary.buckets.back().shards += 1;
-    summary.samples += samples;
-    summary.truncated_prompts += record.at("truncated_prompts").get<int64_t>();
-    const auto& lines = record.at("skipped");
-    const auto& at = record.at("skipped_items");
-    for (size_t j = 0; j < lines.size(); ++j) skipped.emplace_back(at.at(j).get<size_t>(), lines[j].get<std::string>());
-  }
-  // In listing order, each line once (an item of several clip lengths may
-  // fail alike in each of their shards).
-  std::stable_sort(skipped.begin(), skipped.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-  skipped.erase(std::unique(skipped.begin(), skipped.end()), skipped.end());
-  for (auto& entry : skipped) summary.skipped.push_back(std::move(entry.second));
+  summarize(s, items, plan, shape_of, summary);
   summary.seconds = seconds_since(started);
   return summary;
 }

@@ -23,7 +23,7 @@ namespace {
 enum PieceType : int { kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kUnused = 5, kByte = 6 };
 
 constexpr std::string_view kSpaceSymbol = "\xe2\x96\x81";  // U+2581, SentencePiece's visible space
-constexpr float kUnknownPiecePenalty = 10.0f;                   // an unknown character scores min score - 10
+constexpr float kUnknownPiecePenalty = 10.0f;              // an unknown character scores min score - 10
 
 // A malformed file: the message completes "not a SentencePiece model (...)".
 struct Malformed {
@@ -137,6 +137,17 @@ struct SentencePieceModel::Impl {
   float min_score = FLT_MAX, max_score = FLT_MIN;  // over normal pieces, as SentencePiece starts them
 
   PrecompiledCharsmap charsmap;  // the normalisation rules
+
+  // ModelProto's fields, read from the wire (parse()).
+  struct TrainerSpec {
+    int model_type = 1;  // unigram, the default
+    std::string eos_piece = "</s>", pad_piece = "<pad>";
+  };
+  void read_piece(WireReader entry);
+  void read_trainer_spec(WireReader spec, TrainerSpec& trainer);
+  std::string_view read_normalizer_spec(WireReader spec);  // returns the precompiled charsmap
+  // The checks SentencePiece makes when it loads a model, and the lookup tables.
+  void index_pieces();
 
   int piece_to_id(std::string_view piece) const {
     if (const auto found = reserved.find(piece); found != reserved.end()) return found->second;
@@ -261,11 +272,111 @@ SentencePieceModel SentencePieceModel::load(const std::string& path) {
   return parse(bytes, path);
 }
 
+void SentencePieceModel::Impl::read_piece(WireReader entry) {
+  std::string piece;
+  float score = 0;
+  int type = kNormal;
+  while (!entry.done()) {
+    const auto [f, w] = entry.tag();
+    if (f == 1) {
+      expect_wire(w, 2);
+      piece = std::string(entry.bytes());
+    } else if (f == 2) {
+      expect_wire(w, 5);
+      const uint32_t raw = entry.fixed32();
+      std::memcpy(&score, &raw, sizeof score);
+    } else if (f == 3) {
+      expect_wire(w, 0);
+      type = static_cast<int>(entry.varint());
+    } else {
+      entry.skip(w);
+    }
+  }
+  pieces.push_back(std::move(piece));
+  scores.push_back(score);
+  types.push_back(type);
+}
+
+void SentencePieceModel::Impl::read_trainer_spec(WireReader spec, TrainerSpec& trainer) {
+  while (!spec.done()) {
+    const auto [f, w] = spec.tag();
+    if (f == 3 || f == 24 || f == 35) {
+      expect_wire(w, 0);
+      const uint64_t value = spec.varint();
+      if (f == 3) trainer.model_type = static_cast<int>(value);
+      if (f == 24) treat_whitespace_as_suffix = value != 0;
+      if (f == 35) byte_fallback = value != 0;
+    } else if (f == 47 || f == 48) {
+      expect_wire(w, 2);
+      const auto name = spec.bytes();
+      if (!name.empty()) (f == 47 ? trainer.eos_piece : trainer.pad_piece) = std::string(name);
+    } else {
+      spec.skip(w);
+    }
+  }
+}
+
+std::string_view SentencePieceModel::Impl::read_normalizer_spec(WireReader spec) {
+  std::string_view precompiled;
+  while (!spec.done()) {
+    const auto [f, w] = spec.tag();
+    if (f == 2) {
+      expect_wire(w, 2);
+      precompiled = spec.bytes();
+    } else if (f == 3 || f == 4 || f == 5) {
+      expect_wire(w, 0);
+      const bool value = spec.varint() != 0;
+      (f == 3 ? add_dummy_prefix : f == 4 ? remove_extra_whitespaces : escape_whitespaces) = value;
+    } else {
+      spec.skip(w);
+    }
+  }
+  return precompiled;
+}
+
+void SentencePieceModel::Impl::index_pieces() {
+  if (pieces.empty()) throw Malformed{"no pieces"};
+  std::vector<bool> bytes_found(256, false);
+  for (int id = 0; id < static_cast<int>(pieces.size()); ++id) {
+    const std::string_view piece = pieces[id];
+    const int type = types[id];
+    if (type < kNormal || type > kByte) throw Malformed{fmt::format("piece {} has unknown type {}", id, type)};
+    if (piece.empty()) throw Malformed{fmt::format("piece {} is empty", id)};
+    if (piece.find('\0') != std::string_view::npos) throw Malformed{fmt::format("piece {} holds a NUL", id)};
+    const bool is_normal = type == kNormal || type == kUserDefined || type == kUnused;
+    if (!(is_normal ? normal : reserved).emplace(piece, id).second)
+      throw Malformed{fmt::format("piece {} (\"{}\") is defined twice", id, piece)};
+    if (is_normal) longest_piece = std::max(longest_piece, piece.size());
+    if (type == kNormal) {
+      min_score = std::min(min_score, scores[id]);
+      max_score = std::max(max_score, scores[id]);
+    }
+    if (type == kUserDefined) user_defined.push_back(piece);
+    if (type == kUnknown) {
+      if (unk >= 0) throw Malformed{"two unknown pieces"};
+      unk = id;
+    }
+    if (type == kByte) {
+      if (!byte_fallback) throw Malformed{fmt::format("byte piece {} without byte fallback", piece)};
+      unsigned value = 256;
+      if (piece.size() == 6 && piece.substr(0, 3) == "<0x" && piece[5] == '>' &&
+          std::isxdigit(static_cast<unsigned char>(piece[3])) && std::isxdigit(static_cast<unsigned char>(piece[4])) &&
+          !std::islower(static_cast<unsigned char>(piece[3])) && !std::islower(static_cast<unsigned char>(piece[4])))
+        value = static_cast<unsigned>(std::stoul(std::string(piece.substr(3, 2)), nullptr, 16));
+      if (value > 255) throw Malformed{fmt::format("byte piece {} is invalid", piece)};
+      bytes_found[value] = true;
+    }
+  }
+  if (unk < 0) throw Malformed{"no unknown piece"};
+  if (byte_fallback && std::find(bytes_found.begin(), bytes_found.end(), false) != bytes_found.end())
+    throw Malformed{"byte fallback without all 256 byte pieces"};
+  if (normal.empty()) throw Malformed{"no normal pieces"};
+}
+
 SentencePieceModel SentencePieceModel::parse(const std::string& bytes, const std::string& source) {
   auto impl = std::make_shared<Impl>();
   impl->source = source;
-  int model_type = 1;  // unigram, the default
-  std::string eos_piece = "</s>", pad_piece = "<pad>";
+  Impl::TrainerSpec trainer;
   std::string_view charsmap;
   try {
     WireReader model(bytes);
@@ -273,119 +384,28 @@ SentencePieceModel SentencePieceModel::parse(const std::string& bytes, const std
       const auto [field, wire] = model.tag();
       if (field == 1) {  // pieces
         expect_wire(wire, 2);
-        WireReader entry(model.bytes());
-        std::string piece;
-        float score = 0;
-        int type = kNormal;
-        while (!entry.done()) {
-          const auto [f, w] = entry.tag();
-          if (f == 1) {
-            expect_wire(w, 2);
-            piece = std::string(entry.bytes());
-          } else if (f == 2) {
-            expect_wire(w, 5);
-            const uint32_t raw = entry.fixed32();
-            std::memcpy(&score, &raw, sizeof score);
-          } else if (f == 3) {
-            expect_wire(w, 0);
-            type = static_cast<int>(entry.varint());
-          } else {
-            entry.skip(w);
-          }
-        }
-        impl->pieces.push_back(std::move(piece));
-        impl->scores.push_back(score);
-        impl->types.push_back(type);
+        impl->read_piece(WireReader(model.bytes()));
       } else if (field == 2) {  // trainer_spec
         expect_wire(wire, 2);
-        WireReader spec(model.bytes());
-        while (!spec.done()) {
-          const auto [f, w] = spec.tag();
-          if (f == 3 || f == 24 || f == 35) {
-            expect_wire(w, 0);
-            const uint64_t value = spec.varint();
-            if (f == 3) model_type = static_cast<int>(value);
-            if (f == 24) impl->treat_whitespace_as_suffix = value != 0;
-            if (f == 35) impl->byte_fallback = value != 0;
-          } else if (f == 47 || f == 48) {
-            expect_wire(w, 2);
-            const auto name = spec.bytes();
-            if (!name.empty()) (f == 47 ? eos_piece : pad_piece) = std::string(name);
-          } else {
-            spec.skip(w);
-          }
-        }
+        impl->read_trainer_spec(WireReader(model.bytes()), trainer);
       } else if (field == 3) {  // normalizer_spec
         expect_wire(wire, 2);
-        WireReader spec(model.bytes());
-        while (!spec.done()) {
-          const auto [f, w] = spec.tag();
-          if (f == 2) {
-            expect_wire(w, 2);
-            charsmap = spec.bytes();
-          } else if (f == 3 || f == 4 || f == 5) {
-            expect_wire(w, 0);
-            const bool value = spec.varint() != 0;
-            (f == 3   ? impl->add_dummy_prefix
-             : f == 4 ? impl->remove_extra_whitespaces
-                      : impl->escape_whitespaces) = value;
-          } else {
-            spec.skip(w);
-          }
-        }
+        charsmap = impl->read_normalizer_spec(WireReader(model.bytes()));
       } else {
         model.skip(wire);
       }
     }
-
-    // The checks SentencePiece makes when it loads a model.
-    if (impl->pieces.empty()) throw Malformed{"no pieces"};
-    std::vector<bool> bytes_found(256, false);
-    for (int id = 0; id < static_cast<int>(impl->pieces.size()); ++id) {
-      const std::string_view piece = impl->pieces[id];
-      const int type = impl->types[id];
-      if (type < kNormal || type > kByte) throw Malformed{fmt::format("piece {} has unknown type {}", id, type)};
-      if (piece.empty()) throw Malformed{fmt::format("piece {} is empty", id)};
-      if (piece.find('\0') != std::string_view::npos) throw Malformed{fmt::format("piece {} holds a NUL", id)};
-      const bool normal = type == kNormal || type == kUserDefined || type == kUnused;
-      if (!(normal ? impl->normal : impl->reserved).emplace(piece, id).second)
-        throw Malformed{fmt::format("piece {} (\"{}\") is defined twice", id, piece)};
-      if (normal) impl->longest_piece = std::max(impl->longest_piece, piece.size());
-      if (type == kNormal) {
-        impl->min_score = std::min(impl->min_score, impl->scores[id]);
-        impl->max_score = std::max(impl->max_score, impl->scores[id]);
-      }
-      if (type == kUserDefined) impl->user_defined.push_back(piece);
-      if (type == kUnknown) {
-        if (impl->unk >= 0) throw Malformed{"two unknown pieces"};
-        impl->unk = id;
-      }
-      if (type == kByte) {
-        if (!impl->byte_fallback) throw Malformed{fmt::format("byte piece {} without byte fallback", piece)};
-        unsigned value = 256;
-        if (piece.size() == 6 && piece.substr(0, 3) == "<0x" && piece[5] == '>' &&
-            std::isxdigit(static_cast<unsigned char>(piece[3])) &&
-            std::isxdigit(static_cast<unsigned char>(piece[4])) &&
-            !std::islower(static_cast<unsigned char>(piece[3])) && !std::islower(static_cast<unsigned char>(piece[4])))
-          value = static_cast<unsigned>(std::stoul(std::string(piece.substr(3, 2)), nullptr, 16));
-        if (value > 255) throw Malformed{fmt::format("byte piece {} is invalid", piece)};
-        bytes_found[value] = true;
-      }
-    }
-    if (impl->unk < 0) throw Malformed{"no unknown piece"};
-    if (impl->byte_fallback && std::find(bytes_found.begin(), bytes_found.end(), false) != bytes_found.end())
-      throw Malformed{"byte fallback without all 256 byte pieces"};
-    if (impl->normal.empty()) throw Malformed{"no normal pieces"};
-
+    impl->index_pieces();
     const auto table = PrecompiledCharsmap::parse(charsmap);
     if (!table) throw Malformed{"its normalisation table is broken"};
     impl->charsmap = *table;
   } catch (const Malformed& malformed) {
     throw UsageError(fmt::format("tokenizer model {}: not a SentencePiece model ({})", source, malformed.what));
   }
-  if (model_type != 1) {
+  if (trainer.model_type != 1) {
     static const char* kTypes[] = {"", "unigram", "BPE", "word", "char"};
-    const std::string kind = model_type >= 2 && model_type <= 4 ? kTypes[model_type] : std::to_string(model_type);
+    const int type = trainer.model_type;
+    const std::string kind = type >= 2 && type <= 4 ? kTypes[type] : std::to_string(type);
     throw UsageError(
         fmt::format("tokenizer model {}: a {} SentencePiece model; only unigram models (umT5's spiece.model) are read",
                     source, kind));
@@ -394,8 +414,8 @@ SentencePieceModel SentencePieceModel::parse(const std::string& bytes, const std
     const int id = impl->piece_to_id(name);
     return impl->types[id] == kControl ? id : -1;
   };
-  impl->eos = control(eos_piece);
-  impl->pad = control(pad_piece);
+  impl->eos = control(trainer.eos_piece);
+  impl->pad = control(trainer.pad_piece);
   return SentencePieceModel(std::move(impl));
 }
 

@@ -19,7 +19,7 @@
 // TensorBoard writer) load Debian's libprotobuf 3.21: a process with both
 // dies at start-up (protobuf's version check aborts, or a crash), whichever
 // comes first in the link. The file format is protobuf, read here directly.
-// tests/unit/t5_tokenizer_test.cpp checks the ids against python3-sentencepiece
+// tests/unit/wan/encoders/t5_tokenizer_test.cpp checks the ids against python3-sentencepiece
 // (the library itself) on models spm_train writes.
 //
 // Only unigram models are read (umT5's kind); a BPE, word or char model is a

@@ -160,15 +160,17 @@ WanRun::WanRun(const train::RunPlan& plan, const WanRunOptions& options, distrib
                          "3 shards the student's weights only; distribution matching's fake score "
                          "trains beside it: use ZeRO 1 or 2 (or " +
                              setting_reference("distill_method") + " consistency)");
-    if (plan.settings.sequence_parallel > 1)
-      throw SettingError("sp", "not with distribution matching's fake score yet (" +
-                                   setting_reference("distill_method") + " consistency takes it)");
     im.fake_score = WanModel(im.config);
     load_weights(*im.fake_score, teacher->unrounded_weights(), LoadMode::Strict);
     im.fake_score->to(comm.device());
     im.fake_score->train();
     im.fake_score->set_grad_checkpoint(options.grad_checkpoint);
     im.fake_score->set_attention_chunk(options.attention_chunk);
+    // Under --sp its tokens split over the group as the student's do: each
+    // rank's forward gives the whole output, so the matching loss (and its
+    // per-sample normaliser) is the whole sample's, and each rank's
+    // gradient is its tokens' part.
+    im.fake_score->set_sequence_parallel(im.sequence_group.get());
     if (comm.rank() == 0 && !resume)
       report_info("fake score: the teacher's weights ({}), {} parameters trained in full beside the student",
                   teacher->path(), parameter_count(im.config));

@@ -21,7 +21,8 @@ int main(int argc, char** argv) {
     std::cout << "wantrain " << WANTRAIN_VERSION << ": " << wt::wan::parameter_count(config) << " parameters\n";
     torch::NoGradGuard no_grad;
     wt::wan::WanModel model(config);
-    const auto x = torch::randn({1, config.in_dim - config.condition_channels(), 1, 2 * config.patch_size[1], 2 * config.patch_size[2]});
+    const auto x = torch::randn(
+        {1, config.in_dim - config.condition_channels(), 1, 2 * config.patch_size[1], 2 * config.patch_size[2]});
     const auto context = torch::randn({1, config.text_len, config.text_dim});
     const auto out = model->forward(x, torch::full({1}, 500.0), context);
     std::cout << "forward: " << out.sizes() << "\n";

@@ -13,8 +13,8 @@
 #include <sstream>
 #include <string>
 
-#include "../common/build_paths.hpp"
-#include "../common/small_models.hpp"
+#include "../../common/build_paths.hpp"
+#include "../../common/small_models.hpp"
 #include "wantrain/io/pth.hpp"
 #include "wantrain/util/error.hpp"
 #include "wantrain/wan/model/weights.hpp"

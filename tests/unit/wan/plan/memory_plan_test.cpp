@@ -8,8 +8,8 @@
 #include <algorithm>
 #include <torch/torch.h>
 
-#include "../common/build_paths.hpp"
-#include "../common/small_models.hpp"
+#include "../../../common/build_paths.hpp"
+#include "../../../common/small_models.hpp"
 #include "wantrain/wan/plan/activation_memory.hpp"
 #include "wantrain/nn/autocast.hpp"
 #include "wantrain/nn/block_swap.hpp"

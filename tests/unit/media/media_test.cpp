@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "../common/launch.hpp"
+#include "../../common/launch.hpp"
 #include "wantrain/media/frame_selection.hpp"
 #include "wantrain/media/media_reader.hpp"
 #include "wantrain/media/video_writer.hpp"

@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "../common/build_paths.hpp"
+#include "../../../common/build_paths.hpp"
 #include "wantrain/wan/sample/release_defaults.hpp"
 
 using namespace wt::wan;

@@ -9,7 +9,7 @@
 #include <functional>
 #include <string>
 
-#include "../common/small_models.hpp"
+#include "../../../common/small_models.hpp"
 #include "wantrain/nn/autocast.hpp"
 #include "wantrain/nn/linear.hpp"
 #include "wantrain/wan/model/lora.hpp"

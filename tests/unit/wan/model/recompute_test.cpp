@@ -16,7 +16,7 @@
 #include <vector>
 #include <string>
 
-#include "../common/small_models.hpp"
+#include "../../../common/small_models.hpp"
 #include "wantrain/nn/autocast.hpp"
 #include "wantrain/wan/model/lora.hpp"
 #include "wantrain/wan/model/wan_model.hpp"

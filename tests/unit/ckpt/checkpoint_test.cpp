@@ -12,7 +12,7 @@
 #include <functional>
 #include <map>
 
-#include "../common/build_paths.hpp"
+#include "../../common/build_paths.hpp"
 #include "wantrain/ckpt/checkpoint.hpp"
 #include "wantrain/ckpt/shard_file.hpp"
 #include "wantrain/ckpt/directory.hpp"

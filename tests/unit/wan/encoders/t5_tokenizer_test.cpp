@@ -24,7 +24,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
-#include "../common/launch.hpp"
+#include "../../../common/launch.hpp"
 #include "wantrain/util/error.hpp"
 #include "wantrain/wan/encoders/prompt_text.hpp"
 #include "wantrain/wan/encoders/sentencepiece_model.hpp"

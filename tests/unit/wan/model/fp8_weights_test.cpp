@@ -9,8 +9,8 @@
 #include <cmath>
 #include <filesystem>
 
-#include "../common/build_paths.hpp"
-#include "../common/small_models.hpp"
+#include "../../../common/build_paths.hpp"
+#include "../../../common/small_models.hpp"
 #include "wantrain/io/safetensors.hpp"
 #include "wantrain/nn/fp8_weights.hpp"
 #include "wantrain/nn/linear.hpp"

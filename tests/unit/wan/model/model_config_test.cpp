@@ -9,7 +9,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
-#include "../common/build_paths.hpp"
+#include "../../../common/build_paths.hpp"
 #include "wantrain/wan/model/diffusers_folder.hpp"
 #include "wantrain/wan/model/model_config.hpp"
 #include "wantrain/wan/model/wan_model.hpp"

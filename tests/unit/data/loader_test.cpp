@@ -5,7 +5,7 @@
 
 #include <set>
 
-#include "../common/shards.hpp"
+#include "../../common/shards.hpp"
 #include "wantrain/data/loader.hpp"
 #include "wantrain/util/error.hpp"
 

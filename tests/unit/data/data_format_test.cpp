@@ -11,8 +11,8 @@
 #include <set>
 #include <sstream>
 
-#include "../common/build_paths.hpp"
-#include "../common/shards.hpp"
+#include "../../common/build_paths.hpp"
+#include "../../common/shards.hpp"
 #include "wantrain/data/dataset.hpp"
 #include "wantrain/io/h5.hpp"
 #include "wantrain/train/shard_source.hpp"

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "../common/build_paths.hpp"
-#include "../common/small_models.hpp"
+#include "../../../common/build_paths.hpp"
+#include "../../../common/small_models.hpp"
 #include "wantrain/app/attention_chunk_option.hpp"
 #include "wantrain/nn/attention_chunk.hpp"
 #include "wantrain/util/error.hpp"

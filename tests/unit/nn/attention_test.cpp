@@ -7,7 +7,7 @@
 
 #include <string>
 
-#include "../common/small_models.hpp"
+#include "../../common/small_models.hpp"
 #include "wantrain/nn/attention.hpp"
 #include "wantrain/nn/attention_chunk.hpp"
 #include "wantrain/nn/autocast.hpp"

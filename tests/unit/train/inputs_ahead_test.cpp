@@ -5,8 +5,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "../common/shards.hpp"
-#include "../common/small_models.hpp"
+#include "../../common/shards.hpp"
+#include "../../common/small_models.hpp"
 #include "wantrain/wan/objective/flow_matching_objective.hpp"
 #include "wantrain/train/shard_source.hpp"
 #include "wantrain/util/error.hpp"
