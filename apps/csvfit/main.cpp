@@ -82,6 +82,31 @@ std::vector<int64_t> hidden_widths(const std::string& text) {
   return widths;
 }
 
+// The CSVs, read on every rank (a shared file system, as for wantrain's
+// shards), and their columns: the targets and every other as an input.
+struct CsvData {
+  data::CsvTable train, val;
+  std::vector<std::string> inputs, targets;
+};
+CsvData read_data(const distributed::World& world, const Config& c) {
+  CsvData d;
+  d.targets = split_list(c.target_cols);
+  world.agree([&] {
+    d.train = data::read_csv_table(c.data);
+    for (const auto& name : d.targets) d.train.column(name);  // names the file and lists its columns
+    for (const auto& name : d.train.columns)
+      if (std::find(d.targets.begin(), d.targets.end(), name) == d.targets.end()) d.inputs.push_back(name);
+    if (d.inputs.empty()) throw UsageError(fmt::format("{}: no input columns left besides --target-cols", c.data));
+    if (d.train.rows < 2)
+      throw UsageError(fmt::format("{}: one data row; the standardisation needs at least 2", c.data));
+    if (!c.val_data.empty()) {
+      d.val = data::read_csv_table(c.val_data);
+      for (const auto& name : d.train.columns) d.val.column(name);
+    }
+  });
+  return d;
+}
+
 int run(distributed::World& world, int argc, char** argv) {
   set_option_names({{"output_dir", "output-dir"}, {"resume", "resume"}, {"comm_timeout", "comm-timeout"}});
   Config c;
@@ -107,22 +132,9 @@ int run(distributed::World& world, int argc, char** argv) {
   world.set_timeout(comm_options.timeout);
   const auto comm = distributed::make_comm(world, distributed::Backend::Mpi, comm_options);
 
-  // Every rank reads the CSVs (a shared file system, as for wantrain's shards).
-  data::CsvTable train_table, val_table;
-  std::vector<std::string> inputs, targets = split_list(c.target_cols);
-  world.agree([&] {
-    train_table = data::read_csv_table(c.data);
-    for (const auto& name : targets) train_table.column(name);  // names the file and lists its columns
-    for (const auto& name : train_table.columns)
-      if (std::find(targets.begin(), targets.end(), name) == targets.end()) inputs.push_back(name);
-    if (inputs.empty()) throw UsageError(fmt::format("{}: no input columns left besides --target-cols", c.data));
-    if (train_table.rows < 2)
-      throw UsageError(fmt::format("{}: one data row; the standardisation needs at least 2", c.data));
-    if (!c.val_data.empty()) {
-      val_table = data::read_csv_table(c.val_data);
-      for (const auto& name : train_table.columns) val_table.column(name);
-    }
-  });
+  const CsvData csv = read_data(world, c);
+  const auto &train_table = csv.train, &val_table = csv.val;
+  const auto &inputs = csv.inputs, &targets = csv.targets;
   const auto x = train_table.columns_tensor(inputs), y = train_table.columns_tensor(targets);  // fp64
 
   // Standardisation from rank 0's statistics (broadcast: every rank must
