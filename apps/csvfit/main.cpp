@@ -108,10 +108,10 @@ CsvData read_data(const distributed::World& world, const Config& c) {
 }
 
 int run(distributed::World& world, int argc, char** argv) {
-  set_option_names({{"output_dir", "output-dir"}, {"resume", "resume"}, {"comm_timeout", "comm-timeout"}});
   Config c;
   OptionSet options("csvfit", "--data train.csv --target-cols y1,y2 [--val-data val.csv] [options]");
   declare(options, c);
+  set_option_names(options.setting_names());  // the library's settings that errors name, as these options
   auto outcome = OptionSet::Outcome::Run;
   world.agree([&] {
     outcome = options.parse(argc, argv);

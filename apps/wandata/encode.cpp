@@ -288,11 +288,7 @@ int run_encode(distributed::World& world, int argc, char** argv) {
     if (given(option) && (c.buckets.empty() || (std::string(option) == "bucket-area" && c.buckets != "auto")))
       throw UsageError(fmt::format("option --{}: only with --buckets{}", option,
                                    std::string(option) == "bucket-area" ? " auto" : ""));
-  set_option_names({{"sizes", c.buckets.empty() ? "size" : "buckets"},
-                    {"frames", "frames"},
-                    {"condition", "condition"},
-                    {"step", "bucket-step"},
-                    {"items_per_shard", "items-per-shard"}});
+  set_option_names(options.setting_names({{"sizes", c.buckets.empty() ? "size" : "buckets"}, {"step", "bucket-step"}}));
   wan::check_buckets(buckets, release.size_multiple);
   if (c.items_per_shard < 1) throw UsageError("option --items-per-shard: must be at least 1");
   if (c.fps < 0) throw UsageError("option --fps: must be 0 (the source's rate) or positive");

@@ -85,57 +85,6 @@ std::vector<double> parse_numbers(const std::vector<std::string>& texts, const c
   return values;
 }
 
-// The library's settings that errors may name, as wansample's options.
-void set_wansample_option_names() {
-  std::map<std::string, std::string> names;
-  for (const char* option : {"weights",
-                             "checkpoint",
-                             "checkpoint-weights",
-                             "high-noise",
-                             "low-noise",
-                             "boundary",
-                             "offload-experts",
-                             "model-config",
-                             "lora",
-                             "lora-scale",
-                             "lora-high",
-                             "lora-low",
-                             "prompt",
-                             "negative-prompt",
-                             "t5",
-                             "tokenizer",
-                             "data",
-                             "text",
-                             "index",
-                             "frames",
-                             "size",
-                             "image",
-                             "last-image",
-                             "clip",
-                             "max-area",
-                             "first-frame",
-                             "noise",
-                             "steps",
-                             "shift",
-                             "cfg",
-                             "schedule",
-                             "solver",
-                             "sp",
-                             "cfg-parallel",
-                             "shard-weights",
-                             "vae",
-                             "video",
-                             "frames-dir",
-                             "fps",
-                             "compare",
-                             "device"}) {
-    std::string setting = option;
-    std::replace(setting.begin(), setting.end(), '-', '_');
-    names[setting] = option;
-  }
-  set_option_names(names);
-}
-
 // wansample's options, declared once: --help, the INI file and the parser read this table.
 void declare_options(OptionSet& options, SampleConfig& c) {
   options.group("wansample")
@@ -332,13 +281,13 @@ wan::SamplingRequest sampling_request(const SampleConfig& c, const OptionSet& op
 }
 
 int run(distributed::World& world, int argc, char** argv) {
-  set_wansample_option_names();
   SampleConfig c;
   OptionSet options(
       "wansample",
       "(--weights FILE --model-config JSON | --checkpoint PATH) (--prompt TEXT | --data DIR | --text FILE) "
       "[--vae FILE --video OUT.mp4] [options]");
   declare_options(options, c);
+  set_option_names(options.setting_names());  // the library's settings that errors name, as these options
   if (const auto outcome = options.parse(argc, argv); outcome != OptionSet::Outcome::Run) {
     std::cout << app::help_or_version(outcome, options);
     return kExitOk;

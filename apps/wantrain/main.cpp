@@ -281,47 +281,6 @@ int train_with_sample_ranks(distributed::World& job, const TrainConfig& cfg, con
                             char** argv);
 
 int run(distributed::World& world, int argc, char** argv) {
-  // The library's settings that errors may name, by their option here.
-  set_option_names({{"output_dir", "output-dir"},
-                    {"vae", "vae"},
-                    {"t5", "t5"},
-                    {"sample_clip", "sample-clip"},
-                    {"resume", "resume"},
-                    {"prefetch", "prefetch"},
-                    {"shard_affinity", "shard-affinity"},
-                    {"backend", "backend"},
-                    {"comm_timeout", "comm-timeout"},
-                    {"allow_unused", "allow-unused"},
-                    {"zero", "zero"},
-                    {"gather_dtype", "gather-dtype"},
-                    {"sp", "sp"},
-                    {"teacher", "teacher"},
-                    {"teacher_config", "teacher-config"},
-                    {"student_init", "student-init"},
-                    {"init", "init"},
-                    {"max_skipped", "max-skipped"},
-                    {"checkpoint_timeout", "checkpoint-timeout"},
-                    {"sample_every", "sample-every"},
-                    {"lora_rank", "lora-rank"},
-                    {"lora_alpha", "lora-alpha"},
-                    {"lora_targets", "lora-targets"},
-                    {"lora_dropout", "lora-dropout"},
-                    {"timestep_range", "timestep-range"},
-                    {"image_drop", "image-drop"},
-                    {"condition", "condition"},
-                    {"base_precision", "base-precision"},
-                    {"blocks_to_swap", "blocks-to-swap"},
-                    {"activation_offload", "activation-offload"},
-                    {"grad_checkpoint", "grad-checkpoint"},
-                    {"sample_index", "sample-index"},
-                    {"shift", "shift"},
-                    {"model_config", "model-config"},
-                    {"distill_steps", "distill-steps"},
-                    {"distill_teacher_steps", "distill-teacher-steps"},
-                    {"distill_guidance", "distill-guidance"},
-                    {"distill_method", "distill-method"},
-                    {"distill_regression", "distill-regression"},
-                    {"distill_regression_steps", "distill-regression-steps"}});
   TrainConfig cfg;
   OptionSet options(
       "wantrain",
@@ -330,6 +289,7 @@ int run(distributed::World& world, int argc, char** argv) {
       "(see wantrain export --help)\n       wantrain export --model-config C.json --seed S --out FILE "
       "[--random-head] [--dtype bf16]");
   declare_options(options, cfg);
+  set_option_names(options.setting_names());  // the library's settings that errors name, as these options
 
   auto outcome = OptionSet::Outcome::Run;
   world.agree([&] {

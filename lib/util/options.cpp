@@ -162,6 +162,17 @@ std::vector<OptionSet::Resolved> OptionSet::resolved() const {
   return rows;
 }
 
+std::map<std::string, std::string> OptionSet::setting_names(const std::map<std::string, std::string>& renames) const {
+  std::map<std::string, std::string> names;
+  for (const auto& d : declared_) {
+    std::string setting = d.name;
+    std::replace(setting.begin(), setting.end(), '-', '_');
+    names.emplace(setting, d.name);
+  }
+  for (const auto& [setting, option] : renames) names[setting] = option;
+  return names;
+}
+
 std::string OptionSet::resolved_table() const {
   const auto rows = resolved();
   size_t name_width = 0, value_width = 0;

@@ -13,6 +13,7 @@
 #include <functional>
 #include <memory>
 #include <sstream>
+#include <map>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -78,6 +79,14 @@ class OptionSet {
 
   // Renders resolved() as an aligned table, one option a line, grouped.
   std::string resolved_table() const;
+
+  // The setting -> option map a tool hands set_option_names
+  // (util/error.hpp), derived from the options it declared: each option
+  // sets the library's setting of its name with dashes as underscores
+  // ("comm-timeout" -> "comm_timeout"); `renames` add settings that a tool's
+  // option names otherwise ({"step", "bucket-step"}). So a library setting
+  // means the same wherever a tool has an option of its name.
+  std::map<std::string, std::string> setting_names(const std::map<std::string, std::string>& renames = {}) const;
 
   template <class T>
   static std::string to_text(const T& value) {

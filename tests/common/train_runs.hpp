@@ -25,6 +25,51 @@ inline constexpr double kHangGuardSeconds = 150;
 
 inline std::string tiny_config() { return std::string(WANTRAIN_SOURCE_DIR) + "/data/configs/wan-tiny.json"; }
 
+// A wantrain job as the launch tests run it: `ranks` processes under
+// mpiexec on the MPI backend with one thread each, a model config (wan-tiny
+// unless one is named), the data and output directory when given, and the
+// options of the feature under test, as a user types them:
+//   WantrainJob(2).data(data).output(dir).with("--steps 8 --zero 3").run()
+class WantrainJob {
+ public:
+  explicit WantrainJob(int ranks = 2) : ranks_(ranks) {}
+  WantrainJob& model(const std::string& config) {
+    model_config_ = config;
+    return *this;
+  }
+  WantrainJob& data(const std::string& dir) {
+    data_ = dir;
+    return *this;
+  }
+  WantrainJob& output(const std::string& dir) {
+    output_dir_ = dir;
+    return *this;
+  }
+  // More options (appended in order).
+  WantrainJob& with(const std::string& options) {
+    options_ += " " + options;
+    return *this;
+  }
+  // What follows the program's name.
+  std::string arguments() const {
+    std::string out = "--model-config " + model_config_;
+    if (!data_.empty()) out += " --data " + data_;
+    if (!output_dir_.empty()) out += " --output-dir " + output_dir_;
+    return out + " --threads 1 --backend mpi" + options_;
+  }
+  std::string command() const { return mpi_command(ranks_, WANTRAIN_WANTRAIN, arguments()); }
+  // Launched and waited for; a job that outlasts kHangGuardSeconds fails the test.
+  Job run() const {
+    const Job job = launch(command());
+    EXPECT_LT(job.seconds, kHangGuardSeconds) << command();
+    return job;
+  }
+
+ private:
+  int ranks_;
+  std::string model_config_ = tiny_config(), data_, output_dir_, options_;
+};
+
 // A fresh synthetic dataset in wan-tiny's shape (one 8x8 latent frame, text
 // 16 x 64) of `samples` samples in 2 shards, in fresh(name); its path.
 inline std::string synth_tiny_data(const std::string& name, int samples, int seed) {
@@ -40,10 +85,11 @@ inline std::string synth_tiny_data(const std::string& name, int samples, int see
 // checkpoint at step 6), in fresh(name); its directory.
 inline std::string train_tiny_teacher(const std::string& name, const std::string& data) {
   const std::string dir = fresh(name);
-  const Job teacher = launch(mpi_command(
-      2, WANTRAIN_WANTRAIN,
-      "--model-config " + tiny_config() + " --data " + data + " --output-dir " + dir +
-          " --steps 12 --save-every 6 --keep 0 --batch-size 4 --lr 2e-3 --seed 3 --threads 1 --backend mpi"));
+  const Job teacher = WantrainJob(2)
+                          .data(data)
+                          .output(dir)
+                          .with("--steps 12 --save-every 6 --keep 0 --batch-size 4 --lr 2e-3 --seed 3")
+                          .run();
   EXPECT_EQ(teacher.status, 0) << teacher.output;
   return dir;
 }

@@ -40,14 +40,12 @@ class Distill : public ::testing::Test {
 
   static Job distill(int ranks, const std::string& dir, const std::string& options,
                      const std::string& model_config = student_config()) {
-    const Job job = launch(mpi_command(ranks, WANTRAIN_WANTRAIN,
-                                       "--mode distill --model-config " + model_config + " --data " + data_ +
-                                           " --output-dir " + dir +
-                                           " --seed 11 --threads 1 --backend mpi --log-every 1 --lr 2e-3 "
-                                           "--batch-size 2 " +
-                                           options));
-    EXPECT_LT(job.seconds, kHangGuardSeconds);
-    return job;
+    return WantrainJob(ranks)
+        .model(model_config)
+        .data(data_)
+        .output(dir)
+        .with("--mode distill --seed 11 --log-every 1 --lr 2e-3 --batch-size 2 " + options)
+        .run();
   }
   static std::string teacher_options() { return "--teacher " + teacher() + " --teacher-config " + tiny_config(); }
 

@@ -58,11 +58,7 @@ class Experts : public ::testing::Test {
 
   static Job train(int ranks, const std::string& name, const std::string& options, bool fresh_dir = true) {
     const std::string dir = fresh_dir ? fresh(name) : run_dir(name);
-    const Job job = launch(mpi_command(ranks, WANTRAIN_WANTRAIN,
-                                       "--model-config " + config_ + " --data " + data_ + " --output-dir " + dir +
-                                           " --threads 1 --backend mpi --log-every 1 " + options));
-    EXPECT_LT(job.seconds, kHangGuardSeconds);
-    return job;
+    return WantrainJob(ranks).model(config_).data(data_).output(dir).with("--log-every 1 " + options).run();
   }
   static std::string base(const std::string& which) { return run_dir("experts-base-" + which) + "/model.safetensors"; }
   // The run's options beside the experts' (the global batch 2 x 2 of each group).

@@ -42,14 +42,14 @@ class FewStep : public ::testing::Test {
   static constexpr const char* kFewStep = "--shift 3 --distill-steps 2 --distill-teacher-steps 8 --distill-guidance 3 ";
   static Job distill(int ranks, const std::string& dir, const std::string& options,
                      const std::string& few_step = kFewStep, const std::string& model_config = tiny_config()) {
-    const Job job =
-        launch(mpi_command(ranks, WANTRAIN_WANTRAIN,
-                           "--mode distill --teacher " + teacher() + " --teacher-config " + tiny_config() +
-                               " --model-config " + model_config + " --data " + data_ + " --output-dir " + dir +
-                               " --seed 11 --threads 1 --backend mpi --log-every 1 --lr 1e-3 " + few_step + " " +
-                               options + (options.find("--batch-size") == std::string::npos ? " --batch-size 2" : "")));
-    EXPECT_LT(job.seconds, kHangGuardSeconds);
-    return job;
+    return WantrainJob(ranks)
+        .model(model_config)
+        .data(data_)
+        .output(dir)
+        .with("--mode distill --teacher " + teacher() + " --teacher-config " + tiny_config() +
+              " --seed 11 --log-every 1 --lr 1e-3 " + few_step + " " + options +
+              (options.find("--batch-size") == std::string::npos ? " --batch-size 2" : ""))
+        .run();
   }
 
   static Job sample(const std::string& model, const std::string& extra = "") {

@@ -40,11 +40,12 @@ class SampleRanks : public ::testing::Test {
   static void SetUpTestSuite() { data_ = synth_tiny_data("sample-ranks-data", 16, 9); }
 
   static std::string command(int ranks, const std::string& dir, const std::string& options) {
-    return mpi_command(ranks, WANTRAIN_WANTRAIN,
-                       "--model-config " + tiny_config() + " --data " + data_ + " --output-dir " + dir +
-                           " --threads 1 --backend mpi --log-every 1 --batch-size 2 --lr 5e-3 --seed 4 "
-                           "--ema-decay 0.9 --sample-steps 4 --sample-cfg 3 " +
-                           options);
+    return WantrainJob(ranks)
+        .data(data_)
+        .output(dir)
+        .with("--log-every 1 --batch-size 2 --lr 5e-3 --seed 4 --ema-decay 0.9 --sample-steps 4 --sample-cfg 3 " +
+              options)
+        .command();
   }
   static Job train(int ranks, const std::string& name, const std::string& options, const std::string& env = "") {
     const Job job = launch(env + command(ranks, fresh(name), options));

@@ -33,14 +33,13 @@ class SequenceParallelRun : public ::testing::Test {
     ASSERT_EQ(synth.status, 0) << synth.output;
   }
   static Job train(int ranks, const std::string& name, const std::string& options) {
-    const Job job = launch(mpi_command(ranks, WANTRAIN_WANTRAIN,
-                                       "--model-config " + tiny_config() + " --data " + data_ + " --val-data " + data_ +
-                                           " --val-every 5 --seed 7 --threads 1 --backend mpi --steps 10 "
-                                           "--log-every 1 --lr 1e-3 --clip 0.5 --ema-decay 0.9 --text-drop 0.3 "
-                                           "--output-dir " +
-                                           fresh(name) + " " + options));
-    EXPECT_LT(job.seconds, kHangGuardSeconds);
-    return job;
+    return WantrainJob(ranks)
+        .data(data_)
+        .output(fresh(name))
+        .with("--val-data " + data_ +
+              " --val-every 5 --seed 7 --steps 10 --log-every 1 --lr 1e-3 --clip 0.5 --ema-decay 0.9 --text-drop 0.3 " +
+              options)
+        .run();
   }
   // Every logged step's loss and gradient norm, the validation losses and
   // the final weights and EMA of two runs, within `tolerance`.

@@ -66,9 +66,7 @@ class Watch : public ::testing::Test {
   }
 
   static std::string command(int ranks, const std::string& dir, const std::string& options) {
-    return mpi_command(ranks, WANTRAIN_WANTRAIN,
-                       "--model-config " + tiny_config() + " --data " + data_ + " --output-dir " + dir +
-                           " --seed 7 --threads 1 --backend mpi --batch-size 2 --lr 2e-3 " + options);
+    return WantrainJob(ranks).data(data_).output(dir).with("--seed 7 --batch-size 2 --lr 2e-3 " + options).command();
   }
   static Job train(int ranks, const std::string& dir, const std::string& options) {
     const Job job = launch(command(ranks, dir, options));

@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -220,4 +221,32 @@ TEST(SettingErrors, NameEverySettingAsTheToolsOption) {
   EXPECT_STREQ(wt::SettingError(wt::SettingNames{"frames", "max_area"}, "x").what(), "frames, max_area: x");
   wt::set_option_names({});
   EXPECT_STREQ(wt::SettingError("size", "too small").what(), "size: too small");
+}
+
+// A tool's setting -> option map comes from the options it declares: each
+// option sets the setting of its name with underscores, a rename adds one
+// named otherwise, and a setting no option sets stays unmapped.
+TEST(SettingErrors, TheMapIsDerivedFromTheDeclaredOptions) {
+  std::string size, timeout;
+  int64_t step = 0;
+  bool strict = false;
+  wt::OptionSet options("tool", "[options]");
+  options.group("g")
+      .add("size", &size, "a size")
+      .add("comm-timeout", &timeout, "seconds")
+      .add("bucket-step", &step, "a multiple")
+      .flag("strict", &strict, "fail early");
+  const std::map<std::string, std::string> expected{
+      {"size", "size"}, {"comm_timeout", "comm-timeout"}, {"bucket_step", "bucket-step"}, {"strict", "strict"}};
+  EXPECT_EQ(options.setting_names(), expected);
+  auto renamed = expected;
+  renamed["step"] = "bucket-step";
+  renamed["size"] = "buckets";
+  EXPECT_EQ(options.setting_names({{"step", "bucket-step"}, {"size", "buckets"}}), renamed);
+  wt::set_option_names(options.setting_names({{"step", "bucket-step"}}));
+  EXPECT_STREQ(wt::SettingError("comm_timeout", "must be positive").what(), "option --comm-timeout: must be positive");
+  EXPECT_STREQ(wt::SettingError("step", "8 is not a multiple of 16").what(),
+               "option --bucket-step: 8 is not a multiple of 16");
+  EXPECT_STREQ(wt::SettingError("max_area", "x").what(), "max_area: x");
+  wt::set_option_names({});
 }
