@@ -182,10 +182,8 @@ Collective make_collective(const std::string& kind, distributed::MpiComm& comm, 
   return c;
 }
 
-}  // namespace
-
-int run_allreduce_bench(distributed::World& world, int argc, char** argv) {
-  BenchConfig cfg;
+// The options; UsageError naming the option.
+OptionSet::Outcome parse_allreduce_bench(distributed::World& world, int argc, char** argv, BenchConfig& cfg) {
   OptionSet options("wanbench allreduce", "[options]");
   options.group("allreduce")
       .standard_options(&cfg.config_file)
@@ -217,10 +215,15 @@ int run_allreduce_bench(distributed::World& world, int argc, char** argv) {
     if (cfg.op == "avg" && (cfg.dtype == "int32" || cfg.dtype == "int64"))
       throw UsageError("option --op: avg is defined for floating dtypes only");
   });
-  if (outcome != OptionSet::Outcome::Run) {
-    if (world.is_root()) std::cout << app::help_or_version(outcome, options);
-    return kExitOk;
-  }
+  if (outcome != OptionSet::Outcome::Run && world.is_root()) std::cout << app::help_or_version(outcome, options);
+  return outcome;
+}
+
+}  // namespace
+
+int run_allreduce_bench(distributed::World& world, int argc, char** argv) {
+  BenchConfig cfg;
+  if (parse_allreduce_bench(world, argc, argv, cfg) != OptionSet::Outcome::Run) return kExitOk;
 
   const at::ScalarType dtype = parse_dtype(cfg.dtype);
   const distributed::ReduceOp op = parse_op(cfg.op);

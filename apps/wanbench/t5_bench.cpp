@@ -31,10 +31,8 @@ struct T5BenchConfig {
   bool json = false;
 };
 
-}  // namespace
-
-int run_t5_bench(distributed::World& world, int argc, char** argv) {
-  T5BenchConfig c;
+// The options; UsageError naming the option.
+OptionSet::Outcome parse_t5_bench(const distributed::World& world, int argc, char** argv, T5BenchConfig& c) {
   OptionSet options("wanbench t5", "[options]");
   options.group("t5")
       .standard_options(&c.config_file)
@@ -59,7 +57,7 @@ int run_t5_bench(distributed::World& world, int argc, char** argv) {
       .flag("json", &c.json, "print one JSON line instead of the table");
   if (const auto outcome = options.parse(argc, argv); outcome != OptionSet::Outcome::Run) {
     std::cout << app::help_or_version(outcome, options);
-    return kExitOk;
+    return outcome;
   }
   if (world.size() != 1) throw UsageError("wanbench t5 measures one process: run it without mpirun");
   if (c.iters < 0 || c.warmup < 0 || c.threads < 0 || c.profile < 0 || c.layers < 0 || c.vocab < 0)
@@ -67,6 +65,14 @@ int run_t5_bench(distributed::World& world, int argc, char** argv) {
   if (c.tokens < 1 || c.prompts < 1) throw UsageError("options --tokens, --prompts: must be at least 1");
   if (c.iters == 0 && c.save_weights.empty() && c.save_inputs.empty())
     throw UsageError("option --iters: 0 only writes --save-weights or --save-inputs, and neither is given");
+  return OptionSet::Outcome::Run;
+}
+
+}  // namespace
+
+int run_t5_bench(distributed::World& world, int argc, char** argv) {
+  T5BenchConfig c;
+  if (parse_t5_bench(world, argc, argv, c) != OptionSet::Outcome::Run) return kExitOk;
   if (c.threads > 0) torch::set_num_threads(c.threads);
   auto config = c.t5_config.empty() ? wan::T5Config{} : wan::load_t5_config(c.t5_config);
   if (c.layers > 0) config.num_layers = c.layers;
