@@ -14,7 +14,7 @@
 
   check_layers.py links CSVFIT BUILD_DIR
       csvfit links no Wan code: its link line (Makefiles' link.txt or
-      build.ninja) names no libwantrain_wan.a, and the binary holds no
+      build.ninja) names no libwantrain_wan_*.a, and the binary holds no
       symbol of namespace wt::wan.
 
 One line per violation and exit status 1; "ok: ..." and 0 otherwise.
