@@ -4,6 +4,7 @@
 
 #include <climits>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 
 #include "wantrain/util/error.hpp"
@@ -28,6 +29,27 @@ const char* thread_level_name(int level) {
     default: return "an unknown thread level";
   }
 }
+// Open MPI 4.1 keeps a process's session files under
+// ompi.<host>.<uid>/ in its temporary directory, every singleton under the
+// same jf.0/ there: one that ends may remove jf.0 while another, started
+// beside it on the node, creates its own files in it, and that one dies in
+// MPI_Init ("A call to mkdir was unable to create the desired directory",
+// open-mpi/ompi#8510; seen here when tests ran singletons side by side, as
+// a user's shell loop of wansample runs would). A singleton gets a session
+// tree of its own, removed at finalize; a launched rank (mpirun's, srun's)
+// keeps its launcher's, and a value already set wins. Returns the
+// directory made, or "".
+std::string own_singleton_session_dir() {
+  for (const char* launched : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE"})
+    if (std::getenv(launched)) return "";
+  if (std::getenv("OMPI_MCA_orte_tmpdir_base")) return "";
+  const char* tmp = std::getenv("TMPDIR");
+  std::string pattern = std::string(tmp && *tmp ? tmp : "/tmp") + "/wantrain-ompi-XXXXXX";
+  if (!mkdtemp(pattern.data())) return "";  // Open MPI's own default then, as before
+  setenv("OMPI_MCA_orte_tmpdir_base", pattern.c_str(), /*overwrite=*/1);
+  return pattern;
+}
+
 }  // namespace
 
 World::World(int& argc, char**& argv) : host_(host_name()) {
@@ -39,6 +61,7 @@ World::World(int& argc, char**& argv) : host_(host_name()) {
   // reads the variable, only a singleton uses it, and a value already set
   // wins.
   setenv("OMPI_MCA_ess_singleton_isolated", "1", /*overwrite=*/0);
+  singleton_session_ = own_singleton_session_dir();
   int provided = MPI_THREAD_SINGLE;
   if (MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
     abort_job("MPI_Init_thread failed: is the MPI library installed and the launcher (mpirun/srun) working?", 1);
@@ -109,6 +132,10 @@ void World::finalize() noexcept {
   if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
   clear_process_rank();
   MPI_Finalize();
+  if (!singleton_session_.empty()) {
+    std::error_code ignored;
+    std::filesystem::remove_all(singleton_session_, ignored);
+  }
 }
 
 std::vector<World::Peer> World::peers() const {

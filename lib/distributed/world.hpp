@@ -110,6 +110,7 @@ class World {
   bool group_ = false;  // a split of another World: it neither initialises nor finalizes MPI
   std::string host_;
   bool finalized_ = false;
+  std::string singleton_session_;  // a singleton's own Open MPI session directory (world.cpp), removed at finalize
   // Names the ranks that no longer answer when a collective times out.
   std::unique_ptr<RollCall> roll_call_;
   std::chrono::milliseconds timeout_{std::chrono::minutes(10)};

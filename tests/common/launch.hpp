@@ -6,18 +6,15 @@
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <array>
-#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iterator>
-#include <memory>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -33,43 +30,10 @@ struct Job {
   double seconds = 0;
 };
 
-// Open MPI 4.1 keeps each job's session files under
-// ompi.<host>.<uid>/ in its temporary directory, and every singleton (a
-// program run without mpiexec) under the same jf.0/ there: one that ends
-// may remove jf.0 while another, started by a test beside it, creates its
-// own files in it, and that one fails in MPI_Init ("A call to mkdir was
-// unable to create the desired directory": open-mpi/ompi#8510, seen here in
-// CI). Each job a test launches gets a session tree of its own, removed
-// when it is done.
-class SessionDir {
- public:
-  SessionDir() {
-    static std::atomic<int> count{0};
-    path_ = (std::filesystem::path(::testing::TempDir()) /
-             ("ompi-" + std::to_string(getpid()) + "-" + std::to_string(count++)))
-                .string();
-    std::filesystem::create_directories(path_);
-  }
-  ~SessionDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  SessionDir(const SessionDir&) = delete;
-  SessionDir& operator=(const SessionDir&) = delete;
-  // The shell's command line with its jobs' session files in this directory.
-  std::string around(const std::string& command_line) const {
-    return "export OMPI_MCA_orte_tmpdir_base=" + path_ + "; " + command_line;
-  }
-
- private:
-  std::string path_;
-};
-
 inline Job launch(const std::string& command_line) {
   const auto start = std::chrono::steady_clock::now();
   Job job;
-  const SessionDir session;
-  FILE* pipe = popen((session.around(command_line) + " 2>&1").c_str(), "r");
+  FILE* pipe = popen((command_line + " 2>&1").c_str(), "r");
   if (!pipe) return job;
   std::array<char, 4096> buffer{};
   while (fgets(buffer.data(), buffer.size(), pipe)) job.output += buffer.data();
@@ -103,13 +67,12 @@ struct Background {
   pid_t pid = -1;  // the launcher: `exec` makes it replace the shell, so the ranks are its children
   std::string log;
   std::chrono::steady_clock::time_point start;
-  std::shared_ptr<const SessionDir> session;  // its Open MPI session files (launch())
 };
 
 inline Background start_background(const std::string& command_line, const std::string& log) {
-  Background job{-1, log, std::chrono::steady_clock::now(), std::make_shared<const SessionDir>()};
+  Background job{-1, log, std::chrono::steady_clock::now()};
   std::filesystem::remove(log);  // an earlier run's log must not be read as this one's
-  const std::string line = job.session->around("exec " + command_line + " > " + log + " 2>&1");
+  const std::string line = "exec " + command_line + " > " + log + " 2>&1";
   const char* argv[] = {"sh", "-c", line.c_str(), nullptr};
   if (posix_spawn(&job.pid, "/bin/sh", nullptr, nullptr, const_cast<char**>(argv), environ) != 0) job.pid = -1;
   return job;

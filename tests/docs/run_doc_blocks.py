@@ -32,13 +32,11 @@ With --lint the pages are only checked (markers, no indented code blocks).
 """
 
 import argparse
-import atexit
 import os
 import re
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 
 RUNNABLE = ("sh", "python")
@@ -210,13 +208,6 @@ def environment(build):
     env["PATH"] = os.pathsep.join(tools + [env.get("PATH", "")])
     env.update({"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
                 "OMPI_MCA_rmaps_base_oversubscribe": "1", "NO_COLOR": "1"})
-    # Open MPI's session files in a tree of this page's own: singletons of
-    # tests run beside it share ompi.<host>.<uid>/jf.0 otherwise, and one
-    # that ends may remove it under another's MPI_Init (open-mpi/ompi#8510;
-    # tests/common/launch.hpp does the same for the C++ tests' jobs).
-    session = tempfile.mkdtemp(prefix="ompi-")
-    atexit.register(shutil.rmtree, session, True)
-    env["OMPI_MCA_orte_tmpdir_base"] = session
     return env
 
 

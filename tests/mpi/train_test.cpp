@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -474,3 +475,31 @@ TEST(WanbenchStep, SpReportsTheSplitStepOfOneBatchPerGroup) {
 }
 
 }  // namespace
+
+// A singleton (a program run without mpiexec) keeps Open MPI's session
+// files in a directory of its own under TMPDIR while it runs, and removes
+// it when it ends: singletons side by side on a node otherwise share one,
+// and one ending may pull it from under another's MPI_Init (world.cpp).
+TEST(Singleton, KeepsItsOpenMpiSessionFilesInADirectoryOfItsOwn) {
+  const std::string data = synth_tiny_data("singleton-data", 4, 1);
+  const std::string tmp = fresh("singleton-tmp");
+  std::filesystem::create_directories(tmp);
+  const auto job = wt::testing::start_background("env TMPDIR=" + tmp + " WANTRAIN_TEST_DELAY=before_first_step:3 " +
+                                                     WANTRAIN_WANTRAIN + " --model-config " + tiny_config() +
+                                                     " --data " + data + " --output-dir " + fresh("singleton-run") +
+                                                     " --steps 1 --batch-size 2 --threads 1 --backend mpi",
+                                                 tmp + ".log");
+  // While it runs: one wantrain-ompi-* directory, holding Open MPI's ompi.<host>.<uid> tree.
+  const auto own_session = [&] {
+    int found = 0;
+    for (const auto& entry : std::filesystem::directory_iterator(tmp))
+      if (entry.path().filename().string().rfind("wantrain-ompi-", 0) == 0)
+        for (const auto& inner : std::filesystem::directory_iterator(entry.path()))
+          found += inner.path().filename().string().rfind("ompi.", 0) == 0 ? 1 : 0;
+    return found == 1;
+  };
+  EXPECT_TRUE(wt::testing::wait_until(own_session, 60)) << wt::testing::read_text(job.log);
+  const Job ended = wt::testing::finish(job);
+  EXPECT_EQ(ended.status, 0) << ended.output;
+  EXPECT_TRUE(std::filesystem::is_empty(tmp)) << "the session directory is removed when the process ends";
+}
