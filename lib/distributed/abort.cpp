@@ -1,5 +1,7 @@
 #include "wantrain/distributed/abort.hpp"
 
+#include "wantrain/distributed/world.hpp"
+
 #include <mpi.h>
 
 #include <fcntl.h>
@@ -36,6 +38,7 @@ void abort_job(std::string_view message, int exit_code) {
   std::fflush(stdout);
   tell_the_launcher(message);
   run_fatal_hook(message);  // bounded: the abort comes in any case
+  remove_singleton_session_dir();
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
@@ -59,6 +62,7 @@ void end_job_from_main_thread(std::string_view message, int exit_code) {
     std::_Exit(exit_code);
   }).detach();
   MPI_Finalize();
+  remove_singleton_session_dir();
   std::_Exit(exit_code);
 }
 

@@ -36,9 +36,15 @@ const char* thread_level_name(int level) {
 // MPI_Init ("A call to mkdir was unable to create the desired directory",
 // open-mpi/ompi#8510; seen here when tests ran singletons side by side, as
 // a user's shell loop of wansample runs would). A singleton gets a session
-// tree of its own, removed at finalize; a launched rank (mpirun's, srun's)
-// keeps its launcher's, and a value already set wins. Returns the
+// tree of its own, removed at finalize (remove_singleton_session_dir: also
+// on the paths that end the process without it); a launched rank (mpirun's,
+// srun's) keeps its launcher's, and a value already set wins. Returns the
 // directory made, or "".
+std::string& singleton_session_dir() {
+  static std::string path;  // once per process, as MPI is
+  return path;
+}
+
 std::string own_singleton_session_dir() {
   for (const char* launched : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE"})
     if (std::getenv(launched)) return "";
@@ -52,6 +58,14 @@ std::string own_singleton_session_dir() {
 
 }  // namespace
 
+void remove_singleton_session_dir() noexcept {
+  auto& path = singleton_session_dir();
+  if (path.empty()) return;
+  std::error_code ignored;
+  std::filesystem::remove_all(path, ignored);
+  path.clear();
+}
+
 World::World(int& argc, char**& argv) : host_(host_name()) {
   // A process started without a launcher (one rank: wandata, wansample, a
   // one-rank wantrain) is an MPI singleton; Open MPI then starts an orted
@@ -61,7 +75,7 @@ World::World(int& argc, char**& argv) : host_(host_name()) {
   // reads the variable, only a singleton uses it, and a value already set
   // wins.
   setenv("OMPI_MCA_ess_singleton_isolated", "1", /*overwrite=*/0);
-  singleton_session_ = own_singleton_session_dir();
+  singleton_session_dir() = own_singleton_session_dir();
   int provided = MPI_THREAD_SINGLE;
   if (MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
     abort_job("MPI_Init_thread failed: is the MPI library installed and the launcher (mpirun/srun) working?", 1);
@@ -132,10 +146,7 @@ void World::finalize() noexcept {
   if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
   clear_process_rank();
   MPI_Finalize();
-  if (!singleton_session_.empty()) {
-    std::error_code ignored;
-    std::filesystem::remove_all(singleton_session_, ignored);
-  }
+  remove_singleton_session_dir();
 }
 
 std::vector<World::Peer> World::peers() const {

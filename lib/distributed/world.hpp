@@ -32,6 +32,10 @@ struct CollectiveExit {
   int code;
 };
 
+// Removes a singleton's own Open MPI session directory (world.cpp): at
+// finalize, and on the paths that end the process without it (abort.hpp).
+void remove_singleton_session_dir() noexcept;
+
 class World {
  public:
   World(int& argc, char**& argv);
@@ -110,7 +114,6 @@ class World {
   bool group_ = false;  // a split of another World: it neither initialises nor finalizes MPI
   std::string host_;
   bool finalized_ = false;
-  std::string singleton_session_;  // a singleton's own Open MPI session directory (world.cpp), removed at finalize
   // Names the ranks that no longer answer when a collective times out.
   std::unique_ptr<RollCall> roll_call_;
   std::chrono::milliseconds timeout_{std::chrono::minutes(10)};

@@ -502,4 +502,9 @@ TEST(Singleton, KeepsItsOpenMpiSessionFilesInADirectoryOfItsOwn) {
   const Job ended = wt::testing::finish(job);
   EXPECT_EQ(ended.status, 0) << ended.output;
   EXPECT_TRUE(std::filesystem::is_empty(tmp)) << "the session directory is removed when the process ends";
+  // Also when a usage error ends it.
+  const Job bad = launch("env TMPDIR=" + tmp + " " + WANTRAIN_WANTRAIN + " --model-config " + tiny_config() +
+                         " --data " + tmp + "/missing --output-dir " + fresh("singleton-bad") + " --threads 1");
+  EXPECT_EQ(bad.status, 2) << bad.output;
+  EXPECT_TRUE(std::filesystem::is_empty(tmp)) << bad.output;
 }
