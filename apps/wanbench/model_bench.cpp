@@ -21,6 +21,7 @@
 #include "wantrain/app/version.hpp"
 #include "wantrain/distributed/world.hpp"
 #include "wantrain/nn/autocast.hpp"
+#include "wantrain/wan/model/model_recipe.hpp"
 #include "wantrain/wan/model/wan_model.hpp"
 #include "wantrain/wan/model/flow_matching.hpp"
 #include "wantrain/wan/plan/memory_plan.hpp"
@@ -63,8 +64,7 @@ Point measure(const wan::WanConfig& config, const ModelBenchConfig& c, Point p) 
   p.runtime_mib = current_rss_bytes() / kMiB;
   const auto dtype = app::float_dtype(c.precision);
   {
-    torch::manual_seed(0);
-    wan::WanModel net(config);
+    auto net = wan::build_model({config}).model;  // seed 0
     // Random inputs of the real shapes; the head starts at zero, so give it
     // weights that make the backward pass do the work it does in training.
     torch::NoGradGuard no_grad;

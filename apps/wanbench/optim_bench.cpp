@@ -11,6 +11,7 @@
 
 #include "wantrain/app/version.hpp"
 #include "wantrain/distributed/world.hpp"
+#include "wantrain/wan/model/model_recipe.hpp"
 #include "wantrain/wan/model/model_config.hpp"
 #include "wantrain/wan/model/wan_model.hpp"
 #include "wantrain/train/adamw_step.hpp"
@@ -34,8 +35,7 @@ struct Subject {
   std::unique_ptr<torch::optim::AdamW> optimizer;
   std::unique_ptr<train::Ema> ema;
   explicit Subject(const wan::WanConfig& config) {
-    torch::manual_seed(0);
-    wan::WanModel net(config);
+    auto net = wan::build_model({config}).model;  // seed 0
     for (auto& p : net->parameters()) {
       parameters.push_back(p.detach().clone().requires_grad_());
       parameters.back().mutable_grad() = torch::randn_like(p) * 1e-3;

@@ -17,6 +17,7 @@
 #include "wantrain/util/memory.hpp"
 #include "wantrain/util/options.hpp"
 #include "wantrain/util/reporter.hpp"
+#include "wantrain/wan/model/model_recipe.hpp"
 #include "wantrain/wan/model/wan_model.hpp"
 #include "wantrain/wan/model/weights.hpp"
 #include "wantrain/wan/sample/sampling_pipeline.hpp"
@@ -90,8 +91,7 @@ int run_sample_bench(distributed::World& world, int argc, char** argv) {
   const ScratchDataset scratch(world, shape, 1);
   const std::string weights = scratch.directory + "/weights.safetensors";
   if (world.is_root()) {
-    torch::manual_seed(0);
-    wan::save_weights(*wan::WanModel(config), weights);
+    wan::save_weights(*wan::build_model({config}).model, weights);  // seed 0
   }
   world.barrier();
 

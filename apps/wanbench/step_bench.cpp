@@ -19,6 +19,7 @@
 #include "wantrain/distributed/mpi_comm.hpp"
 #include "wantrain/distributed/reducer.hpp"
 #include "wantrain/distributed/world.hpp"
+#include "wantrain/wan/model/model_recipe.hpp"
 #include "wantrain/wan/model/model_config.hpp"
 #include "wantrain/wan/model/wan_model.hpp"
 #include "wantrain/train/engine.hpp"
@@ -64,12 +65,6 @@ train::StepTimes time_steps(const distributed::World& world, train::Engine& engi
   for (double* v : {&sum.data, &sum.forward, &sum.backward, &sum.comm, &sum.optimizer, &sum.gather, &sum.total})
     *v = over_ranks(world, *v / iters, MPI_SUM) / world.size();
   return sum;
-}
-
-// Seeds LibTorch first: every model built from it starts from the same weights.
-wan::WanConfig seeded(const wan::WanConfig& config) {
-  torch::manual_seed(0);
-  return config;
 }
 
 nlohmann::json to_json(const train::StepTimes& t, double samples_per_step) {
@@ -142,13 +137,13 @@ train::Batch random_batch(const wan::WanConfig& config, int64_t samples, int64_t
   return batch;
 }
 
-// The model, objective and Engine of each variant: the same initial weights.
+// The model, objective and Engine of each variant: the same initial weights (seed 0).
 struct Variant {
   wan::WanModel model;
   wan::FlowMatchingObjective objective;
   train::Engine engine;
   Variant(const wan::WanConfig& config, distributed::Comm& comm, const train::EngineOptions& options)
-      : model(seeded(config)), objective(*model, {}), engine(comm, objective, options) {}
+      : model(wan::build_model({config}).model), objective(*model, {}), engine(comm, objective, options) {}
 };
 
 // Each variant's median round, and what its Engine holds (MB per rank, the largest rank's).
@@ -206,8 +201,7 @@ struct SyncTimes {
 // synchronising; against one raw MPI_Allreduce (sum) of the same bytes.
 SyncTimes time_gradient_sync(const distributed::World& world, distributed::Comm& comm, const wan::WanConfig& config,
                              const StepBenchConfig& c, at::ScalarType grad_comm_dtype) {
-  torch::manual_seed(0);
-  wan::WanModel net(config);
+  auto net = wan::build_model({config}).model;  // seed 0
   std::vector<std::pair<std::string, at::Tensor>> named;
   for (const auto& item : net->named_parameters()) named.emplace_back(item.key(), item.value());
   distributed::ReducerOptions reducer_options;

@@ -15,7 +15,7 @@
 #include "wantrain/app/version.hpp"
 #include "wantrain/ckpt/checkpoint.hpp"
 #include "wantrain/wan/objective/few_step_objective.hpp"
-#include "wantrain/wan/model/checkpoint_weights.hpp"
+#include "wantrain/wan/model/model_recipe.hpp"
 #include "wantrain/distributed/world.hpp"
 #include "wantrain/wan/model/diffusers_export.hpp"
 #include "wantrain/wan/model/lora.hpp"
@@ -65,7 +65,7 @@ std::string write_model(const wan::WanModelImpl& model, const wan::WanConfig& co
 // mapping is the one the loader reads back.
 void export_model(const ckpt::Checkpoint& saved, const std::string& path, const wan::WanConfig& config,
                   const ExportOptions& o) {
-  wan::WanModel model(config);
+  auto model = wan::build_model({config, at::kFloat, wan::FirstWeights::Generator}).model;  // filled below
   std::vector<std::pair<std::string, at::Tensor>> named;
   for (const auto& item : model->named_parameters(true)) named.emplace_back(item.key(), item.value());
   ckpt::Checkpoint tensors;
@@ -125,11 +125,10 @@ void export_lora(const ckpt::Checkpoint& saved, const std::string& path, const w
   // An fp8 base's adapters fold into its dequantised values, in fp32.
   const auto held = saved.objective.find("lora_base_precision");
   const std::string base_precision = held == saved.objective.end() ? "fp32" : held->second;
-  wan::WanModel model(config, app::float_dtype(base_precision));
   // A run's --init may be a checkpoint's whole model; read one tensor at a time either way.
-  wan::load_weights(*model, ckpt::is_checkpoint_file(merge_base)
-                                ? wan::checkpoint_weights(merge_base, /*prefer_ema=*/false).source
-                                : wan::open_weights(merge_base));
+  wan::ModelRecipe base{config, app::float_dtype(base_precision), wan::FirstWeights::None};
+  base.weights = wan::ModelWeights{merge_base, /*prefer_ema=*/false};
+  auto model = wan::build_model(base).model;
   if (const auto checksum = wan::held_weights_checksum(config, *model); checksum != trained_base)
     throw UsageError(
         fmt::format("option --merge: {} has checksum {}, but the adapters of checkpoint {} were trained "
@@ -165,8 +164,9 @@ void export_lora(const ckpt::Checkpoint& saved, const std::string& path, const w
 // drawn as Xavier uniform too: a base whose blocks all matter.
 void export_seed(const std::string& config_path, uint64_t seed, bool stand_in, const ExportOptions& o) {
   const auto config = wan::load_model_config(config_path);
-  torch::manual_seed(seed);
-  wan::WanModel model(config, o.dtype == at::kBFloat16 ? at::kBFloat16 : at::kFloat);
+  auto model =
+      wan::build_model({config, o.dtype == at::kBFloat16 ? at::kBFloat16 : at::kFloat, wan::FirstWeights::Seed, seed})
+          .model;
   if (stand_in) {
     torch::NoGradGuard no_grad;
     torch::nn::init::xavier_uniform_(model->head->head->weight);

@@ -14,9 +14,6 @@
 #include "wantrain/util/error.hpp"
 #include "wantrain/util/reporter.hpp"
 #include "wantrain/util/threads.hpp"
-#include "wantrain/wan/model/lora.hpp"
-#include "wantrain/wan/model/weights.hpp"
-#include "wantrain/wan/model/checkpoint_weights.hpp"
 #include "wantrain/wan/model/data_fits_model.hpp"
 #include "wantrain/wan/plan/memory_plan.hpp"
 #include "wantrain/wan/run/sample_group.hpp"
@@ -25,36 +22,20 @@
 namespace wt::wantrain {
 namespace {
 
-// A source's model as its training ranks build it (wan/run/wan_run.cpp):
-// the same frozen base (from the seed, --init, or a few-step LoRA student's
-// teacher) and adapters, so that the tensors sent in each sample — what is
-// trained — complete it; the blocks' Linears in sample_rank_linear_dtype.
+// A source's model from the recipe its training ranks build theirs from
+// (wan/run/wan_run.hpp's model_recipe): the same frozen base (from the seed,
+// --init, or a few-step student's teacher) and adapters, so that the
+// tensors sent in each sample — what is trained — complete it; the blocks'
+// Linears held in sample_rank_linear_dtype.
 wan::SampleSource sampling_model(const std::string& name, const TrainConfig& cfg, const wan::WanConfig& config,
                                  const at::Device& device, at::ScalarType compute_dtype) {
-  const auto run = wan_run_options(cfg);
-  torch::manual_seed(cfg.seed);
-  wan::WanModel model(config, sample_rank_linear_dtype(cfg, compute_dtype));
-  std::string base = cfg.init;
-  bool prefer_ema = false;
-  if (base.empty() && cfg.distill_steps > 0 && cfg.lora_rank > 0) {  // a teacher is read for its EMA, as one
-    base = cfg.teacher;
-    prefer_ema = true;
-  }
-  if (!base.empty()) {
-    if (ckpt::is_checkpoint_file(base))
-      wan::load_weights(*model, wan::checkpoint_weights(base, prefer_ema).source, wan::LoadMode::Strict);
-    else
-      wan::load_weights(*model, base, wan::LoadMode::Strict);
-  }
-  std::string checksum;  // of the base as held, as the training ranks name theirs
-  if (cfg.lora_rank > 0) {
-    checksum = wan::held_weights_checksum(config, *model);
-    wan::add_lora(*model, run.lora);
-  }
-  model->to(device);
-  model->eval();
-  model->set_attention_chunk(run.attention_chunk);
-  return {name, model, checksum};
+  auto recipe = wan::model_recipe(wan_run_options(cfg), config, cfg.seed,
+                                  cfg.mode == "distill" && cfg.distill_steps > 0 ? cfg.teacher : "");
+  recipe.linear_dtype = sample_rank_linear_dtype(cfg, compute_dtype);
+  auto built = wan::build_model(recipe);
+  built.model->to(device);
+  built.model->eval();
+  return {name, built.model, built.base_checksum};
 }
 
 }  // namespace

@@ -14,7 +14,7 @@
 #include "wantrain/io/safetensors.hpp"
 #include "wantrain/wan/model/wan_model.hpp"
 #include "wantrain/wan/model/weights.hpp"
-#include "wantrain/wan/model/checkpoint_weights.hpp"
+#include "wantrain/wan/model/model_recipe.hpp"
 #include "wantrain/wan/run/sampling_weights.hpp"
 #include "wantrain/wan/sample/student_sampler.hpp"
 #include "wantrain/wan/objective/distillation_objective.hpp"
@@ -53,7 +53,7 @@ struct WanRun::Impl {
   int rank = 0;
   std::unique_ptr<nn::BlockSwap> block_swap;  // with options.blocks_to_swap; the model's parameter units
 
-  Impl(WanConfig c, at::ScalarType base_dtype) : model(c, base_dtype), config(std::move(c)) {}
+  Impl(WanConfig c, WanModel built) : model(std::move(built)), config(std::move(c)) {}
 };
 
 WanRun::WanRun(const train::RunPlan& plan, const WanRunOptions& options, distributed::Comm& comm, data::Dataset dataset,
@@ -77,8 +77,22 @@ WanRun::WanRun(const train::RunPlan& plan, const WanRunOptions& options, distrib
   if (options.blocks_to_swap < 0 || options.blocks_to_swap > config.num_layers)
     throw SettingError("blocks_to_swap", fmt::format("{}: the model has {} blocks (0 to {} may be swapped)",
                                                      options.blocks_to_swap, config.num_layers, config.num_layers));
-  torch::manual_seed(plan.settings.seed);  // the same initial weights for the same seed (rank 0's are broadcast)
-  impl_ = std::make_unique<Impl>(std::move(config), options.base_dtype);
+  // The model of its recipe (the sample ranks build theirs from the same
+  // one). A resumed full run's checkpoint holds every trained tensor: a
+  // checkpoint's or the teacher's weights are not read before it; a LoRA
+  // resume holds only the adapters, so its base is read then too.
+  auto recipe = model_recipe(options, config, plan.settings.seed, few_step ? teacher->path() : std::string());
+  const bool from_teacher = few_step && options.init.empty();
+  if (resume && !lora && recipe.weights && (from_teacher || ckpt::is_checkpoint_file(recipe.weights->path)))
+    recipe.weights.reset();
+  BuildOptions build;
+  TensorSource teacher_weights;  // as the teacher loaded them, or its file when they are held rounded to bf16
+  if (from_teacher && recipe.weights) {
+    teacher_weights = teacher->unrounded_weights();
+    build.opened = &teacher_weights;
+  }
+  auto built = build_model(recipe, build);
+  impl_ = std::make_unique<Impl>(std::move(config), built.model);
   auto& im = *impl_;
   im.teacher = teacher;
   im.rank = comm.rank();
@@ -90,35 +104,18 @@ WanRun::WanRun(const train::RunPlan& plan, const WanRunOptions& options, distrib
     im.training_sampler = std::make_unique<TrainingSampler>(dataset, sample);
   }
   auto& model = im.model;
-  const bool init_from_checkpoint = !options.init.empty() && ckpt::is_checkpoint_file(options.init);
-  if (!options.init.empty() && !init_from_checkpoint) load_weights(*model, options.init, LoadMode::Strict);
-  // A checkpoint's whole model: before any adapter, and on a LoRA resume too
-  // (its checkpoint holds only the adapters; the base comes from here).
-  // One tensor at a time, converted into the model's precision (a bf16 base
-  // never exists in fp32).
-  if (init_from_checkpoint && (!resume || lora))
-    load_weights(*model, checkpoint_weights(options.init, /*prefer_ema=*/false).source, LoadMode::Strict);
-  // A few-step student starts as its teacher: the weights as loaded (from
-  // the file when they are held rounded to bf16), before any adapter. A
-  // full student's resume brings all of its weights; a LoRA student's, only
-  // the adapters, so its base is loaded here then too.
-  if (few_step && options.init.empty() && (!resume || lora)) {
-    load_weights(*model, teacher->unrounded_weights(), LoadMode::Strict);
-    if (comm.rank() == 0 && !resume)
-      report_info("student init: the teacher's weights ({}){}", teacher->path(),
-                  lora ? ", frozen as the LoRA base" : "");
-  }
+  if (from_teacher && comm.rank() == 0 && !resume)
+    report_info("student init: the teacher's weights ({}){}", teacher->path(), lora ? ", frozen as the LoRA base" : "");
   auto objective_options = options.objective;
   if (lora) {
     im.lora = options.lora;
-    im.lora_base = held_weights_checksum(im.config, *model);
-    const int64_t adapters = add_lora(*model, options.lora);
+    im.lora_base = built.base_checksum;
     objective_options.lora = describe_lora(options.lora);
     objective_options.lora_base = im.lora_base;
     objective_options.lora_base_precision = train::precision_name(options.base_dtype);
     if (comm.rank() == 0)
       report_info("lora: {}; {} adapter parameters trained, the base's {} frozen ({}, {}; block Linears held in {})",
-                  objective_options.lora, adapters, parameter_count(im.config),
+                  objective_options.lora, built.adapter_parameters, parameter_count(im.config),
                   !options.init.empty() ? options.init
                   : few_step            ? "the teacher " + teacher->path()
                                         : std::string("from the seed"),
@@ -142,7 +139,6 @@ WanRun::WanRun(const train::RunPlan& plan, const WanRunOptions& options, distrib
     throw SettingError("activation_offload", "offloads the inputs that checkpointed blocks keep: it needs " +
                                                  setting_reference("grad_checkpoint") + " blocks or every-N");
   model->set_activation_offload(options.activation_offload);
-  model->set_attention_chunk(options.attention_chunk);
   if (teacher) teacher->set_attention_chunk(options.attention_chunk);
   // Groups of consecutive ranks share each sample's tokens (a teacher runs
   // whole sequences on every rank).
@@ -160,12 +156,16 @@ WanRun::WanRun(const train::RunPlan& plan, const WanRunOptions& options, distrib
                          "3 shards the student's weights only; distribution matching's fake score "
                          "trains beside it: use ZeRO 1 or 2 (or " +
                              setting_reference("distill_method") + " consistency)");
-    im.fake_score = WanModel(im.config);
-    load_weights(*im.fake_score, teacher->unrounded_weights(), LoadMode::Strict);
+    ModelRecipe fake_score;
+    fake_score.config = im.config;
+    fake_score.first = FirstWeights::Generator;  // drawn, then read over: as since its first release
+    fake_score.weights = ModelWeights{teacher->path(), /*prefer_ema=*/true};
+    fake_score.attention_chunk = options.attention_chunk;
+    const auto fake_score_weights = teacher->unrounded_weights();
+    im.fake_score = build_model(fake_score, {&fake_score_weights, {}}).model;
     im.fake_score->to(comm.device());
     im.fake_score->train();
     im.fake_score->set_grad_checkpoint(options.grad_checkpoint);
-    im.fake_score->set_attention_chunk(options.attention_chunk);
     // Under --sp its tokens split over the group as the student's do: each
     // rank's forward gives the whole output, so the matching loss (and its
     // per-sample normaliser) is the whole sample's, and each rank's
@@ -360,6 +360,21 @@ std::string WanRun::save_weights(const std::string& directory, bool write) const
   write_file_durably(directory + "/model-config.json", to_json(impl_->config) + "\n");
   return fmt::format("weights: {0}/model.safetensors{1}, config {0}/model-config.json", directory,
                      ema ? fmt::format(" (EMA: {}/ema.safetensors)", directory) : std::string());
+}
+
+ModelRecipe model_recipe(const WanRunOptions& options, const WanConfig& config, uint64_t seed,
+                         const std::string& few_step_teacher) {
+  ModelRecipe recipe;
+  recipe.config = config;
+  recipe.linear_dtype = options.base_dtype;
+  recipe.seed = seed;  // the same initial weights for the same seed (rank 0's are broadcast)
+  if (!options.init.empty())
+    recipe.weights = ModelWeights{options.init, /*prefer_ema=*/false};
+  else if (!few_step_teacher.empty())  // a few-step student starts as its teacher, read for its EMA as the teacher is
+    recipe.weights = ModelWeights{few_step_teacher, /*prefer_ema=*/true};
+  if (options.lora.rank > 0) recipe.adapters = options.lora;
+  recipe.attention_chunk = options.attention_chunk;
+  return recipe;
 }
 
 }  // namespace wt::wan

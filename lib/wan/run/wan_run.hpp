@@ -26,6 +26,7 @@
 #include "wantrain/nn/attention_chunk.hpp"
 #include "wantrain/wan/model/lora.hpp"
 #include "wantrain/wan/model/model_config.hpp"
+#include "wantrain/wan/model/model_recipe.hpp"
 #include "wantrain/train/fit.hpp"
 #include "wantrain/wan/objective/few_step_objective.hpp"
 #include "wantrain/wan/objective/flow_matching_objective.hpp"
@@ -77,6 +78,14 @@ struct WanRunOptions {
   // sample, how, and where their PNGs go.
   std::optional<TrainingSampleOptions> sample;
 };
+
+// The trained model's recipe (model/model_recipe.hpp): `config` in the base
+// dtype, drawn from `seed`, read from `init`, or, for a few-step student
+// without one, from its teacher `few_step_teacher` (its EMA where it has
+// one); LoRA's adapters last. The run builds its model from it, and the
+// sample ranks theirs, so that the tensors a sample sends complete it.
+ModelRecipe model_recipe(const WanRunOptions& options, const WanConfig& config, uint64_t seed,
+                         const std::string& few_step_teacher);
 
 class WanRun {
  public:

@@ -26,7 +26,7 @@
 #include "wantrain/wan/encoders/clip_vision.hpp"
 #include "wantrain/wan/encoders/text_encoder.hpp"
 #include "wantrain/wan/model/diffusers_folder.hpp"
-#include "wantrain/wan/model/lora_file.hpp"
+#include "wantrain/wan/model/model_recipe.hpp"
 #include "wantrain/wan/model/wan_model.hpp"
 #include "wantrain/wan/model/unconditional_context.hpp"
 #include "wantrain/wan/model/checkpoint_weights.hpp"
@@ -562,46 +562,59 @@ at::Tensor SamplingPipeline::sample() {
     return fmt::format("sharded over {} ranks: {} of weights a rank", world_.size(),
                        format_bytes(double(shards.back()->held_bytes())));
   };
-  // One model, or A14B's two experts of the same config. Every parameter is
-  // read from the weights (checked above), so none is drawn first.
-  auto load_model = [&](const std::string& weights, const char* role) {
-    WanModel model(config_, block_linear_dtype_, WanInit::Empty);
-    const auto loaded = load_into(*model, sources_.at(weights));
-    report_info("{}{} ({:.3g} parameters, {})", role, weights, double(parameter_count(config_)), loaded);
-    return model;
+  // One model, or A14B's two experts of the same config, each from its
+  // recipe: every parameter read from the weights (checked above, so none
+  // is drawn first), then its LoRA files merged.
+  auto recipe_of = [&](const std::string& weights, bool prefer_ema, const std::vector<std::string>& loras) {
+    ModelRecipe recipe;
+    recipe.config = config_;
+    recipe.linear_dtype = block_linear_dtype_;
+    recipe.first = FirstWeights::None;
+    recipe.weights = ModelWeights{weights, prefer_ema};
+    for (size_t i = 0; i < loras.size(); ++i)
+      recipe.merged_loras.push_back(
+          {loras[i], r.lora_scales.empty() ? 1.0 : r.lora_scales[r.lora_scales.size() == 1 ? 0 : i]});
+    recipe.attention_chunk = r.attention_chunk;
+    return recipe;
+  };
+  auto build = [&](const ModelRecipe& recipe, const TensorSource& source, const std::string& role,
+                   const std::string& merged_into) {
+    auto built = build_model(recipe, {&source, load_into});
+    report_info("{}{})", role, built.loaded);
+    for (size_t i = 0; i < recipe.merged_loras.size(); ++i)
+      report_info("LoRA {} merged{} at scale {:g} ({} layers)", recipe.merged_loras[i].path, merged_into,
+                  recipe.merged_loras[i].scale, built.merged_layers[i]);
+    return built.model;
+  };
+  auto load_model = [&](const std::string& weights, const std::vector<std::string>& loras, const char* role,
+                        const char* merged_into) {
+    return build(recipe_of(weights, false, loras), sources_.at(weights),
+                 fmt::format("{}{} ({:.3g} parameters, ", role, weights, double(parameter_count(config_))),
+                 merged_into);
   };
   WanModel net(nullptr), high_net(nullptr);
   if (experts_) {
-    high_net = load_model(r.high_noise, "high-noise expert ");
-    net = load_model(r.low_noise, "low-noise expert ");
+    high_net = load_model(r.high_noise, r.loras_high, "high-noise expert ", " into the high-noise expert");
+    net = load_model(r.low_noise, r.loras_low, "low-noise expert ", " into the low-noise expert");
   } else if (r.checkpoint.empty()) {
-    net = load_model(r.weights, "");
+    net = load_model(r.weights, r.loras, "", "");
   } else {
-    net = WanModel(config_, block_linear_dtype_, WanInit::Empty);
-    const auto saved = checkpoint_weights(r.checkpoint, r.checkpoint_weights != CheckpointWeightsChoice::Model);
+    const bool prefer_ema = r.checkpoint_weights != CheckpointWeightsChoice::Model;
+    const auto saved = checkpoint_weights(r.checkpoint, prefer_ema);
     if (r.checkpoint_weights == CheckpointWeightsChoice::Ema && !saved.ema)
       throw SettingError("checkpoint_weights",
                          fmt::format("checkpoint {} holds no EMA weights (its run had no --ema-decay); use auto or "
                                      "model",
                                      r.checkpoint));
-    const auto loaded = load_into(*net, saved.source);
-    report_info("{} ({:.3g} parameters, {} weights of step {}, {})", r.checkpoint, double(parameter_count(config_)),
-                saved.ema ? "EMA" : "model", saved.step, loaded);
+    net = build(recipe_of(r.checkpoint, prefer_ema, r.loras), saved.source,
+                fmt::format("{} ({:.3g} parameters, {} weights of step {}, ", r.checkpoint,
+                            double(parameter_count(config_)), saved.ema ? "EMA" : "model", saved.step),
+                "");
   }
-  auto merge_loras = [&](WanModelImpl& model, const std::vector<std::string>& files, const char* role) {
-    for (size_t i = 0; i < files.size(); ++i) {
-      const double scale = r.lora_scales.empty() ? 1.0 : r.lora_scales[r.lora_scales.size() == 1 ? 0 : i];
-      const int layers = merge_lora_file(model, files[i], scale);
-      report_info("LoRA {} merged{} at scale {:g} ({} layers)", files[i], role, scale, layers);
-    }
-  };
-  merge_loras(*net, experts_ ? r.loras_low : r.loras, experts_ ? " into the low-noise expert" : "");
-  if (experts_) merge_loras(*high_net, r.loras_high, " into the high-noise expert");
   for (auto* model : {&net, &high_net}) {
     if (!*model) continue;
     (*model)->to(offload_ ? c10::Device(c10::kCPU) : device_);
     (*model)->eval();
-    (*model)->set_attention_chunk(r.attention_chunk);
   }
   // The ranks' groups: with cfg_parallel the first half computes the
   // conditional branch and the second half the unconditional one, rank r

@@ -1,0 +1,158 @@
+// build_model, the one way a WanModel is made from its recipe: a seed gives
+// the model Wan's initialisation draws from it; weights (a file or a
+// checkpoint's model or EMA) replace every parameter; LoRA files merge as
+// merge_lora_file does; adapters come last over a base whose checksum is
+// the base's; a recipe built twice is the same model.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <string>
+
+#include "../../../common/small_models.hpp"
+#include "wantrain/ckpt/checkpoint.hpp"
+#include "wantrain/util/error.hpp"
+#include "wantrain/wan/model/lora.hpp"
+#include "wantrain/wan/model/lora_file.hpp"
+#include "wantrain/wan/model/model_recipe.hpp"
+#include "wantrain/wan/model/weights.hpp"
+
+namespace {
+
+using wt::wan::BuiltModel;
+using wt::wan::FirstWeights;
+using wt::wan::ModelRecipe;
+using wt::wan::ModelWeights;
+using wt::wan::WanModel;
+
+std::string temp(const std::string& name) { return ::testing::TempDir() + "recipe-" + name; }
+
+wt::io::NamedTensors parameters_of(const WanModel& model) {
+  wt::io::NamedTensors out;
+  for (const auto& item : model->named_parameters()) out.emplace_back(item.key(), item.value().detach().clone());
+  return out;
+}
+
+// Every parameter equal, bit for bit, by name.
+void expect_same_model(const WanModel& a, const WanModel& b) {
+  const auto x = parameters_of(a), y = parameters_of(b);
+  ASSERT_EQ(x.size(), y.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    ASSERT_EQ(x[i].first, y[i].first);
+    EXPECT_TRUE(torch::equal(x[i].second, y[i].second)) << x[i].first;
+  }
+}
+
+// A model whose every parameter differs from the seed's draw (Wan zeroes
+// the head; here everything is drawn from `seed` anew).
+WanModel distinct_model(const wt::wan::WanConfig& config, uint64_t seed) {
+  auto model = WanModel(config);
+  torch::manual_seed(seed);
+  torch::NoGradGuard no_grad;
+  for (auto& p : model->parameters()) p.normal_(0, 0.05);
+  return model;
+}
+
+}  // namespace
+
+TEST(ModelRecipe, ASeedGivesWansInitialisationFromThatSeedAndOneRecipeIsOneModel) {
+  const auto config = wt::testing::small_wan_config();
+  torch::manual_seed(11);
+  const WanModel drawn(config);  // what the seed's recipe must be, by construction
+  ModelRecipe recipe{config};
+  recipe.seed = 11;
+  const auto once = wt::wan::build_model(recipe), twice = wt::wan::build_model(recipe);
+  expect_same_model(once.model, drawn);
+  expect_same_model(once.model, twice.model);
+  EXPECT_TRUE(once.loaded.empty());
+  recipe.seed = 12;  // another seed, another draw (the patch embedding's weight is drawn)
+  EXPECT_FALSE(torch::equal(parameters_of(wt::wan::build_model(recipe).model).front().second,
+                            parameters_of(drawn).front().second));
+}
+
+TEST(ModelRecipe, WeightsReplaceEveryParameterFromAFileOrACheckpointsModelOrEma) {
+  const auto config = wt::testing::small_wan_config();
+  const auto saved = distinct_model(config, 3), ema = distinct_model(config, 4);
+  const auto file = temp("weights.safetensors");
+  wt::wan::save_weights(*saved, file);
+  for (const auto first : {FirstWeights::Seed, FirstWeights::None}) {
+    ModelRecipe recipe{config, at::kFloat, first};
+    recipe.weights = ModelWeights{file};
+    const auto built = wt::wan::build_model(recipe);
+    expect_same_model(built.model, saved);
+    EXPECT_NE(built.loaded.find("loaded"), std::string::npos) << built.loaded;
+  }
+  wt::ckpt::Checkpoint checkpoint;
+  checkpoint.model = parameters_of(saved);
+  checkpoint.ema = parameters_of(ema);
+  checkpoint.model_config = wt::wan::to_json(config);
+  const auto path = temp("checkpoint.h5");
+  wt::ckpt::write_checkpoint(path, checkpoint);
+  ModelRecipe recipe{config};
+  recipe.weights = ModelWeights{path, /*prefer_ema=*/false};
+  expect_same_model(wt::wan::build_model(recipe).model, saved);
+  recipe.weights->prefer_ema = true;
+  expect_same_model(wt::wan::build_model(recipe).model, ema);
+  // An open source is read instead of the path.
+  const auto source = wt::wan::open_weights(file);
+  recipe.weights = ModelWeights{"not read"};
+  expect_same_model(wt::wan::build_model(recipe, {&source, {}}).model, saved);
+}
+
+TEST(ModelRecipe, WeightsThatDoNotFitAreTheLoadersError) {
+  auto config = wt::testing::small_wan_config();
+  const auto file = temp("two-layers.safetensors");
+  wt::wan::save_weights(*distinct_model(config, 5), file);
+  ModelRecipe recipe{wt::testing::small_wan_config(3)};
+  recipe.weights = ModelWeights{file};
+  EXPECT_THROW(wt::wan::build_model(recipe), wt::UsageError);
+  recipe.weights = ModelWeights{temp("absent.safetensors")};
+  EXPECT_THROW(wt::wan::build_model(recipe), wt::UsageError);
+}
+
+TEST(ModelRecipe, LoraFilesMergeInOrderAsMergeLoraFileDoes) {
+  const auto config = wt::testing::small_wan_config();
+  const wt::wan::LoraOptions lora{4, 8, 0, {"self_attn.q", "ffn.0"}};
+  auto adapted = wt::testing::seeded_small_model(config, lora);
+  {
+    torch::NoGradGuard no_grad;
+    for (const auto& item : adapted->named_parameters())
+      if (item.key().find("lora_B") != std::string::npos) item.value().normal_(0, 0.05);
+  }
+  wt::io::NamedTensors adapters;
+  for (const auto& item : adapted->named_parameters())
+    if (item.key().find(".lora_") != std::string::npos) adapters.emplace_back(item.key(), item.value().detach());
+  const auto lora_file = temp("adapters.safetensors");
+  wt::wan::write_lora_file(lora_file, adapters, lora, "crc32:00000000");
+
+  ModelRecipe recipe{config};
+  recipe.seed = 9;
+  recipe.merged_loras = {{lora_file, 0.5}, {lora_file, 2.0}};
+  const auto built = wt::wan::build_model(recipe);
+  ASSERT_EQ(built.merged_layers.size(), 2u);
+  EXPECT_EQ(built.merged_layers[0], 2 * int(config.num_layers));  // two targets in each block
+  torch::manual_seed(9);
+  WanModel expected(config);
+  wt::wan::merge_lora_file(*expected, lora_file, 0.5);
+  wt::wan::merge_lora_file(*expected, lora_file, 2.0);
+  expect_same_model(built.model, expected);
+}
+
+TEST(ModelRecipe, AdaptersComeLastOverTheBaseTheChecksumNames) {
+  const auto config = wt::testing::small_wan_config();
+  ModelRecipe base{config, at::kBFloat16};
+  base.seed = 5;
+  const auto plain = wt::wan::build_model(base);
+  auto recipe = base;
+  recipe.adapters = wt::wan::LoraOptions{4, 4, 0, {}};
+  const auto built = wt::wan::build_model(recipe);
+  EXPECT_EQ(built.base_checksum, wt::wan::held_weights_checksum(config, *plain.model));
+  EXPECT_TRUE(plain.base_checksum.empty());
+  EXPECT_GT(built.adapter_parameters, 0);
+  int64_t trainable = 0;
+  for (const auto& item : built.model->named_parameters()) {
+    if (!item.value().requires_grad()) continue;
+    EXPECT_NE(item.key().find(".lora_"), std::string::npos) << item.key();
+    trainable += item.value().numel();
+  }
+  EXPECT_EQ(trainable, built.adapter_parameters);
+}
