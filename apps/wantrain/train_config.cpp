@@ -1,8 +1,5 @@
 #include "train_config.hpp"
 
-#include "expert_groups.hpp"
-#include "sample_ranks.hpp"
-
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -38,7 +35,10 @@ std::istream& operator>>(std::istream& in, Betas& betas) {
 
 std::ostream& operator<<(std::ostream& out, const Betas& betas) { return out << betas.beta1 << ',' << betas.beta2; }
 
-void declare_options(OptionSet& o, TrainConfig& c) {
+namespace {
+
+// What is trained and how: general, watching, data, model, objective, optimisation.
+void declare_run_options(OptionSet& o, TrainConfig& c) {
   using T = app::TrainingOption;
   o.group("general").standard_options(&c.config_file);
   declare_training_options(o, c, {T::OutputDir});
@@ -126,6 +126,11 @@ void declare_options(OptionSet& o, TrainConfig& c) {
            "linear in the token count; Q: attention over Q queries at a time, recomputed per chunk in backward; "
            "0: the whole score matrix; auto: the whole matrix while its scores fit 1 GiB per block, else the "
            "chunk whose scores do");
+}
+
+// Where and with what it runs: distributed, checkpoints, LoRA, distillation, faults.
+void declare_job_options(OptionSet& o, TrainConfig& c) {
+  using T = app::TrainingOption;
   o.group("distributed")
       .choice("backend", &c.backend, {"auto", "mpi", "nccl"}, "collectives backend (auto: nccl with GPUs, else mpi)")
       .add("bucket-mb", &c.bucket_mb, "gradient bucket size in MiB")
@@ -216,10 +221,230 @@ void declare_options(OptionSet& o, TrainConfig& c) {
            "(a slow write is not a dead rank: --comm-timeout does not apply)");
 }
 
+}  // namespace
+
+void declare_options(OptionSet& o, TrainConfig& c) {
+  declare_run_options(o, c);
+  declare_job_options(o, c);
+}
+
 namespace {
+
 void require(bool ok, const char* option, const std::string& expected) {
   if (!ok) throw UsageError(fmt::format("option --{}: {}", option, expected));
 }
+
+// --timestep-range as [min, max] of sigma after the shift; [0, 1] when unset.
+std::pair<double, double> sigma_range(const TrainConfig& c) {
+  if (c.timestep_range.empty()) return {0.0, 1.0};
+  const auto parts = split_list(c.timestep_range);
+  double lo = -1, hi = -1;
+  char* end = nullptr;
+  if (parts.size() == 2) {
+    lo = std::strtod(parts[0].c_str(), &end);
+    if (*end != '\0' || parts[0].empty()) lo = -1;
+    hi = std::strtod(parts[1].c_str(), &end);
+    if (*end != '\0' || parts[1].empty()) hi = -1;
+  }
+  if (lo > 1 || hi > 1)
+    throw UsageError(
+        fmt::format("option --timestep-range: {} looks like timesteps in [0, 1000]; give sigma' = "
+                    "timestep / 1000 in [0, 1], e.g. 0.875,1",
+                    c.timestep_range));
+  if (!(lo >= 0 && lo < hi && hi <= 1))
+    throw UsageError(
+        fmt::format("option --timestep-range: expected LO,HI with 0 <= LO < HI <= 1, got {}", c.timestep_range));
+  return {lo, hi};
+}
+
+// --grad-checkpoint as WanModel::set_grad_checkpoint's N: none 0, blocks 1,
+// every-N N; UsageError naming the option otherwise.
+int64_t grad_checkpoint_every(const TrainConfig& c) {
+  if (c.grad_checkpoint == "none") return 0;
+  if (c.grad_checkpoint == "blocks") return 1;
+  const std::string prefix = "every-";
+  if (c.grad_checkpoint.rfind(prefix, 0) == 0) {
+    const std::string n = c.grad_checkpoint.substr(prefix.size());
+    if (!n.empty() && n.size() <= 6 && n.find_first_not_of("0123456789") == std::string::npos && std::stoi(n) >= 1)
+      return std::stoi(n);
+  }
+  throw UsageError(fmt::format("option --grad-checkpoint: expected none, blocks or every-N with N >= 1, got '{}'",
+                               c.grad_checkpoint));
+}
+
+// --plan-latents as (F, H, W); UsageError naming the option when malformed.
+std::array<int64_t, 3> plan_latents(const TrainConfig& c) {
+  const auto sizes = parse_sizes(c.plan_latents, "FxHxW", "21x60x104", "plan-latents");
+  return {sizes[0], sizes[1], sizes[2]};
+}
+
+// --experts as the experts of the rank groups, in rank order.
+std::array<std::string, 2> expert_order(const TrainConfig& c) {
+  const auto names = split_list(c.experts);
+  if (names.size() != 2 || !((names[0] == "high" && names[1] == "low") || (names[0] == "low" && names[1] == "high")))
+    throw UsageError(fmt::format(
+        "option --experts: expected high,low (or low,high: the order of the rank groups), got {}", c.experts));
+  return {names[0], names[1]};
+}
+
+// --expert-ranks "H,L" as two rank counts of 1 or more.
+std::array<int64_t, 2> expert_ranks(const TrainConfig& c) {
+  const auto parts = split_list(c.expert_ranks);
+  std::array<int64_t, 2> ranks{-1, -1};
+  for (size_t i = 0; i < parts.size() && i < 2; ++i) {
+    char* end = nullptr;
+    const long long value = std::strtoll(parts[i].c_str(), &end, 10);
+    if (!parts[i].empty() && *end == '\0' && value >= 1 && value <= (1 << 24)) ranks[i] = value;
+  }
+  if (parts.size() != 2 || ranks[0] < 1 || ranks[1] < 1)
+    throw UsageError(
+        fmt::format("option --expert-ranks: expected H,L, two rank counts of 1 or more, got {}", c.expert_ranks));
+  return ranks;
+}
+
+// --experts' options alone.
+void check_expert_options(const TrainConfig& c) {
+  if (c.experts.empty()) {
+    for (const char* option : {"expert-ranks", "boundary", "high-noise", "low-noise"})
+      if (c.given.count(option)) throw UsageError(fmt::format("option --{}: only with --experts high,low", option));
+    return;
+  }
+  expert_order(c);
+  if (!c.expert_ranks.empty()) expert_ranks(c);
+  if (!(c.boundary >= 0 && c.boundary < 1))
+    throw UsageError(fmt::format(
+        "option --boundary: expected sigma' = timestep / 1000 in (0, 1) (0: the release's), got {}", c.boundary));
+  if (!c.timestep_range.empty())
+    throw UsageError("option --timestep-range: not with --experts: each expert trains on its side of --boundary");
+  if (c.mode != "train") throw UsageError("option --experts: with --mode train only yet");
+  // A sample of an A14B model needs both experts, which train on different ranks.
+  if (c.sample_every > 0 && c.sample_ranks == 0)
+    throw UsageError(
+        "option --sample-every: with --experts, give --sample-ranks K: a sample needs both experts, and each "
+        "group holds one; K ranks of their own receive both and draw it");
+  for (const auto& [option, path] : {std::pair{"high-noise", c.high_noise}, {"low-noise", c.low_noise}})
+    if (const auto why = path.empty() ? std::string() : unreadable_file_reason(path); !why.empty())
+      throw UsageError(fmt::format("option --{}: {}: {}", option, path, why));
+}
+
+// --sample-ranks' options alone.
+void check_sample_rank_options(const TrainConfig& c) {
+  if (c.sample_ranks < 0) throw UsageError("option --sample-ranks: must be 0 (samples drawn inline) or more");
+  if (c.sample_ranks > 0 && c.sample_every == 0)
+    throw UsageError("option --sample-ranks: needs --sample-every N (when the weights go to the sample ranks)");
+}
+
+wan::LoraOptions lora_options(const TrainConfig& c) {
+  return {c.lora_rank, c.lora_alpha, c.lora_dropout, split_list(c.lora_targets)};
+}
+
+// ZeRO-3: the dtype the blocks are gathered in (--gather-dtype, auto resolved).
+at::ScalarType gather_dtype(const TrainConfig& c) {
+  if (c.zero != 3) return at::kFloat;
+  if (c.gather_dtype == "auto") return c.precision == "bf16" ? at::kBFloat16 : at::kFloat;
+  return app::float_dtype(c.gather_dtype);
+}
+
+train::RunSettings run_settings(const TrainConfig& c) {
+  train::RunSettings s = app::run_settings(c);
+  s.shard_affinity = c.shard_affinity;
+  s.scale_lr = c.scale_lr;
+  s.adamw.beta1 = c.betas.beta1;
+  s.adamw.beta2 = c.betas.beta2;
+  s.bucket_bytes = static_cast<int64_t>(c.bucket_mb * (1 << 20));
+  s.grad_comm_dtype = app::float_dtype(c.grad_comm_dtype);
+  s.allow_unused = c.allow_unused;
+  s.zero = c.zero;
+  s.sequence_parallel = c.sp;
+  s.gather_dtype = gather_dtype(c);
+  s.compute_dtype = app::float_dtype(c.precision);
+  return s;
+}
+
+// How samples during training are drawn (of a training sample and of --sample-prompts).
+wan::SamplerOptions sample_sampler(const TrainConfig& c) {
+  wan::SamplerOptions sampler;
+  sampler.solver = *wan::solver_from_name(c.sample_solver);
+  sampler.steps = c.sample_steps;
+  sampler.shift = c.shift;
+  sampler.cfg = c.sample_cfg;
+  if (c.distill_steps > 0) {  // a few-step student samples as it is trained to, unless told otherwise
+    if (!c.given.count("sample-solver")) sampler.solver = wan::Solver::Euler;
+    if (!c.given.count("sample-steps")) sampler.steps = c.distill_steps;
+    if (!c.given.count("sample-cfg")) sampler.cfg = 1;
+  }
+  return sampler;
+}
+
+wan::WanRunOptions wan_run_options(const TrainConfig& c) {
+  wan::WanRunOptions o;
+  o.init = c.init;
+  o.objective.flow = {
+      c.timestep_sampling == "logit-normal" ? wan::TimestepSampling::LogitNormal : wan::TimestepSampling::Uniform,
+      c.logit_mean, c.logit_std, c.shift};
+  std::tie(o.objective.flow.sigma_min, o.objective.flow.sigma_max) = sigma_range(c);
+  o.objective.text_drop = c.text_drop;
+  o.objective.image_drop = c.image_drop;
+  o.objective.first_frame_prob = c.condition == "first-frame" ? c.first_frame_prob : 0;
+  o.objective.seed = c.seed;
+  o.distill_target_weight = c.distill_target_weight;
+  if (c.distill_steps > 0)
+    o.few_step = wan::FewStepOptions{
+        c.distill_steps,
+        c.distill_teacher_steps,
+        c.distill_guidance,
+        c.distill_method == "dmd" ? wan::FewStepMethod::DistributionMatching : wan::FewStepMethod::Consistency,
+        c.distill_regression,
+        c.distill_regression_steps};
+  o.student_init = c.student_init == "random" ? wan::StudentInit::Random : wan::StudentInit::Projection;
+  o.prefetch = c.prefetch;
+  o.lora = lora_options(c);
+  if (c.lora_rank > 0) o.base_dtype = app::float_dtype(c.base_precision == "auto" ? "bf16" : c.base_precision);
+  o.blocks_to_swap = c.blocks_to_swap;
+  o.activation_offload = c.activation_offload;
+  o.grad_checkpoint = grad_checkpoint_every(c);
+  o.attention_chunk = app::parse_attention_chunk(c.attention_chunk);
+  if (c.sample_every > 0) {
+    wan::TrainingSampleOptions sample;
+    sample.index = c.sample_index;
+    sample.sampler = sample_sampler(c);
+    sample.first_frame = c.condition == "first-frame";
+    sample.seed = c.seed;
+    sample.directory = c.output_dir + "/samples";
+    o.sample = sample;  // compute_dtype: the run's, set by WanRun
+  }
+  return o;
+}
+
+// --sample-prompts' settings: the file, its encoders, and the solver, steps,
+// guidance and seed of the training sample (its prompts, latents and
+// ranks are the run's to fill in).
+wan::PromptVideoOptions prompt_video_options(const TrainConfig& c) {
+  wan::PromptVideoOptions o;
+  o.prompts_file = c.sample_prompts;
+  o.t5 = {c.t5, c.t5_config, c.tokenizer, app::float_dtype(c.t5_dtype)};
+  o.vae = c.vae;
+  o.vae_config = c.vae_config;
+  o.vae_dtype = app::float_dtype(c.vae_dtype);
+  o.clip = c.clip;
+  o.clip_dtype = app::float_dtype(c.clip_dtype);
+  o.sampler = sample_sampler(c);
+  o.seed = c.seed;
+  o.directory = c.output_dir + "/samples";
+  return o;
+}
+
+train::FitOptions fit_options(const TrainConfig& c) {
+  train::FitOptions o = app::fit_options(c);
+  o.keep_best = c.keep_best;
+  o.max_skipped = c.max_skipped;
+  o.checkpoint_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(c.checkpoint_timeout * 1000));
+  o.sharded_state = c.zero >= 1;
+  o.tensorboard = c.tensorboard;
+  o.sample_every = c.sample_every;
+  return o;
+}
+
 }  // namespace
 
 void validate(const TrainConfig& c) {
@@ -324,205 +549,43 @@ void validate(const TrainConfig& c) {
   }
 }
 
-train::RunSettings run_settings(const TrainConfig& c, const at::Device& device) {
-  train::RunSettings s = app::run_settings(c);
-  s.shard_affinity = c.shard_affinity;
-  s.scale_lr = c.scale_lr;
-  s.adamw.beta1 = c.betas.beta1;
-  s.adamw.beta2 = c.betas.beta2;
-  s.bucket_bytes = static_cast<int64_t>(c.bucket_mb * (1 << 20));
-  s.grad_comm_dtype = app::float_dtype(c.grad_comm_dtype);
-  s.allow_unused = c.allow_unused;
-  s.zero = c.zero;
-  s.sequence_parallel = c.sp;
-  s.gather_dtype = gather_dtype(c);
-  s.compute_dtype = app::float_dtype(c.precision);
-  if (s.compute_dtype == at::kHalf)
-    require(device.is_cuda(), "precision", "fp16 needs CUDA devices (dynamic loss scaling); on CPU use bf16");
-  return s;
-}
-
-std::pair<double, double> sigma_range(const TrainConfig& c) {
-  if (c.timestep_range.empty()) return {0.0, 1.0};
-  const auto parts = split_list(c.timestep_range);
-  double lo = -1, hi = -1;
-  char* end = nullptr;
-  if (parts.size() == 2) {
-    lo = std::strtod(parts[0].c_str(), &end);
-    if (*end != '\0' || parts[0].empty()) lo = -1;
-    hi = std::strtod(parts[1].c_str(), &end);
-    if (*end != '\0' || parts[1].empty()) hi = -1;
+wan::TrainSettings train_settings(const TrainConfig& c) {
+  wan::TrainSettings s;
+  s.data = c.data;
+  s.val_data = c.val_data;
+  s.model_config = c.model_config;
+  if (c.mode == "distill")
+    s.distill =
+        wan::DistillSettings{c.teacher, c.teacher_config, c.teacher_precision == "bf16" ? at::kBFloat16 : at::kFloat};
+  s.resume = c.resume;
+  s.dry_run = c.dry_run;
+  s.threads = c.threads;
+  s.backend = c.backend == "nccl"  ? distributed::Backend::Nccl
+              : c.backend == "mpi" ? distributed::Backend::Mpi
+                                   : distributed::Backend::Auto;
+  s.require_gpu = c.require_gpu;
+  s.comm_timeout = app::comm_timeout(c);
+  s.plan.device = c.plan_device == "cuda"  ? wan::PlanDevice::Cuda
+                  : c.plan_device == "cpu" ? wan::PlanDevice::Cpu
+                                           : wan::PlanDevice::Auto;
+  s.plan.gpu_memory_gib = c.gpu_memory;
+  if (!c.plan_latents.empty()) s.plan.latents = plan_latents(c);
+  s.run = run_settings(c);
+  s.model_run = wan_run_options(c);
+  s.fit = fit_options(c);
+  s.first_frame = c.condition == "first-frame";
+  s.sample_index = c.sample_index;
+  s.prompt_videos = prompt_video_options(c);
+  s.sample_ranks = c.sample_ranks;
+  if (!c.experts.empty()) {
+    wan::ExpertSettings experts;
+    experts.order = expert_order(c);
+    if (!c.expert_ranks.empty()) experts.ranks = expert_ranks(c);
+    experts.boundary = c.boundary;
+    experts.high_noise = c.high_noise;
+    experts.low_noise = c.low_noise;
+    s.experts = experts;
   }
-  if (lo > 1 || hi > 1)
-    throw UsageError(
-        fmt::format("option --timestep-range: {} looks like timesteps in [0, 1000]; give sigma' = "
-                    "timestep / 1000 in [0, 1], e.g. 0.875,1",
-                    c.timestep_range));
-  if (!(lo >= 0 && lo < hi && hi <= 1))
-    throw UsageError(
-        fmt::format("option --timestep-range: expected LO,HI with 0 <= LO < HI <= 1, got {}", c.timestep_range));
-  return {lo, hi};
-}
-
-int64_t grad_checkpoint_every(const TrainConfig& c) {
-  if (c.grad_checkpoint == "none") return 0;
-  if (c.grad_checkpoint == "blocks") return 1;
-  const std::string prefix = "every-";
-  if (c.grad_checkpoint.rfind(prefix, 0) == 0) {
-    const std::string n = c.grad_checkpoint.substr(prefix.size());
-    if (!n.empty() && n.size() <= 6 && n.find_first_not_of("0123456789") == std::string::npos && std::stoi(n) >= 1)
-      return std::stoi(n);
-  }
-  throw UsageError(fmt::format("option --grad-checkpoint: expected none, blocks or every-N with N >= 1, got '{}'",
-                               c.grad_checkpoint));
-}
-
-wan::LoraOptions lora_options(const TrainConfig& c) {
-  return {c.lora_rank, c.lora_alpha, c.lora_dropout, split_list(c.lora_targets)};
-}
-
-namespace {
-// How samples during training are drawn (of a training sample and of --sample-prompts).
-wan::SamplerOptions sample_sampler(const TrainConfig& c) {
-  wan::SamplerOptions sampler;
-  sampler.solver = *wan::solver_from_name(c.sample_solver);
-  sampler.steps = c.sample_steps;
-  sampler.shift = c.shift;
-  sampler.cfg = c.sample_cfg;
-  if (c.distill_steps > 0) {  // a few-step student samples as it is trained to, unless told otherwise
-    if (!c.given.count("sample-solver")) sampler.solver = wan::Solver::Euler;
-    if (!c.given.count("sample-steps")) sampler.steps = c.distill_steps;
-    if (!c.given.count("sample-cfg")) sampler.cfg = 1;
-  }
-  return sampler;
-}
-}  // namespace
-
-wan::WanRunOptions wan_run_options(const TrainConfig& c) {
-  wan::WanRunOptions o;
-  o.init = c.init;
-  o.objective.flow = {
-      c.timestep_sampling == "logit-normal" ? wan::TimestepSampling::LogitNormal : wan::TimestepSampling::Uniform,
-      c.logit_mean, c.logit_std, c.shift};
-  std::tie(o.objective.flow.sigma_min, o.objective.flow.sigma_max) = sigma_range(c);
-  o.objective.text_drop = c.text_drop;
-  o.objective.image_drop = c.image_drop;
-  o.objective.first_frame_prob = c.condition == "first-frame" ? c.first_frame_prob : 0;
-  o.objective.seed = c.seed;
-  o.distill_target_weight = c.distill_target_weight;
-  if (c.distill_steps > 0)
-    o.few_step = wan::FewStepOptions{
-        c.distill_steps,
-        c.distill_teacher_steps,
-        c.distill_guidance,
-        c.distill_method == "dmd" ? wan::FewStepMethod::DistributionMatching : wan::FewStepMethod::Consistency,
-        c.distill_regression,
-        c.distill_regression_steps};
-  o.student_init = c.student_init == "random" ? wan::StudentInit::Random : wan::StudentInit::Projection;
-  o.prefetch = c.prefetch;
-  o.lora = lora_options(c);
-  if (c.lora_rank > 0) o.base_dtype = app::float_dtype(c.base_precision == "auto" ? "bf16" : c.base_precision);
-  o.blocks_to_swap = c.blocks_to_swap;
-  o.activation_offload = c.activation_offload;
-  o.grad_checkpoint = grad_checkpoint_every(c);
-  o.attention_chunk = app::parse_attention_chunk(c.attention_chunk);
-  if (c.sample_every > 0) {
-    wan::TrainingSampleOptions sample;
-    sample.index = c.sample_index;
-    sample.sampler = sample_sampler(c);
-    sample.first_frame = c.condition == "first-frame";
-    sample.seed = c.seed;
-    sample.directory = c.output_dir + "/samples";
-    o.sample = sample;  // compute_dtype: the run's, set by WanRun
-  }
-  return o;
-}
-
-wan::PromptVideoOptions prompt_video_options(const TrainConfig& c, std::vector<wan::SamplePrompt> prompts,
-                                             std::array<int64_t, 3> latents, at::ScalarType compute_dtype, int rank,
-                                             int ranks) {
-  wan::PromptVideoOptions o;
-  o.prompts_file = c.sample_prompts;
-  o.prompts = std::move(prompts);
-  o.t5 = {c.t5, c.t5_config, c.tokenizer, app::float_dtype(c.t5_dtype)};
-  o.vae = c.vae;
-  o.vae_config = c.vae_config;
-  o.vae_dtype = app::float_dtype(c.vae_dtype);
-  o.clip = c.clip;
-  o.clip_dtype = app::float_dtype(c.clip_dtype);
-  o.sampler = sample_sampler(c);
-  o.seed = c.seed;
-  o.latents = latents;
-  o.compute_dtype = compute_dtype;
-  o.directory = c.output_dir + "/samples";
-  o.rank = rank;
-  o.ranks = ranks;
-  return o;
-}
-
-distributed::Backend requested_backend(const TrainConfig& c) {
-  return c.backend == "nccl"  ? distributed::Backend::Nccl
-         : c.backend == "mpi" ? distributed::Backend::Mpi
-                              : distributed::Backend::Auto;
-}
-
-at::ScalarType gather_dtype(const TrainConfig& c) {
-  if (c.zero != 3) return at::kFloat;
-  if (c.gather_dtype == "auto") return c.precision == "bf16" ? at::kBFloat16 : at::kFloat;
-  return app::float_dtype(c.gather_dtype);
-}
-
-at::ScalarType teacher_dtype(const TrainConfig& c) {
-  return c.teacher_precision == "bf16" ? at::kBFloat16 : at::kFloat;
-}
-
-train::FitOptions fit_options(const TrainConfig& c) {
-  train::FitOptions o = app::fit_options(c);
-  o.keep_best = c.keep_best;
-  o.max_skipped = c.max_skipped;
-  o.checkpoint_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(c.checkpoint_timeout * 1000));
-  o.sharded_state = c.zero >= 1;
-  o.tensorboard = c.tensorboard;
-  o.sample_every = c.sample_every;
-  return o;
-}
-
-std::array<int64_t, 3> plan_latents(const TrainConfig& c) {
-  const auto sizes = parse_sizes(c.plan_latents, "FxHxW", "21x60x104", "plan-latents");
-  return {sizes[0], sizes[1], sizes[2]};
-}
-
-wan::MemoryPlanSettings memory_plan_settings(const TrainConfig& c, const wan::WanConfig& model,
-                                             const std::optional<wan::WanConfig>& teacher,
-                                             std::array<int64_t, 3> latents, double sample_bytes,
-                                             const at::Device& device, int world_size) {
-  wan::MemoryPlanSettings s;
-  s.model = model;
-  s.step.batch = c.batch_size;
-  s.step.latents = latents;
-  s.step.compute_dtype = run_settings(c, device).compute_dtype;
-  s.step.attention_chunk = app::parse_attention_chunk(c.attention_chunk);
-  s.step.grad_checkpoint_every = grad_checkpoint_every(c);
-  s.step.offload_checkpointed = c.activation_offload;
-  s.step.per_token_timesteps = c.condition == "first-frame";
-  s.step.sequence_parallel = c.sp;
-  s.ema = c.ema_decay > 0;
-  const auto run = wan_run_options(c);
-  s.lora = run.lora;
-  s.base_dtype = run.base_dtype;
-  s.blocks_to_swap = run.blocks_to_swap;
-  s.teacher = teacher;
-  s.teacher_bf16 = teacher_dtype(c) == at::kBFloat16;
-  s.teacher_shares_base = teacher && c.lora_rank > 0 && c.distill_steps > 0 && c.init.empty() && c.blocks_to_swap == 0;
-  s.fake_score = teacher && c.distill_steps > 0 && c.distill_method == "dmd";
-  s.prefetch = c.prefetch;
-  s.sample_bytes = sample_bytes;
-  s.on_device = device.is_cuda();
-  s.zero_shards = c.zero >= 1 ? world_size : 1;
-  s.zero_stage = c.zero;
-  s.gather_dtype = gather_dtype(c);
-  s.bucket_bytes = double(c.bucket_mb) * (1 << 20);
-  s.grad_comm_dtype = app::float_dtype(c.grad_comm_dtype);
   return s;
 }
 

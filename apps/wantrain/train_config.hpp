@@ -1,7 +1,7 @@
 // TrainConfig: every option of `wantrain`, declared once (train_config.cpp)
 // for the command line, the --config INI file, --help and the start-up table,
-// and its mapping onto the library's typed settings (RunSettings,
-// WanRunOptions, FitOptions): the one place where option text becomes enums.
+// and its mapping onto the library's typed settings (wan::TrainSettings):
+// the one place where option text becomes enums.
 #pragma once
 
 #include <array>
@@ -13,12 +13,7 @@
 #include <utility>
 
 #include "wantrain/app/training_options.hpp"
-#include "wantrain/distributed/backend.hpp"
-#include "wantrain/train/fit.hpp"
-#include "wantrain/wan/plan/memory_plan.hpp"
-#include "wantrain/train/run_plan.hpp"
-#include "wantrain/wan/run/wan_run.hpp"
-#include "wantrain/wan/sample/prompt_videos.hpp"
+#include "wantrain/wan/run/train_settings.hpp"
 
 namespace wt {
 class OptionSet;
@@ -49,7 +44,7 @@ struct TrainConfig : app::TrainingOptions {
   int sample_steps = 50;
   double sample_cfg = 5.0;
   // --sample-prompts: videos of a prompt file's prompts at each sample.
-  int sample_ranks = 0;  // the job's last K ranks draw the samples while the others train (sample_ranks.hpp)
+  int sample_ranks = 0;  // the job's last K ranks draw the samples while the others train (wan/run/sample_ranks.hpp)
   std::string sample_prompts, t5, t5_config, t5_dtype = "bf16", tokenizer, vae, vae_config, vae_dtype = "fp32", clip,
                                              clip_dtype = "fp32";
 
@@ -91,7 +86,7 @@ struct TrainConfig : app::TrainingOptions {
   int zero = 0;                       // ZeRO stage
   std::string gather_dtype = "auto";  // ZeRO-3: auto (bf16 under --precision bf16, else fp32), fp32 or bf16
   int sp = 1;                         // ranks per sequence-parallel group (Ulysses); 1: off
-  // Wan2.2 A14B's two experts in one job (expert_groups.hpp): "high,low" or
+  // Wan2.2 A14B's two experts in one job (wan/run/expert_groups.hpp): "high,low" or
   // "low,high" (the order of the rank groups); empty: one model.
   std::string experts, expert_ranks;  // expert_ranks "H,L": ranks per group, in that order
   double boundary = 0;                // sigma' between the experts; 0: the release's for the model type
@@ -139,38 +134,9 @@ void declare_options(OptionSet& options, TrainConfig& cfg);
 // Cross-field and range checks; throws UsageError naming the option.
 void validate(const TrainConfig& cfg);
 
-// The library's typed settings for these options. run_settings throws
-// UsageError naming --precision for fp16 on a CPU device.
-train::RunSettings run_settings(const TrainConfig& cfg, const at::Device& device);
-wan::WanRunOptions wan_run_options(const TrainConfig& cfg);
-// --sample-prompts' settings for rank `rank` of `ranks`: the file's
-// prompts, the solver, steps, guidance and seed of the training sample,
-// and `latents` (the training sample's F, H, W) for lines of no size of
-// their own, sampled in `compute_dtype` as trained.
-wan::PromptVideoOptions prompt_video_options(const TrainConfig& cfg, std::vector<wan::SamplePrompt> prompts,
-                                             std::array<int64_t, 3> latents, at::ScalarType compute_dtype, int rank,
-                                             int ranks);
-wan::LoraOptions lora_options(const TrainConfig& cfg);
-// --backend as the library's enum (the parser checked it is one of the choices).
-distributed::Backend requested_backend(const TrainConfig& cfg);
-// --teacher-precision as the dtype the teacher's Linears are held in.
-// ZeRO-3: the dtype the blocks are gathered in (--gather-dtype, auto resolved).
-at::ScalarType gather_dtype(const TrainConfig& cfg);
-at::ScalarType teacher_dtype(const TrainConfig& cfg);
-// --grad-checkpoint as WanModel::set_grad_checkpoint's N: none 0, blocks 1,
-// every-N N; UsageError naming the option otherwise.
-int64_t grad_checkpoint_every(const TrainConfig& cfg);
-// --timestep-range as [min, max] of sigma after the shift; [0, 1] when unset.
-std::pair<double, double> sigma_range(const TrainConfig& cfg);
-train::FitOptions fit_options(const TrainConfig& cfg);
-// --plan-latents as (F, H, W); UsageError naming the option when malformed.
-std::array<int64_t, 3> plan_latents(const TrainConfig& cfg);
-// The memory plan's settings for this run of `model` on `device`, at latents
-// (F, H, W) and `sample_bytes` per sample as the loader hands it over, on
-// `world_size` ranks (what --zero 1 splits the optimizer state over).
-wan::MemoryPlanSettings memory_plan_settings(const TrainConfig& cfg, const wan::WanConfig& model,
-                                             const std::optional<wan::WanConfig>& teacher,
-                                             std::array<int64_t, 3> latents, double sample_bytes,
-                                             const at::Device& device, int world_size);
+// The job's typed settings for these (validated) options: what
+// wan::run_training_job takes. fit.run_options is left to the caller (the
+// resolved options' record).
+wan::TrainSettings train_settings(const TrainConfig& cfg);
 
 }  // namespace wt::wantrain

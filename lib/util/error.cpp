@@ -36,6 +36,11 @@ std::string setting_reference(const std::string& setting) {
   return it == option_names().end() ? fmt::format("the {} setting", setting) : "--" + it->second;
 }
 
+std::string option_name(const std::string& setting) {
+  const auto it = option_names().find(setting);
+  return it == option_names().end() ? setting : it->second;
+}
+
 void set_option_names(std::map<std::string, std::string> setting_to_option) {
   option_names() = std::move(setting_to_option);
 }

@@ -57,6 +57,11 @@ void set_option_names(std::map<std::string, std::string> setting_to_option);
 // it, "the comm_timeout setting" otherwise.
 std::string setting_reference(const std::string& setting);
 
+// The tool's name of a setting, without dashes ("comm-timeout"), or the
+// setting itself where the tool does not map it: the key a record of the
+// tool's options (run.json, a checkpoint) holds it under.
+std::string option_name(const std::string& setting);
+
 namespace detail {
 [[noreturn]] void throw_library_failure(const char* library, const char* call, const std::string& reason,
                                         const char* file, int line);

@@ -185,6 +185,60 @@ namespace {
 double swapped_base(const MemoryPlanSettings& s, double block_held) {
   return double(s.blocks_to_swap - std::min<int64_t>(s.blocks_to_swap, 2)) * block_held;
 }
+
+// The step's working memory (and plan.activations, plan.alternative,
+// plan.teacher_forward): the larger of the student's step, the teacher's
+// forward before it (with a fake score's graph beside the student's), and
+// ZeRO-3's whole-model forward for validation and the sample. `detail`
+// says what was counted.
+double plan_activations(const MemoryPlanSettings& s, MemoryPlan& plan, std::string& detail) {
+  const bool lora = s.lora.rank > 0;
+  auto step = s.step;
+  if (lora) step.block_linear_dtype = s.base_dtype;
+  // Blocks gathered in bf16 leave autocast nothing to cast.
+  if (s.zero_stage == 3 && s.zero_shards > 1) step.block_linear_dtype = s.gather_dtype;
+  plan.activations = activation_memory(s.model, step);
+  auto other = step;
+  other.grad_checkpoint_every = s.step.grad_checkpoint_every > 0 ? 0 : 1;
+  plan.alternative = activation_memory(s.model, other);
+  detail = describe_step(step, plan.activations);
+  double activations = plan.activations.total();
+  if (s.teacher) {
+    // The teacher predicts first, without autograd; the student's step
+    // follows once its working memory is free, so the larger of the two counts.
+    auto teacher_step = step;
+    if (s.teacher_bf16) teacher_step.compute_dtype = at::kBFloat16;
+    teacher_step.sequence_parallel = 1;  // the teacher runs whole sequences (its auto chunk: all its heads)
+    // An image student's frames reach a video teacher as stills, each
+    // repeated over the teacher's temporal patch (wan/objective/teacher.hpp).
+    if (s.model.patch_size[0] == 1) teacher_step.latents[0] *= s.teacher->patch_size[0];
+    plan.teacher_forward = inference_memory(*s.teacher, teacher_step);
+    detail += fmt::format("; the teacher's forward {}", format_bytes(plan.teacher_forward));
+    if (s.fake_score) {
+      // The fake score's forward for its own loss, kept with the student's
+      // graph until the one backward (its model and step are the student's).
+      activations += plan.activations.total();
+      detail += fmt::format("; the fake score's graph beside the student's {}", format_bytes(plan.activations.total()));
+    }
+    activations = std::max(activations, plan.teacher_forward);
+  }
+  if (s.zero_stage == 3 && s.zero_shards > 1 && !lora) {
+    // Validation and the training sample gather the whole model (beyond the
+    // units the step holds) and run a forward without gradients; the
+    // sample's on whole sequences, on rank 0.
+    const auto units = model_units(s.model);
+    const double gather_bytes = s.gather_dtype == at::kFloat ? 4 : 2;
+    const double whole = 4 * units.root + (units.total - units.root) * gather_bytes;
+    const double in_step = 4 * units.root + 3 * units.block * gather_bytes;
+    auto forward = step;
+    forward.sequence_parallel = 1;
+    const double evaluation = whole - in_step + inference_memory(s.model, forward);
+    detail += fmt::format("; validation and the sample gather the whole model ({}) for a forward: {}",
+                          format_bytes(whole), format_bytes(evaluation));
+    activations = std::max(activations, evaluation);
+  }
+  return activations;
+}
 }  // namespace
 
 MemoryPlan plan_memory(const MemoryPlanSettings& s) {
@@ -296,50 +350,8 @@ MemoryPlan plan_memory(const MemoryPlanSettings& s) {
   else if (shards > 1)
     add("checkpoint copy", "this rank's share of the state, copied for its shard writer", state_copy, false);
 
-  auto step = s.step;
-  if (lora) step.block_linear_dtype = s.base_dtype;
-  // Blocks gathered in bf16 leave autocast nothing to cast.
-  if (s.zero_stage == 3 && s.zero_shards > 1) step.block_linear_dtype = s.gather_dtype;
-  plan.activations = activation_memory(s.model, step);
-  auto other = step;
-  other.grad_checkpoint_every = s.step.grad_checkpoint_every > 0 ? 0 : 1;
-  plan.alternative = activation_memory(s.model, other);
-  std::string detail = describe_step(step, plan.activations);
-  double activations = plan.activations.total();
-  if (s.teacher) {
-    // The teacher predicts first, without autograd; the student's step
-    // follows once its working memory is free, so the larger of the two counts.
-    auto teacher_step = step;
-    if (s.teacher_bf16) teacher_step.compute_dtype = at::kBFloat16;
-    teacher_step.sequence_parallel = 1;  // the teacher runs whole sequences (its auto chunk: all its heads)
-    // An image student's frames reach a video teacher as stills, each
-    // repeated over the teacher's temporal patch (wan/objective/teacher.hpp).
-    if (s.model.patch_size[0] == 1) teacher_step.latents[0] *= s.teacher->patch_size[0];
-    plan.teacher_forward = inference_memory(*s.teacher, teacher_step);
-    detail += fmt::format("; the teacher's forward {}", format_bytes(plan.teacher_forward));
-    if (s.fake_score) {
-      // The fake score's forward for its own loss, kept with the student's
-      // graph until the one backward (its model and step are the student's).
-      activations += plan.activations.total();
-      detail += fmt::format("; the fake score's graph beside the student's {}", format_bytes(plan.activations.total()));
-    }
-    activations = std::max(activations, plan.teacher_forward);
-  }
-  if (s.zero_stage == 3 && s.zero_shards > 1 && !lora) {
-    // Validation and the training sample gather the whole model (beyond the
-    // units the step holds) and run a forward without gradients; the
-    // sample's on whole sequences, on rank 0.
-    const auto units = model_units(s.model);
-    const double gather_bytes = s.gather_dtype == at::kFloat ? 4 : 2;
-    const double whole = 4 * units.root + (units.total - units.root) * gather_bytes;
-    const double in_step = 4 * units.root + 3 * units.block * gather_bytes;
-    auto forward = step;
-    forward.sequence_parallel = 1;
-    const double evaluation = whole - in_step + inference_memory(s.model, forward);
-    detail += fmt::format("; validation and the sample gather the whole model ({}) for a forward: {}",
-                          format_bytes(whole), format_bytes(evaluation));
-    activations = std::max(activations, evaluation);
-  }
+  std::string detail;
+  const double activations = plan_activations(s, plan, detail);
   if (s.prompt_video_bytes > 0)
     add("prompt videos", "the VAE and its decode of the largest prompt's frame, at each draw (--sample-prompts)",
         s.prompt_video_bytes, dev);

@@ -522,7 +522,18 @@ SamplingPlan SamplingPipeline::plan() const {
   return plan_sampling_job(job);
 }
 
-at::Tensor SamplingPipeline::sample() {
+// The models of a sample and what they are run with, destroyed together
+// (the groups after the models whose forwards use them).
+struct SamplingPipeline::Models {
+  // The ranks' communicator (NCCL on GPUs, else MPI); with sequence
+  // parallelism the token group, with cfg_parallel the branch pair.
+  std::unique_ptr<distributed::Comm> comm, sequence_group, branch_pair;
+  std::vector<std::unique_ptr<ShardedBlocks>> shards;  // live as long as the models' forwards
+  WanModel net{nullptr}, high_net{nullptr};
+  int branch = 0;  // 0: conditional (or both, without cfg_parallel)
+};
+
+void SamplingPipeline::encode_prompt() {
   const auto& r = request_;
   auto& c = *condition_;
   // The VAE encodes the picture before sampling (on every rank), then
@@ -532,35 +543,36 @@ at::Tensor SamplingPipeline::sample() {
     c.vae->to(device_);
     c.vae->eval();
   }
-  if (!r.prompt.empty()) {
-    // umT5 on rank 0 alone; the other ranks receive its embeddings.
-    std::vector<std::string> prompts{r.prompt};
-    if (!negative_prompt_.empty()) prompts.push_back(negative_prompt_);
-    const auto encoded =
-        encode_on_root(world_, {r.t5, r.t5_config, r.tokenizer, r.t5_dtype, config_.text_len}, device_, prompts);
-    if (encoded.truncated > 0)
-      report_warning("the prompt is cut at {} tokens (the model's text_len)", config_.text_len);
-    c.context = encoded.embedding[0];
-    c.text_len = encoded.lengths[0];
-    if (!negative_prompt_.empty()) c.negative = encoded.embedding[1];
-    world_.agree([&] {  // every rank has the embeddings: one line for the job
-      check_context_fits(c.context, config_, r.t5, "t5", r.model_config.empty() ? r.checkpoint : r.model_config);
-    });
-  }
-  // The ranks' communicator (NCCL on GPUs, else MPI), before the models:
-  // with shard_weights each rank's slices are read into it.
-  std::unique_ptr<distributed::Comm> comm, sequence_group, branch_pair;
-  if (world_.size() > 1) comm = distributed::make_comm(world_, distributed::Backend::Auto);
-  std::vector<std::unique_ptr<ShardedBlocks>> shards;  // live as long as the models' forwards
+  if (r.prompt.empty()) return;
+  // umT5 on rank 0 alone; the other ranks receive its embeddings.
+  std::vector<std::string> prompts{r.prompt};
+  if (!negative_prompt_.empty()) prompts.push_back(negative_prompt_);
+  const auto encoded =
+      encode_on_root(world_, {r.t5, r.t5_config, r.tokenizer, r.t5_dtype, config_.text_len}, device_, prompts);
+  if (encoded.truncated > 0) report_warning("the prompt is cut at {} tokens (the model's text_len)", config_.text_len);
+  c.context = encoded.embedding[0];
+  c.text_len = encoded.lengths[0];
+  if (!negative_prompt_.empty()) c.negative = encoded.embedding[1];
+  world_.agree([&] {  // every rank has the embeddings: one line for the job
+    check_context_fits(c.context, config_, r.t5, "t5", r.model_config.empty() ? r.checkpoint : r.model_config);
+  });
+}
+
+std::unique_ptr<SamplingPipeline::Models> SamplingPipeline::load_models() {
+  const auto& r = request_;
+  auto models = std::make_unique<Models>();
+  // The communicator before the models: with shard_weights each rank's
+  // slices are read into it.
+  if (world_.size() > 1) models->comm = distributed::make_comm(world_, distributed::Backend::Auto);
   auto load_into = [&](WanModelImpl& model, const TensorSource& source) {
     if (!r.shard_weights) {
       const auto report = load_weights(model, source);
       return report.summary() + (report.diffusers_names ? ", diffusers names" : "");
     }
     check_weights_fit(source, config_);
-    shards.push_back(std::make_unique<ShardedBlocks>(*comm, model, source, device_));
+    models->shards.push_back(std::make_unique<ShardedBlocks>(*models->comm, model, source, device_));
     return fmt::format("sharded over {} ranks: {} of weights a rank", world_.size(),
-                       format_bytes(double(shards.back()->held_bytes())));
+                       format_bytes(double(models->shards.back()->held_bytes())));
   };
   // One model, or A14B's two experts of the same config, each from its
   // recipe: every parameter read from the weights (checked above, so none
@@ -592,12 +604,11 @@ at::Tensor SamplingPipeline::sample() {
                  fmt::format("{}{} ({:.3g} parameters, ", role, weights, double(parameter_count(config_))),
                  merged_into);
   };
-  WanModel net(nullptr), high_net(nullptr);
   if (experts_) {
-    high_net = load_model(r.high_noise, r.loras_high, "high-noise expert ", " into the high-noise expert");
-    net = load_model(r.low_noise, r.loras_low, "low-noise expert ", " into the low-noise expert");
+    models->high_net = load_model(r.high_noise, r.loras_high, "high-noise expert ", " into the high-noise expert");
+    models->net = load_model(r.low_noise, r.loras_low, "low-noise expert ", " into the low-noise expert");
   } else if (r.checkpoint.empty()) {
-    net = load_model(r.weights, r.loras, "", "");
+    models->net = load_model(r.weights, r.loras, "", "");
   } else {
     const bool prefer_ema = r.checkpoint_weights != CheckpointWeightsChoice::Model;
     const auto saved = checkpoint_weights(r.checkpoint, prefer_ema);
@@ -606,39 +617,49 @@ at::Tensor SamplingPipeline::sample() {
                          fmt::format("checkpoint {} holds no EMA weights (its run had no --ema-decay); use auto or "
                                      "model",
                                      r.checkpoint));
-    net = build(recipe_of(r.checkpoint, prefer_ema, r.loras), saved.source,
-                fmt::format("{} ({:.3g} parameters, {} weights of step {}, ", r.checkpoint,
-                            double(parameter_count(config_)), saved.ema ? "EMA" : "model", saved.step),
-                "");
+    models->net = build(recipe_of(r.checkpoint, prefer_ema, r.loras), saved.source,
+                        fmt::format("{} ({:.3g} parameters, {} weights of step {}, ", r.checkpoint,
+                                    double(parameter_count(config_)), saved.ema ? "EMA" : "model", saved.step),
+                        "");
   }
-  for (auto* model : {&net, &high_net}) {
+  for (auto* model : {&models->net, &models->high_net}) {
     if (!*model) continue;
     (*model)->to(offload_ ? c10::Device(c10::kCPU) : device_);
     (*model)->eval();
   }
-  // The ranks' groups: with cfg_parallel the first half computes the
-  // conditional branch and the second half the unconditional one, rank r
-  // of one half paired with rank r of the other; within a half, the
-  // tokens' all-to-all.
-  const int branch = world_.rank() / r.sp;  // 0: conditional (or both, without cfg_parallel)
+  return models;
+}
+
+// The ranks' groups: with cfg_parallel the first half computes the
+// conditional branch and the second half the unconditional one, rank r of
+// one half paired with rank r of the other; within a half, the tokens'
+// all-to-all.
+void SamplingPipeline::split_ranks(Models& models) const {
+  const auto& r = request_;
+  models.branch = world_.rank() / r.sp;
   if (r.sp > 1) {
-    sequence_group = r.cfg_parallel ? comm->split(branch) : std::move(comm);
-    for (auto* model : {&net, &high_net})
-      if (*model) (*model)->set_sequence_parallel(sequence_group.get());
+    models.sequence_group = r.cfg_parallel ? models.comm->split(models.branch) : std::move(models.comm);
+    for (auto* model : {&models.net, &models.high_net})
+      if (*model) (*model)->set_sequence_parallel(models.sequence_group.get());
     report_info(
         "{} ranks split each sample's {} tokens (Ulysses, {} heads a rank)", r.sp,
         shape_[2] / config_.patch_size[0] * (shape_[3] / config_.patch_size[1]) * (shape_[4] / config_.patch_size[2]),
         config_.num_heads / r.sp);
   }
   if (r.cfg_parallel) {
-    branch_pair = (comm ? comm : sequence_group)->split(world_.rank() % r.sp);
+    models.branch_pair = (models.comm ? models.comm : models.sequence_group)->split(world_.rank() % r.sp);
     report_info("the two branches of guidance side by side, {} rank{} each", r.sp, r.sp == 1 ? "" : "s");
   }
   if (experts_)
     report_info("two experts, the high-noise one from t = {:g} (boundary {:g}), cfg {:g} low / {:g} high{}",
                 1000 * boundary_, boundary_, cfg_low_, cfg_high_, offload_ ? ", the idle one in host memory" : "");
+}
 
-  // The picture: an image-to-video model's condition, or TI2V's first frame.
+// The picture: an image-to-video model's condition, or TI2V's first frame
+// (returned; undefined without one).
+at::Tensor SamplingPipeline::start_from_image() {
+  const auto& r = request_;
+  auto& c = *condition_;
   at::Tensor first_frame;
   if (!r.image.empty()) {
     const auto first = read_picture(r.image);
@@ -661,6 +682,18 @@ at::Tensor SamplingPipeline::sample() {
     if (!world_.is_root()) c.vae.reset();  // rank 0 alone decodes
   }
   if (r.first_frame) first_frame = c.reference.slice(1, 0, 1).unsqueeze(0);  // [1, C, 1, H, W]
+  return first_frame;
+}
+
+at::Tensor SamplingPipeline::sample() {
+  const auto& r = request_;
+  auto& c = *condition_;
+  encode_prompt();
+  const auto models = load_models();
+  split_ranks(*models);
+  auto& net = models->net;
+  auto& high_net = models->high_net;
+  const at::Tensor first_frame = start_from_image();
   ImageCondition image = c.image;
   if (image.y.defined()) image.y = image.y.to(device_);
   if (image.clip_fea.defined()) image.clip_fea = image.clip_fea.to(device_);
@@ -681,7 +714,7 @@ at::Tensor SamplingPipeline::sample() {
         wanted->to(device_);
         on_device = wanted;
       };
-    return model_velocity(*model, cond, uncond, image, {branch_pair.get(), branch}, bring);
+    return model_velocity(*model, cond, uncond, image, {models->branch_pair.get(), models->branch}, bring);
   };
   const VelocityField velocity = velocity_of(net);
   std::optional<HighNoiseExpert> high_expert;

@@ -65,6 +65,13 @@ class SamplingPipeline {
   void resolve_settings();
   void resolve_condition();
   void report_memory() const;
+  // sample()'s parts: the VAE and the prompt's embeddings; the models (and
+  // the ranks' groups) from their recipes; the picture a sample starts from.
+  struct Models;
+  void encode_prompt();
+  std::unique_ptr<Models> load_models();
+  void split_ranks(Models& models) const;
+  at::Tensor start_from_image();
 
   distributed::World& world_;
   SamplingRequest request_;

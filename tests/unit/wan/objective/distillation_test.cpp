@@ -9,6 +9,7 @@
 #include "wantrain/wan/model/projection.hpp"
 #include "wantrain/nn/tensor_memory.hpp"
 #include "wantrain/wan/model/wan_model.hpp"
+#include "wantrain/wan/model/weight_names.hpp"
 #include "wantrain/wan/model/weights.hpp"
 #include "wantrain/wan/objective/distillation.hpp"
 #include "wantrain/wan/objective/teacher.hpp"

@@ -1,4 +1,4 @@
-#include "wantrain/app/job_dataset.hpp"
+#include "wantrain/train/job_dataset.hpp"
 
 #include <fmt/format.h>
 
@@ -16,7 +16,7 @@
 #include "wantrain/data/sampler.hpp"
 #include "wantrain/util/error.hpp"
 
-namespace wt::app {
+namespace wt::train {
 
 namespace {
 
@@ -204,4 +204,4 @@ data::Dataset open_job_dataset(const distributed::World& world, const std::strin
   return std::move(*dataset);
 }
 
-}  // namespace wt::app
+}  // namespace wt::train

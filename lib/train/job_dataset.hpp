@@ -18,8 +18,8 @@
 #include "wantrain/data/dataset.hpp"
 #include "wantrain/distributed/world.hpp"
 
-namespace wt::app {
+namespace wt::train {
 
 data::Dataset open_job_dataset(const distributed::World& world, const std::string& directory, bool shard_affinity);
 
-}  // namespace wt::app
+}  // namespace wt::train
