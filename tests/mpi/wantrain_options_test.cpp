@@ -128,7 +128,7 @@ TEST(WantrainOptions, AttentionChunkIsFusedAutoZeroOrQueries) {
 TEST(WantrainOptions, BetasAreACommaSeparatedPairInTheUnitInterval) {
   EXPECT_EQ(resolved(dry_run("--betas 0.8,0.95").output, "betas"), "0.8,0.95");
   for (const char* bad : {"0.9", "0.9;0.99", "1.2,0.9", "0.9,-0.1"}) {
-    const Job job = launch(kWantrain + " --betas " + bad);
+    const Job job = launch(kWantrain + " --betas '" + bad + "'");
     EXPECT_EQ(job.status, 2) << bad << "\n" << job.output;
     EXPECT_NE(job.output.find("--betas"), std::string::npos) << bad << "\n" << job.output;
   }
