@@ -400,6 +400,8 @@ wan::WanRunOptions wan_run_options(const TrainConfig& c) {
   o.prefetch = c.prefetch;
   o.lora = lora_options(c);
   if (c.lora_rank > 0) o.base_dtype = app::float_dtype(c.base_precision == "auto" ? "bf16" : c.base_precision);
+  // A base precision given without LoRA reaches the library's rule (wan::check_run_options), which refuses it.
+  if (c.lora_rank == 0 && c.base_precision != "auto") o.base_dtype = at::kBFloat16;
   o.blocks_to_swap = c.blocks_to_swap;
   o.activation_offload = c.activation_offload;
   o.grad_checkpoint = grad_checkpoint_every(c);
@@ -513,18 +515,7 @@ void validate(const TrainConfig& c) {
     require(c.student_init == "projection", "student-init",
             "not with --distill-steps: a few-step student starts from the teacher's weights (or --init)");
   }
-  if (c.lora_rank > 0) {
-    wan::check_lora_options(lora_options(c));
-    require(c.mode != "distill" || c.distill_steps > 0, "lora-rank",
-            "with --mode distill only for a few-step student (--distill-steps K): a smaller student trains in full");
-  } else {
-    require(c.lora_alpha == 0 && c.lora_dropout == 0 && c.lora_targets.empty() && c.base_precision == "auto",
-            "lora-rank", "--lora-alpha, --lora-dropout, --lora-targets and --base-precision need --lora-rank R");
-  }
-  require(!c.activation_offload || c.grad_checkpoint != "none", "activation-offload",
-          "offloads the inputs that checkpointed blocks keep: it needs --grad-checkpoint blocks or every-N");
-  require(c.blocks_to_swap == 0 || c.lora_rank > 0, "blocks-to-swap",
-          "swaps the frozen base's blocks of a LoRA run: it needs --lora-rank R");
+  if (c.lora_rank > 0) wan::check_lora_options(lora_options(c));
   require(std::isfinite(c.checkpoint_timeout) && c.checkpoint_timeout >= 0.001 && c.checkpoint_timeout <= 1e7,
           "checkpoint-timeout", "must be a positive number of seconds");
   if (c.mode == "distill") require(!c.teacher.empty(), "teacher", "--mode distill needs a teacher");

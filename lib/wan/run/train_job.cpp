@@ -489,6 +489,7 @@ int train_with_sample_ranks(distributed::World& job, const TrainSettings& settin
 
 int run_training_job(distributed::World& world, const TrainSettings& settings, const TrainJobTool& tool) {
   world.set_timeout(settings.comm_timeout);  // bounds every start-up agreement, too
+  world.agree([&] { check_run_options(settings.model_run, settings.distill.has_value()); });
   if (settings.sample_ranks > 0) return train_with_sample_ranks(world, settings, tool);
   if (settings.experts) return train_experts(world, settings, tool, nullptr);
   return train(world, settings, tool, nullptr, nullptr);

@@ -56,6 +56,26 @@ struct WanRun::Impl {
   Impl(WanConfig c, WanModel built) : model(std::move(built)), config(std::move(c)) {}
 };
 
+void check_run_options(const WanRunOptions& options, bool distill) {
+  const bool lora = options.lora.rank > 0;
+  if (lora && distill && !options.few_step)
+    throw SettingError("lora_rank", fmt::format("with {} distill only for a few-step student ({} K): a smaller "
+                                                "student trains in full",
+                                                setting_reference("mode"), setting_reference("distill_steps")));
+  if (!lora && (options.lora.alpha != 0 || options.lora.dropout != 0 || !options.lora.targets.empty() ||
+                options.base_dtype != at::kFloat))
+    throw SettingError("lora_rank", fmt::format("{}, {}, {} and {} need {} R", setting_reference("lora_alpha"),
+                                                setting_reference("lora_dropout"), setting_reference("lora_targets"),
+                                                setting_reference("base_precision"), setting_reference("lora_rank")));
+  if (options.activation_offload && options.grad_checkpoint == 0)
+    throw SettingError("activation_offload",
+                       fmt::format("offloads the inputs that checkpointed blocks keep: it needs {} blocks or every-N",
+                                   setting_reference("grad_checkpoint")));
+  if (options.blocks_to_swap != 0 && !lora)
+    throw SettingError("blocks_to_swap", fmt::format("swaps the frozen base's blocks of a LoRA run: it needs {} R",
+                                                     setting_reference("lora_rank")));
+}
+
 WanRun::WanRun(const train::RunPlan& plan, const WanRunOptions& options, distributed::Comm& comm, data::Dataset dataset,
                WanConfig config, const train::StartPoint& start, Teacher* teacher) {
   const ckpt::Checkpoint* resume = start.checkpoint ? &*start.checkpoint : nullptr;
@@ -63,17 +83,6 @@ WanRun::WanRun(const train::RunPlan& plan, const WanRunOptions& options, distrib
 
   const bool lora = options.lora.rank > 0;
   const bool few_step = teacher && options.few_step;
-  if (lora && teacher && !few_step)
-    throw SettingError("lora_rank", "LoRA distils a few-step student only (" + setting_reference("distill_steps") +
-                                        "); a smaller student trains in full");
-  if (few_step && to_json(teacher->config()) != to_json(config))
-    throw SettingError("distill_steps", "a few-step student has its teacher's config; give the teacher's as " +
-                                            setting_reference("model_config"));
-  if (!lora && options.base_dtype != at::kFloat)
-    throw SettingError("base_precision", "only a LoRA run has a frozen base to hold in bf16 or fp8");
-  if (options.blocks_to_swap > 0 && !lora)
-    throw SettingError("blocks_to_swap",
-                       "swaps the frozen base's blocks of a LoRA run (" + setting_reference("lora_rank") + ")");
   if (options.blocks_to_swap < 0 || options.blocks_to_swap > config.num_layers)
     throw SettingError("blocks_to_swap", fmt::format("{}: the model has {} blocks (0 to {} may be swapped)",
                                                      options.blocks_to_swap, config.num_layers, config.num_layers));
@@ -135,9 +144,6 @@ WanRun::WanRun(const train::RunPlan& plan, const WanRunOptions& options, distrib
   model->to(comm.device());
   model->train();
   model->set_grad_checkpoint(options.grad_checkpoint);
-  if (options.activation_offload && options.grad_checkpoint == 0)
-    throw SettingError("activation_offload", "offloads the inputs that checkpointed blocks keep: it needs " +
-                                                 setting_reference("grad_checkpoint") + " blocks or every-N");
   model->set_activation_offload(options.activation_offload);
   if (teacher) teacher->set_attention_chunk(options.attention_chunk);
   // Groups of consecutive ranks share each sample's tokens (a teacher runs

@@ -87,6 +87,12 @@ struct WanRunOptions {
 ModelRecipe model_recipe(const WanRunOptions& options, const WanConfig& config, uint64_t seed,
                          const std::string& few_step_teacher);
 
+// The rules that tie WanRunOptions' settings to each other (LoRA's, a
+// distillation's student, activation offload), each written here alone:
+// run_training_job checks them before anything starts. `distill`: a
+// teacher is given. Throws SettingError.
+void check_run_options(const WanRunOptions& options, bool distill);
+
 class WanRun {
  public:
   // Builds the model, objective and sampler on this rank, with no
