@@ -564,7 +564,6 @@ wan::TrainSettings train_settings(const TrainConfig& c) {
   s.run = run_settings(c);
   s.model_run = wan_run_options(c);
   s.fit = fit_options(c);
-  s.first_frame = c.condition == "first-frame";
   s.sample_index = c.sample_index;
   s.prompt_videos = prompt_video_options(c);
   s.sample_ranks = c.sample_ranks;

@@ -118,10 +118,10 @@ data::Dataset open_everywhere(const distributed::World& world, const std::string
     for (const auto& j : here) ours.insert(j.at("name").get<std::string>());
     for (const auto& name : theirs)
       if (ours.count(name) == 0)
-        throw UsageError(fmt::format(
-            "data: {} lacks {} of {}, which rank 0 has: without --shard-affinity every rank reads every shard; "
-            "with node-local copies of part of the data, pass it",
-            where, name, directory));
+        throw UsageError(
+            fmt::format("data: {} lacks {} of {}, which rank 0 has: without {} every rank reads every shard; "
+                        "with node-local copies of part of the data, pass it",
+                        where, name, directory, setting_reference("shard_affinity")));
     for (const auto& j : here) {
       const auto it =
           std::find_if(first.begin(), first.end(), [&](const json& f) { return f.at("name") == j.at("name"); });
@@ -178,10 +178,10 @@ data::Dataset open_job_dataset(const distributed::World& world, const std::strin
     for (size_t s = 0; s < names.size(); ++s) {
       if (data::shard_affinity_rank(static_cast<int64_t>(s), W) != me) continue;
       if (held.count(names[s]) == 0)
-        throw UsageError(fmt::format(
-            "data: with --shard-affinity {} reads shards {}, {}, ... of the {} that the nodes hold in {} together, "
-            "but shard {} ({}) is not there: wandata stage copies each node's shards",
-            where, me, me + W, names.size(), directory, s, names[s]));
+        throw UsageError(
+            fmt::format("data: with {} {} reads shards {}, {}, ... of the {} that the nodes hold in {} together, "
+                        "but shard {} ({}) is not there: wandata stage copies each node's shards",
+                        setting_reference("shard_affinity"), where, me, me + W, names.size(), directory, s, names[s]));
       found.push_back(to_json(data::inspect_shard((fs::path(directory) / names[s]).string())));
     }
     found_text = found.dump(-1, ' ', false, json::error_handler_t::replace);

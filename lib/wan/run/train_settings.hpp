@@ -67,7 +67,9 @@ struct TrainSettings {
   train::RunSettings run;
   WanRunOptions model_run;
   train::FitOptions fit;
-  bool first_frame = false;  // Wan2.2 TI2V's first-frame condition (per-token timesteps)
+  // Wan2.2 TI2V's first-frame condition (per-token timesteps): a share of
+  // the samples keeps its first frame.
+  bool first_frame() const { return model_run.objective.first_frame_prob > 0; }
 
   // Watching: the training sample's index, the --sample-prompts videos (its
   // prompts, latents and rank filled in at start-up; prompts_file "" none),
