@@ -194,7 +194,8 @@ int run(distributed::World& world, int argc, char** argv) {
   world.agree([&] {
     if (start.checkpoint) {
       objective.check_resume(start.checkpoint->objective_kind, start.checkpoint->objective, start.path);
-      ckpt::check_fits(*start.checkpoint, start.path, objective.trainable(), c.ema_decay > 0);
+      ckpt::check_fits(*start.checkpoint, start.path, objective.trainable(),
+                       c.ema_decay > 0 ? objective.trainable() : train::NamedTensors{});
       ckpt::copy_named(start.checkpoint->model, objective.trainable());
       train::restore_sampler(*start.checkpoint, start.path, sampler);
     }

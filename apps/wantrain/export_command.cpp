@@ -17,6 +17,7 @@
 #include "wantrain/wan/objective/few_step_objective.hpp"
 #include "wantrain/wan/model/model_recipe.hpp"
 #include "wantrain/distributed/world.hpp"
+#include "wantrain/wan/model/checkpoint_weights.hpp"
 #include "wantrain/wan/model/diffusers_export.hpp"
 #include "wantrain/wan/model/lora.hpp"
 #include "wantrain/wan/model/model_config.hpp"
@@ -70,7 +71,7 @@ void export_model(const ckpt::Checkpoint& saved, const std::string& path, const 
   for (const auto& item : model->named_parameters(true)) named.emplace_back(item.key(), item.value());
   ckpt::Checkpoint tensors;
   tensors.model = o.ema ? saved.ema : saved.model;
-  ckpt::check_fits(tensors, path, named, false);
+  ckpt::check_fits(tensors, path, named, {});
   {
     torch::NoGradGuard no_grad;
     ckpt::copy_named(tensors.model, named);
@@ -144,7 +145,7 @@ void export_lora(const ckpt::Checkpoint& saved, const std::string& path, const w
     if (item.value().requires_grad()) into.emplace_back(item.key(), item.value());
   ckpt::Checkpoint tensors;
   tensors.model = adapters;
-  ckpt::check_fits(tensors, path, into, false);
+  ckpt::check_fits(tensors, path, into, {});
   {
     torch::NoGradGuard no_grad;
     ckpt::copy_named(adapters, into);
@@ -181,12 +182,11 @@ void export_seed(const std::string& config_path, uint64_t seed, bool stand_in, c
 // weights with them folded in).
 void export_checkpoint(ckpt::Checkpoint saved, const std::string& checkpoint_path, ExportOptions o,
                        const std::string& merge, const std::string& model_config_out) {
-  // A distribution-matching student's checkpoint also holds its fake score:
-  // training state, never part of the exported student.
-  for (auto* tensors : {&saved.model, &saved.ema})
-    tensors->erase(std::remove_if(tensors->begin(), tensors->end(),
-                                  [](const auto& item) { return wan::is_fake_score_parameter(item.first); }),
-                   tensors->end());
+  // Only the model's groups: a distribution-matching student's checkpoint
+  // also holds its fake score, training state that is never exported.
+  wan::refuse_ungrouped_distribution_matching(checkpoint_path, saved.groups_recorded);
+  saved.model = ckpt::model_weights(saved.model, saved.groups);
+  saved.ema = ckpt::model_weights(saved.ema, saved.groups);
   const bool is_lora = saved.objective.count("lora") > 0;
   if (!merge.empty() && !is_lora)
     throw UsageError(

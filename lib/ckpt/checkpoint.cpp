@@ -141,6 +141,49 @@ void read_v1_root(hid_t file, Checkpoint& c, std::string& object) {
 
 }  // namespace
 
+const GroupRecord& group_of(const std::vector<GroupRecord>& groups, const std::string& name) {
+  const GroupRecord* best = nullptr;
+  for (const auto& group : groups)
+    if (name.rfind(group.prefix, 0) == 0 && (!best || group.prefix.size() > best->prefix.size())) best = &group;
+  if (!best) throw Error(fmt::format("tensor {} belongs to none of the checkpoint's groups", name));
+  return *best;
+}
+
+NamedTensors model_weights(const NamedTensors& tensors, const std::vector<GroupRecord>& groups) {
+  NamedTensors out;
+  for (const auto& [name, tensor] : tensors) {
+    const auto& group = group_of(groups, name);
+    if (group.weights) out.emplace_back(name.substr(group.prefix.size()), tensor);
+  }
+  return out;
+}
+
+namespace {
+
+std::string groups_json(const std::vector<GroupRecord>& groups) {
+  auto list = nlohmann::json::array();
+  for (const auto& g : groups)
+    list.push_back({{"name", g.name}, {"prefix", g.prefix}, {"ema", g.ema}, {"weights", g.weights}});
+  return list.dump();
+}
+
+// The /model attribute groups; one group holding everything without it.
+std::vector<GroupRecord> read_groups(hid_t model, bool& recorded) {
+  recorded = io::has_attribute(model, "groups");
+  if (!recorded) return {GroupRecord{}};
+  std::vector<GroupRecord> groups;
+  const auto list = nlohmann::json::parse(io::read_string_attribute(model, "groups"));
+  if (!list.is_array() || list.empty()) throw Error("is not a list of groups");
+  for (const auto& g : list) {
+    if (!g.is_object()) throw Error("holds an entry that is not a group");
+    groups.push_back({g.at("name").get<std::string>(), g.at("prefix").get<std::string>(), g.at("ema").get<bool>(),
+                      g.at("weights").get<bool>()});
+  }
+  return groups;
+}
+
+}  // namespace
+
 int64_t Checkpoint::tensor_bytes() const {
   int64_t bytes = 0;
   for (const auto& [name, t] : model) bytes += t.numel() * 4;
@@ -186,6 +229,8 @@ void write_checkpoint(const std::string& path, const Checkpoint& c) {
     for (const auto& [group_name, tensors] : {std::pair{"model", &c.model}, std::pair{"ema", &c.ema}}) {
       if ((tensors->empty() || sharded) && std::string(group_name) == "ema") continue;
       const auto group = create_group(file, group_name);
+      if (std::string(group_name) == "model" && c.groups.size() > 1)
+        io::write_string_attribute(group.get(), "groups", groups_json(c.groups));
       for (const auto& item : *tensors) {
         between_tensors();
         write_tensor(group.get(), item.first, item.second);
@@ -243,6 +288,10 @@ Checkpoint read_main_file(const std::string& path, ReadParts parts) {
       object = fmt::format("/{}", group_name);
       if (std::string(group_name) == "ema" && (!parts.ema || !io::exists(file.get(), "ema"))) continue;
       const auto group = open_group(file.get(), group_name);
+      if (std::string(group_name) == "model") {
+        object = "/model attribute groups";
+        c.groups = read_groups(group.get(), c.groups_recorded);
+      }
       for (const auto& name : members(group.get())) {
         object = fmt::format("/{}/{}", group_name, name);
         tensors->emplace_back(name, read_tensor(group.get(), name));
@@ -292,14 +341,17 @@ Checkpoint read_checkpoint(const std::string& path, ReadParts parts) {
   if (c.version != kShardedVersion || !(parts.optimizer || (parts.ema && c.sharded_ema))) return c;
   // Whole tensors gathered from the shard files, shaped like the model's.
   const StateReader reader(path);
-  std::vector<std::pair<std::string, int64_t>> parameters;
-  for (const auto& [name, t] : c.model) parameters.emplace_back(name, t.numel());
-  reader.check(parameters, parts.ema && c.sharded_ema);
+  std::vector<std::pair<std::string, int64_t>> parameters, averaged;
+  for (const auto& [name, t] : c.model) {
+    parameters.emplace_back(name, t.numel());
+    if (parts.ema && c.sharded_ema && group_of(c.groups, name).ema) averaged.emplace_back(name, t.numel());
+  }
+  reader.check(parameters, averaged);
   using Kind = StateReader::Kind;
   for (const auto& [name, t] : c.model) {
     auto whole = [&](Kind kind) { return reader.read(kind, name, 0, t.numel()).view(t.sizes()); };
     if (parts.optimizer) c.optim.push_back({name, reader.step(name), whole(Kind::ExpAvg), whole(Kind::ExpAvgSq)});
-    if (parts.ema && c.sharded_ema) c.ema.emplace_back(name, whole(Kind::Ema));
+    if (parts.ema && c.sharded_ema && group_of(c.groups, name).ema) c.ema.emplace_back(name, whole(Kind::Ema));
   }
   return c;
 }
@@ -316,6 +368,8 @@ WeightsContents read_weights_contents(const std::string& path) {
     w.step = read_state(file.get(), w.version, object).step;
     object = "/model";
     const auto model = open_group(file.get(), "model");
+    object = "/model attribute groups";
+    w.groups = read_groups(model.get(), w.groups_recorded);
     for (const auto& name : members(model.get())) {
       object = "/model/" + name;
       const auto set = io::open_dataset(model.get(), name);
@@ -420,7 +474,9 @@ bool is_checkpoint_file(const std::string& path) {
   return H5Fis_hdf5(path.c_str()) > 0;
 }
 
-void check_fits(const Checkpoint& c, const std::string& path, const NamedTensors& parameters, bool need_ema) {
+void check_fits(const Checkpoint& c, const std::string& path, const NamedTensors& parameters,
+                const NamedTensors& ema_parameters) {
+  const bool need_ema = !ema_parameters.empty();
   if (need_ema && c.ema.empty())
     throw UsageError(fmt::format("checkpoint {}: has no /ema, but this run keeps an EMA", path));
   const bool has_optim = !c.optim.empty();
@@ -448,7 +504,13 @@ void check_fits(const Checkpoint& c, const std::string& path, const NamedTensors
     return out;
   };
   check_group("model", sizes_of(c.model));
-  if (need_ema) check_group("ema", sizes_of(c.ema));
+  if (need_ema) {  // the averaged parameters only
+    const auto all = expected;
+    expected.clear();
+    for (const auto& [name, tensor] : ema_parameters) expected.emplace(name, tensor.sizes());
+    check_group("ema", sizes_of(c.ema));
+    expected = all;
+  }
   if (has_optim) {
     std::vector<std::pair<std::string, at::IntArrayRef>> avg, avg_sq;
     for (const auto& slot : c.optim) {

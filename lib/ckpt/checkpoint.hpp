@@ -6,7 +6,10 @@
 //                         run_options (JSON: the resolved options, information only)
 //   /engine               attributes step, skipped, lr, val_loss; dataset rng_cpu (uint8)
 //   /engine/scaler        attributes loss_scale, good_steps (fp16 dynamic loss scaling)
-//   /model/<param>        float32, the trainable parameter's shape, by name
+//   /model/<param>        float32, the trainable parameter's shape, by name;
+//                         attribute groups (JSON, only with more than one trained
+//                         group): [{"name", "prefix", "ema", "weights"}, ...], each
+//                         group's tensors named by its prefix (GroupRecord)
 //   /ema/<param>          float32 (only with an EMA)
 //   /optimizer            attribute kind ("adamw"); /optimizer/<param>/ exp_avg, exp_avg_sq
 //                         (float32) and attribute step (AdamW's count), by parameter name
@@ -64,6 +67,23 @@ struct ShardPart {
   std::vector<StateSlice> slices;
 };
 
+// A trained group as a checkpoint records it (train::ParameterGroup without
+// its tensors): the /model tensors whose names begin with `prefix` (the
+// longest prefix that fits) are its own. A file without the record holds
+// one group, "model", with prefix "", its EMA kept and its weights the model.
+struct GroupRecord {
+  std::string name = "model";
+  std::string prefix;
+  bool ema = true;      // its tensors are in /ema (when the run kept one)
+  bool weights = true;  // the trained model (weights files, exports); false: training state only
+};
+// The group a tensor named `name` belongs to.
+const GroupRecord& group_of(const std::vector<GroupRecord>& groups, const std::string& name);
+// The tensors of `tensors` (a checkpoint's /model or /ema) whose groups are
+// the model's weights, under the parameters' own names (without the prefix).
+std::vector<std::pair<std::string, at::Tensor>> model_weights(
+    const std::vector<std::pair<std::string, at::Tensor>>& tensors, const std::vector<GroupRecord>& groups);
+
 struct TrainerState {
   int64_t step = 0;  // optimizer steps taken
   int64_t epoch = 0;
@@ -88,7 +108,9 @@ struct Checkpoint {
   // teacher's weights are an input, like the data, and are not stored).
   std::string objective_kind;
   std::map<std::string, std::string> objective;
-  int version = kVersion;  // of the file it was read from
+  std::vector<GroupRecord> groups = {GroupRecord{}};
+  bool groups_recorded = false;  // read from the file's record (not the default)
+  int version = kVersion;        // of the file it was read from
   // Sharded (ZeRO-1): this rank's slices, written to its shard file; the
   // main file (rank 0's) then holds no optimizer state or EMA.
   ShardPart shard;
@@ -126,6 +148,8 @@ struct WeightsContents {
   bool ema = false;  // it has an EMA: in /ema, or (sharded_ema) in its shard files
   bool sharded_ema = false;
   std::vector<std::pair<std::string, std::vector<int64_t>>> model;  // /model: names and shapes
+  std::vector<GroupRecord> groups = {GroupRecord{}};
+  bool groups_recorded = false;
 };
 WeightsContents read_weights_contents(const std::string& path);
 // One tensor of /model or /ema, float32. UsageError naming the file and tensor.
@@ -156,10 +180,12 @@ void check_model_config(const std::string& saved_json, const std::string& path, 
 bool is_checkpoint_file(const std::string& path);
 
 // Checks that `checkpoint` (read from `path`) fits a model with these
-// parameters: every tensor present under /model (and /ema when `need_ema`,
-// /optim when it has AdamW state) with the parameter's shape, nothing extra.
-// UsageError naming the file and the first offending tensor.
-void check_fits(const Checkpoint& checkpoint, const std::string& path, const NamedTensors& parameters, bool need_ema);
+// parameters: every tensor present under /model (/optim when it has AdamW
+// state) with the parameter's shape, and under /ema those of
+// `ema_parameters` (the ones the run averages; empty: no EMA is read),
+// nothing extra. UsageError naming the file and the first offending tensor.
+void check_fits(const Checkpoint& checkpoint, const std::string& path, const NamedTensors& parameters,
+                const NamedTensors& ema_parameters);
 
 // Copies each tensor of `saved` into the tensor of `into` with the same name
 // (every name of `into` must be in `saved`, with its shape: check_fits).

@@ -37,7 +37,9 @@ void write_shard(const std::string& path, const ShardPart& part, int64_t step) {
     io::write_int_attribute(file, "step", step);
     io::write_string_attribute(file, "host", host_name());  // which node wrote it: forensics on a cluster
     const auto optimizer = create_group(file, "optimizer");
-    const bool with_ema = !part.slices.empty() && part.slices.front().ema.defined();
+    // A group without an EMA (parameter_group.hpp) has no EMA slices.
+    const bool with_ema =
+        std::any_of(part.slices.begin(), part.slices.end(), [](const StateSlice& s) { return s.ema.defined(); });
     const io::Handle ema = with_ema ? create_group(file, "ema") : io::Handle();
     for (const auto& slice : part.slices) {
       between_tensors();
@@ -47,7 +49,7 @@ void write_shard(const std::string& path, const ShardPart& part, int64_t step) {
       io::write_int_attribute(group.get(), "step", slice.step);
       write_tensor(group.get(), "exp_avg", slice.exp_avg);
       write_tensor(group.get(), "exp_avg_sq", slice.exp_avg_sq);
-      if (!with_ema) continue;
+      if (!slice.ema.defined()) continue;
       write_tensor(ema.get(), slice.name, slice.ema);
       const auto set = io::open_dataset(ema.get(), slice.name);
       io::write_int_attribute(set.get(), "offset", slice.offset);
@@ -156,7 +158,9 @@ StateReader::StateReader(const std::string& path) : path_(path) {
   }
 }
 
-void StateReader::check(const std::vector<std::pair<std::string, int64_t>>& parameters, bool need_ema) const {
+void StateReader::check(const std::vector<std::pair<std::string, int64_t>>& parameters,
+                        const std::vector<std::pair<std::string, int64_t>>& ema_parameters) const {
+  const bool need_ema = !ema_parameters.empty();
   if (need_ema && !has_ema()) throw UsageError(fmt::format("checkpoint {}: has no EMA, but this run keeps one", path_));
   std::map<std::string, int64_t> expected(parameters.begin(), parameters.end());
   auto check_kind = [&](Kind kind, const char* what) {
@@ -190,7 +194,9 @@ void StateReader::check(const std::vector<std::pair<std::string, int64_t>>& para
     check_kind(Kind::ExpAvg, "optimizer exp_avg");
     check_kind(Kind::ExpAvgSq, "optimizer exp_avg_sq");
   }
-  if (need_ema) check_kind(Kind::Ema, "EMA");
+  if (!need_ema) return;
+  expected = {ema_parameters.begin(), ema_parameters.end()};  // the averaged parameters only
+  check_kind(Kind::Ema, "EMA");
 }
 
 at::Tensor StateReader::read(Kind kind, const std::string& name, int64_t offset, int64_t count) const {

@@ -50,9 +50,11 @@ class StateReader {
   bool has_ema() const { return !index_[int(Kind::Ema)].empty(); }
 
   // UsageError naming the file and tensor unless the AdamW moments (when
-  // the checkpoint has any) and the EMA (when `need_ema`) cover exactly
-  // these parameters, given as (name, numel).
-  void check(const std::vector<std::pair<std::string, int64_t>>& parameters, bool need_ema) const;
+  // the checkpoint has any) cover exactly these parameters, given as (name,
+  // numel), and the EMA exactly `ema_parameters` (the averaged ones; empty:
+  // the EMA is not checked).
+  void check(const std::vector<std::pair<std::string, int64_t>>& parameters,
+             const std::vector<std::pair<std::string, int64_t>>& ema_parameters) const;
 
   // Elements [offset, offset + count) of the flattened `name`, float32 [count].
   at::Tensor read(Kind kind, const std::string& name, int64_t offset, int64_t count) const;

@@ -213,7 +213,8 @@ Reducer::Reducer(Comm& comm, NamedTensors parameters, std::vector<at::Tensor> bu
     }
 
   // Buckets over the parameters in reverse order; a new bucket when the last
-  // one has reached its cap (or, by unit, when the unit changes) or the dtype changes.
+  // one has reached its cap (or, by unit, when the unit changes), the group
+  // or the dtype changes.
   auto cap_of = [&](size_t bucket) { return bucket == 0 ? options.first_bucket_bytes : options.bucket_bytes; };
   auto unit_of = [&](size_t k) { return options.unit_of ? options.unit_of(s.params[k].name) : std::string(); };
   std::vector<size_t> order;  // reverse registration order
@@ -224,7 +225,10 @@ Reducer::Reducer(Comm& comm, NamedTensors parameters, std::vector<at::Tensor> bu
     const at::Tensor& t = s.params[k].tensor;
     const size_t last = s.buckets.empty() ? 0 : s.buckets.back().params.front();
     const bool full = options.unit_of ? unit_of(last) != unit_of(k) : bucket_bytes >= cap_of(s.buckets.size() - 1);
-    const bool new_bucket = s.buckets.empty() || full || s.params[last].tensor.scalar_type() != t.scalar_type();
+    const bool other_group =
+        options.group_of && options.group_of(s.params[last].name) != options.group_of(s.params[k].name);
+    const bool new_bucket =
+        s.buckets.empty() || full || other_group || s.params[last].tensor.scalar_type() != t.scalar_type();
     if (new_bucket) {
       s.buckets.emplace_back();
       bucket_bytes = 0;

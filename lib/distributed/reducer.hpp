@@ -77,6 +77,9 @@ struct ReducerOptions {
   // gradients come last) go after all others, so that no bucket waits for
   // them (buckets launch in index order).
   std::function<std::string(const std::string& name)> unit_of;
+  // Set: a bucket never holds parameters of two groups (a trained group
+  // is clipped and updated on its own buckets).
+  std::function<std::string(const std::string& name)> group_of;
   // Called on the autograd thread, under the Reducer's lock, when the last
   // gradient of a bucket arrived in a synchronising backward (before its
   // reduction starts): ZeRO-3 releases the unit's gathered weights there.

@@ -40,9 +40,24 @@ std::vector<at::Tensor> tensors_of(const NamedTensors& named) {
   return out;
 }
 
+// The trained groups as the Engine uses them: a name (a checkpoint name) to
+// its group, and which are distinct.
+void check_groups(const std::vector<ParameterGroup>& groups) {
+  if (groups.empty()) throw Error("Engine: the objective trains no parameter group");
+  for (size_t a = 0; a < groups.size(); ++a)
+    for (size_t b = a + 1; b < groups.size(); ++b)
+      if (groups[a].name == groups[b].name || groups[a].checkpoint_prefix == groups[b].checkpoint_prefix)
+        throw Error(fmt::format("Engine: parameter groups '{}' and '{}' share a name or a checkpoint prefix",
+                                groups[a].name, groups[b].name));
+}
+
 }  // namespace
 
 struct Engine::Impl {
+  std::vector<ParameterGroup> groups;      // the objective's (the tensors shared)
+  std::map<std::string, size_t> group_of;  // by checkpoint name
+  std::vector<size_t> bucket_group;        // per bucket
+  std::vector<int> bucket_ema;             // ZeRO: per bucket, its slice's index in the EMA, or -1 (none)
   std::unique_ptr<distributed::Reducer> reducer;
   std::unique_ptr<ZeroShards> zero;  // zero >= 1
   std::unique_ptr<torch::optim::AdamW> optimizer;
@@ -58,7 +73,17 @@ struct Engine::Impl {
 
 Engine::Engine(distributed::Comm& comm, Objective& objective, EngineOptions options)
     : comm_(comm), objective_(objective), options_(std::move(options)), impl_(std::make_unique<Impl>()) {
-  const auto& named = objective_.trainable();
+  auto& im = *impl_;
+  im.groups = objective_.groups();
+  check_groups(im.groups);
+  const auto named = objective_.trainable();
+  for (size_t g = 0; g < im.groups.size(); ++g)
+    for (const auto& [name, tensor] : im.groups[g].parameters)
+      im.group_of.emplace(im.groups[g].checkpoint_prefix + name, g);
+  auto group_of = [group_of = im.group_of](const std::string& name) { return group_of.at(name); };
+  auto prefix_of = [group_of, groups = im.groups](const std::string& name) {
+    return groups[group_of(name)].checkpoint_prefix;
+  };
   distributed::ReducerOptions reducer_options;
   reducer_options.bucket_bytes = options_.bucket_bytes;
   reducer_options.comm_dtype = options_.grad_comm_dtype;
@@ -73,37 +98,61 @@ Engine::Engine(distributed::Comm& comm, Objective& objective, EngineOptions opti
                        fmt::format("is {}; it must divide the {} ranks", options_.sequence_parallel, comm.size()));
   reducer_options.shard = options_.zero >= 1;
   reducer_options.transient_buckets = options_.zero >= 2;
+  if (im.groups.size() > 1)
+    reducer_options.group_of = [group_of](const std::string& name) { return std::to_string(group_of(name)); };
   if (options_.zero == 3) {
-    reducer_options.unit_of = nn::parameter_unit;
+    reducer_options.unit_of = [prefix_of](const std::string& name) { return group_unit(prefix_of(name), name); };
     reducer_options.on_bucket_ready = [im = impl_.get()](size_t bucket) {
       if (im->zero) im->zero->bucket_ready(bucket);
     };
   }
-  impl_->reducer = std::make_unique<distributed::Reducer>(comm, named, objective_.buffers(), reducer_options);
-  // What AdamW and the EMA update: the parameters, or this rank's slices of
-  // them (with their gradient slices attached as .grad).
-  NamedTensors updated = named;
+  im.reducer = std::make_unique<distributed::Reducer>(comm, named, objective_.buffers(), reducer_options);
+  for (const auto& layout : im.reducer->bucket_layouts())
+    im.bucket_group.push_back(group_of(layout.entries.front().name));
+  // What AdamW and the EMA update, by group: the parameters, or this rank's
+  // slices of them (with their gradient slices attached as .grad).
+  std::vector<NamedTensors> updated(im.groups.size());
   if (options_.zero >= 1) {
     ZeroShardsOptions shards;
     shards.release_weights = options_.zero == 3;
     shards.gather_dtype = options_.gather_dtype;
-    impl_->zero = std::make_unique<ZeroShards>(comm, *impl_->reducer, named, shards);
-    if (shards.release_weights) impl_->reducer->refresh_accumulators();
-    const auto gradients = impl_->reducer->gradient_shards();
-    updated.clear();
+    shards.prefix_of = prefix_of;
+    im.zero = std::make_unique<ZeroShards>(comm, *im.reducer, named, shards);
+    if (shards.release_weights) im.reducer->refresh_accumulators();
+    const auto gradients = im.reducer->gradient_shards();
     for (size_t b = 0; b < gradients.size(); ++b) {
-      at::Tensor slice = impl_->zero->parameter_shards()[b];
+      at::Tensor slice = im.zero->parameter_shards()[b];
       slice.mutable_grad() = gradients[b];
-      updated.emplace_back(fmt::format("bucket {}", b), slice);
+      updated[im.bucket_group[b]].emplace_back(fmt::format("bucket {}", b), slice);
     }
+  } else {
+    for (const auto& item : named) updated[group_of(item.first)].push_back(item);
   }
-  impl_->optimizer = std::make_unique<torch::optim::AdamW>(tensors_of(updated),
-                                                           torch::optim::AdamWOptions(options_.schedule.at(0))
-                                                               .betas({options_.adamw.beta1, options_.adamw.beta2})
-                                                               .weight_decay(options_.adamw.weight_decay)
-                                                               .eps(options_.adamw.eps));
-  if (options_.ema_decay > 0) impl_->ema = std::make_unique<Ema>(updated, options_.ema_decay);
-  if (options_.compute_dtype == at::kHalf) impl_->scaler = std::make_unique<LossScaler>();
+  // One AdamW, a parameter group per trained group.
+  NamedTensors averaged;
+  for (size_t g = 0; g < im.groups.size(); ++g) {
+    const auto& group = im.groups[g];
+    const auto& adamw = group.adamw.value_or(options_.adamw);
+    const auto settings = torch::optim::AdamWOptions(options_.schedule.at(0) * group.lr_scale)
+                              .betas({adamw.beta1, adamw.beta2})
+                              .weight_decay(adamw.weight_decay)
+                              .eps(adamw.eps);
+    if (!im.optimizer)
+      im.optimizer = std::make_unique<torch::optim::AdamW>(tensors_of(updated[g]), settings);
+    else
+      im.optimizer->add_param_group(torch::optim::OptimizerParamGroup(
+          tensors_of(updated[g]), std::make_unique<torch::optim::AdamWOptions>(settings)));
+    if (group.ema) averaged.insert(averaged.end(), updated[g].begin(), updated[g].end());
+  }
+  if (im.zero) {  // which EMA slice is each bucket's
+    im.bucket_ema.assign(im.bucket_group.size(), -1);
+    int next = 0;
+    for (size_t g = 0; g < im.groups.size(); ++g)
+      for (size_t b = 0; b < im.bucket_group.size(); ++b)
+        if (im.bucket_group[b] == g && im.groups[g].ema) im.bucket_ema[b] = next++;
+  }
+  if (options_.ema_decay > 0 && !averaged.empty()) im.ema = std::make_unique<Ema>(averaged, options_.ema_decay);
+  if (options_.compute_dtype == at::kHalf) im.scaler = std::make_unique<LossScaler>();
 }
 
 Engine::~Engine() = default;
@@ -124,11 +173,38 @@ int64_t Engine::state_bytes() const {
 
 int64_t Engine::gradient_bytes() const { return impl_->reducer->gradient_bytes(); }
 
-nn::ParameterUnits* Engine::parameter_units() const { return options_.zero == 3 ? impl_->zero.get() : nullptr; }
+nn::ParameterUnits* Engine::parameter_units(size_t group) const {
+  if (options_.zero != 3) return nullptr;
+  return impl_->zero->units(impl_->groups.at(group).checkpoint_prefix);
+}
+
+const std::vector<ParameterGroup>& Engine::groups() const { return impl_->groups; }
+
+std::vector<at::Tensor> Engine::slices_of_model(bool ema) const {
+  const auto& im = *impl_;
+  std::vector<at::Tensor> slices(im.bucket_group.size());
+  for (size_t b = 0; b < slices.size(); ++b) {
+    if (!im.groups[im.bucket_group[b]].weights) continue;
+    const bool averaged = ema && im.ema && im.bucket_ema[b] >= 0;
+    slices[b] = averaged ? im.ema->averages()[im.bucket_ema[b]].second : im.zero->parameter_shards()[b];
+  }
+  return slices;
+}
+
+NamedTensors Engine::model_names(const NamedTensors& checkpoint_named) const {
+  const auto& im = *impl_;
+  NamedTensors out;
+  for (const auto& [name, tensor] : checkpoint_named) {
+    const auto& group = im.groups[im.group_of.at(name)];
+    if (group.weights) out.emplace_back(name.substr(group.checkpoint_prefix.size()), tensor);
+  }
+  return out;
+}
 
 NamedTensors Engine::weights(int rank) const {
-  if (options_.zero != 3) return rank < 0 || rank == comm_.rank() ? objective_.trainable() : NamedTensors{};
-  return impl_->zero->gather(impl_->zero->parameter_shards(), rank);
+  if (options_.zero != 3)
+    return rank < 0 || rank == comm_.rank() ? model_names(objective_.trainable()) : NamedTensors{};
+  return model_names(impl_->zero->gather(slices_of_model(/*ema=*/false), rank));
 }
 
 int64_t Engine::weight_bytes() const {
@@ -148,7 +224,10 @@ WholeWeights::WholeWeights(Engine& engine, bool ema) : engine_(engine) {
     im.zero->gather_whole();
     return;
   }
-  const auto slices = tensors_of(im.ema->averages());
+  // The averaged groups' EMA; the other groups' weights.
+  std::vector<at::Tensor> slices(im.bucket_group.size());
+  for (size_t b = 0; b < slices.size(); ++b)
+    if (im.bucket_ema[b] >= 0) slices[b] = im.ema->averages()[im.bucket_ema[b]].second;
   im.zero->gather_whole(&slices);
 }
 
@@ -159,20 +238,32 @@ WholeWeights::~WholeWeights() {
 NamedTensors Engine::ema_weights(int rank) const {
   const auto& im = *impl_;
   if (!im.ema) return {};
-  if (!im.zero) return rank < 0 || rank == comm_.rank() ? im.ema->averages() : NamedTensors{};
-  return im.zero->gather(tensors_of(im.ema->averages()), rank);
+  if (!im.zero) return rank < 0 || rank == comm_.rank() ? model_names(im.ema->averages()) : NamedTensors{};
+  std::vector<at::Tensor> slices(im.bucket_group.size());
+  for (size_t b = 0; b < slices.size(); ++b)
+    if (im.bucket_ema[b] >= 0 && im.groups[im.bucket_group[b]].weights)
+      slices[b] = im.ema->averages()[im.bucket_ema[b]].second;
+  return model_names(im.zero->gather(slices, rank));
 }
 
-void Engine::each_sampling_weight(const std::function<void(const std::string& name, const at::Tensor& whole)>& use,
-                                  const std::function<bool(const std::string& name)>& wanted) const {
+void Engine::each_sampling_weight(
+    const std::function<void(const std::string& name, const at::Tensor& whole)>& use) const {
   const auto& im = *impl_;
+  auto use_model = [&](const std::string& name, const at::Tensor& whole) {
+    const auto& group = im.groups[im.group_of.at(name)];
+    if (group.weights) use(name.substr(group.checkpoint_prefix.size()), whole);
+  };
   const bool whole_here = !im.zero || (options_.zero != 3 && !im.ema);
-  if (whole_here) {
-    for (const auto& [name, tensor] : im.ema ? im.ema->averages() : objective_.trainable())
-      if (wanted(name)) use(name, tensor);
+  if (!whole_here) {
+    im.zero->gather_each(slices_of_model(/*ema=*/true), use_model);
     return;
   }
-  im.zero->gather_each(im.ema ? tensors_of(im.ema->averages()) : im.zero->parameter_shards(), use, wanted);
+  std::map<std::string, at::Tensor> averages;
+  if (im.ema) averages.insert(im.ema->averages().begin(), im.ema->averages().end());
+  for (const auto& [name, tensor] : objective_.trainable()) {
+    const auto it = averages.find(name);
+    use_model(name, it != averages.end() ? it->second : tensor);
+  }
 }
 
 at::Tensor Engine::accumulate(const Batch& batch, double loss_scale, StepTimes& t) {
@@ -268,22 +359,37 @@ StepResult Engine::step(const Batch& batch, const StepFlags& flags) {
   result.write_failed = v[2] > 0;
   for (int signal = kSignalSlots; signal >= 1 && result.stop_signal == 0; --signal)
     if (v[2 + signal] > 0) result.stop_signal = signal;
+  // Each group's norm over its own buckets (in bucket order): its clip's.
   const double* norm_figures = v + 3 + kSignalSlots;
-  if (im.zero) {
-    double squares = 0;
-    for (size_t b = 0; b < buffers.size(); ++b) squares += norm_figures[b];
-    result.grad_norm = std::sqrt(squares);
-  } else {
-    result.grad_norm = norm_of(norm_figures, buffers.size());
+  std::vector<std::vector<at::Tensor>> group_buffers(im.groups.size());
+  bool finite = std::isfinite(result.loss);
+  for (size_t g = 0; g < im.groups.size(); ++g) {
+    std::vector<double> figures;
+    for (size_t b = 0; b < buffers.size(); ++b)
+      if (im.bucket_group[b] == g) {
+        figures.push_back(norm_figures[b]);
+        group_buffers[g].push_back(buffers[b]);
+      }
+    double norm = 0;
+    if (im.zero) {
+      for (const double squares : figures) norm += squares;
+      norm = std::sqrt(norm);
+    } else {
+      norm = norm_of(figures.data(), figures.size());
+    }
+    result.group_norms.emplace_back(im.groups[g].name, norm);
+    finite = finite && std::isfinite(norm);
   }
+  result.grad_norm = result.group_norms.front().second;
 
   phase = Clock::now();
   result.lr = options_.schedule.at(step_);
-  const bool finite = std::isfinite(result.loss) && std::isfinite(result.grad_norm);
   if (finite) {
-    clip_to_norm(buffers, result.grad_norm, options_.clip);
-    for (auto& group : im.optimizer->param_groups())
-      static_cast<torch::optim::AdamWOptions&>(group.options()).lr(result.lr);
+    for (size_t g = 0; g < im.groups.size(); ++g) {
+      clip_to_norm(group_buffers[g], result.group_norms[g].second, im.groups[g].clip.value_or(options_.clip));
+      static_cast<torch::optim::AdamWOptions&>(im.optimizer->param_groups()[g].options())
+          .lr(result.lr * im.groups[g].lr_scale);
+    }
     // Multi-tensor AdamW where it fuses kernels (CUDA); on the CPU, where
     // _foreach_ ops only loop, one fused pass over each parameter
     // (docs/performance.md has both measured against AdamW's loop).
@@ -449,7 +555,10 @@ void Engine::save_state(ckpt::Checkpoint& c) const {
         copies.put(slice.exp_avg, torch::zeros({piece.count}));
         copies.put(slice.exp_avg_sq, torch::zeros({piece.count}));
       }
-      if (im.ema) copies.put(slice.ema, cut(im.ema->averages()[piece.bucket].second));
+      if (im.ema && im.bucket_ema[piece.bucket] >= 0)
+        copies.put(slice.ema, cut(im.ema->averages()[im.bucket_ema[piece.bucket]].second));
+      else
+        slice.ema = at::Tensor();
     }
   } else {
     c.shard = {};
@@ -457,6 +566,9 @@ void Engine::save_state(ckpt::Checkpoint& c) const {
     copies.put_all(c.ema, im.ema ? im.ema->averages() : NamedTensors{});
   }
   put_optimizer_state(copies, *im.optimizer, im.zero ? NamedTensors{} : named, c.optim);
+  c.groups.clear();
+  for (const auto& group : im.groups)
+    c.groups.push_back({group.name, group.checkpoint_prefix, group.ema, group.weights});
   c.state.step = step_;
   c.state.skipped = skipped_;
   c.state.lr = step_ > 0 ? options_.schedule.at(step_ - 1) : options_.schedule.at(0);
@@ -493,9 +605,12 @@ void Engine::load_state(const ckpt::Checkpoint& saved, const std::string& path) 
 void Engine::load_slices(const std::string& path) {
   auto& im = *impl_;
   const ckpt::StateReader reader(path);
-  std::vector<std::pair<std::string, int64_t>> numels;
-  for (const auto& [name, parameter] : objective_.trainable()) numels.emplace_back(name, parameter.numel());
-  reader.check(numels, im.ema != nullptr);
+  std::vector<std::pair<std::string, int64_t>> numels, averaged;
+  for (const auto& [name, parameter] : objective_.trainable()) {
+    numels.emplace_back(name, parameter.numel());
+    if (im.ema && im.groups[im.group_of.at(name)].ema) averaged.emplace_back(name, parameter.numel());
+  }
+  reader.check(numels, averaged);
   torch::NoGradGuard no_grad;
   using Kind = ckpt::StateReader::Kind;
   const auto& slices = im.zero->parameter_shards();
@@ -510,7 +625,8 @@ void Engine::load_slices(const std::string& path) {
       t.narrow(0, piece.shard_offset, piece.count)
           .copy_(reader.read(kind, piece.name, piece.param_offset, piece.count));
     };
-    if (im.ema) into(im.ema->averages()[piece.bucket].second, Kind::Ema);
+    if (im.ema && im.bucket_ema[piece.bucket] >= 0)
+      into(im.ema->averages()[im.bucket_ema[piece.bucket]].second, Kind::Ema);
     if (!reader.has_optimizer()) continue;
     into(exp_avg[piece.bucket], Kind::ExpAvg);
     into(exp_avg_sq[piece.bucket], Kind::ExpAvgSq);

@@ -9,6 +9,9 @@
 //      read of them with the bucket norms: the loss averaged over ranks,
 //      the global grad norm -> skip if non-finite
 //   -> clip -> AdamW at the scheduled rate -> EMA -> loss scale update.
+// Each of the objective's trained groups (parameter_group.hpp) has buckets
+// of its own, so its norm, clip, AdamW settings and EMA are its own;
+// grad_norm is the first group's (the model's), group_norms each one's.
 // Collectives per step: the buckets + 1; host reads: 1.
 //
 // With zero = 1 (ZeRO stage 1) the buckets are reduce-scattered instead;
@@ -25,7 +28,9 @@
 // gather_dtype; the update needs no all-gather.
 //
 // The Engine knows no model, dataset, file format or command line: the
-// objective names its trainable parameters, and the caller hands it batches.
+// objective declares its trained groups, and the caller hands it batches.
+// What leaves it as "the model" (weights(), ema_weights(), the samplers'
+// weights) is the groups marked `weights`, under the parameters' own names.
 //
 // Collective contract: every rank constructs the Engine and calls step() the
 // same number of times, in the same order, with batches of the same size;
@@ -41,6 +46,7 @@
 #include <memory>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "wantrain/train/lr_schedule.hpp"
 #include "wantrain/train/objective.hpp"
@@ -77,7 +83,8 @@ struct StepResult {
   int64_t epoch = 0;  // of this step's data (set by whoever knows the data)
   double loss = 0;    // averaged over ranks and micro-batches
   double lr = 0;
-  double grad_norm = 0;                                          // before clipping
+  double grad_norm = 0;                                          // the first group's, before clipping
+  std::vector<std::pair<std::string, double>> group_norms;       // each trained group's, by name, before clipping
   bool skipped = false;                                          // non-finite loss or gradient: no update on any rank
   double loss_scale = std::numeric_limits<double>::quiet_NaN();  // fp16: the scale after this step; NaN otherwise
   // What the ranks agreed on in the step's reduction (StepFlags): the
@@ -99,12 +106,6 @@ struct StepResult {
 struct StepFlags {
   std::function<int()> stop_signal;  // empty: never
   bool write_failed = false;
-};
-
-struct AdamWOptions {
-  double beta1 = 0.9, beta2 = 0.999;
-  double weight_decay = 0.01;
-  double eps = 1e-8;
 };
 
 struct EngineOptions {
@@ -160,35 +161,38 @@ class Engine {
   // The EMA's own tensors: per parameter, or with zero >= 1 this rank's
   // per-bucket slices (ema_weights() has them whole).
   const Ema* ema() const;
-  // Collective with zero >= 1: the EMA weights by parameter name, whole on
-  // every rank, or with `rank` >= 0 on that rank only (with zero >= 1 on the
-  // CPU; empty without an EMA and on the other ranks).
+  // Collective with zero >= 1: the model's EMA weights (its averaged
+  // `weights` groups) by parameter name, whole on every rank, or with
+  // `rank` >= 0 on that rank only (with zero >= 1 on the CPU; empty without
+  // an EMA and on the other ranks).
   NamedTensors ema_weights(int rank = -1) const;
   // Collective with zero >= 1: the weights samples are drawn with (the
-  // EMA's, or the trained weights without an EMA), those that `wanted`
-  // names, one parameter at a time in the trainable order, each whole while
-  // `use` has it (with ZeRO one bucket gathered at a time: a model that is
-  // never whole on one rank passes through it unit by unit).
-  void each_sampling_weight(const std::function<void(const std::string& name, const at::Tensor& whole)>& use,
-                            const std::function<bool(const std::string& name)>& wanted) const;
+  // `weights` groups: the EMA's, or the trained weights of a group without
+  // one), by the parameters' own names, one parameter at a time (in the
+  // trainable order, or with ZeRO in bucket order), each whole while `use` has it (with ZeRO one bucket
+  // gathered at a time: a model that is never whole on one rank passes
+  // through it unit by unit). Other groups never reach `use`.
+  void each_sampling_weight(const std::function<void(const std::string& name, const at::Tensor& whole)>& use) const;
+  // The objective's trained groups.
+  const std::vector<ParameterGroup>& groups() const;
   distributed::Comm& comm() { return comm_; }
   Objective& objective() { return objective_; }
-  // ZeRO-3: what the model's forward calls around its units (set it with
-  // the model's own setter); nullptr otherwise.
-  nn::ParameterUnits* parameter_units() const;
+  // ZeRO-3: what the forward of the model trained as group `group` calls
+  // around its units (set it with the model's own setter); nullptr otherwise.
+  nn::ParameterUnits* parameter_units(size_t group = 0) const;
   // Units of the model other than ZeRO-3's (block swap): their waiting
   // goes into StepTimes::gather.
   void watch_units(nn::ParameterUnits* units) { watched_units_ = units; }
-  // Collective with zero = 3: the trained weights by parameter name, whole
-  // on the CPU of every rank, or with `rank` >= 0 of that rank only (the
-  // parameters themselves otherwise).
+  // Collective with zero = 3: the model's trained weights (its `weights`
+  // groups) by parameter name, whole on the CPU of every rank, or with
+  // `rank` >= 0 of that rank only (the parameters themselves otherwise).
   NamedTensors weights(int rank = -1) const;
   // Bytes of trained weights this rank holds now (with zero = 3: its slices
   // and the units gathered at the moment).
   int64_t weight_bytes() const;
 
-  // Writes the trainable parameters, EMA, optimizer state (by parameter
-  // name), step, skipped steps, learning rate, loss scale and RNG state into
+  // Writes the trainable parameters, EMA, optimizer state (by checkpoint
+  // name), the record of the trained groups, step, skipped steps, learning rate, loss scale and RNG state into
   // `into`, reusing its CPU tensors where names and shapes match. With
   // zero = 1 the EMA and optimizer state are this rank's slices (into.shard),
   // and only rank 0 copies the parameters. From a GPU the CPU tensors are
@@ -212,6 +216,12 @@ class Engine {
   at::Tensor accumulate(const Batch& batch, double loss_scale, StepTimes& times);
   void load_whole(const ckpt::Checkpoint& saved);
   void load_slices(const std::string& path);
+  // ZeRO: per bucket, this rank's slice of the model's weights (the EMA's
+  // where `ema` and its group has one), undefined for the other groups'.
+  std::vector<at::Tensor> slices_of_model(bool ema) const;
+  // The tensors of `weights` groups among `checkpoint_named`, under the
+  // parameters' own names.
+  NamedTensors model_names(const NamedTensors& checkpoint_named) const;
 
   friend class WholeWeights;
   struct Impl;

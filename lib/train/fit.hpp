@@ -126,13 +126,12 @@ struct FitRun {
   // With sample ranks of their own (train/sample_handoff.hpp), instead of
   // draw_sample: at a sample step, when the sample ranks are idle, every
   // rank takes part in gathering the weights to draw with
-  // (Engine::each_sampling_weight) and rank 0's `sender` sends those that
-  // `sends` names; when they are still drawing, the sample is dropped with
+  // (Engine::each_sampling_weight: the model's groups, never a training-only
+  // one) and rank 0's `sender` sends them; when they are still drawing, the sample is dropped with
   // one line. The last sample waits for them, at most checkpoint_timeout.
   struct SampleHandOff {
     SampleSender* sender = nullptr;  // rank 0's; nullptr on the others
-    std::function<bool(const std::string& name)> sends;
-    std::string base;  // the frozen weights they complete (a LoRA base's checksum; "" none)
+    std::string base;                // the frozen weights they complete (a LoRA base's checksum; "" none)
   };
   std::optional<SampleHandOff> hand_off;
 };

@@ -12,6 +12,26 @@ const at::Tensor& Batch::at(const std::string& name) const {
   return it->second;
 }
 
+NamedTensors checkpoint_tensors(const std::vector<ParameterGroup>& groups) {
+  NamedTensors out;
+  for (const auto& group : groups)
+    for (const auto& [name, tensor] : group.parameters) out.emplace_back(group.checkpoint_prefix + name, tensor);
+  return out;
+}
+
+NamedTensors averaged_tensors(const std::vector<ParameterGroup>& groups) {
+  NamedTensors out;
+  for (const auto& group : groups)
+    if (group.ema)
+      for (const auto& [name, tensor] : group.parameters) out.emplace_back(group.checkpoint_prefix + name, tensor);
+  return out;
+}
+
+const NamedTensors& Objective::trainable() const {
+  if (!checkpoint_named_) checkpoint_named_ = checkpoint_tensors(groups());
+  return *checkpoint_named_;
+}
+
 void Objective::check_resume(const std::string& saved_kind, const std::map<std::string, std::string>& state,
                              const std::string& path) const {
   if (saved_kind != kind())

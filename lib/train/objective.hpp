@@ -1,8 +1,9 @@
 // Objective: what is trained and how, behind one small interface, so that
 // the Engine (the data-parallel step) knows no model, dataset or loss.
-// An objective declares its trainable parameters (the Engine's Reducer,
-// optimizer, EMA and checkpoints cover exactly those, by name) and the loss
-// of one micro-batch. One implementation per file, in its family's folder:
+// An objective declares its trained parameters as groups (parameter_group.hpp:
+// the Engine's Reducer, optimizer, EMA and checkpoints cover exactly those,
+// each group with its own clip, EMA flag and optimizer settings) and the
+// loss of one micro-batch. One implementation per file, in its family's folder:
 // wan/objective/flow_matching_objective, wan/objective/distillation_objective; the generic
 // train/regression_objective (csvfit).
 #pragma once
@@ -13,15 +14,15 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "wantrain/data/copy_fence.hpp"
+#include "wantrain/train/parameter_group.hpp"
 
 namespace wt::train {
-
-using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
 
 // A batch: named tensors whose first dimension is the sample, and each
 // sample's global dataset index (what keys its noise and dropout).
@@ -59,9 +60,13 @@ using HostAllocator = std::function<at::Tensor(at::IntArrayRef sizes, at::Scalar
 class Objective {
  public:
   virtual ~Objective() = default;
-  // Trainable parameters by name, in registration order; fixed for the
-  // objective's lifetime. Tensors that need no gradient are not trained.
-  virtual const NamedTensors& trainable() const = 0;
+  // The trained groups, fixed for the objective's lifetime; the first is
+  // the model the run trains. Tensors that need no gradient are not trained.
+  virtual const std::vector<ParameterGroup>& groups() const = 0;
+  // Every group's parameters under their checkpoint names, in group order:
+  // what the Reducer, ZeRO's slices and checkpoints hold (made on the first
+  // call, from the rank's own thread).
+  const NamedTensors& trainable() const;
   // Buffers every rank must hold alike (broadcast from rank 0 at start).
   virtual std::vector<at::Tensor> buffers() const = 0;
   // The loss of one micro-batch, called under the Engine's autocast with
@@ -90,6 +95,9 @@ class Objective {
   // the kind and state must be this objective's.
   virtual void check_resume(const std::string& kind, const std::map<std::string, std::string>& state,
                             const std::string& path) const;
+
+ private:
+  mutable std::optional<NamedTensors> checkpoint_named_;
 };
 
 }  // namespace wt::train

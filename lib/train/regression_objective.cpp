@@ -4,8 +4,9 @@
 
 namespace wt::train {
 
-RegressionObjective::RegressionObjective(torch::nn::Sequential model) : model_(std::move(model)) {
-  for (const auto& item : model_->named_parameters(/*recurse=*/true)) trainable_.emplace_back(item.key(), item.value());
+RegressionObjective::RegressionObjective(torch::nn::Sequential model) : model_(std::move(model)), groups_(1) {
+  for (const auto& item : model_->named_parameters(/*recurse=*/true))
+    groups_.front().parameters.emplace_back(item.key(), item.value());
 }
 
 std::vector<at::Tensor> RegressionObjective::buffers() const { return model_->buffers(); }

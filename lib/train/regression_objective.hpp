@@ -15,7 +15,8 @@ class RegressionObjective final : public Objective {
   // to [B, T]; all its parameters are trained.
   explicit RegressionObjective(torch::nn::Sequential model);
 
-  const NamedTensors& trainable() const override { return trainable_; }
+  // One group: the module.
+  const std::vector<ParameterGroup>& groups() const override { return groups_; }
   std::vector<at::Tensor> buffers() const override;
   ObjectiveLoss loss(const Batch& micro_batch, const StepContext& context) override;
   // Each sample's squared error averaged over its T targets, in fp64.
@@ -26,7 +27,7 @@ class RegressionObjective final : public Objective {
   at::Tensor squared_errors(const Batch& batch);  // [B, T] fp32
 
   torch::nn::Sequential model_;
-  NamedTensors trainable_;
+  std::vector<ParameterGroup> groups_;
 };
 
 }  // namespace wt::train

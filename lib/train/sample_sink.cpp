@@ -74,13 +74,11 @@ class HandedOffSamples final : public SampleSink {
     }
     const auto start = std::chrono::steady_clock::now();
     int64_t count = 0;
-    for (const auto& item : engine_.objective().trainable()) count += hand_off_.sends(item.first) ? 1 : 0;
+    for (const auto& group : engine_.groups()) count += group.weights ? int64_t(group.parameters.size()) : 0;
     if (sender) sender->begin(step, count, hand_off_.base);
-    engine_.each_sampling_weight(
-        [&](const std::string& name, const at::Tensor& whole) {
-          if (sender) sender->send(name, whole);
-        },
-        hand_off_.sends);
+    engine_.each_sampling_weight([&](const std::string& name, const at::Tensor& whole) {
+      if (sender) sender->send(name, whole);
+    });
     if (world_.is_root())
       report_info("step {}: the weights of the sample went to the sample ranks in {:.2f} s", step,
                   std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());

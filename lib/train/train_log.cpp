@@ -111,11 +111,17 @@ void TrainLog::record(const StepResult& r, int64_t skipped_total, const MemoryPe
   const bool scaled = std::isfinite(r.loss_scale);
   // Distillation adds the teacher's forward to the split.
   const std::string teacher = times_.teacher > 0 ? fmt::format("teacher {:.3f} + ", times_.teacher / n) : "";
+  // A second trained group (a fake score) has its own norm and clip.
+  std::string other_norms;
+  for (size_t g = 1; g < r.group_norms.size(); ++g)
+    other_norms +=
+        fmt::format("{}{} {:.3f}", other_norms.empty() ? " (" : ", ", r.group_norms[g].first, r.group_norms[g].second);
+  if (!other_norms.empty()) other_norms += ")";
   if (!progress_->enabled())
     report_info(
-        "step {}/{}  epoch {}  loss {:.5f}  lr {:.3e}  grad {:.3f}{}  {:.1f} samples/s  "
+        "step {}/{}  epoch {}  loss {:.5f}  lr {:.3e}  grad {:.3f}{}{}  {:.1f} samples/s  "
         "step {:.3f} s = data {:.3f} + {}fwd {:.3f} + bwd {:.3f} + comm {:.3f} + optim {:.3f}{}  ETA {}",
-        r.step, options_.total_steps, r.epoch, loss, r.lr, r.grad_norm,
+        r.step, options_.total_steps, r.epoch, loss, r.lr, r.grad_norm, other_norms,
         scaled ? fmt::format("  loss scale {:g}", r.loss_scale) : std::string(), samples_per_s, step_time,
         times_.data / n, teacher, times_.forward / n, times_.backward / n, times_.comm / n, times_.optimizer / n,
         // Inside fwd and bwd: the weights waited for (ZeRO-3's gathers, block swap's copies).
@@ -137,6 +143,8 @@ void TrainLog::record(const StepResult& r, int64_t skipped_total, const MemoryPe
                          {"optimizer_s", times_.optimizer / n},
                          {"skipped_steps", skipped_total},
                          {"eta_s", eta}};
+  for (size_t g = 1; g < r.group_norms.size(); ++g)
+    json["grad_norm_" + r.group_norms[g].first] = r.group_norms[g].second;
   if (scaled) json["loss_scale"] = r.loss_scale;
   if (times_.gather > 0) json["weights_wait_s"] = times_.gather / n;
   if (!peaks.rss_mib.empty()) json["peak_rss_mib"] = peaks.rss_mib[0];  // rank 0's, as before per-rank figures
@@ -156,6 +164,8 @@ void TrainLog::record(const StepResult& r, int64_t skipped_total, const MemoryPe
                                            {"time/comm_s", times_.comm / n},
                                            {"time/optimizer_s", times_.optimizer / n}};
     if (times_.teacher > 0) scalars.push_back({"time/teacher_s", times_.teacher / n});
+    for (size_t g = 1; g < r.group_norms.size(); ++g)
+      scalars.push_back({"train/grad_norm_" + r.group_norms[g].first, r.group_norms[g].second});
     if (scaled) scalars.push_back({"train/loss_scale", r.loss_scale});
     add_memory(scalars, peaks);
     to_tensorboard([&] { tensorboard_->scalars(r.step, scalars); });

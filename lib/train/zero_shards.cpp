@@ -32,6 +32,28 @@ void give_memory(const at::Tensor& flat) {
 
 }  // namespace
 
+std::string group_unit(const std::string& prefix, const std::string& name) {
+  return prefix + nn::parameter_unit(name.substr(prefix.size()));
+}
+
+// The units of one group's model: ZeroShards' own calls, for that group's prefix.
+class ZeroShards::GroupUnits : public nn::ParameterUnits {
+ public:
+  GroupUnits(ZeroShards& shards, std::string prefix) : shards_(shards), prefix_(std::move(prefix)) {}
+  void begin_forward() override { shards_.begin_forward(prefix_); }
+  void before_block(int64_t block) override { shards_.before_block(prefix_, block); }
+  at::Tensor after_block(int64_t block, const at::Tensor& output) override {
+    return shards_.after_block(prefix_, block, output);
+  }
+  void end_forward() override { shards_.end_forward(prefix_); }
+
+ private:
+  ZeroShards& shards_;
+  const std::string prefix_;
+};
+
+ZeroShards::~ZeroShards() = default;
+
 ZeroShards::ZeroShards(distributed::Comm& comm, const distributed::Reducer& reducer, const NamedTensors& trainable,
                        ZeroShardsOptions options)
     : comm_(comm), options_(options), trainable_(trainable) {
@@ -40,6 +62,9 @@ ZeroShards::ZeroShards(distributed::Comm& comm, const distributed::Reducer& redu
     throw SettingError("gather_dtype", fmt::format("is {}; weights are gathered in fp32 or bf16",
                                                    c10::toString(options_.gather_dtype)));
   const int ranks = comm.size(), rank = comm.rank();
+  const auto prefix_of = [this](const std::string& name) {
+    return options_.prefix_of ? options_.prefix_of(name) : std::string();
+  };
   std::map<std::string, size_t> index;
   for (size_t i = 0; i < trainable_.size(); ++i) index.emplace(trainable_[i].first, i);
   places_.resize(trainable_.size());
@@ -47,21 +72,23 @@ ZeroShards::ZeroShards(distributed::Comm& comm, const distributed::Reducer& redu
   for (size_t b = 0; b < layouts.size(); ++b) {
     const auto& layout = layouts[b];
     const at::Tensor& first = trainable_[index.at(layout.entries.front().name)].second;
-    const std::string unit = nn::parameter_unit(layout.entries.front().name);
+    const std::string prefix = prefix_of(layout.entries.front().name);
+    const std::string unit = group_unit(prefix, layout.entries.front().name);
+    const std::string model_unit = unit.substr(prefix.size());
     // The weights as they are (fp32), laid out as the bucket.
     auto master = torch::zeros({layout.numel}, first.options().requires_grad(false));  // [numel]
     const int64_t shard = layout.numel / ranks, begin = rank * shard, end = begin + shard;
     for (const auto& e : layout.entries) {
       const at::Tensor& parameter = trainable_[index.at(e.name)].second;
-      if (options_.release_weights && nn::parameter_unit(e.name) != unit)
-        throw Error(
-            fmt::format("ZeroShards: bucket {} mixes units '{}' and '{}'", b, unit, nn::parameter_unit(e.name)));
+      if (options_.release_weights && group_unit(prefix_of(e.name), e.name) != unit)
+        throw Error(fmt::format("ZeroShards: bucket {} mixes units '{}' and '{}'", b, unit,
+                                group_unit(prefix_of(e.name), e.name)));
       master.narrow(0, e.offset, e.numel).view(parameter.sizes()).copy_(parameter.detach());
     }
     // Stage 3 gathers the blocks in the gather dtype and keeps the root in
     // fp32 (the time embedding and head compute in fp32).
     const auto gathered_dtype =
-        options_.release_weights && !nn::root_unit(unit) ? options_.gather_dtype : master.scalar_type();
+        options_.release_weights && !nn::root_unit(model_unit) ? options_.gather_dtype : master.scalar_type();
     Unit u;
     u.flat = gathered_dtype == master.scalar_type() ? master : master.to(gathered_dtype);
     for (const auto& e : layout.entries) {
@@ -76,7 +103,11 @@ ZeroShards::ZeroShards(distributed::Comm& comm, const distributed::Reducer& redu
     shards_.push_back(options_.release_weights ? slice.clone() : slice);
     units_.push_back(std::move(u));
     buckets_of_unit_[unit].push_back(b);
-    if (!nn::root_unit(unit)) blocks_ = std::max(blocks_, int64_t(std::stoll(unit.substr(unit.find('.') + 1))) + 1);
+    auto& blocks = blocks_[prefix];
+    if (!nn::root_unit(model_unit))
+      blocks = std::max(blocks, int64_t(std::stoll(model_unit.substr(model_unit.find('.') + 1))) + 1);
+    if (!prefix.empty() && !group_units_.count(prefix))
+      group_units_.emplace(prefix, std::make_unique<GroupUnits>(*this, prefix));
   }
   for (size_t i = 0; i < trainable_.size(); ++i)
     if (!trainable_[i].second.requires_grad())
@@ -104,6 +135,8 @@ NamedTensors ZeroShards::gather(const std::vector<at::Tensor>& slices, int rank)
     for (size_t i = 0; i < trainable_.size(); ++i)
       if (trainable_[i].first == name) out[i] = {name, whole.to(at::kCPU, /*non_blocking=*/false, /*copy=*/true)};
   });
+  // In the trainable order, without what was left out.
+  out.erase(std::remove_if(out.begin(), out.end(), [](const auto& item) { return !item.second.defined(); }), out.end());
   return out;
 }
 
@@ -113,6 +146,7 @@ void ZeroShards::gather_each(const std::vector<at::Tensor>& slices,
   torch::NoGradGuard no_grad;
   auto is_wanted = [&](size_t i) { return !wanted || wanted(trainable_[i].first); };
   for (size_t b = 0; b < units_.size(); ++b) {
+    if (!slices[b].defined()) continue;
     bool any = false;
     for (size_t i = 0; i < trainable_.size() && !any; ++i) any = places_[i].bucket == b && is_wanted(i);
     if (!any) continue;
@@ -133,7 +167,7 @@ void ZeroShards::gather_async(size_t bucket, const at::Tensor* from) {
   give_memory(u.flat);
   gathered_bytes_ += u.flat.nbytes();
   peak_gathered_bytes_ = std::max(peak_gathered_bytes_, gathered_bytes_);
-  const auto& slice = from ? *from : shards_[bucket];
+  const auto& slice = from && from->defined() ? *from : shards_[bucket];
   u.staging = slice.scalar_type() == u.flat.scalar_type() ? slice : slice.to(u.flat.scalar_type());
   u.work = comm_.all_gather_async(u.flat, u.staging);
 }
@@ -158,7 +192,16 @@ void ZeroShards::release(size_t bucket) {
   gathered_bytes_ -= u.flat.nbytes();
 }
 
-std::string ZeroShards::block_unit(int64_t block) const { return fmt::format("blocks.{}", block); }
+nn::ParameterUnits* ZeroShards::units(const std::string& prefix) {
+  if (prefix.empty()) return this;
+  const auto it = group_units_.find(prefix);
+  return it == group_units_.end() ? nullptr : it->second.get();
+}
+
+int64_t ZeroShards::blocks(const std::string& prefix) const {
+  const auto it = blocks_.find(prefix);
+  return it == blocks_.end() ? 0 : it->second;
+}
 
 void ZeroShards::gather_unit(const std::string& unit) {
   const auto it = buckets_of_unit_.find(unit);
@@ -179,41 +222,50 @@ void ZeroShards::release_unit(const std::string& unit) {
     for (size_t b : it->second) release(b);
 }
 
-void ZeroShards::begin_forward() {
+void ZeroShards::begin_forward() { begin_forward(""); }
+void ZeroShards::before_block(int64_t block) { before_block("", block); }
+at::Tensor ZeroShards::after_block(int64_t block, const at::Tensor& output) { return after_block("", block, output); }
+void ZeroShards::end_forward() { end_forward(""); }
+
+namespace {
+std::string block_unit(const std::string& prefix, int64_t block) { return fmt::format("{}blocks.{}", prefix, block); }
+}  // namespace
+
+void ZeroShards::begin_forward(const std::string& prefix) {
   if (!options_.release_weights || whole_) return;
-  prefetch_unit("head");
-  gather_unit("");
-  if (blocks_ > 0) prefetch_unit(block_unit(0));
+  prefetch_unit(prefix + "head");
+  gather_unit(prefix);
+  if (blocks(prefix) > 0) prefetch_unit(block_unit(prefix, 0));
 }
 
-void ZeroShards::before_block(int64_t block) {
+void ZeroShards::before_block(const std::string& prefix, int64_t block) {
   if (!options_.release_weights || whole_) return;
-  gather_unit(block_unit(block));
-  if (block + 1 < blocks_) prefetch_unit(block_unit(block + 1));
+  gather_unit(block_unit(prefix, block));
+  if (block + 1 < blocks(prefix)) prefetch_unit(block_unit(prefix, block + 1));
 }
 
-at::Tensor ZeroShards::after_block(int64_t block, const at::Tensor& output) {
+at::Tensor ZeroShards::after_block(const std::string& prefix, int64_t block, const at::Tensor& output) {
   if (!options_.release_weights || whole_) return output;
   const bool backward = at::GradMode::is_enabled() && output.requires_grad();
   if (backward) {
     // Runs when the block's output gradient is complete, before any of the
     // block's own backward (a checkpointed block's recomputation included).
     at::Tensor hooked = output;
-    hooked.register_hook([this, block](const at::Tensor&) {
-      gather_unit(block_unit(block));
-      if (block > 0) prefetch_unit(block_unit(block - 1));
+    hooked.register_hook([this, prefix, block](const at::Tensor&) {
+      gather_unit(block_unit(prefix, block));
+      if (block > 0) prefetch_unit(block_unit(prefix, block - 1));
     });
   }
   // The last block's backward comes first: it stays.
-  if (!(backward && block + 1 == blocks_)) release_unit(block_unit(block));
+  if (!(backward && block + 1 == blocks(prefix))) release_unit(block_unit(prefix, block));
   return output;
 }
 
-void ZeroShards::end_forward() {
+void ZeroShards::end_forward(const std::string& prefix) {
   if (!options_.release_weights || whole_) return;
   if (!at::GradMode::is_enabled()) {
-    release_unit("");
-    release_unit("head");
+    release_unit(prefix);
+    release_unit(prefix + "head");
   }
 }
 

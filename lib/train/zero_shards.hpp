@@ -18,7 +18,10 @@
 // flight), released after it, gathered again by a hook on its output's
 // gradient (the previous one's prefetched), and released once the Reducer
 // has every gradient of it (on_bucket_ready). The update needs no
-// all-gather: the next forward gathers the new slices.
+// all-gather: the next forward gathers the new slices. With several trained
+// groups (parameter_group.hpp) each group's units are its own: a unit is
+// named by the group's checkpoint prefix and the model's unit, and each
+// model's forward calls the units() of its group.
 //
 // Collective contract: constructed on every rank after the Reducer (whose
 // broadcast made the weights equal), over the same parameters; every rank
@@ -31,6 +34,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -48,7 +52,14 @@ namespace wt::train {
 struct ZeroShardsOptions {
   bool release_weights = false;              // stage 3
   at::ScalarType gather_dtype = at::kFloat;  // stage 3: the blocks' gathered weights (kFloat or kBFloat16)
+  // The checkpoint prefix of the group a parameter (by its name in
+  // `trainable`) belongs to; empty: one group, prefix "".
+  std::function<std::string(const std::string& name)> prefix_of;
 };
+
+// The stage 3 unit of a parameter named `name` in the trainable list, whose
+// group's checkpoint prefix is `prefix`: the prefix and the model's unit.
+std::string group_unit(const std::string& prefix, const std::string& name);
 
 class ZeroShards : public nn::ParameterUnits {
  public:
@@ -66,6 +77,7 @@ class ZeroShards : public nn::ParameterUnits {
   // after (a bf16 gather dtype changes the parameters' dtype).
   ZeroShards(distributed::Comm& comm, const distributed::Reducer& reducer, const NamedTensors& trainable,
              ZeroShardsOptions options = {});
+  ~ZeroShards() override;
 
   // Per bucket, this rank's slice of the weights: [bucket numel / W] (views
   // of the flat buffers, or with stage 3 tensors of their own).
@@ -79,6 +91,7 @@ class ZeroShards : public nn::ParameterUnits {
   // EMA's, say), gathered whole and cut into tensors shaped like the
   // parameters, by name, on the CPU (one bucket at a time on the device);
   // with `rank` >= 0 only that rank keeps them (the others get an empty list).
+  // A bucket whose slice is undefined (a group without an EMA) is left out.
   NamedTensors gather(const std::vector<at::Tensor>& slices, int rank = -1) const;
   // Collective: the same one bucket at a time, handing each parameter to
   // `use` while only its bucket is whole; with `wanted`, only the
@@ -88,7 +101,10 @@ class ZeroShards : public nn::ParameterUnits {
                    const std::function<void(const std::string& name, const at::Tensor& whole)>& use,
                    const std::function<bool(const std::string& name)>& wanted = {}) const;
 
-  // Stage 3. nn::ParameterUnits, for the model's forward.
+  // Stage 3. nn::ParameterUnits, for the forward of the model whose group's
+  // checkpoint prefix is "" (the run's model); units(prefix) for another
+  // group's model (nullptr when no group has that prefix).
+  nn::ParameterUnits* units(const std::string& prefix);
   void begin_forward() override;
   void before_block(int64_t block) override;
   at::Tensor after_block(int64_t block, const at::Tensor& output) override;
@@ -100,7 +116,8 @@ class ZeroShards : public nn::ParameterUnits {
   // Collective: every unit gathered until release_whole(), for forwards that
   // not every rank runs or not as often (validation, the training sample);
   // the units' calls do nothing meanwhile. From `slices` laid out like
-  // parameter_shards() (the EMA's) instead of the weights, when given.
+  // parameter_shards() (the EMA's) instead of the weights, when given (a
+  // bucket whose slice is undefined from its weights).
   void gather_whole(const std::vector<at::Tensor>* slices = nullptr);
   void release_whole();
   // Bytes of gathered weights now, and the most at once since construction.
@@ -117,13 +134,19 @@ class ZeroShards : public nn::ParameterUnits {
     distributed::WorkPtr work;
     bool gathered = true;
   };
+  class GroupUnits;
   void gather_async(size_t bucket, const at::Tensor* from = nullptr);
   void wait(size_t bucket);
   void release(size_t bucket);
   void gather_unit(const std::string& unit);  // started and waited for
   void prefetch_unit(const std::string& unit);
   void release_unit(const std::string& unit);
-  std::string block_unit(int64_t block) const;
+  // nn::ParameterUnits for the group whose checkpoint prefix is `prefix`.
+  void begin_forward(const std::string& prefix);
+  void before_block(const std::string& prefix, int64_t block);
+  at::Tensor after_block(const std::string& prefix, int64_t block, const at::Tensor& output);
+  void end_forward(const std::string& prefix);
+  int64_t blocks(const std::string& prefix) const;
 
   distributed::Comm& comm_;
   ZeroShardsOptions options_;
@@ -137,7 +160,9 @@ class ZeroShards : public nn::ParameterUnits {
   };
   std::vector<Place> places_;  // of trainable_[i] in the flat buffers
   std::map<std::string, std::vector<size_t>> buckets_of_unit_;
-  int64_t blocks_ = 0;
+  std::map<std::string, int64_t> blocks_;                           // by group prefix
+  std::map<std::string, std::unique_ptr<GroupUnits>> group_units_;  // by prefix, other than ""
+
   bool whole_ = false;
   int64_t gathered_bytes_ = 0, peak_gathered_bytes_ = 0;
   double gather_wait_seconds_ = 0;

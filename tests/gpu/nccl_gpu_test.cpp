@@ -112,10 +112,10 @@ TEST(ReducerOnGpu, GradientsEqualTheCpuGradientOfTheWholeBatch) {
 class GpuLeastSquares : public wt::train::Objective {
  public:
   explicit GpuLeastSquares(torch::Device device)
-      : w_(torch::full({8}, 0.1, torch::TensorOptions().device(device)).requires_grad_()) {
-    trainable_.emplace_back("w", w_);
+      : w_(torch::full({8}, 0.1, torch::TensorOptions().device(device)).requires_grad_()), groups_(1) {
+    groups_.front().parameters.emplace_back("w", w_);
   }
-  const wt::train::NamedTensors& trainable() const override { return trainable_; }
+  const std::vector<wt::train::ParameterGroup>& groups() const override { return groups_; }
   std::vector<at::Tensor> buffers() const override { return {}; }
   wt::train::ObjectiveLoss loss(const wt::train::Batch& batch, const wt::train::StepContext&) override {
     return {(torch::matmul(batch.at("x"), w_.unsqueeze(1)).squeeze(1) - batch.at("y")).square().mean()};
@@ -128,7 +128,7 @@ class GpuLeastSquares : public wt::train::Objective {
 
  private:
   at::Tensor w_;
-  wt::train::NamedTensors trainable_;
+  std::vector<wt::train::ParameterGroup> groups_;
 };
 
 wt::train::Batch batch_of(int rank, bool poison) {
@@ -202,11 +202,12 @@ TEST(EngineOnGpu, SnapshotHoldsTheGpuStateOnTheCpu) {
 class GpuWanRegression : public wt::train::Objective {
  public:
   explicit GpuWanRegression(torch::Device device)
-      : model_(wt::testing::seeded_small_model(wt::testing::small_wan_config(4))) {
+      : model_(wt::testing::seeded_small_model(wt::testing::small_wan_config(4))), groups_(1) {
     model_->to(device);
-    for (const auto& item : model_->named_parameters()) trainable_.emplace_back(item.key(), item.value());
+    for (const auto& item : model_->named_parameters())
+      groups_.front().parameters.emplace_back(item.key(), item.value());
   }
-  const wt::train::NamedTensors& trainable() const override { return trainable_; }
+  const std::vector<wt::train::ParameterGroup>& groups() const override { return groups_; }
   std::vector<at::Tensor> buffers() const override { return {}; }
   wt::train::ObjectiveLoss loss(const wt::train::Batch& b, const wt::train::StepContext&) override {
     return {(model_->forward(b.at("x"), b.at("t"), b.at("context")) - b.at("y")).square().mean()};
@@ -217,7 +218,7 @@ class GpuWanRegression : public wt::train::Objective {
 
  private:
   wt::wan::WanModel model_;
-  wt::train::NamedTensors trainable_;
+  std::vector<wt::train::ParameterGroup> groups_;
 };
 
 wt::train::Batch wan_batch_of(int rank, int step) {

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -30,8 +31,10 @@ constexpr int kPerRank = 2;  // samples per rank and step
 // loss = mean over the micro-batch of (w . x_i - y_i)^2, w [2] from zero.
 class LeastSquares : public wt::train::Objective {
  public:
-  LeastSquares() : w_(torch::zeros({2}, torch::requires_grad())) { trainable_.emplace_back("w", w_); }
-  const NamedTensors& trainable() const override { return trainable_; }
+  LeastSquares() : w_(torch::zeros({2}, torch::requires_grad())), groups_(1) {
+    groups_.front().parameters.emplace_back("w", w_);
+  }
+  const std::vector<wt::train::ParameterGroup>& groups() const override { return groups_; }
   std::vector<at::Tensor> buffers() const override { return {}; }
   ObjectiveLoss loss(const Batch& batch, const StepContext&) override {
     return {(batch.at("x").matmul(w_) - batch.at("y")).square().mean()};
@@ -44,7 +47,7 @@ class LeastSquares : public wt::train::Objective {
 
  private:
   at::Tensor w_;
-  NamedTensors trainable_;
+  std::vector<wt::train::ParameterGroup> groups_;
 };
 
 // Sample i of the whole step (rank r holds i = r * kPerRank + j): values
@@ -173,26 +176,32 @@ TEST(Engine, ANonFiniteLossOnOneRankSkipsTheStepOnEveryRank) {
 
 // A small two-layer regression with parameters of assorted sizes, so that
 // small buckets split them across buckets and ranks' slices.
+NamedTensors two_layer_weights(uint64_t seed) {
+  torch::manual_seed(seed);
+  NamedTensors out;
+  for (auto [name, shape] :
+       {std::pair<const char*, std::vector<int64_t>>{"w1", {37, 5}}, {"b1", {37}}, {"w2", {3, 37}}, {"b2", {3}}})
+    out.emplace_back(name, (0.3 * torch::randn(shape)).requires_grad_());
+  return out;
+}
+
+at::Tensor two_layer_loss(const NamedTensors& p, const Batch& batch) {
+  const auto hidden = torch::tanh(batch.at("x").matmul(p[0].second.t()) + p[1].second);
+  return (hidden.matmul(p[2].second.t()) + p[3].second - batch.at("y")).square().mean();
+}
+
 class TwoLayers : public wt::train::Objective {
  public:
-  TwoLayers() {
-    torch::manual_seed(11);
-    for (auto [name, shape] :
-         {std::pair<const char*, std::vector<int64_t>>{"w1", {37, 5}}, {"b1", {37}}, {"w2", {3, 37}}, {"b2", {3}}})
-      trainable_.emplace_back(name, (0.3 * torch::randn(shape)).requires_grad_());
-  }
-  const NamedTensors& trainable() const override { return trainable_; }
+  explicit TwoLayers(uint64_t seed = 11) : groups_(1) { groups_.front().parameters = two_layer_weights(seed); }
+  const std::vector<wt::train::ParameterGroup>& groups() const override { return groups_; }
   std::vector<at::Tensor> buffers() const override { return {}; }
   ObjectiveLoss loss(const Batch& batch, const StepContext&) override {
-    const auto& p = trainable_;
-    const auto hidden = torch::tanh(batch.at("x").matmul(p[0].second.t()) + p[1].second);
-    return {(hidden.matmul(p[2].second.t()) + p[3].second - batch.at("y")).square().mean()};
+    return {two_layer_loss(groups_.front().parameters, batch)};
   }
   std::string kind() const override { return "two-layers"; }
   at::Tensor validation_losses(const Batch&) override { return {}; }
 
- private:
-  NamedTensors trainable_;
+  std::vector<wt::train::ParameterGroup> groups_;
 };
 
 Batch random_batch(int rank, int step) {
@@ -380,4 +389,112 @@ TEST(Engine, StopSignalsAndFailedWritesAreAgreedInTheStep) {
   EXPECT_EQ(flagged.stop_signal, 15);  // the highest: SIGTERM (the last rank's) over SIGUSR1 (rank 0's)
   EXPECT_TRUE(flagged.write_failed);
   EXPECT_FALSE(flagged.skipped);
+}
+
+namespace {
+
+// A model and a critic trained beside it, as distribution matching trains
+// its fake score: independent parameters, the loss their sum, the critic a
+// group of its own (clipped at its own bound, a scaled learning rate, no
+// EMA, not the model's weights).
+class ModelAndCritic : public wt::train::Objective {
+ public:
+  explicit ModelAndCritic(double critic_clip) : groups_(2) {
+    groups_[0].parameters = two_layer_weights(11);
+    auto& critic = groups_[1];
+    critic.name = "critic";
+    critic.checkpoint_prefix = "critic.";
+    critic.parameters = two_layer_weights(12);
+    critic.clip = critic_clip;
+    critic.ema = false;
+    critic.weights = false;
+    critic.lr_scale = 0.5;
+  }
+  const std::vector<wt::train::ParameterGroup>& groups() const override { return groups_; }
+  std::vector<at::Tensor> buffers() const override { return {}; }
+  ObjectiveLoss loss(const Batch& batch, const StepContext&) override {
+    return {two_layer_loss(groups_[0].parameters, batch) + two_layer_loss(groups_[1].parameters, batch)};
+  }
+  std::string kind() const override { return "model-and-critic"; }
+  at::Tensor validation_losses(const Batch&) override { return {}; }
+
+  std::vector<wt::train::ParameterGroup> groups_;
+};
+
+}  // namespace
+
+// Each group is trained as if it were trained alone with its own settings:
+// its own norm and clip (the model's clip does not see the critic's
+// gradient), its learning rate, its EMA or none; under ZeRO-1 and -2 too.
+// What leaves the Engine as the model (weights, EMA, the samplers' weights)
+// is the model's group only, and a checkpoint records both groups.
+TEST(Engine, EachParameterGroupIsTrainedAsIfAloneAndOnlyTheModelLeaves) {
+  auto& comm = test_comm();
+  const double critic_clip = 0.05;
+  for (const int zero : {0, 1, 2}) {
+    SCOPED_TRACE("zero " + std::to_string(zero));
+    EngineOptions o;
+    o.micro_batch = kPerRank;
+    o.schedule = {3e-2, wt::train::Schedule::Constant, 0, 10};
+    o.clip = 0.5;
+    o.ema_decay = 0.8;
+    o.bucket_bytes = 400;
+    o.zero = zero;
+    ModelAndCritic both(critic_clip);
+    Engine engine(comm, both, o);
+    // The same two models, each in an Engine of its own, with the group's settings.
+    TwoLayers model(11), critic(12);
+    Engine model_alone(comm, model, o);
+    auto critic_options = o;
+    critic_options.clip = critic_clip;
+    critic_options.ema_decay = 0;
+    critic_options.schedule.peak *= 0.5;
+    Engine critic_alone(comm, critic, critic_options);
+    for (int step = 0; step < 3; ++step) {
+      const auto together = engine.step(random_batch(comm.rank(), step));
+      const auto a = model_alone.step(random_batch(comm.rank(), step));
+      const auto b = critic_alone.step(random_batch(comm.rank(), step));
+      ASSERT_EQ(together.group_norms.size(), 2u);
+      EXPECT_EQ(together.group_norms[1].first, "critic");
+      EXPECT_NEAR(together.grad_norm, a.grad_norm, 1e-6 * a.grad_norm) << "step " << step;
+      EXPECT_NEAR(together.group_norms[1].second, b.grad_norm, 1e-6 * b.grad_norm) << "step " << step;
+      if (step == 0) {
+        EXPECT_GT(b.grad_norm, 10 * critic_clip) << "the test means the critic's clip to bite";
+      }
+    }
+    for (size_t i = 0; i < 4; ++i) {
+      EXPECT_TRUE(
+          torch::allclose(both.groups_[0].parameters[i].second, model.groups_[0].parameters[i].second, 1e-6, 1e-7));
+      EXPECT_TRUE(
+          torch::allclose(both.groups_[1].parameters[i].second, critic.groups_[0].parameters[i].second, 1e-6, 1e-7));
+    }
+    // The model only, under its own names: weights, EMA, the samplers' weights.
+    const auto ema = engine.ema_weights(), ema_alone = model_alone.ema_weights();
+    ASSERT_EQ(ema.size(), 4u);
+    for (size_t i = 0; i < 4; ++i) {
+      EXPECT_EQ(ema[i].first, ema_alone[i].first);
+      EXPECT_TRUE(torch::allclose(ema[i].second, ema_alone[i].second, 1e-6, 1e-7)) << ema[i].first;
+    }
+    EXPECT_EQ(engine.weights().size(), 4u);
+    std::vector<std::string> sampled;
+    engine.each_sampling_weight([&](const std::string& name, const at::Tensor&) { sampled.push_back(name); });
+    std::sort(sampled.begin(), sampled.end());  // with ZeRO in bucket order
+    EXPECT_EQ(sampled, (std::vector<std::string>{"b1", "b2", "w1", "w2"}));
+    // The EMA is the model's: 1/W of its moments and EMA, and the critic's moments.
+    wt::ckpt::Checkpoint saved;
+    engine.save_state(saved);
+    if (saved.filled.valid()) saved.filled.wait();
+    ASSERT_EQ(saved.groups.size(), 2u);
+    EXPECT_EQ(saved.groups[1].prefix, "critic.");
+    EXPECT_FALSE(saved.groups[1].ema);
+    EXPECT_FALSE(saved.groups[1].weights);
+    if (zero == 0) {
+      EXPECT_EQ(saved.model.size(), 8u);
+      EXPECT_EQ(saved.model[4].first, "critic.w1");
+      EXPECT_EQ(saved.ema.size(), 4u);
+    } else {
+      for (const auto& slice : saved.shard.slices)
+        EXPECT_EQ(slice.ema.defined(), slice.name.rfind("critic.", 0) != 0) << slice.name;
+    }
+  }
 }

@@ -2,8 +2,9 @@
 // --distill-steps K`): a consistency student starts on its teacher (with
 // guidance 1 and one teacher step per phase its first loss is zero); a
 // distribution-matching student (the default) takes the same steps on 1
-// rank x 2B as on 2 ranks x B (and with ZeRO-2), resumes bit for bit with
-// its fake score, which checkpoints hold and weights files never, records
+// rank x 2B as on 2 ranks x B (and with ZeRO-2, ZeRO-3 and --sp 2, its fake
+// score a trained group of its own, sharded and clipped apart), resumes bit
+// for bit with its fake score, which checkpoints hold and weights files never, records
 // its sampler in checkpoints and weights files (LoRA too) where wansample
 // finds it and says so, and each bad setting is one line and status 2.
 #include <gtest/gtest.h>
@@ -88,12 +89,16 @@ TEST_F(FewStep, TwoRanksTakeOneRanksStepsResumeIsBitwiseAndTheSamplerTravels) {
   // ZeRO-2 shards the student's optimizer state and gradients: the same steps.
   const auto zero = fresh("few-step-zero2");
   const Job z = distill(2, zero, common + "--batch-size 2 --zero 2 --sample-every 8");
+  // ZeRO-3 shards the student's weights and the fake score's, each by its own units.
+  const auto zero3 = fresh("few-step-zero3");
+  const Job z3 = distill(2, zero3, common + "--batch-size 2 --zero 3");
   // --sp 2: the student's and the fake score's tokens split over the two
   // ranks, which take the steps of one rank with the whole batch.
   const auto split = fresh("few-step-sp2");
   const Job s = distill(2, split, common + "--batch-size 4 --sp 2");
   ASSERT_EQ(s.status, 0) << s.output;
   ASSERT_EQ(z.status, 0) << z.output;
+  ASSERT_EQ(z3.status, 0) << z3.output;
   EXPECT_TRUE(fs::exists(zero + "/samples/step-00000008.png")) << z.output;
   ASSERT_EQ(a.status, 0) << a.output;
   ASSERT_EQ(b.status, 0) << b.output;
@@ -106,15 +111,31 @@ TEST_F(FewStep, TwoRanksTakeOneRanksStepsResumeIsBitwiseAndTheSamplerTravels) {
     EXPECT_GT(lines[i]["teacher_s"].get<double>(), 0.0);
   }
   EXPECT_LT(weights_difference(two + "/model.safetensors", one + "/model.safetensors"), 1e-5);
-  const auto sharded = training_lines(zero);
-  ASSERT_EQ(sharded.size(), 8u);
-  for (size_t i = 0; i < sharded.size(); ++i)
-    EXPECT_LT(relative(sharded[i]["loss"], reference[i]["loss"]), 1e-5) << "step " << i + 1;
+  // Each run reports the student's norm and the fake score's apart, and the
+  // sharded runs' are the unsharded one's.
+  for (size_t i = 0; i < reference.size(); ++i) {
+    ASSERT_TRUE(reference[i].contains("grad_norm_fake_score")) << reference[i].dump();
+    EXPECT_GT(reference[i]["grad_norm_fake_score"].get<double>(), 0.0);
+  }
+  for (const auto& [dir, what] : {std::pair{zero, "--zero 2"}, std::pair{zero3, "--zero 3"}}) {
+    const auto sharded = training_lines(dir);
+    ASSERT_EQ(sharded.size(), 8u) << what;
+    for (size_t i = 0; i < sharded.size(); ++i) {
+      EXPECT_LT(relative(sharded[i]["loss"], reference[i]["loss"]), 1e-5) << what << ", step " << i + 1;
+      EXPECT_LT(relative(sharded[i]["grad_norm"], reference[i]["grad_norm"]), 1e-4) << what << ", step " << i + 1;
+      EXPECT_LT(relative(sharded[i]["grad_norm_fake_score"], reference[i]["grad_norm_fake_score"]), 1e-4)
+          << what << ", step " << i + 1;
+    }
+  }
+  EXPECT_LT(weights_difference(zero3 + "/model.safetensors", one + "/model.safetensors"), 1e-5);
+  EXPECT_LT(weights_difference(zero3 + "/ema.safetensors", one + "/ema.safetensors"), 1e-5);
   const auto split_lines = training_lines(split);
   ASSERT_EQ(split_lines.size(), 8u);
   for (size_t i = 0; i < split_lines.size(); ++i) {
     EXPECT_LT(relative(split_lines[i]["loss"], reference[i]["loss"]), 1e-5) << "--sp 2, step " << i + 1;
     EXPECT_LT(relative(split_lines[i]["grad_norm"], reference[i]["grad_norm"]), 1e-5) << "--sp 2, step " << i + 1;
+    EXPECT_LT(relative(split_lines[i]["grad_norm_fake_score"], reference[i]["grad_norm_fake_score"]), 1e-5)
+        << "--sp 2, step " << i + 1;
   }
   EXPECT_LT(weights_difference(split + "/model.safetensors", one + "/model.safetensors"), 1e-5);
   EXPECT_LT(weights_difference(split + "/ema.safetensors", one + "/ema.safetensors"), 1e-5);
@@ -145,6 +166,14 @@ TEST_F(FewStep, TwoRanksTakeOneRanksStepsResumeIsBitwiseAndTheSamplerTravels) {
   for (const auto& item : saved.model) fake += is_fake(item.first) ? 1 : 0;
   EXPECT_GT(fake, 0u);
   EXPECT_EQ(fake * 2, saved.model.size());  // the student's tensors and as many of the fake score's
+  // As a group of its own, which has no EMA and is not the model's weights.
+  ASSERT_EQ(saved.groups.size(), 2u);
+  EXPECT_EQ(saved.groups[1].name, "fake_score");
+  EXPECT_EQ(saved.groups[1].prefix, "fake_score.");
+  EXPECT_FALSE(saved.groups[1].ema);
+  EXPECT_FALSE(saved.groups[1].weights);
+  EXPECT_EQ(saved.ema.size(), fake);
+  for (const auto& item : saved.ema) EXPECT_FALSE(is_fake(item.first)) << item.first;
   // Nor does an export of the checkpoint.
   const Job exported = launch(std::string(WANTRAIN_WANTRAIN) + " export --checkpoint " + two +
                               "/step-00000008.h5 --ema --out " + two + "/exported.safetensors");
@@ -256,9 +285,6 @@ TEST_F(FewStep, BadSettingsAreOneLineAndStatus2) {
        "error: option --distill-regression: only with --distill-method dmd"},
       {"--distill-teacher-steps 8 --distill-regression -1",
        "error: option --distill-regression: must be 0 (distribution matching alone) or more"},
-      {"--distill-teacher-steps 8 --zero 3",
-       "error: option --zero: 3 shards the student's weights only; distribution matching's fake score trains beside "
-       "it: use ZeRO 1 or 2 (or --distill-method consistency)"},
   };
   for (const auto& c : cases) {
     // The first case's options set --distill-steps for themselves.

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "../common/small_models.hpp"
+#include "wantrain/ckpt/checkpoint.hpp"
 #include "mpi_test_env.hpp"
 #include "wantrain/nn/parameter_units.hpp"
 #include "wantrain/train/engine.hpp"
@@ -29,11 +30,12 @@ constexpr int64_t kPerRank = 2;
 class WanRegression : public wt::train::Objective {
  public:
   explicit WanRegression(int64_t checkpoint_every)
-      : model_(wt::testing::seeded_small_model(wt::testing::small_wan_config(4))) {
+      : model_(wt::testing::seeded_small_model(wt::testing::small_wan_config(4))), groups_(1) {
     model_->set_grad_checkpoint(checkpoint_every);
-    for (const auto& item : model_->named_parameters()) trainable_.emplace_back(item.key(), item.value());
+    for (const auto& item : model_->named_parameters())
+      groups_.front().parameters.emplace_back(item.key(), item.value());
   }
-  const NamedTensors& trainable() const override { return trainable_; }
+  const std::vector<wt::train::ParameterGroup>& groups() const override { return groups_; }
   std::vector<at::Tensor> buffers() const override { return {}; }
   ObjectiveLoss loss(const Batch& b, const StepContext&) override {
     return {(model_->forward(b.at("x"), b.at("t"), b.at("context")) - b.at("y")).square().mean()};
@@ -44,7 +46,7 @@ class WanRegression : public wt::train::Objective {
 
  private:
   wt::wan::WanModel model_;
-  NamedTensors trainable_;
+  std::vector<wt::train::ParameterGroup> groups_;
 };
 
 Batch wan_batch(int rank, int step, int64_t samples) {
@@ -191,4 +193,84 @@ TEST(ZeroThree, Bf16GathersHalveTheUnitsAndTrainTheFp32Slices) {
     moved = std::max(moved, (weights[i].second - initial[i]).abs().max().item<double>());
   }
   EXPECT_GT(moved, 1e-3);
+}
+
+namespace {
+
+// A model and a critic beside it (as distribution matching's student and
+// fake score): two Wan models, two trained groups, each model's forward
+// calling its own group's units.
+class ModelAndCritic : public wt::train::Objective {
+ public:
+  ModelAndCritic()
+      : model_(wt::testing::seeded_small_model(wt::testing::small_wan_config(4))),
+        critic_(wt::testing::seeded_small_model(wt::testing::small_wan_config(4))),
+        groups_(2) {
+    for (const auto& item : model_->named_parameters()) groups_[0].parameters.emplace_back(item.key(), item.value());
+    groups_[1].name = "critic";
+    groups_[1].checkpoint_prefix = "critic.";
+    groups_[1].ema = false;
+    groups_[1].weights = false;
+    for (const auto& item : critic_->named_parameters()) groups_[1].parameters.emplace_back(item.key(), item.value());
+  }
+  const std::vector<wt::train::ParameterGroup>& groups() const override { return groups_; }
+  std::vector<at::Tensor> buffers() const override { return {}; }
+  ObjectiveLoss loss(const Batch& b, const StepContext&) override {
+    const auto model = (model_->forward(b.at("x"), b.at("t"), b.at("context")) - b.at("y")).square().mean();
+    const auto critic = (critic_->forward(b.at("x"), b.at("t"), b.at("context")) + b.at("y")).square().mean();
+    return {model + critic};
+  }
+  std::string kind() const override { return "model-and-critic"; }
+  at::Tensor validation_losses(const Batch&) override { return {}; }
+  wt::wan::WanModel& model() { return model_; }
+  wt::wan::WanModel& critic() { return critic_; }
+
+ private:
+  wt::wan::WanModel model_, critic_;
+  std::vector<wt::train::ParameterGroup> groups_;
+};
+
+}  // namespace
+
+// Under ZeRO-3 a second trained group is sharded by its own units: each
+// group's norm, and every weight of both models (gathered by the
+// checkpoint), are the replicated run's.
+TEST(ZeroThree, ASecondGroupIsShardedByItsOwnUnits) {
+  auto& comm = test_comm();
+  EngineOptions o;
+  o.micro_batch = kPerRank;
+  o.schedule = {1e-2, wt::train::Schedule::Constant, 0, 10};
+  o.clip = 0.5;
+  o.ema_decay = 0.8;
+  ModelAndCritic replicated_objective, sharded_objective;
+  Engine replicated(comm, replicated_objective, o);
+  o.zero = 3;
+  Engine sharded(comm, sharded_objective, o);
+  ASSERT_NE(sharded.parameter_units(1), nullptr);
+  ASSERT_NE(sharded.parameter_units(1), sharded.parameter_units(0));
+  sharded_objective.model()->set_parameter_units(sharded.parameter_units(0));
+  sharded_objective.critic()->set_parameter_units(sharded.parameter_units(1));
+  for (int step = 0; step < 3; ++step) {
+    const auto a = replicated.step(wan_batch(comm.rank(), step, kPerRank));
+    const auto b = sharded.step(wan_batch(comm.rank(), step, kPerRank));
+    EXPECT_NEAR(b.loss, a.loss, 1e-6 * a.loss) << "step " << step;
+    ASSERT_EQ(b.group_norms.size(), 2u);
+    for (size_t g = 0; g < 2; ++g)
+      EXPECT_NEAR(b.group_norms[g].second, a.group_norms[g].second, 1e-5 * a.group_norms[g].second) << "group " << g;
+  }
+  const auto* units = dynamic_cast<const wt::train::ZeroShards*>(sharded.parameter_units());
+  ASSERT_NE(units, nullptr);
+  EXPECT_EQ(units->gathered_bytes(), 0) << "both models' units released after the step";
+  wt::ckpt::Checkpoint want, got;
+  replicated.save_state(want);
+  sharded.save_state(got);
+  for (auto* c : {&want, &got})
+    if (c->filled.valid()) c->filled.wait();
+  if (comm.rank() != 0) return;
+  ASSERT_EQ(got.model.size(), want.model.size());
+  for (size_t i = 0; i < want.model.size(); ++i) {
+    EXPECT_EQ(got.model[i].first, want.model[i].first);
+    EXPECT_TRUE(torch::allclose(got.model[i].second, want.model[i].second, 1e-5, 1e-5)) << want.model[i].first;
+  }
+  EXPECT_EQ(want.model.back().first.rfind("critic.", 0), 0u) << "the critic's weights are compared too";
 }

@@ -16,9 +16,15 @@ struct CheckpointWeights {
   int64_t step = 0;
 };
 
-// The EMA weights when `prefer_ema` and the checkpoint has an EMA (in its
-// file, or in its shard files), else the model's. UsageError naming the file
-// and the object when it cannot be read.
+// The model's weights (the checkpoint's groups that are its weights:
+// ckpt::GroupRecord), the EMA's when `prefer_ema` and the checkpoint has an
+// EMA (in its file, or in its shard files), else the trained ones.
+// UsageError naming the file and the object when it cannot be read.
 CheckpointWeights checkpoint_weights(const std::string& path, bool prefer_ema);
+
+// UsageError naming the file for a distribution-matching checkpoint written
+// before the fake score was a group of its own (`groups_recorded` false):
+// its student and fake score cannot be told apart.
+void refuse_ungrouped_distribution_matching(const std::string& path, bool groups_recorded);
 
 }  // namespace wt::wan

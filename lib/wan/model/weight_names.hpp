@@ -27,10 +27,4 @@ std::string block_linear(const std::string& official_name);
 // text embedding.
 bool held_in_bf16_by_teacher(const std::string& official_name);
 
-// A DMD fake score's parameters in the few-step objective's trainable() and
-// in checkpoints: its official names behind this prefix. Never in the
-// student's weights files.
-inline const std::string kFakeScorePrefix = "fake_score.";
-inline bool is_fake_score_parameter(const std::string& name) { return name.rfind(kFakeScorePrefix, 0) == 0; }
-
 }  // namespace wt::wan

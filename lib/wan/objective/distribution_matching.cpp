@@ -37,11 +37,12 @@ MatchingDraws matching_draws(const std::vector<int64_t>& sample_indices, uint64_
 
 at::Tensor generator_sample(const at::Tensor& start, const std::vector<int>& generator_steps,
                             const std::vector<double>& edges, const SigmaVelocity& student_without_gradient,
-                            const SigmaVelocity& student) {
+                            const SigmaVelocity& student, bool full_depth) {
   const auto b = int64_t(generator_steps.size());
   TORCH_CHECK(b == start.size(0), "one generator step per row");
   auto x = start.to(torch::kFloat32);
-  const int deepest = *std::max_element(generator_steps.begin(), generator_steps.end());
+  const int deepest =
+      full_depth ? int(edges.size()) - 2 : *std::max_element(generator_steps.begin(), generator_steps.end());
   {
     torch::NoGradGuard no_grad;
     for (int j = 0; j < deepest; ++j) {

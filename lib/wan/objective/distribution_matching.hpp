@@ -67,10 +67,15 @@ MatchingDraws matching_draws(const std::vector<int64_t>& sample_indices, uint64_
 // each row's first k_i Euler steps down `edges` from `start` (the noise;
 // with a conditioning first frame, that frame clean, which a velocity held
 // at 0 there keeps), then `student` (with gradient) gives the velocity
-// whose denoised estimate is x̂.
+// whose denoised estimate is x̂. The steps are batched: as many calls of
+// `student_without_gradient` as the deepest row needs, or with
+// `full_depth` as the deepest any row could (K - 1, `edges` holding K + 1):
+// rows past their own k stay where they are, so the result is the same,
+// and every rank calls the student alike (ZeRO-3 gathers its units
+// collectively at each call).
 at::Tensor generator_sample(const at::Tensor& start, const std::vector<int>& generator_steps,
                             const std::vector<double>& edges, const SigmaVelocity& student_without_gradient,
-                            const SigmaVelocity& student);
+                            const SigmaVelocity& student, bool full_depth = false);
 
 // g above [B, ...] fp32, without autograd, for the sample `generated`
 // (detached) noised to `noised` at `sigma` [B]; `moving` (or undefined) [B,

@@ -42,13 +42,21 @@ FewStepObjective::FewStepObjective(WanModelImpl& student, const Teacher& teacher
       schedule_(few_step_schedule(few_step.steps, few_step.teacher_steps, options.flow.shift)),
       compute_dtype_(compute_dtype),
       fake_score_(fake_score),
-      trained_(FlowMatchingObjective::trainable()) {
+      groups_(FlowMatchingObjective::groups()) {
   if ((few_step.method == FewStepMethod::DistributionMatching) != (fake_score != nullptr))
     throw std::invalid_argument(fmt::format("few-step {} distillation {} a fake score model",
                                             few_step_method_name(few_step.method), fake_score ? "takes no" : "needs"));
-  if (fake_score_)
-    for (const auto& item : fake_score_->named_parameters(/*recurse=*/true))
-      if (item.value().requires_grad()) trained_.emplace_back(kFakeScorePrefix + item.key(), item.value());
+  if (!fake_score_) return;
+  // DMD2 clips the fake score on its own, at the generator's bound, and
+  // keeps no average of it: it is training state, not a model anyone samples.
+  train::ParameterGroup fake;
+  fake.name = "fake_score";
+  fake.checkpoint_prefix = "fake_score.";  // the names its checkpoints always had
+  fake.ema = false;
+  fake.weights = false;
+  for (const auto& item : fake_score_->named_parameters(/*recurse=*/true))
+    if (item.value().requires_grad()) fake.parameters.emplace_back(item.key(), item.value());
+  groups_.push_back(std::move(fake));
 }
 
 at::Tensor FewStepObjective::with_first_frame(const at::Tensor& x, const at::Tensor& x0, const at::Tensor& kept) {
@@ -136,8 +144,9 @@ at::Tensor FewStepObjective::matching_losses(const at::Tensor& x0, const Inputs&
     return noise_at(x0.sizes(), std::vector<double>(keys.size(), 0.0), keys).eps.to(x0.device());
   };
   // The student's sample from the step's noise, its first frame kept clean.
-  const auto generated = generator_sample(with_first_frame(in.eps, x0, kept), draws.generator_steps,
-                                          schedule_.student_sigmas(), m.target, m.student);
+  const auto generated =
+      generator_sample(with_first_frame(in.eps, x0, kept), draws.generator_steps, schedule_.student_sigmas(), m.target,
+                       m.student, few_step_.same_calls_on_every_rank);
   const auto sample = generated.detach();
   const auto t = sigmas(draws.matching_sigmas);
   const auto noised = with_first_frame(noised_at(sample, noise(draws.matching_noise_keys), t), x0, kept);

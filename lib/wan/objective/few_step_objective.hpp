@@ -34,20 +34,25 @@ struct FewStepOptions {
   // (0: none) and the teacher's guided Euler steps M that give its target.
   double regression_weight = 0.5;
   int regression_steps = 4;
+  // Every rank calls each trained model as often as the others (ZeRO-3,
+  // whose forwards gather units collectively): the student's rollout takes
+  // the deepest possible steps, with the same result (generator_sample).
+  bool same_calls_on_every_rank = false;
 };
 
 class FewStepObjective : public FlowMatchingObjective {
  public:
   // `student`, `teacher` and `fake_score` must outlive the objective; the
   // schedule's shift is options.flow.shift. Distribution matching needs the
-  // fake score (a model of the teacher's config, trained in full: its
-  // parameters join trainable() behind kFakeScorePrefix); consistency takes
-  // none. std::invalid_argument for a schedule few_step_schedule refuses,
+  // fake score (a model of the teacher's config, trained in full as a group
+  // of its own: clipped alone, no EMA, never the model's weights);
+  // consistency takes none. std::invalid_argument for a schedule few_step_schedule refuses,
   // or a fake score where the method takes none or none where it needs one.
   FewStepObjective(WanModelImpl& student, const Teacher& teacher, FlowMatchingObjectiveOptions options,
                    FewStepOptions few_step, at::ScalarType compute_dtype, WanModelImpl* fake_score = nullptr);
 
-  const train::NamedTensors& trainable() const override { return trained_; }
+  // The student's group, then distribution matching's fake score's.
+  const std::vector<train::ParameterGroup>& groups() const override { return groups_; }
   train::ObjectiveLoss loss(const train::Batch& micro_batch, const train::StepContext& context) override;
   // Whatever the method, the phased-consistency loss at 4 fixed grid points
   // per sample (n_j = (2j + 1) N / 8): how far the student's steps are from
@@ -94,7 +99,7 @@ class FewStepObjective : public FlowMatchingObjective {
   const FewStepSchedule schedule_;
   const at::ScalarType compute_dtype_;
   WanModelImpl* const fake_score_;
-  train::NamedTensors trained_;  // the student's parameters, then the fake score's
+  std::vector<train::ParameterGroup> groups_;
 };
 
 }  // namespace wt::wan

@@ -37,9 +37,9 @@ ImageCondition image_condition(const train::Batch& batch) {
 }
 
 FlowMatchingObjective::FlowMatchingObjective(WanModelImpl& model, FlowMatchingObjectiveOptions options)
-    : model_(model), options_(options) {
+    : model_(model), options_(options), groups_(1) {
   for (const auto& item : model_.named_parameters(/*recurse=*/true))
-    if (item.value().requires_grad()) trainable_.emplace_back(item.key(), item.value());
+    if (item.value().requires_grad()) groups_.front().parameters.emplace_back(item.key(), item.value());
 }
 
 std::vector<at::Tensor> FlowMatchingObjective::buffers() const { return model_.buffers(); }

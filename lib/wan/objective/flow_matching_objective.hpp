@@ -52,7 +52,8 @@ class FlowMatchingObjective : public train::Objective {
   // add_lora froze the rest.
   FlowMatchingObjective(WanModelImpl& model, FlowMatchingObjectiveOptions options);
 
-  const train::NamedTensors& trainable() const override { return trainable_; }
+  // One group: the model.
+  const std::vector<train::ParameterGroup>& groups() const override { return groups_; }
   std::vector<at::Tensor> buffers() const override;
   train::ObjectiveLoss loss(const train::Batch& micro_batch, const train::StepContext& context) override;
   // Each sample's sigma and noise eps for `step`: "noise.sigma" [B] and
@@ -90,7 +91,7 @@ class FlowMatchingObjective : public train::Objective {
   const FlowMatchingObjectiveOptions options_;
 
  private:
-  train::NamedTensors trainable_;
+  std::vector<train::ParameterGroup> groups_;
 };
 
 }  // namespace wt::wan

@@ -326,13 +326,20 @@ MemoryPlan plan_memory(const MemoryPlanSettings& s) {
         held - shared, dev);
   }
   if (s.fake_score && s.teacher) {
-    // Trained in full, sharded as the student's state is (not its weights: no ZeRO-3).
+    // Trained in full as a group of its own (no EMA), sharded by ZeRO as
+    // the student is: its moments from stage 1, its gradients from 2, its
+    // weights from 3 (with its units gathered around its forwards).
     const double fake = model_bytes(*s.teacher, at::kFloat, {}).fp32;
-    const double state = (s.optimizer ? 2 : 0) + (s.ema ? 1 : 0);
+    double weights_bytes = fake, gradient_bytes = fake;
+    if (shards > 1 && s.zero_stage == 3) {
+      const auto units = model_units(*s.teacher);
+      weights_bytes = fake / shards + 4 * units.root + 3 * units.block * (s.gather_dtype == at::kFloat ? 4 : 2);
+    }
+    if (shards > 1) gradient_bytes = s.zero_stage >= 2 ? fake / shards : fake * (1 + 1 / shards);
     add("fake score",
-        fmt::format("{} parameters trained in full (distribution matching), fp32: weights, gradients{}{}",
-                    parameter_count(*s.teacher), s.optimizer ? ", AdamW's moments" : "", s.ema ? ", EMA" : ""),
-        fake * (2 + state / shards), dev);
+        fmt::format("{} parameters trained in full (distribution matching), fp32: weights, gradients{}{} (no EMA)",
+                    parameter_count(*s.teacher), s.optimizer ? ", AdamW's moments" : "", share),
+        weights_bytes + gradient_bytes + (s.optimizer ? 2 * fake / shards : 0), dev);
   }
   if (s.sample_bytes > 0)
     add("data",

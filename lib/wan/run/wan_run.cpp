@@ -10,6 +10,7 @@
 #include "wantrain/wan/plan/memory_plan.hpp"
 #include "wantrain/distributed/comm.hpp"
 #include "wantrain/util/reporter.hpp"
+#include "wantrain/wan/model/checkpoint_weights.hpp"
 #include "wantrain/wan/model/projection.hpp"
 #include "wantrain/io/safetensors.hpp"
 #include "wantrain/wan/model/wan_model.hpp"
@@ -157,11 +158,6 @@ WanRun::WanRun(const train::RunPlan& plan, const WanRunOptions& options, distrib
   // describe the student's samples, which are the teacher's.
   const bool matching = few_step && options.few_step->method == FewStepMethod::DistributionMatching;
   if (matching) {
-    if (plan.engine.zero == 3)
-      throw SettingError("zero",
-                         "3 shards the student's weights only; distribution matching's fake score "
-                         "trains beside it: use ZeRO 1 or 2 (or " +
-                             setting_reference("distill_method") + " consistency)");
     ModelRecipe fake_score;
     fake_score.config = im.config;
     fake_score.first = FirstWeights::Generator;  // drawn, then read over: as since its first release
@@ -181,11 +177,13 @@ WanRun::WanRun(const train::RunPlan& plan, const WanRunOptions& options, distrib
       report_info("fake score: the teacher's weights ({}), {} parameters trained in full beside the student",
                   teacher->path(), parameter_count(im.config));
   }
-  if (few_step)
+  if (few_step) {
+    auto few_step_options = *options.few_step;
+    few_step_options.same_calls_on_every_rank = plan.engine.zero == 3;
     im.objective =
-        std::make_unique<FewStepObjective>(*model, *teacher, objective_options, *options.few_step,
+        std::make_unique<FewStepObjective>(*model, *teacher, objective_options, few_step_options,
                                            plan.engine.compute_dtype, matching ? im.fake_score.get() : nullptr);
-  else if (teacher)
+  } else if (teacher)
     im.objective = std::make_unique<DistillationObjective>(*model, *teacher, objective_options,
                                                            options.distill_target_weight, plan.engine.compute_dtype);
   else
@@ -193,9 +191,12 @@ WanRun::WanRun(const train::RunPlan& plan, const WanRunOptions& options, distrib
   // The trained parameters by official name: what checkpoints and projection fill.
   const auto& named = im.objective->trainable();
   if (resume) {
+    refuse_ungrouped_distribution_matching(start.path, resume->groups_recorded);
     im.objective->check_resume(resume->objective_kind, resume->objective, start.path);
     // With ZeRO the optimizer state and EMA are read (and checked) slice by slice in Engine::load_state.
-    ckpt::check_fits(*resume, start.path, named, plan.engine.ema_decay > 0 && plan.engine.zero == 0);
+    const bool whole_ema = plan.engine.ema_decay > 0 && plan.engine.zero == 0;
+    ckpt::check_fits(*resume, start.path, named,
+                     whole_ema ? train::averaged_tensors(im.objective->groups()) : train::NamedTensors{});
     ckpt::copy_named(resume->model, named);
   }
   if (teacher) {
@@ -223,6 +224,8 @@ void WanRun::connect(distributed::Comm& comm, const train::StartPoint& start) {
   } else {
     im.model->set_parameter_units(im.engine->parameter_units());
   }
+  // The fake score is the objective's second group (ZeRO-3 shards it by its own units).
+  if (im.fake_score) im.fake_score->set_parameter_units(im.engine->parameter_units(/*group=*/1));
   if (Teacher* teacher = im.teacher) {
     // A LoRA student's base is its teacher's weights (the model is on the
     // device already): held once, the teacher's tensors being the base's;
@@ -263,9 +266,8 @@ train::FitRun WanRun::fit_run(train::Validator* validator) {
   run.first_epoch = impl_->first_epoch;
   run.resumed = impl_->resumed;
   run.save_weights = [this](const std::string& directory, bool write) { return save_weights(directory, write); };
-  if (impl_->hand_off) {  // the sample ranks draw the student, never the fake score
-    run.hand_off = train::FitRun::SampleHandOff{
-        impl_->sample_sender, [](const std::string& name) { return !is_fake_score_parameter(name); }, impl_->lora_base};
+  if (impl_->hand_off) {  // the model's groups: the student, never the fake score
+    run.hand_off = train::FitRun::SampleHandOff{impl_->sample_sender, impl_->lora_base};
     return run;
   }
   if (impl_->training_sampler) run.draw_sample = [this](int64_t step) { return draw_sample(step); };
@@ -302,7 +304,7 @@ std::optional<train::SampleReport> WanRun::draw_sample(int64_t step) const {
   const train::WholeWeights whole(*im.engine, /*ema=*/true);
   if (im.rank != 0) return std::nullopt;
   WholeSequences alone(*im.model);  // rank 0 samples by itself
-  return im.training_sampler->draw(*im.model, im.objective->trainable(), ema, step);
+  return im.training_sampler->draw(*im.model, im.objective->groups().front().parameters, ema, step);
 }
 
 void WanRun::set_prompt_videos(DrawVideos draw) { impl_->draw_videos = std::move(draw); }
@@ -321,26 +323,16 @@ std::vector<train::SampleVideo> WanRun::draw_videos(int64_t step) const {
   const train::WholeWeights whole(*im.engine, /*ema=*/true);
   WholeSequences alone(*im.model);
   torch::NoGradGuard no_grad;
-  const SwappedWeights swapped(im.objective->trainable(), ema);
+  const SwappedWeights swapped(im.objective->groups().front().parameters, ema);
   const EvalMode eval(*im.model);
   return im.draw_videos(*im.model, step);
 }
 
-namespace {
-// The student's tensors of a trained set: without distribution matching's
-// fake score, which checkpoints keep and weights files never hold.
-train::NamedTensors student_tensors(const train::NamedTensors& trained) {
-  train::NamedTensors student;
-  for (const auto& item : trained)
-    if (!is_fake_score_parameter(item.first)) student.push_back(item);
-  return student;
-}
-}  // namespace
-
 std::string WanRun::save_weights(const std::string& directory, bool write) const {
   // Collective; only rank 0 (the one that writes) keeps them.
-  const auto ema_weights = student_tensors(impl_->engine->ema_weights(/*rank=*/0));
-  const auto weights = impl_->engine_options.zero == 3 ? impl_->engine->weights(/*rank=*/0) : train::NamedTensors{};
+  // The model's groups (the student's; a fake score is training state).
+  const auto ema_weights = impl_->engine->ema_weights(/*rank=*/0);
+  const auto weights = impl_->engine->weights(/*rank=*/0);
   if (!write) return {};
   const auto* ema = ema_weights.empty() ? nullptr : &ema_weights;
   std::filesystem::create_directories(directory);
@@ -348,8 +340,8 @@ std::string WanRun::save_weights(const std::string& directory, bool write) const
   auto metadata = student_sampler_fields(impl_->objective->checkpoint_state());
   if (impl_->lora.rank > 0) {
     const auto& im = *impl_;
-    write_lora_file(directory + "/lora.safetensors", student_tensors(im.objective->trainable()), im.lora, im.lora_base,
-                    LoraNames::Official, at::kFloat, metadata);
+    write_lora_file(directory + "/lora.safetensors", weights, im.lora, im.lora_base, LoraNames::Official, at::kFloat,
+                    metadata);
     if (ema)
       write_lora_file(directory + "/lora-ema.safetensors", *ema, im.lora, im.lora_base, LoraNames::Official, at::kFloat,
                       metadata);

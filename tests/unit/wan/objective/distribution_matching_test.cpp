@@ -201,5 +201,25 @@ TEST(DistributionMatching, EachSamplesDrawsDependOnItsIndexAndStepAlone) {
   EXPECT_NE(matching_draws(many, 11, 8, 4, 5.0).generator_steps, draws.generator_steps);
 }
 
+// The rollout at full depth (as every rank takes it under ZeRO-3) calls the
+// student K - 1 times whatever the rows' k, and gives the same sample: rows
+// past their own k stay where they are.
+TEST(DistributionMatching, AFullDepthRolloutCallsTheStudentAlikeAndGivesTheSameSample) {
+  const std::vector<double> edges = {1.0, 0.8, 0.5, 0.2, 0.0};  // K = 4
+  const auto start = torch::tensor({{1.2, 0.3}, {-1.4, 0.6}}, torch::kFloat32);
+  const std::vector<int> shallow = {0, 1};  // the deepest row takes 1 step of 3 possible
+  int calls = 0;
+  const SigmaVelocity student = [&](const at::Tensor& x, const at::Tensor& s) {
+    ++calls;
+    return 0.7 * x - 0.4 * s.unsqueeze(1);
+  };
+  const auto batch_depth = generator_sample(start, shallow, edges, student, student);
+  EXPECT_EQ(calls, 1 + 1);  // one step without gradient, then the one with
+  calls = 0;
+  const auto full_depth = generator_sample(start, shallow, edges, student, student, /*full_depth=*/true);
+  EXPECT_EQ(calls, 3 + 1);
+  EXPECT_TRUE(torch::equal(full_depth, batch_depth));
+}
+
 }  // namespace
 }  // namespace wt::wan::matching_test
