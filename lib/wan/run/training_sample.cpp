@@ -1,6 +1,5 @@
 #include "wantrain/wan/run/training_sample.hpp"
 
-#include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
 #include <torch/torch.h>
 
@@ -9,13 +8,12 @@
 #include <optional>
 
 #include "wantrain/data/shard.hpp"
-#include "wantrain/nn/autocast.hpp"
 #include "wantrain/util/reporter.hpp"
-#include "wantrain/wan/model/unconditional_context.hpp"
 #include "wantrain/wan/run/sampling_weights.hpp"
 #include "wantrain/wan/sample/dataset_sample.hpp"
 #include "wantrain/wan/sample/latent_comparison.hpp"
 #include "wantrain/wan/sample/latent_preview.hpp"
+#include "wantrain/wan/sample/sampling_core.hpp"
 #include "wantrain/util/error.hpp"
 #include "wantrain/util/files.hpp"
 
@@ -42,30 +40,20 @@ train::SampleReport TrainingSampler::draw(WanModelImpl& model, const train::Name
     torch::NoGradGuard no_grad;
     const SwappedWeights swapped(trainable, weights);
     const EvalMode eval(model);
-    const nn::AutocastScope autocast(options_.compute_dtype, device.type());
-    const auto cond = context_.unsqueeze(0).to(device);  // [1, L, D]
-    const auto uncond = unconditional_context(cond);     // what caption dropout trains
-    // Both branches see the picture (Wan's image2video guides on the text only).
-    ImageCondition image;
-    if (image_.y.defined()) image.y = image_.y.to(device);
-    if (image_.clip_fea.defined()) image.clip_fea = image_.clip_fea.to(device);
-    const VelocityField velocity = model_velocity(model, cond, uncond, image);
-    std::optional<HighNoiseExpert> high_expert;
-    if (high)
-      high_expert =
-          HighNoiseExpert{model_velocity(*high->model, cond, uncond, image), options_.sampler.cfg, high->boundary};
-    // The same noise at every draw, from a generator of its own: training's
-    // random streams are untouched.
-    auto generator = at::make_generator<at::CPUGeneratorImpl>(options_.seed);
-    auto shape = latents_.sizes().vec();  // the data fit the model: C is its out_dim
+    SampleModels models;
+    models.model = &model;
+    if (high) models.high = *high;
+    // The training sample's caption, guided against the unconditional
+    // context (what caption dropout trains), with its picture.
+    SampleCondition condition;
+    condition.context = context_;
+    condition.image = image_;
+    if (options_.first_frame && latents_.size(1) > 1)
+      condition.first_frame = latents_.slice(1, 0, 1).unsqueeze(0);  // [1, C, 1, H, W]
+    auto shape = latents_.sizes().vec();                             // the data fit the model: C is its out_dim
     shape.insert(shape.begin(), 1);
-    const auto noise = torch::randn(shape, generator, torch::kFloat32).to(device);
-    auto sampler = options_.sampler;
-    if (options_.first_frame && latents_.size(1) > 1) {
-      sampler.first_frame = latents_.slice(1, 0, 1).unsqueeze(0).to(device);  // [1, C, 1, H, W]
-      sampler.patch = model.config().patch_size;
-    }
-    latents = sample_flow(noise, velocity, sampler, high_expert ? &*high_expert : nullptr)[0].cpu();  // [C, F, H, W]
+    const auto noise = seeded_noise(shape, options_.seed).to(device);
+    latents = draw_latents(models, condition, options_.sampler, noise, options_.compute_dtype);
   }
   train::SampleReport report;
   report.index = options_.index;

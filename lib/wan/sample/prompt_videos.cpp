@@ -1,6 +1,5 @@
 #include "wantrain/wan/sample/prompt_videos.hpp"
 
-#include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
 #include <torch/torch.h>
 
@@ -10,13 +9,12 @@
 #include <optional>
 
 #include "wantrain/media/video_writer.hpp"
-#include "wantrain/nn/autocast.hpp"
 #include "wantrain/util/error.hpp"
 #include "wantrain/util/files.hpp"
 #include "wantrain/util/reporter.hpp"
 #include "wantrain/wan/sample/image_condition.hpp"
-#include "wantrain/wan/model/unconditional_context.hpp"
 #include "wantrain/wan/sample/picture_start.hpp"
+#include "wantrain/wan/sample/sampling_core.hpp"
 #include "wantrain/wan/sample/video_output.hpp"
 #include "wantrain/wan/vae/release_video.hpp"
 #include "wantrain/wan/vae/video_vae.hpp"
@@ -178,29 +176,19 @@ std::vector<train::SampleVideo> PromptVideos::draw(WanModelImpl& model, int64_t 
     if (!p.line.image.empty())
       picture = start_from_picture(config_, *vae, clip.is_empty() ? nullptr : clip.get(), read_picture(p.line.image),
                                    at::Tensor(), p.shape, device);
-    const auto cond = p.context.unsqueeze(0).to(device);
-    const auto uncond = p.negative.defined() ? p.negative.unsqueeze(0).to(device) : unconditional_context(cond);
-    const VelocityField velocity = model_velocity(model, cond, uncond, picture.image);
+    SampleModels models;
+    models.model = &model;
+    if (high) models.high = *high;
+    SampleCondition condition;
+    condition.context = p.context;
+    condition.negative = p.negative;
+    condition.image = picture.image;
+    condition.first_frame = picture.first_frame;
     auto sampler = options_.sampler;
     if (p.line.steps > 0) sampler.steps = p.line.steps;
     if (p.line.cfg) sampler.cfg = *p.line.cfg;
-    if (picture.first_frame.defined()) {
-      sampler.first_frame = picture.first_frame;
-      sampler.patch = config_.patch_size;
-    }
-    // The same noise at every draw, from a generator of its own: training's
-    // random streams are untouched.
-    auto generator = at::make_generator<at::CPUGeneratorImpl>(p.line.seed.value_or(options_.seed));
-    const auto noise = torch::randn(p.shape, generator, torch::kFloat32).to(device);
-    std::optional<HighNoiseExpert> high_expert;
-    if (high)
-      high_expert =
-          HighNoiseExpert{model_velocity(*high->model, cond, uncond, picture.image), sampler.cfg, high->boundary};
-    at::Tensor latents;
-    {
-      const nn::AutocastScope autocast(options_.compute_dtype, device.type());
-      latents = sample_flow(noise, velocity, sampler, high_expert ? &*high_expert : nullptr)[0].cpu();  // [C, F, H, W]
-    }
+    const auto noise = seeded_noise(p.shape, p.line.seed.value_or(options_.seed)).to(device);
+    const auto latents = draw_latents(models, condition, sampler, noise, options_.compute_dtype);  // [C, F, H, W]
     if (!options_.decode) continue;
     train::SampleVideo video;
     video.index = p.index;

@@ -18,7 +18,6 @@
 #include "wantrain/data/shard.hpp"
 #include "wantrain/data/text_file.hpp"
 #include "wantrain/distributed/backend.hpp"
-#include "wantrain/nn/autocast.hpp"
 #include "wantrain/util/error.hpp"
 #include "wantrain/util/files.hpp"
 #include "wantrain/util/reporter.hpp"
@@ -28,15 +27,14 @@
 #include "wantrain/wan/model/diffusers_folder.hpp"
 #include "wantrain/wan/model/model_recipe.hpp"
 #include "wantrain/wan/model/wan_model.hpp"
-#include "wantrain/wan/model/unconditional_context.hpp"
 #include "wantrain/wan/model/checkpoint_weights.hpp"
 #include "wantrain/wan/model/data_fits_model.hpp"
 #include "wantrain/wan/plan/memory_plan.hpp"
 #include "wantrain/wan/sample/dataset_sample.hpp"
 #include "wantrain/wan/sample/latent_comparison.hpp"
 #include "wantrain/wan/sample/latent_preview.hpp"
-#include "wantrain/wan/sample/model_velocity.hpp"
 #include "wantrain/wan/sample/picture_start.hpp"
+#include "wantrain/wan/sample/sampling_core.hpp"
 #include "wantrain/wan/sample/sampler.hpp"
 #include "wantrain/wan/sample/sharded_blocks.hpp"
 #include "wantrain/wan/sample/video_output.hpp"
@@ -693,46 +691,40 @@ at::Tensor SamplingPipeline::sample() {
   split_ranks(*models);
   auto& net = models->net;
   auto& high_net = models->high_net;
-  const at::Tensor first_frame = start_from_image();
-  ImageCondition image = c.image;
-  if (image.y.defined()) image.y = image.y.to(device_);
-  if (image.clip_fea.defined()) image.clip_fea = image.clip_fea.to(device_);
-  const auto cond = c.context.unsqueeze(0).to(device_);  // [1, L, D]
-  const auto uncond = c.negative.defined() ? c.negative.unsqueeze(0).to(device_)
-                                           : unconditional_context(cond);  // what --text-drop trains
-  const nn::AutocastScope autocast(r.compute_dtype, device_.type());
+  SampleCondition condition;
+  condition.first_frame = start_from_image();
+  condition.context = c.context;
+  condition.negative = c.negative;  // undefined: what --text-drop trains
+  condition.image = c.image;
+  SampleModels sample_models;
+  sample_models.model = net.get();
+  if (experts_) {
+    sample_models.high = HighNoiseModel{high_net.get(), boundary_};
+    sample_models.high_cfg = cfg_high_;
+  }
+  sample_models.pair = {models->branch_pair.get(), models->branch};
   // With offload_experts one expert at a time on the device, moved at the
   // switch (text2video.py's offload).
   WanModelImpl* on_device = offload_ ? nullptr : net.get();
-  auto velocity_of = [&](WanModel& model) {
-    std::function<void()> bring;
-    if (offload_)
-      bring = [&, wanted = model.get()] {
-        if (on_device == wanted) return;
-        for (auto* other : {&net, &high_net})
-          if (other->get() != wanted) (*other)->to(c10::kCPU);
-        wanted->to(device_);
-        on_device = wanted;
-      };
-    return model_velocity(*model, cond, uncond, image, {models->branch_pair.get(), models->branch}, bring);
-  };
-  const VelocityField velocity = velocity_of(net);
-  std::optional<HighNoiseExpert> high_expert;
-  if (experts_) high_expert = HighNoiseExpert{velocity_of(high_net), cfg_high_, boundary_};
+  if (offload_)
+    sample_models.before = [&](WanModelImpl& wanted) {
+      if (on_device == &wanted) return;
+      for (auto* other : {&net, &high_net})
+        if (other->get() != &wanted) (*other)->to(c10::kCPU);
+      wanted.to(device_);
+      on_device = &wanted;
+    };
   SamplerOptions sampler;
   sampler.solver = *r.solver;
   sampler.schedule = r.schedule;
   sampler.steps = *r.steps;
   sampler.shift = *r.shift;
   sampler.cfg = cfg_low_;
-  sampler.first_frame = first_frame.defined() ? first_frame.to(device_, torch::kFloat32) : at::Tensor();
-  sampler.patch = config_.patch_size;
-  auto generator = at::make_generator<at::CPUGeneratorImpl>(r.seed);
   const auto noise =
-      (r.noise.empty() ? torch::randn(shape_, generator, torch::kFloat32)
+      (r.noise.empty() ? seeded_noise(shape_, r.seed)
                        : data::read_noise(r.noise, {shape_[1], shape_[2], shape_[3], shape_[4]}).unsqueeze(0))
           .to(device_);  // [1, C, F, H, W]
-  return sample_flow(noise, velocity, sampler, high_expert ? &*high_expert : nullptr)[0].to(torch::kCPU);
+  return draw_latents(sample_models, condition, sampler, noise, r.compute_dtype);
   // The models, their shards and the groups go here: the DiT's memory is
   // free before write() decodes.
 }

@@ -1,0 +1,44 @@
+#include "wantrain/wan/sample/sampling_core.hpp"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/torch.h>
+
+#include "wantrain/nn/autocast.hpp"
+#include "wantrain/wan/model/unconditional_context.hpp"
+
+namespace wt::wan {
+
+at::Tensor draw_latents(const SampleModels& models, const SampleCondition& condition, SamplerOptions sampler,
+                        const at::Tensor& noise, at::ScalarType compute_dtype) {
+  torch::NoGradGuard no_grad;
+  const auto device = noise.device();
+  const auto cond = condition.context.unsqueeze(0).to(device);  // [1, L, D]
+  const auto uncond =
+      condition.negative.defined() ? condition.negative.unsqueeze(0).to(device) : unconditional_context(cond);
+  ImageCondition image;
+  if (condition.image.y.defined()) image.y = condition.image.y.to(device);
+  if (condition.image.clip_fea.defined()) image.clip_fea = condition.image.clip_fea.to(device);
+  auto velocity_of = [&](WanModelImpl& model) {
+    std::function<void()> before;
+    if (models.before) before = [&models, &model] { models.before(model); };
+    return model_velocity(model, cond, uncond, image, models.pair, before);
+  };
+  const VelocityField velocity = velocity_of(*models.model);
+  std::optional<HighNoiseExpert> high;
+  if (models.high.model)
+    high =
+        HighNoiseExpert{velocity_of(*models.high.model), models.high_cfg.value_or(sampler.cfg), models.high.boundary};
+  if (condition.first_frame.defined()) {
+    sampler.first_frame = condition.first_frame.to(device, torch::kFloat32);
+    sampler.patch = models.model->config().patch_size;
+  }
+  const nn::AutocastScope autocast(compute_dtype, device.type());
+  return sample_flow(noise, velocity, sampler, high ? &*high : nullptr)[0].to(torch::kCPU);  // [C, F, H, W]
+}
+
+at::Tensor seeded_noise(at::IntArrayRef shape, uint64_t seed) {
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(seed);
+  return torch::randn(shape, generator, torch::kFloat32);
+}
+
+}  // namespace wt::wan
