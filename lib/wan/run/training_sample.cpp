@@ -12,10 +12,9 @@
 #include "wantrain/wan/run/sampling_weights.hpp"
 #include "wantrain/wan/sample/dataset_sample.hpp"
 #include "wantrain/wan/sample/latent_comparison.hpp"
-#include "wantrain/wan/sample/latent_preview.hpp"
+#include "wantrain/wan/sample/sample_outputs.hpp"
 #include "wantrain/wan/sample/sampling_core.hpp"
 #include "wantrain/util/error.hpp"
-#include "wantrain/util/files.hpp"
 
 namespace wt::wan {
 TrainingSampler::TrainingSampler(const data::Dataset& dataset, const TrainingSampleOptions& options)
@@ -60,19 +59,23 @@ train::SampleReport TrainingSampler::draw(WanModelImpl& model, const train::Name
   const auto comparison = compare_latents(latents, latents_);
   report.correlation = comparison.correlation;
   report.mse = comparison.mse;
-  const auto preview = latent_preview({latents, latents_});
-  report.image = {preview.width, preview.height, 1, preview.png()};
-  if (options_.directory.empty()) return report;
+  // The preview (the sample above the training sample's latents), as a PNG
+  // in the run's samples/ folder when it has one, and for TensorBoard.
+  if (!options_.directory.empty()) {
+    std::error_code error;
+    std::filesystem::create_directories(options_.directory, error);
+    report.png_path = fmt::format("{}/step-{:08d}.png", options_.directory, step);
+  }
+  PreviewPng preview(report.png_path);
   // A sample is for looking at: a full or read-only disk costs its PNG, not the run.
-  std::error_code error;
-  std::filesystem::create_directories(options_.directory, error);
-  report.png_path = fmt::format("{}/step-{:08d}.png", options_.directory, step);
   try {
-    write_file_durably(report.png_path, report.image.png);
+    preview.write({latents, latents_});
   } catch (const Error& e) {
     report_warning("{} (the sample is not saved; training goes on)", e.what());
     report.png_path.clear();
   }
+  report.image = preview.image();
+  if (options_.directory.empty()) return report;
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return report;
 }

@@ -15,53 +15,11 @@
 #include "wantrain/wan/sample/image_condition.hpp"
 #include "wantrain/wan/sample/picture_start.hpp"
 #include "wantrain/wan/sample/sampling_core.hpp"
-#include "wantrain/wan/sample/video_output.hpp"
+#include "wantrain/wan/sample/sample_outputs.hpp"
 #include "wantrain/wan/vae/release_video.hpp"
 #include "wantrain/wan/vae/video_vae.hpp"
 
 namespace wt::wan {
-namespace {
-
-constexpr int kStripFrames = 6;    // frames a TensorBoard strip shows
-constexpr int kStripHeight = 160;  // at most, in pixels
-constexpr int kStripGap = 4;       // black pixels between frames
-
-// Frames chosen evenly over the video (the first and the last among them),
-// shrunk by a whole factor to at most kStripHeight, side by side.
-class FrameStrip {
- public:
-  explicit FrameStrip(int64_t frames) {
-    const int64_t shown = std::min<int64_t>(kStripFrames, frames);
-    for (int64_t k = 0; k < shown; ++k)
-      chosen_.push_back(shown == 1 ? 0 : (k * (frames - 1) + (shown - 1) / 2) / (shown - 1));
-  }
-  void add(const media::Image& frame) {
-    if (std::find(chosen_.begin(), chosen_.end(), seen_++) == chosen_.end()) return;
-    const int step = (frame.height + kStripHeight - 1) / kStripHeight;
-    media::Image small(frame.width / step, frame.height / step, 3);
-    for (int y = 0; y < small.height; ++y)
-      for (int x = 0; x < small.width; ++x)
-        std::copy_n(frame.row(y * step) + size_t(x * step) * 3, 3, small.row(y) + size_t(x) * 3);
-    frames_.push_back(std::move(small));
-  }
-  report::Image image() const {
-    if (frames_.empty()) return {};
-    const int w = frames_[0].width, h = frames_[0].height, n = int(frames_.size());
-    media::Image strip(n * w + (n - 1) * kStripGap, h, 3);
-    for (int i = 0; i < n; ++i)
-      for (int y = 0; y < h; ++y)
-        std::copy_n(frames_[i].row(y), size_t(w) * 3, strip.row(y) + size_t(i) * (w + kStripGap) * 3);
-    return {strip.width, strip.height, 3, media::encode_png(strip)};
-  }
-
- private:
-  std::vector<int64_t> chosen_;
-  int64_t seen_ = 0;
-  std::vector<media::Image> frames_;
-};
-
-}  // namespace
-
 PromptVideos::PromptVideos(const WanConfig& config, PromptVideoOptions options, const c10::Device& device)
     : config_(config), options_(std::move(options)) {
   vae_config_ = video_vae_config(options_.vae, options_.vae_config);
@@ -195,19 +153,18 @@ std::vector<train::SampleVideo> PromptVideos::draw(WanModelImpl& model, int64_t 
     video.prompt = p.line.prompt;
     video.rank = options_.rank;
     video.path = fmt::format("{}/{:02d}.mp4", folder, p.index);
-    FrameStrip strip(1 + (latents.size(1) - 1) * vae->temporal_factor());
     VideoOutput output;
     output.video = video.path;
     output.writer.fps = options_.fps > 0 ? options_.fps : release_video(vae_config_).fps;
-    output.on_frame = [&](const media::Image& frame) { strip.add(frame); };
+    DecodedVideo decoded(*vae, output);
     // A sample is for looking at: a full or read-only disk costs its video, not the run.
     try {
-      write_decoded_video(*vae, latents, output);
+      decoded.write({latents, {}});
     } catch (const Error& e) {
       report_warning("{} (prompt {:02d}'s video is not saved; training goes on)", e.what(), p.index);
       video.path.clear();
     }
-    video.strip = strip.image();
+    video.strip = decoded.strip();
     video.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     videos.push_back(std::move(video));
   }

@@ -32,12 +32,11 @@
 #include "wantrain/wan/plan/memory_plan.hpp"
 #include "wantrain/wan/sample/dataset_sample.hpp"
 #include "wantrain/wan/sample/latent_comparison.hpp"
-#include "wantrain/wan/sample/latent_preview.hpp"
 #include "wantrain/wan/sample/picture_start.hpp"
 #include "wantrain/wan/sample/sampling_core.hpp"
 #include "wantrain/wan/sample/sampler.hpp"
 #include "wantrain/wan/sample/sharded_blocks.hpp"
-#include "wantrain/wan/sample/video_output.hpp"
+#include "wantrain/wan/sample/sample_outputs.hpp"
 #include "wantrain/wan/plan/decode_memory.hpp"
 #include "wantrain/wan/vae/release_video.hpp"
 #include "wantrain/wan/vae/video_vae.hpp"
@@ -761,16 +760,17 @@ void SamplingPipeline::write(const at::Tensor& latents) {
     }
   }
   if (!r.png.empty()) {
-    std::vector<at::Tensor> videos{latents};
-    if (c.reference.defined()) videos.push_back(c.reference);
-    const auto shown = write_latent_preview(r.png, videos);
-    report_info("wrote preview {} (channels {}{})", r.png, fmt::join(shown, ", "),
+    PreviewPng preview(r.png);
+    preview.write({latents, c.reference});
+    report_info("wrote preview {} (channels {}{})", r.png, fmt::join(preview.preview().channels, ", "),
                 c.reference.defined() ? "; the sample above the dataset's own latents" : "");
   }
   if (!r.video.empty() || !r.frames_dir.empty()) {
     media::VideoWriterOptions writer;
     writer.fps = r.fps;
-    const int64_t frames = write_decoded_video(*c.vae, latents, {r.video, r.frames_dir, writer, {}});
+    DecodedVideo decoded(*c.vae, {r.video, r.frames_dir, writer, {}});
+    decoded.write({latents, {}});
+    const int64_t frames = decoded.frames();
     report_info("decoded {} frames of {}x{} to {}{}{}", frames, latents.size(3) * vae_config_.spatial_factor(),
                 latents.size(2) * vae_config_.spatial_factor(), r.video,
                 !r.video.empty() && !r.frames_dir.empty() ? " and " : "", r.frames_dir);
