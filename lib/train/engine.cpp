@@ -40,8 +40,8 @@ std::vector<at::Tensor> tensors_of(const NamedTensors& named) {
   return out;
 }
 
-// The trained groups as the Engine uses them: a name (a checkpoint name) to
-// its group, and which are distinct.
+// Groups differ in name and in checkpoint prefix: a tensor's checkpoint
+// name says which group it is in.
 void check_groups(const std::vector<ParameterGroup>& groups) {
   if (groups.empty()) throw Error("Engine: the objective trains no parameter group");
   for (size_t a = 0; a < groups.size(); ++a)

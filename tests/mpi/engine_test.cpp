@@ -480,7 +480,8 @@ TEST(Engine, EachParameterGroupIsTrainedAsIfAloneAndOnlyTheModelLeaves) {
     engine.each_sampling_weight([&](const std::string& name, const at::Tensor&) { sampled.push_back(name); });
     std::sort(sampled.begin(), sampled.end());  // with ZeRO in bucket order
     EXPECT_EQ(sampled, (std::vector<std::string>{"b1", "b2", "w1", "w2"}));
-    // The EMA is the model's: 1/W of its moments and EMA, and the critic's moments.
+    // The checkpoint: both groups' weights and moments, the model's EMA
+    // only (whole, or in this rank's slices), and the record of the groups.
     wt::ckpt::Checkpoint saved;
     engine.save_state(saved);
     if (saved.filled.valid()) saved.filled.wait();
