@@ -86,9 +86,11 @@ done
 cmake -S "$src/tests/cluster/consumer" -B "$work/consumer" -DCMAKE_PREFIX_PATH="$prefix" \
   -DCMAKE_BUILD_TYPE=Release >"$work/consumer.log" 2>&1 || { cat "$work/consumer.log"; fail "consumer configure"; }
 cmake --build "$work/consumer" >>"$work/consumer.log" 2>&1 || { cat "$work/consumer.log"; fail "consumer build"; }
-out=$("$work/consumer/count_parameters" "$prefix/share/wantrain/configs/wan-tiny.json")
-# wan-tiny: 163584 parameters; one latent frame of 2x2 patches (patch 1x2x2) in, out_dim 16 channels out.
+out=$("$work/consumer/count_parameters" "$prefix/share/wantrain/configs/wan-tiny.json" "$work")
+# wan-tiny: 163584 parameters; one latent frame of 2x2 patches (patch 1x2x2) in, out_dim 16 channels out;
+# a sample of that shape drawn from the prompt of a one-sample dataset it wrote and read back.
 expected="wantrain 0.1.0: 163584 parameters
-forward: [1, 16, 1, 4, 4]"
+forward: [1, 16, 1, 4, 4]
+sampled: [16, 1, 4, 4] from sample 0 of 1"
 [ "$out" = "$expected" ] || fail "consumer printed '$out'"
-echo "PASS: installed tree, Lmod (Lua and Tcl), a 2-rank job from outside the source tree, find_package(wantrain) and a forward of the DiT"
+echo "PASS: installed tree, Lmod (Lua and Tcl), a 2-rank job from outside the source tree, find_package(wantrain), a forward of the DiT, and a sample from a dataset it wrote and read"
