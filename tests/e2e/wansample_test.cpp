@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <regex>
 
 #include "../common/build_paths.hpp"
@@ -15,6 +16,7 @@
 #include "wantrain/distributed/cuda_libraries.hpp"
 #include "wantrain/data/dataset.hpp"
 #include "wantrain/io/safetensors.hpp"
+#include "wantrain/wan/model/diffusers_export.hpp"
 #include "wantrain/wan/model/model_config.hpp"
 #include "wantrain/wan/model/wan_model.hpp"
 #include "wantrain/wan/model/weights.hpp"
@@ -420,6 +422,63 @@ TEST_F(Wansample, TwoExpertsSwitchAtTheBoundary) {
     const Job bad = sample(args + common + "/bad.h5");
     EXPECT_EQ(bad.status, 2) << args << "\n" << bad.output;
     EXPECT_EQ(wt::testing::occurrences(bad.output, line), 1u) << args << "\n" << bad.output;
+  }
+}
+
+// Damaged model folders as a download leaves them (issue 80): an A14B
+// pipeline without its low-noise expert, a boundary_ratio out of range, and
+// a shards' index naming a file two folders up. Each is one line and
+// status 2, and nothing is written; the intact folder samples.
+TEST_F(Wansample, ADamagedModelFolderIsOneLineAndWritesNothing) {
+  auto config = wt::wan::load_model_config(kTiny);
+  config.text_len = 512;  // a diffusers config's (WanPipeline pads prompts to 512 tokens)
+  torch::manual_seed(11);
+  wt::wan::WanModel model(config);
+  auto pipeline = [&](const std::string& root, const std::vector<std::string>& saved, const nlohmann::json& index,
+                      double shard_bytes = 1e9) {
+    for (const auto& component : saved)
+      wt::wan::save_diffusers_folder(*model, config, root, torch::kFloat32, shard_bytes, component);
+    std::ofstream(root + "/model_index.json") << index.dump(2);
+    return root;
+  };
+  const nlohmann::json transformer = {"diffusers", "WanTransformer3DModel"};
+  const nlohmann::json a14b = {{"_class_name", "WanPipeline"},
+                               {"boundary_ratio", 0.875},
+                               {"transformer", transformer},
+                               {"transformer_2", transformer}};
+  auto run = [&](const std::string& root) {
+    return launch(std::string(WANTRAIN_WANSAMPLE) + " --threads 1 --steps 2 --weights " + root + " --data " + dir_ +
+                  "/data --out " + dir_ + "/out.h5");
+  };
+  const std::string intact = pipeline(dir_ + "/intact", {"transformer"},
+                                      {{"_class_name", "WanPipeline"}, {"transformer", transformer}}, 20000);
+  const Job good = run(intact);
+  ASSERT_EQ(good.status, 0) << good.output;
+  std::filesystem::remove(dir_ + "/out.h5");
+
+  const std::string lost = pipeline(dir_ + "/lost-expert", {"transformer"}, a14b);
+  auto out_of_range = a14b;
+  out_of_range["boundary_ratio"] = 7;
+  const std::string seven = pipeline(dir_ + "/boundary-7", {"transformer", "transformer_2"}, out_of_range);
+  // The intact folder's index, its first tensor sent to a copy of its shard outside.
+  const std::string index_file = intact + "/transformer/diffusion_pytorch_model.safetensors.index.json";
+  auto index = nlohmann::json::parse(wt::testing::read_text(index_file));
+  auto first = index["weight_map"].begin();
+  std::filesystem::copy_file(intact + "/transformer/" + first.value().get<std::string>(),
+                             dir_ + "/outside.safetensors");
+  first.value() = "../../outside.safetensors";
+  std::ofstream(index_file) << index.dump(2);
+
+  for (const auto& [root, line] : std::vector<std::pair<std::string, std::string>>{
+           {lost, lost + ": model_index.json names the component transformer_2 (WanTransformer3DModel), but " + lost +
+                      "/transformer_2/ is missing"},
+           {seven, seven + "/model_index.json: key \"boundary_ratio\": 7 is not a number in (0, 1)"},
+           {intact, "weights index " + index_file + ": tensor '" + first.key() +
+                        "' names a file outside the index's folder: ../../outside.safetensors resolves to"}}) {
+    const Job bad = run(root);
+    EXPECT_EQ(bad.status, 2) << bad.output;
+    EXPECT_EQ(wt::testing::occurrences(bad.output, "error: " + line), 1u) << line << "\n" << bad.output;
+    EXPECT_FALSE(std::filesystem::exists(dir_ + "/out.h5")) << root;
   }
 }
 

@@ -7,6 +7,8 @@
 #include <filesystem>
 
 #include "wantrain/util/error.hpp"
+#include "wantrain/util/folder_paths.hpp"
+#include "wantrain/wan/model/diffusers_folder.hpp"
 #include "wantrain/wan/encoders/prompt_text.hpp"
 
 namespace wt::wan {
@@ -19,7 +21,21 @@ std::string model_file(const std::string& path) {
   if (!std::filesystem::is_directory(path, error)) return path;
   for (const auto& folder : {std::filesystem::path(path), std::filesystem::path(path) / "tokenizer"})
     for (const char* name : {"tokenizer.json", "spiece.model"})
-      if (std::filesystem::exists(folder / name, error)) return (folder / name).string();
+      if (std::filesystem::exists(folder / name, error)) {
+        const auto named = std::filesystem::path(folder / name).lexically_relative(path).string();
+        if (const auto why = outside_folder_reason(path, named); !why.empty())
+          throw UsageError(
+              fmt::format("tokenizer model {}: {}: a model folder's files lie inside it (docs/model.md, "
+                          "\"Files a folder names\")",
+                          path, why));
+        return (folder / name).string();
+      }
+  if (const auto index = read_pipeline_index(path); index && index->names("tokenizer"))
+    throw UsageError(
+        fmt::format("{}: model_index.json names the component tokenizer ({}), but {}/tokenizer/ holds "
+                    "no tokenizer.json or spiece.model (an interrupted download, or a copy that left "
+                    "it out?)",
+                    path, index->components.at("tokenizer"), path));
   throw UsageError(
       fmt::format("tokenizer model {}: a folder without tokenizer.json or spiece.model, here or in its tokenizer/ "
                   "(umT5's tokenizer, as in the google/umt5-xxl folder of a Wan repository, or a diffusers "

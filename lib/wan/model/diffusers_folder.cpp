@@ -7,6 +7,7 @@
 
 #include "wantrain/util/error.hpp"
 #include "wantrain/util/files.hpp"
+#include "wantrain/util/folder_paths.hpp"
 
 namespace wt::wan {
 
@@ -15,23 +16,102 @@ namespace {
 using json = nlohmann::json;
 namespace fs = std::filesystem;
 
-std::optional<ModelFolder> component_in(const fs::path& folder, const std::string& stem) {
+constexpr const char* kTransformerStem = "diffusion_pytorch_model";
+
+// `name`, a file or folder that `folder` holds, refused when it resolves outside the folder.
+void check_inside(const fs::path& folder, const std::string& name) {
+  if (const auto why = outside_folder_reason(folder.string(), name); !why.empty())
+    throw UsageError(
+        fmt::format("{}: {}: a model folder's files lie inside it (docs/model.md, \"Files a folder "
+                    "names\")",
+                    folder.string(), why));
+}
+
+// What keeps `folder` from being a component folder of `stem`'s weights; empty when it is one.
+std::string component_problem(const fs::path& folder, const std::string& stem) {
   std::error_code error;
-  if (!fs::is_regular_file(folder / "config.json", error)) return std::nullopt;
+  if (!fs::is_directory(folder, error)) return "is missing";
+  if (!fs::is_regular_file(folder / "config.json", error)) return "has no config.json";
   for (const auto& name : {stem + ".safetensors.index.json", stem + ".safetensors"})
-    if (fs::is_regular_file(folder / name, error))
+    if (fs::is_regular_file(folder / name, error)) return {};
+  return fmt::format("has no {}.safetensors nor its shards' .safetensors.index.json", stem);
+}
+
+ModelFolder component_at(const fs::path& folder, const std::string& stem) {
+  check_inside(folder, "config.json");
+  std::error_code error;
+  for (const auto& name : {stem + ".safetensors.index.json", stem + ".safetensors"})
+    if (fs::is_regular_file(folder / name, error)) {
+      check_inside(folder, name);
       return ModelFolder{folder.string(), (folder / "config.json").string(), (folder / name).string()};
-  return std::nullopt;
+    }
+  throw UsageError(fmt::format("{}: no {} weights", folder.string(), stem));  // component_problem said it had
+}
+
+std::optional<ModelFolder> component_in(const fs::path& folder, const std::string& stem) {
+  if (!component_problem(folder, stem).empty()) return std::nullopt;
+  return component_at(folder, stem);
+}
+
+// ROOT/`component`, which model_index.json names or a two-expert root needs: one line when it is not complete.
+ModelFolder required_component(const fs::path& root, const std::optional<PipelineIndex>& index,
+                               const std::string& component, const std::string& stem) {
+  if (const auto problem = component_problem(root / component, stem); !problem.empty()) {
+    if (index && index->names(component))
+      throw UsageError(
+          fmt::format("{}: model_index.json names the component {} ({}), but {}/ {} (an interrupted "
+                      "download, or a copy that left it out?)",
+                      root.string(), component, index->components.at(component), (root / component).string(), problem));
+    throw UsageError(
+        fmt::format("{}: a two-expert pipeline folder holds transformer/ and transformer_2/, each with "
+                    "config.json and {}.safetensors (or its shards' index); {}/ {}",
+                    root.string(), stem, component, problem));
+  }
+  check_inside(root, component);
+  return component_at(root / component, stem);
 }
 
 }  // namespace
+
+std::optional<PipelineIndex> read_pipeline_index(const std::string& root) {
+  std::error_code error;
+  const fs::path file = fs::path(root) / "model_index.json";
+  if (!fs::exists(file, error)) return std::nullopt;
+  check_inside(root, "model_index.json");
+  const auto doc = json::parse(read_whole_file(file.string()), nullptr, false);
+  if (!doc.is_object()) throw UsageError(fmt::format("{}: not a JSON object", file.string()));
+  PipelineIndex index;
+  index.file = file.string();
+  for (const auto& [key, value] : doc.items()) {
+    if (key.empty() || key[0] == '_' || !value.is_array()) continue;  // the pipeline's own settings
+    const bool pair = value.size() == 2 && (value[0].is_string() || value[0].is_null()) &&
+                      (value[1].is_string() || value[1].is_null());
+    if (!pair)
+      throw UsageError(
+          fmt::format("{}: key \"{}\": {} is not a component's [library, class]", file.string(), key, value.dump()));
+    if (value[1].is_string()) index.components[key] = value[1].get<std::string>();
+  }
+  if (doc.contains("boundary_ratio") && !doc["boundary_ratio"].is_null()) {
+    const auto& ratio = doc["boundary_ratio"];
+    if (!ratio.is_number() || !(ratio.get<double>() > 0 && ratio.get<double>() < 1))
+      throw UsageError(
+          fmt::format("{}: key \"boundary_ratio\": {} is not a number in (0, 1) (the expert switch "
+                      "as a fraction of the 1000 timesteps, e.g. 0.875)",
+                      file.string(), ratio.dump()));
+    index.boundary_ratio = ratio.get<double>();
+  }
+  return index;
+}
 
 std::optional<ModelFolder> find_model_folder(const std::string& path, const std::string& component,
                                              const std::string& stem) {
   std::error_code error;
   if (!fs::is_directory(path, error)) return std::nullopt;
   if (auto found = component_in(path, stem)) return found;
-  if (auto found = component_in(fs::path(path) / component, stem)) return found;
+  const auto index = read_pipeline_index(path);
+  if (index && index->names(component)) return required_component(path, index, component, stem);
+  if (component_problem(fs::path(path) / component, stem).empty())
+    return required_component(path, index, component, stem);
   throw UsageError(fmt::format(
       "{}: a folder with no model in it: a diffusers {} folder holds config.json and {}.safetensors (or its "
       "shards' .safetensors.index.json), here or in {}/",
@@ -39,31 +119,24 @@ std::optional<ModelFolder> find_model_folder(const std::string& path, const std:
 }
 
 std::optional<ModelFolder> find_transformer_folder(const std::string& path) {
-  return find_model_folder(path, "transformer", "diffusion_pytorch_model");
+  if (find_two_experts(path))
+    throw UsageError(
+        fmt::format("{}: holds two experts, transformer/ the high-noise one and transformer_2/ the "
+                    "low-noise one: give one expert's folder ({}/transformer or {}/transformer_2) "
+                    "where one model is read (wansample --weights takes both)",
+                    path, path, path));
+  return find_model_folder(path, "transformer", kTransformerStem);
 }
 
 std::optional<TwoExperts> find_two_experts(const std::string& path) {
   std::error_code error;
-  if (!fs::is_directory(fs::path(path) / "transformer_2", error)) return std::nullopt;
-  const auto high = component_in(fs::path(path) / "transformer", "diffusion_pytorch_model");
-  const auto low = component_in(fs::path(path) / "transformer_2", "diffusion_pytorch_model");
-  if (!high || !low)
-    throw UsageError(
-        fmt::format("{}: a two-expert pipeline folder needs transformer/ and transformer_2/, each with "
-                    "config.json and diffusion_pytorch_model.safetensors (or its index); {}/ has not",
-                    path, high ? "transformer_2" : "transformer"));
-  TwoExperts experts{high->folder, low->folder, std::nullopt};
-  const fs::path index = fs::path(path) / "model_index.json";
-  if (fs::is_regular_file(index, error)) {
-    const auto doc = json::parse(read_whole_file(index.string()), nullptr, false);
-    if (!doc.is_object()) throw UsageError(fmt::format("{}: not a JSON object", index.string()));
-    if (doc.contains("boundary_ratio") && !doc["boundary_ratio"].is_null()) {
-      if (!doc["boundary_ratio"].is_number())
-        throw UsageError(fmt::format("{}: key \"boundary_ratio\": not a number", index.string()));
-      experts.boundary_ratio = doc["boundary_ratio"].get<double>();
-    }
-  }
-  return experts;
+  if (!fs::is_directory(path, error)) return std::nullopt;
+  const auto index = read_pipeline_index(path);
+  const bool two = index ? index->names("transformer_2") : fs::is_directory(fs::path(path) / "transformer_2", error);
+  if (!two) return std::nullopt;
+  const auto high = required_component(path, index, "transformer", kTransformerStem);
+  const auto low = required_component(path, index, "transformer_2", kTransformerStem);
+  return TwoExperts{high.folder, low.folder, index ? index->boundary_ratio : std::nullopt};
 }
 
 bool is_diffusers_config(const std::string& json_text) {

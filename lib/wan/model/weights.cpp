@@ -17,6 +17,7 @@
 #include "wantrain/wan/model/weight_names.hpp"
 #include "wantrain/util/error.hpp"
 #include "wantrain/util/files.hpp"
+#include "wantrain/util/folder_paths.hpp"
 #include "wantrain/util/json.hpp"
 
 namespace wt::wan {
@@ -68,6 +69,12 @@ WeightFiles WeightFiles::open(const std::string& path) {
                                    json_excerpt(item.value())));
     const std::string file = item.value().get<std::string>();
     if (file_of.count(file)) continue;
+    if (const auto why = outside_folder_reason(dir.string(), file); !why.empty())
+      throw UsageError(
+          fmt::format("weights index {}: tensor '{}' names a file outside the index's folder: {} "
+                      "(an index names only files of its own folder: docs/model.md, \"Files a "
+                      "folder names\")",
+                      path, item.key(), why));
     const std::string file_path = (dir / file).string();
     if (!fs::exists(file_path))
       throw UsageError(fmt::format("weights index {}: file {} that it names does not exist", path, file_path));
