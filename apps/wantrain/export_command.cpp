@@ -226,9 +226,8 @@ void export_experts(const std::string& run, const ExportOptions& o, const std::s
         fmt::format("option --{}: not for the two experts of {}: export each expert's checkpoint "
                     "({}/high_noise_model/latest) with its own",
                     merge.empty() ? "model-config-out" : "merge", run, run));
-  std::error_code error;
-  std::filesystem::create_directories(o.out, error);
-  if (error) throw UsageError(fmt::format("option --out: cannot create the folder {}: {}", o.out, error.message()));
+  // Both experts, each once: a pipeline of one expert is not the model (issue 80).
+  std::vector<std::string> folders;
   for (const auto& group : layout["groups"]) {
     const std::string folder = group.is_object() && group.contains("folder") && group["folder"].is_string()
                                    ? group["folder"].get<std::string>()
@@ -236,6 +235,19 @@ void export_experts(const std::string& run, const ExportOptions& o, const std::s
     if (folder != "high_noise_model" && folder != "low_noise_model")
       throw UsageError(
           fmt::format("{}: an expert's folder is {}, not high_noise_model or low_noise_model", file, group.dump()));
+    folders.push_back(folder);
+  }
+  std::sort(folders.begin(), folders.end());
+  if (folders != std::vector<std::string>{"high_noise_model", "low_noise_model"})
+    throw UsageError(
+        fmt::format("{}: \"groups\" names {}: a --experts run has two, high_noise_model and "
+                    "low_noise_model, each once",
+                    file, layout["groups"].dump()));
+  std::error_code error;
+  std::filesystem::create_directories(o.out, error);
+  if (error) throw UsageError(fmt::format("option --out: cannot create the folder {}: {}", o.out, error.message()));
+  for (const auto& group : layout["groups"]) {
+    const std::string folder = group["folder"].get<std::string>();
     const auto checkpoint = run + "/" + folder + "/latest";
     if (!std::filesystem::exists(checkpoint))
       throw UsageError(fmt::format("{}: no checkpoint yet ({} is missing)", run, checkpoint));

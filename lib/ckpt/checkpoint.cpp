@@ -53,7 +53,7 @@ TrainerState read_state(hid_t file, int version, std::string& object) {
   };
   if (version == 1) {
     object = "/trainer";
-    const auto trainer = open_group(file, "trainer");
+    const auto trainer = io::open_group(file, "trainer");
     read_int(trainer.get(), "/trainer", "step", state.step);
     read_int(trainer.get(), "/trainer", "epoch", state.epoch);
     read_int(trainer.get(), "/trainer", "sampler_epoch", state.sampler_epoch);
@@ -66,17 +66,17 @@ TrainerState read_state(hid_t file, int version, std::string& object) {
     return state;
   }
   object = "/engine";
-  const auto engine = open_group(file, "engine");
+  const auto engine = io::open_group(file, "engine");
   read_int(engine.get(), "/engine", "step", state.step);
   read_int(engine.get(), "/engine", "skipped", state.skipped);
   read_double(engine.get(), "/engine", "lr", state.lr);
   read_double(engine.get(), "/engine", "val_loss", state.val_loss);
   object = "/engine/scaler";
-  const auto scaler = open_group(engine.get(), "scaler");
+  const auto scaler = io::open_group(engine.get(), "scaler");
   read_double(scaler.get(), "/engine/scaler", "loss_scale", state.loss_scale);
   read_int(scaler.get(), "/engine/scaler", "good_steps", state.loss_scale_good_steps);
   object = "/sampler";
-  const auto sampler = open_group(file, "sampler");
+  const auto sampler = io::open_group(file, "sampler");
   read_int(sampler.get(), "/sampler", "epoch", state.epoch);
   read_int(sampler.get(), "/sampler", "sampler_epoch", state.sampler_epoch);
   read_int(sampler.get(), "/sampler", "consumed", state.sampler_consumed);
@@ -106,7 +106,7 @@ at::Tensor read_rng(hid_t group) {
 void read_objective_group(hid_t file, std::string& kind, std::map<std::string, std::string>& state,
                           std::string& object) {
   object = "/objective";
-  const auto objective = open_group(file, "objective");
+  const auto objective = io::open_group(file, "objective");
   for (const auto& name : attribute_names(objective.get())) {
     object = fmt::format("/objective attribute {}", name);
     const auto value = io::read_string_attribute(objective.get(), name);
@@ -136,7 +136,7 @@ void read_v1_root(hid_t file, Checkpoint& c, std::string& object) {
   }
   c.state = read_state(file, 1, object);
   object = "/trainer/rng_cpu";
-  c.rng_cpu = read_rng(open_group(file, "trainer").get());
+  c.rng_cpu = read_rng(io::open_group(file, "trainer").get());
 }
 
 }  // namespace
@@ -272,12 +272,12 @@ Checkpoint read_main_file(const std::string& path, ReadParts parts) {
       object = "attribute run_options";
       c.run_config = io::read_string_attribute(file.get(), "run_options");
       object = "/engine";
-      const auto engine = open_group(file.get(), "engine");
+      const auto engine = io::open_group(file.get(), "engine");
       c.state = read_state(file.get(), 2, object);
       object = "/engine/rng_cpu";
       c.rng_cpu = read_rng(engine.get());
       object = "/sampler attribute world_size";
-      const auto sampler = open_group(file.get(), "sampler");
+      const auto sampler = io::open_group(file.get(), "sampler");
       c.world_size = int(io::read_int_attribute(sampler.get(), "world_size"));
       object = "/sampler attribute shard_affinity";
       c.shard_affinity = io::read_int_attribute(sampler.get(), "shard_affinity") != 0;
@@ -287,7 +287,7 @@ Checkpoint read_main_file(const std::string& path, ReadParts parts) {
     for (const auto& [group_name, tensors] : {std::pair{"model", &c.model}, std::pair{"ema", &c.ema}}) {
       object = fmt::format("/{}", group_name);
       if (std::string(group_name) == "ema" && (!parts.ema || !io::exists(file.get(), "ema"))) continue;
-      const auto group = open_group(file.get(), group_name);
+      const auto group = io::open_group(file.get(), group_name);
       if (std::string(group_name) == "model") {
         object = "/model attribute groups";
         c.groups = read_groups(group.get(), c.groups_recorded);
@@ -299,7 +299,7 @@ Checkpoint read_main_file(const std::string& path, ReadParts parts) {
     }
     const std::string optimizer_group = c.version == 1 ? "optim" : "optimizer";
     object = "/" + optimizer_group;
-    const auto optimizer = open_group(file.get(), optimizer_group);
+    const auto optimizer = io::open_group(file.get(), optimizer_group);
     if (c.version > 1) {
       object = "/optimizer attribute kind";
       const auto kind = io::read_string_attribute(optimizer.get(), "kind");
@@ -315,7 +315,7 @@ Checkpoint read_main_file(const std::string& path, ReadParts parts) {
     if (!parts.optimizer) return c;
     for (const auto& name : members(optimizer.get())) {
       object = fmt::format("/{}/{}", optimizer_group, name);
-      const auto group = open_group(optimizer.get(), name);
+      const auto group = io::open_group(optimizer.get(), name);
       OptimizerSlot slot;
       slot.name = name;
       slot.step = io::read_int_attribute(group.get(), "step");
@@ -367,7 +367,7 @@ WeightsContents read_weights_contents(const std::string& path) {
     w.version = read_version(file.get(), object);
     w.step = read_state(file.get(), w.version, object).step;
     object = "/model";
-    const auto model = open_group(file.get(), "model");
+    const auto model = io::open_group(file.get(), "model");
     object = "/model attribute groups";
     w.groups = read_groups(model.get(), w.groups_recorded);
     for (const auto& name : members(model.get())) {
@@ -379,7 +379,7 @@ WeightsContents read_weights_contents(const std::string& path) {
     w.ema = io::exists(file.get(), "ema");
     if (w.version == kShardedVersion) {
       object = "/optimizer attribute ema";
-      w.sharded_ema = io::read_int_attribute(open_group(file.get(), "optimizer").get(), "ema") != 0;
+      w.sharded_ema = io::read_int_attribute(io::open_group(file.get(), "optimizer").get(), "ema") != 0;
       w.ema = w.sharded_ema;
     }
     return w;
@@ -397,7 +397,7 @@ at::Tensor read_weight(const std::string& path, const std::string& group, const 
   require_readable(path);
   try {
     const auto file = io::open_file(path);
-    return read_tensor(open_group(file.get(), group).get(), name);
+    return read_tensor(io::open_group(file.get(), group).get(), name);
   } catch (const std::exception& e) {
     throw UsageError(fmt::format("checkpoint {}: /{}/{}: {}", path, group, name, e.what()));
   }

@@ -58,25 +58,51 @@ std::optional<std::string> linked_checkpoint(const std::string& directory, const
   std::error_code error;
   if (!fs::is_symlink(fs::symlink_status(path, error))) return std::nullopt;
   const fs::path target = fs::read_symlink(path, error);
-  if (error) return std::nullopt;
-  const fs::path resolved = target.is_absolute() ? target : fs::path(directory) / target;
+  // The writer names a checkpoint of the directory itself; any other target is not a run's link.
+  if (error || !std::regex_match(target.string(), kComplete)) return std::nullopt;
+  const fs::path resolved = fs::path(directory) / target;
   if (!fs::exists(resolved, error)) return std::nullopt;
   return resolved.string();
 }
 
+namespace {
+
+// The checkpoint a run directory's `latest` names, checked: nullopt when the
+// directory has neither `latest` nor checkpoints (a run not begun). What a
+// copy or a stray file leaves is one line, never a silent fresh start (which
+// would write over the run's checkpoints and metrics).
+std::optional<std::string> latest_of_run(const std::string& directory) {
+  const fs::path link = fs::path(directory) / "latest";
+  std::error_code error;
+  const auto status = fs::symlink_status(link, error);
+  if (!fs::exists(status)) {
+    const auto found = list_checkpoints(directory);
+    if (found.empty()) return std::nullopt;
+    throw SettingError("resume", fmt::format("{} holds checkpoints ({} the newest) but no 'latest' link: give the one "
+                                             "to resume from as the checkpoint file, or another output directory",
+                                             directory, fs::path(found.back()).filename().string()));
+  }
+  if (!fs::is_symlink(status))
+    throw SettingError("resume", fmt::format("{} is not a link to a checkpoint (a copy that followed links, e.g. "
+                                             "cp -L or rsync -L?): give the checkpoint file to resume from",
+                                             link.string()));
+  const fs::path target = fs::read_symlink(link, error);
+  if (!std::regex_match(target.string(), kComplete))
+    throw SettingError("resume", fmt::format("{} names {}: a run's 'latest' names one of its own checkpoints "
+                                             "(step-NNNNNNNN.h5 beside it)",
+                                             link.string(), target.string()));
+  if (!fs::exists(fs::path(directory) / target, error))
+    throw SettingError("resume", fmt::format("{} names {}, which does not exist", link.string(), target.string()));
+  return (fs::path(directory) / target).string();
+}
+
+}  // namespace
+
 std::optional<std::string> resolve_resume(const std::string& resume, const std::string& output_dir) {
   std::error_code error;
-  if (resume == "auto") {
-    // A `latest` that names nothing is damage to report, not a fresh start
-    // (which would overwrite the old run's metrics).
-    const fs::path link = fs::path(output_dir) / "latest";
-    if (fs::is_symlink(fs::symlink_status(link, error)) && !linked_checkpoint(output_dir, "latest"))
-      throw SettingError("resume", fmt::format("{} names {}, which does not exist", link.string(),
-                                               fs::read_symlink(link, error).string()));
-    return linked_checkpoint(output_dir, "latest");
-  }
+  if (resume == "auto") return latest_of_run(output_dir);
   if (fs::is_directory(resume, error)) {
-    if (auto latest = linked_checkpoint(resume, "latest")) return latest;
+    if (auto latest = latest_of_run(resume)) return latest;
     throw SettingError("resume", fmt::format("directory {} has no 'latest' checkpoint", resume));
   }
   if (!fs::exists(resume, error)) throw SettingError("resume", fmt::format("{} does not exist", resume));

@@ -21,13 +21,16 @@ std::string checkpoint_file_name(int64_t step);  // "step-00000120.h5"
 std::vector<std::string> list_checkpoints(const std::string& directory);
 
 // The checkpoint a link (`latest`, `best`) in `directory` names, as a path,
-// if the link and its target exist.
+// if the link and its target exist and the target is one of the directory's
+// own checkpoints (a bare step-NNNNNNNN.h5, as the writer links it).
 std::optional<std::string> linked_checkpoint(const std::string& directory, const std::string& link);
 
 // --resume: "auto" is `latest` in `output_dir` if there is one (else nullopt:
-// start fresh; a `latest` naming a missing file is an error); anything else
-// is a checkpoint file, or a directory whose `latest` is taken. UsageError
-// naming the option when PATH has none.
+// start fresh); anything else is a checkpoint file, or a directory whose
+// `latest` is taken. UsageError naming the option when PATH has none, and
+// for a run directory that is damaged rather than new: a `latest` naming a
+// missing file or anything but one of its own checkpoints, a `latest` that
+// is a file and not a link, checkpoints without a `latest`.
 std::optional<std::string> resolve_resume(const std::string& resume, const std::string& output_dir);
 
 // Atomically points `directory/link` at `target` (a name in the directory).

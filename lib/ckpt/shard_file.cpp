@@ -81,10 +81,10 @@ StateReader::StateReader(const std::string& path) : path_(path) {
     object = "/" + optimizer_group;
     if (version < kShardedVersion) {
       // The whole tensors, each one piece.
-      const auto optimizer = open_group(file.get(), optimizer_group);
+      const auto optimizer = io::open_group(file.get(), optimizer_group);
       for (const auto& name : members(optimizer.get())) {
         object = fmt::format("/{}/{}", optimizer_group, name);
-        const auto group = open_group(optimizer.get(), name);
+        const auto group = io::open_group(optimizer.get(), name);
         steps_[name] = io::read_int_attribute(group.get(), "step");
         for (auto [kind, member] : {std::pair{Kind::ExpAvg, "exp_avg"}, std::pair{Kind::ExpAvgSq, "exp_avg_sq"}}) {
           object = fmt::format("/{}/{}/{}", optimizer_group, name, member);
@@ -95,7 +95,7 @@ StateReader::StateReader(const std::string& path) : path_(path) {
       }
       if (io::exists(file.get(), "ema")) {
         object = "/ema";
-        const auto ema = open_group(file.get(), "ema");
+        const auto ema = io::open_group(file.get(), "ema");
         for (const auto& name : members(ema.get())) {
           object = "/ema/" + name;
           const int64_t n = numel_of(ema.get(), name);
@@ -104,11 +104,11 @@ StateReader::StateReader(const std::string& path) : path_(path) {
       }
       return;
     }
-    const auto optimizer = open_group(file.get(), "optimizer");
+    const auto optimizer = io::open_group(file.get(), "optimizer");
     object = "/optimizer attribute zero_shards";
     const int ranks = int(io::read_int_attribute(optimizer.get(), "zero_shards"));
     object = "/engine attribute step";
-    const int64_t step = io::read_int_attribute(open_group(file.get(), "engine").get(), "step");
+    const int64_t step = io::read_int_attribute(io::open_group(file.get(), "engine").get(), "step");
     has_optimizer_ = true;
     int rank = 0;
     for (const auto& shard : shard_paths(path, step, ranks)) {
@@ -127,10 +127,10 @@ StateReader::StateReader(const std::string& path) : path_(path) {
               fmt::format("is {}, but the checkpoint {} wants {} (a shard of another checkpoint?)", got, path, want));
       }
       object = "/optimizer";
-      const auto moments = open_group(part.get(), "optimizer");
+      const auto moments = io::open_group(part.get(), "optimizer");
       for (const auto& name : members(moments.get())) {
         object = "/optimizer/" + name;
-        const auto group = open_group(moments.get(), name);
+        const auto group = io::open_group(moments.get(), name);
         const int64_t offset = io::read_int_attribute(group.get(), "offset");
         const int64_t numel = io::read_int_attribute(group.get(), "numel");
         steps_[name] = io::read_int_attribute(group.get(), "step");
@@ -140,7 +140,7 @@ StateReader::StateReader(const std::string& path) : path_(path) {
         }
       }
       if (io::exists(part.get(), "ema")) {
-        const auto ema = open_group(part.get(), "ema");
+        const auto ema = io::open_group(part.get(), "ema");
         for (const auto& name : members(ema.get())) {
           object = "/ema/" + name;
           const auto set = io::open_dataset(ema.get(), name);

@@ -86,9 +86,6 @@ at::Tensor read_rows_covering(hid_t location, const std::string& name, int64_t b
 io::Handle create_group(hid_t location, const std::string& name) {
   return io::Handle(H5_CHECK(H5Gcreate2(location, name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)), H5Gclose);
 }
-io::Handle open_group(hid_t location, const std::string& name) {
-  return io::Handle(H5_CHECK(H5Gopen2(location, name.c_str(), H5P_DEFAULT)), H5Gclose);
-}
 
 namespace {
 

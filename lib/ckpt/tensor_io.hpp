@@ -31,7 +31,6 @@ at::Tensor read_tensor(hid_t location, const std::string& name);
 at::Tensor read_rows_covering(hid_t location, const std::string& name, int64_t begin, int64_t end, int64_t& first);
 
 io::Handle create_group(hid_t location, const std::string& name);
-io::Handle open_group(hid_t location, const std::string& name);
 
 // The names of the links directly under a group, and of an object's
 // attributes, in HDF5's (name) order.

@@ -3,9 +3,15 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
+
 #include "wantrain/util/error.hpp"
 
 namespace wt::io {
+
+namespace {
+constexpr const char* kOwnDataOnly = "wantrain reads only the data a file holds itself";
+}  // namespace
 
 std::mutex& library_mutex() {
   static std::mutex mutex;  // the HDF5 library itself is process-global
@@ -37,8 +43,44 @@ Handle create_file(const std::string& path) {
   return Handle(H5_CHECK(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT)), H5Fclose);
 }
 
+namespace {
+
+// The number HDF5 gives the file an object lies in.
+unsigned long file_number(hid_t object) {
+#if H5_VERSION_GE(1, 12, 0)
+  H5O_info2_t info;
+  H5_CHECK(H5Oget_info3(object, &info, H5O_INFO_BASIC));
+#else
+  H5O_info_t info;
+  H5_CHECK(H5Oget_info2(object, &info, H5O_INFO_BASIC));
+#endif
+  return info.fileno;
+}
+
+// An object reached by name from `location` must lie in the same file: an
+// external link would make a downloaded file read another one.
+void check_same_file(hid_t location, hid_t object, const std::string& name) {
+  if (file_number(object) != file_number(location))
+    throw Error(fmt::format("{}: an external link to another file ({})", name, kOwnDataOnly));
+}
+
+}  // namespace
+
 Handle open_dataset(hid_t location, const std::string& name) {
-  return Handle(H5_CHECK(H5Dopen2(location, name.c_str(), H5P_DEFAULT)), H5Dclose);
+  Handle dataset(H5_CHECK(H5Dopen2(location, name.c_str(), H5P_DEFAULT)), H5Dclose);
+  check_same_file(location, dataset.get(), name);
+  const Handle create(H5_CHECK(H5Dget_create_plist(dataset.get())), H5Pclose);
+  if (H5Pget_layout(create.get()) == H5D_VIRTUAL)
+    throw Error(fmt::format("{}: a virtual dataset, its data drawn from other datasets ({})", name, kOwnDataOnly));
+  if (H5Pget_external_count(create.get()) > 0)
+    throw Error(fmt::format("{}: its data stored in external files ({})", name, kOwnDataOnly));
+  return dataset;
+}
+
+Handle open_group(hid_t location, const std::string& name) {
+  Handle group(H5_CHECK(H5Gopen2(location, name.c_str(), H5P_DEFAULT)), H5Gclose);
+  check_same_file(location, group.get(), name);
+  return group;
 }
 
 Handle dataset_type(hid_t dataset) { return Handle(H5_CHECK(H5Dget_type(dataset)), H5Tclose); }

@@ -67,7 +67,11 @@ void quiet_errors();
 // Opening and creating; each throws wt::Error with HDF5's reason (via H5_CHECK).
 Handle open_file(const std::string& path, bool writable = false);
 Handle create_file(const std::string& path);  // truncates
+// A dataset or group under `location`, which must lie in the same file and
+// hold its data itself: wt::Error for an external link, a virtual dataset
+// or external storage (a downloaded file must not make wantrain read others).
 Handle open_dataset(hid_t location, const std::string& name);
+Handle open_group(hid_t location, const std::string& name);
 Handle dataset_type(hid_t dataset);
 Handle dataset_space(hid_t dataset);
 bool exists(hid_t location, const std::string& name);  // a link directly under location

@@ -101,7 +101,18 @@ std::vector<std::string> split_names(const std::string& text) {
 // only when they differ, to name the first shard that does).
 data::Dataset open_everywhere(const distributed::World& world, const std::string& directory, const std::string& where) {
   std::optional<data::Dataset> dataset;
-  world.agree([&] { dataset = data::Dataset::open(directory); });
+  world.agree([&] {
+    dataset = data::Dataset::open(directory);
+    // wandata stage's list names the whole dataset: each rank must hold all of it, as it reads all of it.
+    std::set<std::string> held;
+    for (const auto& info : dataset->shards()) held.insert(file_name(info.path));
+    for (const auto& name : split_names(read_shard_list(directory)))
+      if (held.count(name) == 0)
+        throw UsageError(
+            fmt::format("data: {} lacks {} of {}, which its {} lists: without {} every rank reads every "
+                        "shard; with node-local copies of part of the data, pass it",
+                        where, name, directory, data::kStagedShardList, setting_reference("shard_affinity")));
+  });
   json view = json::array();
   for (const auto& info : dataset->shards()) view.push_back(to_json(info));
   const std::string text = view.dump(-1, ' ', false, json::error_handler_t::replace);

@@ -113,7 +113,7 @@ local-data)
     --output-dir "$work/shared" > shared.log 2>&1 || { cat shared.log; fail "the shared-storage run failed"; }
   same_run local shared
   # Without --shard-affinity every rank needs every shard: one line naming the rank, its node and a missing shard.
-  refused "error: data: rank 1 on $node1 lacks shard-00000.h5 of $nodes_dir/local/ds, which rank 0 has" \
+  refused "error: data: rank 0 on $node0 lacks shard-00001.h5 of $nodes_dir/local/ds, which its staged-shards.txt lists" \
     --data "$nodes_dir/local/ds"
   # A shard that never reached its node (stage's list names it): the line names the rank, the node and the shard.
   rm "$nodes_dir/nodes/$node1/local/ds/shard-00003.h5"

@@ -286,6 +286,17 @@ TEST(Encode, AKilledEncodeResumesToTheSameDataset) {
   for (const auto& entry : fs::directory_iterator(killed))
     EXPECT_EQ(entry.path().string().find(".partial"), std::string::npos) << entry.path();
 
+  // A shard lost after its record was written (deleted, or left out of a copy): encoded again, not counted.
+  fs::remove(killed + "/shard-00001.h5");
+  const auto healed = launch(wandata(encode_args(s, s.clips, killed, "--frames 5 --items-per-shard 1")));
+  ASSERT_EQ(healed.status, 0) << healed.output;
+  EXPECT_EQ(wt::testing::occurrences(healed.output, killed + "/shard-00001.h5: its record " + killed +
+                                                        "/shard-00001.json counts samples, but the shard is "
+                                                        "missing: encoding it again"),
+            1u)
+      << healed.output;
+  expect_identical(read_all(killed), read_all(whole));
+
   const auto other = launch(wandata(encode_args(s, s.clips, killed, "--frames 9 --items-per-shard 1")));
   EXPECT_EQ(other.status, 2) << other.output;
   EXPECT_NE(other.output.find(killed + ": encoded with frames = 5 before, 9 now"), std::string::npos) << other.output;

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 
@@ -158,6 +159,16 @@ TEST_F(Experts, EachGroupTrainsAsAOneExpertRunResumesBitwiseAndExportsBoth) {
               0)
         << folder;
   }
+
+  // An experts.json that lost a group: one line, and no pipeline of one expert.
+  auto layout = nlohmann::json::parse(wt::testing::read_text(dir + "/experts.json"));
+  layout["groups"].erase(1);
+  std::ofstream(dir + "/experts.json") << layout.dump();
+  const Job one = launch(std::string(WANTRAIN_WANTRAIN) + " export --checkpoint " + dir + " --format diffusers --out " +
+                         dir + "/one-expert");
+  EXPECT_EQ(one.status, 2) << one.output;
+  EXPECT_EQ(occurrences(one.output, "experts.json: \"groups\" names [{"), 1u) << one.output;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/one-expert")) << one.output;
 }
 
 // LoRA under ZeRO-1 in each group: the low-noise group's adapters are a

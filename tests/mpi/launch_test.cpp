@@ -723,6 +723,16 @@ TEST(Wandata, StageCopiesTheShardsOfANodesRanksAndRefusesBadOptions) {
     EXPECT_EQ(refused.status, 2) << options << "\n" << refused.output;
     EXPECT_EQ(occurrences(refused.output, line), 1u) << options << "\n" << refused.output;
   }
+  // Without --shard-affinity every rank reads every shard: a node's part is one line, not trained on as the whole.
+  const Job partial =
+      launch(std::string(WANTRAIN_WANTRAIN) + " --model-config " + WANTRAIN_SOURCE_DIR +
+             "/data/configs/wan-tiny.json --steps 1 --data " + local + " --output-dir " + fresh("stage-partial-run"));
+  EXPECT_EQ(partial.status, 2) << partial.output;
+  EXPECT_EQ(occurrences(partial.output, "lacks shard-00000.h5 of " + local +
+                                            ", which its staged-shards.txt lists: without --shard-affinity every "
+                                            "rank reads every shard"),
+            1u)
+      << partial.output;
   // A shard of another dataset would join this one in the job's view.
   const auto other = fresh("stage-other");
   ASSERT_EQ(wandata("synth --out " + other + " --samples 2 --shards 1").status, 0);

@@ -38,6 +38,17 @@ std::string record_path(const std::string& out, int64_t shard) {
   return fs::path(data::shard_path(out, shard)).replace_extension(".json").string();
 }
 
+// Whether shard k is done: its record written, and its file there when the
+// record counts samples. A record whose shard was deleted (or not copied)
+// is not done: the shard is encoded again, not counted as if present.
+bool shard_done(const std::string& out, int64_t k) {
+  const std::string record = record_path(out, k);
+  if (!fs::exists(record)) return false;
+  if (fs::exists(data::shard_path(out, k))) return true;
+  const auto doc = parse_json_or_discarded(read_whole_file(record));
+  return doc.is_object() && doc.value("samples", int64_t(-1)) == 0;
+}
+
 // An item made ready by the decoding thread: its clips as [3, N, H, W] in
 // [-1, 1], or why it is skipped.
 struct Prepared {
@@ -306,7 +317,10 @@ std::vector<int64_t> shards_to_encode(const DatasetEncoderSettings& s, const Enc
   std::vector<int64_t> mine;
   items = 0;
   for (int64_t k = world.rank(); k < int64_t(plan.shards.size()); k += world.size()) {
-    if (fs::exists(record_path(s.out, k))) continue;
+    if (shard_done(s.out, k)) continue;
+    if (fs::exists(record_path(s.out, k)))
+      report_warning("{}: its record {} counts samples, but the shard is missing: encoding it again",
+                     data::shard_path(s.out, k), record_path(s.out, k));
     std::error_code ec;
     fs::remove(data::shard_path(s.out, k) + ".partial", ec);  // a killed run's unfinished shard
     mine.push_back(k);
@@ -432,7 +446,7 @@ DatasetEncoderSummary encode_dataset(const DatasetEncoderSettings& s, VideoVae& 
   const EncodePlan plan = plan_job(s, items, probes, world);
   const auto shards = int64_t(plan.shards.size());
   int64_t kept = 0;
-  for (int64_t k = 0; k < shards; ++k) kept += fs::exists(record_path(s.out, k)) ? 1 : 0;
+  for (int64_t k = 0; k < shards; ++k) kept += shard_done(s.out, k) ? 1 : 0;
   int64_t my_items = 0;
   const std::vector<int64_t> mine = shards_to_encode(s, plan, world, my_items);
   const auto shape_of = [&](const ClipBucket& b) { return sample_shape(b, s, vae, text, clip); };

@@ -342,6 +342,51 @@ TEST(CheckpointWriter, LatestNamesTheNewestAndKeepPrunesOnlyAfterANewOneIsComple
     EXPECT_EQ(entry.path().extension(), entry.path().filename() == "latest" ? "" : ".h5") << entry.path();
 }
 
+// A run directory damaged by a copy or by hand is one line for --resume,
+// never a fresh start over its checkpoints, and its links never lead out of it.
+TEST(CheckpointWriter, ADamagedRunDirectoryIsOneLineForResume) {
+  const auto dir = fresh_dir("damaged");
+  {
+    CheckpointWriter writer(writer_options(dir, 0, false));
+    for (int64_t step : {10, 20}) writer.submit(sample(step));
+    for (const auto& r : writer.drain()) ASSERT_TRUE(r.ok()) << r.error;
+  }
+  const std::string latest = dir + "/latest";
+  auto relink = [&](const std::string& target) {
+    fs::remove(latest);
+    fs::create_symlink(target, latest);
+  };
+  // Links to anything but the directory's own checkpoints: not followed.
+  const auto other = fresh_dir("damaged-other");
+  fs::copy_file(dir + "/step-00000020.h5", other + "/step-00000020.h5");
+  for (const std::string& target :
+       std::vector<std::string>{"../damaged-other/step-00000020.h5", other + "/step-00000020.h5", "notes.txt"}) {
+    relink(target);
+    EXPECT_EQ(linked_checkpoint(dir, "latest"), std::nullopt) << target;
+    for (const std::string& resume : std::vector<std::string>{"auto", dir})
+      EXPECT_EQ(message_of([&] { resolve_resume(resume, resume == "auto" ? dir : "elsewhere"); }),
+                "resume: " + latest + " names " + target +
+                    ": a run's 'latest' names one of its own checkpoints (step-NNNNNNNN.h5 beside it)")
+          << target;
+  }
+  // A copy that followed links: `latest` a file.
+  fs::remove(latest);
+  fs::copy_file(dir + "/step-00000020.h5", latest);
+  EXPECT_EQ(message_of([&] { resolve_resume("auto", dir); }),
+            "resume: " + latest +
+                " is not a link to a checkpoint (a copy that followed links, e.g. cp -L or rsync -L?): give the "
+                "checkpoint file to resume from");
+  // Checkpoints but no `latest`: not a new run.
+  fs::remove(latest);
+  EXPECT_EQ(message_of([&] { resolve_resume("auto", dir); }),
+            "resume: " + dir +
+                " holds checkpoints (step-00000020.h5 the newest) but no 'latest' link: give the one to resume from "
+                "as the checkpoint file, or another output directory");
+  // Restored, it resumes.
+  relink("step-00000020.h5");
+  EXPECT_EQ(resolve_resume("auto", dir), dir + "/step-00000020.h5");
+}
+
 TEST(CheckpointWriter, KeepBestKeepsTheLowestValidationLossBeyondKeep) {
   const auto dir = fresh_dir("best");
   CheckpointWriter writer(writer_options(dir, 1, true));

@@ -7,6 +7,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -380,6 +381,60 @@ TEST(DataFormat, HostileShapesAndTypesAreRefusedBeforeAllocating) {
     EXPECT_EQ(open_error(dir), "data: shard " + dir +
                                    "/a.h5: /latents has an unsupported element type (expected float32, float16, or "
                                    "uint16 with attribute dtype=\"bfloat16\")");
+  }
+}
+
+// Replaces /latents of shard `path` ([2,4,2,3,5] float32) by `make`'s link or dataset.
+static void replace_latents(const std::string& path, const std::function<void(hid_t file)>& make) {
+  io::Lock lock(io::library_mutex());
+  auto file = io::open_file(path, /*writable=*/true);
+  ASSERT_GE(H5Ldelete(file.get(), "latents", H5P_DEFAULT), 0);
+  make(file.get());
+}
+
+// A shard whose /latents lie in another file (an external link, a virtual
+// dataset over another file, external raw storage): one line, before
+// anything is read, whatever the other file holds. Each of the three was
+// read as the shard's own data before.
+TEST(DataFormat, AShardWhoseDataLiesInAnotherFileIsRefused) {
+  const auto s = small_shape();  // latents [4,2,3,5]
+  std::vector<hsize_t> dims{2, 4, 2, 3, 5};
+  const auto elsewhere = wt::testing::fresh_directory("elsewhere");
+  wt::testing::write_shard(elsewhere + "/other.h5", s, 2, 1);
+  std::ofstream(elsewhere + "/raw.bin", std::ios::binary) << std::string(2 * 4 * 2 * 3 * 5 * 4, '\x01');
+  auto dataset = [&](hid_t file, hid_t create) {
+    const io::Handle space(H5Screate_simple(5, dims.data(), nullptr), H5Sclose);
+    const io::Handle set(H5Dcreate2(file, "latents", H5T_IEEE_F32LE, space.get(), H5P_DEFAULT, create, H5P_DEFAULT),
+                         H5Dclose);
+    ASSERT_TRUE(set);
+  };
+  const std::vector<std::pair<std::string, std::function<void(hid_t)>>> cases{
+      {"latents: an external link to another file",
+       [&](hid_t file) {
+         ASSERT_GE(H5Lcreate_external((elsewhere + "/other.h5").c_str(), "/latents", file, "latents", H5P_DEFAULT,
+                                      H5P_DEFAULT),
+                   0);
+       }},
+      {"latents: a virtual dataset, its data drawn from other datasets",
+       [&](hid_t file) {
+         const io::Handle create(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+         const io::Handle space(H5Screate_simple(5, dims.data(), nullptr), H5Sclose);
+         ASSERT_GE(
+             H5Pset_virtual(create.get(), space.get(), (elsewhere + "/other.h5").c_str(), "/latents", space.get()), 0);
+         dataset(file, create.get());
+       }},
+      {"latents: its data stored in external files", [&](hid_t file) {
+         const io::Handle create(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+         ASSERT_GE(H5Pset_external(create.get(), (elsewhere + "/raw.bin").c_str(), 0, 2 * 4 * 2 * 3 * 5 * 4), 0);
+         dataset(file, create.get());
+       }}};
+  for (const auto& [line, make] : cases) {
+    const auto dir = wt::testing::fresh_directory("data-elsewhere");
+    wt::testing::write_shard(dir + "/a.h5", s, 2, 0);
+    replace_latents(dir + "/a.h5", make);
+    const std::string error = open_error(dir);
+    EXPECT_EQ(error.rfind("data: shard " + dir + "/a.h5: unreadable (" + line, 0), 0u) << error;
+    EXPECT_NE(error.find("(wantrain reads only the data a file holds itself))"), std::string::npos) << error;
   }
 }
 
