@@ -9,6 +9,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "../../../common/small_models.hpp"
 #include "wantrain/util/error.hpp"
 #include "wantrain/util/files.hpp"
 #include "wantrain/wan/model/diffusers_export.hpp"
@@ -23,18 +24,10 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
+// A small model as a diffusers config gives it: 512 text tokens.
 wt::wan::WanConfig small_config() {
-  wt::wan::WanConfig c;
-  c.dim = 32;
-  c.ffn_dim = 64;
-  c.num_heads = 2;
-  c.num_layers = 2;
-  c.freq_dim = 16;
-  c.text_dim = 8;
-  c.text_len = 512;  // what a diffusers config gives
-  c.patch_size = {1, 2, 2};
-  c.in_dim = 4;
-  c.out_dim = 4;
+  auto c = wt::testing::small_wan_config();
+  c.text_len = 512;
   return c;
 }
 
