@@ -14,6 +14,7 @@
 #include "wantrain/app/float_dtype.hpp"
 #include "wantrain/app/version.hpp"
 #include "wantrain/ckpt/checkpoint.hpp"
+#include "wantrain/ckpt/directory.hpp"
 #include "wantrain/wan/objective/few_step_objective.hpp"
 #include "wantrain/wan/model/model_recipe.hpp"
 #include "wantrain/distributed/world.hpp"
@@ -243,14 +244,32 @@ void export_experts(const std::string& run, const ExportOptions& o, const std::s
         fmt::format("{}: \"groups\" names {}: a --experts run has two, high_noise_model and "
                     "low_noise_model, each once",
                     file, layout["groups"].dump()));
+  // Each expert's checkpoint, found before anything is written (the groups checkpoint at their own pace).
+  std::map<std::string, std::string> checkpoints;
+  for (const auto& folder : folders) {
+    const auto latest = ckpt::linked_checkpoint(run + "/" + folder, "latest");
+    if (!latest)
+      throw UsageError(
+          fmt::format("{}: no checkpoint of {} yet ({}/{}/latest names none): both experts are exported "
+                      "together",
+                      run, folder, run, folder));
+    checkpoints[folder] = *latest;
+  }
   std::error_code error;
   std::filesystem::create_directories(o.out, error);
   if (error) throw UsageError(fmt::format("option --out: cannot create the folder {}: {}", o.out, error.message()));
-  for (const auto& group : layout["groups"]) {
-    const std::string folder = group["folder"].get<std::string>();
-    const auto checkpoint = run + "/" + folder + "/latest";
-    if (!std::filesystem::exists(checkpoint))
-      throw UsageError(fmt::format("{}: no checkpoint yet ({} is missing)", run, checkpoint));
+  if (o.format == "diffusers") {
+    // Where the pipeline switches experts (what wansample --weights OUT reads too), written first: an export cut
+    // short leaves a folder that names both experts, which no reader takes for one. The VAE, text encoder and
+    // tokenizer are the release's, unchanged: copy their folders beside these to make the whole pipeline.
+    const nlohmann::json index = {{"_class_name", "WanPipeline"},
+                                  {"_diffusers_version", "0.42.1"},  // as its transformer folders say
+                                  {"boundary_ratio", layout.value("boundary", 0.875)},
+                                  {"transformer", {"diffusers", "WanTransformer3DModel"}},
+                                  {"transformer_2", {"diffusers", "WanTransformer3DModel"}}};
+    write_file_durably(o.out + "/model_index.json", index.dump(2) + "\n");
+  }
+  for (const auto& [folder, checkpoint] : checkpoints) {
     auto saved = ckpt::read_checkpoint(checkpoint, {/*optimizer=*/false, /*ema=*/o.ema});
     ExportOptions mine = o;
     if (o.format == "diffusers") {  // diffusers' WanPipeline: the high-noise expert is transformer/
@@ -270,16 +289,6 @@ void export_experts(const std::string& run, const ExportOptions& o, const std::s
     }
     export_checkpoint(std::move(saved), checkpoint, mine, "", "");
   }
-  if (o.format != "diffusers") return;
-  // Where the pipeline switches experts (what wansample --weights OUT reads
-  // too); the VAE, text encoder and tokenizer are the release's, unchanged:
-  // copy their folders beside these to make the whole pipeline.
-  const nlohmann::json index = {{"_class_name", "WanPipeline"},
-                                {"_diffusers_version", "0.42.1"},  // as its transformer folders say
-                                {"boundary_ratio", layout.value("boundary", 0.875)},
-                                {"transformer", {"diffusers", "WanTransformer3DModel"}},
-                                {"transformer_2", {"diffusers", "WanTransformer3DModel"}}};
-  write_file_durably(o.out + "/model_index.json", index.dump(2) + "\n");
 }
 
 }  // namespace

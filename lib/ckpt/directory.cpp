@@ -13,6 +13,7 @@
 
 #include "wantrain/util/error.hpp"
 #include "wantrain/util/files.hpp"
+#include "wantrain/util/reporter.hpp"
 
 namespace wt::ckpt {
 namespace fs = std::filesystem;
@@ -76,11 +77,12 @@ std::optional<std::string> latest_of_run(const std::string& directory) {
   std::error_code error;
   const auto status = fs::symlink_status(link, error);
   if (!fs::exists(status)) {
+    // The writer links `latest` after renaming the file into place: a kill between leaves the newest complete
+    // checkpoint unlinked (as does a copy that skipped links), and that is what `latest` would name.
     const auto found = list_checkpoints(directory);
     if (found.empty()) return std::nullopt;
-    throw SettingError("resume", fmt::format("{} holds checkpoints ({} the newest) but no 'latest' link: give the one "
-                                             "to resume from as the checkpoint file, or another output directory",
-                                             directory, fs::path(found.back()).filename().string()));
+    report_warning("{} has checkpoints but no 'latest' link: resuming from the newest, {}", directory, found.back());
+    return found.back();
   }
   if (!fs::is_symlink(status))
     throw SettingError("resume", fmt::format("{} is not a link to a checkpoint (a copy that followed links, e.g. "

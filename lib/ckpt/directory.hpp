@@ -30,7 +30,8 @@ std::optional<std::string> linked_checkpoint(const std::string& directory, const
 // `latest` is taken. UsageError naming the option when PATH has none, and
 // for a run directory that is damaged rather than new: a `latest` naming a
 // missing file or anything but one of its own checkpoints, a `latest` that
-// is a file and not a link, checkpoints without a `latest`.
+// is a file and not a link. Checkpoints without a `latest` (a kill between
+// the rename and the link) resume from the newest, with a warning.
 std::optional<std::string> resolve_resume(const std::string& resume, const std::string& output_dir);
 
 // Atomically points `directory/link` at `target` (a name in the directory).

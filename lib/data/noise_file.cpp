@@ -18,7 +18,12 @@ at::Tensor read_noise(const std::string& path, const std::vector<int64_t>& expec
   io::Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
   if (!file) throw UsageError(fmt::format("noise file {}: not a readable HDF5 file", path));
   if (!io::exists(file.get(), "noise")) throw UsageError(fmt::format("noise file {}: has no /noise dataset", path));
-  const io::Handle noise = io::open_dataset(file.get(), "noise");
+  io::Handle noise;
+  try {
+    noise = io::open_dataset(file.get(), "noise");
+  } catch (const Error& e) {  // data in another file
+    throw UsageError(fmt::format("noise file {}: {}", path, e.what()));
+  }
   if (H5Tget_class(io::dataset_type(noise.get()).get()) != H5T_FLOAT)
     throw UsageError(fmt::format("noise file {}: /noise is not floating point", path));
   const auto dims = io::dims(noise.get());

@@ -18,7 +18,15 @@ TextCondition read_text_condition(const std::string& path, int64_t index) {
   if (!file) throw UsageError(fmt::format("text file {}: not a readable HDF5 file", path));
   if (!io::exists(file.get(), "text_emb"))
     throw UsageError(fmt::format("text file {}: has no /text_emb dataset", path));
-  const io::Handle emb = io::open_dataset(file.get(), "text_emb");
+  // Data in another file is the file's fault: one line naming it.
+  auto open = [&](const char* name) {
+    try {
+      return io::open_dataset(file.get(), name);
+    } catch (const Error& e) {
+      throw UsageError(fmt::format("text file {}: {}", path, e.what()));
+    }
+  };
+  const io::Handle emb = open("text_emb");
   auto dims = io::dims(emb.get());
   const bool batched = dims.size() == 3;  // [N, L, D]; else one [L, D]
   if (dims.size() == 2) dims.insert(dims.begin(), 1);
@@ -40,7 +48,7 @@ TextCondition read_text_condition(const std::string& path, int64_t index) {
 
   text.length = int32_t(len);
   if (io::exists(file.get(), "text_len")) {
-    const io::Handle lengths = io::open_dataset(file.get(), "text_len");
+    const io::Handle lengths = open("text_len");
     if (io::dims(lengths.get()) != std::vector<hsize_t>{hsize_t(n)})
       throw UsageError(fmt::format("text file {}: /text_len must be [{}] to match /text_emb", path, n));
     std::vector<int32_t> all(static_cast<size_t>(n));

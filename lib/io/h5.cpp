@@ -61,14 +61,40 @@ unsigned long file_number(hid_t object) {
 // external link would make a downloaded file read another one.
 void check_same_file(hid_t location, hid_t object, const std::string& name) {
   if (file_number(object) != file_number(location))
-    throw Error(fmt::format("{}: an external link to another file ({})", name, kOwnDataOnly));
+    throw Error(fmt::format("{}: an external link to another file ({})", name, kOwnDataOnly));  // a backstop
+}
+
+// HDF5's external-link callback: refuses to follow the link, before the
+// other file is opened, and notes the file it named.
+herr_t refuse_external_link(const char*, const char*, const char* file, const char*, unsigned*, hid_t,
+                            void* named) noexcept {
+  try {
+    *static_cast<std::string*>(named) = file ? file : "?";
+  } catch (...) {
+  }
+  return -1;
+}
+
+// `open` with link access settings (`access_class`: a dataset's or group's) that refuse external links.
+Handle open_in_file(hid_t location, const std::string& name, hid_t access_class,
+                    hid_t (*open)(hid_t, const char*, hid_t), Handle::Closer close) {
+  std::string named;
+  const Handle access(H5_CHECK(H5Pcreate(access_class)), H5Pclose);
+  H5_CHECK(H5Pset_elink_cb(access.get(), refuse_external_link, &named));
+  const hid_t id = open(location, name.c_str(), access.get());
+  if (id < 0 && !named.empty()) {
+    H5Eclear2(H5E_DEFAULT);
+    throw Error(fmt::format("{}: an external link to another file, {} ({})", name, named, kOwnDataOnly));
+  }
+  Handle object(H5_CHECK(id), close);
+  check_same_file(location, object.get(), name);  // whatever way led out of the file
+  return object;
 }
 
 }  // namespace
 
 Handle open_dataset(hid_t location, const std::string& name) {
-  Handle dataset(H5_CHECK(H5Dopen2(location, name.c_str(), H5P_DEFAULT)), H5Dclose);
-  check_same_file(location, dataset.get(), name);
+  Handle dataset = open_in_file(location, name, H5P_DATASET_ACCESS, H5Dopen2, H5Dclose);
   const Handle create(H5_CHECK(H5Dget_create_plist(dataset.get())), H5Pclose);
   if (H5Pget_layout(create.get()) == H5D_VIRTUAL)
     throw Error(fmt::format("{}: a virtual dataset, its data drawn from other datasets ({})", name, kOwnDataOnly));
@@ -78,9 +104,7 @@ Handle open_dataset(hid_t location, const std::string& name) {
 }
 
 Handle open_group(hid_t location, const std::string& name) {
-  Handle group(H5_CHECK(H5Gopen2(location, name.c_str(), H5P_DEFAULT)), H5Gclose);
-  check_same_file(location, group.get(), name);
-  return group;
+  return open_in_file(location, name, H5P_GROUP_ACCESS, H5Gopen2, H5Gclose);
 }
 
 Handle dataset_type(hid_t dataset) { return Handle(H5_CHECK(H5Dget_type(dataset)), H5Tclose); }

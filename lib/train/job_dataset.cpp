@@ -108,10 +108,12 @@ data::Dataset open_everywhere(const distributed::World& world, const std::string
     for (const auto& info : dataset->shards()) held.insert(file_name(info.path));
     for (const auto& name : split_names(read_shard_list(directory)))
       if (held.count(name) == 0)
-        throw UsageError(
-            fmt::format("data: {} lacks {} of {}, which its {} lists: without {} every rank reads every "
-                        "shard; with node-local copies of part of the data, pass it",
-                        where, name, directory, data::kStagedShardList, setting_reference("shard_affinity")));
+        throw UsageError(fmt::format("data: {} lacks {} of {}, which its {} lists: {}", where, name, directory,
+                                     data::kStagedShardList,
+                                     world.size() == 1 ? std::string("one rank reads every shard")
+                                                       : fmt::format("without {} every rank reads every shard; with "
+                                                                     "node-local copies of part of the data, pass it",
+                                                                     setting_reference("shard_affinity"))));
   });
   json view = json::array();
   for (const auto& info : dataset->shards()) view.push_back(to_json(info));

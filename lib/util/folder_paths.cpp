@@ -29,11 +29,17 @@ fs::path listing_root(const std::string& folder) {
   return real;
 }
 
-std::string outside_folder_reason(const std::string& folder, const std::string& name) {
+std::string outside_folder_reason(const std::string& folder, const std::string& name, const std::string& within) {
+  fs::path base = fs::path(folder.empty() ? "." : folder).lexically_normal();
+  if (!base.has_filename() && base.has_parent_path()) base = base.parent_path();  // "dir/model/"
   if (fs::path(name).is_absolute()) return fmt::format("{} is an absolute path, not a name inside {}", name, folder);
-  const fs::path root = listing_root(folder);
-  const fs::path target = resolved(fs::path(folder.empty() ? "." : folder) / name);
+  if (!inside((base / name).lexically_normal(), base)) return fmt::format("{} leads out of {}", name, base.string());
+  const fs::path root = listing_root(within.empty() ? base.string() : within);
+  const fs::path target = resolved(base / name);
   if (inside(target, root)) return {};
+  // A link into a hub cache's blob store: a downloaded model's own file.
+  const fs::path store = target.parent_path();
+  if (store.filename() == "blobs" && store.parent_path().filename().string().rfind("models--", 0) == 0) return {};
   return fmt::format("{} resolves to {}, outside {}", name, target.string(), root.string());
 }
 

@@ -16,9 +16,12 @@ namespace wt {
 std::filesystem::path listing_root(const std::string& folder);
 
 // Empty when `name`, as a listing in `folder` names it (relative to the
-// folder), resolves inside listing_root(folder) after `..` and symbolic
-// links are followed; else why not, in a user's words. A name that does
-// not exist is judged by the part of it that does.
-std::string outside_folder_reason(const std::string& folder, const std::string& name);
+// folder), stays inside it: not absolute, no `..` out of it, and its
+// target, symbolic links followed, inside listing_root(`within`, by default
+// the folder itself) or a file of a Hugging Face hub cache's blob store
+// (models--ORG--NAME/blobs/, where `huggingface-cli download --local-dir`
+// of huggingface_hub < 0.23 links a folder's files). Else why not, in a
+// user's words. A name that does not exist is judged by the part that does.
+std::string outside_folder_reason(const std::string& folder, const std::string& name, const std::string& within = {});
 
 }  // namespace wt

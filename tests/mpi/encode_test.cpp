@@ -290,9 +290,8 @@ TEST(Encode, AKilledEncodeResumesToTheSameDataset) {
   fs::remove(killed + "/shard-00001.h5");
   const auto healed = launch(wandata(encode_args(s, s.clips, killed, "--frames 5 --items-per-shard 1")));
   ASSERT_EQ(healed.status, 0) << healed.output;
-  EXPECT_EQ(wt::testing::occurrences(healed.output, killed + "/shard-00001.h5: its record " + killed +
-                                                        "/shard-00001.json counts samples, but the shard is "
-                                                        "missing: encoding it again"),
+  EXPECT_EQ(wt::testing::occurrences(healed.output, killed + "/shard-00001.h5: missing, though its record " + killed +
+                                                        "/shard-00001.json is there: encoding it again"),
             1u)
       << healed.output;
   expect_identical(read_all(killed), read_all(whole));

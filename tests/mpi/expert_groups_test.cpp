@@ -161,6 +161,7 @@ TEST_F(Experts, EachGroupTrainsAsAOneExpertRunResumesBitwiseAndExportsBoth) {
   }
 
   // An experts.json that lost a group: one line, and no pipeline of one expert.
+  std::filesystem::copy_file(dir + "/experts.json", dir + "/experts.json.bak");
   auto layout = nlohmann::json::parse(wt::testing::read_text(dir + "/experts.json"));
   layout["groups"].erase(1);
   std::ofstream(dir + "/experts.json") << layout.dump();
@@ -169,6 +170,16 @@ TEST_F(Experts, EachGroupTrainsAsAOneExpertRunResumesBitwiseAndExportsBoth) {
   EXPECT_EQ(one.status, 2) << one.output;
   EXPECT_EQ(occurrences(one.output, "experts.json: \"groups\" names [{"), 1u) << one.output;
   EXPECT_FALSE(std::filesystem::exists(dir + "/one-expert")) << one.output;
+  // Both groups listed, one without a checkpoint yet: one line, nothing written.
+  layout = nlohmann::json::parse(wt::testing::read_text(dir + "/experts.json.bak"));
+  std::ofstream(dir + "/experts.json") << layout.dump();
+  std::filesystem::rename(dir + "/low_noise_model/latest", dir + "/low_noise_model/latest.bak");
+  const Job unsaved = launch(std::string(WANTRAIN_WANTRAIN) + " export --checkpoint " + dir +
+                             " --format diffusers --out " + dir + "/unsaved");
+  EXPECT_EQ(unsaved.status, 2) << unsaved.output;
+  EXPECT_EQ(occurrences(unsaved.output, "no checkpoint of low_noise_model yet"), 1u) << unsaved.output;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/unsaved")) << unsaved.output;
+  std::filesystem::rename(dir + "/low_noise_model/latest.bak", dir + "/low_noise_model/latest");
 }
 
 // LoRA under ZeRO-1 in each group: the low-noise group's adapters are a

@@ -729,8 +729,7 @@ TEST(Wandata, StageCopiesTheShardsOfANodesRanksAndRefusesBadOptions) {
              "/data/configs/wan-tiny.json --steps 1 --data " + local + " --output-dir " + fresh("stage-partial-run"));
   EXPECT_EQ(partial.status, 2) << partial.output;
   EXPECT_EQ(occurrences(partial.output, "lacks shard-00000.h5 of " + local +
-                                            ", which its staged-shards.txt lists: without --shard-affinity every "
-                                            "rank reads every shard"),
+                                            ", which its staged-shards.txt lists: one rank reads every shard"),
             1u)
       << partial.output;
   // A shard of another dataset would join this one in the job's view.

@@ -46,7 +46,7 @@ bool shard_done(const std::string& out, int64_t k) {
   if (!fs::exists(record)) return false;
   if (fs::exists(data::shard_path(out, k))) return true;
   const auto doc = parse_json_or_discarded(read_whole_file(record));
-  return doc.is_object() && doc.value("samples", int64_t(-1)) == 0;
+  return doc.is_object() && doc.contains("samples") && doc["samples"] == 0;
 }
 
 // An item made ready by the decoding thread: its clips as [3, N, H, W] in
@@ -319,8 +319,8 @@ std::vector<int64_t> shards_to_encode(const DatasetEncoderSettings& s, const Enc
   for (int64_t k = world.rank(); k < int64_t(plan.shards.size()); k += world.size()) {
     if (shard_done(s.out, k)) continue;
     if (fs::exists(record_path(s.out, k)))
-      report_warning("{}: its record {} counts samples, but the shard is missing: encoding it again",
-                     data::shard_path(s.out, k), record_path(s.out, k));
+      report_warning("{}: missing, though its record {} is there: encoding it again", data::shard_path(s.out, k),
+                     record_path(s.out, k));
     std::error_code ec;
     fs::remove(data::shard_path(s.out, k) + ".partial", ec);  // a killed run's unfinished shard
     mine.push_back(k);

@@ -18,9 +18,10 @@ namespace fs = std::filesystem;
 
 constexpr const char* kTransformerStem = "diffusion_pytorch_model";
 
-// `name`, a file or folder that `folder` holds, refused when it resolves outside the folder.
-void check_inside(const fs::path& folder, const std::string& name) {
-  if (const auto why = outside_folder_reason(folder.string(), name); !why.empty())
+// `name`, a file or folder that `folder` holds, refused when it leads out of `within` (a pipeline's root, or the
+// folder itself).
+void check_inside(const fs::path& folder, const std::string& name, const fs::path& within = {}) {
+  if (const auto why = outside_folder_reason(folder.string(), name, within.string()); !why.empty())
     throw UsageError(
         fmt::format("{}: {}: a model folder's files lie inside it (docs/model.md, \"Files a folder "
                     "names\")",
@@ -37,12 +38,12 @@ std::string component_problem(const fs::path& folder, const std::string& stem) {
   return fmt::format("has no {}.safetensors nor its shards' .safetensors.index.json", stem);
 }
 
-ModelFolder component_at(const fs::path& folder, const std::string& stem) {
-  check_inside(folder, "config.json");
+ModelFolder component_at(const fs::path& folder, const std::string& stem, const fs::path& within = {}) {
+  check_inside(folder, "config.json", within);
   std::error_code error;
   for (const auto& name : {stem + ".safetensors.index.json", stem + ".safetensors"})
     if (fs::is_regular_file(folder / name, error)) {
-      check_inside(folder, name);
+      check_inside(folder, name, within);
       return ModelFolder{folder.string(), (folder / "config.json").string(), (folder / name).string()};
     }
   throw UsageError(fmt::format("{}: no {} weights", folder.string(), stem));  // component_problem said it had
@@ -68,7 +69,7 @@ ModelFolder required_component(const fs::path& root, const std::optional<Pipelin
                     root.string(), stem, component, problem));
   }
   check_inside(root, component);
-  return component_at(root / component, stem);
+  return component_at(root / component, stem, root);
 }
 
 }  // namespace

@@ -52,7 +52,7 @@ std::optional<ModelFolder> find_model_folder(const std::string& path, const std:
 // The transformer of a diffusers folder (the component, or a pipeline root
 // holding transformer/): stem diffusion_pytorch_model. UsageError for a root
 // that holds two experts: a program that takes one model never runs one
-// expert of a pair.
+// expert of a pair (load_model_config reads their shared config).
 std::optional<ModelFolder> find_transformer_folder(const std::string& path);
 
 // A Wan2.2 A14B pipeline folder: transformer/ is the high-noise expert and

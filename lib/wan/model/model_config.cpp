@@ -182,6 +182,14 @@ WanConfig parse_model_config(const std::string& text, const std::string& source)
 }
 
 WanConfig load_model_config(const std::string& path) {
+  // Wan2.2 A14B's two experts share one model config: the root gives it when both say the same.
+  if (const auto experts = find_two_experts(path)) {
+    const auto high = load_model_config(experts->high_noise), low = load_model_config(experts->low_noise);
+    if (const auto difference = first_difference(high, low); !difference.empty())
+      throw UsageError(
+          fmt::format("{}: the two experts' config.json differ ({}): give one expert's folder", path, difference));
+    return high;
+  }
   // A diffusers folder (the transformer's, or a pipeline's root): its config.json.
   if (const auto folder = find_transformer_folder(path))
     return parse_diffusers_config(read_whole_file(folder->config), folder->config);

@@ -37,14 +37,14 @@ TEST_F(FolderPaths, NamesInsideTheFolderAreAccepted) {
   EXPECT_EQ(wt::outside_folder_reason(model(), "sub/b.safetensors"), "");
   EXPECT_EQ(wt::outside_folder_reason(model(), "sub/../a.safetensors"), "");
   EXPECT_EQ(wt::outside_folder_reason(model(), "not-there-yet.safetensors"), "");  // judged by the folder it is in
+  EXPECT_EQ(wt::outside_folder_reason(model() + "/", "a.safetensors"), "");
+  EXPECT_EQ(wt::outside_folder_reason(model() + "/sub/..", "a.safetensors"), "");
+  EXPECT_NE(wt::outside_folder_reason(model() + "/", "../outside.safetensors"), "");
 }
 
 TEST_F(FolderPaths, NamesThatLeaveTheFolderAreRefusedWithWhereTheyLead) {
-  const auto dotdot = wt::outside_folder_reason(model(), "../outside.safetensors");
-  EXPECT_NE(dotdot.find("../outside.safetensors resolves to " + (fs::canonical(dir_) / "outside.safetensors").string() +
-                        ", outside " + fs::canonical(dir_ / "model").string()),
-            std::string::npos)
-      << dotdot;
+  EXPECT_EQ(wt::outside_folder_reason(model(), "../outside.safetensors"),
+            "../outside.safetensors leads out of " + model());
   EXPECT_NE(wt::outside_folder_reason(model(), "sub/../../outside.safetensors"), "");
   EXPECT_NE(wt::outside_folder_reason(model(), "../../../../../../../../etc/passwd"), "");
   const std::string absolute = (dir_ / "model" / "a.safetensors").string();  // even one inside: a listing names
@@ -54,7 +54,9 @@ TEST_F(FolderPaths, NamesThatLeaveTheFolderAreRefusedWithWhereTheyLead) {
 
 TEST_F(FolderPaths, SymbolicLinksAreFollowedBeforeTheCheck) {
   fs::create_symlink(dir_ / "outside.safetensors", dir_ / "model" / "link.safetensors");
-  EXPECT_NE(wt::outside_folder_reason(model(), "link.safetensors"), "");
+  EXPECT_EQ(wt::outside_folder_reason(model(), "link.safetensors"),
+            "link.safetensors resolves to " + (fs::canonical(dir_) / "outside.safetensors").string() + ", outside " +
+                fs::canonical(dir_ / "model").string());
   fs::create_directory_symlink(dir_, dir_ / "model" / "up");
   EXPECT_NE(wt::outside_folder_reason(model(), "up/outside.safetensors"), "");
   fs::create_symlink("a.safetensors", dir_ / "model" / "alias.safetensors");  // a link inside stays inside
@@ -78,6 +80,15 @@ TEST_F(FolderPaths, AHuggingFaceHubSnapshotMayLinkIntoItsModelsBlobs) {
   // ... but not out of the model's cache folder.
   fs::create_symlink("../../../../../outside.safetensors", snapshot / "escape.safetensors");
   EXPECT_NE(wt::outside_folder_reason(snapshot.string(), "escape.safetensors"), "");
+  // A folder elsewhere whose files link into a hub cache's blobs (huggingface_hub < 0.23's --local-dir).
+  fs::create_symlink(repo / "blobs" / "9f86d081", dir_ / "model" / "from-the-hub.safetensors");
+  EXPECT_EQ(wt::outside_folder_reason(model(), "from-the-hub.safetensors"), "");
+  // A folder's files checked against the pipeline root that holds it (a git-annex checkout links into ROOT/.git).
+  fs::create_directories(dir_ / "model" / ".git" / "annex");
+  touch(dir_ / "model" / ".git" / "annex" / "object");
+  fs::create_symlink("../.git/annex/object", dir_ / "model" / "sub" / "annexed.safetensors");
+  EXPECT_NE(wt::outside_folder_reason(model() + "/sub", "annexed.safetensors"), "");
+  EXPECT_EQ(wt::outside_folder_reason(model() + "/sub", "annexed.safetensors", model()), "");
   // A folder named like it elsewhere is only its own root.
   EXPECT_EQ(wt::listing_root(model()), fs::canonical(dir_ / "model"));
 }
