@@ -27,6 +27,7 @@
 #include "wantrain/util/options.hpp"
 #include "wantrain/wan/model/weights.hpp"
 #include "wantrain/wan/vae/vae_config.hpp"
+#include "wantrain/wan/vae/vae_tiling.hpp"
 #include "wantrain/wan/vae/video_vae.hpp"
 
 namespace wt {
@@ -34,7 +35,7 @@ namespace {
 
 struct VaeBenchConfig {
   std::string config_file, vae_config, weights, save_weights, save_inputs, save_outputs;
-  std::string frames = "17", size = "128x128", dtype = "fp32", pass = "both";
+  std::string frames = "17", size = "128x128", dtype = "fp32", pass = "both", tiling = "off";
   int64_t batch = 1, seed = 0;
   int iters = 3, warmup = 1, threads = 0, profile = 0;
   bool json = false;
@@ -100,6 +101,14 @@ Point measure(const wan::VideoVaeConfig& config, const VaeBenchConfig& c, int64_
   const auto vae =
       c.weights.empty() ? wan::make_video_vae(config, dtype) : wan::open_video_vae(c.weights, config, dtype);
   if (c.weights.empty()) randomize(*vae, uint64_t(c.seed));
+  if (c.tiling != "off") {  // tiles of the given size (wan/vae/vae_tiling.hpp)
+    const auto choice = wan::VaeTilingChoice::parse(c.tiling);
+    if (choice.mode != wan::VaeTilingChoice::Mode::Tiles)
+      throw UsageError("option --vae-tiling: off or WIDTHxHEIGHT (what is measured is not chosen for the host)");
+    const auto tiling = wan::VaeTiling::of_tile(choice.width, choice.height, config.spatial_factor());
+    wan::check_tiling(tiling, config.spatial_factor(), "vae_tiling");
+    vae->set_tiling(tiling);
+  }
   io::NamedTensors weights;
   for (const auto& item : vae->named_parameters()) {
     weights.emplace_back(item.key(), item.value());
@@ -194,9 +203,9 @@ Point measure_in_child(const VaeBenchConfig& c, int64_t frames) {
   if (length <= 0) throw Error("wanbench vae: cannot find its own executable (/proc/self/exe)");
   std::string command = fmt::format(
       "{} vae --frames {} --size {} --batch {} --dtype {} --pass {} --iters {} --warmup {} --threads {} --seed {} "
-      "--json",
+      "--vae-tiling {} --json",
       quote(std::string(self, size_t(length))), frames, c.size, c.batch, c.dtype, c.pass, c.iters, c.warmup,
-      torch::get_num_threads(), c.seed);
+      torch::get_num_threads(), c.seed, quote(c.tiling));
   if (!c.vae_config.empty()) command += " --vae-config " + quote(c.vae_config);
   if (!c.weights.empty()) command += " --weights " + quote(c.weights);
   return from_json(bench::run_json_child(command, fmt::format("wanbench vae: {} frames", frames)));
@@ -228,6 +237,7 @@ int run_vae_bench(distributed::World& world, int argc, char** argv) {
       .add("batch", &c.batch, "videos per encode and decode")
       .choice("dtype", &c.dtype, {"fp32", "bf16"}, "the weights' dtype, which the VAE computes in")
       .choice("pass", &c.pass, {"both", "encode", "decode"}, "what to measure")
+      .add("vae-tiling", &c.tiling, "off, or WxH: encode and decode in tiles of WxH pixels (wansample --vae-tiling)")
       .add("iters", &c.iters, "timed passes (the median is reported); 0 with --save-weights: only write the files")
       .add("warmup", &c.warmup, "untimed passes first")
       .add("threads", &c.threads, "CPU threads (0: LibTorch's default)")
@@ -238,6 +248,7 @@ int run_vae_bench(distributed::World& world, int argc, char** argv) {
            "then profile one more encode and decode with LibTorch's profiler and print the N operators with the "
            "most self time (0: off)")
       .flag("json", &c.json, "print one JSON line instead of the table");
+  set_option_names(options.setting_names());  // the library's settings that errors name, as these options
   if (const auto outcome = options.parse(argc, argv); outcome != OptionSet::Outcome::Run) {
     std::cout << app::help_or_version(outcome, options);
     return kExitOk;

@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <iostream>
+#include <limits>
+#include <optional>
 
 #include "commands.hpp"
 #include "wantrain/wan/encoders/clip_vision.hpp"
@@ -15,16 +17,19 @@
 #include "wantrain/app/float_dtype.hpp"
 #include "wantrain/app/version.hpp"
 #include "wantrain/distributed/device_placement.hpp"
+#include "wantrain/distributed/nccl_comm.hpp"
 #include "wantrain/distributed/world.hpp"
 #include "wantrain/media/buckets.hpp"
 #include "wantrain/util/error.hpp"
 #include "wantrain/util/exit_codes.hpp"
 #include "wantrain/util/files.hpp"
+#include "wantrain/util/memory.hpp"
 #include "wantrain/util/options.hpp"
 #include "wantrain/util/reporter.hpp"
 #include "wantrain/util/text.hpp"
 #include "wantrain/wan/encode/dataset_encoder.hpp"
 #include "wantrain/wan/model/weights.hpp"
+#include "wantrain/wan/plan/decode_memory.hpp"
 #include "wantrain/wan/vae/release_video.hpp"
 #include "wantrain/wan/vae/video_vae.hpp"
 
@@ -35,8 +40,8 @@ namespace {
 // release (wan/vae/release_video.hpp) once --vae is read.
 struct EncodeConfig {
   std::string config_file, input, out, vae, vae_config,
-      vae_dtype = "fp32", t5, t5_config, t5_dtype = "bf16", tokenizer, size, buckets, bucket_area, frames,
-      frame_buckets = "longest", caption_extension = ".txt", frame_extraction = "head", latent_dtype = "fp32",
+      vae_dtype = "fp32", vae_tiling = "auto", t5, t5_config, t5_dtype = "bf16", tokenizer, size, buckets, bucket_area,
+      frames, frame_buckets = "longest", caption_extension = ".txt", frame_extraction = "head", latent_dtype = "fp32",
       emb_dtype = "bf16", device = "auto", condition = "none", clip, clip_dtype = "fp32";
   int64_t frame_stride = 1, frame_sample = 1, text_len = 512, items_per_shard = 16, bucket_step = 0,
           max_pixels = int64_t(8192) * 8192, max_frames = 100000;
@@ -170,6 +175,9 @@ void declare_encode_options(OptionSet& options, EncodeConfig& c) {
            "VAE shape as JSON (the official constructor's keys); default the released shape of the VAE --vae holds")
       .choice("vae-dtype", &c.vae_dtype, {"fp32", "bf16"},
               "VAE weights and compute: fp32 (bf16 shifts the latents, the first frame most)")
+      .add("vae-tiling", &c.vae_tiling,
+           "auto|off|WxH: encode the frames in tiles of WxH pixels, as diffusers' enable_tiling (auto: 256x256 "
+           "tiles when the largest size's whole-frame pass would not fit the device beside the VAE)")
       .add("t5", &c.t5,
            "umT5 encoder weights: models_t5_umt5-xxl-enc-bf16.pth or Hugging Face UMT5EncoderModel safetensors")
       .add("t5-config", &c.t5_config, "umT5 shape as JSON (the official constructor's keys); default umT5-XXL")
@@ -222,6 +230,23 @@ wan::DatasetEncoderSettings encoder_settings(const EncodeConfig& c, const wan::E
 }
 
 // Rank 0's summary: the totals, each bucket's shape and samples, then the skipped items.
+// The VAE's tiles: --vae-tiling's, or with auto the default tiles when the
+// largest size's whole frame would not fit the device beside the VAE's
+// weights (the decode's per-pixel figure stands in for the encode's).
+std::optional<wan::VaeTiling> encode_tiling(const EncodeConfig& c, const wan::VideoVaeConfig& vae,
+                                            const wan::EncodeBuckets& buckets, const c10::Device& device) {
+  media::FrameSize largest{0, 0};
+  for (const auto& size : buckets.sizes)
+    if (size.width * size.height > largest.width * largest.height) largest = size;
+  const auto dtype = app::float_dtype(c.vae_dtype);
+  const double capacity =
+      device.is_cuda() ? distributed::cuda_device_memory_bytes(device.index()) : physical_memory_bytes();
+  const double available = capacity > 0 ? capacity - wan::weights_bytes(wan::vae_weights_file(c.vae), dtype)
+                                        : std::numeric_limits<double>::infinity();
+  return wan::decode_tiling(wan::VaeTilingChoice::parse(c.vae_tiling), vae, dtype, largest.width, largest.height,
+                            available, "vae_tiling");
+}
+
 void print_summary(const EncodeConfig& c, const wan::DatasetEncoderSummary& summary) {
   std::string lines;
   for (const auto& b : summary.buckets)
@@ -306,6 +331,7 @@ int run_encode(distributed::World& world, int argc, char** argv) {
   std::unique_ptr<wan::TextEncoder> text;
   world.agree([&] {
     vae = wan::open_video_vae(c.vae, vae_config, app::float_dtype(c.vae_dtype));
+    vae->set_tiling(encode_tiling(c, vae_config, buckets, chosen.device));
     vae->to(chosen.device);
     vae->eval();
     if (!c.clip.empty()) clip = wan::load_clip_vision(c.clip, app::float_dtype(c.clip_dtype), chosen.device);
@@ -317,7 +343,9 @@ int run_encode(distributed::World& world, int argc, char** argv) {
                 wan::frames_text(buckets.frames),
                 buckets.frames.size() > 1 ? fmt::format(" ({} a video fills)", c.frame_buckets) : "",
                 describe_sizes(c, buckets), world.size(), world.size() == 1 ? "" : "s", chosen.device.str());
-  if (world.is_root()) report_info("wandata encode: --vae {}: {}, {}", c.vae, vae->description(), c.vae_dtype);
+  if (world.is_root())
+    report_info("wandata encode: --vae {}: {}, {}{}", c.vae, vae->description(), c.vae_dtype,
+                vae->tiling() ? ", " + vae->tiling()->describe() : std::string());
 
   if (world.is_root() && s.condition_images > 0)
     report_info("wandata encode: condition {}: /y{}", c.condition,

@@ -40,8 +40,9 @@ struct SampleConfig {
   std::string config_file, weights, checkpoint,
       checkpoint_weights = "auto", model_config, data, text, size, out = "sample.h5", png, precision = "fp32",
       device = "auto", prompt, negative_prompt, t5, t5_config, t5_dtype = "bf16", tokenizer, noise, vae, vae_config,
-      vae_dtype = "fp32", video, frames_dir, image, last_image, clip, clip_dtype = "fp32", cfg = "5", high_noise,
-      low_noise, attention_chunk = "fused", solver = "unipc", weights_dtype = "auto", schedule = "release";
+      vae_dtype = "fp32", vae_tiling = "auto", video, frames_dir, image, last_image, clip, clip_dtype = "fp32",
+      cfg = "5", high_noise, low_noise, attention_chunk = "fused", solver = "unipc", weights_dtype = "auto",
+      schedule = "release";
   int64_t index = 0, frames = 0, max_area = 0;  // 0: the VAE's release (wan/vae/release_video.hpp)
   int steps = 50, threads = 0, sp = 0;          // sp 0: the ranks of the job
   double shift = 5.0, fps = 0, boundary = 0;    // fps 0: the VAE's release
@@ -191,6 +192,9 @@ void declare_options(OptionSet& options, SampleConfig& c) {
       .add("vae-config", &c.vae_config,
            "VAE shape as JSON (the official constructor's keys); default the released shape of the VAE --vae holds")
       .choice("vae-dtype", &c.vae_dtype, {"fp32", "bf16"}, "VAE weights and compute")
+      .add("vae-tiling", &c.vae_tiling,
+           "auto|off|WxH: encode and decode the frame in tiles of WxH pixels with a quarter overlap, as diffusers' "
+           "enable_tiling (auto: 256x256 tiles when the whole frame's decode would not fit the device)")
       .add("video", &c.video, "with --vae: write the video here (.mp4: H.264; .mkv, .webm, .gif, .mov too)")
       .add("frames-dir", &c.frames_dir, "with --vae: write the frames as PNGs into this folder")
       .add("fps", &c.fps, "the video's frame rate (default the release's: 16 with Wan2.1's VAE, 24 with Wan2.2's)")
@@ -273,6 +277,7 @@ wan::SamplingRequest sampling_request(const SampleConfig& c, const OptionSet& op
   r.vae = c.vae;
   r.vae_config = c.vae_config;
   r.vae_dtype = app::float_dtype(c.vae_dtype);
+  r.vae_tiling = wan::VaeTilingChoice::parse(c.vae_tiling);
   r.video = c.video;
   r.frames_dir = c.frames_dir;
   r.fps = c.fps;

@@ -69,6 +69,9 @@ void declare_run_options(OptionSet& o, TrainConfig& c) {
       .add("vae", &c.vae, "with --sample-prompts: the VAE that decodes the videos (Wan2.1_VAE.pth, Wan2.2_VAE.pth)")
       .add("vae-config", &c.vae_config, "VAE shape as JSON; default the released shape of the VAE --vae holds")
       .choice("vae-dtype", &c.vae_dtype, {"fp32", "bf16"}, "VAE weights and compute")
+      .add("vae-tiling", &c.vae_tiling,
+           "auto|off|WxH: decode the videos in tiles of WxH pixels, as wansample --vae-tiling (auto: 256x256 tiles "
+           "when a video's whole-frame decode does not fit in the memory free at the time)")
       .add("sample-clip", &c.clip,
            "with --sample-prompts and an image-to-video model with the CLIP branch: the CLIP image encoder for "
            "the lines' --image (wansample --clip; wantrain's --clip clips gradients)")
@@ -428,6 +431,7 @@ wan::PromptVideoOptions prompt_video_options(const TrainConfig& c) {
   o.vae = c.vae;
   o.vae_config = c.vae_config;
   o.vae_dtype = app::float_dtype(c.vae_dtype);
+  o.vae_tiling = wan::VaeTilingChoice::parse(c.vae_tiling);
   o.clip = c.clip;
   o.clip_dtype = app::float_dtype(c.clip_dtype);
   o.sampler = sample_sampler(c);

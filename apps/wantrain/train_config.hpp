@@ -45,8 +45,8 @@ struct TrainConfig : app::TrainingOptions {
   double sample_cfg = 5.0;
   // --sample-prompts: videos of a prompt file's prompts at each sample.
   int sample_ranks = 0;  // the job's last K ranks draw the samples while the others train (wan/run/sample_ranks.hpp)
-  std::string sample_prompts, t5, t5_config, t5_dtype = "bf16", tokenizer, vae, vae_config, vae_dtype = "fp32", clip,
-                                             clip_dtype = "fp32";
+  std::string sample_prompts, t5, t5_config, t5_dtype = "bf16", tokenizer, vae, vae_config, vae_dtype = "fp32",
+                                             vae_tiling = "auto", clip, clip_dtype = "fp32";
 
   // data
   std::string data;

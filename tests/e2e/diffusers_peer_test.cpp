@@ -26,6 +26,7 @@
 #include "wantrain/wan/model/model_config.hpp"
 #include "wantrain/wan/model/wan_model.hpp"
 #include "wantrain/wan/model/weights.hpp"
+#include "wantrain/wan/vae/vae_tiling.hpp"
 #include "wantrain/wan/vae/video_vae.hpp"
 
 namespace {
@@ -351,14 +352,28 @@ TEST(DiffusersPeer, AWantrainLoraLoadsInDiffusersAsInWansample) {
 // config `config_json`: wantrain reads the pipeline's root folder alone
 // (config.json gives the shape, the names are mapped), and encodes `video`
 // and decodes `latents` as diffusers' own model does, normalised as
-// WanPipeline normalises.
+// WanPipeline normalises. Then both again with `tiling` (tile height, width,
+// stride height, width, in diffusers' units) on `tiled_video` and
+// `tiled_latents`, larger than a tile, against enable_tiling's: uneven
+// edge tiles, blends along both axes; and the untiled pass is unchanged.
+struct TiledCase {
+  std::vector<int64_t> tiling;
+  at::Tensor video, latents;
+};
 void expect_vae_matches_diffusers(const std::string& name, const std::string& config_json, const at::Tensor& video,
-                                  const at::Tensor& latents, int64_t spatial_factor) {
+                                  const at::Tensor& latents, int64_t spatial_factor, const TiledCase& tiled) {
   const std::string dir = wt::testing::fresh(name);
   const std::string root = dir + "/pipeline";
   std::filesystem::create_directories(root);
   std::ofstream(dir + "/config.json") << config_json;
-  wt::io::write_safetensors(dir + "/inputs.safetensors", {{"video", video}, {"latents", latents}}, torch::kFloat32);
+  const auto tiling = torch::tensor(tiled.tiling, torch::kFloat);
+  wt::io::write_safetensors(dir + "/inputs.safetensors",
+                            {{"video", video},
+                             {"latents", latents},
+                             {"tiling", tiling},
+                             {"tiled_video", tiled.video},
+                             {"tiled_latents", tiled.latents}},
+                            torch::kFloat32);
   const auto job = run_peer(
       "diffusers_vae.py", dir + "/config.json " + root + " " + dir + "/inputs.safetensors " + dir + "/out.safetensors");
   ASSERT_EQ(job.status, 0) << job.output;
@@ -367,21 +382,38 @@ void expect_vae_matches_diffusers(const std::string& name, const std::string& co
   EXPECT_EQ(vae->z_dim(), latents.size(1));
   EXPECT_EQ(vae->spatial_factor(), spatial_factor);
   torch::NoGradGuard no_grad;
-  expect_close(vae->encode(video), file.read(*file.find("latents")), "encode");
+  const auto encoded = vae->encode(video), decoded = vae->decode(latents);
+  expect_close(encoded, file.read(*file.find("latents")), "encode");
   const auto theirs = file.read(*file.find("decoded"));
   EXPECT_LT((theirs.abs() == 1).to(torch::kFloat).mean().item<double>(), 0.1);  // few values at the clamp
-  expect_close(vae->decode(latents), theirs, "decode");
+  expect_close(decoded, theirs, "decode");
+
+  const auto whole_encoded = vae->encode(tiled.video), whole_decoded = vae->decode(tiled.latents);
+  vae->set_tiling(wt::wan::VaeTiling{tiled.tiling[0], tiled.tiling[1], tiled.tiling[2], tiled.tiling[3]});
+  ASSERT_TRUE(wt::wan::encode_is_tiled(*vae, *vae->tiling(), tiled.video.size(3), tiled.video.size(4)));
+  ASSERT_TRUE(wt::wan::decode_is_tiled(*vae, *vae->tiling(), tiled.latents.size(3), tiled.latents.size(4)));
+  const auto tiled_encoded = vae->encode(tiled.video), tiled_decoded = vae->decode(tiled.latents);
+  expect_close(tiled_encoded, file.read(*file.find("tiled_encoded")), "tiled encode");
+  expect_close(tiled_decoded, file.read(*file.find("tiled_decoded")), "tiled decode");
+  // Tiles are not the whole frame: the comparison above sees the blending.
+  EXPECT_GT((tiled_encoded - whole_encoded).abs().max().item<double>(), 1e-3);
+  EXPECT_GT((tiled_decoded - whole_decoded).abs().max().item<double>(), 1e-3);
+  // A video that fits in one tile is the untiled pass, bit for bit.
+  EXPECT_TRUE(torch::equal(vae->encode(video), encoded));
+  EXPECT_TRUE(torch::equal(vae->decode(latents), decoded));
 }
 
 TEST(DiffusersPeer, Wan21VaeFolderEncodesAndDecodesAsAutoencoderKLWan) {
   torch::manual_seed(4);
   const auto video = torch::rand({1, 3, 9, 24, 32}) * 2 - 1;  // 9 frames: the first, then two chunks of 4
+  // Tiles of 48 pixels, stride 32: 6 latents, stride 4; the frame 64x80 (an edge tile of 16 pixels).
   expect_vae_matches_diffusers(
       "diffusers-vae",
       R"({"_class_name": "AutoencoderKLWan", "base_dim": 8, "z_dim": 4, "dim_mult": [1, 2, 2, 2],
           "num_res_blocks": 1, "attn_scales": [], "temperal_downsample": [false, true, true], "dropout": 0.0,
           "latents_mean": [0.1, -0.2, 0.3, 0.0], "latents_std": [1.5, 0.5, 2.0, 1.0]})",
-      video, torch::randn({1, 4, 3, 3, 4}), 8);
+      video, torch::randn({1, 4, 3, 3, 4}), 8,
+      {{48, 48, 32, 32}, torch::rand({1, 3, 9, 64, 80}) * 2 - 1, torch::randn({1, 4, 3, 8, 10})});
 }
 
 // Wan2.2's VAE (TI2V-5B's) as diffusers keeps it: is_residual, 2x2 patches,
@@ -389,13 +421,17 @@ TEST(DiffusersPeer, Wan21VaeFolderEncodesAndDecodesAsAutoencoderKLWan) {
 TEST(DiffusersPeer, Wan22VaeFolderEncodesAndDecodesAsAutoencoderKLWan) {
   torch::manual_seed(5);
   const auto video = torch::rand({1, 3, 9, 32, 32}) * 2 - 1;
-  expect_vae_matches_diffusers("diffusers-vae22",
-                               R"({"_class_name": "AutoencoderKLWan", "base_dim": 8, "decoder_base_dim": 12, "z_dim": 4,
+  // Tiles of 32 (patched) pixels, stride 16: encode tiles of 64 pixels, decode tiles of 2 latents, blends of
+  // 8 patches of 2x2.
+  expect_vae_matches_diffusers(
+      "diffusers-vae22",
+      R"({"_class_name": "AutoencoderKLWan", "base_dim": 8, "decoder_base_dim": 12, "z_dim": 4,
           "dim_mult": [1, 2, 2, 2], "num_res_blocks": 1, "attn_scales": [], "temperal_downsample": [false, true, true],
           "dropout": 0.0, "is_residual": true, "in_channels": 12, "out_channels": 12, "patch_size": 2,
           "scale_factor_spatial": 16, "scale_factor_temporal": 4,
           "latents_mean": [0.1, -0.2, 0.3, 0.0], "latents_std": [1.5, 0.5, 2.0, 1.0]})",
-                               video, torch::randn({1, 4, 3, 2, 2}), 16);
+      video, torch::randn({1, 4, 3, 2, 2}), 16,
+      {{32, 32, 16, 16}, torch::rand({1, 3, 9, 96, 112}) * 2 - 1, torch::randn({1, 4, 3, 5, 6})});
 }
 
 // umT5 as a diffusers pipeline keeps it (transformers' UMT5EncoderModel in

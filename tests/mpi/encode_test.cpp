@@ -479,6 +479,16 @@ TEST(Encode, DecodeAndPromptSamplingWriteVideos) {
   ASSERT_TRUE(s.error.empty()) << s.error;
   const std::string data = wt::testing::fresh("encode-decode");
   run_ok(wandata(encode_args(s, s.clips, data, "--frames 5")));
+  // Encoded in tiles (--vae-tiling): the same samples, each latent from its tiles.
+  const std::string tiled_data = wt::testing::fresh("encode-tiled");
+  const auto tiled_encode = launch(wandata(encode_args(s, s.clips, tiled_data, "--frames 5 --vae-tiling 16x16")));
+  ASSERT_EQ(tiled_encode.status, 0) << tiled_encode.output;
+  EXPECT_EQ(wt::testing::occurrences(tiled_encode.output, ", tiles of 16x16 pixels, stride 8x8"), 1u)
+      << tiled_encode.output;
+  const auto whole_latents = read_all(data), tiled_latents = read_all(tiled_data);
+  ASSERT_EQ(whole_latents.latents.size(), tiled_latents.latents.size());
+  EXPECT_EQ(whole_latents.latents[0].sizes(), tiled_latents.latents[0].sizes());
+  EXPECT_FALSE(torch::equal(whole_latents.latents[0], tiled_latents.latents[0]));
   const std::string video = data + "/sample0.mp4";
   run_ok(wandata("decode --data " + data + " --index 0 --vae " + s.vae + " --vae-config " + s.vae_config + " --video " +
                  video + " --frames-dir " + data + "/frames"));
@@ -502,6 +512,29 @@ TEST(Encode, DecodeAndPromptSamplingWriteVideos) {
   EXPECT_EQ(made.frames(), 9);
   EXPECT_EQ(made.width, 48);
   EXPECT_EQ(made.height, 32);
+  // The VAE in tiles (--vae-tiling): the same latents, the video decoded tile by tile, and the plan says so.
+  const auto tiled = launch(sample + " --out " + out + "/t.h5 --video " + out + "/t.mp4 --seed 7 --vae-tiling 16x16");
+  ASSERT_EQ(tiled.status, 0) << tiled.output;
+  EXPECT_EQ(wt::testing::occurrences(tiled.output, "VAE: tiles of 16x16 pixels, stride 8x8"), 1u) << tiled.output;
+  EXPECT_TRUE(torch::equal(read_shard(out + "/t.h5").latents[0], read_shard(out + "/a.h5").latents[0]));
+  const auto tiled_video = wt::media::probe_media(out + "/t.mp4");
+  EXPECT_EQ(tiled_video.frames(), 9);
+  EXPECT_EQ(tiled_video.width, 48);
+  const auto tiled_plan =
+      launch(sample + " --out " + out + "/t.h5 --dry-run --video " + out + "/t.mp4 --vae-tiling 16x16");
+  EXPECT_EQ(wt::testing::occurrences(tiled_plan.output, "decoding on rank 0 (the DiT freed; the VAE, tile by tile)"),
+            1u)
+      << tiled_plan.output;
+  for (const auto& [tiling, line] : std::vector<std::pair<std::string, std::string>>{
+           {"12x12",
+            "option --vae-tiling: tiles of 12x12 pixels, stride 4x4: this VAE needs tiles of at least 8 pixels "
+            "and strides at most the tile, each a multiple of 8"},
+           {"on", "option --vae-tiling: 'on': expected auto, off, or the tile's WIDTHxHEIGHT in pixels"}}) {
+    const auto bad_tiles = launch(sample + " --out " + out + "/x.h5 --video " + out + "/x.mp4 --vae-tiling " + tiling);
+    EXPECT_EQ(bad_tiles.status, 2) << bad_tiles.output;
+    EXPECT_EQ(wt::testing::occurrences(bad_tiles.output, line), 1u) << bad_tiles.output;
+    EXPECT_FALSE(fs::exists(out + "/x.h5"));
+  }
   // The seed's noise written to a file and given back gives the same latents.
   auto generator = at::make_generator<at::CPUGeneratorImpl>(7);
   const auto noise = torch::randn({1, 16, 3, 4, 6}, generator, torch::kFloat32)[0];

@@ -8,7 +8,9 @@ at 0.3), saves it with save_pretrained into ROOT/vae, and runs it on INPUTS
 (safetensors: video [B, 3, F, H, W] in [-1, 1], latents [B, z, f, h, w]
 normalised). As WanPipeline normalises: encoded = (mode - latents_mean) /
 latents_std; decoded = decode(latents * latents_std + latents_mean).
-Writes `latents` and `decoded` to OUT.
+Writes `latents` and `decoded` to OUT. With `tiling` in INPUTS (tile height,
+width, stride height, width) and `tiled_video`, `tiled_latents`: the same
+with enable_tiling of those sizes, as `tiled_encoded` and `tiled_decoded`.
 
 Usage: diffusers_vae.py CONFIG ROOT INPUTS OUT
 """
@@ -48,7 +50,15 @@ def main(config_path, root, inputs_path, out_path):
     with torch.no_grad():
         latents = (vae.encode(inputs["video"]).latent_dist.mode() - mean) / std
         decoded = vae.decode(inputs["latents"] * std + mean).sample
-    save_file({"latents": latents.contiguous(), "decoded": decoded.contiguous()}, out_path)
+    out = {"latents": latents.contiguous(), "decoded": decoded.contiguous()}
+    if "tiling" in inputs:
+        h, w, sh, sw = (int(v) for v in inputs["tiling"].tolist())
+        vae.enable_tiling(tile_sample_min_height=h, tile_sample_min_width=w, tile_sample_stride_height=sh,
+                          tile_sample_stride_width=sw)
+        with torch.no_grad():
+            out["tiled_encoded"] = ((vae.encode(inputs["tiled_video"]).latent_dist.mode() - mean) / std).contiguous()
+            out["tiled_decoded"] = vae.decode(inputs["tiled_latents"] * std + mean).sample.contiguous()
+    save_file(out, out_path)
 
 
 if __name__ == "__main__":

@@ -27,8 +27,9 @@ SamplingPlan plan_sampling_job(const SamplingJob& job) {
                          plan.dit_bytes + memory.forward_bytes + job.vae_bytes,
                          plan.dit_bytes + memory.forward_bytes + vae_elsewhere});
   if (job.vae_bytes > 0)
-    plan.phases.push_back(
-        {"decoding on rank 0 (the DiT freed; the VAE and its activations)", job.vae_bytes + job.decode_bytes, 0});
+    plan.phases.push_back({job.decode_tiled ? "decoding on rank 0 (the DiT freed; the VAE, tile by tile)"
+                                            : "decoding on rank 0 (the DiT freed; the VAE and its activations)",
+                           job.vae_bytes + job.decode_bytes, 0});
   return plan;
 }
 

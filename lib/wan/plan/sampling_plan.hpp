@@ -26,6 +26,7 @@ struct SamplingJob {
   double t5_bytes = 0, clip_bytes = 0, vae_bytes = 0;  // weights in the dtype they compute in; 0: not loaded
   bool picture = false;                                // --image: every rank encodes it with the VAE (and CLIP)
   double decode_bytes = 0;                             // the VAE decode's activations on rank 0
+  bool decode_tiled = false;                           // ... through tiles (vae_tiling.hpp)
 };
 
 struct SamplingPhase {

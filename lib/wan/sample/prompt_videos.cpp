@@ -6,12 +6,16 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <limits>
 #include <optional>
 
+#include "wantrain/distributed/nccl_comm.hpp"
 #include "wantrain/media/video_writer.hpp"
 #include "wantrain/util/error.hpp"
 #include "wantrain/util/files.hpp"
+#include "wantrain/util/memory.hpp"
 #include "wantrain/util/reporter.hpp"
+#include "wantrain/wan/plan/decode_memory.hpp"
 #include "wantrain/wan/sample/image_condition.hpp"
 #include "wantrain/wan/sample/picture_start.hpp"
 #include "wantrain/wan/sample/sampling_core.hpp"
@@ -28,6 +32,9 @@ PromptVideos::PromptVideos(const WanConfig& config, PromptVideoOptions options, 
                        fmt::format("{} is the {}, whose latents have {} channels; the model makes {}", options_.vae,
                                    vae_config_.description(), vae_config_.z_dim(), config_.out_dim));
   const int64_t spatial = vae_config_.spatial_factor(), temporal = vae_config_.temporal_factor();
+  if (options_.vae_tiling.mode == VaeTilingChoice::Mode::Tiles)
+    check_tiling(VaeTiling::of_tile(options_.vae_tiling.width, options_.vae_tiling.height, spatial), spatial,
+                 "vae_tiling");
   const int64_t multiple = spatial * config_.patch_size[1];
   const bool ti2v = config_.model_type == ModelType::TI2V;
   std::vector<std::string> problems;
@@ -130,6 +137,13 @@ std::vector<train::SampleVideo> PromptVideos::draw(WanModelImpl& model, int64_t 
   if (options_.decode) std::filesystem::create_directories(folder, error);
   for (const auto& p : mine_) {
     const auto start = std::chrono::steady_clock::now();
+    // Tiles, for this video's frame: with auto, when its whole-frame decode does not fit in what is free now.
+    const int64_t s = vae_config_.spatial_factor(), width = p.shape[4] * s, height = p.shape[3] * s;
+    const double free_now = device.is_cuda() ? distributed::cuda_device_memory_bytes(device.index()) -
+                                                   distributed::cuda_device_memory_in_use_bytes(device.index())
+                                             : physical_memory_bytes() - current_rss_bytes();
+    vae->set_tiling(decode_tiling(options_.vae_tiling, vae_config_, options_.vae_dtype, width, height,
+                                  free_now > 0 ? free_now : std::numeric_limits<double>::infinity(), "vae_tiling"));
     PictureStart picture;
     if (!p.line.image.empty())
       picture = start_from_picture(config_, *vae, clip.is_empty() ? nullptr : clip.get(), read_picture(p.line.image),

@@ -28,6 +28,7 @@
 #include "wantrain/wan/sample/sample_prompts.hpp"
 #include "wantrain/wan/sample/sampler.hpp"
 #include "wantrain/wan/vae/vae_config.hpp"
+#include "wantrain/wan/vae/vae_tiling.hpp"
 
 namespace wt::wan {
 
@@ -37,7 +38,8 @@ struct PromptVideoOptions {
   TextEncoderFiles t5;  // text_len: the model's
   std::string vae, vae_config;
   at::ScalarType vae_dtype = at::kFloat;
-  std::string clip;  // image-to-video models with the CLIP branch, for lines with --image
+  VaeTilingChoice vae_tiling;  // auto: tiles when a video's whole-frame decode does not fit in what is free then
+  std::string clip;            // image-to-video models with the CLIP branch, for lines with --image
   at::ScalarType clip_dtype = at::kFloat;
   SamplerOptions sampler;                     // a line's --steps and --cfg replace steps and cfg
   uint64_t seed = 0;                          // of a line without --seed

@@ -11,6 +11,7 @@
 
 #include <cstdlib>
 #include <functional>
+#include <limits>
 
 #include "wantrain/ckpt/checkpoint.hpp"
 #include "wantrain/data/dataset.hpp"
@@ -18,8 +19,10 @@
 #include "wantrain/data/shard.hpp"
 #include "wantrain/data/text_file.hpp"
 #include "wantrain/distributed/backend.hpp"
+#include "wantrain/distributed/nccl_comm.hpp"
 #include "wantrain/util/error.hpp"
 #include "wantrain/util/files.hpp"
+#include "wantrain/util/memory.hpp"
 #include "wantrain/util/reporter.hpp"
 #include "wantrain/wan/sample/image_condition.hpp"
 #include "wantrain/wan/encoders/clip_vision.hpp"
@@ -133,6 +136,7 @@ SamplingPipeline::SamplingPipeline(distributed::World& world, SamplingRequest re
     resolve_model();
     resolve_settings();
     resolve_condition();
+    resolve_vae_tiling();
   });
   report_memory();
 }
@@ -471,6 +475,29 @@ void SamplingPipeline::resolve_condition() {
   }
 }
 
+// The VAE's tiles, for the sample's frame: with auto, tiles when the whole
+// frame's decode does not fit the device beside the VAE's weights (the DiT
+// is freed before the decode).
+void SamplingPipeline::resolve_vae_tiling() {
+  const auto& r = request_;
+  if (r.vae.empty()) return;
+  const int64_t s = vae_config_.spatial_factor(), width = shape_[4] * s, height = shape_[3] * s;
+  const double capacity =
+      device_.is_cuda() ? distributed::cuda_device_memory_bytes(device_.index()) : physical_memory_bytes();
+  const double available = capacity > 0 ? capacity - weights_bytes(vae_weights_file(r.vae), r.vae_dtype)
+                                        : std::numeric_limits<double>::infinity();  // unknown: as before
+  vae_tiling_ = decode_tiling(r.vae_tiling, vae_config_, r.vae_dtype, width, height, available, "vae_tiling");
+  if (vae_tiling_ && r.vae_tiling.mode == VaeTilingChoice::Mode::Auto)
+    report_info(
+        "VAE: {} ({} auto: decoding the whole {}x{} frame takes about {}, more than the {}'s {} beside the "
+        "VAE)",
+        vae_tiling_->describe(), setting_reference("vae_tiling"), width, height,
+        format_bytes(vae_decode_bytes(vae_config_.version, r.vae_dtype, width, height)),
+        device_.is_cuda() ? "device" : "host", format_bytes(available));
+  else if (vae_tiling_)
+    report_info("VAE: {}", vae_tiling_->describe());
+}
+
 // What it will hold, before the weights load.
 void SamplingPipeline::report_memory() const {
   ActivationSettings step;
@@ -513,9 +540,14 @@ SamplingPlan SamplingPipeline::plan() const {
   if (job.clip_bytes == 0) job.clip_bytes = weight_bytes(r.clip, r.clip_dtype);
   job.vae_bytes = weight_bytes(vae_weights_file(r.vae), r.vae_dtype);
   job.picture = !r.image.empty();
-  if (!r.vae.empty())
-    job.decode_bytes = vae_decode_bytes(vae_config_.version, r.vae_dtype, shape_[4] * vae_config_.spatial_factor(),
-                                        shape_[3] * vae_config_.spatial_factor());
+  if (!r.vae.empty()) {
+    const int64_t s = vae_config_.spatial_factor();
+    job.decode_bytes = vae_tiling_
+                           ? vae_tiled_decode_bytes(vae_config_.version, r.vae_dtype, *vae_tiling_, shape_[4] * s,
+                                                    shape_[3] * s, vae_config_.temporal_factor() * (shape_[2] - 1) + 1)
+                           : vae_decode_bytes(vae_config_.version, r.vae_dtype, shape_[4] * s, shape_[3] * s);
+    job.decode_tiled = vae_tiling_.has_value();
+  }
   return plan_sampling_job(job);
 }
 
@@ -537,6 +569,7 @@ void SamplingPipeline::encode_prompt() {
   // decodes the sample (on rank 0, which writes it).
   if (!r.vae.empty() && (world_.is_root() || !r.image.empty())) {
     c.vae = open_video_vae(r.vae, vae_config_, r.vae_dtype);
+    c.vae->set_tiling(vae_tiling_);
     c.vae->to(device_);
     c.vae->eval();
   }

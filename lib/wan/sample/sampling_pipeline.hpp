@@ -68,6 +68,7 @@ class SamplingPipeline {
   // sample()'s parts: the VAE and the prompt's embeddings; the models (and
   // the ranks' groups) from their recipes; the picture a sample starts from.
   struct Models;
+  void resolve_vae_tiling();
   void encode_prompt();
   std::unique_ptr<Models> load_models();
   void split_ranks(Models& models) const;
@@ -80,6 +81,7 @@ class SamplingPipeline {
   WanConfig config_;
   std::map<std::string, TensorSource> sources_;
   VideoVaeConfig vae_config_;
+  std::optional<VaeTiling> vae_tiling_;  // the VAE's tiles; nullopt: whole frames
   std::optional<ReleaseSampling> release_;
   at::ScalarType block_linear_dtype_ = at::kFloat;
   double cfg_low_ = 5, cfg_high_ = 5, boundary_ = 0;

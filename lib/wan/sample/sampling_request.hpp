@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "wantrain/wan/model/flow_solver.hpp"
+#include "wantrain/wan/vae/vae_tiling.hpp"
 
 namespace wt::wan {
 
@@ -70,6 +71,7 @@ struct SamplingRequest {
   std::string png;                // a preview of the latents
   std::string vae, vae_config;
   at::ScalarType vae_dtype = at::kFloat;
+  VaeTilingChoice vae_tiling;  // the VAE's tiles (vae_tiling.hpp)
   std::string video, frames_dir;
   double fps = 0;        // 0: the release's
   bool compare = false;  // the sample against data's own latents

@@ -81,8 +81,8 @@ void decode_latents(const at::Tensor& latents, const LatentSpace& space, const C
   const auto z = latents.to(weight.device(), torch::kFloat)
                      .div(per_channel(space.std, weight.device()).reciprocal_())
                      .add_(per_channel(space.mean, weight.device()));
-  const auto x = conv3d(z.to(weight.scalar_type()), weight, conv2.bias);                        // [B, z, t, h, w]
-  for (int64_t i = 0; i < x.size(2); ++i) sink(decode_frame(x.narrow(2, i, 1)).clamp_(-1, 1));  // [B, 3, 1 or 4, H, W]
+  const auto x = conv3d(z.to(weight.scalar_type()), weight, conv2.bias);          // [B, z, t, h, w]
+  for (int64_t i = 0; i < x.size(2); ++i) sink(decode_frame(x.narrow(2, i, 1)));  // [B, 3, 1 or 4, H, W]
 }
 
 }  // namespace wt::wan::vae_parts

@@ -286,7 +286,8 @@ at::Tensor encode_video(const at::Tensor& video, const LatentSpace& space, const
 // The decode both run: latents [B, z, t, h, w] checked, back from (x -
 // mean) / std in fp32, through conv2, then one latent frame at a time
 // through `decode_frame` (the decoder with its cache, giving fp32 pixels),
-// each clamped to [-1, 1] and handed to `sink`.
+// each handed to `sink` as it is (VideoVae::decode clamps, after tiles are
+// blended).
 void decode_latents(const at::Tensor& latents, const LatentSpace& space, const Conv& conv2,
                     const std::function<at::Tensor(const at::Tensor& frame)>& decode_frame,
                     const std::function<void(const at::Tensor& frames)>& sink);

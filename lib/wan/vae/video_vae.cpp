@@ -33,6 +33,19 @@ std::optional<VaeVersion> version_of(int64_t channels) {
 
 }  // namespace
 
+at::Tensor VideoVae::encode(const at::Tensor& video) {
+  if (tiling_ && video.dim() == 5 && encode_is_tiled(*this, *tiling_, video.size(3), video.size(4)))
+    return tiled_encode(*this, video, *tiling_);
+  return encode_whole(video);
+}
+
+void VideoVae::decode(const at::Tensor& latents, const FrameSink& sink) {
+  const auto clamped = [&](const at::Tensor& frames) { sink(frames.clamp_(-1, 1)); };
+  if (tiling_ && latents.dim() == 5 && decode_is_tiled(*this, *tiling_, latents.size(3), latents.size(4)))
+    return tiled_decode(*this, latents, *tiling_, clamped);
+  decode_whole(latents, clamped);
+}
+
 at::Tensor VideoVae::decode(const at::Tensor& latents) {
   const int64_t f = spatial_factor();
   at::Tensor video;

@@ -30,6 +30,7 @@
 #include "wantrain/wan/model/diffusers_folder.hpp"
 #include "wantrain/wan/model/weights.hpp"
 #include "wantrain/wan/vae/vae_config.hpp"
+#include "wantrain/wan/vae/vae_tiling.hpp"
 
 namespace wt::wan {
 
@@ -37,28 +38,44 @@ class VideoVae : public torch::nn::Module {
  public:
   // video [B, 3, 1 + 4k, H, W] in [-1, 1], H and W multiples of
   // spatial_factor() -> normalised latents [B, z_dim(), latent_frames(1 +
-  // 4k), H / s, W / s], fp32. Computed in the weights' dtype on their device.
-  virtual at::Tensor encode(const at::Tensor& video) = 0;
+  // 4k), H / s, W / s], fp32. Computed in the weights' dtype on their device;
+  // through tiles when set_tiling's are smaller than the video.
+  at::Tensor encode(const at::Tensor& video);
 
   // latents [B, z_dim(), t, h, w] (normalised) -> video [B, 3,
   // video_frames(t), s h, s w], fp32, clamped to [-1, 1], handed to `sink`
   // chunk by chunk as it is made (the first frame, then temporal_factor()
-  // frames per latent frame), so that a long video is never held whole.
+  // frames per latent frame), so that a long video is never held whole
+  // (tiled: once every tile is decoded).
   using FrameSink = std::function<void(const at::Tensor& frames)>;
-  virtual void decode(const at::Tensor& latents, const FrameSink& sink) = 0;
+  void decode(const at::Tensor& latents, const FrameSink& sink);
   // The same video, whole.
   at::Tensor decode(const at::Tensor& latents);
+
+  // Tiled encode and decode (vae_tiling.hpp), as diffusers' enable_tiling;
+  // nullopt, the default: whole frames.
+  void set_tiling(std::optional<VaeTiling> tiling) { tiling_ = tiling; }
+  const std::optional<VaeTiling>& tiling() const { return tiling_; }
+
+  // The passes over whole frames that encode and decode tile: encode_whole
+  // as encode, decode_whole as decode but not clamped.
+  virtual at::Tensor encode_whole(const at::Tensor& video) = 0;
+  virtual void decode_whole(const at::Tensor& latents, const FrameSink& sink) = 0;
 
   virtual VideoVaeConfig video_config() const = 0;
   virtual VaeVersion version() const = 0;
   virtual int64_t z_dim() const = 0;
   virtual int64_t spatial_factor() const = 0;   // pixels per latent along H and W
   virtual int64_t temporal_factor() const = 0;  // frames per latent frame after the first
+  virtual int64_t patch_size() const = 0;       // pixels a side of the patches the encoder reads (Wan2.2: 2)
   // "Wan2.1 VAE (16 channels, 4x8x8)". (Module::name() is the module's own.)
   std::string description() const { return video_config().description(); }
   // Latent frames of `frames` video frames (1 + 4k), and back.
   int64_t latent_frames(int64_t frames) const { return 1 + (frames - 1) / temporal_factor(); }
   int64_t video_frames(int64_t latent_frames) const { return 1 + (latent_frames - 1) * temporal_factor(); }
+
+ private:
+  std::optional<VaeTiling> tiling_;
 };
 
 // A diffusers AutoencoderKLWan folder (`vae/` of a pipeline, or the

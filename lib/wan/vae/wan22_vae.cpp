@@ -175,14 +175,14 @@ VideoVaeConfig Wan22VaeImpl::video_config() const {
   return c;
 }
 
-at::Tensor Wan22VaeImpl::encode(const at::Tensor& video) {
+at::Tensor Wan22VaeImpl::encode_whole(const at::Tensor& video) {
   auto cache = encoder_->new_cache();
   return vae_parts::encode_video(video, latent_space(config_), *conv1_, [&](const at::Tensor& chunk) {
     return encoder_->forward(vae_parts::to_patches(chunk), cache);
   });
 }
 
-void Wan22VaeImpl::decode(const at::Tensor& latents, const FrameSink& sink) {
+void Wan22VaeImpl::decode_whole(const at::Tensor& latents, const FrameSink& sink) {
   auto cache = decoder_->new_cache();
   vae_parts::decode_latents(
       latents, latent_space(config_), *conv2_,

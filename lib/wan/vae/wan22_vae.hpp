@@ -72,13 +72,12 @@ class Wan22VaeImpl : public VideoVae {
   // video [B, 3, 1 + 4k, H, W] in [-1, 1], H and W multiples of 16 (of
   // config().spatial_factor()) -> normalised latents [B, z_dim, 1 + k,
   // H/16, W/16], fp32.
-  at::Tensor encode(const at::Tensor& video) override;
+  at::Tensor encode_whole(const at::Tensor& video) override;
 
   // latents [B, z_dim, t, h, w] (normalised) -> video [B, 3, 1 + 4 (t - 1),
-  // 16h, 16w], fp32, clamped to [-1, 1], to `sink` chunk by chunk (the
-  // first frame, then 4 per latent frame), or whole.
-  using VideoVae::decode;
-  void decode(const at::Tensor& latents, const FrameSink& sink) override;
+  // 16h, 16w], fp32, not clamped (VideoVae::decode clamps), to `sink` chunk
+  // by chunk (the first frame, then 4 per latent frame).
+  void decode_whole(const at::Tensor& latents, const FrameSink& sink) override;
 
   const Vae22Config& config() const { return config_; }
   VideoVaeConfig video_config() const override;
@@ -86,6 +85,7 @@ class Wan22VaeImpl : public VideoVae {
   int64_t z_dim() const override { return config_.z_dim; }
   int64_t spatial_factor() const override { return config_.spatial_factor(); }
   int64_t temporal_factor() const override { return config_.temporal_factor(); }
+  int64_t patch_size() const override { return 2; }
 
  private:
   Vae22Config config_;

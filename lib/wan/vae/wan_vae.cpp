@@ -106,13 +106,13 @@ VideoVaeConfig WanVaeImpl::video_config() const {
   return c;
 }
 
-at::Tensor WanVaeImpl::encode(const at::Tensor& video) {
+at::Tensor WanVaeImpl::encode_whole(const at::Tensor& video) {
   auto cache = encoder_->new_cache();
   return vae_parts::encode_video(video, latent_space(config_), *conv1_,
                                  [&](const at::Tensor& chunk) { return encoder_->forward(chunk, cache); });
 }
 
-void WanVaeImpl::decode(const at::Tensor& latents, const FrameSink& sink) {
+void WanVaeImpl::decode_whole(const at::Tensor& latents, const FrameSink& sink) {
   auto cache = decoder_->new_cache();
   vae_parts::decode_latents(
       latents, latent_space(config_), *conv2_,

@@ -77,15 +77,14 @@ class WanVaeImpl : public VideoVae {
   // config().spatial_factor()) -> normalised latents [B, z_dim, 1 + k,
   // H/8, W/8], fp32. Computed in the weights' dtype on their device; fp32
   // weights are the default for encoding, since bf16 shifts the latents.
-  at::Tensor encode(const at::Tensor& video) override;
+  at::Tensor encode_whole(const at::Tensor& video) override;
 
   // latents [B, z_dim, t, h, w] (normalised) -> video [B, 3, 1 + 4 (t - 1),
-  // 8h, 8w], fp32, clamped to [-1, 1] (VideoVae::decode), or the same video
-  // handed to `sink` chunk by chunk as it is made (the first frame, then 4
-  // frames per latent frame, each [B, 3, n, 8h, 8w] fp32), so that a long
-  // video is written without ever being held whole.
-  using VideoVae::decode;
-  void decode(const at::Tensor& latents, const FrameSink& sink) override;
+  // 8h, 8w], fp32, not clamped (VideoVae::decode clamps), handed to `sink`
+  // chunk by chunk as it is made (the first frame, then 4 frames per latent
+  // frame, each [B, 3, n, 8h, 8w] fp32), so that a long video is written
+  // without ever being held whole.
+  void decode_whole(const at::Tensor& latents, const FrameSink& sink) override;
 
   const VaeConfig& config() const { return config_; }
   VideoVaeConfig video_config() const override;
@@ -93,6 +92,7 @@ class WanVaeImpl : public VideoVae {
   int64_t z_dim() const override { return config_.z_dim; }
   int64_t spatial_factor() const override { return config_.spatial_factor(); }
   int64_t temporal_factor() const override { return config_.temporal_factor(); }
+  int64_t patch_size() const override { return 1; }
 
  private:
   VaeConfig config_;
