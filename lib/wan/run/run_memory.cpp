@@ -195,14 +195,24 @@ PromptVideoMemory prompt_video_memory(const TrainSettings& settings, const std::
   if (prompts.empty()) return memory;
   const auto& videos = settings.prompt_videos;
   const auto vae = video_vae_config(videos.vae, videos.vae_config);
-  int64_t pixels = 0;
+  // The largest frame: a line's size, else the training sample's.
+  int64_t width = 0, height = 0, frames = 1;
   if (data) {
     const auto& shape = data->shape_of(settings.sample_index < data->size() ? settings.sample_index : 0);
-    pixels = shape.height * shape.width * vae.spatial_factor() * vae.spatial_factor();
+    width = shape.width * vae.spatial_factor(), height = shape.height * vae.spatial_factor();
+    frames = 1 + (shape.frames - 1) * vae.temporal_factor();
   }
-  for (const auto& p : prompts) pixels = std::max(pixels, p.width * p.height);
-  memory.video_bytes =
-      weights_bytes(videos.vae, videos.vae_dtype) + vae_decode_bytes(vae.version, videos.vae_dtype, pixels, 1);
+  for (const auto& p : prompts) {
+    if (p.width * p.height > width * height) width = p.width, height = p.height;
+    frames = std::max(frames, p.frames);  // the longest, for a bound
+  }
+  // Given tiles, a tiled decode; with auto the whole frame's (auto tiles only what does not fit, for less).
+  const auto tiling = videos.vae_tiling.mode == VaeTilingChoice::Mode::Tiles
+                          ? decode_tiling(videos.vae_tiling, vae, videos.vae_dtype, width, height, 0, "vae_tiling")
+                          : std::nullopt;
+  memory.video_bytes = weights_bytes(videos.vae, videos.vae_dtype) +
+                       (tiling ? vae_tiled_decode_bytes(vae.version, videos.vae_dtype, *tiling, width, height, frames)
+                               : vae_decode_bytes(vae.version, videos.vae_dtype, width, height));
   memory.t5_bytes = weights_bytes(videos.t5.weights, videos.t5.dtype);
   return memory;
 }
