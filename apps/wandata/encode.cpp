@@ -40,7 +40,7 @@ namespace {
 // release (wan/vae/release_video.hpp) once --vae is read.
 struct EncodeConfig {
   std::string config_file, input, out, vae, vae_config,
-      vae_dtype = "fp32", vae_tiling = "auto", t5, t5_config, t5_dtype = "bf16", tokenizer, size, buckets, bucket_area,
+      vae_dtype = "fp32", vae_tiling = "off", t5, t5_config, t5_dtype = "bf16", tokenizer, size, buckets, bucket_area,
       frames, frame_buckets = "longest", caption_extension = ".txt", frame_extraction = "head", latent_dtype = "fp32",
       emb_dtype = "bf16", device = "auto", condition = "none", clip, clip_dtype = "fp32";
   int64_t frame_stride = 1, frame_sample = 1, text_len = 512, items_per_shard = 16, bucket_step = 0,
@@ -176,8 +176,9 @@ void declare_encode_options(OptionSet& options, EncodeConfig& c) {
       .choice("vae-dtype", &c.vae_dtype, {"fp32", "bf16"},
               "VAE weights and compute: fp32 (bf16 shifts the latents, the first frame most)")
       .add("vae-tiling", &c.vae_tiling,
-           "auto|off|WxH: encode the frames in tiles of WxH pixels, as diffusers' enable_tiling (auto: 256x256 "
-           "tiles when the largest size's whole-frame pass would not fit the device beside the VAE)")
+           "off|auto|WxH: encode the frames in tiles of WxH pixels, as diffusers' enable_tiling (auto: 256x256 "
+           "tiles when the largest size's whole-frame pass would not fit the smallest rank's device beside the "
+           "VAE); off by default, so that a dataset's latents do not depend on the machine")
       .add("t5", &c.t5,
            "umT5 encoder weights: models_t5_umt5-xxl-enc-bf16.pth or Hugging Face UMT5EncoderModel safetensors")
       .add("t5-config", &c.t5_config, "umT5 shape as JSON (the official constructor's keys); default umT5-XXL")
@@ -229,23 +230,34 @@ wan::DatasetEncoderSettings encoder_settings(const EncodeConfig& c, const wan::E
   return s;
 }
 
-// Rank 0's summary: the totals, each bucket's shape and samples, then the skipped items.
 // The VAE's tiles: --vae-tiling's, or with auto the default tiles when the
-// largest size's whole frame would not fit the device beside the VAE's
-// weights (the decode's per-pixel figure stands in for the encode's).
-std::optional<wan::VaeTiling> encode_tiling(const EncodeConfig& c, const wan::VideoVaeConfig& vae,
+// largest size's whole frame would not fit the device of the rank with the
+// least memory beside the VAE's weights (the decode's per-pixel figure stands
+// in for the encode's), the same on every rank.
+std::optional<wan::VaeTiling> encode_tiling(const distributed::World& world, const wan::VaeTilingChoice& choice,
+                                            const EncodeConfig& c, const wan::VideoVaeConfig& vae,
                                             const wan::EncodeBuckets& buckets, const c10::Device& device) {
   media::FrameSize largest{0, 0};
   for (const auto& size : buckets.sizes)
     if (size.width * size.height > largest.width * largest.height) largest = size;
   const auto dtype = app::float_dtype(c.vae_dtype);
-  const double capacity =
-      device.is_cuda() ? distributed::cuda_device_memory_bytes(device.index()) : physical_memory_bytes();
-  const double available = capacity > 0 ? capacity - wan::weights_bytes(wan::vae_weights_file(c.vae), dtype)
-                                        : std::numeric_limits<double>::infinity();
-  return wan::decode_tiling(wan::VaeTilingChoice::parse(c.vae_tiling), vae, dtype, largest.width, largest.height,
-                            available, "vae_tiling");
+  double mine = 0;
+  world.agree([&] {
+    const double capacity =
+        device.is_cuda() ? distributed::cuda_device_memory_bytes(device.index()) : physical_memory_bytes();
+    mine = capacity > 0 ? capacity - wan::weights_bytes(wan::vae_weights_file(c.vae), dtype)
+                        : std::numeric_limits<double>::infinity();
+  });
+  double available = std::numeric_limits<double>::infinity();
+  for (const auto& text : world.all_gather(fmt::format("{:.17g}", mine), "all_gather (each rank's memory for the VAE)"))
+    available = std::min(available, std::stod(text));
+  std::optional<wan::VaeTiling> tiling;
+  world.agree(
+      [&] { tiling = wan::decode_tiling(choice, vae, dtype, largest.width, largest.height, available, "vae_tiling"); });
+  return tiling;
 }
+
+// Rank 0's summary: the totals, each bucket's shape and samples, then the skipped items.
 
 void print_summary(const EncodeConfig& c, const wan::DatasetEncoderSummary& summary) {
   std::string lines;
@@ -322,7 +334,7 @@ int run_encode(distributed::World& world, int argc, char** argv) {
   if (c.max_pixels < 1 || c.max_frames < 1) throw UsageError("options --max-pixels, --max-frames: must be positive");
   if (c.text_len < 1) throw UsageError("option --text-len: must be at least 1");
   if (c.threads > 0) torch::set_num_threads(c.threads);
-
+  const auto tiling_choice = wan::VaeTilingChoice::parse(c.vae_tiling);  // a typo costs no VAE load
   const wan::DatasetEncoderSettings s = encoder_settings(c, buckets);
   const auto chosen = distributed::choose_device(app::parse_device(c.device), "device");
   if (!chosen.warning.empty()) report_warning("{}", chosen.warning);
@@ -331,13 +343,13 @@ int run_encode(distributed::World& world, int argc, char** argv) {
   std::unique_ptr<wan::TextEncoder> text;
   world.agree([&] {
     vae = wan::open_video_vae(c.vae, vae_config, app::float_dtype(c.vae_dtype));
-    vae->set_tiling(encode_tiling(c, vae_config, buckets, chosen.device));
     vae->to(chosen.device);
     vae->eval();
     if (!c.clip.empty()) clip = wan::load_clip_vision(c.clip, app::float_dtype(c.clip_dtype), chosen.device);
     text = std::make_unique<wan::TextEncoder>(
         wan::TextEncoderFiles{c.t5, c.t5_config, c.tokenizer, app::float_dtype(c.t5_dtype), c.text_len}, chosen.device);
   });
+  vae->set_tiling(encode_tiling(world, tiling_choice, c, vae_config, buckets, chosen.device));
   if (world.is_root())
     report_info("wandata encode: {} -> {}: {} frames a clip{} at {}, on {} rank{} ({})", c.input, c.out,
                 wan::frames_text(buckets.frames),
@@ -345,7 +357,7 @@ int run_encode(distributed::World& world, int argc, char** argv) {
                 describe_sizes(c, buckets), world.size(), world.size() == 1 ? "" : "s", chosen.device.str());
   if (world.is_root())
     report_info("wandata encode: --vae {}: {}, {}{}", c.vae, vae->description(), c.vae_dtype,
-                vae->tiling() ? ", " + vae->tiling()->describe() : std::string());
+                vae->tiling() ? ", " + vae->tiling()->describe(vae->patch_size()) : std::string());
 
   if (world.is_root() && s.condition_images > 0)
     report_info("wandata encode: condition {}: /y{}", c.condition,

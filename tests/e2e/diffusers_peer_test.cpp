@@ -406,14 +406,15 @@ void expect_vae_matches_diffusers(const std::string& name, const std::string& co
 TEST(DiffusersPeer, Wan21VaeFolderEncodesAndDecodesAsAutoencoderKLWan) {
   torch::manual_seed(4);
   const auto video = torch::rand({1, 3, 9, 24, 32}) * 2 - 1;  // 9 frames: the first, then two chunks of 4
-  // Tiles of 48 pixels, stride 32: 6 latents, stride 4; the frame 64x80 (an edge tile of 16 pixels).
+  // Tiles of 48 pixels, stride 32: 6 latents, stride 4; a batch of 2 frames of 64x72, whose edge tiles (8
+  // pixels, 1 latent) are narrower than the blends (16 pixels, 2 latents).
   expect_vae_matches_diffusers(
       "diffusers-vae",
       R"({"_class_name": "AutoencoderKLWan", "base_dim": 8, "z_dim": 4, "dim_mult": [1, 2, 2, 2],
           "num_res_blocks": 1, "attn_scales": [], "temperal_downsample": [false, true, true], "dropout": 0.0,
           "latents_mean": [0.1, -0.2, 0.3, 0.0], "latents_std": [1.5, 0.5, 2.0, 1.0]})",
       video, torch::randn({1, 4, 3, 3, 4}), 8,
-      {{48, 48, 32, 32}, torch::rand({1, 3, 9, 64, 80}) * 2 - 1, torch::randn({1, 4, 3, 8, 10})});
+      {{48, 48, 32, 32}, torch::rand({2, 3, 9, 64, 72}) * 2 - 1, torch::randn({2, 4, 3, 8, 9})});
 }
 
 // Wan2.2's VAE (TI2V-5B's) as diffusers keeps it: is_residual, 2x2 patches,

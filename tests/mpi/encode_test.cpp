@@ -527,8 +527,8 @@ TEST(Encode, DecodeAndPromptSamplingWriteVideos) {
       << tiled_plan.output;
   for (const auto& [tiling, line] : std::vector<std::pair<std::string, std::string>>{
            {"12x12",
-            "option --vae-tiling: tiles of 12x12 pixels, stride 4x4: this VAE needs tiles of at least 8 pixels "
-            "and strides at most the tile, each a multiple of 8"},
+            "option --vae-tiling: tiles of 12x12 pixels, stride 4x4: this VAE needs strides of at least 8 pixels "
+            "and at most the tile, each a multiple of 8 (so tiles of 16 or more)"},
            {"on", "option --vae-tiling: 'on': expected auto, off, or the tile's WIDTHxHEIGHT in pixels"}}) {
     const auto bad_tiles = launch(sample + " --out " + out + "/x.h5 --video " + out + "/x.mp4 --vae-tiling " + tiling);
     EXPECT_EQ(bad_tiles.status, 2) << bad_tiles.output;

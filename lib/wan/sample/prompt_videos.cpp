@@ -137,13 +137,15 @@ std::vector<train::SampleVideo> PromptVideos::draw(WanModelImpl& model, int64_t 
   if (options_.decode) std::filesystem::create_directories(folder, error);
   for (const auto& p : mine_) {
     const auto start = std::chrono::steady_clock::now();
-    // Tiles, for this video's frame: with auto, when its whole-frame decode does not fit in what is free now.
+    // Tiles, for this video's frame: with auto, when its whole-frame decode does not fit the device beside the
+    // VAE's weights, as wansample decides (the same on every run: not from what happens to be free).
     const int64_t s = vae_config_.spatial_factor(), width = p.shape[4] * s, height = p.shape[3] * s;
-    const double free_now = device.is_cuda() ? distributed::cuda_device_memory_bytes(device.index()) -
-                                                   distributed::cuda_device_memory_in_use_bytes(device.index())
-                                             : physical_memory_bytes() - current_rss_bytes();
-    vae->set_tiling(decode_tiling(options_.vae_tiling, vae_config_, options_.vae_dtype, width, height,
-                                  free_now > 0 ? free_now : std::numeric_limits<double>::infinity(), "vae_tiling"));
+    const double capacity =
+        device.is_cuda() ? distributed::cuda_device_memory_bytes(device.index()) : physical_memory_bytes();
+    const double available = capacity > 0 ? capacity - weights_bytes(vae_weights_file(options_.vae), options_.vae_dtype)
+                                          : std::numeric_limits<double>::infinity();  // unknown: whole frames
+    vae->set_tiling(
+        decode_tiling(options_.vae_tiling, vae_config_, options_.vae_dtype, width, height, available, "vae_tiling"));
     PictureStart picture;
     if (!p.line.image.empty())
       picture = start_from_picture(config_, *vae, clip.is_empty() ? nullptr : clip.get(), read_picture(p.line.image),

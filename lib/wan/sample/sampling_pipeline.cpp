@@ -136,8 +136,8 @@ SamplingPipeline::SamplingPipeline(distributed::World& world, SamplingRequest re
     resolve_model();
     resolve_settings();
     resolve_condition();
-    resolve_vae_tiling();
   });
+  resolve_vae_tiling();
   report_memory();
 }
 
@@ -482,10 +482,23 @@ void SamplingPipeline::resolve_vae_tiling() {
   const auto& r = request_;
   if (r.vae.empty()) return;
   const int64_t s = vae_config_.spatial_factor(), width = shape_[4] * s, height = shape_[3] * s;
-  const double capacity =
-      device_.is_cuda() ? distributed::cuda_device_memory_bytes(device_.index()) : physical_memory_bytes();
-  const double available = capacity > 0 ? capacity - weights_bytes(vae_weights_file(r.vae), r.vae_dtype)
-                                        : std::numeric_limits<double>::infinity();  // unknown: as before
+  double mine = 0;
+  world_.agree([&] {
+    const double capacity =
+        device_.is_cuda() ? distributed::cuda_device_memory_bytes(device_.index()) : physical_memory_bytes();
+    mine = capacity > 0 ? capacity - weights_bytes(vae_weights_file(r.vae), r.vae_dtype)
+                        : std::numeric_limits<double>::infinity();  // unknown: whole frames, as before
+  });
+  // The least any rank has: every rank that encodes a picture tiles alike.
+  double available = std::numeric_limits<double>::infinity();
+  for (const auto& text :
+       world_.all_gather(fmt::format("{:.17g}", mine), "all_gather (each rank's memory for the VAE)"))
+    available = std::min(available, std::stod(text));
+  world_.agree([&] { resolve_tiles(available, width, height); });
+}
+
+void SamplingPipeline::resolve_tiles(double available, int64_t width, int64_t height) {
+  const auto& r = request_;
   vae_tiling_ = decode_tiling(r.vae_tiling, vae_config_, r.vae_dtype, width, height, available, "vae_tiling");
   if (vae_tiling_ && r.vae_tiling.mode == VaeTilingChoice::Mode::Auto)
     report_info(

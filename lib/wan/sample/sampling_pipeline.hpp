@@ -69,6 +69,7 @@ class SamplingPipeline {
   // the ranks' groups) from their recipes; the picture a sample starts from.
   struct Models;
   void resolve_vae_tiling();
+  void resolve_tiles(double available, int64_t width, int64_t height);
   void encode_prompt();
   std::unique_ptr<Models> load_models();
   void split_ranks(Models& models) const;

@@ -38,24 +38,28 @@ void blend(const at::Tensor& before, at::Tensor& tile, int64_t dim, int64_t step
 }
 
 // diffusers' joining: each tile blended with the one above and the one to
-// its left (both as already blended), cut to the stride, the rows joined,
-// and the whole cut to height x width.
+// its left (both as already blended), cut to the stride and put in its
+// place; the whole cut to height x width. Written into one output, a row of
+// tiles dropped once the row below is blended with it.
 at::Tensor join(Tiles& rows, int64_t blend_height, int64_t blend_width, int64_t unit, int64_t stride_height,
                 int64_t stride_width, int64_t height, int64_t width) {
-  std::vector<at::Tensor> joined_rows;
+  auto sizes = rows[0][0].sizes().vec();
+  sizes[3] = height, sizes[4] = width;
+  auto whole = at::empty(sizes, rows[0][0].options());
   for (size_t i = 0; i < rows.size(); ++i) {
-    std::vector<at::Tensor> row;
     for (size_t j = 0; j < rows[i].size(); ++j) {
       auto& tile = rows[i][j];
       if (i > 0) blend(rows[i - 1][j], tile, 3, blend_height, unit);
       if (j > 0) blend(rows[i][j - 1], tile, 4, blend_width, unit);
-      row.push_back(
-          tile.narrow(3, 0, std::min(stride_height, tile.size(3))).narrow(4, 0, std::min(stride_width, tile.size(4))));
+      const int64_t top = int64_t(i) * stride_height, left = int64_t(j) * stride_width;
+      if (top >= height || left >= width) continue;
+      const int64_t h = std::min({stride_height, tile.size(3), height - top}),
+                    w = std::min({stride_width, tile.size(4), width - left});
+      whole.narrow(3, top, h).narrow(4, left, w).copy_(tile.narrow(3, 0, h).narrow(4, 0, w));
     }
-    joined_rows.push_back(torch::cat(row, 4));
+    if (i > 0) rows[i - 1].clear();
   }
-  auto whole = torch::cat(joined_rows, 3);
-  return whole.narrow(3, 0, std::min(height, whole.size(3))).narrow(4, 0, std::min(width, whole.size(4)));
+  return whole;
 }
 
 }  // namespace
@@ -82,8 +86,9 @@ VaeTiling VaeTiling::of_tile(int64_t width, int64_t height, int64_t factor) {
   return VaeTiling{height, width, stride(height), stride(width)};
 }
 
-std::string VaeTiling::describe() const {
-  return fmt::format("tiles of {}x{} pixels, stride {}x{}", tile_width, tile_height, stride_width, stride_height);
+std::string VaeTiling::describe(int64_t scale) const {
+  return fmt::format("tiles of {}x{} pixels, stride {}x{}", scale * tile_width, scale * tile_height,
+                     scale * stride_width, scale * stride_height);
 }
 
 bool encode_is_tiled(const VideoVae&, const VaeTiling& t, int64_t height, int64_t width) {
@@ -98,9 +103,9 @@ bool decode_is_tiled(const VideoVae& vae, const VaeTiling& t, int64_t height, in
 void check_tiling(const VaeTiling& t, int64_t f, const std::string& setting) {
   for (const auto& [tile, stride] : {std::pair{t.tile_width, t.stride_width}, {t.tile_height, t.stride_height}})
     if (tile < f || stride < f || stride > tile || tile % f != 0 || stride % f != 0)
-      throw SettingError(setting, fmt::format("{}: this VAE needs tiles of at least {} pixels and strides at most "
-                                              "the tile, each a multiple of {}",
-                                              t.describe(), f, f));
+      throw SettingError(setting, fmt::format("{}: this VAE needs strides of at least {} pixels and at most the "
+                                              "tile, each a multiple of {} (so tiles of {} or more)",
+                                              t.describe(), f, f, 2 * f));
 }
 
 at::Tensor tiled_encode(VideoVae& vae, const at::Tensor& video, const VaeTiling& t) {
@@ -131,9 +136,12 @@ void tiled_decode(VideoVae& vae, const at::Tensor& latents, const VaeTiling& t,
     rows.emplace_back();
     for (int64_t j = 0; j < width; j += stride_w) {
       std::vector<at::Tensor> chunks;
+      // On a GPU the decoded tiles wait in host memory: the device holds one tile's decode (blending is exact
+      // arithmetic, the same on either).
       vae.decode_whole(latents.narrow(3, i, std::min(tile_h, height - i)).narrow(4, j, std::min(tile_w, width - j)),
-                       [&](const at::Tensor& frames) { chunks.push_back(frames); });
+                       [&](const at::Tensor& frames) { chunks.push_back(frames.to(at::kCPU)); });
       rows.back().push_back(torch::cat(chunks, 2));  // [B, 3, F, tile pixels]
+      chunks.clear();
     }
   }
   // Blended over diffusers' patched pixels: steps of p pixels.

@@ -29,7 +29,8 @@ struct VaeTiling {
   // quarter of the tile (256 -> 192), in whole multiples of `factor` (the
   // VAE's spatial factor).
   static VaeTiling of_tile(int64_t width, int64_t height, int64_t factor);
-  std::string describe() const;  // "tiles of 256x256, stride 192x192"
+  // "tiles of 256x256 pixels, stride 192x192"; `scale` 2 for Wan2.2's encode, whose tiles count 2x2 patches.
+  std::string describe(int64_t scale = 1) const;
 };
 
 // What a tool's --vae-tiling asks: auto (tiles of the default size when the
@@ -49,13 +50,14 @@ bool encode_is_tiled(const VideoVae& vae, const VaeTiling& tiling, int64_t heigh
 bool decode_is_tiled(const VideoVae& vae, const VaeTiling& tiling, int64_t height, int64_t width);
 
 // SettingError naming `setting` unless `tiling` fits a VAE of
-// `spatial_factor` pixels a latent: tiles and strides at least one latent,
-// the stride at most the tile, each a whole number of latents (8 pixels for
+// `spatial_factor` pixels a latent: strides of at least one latent and at
+// most the tile, tiles and strides whole numbers of latents (8 pixels for
 // Wan2.1's VAE, 16 for Wan2.2's).
 void check_tiling(const VaeTiling& tiling, int64_t spatial_factor, const std::string& setting);
 
 // VideoVae::encode and decode through tiles (video_vae.hpp has their
-// contracts; the decode is not clamped here, VideoVae::decode clamps).
+// contracts; the decode is not clamped here, VideoVae::decode clamps). The
+// decode's video is in host memory.
 at::Tensor tiled_encode(VideoVae& vae, const at::Tensor& video, const VaeTiling& tiling);
 void tiled_decode(VideoVae& vae, const at::Tensor& latents, const VaeTiling& tiling,
                   const std::function<void(const at::Tensor& frames)>& sink);

@@ -33,8 +33,16 @@ std::optional<VaeVersion> version_of(int64_t channels) {
 
 }  // namespace
 
+void VideoVae::set_tiling(std::optional<VaeTiling> tiling) {
+  if (tiling) check_tiling(*tiling, spatial_factor(), "vae_tiling");
+  tiling_ = tiling;
+}
+
 at::Tensor VideoVae::encode(const at::Tensor& video) {
-  if (tiling_ && video.dim() == 5 && encode_is_tiled(*this, *tiling_, video.size(3), video.size(4)))
+  // A video the VAE cannot take goes whole, for encode_whole's line about its shape.
+  const int64_t s = spatial_factor();
+  const bool fits = video.dim() == 5 && video.size(3) % s == 0 && video.size(4) % s == 0;
+  if (tiling_ && fits && encode_is_tiled(*this, *tiling_, video.size(3), video.size(4)))
     return tiled_encode(*this, video, *tiling_);
   return encode_whole(video);
 }

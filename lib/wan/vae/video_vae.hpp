@@ -54,7 +54,8 @@ class VideoVae : public torch::nn::Module {
 
   // Tiled encode and decode (vae_tiling.hpp), as diffusers' enable_tiling;
   // nullopt, the default: whole frames.
-  void set_tiling(std::optional<VaeTiling> tiling) { tiling_ = tiling; }
+  // SettingError (setting vae_tiling) for tiles check_tiling refuses.
+  void set_tiling(std::optional<VaeTiling> tiling);
   const std::optional<VaeTiling>& tiling() const { return tiling_; }
 
   // The passes over whole frames that encode and decode tile: encode_whole

@@ -58,8 +58,8 @@ TEST(VaeTiling, ATileKeepsDiffusersQuarterOverlapInWholeLatents) {
   EXPECT_EQ(VaeTiling::of_tile(32, 32, 16).stride_width, 16);  // at least one latent of overlap
   EXPECT_EQ(t.describe(), "tiles of 256x256 pixels, stride 192x192");
   EXPECT_NE(error_of([] { wt::wan::check_tiling(VaeTiling::of_tile(100, 256, 8), 8, "vae_tiling"); })
-                .find("vae_tiling: tiles of 100x256 pixels, stride 76x192: this VAE needs tiles of at least 8 pixels "
-                      "and strides at most the tile, each a multiple of 8"),
+                .find("vae_tiling: tiles of 100x256 pixels, stride 76x192: this VAE needs strides of at least 8 "
+                      "pixels and at most the tile, each a multiple of 8 (so tiles of 16 or more)"),
             std::string::npos);
   EXPECT_EQ(error_of([] { wt::wan::check_tiling(VaeTiling::of_tile(96, 256, 8), 8, "vae_tiling"); }), "(no error)");
 }
