@@ -702,13 +702,14 @@ TEST(Encode, PromptVideosAreDrawnDuringTrainingOverTheRanks) {
 
   // On sample ranks of their own (--sample-ranks 2 of 4): the same videos,
   // each drawn by both sample ranks (its tokens split over them), written
-  // once by the first, logged in samples/metrics.jsonl and tb/samples.
+  // once by the first, logged in samples/metrics.jsonl and tb/samples; here
+  // decoded in tiles (--vae-tiling).
   const std::string apart = dir + "/apart";
   const auto on_sample_ranks = launch(wt::testing::mpi_command(
       4, WANTRAIN_WANTRAIN,
       "--model-config " + kTiny + " --data " + data + " --output-dir " + apart +
           " --threads 1 --backend mpi --batch-size 1 --steps 2 --sample-every 2 --sample-steps 2 --sample-ranks 2 "
-          "--sample-prompts " +
+          "--vae-tiling 16x16 --sample-prompts " +
           dir + "/prompts.txt" + models));
   ASSERT_EQ(on_sample_ranks.status, 0) << on_sample_ranks.output;
   for (const auto& [name, frames, width] :
@@ -726,6 +727,12 @@ TEST(Encode, PromptVideosAreDrawnDuringTrainingOverTheRanks) {
              apart + "/tb/samples --image prompts/00=2 --image prompts/01=2 --image prompts/02=2");
   EXPECT_EQ(read_apart.status, 0) << read_apart.output;
 
+  // Tiles the VAE cannot take: one line, before any step.
+  const auto bad_tiles = train(dir + "/bad-tiles", dir + "/prompts.txt --vae-tiling 12x12");
+  EXPECT_EQ(bad_tiles.status, 2) << bad_tiles.output;
+  EXPECT_EQ(wt::testing::occurrences(bad_tiles.output, "option --vae-tiling: tiles of 12x12 pixels, stride 4x4"), 1u)
+      << bad_tiles.output;
+  EXPECT_EQ(bad_tiles.output.find("step 1"), std::string::npos) << bad_tiles.output;
   // Bad lines: each its line naming the file and line, status 2, before any step.
   write_text(dir + "/bad.txt", "fine\n--size 10x10\nx --frames four\ny --colour red\n");
   const auto bad = train(dir + "/bad", dir + "/bad.txt");
