@@ -17,13 +17,11 @@
 #include "wantrain/app/float_dtype.hpp"
 #include "wantrain/app/version.hpp"
 #include "wantrain/distributed/device_placement.hpp"
-#include "wantrain/distributed/nccl_comm.hpp"
 #include "wantrain/distributed/world.hpp"
 #include "wantrain/media/buckets.hpp"
 #include "wantrain/util/error.hpp"
 #include "wantrain/util/exit_codes.hpp"
 #include "wantrain/util/files.hpp"
-#include "wantrain/util/memory.hpp"
 #include "wantrain/util/options.hpp"
 #include "wantrain/util/reporter.hpp"
 #include "wantrain/util/text.hpp"
@@ -242,12 +240,7 @@ std::optional<wan::VaeTiling> encode_tiling(const distributed::World& world, con
     if (size.width * size.height > largest.width * largest.height) largest = size;
   const auto dtype = app::float_dtype(c.vae_dtype);
   double mine = 0;
-  world.agree([&] {
-    const double capacity =
-        device.is_cuda() ? distributed::cuda_device_memory_bytes(device.index()) : physical_memory_bytes();
-    mine = capacity > 0 ? capacity - wan::weights_bytes(wan::vae_weights_file(c.vae), dtype)
-                        : std::numeric_limits<double>::infinity();
-  });
+  world.agree([&] { mine = wan::memory_beside_vae(device, c.vae, dtype); });
   double available = std::numeric_limits<double>::infinity();
   for (const auto& text : world.all_gather(fmt::format("{:.17g}", mine), "all_gather (each rank's memory for the VAE)"))
     available = std::min(available, std::stod(text));

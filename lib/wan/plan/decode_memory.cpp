@@ -1,6 +1,12 @@
 #include "wantrain/wan/plan/decode_memory.hpp"
 
 #include <algorithm>
+#include <limits>
+
+#include "wantrain/distributed/nccl_comm.hpp"
+#include "wantrain/util/memory.hpp"
+#include "wantrain/wan/model/weights.hpp"
+#include "wantrain/wan/vae/video_vae.hpp"
 
 namespace wt::wan {
 namespace {
@@ -17,6 +23,13 @@ double covered(int64_t size, int64_t tile, int64_t stride) {
 double vae_decode_bytes(VaeVersion version, at::ScalarType dtype, int64_t width, int64_t height) {
   const double per_pixel = (version == VaeVersion::Wan22 ? 17.6 : 22.4) * 1024.0;  // fp32
   return per_pixel * double(width) * double(height) * (dtype == at::kFloat ? 1.0 : 0.5);
+}
+
+double memory_beside_vae(const c10::Device& device, const std::string& vae, at::ScalarType dtype) {
+  const double capacity =
+      device.is_cuda() ? distributed::cuda_device_memory_bytes(device.index()) : physical_memory_bytes();
+  if (capacity <= 0) return std::numeric_limits<double>::infinity();  // unknown: whole frames, as before tiling
+  return capacity - weights_bytes(vae_weights_file(vae), dtype);
 }
 
 double vae_tiled_decode_bytes(VaeVersion version, at::ScalarType dtype, const VaeTiling& t, int64_t width,

@@ -12,10 +12,12 @@
 // joined video beside it.
 #pragma once
 
+#include <c10/core/Device.h>
 #include <c10/core/ScalarType.h>
 
 #include <cstdint>
 #include <optional>
+#include <string>
 
 #include "wantrain/wan/vae/vae_config.hpp"
 #include "wantrain/wan/vae/vae_tiling.hpp"
@@ -27,6 +29,12 @@ double vae_decode_bytes(VaeVersion version, at::ScalarType dtype, int64_t width,
 // A tiled decode of a width x height video of `frames` frames.
 double vae_tiled_decode_bytes(VaeVersion version, at::ScalarType dtype, const VaeTiling& tiling, int64_t width,
                               int64_t height, int64_t frames);
+
+// The memory a VAE decode may take on `device` beside the VAE's weights (in
+// `dtype`, from the header of `vae`'s file): the device's (CUDA) or the
+// host's memory, all of it, never what happens to be free, so that a run
+// decides the same whenever it runs; infinity when it cannot be read.
+double memory_beside_vae(const c10::Device& device, const std::string& vae, at::ScalarType dtype);
 
 // The tiles a decode of width x height pixels runs with under `choice`:
 // none for Off, or for a frame no larger than a tile; the given size for

@@ -6,14 +6,11 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
-#include <limits>
 #include <optional>
 
-#include "wantrain/distributed/nccl_comm.hpp"
 #include "wantrain/media/video_writer.hpp"
 #include "wantrain/util/error.hpp"
 #include "wantrain/util/files.hpp"
-#include "wantrain/util/memory.hpp"
 #include "wantrain/util/reporter.hpp"
 #include "wantrain/wan/plan/decode_memory.hpp"
 #include "wantrain/wan/sample/image_condition.hpp"
@@ -135,17 +132,14 @@ std::vector<train::SampleVideo> PromptVideos::draw(WanModelImpl& model, int64_t 
   const std::string folder = fmt::format("{}/step-{:08d}", options_.directory, step);
   std::error_code error;
   if (options_.decode) std::filesystem::create_directories(folder, error);
+  const double beside_vae = memory_beside_vae(device, options_.vae, options_.vae_dtype);
   for (const auto& p : mine_) {
     const auto start = std::chrono::steady_clock::now();
     // Tiles, for this video's frame: with auto, when its whole-frame decode does not fit the device beside the
     // VAE's weights, as wansample decides (the same on every run: not from what happens to be free).
     const int64_t s = vae_config_.spatial_factor(), width = p.shape[4] * s, height = p.shape[3] * s;
-    const double capacity =
-        device.is_cuda() ? distributed::cuda_device_memory_bytes(device.index()) : physical_memory_bytes();
-    const double available = capacity > 0 ? capacity - weights_bytes(vae_weights_file(options_.vae), options_.vae_dtype)
-                                          : std::numeric_limits<double>::infinity();  // unknown: whole frames
     vae->set_tiling(
-        decode_tiling(options_.vae_tiling, vae_config_, options_.vae_dtype, width, height, available, "vae_tiling"));
+        decode_tiling(options_.vae_tiling, vae_config_, options_.vae_dtype, width, height, beside_vae, "vae_tiling"));
     PictureStart picture;
     if (!p.line.image.empty())
       picture = start_from_picture(config_, *vae, clip.is_empty() ? nullptr : clip.get(), read_picture(p.line.image),

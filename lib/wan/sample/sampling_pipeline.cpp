@@ -19,10 +19,8 @@
 #include "wantrain/data/shard.hpp"
 #include "wantrain/data/text_file.hpp"
 #include "wantrain/distributed/backend.hpp"
-#include "wantrain/distributed/nccl_comm.hpp"
 #include "wantrain/util/error.hpp"
 #include "wantrain/util/files.hpp"
-#include "wantrain/util/memory.hpp"
 #include "wantrain/util/reporter.hpp"
 #include "wantrain/wan/sample/image_condition.hpp"
 #include "wantrain/wan/encoders/clip_vision.hpp"
@@ -483,12 +481,7 @@ void SamplingPipeline::resolve_vae_tiling() {
   if (r.vae.empty()) return;
   const int64_t s = vae_config_.spatial_factor(), width = shape_[4] * s, height = shape_[3] * s;
   double mine = 0;
-  world_.agree([&] {
-    const double capacity =
-        device_.is_cuda() ? distributed::cuda_device_memory_bytes(device_.index()) : physical_memory_bytes();
-    mine = capacity > 0 ? capacity - weights_bytes(vae_weights_file(r.vae), r.vae_dtype)
-                        : std::numeric_limits<double>::infinity();  // unknown: whole frames, as before
-  });
+  world_.agree([&] { mine = memory_beside_vae(device_, r.vae, r.vae_dtype); });
   // The least any rank has: every rank that encodes a picture tiles alike.
   double available = std::numeric_limits<double>::infinity();
   for (const auto& text :
