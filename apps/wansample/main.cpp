@@ -32,6 +32,7 @@
 #include "wantrain/util/reporter.hpp"
 #include "wantrain/util/text.hpp"
 #include "wantrain/wan/sample/sampling_pipeline.hpp"
+#include "wantrain/wan/sample/step_cache_calibration.hpp"
 
 namespace wt {
 namespace {
@@ -42,10 +43,12 @@ struct SampleConfig {
       device = "auto", prompt, negative_prompt, t5, t5_config, t5_dtype = "bf16", tokenizer, noise, vae, vae_config,
       vae_dtype = "fp32", vae_tiling = "auto", video, frames_dir, image, last_image, clip, clip_dtype = "fp32",
       cfg = "5", high_noise, low_noise, attention_chunk = "fused", solver = "unipc", weights_dtype = "auto",
-      schedule = "release";
+      schedule = "release", cache = "none", cache_calibration, calibrate_cache;
   int64_t index = 0, frames = 0, max_area = 0;  // 0: the VAE's release (wan/vae/release_video.hpp)
   int steps = 50, threads = 0, sp = 0;          // sp 0: the ranks of the job
   double shift = 5.0, fps = 0, boundary = 0;    // fps 0: the VAE's release
+  double cache_threshold = 0;
+  int cache_keep_first = 0, cache_max_skips = 0;
   uint64_t seed = 0;
   bool compare = false, offload_experts = false, first_frame = false, cfg_parallel = false, shard_weights = false,
        dry_run = false;
@@ -154,6 +157,25 @@ void declare_options(OptionSet& options, SampleConfig& c) {
            "fused: the fused kernel (scaled_dot_product_attention); Q: attention over Q queries at a time; both "
            "take memory linear in the token count; 0: the whole score matrix; auto: the whole matrix while its "
            "scores fit 1 GiB per block, else the chunk whose scores do (as wantrain's)")
+      .choice("cache", &c.cache, {"none", "teacache", "magcache", "easycache"},
+              "step caching: skip the model's blocks on steps whose output barely changes, reusing the last "
+              "residual (docs/model.md, \"Step caching\"): teacache and magcache read a calibration of the model "
+              "(beside the weights, or --cache-calibration; the published one of a released Wan2.1 model), easycache "
+              "needs none")
+      .add("cache-threshold", &c.cache_threshold,
+           "the method's threshold on its accumulated estimate of change (default teacache 0.08, magcache 0.12, "
+           "easycache 0.05); higher skips more")
+      .add("cache-keep-first", &c.cache_keep_first,
+           "steps run first whatever the rule (default teacache 5, magcache 20% of the steps, easycache 10)")
+      .add("cache-max-skips", &c.cache_max_skips,
+           "steps a branch skips in a row at most (default magcache 2, the others no limit; 0: no limit)")
+      .add("cache-calibration", &c.cache_calibration,
+           "the calibration --cache teacache|magcache reads (default: step-cache.json in the weights' folder, or "
+           "beside the weights file as NAME.step-cache.json)")
+      .add("calibrate-cache", &c.calibrate_cache,
+           "calibrate the step cache for the model as given: sample each prompt of this file (one a line, with "
+           "its own --seed, --size, ... as wantrain's --sample-prompts) uncached, fit TeaCache's polynomial and "
+           "MagCache's ratios, and write them to --out (default beside the weights)")
       .add("device", &c.device,
            "auto (the first CUDA device when LibTorch sees one, else the CPU), cpu, cuda or cuda:N; the noise is "
            "drawn on the CPU, so every device samples from the same start")
@@ -267,6 +289,11 @@ wan::SamplingRequest sampling_request(const SampleConfig& c, const OptionSet& op
     r.cfg = parse_numbers(split_list(c.cfg), "cfg", "a guidance scale of 0 or more");
     if (r.cfg.empty()) throw UsageError("option --cfg: give one scale, or LOW,HIGH with two experts");
   }
+  r.cache.method = wan::parse_cache_method(c.cache);
+  if (given["cache-threshold"]) r.cache.threshold = c.cache_threshold;
+  if (given["cache-keep-first"]) r.cache.keep_first = c.cache_keep_first;
+  if (given["cache-max-skips"]) r.cache.max_skips = c.cache_max_skips;
+  r.cache_calibration = c.cache_calibration;
   r.compute_dtype = app::float_dtype(c.precision);
   r.attention_chunk = app::parse_attention_chunk(c.attention_chunk);
   r.sp = c.sp;
@@ -309,6 +336,18 @@ int run(distributed::World& world, int argc, char** argv) {
     chosen.device = torch::Device(torch::kCUDA, world.local_rank() % torch::cuda::device_count());
   if (!chosen.warning.empty()) report_warning("{}", chosen.warning);
 
+  if (!c.calibrate_cache.empty()) {
+    const auto prompts = wan::read_sample_prompts(c.calibrate_cache);
+    bool out_given = false;
+    for (const auto& option : options.resolved())
+      if (option.name == "out") out_given = option.source != "default";
+    const std::string out = out_given ? c.out : wan::calibration_beside(wan::calibration_home(r));
+    const auto file = wan::calibrate_step_cache(world, r, prompts, chosen.device);
+    if (world.is_root()) wan::write_calibration_file(out, file);
+    report_info("wrote the step cache calibration of {} prompt{} ({} steps) to {}: read by --cache teacache|magcache",
+                file.prompts, file.prompts == 1 ? "" : "s", file.steps, out);
+    return kExitOk;
+  }
   wan::SamplingPipeline pipeline(world, std::move(r), chosen.device);
   if (c.dry_run) {
     report_info("dry run: what each rank holds{} (nothing was loaded)\n{}",

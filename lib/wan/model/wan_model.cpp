@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 
@@ -313,7 +314,7 @@ const RopeTable& WanModelImpl::rope_for(std::array<int64_t, 3> grid, at::Device 
 }
 
 at::Tensor WanModelImpl::forward(const at::Tensor& noisy, const at::Tensor& t, const at::Tensor& context,
-                                 const ImageCondition& image) {
+                                 const ImageCondition& image, BlockStackCache* cache) {
   const auto& cfg = config_;
   const int64_t latent_channels = cfg.in_dim - cfg.condition_channels();
   if (noisy.dim() != 5 || noisy.size(1) != latent_channels)
@@ -396,7 +397,14 @@ at::Tensor WanModelImpl::forward(const at::Tensor& noisy, const at::Tensor& t, c
             my_tokens(rope.sin.unsqueeze(0), padded, group).squeeze(0)};
     for (const auto& block : *blocks) block->as<WanBlockImpl>()->self_attn->sequence_tokens = token_count;
   }
-  for (size_t i = 0; i < blocks->size(); ++i) {
+  int64_t valid_tokens = token_count;
+  if (sequence_group_) {
+    const int64_t part = tokens.size(1);
+    valid_tokens = std::clamp<int64_t>(token_count - sequence_group_->rank() * part, 0, part);
+  }
+  const BlockStack stack{tokens, e, e0, valid_tokens, sequence_group_};
+  const at::Tensor skipped = cache ? cache->skip(stack) : at::Tensor();
+  for (size_t i = 0; i < blocks->size() && !skipped.defined(); ++i) {
     auto& block = *blocks[i]->as<WanBlockImpl>();
     if (units_) units_->before_block(int64_t(i));
     if (recompute_every_ > 0 && int64_t(i) % recompute_every_ == 0) {
@@ -408,6 +416,10 @@ at::Tensor WanModelImpl::forward(const at::Tensor& noisy, const at::Tensor& t, c
     }
     if (units_) tokens = units_->after_block(int64_t(i), tokens);
   }
+  if (skipped.defined())
+    tokens = skipped;
+  else if (cache)
+    cache->ran(stack, tokens);
 
   auto out = head(tokens, e);  // [B, L, prod(patch) * out_dim]
   if (units_) units_->end_forward();

@@ -25,6 +25,7 @@
 #include "wantrain/nn/linear.hpp"
 #include "wantrain/nn/parameter_units.hpp"
 #include "wantrain/nn/recompute.hpp"
+#include "wantrain/wan/model/block_stack_cache.hpp"
 #include "wantrain/wan/model/image_input.hpp"
 #include "wantrain/wan/model/model_config.hpp"
 #include "wantrain/wan/model/positional.hpp"
@@ -148,8 +149,9 @@ class WanModelImpl : public torch::nn::Module {
   // text_dim] with Lc <= text_len, and for an i2v or flf2v model its image
   // condition -> [B, out_dim, F, H, W]. UsageError naming the input whose
   // shape is wrong, or a condition the model lacks or does not take.
+  // `cache`, when given, may skip the block stack (block_stack_cache.hpp).
   at::Tensor forward(const at::Tensor& x, const at::Tensor& t, const at::Tensor& context,
-                     const ImageCondition& image = {});
+                     const ImageCondition& image = {}, BlockStackCache* cache = nullptr);
 
   const WanConfig& config() const { return config_; }
 

@@ -18,6 +18,7 @@
 #include "wantrain/distributed/comm.hpp"
 #include "wantrain/wan/model/wan_model.hpp"
 #include "wantrain/wan/sample/sampler.hpp"
+#include "wantrain/wan/sample/step_cache.hpp"
 
 namespace wt::wan {
 
@@ -35,7 +36,10 @@ struct HighNoiseModel {
   double boundary = 0.875;
 };
 
+// `caching`, when given, gives each branch's forwards its step cache
+// (step_cache.hpp): the high-noise expert's when `high`.
 VelocityField model_velocity(WanModelImpl& model, at::Tensor cond, at::Tensor uncond, ImageCondition image,
-                             BranchPair pair = {}, std::function<void()> before = {});
+                             BranchPair pair = {}, std::function<void()> before = {}, StepCaching* caching = nullptr,
+                             bool high = false);
 
 }  // namespace wt::wan

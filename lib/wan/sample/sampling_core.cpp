@@ -18,16 +18,24 @@ at::Tensor draw_latents(const SampleModels& models, const SampleCondition& condi
   ImageCondition image;
   if (condition.image.y.defined()) image.y = condition.image.y.to(device);
   if (condition.image.clip_fea.defined()) image.clip_fea = condition.image.clip_fea.to(device);
-  auto velocity_of = [&](WanModelImpl& model) {
+  auto velocity_of = [&](WanModelImpl& model, bool is_high) {
     std::function<void()> before;
     if (models.before) before = [&models, &model] { models.before(model); };
-    return model_velocity(model, cond, uncond, image, models.pair, before);
+    return model_velocity(model, cond, uncond, image, models.pair, before, models.caching, is_high);
   };
-  const VelocityField velocity = velocity_of(*models.model);
+  if (models.caching) {
+    // The steps each expert takes, so that each model's caches count them.
+    const auto solver = make_flow_solver(sampler.solver, sampler.steps, sampler.shift, sampler.schedule);
+    int high_steps = 0;
+    for (int i = 0; models.high.model && i < solver->steps(); ++i)
+      high_steps += high_noise_step(solver->timestep(i), models.high.boundary) ? 1 : 0;
+    models.caching->begin_draw(solver->steps(), high_steps);
+  }
+  const VelocityField velocity = velocity_of(*models.model, false);
   std::optional<HighNoiseExpert> high;
   if (models.high.model)
-    high =
-        HighNoiseExpert{velocity_of(*models.high.model), models.high_cfg.value_or(sampler.cfg), models.high.boundary};
+    high = HighNoiseExpert{velocity_of(*models.high.model, true), models.high_cfg.value_or(sampler.cfg),
+                           models.high.boundary};
   if (condition.first_frame.defined()) {
     sampler.first_frame = condition.first_frame.to(device, torch::kFloat32);
     sampler.patch = models.model->config().patch_size;

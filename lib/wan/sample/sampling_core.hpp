@@ -17,6 +17,7 @@
 #include "wantrain/wan/model/wan_model.hpp"
 #include "wantrain/wan/sample/model_velocity.hpp"
 #include "wantrain/wan/sample/sampler.hpp"
+#include "wantrain/wan/sample/step_cache.hpp"
 
 namespace wt::wan {
 
@@ -29,6 +30,8 @@ struct SampleModels {
   BranchPair pair;  // --cfg-parallel: the two branches of guidance on two halves of the ranks
   // Before each forward of a model (an offloaded expert brought to the device).
   std::function<void(WanModelImpl& model)> before;
+  // Step caching (step_cache.hpp), fresh for each draw; nullptr: none.
+  StepCaching* caching = nullptr;
 };
 
 struct SampleCondition {

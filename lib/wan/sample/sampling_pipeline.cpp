@@ -35,6 +35,8 @@
 #include "wantrain/wan/sample/latent_comparison.hpp"
 #include "wantrain/wan/sample/picture_start.hpp"
 #include "wantrain/wan/sample/sampling_core.hpp"
+#include "wantrain/wan/sample/cache_calibration.hpp"
+#include "wantrain/wan/sample/step_cache_calibration.hpp"
 #include "wantrain/wan/sample/sampler.hpp"
 #include "wantrain/wan/sample/sharded_blocks.hpp"
 #include "wantrain/wan/sample/sample_outputs.hpp"
@@ -127,6 +129,7 @@ void check_context_fits(const at::Tensor& context, const WanConfig& config, cons
 
 SamplingPipeline::SamplingPipeline(distributed::World& world, SamplingRequest request, const c10::Device& device)
     : world_(world), request_(std::move(request)), device_(device) {
+  cache_home_ = calibration_home(request_);  // before a two-expert folder becomes its experts
   // Checked on every rank alike: a mistake is one line for the job.
   world_.agree([&] {
     use_two_experts_of_a_folder();
@@ -134,6 +137,7 @@ SamplingPipeline::SamplingPipeline(distributed::World& world, SamplingRequest re
     resolve_model();
     resolve_settings();
     resolve_condition();
+    resolve_step_cache();
   });
   resolve_vae_tiling();
   report_memory();
@@ -403,6 +407,26 @@ void SamplingPipeline::resolve_settings() {
         "image",
         fmt::format("the {} model starts from a picture: give {} FILE{}", model_type, setting_reference("image"),
                     config_.image_branch() ? " and " + setting_reference("clip") + " FILE" : std::string()));
+}
+
+// The step cache and the calibrations it needs, each model's.
+void SamplingPipeline::resolve_step_cache() {
+  const auto& r = request_;
+  const auto method = r.cache.method;
+  const bool calibrated = method == CacheMethod::TeaCache || method == CacheMethod::MagCache;
+  if (!r.cache_calibration.empty() && !calibrated)
+    throw SettingError("cache_calibration", fmt::format("{} {} takes no calibration (teacache and magcache do)",
+                                                        setting_reference("cache"), cache_method_name(method)));
+  if (method == CacheMethod::None) return;
+  std::shared_ptr<const CacheCalibration> low, high;
+  if (calibrated && experts_) {
+    high = find_calibration(method, r.cache_calibration, cache_home_, config_, "high_noise", r.loras_high);
+    low = find_calibration(method, r.cache_calibration, cache_home_, config_, "low_noise", r.loras_low);
+  } else if (calibrated) {
+    low = find_calibration(method, r.cache_calibration, cache_home_, config_, "model", r.loras);
+  }
+  caching_ = std::make_unique<StepCaching>(r.cache, low, high);
+  report_info("step cache: {}", caching_->describe(*r.steps));
 }
 
 // The sample's shape, and what can be read before any model: a dataset
@@ -721,7 +745,7 @@ at::Tensor SamplingPipeline::start_from_image() {
   return first_frame;
 }
 
-at::Tensor SamplingPipeline::sample() {
+at::Tensor SamplingPipeline::sample(StepCaching* caching) {
   const auto& r = request_;
   auto& c = *condition_;
   encode_prompt();
@@ -741,6 +765,7 @@ at::Tensor SamplingPipeline::sample() {
     sample_models.high_cfg = cfg_high_;
   }
   sample_models.pair = {models->branch_pair.get(), models->branch};
+  sample_models.caching = caching ? caching : caching_.get();
   // With offload_experts one expert at a time on the device, moved at the
   // switch (text2video.py's offload).
   WanModelImpl* on_device = offload_ ? nullptr : net.get();
@@ -762,7 +787,15 @@ at::Tensor SamplingPipeline::sample() {
       (r.noise.empty() ? seeded_noise(shape_, r.seed)
                        : data::read_noise(r.noise, {shape_[1], shape_[2], shape_[3], shape_[4]}).unsqueeze(0))
           .to(device_);  // [1, C, F, H, W]
-  return draw_latents(sample_models, condition, sampler, noise, r.compute_dtype);
+  const CacheCounts before = caching_ ? caching_->counts() : CacheCounts{};
+  auto latents = draw_latents(sample_models, condition, sampler, noise, r.compute_dtype);
+  if (caching_ && !caching) {
+    const auto& after = caching_->counts();
+    const int64_t ran = after.ran - before.ran, skipped = after.skipped - before.skipped;
+    report_info("step cache: {} of {} model evaluations ran, {} skipped ({:.2f}x fewer)", ran, ran + skipped, skipped,
+                ran > 0 ? double(ran + skipped) / double(ran) : 0.0);
+  }
+  return latents;
   // The models, their shards and the groups go here: the DiT's memory is
   // free before write() decodes.
 }

@@ -27,6 +27,7 @@
 #include "wantrain/wan/sample/release_defaults.hpp"
 #include "wantrain/wan/plan/sampling_plan.hpp"
 #include "wantrain/wan/sample/sampling_request.hpp"
+#include "wantrain/wan/sample/step_cache.hpp"
 #include "wantrain/wan/vae/vae_config.hpp"
 
 namespace wt::wan {
@@ -46,8 +47,10 @@ class SamplingPipeline {
   SamplingPlan plan() const;
 
   // Encodes the condition, loads the model(s), samples and frees them:
-  // the latents [C, F, H, W], fp32 on the CPU, on every rank.
-  at::Tensor sample();
+  // the latents [C, F, H, W], fp32 on the CPU, on every rank. With the
+  // request's step cache, reported; `caching`, when given, instead of it
+  // (a calibration's recorder: step_cache_calibration.hpp).
+  at::Tensor sample(StepCaching* caching = nullptr);
 
   // Rank 0: the latents as a one-sample shard, the comparison, the preview
   // and the decoded video the request asks for, each reported.
@@ -56,6 +59,8 @@ class SamplingPipeline {
   const SamplingRequest& request() const { return request_; }
   const WanConfig& config() const { return config_; }
   const std::vector<int64_t>& shape() const { return shape_; }  // [1, C, F, H, W]
+  bool two_experts() const { return experts_; }
+  double cfg() const { return cfg_low_; }  // the low-noise expert's with two
 
  private:
   struct Condition;
@@ -64,6 +69,7 @@ class SamplingPipeline {
   void resolve_model();
   void resolve_settings();
   void resolve_condition();
+  void resolve_step_cache();
   void report_memory() const;
   // sample()'s parts: the VAE and the prompt's embeddings; the models (and
   // the ranks' groups) from their recipes; the picture a sample starts from.
@@ -78,6 +84,7 @@ class SamplingPipeline {
   distributed::World& world_;
   SamplingRequest request_;
   c10::Device device_;
+  std::string cache_home_;  // what the step cache's calibration sits beside
   bool experts_ = false, offload_ = false, run_shift_ = false;
   WanConfig config_;
   std::map<std::string, TensorSource> sources_;
@@ -89,6 +96,7 @@ class SamplingPipeline {
   std::string negative_prompt_;  // with a prompt: the unconditional branch's text ("": the all-zero context)
   std::vector<int64_t> shape_;
   std::unique_ptr<Condition> condition_;
+  std::unique_ptr<StepCaching> caching_;  // the request's step cache; nullptr: none
 };
 
 }  // namespace wt::wan

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "wantrain/wan/model/flow_solver.hpp"
+#include "wantrain/wan/sample/step_cache.hpp"
 #include "wantrain/wan/vae/vae_tiling.hpp"
 
 namespace wt::wan {
@@ -60,7 +61,11 @@ struct SamplingRequest {
   std::optional<double> shift;  // unset: the checkpoint run's, else the release's, else 5
   std::vector<double> cfg;      // one scale, or LOW,HIGH with two experts; empty: the release's, else 5
   at::ScalarType compute_dtype = at::kFloat;
-  int64_t attention_chunk = -1;  // wan_model.hpp's set_attention_chunk
+  int64_t attention_chunk = -1;
+  // Step caching (step_cache.hpp), and the calibration file it reads
+  // (empty: the one beside the weights, else the published figures).
+  StepCacheSettings cache;
+  std::string cache_calibration;  // wan_model.hpp's set_attention_chunk
 
   // The ranks (every rank of the world runs the same request).
   int sp = 0;  // 0: all ranks (half with cfg_parallel)
