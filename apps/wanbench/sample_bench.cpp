@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <iostream>
 
 #include "bench_timing.hpp"
@@ -20,17 +22,19 @@
 #include "wantrain/wan/model/model_recipe.hpp"
 #include "wantrain/wan/model/wan_model.hpp"
 #include "wantrain/wan/model/weights.hpp"
+#include "wantrain/wan/sample/latent_comparison.hpp"
 #include "wantrain/wan/sample/sampling_pipeline.hpp"
+#include "wantrain/wan/sample/step_cache_calibration.hpp"
 
 namespace wt {
 namespace {
 
 struct SampleBenchConfig {
   std::string config_file, model_config = "data/configs/wan-small.json", size = "16x16", solver = "unipc",
-                           precision = "fp32", weights_dtype = "fp32", attention_chunk = "fused";
+                           precision = "fp32", weights_dtype = "fp32", attention_chunk = "fused", cache = "none";
   int64_t frames = 1;
   int steps = 4, rounds = 3, threads = 0;
-  double cfg = 5;
+  double cfg = 5, cache_threshold = -1;
   bool cfg_parallel = false, shard_weights = false;
 };
 
@@ -60,6 +64,11 @@ int run_sample_bench(distributed::World& world, int argc, char** argv) {
       .add("attention-chunk", &c.attention_chunk, "as wansample's --attention-chunk")
       .flag("cfg-parallel", &c.cfg_parallel, "under mpirun: the two branches of guidance on two halves of the ranks")
       .flag("shard-weights", &c.shard_weights, "under mpirun: each rank keeps 1/N of the blocks' weights")
+      .choice("cache", &c.cache, {"none", "teacache", "magcache", "easycache"},
+              "also sample N steps with this step cache (teacache and magcache calibrated on the random model "
+              "first) and report its model evaluations, its time against the uncached sample's and how close its "
+              "latents come")
+      .add("cache-threshold", &c.cache_threshold, "the cache's threshold (default the method's)")
       .add("rounds", &c.rounds, "rounds of N and 2N steps (the median is reported)")
       .add("threads", &c.threads, "CPU threads a rank (0: LibTorch's default)");
   if (const auto outcome = options.parse(argc, argv); outcome != OptionSet::Outcome::Run) {
@@ -120,11 +129,39 @@ int run_sample_bench(distributed::World& world, int argc, char** argv) {
     return seconds_since(start);
   };
   seconds_for(1);  // warm: the allocator, the page cache
-  std::vector<double> per_step, whole;
+  std::vector<double> per_step, whole, cached_whole;
+  at::Tensor uncached, cached;
+  wan::CacheCounts counts;
+  const auto method = wan::parse_cache_method(c.cache);
+  auto cached_request = request;
+  cached_request.steps = c.steps;
+  if (method == wan::CacheMethod::TeaCache || method == wan::CacheMethod::MagCache) {
+    auto calibrate = request;
+    calibrate.steps = c.steps;
+    const auto file =
+        wan::calibrate_step_cache(world, wan::calibration_requests(calibrate, std::vector<int64_t>{0}),
+                                  torch::Device(torch::kCPU));
+    cached_request.cache_calibration = scratch.directory + "/step-cache.json";
+    if (world.is_root()) wan::write_calibration_file(cached_request.cache_calibration, file);
+    world.barrier();
+  }
+  cached_request.cache.method = method;
+  if (c.cache_threshold >= 0) cached_request.cache.threshold = c.cache_threshold;
   for (int round = 0; round < c.rounds; ++round) {
     const double once = seconds_for(c.steps), twice = seconds_for(2 * c.steps);
     per_step.push_back((twice - once) / c.steps);
     whole.push_back(once);
+    if (method == wan::CacheMethod::None) continue;
+    auto plain = request;
+    plain.steps = c.steps;
+    uncached = wan::SamplingPipeline(world, plain, torch::Device(torch::kCPU)).sample();
+    wan::SamplingPipeline pipeline(world, cached_request, torch::Device(torch::kCPU));
+    world.barrier();
+    const auto start = std::chrono::steady_clock::now();
+    cached = pipeline.sample();
+    world.barrier();
+    cached_whole.push_back(seconds_since(start));
+    counts = pipeline.step_caching()->counts();
   }
   const int64_t tokens =
       c.frames / config.patch_size[0] * (hw[0] / config.patch_size[1]) * (hw[1] / config.patch_size[2]);
@@ -139,6 +176,18 @@ int run_sample_bench(distributed::World& world, int argc, char** argv) {
     std::cout << fmt::format("{:<34} {:>10.3f}\n", "a solver step", median(per_step));
     std::cout << fmt::format("{:<34} {:>10.3f}\n", fmt::format("a sample of {} steps, loading in", c.steps),
                              median(whole));
+    if (method != wan::CacheMethod::None) {
+      const auto m = wan::compare_latents(cached, uncached);
+      const double range = (uncached.max() - uncached.min()).item<double>();
+      const double psnr = 10 * std::log10(range * range / std::max(m.mse, 1e-30));
+      std::cout << fmt::format("{:<34} {:>10.3f}\n",
+                               fmt::format("the same, {} ({:.2f}x)", c.cache, median(whole) / median(cached_whole)),
+                               median(cached_whole));
+      std::cout << fmt::format("{:<34} {:>10}\n", "  model evaluations ran / skipped",
+                               fmt::format("{} / {}", counts.ran, counts.skipped));
+      std::cout << fmt::format("{:<34} {:>10.4f}\n", "  latents' correlation with uncached", m.correlation);
+      std::cout << fmt::format("{:<34} {:>10.1f}\n", "  latents' PSNR against uncached (dB)", psnr);
+    }
     std::cout << fmt::format("{:<34} {:>10.0f}\n", "peak RSS, rank 0 (MiB)", peak_rss_mib());
   }
   return kExitOk;

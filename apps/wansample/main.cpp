@@ -174,8 +174,9 @@ void declare_options(OptionSet& options, SampleConfig& c) {
            "beside the weights file as NAME.step-cache.json)")
       .add("calibrate-cache", &c.calibrate_cache,
            "calibrate the step cache for the model as given: sample each prompt of this file (one a line, with "
-           "its own --seed, --size, ... as wantrain's --sample-prompts) uncached, fit TeaCache's polynomial and "
-           "MagCache's ratios, and write them to --out (default beside the weights)")
+           "its own --seed, --size, ... as wantrain's --sample-prompts; with --data: the samples of these indices, "
+           "0,1,2) uncached, fit TeaCache's polynomial and MagCache's ratios, and write them to --out (default "
+           "beside the weights)")
       .add("device", &c.device,
            "auto (the first CUDA device when LibTorch sees one, else the CPU), cpu, cuda or cuda:N; the noise is "
            "drawn on the CPU, so every device samples from the same start")
@@ -337,12 +338,20 @@ int run(distributed::World& world, int argc, char** argv) {
   if (!chosen.warning.empty()) report_warning("{}", chosen.warning);
 
   if (!c.calibrate_cache.empty()) {
-    const auto prompts = wan::read_sample_prompts(c.calibrate_cache);
+    std::vector<wan::SamplingRequest> requests;
+    if (!c.data.empty()) {
+      std::vector<int64_t> indices;
+      for (const double index : parse_numbers(split_list(c.calibrate_cache), "calibrate-cache", "a sample index"))
+        indices.push_back(int64_t(index));
+      requests = wan::calibration_requests(r, indices);
+    } else {
+      requests = wan::calibration_requests(r, wan::read_sample_prompts(c.calibrate_cache));
+    }
     bool out_given = false;
     for (const auto& option : options.resolved())
       if (option.name == "out") out_given = option.source != "default";
     const std::string out = out_given ? c.out : wan::calibration_beside(wan::calibration_home(r));
-    const auto file = wan::calibrate_step_cache(world, r, prompts, chosen.device);
+    const auto file = wan::calibrate_step_cache(world, requests, chosen.device);
     if (world.is_root()) wan::write_calibration_file(out, file);
     report_info("wrote the step cache calibration of {} prompt{} ({} steps) to {}: read by --cache teacache|magcache",
                 file.prompts, file.prompts == 1 ? "" : "s", file.steps, out);

@@ -64,7 +64,7 @@ void write_calibration_file(const std::string& path, const CacheCalibrationFile&
   j["solver"] = file.solver;
   j["shift"] = file.shift;
   j["cfg"] = file.cfg;
-  j["prompts"] = file.prompts;
+  j["samples"] = file.prompts;
   j["loras"] = file.loras;
   for (const auto& [name, c] : file.models) {
     auto& m = j["models"][name];
@@ -94,7 +94,7 @@ CacheCalibrationFile read_calibration_file(const std::string& path) {
     return j[key].get<double>();
   };
   file.steps = int(number("steps"));
-  file.prompts = int(number("prompts"));
+  file.prompts = int(number("samples"));
   file.shift = number("shift");
   file.cfg = number("cfg");
   if (file.steps < 1) throw bad("steps", "is not a number of steps");

@@ -6,7 +6,7 @@
 //
 // The file (format "wantrain step cache 1"):
 //   {"format": "wantrain step cache 1", "steps": 50, "solver": "unipc",
-//    "shift": 5.0, "cfg": 5.0, "prompts": 3, "loras": [],
+//    "shift": 5.0, "cfg": 5.0, "samples": 3, "loras": [],
 //    "models": {"model": {"teacache": [a4, a3, a2, a1, a0],
 //                         "magcache": {"conditional": [...], "unconditional": [...]}}}}
 // with "high_noise" and "low_noise" instead of "model" for A14B's experts.

@@ -69,7 +69,7 @@ double CacheCalibration::mag_ratio(int branch, int step, int steps) const {
   if (int(ratios.size()) == steps) return ratios[size_t(step)];
   if (steps == 1) return ratios.back();
   const double scale = double(ratios.size() - 1) / double(steps - 1);
-  return ratios[size_t(std::lround(step * scale))];
+  return ratios[size_t(std::nearbyint(step * scale))];  // numpy.round: half to even
 }
 
 bool TeaCacheRule::skip(bool kept, double relative_change, const std::vector<double>& polynomial,

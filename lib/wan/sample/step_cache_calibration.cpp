@@ -14,20 +14,24 @@ std::string calibration_home(const SamplingRequest& request) {
   return request.low_noise;
 }
 
-CacheCalibrationFile calibrate_step_cache(distributed::World& world, const SamplingRequest& request,
-                                          const std::vector<SamplePrompt>& prompts, const c10::Device& device) {
-  if (!request.prompt.empty() || !request.data.empty() || !request.text.empty())
-    throw SettingError("calibrate_cache",
-                       fmt::format("calibrates on its file's prompts: give no {}, {} or {}", setting_reference("prompt"),
-                                   setting_reference("data"), setting_reference("text")));
+namespace {
+
+void check_uncached(const SamplingRequest& request) {
   if (request.cache.method != CacheMethod::None)
     throw SettingError("calibrate_cache",
                        fmt::format("runs the sampler uncached: give no {}", setting_reference("cache")));
-  const auto recorder = StepCaching::calibrating();
-  CacheCalibrationFile file;
-  bool experts = false;
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    const auto& p = prompts[i];
+}
+
+}  // namespace
+
+std::vector<SamplingRequest> calibration_requests(const SamplingRequest& request,
+                                                  const std::vector<SamplePrompt>& prompts) {
+  check_uncached(request);
+  if (!request.prompt.empty() || !request.text.empty())
+    throw SettingError("calibrate_cache", fmt::format("calibrates on its file's prompts: give no {} or {}",
+                                                      setting_reference("prompt"), setting_reference("text")));
+  std::vector<SamplingRequest> requests;
+  for (const auto& p : prompts) {
     SamplingRequest r = request;
     r.prompt = p.prompt;
     if (p.negative_prompt) r.negative_prompt = p.negative_prompt;
@@ -37,29 +41,59 @@ CacheCalibrationFile calibrate_step_cache(distributed::World& world, const Sampl
     if (p.steps > 0) r.steps = p.steps;
     if (p.cfg) r.cfg = {*p.cfg};
     if (!p.image.empty()) r.image = p.image;
-    report_info("calibrating on prompt {} of {} (line {}): {}", i + 1, prompts.size(), p.line, p.prompt);
+    requests.push_back(std::move(r));
+  }
+  return requests;
+}
+
+std::vector<SamplingRequest> calibration_requests(const SamplingRequest& request,
+                                                  const std::vector<int64_t>& indices) {
+  check_uncached(request);
+  if (request.data.empty())
+    throw SettingError("calibrate_cache",
+                       fmt::format("sample indices calibrate on {}'s samples: give it", setting_reference("data")));
+  std::vector<SamplingRequest> requests;
+  for (const int64_t index : indices) {
+    SamplingRequest r = request;
+    r.index = index;
+    requests.push_back(std::move(r));
+  }
+  return requests;
+}
+
+CacheCalibrationFile calibrate_step_cache(distributed::World& world, const std::vector<SamplingRequest>& requests,
+                                          const c10::Device& device) {
+  const auto recorder = StepCaching::calibrating();
+  CacheCalibrationFile file;
+  bool experts = false;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const auto& r = requests[i];
+    report_info("calibrating on {} of {}: {}", i + 1, requests.size(),
+                r.prompt.empty() ? fmt::format("{} sample {}", r.data, r.index) : r.prompt);
     SamplingPipeline pipeline(world, r, device);
+    const int steps = *pipeline.request().steps;
     if (i == 0) {
-      file.steps = *pipeline.request().steps;
+      file.steps = steps;
       file.solver = solver_name(*pipeline.request().solver);
       file.shift = *pipeline.request().shift;
       file.cfg = pipeline.cfg();
       experts = pipeline.two_experts();
-    } else if (*pipeline.request().steps != file.steps) {
-      throw SettingError("calibrate_cache", fmt::format("line {} samples {} steps, line {} {}: calibrate one count",
-                                                        p.line, *pipeline.request().steps, prompts[0].line,
-                                                        file.steps));
+    } else if (steps != file.steps) {
+      throw SettingError("calibrate_cache",
+                         fmt::format("sample {} takes {} steps, the first {}: calibrate one count", i + 1, steps,
+                                     file.steps));
     }
     pipeline.sample(recorder.get());
   }
-  file.prompts = int(prompts.size());
+  file.prompts = int(requests.size());
+  const auto& first = requests.front();
   if (experts) {
     file.models["high_noise"] = fit_calibration(recorder->record(true));
     file.models["low_noise"] = fit_calibration(recorder->record(false));
-    file.loras = request.loras_low;
+    file.loras = first.loras_low;
   } else {
     file.models["model"] = fit_calibration(recorder->record(false));
-    file.loras = request.loras;
+    file.loras = first.loras;
   }
   return file;
 }

@@ -20,12 +20,18 @@ namespace wt::wan {
 // checkpoint, else its low-noise expert's weights.
 std::string calibration_home(const SamplingRequest& request);
 
-// Samples each prompt (its line's --seed, --size, --frames, --steps, --cfg
-// and --negative-prompt where given; the rest the request's) on every rank
-// of `world`, nothing skipped, and fits each model: "model", or A14B's
-// "high_noise" and "low_noise". SettingError naming `calibrate_cache` for a
-// request conditioned otherwise than on prompts, or one with a step cache.
-CacheCalibrationFile calibrate_step_cache(distributed::World& world, const SamplingRequest& request,
-                                          const std::vector<SamplePrompt>& prompts, const c10::Device& device);
+// The requests a calibration samples: `request` with each prompt (its
+// line's --seed, --size, --frames, --steps, --cfg, --negative-prompt and
+// --image where given), or with each sample `index` of its data.
+// SettingError naming `calibrate_cache` for a request with a step cache, or
+// conditioned otherwise than the calibration asks.
+std::vector<SamplingRequest> calibration_requests(const SamplingRequest& request,
+                                                  const std::vector<SamplePrompt>& prompts);
+std::vector<SamplingRequest> calibration_requests(const SamplingRequest& request, const std::vector<int64_t>& indices);
+
+// Samples each request on every rank of `world`, nothing skipped, and fits
+// each model: "model", or A14B's "high_noise" and "low_noise".
+CacheCalibrationFile calibrate_step_cache(distributed::World& world, const std::vector<SamplingRequest>& requests,
+                                          const c10::Device& device);
 
 }  // namespace wt::wan
