@@ -19,6 +19,7 @@
 #include "wantrain/util/options.hpp"
 #include "wantrain/util/text.hpp"
 #include "wantrain/wan/model/flow_solver.hpp"
+#include "wantrain/wan/sample/cache_calibration.hpp"
 
 namespace wt::wantrain {
 
@@ -58,6 +59,14 @@ void declare_run_options(OptionSet& o, TrainConfig& c) {
       .add("sample-solver", &c.sample_solver, "unipc, dpm++ or euler: the solver of each sample (wansample --solver)")
       .add("sample-steps", &c.sample_steps, "solver steps of each sample (wansample --steps)")
       .add("sample-cfg", &c.sample_cfg, "classifier-free guidance of each sample (wansample --cfg)")
+      .choice("sample-cache", &c.sample_cache, {"none", "teacache", "magcache", "easycache"},
+              "step caching of the samples and prompt videos (wansample --cache): easycache needs no calibration; "
+              "teacache and magcache need --sample-cache-calibration (or a released Wan2.1 --init's published one)")
+      .add("sample-cache-threshold", &c.sample_cache_threshold,
+           "the sample cache's threshold (wansample --cache-threshold; default the method's)")
+      .add("sample-cache-calibration", &c.sample_cache_calibration,
+           "the calibration --sample-cache teacache|magcache reads: a file of wansample --calibrate-cache, e.g. of "
+           "the run's --init (the model moves from it as it trains)")
       .add("sample-prompts", &c.sample_prompts,
            "with --sample-every: also a video of each prompt in this file (one a line, each with optional --size, "
            "--frames, --seed, --image, --negative-prompt, --steps, --cfg) into OUTPUT-DIR/samples/step-N/NN.mp4, "
@@ -375,6 +384,31 @@ wan::SamplerOptions sample_sampler(const TrainConfig& c) {
     if (!c.given.count("sample-solver")) sampler.solver = wan::Solver::Euler;
     if (!c.given.count("sample-steps")) sampler.steps = c.distill_steps;
     if (!c.given.count("sample-cfg")) sampler.cfg = 1;
+  }
+  sampler.cache.method = wan::parse_cache_method(c.sample_cache);
+  if (c.given.count("sample-cache-threshold")) sampler.cache.threshold = c.sample_cache_threshold;
+  const auto method = sampler.cache.method;
+  const bool calibrated = method == wan::CacheMethod::TeaCache || method == wan::CacheMethod::MagCache;
+  if (!calibrated) {
+    if (!c.sample_cache_calibration.empty())
+      throw UsageError("option --sample-cache-calibration: only --sample-cache teacache and magcache read one");
+    return sampler;
+  }
+  const auto config = wan::load_model_config(c.model_config.empty() ? c.init : c.model_config);
+  if (c.sample_cache_calibration.empty() && (c.init.empty() || !c.experts.empty() ||
+                                             !wan::published_calibration(config, c.init)))
+    throw UsageError(fmt::format(
+        "option --sample-cache {}: needs --sample-cache-calibration FILE (wansample --calibrate-cache of the run's "
+        "start; only a released Wan2.1 model given as --init has published figures), or --sample-cache easycache",
+        c.sample_cache));
+  auto calibration_of = [&](const std::string& role) {
+    return wan::find_calibration(method, c.sample_cache_calibration, c.init, config, role, {});
+  };
+  if (!c.experts.empty()) {
+    sampler.high_cache_calibration = calibration_of("high_noise");
+    sampler.cache_calibration = calibration_of("low_noise");
+  } else {
+    sampler.cache_calibration = calibration_of("model");
   }
   return sampler;
 }

@@ -16,8 +16,10 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <memory>
 
 #include "wantrain/wan/model/flow_solver.hpp"
+#include "wantrain/wan/sample/step_cache.hpp"
 
 namespace wt::wan {
 
@@ -32,6 +34,11 @@ struct SamplerOptions {
   // for a model of this patch size. Undefined: no first frame.
   at::Tensor first_frame;
   std::array<int64_t, 3> patch{1, 2, 2};
+  // Step caching (step_cache.hpp) of each draw through the sampling core
+  // (sample_flow itself caches nothing): the settings, and the calibrations
+  // of the model and of A14B's high-noise expert where the method needs them.
+  StepCacheSettings cache;
+  std::shared_ptr<const CacheCalibration> cache_calibration, high_cache_calibration;
 };
 
 // The model's velocity at x [B, ...] for timesteps t [B] (or [B, L] with a

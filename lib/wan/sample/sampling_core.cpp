@@ -18,18 +18,25 @@ at::Tensor draw_latents(const SampleModels& models, const SampleCondition& condi
   ImageCondition image;
   if (condition.image.y.defined()) image.y = condition.image.y.to(device);
   if (condition.image.clip_fea.defined()) image.clip_fea = condition.image.clip_fea.to(device);
+  // The caller's step caching, else the sampler's settings' own for this draw.
+  StepCaching* caching = models.caching;
+  std::unique_ptr<StepCaching> own;
+  if (!caching && sampler.cache.method != CacheMethod::None) {
+    own = std::make_unique<StepCaching>(sampler.cache, sampler.cache_calibration, sampler.high_cache_calibration);
+    caching = own.get();
+  }
   auto velocity_of = [&](WanModelImpl& model, bool is_high) {
     std::function<void()> before;
     if (models.before) before = [&models, &model] { models.before(model); };
-    return model_velocity(model, cond, uncond, image, models.pair, before, models.caching, is_high);
+    return model_velocity(model, cond, uncond, image, models.pair, before, caching, is_high);
   };
-  if (models.caching) {
+  if (caching) {
     // The steps each expert takes, so that each model's caches count them.
     const auto solver = make_flow_solver(sampler.solver, sampler.steps, sampler.shift, sampler.schedule);
     int high_steps = 0;
     for (int i = 0; models.high.model && i < solver->steps(); ++i)
       high_steps += high_noise_step(solver->timestep(i), models.high.boundary) ? 1 : 0;
-    models.caching->begin_draw(solver->steps(), high_steps);
+    caching->begin_draw(solver->steps(), high_steps);
   }
   const VelocityField velocity = velocity_of(*models.model, false);
   std::optional<HighNoiseExpert> high;

@@ -30,7 +30,9 @@ struct SampleModels {
   BranchPair pair;  // --cfg-parallel: the two branches of guidance on two halves of the ranks
   // Before each forward of a model (an offloaded expert brought to the device).
   std::function<void(WanModelImpl& model)> before;
-  // Step caching (step_cache.hpp), fresh for each draw; nullptr: none.
+  // Step caching (step_cache.hpp) instead of the sampler options' own: a
+  // calibration's recorder, or one that counts over draws; nullptr: the
+  // options' (none by default).
   StepCaching* caching = nullptr;
 };
 
