@@ -64,6 +64,8 @@ void declare_run_options(OptionSet& o, TrainConfig& c) {
               "teacache and magcache need --sample-cache-calibration (or a released Wan2.1 --init's published one)")
       .add("sample-cache-threshold", &c.sample_cache_threshold,
            "the sample cache's threshold (wansample --cache-threshold; default the method's)")
+      .add("sample-cache-keep-first", &c.sample_cache_keep_first,
+           "steps each sample runs first whatever the cache's rule (wansample --cache-keep-first)")
       .add("sample-cache-calibration", &c.sample_cache_calibration,
            "the calibration --sample-cache teacache|magcache reads: a file of wansample --calibrate-cache, e.g. of "
            "the run's --init (the model moves from it as it trains)")
@@ -387,6 +389,7 @@ wan::SamplerOptions sample_sampler(const TrainConfig& c) {
   }
   sampler.cache.method = wan::parse_cache_method(c.sample_cache);
   if (c.given.count("sample-cache-threshold")) sampler.cache.threshold = c.sample_cache_threshold;
+  if (c.given.count("sample-cache-keep-first")) sampler.cache.keep_first = c.sample_cache_keep_first;
   const auto method = sampler.cache.method;
   const bool calibrated = method == wan::CacheMethod::TeaCache || method == wan::CacheMethod::MagCache;
   if (!calibrated) {

@@ -124,6 +124,30 @@ TEST_F(SampleRanks, DrawWhatInlineSamplingDrawsAndLeaveTrainingAsItWas) {
   }
 }
 
+// Samples with step caching (--sample-cache easycache): the sample rank
+// draws what the inline run draws, and the cache changes the samples (it
+// skips), within what a cache costs.
+TEST_F(SampleRanks, CachedSamplesAreDrawnAsInline) {
+  const std::string options = "--steps 8 --sample-every 4 ",  // 4 sample steps
+      cache = "--sample-cache easycache --sample-cache-threshold 0.5 --sample-cache-keep-first 1 ";
+  const Job plain = train(2, "sample-ranks-uncached", options);
+  ASSERT_EQ(plain.status, 0) << plain.output;
+  const Job inline_run = train(2, "sample-ranks-cached-inline", options + cache);
+  ASSERT_EQ(inline_run.status, 0) << inline_run.output;
+  const Job job = train(3, "sample-ranks-cached", options + cache + "--sample-ranks 1");
+  ASSERT_EQ(job.status, 0) << job.output;
+  const auto uncached = samples_of(run_dir("sample-ranks-uncached") + "/metrics.jsonl");
+  const auto expected = samples_of(run_dir("sample-ranks-cached-inline") + "/metrics.jsonl");
+  const auto drawn = samples_of(run_dir("sample-ranks-cached") + "/samples/metrics.jsonl");
+  ASSERT_EQ(expected.size(), 2u);
+  ASSERT_TRUE(drawn.count(8)) << job.output;
+  for (const auto& [step, line] : drawn)
+    EXPECT_LT(relative(line["sample_mse"], expected.at(step)["sample_mse"]), 1e-5) << "step " << step;
+  const double cached_mse = expected.at(8)["sample_mse"].get<double>(), plain_mse = uncached.at(8)["sample_mse"].get<double>();
+  EXPECT_NE(cached_mse, plain_mse);
+  EXPECT_LT(std::abs(cached_mse - plain_mse), 0.5 * plain_mse);
+}
+
 // Few-step students: a LoRA student, whose frozen base the sample rank
 // reads from the teacher itself, and a full distribution-matching student
 // under ZeRO-1, whose fake score is never sent: drawn as inline.

@@ -37,9 +37,11 @@ TEST(WansampleRanks, SplitSequencesSampleWhatOneProcessSamples) {
       wt::testing::train_runs::synth_tiny_data("wansample-ranks-data", 4, 3);  // 8x8 latents: 16 tokens
   // Two models of wan-tiny's shape (4 heads), drawn from two seeds.
   const auto config = wt::wan::load_model_config(wt::testing::train_runs::tiny_config());
-  for (const auto& [name, seed] : {std::pair{"a", 1}, {"b", 2}}) {
+  for (const auto& [name, seed] : {std::pair{"a", 1}, {"b", 2}, {"h", 3}}) {
     torch::manual_seed(seed);
     wt::wan::WanModel model(config);
+    // h: a head that is not Wan's zero start, so that the velocity depends on the blocks.
+    if (std::string(name) == "h") model->head->head->weight.data().normal_(0, 0.5);
     wt::wan::save_weights(*model, dir + "/" + name + ".safetensors");
   }
   const std::string common = "--model-config " + wt::testing::train_runs::tiny_config() + " --data " + data +
@@ -97,6 +99,39 @@ TEST(WansampleRanks, SplitSequencesSampleWhatOneProcessSamples) {
           << split.output;
       EXPECT_TRUE(torch::equal(sample, unsharded.at({ranks, cfg_parallel})))
           << weights << ", " << ranks << " ranks, --shard-weights";
+    }
+  }
+
+  // With a step cache (easycache: its statistics summed over the ranks
+  // that split the tokens) every rank skips alike: the same skips and the
+  // same sample as one process, split or with the branches side by side;
+  // and the cache skips, so the sample differs from the uncached one.
+  {
+    const std::string plain_options = "--model-config " + wt::testing::train_runs::tiny_config() + " --data " + data +
+                                      " --index 1 --steps 16 --seed 3 --threads 1 --weights " + dir +
+                                      "/h.safetensors --cfg 2 ";
+    const std::string cached = plain_options + "--cache easycache --cache-threshold 0.5 --out ";
+    const Job plain =
+        launch(std::string(WANTRAIN_WANSAMPLE) + " " + plain_options + "--out " + dir + "/plain.h5");
+    ASSERT_EQ(plain.status, 0) << plain.output;
+    const Job one = launch(std::string(WANTRAIN_WANSAMPLE) + " " + cached + dir + "/cached.h5");
+    ASSERT_EQ(one.status, 0) << one.output;
+    const auto reference = sampled_latents(dir + "/cached.h5");
+    EXPECT_FALSE(torch::equal(reference, sampled_latents(dir + "/plain.h5")));
+    const auto ran = one.output.find(" model evaluations ran, ");
+    ASSERT_NE(ran, std::string::npos) << one.output;
+    const auto skips = one.output.substr(one.output.rfind("step cache: ", ran), 60);  // "step cache: 24 of 32 ..."
+    EXPECT_EQ(skips.find("step cache: 32 of 32"), std::string::npos) << "nothing skipped: " << one.output;
+    for (const bool cfg_parallel : {false, true}) {
+      const Job split = launch(mpi_command(2, WANTRAIN_WANSAMPLE,
+                                           cached + dir + "/cached-2.h5" + (cfg_parallel ? " --cfg-parallel" : "")));
+      ASSERT_EQ(split.status, 0) << split.output;
+      if (!cfg_parallel) {
+        EXPECT_EQ(occurrences(split.output, skips), 1u) << skips << split.output;
+      }
+      const auto sample = sampled_latents(dir + "/cached-2.h5");
+      EXPECT_LE((sample - reference).abs().max().item<double>() / reference.abs().max().item<double>(), 1e-5)
+          << (cfg_parallel ? "--cfg-parallel" : "--sp 2");
     }
   }
 
