@@ -100,7 +100,12 @@ int run_sample_bench(distributed::World& world, int argc, char** argv) {
   const ScratchDataset scratch(world, shape, 1);
   const std::string weights = scratch.directory + "/weights.safetensors";
   if (world.is_root()) {
-    wan::save_weights(*wan::build_model({config}).model, weights);  // seed 0
+    auto model = wan::build_model({config}).model;  // seed 0
+    // Wan starts the head at zero: a velocity of zero whatever the blocks
+    // did, which a cache would reuse for free. A head drawn at random makes
+    // the cached latents differ where the cache costs something.
+    if (c.cache != "none") model->head->head->weight.data().normal_(0, 0.02);
+    wan::save_weights(*model, weights);
   }
   world.barrier();
 
@@ -138,9 +143,8 @@ int run_sample_bench(distributed::World& world, int argc, char** argv) {
   if (method == wan::CacheMethod::TeaCache || method == wan::CacheMethod::MagCache) {
     auto calibrate = request;
     calibrate.steps = c.steps;
-    const auto file =
-        wan::calibrate_step_cache(world, wan::calibration_requests(calibrate, std::vector<int64_t>{0}),
-                                  torch::Device(torch::kCPU));
+    const auto file = wan::calibrate_step_cache(world, wan::calibration_requests(calibrate, std::vector<int64_t>{0}),
+                                                torch::Device(torch::kCPU));
     cached_request.cache_calibration = scratch.directory + "/step-cache.json";
     if (world.is_root()) wan::write_calibration_file(cached_request.cache_calibration, file);
     world.barrier();

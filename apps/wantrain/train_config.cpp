@@ -398,8 +398,8 @@ wan::SamplerOptions sample_sampler(const TrainConfig& c) {
     return sampler;
   }
   const auto config = wan::load_model_config(c.model_config.empty() ? c.init : c.model_config);
-  if (c.sample_cache_calibration.empty() && (c.init.empty() || !c.experts.empty() ||
-                                             !wan::published_calibration(config, c.init)))
+  if (c.sample_cache_calibration.empty() &&
+      (c.init.empty() || !c.experts.empty() || !wan::published_calibration(config, c.init)))
     throw UsageError(fmt::format(
         "option --sample-cache {}: needs --sample-cache-calibration FILE (wansample --calibrate-cache of the run's "
         "start; only a released Wan2.1 model given as --init has published figures), or --sample-cache easycache",

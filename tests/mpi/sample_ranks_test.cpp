@@ -143,7 +143,8 @@ TEST_F(SampleRanks, CachedSamplesAreDrawnAsInline) {
   ASSERT_TRUE(drawn.count(8)) << job.output;
   for (const auto& [step, line] : drawn)
     EXPECT_LT(relative(line["sample_mse"], expected.at(step)["sample_mse"]), 1e-5) << "step " << step;
-  const double cached_mse = expected.at(8)["sample_mse"].get<double>(), plain_mse = uncached.at(8)["sample_mse"].get<double>();
+  const double cached_mse = expected.at(8)["sample_mse"].get<double>(),
+               plain_mse = uncached.at(8)["sample_mse"].get<double>();
   EXPECT_NE(cached_mse, plain_mse);
   EXPECT_LT(std::abs(cached_mse - plain_mse), 0.5 * plain_mse);
 }

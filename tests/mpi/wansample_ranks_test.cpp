@@ -111,8 +111,7 @@ TEST(WansampleRanks, SplitSequencesSampleWhatOneProcessSamples) {
                                       " --index 1 --steps 16 --seed 3 --threads 1 --weights " + dir +
                                       "/h.safetensors --cfg 2 ";
     const std::string cached = plain_options + "--cache easycache --cache-threshold 0.5 --out ";
-    const Job plain =
-        launch(std::string(WANTRAIN_WANSAMPLE) + " " + plain_options + "--out " + dir + "/plain.h5");
+    const Job plain = launch(std::string(WANTRAIN_WANSAMPLE) + " " + plain_options + "--out " + dir + "/plain.h5");
     ASSERT_EQ(plain.status, 0) << plain.output;
     const Job one = launch(std::string(WANTRAIN_WANSAMPLE) + " " + cached + dir + "/cached.h5");
     ASSERT_EQ(one.status, 0) << one.output;
@@ -123,8 +122,8 @@ TEST(WansampleRanks, SplitSequencesSampleWhatOneProcessSamples) {
     const auto skips = one.output.substr(one.output.rfind("step cache: ", ran), 60);  // "step cache: 24 of 32 ..."
     EXPECT_EQ(skips.find("step cache: 32 of 32"), std::string::npos) << "nothing skipped: " << one.output;
     for (const bool cfg_parallel : {false, true}) {
-      const Job split = launch(mpi_command(2, WANTRAIN_WANSAMPLE,
-                                           cached + dir + "/cached-2.h5" + (cfg_parallel ? " --cfg-parallel" : "")));
+      const Job split = launch(
+          mpi_command(2, WANTRAIN_WANSAMPLE, cached + dir + "/cached-2.h5" + (cfg_parallel ? " --cfg-parallel" : "")));
       ASSERT_EQ(split.status, 0) << split.output;
       if (!cfg_parallel) {
         EXPECT_EQ(occurrences(split.output, skips), 1u) << skips << split.output;

@@ -16,7 +16,8 @@ VelocityField model_velocity(WanModelImpl& model, at::Tensor cond, at::Tensor un
     if (!pair.comm) return model.forward(x, t, conditional ? cond : uncond, image, cache(conditional));
     if (!conditional) return *traded;
     const bool mine_conditional = pair.branch == 0;
-    const auto mine = model.forward(x, t, mine_conditional ? cond : uncond, image, cache(mine_conditional)).contiguous();
+    const auto mine =
+        model.forward(x, t, mine_conditional ? cond : uncond, image, cache(mine_conditional)).contiguous();
     auto sizes = mine.sizes().vec();
     sizes.insert(sizes.begin(), 2);
     const auto both = torch::empty(sizes, mine.options());

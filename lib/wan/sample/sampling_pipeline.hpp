@@ -60,7 +60,7 @@ class SamplingPipeline {
   const WanConfig& config() const { return config_; }
   const std::vector<int64_t>& shape() const { return shape_; }  // [1, C, F, H, W]
   bool two_experts() const { return experts_; }
-  double cfg() const { return cfg_low_; }  // the low-noise expert's with two
+  double cfg() const { return cfg_low_; }                             // the low-noise expert's with two
   const StepCaching* step_caching() const { return caching_.get(); }  // nullptr: none
 
  private:

@@ -11,14 +11,10 @@ namespace wt::wan {
 
 const char* cache_method_name(CacheMethod method) {
   switch (method) {
-    case CacheMethod::None:
-      return "none";
-    case CacheMethod::TeaCache:
-      return "teacache";
-    case CacheMethod::MagCache:
-      return "magcache";
-    case CacheMethod::EasyCache:
-      return "easycache";
+    case CacheMethod::None: return "none";
+    case CacheMethod::TeaCache: return "teacache";
+    case CacheMethod::MagCache: return "magcache";
+    case CacheMethod::EasyCache: return "easycache";
   }
   return "none";
 }
@@ -32,8 +28,7 @@ CacheMethod parse_cache_method(const std::string& name) {
 CacheRules cache_rules(const StepCacheSettings& settings, int steps) {
   CacheRules rules;
   switch (settings.method) {
-    case CacheMethod::None:
-      break;
+    case CacheMethod::None: break;
     case CacheMethod::TeaCache:  // TeaCache4Wan2.1 with use_ret_steps; 0.08: the paper's 2x on T2V-1.3B
       rules = {0.08, 5, 0, 0};
       break;
@@ -125,8 +120,8 @@ std::array<double, 2> token_sums(const at::Tensor& values, const BlockStack& sta
   const auto valid = values.narrow(1, 0, stack.valid_tokens);
   std::array<double, 2> sums{valid.sum().item<double>(), double(valid.numel())};
   if (stack.group && stack.group->size() > 1) {
-    auto both = torch::tensor({sums[0], sums[1]}, torch::TensorOptions().dtype(torch::kFloat64))
-                    .to(stack.input.device());
+    auto both =
+        torch::tensor({sums[0], sums[1]}, torch::TensorOptions().dtype(torch::kFloat64)).to(stack.input.device());
     stack.group->all_reduce(both);
     both = both.cpu();
     sums = {both[0].item<double>(), both[1].item<double>()};
@@ -167,8 +162,7 @@ class StepCaching::Branch : public BlockStackCache {
     bool kept = step_ < rules_.keep_first || step_ >= steps_ - rules_.keep_last || !residual_.defined();
     bool skip = false;
     switch (method) {
-      case CacheMethod::None:
-        return {};
+      case CacheMethod::None: return {};
       case CacheMethod::TeaCache: {
         const double change = previous_e0_.defined() ? relative_l1(stack.e0, previous_e0_, stack, per_token) : 0.0;
         kept = kept || !previous_e0_.defined();
@@ -256,7 +250,8 @@ StepCaching::StepCaching(StepCacheSettings settings, std::shared_ptr<const Cache
   cache_rules(settings_, 50);  // the settings' errors now, before any model is read
   const bool needs = settings_.method == CacheMethod::TeaCache || settings_.method == CacheMethod::MagCache;
   if (needs && !calibrations_[0])
-    throw SettingError("cache", fmt::format("{} needs a calibration of the model", cache_method_name(settings_.method)));
+    throw SettingError("cache",
+                       fmt::format("{} needs a calibration of the model", cache_method_name(settings_.method)));
 }
 
 std::unique_ptr<StepCaching> StepCaching::calibrating() {

@@ -46,8 +46,7 @@ std::vector<SamplingRequest> calibration_requests(const SamplingRequest& request
   return requests;
 }
 
-std::vector<SamplingRequest> calibration_requests(const SamplingRequest& request,
-                                                  const std::vector<int64_t>& indices) {
+std::vector<SamplingRequest> calibration_requests(const SamplingRequest& request, const std::vector<int64_t>& indices) {
   check_uncached(request);
   if (request.data.empty())
     throw SettingError("calibrate_cache",
@@ -79,9 +78,8 @@ CacheCalibrationFile calibrate_step_cache(distributed::World& world, const std::
       file.cfg = pipeline.cfg();
       experts = pipeline.two_experts();
     } else if (steps != file.steps) {
-      throw SettingError("calibrate_cache",
-                         fmt::format("sample {} takes {} steps, the first {}: calibrate one count", i + 1, steps,
-                                     file.steps));
+      throw SettingError("calibrate_cache", fmt::format("sample {} takes {} steps, the first {}: calibrate one count",
+                                                        i + 1, steps, file.steps));
     }
     pipeline.sample(recorder.get());
   }

@@ -169,8 +169,8 @@ TEST(StepCache, TeaCacheDecidesAsThePapersRule) {
   StepCaching caching({CacheMethod::TeaCache, 0.08, {}, {}}, calibration);
   const auto ours = decisions(caching);
   EXPECT_EQ(ours, teacache_reference(poly, 0.08));
-  EXPECT_GT(count(ours), 10);   // it skips,
-  EXPECT_LT(count(ours), 90);   // and it runs
+  EXPECT_GT(count(ours), 10);  // it skips,
+  EXPECT_LT(count(ours), 90);  // and it runs
   EXPECT_EQ(caching.counts().skipped, count(ours));
   EXPECT_EQ(caching.counts().ran + caching.counts().skipped, 2 * kSteps);
   // The accumulation matters: a rule that looked at one step's change alone skips more.
@@ -297,7 +297,7 @@ TEST(StepCacheCalibration, FitRecoversAPolynomialAndAveragesTheRatios) {
   EXPECT_EQ(fitted.magcache[0], (std::vector<double>{1.0, 0.95, 1.05}));
   EXPECT_EQ(fitted.magcache[1], (std::vector<double>{1.0, 1.0, 1.0}));  // a step without records: 1
   // Ratios for another step count: the nearest (MagCache's nearest_interp).
-  EXPECT_EQ(fitted.mag_ratio(0, 1, 5), 1.0);  // step 1 * 2 / 4 = 0.5: numpy.round goes to the even 0
+  EXPECT_EQ(fitted.mag_ratio(0, 1, 5), 1.0);   // step 1 * 2 / 4 = 0.5: numpy.round goes to the even 0
   EXPECT_EQ(fitted.mag_ratio(0, 3, 5), 1.05);  // 1.5 -> 2
   EXPECT_EQ(fitted.mag_ratio(0, 4, 5), 1.05);
 }
