@@ -353,8 +353,8 @@ int run(distributed::World& world, int argc, char** argv) {
     const std::string out = out_given ? c.out : wan::calibration_beside(wan::calibration_home(r));
     const auto file = wan::calibrate_step_cache(world, requests, chosen.device);
     if (world.is_root()) wan::write_calibration_file(out, file);
-    report_info("wrote the step cache calibration of {} prompt{} ({} steps) to {}: read by --cache teacache|magcache",
-                file.prompts, file.prompts == 1 ? "" : "s", file.steps, out);
+    report_info("wrote the step cache calibration of {} sample{} ({} steps) to {}: read by --cache teacache|magcache",
+                file.samples, file.samples == 1 ? "" : "s", file.steps, out);
     return kExitOk;
   }
   wan::SamplingPipeline pipeline(world, std::move(r), chosen.device);

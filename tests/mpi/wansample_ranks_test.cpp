@@ -104,8 +104,9 @@ TEST(WansampleRanks, SplitSequencesSampleWhatOneProcessSamples) {
 
   // With a step cache (easycache: its statistics summed over the ranks
   // that split the tokens) every rank skips alike: the same skips and the
-  // same sample as one process, split or with the branches side by side;
-  // and the cache skips, so the sample differs from the uncached one.
+  // same sample as one process, split, with the branches side by side or
+  // with sharded weights; and the cache skips, so the sample differs from
+  // the uncached one.
   {
     const std::string plain_options = "--model-config " + wt::testing::train_runs::tiny_config() + " --data " + data +
                                       " --index 1 --steps 16 --seed 3 --threads 1 --weights " + dir +
@@ -121,16 +122,15 @@ TEST(WansampleRanks, SplitSequencesSampleWhatOneProcessSamples) {
     ASSERT_NE(ran, std::string::npos) << one.output;
     const auto skips = one.output.substr(one.output.rfind("step cache: ", ran), 60);  // "step cache: 24 of 32 ..."
     EXPECT_EQ(skips.find("step cache: 32 of 32"), std::string::npos) << "nothing skipped: " << one.output;
-    for (const bool cfg_parallel : {false, true}) {
-      const Job split = launch(
-          mpi_command(2, WANTRAIN_WANSAMPLE, cached + dir + "/cached-2.h5" + (cfg_parallel ? " --cfg-parallel" : "")));
+    for (const std::string split_by : {"", " --cfg-parallel", " --shard-weights"}) {
+      const Job split = launch(mpi_command(2, WANTRAIN_WANSAMPLE, cached + dir + "/cached-2.h5" + split_by));
       ASSERT_EQ(split.status, 0) << split.output;
-      if (!cfg_parallel) {
+      if (split_by != " --cfg-parallel") {  // each half of --cfg-parallel counts its own branch
         EXPECT_EQ(occurrences(split.output, skips), 1u) << skips << split.output;
       }
       const auto sample = sampled_latents(dir + "/cached-2.h5");
       EXPECT_LE((sample - reference).abs().max().item<double>() / reference.abs().max().item<double>(), 1e-5)
-          << (cfg_parallel ? "--cfg-parallel" : "--sp 2");
+          << "2 ranks" << split_by;
     }
   }
 
@@ -147,6 +147,13 @@ TEST(WansampleRanks, SplitSequencesSampleWhatOneProcessSamples) {
          std::string("option --shard-weights: shards the weights over the ranks of mpirun -np N; this is one process")},
         {2, std::string(" --shard-weights --lora ") + dir + "/a.safetensors",
          std::string("option --shard-weights: a LoRA is merged into whole weights: merge it first")},
+        {1, std::string(" --cache magcache"),
+         std::string("option --cache: magcache needs a calibration of ") + dir + "/a.safetensors: there is none at " +
+             dir + "/a.step-cache.json"},
+        {1, std::string(" --cache teacache --cache-calibration ") + dir + "/a.safetensors",
+         std::string("step cache calibration ") + dir + "/a.safetensors: not JSON"},
+        {1, std::string(" --cache easycache --cache-threshold -1"),
+         std::string("option --cache-threshold: -1 is not a threshold (a number >= 0)")},
         {1, std::string(" --sp 2"),
          std::string("option --sp: 2: the sample runs as one process: start it with "
                      "mpirun -np 2")}}) {

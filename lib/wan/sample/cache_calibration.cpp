@@ -64,7 +64,7 @@ void write_calibration_file(const std::string& path, const CacheCalibrationFile&
   j["solver"] = file.solver;
   j["shift"] = file.shift;
   j["cfg"] = file.cfg;
-  j["samples"] = file.prompts;
+  j["samples"] = file.samples;
   j["loras"] = file.loras;
   for (const auto& [name, c] : file.models) {
     auto& m = j["models"][name];
@@ -94,7 +94,7 @@ CacheCalibrationFile read_calibration_file(const std::string& path) {
     return j[key].get<double>();
   };
   file.steps = int(number("steps"));
-  file.prompts = int(number("samples"));
+  file.samples = int(number("samples"));
   file.shift = number("shift");
   file.cfg = number("cfg");
   if (file.steps < 1) throw bad("steps", "is not a number of steps");
@@ -155,9 +155,9 @@ std::shared_ptr<const CacheCalibration> find_calibration(CacheMethod method, con
     if (it == file.models.end())
       throw SettingError("cache_calibration", fmt::format("{} calibrates {}, not the {} this sample uses", path,
                                                           fmt::join(key_list(file.models), " and "), role));
-    report_info("step cache: {} with the calibration {}{} ({} prompt{}, {} steps, {} shift {:g}, cfg {:g})",
-                cache_method_name(method), path, role == "model" ? "" : " (" + role + ")", file.prompts,
-                file.prompts == 1 ? "" : "s", file.steps, file.solver, file.shift, file.cfg);
+    report_info("step cache: {} with the calibration {}{} ({} sample{}, {} steps, {} shift {:g}, cfg {:g})",
+                cache_method_name(method), path, role == "model" ? "" : " (" + role + ")", file.samples,
+                file.samples == 1 ? "" : "s", file.steps, file.solver, file.shift, file.cfg);
     if (file.loras != loras)
       report_warning("{} was fitted with the LoRAs [{}], this sample has [{}]: calibrate again for the model as given",
                      path, fmt::join(file.loras, ", "), fmt::join(loras, ", "));

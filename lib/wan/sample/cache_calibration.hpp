@@ -24,7 +24,7 @@
 namespace wt::wan {
 
 struct CacheCalibrationFile {
-  int steps = 0, prompts = 0;
+  int steps = 0, samples = 0;  // the samples it was fitted on
   std::string solver;
   double shift = 0, cfg = 0;
   std::vector<std::string> loras;

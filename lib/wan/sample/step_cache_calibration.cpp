@@ -83,7 +83,7 @@ CacheCalibrationFile calibrate_step_cache(distributed::World& world, const std::
     }
     pipeline.sample(recorder.get());
   }
-  file.prompts = int(requests.size());
+  file.samples = int(requests.size());
   const auto& first = requests.front();
   if (experts) {
     file.models["high_noise"] = fit_calibration(recorder->record(true));

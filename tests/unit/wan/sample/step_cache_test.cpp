@@ -307,7 +307,7 @@ TEST(StepCacheCalibration, TheFileRoundTripsAndABadOneNamesItsKey) {
   std::filesystem::create_directories(dir);
   CacheCalibrationFile file;
   file.steps = 3;
-  file.prompts = 2;
+  file.samples = 2;
   file.solver = "unipc";
   file.shift = 5;
   file.cfg = 4;
