@@ -65,11 +65,11 @@ int run_sample_bench(distributed::World& world, int argc, char** argv) {
       .flag("cfg-parallel", &c.cfg_parallel, "under mpirun: the two branches of guidance on two halves of the ranks")
       .flag("shard-weights", &c.shard_weights, "under mpirun: each rank keeps 1/N of the blocks' weights")
       .choice("cache", &c.cache, {"none", "teacache", "magcache", "easycache"},
-              "also sample N steps with this step cache (teacache and magcache calibrated on the random model "
-              "first) and report its model evaluations, its time against the uncached sample's and how close its "
-              "latents come")
+              "instead of a solver step: samples of N steps uncached and with this step cache in turn (teacache "
+              "and magcache calibrated on the random model first), their median times, the evaluations and how "
+              "close the latents come")
       .add("cache-threshold", &c.cache_threshold, "the cache's threshold (default the method's)")
-      .add("rounds", &c.rounds, "rounds of N and 2N steps (the median is reported)")
+      .add("rounds", &c.rounds, "rounds of N and 2N steps, or with --cache of the two samples (the median is reported)")
       .add("threads", &c.threads, "CPU threads a rank (0: LibTorch's default)");
   if (const auto outcome = options.parse(argc, argv); outcome != OptionSet::Outcome::Run) {
     if (world.is_root()) std::cout << app::help_or_version(outcome, options);
@@ -134,7 +134,7 @@ int run_sample_bench(distributed::World& world, int argc, char** argv) {
     return seconds_since(start);
   };
   seconds_for(1);  // warm: the allocator, the page cache
-  std::vector<double> per_step, whole, cached_whole;
+  std::vector<double> per_step, whole, uncached_whole, cached_whole;
   at::Tensor uncached, cached;
   wan::CacheCounts counts;
   const auto method = wan::parse_cache_method(c.cache);
@@ -152,41 +152,53 @@ int run_sample_bench(distributed::World& world, int argc, char** argv) {
   cached_request.cache.method = method;
   if (c.cache_threshold >= 0) cached_request.cache.threshold = c.cache_threshold;
   for (int round = 0; round < c.rounds; ++round) {
-    const double once = seconds_for(c.steps), twice = seconds_for(2 * c.steps);
-    per_step.push_back((twice - once) / c.steps);
-    whole.push_back(once);
-    if (method == wan::CacheMethod::None) continue;
+    if (method == wan::CacheMethod::None) {
+      const double once = seconds_for(c.steps), twice = seconds_for(2 * c.steps);
+      per_step.push_back((twice - once) / c.steps);
+      whole.push_back(once);
+      continue;
+    }
+    // The uncached and the cached sample of N steps, timed alike, in turn
+    // (the cached one first every other round).
     auto plain = request;
     plain.steps = c.steps;
-    uncached = wan::SamplingPipeline(world, plain, torch::Device(torch::kCPU)).sample();
-    wan::SamplingPipeline pipeline(world, cached_request, torch::Device(torch::kCPU));
-    world.barrier();
-    const auto start = std::chrono::steady_clock::now();
-    cached = pipeline.sample();
-    world.barrier();
-    cached_whole.push_back(seconds_since(start));
-    counts = pipeline.step_caching()->counts();
+    for (const bool with_cache : {round % 2 == 1, round % 2 == 0}) {
+      wan::SamplingPipeline pipeline(world, with_cache ? cached_request : plain, torch::Device(torch::kCPU));
+      world.barrier();
+      const auto start = std::chrono::steady_clock::now();
+      (with_cache ? cached : uncached) = pipeline.sample();
+      world.barrier();
+      (with_cache ? cached_whole : uncached_whole).push_back(seconds_since(start));
+      if (with_cache) counts = pipeline.step_caching()->counts();
+    }
   }
   const int64_t tokens =
       c.frames / config.patch_size[0] * (hw[0] / config.patch_size[1]) * (hw[1] / config.patch_size[2]);
   if (world.is_root()) {
     std::cout << fmt::format(
         "# wanbench sample: {} ({:.1f} M parameters), {} tokens, {} solver, cfg {:g}, {} ({} weights), {} rank{}{}{}, "
-        "{} thread(s) a rank, median of {} rounds of {} and {} steps\n",
+        "{} thread(s) a rank, median of {} rounds of {}\n",
         c.model_config, double(wan::parameter_count(config)) / 1e6, tokens, c.solver, c.cfg, c.precision,
         c.weights_dtype, world.size(), world.size() == 1 ? "" : "s", c.cfg_parallel ? ", cfg-parallel" : "",
-        c.shard_weights ? ", sharded weights" : "", torch::get_num_threads(), c.rounds, c.steps, 2 * c.steps);
+        c.shard_weights ? ", sharded weights" : "", torch::get_num_threads(), c.rounds,
+        method == wan::CacheMethod::None
+            ? fmt::format("{} and {} steps", c.steps, 2 * c.steps)
+            : fmt::format("a sample of {} steps uncached and one with {}", c.steps, c.cache));
     std::cout << fmt::format("{:<34} {:>10}\n", "", "seconds");
-    std::cout << fmt::format("{:<34} {:>10.3f}\n", "a solver step", median(per_step));
-    std::cout << fmt::format("{:<34} {:>10.3f}\n", fmt::format("a sample of {} steps, loading in", c.steps),
-                             median(whole));
-    if (method != wan::CacheMethod::None) {
+    if (method == wan::CacheMethod::None) {
+      std::cout << fmt::format("{:<34} {:>10.3f}\n", "a solver step", median(per_step));
+      std::cout << fmt::format("{:<34} {:>10.3f}\n", fmt::format("a sample of {} steps, loading in", c.steps),
+                               median(whole));
+    } else {
       const auto m = wan::compare_latents(cached, uncached);
       const double range = (uncached.max() - uncached.min()).item<double>();
       const double psnr = 10 * std::log10(range * range / std::max(m.mse, 1e-30));
-      std::cout << fmt::format("{:<34} {:>10.3f}\n",
-                               fmt::format("the same, {} ({:.2f}x)", c.cache, median(whole) / median(cached_whole)),
-                               median(cached_whole));
+      std::cout << fmt::format("{:<34} {:>10.3f}\n", fmt::format("a sample of {} steps, uncached", c.steps),
+                               median(uncached_whole));
+      std::cout << fmt::format(
+          "{:<34} {:>10.3f}\n",
+          fmt::format("the same, {} ({:.2f}x)", c.cache, median(uncached_whole) / median(cached_whole)),
+          median(cached_whole));
       std::cout << fmt::format("{:<34} {:>10}\n", "  model evaluations ran / skipped",
                                fmt::format("{} / {}", counts.ran, counts.skipped));
       std::cout << fmt::format("{:<34} {:>10.4f}\n", "  latents' correlation with uncached", m.correlation);

@@ -341,8 +341,11 @@ int run(distributed::World& world, int argc, char** argv) {
     std::vector<wan::SamplingRequest> requests;
     if (!c.data.empty()) {
       std::vector<int64_t> indices;
-      for (const double index : parse_numbers(split_list(c.calibrate_cache), "calibrate-cache", "a sample index"))
+      for (const double index : parse_numbers(split_list(c.calibrate_cache), "calibrate-cache", "a sample index")) {
+        if (index < 0 || index != std::floor(index))
+          throw UsageError(fmt::format("option --calibrate-cache: with --data, {:g} is not a sample index", index));
         indices.push_back(int64_t(index));
+      }
       requests = wan::calibration_requests(r, indices);
     } else {
       requests = wan::calibration_requests(r, wan::read_sample_prompts(c.calibrate_cache));

@@ -30,7 +30,6 @@ std::vector<std::string> key_list(const std::map<std::string, CacheCalibration>&
 
 CacheCalibration fit_calibration(const CacheRecord& record) {
   CacheCalibration c;
-  const auto pairs = int64_t(record.e0_change.size());
   std::vector<double> distinct(record.e0_change);
   std::sort(distinct.begin(), distinct.end());
   distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
@@ -48,7 +47,6 @@ CacheCalibration fit_calibration(const CacheRecord& record) {
   const auto scale = a.norm(2, 0);
   const auto solution = std::get<0>(torch::linalg_lstsq(a / scale, y, std::nullopt, "gelsd")).squeeze(1) / scale;
   for (int64_t i = 0; i < 5; ++i) c.teacache.push_back(solution[i].item<double>());
-  (void)pairs;
   for (size_t b = 0; b < 2; ++b) {
     const auto& sum = record.ratio_sum[b];
     const auto& count = record.ratio_count[b];
