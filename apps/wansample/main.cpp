@@ -47,8 +47,7 @@ struct SampleConfig {
   int64_t index = 0, frames = 0, max_area = 0;  // 0: the VAE's release (wan/vae/release_video.hpp)
   int steps = 50, threads = 0, sp = 0;          // sp 0: the ranks of the job
   double shift = 5.0, fps = 0, boundary = 0;    // fps 0: the VAE's release
-  double cache_threshold = 0;
-  int cache_keep_first = 0, cache_max_skips = 0;
+  std::string cache_threshold = "auto", cache_keep_first = "auto", cache_max_skips = "auto";  // auto: the method's
   uint64_t seed = 0;
   bool compare = false, offload_experts = false, first_frame = false, cfg_parallel = false, shard_weights = false,
        dry_run = false;
@@ -162,13 +161,14 @@ void declare_options(OptionSet& options, SampleConfig& c) {
               "residual (docs/model.md, \"Step caching\"): teacache and magcache read a calibration of the model "
               "(beside the weights, or --cache-calibration; the published one of a released Wan2.1 model), easycache "
               "needs none")
-      .add("cache-threshold", &c.cache_threshold,
-           "the method's threshold on its accumulated estimate of change (default teacache 0.08, magcache 0.12, "
-           "easycache 0.05); higher skips more")
+      .add(
+          "cache-threshold", &c.cache_threshold,
+          "auto|X: the method's threshold on its accumulated estimate of change (default teacache 0.08, magcache 0.12, "
+          "easycache 0.05); higher skips more")
       .add("cache-keep-first", &c.cache_keep_first,
-           "steps run first whatever the rule (default teacache 5, magcache 20% of the steps, easycache 10)")
+           "auto|N: steps run first whatever the rule (default teacache 5, magcache 20% of the steps, easycache 10)")
       .add("cache-max-skips", &c.cache_max_skips,
-           "steps a branch skips in a row at most (default magcache 2, the others no limit; 0: no limit)")
+           "auto|K: steps a branch skips in a row at most (default magcache 2, the others no limit; 0: no limit)")
       .add("cache-calibration", &c.cache_calibration,
            "the calibration --cache teacache|magcache reads (default: step-cache.json in the weights' folder, or "
            "beside the weights file as NAME.step-cache.json)")
@@ -291,9 +291,14 @@ wan::SamplingRequest sampling_request(const SampleConfig& c, const OptionSet& op
     if (r.cfg.empty()) throw UsageError("option --cfg: give one scale, or LOW,HIGH with two experts");
   }
   r.cache.method = wan::parse_cache_method(c.cache);
-  if (given["cache-threshold"]) r.cache.threshold = c.cache_threshold;
-  if (given["cache-keep-first"]) r.cache.keep_first = c.cache_keep_first;
-  if (given["cache-max-skips"]) r.cache.max_skips = c.cache_max_skips;
+  auto unless_auto = [](const std::string& text, const char* option, const char* what) {
+    return text == "auto" ? std::optional<double>() : parse_numbers({text}, option, what)[0];
+  };
+  r.cache.threshold = unless_auto(c.cache_threshold, "cache-threshold", "auto or a number");
+  if (const auto n = unless_auto(c.cache_keep_first, "cache-keep-first", "auto or a number of steps"))
+    r.cache.keep_first = int(*n);
+  if (const auto n = unless_auto(c.cache_max_skips, "cache-max-skips", "auto or a number of steps"))
+    r.cache.max_skips = int(*n);
   r.cache_calibration = c.cache_calibration;
   r.compute_dtype = app::float_dtype(c.precision);
   r.attention_chunk = app::parse_attention_chunk(c.attention_chunk);

@@ -63,9 +63,9 @@ void declare_run_options(OptionSet& o, TrainConfig& c) {
               "step caching of the samples and prompt videos (wansample --cache): easycache needs no calibration; "
               "teacache and magcache need --sample-cache-calibration (or a released Wan2.1 --init's published one)")
       .add("sample-cache-threshold", &c.sample_cache_threshold,
-           "the sample cache's threshold (wansample --cache-threshold; default the method's)")
+           "auto|X: the sample cache's threshold (wansample --cache-threshold; auto: the method's)")
       .add("sample-cache-keep-first", &c.sample_cache_keep_first,
-           "steps each sample runs first whatever the cache's rule (wansample --cache-keep-first)")
+           "auto|N: steps each sample runs first whatever the cache's rule (wansample --cache-keep-first)")
       .add("sample-cache-calibration", &c.sample_cache_calibration,
            "the calibration --sample-cache teacache|magcache reads: a file of wansample --calibrate-cache, e.g. of "
            "the run's --init (the model moves from it as it trains)")
@@ -388,8 +388,17 @@ wan::SamplerOptions sample_sampler(const TrainConfig& c) {
     if (!c.given.count("sample-cfg")) sampler.cfg = 1;
   }
   sampler.cache.method = wan::parse_cache_method(c.sample_cache);
-  if (c.given.count("sample-cache-threshold")) sampler.cache.threshold = c.sample_cache_threshold;
-  if (c.given.count("sample-cache-keep-first")) sampler.cache.keep_first = c.sample_cache_keep_first;
+  auto number = [](const std::string& text, const char* option) {
+    char* end = nullptr;
+    const double value = std::strtod(text.c_str(), &end);
+    if (text.empty() || *end != '\0' || !std::isfinite(value))
+      throw UsageError(fmt::format("option --{}: '{}' is not auto or a number", option, text));
+    return value;
+  };
+  if (c.sample_cache_threshold != "auto")
+    sampler.cache.threshold = number(c.sample_cache_threshold, "sample-cache-threshold");
+  if (c.sample_cache_keep_first != "auto")
+    sampler.cache.keep_first = int(number(c.sample_cache_keep_first, "sample-cache-keep-first"));
   const auto method = sampler.cache.method;
   const bool calibrated = method == wan::CacheMethod::TeaCache || method == wan::CacheMethod::MagCache;
   if (!calibrated) {

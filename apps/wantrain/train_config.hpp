@@ -45,8 +45,7 @@ struct TrainConfig : app::TrainingOptions {
   double sample_cfg = 5.0;
   // Step caching of the samples (wansample --cache): method, threshold (< 0: the method's), calibration file.
   std::string sample_cache = "none", sample_cache_calibration;
-  double sample_cache_threshold = -1;
-  int sample_cache_keep_first = 0;
+  std::string sample_cache_threshold = "auto", sample_cache_keep_first = "auto";  // auto: the method's
   // --sample-prompts: videos of a prompt file's prompts at each sample.
   int sample_ranks = 0;  // the job's last K ranks draw the samples while the others train (wan/run/sample_ranks.hpp)
   std::string sample_prompts, t5, t5_config, t5_dtype = "bf16", tokenizer, vae, vae_config, vae_dtype = "fp32",
