@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <iostream>
 
 #include "bench_timing.hpp"
@@ -34,7 +35,8 @@ struct SampleBenchConfig {
                            precision = "fp32", weights_dtype = "fp32", attention_chunk = "fused", cache = "none";
   int64_t frames = 1;
   int steps = 4, rounds = 3, threads = 0;
-  double cfg = 5, cache_threshold = -1;
+  double cfg = 5;
+  std::string cache_threshold = "auto";
   bool cfg_parallel = false, shard_weights = false;
 };
 
@@ -68,7 +70,7 @@ int run_sample_bench(distributed::World& world, int argc, char** argv) {
               "instead of a solver step: samples of N steps uncached and with this step cache in turn (teacache "
               "and magcache calibrated on the random model first), their median times, the evaluations and how "
               "close the latents come")
-      .add("cache-threshold", &c.cache_threshold, "the cache's threshold (default the method's)")
+      .add("cache-threshold", &c.cache_threshold, "auto|X: the cache's threshold (auto: the method's)")
       .add("rounds", &c.rounds, "rounds of N and 2N steps, or with --cache of the two samples (the median is reported)")
       .add("threads", &c.threads, "CPU threads a rank (0: LibTorch's default)");
   if (const auto outcome = options.parse(argc, argv); outcome != OptionSet::Outcome::Run) {
@@ -150,7 +152,13 @@ int run_sample_bench(distributed::World& world, int argc, char** argv) {
     world.barrier();
   }
   cached_request.cache.method = method;
-  if (c.cache_threshold >= 0) cached_request.cache.threshold = c.cache_threshold;
+  if (c.cache_threshold != "auto") {
+    char* end = nullptr;
+    const double threshold = std::strtod(c.cache_threshold.c_str(), &end);
+    if (c.cache_threshold.empty() || *end != '\0' || !std::isfinite(threshold))
+      throw UsageError(fmt::format("option --cache-threshold: '{}' is not auto or a number", c.cache_threshold));
+    cached_request.cache.threshold = threshold;
+  }
   for (int round = 0; round < c.rounds; ++round) {
     if (method == wan::CacheMethod::None) {
       const double once = seconds_for(c.steps), twice = seconds_for(2 * c.steps);

@@ -425,7 +425,8 @@ wan::SamplerOptions sample_sampler(const TrainConfig& c) {
   return sampler;
 }
 
-wan::WanRunOptions wan_run_options(const TrainConfig& c) {
+// `sampler`: sample_sampler(c), resolved once (its calibration read and reported once).
+wan::WanRunOptions wan_run_options(const TrainConfig& c, const wan::SamplerOptions& sampler) {
   wan::WanRunOptions o;
   o.init = c.init;
   o.objective.flow = {
@@ -458,7 +459,7 @@ wan::WanRunOptions wan_run_options(const TrainConfig& c) {
   if (c.sample_every > 0) {
     wan::TrainingSampleOptions sample;
     sample.index = c.sample_index;
-    sample.sampler = sample_sampler(c);
+    sample.sampler = sampler;
     sample.first_frame = c.condition == "first-frame";
     sample.seed = c.seed;
     sample.directory = c.output_dir + "/samples";
@@ -470,7 +471,7 @@ wan::WanRunOptions wan_run_options(const TrainConfig& c) {
 // --sample-prompts' settings: the file, its encoders, and the solver, steps,
 // guidance and seed of the training sample (its prompts, latents and
 // ranks are the run's to fill in).
-wan::PromptVideoOptions prompt_video_options(const TrainConfig& c) {
+wan::PromptVideoOptions prompt_video_options(const TrainConfig& c, const wan::SamplerOptions& sampler) {
   wan::PromptVideoOptions o;
   o.prompts_file = c.sample_prompts;
   o.t5 = {c.t5, c.t5_config, c.tokenizer, app::float_dtype(c.t5_dtype)};
@@ -480,7 +481,7 @@ wan::PromptVideoOptions prompt_video_options(const TrainConfig& c) {
   o.vae_tiling = wan::VaeTilingChoice::parse(c.vae_tiling);
   o.clip = c.clip;
   o.clip_dtype = app::float_dtype(c.clip_dtype);
-  o.sampler = sample_sampler(c);
+  o.sampler = sampler;
   o.seed = c.seed;
   o.directory = c.output_dir + "/samples";
   return o;
@@ -612,10 +613,11 @@ wan::TrainSettings train_settings(const TrainConfig& c) {
   s.plan.gpu_memory_gib = c.gpu_memory;
   if (!c.plan_latents.empty()) s.plan.latents = plan_latents(c);
   s.run = run_settings(c);
-  s.model_run = wan_run_options(c);
+  const auto sampler = sample_sampler(c);
+  s.model_run = wan_run_options(c, sampler);
   s.fit = fit_options(c);
   s.sample_index = c.sample_index;
-  s.prompt_videos = prompt_video_options(c);
+  s.prompt_videos = prompt_video_options(c, sampler);
   s.sample_ranks = c.sample_ranks;
   if (!c.experts.empty()) {
     wan::ExpertSettings experts;
