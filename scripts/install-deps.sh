@@ -25,7 +25,7 @@ packages=(
   libgtest-dev
   clang-format                         # the `format` test checks .clang-format's style
   clang libclang-rt-14-dev             # the libFuzzer target of tests/fuzz (clang's fuzzer runtime)
-  python3 python3-h5py python3-numpy   # the h5py example of docs/data-format.md is tested
+  python3 python3-h5py python3-numpy python3-pil  # the h5py example of docs/data-format.md is tested; scripts/step_cache_quality.py
   python3-venv                         # scripts/install-torch.sh: the torch wheel's venv (LibTorch, and the tests' PyTorch references)
   slurm-wlm munge                      # the slurm/ scripts are tested on a real SLURM, single-node and two-node
   iproute2                             # the multinode tests: nodes as network namespaces (ip netns, veth, bridge)
