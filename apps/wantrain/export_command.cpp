@@ -163,7 +163,8 @@ void export_lora(const ckpt::Checkpoint& saved, const std::string& path, const w
 // built in bf16, so a real size never exists in fp32 here either.
 // With `stand_in` the output head, zero in Wan's initialisation (so no
 // block reaches the output and a LoRA on such a base learns nothing), is
-// drawn as Xavier uniform too: a base whose blocks all matter.
+// drawn as Xavier uniform too: a base whose blocks all matter (and so are a
+// VACE model's before_proj and after_proj, zero there too).
 void export_seed(const std::string& config_path, uint64_t seed, bool stand_in, const ExportOptions& o) {
   const auto config = wan::load_model_config(config_path);
   auto model =
@@ -172,6 +173,15 @@ void export_seed(const std::string& config_path, uint64_t seed, bool stand_in, c
   if (stand_in) {
     torch::NoGradGuard no_grad;
     torch::nn::init::xavier_uniform_(model->head->head->weight);
+    if (model->vace_blocks)
+      for (const auto& block : *model->vace_blocks) {
+        auto& vace = *block->as<wan::VaceBlockImpl>();
+        for (auto* proj : {vace.before_proj ? vace.before_proj.get() : nullptr, vace.after_proj.get()})
+          if (proj) {
+            const double bound = std::sqrt(3.0) * std::sqrt(2.0 / double(proj->weight.size(0) + proj->weight.size(1)));
+            proj->fill_weight_uniform(-bound, bound);
+          }
+      }
   }
   const auto written = write_model(*model, config, o);
   fmt::print("exported the initial weights of seed {}{} for {} ({} parameters; {}) to {}\n", seed,

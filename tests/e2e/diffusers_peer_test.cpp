@@ -70,7 +70,7 @@ void expect_close(const at::Tensor& ours, const at::Tensor& theirs, const char* 
 // Random inputs of a `config` model, written to DIR/inputs.safetensors for the peer.
 struct Inputs {
   at::Tensor x, t, context;
-  wt::wan::ImageCondition image;
+  wt::wan::ModelCondition image;
 };
 Inputs write_inputs(const wt::wan::WanConfig& config, bool per_token_timesteps, const std::string& dir) {
   Inputs in;
@@ -87,6 +87,12 @@ Inputs write_inputs(const wt::wan::WanConfig& config, bool per_token_timesteps, 
   if (config.image_branch()) {
     in.image.clip_fea = torch::randn({2, config.condition_images() * config.image_tokens, config.image_dim});
     named.emplace_back("clip_fea", in.image.clip_fea);
+  }
+  if (config.vace()) {
+    in.image.vace_context = torch::randn({2, config.vace_in_dim, kF, kH, kW});
+    in.image.vace_scale = 0.7;
+    named.emplace_back("vace_context", in.image.vace_context);
+    named.emplace_back("vace_scale", torch::tensor({0.7f}));
   }
   if (per_token_timesteps) {  // TI2V: the first latent frame's tokens at timestep 0
     const int64_t frame_tokens = (kH / 2) * (kW / 2);
@@ -132,7 +138,7 @@ void expect_matches_diffusers(const Peer& peer) {
   const auto file = wt::io::SafetensorsFile::open(dir + "/out.safetensors");
   expect_close(forward_from_folder(root, in), file.read(*file.find("out")), "forward");
 
-  if (config.image_conditioned() || peer.per_token_timesteps) return;
+  if (config.image_conditioned() || config.vace() || peer.per_token_timesteps) return;
   // wansample from the folder: one Euler step from the noise at timestep 1000.
   const auto sample = wt::testing::launch(std::string(WANTRAIN_WANSAMPLE) + " --weights " + root + " --text " + dir +
                                           "/text.h5 --frames " + std::to_string(kF) + " --size " + std::to_string(kH) +
@@ -212,6 +218,20 @@ TEST(DiffusersPeer, Wan22Ti2vWithPerTokenTimestepsMatches) {
   expect_matches_diffusers({"ti2v", small_transformer(48, 48), wt::wan::ModelType::TI2V, true});
 }
 
+// Wan2.1-VACE as diffusers keeps it (WanVACETransformer3DModel: proj_in and
+// proj_out for the official before_proj and after_proj, vace_in_channels),
+// hints after blocks 0 and 2 of 3, every layer's scale 0.7.
+TEST(DiffusersPeer, VaceFolderLoadsAndMatches) {
+  expect_matches_diffusers(
+      {"vace",
+       R"({"_class_name": "WanVACETransformer3DModel", "patch_size": [1, 2, 2], "num_attention_heads": 4,
+           "attention_head_dim": 16, "in_channels": 16, "out_channels": 16, "text_dim": 32, "freq_dim": 256,
+           "ffn_dim": 96, "num_layers": 3, "cross_attn_norm": true, "qk_norm": "rms_norm_across_heads",
+           "eps": 1e-6, "rope_max_seq_len": 1024, "image_dim": null, "added_kv_proj_dim": null,
+           "vace_layers": [0, 2], "vace_in_channels": 12})",
+       wt::wan::ModelType::VACE});
+}
+
 // The way out: wantrain export --format diffusers writes a folder that
 // diffusers' from_pretrained loads with every tensor in place (the peer
 // fails otherwise), in shards past --max-shard-size, and diffusers' forward
@@ -225,7 +245,11 @@ TEST(DiffusersPeer, ExportedFolderLoadsInDiffusersAndMatches) {
                              "eps": 1e-6, "qk_norm": true, "cross_attn_norm": true})"},
         {"flf2v", R"({"model_type": "flf2v", "image_dim": 1280, "dim": 64, "ffn_dim": 96, "num_heads": 4,
                       "num_layers": 2, "freq_dim": 256, "text_dim": 32, "text_len": 512, "patch_size": [1, 2, 2],
-                      "in_dim": 36, "out_dim": 16, "eps": 1e-6, "qk_norm": true, "cross_attn_norm": true})"}}) {
+                      "in_dim": 36, "out_dim": 16, "eps": 1e-6, "qk_norm": true, "cross_attn_norm": true})"},
+        std::pair{"vace", R"({"model_type": "vace", "vace_layers": [0, 1], "vace_in_dim": 96, "dim": 64,
+                             "ffn_dim": 96, "num_heads": 4, "num_layers": 2, "freq_dim": 256, "text_dim": 32,
+                             "text_len": 512, "patch_size": [1, 2, 2], "in_dim": 16, "out_dim": 16, "eps": 1e-6,
+                             "qk_norm": true, "cross_attn_norm": true})"}}) {
     SCOPED_TRACE(name);
     const std::string config_path = dir + "/" + name + ".json", out = dir + "/" + name;
     std::ofstream(config_path) << config_json;

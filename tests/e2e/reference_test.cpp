@@ -22,6 +22,7 @@ struct Case {
   const char* config_json;
   std::array<int64_t, 3> latent_fhw;
   int64_t context_len;
+  double vace_scale = 1.0;  // a vace model's context scale
 };
 
 // How the timesteps reach each side: one per sample to both; one per token
@@ -59,7 +60,7 @@ void expect_matches_reference(const Case& c, Timesteps timesteps = Timesteps::Pe
     }
   }
   wt::io::NamedTensors inputs{{"x", x}, {"t", reference_t}, {"context", context}};
-  wt::wan::ImageCondition image;
+  wt::wan::ModelCondition image;
   if (config.image_conditioned()) {
     image.y = torch::randn({2, cy, f, h, w});  // [B, 4 + C, F, H, W]
     inputs.emplace_back("y", image.y);
@@ -67,6 +68,12 @@ void expect_matches_reference(const Case& c, Timesteps timesteps = Timesteps::Pe
   if (config.image_branch()) {
     image.clip_fea = torch::randn({2, config.condition_images() * config.image_tokens, config.image_dim});
     inputs.emplace_back("clip_fea", image.clip_fea);
+  }
+  if (config.vace()) {
+    image.vace_context = torch::randn({2, config.vace_in_dim, f, h, w});
+    image.vace_scale = c.vace_scale;
+    inputs.emplace_back("vace_context", image.vace_context);
+    inputs.emplace_back("vace_scale", torch::tensor({float(c.vace_scale)}));
   }
   wt::io::write_safetensors(dir + "/inputs.safetensors", inputs, torch::kFloat32);
 
@@ -218,4 +225,31 @@ TEST(WanReference, Wan22Ti2vSamplingStepMatchesTheOfficialLoop) {
   EXPECT_TRUE(torch::equal(ours.slice(2, 0, 1), z));  // frame 0 is the picture's, exactly
   const double scale = reference.abs().max().item<double>(), error = (ours - reference).abs().max().item<double>();
   EXPECT_LT(error, 1e-4 * scale) << "max |ours - reference| = " << error << " of max |reference| = " << scale;
+}
+
+// Wan2.1-VACE (the official VaceWanModel): the reference runs every VACE
+// block first and holds the hints, wantrain runs each just before its hint
+// is added. The official default layout (every second block, from the
+// config without vace_layers), and a layout of its own with a context scale
+// other than 1 and a context narrower than the releases' 96 channels.
+TEST(WanReference, VaceModelWithTheOfficialLayoutMatches) {
+  expect_matches_reference(
+      {"vace-default",
+       R"({"dim": 64, "ffn_dim": 96, "num_heads": 4, "num_layers": 4, "freq_dim": 32, "text_dim": 24,
+           "text_len": 10, "patch_size": [1, 2, 2], "in_dim": 4, "out_dim": 4, "eps": 1e-6,
+           "qk_norm": true, "cross_attn_norm": true, "model_type": "vace", "vace_in_dim": 12})",
+       {3, 4, 6},
+       7});
+}
+
+TEST(WanReference, VaceModelWithOtherLayersAndAContextScaleMatches) {
+  expect_matches_reference(
+      {"vace-layers",
+       R"({"dim": 64, "ffn_dim": 96, "num_heads": 4, "num_layers": 5, "freq_dim": 32, "text_dim": 24,
+           "text_len": 10, "patch_size": [1, 2, 2], "in_dim": 4, "out_dim": 4, "eps": 1e-6,
+           "qk_norm": false, "cross_attn_norm": true, "model_type": "vace", "vace_layers": [0, 1, 4],
+           "vace_in_dim": 7})",
+       {2, 6, 4},
+       5,
+       0.6});
 }

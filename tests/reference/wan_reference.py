@@ -16,6 +16,8 @@ usage: wan_reference.py CONFIG.json WEIGHTS.safetensors INPUTS.safetensors OUT.s
   embedding, so in_dim = C + Cy) and clip_fea [B,N,image_dim] (CLIP features;
   N = image_tokens for i2v, 2*image_tokens for flf2v: the first image's
   tokens, then the last image's);
+  For a vace model INPUTS also holds vace_context [B,vace_in_dim,F,H,W] and
+  vace_scale [1] (the official vace_context_scale).
   OUT receives "out" [B,out_dim,F,H,W] (float32).
 
 CONFIG holds WanModel's settings (dim, ffn_dim, num_heads, num_layers,
@@ -28,6 +30,14 @@ cross_attn_norm) and optionally:
   image_tokens  CLIP tokens per image (257 in the releases, the default);
                 only sizes flf2v's img_emb.emb_pos [1, 2*image_tokens,
                 image_dim].
+  vace_layers, vace_in_dim  with model_type "vace" (Wan2.1-VACE, the
+                official VaceWanModel of wan/modules/vace_model.py): the
+                VACE blocks vace_blocks.N (a Wan block each, the first with
+                before_proj, every one with after_proj) run first, over the
+                patch-embedded vace_context, block 0 starting from
+                before_proj(c) + x; each gives a hint after_proj(c); base
+                block vace_layers[N] adds hint N times the scale to its
+                output. Defaults as the official: every second block, in_dim.
 
 With image_dim > 0 and model_type i2v or flf2v (the Wan2.1 I2V/FLF2V
 checkpoints), img_emb (the official MLPProj) turns clip_fea into image
@@ -143,7 +153,11 @@ def image_embedding(cfg, p, clip_fea):
     return layer_norm(h, 1e-5, p, "img_emb.proj.4")
 
 
-def forward(cfg, p, x, t, context, y=None, clip_fea=None):
+def vace_layers(cfg):
+    return cfg.get("vace_layers", list(range(0, cfg["num_layers"], 2)))
+
+
+def forward(cfg, p, x, t, context, y=None, clip_fea=None, vace_context=None, vace_scale=1.0):
     dim, heads, eps = cfg["dim"], cfg["num_heads"], cfg["eps"]
     d = dim // heads
     patch = cfg["patch_size"]
@@ -178,8 +192,7 @@ def forward(cfg, p, x, t, context, y=None, clip_fea=None):
     # they are kept apart here.
     img = image_embedding(cfg, p, clip_fea) if image_branch(cfg) else None
 
-    for i in range(cfg["num_layers"]):
-        pre = f"blocks.{i}."
+    def block(pre, x):
         m = modulation(pre + "modulation", e0, 6)
         y = layer_norm(x, eps) * (1 + m[1]) + m[0]
         q, k, v = (linear(p, pre + "self_attn." + n, y) for n in "qkv")
@@ -207,7 +220,23 @@ def forward(cfg, p, x, t, context, y=None, clip_fea=None):
 
         y = layer_norm(x, eps) * (1 + m[4]) + m[3]
         y = linear(p, pre + "ffn.2", F.gelu(linear(p, pre + "ffn.0", y), approximate="tanh"))
-        x = x + y * m[5]
+        return x + y * m[5]
+
+    hints = []
+    if cfg.get("model_type") == "vace":
+        # forward_vace: every VACE block first, every hint kept.
+        c = F.conv3d(vace_context, p["vace_patch_embedding.weight"], p["vace_patch_embedding.bias"], stride=patch)
+        c = c.flatten(2).transpose(1, 2)
+        for n in range(len(vace_layers(cfg))):
+            pre = f"vace_blocks.{n}."
+            if n == 0:
+                c = linear(p, pre + "before_proj", c) + x
+            c = block(pre, c)
+            hints.append(linear(p, pre + "after_proj", c))
+    for i in range(cfg["num_layers"]):
+        x = block(f"blocks.{i}.", x)
+        if cfg.get("model_type") == "vace" and i in vace_layers(cfg):
+            x = x + hints[vace_layers(cfg).index(i)] * vace_scale
 
     shift, scale = modulation("head.modulation", e.unsqueeze(2) if per_token else e.unsqueeze(1), 2)
     x = linear(p, "head.head", layer_norm(x, eps) * (1 + scale) + shift)
@@ -226,7 +255,7 @@ def main():
     with open(config_path) as f:
         cfg = json.load(f)
     p = read_safetensors(weights_path)
-    if cfg.get("model_type", "t2v") not in ("t2v", "i2v", "flf2v", "ti2v"):
+    if cfg.get("model_type", "t2v") not in ("t2v", "i2v", "flf2v", "ti2v", "vace"):
         sys.exit(f"wan_reference.py: unknown model_type {cfg['model_type']!r}")
     inputs = read_safetensors(inputs_path)
     if image_branch(cfg) and "clip_fea" not in inputs:
@@ -234,7 +263,9 @@ def main():
     if not image_branch(cfg) and "clip_fea" in inputs:
         sys.exit("wan_reference.py: INPUTS holds clip_fea but the model has no CLIP branch")
     with torch.no_grad():
-        out = forward(cfg, p, inputs["x"], inputs["t"], inputs["context"], inputs.get("y"), inputs.get("clip_fea"))
+        scale = float(inputs["vace_scale"][0]) if "vace_scale" in inputs else 1.0
+        out = forward(cfg, p, inputs["x"], inputs["t"], inputs["context"], inputs.get("y"), inputs.get("clip_fea"),
+                      inputs.get("vace_context"), scale)
     write_safetensors(out_path, {"out": out})
 
 

@@ -19,7 +19,7 @@ using json = nlohmann::json;
 }  // namespace
 
 std::string diffusers_config_json(const WanConfig& c) {
-  json doc = {{"_class_name", "WanTransformer3DModel"},
+  json doc = {{"_class_name", c.vace() ? "WanVACETransformer3DModel" : "WanTransformer3DModel"},
               {"_diffusers_version", "0.42.1"},
               {"patch_size", c.patch_size},
               {"num_attention_heads", c.num_heads},
@@ -37,6 +37,10 @@ std::string diffusers_config_json(const WanConfig& c) {
               {"added_kv_proj_dim", c.image_branch() ? json(c.dim) : json(nullptr)},
               {"rope_max_seq_len", 1024},
               {"pos_embed_seq_len", c.model_type == ModelType::FLF2V ? json(2 * c.image_tokens) : json(nullptr)}};
+  if (c.vace()) {
+    doc["vace_layers"] = c.vace_layers;
+    doc["vace_in_channels"] = c.vace_in_dim;
+  }
   const std::string text = doc.dump(2) + "\n";
   // What diffusers' config says must read back as this model.
   if (const auto lost = first_difference(parse_diffusers_config(text, "diffusers config.json"), c); !lost.empty())

@@ -142,9 +142,10 @@ std::optional<TwoExperts> find_two_experts(const std::string& path) {
 
 bool is_diffusers_config(const std::string& json_text) {
   const auto doc = json::parse(json_text, nullptr, false);
-  // The official release's config.json names its own class, WanModel, over
-  // Wan's keys: not a diffusers config.
-  return doc.is_object() && doc.contains("_class_name") && doc["_class_name"] != "WanModel";
+  // The official release's config.json names its own class, WanModel (or
+  // VaceWanModel), over Wan's keys: not a diffusers config.
+  return doc.is_object() && doc.contains("_class_name") && doc["_class_name"] != "WanModel" &&
+         doc["_class_name"] != "VaceWanModel";
 }
 
 namespace {
@@ -167,9 +168,12 @@ WanConfig parse_checked(const std::string& json_text, const std::string& source)
   const auto doc = json::parse(json_text, nullptr, false);
   if (!doc.is_object()) throw UsageError(fmt::format("{}: not a JSON object", source));
   const std::string class_name = doc.value("_class_name", std::string());
-  if (class_name != "WanTransformer3DModel")
-    throw UsageError(fmt::format("{}: _class_name \"{}\": not a WanTransformer3DModel (the Wan DiT's diffusers class)",
-                                 source, class_name));
+  const bool vace = class_name == "WanVACETransformer3DModel";
+  if (class_name != "WanTransformer3DModel" && !vace)
+    throw UsageError(
+        fmt::format("{}: _class_name \"{}\": not a WanTransformer3DModel or WanVACETransformer3DModel (the Wan DiT's "
+                    "diffusers classes)",
+                    source, class_name));
   auto integer = [&](const char* key) -> int64_t {
     if (!doc.contains(key) || !doc[key].is_number_integer())
       throw UsageError(fmt::format("{}: key \"{}\": missing or not an integer", source, key));
@@ -214,6 +218,22 @@ WanConfig parse_checked(const std::string& json_text, const std::string& source)
     c.model_type = ModelType::I2V;  // Wan2.2 I2V-A14B: y joined, no CLIP branch
   } else if (c.in_dim == 48 && c.out_dim == 48) {
     c.model_type = ModelType::TI2V;  // the Wan2.2 VAE's latents: TI2V-5B
+  }
+  if (vace) {
+    if (c.model_type != ModelType::T2V)
+      throw UsageError(
+          fmt::format("{}: a WanVACETransformer3DModel with image inputs: wantrain's VACE models are "
+                      "text-to-video (Wan2.1-VACE)",
+                      source));
+    c.model_type = ModelType::VACE;
+    if (!doc.contains("vace_layers") || !doc["vace_layers"].is_array())
+      throw UsageError(fmt::format("{}: key \"vace_layers\": missing or not a list of block numbers", source));
+    for (const auto& i : doc["vace_layers"]) {
+      if (!i.is_number_integer())
+        throw UsageError(fmt::format("{}: key \"vace_layers\": missing or not a list of block numbers", source));
+      c.vace_layers.push_back(i.get<int64_t>());
+    }
+    c.vace_in_dim = integer("vace_in_channels");
   }
   validate(c, source);
   return c;

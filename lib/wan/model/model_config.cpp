@@ -25,17 +25,20 @@ constexpr const char* kKeys[] = {"dim",      "ffn_dim",  "num_heads",      "num_
                                  "eps",      "qk_norm",  "cross_attn_norm"};
 
 // Optional keys: absent, they mean a text-to-video model.
-constexpr const char* kOptionalKeys[] = {"model_type", "image_dim", "image_tokens"};
+constexpr const char* kOptionalKeys[] = {"model_type", "image_dim", "image_tokens", "vace_layers", "vace_in_dim"};
 constexpr int64_t kDefaultImageTokens = 257;
 
 // Keys Wan's own config files carry that do not change the network we build.
-// The release's config.json carries its class and the diffusers version it was saved with.
+// The release's config.json carries its class (WanModel, VaceWanModel) and the diffusers version it was saved with.
 bool informational_key(const std::string& key) {
   return key == "_class_name" || key == "_diffusers_version" || key == "_comment" || key == "name";
 }
 
-constexpr std::pair<ModelType, const char*> kModelTypes[] = {
-    {ModelType::T2V, "t2v"}, {ModelType::I2V, "i2v"}, {ModelType::FLF2V, "flf2v"}, {ModelType::TI2V, "ti2v"}};
+constexpr std::pair<ModelType, const char*> kModelTypes[] = {{ModelType::T2V, "t2v"},
+                                                             {ModelType::I2V, "i2v"},
+                                                             {ModelType::FLF2V, "flf2v"},
+                                                             {ModelType::TI2V, "ti2v"},
+                                                             {ModelType::VACE, "vace"}};
 
 int64_t positive_int(const json& doc, const char* key, const std::string& source) {
   const json& v = doc.at(key);
@@ -109,6 +112,25 @@ void validate(const WanConfig& c, const std::string& source) {
     fail(fmt::format("'image_tokens' {} is for a model with the CLIP branch ('image_dim' > 0)", c.image_tokens));
   if (c.model_type == ModelType::FLF2V && c.image_dim == 0)
     fail("'model_type' flf2v needs the CLIP branch: 'image_dim' must be positive (Wan2.1: 1280)");
+  if (c.vace()) {
+    const auto& layers = c.vace_layers;
+    bool ascending = !layers.empty() && layers.front() == 0;
+    for (size_t i = 0; i < layers.size() && ascending; ++i)
+      ascending = layers[i] < c.num_layers && (i == 0 || layers[i] > layers[i - 1]);
+    // The official model adds the n-th VACE block's hint after block
+    // vace_layers[n], diffusers' after the n-th listed block it meets: the
+    // same only for an ascending list.
+    if (!ascending)
+      fail(
+          fmt::format("'vace_layers' must list base blocks in ascending order from 0, each below num_layers {}, "
+                      "got [{}]",
+                      c.num_layers, fmt::join(layers, ",")));
+    if (c.vace_in_dim < 1 || c.vace_in_dim > (1 << 12))
+      fail(fmt::format("'vace_in_dim' must be in 1..{}, got {}", 1 << 12, c.vace_in_dim));
+  } else if (!c.vace_layers.empty() || c.vace_in_dim != 0) {
+    fail(fmt::format("'vace_layers' and 'vace_in_dim' are for a VACE model; 'model_type' is {}",
+                     model_type_name(c.model_type)));
+  }
   if (const int64_t params = parameter_count(c); params > kMaxParameters)
     fail(fmt::format("{} parameters, more than {:.0e}, the most wantrain accepts", params, double(kMaxParameters)));
 }
@@ -177,6 +199,20 @@ WanConfig parse_model_config(const std::string& text, const std::string& source)
     c.image_dim = v.get<int64_t>();
   }
   if (doc.contains("image_tokens")) c.image_tokens = positive_int(doc, "image_tokens", source);
+  if (doc.contains("vace_layers")) {
+    const json& v = doc.at("vace_layers");
+    if (!v.is_array() || !std::all_of(v.begin(), v.end(), [](const json& i) { return i.is_number_integer(); }))
+      throw UsageError(fmt::format("model config {}: 'vace_layers' must be a list of block numbers, got {}", source,
+                                   json_excerpt(v)));
+    for (const auto& i : v) c.vace_layers.push_back(i.get<int64_t>());
+  }
+  if (doc.contains("vace_in_dim")) c.vace_in_dim = positive_int(doc, "vace_in_dim", source);
+  if (c.vace()) {
+    // VaceWanModel's defaults: a hint after every second block, a context as wide as the latents.
+    if (!doc.contains("vace_layers"))
+      for (int64_t i = 0; i < c.num_layers; i += 2) c.vace_layers.push_back(i);
+    if (!doc.contains("vace_in_dim")) c.vace_in_dim = c.in_dim;
+  }
   validate(c, source);
   return c;
 }
@@ -232,6 +268,10 @@ std::string to_json(const WanConfig& c) {
   if (c.model_type != ModelType::T2V) doc["model_type"] = model_type_name(c.model_type);
   if (c.image_dim > 0) doc["image_dim"] = c.image_dim;
   if (c.image_tokens != kDefaultImageTokens) doc["image_tokens"] = c.image_tokens;
+  if (c.vace()) {
+    doc["vace_layers"] = c.vace_layers;
+    doc["vace_in_dim"] = c.vace_in_dim;
+  }
   return doc.dump();
 }
 
@@ -260,8 +300,7 @@ std::vector<ParameterShape> parameter_shapes(const WanConfig& c) {
   linear("time_embedding.0", c.freq_dim, d);
   linear("time_embedding.2", d, d);
   linear("time_projection.1", d, 6 * d);
-  for (int64_t i = 0; i < c.num_layers; ++i) {
-    const std::string block = fmt::format("blocks.{}.", i);
+  auto wan_block = [&](const std::string& block) {
     shapes.push_back({block + "modulation", {1, 6, d}});
     attention(block + "self_attn.");
     if (c.cross_attn_norm) {
@@ -276,7 +315,8 @@ std::vector<ParameterShape> parameter_shapes(const WanConfig& c) {
     }
     linear(block + "ffn.0", d, c.ffn_dim);
     linear(block + "ffn.2", c.ffn_dim, d);
-  }
+  };
+  for (int64_t i = 0; i < c.num_layers; ++i) wan_block(fmt::format("blocks.{}.", i));
   shapes.push_back({"head.modulation", {1, 2, d}});
   linear("head.head", d, c.out_dim * c.patch_volume());
   if (c.image_branch()) {
@@ -286,6 +326,17 @@ std::vector<ParameterShape> parameter_shapes(const WanConfig& c) {
     linear("img_emb.proj.1", w, w);
     linear("img_emb.proj.3", w, d);
     layer_norm("img_emb.proj.4", d);
+  }
+  for (size_t n = 0; n < c.vace_layers.size(); ++n) {
+    const std::string block = fmt::format("vace_blocks.{}.", n);
+    wan_block(block);
+    if (n == 0) linear(block + "before_proj", d, d);
+    linear(block + "after_proj", d, d);
+  }
+  if (c.vace()) {
+    shapes.push_back(
+        {"vace_patch_embedding.weight", {d, c.vace_in_dim, c.patch_size[0], c.patch_size[1], c.patch_size[2]}});
+    shapes.push_back({"vace_patch_embedding.bias", {d}});
   }
   return shapes;
 }

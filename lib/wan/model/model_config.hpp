@@ -20,7 +20,10 @@ namespace wt::wan {
 //   flf2v  first and last frame: y as i2v with the last frame too, CLIP
 //          features of both pictures with a learnt position embedding
 //   ti2v   Wan2.2's TI2V-5B, built as t2v here
-enum class ModelType { T2V, I2V, FLF2V, TI2V };
+//   vace   Wan2.1-VACE: t2v plus vace_blocks that read the VACE context
+//          (vace_in_dim channels beside the latents) and whose hints are
+//          added after the base blocks at vace_layers (vace_model.py)
+enum class ModelType { T2V, I2V, FLF2V, TI2V, VACE };
 const char* model_type_name(ModelType type);
 
 struct WanConfig {
@@ -40,6 +43,11 @@ struct WanConfig {
   ModelType model_type = ModelType::T2V;
   int64_t image_dim = 0;       // CLIP feature width of the image branch (Wan2.1 I2V/FLF2V: 1280); 0: none
   int64_t image_tokens = 257;  // CLIP tokens per picture (ViT-H/14 at 224 px): the size of flf2v's emb_pos
+  // vace only: the base blocks after which the VACE blocks' hints are added,
+  // ascending from 0 (the official default: every second block), one VACE
+  // block each; and the VACE context's channels (the releases: 96).
+  std::vector<int64_t> vace_layers;
+  int64_t vace_in_dim = 0;
 
   int64_t head_dim() const { return dim / num_heads; }
   // Whether the model reads the image condition y concatenated to its input.
@@ -50,6 +58,7 @@ struct WanConfig {
   bool image_branch() const { return image_conditioned() && image_dim > 0; }
   // Channels of y: the latents' plus 4 mask channels.
   int64_t condition_channels() const { return image_conditioned() ? in_dim - out_dim : 0; }
+  bool vace() const { return model_type == ModelType::VACE; }
   int64_t patch_volume() const { return patch_size[0] * patch_size[1] * patch_size[2]; }
 };
 

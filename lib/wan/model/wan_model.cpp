@@ -174,6 +174,12 @@ at::Tensor WanBlockImpl::forward(at::Tensor x, const at::Tensor& e0, const at::T
   return torch::addcmul(x, y, m[5]);
 }
 
+VaceBlockImpl::VaceBlockImpl(const WanConfig& c, at::ScalarType linear_dtype, bool first)
+    : WanBlockImpl(c, linear_dtype) {
+  if (first) before_proj = register_module("before_proj", nn::Linear(c.dim, c.dim, linear_dtype));
+  after_proj = register_module("after_proj", nn::Linear(c.dim, c.dim, linear_dtype));
+}
+
 WanHeadImpl::WanHeadImpl(const WanConfig& c) {
   modulation = register_parameter("modulation", torch::randn({1, 2, c.dim}) / std::sqrt(double(c.dim)));
   norm = register_module("norm", layer_norm(c.dim, c.eps, false));
@@ -241,6 +247,14 @@ WanModelImpl::WanModelImpl(WanConfig c, at::ScalarType block_linear_dtype, WanIn
   for (int64_t i = 0; i < cfg.num_layers; ++i) blocks->push_back(WanBlock(cfg, block_linear_dtype));
   head = register_module("head", WanHead(cfg));
   if (cfg.image_branch()) img_emb = register_module("img_emb", ImageEmbedding(cfg));
+  if (cfg.vace()) {
+    vace_blocks = register_module("vace_blocks", torch::nn::ModuleList());
+    for (size_t n = 0; n < cfg.vace_layers.size(); ++n)
+      vace_blocks->push_back(VaceBlock(cfg, block_linear_dtype, n == 0));
+    vace_patch_embedding =
+        register_module("vace_patch_embedding",
+                        torch::nn::Conv3d(torch::nn::Conv3dOptions(cfg.vace_in_dim, cfg.dim, patch).stride(patch)));
+  }
   if (init == WanInit::Random) init_weights();
 }
 
@@ -265,6 +279,25 @@ void WanModelImpl::init_weights() {
     for (auto& module : (*seq)->modules(false))
       if (auto* linear = module->as<torch::nn::Linear>()) torch::nn::init::normal_(linear->weight, 0.0, 0.02);
   torch::nn::init::zeros_(head->head->weight);
+  // VaceWanModel's: the VACE branch starts adding nothing (a base model's
+  // weights with a fresh branch sample as the base model).
+  if (vace_blocks)
+    for (const auto& block : *vace_blocks) {
+      auto& vace = *block->as<VaceBlockImpl>();
+      for (auto* proj : {vace.before_proj ? vace.before_proj.get() : nullptr, vace.after_proj.get()})
+        if (proj) {
+          proj->fill_weight_uniform(0, 0);
+          torch::nn::init::zeros_(proj->bias);
+        }
+    }
+}
+
+std::vector<WanBlockImpl*> WanModelImpl::all_blocks() const {
+  std::vector<WanBlockImpl*> all;
+  for (const auto& block : *blocks) all.push_back(block->as<WanBlockImpl>());
+  if (vace_blocks)
+    for (const auto& block : *vace_blocks) all.push_back(block->as<WanBlockImpl>());
+  return all;
 }
 
 void WanModelImpl::set_activation_offload(bool on) {
@@ -288,7 +321,7 @@ void WanModelImpl::set_sequence_parallel(distributed::Comm* group) {
     throw Error(fmt::format("WanModel: {} heads do not split over a sequence-parallel group of {}", config_.num_heads,
                             group->size()));
   sequence_group_ = group && group->size() > 1 ? group : nullptr;
-  for (const auto& block : *blocks) block->as<WanBlockImpl>()->self_attn->sequence_group = sequence_group_;
+  for (auto* block : all_blocks()) block->self_attn->sequence_group = sequence_group_;
 }
 
 int64_t WanModelImpl::attention_chunk_for(int64_t batch, int64_t tokens) const {
@@ -299,10 +332,7 @@ int64_t WanModelImpl::attention_chunk_for(int64_t batch, int64_t tokens) const {
 }
 
 void WanModelImpl::set_block_attention_chunk(int64_t queries) {
-  for (const auto& block : *blocks) {
-    auto& b = *block->as<WanBlockImpl>();
-    b.self_attn->chunk = b.cross_attn->chunk = queries;
-  }
+  for (auto* block : all_blocks()) block->self_attn->chunk = block->cross_attn->chunk = queries;
 }
 
 const RopeTable& WanModelImpl::rope_for(std::array<int64_t, 3> grid, at::Device device) {
@@ -314,7 +344,7 @@ const RopeTable& WanModelImpl::rope_for(std::array<int64_t, 3> grid, at::Device 
 }
 
 at::Tensor WanModelImpl::forward(const at::Tensor& noisy, const at::Tensor& t, const at::Tensor& context,
-                                 const ImageCondition& image, BlockStackCache* cache) {
+                                 const ModelCondition& image, BlockStackCache* cache) {
   const auto& cfg = config_;
   const int64_t latent_channels = cfg.in_dim - cfg.condition_channels();
   if (noisy.dim() != 5 || noisy.size(1) != latent_channels)
@@ -336,6 +366,18 @@ at::Tensor WanModelImpl::forward(const at::Tensor& noisy, const at::Tensor& t, c
     x = torch::cat({x, y.to(x.scalar_type())}, 1);
   } else if (image.y.defined() || image.clip_fea.defined()) {
     throw UsageError(fmt::format("a {} model takes no image condition", model_type_name(cfg.model_type)));
+  }
+  if (cfg.vace()) {
+    const auto& v = image.vace_context;
+    if (!v.defined()) throw UsageError("this vace model needs its VACE context");
+    if (v.dim() != 5 || v.size(0) != x.size(0) || v.size(1) != cfg.vace_in_dim ||
+        v.sizes().slice(2) != x.sizes().slice(2))
+      throw UsageError(
+          fmt::format("model VACE context must be [{},{},{},{},{}] (the latents' batch, F, H, W), got [{}]", x.size(0),
+                      cfg.vace_in_dim, x.size(2), x.size(3), x.size(4), fmt::join(v.sizes(), ",")));
+  } else if (image.vace_context.defined()) {
+    throw UsageError(
+        fmt::format("a {} model has no VACE blocks: it takes no VACE context", model_type_name(cfg.model_type)));
   }
   if (units_) units_->begin_forward();
   nn::ActivationOffload* offload = recompute_every_ > 0 && torch::GradMode::is_enabled() ? offload_.get() : nullptr;
@@ -383,19 +425,20 @@ at::Tensor WanModelImpl::forward(const at::Tensor& noisy, const at::Tensor& t, c
   // backward finds still set (a step's forward and backward see one shape).
   if (attention_chunk_ == nn::kAutoAttentionChunk) set_block_attention_chunk(attention_chunk_for(batch, token_count));
   RopeTable rope = rope_for(grid, x.device());
+  int64_t padded_tokens = token_count;
   if (sequence_group_) {
     // This rank's tokens of the sequence padded to a multiple of the group,
     // with their RoPE angles and per-token modulation.
     const auto& group = *sequence_group_;
-    const int64_t padded = (token_count + group.size() - 1) / group.size() * group.size();
-    tokens = my_tokens(tokens, padded, group);
+    padded_tokens = (token_count + group.size() - 1) / group.size() * group.size();
+    tokens = my_tokens(tokens, padded_tokens, group);
     if (per_token) {
-      e = my_tokens(e, padded, group);
-      e0 = my_tokens(e0, padded, group);
+      e = my_tokens(e, padded_tokens, group);
+      e0 = my_tokens(e0, padded_tokens, group);
     }
-    rope = {my_tokens(rope.cos.unsqueeze(0), padded, group).squeeze(0),
-            my_tokens(rope.sin.unsqueeze(0), padded, group).squeeze(0)};
-    for (const auto& block : *blocks) block->as<WanBlockImpl>()->self_attn->sequence_tokens = token_count;
+    rope = {my_tokens(rope.cos.unsqueeze(0), padded_tokens, group).squeeze(0),
+            my_tokens(rope.sin.unsqueeze(0), padded_tokens, group).squeeze(0)};
+    for (auto* block : all_blocks()) block->self_attn->sequence_tokens = token_count;
   }
   int64_t valid_tokens = token_count;
   if (sequence_group_) {
@@ -404,6 +447,12 @@ at::Tensor WanModelImpl::forward(const at::Tensor& noisy, const at::Tensor& t, c
   }
   const BlockStack stack{tokens, e, e0, valid_tokens, sequence_group_};
   const at::Tensor skipped = cache ? cache->skip(stack) : at::Tensor();
+  // VACE: the context's tokens c go through the VACE blocks one by one, each
+  // just before its hint is added (the official model runs them all first
+  // and holds every hint: the same values).
+  at::Tensor vace_c = cfg.vace() && !skipped.defined() ? vace_tokens(image, x, padded_tokens) : at::Tensor();
+  const at::Tensor first_tokens = tokens;
+  size_t next_vace = 0;
   for (size_t i = 0; i < blocks->size() && !skipped.defined(); ++i) {
     auto& block = *blocks[i]->as<WanBlockImpl>();
     if (units_) units_->before_block(int64_t(i));
@@ -415,6 +464,16 @@ at::Tensor WanModelImpl::forward(const at::Tensor& noisy, const at::Tensor& t, c
       tokens = block.forward(tokens, e0, ctx, rope, image_context);
     }
     if (units_) tokens = units_->after_block(int64_t(i), tokens);
+    if (next_vace < cfg.vace_layers.size() && cfg.vace_layers[next_vace] == int64_t(i)) {
+      const int64_t n = int64_t(next_vace++);
+      auto& vace = *vace_blocks[n]->as<VaceBlockImpl>();
+      if (n == 0) vace_c = vace.before_proj(vace_c) + first_tokens;
+      if (recompute_every_ > 0 && n % recompute_every_ == 0)
+        vace_c = nn::recomputed(vace, {vace_c, e0, ctx, rope.cos, rope.sin}, nullptr);
+      else
+        vace_c = vace.forward(vace_c, e0, ctx, rope);
+      tokens = tokens + vace.after_proj(vace_c) * image.vace_scale;
+    }
   }
   if (skipped.defined())
     tokens = skipped;
@@ -425,6 +484,11 @@ at::Tensor WanModelImpl::forward(const at::Tensor& noisy, const at::Tensor& t, c
   if (units_) units_->end_forward();
   if (sequence_group_) out = distributed::gather_sequence(out, *sequence_group_).narrow(1, 0, token_count);
   return unpatchify(out, grid, cfg.patch_size, cfg.out_dim);
+}
+
+at::Tensor WanModelImpl::vace_tokens(const ModelCondition& condition, const at::Tensor& x, int64_t padded_tokens) {
+  auto c = vace_patch_embedding(condition.vace_context.to(x.scalar_type())).flatten(2).transpose(1, 2);
+  return sequence_group_ ? my_tokens(c, padded_tokens, *sequence_group_) : c;
 }
 
 }  // namespace wt::wan

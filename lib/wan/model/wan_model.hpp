@@ -26,7 +26,7 @@
 #include "wantrain/nn/parameter_units.hpp"
 #include "wantrain/nn/recompute.hpp"
 #include "wantrain/wan/model/block_stack_cache.hpp"
-#include "wantrain/wan/model/image_input.hpp"
+#include "wantrain/wan/model/model_condition.hpp"
 #include "wantrain/wan/model/model_config.hpp"
 #include "wantrain/wan/model/positional.hpp"
 
@@ -98,6 +98,18 @@ class WanBlockImpl : public nn::Recomputable {
 };
 TORCH_MODULE(WanBlock);
 
+// A VACE block (the official VaceWanAttentionBlock): a Wan block over the
+// VACE context's tokens c, the first with before_proj (its input is
+// before_proj(c) + x, x the latents' tokens as patch-embedded), each with
+// after_proj, whose output is the hint added after its base block.
+class VaceBlockImpl : public WanBlockImpl {
+ public:
+  VaceBlockImpl(const WanConfig& config, at::ScalarType linear_dtype, bool first);
+
+  nn::Linear before_proj{nullptr}, after_proj{nullptr};  // before_proj: the first block only
+};
+TORCH_MODULE(VaceBlock);
+
 class WanHeadImpl : public torch::nn::Module {
  public:
   explicit WanHeadImpl(const WanConfig& config);
@@ -147,11 +159,12 @@ class WanModelImpl : public torch::nn::Module {
   // multiples of patch_size), t [B] timesteps in [0, 1000] or [B, L] one per
   // token (L = the token count, in (f, h, w) order), context [B, Lc,
   // text_dim] with Lc <= text_len, and for an i2v or flf2v model its image
-  // condition -> [B, out_dim, F, H, W]. UsageError naming the input whose
-  // shape is wrong, or a condition the model lacks or does not take.
+  // condition, for a vace model its VACE context and scale -> [B, out_dim,
+  // F, H, W]. UsageError naming the input whose shape is wrong, or a
+  // condition the model lacks or does not take.
   // `cache`, when given, may skip the block stack (block_stack_cache.hpp).
   at::Tensor forward(const at::Tensor& x, const at::Tensor& t, const at::Tensor& context,
-                     const ImageCondition& image = {}, BlockStackCache* cache = nullptr);
+                     const ModelCondition& image = {}, BlockStackCache* cache = nullptr);
 
   const WanConfig& config() const { return config_; }
 
@@ -203,6 +216,9 @@ class WanModelImpl : public torch::nn::Module {
   torch::nn::ModuleList blocks{nullptr};
   WanHead head{nullptr};
   ImageEmbedding img_emb{nullptr};  // Wan2.1 I2V and FLF2V only
+  // VACE only: one VaceBlock per entry of vace_layers, and the context's patch embedding.
+  torch::nn::ModuleList vace_blocks{nullptr};
+  torch::nn::Conv3d vace_patch_embedding{nullptr};
 
  private:
   void init_weights();
@@ -210,6 +226,10 @@ class WanModelImpl : public torch::nn::Module {
   const RopeTable& rope_for(std::array<int64_t, 3> grid, at::Device device);
   // Every block's self- and cross-attention chunk (AttentionImpl::chunk).
   void set_block_attention_chunk(int64_t queries);
+  // Every block of the model, VACE blocks included.
+  std::vector<WanBlockImpl*> all_blocks() const;
+  // The VACE context's tokens [B, L(, this rank's part), dim]; UsageError for a missing or misshapen context.
+  at::Tensor vace_tokens(const ModelCondition& condition, const at::Tensor& x, int64_t padded_tokens);
 
   WanConfig config_;
   std::array<int64_t, 3> rope_grid_{};

@@ -29,8 +29,10 @@ constexpr Rule kTopRules[] = {
     {"img_emb.emb_pos", "condition_embedder.image_embedder.pos_embed"},
 };
 
-// Applied after a "blocks.N." prefix. diffusers' norm2 is Wan's affine norm3
-// (before cross-attention); the other block norms have no parameters.
+// Applied after a "blocks.N." or "vace_blocks.N." prefix. diffusers' norm2
+// is Wan's affine norm3 (before cross-attention); the other block norms have
+// no parameters. A VACE block's before_proj and after_proj are diffusers'
+// proj_in and proj_out.
 constexpr Rule kBlockRules[] = {
     {"modulation", "scale_shift_table"},
     {"self_attn.q.", "attn1.to_q."},
@@ -51,15 +53,19 @@ constexpr Rule kBlockRules[] = {
     {"cross_attn.k_img.", "attn2.add_k_proj."},
     {"cross_attn.v_img.", "attn2.add_v_proj."},
     {"cross_attn.norm_k_img.", "attn2.norm_added_k."},
+    {"before_proj.", "proj_in."},
+    {"after_proj.", "proj_out."},
 };
 
-// Length of "blocks.N." at the start of `name`, or 0.
+// Length of "blocks.N." or "vace_blocks.N." at the start of `name`, or 0.
 size_t block_prefix_length(const std::string& name) {
-  const std::string blocks = "blocks.";
-  if (name.compare(0, blocks.size(), blocks) != 0) return 0;
-  size_t i = blocks.size();
-  while (i < name.size() && std::isdigit(static_cast<unsigned char>(name[i]))) ++i;
-  return i > blocks.size() && i < name.size() && name[i] == '.' ? i + 1 : 0;
+  for (const std::string blocks : {"blocks.", "vace_blocks."}) {
+    if (name.compare(0, blocks.size(), blocks) != 0) continue;
+    size_t i = blocks.size();
+    while (i < name.size() && std::isdigit(static_cast<unsigned char>(name[i]))) ++i;
+    return i > blocks.size() && i < name.size() && name[i] == '.' ? i + 1 : 0;
+  }
+  return 0;
 }
 
 }  // namespace

@@ -28,8 +28,8 @@ constexpr const char* kImageKeep = "image.keep";
 
 }  // namespace
 
-ImageCondition image_condition(const train::Batch& batch) {
-  ImageCondition image;
+ModelCondition image_condition(const train::Batch& batch) {
+  ModelCondition image;
   if (const auto y = batch.tensors.find("y"); y != batch.tensors.end()) image.y = y->second.to(torch::kFloat32);
   if (const auto f = batch.tensors.find("clip_fea"); f != batch.tensors.end())
     image.clip_fea = f->second.to(torch::kFloat32);

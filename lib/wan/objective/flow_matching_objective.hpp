@@ -13,7 +13,7 @@
 #include "wantrain/wan/model/flow_matching.hpp"
 #include "wantrain/train/objective.hpp"
 
-#include "wantrain/wan/model/image_input.hpp"
+#include "wantrain/wan/model/model_condition.hpp"
 
 namespace wt::wan {
 class WanModelImpl;
@@ -43,7 +43,7 @@ struct FlowMatchingObjectiveOptions {
 };
 
 // A batch's image condition in fp32 ("y", "clip_fea"), where it has one.
-ImageCondition image_condition(const train::Batch& batch);
+ModelCondition image_condition(const train::Batch& batch);
 
 class FlowMatchingObjective : public train::Objective {
  public:
@@ -77,7 +77,7 @@ class FlowMatchingObjective : public train::Objective {
     NoisyBatch noisy;
     at::Tensor eps;        // the noise of x_t, on its device, fp32
     at::Tensor context;    // [B, L, D] fp32
-    ImageCondition image;  // fp32; image dropout applied
+    ModelCondition image;  // fp32; image dropout applied
     // With the first-frame condition: [B] bool, the rows whose frame 0 is
     // kept (x_t holds x0 there and the timesteps are per token, [B, L]).
     at::Tensor first_frame_kept;

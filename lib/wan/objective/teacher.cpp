@@ -102,7 +102,7 @@ io::NamedTensors Teacher::weights() const {
 }
 
 at::Tensor Teacher::predict(const at::Tensor& x_t, const at::Tensor& timesteps, const at::Tensor& context,
-                            at::ScalarType compute_dtype, const ImageCondition& image) const {
+                            at::ScalarType compute_dtype, const ModelCondition& image) const {
   torch::NoGradGuard no_grad;
   nn::AutocastScope autocast(bf16_ || compute_dtype == at::kHalf ? at::kBFloat16 : compute_dtype, x_t.device().type());
   const int64_t pt = config_.patch_size[0];

@@ -10,7 +10,7 @@
 #include <memory>
 #include <string>
 
-#include "wantrain/wan/model/image_input.hpp"
+#include "wantrain/wan/model/model_condition.hpp"
 #include "wantrain/wan/model/model_config.hpp"
 #include "wantrain/wan/model/projection.hpp"
 #include "wantrain/wan/model/weights.hpp"
@@ -89,7 +89,7 @@ class Teacher {
   // when the run is fp16 (a forward pass cannot be loss-scaled).
   // An image-to-video teacher also sees the student's image condition.
   at::Tensor predict(const at::Tensor& x_t, const at::Tensor& timesteps, const at::Tensor& context,
-                     at::ScalarType compute_dtype, const ImageCondition& image = {}) const;
+                     at::ScalarType compute_dtype, const ModelCondition& image = {}) const;
 
  private:
   std::string path_, checksum_, source_;

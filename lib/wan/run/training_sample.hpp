@@ -54,7 +54,7 @@ class TrainingSampler {
  private:
   TrainingSampleOptions options_;
   at::Tensor latents_, context_;  // [C, F, H, W] and [L, D], fp32 on the CPU
-  ImageCondition image_;          // an image-to-video sample's y and CLIP features, [1, ...] fp32
+  ModelCondition image_;          // an image-to-video sample's y and CLIP features, [1, ...] fp32
 };
 
 }  // namespace wt::wan

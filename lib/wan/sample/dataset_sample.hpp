@@ -19,7 +19,7 @@ struct DatasetSample {
   at::Tensor latents;  // [C, F, H, W]
   at::Tensor context;  // [L, D]
   int32_t text_len = 0;
-  ImageCondition image;  // [1, ...]: the sample's own first (and last) frame's condition, as trained
+  ModelCondition image;  // [1, ...]: the sample's own first (and last) frame's condition, as trained
   std::string prompt;    // its caption, when the dataset keeps them
 };
 

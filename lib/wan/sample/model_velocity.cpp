@@ -6,7 +6,7 @@
 
 namespace wt::wan {
 
-VelocityField model_velocity(WanModelImpl& model, at::Tensor cond, at::Tensor uncond, ImageCondition image,
+VelocityField model_velocity(WanModelImpl& model, at::Tensor cond, at::Tensor uncond, ModelCondition image,
                              BranchPair pair, std::function<void()> before, StepCaching* caching, bool high) {
   auto traded = std::make_shared<at::Tensor>();  // the other half's branch, from the conditional call
   return [&model, cond, uncond, image, pair, before, traded, caching, high](const at::Tensor& x, const at::Tensor& t,

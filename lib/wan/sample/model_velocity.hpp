@@ -38,7 +38,7 @@ struct HighNoiseModel {
 
 // `caching`, when given, gives each branch's forwards its step cache
 // (step_cache.hpp): the high-noise expert's when `high`.
-VelocityField model_velocity(WanModelImpl& model, at::Tensor cond, at::Tensor uncond, ImageCondition image,
+VelocityField model_velocity(WanModelImpl& model, at::Tensor cond, at::Tensor uncond, ModelCondition image,
                              BranchPair pair = {}, std::function<void()> before = {}, StepCaching* caching = nullptr,
                              bool high = false);
 

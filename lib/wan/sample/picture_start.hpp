@@ -22,7 +22,7 @@
 namespace wt::wan {
 
 struct PictureStart {
-  ImageCondition image;    // image-to-video: y [1, 4 + z, F, H, W] and CLIP features [1, N, D], fp32
+  ModelCondition image;    // image-to-video: y [1, 4 + z, F, H, W] and CLIP features [1, N, D], fp32
   at::Tensor first_frame;  // TI2V: [1, z, 1, H, W] fp32
 };
 

@@ -71,6 +71,17 @@ std::optional<ReleaseSampling> release_sampling(const WanConfig& config, bool tw
       if (!shape_is(config, 3072, 30, 24, 14336) || two_experts) return std::nullopt;
       r.model = "Wan2.2 TI2V-5B";
       return r;
+    case ModelType::VACE:
+      // generate.py's vace-1.3B and vace-14B: t2v's configs, shift 16.
+      if (two_experts || config.vace_in_dim != 96) return std::nullopt;
+      if (shape_is(config, 1536, 30, 12, 8960))
+        r.model = "Wan2.1 VACE-1.3B";
+      else if (wide_14b)
+        r.model = "Wan2.1 VACE-14B";
+      else
+        return std::nullopt;
+      r.shift = 16.0;
+      return r;
   }
   return std::nullopt;
 }

@@ -15,7 +15,7 @@ at::Tensor draw_latents(const SampleModels& models, const SampleCondition& condi
   const auto cond = condition.context.unsqueeze(0).to(device);  // [1, L, D]
   const auto uncond =
       condition.negative.defined() ? condition.negative.unsqueeze(0).to(device) : unconditional_context(cond);
-  ImageCondition image;
+  ModelCondition image;
   if (condition.image.y.defined()) image.y = condition.image.y.to(device);
   if (condition.image.clip_fea.defined()) image.clip_fea = condition.image.clip_fea.to(device);
   // The caller's step caching, else the sampler's settings' own for this draw.

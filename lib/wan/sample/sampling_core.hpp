@@ -39,7 +39,7 @@ struct SampleModels {
 struct SampleCondition {
   at::Tensor context;      // [L, D]: the prompt's text embedding
   at::Tensor negative;     // [L, D]; undefined: the unconditional context caption dropout trains
-  ImageCondition image;    // an image-to-video model's picture (both branches see it)
+  ModelCondition image;    // an image-to-video model's picture (both branches see it)
   at::Tensor first_frame;  // TI2V: [1, C, 1, H, W], held through sampling; undefined: none
 };
 

@@ -53,7 +53,7 @@ struct SamplingPipeline::Condition {
   at::Tensor reference;                   // a dataset sample's own latents [C, F, H, W]
   std::vector<int64_t> prompt_samples;    // with --compare: the samples of the reference's prompt, when several
   std::vector<at::Tensor> prompt_videos;  // their latents [C, F, H, W]
-  ImageCondition image;                   // [1, ...]
+  ModelCondition image;                   // [1, ...]
   std::string source;                     // for the shard's description
   std::shared_ptr<VideoVae> vae;
 };

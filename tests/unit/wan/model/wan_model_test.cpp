@@ -427,8 +427,8 @@ wt::wan::WanModel drawn_model(const WanConfig& config, uint64_t seed) {
   return model;
 }
 
-wt::wan::ImageCondition condition_for(const WanConfig& c, int64_t b, int64_t f, int64_t h, int64_t w) {
-  wt::wan::ImageCondition image{torch::randn({b, c.condition_channels(), f, h, w}), {}};
+wt::wan::ModelCondition condition_for(const WanConfig& c, int64_t b, int64_t f, int64_t h, int64_t w) {
+  wt::wan::ModelCondition image{torch::randn({b, c.condition_channels(), f, h, w}), {}};
   if (c.image_branch()) image.clip_fea = torch::randn({b, c.condition_images() * c.image_tokens, c.image_dim});
   return image;
 }
@@ -510,7 +510,7 @@ TEST(WanModel, AMissingOrMisshapenConditionIsNamed) {
   const auto t = torch::tensor({400.0f});
   const auto ctx = torch::randn({1, config.text_len, config.text_dim});
   const auto image = condition_for(config, 1, 2, 4, 4);
-  auto message = [&](const wt::wan::ImageCondition& c, const at::Tensor& input) {
+  auto message = [&](const wt::wan::ModelCondition& c, const at::Tensor& input) {
     try {
       model->forward(input, t, ctx, c);
     } catch (const wt::UsageError& e) {
