@@ -18,6 +18,7 @@
 #include "wantrain/util/error.hpp"
 #include "wantrain/wan/encoders/clip_vision.hpp"
 #include "wantrain/wan/sample/image_condition.hpp"
+#include "wantrain/wan/sample/vace_condition.hpp"
 #include "wantrain/wan/model/weights.hpp"
 #include "wantrain/wan/vae/vae_config.hpp"
 #include "wantrain/wan/vae/vae_weights.hpp"
@@ -399,6 +400,101 @@ void expect_condition_matches_reference(const char* name, int64_t frames, bool l
 TEST(ImageCondition, FirstFrameConditionIsImage2VideosY) { expect_condition_matches_reference("i2v", 9, false); }
 TEST(ImageCondition, FirstAndLastFrameConditionIsFlf2VideosY) { expect_condition_matches_reference("flf2v", 9, true); }
 TEST(ImageCondition, AStillIsItsOwnFirstFrame) { expect_condition_matches_reference("still", 1, false); }
+
+namespace {
+
+// The VACE context (wan/sample/vace_condition) against
+// tests/reference/vace_condition_reference.py, which builds it as Wan2.1's
+// vace.py does, with the reference VAE: the given video and mask (the mask
+// not 0 or 1 everywhere, so that the binarised split and the mask channels,
+// folded as given, both show), reference pictures of the video's size and
+// of others, or nothing given (zeros and ones, as released).
+struct VaceCase {
+  const char* name;
+  int64_t frames;
+  bool video, mask;
+  std::vector<std::array<int64_t, 2>> reference_sizes;
+};
+
+void expect_vace_context_matches_reference(const VaceCase& c) {
+  SCOPED_TRACE(c.name);
+  const std::string dir = wt::testing::fresh(std::string("vace-context-") + c.name);
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/config.json") << kSmall;
+  wt::wan::WanVae vae(wt::wan::parse_vae_config(kSmall, "small"));
+  randomize(*vae, 41);
+  vae->eval();
+  torch::manual_seed(42);
+  const int64_t h = 24, w = 32;
+  wt::io::NamedTensors inputs{{"size", torch::tensor({float(c.frames), float(h), float(w)})}};
+  wt::wan::VaceSource source;
+  if (c.video) {
+    source.video = torch::rand({3, c.frames, h, w}) * 2 - 1;
+    inputs.emplace_back("video", source.video);
+  }
+  if (c.mask) {
+    source.mask = torch::rand({1, c.frames, h, w});
+    inputs.emplace_back("mask", source.mask);
+  }
+  for (size_t i = 0; i < c.reference_sizes.size(); ++i) {
+    const auto picture = torch::rand({3, c.reference_sizes[i][0], c.reference_sizes[i][1]}) * 2 - 1;
+    inputs.emplace_back("ref" + std::to_string(i), picture);
+    source.references.push_back(wt::wan::fit_reference(picture, h, w));
+  }
+  wt::io::write_safetensors(dir + "/weights.safetensors", state_dict(*vae), torch::kFloat32);
+  wt::io::write_safetensors(dir + "/inputs.safetensors", inputs, torch::kFloat32);
+  const auto job = wt::testing::launch(
+      std::string(WANTRAIN_PYTHON) + " " + WANTRAIN_SOURCE_DIR + "/tests/reference/vace_condition_reference.py " + dir +
+      "/config.json " + dir + "/weights.safetensors " + dir + "/inputs.safetensors " + dir + "/out.safetensors");
+  ASSERT_EQ(job.status, 0) << job.output;
+  const auto file = wt::io::SafetensorsFile::open(dir + "/out.safetensors");
+  const auto reference = file.read(*file.find("context"));
+  const auto ours = wt::wan::vace_context(*vae, source, c.frames, h, w);
+  const int64_t refs = int64_t(c.reference_sizes.size()), z = vae->z_dim();
+  ASSERT_EQ(wt::wan::vace_context_channels(*vae), 2 * z + 64);
+  ASSERT_EQ(ours.sizes(), (std::vector<int64_t>{2 * z + 64, refs + (c.frames + 3) / 4, h / 8, w / 8}));
+  ASSERT_EQ(ours.sizes(), reference.sizes());
+  // The mask channels exactly; the latents as the VAE's own reference test bounds them.
+  EXPECT_TRUE(torch::equal(ours.narrow(0, 2 * z, 64), reference.narrow(0, 2 * z, 64)));
+  const double scale = max_abs(reference.narrow(0, 0, 2 * z)), error = max_abs(ours - reference);
+  EXPECT_GT(scale, 0.01);
+  EXPECT_LT(error, 1e-4 * scale) << "max |ours - reference| = " << error << " of " << scale;
+  // The drawn latents carry the references' frames too; the decode drops them.
+  const auto sampled = torch::randn({1, z, refs + (c.frames + 3) / 4, h / 8, w / 8});
+  EXPECT_TRUE(torch::equal(wt::wan::drop_reference_frames(sampled, refs), sampled.narrow(2, refs, (c.frames + 3) / 4)));
+}
+
+}  // namespace
+
+TEST(VaceContext, AVideoAMaskAndReferencesOfOtherSizesAreVacePysContext) {
+  expect_vace_context_matches_reference({"all", 9, true, true, {{24, 32}, {12, 40}, {30, 20}}});
+}
+TEST(VaceContext, NothingGivenIsZerosAndOnesAsReleased) {
+  expect_vace_context_matches_reference({"none", 5, false, false, {}});
+}
+TEST(VaceContext, AVideoWithoutAMaskIsMadeWhole) {
+  expect_vace_context_matches_reference({"video", 9, true, false, {{16, 16}}});
+}
+
+// Bad inputs are one line each, naming the input.
+TEST(VaceContext, InputsOfAnotherSizeAreOneLineEach) {
+  wt::wan::WanVae vae(wt::wan::parse_vae_config(kSmall, "small"));
+  const auto message = [&](const wt::wan::VaceSource& source, int64_t frames) -> std::string {
+    try {
+      wt::wan::vace_context(*vae, source, frames, 24, 32);
+    } catch (const wt::UsageError& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  EXPECT_EQ(message({torch::zeros({3, 5, 24, 32}), {}, {}}, 9),
+            "the VACE video must be [3,9,24,32] (3 channels, frames, height, width), got [3,5,24,32]");
+  EXPECT_EQ(message({{}, torch::zeros({1, 9, 16, 32}), {}}, 9),
+            "the VACE mask must be [1,9,24,32] (1 channel, frames, height, width), got [1,9,16,32]");
+  EXPECT_EQ(message({{}, {}, {torch::zeros({3, 12, 12})}}, 9),
+            "a VACE reference picture must be [3,24,32] (fitted to the video), got [3,12,12]");
+  EXPECT_EQ(message({}, 8), "a VACE context needs 1 + 4k frames, got 8");
+}
 
 // The mask alone, by hand: i2v marks latent frame 0 (all 4 channels); flf2v
 // also channel 3 of the last latent frame (pixel frame F - 1 is the last of
