@@ -43,10 +43,11 @@ struct SampleConfig {
       device = "auto", prompt, negative_prompt, t5, t5_config, t5_dtype = "bf16", tokenizer, noise, vae, vae_config,
       vae_dtype = "fp32", vae_tiling = "auto", video, frames_dir, image, last_image, clip, clip_dtype = "fp32",
       cfg = "5", high_noise, low_noise, attention_chunk = "fused", solver = "unipc", weights_dtype = "auto",
-      schedule = "release", cache = "none", cache_calibration, calibrate_cache;
+      schedule = "release", cache = "none", cache_calibration, calibrate_cache, src_video, src_mask, src_ref_images;
   int64_t index = 0, frames = 0, max_area = 0;  // 0: the VAE's release (wan/vae/release_video.hpp)
   int steps = 50, threads = 0, sp = 0;          // sp 0: the ranks of the job
   double shift = 5.0, fps = 0, boundary = 0;    // fps 0: the VAE's release
+  double vace_scale = 1.0;
   std::string cache_threshold = "auto", cache_keep_first = "auto", cache_max_skips = "auto";  // auto: the method's
   uint64_t seed = 0;
   bool compare = false, offload_experts = false, first_frame = false, cfg_parallel = false, shard_weights = false,
@@ -201,6 +202,17 @@ void declare_options(OptionSet& options, SampleConfig& c) {
       .flag("first-frame", &c.first_frame,
             "ti2v models with --data: start from the sample's own first latent frame, held as --image holds the "
             "picture's")
+      .add("src-video", &c.src_video,
+           "VACE models: the control video (its first frames at the sample's size, scaled to cover it and cut around "
+           "the centre), kept where --src-mask is black and remade where white, as Wan2.1's generate.py "
+           "--src_video; without it, grey (the model makes everything)")
+      .add("src-mask", &c.src_mask,
+           "VACE models: a mask video for --src-video (its red channel; white: remake, black: keep); without it, "
+           "everything is remade")
+      .add("src-ref-images", &c.src_ref_images,
+           "VACE models: pictures of what to show (comma-separated), each fitted on white to the sample's size, as "
+           "generate.py --src_ref_images")
+      .add("vace-scale", &c.vace_scale, "VACE models: the strength of the control (the VACE hints' scale)")
       .add("clip", &c.clip,
            "CLIP image encoder for --image with Wan2.1 I2V/FLF2V "
            "(models_clip_open-clip-xlm-roberta-large-vit-huge-14.pth or safetensors of its names, ComfyUI's "
@@ -280,6 +292,10 @@ wan::SamplingRequest sampling_request(const SampleConfig& c, const OptionSet& op
   r.clip_dtype = app::float_dtype(c.clip_dtype);
   r.max_area = c.max_area;
   r.first_frame = c.first_frame;
+  r.src_video = c.src_video;
+  r.src_mask = c.src_mask;
+  r.src_ref_images = split_list(c.src_ref_images);
+  r.vace_scale = c.vace_scale;
   r.noise = c.noise;
   r.seed = c.seed;
   if (given["solver"]) r.solver = *wan::solver_from_name(c.solver);

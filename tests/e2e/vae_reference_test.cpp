@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
+#include <functional>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -14,6 +16,9 @@
 
 #include "../common/build_paths.hpp"
 #include "../common/launch.hpp"
+#include "../common/sample_shard.hpp"
+#include "wantrain/media/video_writer.hpp"
+#include "wantrain/wan/model/wan_model.hpp"
 #include "wantrain/io/safetensors.hpp"
 #include "wantrain/util/error.hpp"
 #include "wantrain/wan/encoders/clip_vision.hpp"
@@ -494,6 +499,93 @@ TEST(VaceContext, InputsOfAnotherSizeAreOneLineEach) {
   EXPECT_EQ(message({{}, {}, {torch::zeros({3, 12, 12})}}, 9),
             "a VACE reference picture must be [3,24,32] (fitted to the video), got [3,12,12]");
   EXPECT_EQ(message({}, 8), "a VACE context needs 1 + 4k frames, got 8");
+}
+
+namespace {
+
+// An 8-bit RGB picture of `width` x `height` whose pixel (x, y) is `pixel(x, y, channel)`.
+wt::media::Image drawn(int width, int height, const std::function<int(int, int, int)>& pixel) {
+  wt::media::Image image(width, height);
+  for (int y = 0; y < height; ++y)
+    for (int x = 0; x < width; ++x)
+      for (int c = 0; c < 3; ++c) image.row(y)[3 * x + c] = uint8_t(std::clamp(pixel(x, y, c), 0, 255));
+  return image;
+}
+
+}  // namespace
+
+// wansample with a VACE model, its control video, mask video and a
+// reference picture of another size, 10 guided Euler steps, against
+// tests/reference/vace_sample_reference.py's loop over the reference
+// forward and context: the same latents (the reference's frame dropped),
+// and a decoded video of the sample's own frames.
+TEST(VaceSample, TenGuidedStepsAreTheReferenceLoop) {
+  const std::string dir = wt::testing::fresh("vace-sample");
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/vae.json") << kSmall;
+  wt::wan::WanVae vae(wt::wan::parse_vae_config(kSmall, "small"));
+  randomize(*vae, 51);
+  wt::io::write_safetensors(dir + "/vae.safetensors", state_dict(*vae), torch::kFloat32);
+  // A VACE model of the small VAE's latents: 4 channels, a context of 2 x 4 + 64.
+  const std::string model_json = R"({"dim": 32, "ffn_dim": 48, "num_heads": 2, "num_layers": 3, "freq_dim": 32,
+      "text_dim": 8, "text_len": 16, "patch_size": [1, 2, 2], "in_dim": 4, "out_dim": 4, "eps": 1e-6,
+      "qk_norm": true, "cross_attn_norm": true, "model_type": "vace", "vace_layers": [0, 2], "vace_in_dim": 72})";
+  std::ofstream(dir + "/model.json") << model_json;
+  torch::manual_seed(52);
+  wt::wan::WanModel model(wt::wan::parse_model_config(model_json, "model.json"));
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& p : model->parameters()) p.copy_(torch::randn_like(p) * 0.2);
+  }
+  wt::wan::save_weights(*model, dir + "/model.safetensors");
+  // 5 frames of 32 x 32: a moving gradient; the mask keeps the left half.
+  const int frames = 5, side = 32;
+  {
+    wt::media::VideoWriter video(dir + "/control.mp4", side, side), mask(dir + "/mask.mp4", side, side);
+    for (int f = 0; f < frames; ++f) {
+      video.write(drawn(side, side, [&](int x, int y, int c) { return 8 * x + 5 * y + 40 * c + 20 * f; }));
+      mask.write(drawn(side, side, [&](int x, int, int) { return x < side / 2 ? 0 : 255; }));
+    }
+    video.finish();
+    mask.finish();
+  }
+  wt::media::write_png(dir + "/ref.png", drawn(20, 12, [](int x, int y, int c) { return 200 - 9 * x + 7 * y * c; }));
+  const int64_t latent_frames = 2, latent_side = side / 8, references = 1;
+  torch::manual_seed(53);
+  wt::io::NamedTensors inputs{{"video", wt::wan::read_control_video(dir + "/control.mp4", frames, side, side)},
+                              {"mask_video", wt::wan::read_control_video(dir + "/mask.mp4", frames, side, side)},
+                              {"ref0", wt::wan::read_picture(dir + "/ref.png")},
+                              {"noise", torch::randn({4, references + latent_frames, latent_side, latent_side})},
+                              {"context", torch::randn({5, 8})},
+                              {"steps", torch::tensor({10.0f})},
+                              {"cfg", torch::tensor({4.0f})},
+                              {"shift", torch::tensor({3.0f})},
+                              {"scale", torch::tensor({0.8f})}};
+  wt::io::write_safetensors(dir + "/inputs.safetensors", inputs, torch::kFloat32);
+  const auto reference = wt::testing::launch(std::string(WANTRAIN_PYTHON) + " " + WANTRAIN_SOURCE_DIR +
+                                             "/tests/reference/vace_sample_reference.py " + dir + "/model.json " + dir +
+                                             "/model.safetensors " + dir + "/vae.json " + dir + "/vae.safetensors " +
+                                             dir + "/inputs.safetensors " + dir + "/reference.safetensors");
+  ASSERT_EQ(reference.status, 0) << reference.output;
+  const auto sample = wt::testing::launch(
+      std::string(WANTRAIN_WANSAMPLE) + " --weights " + dir + "/model.safetensors --model-config " + dir +
+      "/model.json --text " + dir + "/text.h5 --frames 2 --size 4x4 --noise " + dir +
+      "/noise.h5 --solver euler --steps 10 --cfg 4 --shift 3 --vae " + dir + "/vae.safetensors --vae-config " + dir +
+      "/vae.json --src-video " + dir + "/control.mp4 --src-mask " + dir + "/mask.mp4 --src-ref-images " + dir +
+      "/ref.png --vace-scale 0.8 --out " + dir + "/sample.h5 --video " + dir + "/sample.mp4");
+  ASSERT_EQ(sample.status, 0) << sample.output;
+  EXPECT_EQ(wt::testing::occurrences(sample.output, "VACE control at 32x32, 5 frames: " + dir + "/control.mp4, mask " +
+                                                        dir + "/mask.mp4, 1 reference picture; context [72,3,4,4]"),
+            1u)
+      << sample.output;
+  EXPECT_EQ(wt::testing::occurrences(sample.output, "decoded 5 frames of 32x32"), 1u) << sample.output;
+  const auto file = wt::io::SafetensorsFile::open(dir + "/reference.safetensors");
+  const auto expected = file.read(*file.find("latents"));
+  const auto ours = wt::testing::sampled_latents(dir + "/sample.h5");
+  ASSERT_EQ(ours.sizes(), expected.sizes());
+  const double scale = max_abs(expected), error = max_abs(ours - expected);
+  EXPECT_GT(scale, 0.1);
+  EXPECT_LT(error, 1e-4 * scale) << "max |wansample - reference| = " << error << " of " << scale;
 }
 
 // The mask alone, by hand: i2v marks latent frame 0 (all 4 channels); flf2v

@@ -18,6 +18,8 @@ at::Tensor draw_latents(const SampleModels& models, const SampleCondition& condi
   ModelCondition image;
   if (condition.image.y.defined()) image.y = condition.image.y.to(device);
   if (condition.image.clip_fea.defined()) image.clip_fea = condition.image.clip_fea.to(device);
+  if (condition.image.vace_context.defined()) image.vace_context = condition.image.vace_context.to(device);
+  image.vace_scale = condition.image.vace_scale;
   // The caller's step caching, else the sampler's settings' own for this draw.
   StepCaching* caching = models.caching;
   std::unique_ptr<StepCaching> own;

@@ -34,6 +34,7 @@
 #include "wantrain/wan/sample/dataset_sample.hpp"
 #include "wantrain/wan/sample/latent_comparison.hpp"
 #include "wantrain/wan/sample/picture_start.hpp"
+#include "wantrain/wan/sample/vace_condition.hpp"
 #include "wantrain/wan/sample/sampling_core.hpp"
 #include "wantrain/wan/sample/cache_calibration.hpp"
 #include "wantrain/wan/sample/step_cache_calibration.hpp"
@@ -212,9 +213,6 @@ void SamplingPipeline::check_request() const {
   if ((!r.video.empty() || !r.frames_dir.empty()) && r.vae.empty())
     throw SettingError(SettingNames{"video", "frames_dir"},
                        fmt::format("need {} (the decoder that makes pixels of the latents)", setting_reference("vae")));
-  if (!r.vae.empty() && r.video.empty() && r.frames_dir.empty() && r.image.empty())
-    throw SettingError("vae", fmt::format("give {} or {} (where the decoded frames go)", setting_reference("video"),
-                                          setting_reference("frames_dir")));
   if (!r.image.empty() && r.vae.empty())
     throw SettingError(
         "image", fmt::format("needs {} (the encoder that makes the picture's latents)", setting_reference("vae")));
@@ -226,6 +224,10 @@ void SamplingPipeline::check_request() const {
     throw SettingError("last_image", fmt::format("needs {}", setting_reference("image")));
   if (!r.clip.empty() && r.image.empty())
     throw SettingError("clip", fmt::format("encodes {}: give it too", setting_reference("image")));
+  if (!r.src_mask.empty() && r.src_video.empty())
+    throw SettingError("src_mask",
+                       fmt::format("marks what to remake in {}: give the video too", setting_reference("src_video")));
+  if (!std::isfinite(r.vace_scale)) throw SettingError("vace_scale", "must be a finite number");
   if (r.max_area != 0 && r.max_area < 256) throw SettingError("max_area", "must be at least 256 pixels (16x16)");
   if (r.fps < 0) throw SettingError("fps", "must be positive (0: the release's)");
   for (const auto& [setting, path] : {std::pair{"weights", r.weights},
@@ -402,6 +404,27 @@ void SamplingPipeline::resolve_settings() {
                     r.data.empty() ? ", and no " + setting_reference("data") + " is given" : ""));
   if (!r.clip.empty() && !config_.image_branch())
     throw SettingError("clip", "the model has no CLIP branch (Wan2.2's I2V reads none)");
+  const bool control = !r.src_video.empty() || !r.src_ref_images.empty() || r.vace_scale != 1.0;
+  if (control && !config_.vace())
+    throw SettingError(!r.src_video.empty()        ? "src_video"
+                       : !r.src_ref_images.empty() ? "src_ref_images"
+                                                   : "vace_scale",
+                       fmt::format("the model ({}) is {}: it has no VACE blocks", model_named, model_type));
+  // The VAE decodes, encodes a picture, or encodes a VACE model's control.
+  if (!r.vae.empty() && r.video.empty() && r.frames_dir.empty() && r.image.empty() && !config_.vace())
+    throw SettingError("vae", fmt::format("give {} or {} (where the decoded frames go)", setting_reference("video"),
+                                          setting_reference("frames_dir")));
+  if (config_.vace() && r.vae.empty())
+    throw SettingError(
+        "vae", fmt::format("the VACE model reads its control through the VAE: give {}", setting_reference("vae")));
+  if (config_.vace() &&
+      2 * vae_config_.z_dim() + vae_config_.spatial_factor() * vae_config_.spatial_factor() != config_.vace_in_dim)
+    throw SettingError(
+        "vae", fmt::format("the VACE model reads {} channels of context, and this VAE makes {} (twice "
+                           "its {} latent channels, and {} of the mask)",
+                           config_.vace_in_dim,
+                           2 * vae_config_.z_dim() + vae_config_.spatial_factor() * vae_config_.spatial_factor(),
+                           vae_config_.z_dim(), vae_config_.spatial_factor() * vae_config_.spatial_factor()));
   if (config_.image_conditioned() && r.image.empty() && r.data.empty())
     throw SettingError(
         "image",
@@ -597,7 +620,7 @@ void SamplingPipeline::encode_prompt() {
   auto& c = *condition_;
   // The VAE encodes the picture before sampling (on every rank), then
   // decodes the sample (on rank 0, which writes it).
-  if (!r.vae.empty() && (world_.is_root() || !r.image.empty())) {
+  if (!r.vae.empty() && (world_.is_root() || !r.image.empty() || config_.vace())) {
     c.vae = open_video_vae(r.vae, vae_config_, r.vae_dtype);
     c.vae->set_tiling(vae_tiling_);
     c.vae->to(device_);
@@ -745,6 +768,28 @@ at::Tensor SamplingPipeline::start_from_image() {
   return first_frame;
 }
 
+// A VACE model's context: the control video, its mask and the reference
+// pictures at the sample's size, through the VAE (on every rank).
+at::Tensor SamplingPipeline::start_from_control() {
+  const auto& r = request_;
+  auto& c = *condition_;
+  const int64_t s = vae_config_.spatial_factor();
+  const int64_t frames = 1 + (shape_[2] - 1) * vae_config_.temporal_factor(), height = shape_[3] * s,
+                width = shape_[4] * s;
+  VaceSource source;
+  if (!r.src_video.empty()) source.video = read_control_video(r.src_video, frames, height, width);
+  if (!r.src_mask.empty()) source.mask = mask_of_video(read_control_video(r.src_mask, frames, height, width));
+  for (const auto& path : r.src_ref_images)
+    source.references.push_back(fit_reference(read_picture(path), height, width));
+  auto context = vace_context(*c.vae, source, frames, height, width).unsqueeze(0).to(device_);
+  report_info("VACE control at {}x{}, {} frames: {}, {}, {} reference picture{}; context [{}], scale {:g}", width,
+              height, frames, r.src_video.empty() ? "no video (grey)" : r.src_video,
+              r.src_mask.empty() ? "every pixel made" : "mask " + r.src_mask, source.references.size(),
+              source.references.size() == 1 ? "" : "s", fmt::join(context.sizes().slice(1), ","), r.vace_scale);
+  if (!world_.is_root()) c.vae.reset();  // rank 0 alone decodes
+  return context;
+}
+
 at::Tensor SamplingPipeline::sample(StepCaching* caching) {
   const auto& r = request_;
   auto& c = *condition_;
@@ -758,6 +803,10 @@ at::Tensor SamplingPipeline::sample(StepCaching* caching) {
   condition.context = c.context;
   condition.negative = c.negative;  // undefined: what --text-drop trains
   condition.image = c.image;
+  if (config_.vace()) {
+    condition.image.vace_context = start_from_control();
+    condition.image.vace_scale = r.vace_scale;
+  }
   SampleModels sample_models;
   sample_models.model = net.get();
   if (experts_) {
@@ -783,12 +832,16 @@ at::Tensor SamplingPipeline::sample(StepCaching* caching) {
   sampler.steps = *r.steps;
   sampler.shift = *r.shift;
   sampler.cfg = cfg_low_;
+  // A VACE model draws the reference pictures' latent frames first, and drops them after.
+  const int64_t references = config_.vace() ? int64_t(r.src_ref_images.size()) : 0;
+  const std::vector<int64_t> drawn{shape_[0], shape_[1], references + shape_[2], shape_[3], shape_[4]};
   const auto noise =
-      (r.noise.empty() ? seeded_noise(shape_, r.seed)
-                       : data::read_noise(r.noise, {shape_[1], shape_[2], shape_[3], shape_[4]}).unsqueeze(0))
+      (r.noise.empty() ? seeded_noise(drawn, r.seed)
+                       : data::read_noise(r.noise, {drawn[1], drawn[2], drawn[3], drawn[4]}).unsqueeze(0))
           .to(device_);  // [1, C, F, H, W]
   const CacheCounts before = caching_ ? caching_->counts() : CacheCounts{};
-  auto latents = draw_latents(sample_models, condition, sampler, noise, r.compute_dtype);
+  auto latents =
+      drop_reference_frames(draw_latents(sample_models, condition, sampler, noise, r.compute_dtype), references);
   if (caching_ && !caching) {
     const auto& after = caching_->counts();
     const int64_t ran = after.ran - before.ran, skipped = after.skipped - before.skipped;

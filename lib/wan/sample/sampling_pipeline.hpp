@@ -81,6 +81,7 @@ class SamplingPipeline {
   std::unique_ptr<Models> load_models();
   void split_ranks(Models& models) const;
   at::Tensor start_from_image();
+  at::Tensor start_from_control();
 
   distributed::World& world_;
   SamplingRequest request_;

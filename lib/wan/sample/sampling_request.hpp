@@ -51,7 +51,14 @@ struct SamplingRequest {
   at::ScalarType clip_dtype = at::kFloat;
   int64_t max_area = 0;      // with image and no size: the video's pixels (0: the release's)
   bool first_frame = false;  // ti2v with data: the sample's own first latent frame
-  std::string noise;         // an HDF5 /noise to start from instead of the seed's
+  // A VACE model's control (vace_condition.hpp): a video to keep where
+  // src_mask is 0 and remake where it is 1, pictures of what to show; each
+  // optional (no video: grey, no mask: all made), all through the VAE. The
+  // hints are added times vace_scale.
+  std::string src_video, src_mask;
+  std::vector<std::string> src_ref_images;
+  double vace_scale = 1.0;
+  std::string noise;  // an HDF5 /noise to start from instead of the seed's
   uint64_t seed = 0;
 
   // The solver and guidance.

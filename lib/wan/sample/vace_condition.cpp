@@ -6,7 +6,9 @@
 
 #include <algorithm>
 
+#include "wantrain/media/media_reader.hpp"
 #include "wantrain/util/error.hpp"
+#include "wantrain/wan/vae/video_frames.hpp"
 
 namespace wt::wan {
 
@@ -84,9 +86,26 @@ at::Tensor fit_reference(const at::Tensor& picture, int64_t height, int64_t widt
   return canvas;
 }
 
+at::Tensor read_control_video(const std::string& path, int64_t frames, int64_t height, int64_t width) {
+  const auto info = media::probe_media(path);
+  if (info.frames() < frames)
+    throw UsageError(fmt::format("{}: {} frame{}, shorter than the sample's {}", path, info.frames(),
+                                 info.frames() == 1 ? "" : "s", frames));
+  std::vector<int64_t> wanted(size_t(frames), 0);
+  for (size_t i = 0; i < wanted.size(); ++i) wanted[i] = int64_t(i);
+  media::DecodeOptions options;
+  options.size = {int(width), int(height)};
+  std::vector<media::Image> decoded(wanted.size());
+  media::decode_frames(path, wanted, options, [&](size_t k, media::Image&& frame) { decoded[k] = std::move(frame); });
+  return frames_to_video(decoded);
+}
+
+at::Tensor mask_of_video(const at::Tensor& video) { return ((video.narrow(0, 0, 1) + 1) / 2).clamp(0, 1); }
+
 at::Tensor drop_reference_frames(const at::Tensor& latents, int64_t references) {
   if (references == 0) return latents;
-  return latents.narrow(2, references, latents.size(2) - references);
+  const int64_t frames = latents.dim() - 3;  // [(B,) C, F, H, W]
+  return latents.narrow(frames, references, latents.size(frames) - references).contiguous();
 }
 
 }  // namespace wt::wan

@@ -21,6 +21,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "wantrain/wan/vae/video_vae.hpp"
@@ -50,7 +51,16 @@ at::Tensor vace_mask_channels(const at::Tensor& mask, int64_t spatial_factor, in
 // fits one of another size: scaled (bilinear) to fit inside, centred on white.
 at::Tensor fit_reference(const at::Tensor& picture, int64_t height, int64_t width);
 
-// Sampled latents [B, C, refs + T, h, w] without the references' frames.
+// The first `frames` frames of a control video (or mask video) file, each
+// scaled to cover `height` x `width` and cut around the centre, as [3,
+// frames, height, width] in [-1, 1]. UsageError naming the file when it
+// has fewer frames or cannot be read.
+at::Tensor read_control_video(const std::string& path, int64_t frames, int64_t height, int64_t width);
+// A mask video's pixels as prepare_source reads them: the red channel of
+// [3, F, H, W] in [-1, 1] brought to [0, 1] -> [1, F, H, W].
+at::Tensor mask_of_video(const at::Tensor& video);
+
+// Sampled latents [(B,) C, refs + T, h, w] without the references' frames.
 at::Tensor drop_reference_frames(const at::Tensor& latents, int64_t references);
 
 }  // namespace wt::wan
