@@ -74,33 +74,50 @@ TEST(SequenceExchange, GatheredTokensAreWholeAndGiveBackTheirOwnGradient) {
 // and gradients whose sum over the ranks is the whole model's gradient.
 // 27 tokens (3 x 3 x 3) do not split evenly, so the last rank's part is
 // padded; with per-token timesteps the modulation is split too; chunked
-// attention and checkpointed blocks run inside the split.
+// attention and checkpointed blocks run inside the split; a VACE model's
+// context is split as the latents' tokens, its blocks' attention exchanged.
 TEST(SequenceParallel, ASplitSequenceGivesTheWholeModelsOutputAndGradients) {
-  auto config = wt::testing::small_wan_config(2);
-  config.num_heads = 2 * comm().size();  // 2 heads per rank
   struct Case {
     const char* name;
     bool per_token;
     int64_t chunk, checkpoint;
+    bool vace = false;
   };
   for (const Case& c : {Case{"plain", false, 0, 0}, Case{"per-token timesteps", true, 0, 0},
-                        Case{"chunked and checkpointed", false, 5, 1}}) {
+                        Case{"chunked and checkpointed", false, 5, 1}, Case{"vace", false, 0, 0, true},
+                        Case{"vace checkpointed", false, 0, 1, true}}) {
     SCOPED_TRACE(c.name);
+    auto config = wt::testing::small_wan_config(c.vace ? 3 : 2);
+    config.num_heads = 2 * comm().size();  // 2 heads per rank
+    if (c.vace) {
+      config.model_type = wt::wan::ModelType::VACE;
+      config.vace_layers = {0, 2};
+      config.vace_in_dim = 6;
+    }
     torch::manual_seed(5);  // the same inputs on every rank
     const auto x = torch::randn({2, config.in_dim, 3, 6, 6});
     const auto t = c.per_token ? torch::rand({2, 27}) * 1000 : torch::rand({2}) * 1000;
     const auto context = torch::randn({2, 5, config.text_dim});
     const auto w = torch::randn({2, config.out_dim, 3, 6, 6});
+    wt::wan::ModelCondition condition;
+    if (c.vace) {
+      condition.vace_context = torch::randn({2, config.vace_in_dim, 3, 6, 6});
+      condition.vace_scale = 0.7;
+    }
     auto whole = wt::testing::seeded_small_model(config);
     auto split = wt::testing::seeded_small_model(config);
     for (auto* model : {&whole, &split}) {
       (*model)->set_attention_chunk(c.chunk);
       (*model)->set_grad_checkpoint(c.checkpoint);
+      torch::manual_seed(6);  // the VACE projections, zero at first, drawn alike: the branch counts
+      torch::NoGradGuard no_grad;
+      for (auto& item : (*model)->named_parameters())
+        if (item.key().find("_proj.") != std::string::npos) item.value().normal_(0, 0.2);
     }
     split->set_sequence_parallel(&comm());
-    const auto expected = whole->forward(x, t, context);
+    const auto expected = whole->forward(x, t, context, condition);
     (expected * w).sum().backward();
-    const auto got = split->forward(x, t, context);
+    const auto got = split->forward(x, t, context, condition);
     (got * w).sum().backward();
     EXPECT_LT((got - expected).abs().max().item<double>(), 1e-5 * expected.abs().max().item<double>());
     const auto reference = whole->named_parameters();

@@ -14,7 +14,7 @@ struct ModelCondition {
   // [B, vace_in_dim, F, H, W]: the VACE context (the inactive and reactive
   // latents and the folded mask), fed to the VACE blocks, whose hints are
   // added after the base blocks at vace_layers, each times vace_scale.
-  at::Tensor vace_context;
+  at::Tensor vace_context{};
   double vace_scale = 1.0;
 };
 

@@ -7,12 +7,14 @@
 #include <torch/torch.h>
 
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "../../../common/build_paths.hpp"
 #include "wantrain/wan/model/diffusers_folder.hpp"
 #include "wantrain/wan/model/model_config.hpp"
 #include "wantrain/wan/model/wan_model.hpp"
+#include "wantrain/wan/model/weight_names.hpp"
 #include "wantrain/util/error.hpp"
 
 namespace {
@@ -40,6 +42,9 @@ int64_t count_by_formula(const WanConfig& c) {
     total += c.num_layers * (2 * linear_dd + (c.qk_norm ? d : 0));                   // k_img, v_img, norm_k_img
     total += 2 * w + (w * w + w) + (w * d + d) + 2 * d;                              // img_emb.proj.0, .1, .3, .4
     if (c.model_type == wt::wan::ModelType::FLF2V) total += 2 * c.image_tokens * w;  // emb_pos
+  }
+  if (c.vace()) {  // a block and after_proj per VACE layer, before_proj once, vace_patch_embedding
+    total += int64_t(c.vace_layers.size()) * (block + linear_dd) + linear_dd + d * c.vace_in_dim * pv + d;
   }
   return total;
 }
@@ -204,7 +209,8 @@ TEST(ModelConfig, ImageToVideoKeysAreOptionalAndChecked) {
 
   auto bad = doc;
   bad["model_type"] = "s2v";
-  EXPECT_EQ(error_of(bad), "model config test.json: 'model_type' must be one of t2v, i2v, flf2v, ti2v, got \"s2v\"");
+  EXPECT_EQ(error_of(bad),
+            "model config test.json: 'model_type' must be one of t2v, i2v, flf2v, ti2v, vace, got \"s2v\"");
   bad = doc;
   bad["in_dim"] = doc["out_dim"];
   EXPECT_NE(error_of(bad).find("so 'in_dim' must be 2 * out_dim + 4"), std::string::npos) << error_of(bad);
@@ -261,4 +267,50 @@ TEST(ModelConfig, DiffusersConfigsOfTheReleasesReadAsTheShippedConfigs) {
       EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
     }
   }
+}
+
+// Wan2.1-VACE's keys: the official defaults (a hint after every second
+// block, a context as wide as the latents), the layout checked, the keys
+// refused on another model, kept through JSON; the names of VaceWanModel
+// and of diffusers' WanVACETransformer3DModel map both ways.
+TEST(ModelConfig, VaceKeysDefaultAsReleasedAndAreChecked) {
+  auto doc = tiny_json();
+  doc["model_type"] = "vace";
+  doc["num_layers"] = 5;
+  const auto vace = wt::wan::parse_model_config(doc.dump(), "test.json");
+  EXPECT_TRUE(vace.vace());
+  EXPECT_EQ(vace.vace_layers, (std::vector<int64_t>{0, 2, 4}));
+  EXPECT_EQ(vace.vace_in_dim, 16);
+  const auto again = wt::wan::parse_model_config(wt::wan::to_json(vace), "again");
+  EXPECT_EQ(wt::wan::first_difference(again, vace), "");
+  for (const auto& [layers, bad] :
+       {std::pair{"[0, 3, 2]", "0,3,2"}, {"[1, 3]", "1,3"}, {"[0, 5]", "0,5"}, {"[]", ""}}) {
+    doc["vace_layers"] = nlohmann::json::parse(layers);
+    EXPECT_EQ(error_of(doc), std::string("model config test.json: 'vace_layers' must list base blocks in ascending "
+                                         "order from 0, each below num_layers 5, got [") +
+                                 bad + "]");
+  }
+  doc["vace_layers"] = {0, 2};
+  doc["vace_in_dim"] = 0;
+  EXPECT_EQ(error_of(doc), "model config test.json: 'vace_in_dim' must be a positive integer, got 0");
+  auto t2v = tiny_json();
+  t2v["vace_in_dim"] = 96;
+  EXPECT_EQ(error_of(t2v),
+            "model config test.json: 'vace_layers' and 'vace_in_dim' are for a VACE model; "
+            "'model_type' is t2v");
+  for (const auto& [official, diffusers] :
+       {std::pair{"vace_blocks.0.before_proj.weight", "vace_blocks.0.proj_in.weight"},
+        {"vace_blocks.7.after_proj.bias", "vace_blocks.7.proj_out.bias"},
+        {"vace_blocks.1.self_attn.q.weight", "vace_blocks.1.attn1.to_q.weight"},
+        {"vace_blocks.1.norm3.weight", "vace_blocks.1.norm2.weight"},
+        {"vace_patch_embedding.weight", "vace_patch_embedding.weight"}}) {
+    EXPECT_EQ(wt::wan::diffusers_name(official), diffusers);
+    EXPECT_EQ(wt::wan::official_name(diffusers), official);
+  }
+  // VaceWanModel's release config (its class, Wan's keys) is not read as a diffusers one.
+  auto release = tiny_json();
+  release["_class_name"] = "VaceWanModel";
+  release["model_type"] = "vace";
+  std::ofstream(::testing::TempDir() + "/vace-release.json") << release.dump();
+  EXPECT_TRUE(wt::wan::load_model_config(::testing::TempDir() + "/vace-release.json").vace());
 }

@@ -531,3 +531,113 @@ TEST(WanModel, AMissingOrMisshapenConditionIsNamed) {
   EXPECT_THROW(t2v->forward(torch::randn({1, 4, 2, 4, 4}), t, ctx, {torch::randn({1, 8, 2, 4, 4}), {}}),
                wt::UsageError);
 }
+
+namespace {
+
+// A VACE model of 3 blocks, hints after blocks 0 and 2, a context of 6 channels.
+WanConfig vace_config() {
+  auto c = tiny_config();
+  c.num_layers = 3;
+  c.model_type = wt::wan::ModelType::VACE;
+  c.vace_layers = {0, 2};
+  c.vace_in_dim = 6;
+  return c;
+}
+
+}  // namespace
+
+// VaceWanModel's parameters, in order; a fresh VACE branch (before_proj and
+// after_proj zero, as released) adds nothing, so a base model's weights
+// with a new branch sample as the base model; with the projections drawn
+// the context counts, in proportion to the scale (scale 0: the base model).
+TEST(VaceModel, AFreshBranchAddsNothingAndTheContextCountsByItsScale) {
+  const auto config = vace_config();
+  torch::manual_seed(1);
+  wt::wan::WanModel model(config);
+  const auto shapes = wt::wan::parameter_shapes(config);
+  const auto params = model->named_parameters();
+  ASSERT_EQ(params.size(), shapes.size());
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    EXPECT_EQ(params[i].key(), shapes[i].first);
+    EXPECT_EQ(params[i].value().sizes().vec(), shapes[i].second) << shapes[i].first;
+  }
+  EXPECT_TRUE(params.contains("vace_blocks.0.before_proj.weight"));
+  EXPECT_FALSE(params.contains("vace_blocks.1.before_proj.weight"));
+  EXPECT_EQ(params["vace_blocks.1.after_proj.weight"].abs().max().item<double>(), 0.0);
+
+  auto base_config = config;
+  base_config.model_type = wt::wan::ModelType::T2V;
+  base_config.vace_layers.clear();
+  base_config.vace_in_dim = 0;
+  auto base = drawn_model(base_config, 2);
+  torch::NoGradGuard no_grad;
+  auto mine = model->named_parameters();
+  for (const auto& item : base->named_parameters()) mine[item.key()].copy_(item.value());
+  const auto x = torch::randn({1, config.out_dim, 2, 4, 4});
+  const auto t = torch::tensor({400.0f});
+  const auto ctx = torch::randn({1, config.text_len, config.text_dim});
+  wt::wan::ModelCondition control;
+  control.vace_context = torch::randn({1, config.vace_in_dim, 2, 4, 4});
+  const auto expected = base->forward(x, t, ctx);
+  EXPECT_TRUE(torch::equal(model->forward(x, t, ctx, control), expected));
+
+  for (auto& item : model->named_parameters())
+    if (item.key().find("_proj.") != std::string::npos) item.value().normal_(0, 0.2);
+  const auto full = model->forward(x, t, ctx, control);
+  EXPECT_GT((full - expected).abs().max().item<double>(), 1e-2);
+  control.vace_scale = 0;
+  EXPECT_TRUE(torch::equal(model->forward(x, t, ctx, control), expected));
+  auto other = control;
+  other.vace_scale = 1;
+  other.vace_context = torch::randn_like(control.vace_context);
+  EXPECT_GT((model->forward(x, t, ctx, other) - full).abs().max().item<double>(), 1e-3);
+}
+
+// Checkpointed and chunked VACE blocks give the plain forward's output and
+// gradients; a missing, misshapen or unexpected context is one line.
+TEST(VaceModel, CheckpointedBlocksComputeTheSameAndTheContextIsChecked) {
+  const auto config = vace_config();
+  auto model = drawn_model(config, 3);
+  const auto x = torch::randn({2, config.out_dim, 2, 4, 6});
+  const auto t = torch::tensor({250.0f, 800.0f});
+  const auto ctx = torch::randn({2, config.text_len, config.text_dim});
+  wt::wan::ModelCondition control;
+  control.vace_context = torch::randn({2, config.vace_in_dim, 2, 4, 6});
+  control.vace_scale = 0.5;
+  auto run = [&] {
+    model->zero_grad();
+    const auto out = model->forward(x, t, ctx, control);
+    out.square().sum().backward();
+    std::vector<at::Tensor> grads;
+    for (const auto& p : model->parameters()) grads.push_back(p.grad().clone());
+    return std::pair{out.detach(), grads};
+  };
+  const auto [plain, plain_grads] = run();
+  model->set_attention_chunk(5);
+  model->set_grad_checkpoint(1);
+  const auto [other, other_grads] = run();
+  auto relative = [](const at::Tensor& a, const at::Tensor& b) {
+    return ((a - b).norm() / b.norm().clamp_min(1e-30)).item<double>();
+  };
+  EXPECT_LT(relative(other, plain), 1e-4);
+  for (size_t i = 0; i < plain_grads.size(); ++i) EXPECT_LT(relative(other_grads[i], plain_grads[i]), 1e-4) << i;
+  const auto names = model->named_parameters();
+  EXPECT_GT(names["vace_blocks.0.before_proj.weight"].grad().abs().max().item<double>(), 0.0);
+
+  torch::NoGradGuard no_grad;
+  auto message = [&](wt::wan::WanModelImpl& m, const wt::wan::ModelCondition& c) {
+    try {
+      m.forward(x, t, ctx, c);
+    } catch (const wt::UsageError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  EXPECT_EQ(message(*model, {}), "this vace model needs its VACE context");
+  auto short_context = control;
+  short_context.vace_context = control.vace_context.narrow(2, 0, 1);
+  EXPECT_EQ(message(*model, short_context),
+            "model VACE context must be [2,6,2,4,6] (the latents' batch, F, H, W), got [2,6,1,4,6]");
+  auto t2v = drawn_model(tiny_config(), 4);
+  EXPECT_EQ(message(*t2v, control), "a t2v model has no VACE blocks: it takes no VACE context");
+}
