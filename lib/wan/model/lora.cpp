@@ -77,7 +77,8 @@ int64_t add_lora(WanModelImpl& model, const LoraOptions& options) {
     count += linear->lora_A.numel() + linear->lora_B.numel();
   };
   const auto& targets = all ? lora_targets() : options.targets;
-  for (const auto& block : *model.blocks)
+  // Every block, a VACE model's VACE blocks too (the same Linears).
+  for (auto* block : model.all_blocks())
     for (const auto& name : targets)
       if (!is_image_embedding_target(name)) adapt(*block, name, " (the image branch is Wan2.1 I2V/FLF2V's)");
   for (const auto& name : targets)

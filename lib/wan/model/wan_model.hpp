@@ -167,6 +167,8 @@ class WanModelImpl : public torch::nn::Module {
                      const ModelCondition& image = {}, BlockStackCache* cache = nullptr);
 
   const WanConfig& config() const { return config_; }
+  // Every block of the model, in the order of `blocks` then `vace_blocks`.
+  std::vector<WanBlockImpl*> all_blocks() const;
 
   // Activation checkpointing (nn/recompute.hpp): with every = N > 0,
   // blocks 0, N, 2N, ... keep no activations and are run again in backward
@@ -226,8 +228,6 @@ class WanModelImpl : public torch::nn::Module {
   const RopeTable& rope_for(std::array<int64_t, 3> grid, at::Device device);
   // Every block's self- and cross-attention chunk (AttentionImpl::chunk).
   void set_block_attention_chunk(int64_t queries);
-  // Every block of the model, VACE blocks included.
-  std::vector<WanBlockImpl*> all_blocks() const;
   // The VACE context's tokens [B, L(, this rank's part), dim]; UsageError for a missing or misshapen context.
   at::Tensor vace_tokens(const ModelCondition& condition, const at::Tensor& x, int64_t padded_tokens);
 

@@ -129,22 +129,39 @@ ActivationMemory activation_memory(const WanConfig& c, const ActivationSettings&
   m.block_saved = self_attention + after_self_attention;
   m.checkpointed_block_saved = batch * tokens * d * f;  // the recomputation's input
   const int64_t every = s.grad_checkpoint_every;
-  m.blocks_checkpointed = every > 0 ? (c.num_layers + every - 1) / every : 0;
-  m.blocks_kept = c.num_layers - m.blocks_checkpointed;
   // Backward frees each block's tensors as it passes; recomputing a
   // checkpointed block adds its tensors to those of the blocks before it.
+  // A VACE model runs its VACE block n right after base block
+  // vace_layers[n], checkpointed by n's place as base blocks by theirs, and
+  // keeps its hint (after_proj's output) for the addition's backward.
   auto kept = [&](int64_t block) { return every == 0 || block % every != 0; };
   // Offloaded, a checkpointed block's input is in host memory until its
-  // recomputation, the one before it on its way back meanwhile.
+  // recomputation, the one before it on its way back meanwhile (VACE
+  // blocks are not offloaded).
   const double recomputing = (s.offload_checkpointed ? 2 : 1) * m.checkpointed_block_saved;
   const double checkpointed_held = s.offload_checkpointed ? 0 : m.checkpointed_block_saved;
-  double held = 0;  // by blocks 0 .. i-1 at the end of forward
+  const double hint = batch * tokens * d * a;  // after_proj's output, in the products' dtype
+  double held = 0;                             // by the blocks run so far, at the end of forward
+  auto run_block = [&](bool keep, bool offloadable, double extra) {
+    if (!keep) {
+      m.blocks = std::max(m.blocks, held + (offloadable ? recomputing : m.checkpointed_block_saved) + m.block_saved);
+      ++m.blocks_checkpointed;
+    } else {
+      ++m.blocks_kept;
+    }
+    held += (keep ? m.block_saved : offloadable ? checkpointed_held : m.checkpointed_block_saved) + extra;
+  };
+  size_t next_vace = 0;
   for (int64_t i = 0; i < c.num_layers; ++i) {
-    if (!kept(i)) m.blocks = std::max(m.blocks, held + recomputing + m.block_saved);
-    held += kept(i) ? m.block_saved : checkpointed_held;
+    run_block(kept(i), true, 0);
+    if (next_vace < c.vace_layers.size() && c.vace_layers[next_vace] == i) {
+      run_block(kept(int64_t(next_vace)), false, hint);
+      ++next_vace;
+    }
   }
   m.blocks = std::max(m.blocks, held);
-  if (s.offload_checkpointed) m.offloaded = double(m.blocks_checkpointed) * m.checkpointed_block_saved;
+  if (s.offload_checkpointed)
+    m.offloaded = double(every > 0 ? (c.num_layers + every - 1) / every : 0) * m.checkpointed_block_saved;
 
   // Outside the blocks: the latents, noise, noisy input and target, the
   // output and the loss's difference ([B, C, F, H, W] fp32 each); the
@@ -153,6 +170,10 @@ ActivationMemory activation_memory(const WanConfig& c, const ActivationSettings&
   const double latent = double(c.in_dim) * double(s.latents[0] * s.latents[1] * s.latents[2]) * f;
   const double text = context * (double(c.text_dim) * (f + f) + d * 3 * a);
   m.outside_blocks = batch * (6 * latent + text + tokens * d * f * 3);
+  // VACE: the context as loaded and its patch-embedded tokens.
+  if (c.vace())
+    m.outside_blocks +=
+        batch * (double(c.vace_in_dim) * double(s.latents[0] * s.latents[1] * s.latents[2]) * f + tokens * d * f);
   // Per-token timesteps: the time embedding's tensors per token (the
   // sinusoid, the MLP's inputs, e and e0 [L, 6 dim]) and the head's
   // modulation (its [L, 2, dim] sum and 1 + scale), all fp32.
@@ -229,7 +250,10 @@ double inference_memory(const WanConfig& c, const ActivationSettings& s) {
   // Outside the blocks: the context as given, padded and embedded, and the
   // latents in and out.
   const double latent = double(c.in_dim) * double(s.latents[0] * s.latents[1] * s.latents[2]) * f;
-  const double outside = double(c.text_len) * (double(c.text_dim) * 2 * f + d * 3 * a) + 3 * latent;
+  double outside = double(c.text_len) * (double(c.text_dim) * 2 * f + d * 3 * a) + 3 * latent;
+  // VACE: the context, and the tokens the VACE blocks carry beside the latents' and their first input.
+  if (c.vace())
+    outside += double(c.vace_in_dim) * double(s.latents[0] * s.latents[1] * s.latents[2]) * f + 2 * rank_tokens * d * f;
   return batch * (block + std::max(feed_forward, attention) + outside);
 }
 
