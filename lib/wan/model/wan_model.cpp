@@ -469,7 +469,7 @@ at::Tensor WanModelImpl::forward(const at::Tensor& noisy, const at::Tensor& t, c
       auto& vace = *vace_blocks[n]->as<VaceBlockImpl>();
       if (n == 0) vace_c = vace.before_proj(vace_c) + first_tokens;
       if (recompute_every_ > 0 && n % recompute_every_ == 0)
-        vace_c = nn::recomputed(vace, {vace_c, e0, ctx, rope.cos, rope.sin}, nullptr);
+        vace_c = nn::recomputed(vace, {vace_c, e0, ctx, rope.cos, rope.sin}, offload);
       else
         vace_c = vace.forward(vace_c, e0, ctx, rope);
       tokens = tokens + vace.after_proj(vace_c) * image.vace_scale;

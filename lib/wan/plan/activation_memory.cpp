@@ -132,36 +132,30 @@ ActivationMemory activation_memory(const WanConfig& c, const ActivationSettings&
   // Backward frees each block's tensors as it passes; recomputing a
   // checkpointed block adds its tensors to those of the blocks before it.
   // A VACE model runs its VACE block n right after base block
-  // vace_layers[n], checkpointed by n's place as base blocks by theirs, and
-  // keeps its hint (after_proj's output) for the addition's backward.
+  // vace_layers[n], checkpointed (and offloaded) by n's place as base
+  // blocks by theirs; its hint is added and not kept.
   auto kept = [&](int64_t block) { return every == 0 || block % every != 0; };
   // Offloaded, a checkpointed block's input is in host memory until its
-  // recomputation, the one before it on its way back meanwhile (VACE
-  // blocks are not offloaded).
+  // recomputation, the one before it on its way back meanwhile.
   const double recomputing = (s.offload_checkpointed ? 2 : 1) * m.checkpointed_block_saved;
   const double checkpointed_held = s.offload_checkpointed ? 0 : m.checkpointed_block_saved;
-  const double hint = batch * tokens * d * a;  // after_proj's output, in the products' dtype
-  double held = 0;                             // by the blocks run so far, at the end of forward
-  auto run_block = [&](bool keep, bool offloadable, double extra) {
+  double held = 0;  // by the blocks run so far, at the end of forward
+  auto run_block = [&](bool keep) {
     if (!keep) {
-      m.blocks = std::max(m.blocks, held + (offloadable ? recomputing : m.checkpointed_block_saved) + m.block_saved);
+      m.blocks = std::max(m.blocks, held + recomputing + m.block_saved);
       ++m.blocks_checkpointed;
     } else {
       ++m.blocks_kept;
     }
-    held += (keep ? m.block_saved : offloadable ? checkpointed_held : m.checkpointed_block_saved) + extra;
+    held += keep ? m.block_saved : checkpointed_held;
   };
   size_t next_vace = 0;
   for (int64_t i = 0; i < c.num_layers; ++i) {
-    run_block(kept(i), true, 0);
-    if (next_vace < c.vace_layers.size() && c.vace_layers[next_vace] == i) {
-      run_block(kept(int64_t(next_vace)), false, hint);
-      ++next_vace;
-    }
+    run_block(kept(i));
+    if (next_vace < c.vace_layers.size() && c.vace_layers[next_vace] == i) run_block(kept(int64_t(next_vace++)));
   }
   m.blocks = std::max(m.blocks, held);
-  if (s.offload_checkpointed)
-    m.offloaded = double(every > 0 ? (c.num_layers + every - 1) / every : 0) * m.checkpointed_block_saved;
+  if (s.offload_checkpointed) m.offloaded = double(m.blocks_checkpointed) * m.checkpointed_block_saved;
 
   // Outside the blocks: the latents, noise, noisy input and target, the
   // output and the loss's difference ([B, C, F, H, W] fp32 each); the

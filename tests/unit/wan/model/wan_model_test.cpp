@@ -594,7 +594,7 @@ TEST(VaceModel, AFreshBranchAddsNothingAndTheContextCountsByItsScale) {
 }
 
 // Checkpointed and chunked VACE blocks give the plain forward's output and
-// gradients; a missing, misshapen or unexpected context is one line.
+// gradients (offloaded too); a missing, misshapen or unexpected context is one line.
 TEST(VaceModel, CheckpointedBlocksComputeTheSameAndTheContextIsChecked) {
   const auto config = vace_config();
   auto model = drawn_model(config, 3);
@@ -621,6 +621,11 @@ TEST(VaceModel, CheckpointedBlocksComputeTheSameAndTheContextIsChecked) {
   };
   EXPECT_LT(relative(other, plain), 1e-4);
   for (size_t i = 0; i < plain_grads.size(); ++i) EXPECT_LT(relative(other_grads[i], plain_grads[i]), 1e-4) << i;
+  // Their inputs offloaded (in the queue between the base blocks'): the same bits.
+  model->set_activation_offload(true);
+  const auto [offloaded, offloaded_grads] = run();
+  EXPECT_TRUE(torch::equal(offloaded, other));
+  for (size_t i = 0; i < plain_grads.size(); ++i) EXPECT_TRUE(torch::equal(offloaded_grads[i], other_grads[i])) << i;
   const auto names = model->named_parameters();
   EXPECT_GT(names["vace_blocks.0.before_proj.weight"].grad().abs().max().item<double>(), 0.0);
 
