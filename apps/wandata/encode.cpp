@@ -28,6 +28,7 @@
 #include "wantrain/wan/encode/dataset_encoder.hpp"
 #include "wantrain/wan/model/weights.hpp"
 #include "wantrain/wan/plan/decode_memory.hpp"
+#include "wantrain/wan/sample/vace_condition.hpp"
 #include "wantrain/wan/vae/release_video.hpp"
 #include "wantrain/wan/vae/video_vae.hpp"
 
@@ -183,9 +184,12 @@ void declare_encode_options(OptionSet& options, EncodeConfig& c) {
       .choice("t5-dtype", &c.t5_dtype, {"bf16", "fp32"}, "umT5 weights and compute (the release is bf16)")
       .add("tokenizer", &c.tokenizer, "umT5's spiece.model, or the folder holding it (google/umt5-xxl)")
       .add("text-len", &c.text_len, "text tokens L: longer prompts are cut (counted in the summary)")
-      .choice("condition", &c.condition, {"none", "i2v", "flf2v"},
+      .choice("condition", &c.condition, {"none", "i2v", "flf2v", "vace"},
               "image-to-video data: store each sample's condition /y, the first frame (i2v) or the first and last "
-              "(flf2v) encoded as Wan's image2video.py does, and with --clip their CLIP features /clip_fea")
+              "(flf2v) encoded as Wan's image2video.py does, and with --clip their CLIP features /clip_fea; vace: "
+              "each sample's VACE context /vace_context from the item's control video, mask and reference pictures "
+              "(NAME.control.mp4, NAME.mask.mp4, NAME.ref.png beside NAME.mp4, or the listing's vace_video, "
+              "vace_video_mask and vace_reference_image), as Wan2.1's vace.py encodes them")
       .add("clip", &c.clip,
            "CLIP image encoder for Wan2.1 I2V/FLF2V (models_clip_open-clip-xlm-roberta-large-vit-huge-14.pth or "
            "safetensors of its names, ComfyUI's clip_vision_h.safetensors, or a CLIPVisionModel folder: a diffusers "
@@ -218,6 +222,7 @@ wan::DatasetEncoderSettings encoder_settings(const EncodeConfig& c, const wan::E
   s.emb_dtype = stored(c.emb_dtype);
   s.strict = c.strict;
   s.condition_images = c.condition == "i2v" ? 1 : c.condition == "flf2v" ? 2 : 0;
+  s.vace = c.condition == "vace";
   s.decode_threads = c.decode_threads;
   s.models_fingerprint =
       fmt::format("vae {} ({}, {}), t5 {} ({}, {}), tokenizer {}, text_len {}", c.vae,
@@ -286,7 +291,7 @@ int run_encode(distributed::World& world, int argc, char** argv) {
   for (const auto& [option, value] :
        {std::pair{"input", c.input}, {"out", c.out}, {"vae", c.vae}, {"t5", c.t5}, {"tokenizer", c.tokenizer}})
     if (value.empty()) throw UsageError(fmt::format("option --{}: required", option));
-  if (!c.clip.empty() && c.condition == "none")
+  if (!c.clip.empty() && (c.condition == "none" || c.condition == "vace"))
     throw UsageError("option --clip: the CLIP features are of an image condition: give --condition i2v or flf2v");
   for (const auto& [option, path] : {std::pair{"vae", wan::vae_weights_file(c.vae)},
                                      {"t5", wan::t5_weights_file(c.t5)},
@@ -357,6 +362,11 @@ int run_encode(distributed::World& world, int argc, char** argv) {
                 clip ? fmt::format(" and /clip_fea ({} tokens of {} a picture; CLIP weights in {})",
                                    clip->config().tokens(), clip->config().dim, clip->weights_layout())
                      : std::string(" (no --clip: for Wan2.2's I2V, which reads no CLIP features)"));
+  if (world.is_root() && s.vace)
+    report_info(
+        "wandata encode: condition vace: /vace_context of {} channels (twice the VAE's {} latent channels, and "
+        "the mask's {})",
+        wan::vace_context_channels(*vae), vae->z_dim(), vae->spatial_factor() * vae->spatial_factor());
   const auto summary = wan::encode_dataset(s, *vae, *text, world, clip ? &clip : nullptr);
   if (world.is_root()) print_summary(c, summary);
   return kExitOk;

@@ -42,6 +42,12 @@ std::string condition_shape(const data::SampleShape& s, bool bucketed) {
                   : s.condition_string();
 }
 
+// /vace_context's shape: one bucket's, or its channels, reference frames and dtype.
+std::string vace_shape(const data::SampleShape& s, bool bucketed) {
+  return bucketed ? fmt::format("[N,{},{}+F,H,W] {}", s.vace_channels, s.vace_references, data::to_string(s.latents))
+                  : s.vace_string();
+}
+
 }  // namespace
 
 int run_inspect(distributed::World&, int argc, char** argv) {
@@ -58,6 +64,8 @@ int run_inspect(distributed::World&, int argc, char** argv) {
                            s.text_string());
   if (s.has_condition())  // image-to-video: y follows each bucket's latents
     std::cout << fmt::format("  y        {}\n  clip_fea {}\n", condition_shape(s, buckets.size() > 1), s.clip_string());
+  if (s.has_vace())  // VACE: the context follows each bucket's latents, after its reference frames
+    std::cout << fmt::format("  vace_context {}\n", vace_shape(s, buckets.size() > 1));
   if (buckets.size() > 1) {
     std::cout << fmt::format("  {:<14} {:>24} {:>7} {:>9}\n", "bucket (FxHxW)", "latents", "shards", "samples");
     for (const auto& b : buckets)
@@ -146,7 +154,8 @@ int run_verify(distributed::World&, int argc, char** argv) {
                            directory, good.size(), total, buckets > 1 ? fmt::format(" in {} buckets", buckets) : "",
                            shape.has_condition() ? fmt::format(" (image-to-video: y {}, clip_fea {})",
                                                                condition_shape(shape, buckets > 1), shape.clip_string())
-                                                 : "");
+                           : shape.has_vace() ? fmt::format(" (VACE: vace_context {})", vace_shape(shape, buckets > 1))
+                                              : "");
   return kExitOk;
 }
 

@@ -109,6 +109,9 @@ int reshard(const char* command, int argc, char** argv, int64_t default_shards, 
     if (s.has_condition())
       condition.y = at::empty({s.condition_channels, s.frames, s.height, s.width}, data::scalar_type(s.latents));
     if (s.clip_tokens > 0) condition.clip_fea = at::empty({s.clip_tokens, s.clip_dim}, data::scalar_type(s.text));
+    if (s.has_vace())
+      condition.vace_context =
+          at::empty({s.vace_channels, s.vace_references + s.frames, s.height, s.width}, data::scalar_type(s.latents));
     const auto n = int64_t(samples.size());
     int64_t written = 0;
     for (int64_t j = 0; j < counts[b]; ++j, ++k) {

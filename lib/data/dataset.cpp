@@ -134,11 +134,11 @@ Dataset::Location Dataset::locate(int64_t index) const {
 }
 
 struct SampleReader::Open {
-  io::Handle file, latents, text, prompt, y, clip_fea;        // y, clip_fea: where the shard has them
-  std::vector<int32_t> text_len;                              // the whole /text_len, read once
-  io::Handle latents_space, text_space, y_space, clip_space;  // file dataspaces, reused per read
-  io::Handle latents_type, text_type;                         // memory types: the stored ones (no conversion)
-  io::Handle latents_row, text_row, y_row, clip_row, one;     // memory dataspaces of one sample
+  io::Handle file, latents, text, prompt, y, clip_fea, vace;              // y, clip_fea, vace: where the shard has them
+  std::vector<int32_t> text_len;                                          // the whole /text_len, read once
+  io::Handle latents_space, text_space, y_space, clip_space, vace_space;  // file dataspaces, reused per read
+  io::Handle latents_type, text_type;                                // memory types: the stored ones (no conversion)
+  io::Handle latents_row, text_row, y_row, clip_row, vace_row, one;  // memory dataspaces of one sample
 };
 
 SampleReader::SampleReader(const Dataset& dataset) : dataset_(dataset), open_(dataset.shards().size()) {}
@@ -167,8 +167,11 @@ SampleReader::Open& SampleReader::file(size_t shard) {
     if (s.has_condition() && io::exists(o->file.get(), "y")) o->y = io::open_dataset(o->file.get(), "y");
     if (s.has_condition() && s.clip_tokens > 0 && io::exists(o->file.get(), "clip_fea"))
       o->clip_fea = io::open_dataset(o->file.get(), "clip_fea");
+    if (s.has_vace() && io::exists(o->file.get(), "vace_context"))
+      o->vace = io::open_dataset(o->file.get(), "vace_context");
     check_shard_unchanged(dataset_.shards()[shard], o->file.get(), o->latents.get(), o->text.get(), lengths.get(),
-                          o->y ? o->y.get() : H5I_INVALID_HID, o->clip_fea ? o->clip_fea.get() : H5I_INVALID_HID);
+                          o->y ? o->y.get() : H5I_INVALID_HID, o->clip_fea ? o->clip_fea.get() : H5I_INVALID_HID,
+                          o->vace ? o->vace.get() : H5I_INVALID_HID);
     o->text_len.resize(static_cast<size_t>(dataset_.shards()[shard].samples));
     if (!o->text_len.empty())
       H5_CHECK(H5Dread(lengths.get(), H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, o->text_len.data()));
@@ -186,6 +189,10 @@ SampleReader::Open& SampleReader::file(size_t shard) {
     if (o->clip_fea) {
       o->clip_space = io::dataset_space(o->clip_fea.get());
       o->clip_row = io::rows_space(o->clip_space.get(), 1);  // [1, T, D]
+    }
+    if (o->vace) {
+      o->vace_space = io::dataset_space(o->vace.get());
+      o->vace_row = io::rows_space(o->vace_space.get(), 1);  // [1, Cv, R + F, H, W]
     }
     o->one = flat_space(1);
     open_[shard] = std::move(o);
@@ -209,15 +216,18 @@ void SampleReader::read(int64_t index, const at::Tensor& latents, const at::Tens
   // The condition's tensors that are given are read; each must fit the shard's.
   const at::Tensor* y = condition && condition->y.defined() ? &condition->y : nullptr;
   const at::Tensor* clip = condition && condition->clip_fea.defined() ? &condition->clip_fea : nullptr;
+  const at::Tensor* vace = condition && condition->vace_context.defined() ? &condition->vace_context : nullptr;
   const auto fits = [](const at::Tensor& t, at::IntArrayRef sizes, Stored stored) {
     return t.sizes() == sizes && t.is_contiguous() && t.scalar_type() == scalar_type(stored);
   };
   if ((y && (!s.has_condition() || !fits(*y, {s.condition_channels, s.frames, s.height, s.width}, s.latents))) ||
-      (clip && (s.clip_tokens <= 0 || !fits(*clip, {s.clip_tokens, s.clip_dim}, s.text))))
+      (clip && (s.clip_tokens <= 0 || !fits(*clip, {s.clip_tokens, s.clip_dim}, s.text))) ||
+      (vace &&
+       (!s.has_vace() || !fits(*vace, {s.vace_channels, s.vace_references + s.frames, s.height, s.width}, s.latents))))
     throw Error(
-        fmt::format("data: sample {} of shard {} has y {}, clip_fea {}; the tensors to read its condition into are "
-                    "not",
-                    index, shard.path, s.condition_string(), s.clip_string()));
+        fmt::format("data: sample {} of shard {} has y {}, clip_fea {}, vace_context {}; the tensors to read its "
+                    "condition into are not",
+                    index, shard.path, s.condition_string(), s.clip_string(), s.vace_string()));
   io::Lock lock(io::library_mutex());
   try {
     test_failure("sample_read");
@@ -237,6 +247,11 @@ void SampleReader::read(int64_t index, const at::Tensor& latents, const at::Tens
       io::select_rows(o.clip_space.get(), row, 1);
       H5_CHECK(H5Dread(o.clip_fea.get(), o.text_type.get(), o.clip_row.get(), o.clip_space.get(), H5P_DEFAULT,
                        clip->data_ptr()));
+    }
+    if (vace) {
+      io::select_rows(o.vace_space.get(), row, 1);
+      H5_CHECK(H5Dread(o.vace.get(), o.latents_type.get(), o.vace_row.get(), o.vace_space.get(), H5P_DEFAULT,
+                       vace->data_ptr()));
     }
     text_len = o.text_len[row];
   } catch (const Error& e) {

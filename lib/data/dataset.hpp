@@ -7,7 +7,8 @@
 // shape form a bucket; buckets are ordered by (F, H, W), so their numbering
 // follows from the data, not from file names. Everything else (C, the text's
 // L and D, the stored dtypes, the image-to-video condition's Cy, T and D or
-// its absence) is the same in every shard.
+// its absence, the VACE context's channels and reference frames or its
+// absence) is the same in every shard.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -95,8 +96,9 @@ class SampleReader {
   // Reads global sample `index` into rows of tensors in the stored dtypes:
   // latents [C,F,H,W] (scalar_type(shape.latents)), text_emb [L,D]
   // (scalar_type(shape.text)), both contiguous. With `condition`, also its
-  // defined tensors: y [Cy,F,H,W] (stored as latents) and clip_fea [T,D]
-  // (as text_emb), contiguous; one the shard lacks is an Error. Throws
+  // defined tensors: y [Cy,F,H,W] (stored as latents), clip_fea [T,D]
+  // (as text_emb) and vace_context [Cv,R+F,H,W] (as latents), contiguous;
+  // one the shard lacks is an Error. Throws
   // wt::Error naming the shard and sample on any read failure.
   void read(int64_t index, const at::Tensor& latents, const at::Tensor& text_emb, int32_t& text_len,
             const SampleCondition* condition = nullptr);

@@ -89,8 +89,9 @@ at::Tensor Loader::buffer(at::IntArrayRef sizes, at::ScalarType dtype, const std
   // so a mixed dataset allocates nothing once every shape has been seen.
   constexpr size_t kPerBatch = 8, kSlack = 8;
   const size_t shapes = dataset_.buckets().size();
-  // y and clip_fea: two more batch tensors and their staging.
-  const size_t per_batch = kPerBatch + (dataset_.buckets().front().shape.has_condition() ? 4 : 0);
+  // y and clip_fea: two more batch tensors and their staging; vace_context one more.
+  const auto& first = dataset_.buckets().front().shape;
+  const size_t per_batch = kPerBatch + (first.has_condition() ? 4 : 0) + (first.has_vace() ? 2 : 0);
   if (buffers_.size() > (per_batch * (static_cast<size_t>(options_.prefetch) + 3) + kSlack) * shapes)
     buffers_.erase(std::remove_if(buffers_.begin(), buffers_.end(), [](const Buffer& b) { return b.free(); }),
                    buffers_.end());
@@ -113,6 +114,10 @@ Batch Loader::read_batch(SampleReader& reader, const std::vector<int64_t>& indic
                         : at::Tensor();  // [B,Cy,F,H,W]
   at::Tensor clip =
       with_clip ? buffer({B, s.clip_tokens, s.clip_dim}, options_.dtype, fence) : at::Tensor();  // [B,T,D]
+  // A VACE model's context, stored as the latents are.
+  at::Tensor vace = s.has_vace() ? buffer({B, s.vace_channels, s.vace_references + s.frames, s.height, s.width},
+                                          options_.dtype, fence)
+                                 : at::Tensor();  // [B,Cv,R+F,H,W]
   const bool convert_latents = scalar_type(s.latents) != options_.dtype;
   const bool convert_text = scalar_type(s.text) != options_.dtype;
   // Sorted order: sequential reads within a shard.
@@ -128,21 +133,24 @@ Batch Loader::read_batch(SampleReader& reader, const std::vector<int64_t>& indic
   };
   const at::Tensor l = staged(latents, convert_latents, s.latents), t = staged(text, convert_text, s.text);
   const at::Tensor ys = staged(y, convert_latents, s.latents), cs = staged(clip, convert_text, s.text);
+  const at::Tensor vs = staged(vace, convert_latents, s.latents);
   for (const int64_t slot : order) {
     SampleCondition condition;
     if (with_y) condition.y = ys[slot];
     if (with_clip) condition.clip_fea = cs[slot];
-    reader.read(indices[slot], l[slot], t[slot], lengths[slot], with_y ? &condition : nullptr);
+    if (vace.defined()) condition.vace_context = vs[slot];
+    reader.read(indices[slot], l[slot], t[slot], lengths[slot], with_y || vace.defined() ? &condition : nullptr);
   }
   if (convert_latents) {
     latents.copy_(l);
     if (with_y) y.copy_(ys);
+    if (vace.defined()) vace.copy_(vs);
   }
   if (convert_text) {
     text.copy_(t);
     if (with_clip) clip.copy_(cs);
   }
-  Batch batch{latents, text, text_len, y, clip, indices, position, batches_read_++, {}, fence};
+  Batch batch{latents, text, text_len, y, clip, indices, position, batches_read_++, {}, fence, vace};
   if (options_.finish)
     options_.finish(batch, [&](at::IntArrayRef sizes, at::ScalarType dtype) { return buffer(sizes, dtype, fence); });
   return batch;

@@ -48,6 +48,9 @@ struct Batch {
   // Record it after copying the batch's tensors to a device: until it is
   // done the Loader does not refill their buffers.
   std::shared_ptr<CopyFence> copied;
+  // A VACE model's context, where the dataset has one (undefined
+  // otherwise), converted as latents are.
+  at::Tensor vace_context;  // [B, Cv, R + F, H, W] training dtype
 };
 
 struct LoaderOptions {

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <cctype>
+#include <map>
 #include <set>
 
 #include "wantrain/data/csv_table.hpp"
@@ -27,12 +29,44 @@ std::string resolve(const fs::path& base, const std::string& listed) {
   return (p.is_absolute() ? p : base / p).lexically_normal().string();
 }
 
+// The control part a file name says it is beside its clip: STEM.control.EXT
+// (the control video), STEM.mask.EXT (its mask), STEM.ref.EXT or
+// STEM.refN.EXT (reference pictures); "" for any other name. `stem` gets
+// the clip's stem.
+std::string control_part(const fs::path& file, std::string& stem) {
+  const std::string base = file.stem().string();  // "walk.control" of "walk.control.mp4"
+  const auto dot = base.rfind('.');
+  if (dot == std::string::npos || dot == 0) return "";
+  const std::string part = base.substr(dot + 1);
+  stem = base.substr(0, dot);
+  if (part == "control" || part == "mask") return part;
+  if (part.rfind("ref", 0) == 0 &&
+      std::all_of(part.begin() + 3, part.end(), [](unsigned char c) { return std::isdigit(c) != 0; }))
+    return "ref";
+  return "";
+}
+
 std::vector<MediaItem> list_folder(const fs::path& dir, const MediaListOptions& options) {
-  std::vector<fs::path> files;
+  std::vector<fs::path> listed;
   std::error_code ec;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
-    if (it->is_regular_file(ec) && is_media_name(it->path().filename().string())) files.push_back(it->path());
+    if (it->is_regular_file(ec) && is_media_name(it->path().filename().string())) listed.push_back(it->path());
   if (ec) throw UsageError(fmt::format("{}: cannot list: {}", dir.string(), ec.message()));
+  std::sort(listed.begin(), listed.end());
+  // A clip's control files (walk.control.mp4, walk.mask.mp4, walk.ref.png
+  // beside walk.mp4) are part of its item, not items of their own.
+  std::set<std::string> stems;
+  for (const auto& f : listed) stems.insert(f.stem().string());
+  std::vector<fs::path> files;
+  std::map<std::string, std::vector<std::pair<std::string, fs::path>>> controls;  // stem -> (part, file)
+  for (const auto& f : listed) {
+    std::string stem;
+    const std::string part = control_part(f, stem);
+    if (!part.empty() && stems.count(stem))
+      controls[stem].emplace_back(part, f);
+    else
+      files.push_back(f);
+  }
   if (files.empty())
     throw UsageError(fmt::format("{}: holds no video or image (looked for {})", dir.string(),
                                  "mp4 mkv webm mov avi gif m4v mpg mpeg ts wmv flv png jpg jpeg webp bmp tif tiff"));
@@ -45,6 +79,16 @@ std::vector<MediaItem> list_folder(const fs::path& dir, const MediaListOptions& 
     fs::path caption = f;
     caption.replace_extension(options.caption_extension);
     if (fs::is_regular_file(caption, ec)) item.caption = read_whole_file(caption.string());
+    for (const auto& [part, file] : controls[f.stem().string()]) {
+      std::string& slot = part == "control" ? item.control : item.mask;
+      if (part == "ref") {
+        item.references.push_back(file.string());
+      } else if (!slot.empty()) {
+        item.problem = fmt::format("two {} files beside it: {} and {}", part, slot, file.string());
+      } else {
+        slot = file.string();
+      }
+    }
     items.push_back(std::move(item));
   }
   return items;
@@ -59,6 +103,10 @@ std::vector<MediaItem> list_csv(const fs::path& path) {
     throw UsageError(fmt::format("{}: no column 'video' or 'image' (the media paths)", path.string()));
   const int64_t prompt = table.column("prompt");
   const int64_t video = has("video") ? table.column("video") : -1, image = has("image") ? table.column("image") : -1;
+  // DiffSynth-Studio's VACE columns.
+  const int64_t control = has("vace_video") ? table.column("vace_video") : -1,
+                mask = has("vace_video_mask") ? table.column("vace_video_mask") : -1,
+                reference = has("vace_reference_image") ? table.column("vace_reference_image") : -1;
   std::vector<MediaItem> items;
   for (int64_t r = 0; r < table.rows(); ++r) {
     MediaItem item;
@@ -70,6 +118,11 @@ std::vector<MediaItem> list_csv(const fs::path& path) {
     else
       item.media = resolve(path.parent_path(), listed);
     if (!table.cell(r, prompt).empty()) item.caption = table.cell(r, prompt);
+    if (control >= 0 && !table.cell(r, control).empty())
+      item.control = resolve(path.parent_path(), table.cell(r, control));
+    if (mask >= 0 && !table.cell(r, mask).empty()) item.mask = resolve(path.parent_path(), table.cell(r, mask));
+    if (reference >= 0 && !table.cell(r, reference).empty())
+      item.references.push_back(resolve(path.parent_path(), table.cell(r, reference)));
     items.push_back(std::move(item));
   }
   return items;
@@ -93,6 +146,15 @@ std::vector<MediaItem> list_jsonl(const fs::path& path) {
           item.media = resolve(path.parent_path(), doc[key].get<std::string>());
       if (item.media.empty()) item.problem = "no \"video_path\" or \"image_path\" string";
       if (doc.contains("caption") && doc["caption"].is_string()) item.caption = doc["caption"].get<std::string>();
+      for (const auto& [key, slot] : {std::pair{"vace_video", &item.control}, {"vace_video_mask", &item.mask}})
+        if (doc.contains(key) && doc[key].is_string() && !doc[key].get<std::string>().empty())
+          *slot = resolve(path.parent_path(), doc[key].get<std::string>());
+      if (doc.contains("vace_reference_image")) {
+        const auto& refs = doc["vace_reference_image"];
+        for (const auto& ref : refs.is_array() ? refs : nlohmann::json::array({refs}))
+          if (ref.is_string() && !ref.get<std::string>().empty())
+            item.references.push_back(resolve(path.parent_path(), ref.get<std::string>()));
+      }
     }
     items.push_back(std::move(item));
   }

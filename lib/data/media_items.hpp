@@ -23,6 +23,10 @@ struct MediaItem {
   std::optional<std::string> caption;  // absent: no caption found
   std::string origin;                  // where it was listed: "list.csv line 4", "clips/a.mp4"
   std::string problem;                 // non-empty: the entry is unusable, and why
+  // A VACE model's control (wandata encode --condition vace): a control
+  // video, its mask video and reference pictures; "" / empty: none given.
+  std::string control, mask;
+  std::vector<std::string> references;
 };
 
 struct MediaListOptions {

@@ -48,18 +48,20 @@ int64_t shard_first_sample(int64_t k, int64_t total, int64_t shards) { return k 
 bool SampleShape::operator==(const SampleShape& o) const {
   return channels == o.channels && frames == o.frames && height == o.height && width == o.width &&
          text_len == o.text_len && text_dim == o.text_dim && latents == o.latents && text == o.text &&
-         condition_channels == o.condition_channels && clip_tokens == o.clip_tokens && clip_dim == o.clip_dim;
+         condition_channels == o.condition_channels && clip_tokens == o.clip_tokens && clip_dim == o.clip_dim &&
+         vace_channels == o.vace_channels && vace_references == o.vace_references;
 }
 
 bool same_dataset(const SampleShape& a, const SampleShape& b) {
   return a.channels == b.channels && a.text_len == b.text_len && a.text_dim == b.text_dim && a.latents == b.latents &&
          a.text == b.text && a.condition_channels == b.condition_channels && a.clip_tokens == b.clip_tokens &&
-         a.clip_dim == b.clip_dim;
+         a.clip_dim == b.clip_dim && a.vace_channels == b.vace_channels && a.vace_references == b.vace_references;
 }
 
 namespace {
 // What a shard holds beside its latents and text, for dataset_mismatch.
 std::string condition_part(const SampleShape& s) {
+  if (s.has_vace()) return fmt::format("/vace_context {}", s.vace_string());
   if (!s.has_condition()) return "no /y";
   return fmt::format("/y {}, /clip_fea {}", s.condition_string(), s.clip_string());
 }
@@ -69,6 +71,12 @@ std::string dataset_mismatch(const std::string& path_a, const SampleShape& a, co
                              const SampleShape& b) {
   if (same_dataset(a, b)) return "";
   // Image-to-video and text-to-video shards: the one difference that matters, said alone.
+  if (a.has_vace() != b.has_vace())
+    return fmt::format(
+        "shard {} has {} but shard {} has {} (a dataset is for a VACE model, every shard with /vace_context, or not, "
+        "none with it)",
+        path_a, a.has_vace() ? condition_part(a) : "no /vace_context", path_b,
+        b.has_vace() ? condition_part(b) : "no /vace_context");
   if (a.has_condition() != b.has_condition())
     return fmt::format(
         "shard {} has {} but shard {} has {} (a dataset is image-to-video, every shard with /y, or text-to-video, "
@@ -76,7 +84,7 @@ std::string dataset_mismatch(const std::string& path_a, const SampleShape& a, co
         path_a, condition_part(a), path_b, condition_part(b));
   const auto holds = [](const SampleShape& s) {
     return fmt::format("latents {}, text_emb {}{}", s.latents_string(), s.text_string(),
-                       s.has_condition() ? ", " + condition_part(s) : "");
+                       s.has_condition() || s.has_vace() ? ", " + condition_part(s) : "");
   };
   return fmt::format(
       "shard {} has {} but shard {} has {} (the shards of a dataset may differ only in the latents' frames, height "
@@ -99,12 +107,17 @@ std::string SampleShape::clip_string() const {
   if (clip_tokens <= 0) return "none";
   return fmt::format("[N,{},{}] {}", clip_tokens, clip_dim, to_string(text));
 }
+std::string SampleShape::vace_string() const {
+  if (!has_vace()) return "none";
+  return fmt::format("[N,{},{},{},{}] {}", vace_channels, vace_references + frames, height, width, to_string(latents));
+}
 int64_t SampleShape::latents_bytes() const {
   return channels * frames * height * width * (latents == Stored::Float32 ? 4 : 2);
 }
 int64_t SampleShape::text_bytes() const { return text_len * text_dim * (text == Stored::Float32 ? 4 : 2); }
 int64_t SampleShape::condition_bytes() const {
-  return condition_channels * frames * height * width * (latents == Stored::Float32 ? 4 : 2) +
+  return (condition_channels * frames + vace_channels * (vace_references + frames)) * height * width *
+             (latents == Stored::Float32 ? 4 : 2) +
          clip_tokens * clip_dim * (text == Stored::Float32 ? 4 : 2);
 }
 
@@ -197,6 +210,21 @@ void check_condition_dims(const std::vector<hsize_t>& ld, const std::vector<hsiz
   check_caps("/clip_fea", *cd, fail);
 }
 
+// /vace_context [N, Cv, R + F, H, W] against /latents' (ld): the latents'
+// N, H and W, and at least their F (R >= 0 reference frames first).
+template <class Fail>
+void check_vace_dims(const std::vector<hsize_t>& ld, const std::vector<hsize_t>& vd, Fail fail) {
+  if (vd.size() != 5)
+    throw fail(
+        fmt::format("/vace_context has {} dimensions {}, expected 5 [N,Cv,R+F,H,W]", vd.size(), dims_string(vd)));
+  if (vd[0] != ld[0] || vd[2] < ld[2] || vd[3] != ld[3] || vd[4] != ld[4])
+    throw fail(
+        fmt::format("/vace_context has shape {} but /latents {}: it must have the latents' N, H and W, and "
+                    "their F after its reference frames",
+                    dims_string(vd), dims_string(ld)));
+  check_caps("/vace_context", vd, fail);
+}
+
 }  // namespace
 
 io::Handle hdf5_type(Stored stored) {
@@ -245,6 +273,12 @@ ShardInfo inspect_shard(const std::string& path, std::vector<std::string>* sampl
           name, version));
   if (has_clip && !has_y)
     throw fail("/clip_fea without /y (CLIP features are part of an image-to-video condition, whose /y is missing)");
+  const bool has_vace = io::exists(root, "vace_context");
+  if (has_vace && version < 4)
+    throw fail(
+        fmt::format("/vace_context in a format version {} shard (the VACE context came with version 4: a shard "
+                    "that holds it says 4)",
+                    version));
 
   try {
     const io::Handle latents = io::open_dataset(root, "latents");
@@ -286,6 +320,16 @@ ShardInfo inspect_shard(const std::string& path, std::vector<std::string>* sampl
         info.shape.clip_dim = static_cast<int64_t>(cd[2]);
       }
     }
+    if (has_vace) {
+      const io::Handle vace = io::open_dataset(root, "vace_context");
+      const auto vd = io::dims(vace.get());
+      check_vace_dims(ld, vd, fail);
+      if (const Stored stored = stored_of(path, vace.get(), "/vace_context"); stored != info.shape.latents)
+        throw fail(fmt::format("/vace_context is {} but /latents {}: /vace_context is stored as /latents is",
+                               to_string(stored), to_string(info.shape.latents)));
+      info.shape.vace_channels = static_cast<int64_t>(vd[1]);
+      info.shape.vace_references = static_cast<int64_t>(vd[2] - ld[2]);
+    }
     const io::Handle len_type = io::dataset_type(lengths.get());
     if (H5Tget_class(len_type.get()) != H5T_INTEGER)
       throw fail("/text_len has an unsupported element type (expected int32)");
@@ -315,7 +359,7 @@ ShardInfo inspect_shard(const std::string& path, std::vector<std::string>* sampl
 }
 
 void check_shard_unchanged(const ShardInfo& info, hid_t file, hid_t latents, hid_t text, hid_t lengths, hid_t y,
-                           hid_t clip_fea) {
+                           hid_t clip_fea, hid_t vace) {
   auto fail = [&](const std::string& what) {
     return Error(
         fmt::format("data: shard {} changed after the run started: {}; the files of a dataset must not change "
@@ -324,21 +368,24 @@ void check_shard_unchanged(const ShardInfo& info, hid_t file, hid_t latents, hid
   };
   const SampleShape& s = info.shape;
   const bool with_clip = s.has_condition() && s.clip_tokens > 0;
-  for (const auto& [name, want] : {std::pair{"y", s.has_condition()}, {"clip_fea", with_clip}})
+  for (const auto& [name, want] :
+       {std::pair{"y", s.has_condition()}, {"clip_fea", with_clip}, {"vace_context", s.has_vace()}})
     if (io::exists(file, name) != want) throw fail(fmt::format("/{} {}", name, want ? "is gone" : "was added"));
-  if ((y >= 0) != s.has_condition() || (clip_fea >= 0) != with_clip)
+  if ((y >= 0) != s.has_condition() || (clip_fea >= 0) != with_clip || (vace >= 0) != s.has_vace())
     throw Error("check_shard_unchanged: the condition's datasets are not those of the shard");
   const auto n = static_cast<hsize_t>(info.samples);
   auto h = [](int64_t v) { return static_cast<hsize_t>(v); };
   const std::vector<hsize_t> want_latents{n, h(s.channels), h(s.frames), h(s.height), h(s.width)},
       want_text{n, h(s.text_len), h(s.text_dim)}, want_lengths{n},
       want_y{n, h(s.condition_channels), h(s.frames), h(s.height), h(s.width)},
-      want_clip{n, h(s.clip_tokens), h(s.clip_dim)};
+      want_clip{n, h(s.clip_tokens), h(s.clip_dim)},
+      want_vace{n, h(s.vace_channels), h(s.vace_references + s.frames), h(s.height), h(s.width)};
   for (const auto& [name, dataset, want] : {std::tuple{"/latents", latents, &want_latents},
                                             {"/text_emb", text, &want_text},
                                             {"/text_len", lengths, &want_lengths},
                                             {"/y", y, &want_y},
-                                            {"/clip_fea", clip_fea, &want_clip}}) {
+                                            {"/clip_fea", clip_fea, &want_clip},
+                                            {"/vace_context", vace, &want_vace}}) {
     if (dataset < 0) continue;  // not in the shard
     if (const auto now = io::dims(dataset); now != *want)
       throw fail(fmt::format("{} is {}, it was {}", name, dims_string(now), dims_string(*want)));
@@ -346,7 +393,8 @@ void check_shard_unchanged(const ShardInfo& info, hid_t file, hid_t latents, hid
   try {
     if (stored_of(info.path, latents, "/latents") != s.latents || stored_of(info.path, text, "/text_emb") != s.text ||
         (y >= 0 && stored_of(info.path, y, "/y") != s.latents) ||
-        (clip_fea >= 0 && stored_of(info.path, clip_fea, "/clip_fea") != s.text))
+        (clip_fea >= 0 && stored_of(info.path, clip_fea, "/clip_fea") != s.text) ||
+        (vace >= 0 && stored_of(info.path, vace, "/vace_context") != s.latents))
       throw fail("its element types differ");
   } catch (const UsageError& e) {
     throw fail(e.what());
@@ -358,7 +406,7 @@ void check_shard_unchanged(const ShardInfo& info, hid_t file, hid_t latents, hid
 struct ShardWriter::Impl {
   SampleShape shape;
   int64_t samples;
-  io::Handle file, latents, text, text_len, prompt, y, clip_fea;
+  io::Handle file, latents, text, text_len, prompt, y, clip_fea, vace_context;
   io::Handle latents_mem_type, text_mem_type;  // memory element types, as stored
 };
 
@@ -401,9 +449,13 @@ ShardWriter::ShardWriter(const std::string& path, const SampleShape& shape, int6
   impl_->file = io::create_file(path);
   const hid_t f = impl_->file.get();
   io::write_string_attribute(f, "format", kShardFormat);
-  // Version 3 only with a condition: text-to-video shards stay what they
-  // were (an older wantrain reads them, the same data make the same bytes).
-  io::write_int_attribute(f, "version", shape.has_condition() ? kShardVersion : kUnconditionedShardVersion);
+  // Version 3 only with a condition, 4 with a VACE context: text-to-video
+  // shards stay what they were (an older wantrain reads them, the same data
+  // make the same bytes).
+  io::write_int_attribute(f, "version",
+                          shape.has_vace()        ? kShardVersion
+                          : shape.has_condition() ? kConditionedShardVersion
+                                                  : kUnconditionedShardVersion);
   impl_->latents_mem_type = hdf5_type(shape.latents);
   impl_->text_mem_type = hdf5_type(shape.text);
   impl_->latents =
@@ -431,6 +483,13 @@ ShardWriter::ShardWriter(const std::string& path, const SampleShape& shape, int6
       if (shape.text == Stored::BFloat16) io::write_string_attribute(impl_->clip_fea.get(), "dtype", "bfloat16");
     }
   }
+  if (shape.has_vace()) {
+    impl_->vace_context =
+        create_per_sample(f, "vace_context", impl_->latents_mem_type.get(), samples,
+                          {hsize_t(shape.vace_channels), hsize_t(shape.vace_references + shape.frames),
+                           hsize_t(shape.height), hsize_t(shape.width)});
+    if (shape.latents == Stored::BFloat16) io::write_string_attribute(impl_->vace_context.get(), "dtype", "bfloat16");
+  }
 }
 
 ShardWriter::~ShardWriter() { close(); }
@@ -452,10 +511,19 @@ void ShardWriter::write(int64_t index, const at::Tensor& latents, const at::Tens
       (want_clip && condition.clip_fea.sizes() != at::IntArrayRef{s.clip_tokens, s.clip_dim}))
     throw Error(fmt::format("ShardWriter: sample {}'s condition does not match the shard's y {}, clip_fea {}", index,
                             s.condition_string(), s.clip_string()));
+  if (condition.vace_context.defined() != s.has_vace() ||
+      (s.has_vace() && condition.vace_context.sizes() !=
+                           at::IntArrayRef{s.vace_channels, s.vace_references + s.frames, s.height, s.width}))
+    throw Error(fmt::format("ShardWriter: sample {}'s VACE context {} does not match the shard's {}", index,
+                            condition.vace_context.defined()
+                                ? fmt::format("[{}]", fmt::join(condition.vace_context.sizes(), ","))
+                                : "(none)",
+                            s.vace_string()));
   const at::Tensor l = latents.to(scalar_type(s.latents)).contiguous();
   const at::Tensor t = text_emb.to(scalar_type(s.text)).contiguous();
   const at::Tensor y = s.has_condition() ? condition.y.to(scalar_type(s.latents)).contiguous() : at::Tensor();
   const at::Tensor c = want_clip ? condition.clip_fea.to(scalar_type(s.text)).contiguous() : at::Tensor();
+  const at::Tensor v = s.has_vace() ? condition.vace_context.to(scalar_type(s.latents)).contiguous() : at::Tensor();
   io::Lock lock(io::library_mutex());
   write_row(impl_->latents.get(), impl_->latents_mem_type.get(), index, l.data_ptr());
   write_row(impl_->text.get(), impl_->text_mem_type.get(), index, t.data_ptr());
@@ -467,14 +535,15 @@ void ShardWriter::write(int64_t index, const at::Tensor& latents, const at::Tens
   }
   if (impl_->y) write_row(impl_->y.get(), impl_->latents_mem_type.get(), index, y.data_ptr());
   if (impl_->clip_fea) write_row(impl_->clip_fea.get(), impl_->text_mem_type.get(), index, c.data_ptr());
+  if (impl_->vace_context) write_row(impl_->vace_context.get(), impl_->latents_mem_type.get(), index, v.data_ptr());
 }
 
 void ShardWriter::keep_first(int64_t samples) {
   if (samples < 0 || samples > impl_->samples)
     throw Error(fmt::format("ShardWriter: cannot keep {} of {} samples", samples, impl_->samples));
   io::Lock lock(io::library_mutex());
-  for (const auto* dataset :
-       {&impl_->latents, &impl_->text, &impl_->text_len, &impl_->prompt, &impl_->y, &impl_->clip_fea}) {
+  for (const auto* dataset : {&impl_->latents, &impl_->text, &impl_->text_len, &impl_->prompt, &impl_->y,
+                              &impl_->clip_fea, &impl_->vace_context}) {
     if (!*dataset) continue;
     const io::Handle space = io::dataset_space(dataset->get());
     std::vector<hsize_t> dims(size_t(H5_CHECK(H5Sget_simple_extent_ndims(space.get()))));
@@ -488,6 +557,7 @@ void ShardWriter::keep_first(int64_t samples) {
 void ShardWriter::close() {
   if (!impl_ || !impl_->file) return;
   io::Lock lock(io::library_mutex());
+  impl_->vace_context.reset();
   impl_->clip_fea.reset();
   impl_->y.reset();
   impl_->prompt.reset();

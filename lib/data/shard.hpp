@@ -8,7 +8,9 @@
 //   /y         [N, Cy, F, H, W] optional (version 3): the image-to-video condition, stored as latents;
 //                               F, H, W those of /latents
 //   /clip_fea  [N, T, D]        optional (version 3, only beside /y): CLIP image features, stored as text_emb
-//   root attributes: format = "wantrain-shard", version = 2 (3 with /y)
+//   /vace_context [N, Cv, R + F, H, W] optional (version 4): a VACE model's context (its R reference
+//                               pictures' latent frames, then the latents' F), stored as latents
+//   root attributes: format = "wantrain-shard", version = 2 (3 with /y, 4 with /vace_context)
 //
 // Per-sample datasets are chunked one sample per chunk, so reading a
 // sample is one chunk read. Version 2 is version 1's layout; it says that
@@ -17,7 +19,8 @@
 // Version 3 adds /y and /clip_fea (Wan I2V and FLF2V): a shard that has
 // them says 3, so that an older reader refuses it rather than training
 // text-to-video on it; a shard without them is still written as version 2,
-// byte for byte as before. All three versions are read.
+// byte for byte as before. Version 4 adds /vace_context, in the same way.
+// All four versions are read.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -30,7 +33,8 @@
 namespace wt::data {
 
 inline constexpr const char* kShardFormat = "wantrain-shard";
-inline constexpr int kShardVersion = 3;               // the newest, what ShardWriter writes with a condition
+inline constexpr int kShardVersion = 4;               // the newest, what ShardWriter writes with a VACE context
+inline constexpr int kConditionedShardVersion = 3;    // what ShardWriter writes with an image condition
 inline constexpr int kUnconditionedShardVersion = 2;  // what ShardWriter writes without one
 inline constexpr int kOldestShardVersion = 1;         // the oldest still read
 
@@ -52,18 +56,23 @@ struct SampleShape {
   int64_t condition_channels = 0;
   // clip_fea [T, D], stored as `text` is; 0: none.
   int64_t clip_tokens = 0, clip_dim = 0;
+  // A VACE model's context [vace_channels, vace_references + F, H, W],
+  // stored as `latents` is; 0 channels: the shard has no /vace_context.
+  int64_t vace_channels = 0, vace_references = 0;
 
   bool operator==(const SampleShape& other) const;
   bool operator!=(const SampleShape& other) const { return !(*this == other); }
   bool has_condition() const { return condition_channels > 0; }
+  bool has_vace() const { return vace_channels > 0; }
   std::string latents_string() const;    // "[N,16,5,32,32] float16"
   std::string bucket_name() const;       // the latents' F x H x W: "5x32x32"
   std::string text_string() const;       // "[N,512,4096] float16"
   std::string condition_string() const;  // y: "[N,20,5,32,32] float16", or "none"
   std::string clip_string() const;       // clip_fea: "[N,257,1280] bfloat16", or "none"
+  std::string vace_string() const;       // vace_context: "[N,96,6,32,32] float16", or "none"
   int64_t latents_bytes() const;         // of one sample, as stored
   int64_t text_bytes() const;
-  int64_t condition_bytes() const;  // y and clip_fea of one sample, as stored (0 without)
+  int64_t condition_bytes() const;  // y, clip_fea and vace_context of one sample, as stored (0 without)
 };
 
 // Whether shards of these shapes can be one dataset: all equal but the
@@ -74,12 +83,14 @@ bool same_dataset(const SampleShape& a, const SampleShape& b);
 std::string dataset_mismatch(const std::string& path_a, const SampleShape& a, const std::string& path_b,
                              const SampleShape& b);
 
-// The image-to-video condition of one sample (Wan I2V, FLF2V): y
-// [Cy, F, H, W] and clip_fea [T, D]; an undefined tensor where the shape
-// has none.
+// What one sample is conditioned on besides its text: the image-to-video
+// condition (Wan I2V, FLF2V), y [Cy, F, H, W] and clip_fea [T, D], and a
+// VACE model's context [Cv, R + F, H, W]; an undefined tensor where the
+// shape has none.
 struct SampleCondition {
   at::Tensor y;
   at::Tensor clip_fea;
+  at::Tensor vace_context{};
 };
 
 struct ShardInfo {
@@ -114,9 +125,9 @@ class ShardWriter {
   ShardWriter& operator=(const ShardWriter&) = delete;
 
   // latents [C, F, H, W], text_emb [L, D], any floating dtype (converted to
-  // the stored one); condition.y [Cy, F, H, W] and condition.clip_fea [T, D]
-  // exactly when the shard's shape has them (Error otherwise), converted
-  // as latents and text_emb are.
+  // the stored one); condition.y [Cy, F, H, W], condition.clip_fea [T, D]
+  // and condition.vace_context [Cv, R + F, H, W] exactly when the shard's
+  // shape has them (Error otherwise), converted as latents and text_emb are.
   void write(int64_t index, const at::Tensor& latents, const at::Tensor& text_emb, int32_t text_len,
              const std::string& prompt = {}, const SampleCondition& condition = {});
   // Shrinks the shard to its first `samples` rows (the rest were never

@@ -34,6 +34,7 @@ json to_json(const data::ShardInfo& info) {
           {"text", {s.text_len, s.text_dim}},
           {"stored", {data::to_string(s.latents), data::to_string(s.text)}},
           {"condition", {s.condition_channels, s.clip_tokens, s.clip_dim}},
+          {"vace", {s.vace_channels, s.vace_references}},
           {"has_prompt", info.has_prompt},
           {"version", info.version}};
 }
@@ -50,6 +51,8 @@ data::ShardInfo from_json(const json& j, const std::string& directory) {
   s.text = data::parse_stored(j.at("stored").at(1).get<std::string>());
   const auto& c = j.at("condition");  // y's Cy, clip_fea's T and D: 0 without
   s.condition_channels = c.at(0), s.clip_tokens = c.at(1), s.clip_dim = c.at(2);
+  const auto& v = j.at("vace");  // vace_context's Cv and R: 0 without
+  s.vace_channels = v.at(0), s.vace_references = v.at(1);
   info.has_prompt = j.at("has_prompt");
   info.version = j.at("version");
   return info;

@@ -33,12 +33,19 @@ Batch ShardSamples::read(const std::vector<int64_t>& indices) {
                                  : torch::Tensor();  // [B, Cy, F, H, W]
   auto clip = with_clip ? torch::empty({b, shape.clip_tokens, shape.clip_dim}, data::scalar_type(shape.text))
                         : torch::Tensor();  // [B, T, D]
+  auto vace =
+      shape.has_vace()
+          ? torch::empty({b, shape.vace_channels, shape.vace_references + shape.frames, shape.height, shape.width},
+                         data::scalar_type(shape.latents))
+          : torch::Tensor();  // [B, Cv, R + F, H, W]
   for (int64_t i = 0; i < b; ++i) {
     int32_t text_len = 0;
     data::SampleCondition condition;
     if (y.defined()) condition.y = y[i];
     if (clip.defined()) condition.clip_fea = clip[i];
-    reader_->read(indices[size_t(i)], latents[i], text[i], text_len, y.defined() ? &condition : nullptr);
+    if (vace.defined()) condition.vace_context = vace[i];
+    reader_->read(indices[size_t(i)], latents[i], text[i], text_len,
+                  y.defined() || vace.defined() ? &condition : nullptr);
   }
   Batch batch;
   batch.indices = indices;
@@ -46,6 +53,7 @@ Batch ShardSamples::read(const std::vector<int64_t>& indices) {
   batch.tensors.emplace("text_emb", std::move(text));
   if (y.defined()) batch.tensors.emplace("y", std::move(y));
   if (clip.defined()) batch.tensors.emplace("clip_fea", std::move(clip));
+  if (vace.defined()) batch.tensors.emplace("vace_context", std::move(vace));
   return batch;
 }
 
@@ -60,9 +68,10 @@ at::ScalarType loader_dtype(const data::SampleShape& shape, bool for_gpu) {
 
 int64_t staged_bytes_per_sample(const data::SampleShape& shape, bool for_gpu) {
   const auto dtype = loader_dtype(shape, for_gpu);
-  // y is staged as the latents are, clip_fea as the text is.
-  const int64_t y_bytes = shape.condition_channels * shape.frames * shape.height * shape.width *
-                          int64_t(c10::elementSize(data::scalar_type(shape.latents)));
+  // y and vace_context are staged as the latents are, clip_fea as the text is.
+  const int64_t y_bytes =
+      (shape.condition_channels * shape.frames + shape.vace_channels * (shape.vace_references + shape.frames)) *
+      shape.height * shape.width * int64_t(c10::elementSize(data::scalar_type(shape.latents)));
   const int64_t clip_bytes = shape.condition_bytes() - y_bytes;
   return (data::scalar_type(shape.latents) != dtype ? shape.latents_bytes() + y_bytes : 0) +
          (data::scalar_type(shape.text) != dtype ? shape.text_bytes() + clip_bytes : 0);
@@ -83,8 +92,9 @@ ShardBatches::ShardBatches(data::Dataset dataset, data::DistributedSampler sampl
       batch.tensors.emplace("text_emb", loaded.text_emb);
       if (loaded.y.defined()) batch.tensors.emplace("y", loaded.y);
       if (loaded.clip_fea.defined()) batch.tensors.emplace("clip_fea", loaded.clip_fea);
+      if (loaded.vace_context.defined()) batch.tensors.emplace("vace_context", loaded.vace_context);
       objective->make_inputs_ahead(batch, first_step + loaded.number, allocate);
-      for (const char* name : {"latents", "text_emb", "y", "clip_fea"}) batch.tensors.erase(name);
+      for (const char* name : {"latents", "text_emb", "y", "clip_fea", "vace_context"}) batch.tensors.erase(name);
       loaded.extra = std::move(batch.tensors);
     };
   }
@@ -105,6 +115,7 @@ Batch ShardBatches::next(int64_t& epoch) {
   batch.tensors.emplace("text_emb", std::move(loaded.text_emb));
   if (loaded.y.defined()) batch.tensors.emplace("y", std::move(loaded.y));
   if (loaded.clip_fea.defined()) batch.tensors.emplace("clip_fea", std::move(loaded.clip_fea));
+  if (loaded.vace_context.defined()) batch.tensors.emplace("vace_context", std::move(loaded.vace_context));
   if (has_ahead_) batch.ahead_step = first_step_ + loaded.number;
   batch.copied = std::move(loaded.copied);
   return batch;

@@ -28,6 +28,7 @@
 #include "wantrain/wan/encoders/clip_vision.hpp"
 #include "wantrain/wan/encoders/t5_encoder.hpp"
 #include "wantrain/wan/sample/image_condition.hpp"
+#include "wantrain/wan/sample/vace_condition.hpp"
 #include "wantrain/wan/model/model_config.hpp"
 #include "wantrain/wan/model/wan_model.hpp"
 #include "wantrain/wan/model/weights.hpp"
@@ -1044,4 +1045,127 @@ TEST(Encode, Wan22sVaeSetsTheDefaultsOfTi2vAndItsReadmeLineRuns) {
   const auto video = wt::media::probe_media(dir + "/s.mp4");
   EXPECT_EQ(video.frames(), 9);
   EXPECT_NEAR(video.fps(), 24.0, 0.01);
+}
+
+// VACE data as a user lays it out: a clip with its control video, mask
+// video and reference picture beside it (walk.control.mp4, walk.mask.mp4,
+// walk.ref.png), the same named by a DiffSynth-Studio metadata.csv; each
+// sample's /vace_context is what vace_condition builds from the control's
+// frames that go with the clip's, and the control files are no items of
+// their own. A control shorter than the clip, another number of reference
+// pictures and a mask without a control are one line each. A VACE model
+// trains on it (the reference frame before the latents), 2 ranks = 1 rank,
+// and wansample --data samples with the sample's own control.
+TEST(Encode, VaceControlFilesBecomeEachSamplesContextAndAVaceModelTrainsOnThem) {
+  const auto& s = setup();
+  ASSERT_TRUE(s.error.empty()) << s.error;
+  const std::string dir = wt::testing::fresh("encode-vace"), clips = dir + "/clips";
+  fs::create_directories(clips);
+  const std::string ff = "ffmpeg -hide_banner -loglevel error -y -f lavfi -i ";
+  for (const auto& [name, source] :
+       {std::pair{"walk.mp4", "testsrc2=size=80x48:rate=16 -frames:v 9 -pix_fmt yuv420p"},
+        {"walk.control.mp4", "mandelbrot=size=64x64:rate=16 -frames:v 9 -pix_fmt yuv420p"},
+        {"walk.mask.mp4",
+         "color=c=white:size=32x32:rate=16 -frames:v 9 -vf drawbox=x=0:y=0:w=16:h=32:color=black:t=fill "
+         "-pix_fmt yuv420p"},
+        {"walk.ref.png", "testsrc=size=48x24:rate=1 -frames:v 1"},
+        {"run.mp4", "testsrc=size=48x48:rate=16 -frames:v 9 -pix_fmt yuv420p"},
+        {"run.control.mp4", "testsrc2=size=64x64:rate=16 -frames:v 9 -pix_fmt yuv420p"},
+        {"run.ref.png", "mandelbrot=size=32x32:rate=1 -frames:v 1"},
+        {"short.mp4", "testsrc2=size=80x48:rate=16 -frames:v 9 -pix_fmt yuv420p"},
+        {"short.control.mp4", "mandelbrot=size=64x64:rate=16 -frames:v 3 -pix_fmt yuv420p"},
+        {"short.ref.png", "testsrc=size=48x24:rate=1 -frames:v 1"},
+        {"norefs.mp4", "testsrc2=size=80x48:rate=16 -frames:v 9 -pix_fmt yuv420p"},
+        {"lonely.mp4", "testsrc2=size=80x48:rate=16 -frames:v 9 -pix_fmt yuv420p"},
+        {"lonely.mask.mp4", "color=c=white:size=32x32:rate=16 -frames:v 9 -pix_fmt yuv420p"},
+        {"lonely.ref.png", "testsrc=size=48x24:rate=1 -frames:v 1"}}) {
+    const auto job = launch(ff + source + " " + clips + "/" + name);
+    ASSERT_EQ(job.status, 0) << name << ": " << job.output;
+  }
+  for (const char* name : {"walk", "run", "short", "norefs", "lonely"})
+    write_text(clips + "/" + name + ".txt", "a red ball rolls");
+  const std::string data = dir + "/data";
+  const auto encoded = launch(wandata(encode_args(s, clips, data, "--frames 5 --condition vace --latent-dtype fp32")));
+  ASSERT_EQ(encoded.status, 0) << encoded.output;
+  for (const std::string& line : std::vector<std::string>{
+           "clips/short.mp4: " + clips +
+               "/short.control.mp4: 3 frames, shorter than the clip's 5 (its frame k goes with "
+               "the clip's frame k)",
+           "clips/norefs.mp4: 0 reference pictures, and the dataset's samples have 1 (the first item's)",
+           "clips/lonely.mp4: " + clips + "/lonely.mask.mp4: a mask without a control video to keep or remake"})
+    EXPECT_NE(encoded.output.find(line), std::string::npos) << line << "\n" << encoded.output;
+  const auto dataset = wt::data::Dataset::open(data);
+  ASSERT_EQ(dataset.size(), 2) << encoded.output;  // run and walk: their control files are no items
+  const auto& shape = dataset.shape();
+  ASSERT_EQ(shape.vace_channels, 2 * 16 + 64);
+  ASSERT_EQ(shape.vace_references, 1);
+  EXPECT_EQ(wt::data::inspect_shard(dataset.shards().front().path).version, wt::data::kShardVersion);
+  auto latents = torch::empty({shape.channels, shape.frames, shape.height, shape.width});
+  auto text = torch::empty({shape.text_len, shape.text_dim}, wt::data::scalar_type(shape.text));
+  wt::data::SampleCondition stored;
+  stored.vace_context = torch::empty({96, 1 + shape.frames, shape.height, shape.width});
+  int32_t len = 0;
+  wt::data::SampleReader(dataset).read(1, latents, text, len, &stored);  // walk's (listing order)
+  const auto vae = wt::wan::open_video_vae(s.vae, s.vae_config);
+  vae->eval();
+  const wt::wan::VaceSource source{
+      wt::wan::read_control_video(clips + "/walk.control.mp4", 5, 32, 32),
+      wt::wan::mask_of_video(wt::wan::read_control_video(clips + "/walk.mask.mp4", 5, 32, 32)),
+      {wt::wan::fit_reference(wt::wan::read_picture(clips + "/walk.ref.png"), 32, 32)}};
+  const auto expected = wt::wan::vace_context(*vae, source, 5, 32, 32);
+  EXPECT_LT((stored.vace_context - expected).abs().max().item<double>(), 1e-5 * expected.abs().max().item<double>());
+  // The same item from DiffSynth-Studio's metadata.csv: the same sample.
+  write_text(dir + "/metadata.csv",
+             "video,prompt,vace_video,vace_video_mask,vace_reference_image\n"
+             "clips/walk.mp4,a red ball rolls,clips/walk.control.mp4,clips/walk.mask.mp4,clips/walk.ref.png\n");
+  run_ok(
+      wandata(encode_args(s, dir + "/metadata.csv", dir + "/csv", "--frames 5 --condition vace --latent-dtype fp32")));
+  const auto from_csv = wt::data::Dataset::open(dir + "/csv");
+  wt::data::SampleCondition listed;
+  listed.vace_context = torch::empty_like(stored.vace_context);
+  wt::data::SampleReader(from_csv).read(0, latents, text, len, &listed);
+  EXPECT_TRUE(torch::equal(listed.vace_context, stored.vace_context));
+
+  // A VACE model of wan-tiny's width: 2 steps on 1 and on 2 ranks, the same
+  // loss; a t2v model refuses the data in one line.
+  const std::string config = dir + "/vace.json";
+  write_text(config, R"({"model_type": "vace", "vace_layers": [0], "vace_in_dim": 96, "dim": 64, "ffn_dim": 128,
+    "num_heads": 4, "num_layers": 2, "freq_dim": 256, "text_dim": 64, "text_len": 16, "patch_size": [1, 2, 2],
+    "in_dim": 16, "out_dim": 16, "eps": 1e-6, "qk_norm": true, "cross_attn_norm": true})");
+  auto train = [&](int ranks, const std::string& out, const std::string& model) {
+    return launch(wt::testing::mpi_command(ranks, WANTRAIN_WANTRAIN,
+                                           "--model-config " + model + " --data " + data + " --output-dir " + out +
+                                               " --threads 1 --backend mpi --batch-size " + std::to_string(2 / ranks) +
+                                               " --steps 2 --lr 1e-3 --sample-every 2 --sample-steps 2"));
+  };
+  const auto one = train(1, dir + "/one", config), two = train(2, dir + "/two", config);
+  ASSERT_EQ(one.status, 0) << one.output;
+  ASSERT_EQ(two.status, 0) << two.output;
+  std::ifstream a(dir + "/one/metrics.jsonl"), b(dir + "/two/metrics.jsonl");
+  std::string la, lb;
+  double loss_one = 0, loss_two = 0;
+  while (std::getline(a, la)) {
+    const auto j = nlohmann::json::parse(la, nullptr, false);
+    if (j.contains("loss") && j.value("step", 0) == 2) loss_one = j["loss"].get<double>();
+  }
+  while (std::getline(b, lb)) {
+    const auto j = nlohmann::json::parse(lb, nullptr, false);
+    if (j.contains("loss") && j.value("step", 0) == 2) loss_two = j["loss"].get<double>();
+  }
+  EXPECT_GT(loss_one, 0.0) << one.output;
+  EXPECT_NEAR(loss_two, loss_one, 1e-5 * loss_one);
+  EXPECT_TRUE(fs::exists(dir + "/one/samples/step-00000002.png")) << one.output;
+  const auto t2v = train(1, dir + "/t2v", kTiny);
+  EXPECT_EQ(t2v.status, 2) << t2v.output;
+  EXPECT_EQ(wt::testing::occurrences(t2v.output,
+                                     "the shards hold a VACE context /vace_context that a t2v model does not read"),
+            1u)
+      << t2v.output;
+  // wansample from the data: the sample's own control, its reference frame dropped.
+  const auto sample = launch(std::string(WANTRAIN_WANSAMPLE) + " --checkpoint " + dir + "/one/latest --data " + data +
+                             " --index 1 --steps 2 --out " + dir + "/sample.h5 --vae " + s.vae + " --vae-config " +
+                             s.vae_config + " --video " + dir + "/sample.mp4");
+  ASSERT_EQ(sample.status, 0) << sample.output;
+  EXPECT_EQ(read_shard(dir + "/sample.h5").latents.front().sizes(), latents.sizes());
+  EXPECT_EQ(wt::media::probe_media(dir + "/sample.mp4").frames(), 5);
 }

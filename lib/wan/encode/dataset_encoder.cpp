@@ -25,6 +25,7 @@
 #include "wantrain/util/text.hpp"
 #include "wantrain/wan/encoders/prompt_text.hpp"
 #include "wantrain/wan/sample/image_condition.hpp"
+#include "wantrain/wan/sample/vace_condition.hpp"
 #include "wantrain/wan/encode/item_probes.hpp"
 #include "wantrain/wan/vae/video_frames.hpp"
 
@@ -54,6 +55,10 @@ bool shard_done(const std::string& out, int64_t k) {
 struct Prepared {
   size_t item = 0;
   std::vector<at::Tensor> clips;
+  // VACE: each clip's control [3, N, H, W] in [-1, 1] and mask [1, N, H, W]
+  // in [0, 1] (undefined: none given), and the item's reference pictures
+  // [3, H, W] fitted to the bucket's size.
+  std::vector<at::Tensor> controls, masks, references;
   std::string problem;
 };
 // The start of a shard, before its items.
@@ -110,7 +115,8 @@ class Handoff {
 // timestamps), then those frames decoded at the bucket's size, as float
 // tensors. A problem line when the item cannot be used.
 std::string decode_clips(const data::MediaItem& item, const ItemProbe& planned, const PlannedItem& entry,
-                         const ClipBucket& bucket, const DatasetEncoderSettings& s, std::vector<at::Tensor>& out) {
+                         const ClipBucket& bucket, const DatasetEncoderSettings& s, Prepared& prepared) {
+  auto& out = prepared.clips;
   if (auto problem = caption_problem(item); !problem.empty()) return problem;
   std::vector<int64_t> at_rate(size_t(planned.frames));  // the source frame of each frame at the rate
   for (size_t i = 0; i < at_rate.size(); ++i) at_rate[i] = int64_t(i);
@@ -136,13 +142,40 @@ std::string decode_clips(const data::MediaItem& item, const ItemProbe& planned, 
   std::vector<media::Image> frames(wanted.size());
   media::decode_frames(item.media, wanted, options,
                        [&](size_t k, media::Image&& image) { frames[k] = std::move(image); });
-  for (const int64_t start : starts) {
+  const auto clip_of = [&](const std::vector<media::Image>& decoded, int64_t start) {
     std::vector<media::Image> picked;
     for (int64_t j = 0; j < bucket.frames; ++j) {
       const int64_t index = at_rate[size_t(start + j)];
-      picked.push_back(frames[size_t(std::lower_bound(wanted.begin(), wanted.end(), index) - wanted.begin())]);
+      picked.push_back(decoded[size_t(std::lower_bound(wanted.begin(), wanted.end(), index) - wanted.begin())]);
     }
-    out.push_back(frames_to_video(picked));
+    return frames_to_video(picked);
+  };
+  for (const int64_t start : starts) out.push_back(clip_of(frames, start));
+  if (!s.vace) return {};
+  // VACE: frame k of the control (and of its mask) goes with frame k of the clip.
+  if (!item.mask.empty() && item.control.empty())
+    return fmt::format("{}: a mask without a control video to keep or remake", item.mask);
+  if (int64_t(item.references.size()) != s.vace_references)
+    return fmt::format("{} reference picture{}, and the dataset's samples have {} (the first item's)",
+                       item.references.size(), item.references.size() == 1 ? "" : "s", s.vace_references);
+  for (const auto& path : item.references)
+    prepared.references.push_back(fit_reference(read_picture(path), bucket.size.height, bucket.size.width));
+  for (const auto& [path, into] : {std::pair{&item.control, &prepared.controls}, {&item.mask, &prepared.masks}}) {
+    if (path->empty()) {
+      into->assign(out.size(), at::Tensor());
+      continue;
+    }
+    const int64_t length = media::probe_media(*path, s.limits).frames();
+    if (length <= wanted.back())
+      return fmt::format("{}: {} frame{}, shorter than the clip's {} (its frame k goes with the clip's frame k)", *path,
+                         length, length == 1 ? "" : "s", wanted.back() + 1);
+    std::vector<media::Image> decoded(wanted.size());
+    media::decode_frames(*path, wanted, options,
+                         [&](size_t k, media::Image&& image) { decoded[k] = std::move(image); });
+    for (const int64_t start : starts) {
+      const auto video = clip_of(decoded, start);
+      into->push_back(into == &prepared.masks ? mask_of_video(video) : video);
+    }
   }
   return {};
 }
@@ -159,11 +192,11 @@ void decode_ahead(const std::vector<data::MediaItem>& items, const std::vector<I
         Prepared p;
         p.item = entry.item;
         try {
-          p.problem = decode_clips(items[entry.item], probes[entry.item], entry, shard.bucket, s, p.clips);
+          p.problem = decode_clips(items[entry.item], probes[entry.item], entry, shard.bucket, s, p);
         } catch (const UsageError& e) {
           p.problem = without_path(e.what(), items[entry.item].media);
         }
-        if (!p.problem.empty()) p.clips.clear();
+        if (!p.problem.empty()) p = Prepared{p.item, {}, {}, {}, {}, p.problem};
         handoff.put(std::move(p));
       }
     }
@@ -215,6 +248,10 @@ nlohmann::json settings_json(const DatasetEncoderSettings& s) {
 nlohmann::json job_settings(const DatasetEncoderSettings& s) {
   auto settings = settings_json(s);
   if (s.condition_images > 0) settings["condition"] = s.condition_images == 1 ? "i2v" : "flf2v";
+  if (s.vace) {
+    settings["condition"] = "vace";
+    settings["vace_references"] = s.vace_references;
+  }
   return settings;
 }
 
@@ -286,6 +323,8 @@ void check_settings(const DatasetEncoderSettings& s, VideoVae& vae, const ClipVi
                                                     frames));
   if (clip && s.condition_images == 0)
     throw SettingError("condition", "a CLIP tower encodes the picture of an image condition, and none is asked for");
+  if (s.vace && s.condition_images > 0)
+    throw SettingError("condition", "a sample is conditioned on a picture or on a VACE control, not both");
 }
 
 // What the shards of a bucket hold per sample:
@@ -306,6 +345,10 @@ data::SampleShape sample_shape(const ClipBucket& b, const DatasetEncoderSettings
   if (s.condition_images > 0 && clip) {
     shape.clip_tokens = s.condition_images * (*clip)->config().tokens();
     shape.clip_dim = (*clip)->config().dim;
+  }
+  if (s.vace) {
+    shape.vace_channels = vace_context_channels(vae);
+    shape.vace_references = s.vace_references;
   }
   return shape;
 }
@@ -396,6 +439,12 @@ int64_t encode_item(const data::MediaItem& item, const Prepared& prepared, const
       condition.y = image_condition_y(vae, first, last, f).to(torch::kCPU);
       if (clip) condition.clip_fea = image_clip_features(**clip, first, last).to(torch::kCPU);
     }
+    if (s.vace) {  // no control video: grey, no mask: every pixel made (as released)
+      const size_t c = size_t(samples);
+      const VaceSource source{prepared.controls[c], prepared.masks[c], prepared.references};
+      condition.vace_context =
+          vace_context(vae, source, frames.size(1), frames.size(2), frames.size(3)).to(torch::kCPU);
+    }
     summary.vae_seconds += seconds_since(vae_start);
     shard.writer->write(shard.row++, latents[0], encoded.embedding[0], encoded.lengths[0], *item.caption, condition);
     ++samples;
@@ -433,13 +482,20 @@ void summarize(const DatasetEncoderSettings& s, const std::vector<data::MediaIte
 
 }  // namespace
 
-DatasetEncoderSummary encode_dataset(const DatasetEncoderSettings& s, VideoVae& vae, TextEncoder& text,
+DatasetEncoderSummary encode_dataset(const DatasetEncoderSettings& given, VideoVae& vae, TextEncoder& text,
                                      distributed::World& world, ClipVision* clip) {
   const auto started = Clock::now();
+  DatasetEncoderSettings s = given;
   check_settings(s, vae, clip);
   std::vector<data::MediaItem> items;
   world.agree([&] {
     items = data::list_media(s.listing, s.listing_options);
+    if (s.vace)  // every sample's context has the first usable item's reference frames
+      for (const auto& item : items)
+        if (item.problem.empty()) {
+          s.vace_references = int64_t(item.references.size());
+          break;
+        }
     if (world.is_root()) prepare_output(s);
   });
   std::vector<ItemProbe> probes;

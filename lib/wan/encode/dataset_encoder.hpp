@@ -52,6 +52,13 @@ struct DatasetEncoderSettings {
   // when a CLIP tower is given (Wan2.1's I2V and FLF2V read it, Wan2.2's
   // I2V does not).
   int condition_images = 0;
+  // A VACE model's context (wan/sample/vace_condition.hpp) stored with each
+  // sample: each item's control video, mask video and reference pictures
+  // (data/media_items.hpp), each optional; every item has the first listed
+  // item's number of reference pictures (vace_references, set from the
+  // listing), or is skipped with a line.
+  bool vace = false;
+  int64_t vace_references = 0;
   bool strict = false;     // a bad item fails the job instead of being skipped
   int decode_threads = 1;  // FFmpeg decoder threads
   // What else makes two runs the same job (the model files), for resuming.

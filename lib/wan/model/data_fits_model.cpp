@@ -52,6 +52,18 @@ void check_data_fits_model(const data::SampleShape& s, const std::string& data_d
                      c.condition_images(), c.condition_images() > 1 ? "s" : "", c.image_tokens));
   if (!c.image_branch() && s.clip_tokens > 0)
     fail("the shards hold CLIP features /clip_fea and the model has no CLIP branch (image_dim 0)");
+  if (c.vace() && !s.has_vace())
+    fail(
+        "the vace model needs the VACE context /vace_context in the shards: encode them with wandata encode "
+        "--condition vace");
+  if (!c.vace() && s.has_vace())
+    fail(
+        fmt::format("the shards hold a VACE context /vace_context that a {} model does not read: use a vace model "
+                    "config, or data encoded without --condition vace",
+                    type));
+  if (c.vace() && s.vace_channels != c.vace_in_dim)
+    fail(
+        fmt::format("/vace_context has {} channels, the model reads {} (vace_in_dim)", s.vace_channels, c.vace_in_dim));
   if (s.text_dim != c.text_dim) fail(fmt::format("text_emb has width {}, text_dim is {}", s.text_dim, c.text_dim));
   if (s.text_len > c.text_len)
     fail(fmt::format("text_emb has {} positions, more than text_len {}", s.text_len, c.text_len));

@@ -33,7 +33,18 @@ ModelCondition image_condition(const train::Batch& batch) {
   if (const auto y = batch.tensors.find("y"); y != batch.tensors.end()) image.y = y->second.to(torch::kFloat32);
   if (const auto f = batch.tensors.find("clip_fea"); f != batch.tensors.end())
     image.clip_fea = f->second.to(torch::kFloat32);
+  if (const auto v = batch.tensors.find("vace_context"); v != batch.tensors.end())
+    image.vace_context = v->second.to(torch::kFloat32);
   return image;
+}
+
+at::Tensor training_latents(const train::Batch& batch) {
+  const auto& latents = batch.at("latents");
+  const auto v = batch.tensors.find("vace_context");
+  if (v == batch.tensors.end() || v->second.size(2) == latents.size(2)) return latents;
+  const int64_t references = v->second.size(2) - latents.size(2);
+  return torch::cat(
+      {v->second.narrow(1, 0, latents.size(1)).narrow(2, 0, references).to(latents.scalar_type()), latents}, 2);
 }
 
 FlowMatchingObjective::FlowMatchingObjective(WanModelImpl& model, FlowMatchingObjectiveOptions options)
@@ -46,7 +57,7 @@ std::vector<at::Tensor> FlowMatchingObjective::buffers() const { return model_.b
 
 FlowMatchingObjective::Inputs FlowMatchingObjective::prepare(const train::Batch& micro_batch,
                                                              const train::StepContext& context) const {
-  const auto x0 = micro_batch.at("latents").to(torch::kFloat32);
+  const auto x0 = training_latents(micro_batch).to(torch::kFloat32);
   Noise noise;
   if (micro_batch.tensors.count(kNoiseEps)) {
     if (micro_batch.ahead_step != context.step)
@@ -99,7 +110,8 @@ at::Tensor FlowMatchingObjective::loss_of(const at::Tensor& prediction, const at
 
 void FlowMatchingObjective::make_inputs_ahead(train::Batch& batch, int64_t step,
                                               const train::HostAllocator& allocate) const {
-  const auto sizes = batch.at("latents").sizes();
+  const auto latents = training_latents(batch);
+  const auto sizes = latents.sizes();
   Noise noise = training_noise(sizes, batch.indices, options_.seed, step, options_.flow,
                                {allocate({sizes[0]}, torch::kFloat32), allocate(sizes, torch::kFloat32)});
   batch.tensors[kNoiseSigma] = std::move(noise.sigmas);
@@ -122,7 +134,7 @@ void FlowMatchingObjective::make_inputs_ahead(train::Batch& batch, int64_t step,
 at::Tensor FlowMatchingObjective::validation_losses(const train::Batch& batch) {
   const bool was_training = model_.is_training();
   model_.eval();
-  const auto x0 = batch.at("latents").to(torch::kFloat32);
+  const auto x0 = training_latents(batch).to(torch::kFloat32);
   const auto context = batch.at("text_emb").to(torch::kFloat32);
   const auto image = image_condition(batch);
   const int64_t b = batch.size();

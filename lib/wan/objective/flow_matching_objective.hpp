@@ -42,8 +42,13 @@ struct FlowMatchingObjectiveOptions {
   std::string lora, lora_base, lora_base_precision;
 };
 
-// A batch's image condition in fp32 ("y", "clip_fea"), where it has one.
+// A batch's condition in fp32 ("y", "clip_fea", "vace_context"), where it has one.
 ModelCondition image_condition(const train::Batch& batch);
+// The latents a sample is trained on: /latents, after a VACE sample's
+// reference pictures' latent frames (the inactive half of the first R
+// frames of its context), as DiffSynth-Studio trains them and the model
+// samples them (the noise has those frames too).
+at::Tensor training_latents(const train::Batch& batch);
 
 class FlowMatchingObjective : public train::Objective {
  public:

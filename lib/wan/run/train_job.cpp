@@ -62,6 +62,10 @@ void check_model(const distributed::World& world, const TrainSettings& settings,
       throw SettingError("image_drop", fmt::format("model config {} ({}) has no CLIP branch whose features could be "
                                                    "dropped",
                                                    path, model_type_name(config.model_type)));
+    if (config.vace() && !settings.prompt_videos.prompts_file.empty())
+      throw SettingError("sample_prompts", fmt::format("model config {} is a VACE model, and a prompt file gives no "
+                                                       "control: sample from the data's own (the training sample)",
+                                                       path));
     if (settings.first_frame() && config.model_type != ModelType::TI2V)
       throw SettingError("condition", fmt::format("the first-frame condition is Wan2.2 TI2V's: model config {} is {}, "
                                                   "not ti2v (set \"model_type\": \"ti2v\")",

@@ -14,6 +14,7 @@
 #include "wantrain/wan/sample/latent_comparison.hpp"
 #include "wantrain/wan/sample/sample_outputs.hpp"
 #include "wantrain/wan/sample/sampling_core.hpp"
+#include "wantrain/wan/sample/vace_condition.hpp"
 #include "wantrain/util/error.hpp"
 
 namespace wt::wan {
@@ -51,8 +52,12 @@ train::SampleReport TrainingSampler::draw(WanModelImpl& model, const train::Name
       condition.first_frame = latents_.slice(1, 0, 1).unsqueeze(0);  // [1, C, 1, H, W]
     auto shape = latents_.sizes().vec();                             // the data fit the model: C is its out_dim
     shape.insert(shape.begin(), 1);
+    // A VACE sample's reference pictures: latent frames drawn first and dropped (vace_condition.hpp).
+    const int64_t references = image_.vace_context.defined() ? image_.vace_context.size(2) - latents_.size(1) : 0;
+    shape[2] += references;
     const auto noise = seeded_noise(shape, options_.seed).to(device);
-    latents = draw_latents(models, condition, options_.sampler, noise, options_.compute_dtype);
+    latents = drop_reference_frames(draw_latents(models, condition, options_.sampler, noise, options_.compute_dtype),
+                                    references);
   }
   train::SampleReport report;
   report.index = options_.index;

@@ -16,12 +16,17 @@ DatasetSample read_dataset_sample(const data::Dataset& dataset, int64_t index) {
     condition.y = torch::empty({s.condition_channels, s.frames, s.height, s.width}, data::scalar_type(s.latents));
     if (s.clip_tokens > 0) condition.clip_fea = torch::empty({s.clip_tokens, s.clip_dim}, data::scalar_type(s.text));
   }
+  if (s.has_vace())
+    condition.vace_context = torch::empty({s.vace_channels, s.vace_references + s.frames, s.height, s.width},
+                                          data::scalar_type(s.latents));
   data::SampleReader reader(dataset);
-  reader.read(index, latents, context, sample.text_len, s.has_condition() ? &condition : nullptr);
+  reader.read(index, latents, context, sample.text_len, s.has_condition() || s.has_vace() ? &condition : nullptr);
   sample.latents = latents.to(torch::kFloat32);
   sample.context = context.to(torch::kFloat32);
   if (condition.y.defined()) sample.image.y = condition.y.to(torch::kFloat32).unsqueeze(0);
   if (condition.clip_fea.defined()) sample.image.clip_fea = condition.clip_fea.to(torch::kFloat32).unsqueeze(0);
+  if (condition.vace_context.defined())
+    sample.image.vace_context = condition.vace_context.to(torch::kFloat32).unsqueeze(0);
   sample.prompt = reader.prompt(index);
   return sample;
 }

@@ -414,7 +414,7 @@ void SamplingPipeline::resolve_settings() {
   if (!r.vae.empty() && r.video.empty() && r.frames_dir.empty() && r.image.empty() && !config_.vace())
     throw SettingError("vae", fmt::format("give {} or {} (where the decoded frames go)", setting_reference("video"),
                                           setting_reference("frames_dir")));
-  if (config_.vace() && r.vae.empty())
+  if (config_.vace() && r.vae.empty() && (control || r.data.empty()))
     throw SettingError(
         "vae", fmt::format("the VACE model reads its control through the VAE: give {}", setting_reference("vae")));
   if (config_.vace() &&
@@ -803,10 +803,11 @@ at::Tensor SamplingPipeline::sample(StepCaching* caching) {
   condition.context = c.context;
   condition.negative = c.negative;  // undefined: what --text-drop trains
   condition.image = c.image;
-  if (config_.vace()) {
+  // A VACE model's control: the one given, else a --data sample's own context.
+  const bool control_given = !r.src_video.empty() || !r.src_ref_images.empty();
+  if (config_.vace() && (control_given || !c.image.vace_context.defined()))
     condition.image.vace_context = start_from_control();
-    condition.image.vace_scale = r.vace_scale;
-  }
+  condition.image.vace_scale = r.vace_scale;
   SampleModels sample_models;
   sample_models.model = net.get();
   if (experts_) {
@@ -833,7 +834,8 @@ at::Tensor SamplingPipeline::sample(StepCaching* caching) {
   sampler.shift = *r.shift;
   sampler.cfg = cfg_low_;
   // A VACE model draws the reference pictures' latent frames first, and drops them after.
-  const int64_t references = config_.vace() ? int64_t(r.src_ref_images.size()) : 0;
+  const auto& vace = condition.image.vace_context;
+  const int64_t references = vace.defined() ? vace.size(2) - shape_[2] : 0;
   const std::vector<int64_t> drawn{shape_[0], shape_[1], references + shape_[2], shape_[3], shape_[4]};
   const auto noise =
       (r.noise.empty() ? seeded_noise(drawn, r.seed)
