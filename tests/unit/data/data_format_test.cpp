@@ -1,6 +1,7 @@
 // The shard format: what ShardWriter writes reads back; files written by
 // h5py as docs/data-format.md shows are read; every bad input is one clear
 // UsageError naming the file and the field.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <hdf5.h>
 #include <torch/torch.h>
@@ -275,9 +276,11 @@ TEST(DataFormat, VersionOneShardsAreReadAndUnknownVersionsNamed) {
   EXPECT_EQ(data::Dataset::open(dir).size(), 2);
   set_version(dir + "/a.h5", 3);  // a version-3 shard need not hold a condition
   EXPECT_EQ(data::Dataset::open(dir).size(), 2);
-  set_version(dir + "/a.h5", 4);
+  set_version(dir + "/a.h5", 4);  // nor a version-4 one a VACE context
+  EXPECT_EQ(data::Dataset::open(dir).size(), 2);
+  set_version(dir + "/a.h5", 5);
   EXPECT_EQ(open_error(dir),
-            "data: shard " + dir + "/a.h5: format version 4 is not supported (this wantrain reads versions 1 to 3)");
+            "data: shard " + dir + "/a.h5: format version 5 is not supported (this wantrain reads versions 1 to 4)");
 }
 
 TEST(DataFormat, WrongNumberOfDimensionsIsNamed) {
@@ -698,7 +701,7 @@ TEST(DataFormat, ClipFeaturesWithoutYAreRefused) {
 TEST(DataFormat, AConditionInAVersion2ShardIsRefused) {
   const auto dir = wt::testing::fresh_directory("condition-v2");
   wt::testing::write_shard(dir + "/a.h5", conditioned_shape(), 2, 0);
-  EXPECT_EQ(data::inspect_shard(dir + "/a.h5").version, data::kShardVersion);
+  EXPECT_EQ(data::inspect_shard(dir + "/a.h5").version, data::kConditionedShardVersion);
   set_version(dir + "/a.h5", 2);
   EXPECT_EQ(open_error(dir), "data: shard " + dir +
                                  "/a.h5: /y in a format version 2 shard (the image-to-video condition came with "
@@ -739,4 +742,50 @@ TEST(DataFormat, TextToVideoShardsAreStillVersion2ByteForByte) {
       EXPECT_TRUE(torch::equal(a, b) && torch::equal(ta, tb) && la == lb) << row;
     }
   }
+}
+
+// A VACE model's context (version 4): written and read back sample for
+// sample, through the dataset and a batch (the loader's: Encode.Vace...); its reference frames
+// before the latents' F; refused in an older version, beside shards without
+// one, and with fewer frames than the latents.
+TEST(DataFormat, AVaceContextIsVersion4AndReadBackWithItsReferenceFrames) {
+  const auto dir = wt::testing::fresh_directory("vace");
+  auto s = small_shape();
+  s.vace_channels = 5;
+  s.vace_references = 2;
+  torch::manual_seed(1);
+  std::vector<at::Tensor> contexts;
+  {
+    data::ShardWriter writer(dir + "/a.h5", s, 3, false);
+    for (int64_t i = 0; i < 3; ++i) {
+      contexts.push_back(torch::randn({5, 2 + s.frames, s.height, s.width}));
+      data::SampleCondition condition;
+      condition.vace_context = contexts.back();
+      writer.write(i, torch::randn({s.channels, s.frames, s.height, s.width}), torch::randn({s.text_len, s.text_dim}),
+                   1, "", condition);
+    }
+    EXPECT_THROW(writer.write(0, torch::zeros({s.channels, s.frames, s.height, s.width}),
+                              torch::zeros({s.text_len, s.text_dim}), 1),
+                 Error);  // no context for a shard that holds one
+  }
+  const auto info = data::inspect_shard(dir + "/a.h5");
+  EXPECT_EQ(info.version, data::kShardVersion);
+  EXPECT_EQ(info.shape, s);
+  EXPECT_EQ(info.shape.vace_string(), fmt::format("[N,5,{},{},{}] float32", 2 + s.frames, s.height, s.width));
+  {
+    train::ShardSamples samples(data::Dataset::open(dir));
+    const auto batch = samples.read({2, 0});
+    EXPECT_TRUE(torch::equal(batch.tensors.at("vace_context")[0], contexts[2]));
+    EXPECT_TRUE(torch::equal(batch.tensors.at("vace_context")[1], contexts[0]));
+  }  // the file closed: its version is changed below
+
+  set_version(dir + "/a.h5", 3);
+  EXPECT_EQ(open_error(dir), "data: shard " + dir +
+                                 "/a.h5: /vace_context in a format version 3 shard (the VACE context came with "
+                                 "version 4: a shard that holds it says 4)");
+  set_version(dir + "/a.h5", 4);
+  wt::testing::write_shard(dir + "/b.h5", small_shape(), 2, 0);
+  EXPECT_NE(open_error(dir).find("a dataset is for a VACE model, every shard with /vace_context, or not, none with it"),
+            std::string::npos)
+      << open_error(dir);
 }
