@@ -98,6 +98,8 @@ wan::LoraOptions lora_settings(const ckpt::Checkpoint& saved, const std::string&
     throw UsageError(fmt::format("checkpoint {}: its stored lora-rank or lora-alpha is not a number", path));
   }
   lora.targets = split_list(text("lora-targets"));
+  // Runs before --trainable stored none: every block.
+  lora.vace_only = options.contains("trainable") && options["trainable"] == "vace";
   wan::check_lora_options(lora);
   return lora;
 }

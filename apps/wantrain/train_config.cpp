@@ -191,6 +191,9 @@ void declare_job_options(OptionSet& o, TrainConfig& c) {
            "each block's Linear layers that get adapters, comma-separated (self_attn.q ... cross_attn.o, ffn.0, "
            "ffn.2; empty: all)")
       .add("lora-dropout", &c.lora_dropout, "dropout on the adapters' input while training")
+      .choice("trainable", &c.trainable, {"all", "vace"},
+              "what the adapters train: every block (all), or a VACE model's VACE blocks alone (vace: the base "
+              "frozen, as DiffSynth-Studio trains VACE); needs --lora-rank")
       .choice("base-precision", &c.base_precision, {"auto", "bf16", "fp8", "fp32"},
               "LoRA: the frozen base's block Linears held in bf16 (built and loaded straight into bf16, never an "
               "fp32 copy), fp8 (e4m3 with a scale per 64 inputs of a row, dequantised to bf16 per product) or "
@@ -349,7 +352,11 @@ void check_sample_rank_options(const TrainConfig& c) {
 }
 
 wan::LoraOptions lora_options(const TrainConfig& c) {
-  return {c.lora_rank, c.lora_alpha, c.lora_dropout, split_list(c.lora_targets)};
+  if (c.trainable == "vace" && c.lora_rank == 0)
+    throw UsageError(
+        "option --trainable: vace trains adapters on the VACE blocks: give --lora-rank R (training the VACE branch "
+        "alone in full is not in wantrain yet)");
+  return {c.lora_rank, c.lora_alpha, c.lora_dropout, split_list(c.lora_targets), c.trainable == "vace"};
 }
 
 // ZeRO-3: the dtype the blocks are gathered in (--gather-dtype, auto resolved).

@@ -125,6 +125,7 @@ struct TrainConfig : app::TrainingOptions {
   double lora_alpha = 0;
   std::string lora_targets;
   double lora_dropout = 0;
+  std::string trainable = "all";        // vace: a VACE model's VACE blocks alone
   std::string base_precision = "auto";  // auto: bf16 with LoRA
   int64_t blocks_to_swap = 0;
   bool activation_offload = false;

@@ -1132,11 +1132,11 @@ TEST(Encode, VaceControlFilesBecomeEachSamplesContextAndAVaceModelTrainsOnThem) 
   write_text(config, R"({"model_type": "vace", "vace_layers": [0], "vace_in_dim": 96, "dim": 64, "ffn_dim": 128,
     "num_heads": 4, "num_layers": 2, "freq_dim": 256, "text_dim": 64, "text_len": 16, "patch_size": [1, 2, 2],
     "in_dim": 16, "out_dim": 16, "eps": 1e-6, "qk_norm": true, "cross_attn_norm": true})");
-  auto train = [&](int ranks, const std::string& out, const std::string& model) {
+  auto train = [&](int ranks, const std::string& out, const std::string& model, const std::string& extra = "") {
     return launch(wt::testing::mpi_command(ranks, WANTRAIN_WANTRAIN,
                                            "--model-config " + model + " --data " + data + " --output-dir " + out +
                                                " --threads 1 --backend mpi --batch-size " + std::to_string(2 / ranks) +
-                                               " --steps 2 --lr 1e-3 --sample-every 2 --sample-steps 2"));
+                                               " --steps 2 --lr 1e-3 --sample-every 2 --sample-steps 2" + extra));
   };
   const auto one = train(1, dir + "/one", config), two = train(2, dir + "/two", config);
   ASSERT_EQ(one.status, 0) << one.output;
@@ -1161,6 +1161,28 @@ TEST(Encode, VaceControlFilesBecomeEachSamplesContextAndAVaceModelTrainsOnThem) 
                                      "the shards hold a VACE context /vace_context that a t2v model does not read"),
             1u)
       << t2v.output;
+  // LoRA on the VACE blocks alone (--trainable vace): the adapters are theirs only.
+  const auto lora = train(1, dir + "/lora", config, " --lora-rank 4 --trainable vace");
+  ASSERT_EQ(lora.status, 0) << lora.output;
+  const auto adapters = wt::io::SafetensorsFile::open(dir + "/lora/lora.safetensors");
+  size_t vace_adapters = 0;
+  for (const auto& entry : adapters.entries()) {
+    if (entry.name.find("lora_") == std::string::npos) continue;
+    EXPECT_NE(entry.name.find("vace_blocks.0."), std::string::npos) << entry.name;
+    ++vace_adapters;
+  }
+  EXPECT_EQ(vace_adapters, 2u * 10u);  // A and B of the block's ten Linears
+  for (const auto& [model, extra, line] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {config, " --trainable vace",
+            "option --trainable: vace trains adapters on the VACE blocks: give --lora-rank R (training the VACE "
+            "branch alone in full is not in wantrain yet)"},
+           {kTiny, " --lora-rank 4 --trainable vace",
+            "option --trainable: vace adapts a VACE model's VACE blocks, and model config " + kTiny +
+                " (t2v) has none"}}) {
+    const auto refused = train(1, dir + "/refused", model, extra);
+    EXPECT_EQ(refused.status, 2) << refused.output;
+    EXPECT_EQ(wt::testing::occurrences(refused.output, line), 1u) << refused.output;
+  }
   // wansample from the data: the sample's own control, its reference frame dropped.
   const auto sample = launch(std::string(WANTRAIN_WANSAMPLE) + " --checkpoint " + dir + "/one/latest --data " + data +
                              " --index 1 --steps 2 --out " + dir + "/sample.h5 --vae " + s.vae + " --vae-config " +

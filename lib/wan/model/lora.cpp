@@ -77,12 +77,18 @@ int64_t add_lora(WanModelImpl& model, const LoraOptions& options) {
     count += linear->lora_A.numel() + linear->lora_B.numel();
   };
   const auto& targets = all ? lora_targets() : options.targets;
-  // Every block, a VACE model's VACE blocks too (the same Linears).
-  for (auto* block : model.all_blocks())
+  // Every block, a VACE model's VACE blocks too (the same Linears); or those alone.
+  if (options.vace_only && !model.vace_blocks)
+    throw SettingError("trainable", fmt::format("vace adapts the VACE blocks, and this {} model has none",
+                                                model_type_name(model.config().model_type)));
+  for (auto* block : model.all_blocks()) {
+    const bool vace_block = dynamic_cast<VaceBlockImpl*>(block) != nullptr;
+    if (options.vace_only && !vace_block) continue;
     for (const auto& name : targets)
       if (!is_image_embedding_target(name)) adapt(*block, name, " (the image branch is Wan2.1 I2V/FLF2V's)");
+  }
   for (const auto& name : targets)
-    if (is_image_embedding_target(name)) {
+    if (is_image_embedding_target(name) && !options.vace_only) {
       if (model.img_emb)
         adapt(*model.img_emb, name.substr(std::string("img_emb.").size()), "");
       else if (!all)
@@ -97,6 +103,7 @@ std::string describe_lora(const LoraOptions& options) {
       fmt::format("rank {}, alpha {:g} (scale {:g}), targets {}", options.rank, alpha, alpha / double(options.rank),
                   options.targets.empty() ? std::string("all") : fmt::format("{}", fmt::join(options.targets, ",")));
   if (options.dropout > 0) text += fmt::format(", dropout {:g}", options.dropout);
+  if (options.vace_only) text += ", VACE blocks only";
   return text;
 }
 

@@ -20,6 +20,9 @@ struct LoraOptions {
   // Each block's Linear layers that get an adapter, by their official
   // names within the block (lora_targets()); empty: all of them.
   std::vector<std::string> targets;
+  // A VACE model's VACE blocks alone (the base frozen without adapters,
+  // as DiffSynth-Studio trains VACE); false: every block.
+  bool vace_only = false;
 };
 
 // Every Linear layer LoRA can adapt: those of a Wan block, by official name

@@ -44,9 +44,10 @@ ModelBytes model_bytes(const WanConfig& config, at::ScalarType linear_dtype, con
     m.held += held;
     if (name.rfind("blocks.0.", 0) == 0) m.block_held += held;
     if (block && shape.size() == 2) m.largest_linear = std::max(m.largest_linear, n);
-    // A LoRA adapter per target Linear: A [r, in] and B [out, r].
+    // A LoRA adapter per target Linear: A [r, in] and B [out, r] (the VACE blocks' alone with vace_only).
     if (lora.rank > 0 && shape.size() == 2 && !layer.empty() &&
-        std::find(targets.begin(), targets.end(), layer) != targets.end())
+        std::find(targets.begin(), targets.end(), layer) != targets.end() &&
+        (!lora.vace_only || name.rfind("vace_blocks.", 0) == 0))
       m.adapters += lora.rank * (shape[0] + shape[1]);
   }
   return m;

@@ -56,6 +56,10 @@ void check_model(const distributed::World& world, const TrainSettings& settings,
     const auto& path = settings.model_config;
     const auto config = load_model_config(path);
     in.model_config = config;
+    if (settings.model_run.lora.vace_only && !config.vace())
+      throw SettingError("trainable", fmt::format("vace adapts a VACE model's VACE blocks, and model config {} ({}) "
+                                                  "has none",
+                                                  path, model_type_name(config.model_type)));
     if (in.dataset) check_data_fits_model(*in.dataset, config, path);
     if (!settings.val_data.empty()) check_data_fits_model(data::Dataset::open(settings.val_data), config, path);
     if (settings.model_run.objective.image_drop > 0 && !config.image_branch())

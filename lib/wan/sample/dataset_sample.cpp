@@ -17,8 +17,8 @@ DatasetSample read_dataset_sample(const data::Dataset& dataset, int64_t index) {
     if (s.clip_tokens > 0) condition.clip_fea = torch::empty({s.clip_tokens, s.clip_dim}, data::scalar_type(s.text));
   }
   if (s.has_vace())
-    condition.vace_context = torch::empty({s.vace_channels, s.vace_references + s.frames, s.height, s.width},
-                                          data::scalar_type(s.latents));
+    condition.vace_context =
+        torch::empty({s.vace_channels, s.vace_references + s.frames, s.height, s.width}, data::scalar_type(s.latents));
   data::SampleReader reader(dataset);
   reader.read(index, latents, context, sample.text_len, s.has_condition() || s.has_vace() ? &condition : nullptr);
   sample.latents = latents.to(torch::kFloat32);
