@@ -427,6 +427,23 @@ wt::wan::WanModel drawn_model(const WanConfig& config, uint64_t seed) {
   return model;
 }
 
+// The model's output for `condition` and every parameter's gradient of its squared sum.
+std::pair<at::Tensor, std::vector<at::Tensor>> output_and_gradients(wt::wan::WanModelImpl& model, const at::Tensor& x,
+                                                                    const at::Tensor& t, const at::Tensor& ctx,
+                                                                    const wt::wan::ModelCondition& condition) {
+  model.zero_grad();
+  const auto out = model.forward(x, t, ctx, condition);
+  out.square().sum().backward();
+  std::vector<at::Tensor> grads;
+  for (const auto& p : model.parameters()) grads.push_back(p.grad().clone());
+  return {out.detach(), grads};
+}
+
+// |a - b| against |b|, in the Frobenius norm.
+double relative(const at::Tensor& a, const at::Tensor& b) {
+  return ((a - b).norm() / b.norm().clamp_min(1e-30)).item<double>();
+}
+
 wt::wan::ModelCondition condition_for(const WanConfig& c, int64_t b, int64_t f, int64_t h, int64_t w) {
   wt::wan::ModelCondition image{torch::randn({b, c.condition_channels(), f, h, w}), {}};
   if (c.image_branch()) image.clip_fea = torch::randn({b, c.condition_images() * c.image_tokens, c.image_dim});
@@ -462,14 +479,7 @@ TEST(WanModel, ImageBranchUnderChunkedAttentionAndCheckpointingComputesTheSame) 
   const auto t = torch::tensor({250.0f, 800.0f});
   const auto ctx = torch::randn({2, config.text_len, config.text_dim});
   const auto image = condition_for(config, 2, 2, 4, 6);
-  auto run = [&] {
-    model->zero_grad();
-    const auto out = model->forward(x, t, ctx, image);
-    out.square().sum().backward();
-    std::vector<at::Tensor> grads;
-    for (const auto& p : model->parameters()) grads.push_back(p.grad().clone());
-    return std::pair{out.detach(), grads};
-  };
+  auto run = [&] { return output_and_gradients(*model, x, t, ctx, image); };
   const auto [plain, plain_grads] = run();
   model->set_attention_chunk(5);
   model->set_grad_checkpoint(1);
@@ -477,9 +487,6 @@ TEST(WanModel, ImageBranchUnderChunkedAttentionAndCheckpointingComputesTheSame) 
   // Relative to each tensor's size: the chunks sum in another order (seen:
   // up to 3e-5 with these sharp, all-random weights); a lost image context
   // would change them by order 1.
-  auto relative = [](const at::Tensor& a, const at::Tensor& b) {
-    return ((a - b).norm() / b.norm().clamp_min(1e-30)).item<double>();
-  };
   EXPECT_LT(relative(other, plain), 1e-4);
   for (size_t i = 0; i < plain_grads.size(); ++i) EXPECT_LT(relative(other_grads[i], plain_grads[i]), 1e-4) << i;
 }
@@ -604,21 +611,11 @@ TEST(VaceModel, CheckpointedBlocksComputeTheSameAndTheContextIsChecked) {
   wt::wan::ModelCondition control;
   control.vace_context = torch::randn({2, config.vace_in_dim, 2, 4, 6});
   control.vace_scale = 0.5;
-  auto run = [&] {
-    model->zero_grad();
-    const auto out = model->forward(x, t, ctx, control);
-    out.square().sum().backward();
-    std::vector<at::Tensor> grads;
-    for (const auto& p : model->parameters()) grads.push_back(p.grad().clone());
-    return std::pair{out.detach(), grads};
-  };
+  auto run = [&] { return output_and_gradients(*model, x, t, ctx, control); };
   const auto [plain, plain_grads] = run();
   model->set_attention_chunk(5);
   model->set_grad_checkpoint(1);
   const auto [other, other_grads] = run();
-  auto relative = [](const at::Tensor& a, const at::Tensor& b) {
-    return ((a - b).norm() / b.norm().clamp_min(1e-30)).item<double>();
-  };
   EXPECT_LT(relative(other, plain), 1e-4);
   for (size_t i = 0; i < plain_grads.size(); ++i) EXPECT_LT(relative(other_grads[i], plain_grads[i]), 1e-4) << i;
   // Their inputs offloaded (in the queue between the base blocks'): the same bits.
