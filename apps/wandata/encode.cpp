@@ -223,6 +223,7 @@ wan::DatasetEncoderSettings encoder_settings(const EncodeConfig& c, const wan::E
   s.strict = c.strict;
   s.condition_images = c.condition == "i2v" ? 1 : c.condition == "flf2v" ? 2 : 0;
   s.vace = c.condition == "vace";
+  s.listing_options.control_files = s.vace;
   s.decode_threads = c.decode_threads;
   s.models_fingerprint =
       fmt::format("vae {} ({}, {}), t5 {} ({}, {}), tokenizer {}, text_len {}", c.vae,

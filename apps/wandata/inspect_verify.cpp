@@ -121,10 +121,13 @@ int run_verify(distributed::World&, int argc, char** argv) {
     const auto& s = info.shape;
     at::Tensor latents = at::empty({s.channels, s.frames, s.height, s.width}, data::scalar_type(s.latents));
     at::Tensor text = at::empty({s.text_len, s.text_dim}, data::scalar_type(s.text));
-    data::SampleCondition condition;  // the image-to-video condition, where the shard has one
+    data::SampleCondition condition;  // the image-to-video condition or VACE context, where the shard has one
     if (s.has_condition())
       condition.y = at::empty({s.condition_channels, s.frames, s.height, s.width}, data::scalar_type(s.latents));
     if (s.clip_tokens > 0) condition.clip_fea = at::empty({s.clip_tokens, s.clip_dim}, data::scalar_type(s.text));
+    if (s.has_vace())
+      condition.vace_context =
+          at::empty({s.vace_channels, s.vace_references + s.frames, s.height, s.width}, data::scalar_type(s.latents));
     for (int64_t i = 0; i < info.samples; ++i, progress.advance()) {
       int32_t text_len = 0;
       try {
@@ -136,7 +139,8 @@ int run_verify(distributed::World&, int argc, char** argv) {
       for (const auto& [name, tensor] : {std::pair{"/latents", &latents},
                                          {"/text_emb", &text},
                                          {"/y", &condition.y},
-                                         {"/clip_fea", &condition.clip_fea}})
+                                         {"/clip_fea", &condition.clip_fea},
+                                         {"/vace_context", &condition.vace_context}})
         if (tensor->defined() && !at::isfinite(*tensor).all().item<bool>())
           problems.push_back(fmt::format("shard {} sample {}: {} holds NaN or Inf", info.path, i, name));
     }

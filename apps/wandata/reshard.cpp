@@ -49,11 +49,12 @@ int reshard(const char* command, int argc, char** argv, int64_t default_shards, 
     const auto& first = inputs.front().buckets().front().shape;
     const auto& shape = inputs.back().buckets().front().shape;
     if (!data::same_dataset(shape, first))
-      throw UsageError(fmt::format(
-          "data: {} has latents {}, text_emb {}, y {}, clip_fea {} but {} has latents {}, "
-          "text_emb {}, y {}, clip_fea {}",
-          source, shape.latents_string(), shape.text_string(), shape.condition_string(), shape.clip_string(),
-          sources.front(), first.latents_string(), first.text_string(), first.condition_string(), first.clip_string()));
+      throw UsageError(
+          fmt::format("data: {} has latents {}, text_emb {}, y {}, clip_fea {}, vace_context {} but {} has latents {}, "
+                      "text_emb {}, y {}, clip_fea {}, vace_context {}",
+                      source, shape.latents_string(), shape.text_string(), shape.condition_string(),
+                      shape.clip_string(), shape.vace_string(), sources.front(), first.latents_string(),
+                      first.text_string(), first.condition_string(), first.clip_string(), first.vace_string()));
   }
   // All inputs' shards as one dataset, in the sources' order: its buckets
   // are what the new shards keep apart, each bucket's samples in that order.

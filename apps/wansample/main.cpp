@@ -203,9 +203,10 @@ void declare_options(OptionSet& options, SampleConfig& c) {
             "ti2v models with --data: start from the sample's own first latent frame, held as --image holds the "
             "picture's")
       .add("src-video", &c.src_video,
-           "VACE models: the control video (its first frames at the sample's size, scaled to cover it and cut around "
-           "the centre), kept where --src-mask is black and remade where white, as Wan2.1's generate.py "
-           "--src_video; without it, grey (the model makes everything)")
+           "VACE models: the control video (frame k of the file is frame k of the sample, scaled to cover the "
+           "sample's size and cut around the centre), kept where --src-mask is black and remade where white (Wan2.1's "
+           "generate.py --src_video; it resamples to 16 fps, this does not); without it, grey (the model makes "
+           "everything)")
       .add("src-mask", &c.src_mask,
            "VACE models: a mask video for --src-video (its red channel; white: remake, black: keep); without it, "
            "everything is remade")

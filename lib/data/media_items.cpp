@@ -61,7 +61,7 @@ std::vector<MediaItem> list_folder(const fs::path& dir, const MediaListOptions& 
   std::map<std::string, std::vector<std::pair<std::string, fs::path>>> controls;  // stem -> (part, file)
   for (const auto& f : listed) {
     std::string stem;
-    const std::string part = control_part(f, stem);
+    const std::string part = options.control_files ? control_part(f, stem) : std::string();
     if (!part.empty() && stems.count(stem))
       controls[stem].emplace_back(part, f);
     else

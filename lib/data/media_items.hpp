@@ -31,6 +31,10 @@ struct MediaItem {
 
 struct MediaListOptions {
   std::string caption_extension = ".txt";  // sidecar captions in a folder
+  // A folder's NAME.control.EXT, NAME.mask.EXT and NAME.ref*.EXT beside
+  // NAME.EXT are NAME's control files, not items (wandata encode
+  // --condition vace); false: every media file is an item.
+  bool control_files = false;
 };
 
 // The items of a folder, .csv or .jsonl, in listing order.

@@ -39,7 +39,11 @@ ModelBytes model_bytes(const WanConfig& config, at::ScalarType linear_dtype, con
     const double n = double(element_count(shape));
     const std::string layer = lora_target_of(name);
     m.fp32 += 4 * n;
-    const bool block = !block_linear(name).empty();
+    // The blocks' Linears, a VACE block's projections too, are held in the blocks' dtype.
+    const bool vace_projection =
+        name.rfind("vace_blocks.", 0) == 0 &&
+        (name.find(".before_proj.") != std::string::npos || name.find(".after_proj.") != std::string::npos);
+    const bool block = !block_linear(name).empty() || vace_projection;
     const double held = block ? block_linear_bytes(shape, linear_dtype) : 4 * n;
     m.held += held;
     if (name.rfind("blocks.0.", 0) == 0) m.block_held += held;

@@ -23,7 +23,7 @@ namespace {
 std::array<int64_t, 3> sample_latents(const TrainSettings& settings, const data::Dataset* data) {
   if (!data) return *settings.plan.latents;
   const auto& shape = data->shape_of(settings.sample_index < data->size() ? settings.sample_index : 0);
-  return {shape.frames, shape.height, shape.width};
+  return {shape.vace_references + shape.frames, shape.height, shape.width};  // VACE: the references' frames too
 }
 
 // The plans of rank 0 (with the checkpoint copy) and of another rank, at
@@ -35,13 +35,15 @@ struct ShapePlans {
 };
 
 // Each sample's latents and text (and an image-to-video model's y and CLIP
-// features), and the noise the loader draws for it: eps (fp32, the
-// latents' shape), sigma (fp32) and the caption- and image-drop flags.
+// features, a VACE model's context), and the noise the loader draws for
+// it: eps (fp32, the latents' shape), sigma (fp32) and the caption- and
+// image-drop flags. A VACE sample's `latents` frames count its reference
+// frames (what the model runs, and the context's frames).
 double loader_sample_bytes(const WanConfig& m, const std::array<int64_t, 3>& latents, int64_t text_len) {
   const double positions = double(latents[0] * latents[1] * latents[2]);
   const double latent_elements = double(m.out_dim) * positions;
   const double condition_elements =
-      double(m.condition_channels()) * positions +
+      double(m.condition_channels() + (m.vace() ? m.vace_in_dim : 0)) * positions +
       (m.image_branch() ? double(m.condition_images() * m.image_tokens * m.image_dim) : 0.0);
   const double sample_elements = latent_elements + condition_elements + double(text_len * m.text_dim);
   return 4 * sample_elements + 4 * latent_elements + 4 + 2;
@@ -53,7 +55,8 @@ ShapePlans plan_shapes(const TrainSettings& settings, const WanConfig& model, co
   const bool gpu_plan = plan_device.is_cuda();
   std::vector<std::pair<std::string, std::array<int64_t, 3>>> shapes;  // (bucket, latents F, H, W)
   if (data)
-    for (const auto& b : data->buckets()) shapes.push_back({b.name(), {b.shape.frames, b.shape.height, b.shape.width}});
+    for (const auto& b : data->buckets())  // VACE: the model runs the references' frames too
+      shapes.push_back({b.name(), {b.shape.vace_references + b.shape.frames, b.shape.height, b.shape.width}});
   else
     shapes.push_back({"", *settings.plan.latents});
   const int64_t text_len = data ? data->buckets().front().shape.text_len : model.text_len;

@@ -213,6 +213,11 @@ void SamplingPipeline::check_request() const {
   if ((!r.video.empty() || !r.frames_dir.empty()) && r.vae.empty())
     throw SettingError(SettingNames{"video", "frames_dir"},
                        fmt::format("need {} (the decoder that makes pixels of the latents)", setting_reference("vae")));
+  // The VAE decodes, encodes a picture, or encodes a VACE model's control.
+  if (!r.vae.empty() && r.video.empty() && r.frames_dir.empty() && r.image.empty() && r.src_video.empty() &&
+      r.src_ref_images.empty())
+    throw SettingError("vae", fmt::format("give {} or {} (where the decoded frames go)", setting_reference("video"),
+                                          setting_reference("frames_dir")));
   if (!r.image.empty() && r.vae.empty())
     throw SettingError(
         "image", fmt::format("needs {} (the encoder that makes the picture's latents)", setting_reference("vae")));
@@ -410,14 +415,11 @@ void SamplingPipeline::resolve_settings() {
                        : !r.src_ref_images.empty() ? "src_ref_images"
                                                    : "vace_scale",
                        fmt::format("the model ({}) is {}: it has no VACE blocks", model_named, model_type));
-  // The VAE decodes, encodes a picture, or encodes a VACE model's control.
-  if (!r.vae.empty() && r.video.empty() && r.frames_dir.empty() && r.image.empty() && !config_.vace())
-    throw SettingError("vae", fmt::format("give {} or {} (where the decoded frames go)", setting_reference("video"),
-                                          setting_reference("frames_dir")));
-  if (config_.vace() && r.vae.empty() && (control || r.data.empty()))
+  const bool control_given = !r.src_video.empty() || !r.src_ref_images.empty();
+  if (config_.vace() && r.vae.empty() && (control_given || r.data.empty()))
     throw SettingError(
         "vae", fmt::format("the VACE model reads its control through the VAE: give {}", setting_reference("vae")));
-  if (config_.vace() &&
+  if (config_.vace() && !r.vae.empty() &&
       2 * vae_config_.z_dim() + vae_config_.spatial_factor() * vae_config_.spatial_factor() != config_.vace_in_dim)
     throw SettingError(
         "vae", fmt::format("the VACE model reads {} channels of context, and this VAE makes {} (twice "
@@ -620,7 +622,10 @@ void SamplingPipeline::encode_prompt() {
   auto& c = *condition_;
   // The VAE encodes the picture before sampling (on every rank), then
   // decodes the sample (on rank 0, which writes it).
-  if (!r.vae.empty() && (world_.is_root() || !r.image.empty() || config_.vace())) {
+  // A VACE model's control is encoded on every rank (a --data sample brings its own context).
+  const bool encodes_control =
+      config_.vace() && (!r.src_video.empty() || !r.src_ref_images.empty() || !c.image.vace_context.defined());
+  if (!r.vae.empty() && (world_.is_root() || !r.image.empty() || encodes_control)) {
     c.vae = open_video_vae(r.vae, vae_config_, r.vae_dtype);
     c.vae->set_tiling(vae_tiling_);
     c.vae->to(device_);
