@@ -18,6 +18,15 @@
 // frame: its colour, radius and position, one token each, encoded as the
 // text is. The motion is in the text only.
 //
+// With --condition vace each sample also holds a VACE model's context
+// /vace_context [2C + 64, F, H, W] as wandata encode lays it out for a
+// control video with a mask of ones: the inactive latents (zeros), the
+// reactive ones, and 64 mask channels of ones. The control video shows a
+// small dot of a fixed colour where the blob's centre is in each frame
+// (what a pose or tracking video gives), and the text leaves out the
+// blob's place and motion (--untold-place): only its colour and radius,
+// so a model can only put the blob where the control says.
+//
 // With --modes K, one prompt has K videos, as a real prompt has many: the
 // samples come in groups of K that share a prompt (colour, radius, start
 // and a base velocity, all in the text). Video k of a group starts on a
@@ -64,7 +73,11 @@ struct SynthConfig {
           clip_dim = 0, modes = 1;
   uint64_t seed = 0, task_seed = 0;
   int64_t height = 0, width = 0;
+  bool untold_place = false;  // the text holds the colour and radius alone
 };
+
+// The VACE context's mask channels (a VAE's 8 x 8 pixels per latent).
+constexpr int64_t kVaceMaskChannels = 64;
 
 double uniform(data::PortableRandom& r, double lo, double hi) {
   return lo + (hi - lo) * static_cast<double>(r.next() >> 11) * (1.0 / 9007199254740992.0);
@@ -124,15 +137,21 @@ class Task {
     frequency_ = at::tensor(f);
     phase_ = at::tensor(p);
     colour_gain_ = at::tensor(g).view({4, c.channels});
+    // Drawn after the rest: every other task's numbers stay as they were.
+    std::vector<float> d(c.channels);
+    for (auto& v : d) v = static_cast<float>(uniform(r, -1.5, 1.5));
+    dot_gain_ = at::tensor(d);
     ys_ = at::linspace(0, 1, c.height).view({c.height, 1});  // [H, 1]
     xs_ = at::linspace(0, 1, c.width).view({1, c.width});    // [1, W]
     calibrate();
   }
 
+  // Tokens of the text: every parameter, or the colour and radius alone.
+  int told() const { return c_.untold_place ? 2 : kParams; }
   at::Tensor text(const Blob& b) const {
     const double params[kParams] = {b.colour / 3.0, b.radius, b.cx, b.cy, b.vx, b.vy};
     at::Tensor text = at::zeros({c_.text_len, c_.text_dim});  // [L, D]
-    for (int t = 0; t < kParams; ++t) text[t] = at::sin(frequency_ * params[t] + phase_);
+    for (int t = 0; t < told(); ++t) text[t] = at::sin(frequency_ * params[t] + phase_);
     return text;
   }
   // What the first frame shows (colour, radius, position), as CLIP-like
@@ -152,6 +171,21 @@ class Task {
     y.narrow(0, 0, 4).select(1, 0).fill_(1);
     y.narrow(0, 4, latents.size(0)).select(1, 0).copy_(latents.select(1, 0));
     return y;
+  }
+
+  // The VACE context [2C + 64, F, H, W]: zeros (inactive), the control
+  // video's dot of radius 0.1 at the blob's centre in each frame
+  // (reactive), the mask's ones.
+  at::Tensor vace_context(const Blob& b) const {
+    const int64_t ch = c_.channels;
+    auto context = at::zeros({2 * ch + kVaceMaskChannels, c_.frames, c_.height, c_.width});
+    for (int64_t f = 0; f < c_.frames; ++f) {
+      const double fx = b.cx + b.vx * f, fy = b.cy + b.vy * f;
+      const at::Tensor dot = at::exp(-((xs_ - fx).pow(2) + (ys_ - fy).pow(2)) / (2 * 0.1 * 0.1));  // [H, W]
+      context.narrow(0, ch, ch).select(1, f).copy_(dot_gain_.view({ch, 1, 1}) * dot);
+    }
+    context.narrow(0, 2 * ch, kVaceMaskChannels).fill_(1);
+    return context;
   }
 
   at::Tensor latents(const Blob& b) const {  // [C, F, H, W], normalised
@@ -187,6 +221,7 @@ class Task {
   const SynthConfig& c_;
   at::Tensor frequency_, phase_;  // [D]
   at::Tensor colour_gain_;        // [4, C]
+  at::Tensor dot_gain_;           // [C]: the control video's dot
   at::Tensor ys_, xs_;            // [H, 1], [1, W]
   at::Tensor mean_, std_;         // [C]
 };
@@ -210,8 +245,11 @@ int run_synth(distributed::World&, int argc, char** argv) {
       .add("task-seed", &c.task_seed,
            "the task (text encoding, colours, latent normalisation): a validation set takes the training set's "
            "task seed and another --seed")
-      .choice("condition", &c.condition, {"none", "i2v"},
-              "i2v: also the image-to-video condition /y of each sample's first frame")
+      .choice("condition", &c.condition, {"none", "i2v", "vace"},
+              "i2v: also the image-to-video condition /y of each sample's first frame; vace: a VACE context "
+              "/vace_context whose control video is a dot on the blob's centre (implies --untold-place)")
+      .flag("untold-place", &c.untold_place,
+            "the text leaves out the blob's place and motion: only its colour and radius")
       .add("modes", &c.modes,
            "videos per prompt: samples in groups of K share a prompt, each moving its own way (the base velocity "
            "turned by 2 pi k / K); 1: every sample its own prompt")
@@ -238,8 +276,11 @@ int run_synth(distributed::World&, int argc, char** argv) {
                                  c.samples, c.modes));
   if ((c.clip_tokens > 0) != (c.clip_dim > 0) || c.clip_tokens < 0 || c.clip_dim < 0)
     throw UsageError("options --clip-tokens, --clip-dim: give both, positive, or neither");
-  if (c.clip_tokens > 0 && c.condition == "none")
+  if (c.clip_tokens > 0 && c.condition != "i2v")
     throw UsageError("option --clip-tokens: the features are of the image condition: give --condition i2v");
+  if (c.condition == "vace") c.untold_place = true;
+  if (c.untold_place && c.modes > 1)
+    throw UsageError("option --modes: a prompt's videos differ in place and motion, which --untold-place leaves out");
   prepare_output_directory(c.out);
 
   data::SampleShape shape{c.channels,
@@ -251,6 +292,7 @@ int run_synth(distributed::World&, int argc, char** argv) {
                           data::parse_stored(c.latent_dtype),
                           data::parse_stored(c.text_dtype)};
   if (c.condition == "i2v") shape.condition_channels = 4 + c.channels;
+  if (c.condition == "vace") shape.vace_channels = 2 * c.channels + kVaceMaskChannels;
   shape.clip_tokens = c.clip_tokens;
   shape.clip_dim = c.clip_dim;
   const Task task(c);
@@ -266,8 +308,11 @@ int run_synth(distributed::World&, int argc, char** argv) {
       data::SampleCondition condition;
       if (shape.has_condition()) condition.y = Task::condition(latents);
       if (shape.clip_tokens > 0) condition.clip_fea = task.picture_features(b);
+      if (shape.has_vace()) condition.vace_context = task.vace_context(b);
       const std::string text =
-          c.modes == 1
+          c.untold_place ? fmt::format("a {} blob of radius {:.2f}{}", kColours[b.colour], b.radius,
+                                       shape.has_vace() ? " where its control video puts it" : "")
+          : c.modes == 1
               ? fmt::format("a {} blob of radius {:.2f} at ({:.2f}, {:.2f}) moving ({:+.2f}, {:+.2f}) per frame",
                             kColours[b.colour], b.radius, b.cx, b.cy, b.vx, b.vy)
               : fmt::format(
@@ -275,7 +320,7 @@ int run_synth(distributed::World&, int argc, char** argv) {
                     "moving one of {} ways from ({:+.2f}, {:+.2f}) per frame",
                     kColours[prompt.colour], prompt.radius, c.modes, prompt.cx, prompt.cy, c.modes, prompt.vx,
                     prompt.vy);
-      writer.write(row, latents, task.text(prompt), kParams, text, condition);
+      writer.write(row, latents, task.text(prompt), task.told(), text, condition);
       progress.advance();
     }
   }

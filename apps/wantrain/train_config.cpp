@@ -189,7 +189,7 @@ void declare_job_options(OptionSet& o, TrainConfig& c) {
       .add("lora-alpha", &c.lora_alpha, "the adapters' output is scaled by alpha / rank (0: alpha = rank)")
       .add("lora-targets", &c.lora_targets,
            "each block's Linear layers that get adapters, comma-separated (self_attn.q ... cross_attn.o, ffn.0, "
-           "ffn.2; empty: all)")
+           "ffn.2, a VACE block's before_proj and after_proj; empty: all)")
       .add("lora-dropout", &c.lora_dropout, "dropout on the adapters' input while training")
       .choice("trainable", &c.trainable, {"all", "vace"},
               "what the adapters train: every block (all), or a VACE model's VACE blocks alone (vace: the base "

@@ -1171,7 +1171,7 @@ TEST(Encode, VaceControlFilesBecomeEachSamplesContextAndAVaceModelTrainsOnThem) 
     EXPECT_NE(entry.name.find("vace_blocks.0."), std::string::npos) << entry.name;
     ++vace_adapters;
   }
-  EXPECT_EQ(vace_adapters, 2u * 10u);  // A and B of the block's ten Linears
+  EXPECT_EQ(vace_adapters, 2u * 12u);  // A and B of the block's ten Linears, before_proj and after_proj
   for (const auto& [model, extra, line] : std::vector<std::tuple<std::string, std::string, std::string>>{
            {config, " --trainable vace",
             "option --trainable: vace trains adapters on the VACE blocks: give --lora-rank R (training the VACE "

@@ -531,6 +531,56 @@ TEST(Wandata, SynthIsLearnableLatentsFollowTheTextParameters) {
   }
 }
 
+// --condition vace: the same clips as without, texts of the colour and
+// radius alone (as --untold-place gives without a context), and a context
+// [2C + 64, F, H, W] of zeros, a dot on the blob's centre and mask ones.
+TEST(Wandata, SynthsVaceContextIsADotWhereTheUntoldBlobIs) {
+  const auto plain = fresh("synth-plain"), untold = fresh("synth-untold"), vace = fresh("synth-vace");
+  const std::string options = " --samples 4 --shards 1 --frames 3 --size 16x16 --text-len 8 --text-dim 16 --seed 2";
+  ASSERT_EQ(wandata("synth --out " + plain + options).status, 0);
+  ASSERT_EQ(wandata("synth --out " + untold + options + " --untold-place").status, 0);
+  const Job job = wandata("synth --out " + vace + options + " --condition vace");
+  ASSERT_EQ(job.status, 0) << job.output;
+  const auto dp = wt::data::Dataset::open(plain), du = wt::data::Dataset::open(untold),
+             dv = wt::data::Dataset::open(vace);
+  EXPECT_FALSE(du.shape().has_vace());
+  ASSERT_EQ(dv.shape().vace_channels, 2 * 16 + 64);
+  EXPECT_EQ(dv.shape().vace_references, 0);
+  wt::data::SampleReader rp(dp), ru(du), rv(dv);
+  const auto& s = dv.shape();
+  auto lp = torch::empty({s.channels, s.frames, s.height, s.width}), lu = lp.clone(), lv = lp.clone();
+  auto tp = torch::empty({s.text_len, s.text_dim}), tu = tp.clone(), tv = tp.clone();
+  wt::data::SampleCondition condition;
+  condition.vace_context = torch::empty({s.vace_channels, s.frames, s.height, s.width});
+  for (int64_t i = 0; i < 4; ++i) {
+    int32_t np = 0, nu = 0, nv = 0;
+    rp.read(i, lp, tp, np);
+    ru.read(i, lu, tu, nu);
+    rv.read(i, lv, tv, nv, &condition);
+    EXPECT_TRUE(torch::equal(lp, lv) && torch::equal(lu, lv)) << "the same clip, sample " << i;
+    EXPECT_EQ(nv, 2);
+    EXPECT_EQ(nu, 2);
+    EXPECT_TRUE(torch::equal(tu, tv));
+    EXPECT_TRUE(torch::equal(tv.narrow(0, 0, 2), tp.narrow(0, 0, 2))) << "colour and radius as told in full";
+    EXPECT_TRUE(torch::all(tv.narrow(0, 2, s.text_len - 2) == 0).item<bool>()) << "no place, no motion";
+    EXPECT_NE(rv.prompt(i).find("where its control video puts it"), std::string::npos) << rv.prompt(i);
+    const auto& c = condition.vace_context;
+    EXPECT_TRUE(torch::all(c.narrow(0, 0, 16) == 0).item<bool>()) << "inactive: zeros";
+    EXPECT_TRUE(torch::all(c.narrow(0, 32, 64) == 1).item<bool>()) << "mask: ones";
+    // In each frame the dot's peak is the blob's: the pixel where the
+    // clip's latents differ most from their background (each channel's
+    // median in the frame: the blob covers less than half of it).
+    const auto dot = c.narrow(0, 16, 16).abs().sum(0);  // [F, H, W]
+    const auto background = std::get<0>(lv.flatten(2).median(2)).unsqueeze(-1).unsqueeze(-1);
+    const auto blob = (lv - background).abs().sum(0);  // [F, H, W]
+    for (int64_t f = 0; f < s.frames; ++f) {
+      const auto at_dot = dot[f].argmax().item<int64_t>(), at_blob = blob[f].argmax().item<int64_t>();
+      EXPECT_LE(std::abs(at_dot / s.width - at_blob / s.width) + std::abs(at_dot % s.width - at_blob % s.width), 2)
+          << "sample " << i << " frame " << f;
+    }
+  }
+}
+
 namespace {
 // Every latent of a dataset [N, C, F, H, W], and the text embeddings [N, L, D].
 std::pair<torch::Tensor, torch::Tensor> read_dataset(const std::string& dir) {

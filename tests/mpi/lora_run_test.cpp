@@ -362,8 +362,8 @@ TEST_F(LoraRun, BadOptionsAreOneLineAndStatus2) {
   };
   for (const auto& c : std::vector<Case>{
            {"--lora-rank 4 --lora-targets self_attn.q,attn1.to_q",
-            "option --lora-targets: 'attn1.to_q' is not a Linear layer of a Wan block or the image embedding (valid: "
-            "self_attn.q"},
+            "option --lora-targets: 'attn1.to_q' is not a Linear layer of a Wan block, a VACE block or the image "
+            "embedding (valid: self_attn.q"},
            {"--lora-alpha 8",
             "option --lora-rank: --lora-alpha, --lora-dropout, --lora-targets and --base-precision need --lora-rank R"},
            {"--base-precision bf16",

@@ -23,13 +23,15 @@ nn::LinearImpl* linear_of(torch::nn::Module& module, const std::string& name) {
 }
 
 bool is_image_embedding_target(const std::string& target) { return target.rfind("img_emb.", 0) == 0; }
+// A VACE block's projections: before_proj (the first block's) and after_proj.
+bool is_vace_projection(const std::string& target) { return target == "before_proj" || target == "after_proj"; }
 
 }  // namespace
 
 const std::vector<std::string>& lora_targets() {
   static const std::vector<std::string> targets = [] {
     auto all = block_linear_names();
-    all.insert(all.end(), {"img_emb.proj.1", "img_emb.proj.3"});
+    all.insert(all.end(), {"before_proj", "after_proj", "img_emb.proj.1", "img_emb.proj.3"});
     return all;
   }();
   return targets;
@@ -37,6 +39,9 @@ const std::vector<std::string>& lora_targets() {
 
 std::string lora_target_of(const std::string& name) {
   if (const auto layer = block_linear(name); !layer.empty()) return layer;
+  if (name.rfind("vace_blocks.", 0) == 0)
+    for (const char* target : {"before_proj", "after_proj"})
+      if (name.find(std::string(".") + target + ".") != std::string::npos) return target;
   for (const char* target : {"img_emb.proj.1", "img_emb.proj.3"})
     if (name.rfind(std::string(target) + ".", 0) == 0) return target;
   return "";
@@ -54,8 +59,8 @@ void check_lora_options(const LoraOptions& options) {
       throw SettingError("lora_targets", fmt::format("'{}' is named twice", options.targets[i]));
   for (const auto& target : options.targets)
     if (std::find(valid.begin(), valid.end(), target) == valid.end())
-      throw SettingError("lora_targets", fmt::format("'{}' is not a Linear layer of a Wan block or the image "
-                                                     "embedding (valid: {})",
+      throw SettingError("lora_targets", fmt::format("'{}' is not a Linear layer of a Wan block, a VACE block or "
+                                                     "the image embedding (valid: {})",
                                                      target, fmt::join(valid, ", ")));
 }
 
@@ -81,11 +86,21 @@ int64_t add_lora(WanModelImpl& model, const LoraOptions& options) {
   if (options.vace_only && !model.vace_blocks)
     throw SettingError("trainable", fmt::format("vace adapts the VACE blocks, and this {} model has none",
                                                 model_type_name(model.config().model_type)));
+  for (const auto& name : targets)
+    if (is_vace_projection(name) && !all && !model.vace_blocks)
+      adapt(model, name, " (the VACE projections are a VACE model's)");
   for (auto* block : model.all_blocks()) {
     const bool vace_block = dynamic_cast<VaceBlockImpl*>(block) != nullptr;
     if (options.vace_only && !vace_block) continue;
-    for (const auto& name : targets)
-      if (!is_image_embedding_target(name)) adapt(*block, name, " (the image branch is Wan2.1 I2V/FLF2V's)");
+    for (const auto& name : targets) {
+      if (is_image_embedding_target(name)) continue;
+      // The projections where a VACE block has them (before_proj: the first).
+      if (is_vace_projection(name)) {
+        if (linear_of(*block, name)) adapt(*block, name, "");
+        continue;
+      }
+      adapt(*block, name, " (the image branch is Wan2.1 I2V/FLF2V's)");
+    }
   }
   for (const auto& name : targets)
     if (is_image_embedding_target(name) && !options.vace_only) {

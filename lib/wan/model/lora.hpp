@@ -27,8 +27,11 @@ struct LoraOptions {
 
 // Every Linear layer LoRA can adapt: those of a Wan block, by official name
 // within the block (self_attn.{q,k,v,o}, cross_attn.{q,k,v,o}, ffn.0,
-// ffn.2, and the image branch's cross_attn.{k_img,v_img}), then the image
-// embedding's img_emb.proj.1 and img_emb.proj.3 (Wan2.1 I2V/FLF2V).
+// ffn.2, and the image branch's cross_attn.{k_img,v_img}), a VACE block's
+// projections (before_proj of the first, after_proj of each: zero in a
+// fresh branch, so without them a LoRA on a fresh branch could not learn),
+// then the image embedding's img_emb.proj.1 and img_emb.proj.3 (Wan2.1
+// I2V/FLF2V).
 const std::vector<std::string>& lora_targets();
 // The target a parameter belongs to ("blocks.3.self_attn.q.weight" ->
 // "self_attn.q", "img_emb.proj.1.bias" -> "img_emb.proj.1"), or "".

@@ -40,9 +40,7 @@ ModelBytes model_bytes(const WanConfig& config, at::ScalarType linear_dtype, con
     const std::string layer = lora_target_of(name);
     m.fp32 += 4 * n;
     // The blocks' Linears, a VACE block's projections too, are held in the blocks' dtype.
-    const bool vace_projection =
-        name.rfind("vace_blocks.", 0) == 0 &&
-        (name.find(".before_proj.") != std::string::npos || name.find(".after_proj.") != std::string::npos);
+    const bool vace_projection = layer == "before_proj" || layer == "after_proj";
     const bool block = !block_linear(name).empty() || vace_projection;
     const double held = block ? block_linear_bytes(shape, linear_dtype) : 4 * n;
     m.held += held;

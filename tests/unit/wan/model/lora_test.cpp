@@ -204,9 +204,10 @@ TEST(Lora, BadOptionsNameTheSetting) {
   EXPECT_EQ(error({4, 0, 1, {}}), "lora_dropout: must be in [0, 1), got 1");
   EXPECT_EQ(error({4, 0, 0, {"ffn.0", "ffn.0"}}), "lora_targets: 'ffn.0' is named twice");
   EXPECT_EQ(error({4, 0, 0, {"self_attn.q", "attn1.to_q"}}),
-            "lora_targets: 'attn1.to_q' is not a Linear layer of a Wan block or the image embedding (valid: "
-            "self_attn.q, self_attn.k, self_attn.v, self_attn.o, cross_attn.q, cross_attn.k, cross_attn.v, "
-            "cross_attn.o, ffn.0, ffn.2, cross_attn.k_img, cross_attn.v_img, img_emb.proj.1, img_emb.proj.3)");
+            "lora_targets: 'attn1.to_q' is not a Linear layer of a Wan block, a VACE block or the image embedding "
+            "(valid: self_attn.q, self_attn.k, self_attn.v, self_attn.o, cross_attn.q, cross_attn.k, cross_attn.v, "
+            "cross_attn.o, ffn.0, ffn.2, cross_attn.k_img, cross_attn.v_img, before_proj, after_proj, img_emb.proj.1, "
+            "img_emb.proj.3)");
 }
 
 // Without adapters the block Linear is torch::nn::Linear: the same draws

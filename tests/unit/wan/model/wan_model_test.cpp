@@ -10,6 +10,7 @@
 #include "wantrain/wan/model/patches.hpp"
 #include "wantrain/wan/model/positional.hpp"
 #include "wantrain/nn/rms_norm.hpp"
+#include "wantrain/wan/model/lora.hpp"
 #include "wantrain/wan/model/wan_model.hpp"
 #include "wantrain/wan/model/weights.hpp"
 #include "wantrain/util/error.hpp"
@@ -598,6 +599,75 @@ TEST(VaceModel, AFreshBranchAddsNothingAndTheContextCountsByItsScale) {
   other.vace_scale = 1;
   other.vace_context = torch::randn_like(control.vace_context);
   EXPECT_GT((model->forward(x, t, ctx, other) - full).abs().max().item<double>(), 1e-3);
+}
+
+// LoRA on the VACE blocks alone (--trainable vace) adapts their Linears and
+// projections, before_proj where the first block has it: the output stays
+// the model's until trained, and with a fresh branch (projections zero) the
+// projections' adapters are what makes the context reach the output, so a
+// step of training moves it; named on a t2v model they are one line.
+TEST(VaceModel, LoraOnTheVaceBlocksAdaptsTheirProjectionsSoAFreshBranchLearns) {
+  const auto config = vace_config();
+  auto model = drawn_model(config, 5);  // a trained base
+  {
+    torch::NoGradGuard no_grad;  // and a fresh branch: its projections zero
+    for (auto& item : model->named_parameters())
+      if (item.key().find("_proj.") != std::string::npos) item.value().zero_();
+  }
+  wt::wan::LoraOptions options;
+  options.rank = 4;
+  options.vace_only = true;
+  const int64_t count = wt::wan::add_lora(*model, options);
+  std::vector<std::string> adapted;
+  int64_t expected = 0;
+  for (const auto& item : model->named_parameters())
+    if (item.value().requires_grad()) {
+      adapted.push_back(item.key());
+      expected += item.value().numel();
+    }
+  EXPECT_EQ(count, expected);
+  for (const auto& name : adapted) EXPECT_EQ(name.rfind("vace_blocks.", 0), 0u) << name;
+  auto has = [&](const std::string& name) { return std::count(adapted.begin(), adapted.end(), name) == 1; };
+  EXPECT_TRUE(has("vace_blocks.0.before_proj.lora_A"));
+  EXPECT_TRUE(has("vace_blocks.0.after_proj.lora_B"));
+  EXPECT_TRUE(has("vace_blocks.1.after_proj.lora_A"));
+  EXPECT_TRUE(has("vace_blocks.1.self_attn.q.lora_A"));
+  EXPECT_EQ(adapted.size(), size_t(2 * (2 * 10 + 1) + 2 * 2)) << "ten Linears and after_proj each, before_proj once";
+
+  const auto x = torch::randn({1, config.out_dim, 2, 4, 4});
+  const auto t = torch::tensor({400.0f});
+  const auto ctx = torch::randn({1, config.text_len, config.text_dim});
+  wt::wan::ModelCondition control;
+  control.vace_context = torch::randn({1, config.vace_in_dim, 2, 4, 4});
+  const auto before = model->forward(x, t, ctx, control).detach();
+  auto other = control;
+  other.vace_context = torch::randn_like(control.vace_context);
+  EXPECT_TRUE(torch::equal(model->forward(x, t, ctx, other), before)) << "a fresh branch reads no context";
+  const auto target = torch::randn_like(before);
+  torch::optim::SGD sgd(model->parameters(), 0.5);
+  for (int step = 0; step < 3; ++step) {
+    sgd.zero_grad();
+    (model->forward(x, t, ctx, control) - target).square().mean().backward();
+    sgd.step();
+  }
+  torch::NoGradGuard no_grad;
+  const auto after = model->forward(x, t, ctx, control);
+  EXPECT_GT((after - before).abs().max().item<double>(), 1e-4);
+  EXPECT_GT((model->forward(x, t, ctx, other) - after).abs().max().item<double>(), 1e-6)
+      << "after training, the context reaches the output";
+
+  auto t2v = drawn_model(tiny_config(), 6);
+  wt::wan::LoraOptions named;
+  named.rank = 4;
+  named.targets = {"after_proj"};
+  try {
+    wt::wan::add_lora(*t2v, named);
+    ADD_FAILURE() << "no error";
+  } catch (const wt::SettingError& e) {
+    EXPECT_EQ(e.setting() + ": " + e.message(),
+              "lora_targets: 'after_proj': this t2v model has no such layer (the VACE projections are a VACE "
+              "model's)");
+  }
 }
 
 // Checkpointed and chunked VACE blocks give the plain forward's output and

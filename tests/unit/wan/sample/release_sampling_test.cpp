@@ -68,7 +68,7 @@ TEST(ReleaseSampling, EachReleasedConfigSamplesWithItsReleasesSettings) {
 
 TEST(ReleaseSampling, ShapesNoReleaseHasGetNone) {
   for (const std::string file : {"wan-mini", "wan-tiny", "wan-small", "wan-mid", "wan-tiny-i2v", "wan-tiny-ti2v",
-                                 "wan2.2-ti2v-5b-student", "wan-mini-student"})
+                                 "wan-tiny-vace", "wan2.2-ti2v-5b-student", "wan-mini-student"})
     EXPECT_FALSE(release_sampling(config(file), false, 832 * 480).has_value()) << file;
   // Two experts of a shape no A14B has, and one model of an A14B expert's
   // text-to-video shape: Wan2.1's 14B settings.
