@@ -100,6 +100,14 @@ void validate(const WanConfig& c, const std::string& source) {
     fail(fmt::format("'image_dim' must be in 0..{}, got {}", 1 << 16, c.image_dim));
   if (c.image_tokens < 1 || c.image_tokens > (1 << 12))
     fail(fmt::format("'image_tokens' must be in 1..{}, got {}", 1 << 12, c.image_tokens));
+  // VideoX-Fun's Fun-Control models call themselves i2v: y holds the control
+  // video's latents and the start frame's (Wan2.1-Fun: 3 * out_dim), or the
+  // control's, a 4-channel mask and the masked video's (Wan2.2-Fun: + 4).
+  if (c.model_type == ModelType::I2V && (c.in_dim == 3 * c.out_dim || c.in_dim == 3 * c.out_dim + 4))
+    fail(
+        fmt::format("'in_dim' {} with 'model_type' i2v is VideoX-Fun's Fun-Control layout (the latents, the "
+                    "control video's latents and the start frame's{}): Fun-Control models are not in wantrain yet",
+                    c.in_dim, c.in_dim == 3 * c.out_dim ? "" : ", with a mask"));
   if (c.image_conditioned() && c.in_dim != 2 * c.out_dim + 4)
     fail(
         fmt::format("'model_type' {} reads the noisy latents with the condition y (4 mask channels and the "
@@ -148,6 +156,13 @@ WanConfig parse_model_config(const std::string& text, const std::string& source)
   std::vector<std::string> all_keys = keys;
   all_keys.insert(all_keys.end(), std::begin(kOptionalKeys), std::end(kOptionalKeys));
   for (const auto& item : doc.items()) {
+    // VideoX-Fun's Fun-Control V1.1 and camera models: named, not "unknown".
+    for (const char* fun : {"add_ref_conv", "in_dim_ref_conv", "add_control_adapter", "in_dim_control_adapter"})
+      if (item.key() == fun)
+        throw UsageError(
+            fmt::format("model config {}: '{}' is a VideoX-Fun Fun-Control key (a reference picture's "
+                        "convolution or a camera adapter): Fun-Control models are not in wantrain yet",
+                        source, fun));
     const bool known = std::find(all_keys.begin(), all_keys.end(), item.key()) != all_keys.end();
     if (!known && !informational_key(item.key())) {
       const std::string hint = did_you_mean(item.key(), all_keys);

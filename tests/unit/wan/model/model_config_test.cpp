@@ -222,6 +222,21 @@ TEST(ModelConfig, ImageToVideoKeysAreOptionalAndChecked) {
   bad["model_type"] = "flf2v";
   bad["image_dim"] = 0;
   EXPECT_NE(error_of(bad).find("'model_type' flf2v needs the CLIP branch"), std::string::npos) << error_of(bad);
+  // VideoX-Fun's Fun-Control models (i2v by their config) are named as such.
+  const int64_t out = doc["out_dim"].get<int64_t>();
+  bad = doc;
+  bad["in_dim"] = 3 * out;
+  EXPECT_EQ(error_of(bad), fmt::format("model config test.json: 'in_dim' {} with 'model_type' i2v is VideoX-Fun's "
+                                       "Fun-Control layout (the latents, the control video's latents and the start "
+                                       "frame's): Fun-Control models are not in wantrain yet",
+                                       3 * out));
+  bad["in_dim"] = 3 * out + 4;
+  EXPECT_NE(error_of(bad).find("start frame's, with a mask): Fun-Control"), std::string::npos) << error_of(bad);
+  bad = doc;
+  bad["add_ref_conv"] = true;
+  EXPECT_EQ(error_of(bad),
+            "model config test.json: 'add_ref_conv' is a VideoX-Fun Fun-Control key (a reference "
+            "picture's convolution or a camera adapter): Fun-Control models are not in wantrain yet");
 }
 
 // The transformer config.json of the Wan-AI *-Diffusers repositories (the
