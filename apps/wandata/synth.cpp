@@ -19,9 +19,10 @@
 // text is. The motion is in the text only.
 //
 // With --condition vace each sample also holds a VACE model's context
-// /vace_context [2C + 64, F, H, W] as wandata encode lays it out for a
-// control video with a mask of ones: the inactive latents (zeros), the
-// reactive ones, and 64 mask channels of ones. The control video shows a
+// /vace_context [2C + 64, F, H, W] in wandata encode's layout for a control
+// video with a mask of ones: the inactive half (zeros here, standing in for
+// the latents of a masked-out video), the reactive latents, and 64 mask
+// channels of ones. The control video shows a
 // small dot of a fixed colour where the blob's centre is in each frame
 // (what a pose or tracking video gives), and the text leaves out the
 // blob's place and motion (--untold-place): only its colour and radius,

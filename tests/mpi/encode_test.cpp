@@ -1091,7 +1091,7 @@ TEST(Encode, VaceControlFilesBecomeEachSamplesContextAndAVaceModelTrainsOnThem) 
            "clips/short.mp4: " + clips +
                "/short.control.mp4: 3 frames, shorter than the clip's 5 (its frame k goes with "
                "the clip's frame k)",
-           "clips/norefs.mp4: 0 reference pictures, and the dataset's samples have 1 (the first item's)",
+           "clips/norefs.mp4: 0 reference pictures, and the dataset's samples have 1 (the first usable item's)",
            "clips/lonely.mp4: " + clips + "/lonely.mask.mp4: a mask without a control video to keep or remake"})
     EXPECT_NE(encoded.output.find(line), std::string::npos) << line << "\n" << encoded.output;
   const auto dataset = wt::data::Dataset::open(data);
@@ -1178,7 +1178,10 @@ TEST(Encode, VaceControlFilesBecomeEachSamplesContextAndAVaceModelTrainsOnThem) 
             "branch alone in full is not in wantrain yet)"},
            {kTiny, " --lora-rank 4 --trainable vace",
             "option --trainable: vace adapts a VACE model's VACE blocks, and model config " + kTiny +
-                " (t2v) has none"}}) {
+                " (t2v) has none"},
+           {config, " --mode distill --teacher " + dir + "/one/model.safetensors --teacher-config " + config,
+            "option --mode: distillation of a VACE model is not in wantrain yet (--teacher-config " + config +
+                " (the teacher's) is vace, --model-config " + config + " is vace)"}}) {
     const auto refused = train(1, dir + "/refused", model, extra);
     EXPECT_EQ(refused.status, 2) << refused.output;
     EXPECT_EQ(wt::testing::occurrences(refused.output, line), 1u) << refused.output;

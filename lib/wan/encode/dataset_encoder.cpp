@@ -156,7 +156,7 @@ std::string decode_clips(const data::MediaItem& item, const ItemProbe& planned, 
   if (!item.mask.empty() && item.control.empty())
     return fmt::format("{}: a mask without a control video to keep or remake", item.mask);
   if (int64_t(item.references.size()) != s.vace_references)
-    return fmt::format("{} reference picture{}, and the dataset's samples have {} (the first item's)",
+    return fmt::format("{} reference picture{}, and the dataset's samples have {} (the first usable item's)",
                        item.references.size(), item.references.size() == 1 ? "" : "s", s.vace_references);
   for (const auto& path : item.references)
     prepared.references.push_back(fit_reference(read_picture(path), bucket.size.height, bucket.size.width));

@@ -103,7 +103,8 @@ void validate(const WanConfig& c, const std::string& source) {
   // VideoX-Fun's Fun-Control models call themselves i2v: y holds the control
   // video's latents and the start frame's (Wan2.1-Fun: 3 * out_dim), or the
   // control's, a 4-channel mask and the masked video's (Wan2.2-Fun: + 4).
-  if (c.model_type == ModelType::I2V && (c.in_dim == 3 * c.out_dim || c.in_dim == 3 * c.out_dim + 4))
+  if (c.model_type == ModelType::I2V && c.in_dim != 2 * c.out_dim + 4 &&
+      (c.in_dim == 3 * c.out_dim || c.in_dim == 3 * c.out_dim + 4))
     fail(
         fmt::format("'in_dim' {} with 'model_type' i2v is VideoX-Fun's Fun-Control layout (the latents, the "
                     "control video's latents and the start frame's{}): Fun-Control models are not in wantrain yet",

@@ -111,9 +111,11 @@ void check_teacher(const distributed::World& world, const TrainSettings& setting
     const std::string model_config = setting_reference("model_config") + " " + settings.model_config;
     // The distillation objectives, the projection and the teacher's stills know no VACE context yet.
     if (config.vace() || (in.model_config && in.model_config->vace()))
-      throw SettingError("mode", fmt::format("distillation of a VACE model is not in wantrain yet ({} is {}, {} {})",
-                                             source, model_type_name(config.model_type), model_config,
-                                             in.model_config ? model_type_name(in.model_config->model_type) : "?"));
+      throw SettingError("mode", fmt::format("distillation of a VACE model is not in wantrain yet ({} is {}{})", source,
+                                             model_type_name(config.model_type),
+                                             in.model_config ? fmt::format(", {} is {}", model_config,
+                                                                           model_type_name(in.model_config->model_type))
+                                                             : std::string()));
     // An image student's frames reach a video teacher as stills (wan/objective/teacher.hpp).
     auto seen = config;
     if (in.model_config && in.model_config->patch_size[0] == 1) seen.patch_size[0] = 1;
