@@ -254,7 +254,7 @@ int run_synth(distributed::World&, int argc, char** argv) {
       .add("modes", &c.modes,
            "videos per prompt: samples in groups of K share a prompt, each moving its own way (the base velocity "
            "turned by 2 pi k / K); 1: every sample its own prompt")
-      .add("clip-tokens", &c.clip_tokens, "with --condition: CLIP-like features /clip_fea of T tokens (0: none)")
+      .add("clip-tokens", &c.clip_tokens, "with --condition i2v: CLIP-like features /clip_fea of T tokens (0: none)")
       .add("clip-dim", &c.clip_dim, "their width")
       .choice("latent-dtype", &c.latent_dtype, {"float32", "float16", "bfloat16"}, "how latents are stored")
       .choice("text-dtype", &c.text_dtype, {"float32", "float16"}, "how text embeddings are stored");
