@@ -184,12 +184,15 @@ void declare_encode_options(OptionSet& options, EncodeConfig& c) {
       .choice("t5-dtype", &c.t5_dtype, {"bf16", "fp32"}, "umT5 weights and compute (the release is bf16)")
       .add("tokenizer", &c.tokenizer, "umT5's spiece.model, or the folder holding it (google/umt5-xxl)")
       .add("text-len", &c.text_len, "text tokens L: longer prompts are cut (counted in the summary)")
-      .choice("condition", &c.condition, {"none", "i2v", "flf2v", "vace"},
+      .choice("condition", &c.condition, {"none", "i2v", "flf2v", "vace", "fun-control"},
               "image-to-video data: store each sample's condition /y, the first frame (i2v) or the first and last "
               "(flf2v) encoded as Wan's image2video.py does, and with --clip their CLIP features /clip_fea; vace: "
               "each sample's VACE context /vace_context from the item's control video, mask and reference pictures "
               "(NAME.control.mp4, NAME.mask.mp4, NAME.ref.png beside NAME.mp4, or the listing's vace_video, "
-              "vace_video_mask and vace_reference_image), as Wan2.1's vace.py encodes them")
+              "vace_video_mask and vace_reference_image), as Wan2.1's vace.py encodes them; fun-control: /y from "
+              "the item's control video (NAME.control.mp4, or the listing's control_video) and the clip's first "
+              "frame, and with --clip the first frame's CLIP features, as VideoX-Fun's Wan2.1-Fun-Control reads "
+              "them")
       .add("clip", &c.clip,
            "CLIP image encoder for Wan2.1 I2V/FLF2V (models_clip_open-clip-xlm-roberta-large-vit-huge-14.pth or "
            "safetensors of its names, ComfyUI's clip_vision_h.safetensors, or a CLIPVisionModel folder: a diffusers "
@@ -223,7 +226,8 @@ wan::DatasetEncoderSettings encoder_settings(const EncodeConfig& c, const wan::E
   s.strict = c.strict;
   s.condition_images = c.condition == "i2v" ? 1 : c.condition == "flf2v" ? 2 : 0;
   s.vace = c.condition == "vace";
-  s.listing_options.control_files = s.vace;
+  s.fun_control = c.condition == "fun-control";
+  s.listing_options.control_files = s.vace || s.fun_control;
   s.decode_threads = c.decode_threads;
   s.models_fingerprint =
       fmt::format("vae {} ({}, {}), t5 {} ({}, {}), tokenizer {}, text_len {}", c.vae,
@@ -293,7 +297,8 @@ int run_encode(distributed::World& world, int argc, char** argv) {
        {std::pair{"input", c.input}, {"out", c.out}, {"vae", c.vae}, {"t5", c.t5}, {"tokenizer", c.tokenizer}})
     if (value.empty()) throw UsageError(fmt::format("option --{}: required", option));
   if (!c.clip.empty() && (c.condition == "none" || c.condition == "vace"))
-    throw UsageError("option --clip: the CLIP features are of an image condition: give --condition i2v or flf2v");
+    throw UsageError(
+        "option --clip: the CLIP features are of an image condition: give --condition i2v, flf2v or fun-control");
   for (const auto& [option, path] : {std::pair{"vae", wan::vae_weights_file(c.vae)},
                                      {"t5", wan::t5_weights_file(c.t5)},
                                      {"clip", wan::clip_weights_file(c.clip)}})

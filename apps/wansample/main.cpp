@@ -43,7 +43,8 @@ struct SampleConfig {
       device = "auto", prompt, negative_prompt, t5, t5_config, t5_dtype = "bf16", tokenizer, noise, vae, vae_config,
       vae_dtype = "fp32", vae_tiling = "auto", video, frames_dir, image, last_image, clip, clip_dtype = "fp32",
       cfg = "5", high_noise, low_noise, attention_chunk = "fused", solver = "unipc", weights_dtype = "auto",
-      schedule = "release", cache = "none", cache_calibration, calibrate_cache, src_video, src_mask, src_ref_images;
+      schedule = "release", cache = "none", cache_calibration, calibrate_cache, src_video, src_mask, src_ref_images,
+      control_video, ref_image;
   int64_t index = 0, frames = 0, max_area = 0;  // 0: the VAE's release (wan/vae/release_video.hpp)
   int steps = 50, threads = 0, sp = 0;          // sp 0: the ranks of the job
   double shift = 5.0, fps = 0, boundary = 0;    // fps 0: the VAE's release
@@ -197,7 +198,8 @@ void declare_options(OptionSet& options, SampleConfig& c) {
       .add("out", &c.out, "output: the latents as a one-sample shard")
       .add("image", &c.image,
            "image-to-video models: start from this picture (PNG, JPEG, ...), encoded by --vae (and --clip) as Wan's "
-           "image2video.py does; the video takes its aspect ratio within --max-area unless --size is given")
+           "image2video.py does; the video takes its aspect ratio within --max-area unless --size is given "
+           "(Fun-Control models: the start frame, resized to --size)")
       .add("last-image", &c.last_image, "flf2v models: the last frame, as --image is the first")
       .flag("first-frame", &c.first_frame,
             "ti2v models with --data: start from the sample's own first latent frame, held as --image holds the "
@@ -214,6 +216,14 @@ void declare_options(OptionSet& options, SampleConfig& c) {
            "VACE models: pictures of what to show (comma-separated), each fitted on white to the sample's size, as "
            "generate.py --src_ref_images")
       .add("vace-scale", &c.vace_scale, "VACE models: the strength of the control (the VACE hints' scale)")
+      .add("control-video", &c.control_video,
+           "Fun-Control models (VideoX-Fun's Wan2.1-Fun-Control): the control video (pose, depth, edges, ...; frame "
+           "k of the file is frame k of the sample, scaled to cover the sample's size and cut around the centre), "
+           "encoded by --vae; --image gives the start frame, --ref-image a V1.1 model's reference picture; without "
+           "it, zeros")
+      .add("ref-image", &c.ref_image,
+           "Fun-Control V1.1 models (add_ref_conv): a picture of what to show, resized to the sample, its latents "
+           "put before the video's tokens and its CLIP features read (with --clip)")
       .add("clip", &c.clip,
            "CLIP image encoder for --image with Wan2.1 I2V/FLF2V "
            "(models_clip_open-clip-xlm-roberta-large-vit-huge-14.pth or safetensors of its names, ComfyUI's "
@@ -297,6 +307,8 @@ wan::SamplingRequest sampling_request(const SampleConfig& c, const OptionSet& op
   r.src_mask = c.src_mask;
   r.src_ref_images = split_list(c.src_ref_images);
   r.vace_scale = c.vace_scale;
+  r.control_video = c.control_video;
+  r.ref_image = c.ref_image;
   r.noise = c.noise;
   r.seed = c.seed;
   if (given["solver"]) r.solver = *wan::solver_from_name(c.solver);

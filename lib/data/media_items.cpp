@@ -103,8 +103,10 @@ std::vector<MediaItem> list_csv(const fs::path& path) {
     throw UsageError(fmt::format("{}: no column 'video' or 'image' (the media paths)", path.string()));
   const int64_t prompt = table.column("prompt");
   const int64_t video = has("video") ? table.column("video") : -1, image = has("image") ? table.column("image") : -1;
-  // DiffSynth-Studio's VACE columns.
-  const int64_t control = has("vace_video") ? table.column("vace_video") : -1,
+  // DiffSynth-Studio's VACE columns; its Fun-Control column control_video where there is no vace_video.
+  const int64_t control = has("vace_video")      ? table.column("vace_video")
+                          : has("control_video") ? table.column("control_video")
+                                                 : -1,
                 mask = has("vace_video_mask") ? table.column("vace_video_mask") : -1,
                 reference = has("vace_reference_image") ? table.column("vace_reference_image") : -1;
   std::vector<MediaItem> items;
@@ -146,8 +148,9 @@ std::vector<MediaItem> list_jsonl(const fs::path& path) {
           item.media = resolve(path.parent_path(), doc[key].get<std::string>());
       if (item.media.empty()) item.problem = "no \"video_path\" or \"image_path\" string";
       if (doc.contains("caption") && doc["caption"].is_string()) item.caption = doc["caption"].get<std::string>();
-      for (const auto& [key, slot] : {std::pair{"vace_video", &item.control}, {"vace_video_mask", &item.mask}})
-        if (doc.contains(key) && doc[key].is_string() && !doc[key].get<std::string>().empty())
+      for (const auto& [key, slot] :
+           {std::pair{"vace_video", &item.control}, {"control_video", &item.control}, {"vace_video_mask", &item.mask}})
+        if (slot->empty() && doc.contains(key) && doc[key].is_string() && !doc[key].get<std::string>().empty())
           *slot = resolve(path.parent_path(), doc[key].get<std::string>());
       if (doc.contains("vace_reference_image")) {
         const auto& refs = doc["vace_reference_image"];

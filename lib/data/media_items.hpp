@@ -24,7 +24,8 @@ struct MediaItem {
   std::string origin;                  // where it was listed: "list.csv line 4", "clips/a.mp4"
   std::string problem;                 // non-empty: the entry is unusable, and why
   // A VACE model's control (wandata encode --condition vace): a control
-  // video, its mask video and reference pictures; "" / empty: none given.
+  // video, its mask video and reference pictures; a Fun-Control model's
+  // (--condition fun-control): the control video; "" / empty: none given.
   std::string control, mask;
   std::vector<std::string> references;
 };
@@ -33,7 +34,7 @@ struct MediaListOptions {
   std::string caption_extension = ".txt";  // sidecar captions in a folder
   // A folder's NAME.control.EXT, NAME.mask.EXT and NAME.ref*.EXT beside
   // NAME.EXT are NAME's control files, not items (wandata encode
-  // --condition vace); false: every media file is an item.
+  // --condition vace or fun-control); false: every media file is an item.
   bool control_files = false;
 };
 

@@ -22,50 +22,16 @@
 
 #include "../common/build_paths.hpp"
 #include "../common/launch.hpp"
+#include "../common/tiny_clip.hpp"
 #include "wantrain/io/safetensors.hpp"
 #include "wantrain/util/error.hpp"
 #include "wantrain/wan/encoders/clip_vision.hpp"
 
 namespace {
 
-bool ends_with(const std::string& s, const std::string& end) {
-  return s.size() >= end.size() && s.compare(s.size() - end.size(), end.size(), end) == 0;
-}
-
-// What the released file holds for a tower of `config`, in a state dict's
-// order: every visual.* tensor (the last block, post_norm and head too), a
-// text-tower tensor and log_scale. Drawn so that every part matters and
-// activations stay of order 1: LayerNorm gains around 1, small biases,
-// matrices at unit gain (so that attention scores spread by about 1 and
-// the softmax is far from uniform), the class token and position embedding
-// as large as the patch tokens.
-wt::io::NamedTensors released_state_dict(const wt::wan::ClipVisionConfig& config, uint64_t seed) {
-  auto with_last = config;
-  ++with_last.num_layers;  // holds blocks 0 .. num_layers - 1: the last one included
-  wt::wan::ClipVision tower(with_last);
-  torch::manual_seed(seed);
-  torch::NoGradGuard no_grad;
-  wt::io::NamedTensors weights;
-  for (auto& item : tower->named_parameters()) {
-    auto& p = item.value();
-    const bool norm = item.key().find("norm") != std::string::npos;
-    if (norm && ends_with(item.key(), ".weight"))
-      p.copy_(1 + 0.3 * torch::randn_like(p));
-    else if (ends_with(item.key(), ".bias"))
-      p.copy_(0.1 * torch::randn_like(p));
-    else if (item.key() == "cls_embedding" || item.key() == "pos_embedding")
-      p.copy_(torch::randn_like(p));
-    else
-      p.copy_(torch::randn_like(p) / std::sqrt(double(p.numel() / p.size(0))));
-    weights.emplace_back("visual." + item.key(), p.clone());
-  }
-  weights.emplace_back("visual.post_norm.weight", 1 + 0.3 * torch::randn({config.dim}));
-  weights.emplace_back("visual.post_norm.bias", 0.1 * torch::randn({config.dim}));
-  weights.emplace_back("visual.head", torch::randn({config.dim, 24}));
-  weights.emplace_back("textual.token_embedding.weight", torch::randn({30, 16}));
-  weights.emplace_back("log_scale", torch::full({}, std::log(1 / 0.07)));
-  return weights;
-}
+using wt::testing::clip_config_json;
+using wt::testing::ends_with;
+using wt::testing::released_clip_state_dict;
 
 // The same tensors as Hugging Face transformers' CLIPVisionModelWithProjection
 // names them (ComfyUI's clip_vision_h.safetensors): the class token [dim],
@@ -109,18 +75,12 @@ wt::io::NamedTensors hugging_face_state_dict(const wt::io::NamedTensors& release
   return hf;
 }
 
-std::string config_json(const wt::wan::ClipVisionConfig& c) {
-  return nlohmann::json{{"image_size", c.image_size}, {"patch_size", c.patch_size}, {"dim", c.dim},
-                        {"mlp_ratio", c.mlp_ratio},   {"num_heads", c.num_heads},   {"num_layers", c.num_layers}}
-      .dump();
-}
-
 double max_abs(const at::Tensor& t) { return t.abs().max().item<double>(); }
 
 // The reference's features for `images` from the weights in `weights_file`.
 at::Tensor run_reference(const std::string& dir, const wt::wan::ClipVisionConfig& config,
                          const std::string& weights_file, const at::Tensor& images) {
-  std::ofstream(dir + "/config.json") << config_json(config);
+  std::ofstream(dir + "/config.json") << clip_config_json(config);
   wt::io::write_safetensors(dir + "/inputs.safetensors", {{"images", images}}, torch::kFloat32);
   const auto job = wt::testing::launch(std::string(WANTRAIN_PYTHON) + " " + WANTRAIN_SOURCE_DIR +
                                        "/tests/reference/clip_reference.py " + dir + "/config.json " + weights_file +
@@ -147,7 +107,7 @@ void expect_matches_reference(const char* name, const wt::wan::ClipVisionConfig&
   const std::string dir = wt::testing::fresh(std::string("clip-reference-") + name);
   std::filesystem::create_directories(dir);
   const std::string weights = dir + "/clip.safetensors";
-  wt::io::write_safetensors(weights, released_state_dict(config, 21), torch::kFloat32, metadata);
+  wt::io::write_safetensors(weights, released_clip_state_dict(config, 21), torch::kFloat32, metadata);
   const auto reference = run_reference(dir, config, weights, images);
   ASSERT_TRUE(reference.defined());
 
@@ -200,7 +160,7 @@ TEST(ClipReference, ResizedNonSquareImagesAndHeadsFromMetadataMatchTheReference)
 TEST(ClipReference, ATorchSavedStateDictLoadsToTheSameFeatures) {
   const std::string dir = wt::testing::fresh("clip-files");
   std::filesystem::create_directories(dir);
-  wt::io::write_safetensors(dir + "/clip.safetensors", released_state_dict(kTinyClip, 22), torch::kFloat32);
+  wt::io::write_safetensors(dir + "/clip.safetensors", released_clip_state_dict(kTinyClip, 22), torch::kFloat32);
   const std::string pth = dir + "/models_clip_open-clip-xlm-roberta-large-vit-huge-14.pth";
   const auto job = wt::testing::launch(
       std::string(WANTRAIN_PYTHON) + " -c \"import sys, torch; sys.path.insert(0, '" + WANTRAIN_SOURCE_DIR +
@@ -238,7 +198,7 @@ TEST(ClipReference, ATorchSavedStateDictLoadsToTheSameFeatures) {
 TEST(ClipReference, HuggingFaceNamesLoadToTheSameFeatures) {
   const std::string dir = wt::testing::fresh("clip-hugging-face");
   std::filesystem::create_directories(dir);
-  const auto released = released_state_dict(kTinyClip, 24);
+  const auto released = released_clip_state_dict(kTinyClip, 24);
   const auto hf = hugging_face_state_dict(released);
   const std::string official = dir + "/clip.safetensors", comfy = dir + "/clip_vision_h.safetensors";
   wt::io::write_safetensors(official, released, torch::kFloat32);
@@ -304,7 +264,7 @@ TEST(ClipReference, HuggingFaceNamesLoadToTheSameFeatures) {
 TEST(ClipReference, FilesWithoutTheTowerAreRefusedInOneLine) {
   const std::string dir = wt::testing::fresh("clip-bad-files");
   std::filesystem::create_directories(dir);
-  const auto full = released_state_dict(kTinyClip, 23);
+  const auto full = released_clip_state_dict(kTinyClip, 23);
   const auto write = [&](const std::string& file, const std::function<bool(std::pair<std::string, at::Tensor>&)>& keep,
                          const std::map<std::string, std::string>& metadata = {{"format", "pt"}}) {
     wt::io::NamedTensors tensors;
@@ -362,7 +322,7 @@ TEST(ClipReference, TheDefaultIsVitH14AndTheNamesAreTheOfficialOnes) {
   EXPECT_EQ(vit_h.tokens(), 257);
   const std::string dir = wt::testing::fresh("clip-names");
   std::filesystem::create_directories(dir);
-  std::ofstream(dir + "/config.json") << config_json(kTinyClip);
+  std::ofstream(dir + "/config.json") << clip_config_json(kTinyClip);
   const auto job = wt::testing::launch(std::string(WANTRAIN_PYTHON) + " -c \"import sys, json; sys.path.insert(0, '" +
                                        WANTRAIN_SOURCE_DIR +
                                        "/tests/reference'); import clip_reference as r; "

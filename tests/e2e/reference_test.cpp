@@ -22,7 +22,8 @@ struct Case {
   const char* config_json;
   std::array<int64_t, 3> latent_fhw;
   int64_t context_len;
-  double vace_scale = 1.0;  // a vace model's context scale
+  double vace_scale = 1.0;        // a vace model's context scale
+  bool reference_latents = true;  // a ref_conv model: full_ref given (else zeros on both sides)
 };
 
 // How the timesteps reach each side: one per sample to both; one per token
@@ -74,6 +75,10 @@ void expect_matches_reference(const Case& c, Timesteps timesteps = Timesteps::Pe
     image.vace_scale = c.vace_scale;
     inputs.emplace_back("vace_context", image.vace_context);
     inputs.emplace_back("vace_scale", torch::tensor({float(c.vace_scale)}));
+  }
+  if (config.ref_conv && c.reference_latents) {
+    image.full_ref = torch::randn({2, config.out_dim, h, w});
+    inputs.emplace_back("full_ref", image.full_ref);
   }
   wt::io::write_safetensors(dir + "/inputs.safetensors", inputs, torch::kFloat32);
 
@@ -252,4 +257,29 @@ TEST(WanReference, VaceModelWithOtherLayersAndAContextScaleMatches) {
        {2, 6, 4},
        5,
        0.6});
+}
+
+// VideoX-Fun's Wan2.1-Fun-Control (wan_transformer3d.py): an i2v model with
+// in_dim 3 out_dim, y the control's and the start frame's latents, the CLIP
+// branch; V1.1 adds ref_conv, the reference picture's tokens put first (RoPE
+// frame 0) and cut off after the head: given, with a timestep per sample,
+// and absent (zeros) with a timestep per token, padded at the front.
+TEST(WanReference, FunControlModelMatches) {
+  expect_matches_reference(
+      {"fun-control",
+       R"({"model_type": "i2v", "image_dim": 24, "image_tokens": 5, "dim": 64, "ffn_dim": 96, "num_heads": 4,
+           "num_layers": 2, "freq_dim": 32, "text_dim": 24, "text_len": 10, "patch_size": [1, 2, 2], "in_dim": 18,
+           "out_dim": 6, "eps": 1e-6, "qk_norm": true, "cross_attn_norm": true})",
+       {3, 4, 6},
+       7});
+}
+
+TEST(WanReference, FunControlWithAReferencePictureMatches) {
+  const char* config =
+      R"({"model_type": "i2v", "image_dim": 24, "image_tokens": 5, "dim": 64, "ffn_dim": 96, "num_heads": 4,
+          "num_layers": 2, "freq_dim": 32, "text_dim": 24, "text_len": 10, "patch_size": [1, 2, 2], "in_dim": 18,
+          "out_dim": 6, "eps": 1e-6, "qk_norm": true, "cross_attn_norm": true, "add_ref_conv": true,
+          "in_dim_ref_conv": 6, "add_control_adapter": false})";
+  expect_matches_reference({"fun-control-ref", config, {3, 4, 6}, 7});
+  expect_matches_reference({"fun-control-zero-ref", config, {2, 4, 4}, 5, 1.0, false}, Timesteps::FirstFrameAtZero);
 }

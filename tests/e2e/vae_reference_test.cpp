@@ -17,6 +17,7 @@
 #include "../common/build_paths.hpp"
 #include "../common/launch.hpp"
 #include "../common/sample_shard.hpp"
+#include "../common/tiny_clip.hpp"
 #include "wantrain/media/video_writer.hpp"
 #include "wantrain/wan/model/wan_model.hpp"
 #include "wantrain/io/safetensors.hpp"
@@ -24,6 +25,7 @@
 #include "wantrain/wan/encoders/clip_vision.hpp"
 #include "wantrain/wan/sample/image_condition.hpp"
 #include "wantrain/wan/sample/vace_condition.hpp"
+#include "wantrain/wan/sample/fun_control_condition.hpp"
 #include "wantrain/wan/model/weights.hpp"
 #include "wantrain/wan/vae/vae_config.hpp"
 #include "wantrain/wan/vae/vae_weights.hpp"
@@ -576,6 +578,91 @@ TEST(VaceSample, TenGuidedStepsAreTheReferenceLoop) {
   ASSERT_EQ(sample.status, 0) << sample.output;
   EXPECT_EQ(wt::testing::occurrences(sample.output, "VACE control at 32x32, 5 frames: " + dir + "/control.mp4, mask " +
                                                         dir + "/mask.mp4, 1 reference picture; context [72,3,4,4]"),
+            1u)
+      << sample.output;
+  EXPECT_EQ(wt::testing::occurrences(sample.output, "decoded 5 frames of 32x32"), 1u) << sample.output;
+  const auto file = wt::io::SafetensorsFile::open(dir + "/reference.safetensors");
+  const auto expected = file.read(*file.find("latents"));
+  const auto ours = wt::testing::sampled_latents(dir + "/sample.h5");
+  ASSERT_EQ(ours.sizes(), expected.sizes());
+  const double scale = max_abs(expected), error = max_abs(ours - expected);
+  EXPECT_GT(scale, 0.1);
+  EXPECT_LT(error, 1e-4 * scale) << "max |wansample - reference| = " << error << " of " << scale;
+}
+
+// A Fun-Control V1.1 model (VideoX-Fun's Wan2.1-Fun-Control: i2v, in_dim
+// 3 z, the CLIP branch, ref_conv) sampled by wansample from a control
+// video, a start picture and a reference picture, against
+// tests/reference/fun_control_sample_reference.py: the condition as
+// pipeline_wan_fun_control.py builds it, the reference forward, guidance
+// with the condition in both branches, 10 Euler steps. A VAE of 6 latent
+// channels: with 4, in_dim 3 z = 2 z + 4 would read as an image-to-video model.
+TEST(FunControlSample, TenGuidedStepsAreTheReferenceLoop) {
+  const std::string dir = wt::testing::fresh("fun-control-sample");
+  std::filesystem::create_directories(dir);
+  const std::string vae_json = R"({"dim": 8, "z_dim": 6, "dim_mult": [1, 2, 2, 2], "num_res_blocks": 1,
+      "temperal_downsample": [false, true, true], "latents_mean": [0.1, -0.2, 0.3, 0.0, 0.2, -0.1],
+      "latents_std": [1.5, 0.5, 2.0, 1.0, 0.8, 1.2]})";
+  std::ofstream(dir + "/vae.json") << vae_json;
+  wt::wan::WanVae vae(wt::wan::parse_vae_config(vae_json, "six channels"));
+  randomize(*vae, 61);
+  wt::io::write_safetensors(dir + "/vae.safetensors", state_dict(*vae), torch::kFloat32);
+  const wt::wan::ClipVisionConfig tiny_clip{/*image_size=*/28, /*patch_size=*/14, /*dim=*/160,
+                                            /*mlp_ratio=*/4,   /*num_heads=*/2,   /*num_layers=*/3};
+  std::ofstream(dir + "/clip.json") << wt::testing::clip_config_json(tiny_clip);
+  wt::io::write_safetensors(dir + "/clip.safetensors", wt::testing::released_clip_state_dict(tiny_clip, 62),
+                            torch::kFloat32);
+  const std::string model_json = R"({"model_type": "i2v", "image_dim": 160, "image_tokens": 5, "dim": 32,
+      "ffn_dim": 48, "num_heads": 2, "num_layers": 2, "freq_dim": 32, "text_dim": 8, "text_len": 16,
+      "patch_size": [1, 2, 2], "in_dim": 18, "out_dim": 6, "eps": 1e-6, "qk_norm": true, "cross_attn_norm": true,
+      "add_ref_conv": true, "in_dim_ref_conv": 6})";
+  std::ofstream(dir + "/model.json") << model_json;
+  const auto config = wt::wan::parse_model_config(model_json, "model.json");
+  ASSERT_TRUE(config.fun_control() && config.ref_conv && config.image_branch());
+  torch::manual_seed(63);
+  wt::wan::WanModel model(config);
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& p : model->parameters()) p.copy_(torch::randn_like(p) * 0.2);
+  }
+  wt::wan::save_weights(*model, dir + "/model.safetensors");
+  // 5 frames of 32 x 32: a moving gradient as the control; two pictures.
+  const int frames = 5, side = 32;
+  {
+    wt::media::VideoWriter video(dir + "/control.mp4", side, side);
+    for (int f = 0; f < frames; ++f)
+      video.write(drawn(side, side, [&](int x, int y, int c) { return 8 * x + 5 * y + 40 * c + 20 * f; }));
+    video.finish();
+  }
+  wt::media::write_png(dir + "/start.png",
+                       drawn(side, side, [](int x, int y, int c) { return 30 + 6 * x * c + 3 * y; }));
+  wt::media::write_png(dir + "/ref.png",
+                       drawn(side, side, [](int x, int y, int c) { return 220 - 5 * y - 2 * x * c; }));
+  torch::manual_seed(64);
+  wt::io::NamedTensors inputs{{"control", wt::wan::read_control_video(dir + "/control.mp4", frames, side, side)},
+                              {"start", wt::wan::read_picture(dir + "/start.png")},
+                              {"ref", wt::wan::read_picture(dir + "/ref.png")},
+                              {"noise", torch::randn({6, 2, side / 8, side / 8})},
+                              {"context", torch::randn({5, 8})},
+                              {"steps", torch::tensor({10.0f})},
+                              {"cfg", torch::tensor({4.0f})},
+                              {"shift", torch::tensor({3.0f})}};
+  wt::io::write_safetensors(dir + "/inputs.safetensors", inputs, torch::kFloat32);
+  const auto reference = wt::testing::launch(
+      std::string(WANTRAIN_PYTHON) + " " + WANTRAIN_SOURCE_DIR + "/tests/reference/fun_control_sample_reference.py " +
+      dir + "/model.json " + dir + "/model.safetensors " + dir + "/vae.json " + dir + "/vae.safetensors " + dir +
+      "/clip.json " + dir + "/clip.safetensors " + dir + "/inputs.safetensors " + dir + "/reference.safetensors");
+  ASSERT_EQ(reference.status, 0) << reference.output;
+  const auto sample = wt::testing::launch(
+      std::string(WANTRAIN_WANSAMPLE) + " --weights " + dir + "/model.safetensors --model-config " + dir +
+      "/model.json --text " + dir + "/text.h5 --frames 2 --size 4x4 --noise " + dir +
+      "/noise.h5 --solver euler --steps 10 --cfg 4 --shift 3 --vae " + dir + "/vae.safetensors --vae-config " + dir +
+      "/vae.json --clip " + dir + "/clip.safetensors --control-video " + dir + "/control.mp4 --image " + dir +
+      "/start.png --ref-image " + dir + "/ref.png --out " + dir + "/sample.h5 --video " + dir + "/sample.mp4");
+  ASSERT_EQ(sample.status, 0) << sample.output;
+  EXPECT_EQ(wt::testing::occurrences(sample.output, "Fun-Control at 32x32, 5 frames: control " + dir +
+                                                        "/control.mp4, start picture " + dir +
+                                                        "/start.png, reference picture " + dir + "/ref.png"),
             1u)
       << sample.output;
   EXPECT_EQ(wt::testing::occurrences(sample.output, "decoded 5 frames of 32x32"), 1u) << sample.output;

@@ -29,6 +29,7 @@
 #include "wantrain/wan/encoders/t5_encoder.hpp"
 #include "wantrain/wan/sample/image_condition.hpp"
 #include "wantrain/wan/sample/vace_condition.hpp"
+#include "wantrain/wan/sample/fun_control_condition.hpp"
 #include "wantrain/wan/model/model_config.hpp"
 #include "wantrain/wan/model/wan_model.hpp"
 #include "wantrain/wan/model/weights.hpp"
@@ -1193,4 +1194,121 @@ TEST(Encode, VaceControlFilesBecomeEachSamplesContextAndAVaceModelTrainsOnThem) 
   ASSERT_EQ(sample.status, 0) << sample.output;
   EXPECT_EQ(read_shard(dir + "/sample.h5").latents.front().sizes(), latents.sizes());
   EXPECT_EQ(wt::media::probe_media(dir + "/sample.mp4").frames(), 5);
+}
+
+// Fun-Control data (VideoX-Fun's Wan2.1-Fun-Control): a clip with its
+// control video beside it (walk.control.mp4), or named by a metadata.csv's
+// control_video column; each sample's /y is fun_control_y of the control's
+// frames that go with the clip's and the clip's first frame (its start
+// picture). A clip without a control, a control shorter than the clip and a
+// VACE mask are one line each. A Fun-Control model (in_dim 3 x 16) trains
+// on it, 2 ranks = 1 rank; wansample --data samples with the sample's own
+// condition, and a reference picture for a model without ref_conv is one line.
+TEST(Encode, FunControlVideosBecomeEachSamplesConditionAndAFunControlModelTrainsOnThem) {
+  const auto& s = setup();
+  ASSERT_TRUE(s.error.empty()) << s.error;
+  const std::string dir = wt::testing::fresh("encode-fun-control"), clips = dir + "/clips";
+  fs::create_directories(clips);
+  const std::string ff = "ffmpeg -hide_banner -loglevel error -y -f lavfi -i ";
+  for (const auto& [name, source] :
+       {std::pair{"walk.mp4", "testsrc2=size=80x48:rate=16 -frames:v 9 -pix_fmt yuv420p"},
+        {"walk.control.mp4", "mandelbrot=size=64x64:rate=16 -frames:v 9 -pix_fmt yuv420p"},
+        {"run.mp4", "testsrc=size=48x48:rate=16 -frames:v 9 -pix_fmt yuv420p"},
+        {"run.control.mp4", "testsrc2=size=64x64:rate=16 -frames:v 9 -pix_fmt yuv420p"},
+        {"short.mp4", "testsrc2=size=80x48:rate=16 -frames:v 9 -pix_fmt yuv420p"},
+        {"short.control.mp4", "mandelbrot=size=64x64:rate=16 -frames:v 3 -pix_fmt yuv420p"},
+        {"bare.mp4", "testsrc2=size=80x48:rate=16 -frames:v 9 -pix_fmt yuv420p"},
+        {"masked.mp4", "testsrc2=size=80x48:rate=16 -frames:v 9 -pix_fmt yuv420p"},
+        {"masked.control.mp4", "mandelbrot=size=64x64:rate=16 -frames:v 9 -pix_fmt yuv420p"},
+        {"masked.mask.mp4", "color=c=white:size=32x32:rate=16 -frames:v 9 -pix_fmt yuv420p"}}) {
+    const auto job = launch(ff + source + " " + clips + "/" + name);
+    ASSERT_EQ(job.status, 0) << name << ": " << job.output;
+  }
+  for (const char* name : {"walk", "run", "short", "bare", "masked"})
+    write_text(clips + "/" + name + ".txt", "a red ball rolls");
+  const std::string data = dir + "/data";
+  const auto encoded =
+      launch(wandata(encode_args(s, clips, data, "--frames 5 --condition fun-control --latent-dtype fp32")));
+  ASSERT_EQ(encoded.status, 0) << encoded.output;
+  for (const std::string& line : std::vector<std::string>{
+           "clips/short.mp4: " + clips +
+               "/short.control.mp4: 3 frames, shorter than the clip's 5 (its frame k goes with the clip's frame k)",
+           "clips/bare.mp4: no control video (NAME.control.mp4 beside it, or the listing's control_video)",
+           "clips/masked.mp4: " + clips +
+               "/masked.mask.mp4: a VACE control's mask (a Fun-Control model reads the control video alone)"})
+    EXPECT_NE(encoded.output.find(line), std::string::npos) << line << "\n" << encoded.output;
+  const auto dataset = wt::data::Dataset::open(data);
+  ASSERT_EQ(dataset.size(), 2) << encoded.output;  // run and walk
+  const auto& shape = dataset.shape();
+  ASSERT_EQ(shape.condition_channels, 2 * 16);
+  auto latents = torch::empty({shape.channels, shape.frames, shape.height, shape.width});
+  auto text = torch::empty({shape.text_len, shape.text_dim}, wt::data::scalar_type(shape.text));
+  wt::data::SampleCondition stored;
+  stored.y = torch::empty({32, shape.frames, shape.height, shape.width});
+  int32_t len = 0;
+  wt::data::SampleReader(dataset).read(1, latents, text, len, &stored);  // walk's (listing order)
+  const auto vae = wt::wan::open_video_vae(s.vae, s.vae_config);
+  vae->eval();
+  const auto clip = wt::wan::read_control_video(clips + "/walk.mp4", 5, 32, 32);
+  const auto expected = wt::wan::fun_control_y(
+      *vae, {wt::wan::read_control_video(clips + "/walk.control.mp4", 5, 32, 32), clip.select(1, 0), {}}, 5, 32, 32);
+  EXPECT_LT((stored.y - expected).abs().max().item<double>(), 1e-5 * expected.abs().max().item<double>());
+  EXPECT_EQ(stored.y.narrow(0, 16, 16).narrow(1, 1, shape.frames - 1).abs().max().item<double>(),
+            0.0);  // start: frame 0 only
+  // The same item from a metadata.csv's control_video column: the same sample.
+  write_text(dir + "/metadata.csv",
+             "video,prompt,control_video\nclips/walk.mp4,a red ball rolls,clips/walk.control.mp4\n");
+  run_ok(wandata(
+      encode_args(s, dir + "/metadata.csv", dir + "/csv", "--frames 5 --condition fun-control --latent-dtype fp32")));
+  wt::data::SampleCondition listed;
+  listed.y = torch::empty_like(stored.y);
+  wt::data::SampleReader(wt::data::Dataset::open(dir + "/csv")).read(0, latents, text, len, &listed);
+  EXPECT_TRUE(torch::equal(listed.y, stored.y));
+
+  // A Fun-Control model of wan-tiny's width (no CLIP branch: none was
+  // encoded): 2 steps on 1 and on 2 ranks, the same loss.
+  const std::string config = dir + "/fun-control.json";
+  write_text(config, R"({"model_type": "i2v", "dim": 64, "ffn_dim": 128, "num_heads": 4, "num_layers": 2,
+    "freq_dim": 256, "text_dim": 64, "text_len": 16, "patch_size": [1, 2, 2], "in_dim": 48, "out_dim": 16,
+    "eps": 1e-6, "qk_norm": true, "cross_attn_norm": true})");
+  auto train = [&](int ranks, const std::string& out) {
+    return launch(wt::testing::mpi_command(ranks, WANTRAIN_WANTRAIN,
+                                           "--model-config " + config + " --data " + data + " --output-dir " + out +
+                                               " --threads 1 --backend mpi --batch-size " + std::to_string(2 / ranks) +
+                                               " --steps 2 --lr 1e-3"));
+  };
+  const auto one = train(1, dir + "/one"), two = train(2, dir + "/two");
+  ASSERT_EQ(one.status, 0) << one.output;
+  ASSERT_EQ(two.status, 0) << two.output;
+  EXPECT_NE(one.output.find("i2v (Fun-Control)"), std::string::npos) << one.output;
+  const auto last_loss = [](const std::string& file) {
+    std::ifstream in(file);
+    std::string line;
+    double loss = 0;
+    while (std::getline(in, line)) {
+      const auto j = nlohmann::json::parse(line, nullptr, false);
+      if (j.contains("loss") && j.value("step", 0) == 2) loss = j["loss"].get<double>();
+    }
+    return loss;
+  };
+  const double loss_one = last_loss(dir + "/one/metrics.jsonl"), loss_two = last_loss(dir + "/two/metrics.jsonl");
+  EXPECT_GT(loss_one, 0.0) << one.output;
+  EXPECT_NEAR(loss_two, loss_one, 1e-5 * loss_one);
+  // wansample from the data: the sample's own condition.
+  const std::string sample = std::string(WANTRAIN_WANSAMPLE) + " --checkpoint " + dir + "/one/latest --data " + data +
+                             " --index 1 --steps 2 --out " + dir + "/sample.h5 --vae " + s.vae + " --vae-config " +
+                             s.vae_config;
+  const auto sampled = launch(sample + " --video " + dir + "/sample.mp4");
+  ASSERT_EQ(sampled.status, 0) << sampled.output;
+  EXPECT_EQ(read_shard(dir + "/sample.h5").latents.front().sizes(), latents.sizes());
+  EXPECT_EQ(wt::media::probe_media(dir + "/sample.mp4").frames(), 5);
+  const auto refused = launch(sample + " --ref-image " + clips + "/walk.control.mp4");
+  EXPECT_EQ(refused.status, 2) << refused.output;
+  EXPECT_EQ(
+      wt::testing::occurrences(refused.output, "option --ref-image: the model (" + dir +
+                                                   "/one/latest) has no "
+                                                   "ref_conv: a reference picture is for a Fun-Control V1.1 model "
+                                                   "(add_ref_conv)"),
+      1u)
+      << refused.output;
 }

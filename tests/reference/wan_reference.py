@@ -17,7 +17,8 @@ usage: wan_reference.py CONFIG.json WEIGHTS.safetensors INPUTS.safetensors OUT.s
   N = image_tokens for i2v, 2*image_tokens for flf2v: the first image's
   tokens, then the last image's);
   For a vace model INPUTS also holds vace_context [B,vace_in_dim,F,H,W] and
-  vace_scale [1] (the official vace_context_scale).
+  vace_scale [1] (the official vace_context_scale). For a model with
+  add_ref_conv it may hold full_ref [B,out_dim,H,W] (zeros when absent).
   OUT receives "out" [B,out_dim,F,H,W] (float32).
 
 CONFIG holds WanModel's settings (dim, ffn_dim, num_heads, num_layers,
@@ -38,6 +39,16 @@ cross_attn_norm) and optionally:
                 before_proj(c) + x; each gives a hint after_proj(c); base
                 block vace_layers[N] adds hint N times the scale to its
                 output. Defaults as the official: every second block, in_dim.
+
+  add_ref_conv  VideoX-Fun's Wan2.1-Fun-Control V1.1 (its
+                videox_fun/models/wan_transformer3d.py): a Conv2d ref_conv
+                (kernel and stride the patch's height and width) turns the
+                reference latents full_ref into one frame of tokens put
+                before the video's: the grid has a frame more (RoPE frame 0
+                for the reference), a per-token t is padded at the front
+                with its last value, and the reference's tokens are dropped
+                after the head. (Fun-Control's y, [control latents, start
+                frame latents], is any y to this model: in_dim = 3 out_dim.)
 
 With image_dim > 0 and model_type i2v or flf2v (the Wan2.1 I2V/FLF2V
 checkpoints), img_emb (the official MLPProj) turns clip_fea into image
@@ -157,7 +168,7 @@ def vace_layers(cfg):
     return cfg.get("vace_layers", list(range(0, cfg["num_layers"], 2)))
 
 
-def forward(cfg, p, x, t, context, y=None, clip_fea=None, vace_context=None, vace_scale=1.0):
+def forward(cfg, p, x, t, context, y=None, clip_fea=None, vace_context=None, vace_scale=1.0, full_ref=None):
     dim, heads, eps = cfg["dim"], cfg["num_heads"], cfg["eps"]
     d = dim // heads
     patch = cfg["patch_size"]
@@ -167,7 +178,18 @@ def forward(cfg, p, x, t, context, y=None, clip_fea=None, vace_context=None, vac
         x = torch.cat([x, y], dim=1)
     x = F.conv3d(x, p["patch_embedding.weight"], p["patch_embedding.bias"], stride=patch)
     grid = list(x.shape[2:])
+    video_grid = list(grid)
     x = x.flatten(2).transpose(1, 2)
+    ref_len = 0
+    if cfg.get("add_ref_conv", False):
+        if full_ref is None:
+            full_ref = x.new_zeros(x.shape[0], cfg["out_dim"], grid[1] * patch[1], grid[2] * patch[2])
+        ref = F.conv2d(full_ref, p["ref_conv.weight"], p["ref_conv.bias"], stride=patch[1:]).flatten(2).transpose(1, 2)
+        ref_len = ref.shape[1]
+        x = torch.cat([ref, x], dim=1)
+        grid[0] += 1
+        if t.dim() == 2:
+            t = torch.cat([t[:, -1:].repeat(1, ref_len), t], dim=1)
     b, s = x.shape[0], x.shape[1]
 
     # Wan2.2 takes t [B] or [B, L]: one timestep per token, each with its own
@@ -240,6 +262,8 @@ def forward(cfg, p, x, t, context, y=None, clip_fea=None, vace_context=None, vac
 
     shift, scale = modulation("head.modulation", e.unsqueeze(2) if per_token else e.unsqueeze(1), 2)
     x = linear(p, "head.head", layer_norm(x, eps) * (1 + scale) + shift)
+    x = x[:, ref_len:]
+    grid = video_grid
 
     c = cfg["out_dim"]
     out = []
@@ -265,7 +289,7 @@ def main():
     with torch.no_grad():
         scale = float(inputs["vace_scale"][0]) if "vace_scale" in inputs else 1.0
         out = forward(cfg, p, inputs["x"], inputs["t"], inputs["context"], inputs.get("y"), inputs.get("clip_fea"),
-                      inputs.get("vace_context"), scale)
+                      inputs.get("vace_context"), scale, inputs.get("full_ref"))
     write_safetensors(out_path, {"out": out})
 
 

@@ -26,6 +26,7 @@
 #include "wantrain/wan/encoders/prompt_text.hpp"
 #include "wantrain/wan/sample/image_condition.hpp"
 #include "wantrain/wan/sample/vace_condition.hpp"
+#include "wantrain/wan/sample/fun_control_condition.hpp"
 #include "wantrain/wan/encode/item_probes.hpp"
 #include "wantrain/wan/vae/video_frames.hpp"
 
@@ -55,9 +56,9 @@ bool shard_done(const std::string& out, int64_t k) {
 struct Prepared {
   size_t item = 0;
   std::vector<at::Tensor> clips;
-  // VACE: each clip's control [3, N, H, W] in [-1, 1] and mask [1, N, H, W]
-  // in [0, 1] (undefined: none given), and the item's reference pictures
-  // [3, H, W] fitted to the bucket's size.
+  // VACE and Fun-Control: each clip's control [3, N, H, W] in [-1, 1];
+  // VACE: its mask [1, N, H, W] in [0, 1] (undefined: none given), and the
+  // item's reference pictures [3, H, W] fitted to the bucket's size.
   std::vector<at::Tensor> controls, masks, references;
   std::string problem;
 };
@@ -151,11 +152,17 @@ std::string decode_clips(const data::MediaItem& item, const ItemProbe& planned, 
     return frames_to_video(picked);
   };
   for (const int64_t start : starts) out.push_back(clip_of(frames, start));
-  if (!s.vace) return {};
+  if (!s.vace && !s.fun_control) return {};
+  if (s.fun_control && item.control.empty())
+    return "no control video (NAME.control.mp4 beside it, or the listing's control_video)";
+  if (s.fun_control && (!item.mask.empty() || !item.references.empty()))
+    return fmt::format("{}: a VACE control's {} (a Fun-Control model reads the control video alone)",
+                       !item.mask.empty() ? item.mask : item.references.front(),
+                       !item.mask.empty() ? "mask" : "reference picture");
   // VACE: frame k of the control (and of its mask) goes with frame k of the clip.
   if (!item.mask.empty() && item.control.empty())
     return fmt::format("{}: a mask without a control video to keep or remake", item.mask);
-  if (int64_t(item.references.size()) != s.vace_references)
+  if (s.vace && int64_t(item.references.size()) != s.vace_references)
     return fmt::format("{} reference picture{}, and the dataset's samples have {} (the first usable item's)",
                        item.references.size(), item.references.size() == 1 ? "" : "s", s.vace_references);
   for (const auto& path : item.references)
@@ -252,6 +259,7 @@ nlohmann::json job_settings(const DatasetEncoderSettings& s) {
     settings["condition"] = "vace";
     settings["vace_references"] = s.vace_references;
   }
+  if (s.fun_control) settings["condition"] = "fun-control";
   return settings;
 }
 
@@ -321,10 +329,12 @@ void check_settings(const DatasetEncoderSettings& s, VideoVae& vae, const ClipVi
         throw SettingError("condition", fmt::format("flf2v needs a first and a last frame: clips of 5 frames or "
                                                     "more, and the frame buckets include {}",
                                                     frames));
-  if (clip && s.condition_images == 0)
+  if (clip && s.condition_images == 0 && !s.fun_control)
     throw SettingError("condition", "a CLIP tower encodes the picture of an image condition, and none is asked for");
-  if (s.vace && s.condition_images > 0)
-    throw SettingError("condition", "a sample is conditioned on a picture or on a VACE control, not both");
+  if (int(s.vace) + int(s.fun_control) + int(s.condition_images > 0) > 1)
+    throw SettingError("condition",
+                       "a sample is conditioned on a picture, a VACE control or a Fun-Control control, "
+                       "one of them");
 }
 
 // What the shards of a bucket hold per sample:
@@ -342,8 +352,9 @@ data::SampleShape sample_shape(const ClipBucket& b, const DatasetEncoderSettings
                           s.latent_dtype,
                           s.emb_dtype};
   if (s.condition_images > 0) shape.condition_channels = 4 + vae.z_dim();  // y: mask and latents
-  if (s.condition_images > 0 && clip) {
-    shape.clip_tokens = s.condition_images * (*clip)->config().tokens();
+  if (s.fun_control) shape.condition_channels = 2 * vae.z_dim();  // y: the control's and the start frame's latents
+  if ((s.condition_images > 0 || s.fun_control) && clip) {
+    shape.clip_tokens = std::max(s.condition_images, 1) * (*clip)->config().tokens();
     shape.clip_dim = (*clip)->config().dim;
   }
   if (s.vace) {
@@ -444,6 +455,13 @@ int64_t encode_item(const data::MediaItem& item, const Prepared& prepared, const
       const VaceSource source{prepared.controls[c], prepared.masks[c], prepared.references};
       condition.vace_context =
           vace_context(vae, source, frames.size(1), frames.size(2), frames.size(3)).to(torch::kCPU);
+    }
+    if (s.fun_control) {  // the clip's first frame is its start picture
+      const auto first = frames.select(1, 0);
+      condition.y = fun_control_y(vae, {prepared.controls[size_t(samples)], first, {}}, frames.size(1), frames.size(2),
+                                  frames.size(3))
+                        .to(torch::kCPU);
+      if (clip) condition.clip_fea = image_clip_features(**clip, first, {}).to(torch::kCPU);
     }
     summary.vae_seconds += seconds_since(vae_start);
     shard.writer->write(shard.row++, latents[0], encoded.embedding[0], encoded.lengths[0], *item.caption, condition);

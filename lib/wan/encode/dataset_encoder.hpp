@@ -59,6 +59,12 @@ struct DatasetEncoderSettings {
   // listing), or is skipped with a line.
   bool vace = false;
   int64_t vace_references = 0;
+  // A Fun-Control model's condition (wan/sample/fun_control_condition.hpp)
+  // stored with each sample as /y: the item's control video's latents and
+  // the clip's first frame's (its start picture, as VideoX-Fun trains), and
+  // with a CLIP tower the first frame's CLIP features /clip_fea. An item
+  // without a control video is skipped with a line.
+  bool fun_control = false;
   bool strict = false;     // a bad item fails the job instead of being skipped
   int decode_threads = 1;  // FFmpeg decoder threads
   // What else makes two runs the same job (the model files), for resuming.

@@ -19,6 +19,10 @@ using json = nlohmann::json;
 }  // namespace
 
 std::string diffusers_config_json(const WanConfig& c) {
+  if (c.ref_conv)
+    throw UsageError(
+        "this model has VideoX-Fun's ref_conv (a Fun-Control V1.1 model), which diffusers' WanTransformer3DModel has "
+        "not: export it in the released layout (safetensors)");
   json doc = {{"_class_name", c.vace() ? "WanVACETransformer3DModel" : "WanTransformer3DModel"},
               {"_diffusers_version", "0.42.1"},
               {"patch_size", c.patch_size},

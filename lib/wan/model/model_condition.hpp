@@ -1,7 +1,8 @@
 // What a WanModel reads besides the noisy latents, the timestep and the
 // text: an image-to-video model's condition (model_type i2v or flf2v;
-// wan/sample/image_condition.hpp builds it from pictures, shards store it as
-// /y and /clip_fea) and a VACE model's context (model_type vace).
+// wan/sample/image_condition.hpp builds it from pictures,
+// fun_control_condition.hpp from a control video, shards store it as /y and
+// /clip_fea) and a VACE model's context (model_type vace).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -16,6 +17,9 @@ struct ModelCondition {
   // added after the base blocks at vace_layers, each times vace_scale.
   at::Tensor vace_context{};
   double vace_scale = 1.0;
+  // [B, out_dim, F, H, W]'s [B, out_dim, H, W]: a Fun-Control V1.1 model's
+  // reference picture's latent frame (ref_conv); undefined: zeros.
+  at::Tensor full_ref{};
 };
 
 }  // namespace wt::wan

@@ -25,13 +25,18 @@ constexpr const char* kKeys[] = {"dim",      "ffn_dim",  "num_heads",      "num_
                                  "eps",      "qk_norm",  "cross_attn_norm"};
 
 // Optional keys: absent, they mean a text-to-video model.
-constexpr const char* kOptionalKeys[] = {"model_type", "image_dim", "image_tokens", "vace_layers", "vace_in_dim"};
+constexpr const char* kOptionalKeys[] = {"model_type",  "image_dim",    "image_tokens",   "vace_layers",
+                                         "vace_in_dim", "add_ref_conv", "in_dim_ref_conv"};
 constexpr int64_t kDefaultImageTokens = 257;
 
 // Keys Wan's own config files carry that do not change the network we build.
 // The release's config.json carries its class (WanModel, VaceWanModel) and the diffusers version it was saved with.
 bool informational_key(const std::string& key) {
   return key == "_class_name" || key == "_diffusers_version" || key == "_comment" || key == "name";
+}
+
+bool camera_adapter_key(const std::string& key) {
+  return key == "add_control_adapter" || key == "in_dim_control_adapter" || key == "downscale_factor_control_adapter";
 }
 
 constexpr std::pair<ModelType, const char*> kModelTypes[] = {{ModelType::T2V, "t2v"},
@@ -100,20 +105,30 @@ void validate(const WanConfig& c, const std::string& source) {
     fail(fmt::format("'image_dim' must be in 0..{}, got {}", 1 << 16, c.image_dim));
   if (c.image_tokens < 1 || c.image_tokens > (1 << 12))
     fail(fmt::format("'image_tokens' must be in 1..{}, got {}", 1 << 12, c.image_tokens));
-  // VideoX-Fun's Fun-Control models call themselves i2v: y holds the control
-  // video's latents and the start frame's (Wan2.1-Fun: 3 * out_dim), or the
-  // control's, a 4-channel mask and the masked video's (Wan2.2-Fun: + 4).
-  if (c.model_type == ModelType::I2V && c.in_dim != 2 * c.out_dim + 4 &&
-      (c.in_dim == 3 * c.out_dim || c.in_dim == 3 * c.out_dim + 4))
+  // VideoX-Fun's Fun-Control models call themselves i2v: Wan2.1-Fun's y
+  // holds the control video's latents and the start frame's (3 * out_dim in
+  // all, fun_control()); Wan2.2-Fun's adds a 4-channel mask and the masked
+  // video's latents (3 * out_dim + 4), which wantrain does not build yet.
+  if (c.model_type == ModelType::I2V && c.in_dim != 2 * c.out_dim + 4 && c.in_dim == 3 * c.out_dim + 4)
     fail(
-        fmt::format("'in_dim' {} with 'model_type' i2v is VideoX-Fun's Fun-Control layout (the latents, the "
-                    "control video's latents and the start frame's{}): Fun-Control models are not in wantrain yet",
-                    c.in_dim, c.in_dim == 3 * c.out_dim ? "" : ", with a mask"));
-  if (c.image_conditioned() && c.in_dim != 2 * c.out_dim + 4)
+        fmt::format("'in_dim' {} with 'model_type' i2v is VideoX-Fun's Wan2.2-Fun layout (the latents, the control "
+                    "video's, a mask and the masked video's): wantrain takes Wan2.1-Fun-Control (in_dim 3 * out_dim "
+                    "= {}), not this one yet",
+                    c.in_dim, 3 * c.out_dim));
+  if (c.image_conditioned() && c.in_dim != 2 * c.out_dim + 4 && !c.fun_control())
+    fail(fmt::format(
+        "'model_type' {} reads the noisy latents with the condition y (4 mask channels and the "
+        "latents), so 'in_dim' must be 2 * out_dim + 4 = {}{}, got {}",
+        model_type_name(c.model_type), 2 * c.out_dim + 4,
+        c.model_type == ModelType::I2V
+            ? fmt::format(" (or 3 * out_dim = {}: a Fun-Control model's control and start frame)", 3 * c.out_dim)
+            : std::string(),
+        c.in_dim));
+  if (c.ref_conv && !c.fun_control())
     fail(
-        fmt::format("'model_type' {} reads the noisy latents with the condition y (4 mask channels and the "
-                    "latents), so 'in_dim' must be 2 * out_dim + 4 = {}, got {}",
-                    model_type_name(c.model_type), 2 * c.out_dim + 4, c.in_dim));
+        fmt::format("'add_ref_conv' is for a Fun-Control model ('model_type' i2v, 'in_dim' 3 * out_dim = {}); this "
+                    "one is {} with 'in_dim' {}",
+                    3 * c.out_dim, model_type_name(c.model_type), c.in_dim));
   if (!c.image_conditioned() && c.image_dim != 0)
     fail(fmt::format("'image_dim' {} is for an i2v or flf2v model; 'model_type' is {}", c.image_dim,
                      model_type_name(c.model_type)));
@@ -157,13 +172,15 @@ WanConfig parse_model_config(const std::string& text, const std::string& source)
   std::vector<std::string> all_keys = keys;
   all_keys.insert(all_keys.end(), std::begin(kOptionalKeys), std::end(kOptionalKeys));
   for (const auto& item : doc.items()) {
-    // VideoX-Fun's Fun-Control V1.1 and camera models: named, not "unknown".
-    for (const char* fun : {"add_ref_conv", "in_dim_ref_conv", "add_control_adapter", "in_dim_control_adapter"})
-      if (item.key() == fun)
+    if (camera_adapter_key(item.key())) {
+      // VideoX-Fun's camera-control models: named, not "unknown"; without the adapter the keys change nothing.
+      if (doc.contains("add_control_adapter") && doc.at("add_control_adapter") != false)
         throw UsageError(
-            fmt::format("model config {}: '{}' is a VideoX-Fun Fun-Control key (a reference picture's "
-                        "convolution or a camera adapter): Fun-Control models are not in wantrain yet",
-                        source, fun));
+            fmt::format("model config {}: 'add_control_adapter' is VideoX-Fun's camera-control adapter "
+                        "(Wan-Fun-Control-Camera): wantrain takes Fun-Control models without it, not with it yet",
+                        source));
+      continue;
+    }
     const bool known = std::find(all_keys.begin(), all_keys.end(), item.key()) != all_keys.end();
     if (!known && !informational_key(item.key())) {
       const std::string hint = did_you_mean(item.key(), all_keys);
@@ -223,6 +240,16 @@ WanConfig parse_model_config(const std::string& text, const std::string& source)
     for (const auto& i : v) c.vace_layers.push_back(i.get<int64_t>());
   }
   if (doc.contains("vace_in_dim")) c.vace_in_dim = positive_int(doc, "vace_in_dim", source);
+  if (doc.contains("add_ref_conv")) c.ref_conv = boolean(doc, "add_ref_conv", source);
+  if (doc.contains("in_dim_ref_conv")) {
+    // The reference picture's latent frame: as many channels as the latents.
+    const int64_t in = positive_int(doc, "in_dim_ref_conv", source);
+    if (in != c.out_dim)
+      throw UsageError(
+          fmt::format("model config {}: 'in_dim_ref_conv' {} must equal 'out_dim' {} (ref_conv reads a "
+                      "reference picture's latents)",
+                      source, in, c.out_dim));
+  }
   if (c.vace()) {
     // VaceWanModel's defaults: a hint after every second block, a context as wide as the latents.
     if (!doc.contains("vace_layers"))
@@ -288,6 +315,10 @@ std::string to_json(const WanConfig& c) {
     doc["vace_layers"] = c.vace_layers;
     doc["vace_in_dim"] = c.vace_in_dim;
   }
+  if (c.ref_conv) {  // VideoX-Fun's keys
+    doc["add_ref_conv"] = true;
+    doc["in_dim_ref_conv"] = c.out_dim;
+  }
   return doc.dump();
 }
 
@@ -342,6 +373,10 @@ std::vector<ParameterShape> parameter_shapes(const WanConfig& c) {
     linear("img_emb.proj.1", w, w);
     linear("img_emb.proj.3", w, d);
     layer_norm("img_emb.proj.4", d);
+  }
+  if (c.ref_conv) {
+    shapes.push_back({"ref_conv.weight", {d, c.out_dim, c.patch_size[1], c.patch_size[2]}});
+    shapes.push_back({"ref_conv.bias", {d}});
   }
   for (size_t n = 0; n < c.vace_layers.size(); ++n) {
     const std::string block = fmt::format("vace_blocks.{}.", n);

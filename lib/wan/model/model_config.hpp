@@ -16,7 +16,9 @@ namespace wt::wan {
 //   i2v    a first frame: the condition y (4 mask channels + the latents of
 //          [first frame, zeros...]) is concatenated to the noisy latents
 //          (in_dim = 2 out_dim + 4), and with image_dim > 0 (Wan2.1) the
-//          picture's CLIP features enter every cross-attention
+//          picture's CLIP features enter every cross-attention; with
+//          in_dim = 3 out_dim, VideoX-Fun's Wan2.1-Fun-Control: y holds a
+//          control video's latents and a start frame's (fun_control())
 //   flf2v  first and last frame: y as i2v with the last frame too, CLIP
 //          features of both pictures with a learnt position embedding
 //   ti2v   Wan2.2's TI2V-5B, built as t2v here
@@ -48,6 +50,10 @@ struct WanConfig {
   // block each; and the VACE context's channels (the releases: 96).
   std::vector<int64_t> vace_layers;
   int64_t vace_in_dim = 0;
+  // Wan2.1-Fun-Control V1.1 (VideoX-Fun's add_ref_conv): ref_conv, a 2-D
+  // patch embedding of a reference picture's latent frame, whose tokens are
+  // put before the video's (frame position 0) and cut off before the head.
+  bool ref_conv = false;
 
   int64_t head_dim() const { return dim / num_heads; }
   // Whether the model reads the image condition y concatenated to its input.
@@ -56,9 +62,14 @@ struct WanConfig {
   int64_t condition_images() const { return model_type == ModelType::FLF2V ? 2 : model_type == ModelType::I2V ? 1 : 0; }
   // Whether cross-attention also attends over CLIP features (Wan2.1's image branch).
   bool image_branch() const { return image_conditioned() && image_dim > 0; }
-  // Channels of y: the latents' plus 4 mask channels.
+  // Channels of y: the latents' plus 4 mask channels (Fun-Control: twice the latents').
   int64_t condition_channels() const { return image_conditioned() ? in_dim - out_dim : 0; }
   bool vace() const { return model_type == ModelType::VACE; }
+  // VideoX-Fun's Fun-Control layout (Wan2.1-Fun-Control): an i2v model whose
+  // y is [control latents, start frame latents] (out_dim each, no mask).
+  bool fun_control() const {
+    return model_type == ModelType::I2V && in_dim == 3 * out_dim && in_dim != 2 * out_dim + 4;
+  }
   int64_t patch_volume() const { return patch_size[0] * patch_size[1] * patch_size[2]; }
 };
 

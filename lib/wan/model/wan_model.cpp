@@ -247,6 +247,11 @@ WanModelImpl::WanModelImpl(WanConfig c, at::ScalarType block_linear_dtype, WanIn
   for (int64_t i = 0; i < cfg.num_layers; ++i) blocks->push_back(WanBlock(cfg, block_linear_dtype));
   head = register_module("head", WanHead(cfg));
   if (cfg.image_branch()) img_emb = register_module("img_emb", ImageEmbedding(cfg));
+  if (cfg.ref_conv) {
+    const std::vector<int64_t> patch_hw{cfg.patch_size[1], cfg.patch_size[2]};
+    ref_conv = register_module(
+        "ref_conv", torch::nn::Conv2d(torch::nn::Conv2dOptions(cfg.out_dim, cfg.dim, patch_hw).stride(patch_hw)));
+  }
   if (cfg.vace()) {
     vace_blocks = register_module("vace_blocks", torch::nn::ModuleList());
     for (size_t n = 0; n < cfg.vace_layers.size(); ++n)
@@ -379,6 +384,16 @@ at::Tensor WanModelImpl::forward(const at::Tensor& noisy, const at::Tensor& t, c
     throw UsageError(
         fmt::format("a {} model has no VACE blocks: it takes no VACE context", model_type_name(cfg.model_type)));
   }
+  if (cfg.ref_conv && image.full_ref.defined()) {
+    const auto& r = image.full_ref;
+    if (r.dim() != 4 || r.size(0) != x.size(0) || r.size(1) != cfg.out_dim || r.sizes().slice(2) != x.sizes().slice(3))
+      throw UsageError(
+          fmt::format("model reference latents full_ref must be [{},{},{},{}] (the latents' batch, H, W), "
+                      "got [{}]",
+                      x.size(0), cfg.out_dim, x.size(3), x.size(4), fmt::join(r.sizes(), ",")));
+  } else if (image.full_ref.defined()) {
+    throw UsageError("this model has no ref_conv (add_ref_conv): it takes no reference latents full_ref");
+  }
   if (units_) units_->begin_forward();
   nn::ActivationOffload* offload = recompute_every_ > 0 && torch::GradMode::is_enabled() ? offload_.get() : nullptr;
   if (offload) offload->begin_forward();
@@ -396,22 +411,34 @@ at::Tensor WanModelImpl::forward(const at::Tensor& noisy, const at::Tensor& t, c
   } else if (image.clip_fea.defined()) {
     throw UsageError("this model has no CLIP branch (image_dim 0): it takes no CLIP features");
   }
-  const auto grid = token_grid(x.sizes(), cfg.patch_size);
-  const int64_t batch = x.size(0), token_count = grid[0] * grid[1] * grid[2];
+  const auto video_grid = token_grid(x.sizes(), cfg.patch_size);
+  const int64_t batch = x.size(0), video_tokens = video_grid[0] * video_grid[1] * video_grid[2];
   const bool per_token = t.dim() == 2;
-  if (!(t.dim() == 1 && t.size(0) == batch) && !(per_token && t.size(0) == batch && t.size(1) == token_count))
+  if (!(t.dim() == 1 && t.size(0) == batch) && !(per_token && t.size(0) == batch && t.size(1) == video_tokens))
     throw UsageError(fmt::format("model timesteps must be [{}] or [{}, {}] (one per token), got [{}]", batch, batch,
-                                 token_count, fmt::join(t.sizes(), ",")));
+                                 video_tokens, fmt::join(t.sizes(), ",")));
 
   auto tokens = patch_embedding(x).flatten(2).transpose(1, 2);  // [B, L, dim]
+  // Fun-Control V1.1: the reference picture's tokens first, one frame more on the grid.
+  auto grid = video_grid;
+  at::Tensor times = t;
+  const int64_t ref_tokens = cfg.ref_conv ? video_grid[1] * video_grid[2] : 0;
+  if (cfg.ref_conv) {
+    const auto ref = image.full_ref.defined() ? image.full_ref.to(x.scalar_type())
+                                              : torch::zeros({batch, cfg.out_dim, x.size(3), x.size(4)}, x.options());
+    tokens = torch::cat({ref_conv(ref).flatten(2).transpose(1, 2), tokens}, 1);
+    grid[0] += 1;
+    if (per_token) times = torch::cat({t.narrow(1, video_tokens - 1, 1).expand({batch, ref_tokens}), t}, 1);
+  }
+  const int64_t token_count = video_tokens + ref_tokens;
 
   // Per-token timesteps (Wan2.2's TI2V: 0 on the kept first frame) give every
   // token its own time embedding and modulation: e [B, L, dim], e0 [B, L, 6, dim].
   at::Tensor e, e0;
   {
     nn::Fp32Scope fp32;
-    e = time_embedding->forward(sinusoidal_embedding(t.flatten(), cfg.freq_dim).to(x.device()));  // [B(L), dim]
-    e0 = time_projection->forward(e).unflatten(1, {6, cfg.dim});                                  // [B(L), 6, dim]
+    e = time_embedding->forward(sinusoidal_embedding(times.flatten(), cfg.freq_dim).to(x.device()));  // [B(L), dim]
+    e0 = time_projection->forward(e).unflatten(1, {6, cfg.dim});                                      // [B(L), 6, dim]
     if (per_token) {
       e = e.unflatten(0, {batch, token_count});
       e0 = e0.unflatten(0, {batch, token_count});
@@ -483,7 +510,8 @@ at::Tensor WanModelImpl::forward(const at::Tensor& noisy, const at::Tensor& t, c
   auto out = head(tokens, e);  // [B, L, prod(patch) * out_dim]
   if (units_) units_->end_forward();
   if (sequence_group_) out = distributed::gather_sequence(out, *sequence_group_).narrow(1, 0, token_count);
-  return unpatchify(out, grid, cfg.patch_size, cfg.out_dim);
+  if (ref_tokens > 0) out = out.narrow(1, ref_tokens, video_tokens);
+  return unpatchify(out, video_grid, cfg.patch_size, cfg.out_dim);
 }
 
 at::Tensor WanModelImpl::vace_tokens(const ModelCondition& condition, const at::Tensor& x, int64_t padded_tokens) {

@@ -160,7 +160,10 @@ class WanModelImpl : public torch::nn::Module {
   // token (L = the token count, in (f, h, w) order), context [B, Lc,
   // text_dim] with Lc <= text_len, and for an i2v or flf2v model its image
   // condition, for a vace model its VACE context and scale -> [B, out_dim,
-  // F, H, W]. UsageError naming the input whose shape is wrong, or a
+  // F, H, W]. A ref_conv model's reference tokens (full_ref, zeros when
+  // undefined, as VideoX-Fun's pipeline gives them) come first: RoPE's frame
+  // 0, the video's frames 1..F, a per-token t's last value repeated for
+  // them; they are cut off before unpatchify. UsageError naming the input whose shape is wrong, or a
   // condition the model lacks or does not take.
   // `cache`, when given, may skip the block stack (block_stack_cache.hpp).
   at::Tensor forward(const at::Tensor& x, const at::Tensor& t, const at::Tensor& context,
@@ -217,7 +220,8 @@ class WanModelImpl : public torch::nn::Module {
   torch::nn::Sequential text_embedding{nullptr}, time_embedding{nullptr}, time_projection{nullptr};
   torch::nn::ModuleList blocks{nullptr};
   WanHead head{nullptr};
-  ImageEmbedding img_emb{nullptr};  // Wan2.1 I2V and FLF2V only
+  ImageEmbedding img_emb{nullptr};      // Wan2.1 I2V and FLF2V only
+  torch::nn::Conv2d ref_conv{nullptr};  // Fun-Control V1.1 only (config().ref_conv)
   // VACE only: one VaceBlock per entry of vace_layers, and the context's patch embedding.
   torch::nn::ModuleList vace_blocks{nullptr};
   torch::nn::Conv3d vace_patch_embedding{nullptr};

@@ -66,10 +66,10 @@ void check_model(const distributed::World& world, const TrainSettings& settings,
       throw SettingError("image_drop", fmt::format("model config {} ({}) has no CLIP branch whose features could be "
                                                    "dropped",
                                                    path, model_type_name(config.model_type)));
-    if (config.vace() && !settings.prompt_videos.prompts_file.empty())
-      throw SettingError("sample_prompts", fmt::format("model config {} is a VACE model, and a prompt file gives no "
+    if ((config.vace() || config.fun_control()) && !settings.prompt_videos.prompts_file.empty())
+      throw SettingError("sample_prompts", fmt::format("model config {} is a {} model, and a prompt file gives no "
                                                        "control: sample from the data's own (the training sample)",
-                                                       path));
+                                                       path, config.vace() ? "VACE" : "Fun-Control"));
     if (settings.first_frame() && config.model_type != ModelType::TI2V)
       throw SettingError("condition", fmt::format("the first-frame condition is Wan2.2 TI2V's: model config {} is {}, "
                                                   "not ti2v (set \"model_type\": \"ti2v\")",
@@ -78,9 +78,11 @@ void check_model(const distributed::World& world, const TrainSettings& settings,
     in.model_summary = fmt::format(
         "model: {}: {} parameters ({:.1f} MB in fp32), dim {}, {} layers, {} heads of {}{}\n", path, params,
         double(params) * 4 / 1e6, config.dim, config.num_layers, config.num_heads, config.head_dim(),
-        config.model_type == ModelType::T2V ? std::string()
-                                            : fmt::format(", {}{}", model_type_name(config.model_type),
-                                                          config.image_branch() ? " with the CLIP branch" : ""));
+        config.model_type == ModelType::T2V
+            ? std::string()
+            : fmt::format(", {}{}{}", model_type_name(config.model_type),
+                          config.fun_control() ? (config.ref_conv ? " (Fun-Control V1.1)" : " (Fun-Control)") : "",
+                          config.image_branch() ? " with the CLIP branch" : ""));
   });
   // Sequence parallelism: whole groups of ranks, and heads that split over one.
   world.agree([&] {

@@ -46,6 +46,21 @@ std::optional<ReleaseSampling> release_sampling(const WanConfig& config, bool tw
       r.boundary = 0.875;
       return r;
     case ModelType::I2V:
+      if (config.fun_control()) {
+        // VideoX-Fun's examples/wan2.1_fun/predict_v2v_control*.py: the
+        // "Flow" sampler (Euler) at its config's shift 5, 50 steps, guidance 6.
+        if (two_experts || config.image_dim != 1280) return std::nullopt;
+        const char* version = config.ref_conv ? "-V1.1" : "";
+        if (shape_is(config, 1536, 30, 12, 8960))
+          r.model = fmt::format("Wan2.1-Fun{}-1.3B-Control", version);
+        else if (wide_14b)
+          r.model = fmt::format("Wan2.1-Fun{}-14B-Control", version);
+        else
+          return std::nullopt;
+        r.cfg_low = r.cfg_high = 6.0;
+        r.solver = Solver::Euler;
+        return r;
+      }
       if (!wide_14b) return std::nullopt;
       if (config.image_branch()) {  // Wan2.1's reads CLIP features
         if (two_experts) return std::nullopt;

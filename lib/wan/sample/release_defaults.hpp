@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 
+#include "wantrain/wan/model/flow_solver.hpp"
 #include "wantrain/wan/model/model_config.hpp"
 
 namespace wt::wan {
@@ -23,6 +24,7 @@ struct ReleaseSampling {
   double cfg_low = 5.0, cfg_high = 5.0;  // equal for one model
   double boundary = 0.0;                 // A14B's expert switch (timestep / 1000); 0: one model
   std::string negative_prompt;           // the release's sample_neg_prompt
+  std::optional<Solver> solver;          // unset: wantrain's default (unipc, as Wan's generate.py)
 };
 
 // The release `config` is, for a video of `pixels` (Wan2.1 I2V samples

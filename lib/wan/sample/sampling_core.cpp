@@ -19,6 +19,7 @@ at::Tensor draw_latents(const SampleModels& models, const SampleCondition& condi
   if (condition.image.y.defined()) image.y = condition.image.y.to(device);
   if (condition.image.clip_fea.defined()) image.clip_fea = condition.image.clip_fea.to(device);
   if (condition.image.vace_context.defined()) image.vace_context = condition.image.vace_context.to(device);
+  if (condition.image.full_ref.defined()) image.full_ref = condition.image.full_ref.to(device);
   image.vace_scale = condition.image.vace_scale;
   // The caller's step caching, else the sampler's settings' own for this draw.
   StepCaching* caching = models.caching;

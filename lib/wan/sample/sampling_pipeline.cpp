@@ -35,6 +35,7 @@
 #include "wantrain/wan/sample/latent_comparison.hpp"
 #include "wantrain/wan/sample/picture_start.hpp"
 #include "wantrain/wan/sample/vace_condition.hpp"
+#include "wantrain/wan/sample/fun_control_condition.hpp"
 #include "wantrain/wan/sample/sampling_core.hpp"
 #include "wantrain/wan/sample/cache_calibration.hpp"
 #include "wantrain/wan/sample/step_cache_calibration.hpp"
@@ -126,6 +127,11 @@ void check_context_fits(const at::Tensor& context, const WanConfig& config, cons
                              source, context.size(0), context.size(1), model_named, config.text_len, config.text_dim));
 }
 
+// Whether a Fun-Control model's inputs are given (otherwise a --data sample's own, or zeros).
+bool gives_fun_control(const SamplingRequest& r) {
+  return !r.control_video.empty() || !r.image.empty() || !r.ref_image.empty();
+}
+
 }  // namespace
 
 SamplingPipeline::SamplingPipeline(distributed::World& world, SamplingRequest request, const c10::Device& device)
@@ -213,9 +219,9 @@ void SamplingPipeline::check_request() const {
   if ((!r.video.empty() || !r.frames_dir.empty()) && r.vae.empty())
     throw SettingError(SettingNames{"video", "frames_dir"},
                        fmt::format("need {} (the decoder that makes pixels of the latents)", setting_reference("vae")));
-  // The VAE decodes, encodes a picture, or encodes a VACE model's control.
+  // The VAE decodes, encodes a picture, or encodes a VACE or Fun-Control model's control.
   if (!r.vae.empty() && r.video.empty() && r.frames_dir.empty() && r.image.empty() && r.src_video.empty() &&
-      r.src_ref_images.empty())
+      r.src_ref_images.empty() && r.control_video.empty() && r.ref_image.empty())
     throw SettingError("vae", fmt::format("give {} or {} (where the decoded frames go)", setting_reference("video"),
                                           setting_reference("frames_dir")));
   if (!r.image.empty() && r.vae.empty())
@@ -227,8 +233,13 @@ void SamplingPipeline::check_request() const {
                                    setting_reference("text"), setting_reference("data")));
   if (!r.last_image.empty() && r.image.empty())
     throw SettingError("last_image", fmt::format("needs {}", setting_reference("image")));
-  if (!r.clip.empty() && r.image.empty())
-    throw SettingError("clip", fmt::format("encodes {}: give it too", setting_reference("image")));
+  if (!r.clip.empty() && r.image.empty() && r.ref_image.empty())
+    throw SettingError("clip", fmt::format("encodes {} (or {}): give it too", setting_reference("image"),
+                                           setting_reference("ref_image")));
+  for (const auto& [path, setting] : {std::pair{&r.control_video, "control_video"}, {&r.ref_image, "ref_image"}})
+    if (!path->empty() && r.vae.empty())
+      throw SettingError(setting,
+                         fmt::format("needs {} (the encoder that makes its latents)", setting_reference("vae")));
   if (!r.src_mask.empty() && r.src_video.empty())
     throw SettingError("src_mask",
                        fmt::format("marks what to remake in {}: give the video too", setting_reference("src_video")));
@@ -366,8 +377,10 @@ void SamplingPipeline::resolve_settings() {
     if (!r.steps) r.steps = release_->steps;
     if (!r.shift) r.shift = release_->shift;
     if (r.cfg.empty()) cfg_low_ = release_->cfg_low, cfg_high_ = release_->cfg_high;
-    report_info("{}'s release settings: {} steps, shift {:g}, cfg {}{} (each option overrides its own)",
-                release_->model, *r.steps, *r.shift, cfg_text(cfg_low_, cfg_high_),
+    if (!r.solver && release_->solver) r.solver = *release_->solver;
+    report_info("{}'s release settings: {}{} steps, shift {:g}, cfg {}{} (each option overrides its own)",
+                release_->model, release_->solver ? solver_name(*r.solver) + std::string(", ") : std::string(),
+                *r.steps, *r.shift, cfg_text(cfg_low_, cfg_high_),
                 release_->boundary > 0 ? fmt::format(", boundary {:g}", release_->boundary) : "");
   }
   if (!r.solver) r.solver = Solver::UniPC;
@@ -398,10 +411,28 @@ void SamplingPipeline::resolve_settings() {
     throw SettingError("last_image", fmt::format("the model is {}, not flf2v", model_type));
   if (config_.model_type == ModelType::FLF2V && !r.image.empty() && r.last_image.empty())
     throw SettingError("last_image", "a flf2v model needs the last frame too");
-  if (!r.image.empty() && config_.image_branch() && r.clip.empty())
+  if ((!r.image.empty() || !r.ref_image.empty()) && config_.image_branch() && r.clip.empty())
     throw SettingError("clip", fmt::format("the {} model reads the picture's CLIP features: give the CLIP encoder "
                                            "(models_clip_open-clip-xlm-roberta-large-vit-huge-14.pth)",
                                            model_type));
+  if (!r.control_video.empty() && !config_.fun_control())
+    throw SettingError(
+        "control_video",
+        fmt::format("the model ({}) is {} with in_dim {}: not a Fun-Control model (i2v with in_dim 3 x "
+                    "out_dim = {}){}",
+                    model_named, model_type, config_.in_dim, 3 * config_.out_dim,
+                    config_.vace() ? "; a VACE model's control is " + setting_reference("src_video") : std::string()));
+  if (!r.ref_image.empty() && !config_.ref_conv)
+    throw SettingError(
+        "ref_image",
+        fmt::format("the model ({}) has no ref_conv: a reference picture is for a "
+                    "Fun-Control V1.1 model (add_ref_conv){}",
+                    model_named,
+                    config_.vace() ? "; a VACE model's are " + setting_reference("src_ref_images") : std::string()));
+  if (config_.fun_control() && r.vae.empty() && (gives_fun_control(r) || r.data.empty()))
+    throw SettingError("vae", fmt::format("the Fun-Control model reads its control and pictures through the VAE: give "
+                                          "{}",
+                                          setting_reference("vae")));
   if (r.first_frame && (!ti2v || r.data.empty()))
     throw SettingError(
         "first_frame",
@@ -427,7 +458,7 @@ void SamplingPipeline::resolve_settings() {
                            config_.vace_in_dim,
                            2 * vae_config_.z_dim() + vae_config_.spatial_factor() * vae_config_.spatial_factor(),
                            vae_config_.z_dim(), vae_config_.spatial_factor() * vae_config_.spatial_factor()));
-  if (config_.image_conditioned() && r.image.empty() && r.data.empty())
+  if (config_.image_conditioned() && !config_.fun_control() && r.image.empty() && r.data.empty())
     throw SettingError(
         "image",
         fmt::format("the {} model starts from a picture: give {} FILE{}", model_type, setting_reference("image"),
@@ -490,7 +521,7 @@ void SamplingPipeline::resolve_condition() {
     std::array<int64_t, 2> wh{release.width, release.height};
     if (r.size) {
       wh = *r.size;
-    } else if (!r.image.empty()) {  // the picture's aspect ratio within max_area
+    } else if (!r.image.empty() && !config_.fun_control()) {  // the picture's aspect ratio within max_area
       const auto picture = read_picture(r.image);
       // Wan2.2 TI2V's best_output_size, else image2video.py's rule; sides
       // multiples of the VAE's stride times the 2x2 patches.
@@ -624,7 +655,8 @@ void SamplingPipeline::encode_prompt() {
   // decodes the sample (on rank 0, which writes it).
   // A VACE model's control is encoded on every rank (a --data sample brings its own context).
   const bool encodes_control =
-      config_.vace() && (!r.src_video.empty() || !r.src_ref_images.empty() || !c.image.vace_context.defined());
+      (config_.vace() && (!r.src_video.empty() || !r.src_ref_images.empty() || !c.image.vace_context.defined())) ||
+      (config_.fun_control() && (gives_fun_control(r) || !c.image.y.defined()));
   if (!r.vae.empty() && (world_.is_root() || !r.image.empty() || encodes_control)) {
     c.vae = open_video_vae(r.vae, vae_config_, r.vae_dtype);
     c.vae->set_tiling(vae_tiling_);
@@ -749,6 +781,10 @@ at::Tensor SamplingPipeline::start_from_image() {
   const auto& r = request_;
   auto& c = *condition_;
   at::Tensor first_frame;
+  if (config_.fun_control()) {  // the start picture is part of the control
+    if (gives_fun_control(r) || !c.image.y.defined()) start_from_fun_control();
+    return first_frame;
+  }
   if (!r.image.empty()) {
     const auto first = read_picture(r.image);
     const auto last = r.last_image.empty() ? at::Tensor() : read_picture(r.last_image);
@@ -793,6 +829,36 @@ at::Tensor SamplingPipeline::start_from_control() {
               source.references.size() == 1 ? "" : "s", fmt::join(context.sizes().slice(1), ","), r.vace_scale);
   if (!world_.is_root()) c.vae.reset();  // rank 0 alone decodes
   return context;
+}
+
+// A Fun-Control model's condition: the control video, the start and the
+// reference pictures at the sample's size, through the VAE and CLIP (on
+// every rank).
+void SamplingPipeline::start_from_fun_control() {
+  const auto& r = request_;
+  auto& c = *condition_;
+  const int64_t s = vae_config_.spatial_factor();
+  const int64_t frames = 1 + (shape_[2] - 1) * vae_config_.temporal_factor(), height = shape_[3] * s,
+                width = shape_[4] * s;
+  // The control video scaled to cover the sample and cut around the
+  // centre; the pictures as they are (resized for the VAE, not for CLIP).
+  FunControlSource source;
+  if (!r.control_video.empty()) source.control = read_control_video(r.control_video, frames, height, width);
+  if (!r.image.empty()) source.start = read_picture(r.image);
+  if (!r.ref_image.empty()) source.reference = read_picture(r.ref_image);
+  ClipVision clip(nullptr);
+  if (!r.clip.empty()) clip = load_clip_vision(r.clip, r.clip_dtype, device_);
+  c.image = fun_control_condition(config_, *c.vae, clip.is_empty() ? nullptr : clip.get(), source, frames, height,
+                                  width, device_);
+  report_info("Fun-Control at {}x{}, {} frames: control {}, start picture {}{}; CLIP features of {}", width, height,
+              frames, r.control_video.empty() ? "none (zeros)" : r.control_video, r.image.empty() ? "none" : r.image,
+              config_.ref_conv
+                  ? ", reference picture " + (r.ref_image.empty() ? std::string("none (zeros)") : r.ref_image)
+                  : std::string(),
+              !r.ref_image.empty() ? r.ref_image
+              : !r.image.empty()   ? r.image
+                                   : std::string("no picture (zeros)"));
+  if (!world_.is_root()) c.vae.reset();  // rank 0 alone decodes
 }
 
 at::Tensor SamplingPipeline::sample(StepCaching* caching) {

@@ -82,6 +82,7 @@ class SamplingPipeline {
   void split_ranks(Models& models) const;
   at::Tensor start_from_image();
   at::Tensor start_from_control();
+  void start_from_fun_control();
 
   distributed::World& world_;
   SamplingRequest request_;

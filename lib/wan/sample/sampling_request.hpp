@@ -58,6 +58,10 @@ struct SamplingRequest {
   std::string src_video, src_mask;
   std::vector<std::string> src_ref_images;
   double vace_scale = 1.0;
+  // A Fun-Control model's control (fun_control_condition.hpp): a control
+  // video (image is its start picture) and, for a V1.1 model, a reference
+  // picture; each optional (none: zeros, as VideoX-Fun's pipeline).
+  std::string control_video, ref_image;
   std::string noise;  // an HDF5 /noise to start from instead of the seed's
   uint64_t seed = 0;
 

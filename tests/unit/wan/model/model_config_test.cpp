@@ -6,6 +6,7 @@
 #include <tuple>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -43,6 +44,7 @@ int64_t count_by_formula(const WanConfig& c) {
     total += 2 * w + (w * w + w) + (w * d + d) + 2 * d;                              // img_emb.proj.0, .1, .3, .4
     if (c.model_type == wt::wan::ModelType::FLF2V) total += 2 * c.image_tokens * w;  // emb_pos
   }
+  if (c.ref_conv) total += d * c.out_dim * c.patch_size[1] * c.patch_size[2] + d;  // Fun-Control V1.1's ref_conv
   if (c.vace()) {  // a block and after_proj per VACE layer, before_proj once, vace_patch_embedding
     total += int64_t(c.vace_layers.size()) * (block + linear_dd) + linear_dd + d * c.vace_in_dim * pv + d;
   }
@@ -222,21 +224,53 @@ TEST(ModelConfig, ImageToVideoKeysAreOptionalAndChecked) {
   bad["model_type"] = "flf2v";
   bad["image_dim"] = 0;
   EXPECT_NE(error_of(bad).find("'model_type' flf2v needs the CLIP branch"), std::string::npos) << error_of(bad);
-  // VideoX-Fun's Fun-Control models (i2v by their config) are named as such.
+  // VideoX-Fun's Wan2.1-Fun-Control (i2v with in_dim 3 out_dim): y holds
+  // the control's and the start frame's latents; V1.1's ref_conv reads a
+  // latent frame. Its keys round-trip as VideoX-Fun writes them.
   const int64_t out = doc["out_dim"].get<int64_t>();
-  bad = doc;
-  bad["in_dim"] = 3 * out;
-  EXPECT_EQ(error_of(bad), fmt::format("model config test.json: 'in_dim' {} with 'model_type' i2v is VideoX-Fun's "
-                                       "Fun-Control layout (the latents, the control video's latents and the start "
-                                       "frame's): Fun-Control models are not in wantrain yet",
-                                       3 * out));
-  bad["in_dim"] = 3 * out + 4;
-  EXPECT_NE(error_of(bad).find("start frame's, with a mask): Fun-Control"), std::string::npos) << error_of(bad);
+  auto fun = doc;
+  fun["in_dim"] = 3 * out;
+  fun["add_ref_conv"] = true;
+  fun["in_dim_ref_conv"] = out;
+  fun["add_control_adapter"] = false;
+  fun["in_dim_control_adapter"] = 24;
+  const auto control = wt::wan::parse_model_config(fun.dump(), "fun");
+  EXPECT_TRUE(control.fun_control());
+  EXPECT_TRUE(control.ref_conv);
+  EXPECT_EQ(control.condition_channels(), 2 * out);
+  const auto shapes = wt::wan::parameter_shapes(control);
+  EXPECT_NE(
+      std::find(shapes.begin(), shapes.end(), wt::wan::ParameterShape{"ref_conv.weight", {control.dim, out, 2, 2}}),
+      shapes.end());
+  const auto stored = nlohmann::json::parse(wt::wan::to_json(control));
+  EXPECT_EQ(stored["model_type"], "i2v");
+  EXPECT_EQ(stored["add_ref_conv"], true);
+  EXPECT_EQ(wt::wan::parameter_shapes(wt::wan::parse_model_config(stored.dump(), "round trip")), shapes);
+  EXPECT_FALSE(i2v.fun_control());
+  bad = fun;
+  bad["in_dim_ref_conv"] = out + 1;
+  EXPECT_EQ(error_of(bad), fmt::format("model config test.json: 'in_dim_ref_conv' {} must equal 'out_dim' {} "
+                                       "(ref_conv reads a reference picture's latents)",
+                                       out + 1, out));
   bad = doc;
   bad["add_ref_conv"] = true;
+  EXPECT_EQ(error_of(bad), fmt::format("model config test.json: 'add_ref_conv' is for a Fun-Control model "
+                                       "('model_type' i2v, 'in_dim' 3 * out_dim = {}); this one is i2v with "
+                                       "'in_dim' {}",
+                                       3 * out, 2 * out + 4));
+  bad = fun;
+  bad["add_control_adapter"] = true;
   EXPECT_EQ(error_of(bad),
-            "model config test.json: 'add_ref_conv' is a VideoX-Fun Fun-Control key (a reference "
-            "picture's convolution or a camera adapter): Fun-Control models are not in wantrain yet");
+            "model config test.json: 'add_control_adapter' is VideoX-Fun's camera-control adapter "
+            "(Wan-Fun-Control-Camera): wantrain takes Fun-Control models without it, not with it yet");
+  // Wan2.2-Fun's layout (a mask and the masked video's latents too) is named.
+  bad = doc;
+  bad["in_dim"] = 3 * out + 4;
+  EXPECT_EQ(error_of(bad), fmt::format("model config test.json: 'in_dim' {} with 'model_type' i2v is VideoX-Fun's "
+                                       "Wan2.2-Fun layout (the latents, the control video's, a mask and the masked "
+                                       "video's): wantrain takes Wan2.1-Fun-Control (in_dim 3 * out_dim = {}), not "
+                                       "this one yet",
+                                       3 * out + 4, 3 * out));
 }
 
 // The transformer config.json of the Wan-AI *-Diffusers repositories (the
