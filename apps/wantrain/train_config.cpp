@@ -119,6 +119,12 @@ void declare_run_options(OptionSet& o, TrainConfig& c) {
       .add("image-drop", &c.image_drop,
            "image-to-video models with the CLIP branch: probability that a sample's CLIP features are zeroed (the "
            "first frame's latents in y are always kept)")
+      .add("control-drop", &c.control_drop,
+           "Fun-Control models: probability that a sample's control video latents are zeroed (VideoX-Fun's "
+           "train_control.py: 0.1)")
+      .add("start-drop", &c.start_drop,
+           "Fun-Control models: probability that a sample's start frame latents are zeroed (VideoX-Fun's "
+           "train_control.py: 0.1)")
       .choice("condition", &c.condition, {"none", "first-frame"},
               "first-frame (Wan2.2 TI2V models): a sample's first latent frame is kept clean, at timestep 0 and out "
               "of the loss, so the model learns to continue a picture; none: text to video")
@@ -442,6 +448,8 @@ wan::WanRunOptions wan_run_options(const TrainConfig& c, const wan::SamplerOptio
   std::tie(o.objective.flow.sigma_min, o.objective.flow.sigma_max) = sigma_range(c);
   o.objective.text_drop = c.text_drop;
   o.objective.image_drop = c.image_drop;
+  o.objective.control_drop = c.control_drop;
+  o.objective.start_drop = c.start_drop;
   o.objective.first_frame_prob = c.condition == "first-frame" ? c.first_frame_prob : 0;
   o.objective.seed = c.seed;
   o.distill_target_weight = c.distill_target_weight;
@@ -537,6 +545,8 @@ void validate(const TrainConfig& c) {
   require(c.timestep_range.empty() || c.mode != "distill", "timestep-range", "not available with --mode distill yet");
   require(c.text_drop >= 0 && c.text_drop <= 1, "text-drop", "must be a probability in [0, 1]");
   require(c.image_drop >= 0 && c.image_drop <= 1, "image-drop", "must be a probability in [0, 1]");
+  require(c.control_drop >= 0 && c.control_drop <= 1, "control-drop", "must be a probability in [0, 1]");
+  require(c.start_drop >= 0 && c.start_drop <= 1, "start-drop", "must be a probability in [0, 1]");
   require(c.first_frame_prob > 0 && c.first_frame_prob <= 1, "first-frame-prob", "must be a probability in (0, 1]");
   require(c.condition != "first-frame" || c.mode != "distill" || c.distill_steps > 0, "condition",
           "first-frame with --mode distill is for few-step students (--distill-steps K) only yet");

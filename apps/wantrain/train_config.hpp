@@ -69,11 +69,12 @@ struct TrainConfig : app::TrainingOptions {
   double logit_mean = 0.0;
   double logit_std = 1.0;
   double shift = 5.0;
-  std::string timestep_range;      // "LO,HI" of sigma after the shift; empty: [0, 1]
-  double text_drop = 0.1;          // caption dropout to the unconditional context (CFG)
-  double image_drop = 0;           // image dropout: zeroed CLIP features (image-to-video)
-  std::string condition = "none";  // none or first-frame (Wan2.2 TI2V)
-  double first_frame_prob = 1;     // with first-frame: the fraction of samples that keep their first frame
+  std::string timestep_range;               // "LO,HI" of sigma after the shift; empty: [0, 1]
+  double text_drop = 0.1;                   // caption dropout to the unconditional context (CFG)
+  double image_drop = 0;                    // image dropout: zeroed CLIP features (image-to-video)
+  double control_drop = 0, start_drop = 0;  // Fun-Control: zeroed control latents, start frame latents
+  std::string condition = "none";           // none or first-frame (Wan2.2 TI2V)
+  double first_frame_prob = 1;              // with first-frame: the fraction of samples that keep their first frame
 
   // optimisation
   Betas betas;

@@ -1266,18 +1266,20 @@ TEST(Encode, FunControlVideosBecomeEachSamplesConditionAndAFunControlModelTrains
   EXPECT_TRUE(torch::equal(listed.y, stored.y));
 
   // A Fun-Control model of wan-tiny's width (no CLIP branch: none was
-  // encoded): 2 steps on 1 and on 2 ranks, the same loss.
+  // encoded): 2 steps on 1 and on 2 ranks with the control and the start
+  // frame dropped half the time, the same loss; without the drops, another.
   const std::string config = dir + "/fun-control.json";
   write_text(config, R"({"model_type": "i2v", "dim": 64, "ffn_dim": 128, "num_heads": 4, "num_layers": 2,
     "freq_dim": 256, "text_dim": 64, "text_len": 16, "patch_size": [1, 2, 2], "in_dim": 48, "out_dim": 16,
     "eps": 1e-6, "qk_norm": true, "cross_attn_norm": true})");
-  auto train = [&](int ranks, const std::string& out) {
+  auto train = [&](int ranks, const std::string& out, const std::string& model, const std::string& extra) {
     return launch(wt::testing::mpi_command(ranks, WANTRAIN_WANTRAIN,
-                                           "--model-config " + config + " --data " + data + " --output-dir " + out +
+                                           "--model-config " + model + " --data " + data + " --output-dir " + out +
                                                " --threads 1 --backend mpi --batch-size " + std::to_string(2 / ranks) +
-                                               " --steps 2 --lr 1e-3"));
+                                               " --steps 2 --lr 1e-3" + extra));
   };
-  const auto one = train(1, dir + "/one"), two = train(2, dir + "/two");
+  const std::string drops = " --control-drop 0.5 --start-drop 0.5 --seed 3";
+  const auto one = train(1, dir + "/one", config, drops), two = train(2, dir + "/two", config, drops);
   ASSERT_EQ(one.status, 0) << one.output;
   ASSERT_EQ(two.status, 0) << two.output;
   EXPECT_NE(one.output.find("i2v (Fun-Control)"), std::string::npos) << one.output;
@@ -1294,6 +1296,16 @@ TEST(Encode, FunControlVideosBecomeEachSamplesConditionAndAFunControlModelTrains
   const double loss_one = last_loss(dir + "/one/metrics.jsonl"), loss_two = last_loss(dir + "/two/metrics.jsonl");
   EXPECT_GT(loss_one, 0.0) << one.output;
   EXPECT_NEAR(loss_two, loss_one, 1e-5 * loss_one);
+  const auto kept = train(1, dir + "/kept", config, " --seed 3");
+  ASSERT_EQ(kept.status, 0) << kept.output;
+  EXPECT_GT(std::abs(last_loss(dir + "/kept/metrics.jsonl") - loss_one), 1e-6 * loss_one);
+  const auto t2v = train(1, dir + "/t2v", kTiny, " --control-drop 0.1");
+  EXPECT_EQ(t2v.status, 2) << t2v.output;
+  EXPECT_EQ(wt::testing::occurrences(t2v.output, "option --control-drop: model config " + kTiny +
+                                                     " (t2v) is not a Fun-Control model, whose control and start "
+                                                     "frame it drops"),
+            1u)
+      << t2v.output;
   // wansample from the data: the sample's own condition.
   const std::string sample = std::string(WANTRAIN_WANSAMPLE) + " --checkpoint " + dir + "/one/latest --data " + data +
                              " --index 1 --steps 2 --out " + dir + "/sample.h5 --vae " + s.vae + " --vae-config " +

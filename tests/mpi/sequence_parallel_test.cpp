@@ -82,10 +82,12 @@ TEST(SequenceParallel, ASplitSequenceGivesTheWholeModelsOutputAndGradients) {
     bool per_token;
     int64_t chunk, checkpoint;
     bool vace = false;
+    bool fun_control = false;  // V1.1: the reference picture's tokens before the video's
   };
-  for (const Case& c : {Case{"plain", false, 0, 0}, Case{"per-token timesteps", true, 0, 0},
-                        Case{"chunked and checkpointed", false, 5, 1}, Case{"vace", false, 0, 0, true},
-                        Case{"vace checkpointed", false, 0, 1, true}}) {
+  for (const Case& c :
+       {Case{"plain", false, 0, 0}, Case{"per-token timesteps", true, 0, 0},
+        Case{"chunked and checkpointed", false, 5, 1}, Case{"vace", false, 0, 0, true},
+        Case{"vace checkpointed", false, 0, 1, true}, Case{"fun-control reference tokens", true, 0, 1, false, true}}) {
     SCOPED_TRACE(c.name);
     auto config = wt::testing::small_wan_config(c.vace ? 3 : 2);
     config.num_heads = 2 * comm().size();  // 2 heads per rank
@@ -94,8 +96,14 @@ TEST(SequenceParallel, ASplitSequenceGivesTheWholeModelsOutputAndGradients) {
       config.vace_layers = {0, 2};
       config.vace_in_dim = 6;
     }
+    if (c.fun_control) {  // 6 latent channels: with 4, in_dim 3 x 4 would be 2 x 4 + 4, an i2v model's
+      config.model_type = wt::wan::ModelType::I2V;
+      config.out_dim = 6;
+      config.in_dim = 18;
+      config.ref_conv = true;
+    }
     torch::manual_seed(5);  // the same inputs on every rank
-    const auto x = torch::randn({2, config.in_dim, 3, 6, 6});
+    const auto x = torch::randn({2, config.in_dim - config.condition_channels(), 3, 6, 6});
     const auto t = c.per_token ? torch::rand({2, 27}) * 1000 : torch::rand({2}) * 1000;
     const auto context = torch::randn({2, 5, config.text_dim});
     const auto w = torch::randn({2, config.out_dim, 3, 6, 6});
@@ -103,6 +111,10 @@ TEST(SequenceParallel, ASplitSequenceGivesTheWholeModelsOutputAndGradients) {
     if (c.vace) {
       condition.vace_context = torch::randn({2, config.vace_in_dim, 3, 6, 6});
       condition.vace_scale = 0.7;
+    }
+    if (c.fun_control) {
+      condition.y = torch::randn({2, config.condition_channels(), 3, 6, 6});
+      condition.full_ref = torch::randn({2, config.out_dim, 6, 6});
     }
     auto whole = wt::testing::seeded_small_model(config);
     auto split = wt::testing::seeded_small_model(config);

@@ -15,6 +15,8 @@ namespace {
 constexpr uint64_t kCaptionDropSalt = 0x63617074696f6e21;  // "caption!"
 constexpr uint64_t kImageDropSalt = 0x7069637475726521;    // "picture!"
 constexpr uint64_t kFirstFrameSalt = 0x6b65657066726d30;   // "keepfrm0"
+constexpr uint64_t kControlDropSalt = 0x636f6e74726f6c21;  // "control!"
+constexpr uint64_t kStartDropSalt = 0x7374617274667221;    // "startfr!"
 
 std::vector<bool> drops_with_salt(const std::vector<int64_t>& sample_indices, uint64_t salted_seed, int64_t step,
                                   double p) {
@@ -35,6 +37,28 @@ std::vector<bool> caption_drops(const std::vector<int64_t>& sample_indices, uint
 
 std::vector<bool> image_drops(const std::vector<int64_t>& sample_indices, uint64_t seed, int64_t step, double p) {
   return drops_with_salt(sample_indices, seed ^ kImageDropSalt, step, p);
+}
+
+std::vector<bool> control_drops(const std::vector<int64_t>& sample_indices, uint64_t seed, int64_t step, double p) {
+  return drops_with_salt(sample_indices, seed ^ kControlDropSalt, step, p);
+}
+
+std::vector<bool> start_drops(const std::vector<int64_t>& sample_indices, uint64_t seed, int64_t step, double p) {
+  return drops_with_salt(sample_indices, seed ^ kStartDropSalt, step, p);
+}
+
+at::Tensor drop_fun_control(const at::Tensor& y, const std::vector<bool>& control, const std::vector<bool>& start) {
+  TORCH_CHECK(y.dim() == 5 && y.size(1) % 2 == 0, "a Fun-Control y is [B, 2C, F, H, W]");
+  TORCH_CHECK(int64_t(control.size()) == y.size(0) && int64_t(start.size()) == y.size(0), "one draw per batch row");
+  const auto any = [](const std::vector<bool>& d) { return std::any_of(d.begin(), d.end(), [](bool v) { return v; }); };
+  if (!any(control) && !any(start)) return y;
+  auto out = y.clone();
+  const int64_t half = y.size(1) / 2;
+  for (int64_t i = 0; i < y.size(0); ++i) {
+    if (control[size_t(i)]) out[i].narrow(0, 0, half).zero_();
+    if (start[size_t(i)]) out[i].narrow(0, half, half).zero_();
+  }
+  return out;
 }
 
 std::vector<bool> first_frame_draws(const std::vector<int64_t>& sample_indices, uint64_t seed, int64_t step, double p,

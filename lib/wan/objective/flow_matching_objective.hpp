@@ -28,6 +28,10 @@ struct FlowMatchingObjectiveOptions {
   // CLIP branch); y, the first frame's latents, is always kept: the task is
   // to continue that frame, with or without the picture's CLIP summary.
   double image_drop = 0;
+  // A Fun-Control model's (VideoX-Fun's train_control.py: 0.1 each): the
+  // probability that a sample's control latents, or its start frame's, are
+  // zeroed (y's first or second half).
+  double control_drop = 0, start_drop = 0;
   // Wan2.2 TI2V's first-frame condition (--condition first-frame): the
   // probability that a sample keeps its first latent frame clean, at
   // timestep 0 and out of the loss (caption_dropout.hpp keys the draw); the

@@ -82,10 +82,11 @@ BlockBytes block_bytes(const WanConfig& c, bool autocast, bool chunked, bool fus
   return b;
 }
 
-// Tokens per sample: the patch grid's cells.
+// Tokens per sample: the patch grid's cells (a Fun-Control V1.1 model's
+// reference picture is one frame more).
 int64_t token_count(const WanConfig& c, const ActivationSettings& s) {
   const auto grid = token_grid(at::IntArrayRef(s.latents.data(), 3), c.patch_size);
-  return grid[0] * grid[1] * grid[2];
+  return (grid[0] + (c.ref_conv ? 1 : 0)) * grid[1] * grid[2];
 }
 
 }  // namespace

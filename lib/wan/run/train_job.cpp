@@ -60,6 +60,12 @@ void check_model(const distributed::World& world, const TrainSettings& settings,
       throw SettingError("trainable", fmt::format("vace adapts a VACE model's VACE blocks, and model config {} ({}) "
                                                   "has none",
                                                   path, model_type_name(config.model_type)));
+    for (const auto& [setting, p] : {std::pair{"control_drop", settings.model_run.objective.control_drop},
+                                     {"start_drop", settings.model_run.objective.start_drop}})
+      if (p > 0 && !config.fun_control())
+        throw SettingError(setting, fmt::format("model config {} ({}) is not a Fun-Control model, whose control and "
+                                                "start frame it drops",
+                                                path, model_type_name(config.model_type)));
     if (in.dataset) check_data_fits_model(*in.dataset, config, path);
     if (!settings.val_data.empty()) check_data_fits_model(data::Dataset::open(settings.val_data), config, path);
     if (settings.model_run.objective.image_drop > 0 && !config.image_branch())

@@ -84,3 +84,36 @@ TEST(CaptionDropout, FirstFrameDrawsAreTheirOwnStreamAndNeverKeepAStill) {
   for (bool k : first_frame_draws(indices, 5, 3, 1.0, 2)) EXPECT_TRUE(k);
   EXPECT_EQ(first_frame_draws({7}, 5, 3, 0.5, 21)[0], kept[7]);  // not a function of the batch
 }
+
+// A Fun-Control model's control and start-frame drops (--control-drop,
+// --start-drop) are streams of their own, independent of each other and of
+// caption dropout; drop_fun_control zeroes the drawn half of the drawn rows
+// and leaves everything else, and its input, alone.
+TEST(CaptionDropout, FunControlDropsAreTheirOwnStreamsAndZeroTheirHalfOfY) {
+  std::vector<int64_t> indices(2000);
+  for (size_t i = 0; i < indices.size(); ++i) indices[i] = int64_t(i);
+  const auto control = control_drops(indices, 5, 3, 0.5), start = start_drops(indices, 5, 3, 0.5),
+             caption = caption_drops(indices, 5, 3, 0.5);
+  int controls = 0, with_start = 0, with_caption = 0;
+  for (size_t i = 0; i < indices.size(); ++i) {
+    controls += control[i];
+    with_start += control[i] && start[i];
+    with_caption += control[i] && caption[i];
+  }
+  // As above: Binomial(2000, 0.5) within 6.7 sd, independent pairs on about a quarter.
+  EXPECT_NEAR(controls, 1000, 150);
+  EXPECT_NEAR(with_start, 500, 130);
+  EXPECT_NEAR(with_caption, 500, 130);
+  EXPECT_EQ(control_drops({7}, 5, 3, 0.5)[0], control[7]);  // not a function of the batch
+
+  const auto y = torch::randn({3, 8, 2, 2, 2});
+  const auto original = y.clone();
+  const auto dropped = drop_fun_control(y, {true, false, false}, {false, false, true});
+  EXPECT_TRUE(torch::equal(y, original));
+  EXPECT_EQ(dropped[0].narrow(0, 0, 4).abs().max().item<float>(), 0.0f);
+  EXPECT_TRUE(torch::equal(dropped[0].narrow(0, 4, 4), y[0].narrow(0, 4, 4)));
+  EXPECT_TRUE(torch::equal(dropped[1], y[1]));
+  EXPECT_TRUE(torch::equal(dropped[2].narrow(0, 0, 4), y[2].narrow(0, 0, 4)));
+  EXPECT_EQ(dropped[2].narrow(0, 4, 4).abs().max().item<float>(), 0.0f);
+  EXPECT_TRUE(drop_fun_control(y, {false, false, false}, {false, false, false}).is_same(y));
+}
