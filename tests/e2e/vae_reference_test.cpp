@@ -673,6 +673,40 @@ TEST(FunControlSample, TenGuidedStepsAreTheReferenceLoop) {
   const double scale = max_abs(expected), error = max_abs(ours - expected);
   EXPECT_GT(scale, 0.1);
   EXPECT_LT(error, 1e-4 * scale) << "max |wansample - reference| = " << error << " of " << scale;
+
+  // Bad inputs: one line each, before any step.
+  ASSERT_EQ(wt::testing::launch("ffmpeg -hide_banner -loglevel error -y -f lavfi -i testsrc2=size=32x32:rate=16 "
+                                "-frames:v 3 -pix_fmt yuv420p " +
+                                dir + "/short.mp4")
+                .status,
+            0);
+  std::ofstream(dir + "/bad.png") << "not a picture";
+  const std::string t2v_json = R"({"dim": 32, "ffn_dim": 48, "num_heads": 2, "num_layers": 2, "freq_dim": 32,
+      "text_dim": 8, "text_len": 16, "patch_size": [1, 2, 2], "in_dim": 6, "out_dim": 6, "eps": 1e-6,
+      "qk_norm": true, "cross_attn_norm": true})";
+  std::ofstream(dir + "/t2v.json") << t2v_json;
+  wt::wan::save_weights(*wt::wan::WanModel(wt::wan::parse_model_config(t2v_json, "t2v.json")),
+                        dir + "/t2v.safetensors");
+  const std::string common = " --text " + dir + "/text.h5 --frames 2 --size 4x4 --noise " + dir +
+                             "/noise.h5 --steps 2 --vae " + dir + "/vae.safetensors --vae-config " + dir +
+                             "/vae.json --out " + dir + "/refused.h5";
+  const std::string fun = std::string(WANTRAIN_WANSAMPLE) + " --weights " + dir + "/model.safetensors --model-config " +
+                          dir + "/model.json" + common;
+  for (const auto& [command, line] : std::vector<std::pair<std::string, std::string>>{
+           {fun + " --control-video " + dir + "/short.mp4", dir + "/short.mp4: 3 frames, shorter than the sample's 5"},
+           {fun + " --clip " + dir + "/clip.safetensors --ref-image " + dir + "/bad.png",
+            dir + "/bad.png: no picture FFmpeg can read"},
+           {fun + " --image " + dir + "/start.png",
+            "option --clip: the i2v model reads the picture's CLIP features: give the CLIP encoder"},
+           {std::string(WANTRAIN_WANSAMPLE) + " --weights " + dir + "/t2v.safetensors --model-config " + dir +
+                "/t2v.json" + common + " --control-video " + dir + "/control.mp4",
+            "option --control-video: the model (" + dir +
+                "/t2v.json) is t2v with in_dim 6: not a Fun-Control model "
+                "(i2v with in_dim 3 x out_dim = 18)"}}) {
+    const auto refused = wt::testing::launch(command);
+    EXPECT_EQ(refused.status, 2) << refused.output;
+    EXPECT_EQ(wt::testing::occurrences(refused.output, line), 1u) << line << "\n" << refused.output;
+  }
 }
 
 // The mask alone, by hand: i2v marks latent frame 0 (all 4 channels); flf2v

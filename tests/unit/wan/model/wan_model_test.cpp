@@ -713,3 +713,48 @@ TEST(VaceModel, CheckpointedBlocksComputeTheSameAndTheContextIsChecked) {
   auto t2v = drawn_model(tiny_config(), 4);
   EXPECT_EQ(message(*t2v, control), "a t2v model has no VACE blocks: it takes no VACE context");
 }
+
+// A Fun-Control V1.1 model's reference tokens: without full_ref it reads
+// zeros (the same bits as zeros given), a reference changes the output but
+// not its shape, and a misshapen full_ref, or one given to a model without
+// ref_conv, is one line.
+TEST(FunControlModel, TheReferenceTokensAreZerosUnlessGivenAndChecked) {
+  WanConfig config = tiny_config();
+  config.model_type = wt::wan::ModelType::I2V;
+  config.out_dim = 6;  // with 4, in_dim 3 x 4 = 2 x 4 + 4 would be an i2v model's
+  config.in_dim = 18;
+  config.ref_conv = true;
+  ASSERT_TRUE(config.fun_control());
+  auto model = drawn_model(config, 12);
+  torch::NoGradGuard no_grad;
+  const auto x = torch::randn({2, 6, 2, 4, 6}), t = torch::tensor({300.0f, 800.0f});
+  const auto ctx = torch::randn({2, 5, config.text_dim});
+  wt::wan::ModelCondition condition;
+  condition.y = torch::randn({2, 12, 2, 4, 6});
+  const auto without = model->forward(x, t, ctx, condition);
+  auto zeros = condition;
+  zeros.full_ref = torch::zeros({2, 6, 4, 6});
+  EXPECT_TRUE(torch::equal(model->forward(x, t, ctx, zeros), without));
+  auto reference = condition;
+  reference.full_ref = torch::randn({2, 6, 4, 6});
+  const auto with = model->forward(x, t, ctx, reference);
+  ASSERT_EQ(with.sizes(), without.sizes());
+  EXPECT_GT((with - without).abs().max().item<double>(), 1e-3 * without.abs().max().item<double>());
+
+  auto message = [&](wt::wan::WanModelImpl& m, const wt::wan::ModelCondition& c) {
+    try {
+      m.forward(x, t, ctx, c);
+    } catch (const wt::UsageError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  auto misshapen = condition;
+  misshapen.full_ref = torch::zeros({2, 6, 2, 6});
+  EXPECT_EQ(message(*model, misshapen),
+            "model reference latents full_ref must be [2,6,4,6] (the latents' batch, H, W), got [2,6,2,6]");
+  config.ref_conv = false;
+  auto v10 = drawn_model(config, 12);
+  EXPECT_EQ(message(*v10, reference),
+            "this model has no ref_conv (add_ref_conv): it takes no reference latents full_ref");
+}
