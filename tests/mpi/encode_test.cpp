@@ -1173,6 +1173,20 @@ TEST(Encode, VaceControlFilesBecomeEachSamplesContextAndAVaceModelTrainsOnThem) 
     ++vace_adapters;
   }
   EXPECT_EQ(vace_adapters, 2u * 12u);  // A and B of the block's ten Linears, before_proj and after_proj
+  // The VACE paper's start: a text-to-video model's weights (wan-tiny's, the
+  // base of this config) under a fresh branch, the branch's adapters trained.
+  wt::wan::save_weights(*wt::wan::WanModel(wt::wan::load_model_config(kTiny)), dir + "/t2v.safetensors");
+  const auto from_t2v =
+      train(1, dir + "/from-t2v", config, " --lora-rank 4 --trainable vace --init " + dir + "/t2v.safetensors");
+  ASSERT_EQ(from_t2v.status, 0) << from_t2v.output;
+  EXPECT_EQ(
+      wt::testing::occurrences(from_t2v.output,
+                               "init: " + dir + "/t2v.safetensors: " +
+                                   std::to_string(wt::wan::parameter_shapes(wt::wan::load_model_config(kTiny)).size()) +
+                                   " tensors of a text-to-video model loaded; the VACE "
+                                   "branch's "),
+      1u)
+      << from_t2v.output;
   for (const auto& [model, extra, line] : std::vector<std::tuple<std::string, std::string, std::string>>{
            {config, " --trainable vace",
             "option --trainable: vace trains adapters on the VACE blocks: give --lora-rank R (training the VACE "

@@ -1,12 +1,30 @@
 #include "wantrain/wan/model/model_recipe.hpp"
 
+#include <fmt/format.h>
 #include <torch/torch.h>
+
+#include <algorithm>
 
 #include "wantrain/ckpt/checkpoint.hpp"
 #include "wantrain/wan/model/checkpoint_weights.hpp"
 #include "wantrain/wan/model/lora_file.hpp"
 
 namespace wt::wan {
+namespace {
+
+// Whether `source` holds every parameter of a VACE `config` but its VACE
+// branch's (vace_blocks, vace_patch_embedding), and nothing else: a
+// text-to-video model's weights under a VACE model.
+bool lacks_only_the_vace_branch(const WanConfig& config, const TensorSource& source) {
+  if (!config.vace()) return false;
+  const auto report = match_weights(parameter_shapes(config), source);
+  return !report.missing.empty() && report.unexpected.empty() && report.mismatched.empty() &&
+         std::all_of(report.missing.begin(), report.missing.end(), [](const std::string& name) {
+           return name.rfind("vace_blocks.", 0) == 0 || name.rfind("vace_patch_embedding.", 0) == 0;
+         });
+}
+
+}  // namespace
 
 BuiltModel build_model(const ModelRecipe& recipe, const BuildOptions& options) {
   if (recipe.first == FirstWeights::Seed) torch::manual_seed(recipe.seed);
@@ -23,7 +41,18 @@ BuiltModel build_model(const ModelRecipe& recipe, const BuildOptions& options) {
                 ? checkpoint_weights(recipe.weights->path, recipe.weights->prefer_ema).source
                 : open_weights(recipe.weights->path);
     const TensorSource& source = options.opened ? *options.opened : *own;
-    built.loaded = options.load ? options.load(model, source) : load_weights(model, source, LoadMode::Strict).summary();
+    if (!options.load && recipe.first != FirstWeights::None && lacks_only_the_vace_branch(recipe.config, source)) {
+      // The VACE paper's start: a text-to-video base under a fresh branch,
+      // whose zero projections add nothing until it is trained.
+      const auto report = load_weights(model, source, LoadMode::Lenient);
+      built.loaded = fmt::format(
+          "{} tensors of a text-to-video model loaded; the VACE branch's {} are fresh (drawn, its projections zero: "
+          "the model samples as the base until the branch is trained)",
+          report.loaded.size(), report.missing.size());
+    } else {
+      built.loaded =
+          options.load ? options.load(model, source) : load_weights(model, source, LoadMode::Strict).summary();
+    }
   }
   for (const auto& lora : recipe.merged_loras)
     built.merged_layers.push_back(merge_lora_file(model, lora.path, lora.scale));

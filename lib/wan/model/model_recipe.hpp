@@ -35,7 +35,10 @@ enum class FirstWeights {
   None,       // allocated, not drawn: every parameter comes from `weights`
 };
 
-// Weights read over the first ones, strictly (every parameter, by name and shape).
+// Weights read over the first ones, strictly (every parameter, by name and
+// shape); but a VACE model's weights may be a text-to-video model's, every
+// parameter but the VACE branch's, which then keeps its draw (not with
+// FirstWeights::None), its projections zero.
 struct ModelWeights {
   std::string path;         // safetensors file or index, .pth, diffusers folder, or a wantrain checkpoint
   bool prefer_ema = false;  // a checkpoint: its EMA weights where it has them (checkpoint_weights.hpp)

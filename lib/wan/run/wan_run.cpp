@@ -102,6 +102,8 @@ WanRun::WanRun(const train::RunPlan& plan, const WanRunOptions& options, distrib
     build.opened = &teacher_weights;
   }
   auto built = build_model(recipe, build);
+  if (comm.rank() == 0 && recipe.weights && !options.init.empty())
+    report_info("init: {}: {}", options.init, built.loaded);
   impl_ = std::make_unique<Impl>(std::move(config), built.model);
   auto& im = *impl_;
   im.teacher = teacher;

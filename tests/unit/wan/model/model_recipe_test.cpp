@@ -156,3 +156,42 @@ TEST(ModelRecipe, AdaptersComeLastOverTheBaseTheChecksumNames) {
   }
   EXPECT_EQ(trainable, built.adapter_parameters);
 }
+
+// A VACE model from a text-to-video model's weights (the VACE paper's
+// start): every base parameter is the file's, the branch keeps the seed's
+// draw with its projections zero, so the model is the base whatever the
+// context. Anything else missing from the file is still the strict error.
+TEST(ModelRecipe, AVaceModelStartsFromATextToVideoModelsWeightsWithAFreshBranch) {
+  const auto t2v_config = wt::testing::small_wan_config(3);
+  auto base = distinct_model(t2v_config, 31);
+  const std::string file = temp("t2v-base.safetensors");
+  wt::wan::save_weights(*base, file);
+  auto config = t2v_config;
+  config.model_type = wt::wan::ModelType::VACE;
+  config.vace_layers = {0, 2};
+  config.vace_in_dim = 6;
+  ModelRecipe recipe;
+  recipe.config = config;
+  recipe.seed = 5;
+  recipe.weights = ModelWeights{file};
+  BuiltModel built = wt::wan::build_model(recipe);
+  EXPECT_NE(built.loaded.find("tensors of a text-to-video model loaded; the VACE branch's"), std::string::npos)
+      << built.loaded;
+  const auto vace = built.model->named_parameters();
+  for (const auto& item : base->named_parameters())
+    EXPECT_TRUE(torch::equal(vace[item.key()], item.value())) << item.key();
+  EXPECT_EQ(vace["vace_blocks.1.after_proj.weight"].abs().max().item<float>(), 0.0f);
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(3);
+  const auto x = torch::randn({1, 4, 2, 4, 4}), t = torch::tensor({500.0f}), ctx = torch::randn({1, 3, 16});
+  wt::wan::ModelCondition control;
+  control.vace_context = torch::randn({1, 6, 2, 4, 4});
+  EXPECT_TRUE(torch::allclose(built.model->forward(x, t, ctx, control), base->forward(x, t, ctx), 1e-5, 1e-6));
+
+  // A VACE model's file without one base tensor: not a t2v base, refused.
+  auto partial = parameters_of(distinct_model(config, 32));
+  partial.erase(partial.begin());  // patch_embedding.weight
+  wt::io::write_safetensors(temp("partial.safetensors"), partial, torch::kFloat32);
+  recipe.weights = ModelWeights{temp("partial.safetensors")};
+  EXPECT_THROW(wt::wan::build_model(recipe), wt::UsageError);
+}
