@@ -194,7 +194,8 @@ void declare_encode_options(OptionSet& options, EncodeConfig& c) {
               "frame, and with --clip the first frame's CLIP features, as VideoX-Fun's Wan2.1-Fun-Control reads "
               "them")
       .add("clip", &c.clip,
-           "CLIP image encoder for Wan2.1 I2V/FLF2V (models_clip_open-clip-xlm-roberta-large-vit-huge-14.pth or "
+           "CLIP image encoder for Wan2.1 I2V/FLF2V and Wan2.1-Fun-Control "
+           "(models_clip_open-clip-xlm-roberta-large-vit-huge-14.pth or "
            "safetensors of its names, ComfyUI's clip_vision_h.safetensors, or a CLIPVisionModel folder: a diffusers "
            "pipeline's image_encoder/ or root); Wan2.2's I2V reads no CLIP features")
       .choice("clip-dtype", &c.clip_dtype, {"fp32", "bf16"}, "CLIP weights and compute")
@@ -368,6 +369,19 @@ int run_encode(distributed::World& world, int argc, char** argv) {
                 clip ? fmt::format(" and /clip_fea ({} tokens of {} a picture; CLIP weights in {})",
                                    clip->config().tokens(), clip->config().dim, clip->weights_layout())
                      : std::string(" (no --clip: for Wan2.2's I2V, which reads no CLIP features)"));
+  if (world.is_root() && s.fun_control) {
+    report_info(
+        "wandata encode: condition fun-control: /y of {} channels (the control video's latents and the first "
+        "frame's){}",
+        2 * vae->z_dim(),
+        clip ? fmt::format(" and /clip_fea ({} tokens of {}; CLIP weights in {})", clip->config().tokens(),
+                           clip->config().dim, clip->weights_layout())
+             : std::string());
+    if (!clip)
+      report_warning(
+          "wandata encode: no --clip: the data fit only a Fun-Control model without the CLIP branch (every released "
+          "Wan2.1-Fun-Control model reads CLIP features: give --clip)");
+  }
   if (world.is_root() && s.vace)
     report_info(
         "wandata encode: condition vace: /vace_context of {} channels (twice the VAE's {} latent channels, and "

@@ -225,7 +225,8 @@ void declare_options(OptionSet& options, SampleConfig& c) {
            "Fun-Control V1.1 models (add_ref_conv): a picture of what to show, resized to the sample, its latents "
            "put before the video's tokens and its CLIP features read (with --clip)")
       .add("clip", &c.clip,
-           "CLIP image encoder for --image with Wan2.1 I2V/FLF2V "
+           "CLIP image encoder for --image with Wan2.1 I2V/FLF2V, and for --image or --ref-image with "
+           "Wan2.1-Fun-Control "
            "(models_clip_open-clip-xlm-roberta-large-vit-huge-14.pth or safetensors of its names, ComfyUI's "
            "clip_vision_h.safetensors, or a CLIPVisionModel folder: a diffusers pipeline's image_encoder/ or root)")
       .choice("clip-dtype", &c.clip_dtype, {"fp32", "bf16"}, "CLIP weights and compute")

@@ -547,6 +547,9 @@ void validate(const TrainConfig& c) {
   require(c.image_drop >= 0 && c.image_drop <= 1, "image-drop", "must be a probability in [0, 1]");
   require(c.control_drop >= 0 && c.control_drop <= 1, "control-drop", "must be a probability in [0, 1]");
   require(c.start_drop >= 0 && c.start_drop <= 1, "start-drop", "must be a probability in [0, 1]");
+  require((c.control_drop == 0 && c.start_drop == 0) || c.mode != "distill",
+          c.control_drop > 0 ? "control-drop" : "start-drop",
+          "not with --mode distill (its objectives drop no control)");
   require(c.first_frame_prob > 0 && c.first_frame_prob <= 1, "first-frame-prob", "must be a probability in (0, 1]");
   require(c.condition != "first-frame" || c.mode != "distill" || c.distill_steps > 0, "condition",
           "first-frame with --mode distill is for few-step students (--distill-steps K) only yet");

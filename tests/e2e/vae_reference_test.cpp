@@ -702,7 +702,12 @@ TEST(FunControlSample, TenGuidedStepsAreTheReferenceLoop) {
                 "/t2v.json" + common + " --control-video " + dir + "/control.mp4",
             "option --control-video: the model (" + dir +
                 "/t2v.json) is t2v with in_dim 6: not a Fun-Control model "
-                "(i2v with in_dim 3 x out_dim = 18)"}}) {
+                "(i2v with in_dim 3 x out_dim = 18)"},
+           {std::string(WANTRAIN_WANSAMPLE) + " --weights " + dir + "/t2v.safetensors --model-config " + dir +
+                "/t2v.json" + common + " --ref-image " + dir + "/ref.png",
+            "option --ref-image: the model (" + dir +
+                "/t2v.json) has no ref_conv: a reference picture is for a "
+                "Fun-Control V1.1 model (add_ref_conv)"}}) {
     const auto refused = wt::testing::launch(command);
     EXPECT_EQ(refused.status, 2) << refused.output;
     EXPECT_EQ(wt::testing::occurrences(refused.output, line), 1u) << line << "\n" << refused.output;

@@ -1217,7 +1217,7 @@ TEST(Encode, VaceControlFilesBecomeEachSamplesContextAndAVaceModelTrainsOnThem) 
 // picture). A clip without a control, a control shorter than the clip and a
 // VACE mask are one line each. A Fun-Control model (in_dim 3 x 16) trains
 // on it, 2 ranks = 1 rank; wansample --data samples with the sample's own
-// condition, and a reference picture for a model without ref_conv is one line.
+// condition, and a control video given with --data is one line.
 TEST(Encode, FunControlVideosBecomeEachSamplesConditionAndAFunControlModelTrainsOnThem) {
   const auto& s = setup();
   ASSERT_TRUE(s.error.empty()) << s.error;
@@ -1328,13 +1328,11 @@ TEST(Encode, FunControlVideosBecomeEachSamplesConditionAndAFunControlModelTrains
   ASSERT_EQ(sampled.status, 0) << sampled.output;
   EXPECT_EQ(read_shard(dir + "/sample.h5").latents.front().sizes(), latents.sizes());
   EXPECT_EQ(wt::media::probe_media(dir + "/sample.mp4").frames(), 5);
-  const auto refused = launch(sample + " --ref-image " + clips + "/walk.control.mp4");
+  const auto refused = launch(sample + " --control-video " + clips + "/walk.control.mp4");
   EXPECT_EQ(refused.status, 2) << refused.output;
   EXPECT_EQ(
-      wt::testing::occurrences(refused.output, "option --ref-image: the model (" + dir +
-                                                   "/one/latest) has no "
-                                                   "ref_conv: a reference picture is for a Fun-Control V1.1 model "
-                                                   "(add_ref_conv)"),
+      wt::testing::occurrences(
+          refused.output, "option --control-video: with --prompt or --text (--data samples bring their own condition)"),
       1u)
       << refused.output;
 }

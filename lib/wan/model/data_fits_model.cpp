@@ -29,23 +29,30 @@ void check_data_fits_model(const data::SampleShape& s, const std::string& data_d
     fail(fmt::format("out_dim {} differs from in_dim {}: the flow-matching target has in_dim channels", c.out_dim,
                      c.in_dim));
   const char* type = model_type_name(c.model_type);
+  // The encode option that makes this model's /y (a Fun-Control model is i2v by its config).
+  const char* condition = c.fun_control() ? "fun-control" : type;
+  const char* kind = c.fun_control() ? "Fun-Control" : type;
   if (c.image_conditioned() && !s.has_condition())
     fail(
         fmt::format("the {} model needs the image condition /y in the shards: encode them with wandata encode "
                     "--condition {}",
-                    type, type));
+                    kind, condition));
   if (!c.image_conditioned() && s.has_condition())
     fail(
         fmt::format("the shards hold an image condition /y that a {} model does not read: use an i2v or flf2v "
                     "model config, or data encoded without --condition",
                     type));
   if (c.image_conditioned() && s.condition_channels != c.condition_channels())
-    fail(fmt::format("/y has {} channels, the model reads {}", s.condition_channels, c.condition_channels()));
+    fail(fmt::format("/y has {} channels, the model reads {}{}", s.condition_channels, c.condition_channels(),
+                     c.fun_control() ? " (a Fun-Control model's: wandata encode --condition fun-control)"
+                     : s.condition_channels == 2 * c.out_dim
+                         ? " (the shards' is a Fun-Control model's: wandata encode --condition fun-control made them)"
+                         : ""));
   if (c.image_branch() && s.clip_tokens == 0)
     fail(
         fmt::format("the model's CLIP branch needs /clip_fea in the shards: encode them with wandata encode "
                     "--condition {} --clip FILE",
-                    type));
+                    condition));
   if (c.image_branch() && (s.clip_tokens != c.condition_images() * c.image_tokens || s.clip_dim != c.image_dim))
     fail(fmt::format("/clip_fea is [{}, {}] a sample, the model reads [{}, {}] ({} picture{} of {} tokens)",
                      s.clip_tokens, s.clip_dim, c.condition_images() * c.image_tokens, c.image_dim,

@@ -15,10 +15,9 @@
 //             reads zeros)
 //
 // The control video is at the sample's size (read_control_video fits it);
-// a picture of another size is resized to it (bicubic; the pipeline's
-// image_processor resizes with PIL's Lanczos) for the VAE, and CLIP reads it
-// as it is. Each goes through the VAE on its own, as the pipeline encodes
-// them.
+// a picture of another size is resized to it (bicubic, as VideoX-Fun's
+// get_image_latent resizes it) for the VAE, and CLIP reads it as it is. Each goes through the VAE on its own, as the
+// pipeline encodes them.
 #pragma once
 
 #include <ATen/core/Tensor.h>

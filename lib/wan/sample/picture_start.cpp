@@ -11,6 +11,8 @@ namespace wt::wan {
 
 PictureStart start_from_picture(const WanConfig& config, VideoVae& vae, ClipVisionImpl* clip, const at::Tensor& first,
                                 const at::Tensor& last, const std::vector<int64_t>& shape, const c10::Device& device) {
+  if (config.fun_control())  // its y is a control video's and a start frame's (fun_control_condition.hpp)
+    throw Error("start_from_picture: a Fun-Control model starts from fun_control_condition");
   PictureStart start;
   const VideoSize size{shape[3] * vae.spatial_factor(), shape[4] * vae.spatial_factor()};
   torch::NoGradGuard no_grad;

@@ -227,10 +227,12 @@ void SamplingPipeline::check_request() const {
   if (!r.image.empty() && r.vae.empty())
     throw SettingError(
         "image", fmt::format("needs {} (the encoder that makes the picture's latents)", setting_reference("vae")));
-  if (!r.image.empty() && r.prompt.empty() && r.text.empty())
-    throw SettingError("image",
-                       fmt::format("with {} or {} ({} samples bring their own condition)", setting_reference("prompt"),
-                                   setting_reference("text"), setting_reference("data")));
+  for (const auto& [path, setting] :
+       {std::pair{&r.image, "image"}, {&r.control_video, "control_video"}, {&r.ref_image, "ref_image"}})
+    if (!path->empty() && r.prompt.empty() && r.text.empty())
+      throw SettingError(
+          setting, fmt::format("with {} or {} ({} samples bring their own condition)", setting_reference("prompt"),
+                               setting_reference("text"), setting_reference("data")));
   if (!r.last_image.empty() && r.image.empty())
     throw SettingError("last_image", fmt::format("needs {}", setting_reference("image")));
   if (!r.clip.empty() && r.image.empty() && r.ref_image.empty())
@@ -254,6 +256,8 @@ void SamplingPipeline::check_request() const {
                                       {"vae", r.vae},
                                       {"image", r.image},
                                       {"last_image", r.last_image},
+                                      {"control_video", r.control_video},
+                                      {"ref_image", r.ref_image},
                                       {"clip", r.clip},
                                       {"noise", r.noise}}) {
     if (path.empty()) continue;
@@ -513,9 +517,14 @@ void SamplingPipeline::resolve_condition() {
     shape_ = {1, latent_channels, s.frames, s.height, s.width};
     c.source = fmt::format("{} sample {}{}", r.data, r.index, sample.prompt.empty() ? "" : ": " + sample.prompt);
     if (config_.image_conditioned() && !c.image.y.defined())
-      throw SettingError("data", fmt::format("{} holds no image condition /y for the {} model: encode it with "
-                                             "wandata encode --condition, or give {}",
-                                             r.data, model_type_name(config_.model_type), setting_reference("image")));
+      throw SettingError(
+          "data", fmt::format("{} holds no image condition /y for the {} model: encode it with wandata encode "
+                              "--condition{}, or {}",
+                              r.data, config_.fun_control() ? "Fun-Control" : model_type_name(config_.model_type),
+                              config_.fun_control() ? " fun-control" : "",
+                              config_.fun_control() ? "sample from " + setting_reference("prompt") + " with " +
+                                                          setting_reference("control_video")
+                                                    : "give " + setting_reference("image")));
   } else if (!r.prompt.empty()) {
     const auto release = release_video(vae_config_);
     std::array<int64_t, 2> wh{release.width, release.height};
@@ -625,7 +634,7 @@ SamplingPlan SamplingPipeline::plan() const {
   job.clip_bytes = weight_bytes(r.clip, r.clip_dtype, "visual");  // the image tower of open-clip's file
   if (job.clip_bytes == 0) job.clip_bytes = weight_bytes(r.clip, r.clip_dtype);
   job.vae_bytes = weight_bytes(vae_weights_file(r.vae), r.vae_dtype);
-  job.picture = !r.image.empty();
+  job.picture = !r.image.empty() || (config_.fun_control() && gives_fun_control(r));
   if (!r.vae.empty()) {
     const int64_t s = vae_config_.spatial_factor();
     job.decode_bytes = vae_tiling_
