@@ -505,6 +505,17 @@ TEST(VaceContext, InputsOfAnotherSizeAreOneLineEach) {
 
 namespace {
 
+// wansample's dir/sample.h5 within 1e-4 of the largest latent of the reference loop's dir/reference.safetensors.
+void expect_sample_is_the_reference(const std::string& dir) {
+  const auto file = wt::io::SafetensorsFile::open(dir + "/reference.safetensors");
+  const auto expected = file.read(*file.find("latents"));
+  const auto ours = wt::testing::sampled_latents(dir + "/sample.h5");
+  ASSERT_EQ(ours.sizes(), expected.sizes());
+  const double scale = max_abs(expected), error = max_abs(ours - expected);
+  EXPECT_GT(scale, 0.1);
+  EXPECT_LT(error, 1e-4 * scale) << "max |wansample - reference| = " << error << " of " << scale;
+}
+
 // An 8-bit RGB picture of `width` x `height` whose pixel (x, y) is `pixel(x, y, channel)`.
 wt::media::Image drawn(int width, int height, const std::function<int(int, int, int)>& pixel) {
   wt::media::Image image(width, height);
@@ -581,13 +592,7 @@ TEST(VaceSample, TenGuidedStepsAreTheReferenceLoop) {
             1u)
       << sample.output;
   EXPECT_EQ(wt::testing::occurrences(sample.output, "decoded 5 frames of 32x32"), 1u) << sample.output;
-  const auto file = wt::io::SafetensorsFile::open(dir + "/reference.safetensors");
-  const auto expected = file.read(*file.find("latents"));
-  const auto ours = wt::testing::sampled_latents(dir + "/sample.h5");
-  ASSERT_EQ(ours.sizes(), expected.sizes());
-  const double scale = max_abs(expected), error = max_abs(ours - expected);
-  EXPECT_GT(scale, 0.1);
-  EXPECT_LT(error, 1e-4 * scale) << "max |wansample - reference| = " << error << " of " << scale;
+  expect_sample_is_the_reference(dir);
 }
 
 // A Fun-Control V1.1 model (VideoX-Fun's Wan2.1-Fun-Control: i2v, in_dim
@@ -666,13 +671,7 @@ TEST(FunControlSample, TenGuidedStepsAreTheReferenceLoop) {
             1u)
       << sample.output;
   EXPECT_EQ(wt::testing::occurrences(sample.output, "decoded 5 frames of 32x32"), 1u) << sample.output;
-  const auto file = wt::io::SafetensorsFile::open(dir + "/reference.safetensors");
-  const auto expected = file.read(*file.find("latents"));
-  const auto ours = wt::testing::sampled_latents(dir + "/sample.h5");
-  ASSERT_EQ(ours.sizes(), expected.sizes());
-  const double scale = max_abs(expected), error = max_abs(ours - expected);
-  EXPECT_GT(scale, 0.1);
-  EXPECT_LT(error, 1e-4 * scale) << "max |wansample - reference| = " << error << " of " << scale;
+  expect_sample_is_the_reference(dir);
 
   // Bad inputs: one line each, before any step.
   ASSERT_EQ(wt::testing::launch("ffmpeg -hide_banner -loglevel error -y -f lavfi -i testsrc2=size=32x32:rate=16 "

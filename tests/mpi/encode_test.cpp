@@ -780,8 +780,8 @@ TEST(Encode, TheImageConditionIsEncodedAndAPictureBecomesAVideo) {
   const std::string data = dir + "/data";
   const auto bad = launch(wandata(encode_args(s, s.clips, data, "--frames 5 --clip " + dir + "/clip.safetensors")));
   EXPECT_EQ(bad.status, 2) << bad.output;
-  EXPECT_NE(bad.output.find("option --clip: the CLIP features are of an image condition: give --condition i2v or "
-                            "flf2v"),
+  EXPECT_NE(bad.output.find("option --clip: the CLIP features are of an image condition: give --condition i2v, "
+                            "flf2v or fun-control"),
             std::string::npos)
       << bad.output;
   run_ok(wandata(encode_args(s, s.clips, data,

@@ -35,11 +35,11 @@ import json
 import os
 import sys
 
-import h5py
 import torch
 
 import clip_reference as clip
 import wan_reference as wan
+from vace_sample_reference import write_wansample_inputs
 from vae_reference import check_weights, encode, load_config
 
 
@@ -83,11 +83,7 @@ def main():
             uncond = wan.forward(cfg, p, x, t, empty, y=y, clip_fea=clip_fea, full_ref=full_ref)
             x = x + (sigmas[i + 1] - sigmas[i]) * (uncond + guidance * (cond - uncond))
     wan.write_safetensors(out_path, {"latents": x[0]})
-    here = os.path.dirname(out_path)
-    with h5py.File(f"{here}/noise.h5", "w") as f:
-        f["noise"] = noise.numpy()
-    with h5py.File(f"{here}/text.h5", "w") as f:
-        f["text_emb"] = context.numpy()
+    write_wansample_inputs(os.path.dirname(out_path), noise, context)
 
 
 if __name__ == "__main__":

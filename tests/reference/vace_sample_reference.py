@@ -59,7 +59,11 @@ def main():
             uncond = wan.forward(cfg, p, x, t, empty, vace_context=z, vace_scale=scale)
             x = x + (sigmas[i + 1] - sigmas[i]) * (uncond + guidance * (cond - uncond))
     wan.write_safetensors(out_path, {"latents": x[0, :, len(refs):]})
-    here = os.path.dirname(out_path)
+    write_wansample_inputs(os.path.dirname(out_path), noise, context)
+
+
+def write_wansample_inputs(here, noise, context):
+    """wansample's --noise HERE/noise.h5 (/noise) and --text HERE/text.h5 (/text_emb)."""
     with h5py.File(f"{here}/noise.h5", "w") as f:
         f["noise"] = noise.numpy()
     with h5py.File(f"{here}/text.h5", "w") as f:

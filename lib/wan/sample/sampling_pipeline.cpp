@@ -818,14 +818,18 @@ at::Tensor SamplingPipeline::start_from_image() {
   return first_frame;
 }
 
+// The sample's video: its pixel frames, height and width.
+std::array<int64_t, 3> SamplingPipeline::sample_pixels() const {
+  const int64_t s = vae_config_.spatial_factor();
+  return {1 + (shape_[2] - 1) * vae_config_.temporal_factor(), shape_[3] * s, shape_[4] * s};
+}
+
 // A VACE model's context: the control video, its mask and the reference
 // pictures at the sample's size, through the VAE (on every rank).
 at::Tensor SamplingPipeline::start_from_control() {
   const auto& r = request_;
   auto& c = *condition_;
-  const int64_t s = vae_config_.spatial_factor();
-  const int64_t frames = 1 + (shape_[2] - 1) * vae_config_.temporal_factor(), height = shape_[3] * s,
-                width = shape_[4] * s;
+  const auto [frames, height, width] = sample_pixels();
   VaceSource source;
   if (!r.src_video.empty()) source.video = read_control_video(r.src_video, frames, height, width);
   if (!r.src_mask.empty()) source.mask = mask_of_video(read_control_video(r.src_mask, frames, height, width));
@@ -846,9 +850,7 @@ at::Tensor SamplingPipeline::start_from_control() {
 void SamplingPipeline::start_from_fun_control() {
   const auto& r = request_;
   auto& c = *condition_;
-  const int64_t s = vae_config_.spatial_factor();
-  const int64_t frames = 1 + (shape_[2] - 1) * vae_config_.temporal_factor(), height = shape_[3] * s,
-                width = shape_[4] * s;
+  const auto [frames, height, width] = sample_pixels();
   // The control video scaled to cover the sample and cut around the
   // centre; the pictures as they are (resized for the VAE, not for CLIP).
   FunControlSource source;

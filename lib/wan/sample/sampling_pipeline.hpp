@@ -15,6 +15,7 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -83,6 +84,7 @@ class SamplingPipeline {
   at::Tensor start_from_image();
   at::Tensor start_from_control();
   void start_from_fun_control();
+  std::array<int64_t, 3> sample_pixels() const;
 
   distributed::World& world_;
   SamplingRequest request_;

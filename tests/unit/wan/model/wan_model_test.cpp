@@ -420,6 +420,17 @@ WanConfig image_config(wt::wan::ModelType type, int64_t image_dim) {
 }
 
 // A model with every weight drawn (Wan zero-initialises the head and emb_pos).
+// The UsageError the model's forward gives for `condition`, or "(no error)".
+std::string forward_error(wt::wan::WanModelImpl& model, const at::Tensor& x, const at::Tensor& t,
+                          const at::Tensor& context, const wt::wan::ModelCondition& condition) {
+  try {
+    model.forward(x, t, context, condition);
+  } catch (const wt::UsageError& e) {
+    return std::string(e.what());
+  }
+  return "(no error)";
+}
+
 wt::wan::WanModel drawn_model(const WanConfig& config, uint64_t seed) {
   torch::manual_seed(seed);
   wt::wan::WanModel model(config);
@@ -698,12 +709,7 @@ TEST(VaceModel, CheckpointedBlocksComputeTheSameAndTheContextIsChecked) {
 
   torch::NoGradGuard no_grad;
   auto message = [&](wt::wan::WanModelImpl& m, const wt::wan::ModelCondition& c) {
-    try {
-      m.forward(x, t, ctx, c);
-    } catch (const wt::UsageError& e) {
-      return std::string(e.what());
-    }
-    return std::string("(no error)");
+    return forward_error(m, x, t, ctx, c);
   };
   EXPECT_EQ(message(*model, {}), "this vace model needs its VACE context");
   auto short_context = control;
@@ -742,12 +748,7 @@ TEST(FunControlModel, TheReferenceTokensAreZerosUnlessGivenAndChecked) {
   EXPECT_GT((with - without).abs().max().item<double>(), 1e-3 * without.abs().max().item<double>());
 
   auto message = [&](wt::wan::WanModelImpl& m, const wt::wan::ModelCondition& c) {
-    try {
-      m.forward(x, t, ctx, c);
-    } catch (const wt::UsageError& e) {
-      return std::string(e.what());
-    }
-    return std::string("(no error)");
+    return forward_error(m, x, t, ctx, c);
   };
   auto misshapen = condition;
   misshapen.full_ref = torch::zeros({2, 6, 2, 6});
