@@ -28,6 +28,12 @@
 // blob's place and motion (--untold-place): only its colour and radius,
 // so a model can only put the blob where the control says.
 //
+// With --condition fun-control each sample holds a Fun-Control model's y
+// [2C, F, H, W] in wandata encode --condition fun-control's layout: the
+// control video's latents (the same dot on the blob's centre, frame by
+// frame) and the start frame's (zeros: no start frame, so that the place is
+// in the control alone), the text again without the place (--untold-place).
+//
 // With --modes K, one prompt has K videos, as a real prompt has many: the
 // samples come in groups of K that share a prompt (colour, radius, start
 // and a base velocity, all in the text). Video k of a group starts on a
@@ -174,19 +180,30 @@ class Task {
     return y;
   }
 
-  // The VACE context [2C + 64, F, H, W]: zeros (inactive), the control
-  // video's dot of radius 0.1 at the blob's centre in each frame
-  // (reactive), the mask's ones.
-  at::Tensor vace_context(const Blob& b) const {
+  // The control video's latents [C, F, H, W]: a dot of radius 0.1 at the
+  // blob's centre in each frame, in a fixed channel mix.
+  at::Tensor control_dots(const Blob& b) const {
     const int64_t ch = c_.channels;
-    auto context = at::zeros({2 * ch + kVaceMaskChannels, c_.frames, c_.height, c_.width});
+    auto dots = at::zeros({ch, c_.frames, c_.height, c_.width});
     for (int64_t f = 0; f < c_.frames; ++f) {
       const double fx = b.cx + b.vx * f, fy = b.cy + b.vy * f;
       const at::Tensor dot = at::exp(-((xs_ - fx).pow(2) + (ys_ - fy).pow(2)) / (2 * 0.1 * 0.1));  // [H, W]
-      context.narrow(0, ch, ch).select(1, f).copy_(dot_gain_.view({ch, 1, 1}) * dot);
+      dots.select(1, f).copy_(dot_gain_.view({ch, 1, 1}) * dot);
     }
+    return dots;
+  }
+  // The VACE context [2C + 64, F, H, W]: zeros (inactive), the control's
+  // dots (reactive), the mask's ones.
+  at::Tensor vace_context(const Blob& b) const {
+    const int64_t ch = c_.channels;
+    auto context = at::zeros({2 * ch + kVaceMaskChannels, c_.frames, c_.height, c_.width});
+    context.narrow(0, ch, ch).copy_(control_dots(b));
     context.narrow(0, 2 * ch, kVaceMaskChannels).fill_(1);
     return context;
+  }
+  // A Fun-Control model's y [2C, F, H, W]: the control's dots, then zeros (no start frame).
+  at::Tensor fun_control_y(const Blob& b) const {
+    return at::cat({control_dots(b), at::zeros({c_.channels, c_.frames, c_.height, c_.width})}, 0);
   }
 
   at::Tensor latents(const Blob& b) const {  // [C, F, H, W], normalised
@@ -246,9 +263,11 @@ int run_synth(distributed::World&, int argc, char** argv) {
       .add("task-seed", &c.task_seed,
            "the task (text encoding, colours, latent normalisation): a validation set takes the training set's "
            "task seed and another --seed")
-      .choice("condition", &c.condition, {"none", "i2v", "vace"},
+      .choice("condition", &c.condition, {"none", "i2v", "vace", "fun-control"},
               "i2v: also the image-to-video condition /y of each sample's first frame; vace: a VACE context "
-              "/vace_context whose control video is a dot on the blob's centre (implies --untold-place)")
+              "/vace_context whose control video is a dot on the blob's centre (implies --untold-place); "
+              "fun-control: a Fun-Control model's /y of that control's latents and no start frame (implies "
+              "--untold-place)")
       .flag("untold-place", &c.untold_place,
             "the text leaves out the blob's place and motion: only its colour and radius")
       .add("modes", &c.modes,
@@ -279,7 +298,7 @@ int run_synth(distributed::World&, int argc, char** argv) {
     throw UsageError("options --clip-tokens, --clip-dim: give both, positive, or neither");
   if (c.clip_tokens > 0 && c.condition != "i2v")
     throw UsageError("option --clip-tokens: the features are of the image condition: give --condition i2v");
-  if (c.condition == "vace") c.untold_place = true;
+  if (c.condition == "vace" || c.condition == "fun-control") c.untold_place = true;
   if (c.untold_place && c.modes > 1)
     throw UsageError("option --modes: a prompt's videos differ in place and motion, which --untold-place leaves out");
   prepare_output_directory(c.out);
@@ -293,6 +312,7 @@ int run_synth(distributed::World&, int argc, char** argv) {
                           data::parse_stored(c.latent_dtype),
                           data::parse_stored(c.text_dtype)};
   if (c.condition == "i2v") shape.condition_channels = 4 + c.channels;
+  if (c.condition == "fun-control") shape.condition_channels = 2 * c.channels;
   if (c.condition == "vace") shape.vace_channels = 2 * c.channels + kVaceMaskChannels;
   shape.clip_tokens = c.clip_tokens;
   shape.clip_dim = c.clip_dim;
@@ -307,12 +327,14 @@ int run_synth(distributed::World&, int argc, char** argv) {
       const auto [prompt, b] = draw_sample(c, next);
       const auto latents = task.latents(b);
       data::SampleCondition condition;
-      if (shape.has_condition()) condition.y = Task::condition(latents);
+      if (shape.has_condition())
+        condition.y = c.condition == "fun-control" ? task.fun_control_y(b) : Task::condition(latents);
       if (shape.clip_tokens > 0) condition.clip_fea = task.picture_features(b);
       if (shape.has_vace()) condition.vace_context = task.vace_context(b);
       const std::string text =
-          c.untold_place ? fmt::format("a {} blob of radius {:.2f}{}", kColours[b.colour], b.radius,
-                                       shape.has_vace() ? " where its control video puts it" : "")
+          c.untold_place
+              ? fmt::format("a {} blob of radius {:.2f}{}", kColours[b.colour], b.radius,
+                            shape.has_vace() || c.condition == "fun-control" ? " where its control video puts it" : "")
           : c.modes == 1
               ? fmt::format("a {} blob of radius {:.2f} at ({:.2f}, {:.2f}) moving ({:+.2f}, {:+.2f}) per frame",
                             kColours[b.colour], b.radius, b.cx, b.cy, b.vx, b.vy)

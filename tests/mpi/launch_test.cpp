@@ -581,6 +581,37 @@ TEST(Wandata, SynthsVaceContextIsADotWhereTheUntoldBlobIs) {
   }
 }
 
+// --condition fun-control: the same clips and texts as vace's, and /y the
+// control's latents (the VACE context's reactive half, the same dots) then
+// zeros (no start frame).
+TEST(Wandata, SynthsFunControlYAsTheVaceControlsDotsAndNoStartFrame) {
+  const auto vace = fresh("synth-fc-vace"), fun = fresh("synth-fun-control");
+  const std::string options = " --samples 3 --shards 1 --frames 3 --size 16x16 --text-len 8 --text-dim 16 --seed 2";
+  ASSERT_EQ(wandata("synth --out " + vace + options + " --condition vace").status, 0);
+  const Job job = wandata("synth --out " + fun + options + " --condition fun-control");
+  ASSERT_EQ(job.status, 0) << job.output;
+  const auto dv = wt::data::Dataset::open(vace), df = wt::data::Dataset::open(fun);
+  const auto& s = df.shape();
+  ASSERT_EQ(s.condition_channels, 2 * 16);
+  EXPECT_FALSE(s.has_vace());
+  EXPECT_EQ(s.clip_tokens, 0);
+  wt::data::SampleReader rv(dv), rf(df);
+  auto lv = torch::empty({s.channels, s.frames, s.height, s.width}), lf = lv.clone();
+  auto tv = torch::empty({s.text_len, s.text_dim}), tf = tv.clone();
+  wt::data::SampleCondition context, y;
+  context.vace_context = torch::empty({2 * 16 + 64, s.frames, s.height, s.width});
+  y.y = torch::empty({s.condition_channels, s.frames, s.height, s.width});
+  for (int64_t i = 0; i < 3; ++i) {
+    int32_t nv = 0, nf = 0;
+    rv.read(i, lv, tv, nv, &context);
+    rf.read(i, lf, tf, nf, &y);
+    EXPECT_TRUE(torch::equal(lv, lf) && torch::equal(tv, tf)) << "the same clip and text, sample " << i;
+    EXPECT_EQ(rf.prompt(i), rv.prompt(i));
+    EXPECT_TRUE(torch::equal(y.y.narrow(0, 0, 16), context.vace_context.narrow(0, 16, 16))) << "sample " << i;
+    EXPECT_TRUE(torch::all(y.y.narrow(0, 16, 16) == 0).item<bool>()) << "no start frame, sample " << i;
+  }
+}
+
 namespace {
 // Every latent of a dataset [N, C, F, H, W], and the text embeddings [N, L, D].
 std::pair<torch::Tensor, torch::Tensor> read_dataset(const std::string& dir) {
