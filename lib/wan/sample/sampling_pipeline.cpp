@@ -127,6 +127,9 @@ void check_context_fits(const at::Tensor& context, const WanConfig& config, cons
                              source, context.size(0), context.size(1), model_named, config.text_len, config.text_dim));
 }
 
+// Whether a VACE model's control is given (otherwise a --data sample's own, or grey).
+bool gives_vace_control(const SamplingRequest& r) { return !r.src_video.empty() || !r.src_ref_images.empty(); }
+
 // Whether a Fun-Control model's inputs are given (otherwise a --data sample's own, or zeros).
 bool gives_fun_control(const SamplingRequest& r) {
   return !r.control_video.empty() || !r.image.empty() || !r.ref_image.empty();
@@ -444,14 +447,13 @@ void SamplingPipeline::resolve_settings() {
                     r.data.empty() ? ", and no " + setting_reference("data") + " is given" : ""));
   if (!r.clip.empty() && !config_.image_branch())
     throw SettingError("clip", "the model has no CLIP branch (Wan2.2's I2V reads none)");
-  const bool control = !r.src_video.empty() || !r.src_ref_images.empty() || r.vace_scale != 1.0;
+  const bool control = gives_vace_control(r) || r.vace_scale != 1.0;
   if (control && !config_.vace())
     throw SettingError(!r.src_video.empty()        ? "src_video"
                        : !r.src_ref_images.empty() ? "src_ref_images"
                                                    : "vace_scale",
                        fmt::format("the model ({}) is {}: it has no VACE blocks", model_named, model_type));
-  const bool control_given = !r.src_video.empty() || !r.src_ref_images.empty();
-  if (config_.vace() && r.vae.empty() && (control_given || r.data.empty()))
+  if (config_.vace() && r.vae.empty() && (gives_vace_control(r) || r.data.empty()))
     throw SettingError(
         "vae", fmt::format("the VACE model reads its control through the VAE: give {}", setting_reference("vae")));
   if (config_.vace() && !r.vae.empty() &&
@@ -663,9 +665,8 @@ void SamplingPipeline::encode_prompt() {
   // The VAE encodes the picture before sampling (on every rank), then
   // decodes the sample (on rank 0, which writes it).
   // A VACE model's control is encoded on every rank (a --data sample brings its own context).
-  const bool encodes_control =
-      (config_.vace() && (!r.src_video.empty() || !r.src_ref_images.empty() || !c.image.vace_context.defined())) ||
-      (config_.fun_control() && (gives_fun_control(r) || !c.image.y.defined()));
+  const bool encodes_control = (config_.vace() && (gives_vace_control(r) || !c.image.vace_context.defined())) ||
+                               (config_.fun_control() && (gives_fun_control(r) || !c.image.y.defined()));
   if (!r.vae.empty() && (world_.is_root() || !r.image.empty() || encodes_control)) {
     c.vae = open_video_vae(r.vae, vae_config_, r.vae_dtype);
     c.vae->set_tiling(vae_tiling_);
@@ -886,8 +887,7 @@ at::Tensor SamplingPipeline::sample(StepCaching* caching) {
   condition.negative = c.negative;  // undefined: what --text-drop trains
   condition.image = c.image;
   // A VACE model's control: the one given, else a --data sample's own context.
-  const bool control_given = !r.src_video.empty() || !r.src_ref_images.empty();
-  if (config_.vace() && (control_given || !c.image.vace_context.defined()))
+  if (config_.vace() && (gives_vace_control(r) || !c.image.vace_context.defined()))
     condition.image.vace_context = start_from_control();
   condition.image.vace_scale = r.vace_scale;
   SampleModels sample_models;
