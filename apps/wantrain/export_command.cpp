@@ -159,6 +159,40 @@ void export_lora(const ckpt::Checkpoint& saved, const std::string& path, const w
              o.ema ? "EMA" : "trained", saved.state.step, written, o.out);
 }
 
+// A VACE branch trained alone: with `merge_base` (the base it was trained
+// on, a VACE model's or a text-to-video model's weights) the whole model.
+void export_vace_branch(const ckpt::Checkpoint& saved, const std::string& path, const wan::WanConfig& config,
+                        const ExportOptions& o, const std::string& merge_base) {
+  const std::string trained_base = saved.objective.at("vace_base");
+  if (merge_base.empty())
+    throw UsageError(fmt::format(
+        "checkpoint {} holds a VACE branch trained alone (on base {}): give --merge BASE, the weights it was "
+        "trained on (the run's --init), to export the whole model",
+        path, trained_base));
+  // A text-to-video base's branch is drawn, then replaced by the trained one.
+  wan::ModelRecipe base{config, at::kFloat, wan::FirstWeights::Generator};
+  base.weights = wan::ModelWeights{merge_base, /*prefer_ema=*/false};
+  auto model = wan::build_model(base).model;
+  if (const auto checksum = wan::vace_base_checksum(config, *model); checksum != trained_base)
+    throw UsageError(fmt::format(
+        "option --merge: {} has checksum {} outside the VACE branch, but the branch of checkpoint {} was trained on "
+        "{}",
+        merge_base, checksum, path, trained_base));
+  io::NamedTensors branch;
+  for (const auto& item : model->named_parameters())
+    if (wan::in_vace_branch(item.key())) branch.emplace_back(item.key(), item.value());
+  ckpt::Checkpoint tensors;
+  tensors.model = o.ema ? saved.ema : saved.model;
+  ckpt::check_fits(tensors, path, branch, {});
+  {
+    torch::NoGradGuard no_grad;
+    ckpt::copy_named(tensors.model, branch);
+  }
+  const auto written = write_model(*model, config, o);
+  fmt::print("exported {} with the {} VACE branch of step {} ({} tensors) in it ({}) to {}\n", merge_base,
+             o.ema ? "EMA" : "trained", saved.state.step, branch.size(), written, o.out);
+}
+
 // No checkpoint: the weights a fresh run with --seed starts from (Wan's
 // initialisation), e.g. a stand-in base of a real config's size where no
 // released weights can be had. With --dtype bf16 the blocks' Linears are
@@ -201,9 +235,10 @@ void export_checkpoint(ckpt::Checkpoint saved, const std::string& checkpoint_pat
   saved.model = ckpt::model_weights(saved.model, saved.groups);
   saved.ema = ckpt::model_weights(saved.ema, saved.groups);
   const bool is_lora = saved.objective.count("lora") > 0;
-  if (!merge.empty() && !is_lora)
-    throw UsageError(
-        fmt::format("option --merge: checkpoint {} holds a whole model, not LoRA adapters", checkpoint_path));
+  const bool is_vace_branch = saved.objective.count("vace_base") > 0;
+  if (!merge.empty() && !is_lora && !is_vace_branch)
+    throw UsageError(fmt::format(
+        "option --merge: checkpoint {} holds a whole model, not LoRA adapters or a VACE branch", checkpoint_path));
   if (o.ema && saved.ema.empty())
     throw UsageError(
         fmt::format("option --ema: checkpoint {} has no EMA (trained without --ema-decay)", checkpoint_path));
@@ -211,6 +246,8 @@ void export_checkpoint(ckpt::Checkpoint saved, const std::string& checkpoint_pat
   o.metadata = wan::student_sampler_fields(saved.objective);
   if (is_lora) {
     export_lora(saved, checkpoint_path, config, o, merge);
+  } else if (is_vace_branch) {
+    export_vace_branch(saved, checkpoint_path, config, o, merge);
   } else {
     export_model(saved, checkpoint_path, config, o);
   }

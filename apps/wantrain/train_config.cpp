@@ -198,8 +198,9 @@ void declare_job_options(OptionSet& o, TrainConfig& c) {
            "ffn.2, a VACE block's before_proj and after_proj; empty: all)")
       .add("lora-dropout", &c.lora_dropout, "dropout on the adapters' input while training")
       .choice("trainable", &c.trainable, {"all", "vace"},
-              "what the adapters train: every block (all), or a VACE model's VACE blocks alone (vace: the base "
-              "frozen, as DiffSynth-Studio trains VACE); needs --lora-rank")
+              "what is trained: the whole model, or with --lora-rank every block's adapters (all); a VACE model's "
+              "VACE branch alone (vace: the base frozen, as DiffSynth-Studio trains VACE), in full, or its adapters "
+              "with --lora-rank")
       .choice("base-precision", &c.base_precision, {"auto", "bf16", "fp8", "fp32"},
               "LoRA: the frozen base's block Linears held in bf16 (built and loaded straight into bf16, never an "
               "fp32 copy), fp8 (e4m3 with a scale per 64 inputs of a row, dequantised to bf16 per product) or "
@@ -208,7 +209,8 @@ void declare_job_options(OptionSet& o, TrainConfig& c) {
             "with --grad-checkpoint: each checkpointed block's input waits in host memory (page-locked on a GPU) "
             "until backward brings it back, one block ahead")
       .add("blocks-to-swap", &c.blocks_to_swap,
-           "LoRA: the frozen weights of the first N blocks held in host memory (page-locked on a GPU), each block "
+           "LoRA or --trainable vace: the frozen weights of the first N blocks held in host memory (page-locked on a "
+           "GPU), each block "
            "copied to the device one block ahead of its forward and its backward, then dropped; 0: off");
   o.group("distillation")
       .add("teacher", &c.teacher,
@@ -358,11 +360,8 @@ void check_sample_rank_options(const TrainConfig& c) {
 }
 
 wan::LoraOptions lora_options(const TrainConfig& c) {
-  if (c.trainable == "vace" && c.lora_rank == 0)
-    throw UsageError(
-        "option --trainable: vace trains adapters on the VACE blocks: give --lora-rank R (training the VACE branch "
-        "alone in full is not in wantrain yet)");
-  return {c.lora_rank, c.lora_alpha, c.lora_dropout, split_list(c.lora_targets), c.trainable == "vace"};
+  return {c.lora_rank, c.lora_alpha, c.lora_dropout, split_list(c.lora_targets),
+          c.trainable == "vace" && c.lora_rank > 0};
 }
 
 // ZeRO-3: the dtype the blocks are gathered in (--gather-dtype, auto resolved).
@@ -464,6 +463,7 @@ wan::WanRunOptions wan_run_options(const TrainConfig& c, const wan::SamplerOptio
   o.student_init = c.student_init == "random" ? wan::StudentInit::Random : wan::StudentInit::Projection;
   o.prefetch = c.prefetch;
   o.lora = lora_options(c);
+  o.vace_branch_only = c.trainable == "vace" && c.lora_rank == 0;
   if (c.lora_rank > 0) o.base_dtype = app::float_dtype(c.base_precision == "auto" ? "bf16" : c.base_precision);
   // A base precision given without LoRA reaches the library's rule (wan::check_run_options), which refuses it.
   if (c.lora_rank == 0 && c.base_precision != "auto") o.base_dtype = at::kBFloat16;
@@ -563,6 +563,9 @@ void validate(const TrainConfig& c) {
   require(c.zero != 3 || c.lora_rank == 0, "zero",
           "3 shards the trained weights, which with --lora-rank are the small adapters (the frozen base stays "
           "whole): use --zero 1 or 2");
+  require(c.zero != 3 || c.trainable != "vace", "zero",
+          "3 shards the trained weights unit by unit, and with --trainable vace they are the VACE branch, which "
+          "ZeRO-3 holds whole for the step (the frozen base stays whole): use --zero 1 or 2");
   require(c.sp >= 1, "sp", "must be at least 1 (1: off)");
   require(c.distill_target_weight >= 0, "distill-target-weight", "must be 0 or more");
   require(c.max_skipped >= 0, "max-skipped", "must be 0 (no limit) or more");

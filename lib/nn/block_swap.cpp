@@ -15,6 +15,7 @@
 namespace wt::nn {
 
 struct BlockSwap::Block {
+  std::vector<std::string> names;      // the model's names of
   std::vector<at::Tensor> parameters;  // the model's, empty while the block is not on the device
   std::vector<at::Tensor> host;        // their values, in host memory
   std::vector<at::Tensor> copies;      // the device copies queued, until waited for
@@ -41,6 +42,7 @@ BlockSwap::BlockSwap(torch::nn::Module& model, int64_t count, const c10::Device&
     auto host = parameter.detach().to(torch::kCPU, parameter.scalar_type(), false, /*copy=*/true);
     if (device.is_cuda()) host = host.pin_memory();  // an asynchronous copy needs page-locked memory
     host_bytes_ += double(host.nbytes());
+    blocks_[size_t(block)]->names.push_back(item.key());
     blocks_[size_t(block)]->parameters.push_back(parameter);
     blocks_[size_t(block)]->host.push_back(host);
     parameter.set_data(torch::empty({0}, parameter.options()));
@@ -48,6 +50,13 @@ BlockSwap::BlockSwap(torch::nn::Module& model, int64_t count, const c10::Device&
 }
 
 BlockSwap::~BlockSwap() = default;
+
+std::vector<std::pair<std::string, at::Tensor>> BlockSwap::host_tensors() const {
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  for (const auto& block : blocks_)
+    for (size_t i = 0; i < block->names.size(); ++i) tensors.emplace_back(block->names[i], block->host[i]);
+  return tensors;
+}
 
 double BlockSwap::take_wait_seconds() {
   const double seconds = wait_seconds_;

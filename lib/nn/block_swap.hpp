@@ -21,6 +21,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "wantrain/nn/parameter_units.hpp"
@@ -45,6 +47,10 @@ class BlockSwap : public ParameterUnits {
   int64_t count() const { return int64_t(blocks_.size()); }
   // The bytes of the swapped weights held in host memory.
   double host_bytes() const { return host_bytes_; }
+  // The swapped tensors' values as held in host memory, by the model's
+  // names: what a weights file writes for them (the model's own are empty
+  // while their block is away).
+  std::vector<std::pair<std::string, at::Tensor>> host_tensors() const;
   // Seconds this thread spent copying blocks or waiting for their copies, since the last call.
   double take_wait_seconds() override;
 

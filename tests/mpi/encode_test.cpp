@@ -1188,11 +1188,8 @@ TEST(Encode, VaceControlFilesBecomeEachSamplesContextAndAVaceModelTrainsOnThem) 
       1u)
       << from_t2v.output;
   for (const auto& [model, extra, line] : std::vector<std::tuple<std::string, std::string, std::string>>{
-           {config, " --trainable vace",
-            "option --trainable: vace trains adapters on the VACE blocks: give --lora-rank R (training the VACE "
-            "branch alone in full is not in wantrain yet)"},
            {kTiny, " --lora-rank 4 --trainable vace",
-            "option --trainable: vace adapts a VACE model's VACE blocks, and model config " + kTiny +
+            "option --trainable: vace trains a VACE model's VACE branch, and model config " + kTiny +
                 " (t2v) has none"},
            {config, " --mode distill --teacher " + dir + "/one/model.safetensors --teacher-config " + config,
             "option --mode: distillation of a VACE model is not in wantrain yet (--teacher-config " + config +

@@ -373,7 +373,8 @@ TEST_F(LoraRun, BadOptionsAreOneLineAndStatus2) {
             "option --activation-offload: offloads the inputs that checkpointed blocks keep: it needs "
             "--grad-checkpoint blocks or every-N"},
            {"--blocks-to-swap 1",
-            "option --blocks-to-swap: swaps the frozen base's blocks of a LoRA run: it needs --lora-rank R"},
+            "option --blocks-to-swap: swaps a frozen base's blocks: it needs --lora-rank R (a LoRA run) or "
+            "--trainable vace (a VACE model's branch trained alone)"},
            {"--lora-rank 4 --blocks-to-swap 3",
             "option --blocks-to-swap: 3: the model has 2 blocks (0 to 2 may be swapped)"},
            {"--lora-rank 4 --mode distill --teacher " + base("a") + " --teacher-config " + tiny_config(),

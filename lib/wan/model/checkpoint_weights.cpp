@@ -27,6 +27,12 @@ void refuse_ungrouped_distribution_matching(const std::string& path, bool groups
 CheckpointWeights checkpoint_weights(const std::string& path, bool prefer_ema) {
   const auto contents = ckpt::read_weights_contents(path);
   refuse_ungrouped_distribution_matching(path, contents.groups_recorded);
+  // A VACE branch trained alone: the base is not in the checkpoint.
+  if (const auto objective = ckpt::read_objective(path); objective.state.count("vace_base") > 0)
+    throw UsageError(
+        fmt::format("checkpoint {}: holds only a VACE branch trained alone (on base {}): use the run's weights file "
+                    "(OUTPUT/model.safetensors, the whole model), or wantrain export {} --merge BASE",
+                    path, objective.state.at("vace_base"), path));
   CheckpointWeights w;
   w.ema = prefer_ema && contents.ema;
   w.step = contents.step;

@@ -409,4 +409,15 @@ int64_t parameter_count(const WanConfig& config) {
   return total;
 }
 
+bool in_vace_branch(const std::string& name) {
+  return name.rfind("vace_blocks.", 0) == 0 || name.rfind("vace_patch_embedding.", 0) == 0;
+}
+
+int64_t vace_branch_parameter_count(const WanConfig& config) {
+  int64_t total = 0;
+  for (const auto& [name, shape] : parameter_shapes(config))
+    if (in_vace_branch(name)) total += element_count(shape);
+  return total;
+}
+
 }  // namespace wt::wan

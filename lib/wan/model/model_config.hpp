@@ -95,6 +95,12 @@ std::vector<ParameterShape> parameter_shapes(const WanConfig& config);
 int64_t element_count(const std::vector<int64_t>& shape);
 // Overflow-checked (Error when a size does not fit 64 bits).
 int64_t parameter_count(const WanConfig& config);
+// Whether a parameter (official name) is a VACE model's VACE branch's
+// (vace_blocks, vace_patch_embedding): what --trainable vace trains, and
+// what a text-to-video model's weights lack.
+bool in_vace_branch(const std::string& name);
+// The VACE branch's parameters of `config` (0 without one).
+int64_t vace_branch_parameter_count(const WanConfig& config);
 inline constexpr int64_t kMaxParameters = 1'000'000'000'000;  // validate() refuses more
 
 }  // namespace wt::wan

@@ -8,6 +8,7 @@
 #include "wantrain/ckpt/checkpoint.hpp"
 #include "wantrain/wan/model/checkpoint_weights.hpp"
 #include "wantrain/wan/model/lora_file.hpp"
+#include "wantrain/util/error.hpp"
 
 namespace wt::wan {
 namespace {
@@ -19,9 +20,7 @@ bool lacks_only_the_vace_branch(const WanConfig& config, const TensorSource& sou
   if (!config.vace()) return false;
   const auto report = match_weights(parameter_shapes(config), source);
   return !report.missing.empty() && report.unexpected.empty() && report.mismatched.empty() &&
-         std::all_of(report.missing.begin(), report.missing.end(), [](const std::string& name) {
-           return name.rfind("vace_blocks.", 0) == 0 || name.rfind("vace_patch_embedding.", 0) == 0;
-         });
+         std::all_of(report.missing.begin(), report.missing.end(), in_vace_branch);
 }
 
 }  // namespace
@@ -60,8 +59,18 @@ BuiltModel build_model(const ModelRecipe& recipe, const BuildOptions& options) {
     built.base_checksum = held_weights_checksum(recipe.config, model);
     built.adapter_parameters = add_lora(model, *recipe.adapters);
   }
+  if (recipe.vace_branch_only) {
+    if (!recipe.config.vace() || recipe.adapters)
+      throw Error("build_model: vace_branch_only needs a VACE config and no adapters");
+    for (auto& item : model.named_parameters()) item.value().set_requires_grad(in_vace_branch(item.key()));
+    built.base_checksum = vace_base_checksum(recipe.config, model);
+  }
   model.set_attention_chunk(recipe.attention_chunk);
   return built;
+}
+
+std::string vace_base_checksum(const WanConfig& config, const WanModelImpl& model) {
+  return held_weights_checksum(config, model, [](const std::string& name) { return !in_vace_branch(name); });
 }
 
 }  // namespace wt::wan

@@ -62,6 +62,10 @@ struct ModelRecipe {
   // Trained adapters, added last: the model is frozen, the adapters are its
   // only trainable parameters (lora.hpp).
   std::optional<LoraOptions> adapters{};
+  // A VACE model's VACE branch alone trained, in full (--trainable vace
+  // without LoRA): every parameter outside it frozen, as DiffSynth-Studio
+  // trains VACE. Not with adapters.
+  bool vace_branch_only = false;
   int64_t attention_chunk = nn::kFusedAttention;  // WanModel::set_attention_chunk
 };
 
@@ -71,7 +75,9 @@ struct BuiltModel {
   std::string loaded;              // how the weights were read (one line); "" none read
   std::vector<int> merged_layers;  // per merged LoRA file, the layers it changed
   int64_t adapter_parameters = 0;  // with adapters
-  std::string base_checksum;       // with adapters: the frozen base as held (held_weights_checksum)
+  // With adapters: the frozen base as held (held_weights_checksum); with
+  // vace_branch_only: every parameter outside the branch (vace_base_checksum).
+  std::string base_checksum;
 };
 
 struct BuildOptions {
@@ -88,5 +94,11 @@ struct BuildOptions {
 // load_weights, checkpoint_weights, merge_lora_file and add_lora give) when
 // the weights do not fit.
 BuiltModel build_model(const ModelRecipe& recipe, const BuildOptions& options = {});
+
+// The checksum of a VACE model's frozen base, every parameter outside the
+// VACE branch, as `model` holds it: what a run that trains the branch alone
+// records, equal whether the base was read from a VACE model or from a
+// text-to-video model's weights.
+std::string vace_base_checksum(const WanConfig& config, const WanModelImpl& model);
 
 }  // namespace wt::wan

@@ -272,11 +272,13 @@ void WeightsChecksum::add(const std::string& name, const at::Tensor& tensor) {
 
 std::string WeightsChecksum::value() const { return fmt::format("crc32:{:08x}", crc_); }
 
-std::string held_weights_checksum(const WanConfig& config, const torch::nn::Module& module) {
+std::string held_weights_checksum(const WanConfig& config, const torch::nn::Module& module,
+                                  const std::function<bool(const std::string&)>& include) {
   std::map<std::string, at::Tensor> buffers;
   for (const auto& item : module.named_buffers(/*recurse=*/true)) buffers.emplace(item.key(), item.value());
   WeightsChecksum checksum(config);
   for (const auto& item : module.named_parameters(/*recurse=*/true)) {
+    if (include && !include(item.key())) continue;
     const auto& value = item.value();
     checksum.add(item.key(), value.scalar_type() == at::kFloat8_e4m3fn
                                  ? nn::dequantize_fp8(value, buffers.at(item.key() + "_scale"), torch::kFloat32)

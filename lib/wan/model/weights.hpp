@@ -100,8 +100,11 @@ void check_weights_fit(const TensorSource& source, const WanConfig& config);
 // base) in checkpoints, whatever file layout or dtype it was read from.
 std::string weights_checksum(const WanConfig& config, const io::NamedTensors& weights);
 // The checksum of `module`'s parameters as it holds them: a weight held in
-// fp8 by its dequantised values (nn/fp8_weights.hpp), one tensor at a time.
-std::string held_weights_checksum(const WanConfig& config, const torch::nn::Module& module);
+// fp8 by its dequantised values (nn/fp8_weights.hpp), one tensor at a time;
+// those `include` accepts where given (a VACE branch's frozen base: every
+// parameter outside the branch).
+std::string held_weights_checksum(const WanConfig& config, const torch::nn::Module& module,
+                                  const std::function<bool(const std::string&)>& include = {});
 // The same checksum, one tensor at a time (in the model's order): a model
 // loaded in bf16 is identified by the values it was read with.
 class WeightsChecksum {

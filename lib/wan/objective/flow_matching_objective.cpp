@@ -171,6 +171,7 @@ std::map<std::string, std::string> FlowMatchingObjective::checkpoint_state() con
     state = {{"lora", options_.lora},
              {"lora_base", options_.lora_base},
              {"lora_base_precision", options_.lora_base_precision}};
+  if (!options_.vace_base.empty()) state["vace_base"] = options_.vace_base;
   if (!options_.flow.full_range()) state["sigma_range"] = sigma_range(options_.flow);
   if (options_.first_frame_prob > 0) state["first_frame_prob"] = fmt::format("{:g}", options_.first_frame_prob);
   return state;
@@ -200,7 +201,20 @@ void FlowMatchingObjective::check_resume(const std::string& kind, const std::map
   if (kind == this->kind() && saved("lora") != options_.lora)
     throw UsageError(fmt::format("checkpoint {}: written {}, this run {}; resume with the same LoRA options", path,
                                  saved("lora").empty() ? "by a full training run" : "with " + saved("lora"),
-                                 options_.lora.empty() ? "trains the whole model" : "has " + options_.lora));
+                                 !options_.lora.empty()       ? "has " + options_.lora
+                                 : options_.vace_base.empty() ? "trains the whole model"
+                                                              : "trains the VACE branch alone"));
+  // A VACE branch trained alone: the branch only is in the checkpoint.
+  if (kind == this->kind() && saved("vace_base").empty() != options_.vace_base.empty())
+    throw UsageError(fmt::format(
+        "checkpoint {}: {}, this run {}; resume with the same {}", path,
+        saved("vace_base").empty() ? "its run trained the whole model" : "its run trained the VACE branch alone",
+        options_.vace_base.empty() ? "the whole model" : "the VACE branch alone", setting_reference("trainable")));
+  if (kind == this->kind() && saved("vace_base") != options_.vace_base)
+    throw UsageError(
+        fmt::format("checkpoint {}: its VACE branch was trained on base weights {}, this run's base is "
+                    "{}; resume with the same {}",
+                    path, saved("vace_base"), options_.vace_base, setting_reference("init")));
   // Before the checksum: an fp32 base file held in bf16 is other weights,
   // and this says why.
   // (LoRA checkpoints from before the option held their base in fp32.)

@@ -44,6 +44,9 @@ struct FlowMatchingObjectiveOptions {
   // the adapters, and a resume must find the same ones; and the precision
   // the base's block Linears are held in ("bf16" or "fp32"). Empty otherwise.
   std::string lora, lora_base, lora_base_precision;
+  // A VACE model's branch trained alone (--trainable vace without LoRA):
+  // its frozen base's checksum (vace_base_checksum), recorded as LoRA's.
+  std::string vace_base;
 };
 
 // A batch's condition in fp32 ("y", "clip_fea", "vace_context"), where it has one.

@@ -21,6 +21,7 @@ struct ModelBytes {
   int64_t adapters = 0;       // LoRA parameters for these options (rank 0: none)
   double largest_linear = 0;  // elements of the largest block Linear weight
   double block_held = 0;      // one block's parameters as held (blocks.0's)
+  double vace_branch = 0;     // a VACE model's branch in fp32 (vace_blocks, vace_patch_embedding)
 };
 
 // The bytes of a block Linear's parameter of this shape held in `dtype`:
@@ -39,6 +40,7 @@ ModelBytes model_bytes(const WanConfig& config, at::ScalarType linear_dtype, con
     const double n = double(element_count(shape));
     const std::string layer = lora_target_of(name);
     m.fp32 += 4 * n;
+    if (in_vace_branch(name)) m.vace_branch += 4 * n;
     // The blocks' Linears, a VACE block's projections too, are held in the blocks' dtype.
     const bool vace_projection = layer == "before_proj" || layer == "after_proj";
     const bool block = !block_linear(name).empty() || vace_projection;
@@ -48,8 +50,7 @@ ModelBytes model_bytes(const WanConfig& config, at::ScalarType linear_dtype, con
     if (block && shape.size() == 2) m.largest_linear = std::max(m.largest_linear, n);
     // A LoRA adapter per target Linear: A [r, in] and B [out, r] (the VACE blocks' alone with vace_only).
     if (lora.rank > 0 && shape.size() == 2 && !layer.empty() &&
-        std::find(targets.begin(), targets.end(), layer) != targets.end() &&
-        (!lora.vace_only || name.rfind("vace_blocks.", 0) == 0))
+        std::find(targets.begin(), targets.end(), layer) != targets.end() && (!lora.vace_only || in_vace_branch(name)))
       m.adapters += lora.rank * (shape[0] + shape[1]);
   }
   return m;
@@ -253,14 +254,17 @@ MemoryPlan plan_memory(const MemoryPlanSettings& s) {
   add("runtime", "this process before the model: libraries, MPI, threads (measured)", s.runtime_bytes, false);
 
   const bool lora = s.lora.rank > 0;
+  const bool branch = !lora && s.vace_branch_only;
   const auto weights = model_bytes(s.model, lora ? s.base_dtype : at::kFloat, s.lora);
-  const double trained = lora ? 4 * double(weights.adapters) : weights.fp32;
-  if (lora) {
+  const double trained = lora ? 4 * double(weights.adapters) : branch ? weights.vace_branch : weights.fp32;
+  if (lora || branch) {
+    const int64_t frozen = parameter_count(s.model) - (branch ? vace_branch_parameter_count(s.model) : 0);
     add("frozen base",
-        fmt::format("{} parameters, block Linears in {}", parameter_count(s.model),
-                    s.base_dtype == at::kFloat8_e4m3fn ? "fp8 (e4m3, an fp32 scale per 64 inputs of a row)"
-                                                       : train::precision_name(s.base_dtype)),
-        weights.held - swapped_base(s, weights.block_held), dev);
+        branch ? fmt::format("{} parameters outside the VACE branch, fp32", frozen)
+               : fmt::format("{} parameters, block Linears in {}", frozen,
+                             s.base_dtype == at::kFloat8_e4m3fn ? "fp8 (e4m3, an fp32 scale per 64 inputs of a row)"
+                                                                : train::precision_name(s.base_dtype)),
+        weights.held - (branch ? weights.vace_branch : 0) - swapped_base(s, weights.block_held), dev);
     if (s.blocks_to_swap > 0)
       add("swapped blocks",
           fmt::format("blocks 0 to {}'s frozen weights in host memory; 2 of them on the device at once",
@@ -270,8 +274,12 @@ MemoryPlan plan_memory(const MemoryPlanSettings& s) {
     if (s.base_dtype == at::kFloat8_e4m3fn)
       add("fp8 working copy", "the largest block Linear dequantised for its product (fp32, then bf16)",
           6 * weights.largest_linear, dev);
-    add("parameters", fmt::format("{} LoRA adapter parameters (rank {}), fp32", weights.adapters, s.lora.rank), trained,
-        dev);
+    if (lora)
+      add("parameters", fmt::format("{} LoRA adapter parameters (rank {}), fp32", weights.adapters, s.lora.rank),
+          trained, dev);
+    else
+      add("parameters", fmt::format("{} VACE branch parameters, fp32", vace_branch_parameter_count(s.model)), trained,
+          dev);
   } else if (s.zero_stage == 3 && s.zero_shards > 1) {
     const auto units = model_units(s.model);
     const double gathered = 4 * units.root + 3 * units.block * (s.gather_dtype == at::kFloat ? 4 : 2);
@@ -296,12 +304,12 @@ MemoryPlan plan_memory(const MemoryPlanSettings& s) {
     // buckets are the units).
     const int alive = s.buckets_in_flight + 1;
     double buckets = 0;
-    if (s.zero_stage == 3 && !lora) {
+    if (s.zero_stage == 3 && !lora && !branch) {
       const auto units = model_units(s.model);
       for (int i = 0; i < alive && i < int(units.runs.size()); ++i) buckets += 4 * units.runs[size_t(i)];
     } else {
-      buckets = lora ? std::min(trained, alive * s.bucket_bytes)
-                     : std::min(trained, largest_buckets(s.model, s.bucket_bytes, alive));
+      buckets = lora || branch ? std::min(trained, alive * s.bucket_bytes)
+                               : std::min(trained, largest_buckets(s.model, s.bucket_bytes, alive));
     }
     const double in_flight = buckets * (narrow_comm ? 0.5 : 1.0) * (1 + 1 / shards);
     add("gradients",
@@ -375,7 +383,7 @@ MemoryPlan plan_memory(const MemoryPlanSettings& s) {
 }
 
 std::optional<SwapSuggestion> smallest_blocks_to_swap(MemoryPlanSettings s, double device_bytes) {
-  if (s.lora.rank == 0) return std::nullopt;
+  if (s.lora.rank == 0 && !s.vace_branch_only) return std::nullopt;
   for (int64_t n = s.blocks_to_swap + 1; n <= s.model.num_layers; ++n) {
     s.blocks_to_swap = n;
     const double device = plan_memory(s).device_total();

@@ -44,6 +44,9 @@ struct MemoryPlanSettings {
   // Linears are held in base_dtype.
   LoraOptions lora;  // rank 0: no LoRA
   at::ScalarType base_dtype = at::kFloat;
+  // Without LoRA: a VACE model's branch trained alone, in full; the rest a
+  // frozen base in fp32 (blocks_to_swap applies to it as to LoRA's).
+  bool vace_branch_only = false;
   // LoRA: the frozen weights of the first N blocks in host memory, two
   // blocks of them on the device at once (the one running, the next coming).
   int64_t blocks_to_swap = 0;

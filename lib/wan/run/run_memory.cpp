@@ -175,6 +175,7 @@ MemoryPlanSettings memory_plan_settings(const TrainSettings& settings, const Wan
   s.step.sequence_parallel = run.sequence_parallel;
   s.ema = run.ema_decay > 0;
   s.lora = m.lora;
+  s.vace_branch_only = m.vace_branch_only;
   s.base_dtype = m.base_dtype;
   s.blocks_to_swap = m.blocks_to_swap;
   s.teacher = teacher;
@@ -249,7 +250,7 @@ MemorySummary memory_summary(distributed::World& world, const distributed::Comm&
   table += device_line;
   table += describe_limits(plans->root, plans->other, limits);
   if (gpu_plan && limits.device_bytes && plans->root.device_total() > *limits.device_bytes &&
-      settings.model_run.lora.rank > 0)
+      (settings.model_run.lora.rank > 0 || settings.model_run.vace_branch_only))
     table += block_swap_advice(plans->root_settings, *limits.device_bytes);
   return {table, memory_warnings(plans->root, plans->other, limits)};
 }

@@ -42,6 +42,7 @@ SampleSource sampling_model(const std::string& name, const TrainSettings& settin
 
 at::ScalarType sample_rank_linear_dtype(const TrainSettings& settings) {
   if (settings.model_run.lora.rank > 0) return settings.model_run.base_dtype;
+  if (settings.model_run.vace_branch_only) return at::kFloat;  // the frozen base as trained: its checksum
   return settings.run.compute_dtype == at::kBFloat16 ? at::kBFloat16 : at::kFloat;
 }
 

@@ -18,7 +18,7 @@ namespace wt::wan {
 // The dtype the sample ranks hold the blocks' Linear weights in: as
 // autocast computes with them (bf16 under a bf16 compute dtype: a 14B
 // expert in 28 GB, as wansample holds a released model), a LoRA base as
-// trained.
+// trained, a VACE branch's base (trained alone) in fp32 as trained.
 at::ScalarType sample_rank_linear_dtype(const TrainSettings& settings);
 
 // Where a training group's rank 0 sends its weights.

@@ -56,8 +56,8 @@ void check_model(const distributed::World& world, const TrainSettings& settings,
     const auto& path = settings.model_config;
     const auto config = load_model_config(path);
     in.model_config = config;
-    if (settings.model_run.lora.vace_only && !config.vace())
-      throw SettingError("trainable", fmt::format("vace adapts a VACE model's VACE blocks, and model config {} ({}) "
+    if ((settings.model_run.lora.vace_only || settings.model_run.vace_branch_only) && !config.vace())
+      throw SettingError("trainable", fmt::format("vace trains a VACE model's VACE branch, and model config {} ({}) "
                                                   "has none",
                                                   path, model_type_name(config.model_type)));
     for (const auto& [setting, p] : {std::pair{"control_drop", settings.model_run.objective.control_drop},

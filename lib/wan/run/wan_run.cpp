@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include <filesystem>
+#include <map>
 
 #include "wantrain/ckpt/checkpoint.hpp"
 #include "wantrain/nn/block_swap.hpp"
@@ -46,7 +47,8 @@ struct WanRun::Impl {
   int prefetch = 2;
   train::EngineOptions engine_options;
   LoraOptions lora;
-  std::string lora_base;                              // the frozen base's checksum
+  bool vace_branch_only = false;
+  std::string frozen_base;                            // LoRA's or the VACE branch's base: its checksum
   std::unique_ptr<TrainingSampler> training_sampler;  // with options.sample
   WanRun::DrawVideos draw_videos;                     // with --sample-prompts
   bool hand_off = false;                              // with sample ranks
@@ -72,9 +74,11 @@ void check_run_options(const WanRunOptions& options, bool distill) {
     throw SettingError("activation_offload",
                        fmt::format("offloads the inputs that checkpointed blocks keep: it needs {} blocks or every-N",
                                    setting_reference("grad_checkpoint")));
-  if (options.blocks_to_swap != 0 && !lora)
-    throw SettingError("blocks_to_swap", fmt::format("swaps the frozen base's blocks of a LoRA run: it needs {} R",
-                                                     setting_reference("lora_rank")));
+  if (options.blocks_to_swap != 0 && !lora && !options.vace_branch_only)
+    throw SettingError("blocks_to_swap",
+                       fmt::format("swaps a frozen base's blocks: it needs {} R (a LoRA run) or {} vace (a VACE "
+                                   "model's branch trained alone)",
+                                   setting_reference("lora_rank"), setting_reference("trainable")));
 }
 
 WanRun::WanRun(const train::RunPlan& plan, const WanRunOptions& options, distributed::Comm& comm, data::Dataset dataset,
@@ -90,10 +94,12 @@ WanRun::WanRun(const train::RunPlan& plan, const WanRunOptions& options, distrib
   // The model of its recipe (the sample ranks build theirs from the same
   // one). A resumed full run's checkpoint holds every trained tensor: a
   // checkpoint's or the teacher's weights are not read before it; a LoRA
-  // resume holds only the adapters, so its base is read then too.
+  // resume holds only the adapters (a VACE branch's, only the branch), so
+  // its base is read then too.
   auto recipe = model_recipe(options, config, plan.settings.seed, few_step ? teacher->path() : std::string());
   const bool from_teacher = few_step && options.init.empty();
-  if (resume && !lora && recipe.weights && (from_teacher || ckpt::is_checkpoint_file(recipe.weights->path)))
+  const bool frozen_base = lora || options.vace_branch_only;
+  if (resume && !frozen_base && recipe.weights && (from_teacher || ckpt::is_checkpoint_file(recipe.weights->path)))
     recipe.weights.reset();
   BuildOptions build;
   TensorSource teacher_weights;  // as the teacher loaded them, or its file when they are held rounded to bf16
@@ -121,9 +127,9 @@ WanRun::WanRun(const train::RunPlan& plan, const WanRunOptions& options, distrib
   auto objective_options = options.objective;
   if (lora) {
     im.lora = options.lora;
-    im.lora_base = built.base_checksum;
+    im.frozen_base = built.base_checksum;
     objective_options.lora = describe_lora(options.lora);
-    objective_options.lora_base = im.lora_base;
+    objective_options.lora_base = im.frozen_base;
     objective_options.lora_base_precision = train::precision_name(options.base_dtype);
     if (comm.rank() == 0)
       report_info("lora: {}; {} adapter parameters trained, the base's {} frozen ({}, {}; block Linears held in {})",
@@ -131,7 +137,17 @@ WanRun::WanRun(const train::RunPlan& plan, const WanRunOptions& options, distrib
                   !options.init.empty() ? options.init
                   : few_step            ? "the teacher " + teacher->path()
                                         : std::string("from the seed"),
-                  im.lora_base, objective_options.lora_base_precision);
+                  im.frozen_base, objective_options.lora_base_precision);
+  }
+  if (options.vace_branch_only) {
+    im.vace_branch_only = true;
+    im.frozen_base = built.base_checksum;
+    objective_options.vace_base = im.frozen_base;
+    if (comm.rank() == 0)
+      report_info("trainable: the VACE branch, {} parameters trained in full; the base's {} frozen ({}, {})",
+                  vace_branch_parameter_count(im.config),
+                  parameter_count(im.config) - vace_branch_parameter_count(im.config),
+                  options.init.empty() ? std::string("from the seed") : options.init, im.frozen_base);
   }
   // Before the model goes to the device: the swapped weights never do, whole.
   if (options.blocks_to_swap > 0) {
@@ -269,7 +285,7 @@ train::FitRun WanRun::fit_run(train::Validator* validator) {
   run.resumed = impl_->resumed;
   run.save_weights = [this](const std::string& directory, bool write) { return save_weights(directory, write); };
   if (impl_->hand_off) {  // the model's groups: the student, never the fake score
-    run.hand_off = train::FitRun::SampleHandOff{impl_->sample_sender, impl_->lora_base};
+    run.hand_off = train::FitRun::SampleHandOff{impl_->sample_sender, impl_->frozen_base};
     return run;
   }
   if (impl_->training_sampler) run.draw_sample = [this](int64_t step) { return draw_sample(step); };
@@ -342,21 +358,36 @@ std::string WanRun::save_weights(const std::string& directory, bool write) const
   auto metadata = student_sampler_fields(impl_->objective->checkpoint_state());
   if (impl_->lora.rank > 0) {
     const auto& im = *impl_;
-    write_lora_file(directory + "/lora.safetensors", weights, im.lora, im.lora_base, LoraNames::Official, at::kFloat,
+    write_lora_file(directory + "/lora.safetensors", weights, im.lora, im.frozen_base, LoraNames::Official, at::kFloat,
                     metadata);
     if (ema)
-      write_lora_file(directory + "/lora-ema.safetensors", *ema, im.lora, im.lora_base, LoraNames::Official, at::kFloat,
-                      metadata);
+      write_lora_file(directory + "/lora-ema.safetensors", *ema, im.lora, im.frozen_base, LoraNames::Official,
+                      at::kFloat, metadata);
     write_file_durably(directory + "/model-config.json", to_json(im.config) + "\n");
     return fmt::format("weights: {0}/lora.safetensors (LoRA adapters{1}), config {0}/model-config.json", directory,
                        ema ? fmt::format("; EMA: {}/lora-ema.safetensors", directory) : std::string());
   }
   metadata["format"] = "pt";
-  if (impl_->engine_options.zero == 3)  // the model holds no whole weights: its fp32 slices gathered
-    io::write_safetensors(directory + "/model.safetensors", weights, at::kFloat, metadata);
+  // A VACE branch trained alone: the group is the branch, the files are the
+  // whole model (the frozen base as the model holds it, its swapped blocks'
+  // weights from host memory).
+  const auto whole = [&](const train::NamedTensors& trained) {
+    if (!impl_->vace_branch_only) return trained;
+    std::map<std::string, at::Tensor> held(trained.begin(), trained.end());
+    if (impl_->block_swap)
+      for (const auto& [name, tensor] : impl_->block_swap->host_tensors()) held.emplace(name, tensor);
+    train::NamedTensors all;
+    for (const auto& item : impl_->model->named_parameters()) {
+      const auto it = held.find(item.key());
+      all.emplace_back(item.key(), it != held.end() ? it->second : item.value().detach());
+    }
+    return all;
+  };
+  if (impl_->engine_options.zero == 3 || impl_->vace_branch_only)  // ZeRO-3: the model holds its fp32 slices
+    io::write_safetensors(directory + "/model.safetensors", whole(weights), at::kFloat, metadata);
   else  // the free function, not this member
     wan::save_weights(*impl_->model, directory + "/model.safetensors", at::kFloat, WeightNames::Official, metadata);
-  if (ema) io::write_safetensors(directory + "/ema.safetensors", *ema, at::kFloat, metadata);
+  if (ema) io::write_safetensors(directory + "/ema.safetensors", whole(*ema), at::kFloat, metadata);
   write_file_durably(directory + "/model-config.json", to_json(impl_->config) + "\n");
   return fmt::format("weights: {0}/model.safetensors{1}, config {0}/model-config.json", directory,
                      ema ? fmt::format(" (EMA: {}/ema.safetensors)", directory) : std::string());
@@ -373,6 +404,7 @@ ModelRecipe model_recipe(const WanRunOptions& options, const WanConfig& config, 
   else if (!few_step_teacher.empty())  // a few-step student starts as its teacher, read for its EMA as the teacher is
     recipe.weights = ModelWeights{few_step_teacher, /*prefer_ema=*/true};
   if (options.lora.rank > 0) recipe.adapters = options.lora;
+  recipe.vace_branch_only = options.vace_branch_only;
   recipe.attention_chunk = options.attention_chunk;
   return recipe;
 }

@@ -55,6 +55,10 @@ struct WanRunOptions {
   // frozen and adapters are trained; checkpoints hold the adapters only, and
   // the run's weights are lora.safetensors (wan/model/lora.hpp).
   LoraOptions lora;
+  // Without LoRA, a VACE model's VACE branch alone trained in full
+  // (--trainable vace), the rest a frozen base: checkpoints hold the branch
+  // only (and the base's checksum), the run's weights files the whole model.
+  bool vace_branch_only = false;
   // With LoRA: the frozen base's block Linears held in kBFloat16 (built,
   // loaded and kept so: never an fp32 copy of them), kFloat8_e4m3fn (with
   // scales: nn/fp8_weights.hpp) or kFloat.

@@ -195,3 +195,55 @@ TEST(ModelRecipe, AVaceModelStartsFromATextToVideoModelsWeightsWithAFreshBranch)
   recipe.weights = ModelWeights{temp("partial.safetensors")};
   EXPECT_THROW(wt::wan::build_model(recipe), wt::UsageError);
 }
+
+// --trainable vace without LoRA: the branch alone is trainable, and the
+// frozen base's checksum is the same whether the base came from a
+// text-to-video file or from a VACE model's file with another branch;
+// another base tensor changes it.
+TEST(ModelRecipe, TheVaceBranchAloneTrainsOverABaseItsChecksumNames) {
+  const auto t2v_config = wt::testing::small_wan_config(3);
+  const std::string t2v_file = temp("branch-t2v.safetensors");
+  wt::wan::save_weights(*distinct_model(t2v_config, 41), t2v_file);
+  auto config = t2v_config;
+  config.model_type = wt::wan::ModelType::VACE;
+  config.vace_layers = {0, 2};
+  config.vace_in_dim = 6;
+  ModelRecipe recipe;
+  recipe.config = config;
+  recipe.seed = 5;
+  recipe.weights = ModelWeights{t2v_file};
+  recipe.vace_branch_only = true;
+  const BuiltModel from_t2v = wt::wan::build_model(recipe);
+  int64_t trainable = 0, branch = 0;
+  for (const auto& item : from_t2v.model->named_parameters()) {
+    EXPECT_EQ(item.value().requires_grad(), wt::wan::in_vace_branch(item.key())) << item.key();
+    if (item.value().requires_grad()) trainable += item.value().numel();
+  }
+  for (const auto& [name, shape] : wt::wan::parameter_shapes(config))
+    if (name.rfind("vace_", 0) == 0) branch += wt::wan::element_count(shape);
+  EXPECT_EQ(trainable, branch);
+  EXPECT_EQ(wt::wan::vace_branch_parameter_count(config), branch);
+
+  // The same base under another branch, read from a VACE model's file.
+  auto vace = distinct_model(config, 42);
+  {
+    torch::NoGradGuard no_grad;
+    const auto base = from_t2v.model->named_parameters();
+    for (auto& item : vace->named_parameters())
+      if (!wt::wan::in_vace_branch(item.key())) item.value().copy_(base[item.key()]);
+  }
+  wt::wan::save_weights(*vace, temp("branch-vace.safetensors"));
+  recipe.weights = ModelWeights{temp("branch-vace.safetensors")};
+  const BuiltModel from_vace = wt::wan::build_model(recipe);
+  EXPECT_EQ(from_vace.base_checksum, from_t2v.base_checksum);
+  EXPECT_EQ(from_vace.base_checksum.rfind("crc32:", 0), 0u);
+  EXPECT_NE(wt::wan::held_weights_checksum(config, *from_vace.model),
+            wt::wan::held_weights_checksum(config, *from_t2v.model));  // the branches differ
+  {
+    torch::NoGradGuard no_grad;
+    vace->named_parameters()["blocks.1.ffn.0.bias"].add_(1e-3);
+  }
+  wt::wan::save_weights(*vace, temp("branch-other.safetensors"));
+  recipe.weights = ModelWeights{temp("branch-other.safetensors")};
+  EXPECT_NE(wt::wan::build_model(recipe).base_checksum, from_t2v.base_checksum);
+}

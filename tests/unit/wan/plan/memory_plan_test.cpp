@@ -17,6 +17,7 @@
 #include "wantrain/nn/tensor_memory.hpp"
 #include "wantrain/wan/model/flow_matching.hpp"
 #include "wantrain/wan/plan/memory_plan.hpp"
+#include "wantrain/wan/model/model_recipe.hpp"
 #include "wantrain/train/shard_source.hpp"
 #include "wantrain/util/error.hpp"
 
@@ -302,6 +303,48 @@ TEST(MemoryPlan, ModelStateMatchesTheBuiltModel) {
   EXPECT_DOUBLE_EQ(item(wt::wan::plan_memory(s), "swapped blocks"), swap.host_bytes());
   s.blocks_to_swap = 0;
   EXPECT_DOUBLE_EQ(item(fp8_plan, "parameters"), tensor_bytes(adapters));
+}
+
+// A VACE branch trained alone (--trainable vace without LoRA): what is
+// trained, moved and averaged is the branch, as a model built so holds it;
+// the rest is a frozen fp32 base, whose blocks may be swapped.
+TEST(MemoryPlan, AVaceBranchTrainedAloneIsTheTrainedStateOverAFrozenBase) {
+  auto config = small_wan_config();
+  config.model_type = wt::wan::ModelType::VACE;
+  config.vace_layers = {0};
+  config.vace_in_dim = 8;
+  wt::wan::MemoryPlanSettings s;
+  s.model = config;
+  s.step = step(1);
+  s.ema = true;
+  s.vace_branch_only = true;
+  s.checkpoint_snapshot = true;
+  wt::wan::ModelRecipe recipe;
+  recipe.config = config;
+  recipe.vace_branch_only = true;
+  auto model = wt::wan::build_model(recipe).model;
+  std::vector<at::Tensor> branch, base;
+  for (const auto& parameter : model->parameters()) (parameter.requires_grad() ? branch : base).push_back(parameter);
+  ASSERT_FALSE(branch.empty());
+  auto item = [](const wt::wan::MemoryPlan& p, const std::string& name) {
+    for (const auto& i : p.items)
+      if (i.name == name) return i.bytes;
+    ADD_FAILURE() << "no item " << name;
+    return 0.0;
+  };
+  const auto plan = wt::wan::plan_memory(s);
+  EXPECT_DOUBLE_EQ(item(plan, "parameters"), tensor_bytes(branch));
+  EXPECT_DOUBLE_EQ(item(plan, "frozen base"), tensor_bytes(base));
+  EXPECT_DOUBLE_EQ(item(plan, "gradients"), tensor_bytes(branch));
+  EXPECT_DOUBLE_EQ(item(plan, "optimizer"), 2 * tensor_bytes(branch));
+  EXPECT_DOUBLE_EQ(item(plan, "EMA"), tensor_bytes(branch));
+  EXPECT_DOUBLE_EQ(item(plan, "checkpoint copy"), 4 * tensor_bytes(branch));
+  // The base's blocks swapped: what BlockSwap takes to host memory.
+  s.blocks_to_swap = 2;
+  wt::nn::BlockSwap swap(*model, 2, torch::kCPU);
+  const auto swapping = wt::wan::plan_memory(s);
+  EXPECT_DOUBLE_EQ(item(swapping, "swapped blocks"), swap.host_bytes());
+  EXPECT_DOUBLE_EQ(item(swapping, "parameters"), tensor_bytes(branch));
 }
 
 // What a training step allocates beyond the model state, counted at
