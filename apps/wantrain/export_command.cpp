@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <utility>
@@ -62,23 +63,31 @@ std::string write_model(const wan::WanModelImpl& model, const wan::WanConfig& co
                      folder.shards == 1 ? "" : "s", o.dtype_name);
 }
 
+// The model's parameters that `include` accepts (all without it), filled
+// from a checkpoint's `stored` tensors by name, which must fit them exactly.
+// Returns how many were filled.
+size_t fill_from_checkpoint(wan::WanModelImpl& model, const io::NamedTensors& stored, const std::string& path,
+                            const std::function<bool(const at::Tensor&, const std::string&)>& include = {}) {
+  io::NamedTensors into;
+  for (const auto& item : model.named_parameters(true))
+    if (!include || include(item.value(), item.key())) into.emplace_back(item.key(), item.value());
+  ckpt::Checkpoint tensors;
+  tensors.model = stored;
+  ckpt::check_fits(tensors, path, into, {});
+  torch::NoGradGuard no_grad;
+  ckpt::copy_named(stored, into);
+  return into.size();
+}
+
 // A whole model's checkpoint: its weights (or EMA) as safetensors, through
 // the model, so the names are exactly its parameters' and the diffusers
 // mapping is the one the loader reads back.
 void export_model(const ckpt::Checkpoint& saved, const std::string& path, const wan::WanConfig& config,
                   const ExportOptions& o) {
   auto model = wan::build_model({config, at::kFloat, wan::FirstWeights::Generator}).model;  // filled below
-  std::vector<std::pair<std::string, at::Tensor>> named;
-  for (const auto& item : model->named_parameters(true)) named.emplace_back(item.key(), item.value());
-  ckpt::Checkpoint tensors;
-  tensors.model = o.ema ? saved.ema : saved.model;
-  ckpt::check_fits(tensors, path, named, {});
-  {
-    torch::NoGradGuard no_grad;
-    ckpt::copy_named(tensors.model, named);
-  }
+  const size_t filled = fill_from_checkpoint(*model, o.ema ? saved.ema : saved.model, path);
   const auto written = write_model(*model, config, o);
-  fmt::print("exported {} {} tensors of step {} ({}) to {}\n", named.size(), o.ema ? "EMA" : "model", saved.state.step,
+  fmt::print("exported {} {} tensors of step {} ({}) to {}\n", filled, o.ema ? "EMA" : "model", saved.state.step,
              written, o.out);
 }
 
@@ -143,16 +152,8 @@ void export_lora(const ckpt::Checkpoint& saved, const std::string& path, const w
   if (base_precision == "fp8") wan::dequantize_fp8_linears(*model, torch::kFloat32);
   if (o.dtype != at::kBFloat16) model->to(torch::kFloat32);
   wan::add_lora(*model, lora);
-  io::NamedTensors into;
-  for (const auto& item : model->named_parameters())
-    if (item.value().requires_grad()) into.emplace_back(item.key(), item.value());
-  ckpt::Checkpoint tensors;
-  tensors.model = adapters;
-  ckpt::check_fits(tensors, path, into, {});
-  {
-    torch::NoGradGuard no_grad;
-    ckpt::copy_named(adapters, into);
-  }
+  fill_from_checkpoint(*model, adapters, path,
+                       [](const at::Tensor& parameter, const std::string&) { return parameter.requires_grad(); });
   wan::merge_lora(*model);
   const auto written = write_model(*model, config, o);
   fmt::print("exported {} with the {} LoRA adapters of step {} folded in ({}) to {}\n", merge_base,
@@ -178,19 +179,12 @@ void export_vace_branch(const ckpt::Checkpoint& saved, const std::string& path, 
         "option --merge: {} has checksum {} outside the VACE branch, but the branch of checkpoint {} was trained on "
         "{}",
         merge_base, checksum, path, trained_base));
-  io::NamedTensors branch;
-  for (const auto& item : model->named_parameters())
-    if (wan::in_vace_branch(item.key())) branch.emplace_back(item.key(), item.value());
-  ckpt::Checkpoint tensors;
-  tensors.model = o.ema ? saved.ema : saved.model;
-  ckpt::check_fits(tensors, path, branch, {});
-  {
-    torch::NoGradGuard no_grad;
-    ckpt::copy_named(tensors.model, branch);
-  }
+  const size_t branch =
+      fill_from_checkpoint(*model, o.ema ? saved.ema : saved.model, path,
+                           [](const at::Tensor&, const std::string& name) { return wan::in_vace_branch(name); });
   const auto written = write_model(*model, config, o);
   fmt::print("exported {} with the {} VACE branch of step {} ({} tensors) in it ({}) to {}\n", merge_base,
-             o.ema ? "EMA" : "trained", saved.state.step, branch.size(), written, o.out);
+             o.ema ? "EMA" : "trained", saved.state.step, branch, written, o.out);
 }
 
 // No checkpoint: the weights a fresh run with --seed starts from (Wan's

@@ -161,15 +161,20 @@ TEST(ModelRecipe, AdaptersComeLastOverTheBaseTheChecksumNames) {
 // start): every base parameter is the file's, the branch keeps the seed's
 // draw with its projections zero, so the model is the base whatever the
 // context. Anything else missing from the file is still the strict error.
+// A VACE model over `t2v`'s base: hints after blocks 0 and 2, a 6-channel context.
+wt::wan::WanConfig vace_over(wt::wan::WanConfig t2v) {
+  t2v.model_type = wt::wan::ModelType::VACE;
+  t2v.vace_layers = {0, 2};
+  t2v.vace_in_dim = 6;
+  return t2v;
+}
+
 TEST(ModelRecipe, AVaceModelStartsFromATextToVideoModelsWeightsWithAFreshBranch) {
   const auto t2v_config = wt::testing::small_wan_config(3);
   auto base = distinct_model(t2v_config, 31);
   const std::string file = temp("t2v-base.safetensors");
   wt::wan::save_weights(*base, file);
-  auto config = t2v_config;
-  config.model_type = wt::wan::ModelType::VACE;
-  config.vace_layers = {0, 2};
-  config.vace_in_dim = 6;
+  const auto config = vace_over(t2v_config);
   ModelRecipe recipe;
   recipe.config = config;
   recipe.seed = 5;
@@ -204,10 +209,7 @@ TEST(ModelRecipe, TheVaceBranchAloneTrainsOverABaseItsChecksumNames) {
   const auto t2v_config = wt::testing::small_wan_config(3);
   const std::string t2v_file = temp("branch-t2v.safetensors");
   wt::wan::save_weights(*distinct_model(t2v_config, 41), t2v_file);
-  auto config = t2v_config;
-  config.model_type = wt::wan::ModelType::VACE;
-  config.vace_layers = {0, 2};
-  config.vace_in_dim = 6;
+  const auto config = vace_over(t2v_config);
   ModelRecipe recipe;
   recipe.config = config;
   recipe.seed = 5;
