@@ -184,7 +184,7 @@ void declare_encode_options(OptionSet& options, EncodeConfig& c) {
       .choice("t5-dtype", &c.t5_dtype, {"bf16", "fp32"}, "umT5 weights and compute (the release is bf16)")
       .add("tokenizer", &c.tokenizer, "umT5's spiece.model, or the folder holding it (google/umt5-xxl)")
       .add("text-len", &c.text_len, "text tokens L: longer prompts are cut (counted in the summary)")
-      .choice("condition", &c.condition, {"none", "i2v", "flf2v", "vace", "fun-control"},
+      .choice("condition", &c.condition, {"none", "i2v", "flf2v", "vace", "fun-control", "fun-control-mask"},
               "image-to-video data: store each sample's condition /y, the first frame (i2v) or the first and last "
               "(flf2v) encoded as Wan's image2video.py does, and with --clip their CLIP features /clip_fea; vace: "
               "each sample's VACE context /vace_context from the item's control video, mask and reference pictures "
@@ -192,7 +192,8 @@ void declare_encode_options(OptionSet& options, EncodeConfig& c) {
               "vace_video_mask and vace_reference_image), as Wan2.1's vace.py encodes them; fun-control: /y from "
               "the item's control video (NAME.control.mp4, or the listing's control_video) and the clip's first "
               "frame, and with --clip the first frame's CLIP features, as VideoX-Fun's Wan2.1-Fun-Control reads "
-              "them")
+              "them; fun-control-mask: Wan2.2-Fun's /y, the control video's latents then the first frame's mask "
+              "and latents (no CLIP)")
       .add("clip", &c.clip,
            "CLIP image encoder for Wan2.1 I2V/FLF2V and Wan2.1-Fun-Control "
            "(models_clip_open-clip-xlm-roberta-large-vit-huge-14.pth or "
@@ -227,7 +228,8 @@ wan::DatasetEncoderSettings encoder_settings(const EncodeConfig& c, const wan::E
   s.strict = c.strict;
   s.condition_images = c.condition == "i2v" ? 1 : c.condition == "flf2v" ? 2 : 0;
   s.vace = c.condition == "vace";
-  s.fun_control = c.condition == "fun-control";
+  s.fun_control = c.condition == "fun-control" || c.condition == "fun-control-mask";
+  s.fun_control_mask = c.condition == "fun-control-mask";
   s.listing_options.control_files = s.vace || s.fun_control;
   s.decode_threads = c.decode_threads;
   s.models_fingerprint =
@@ -297,9 +299,11 @@ int run_encode(distributed::World& world, int argc, char** argv) {
   for (const auto& [option, value] :
        {std::pair{"input", c.input}, {"out", c.out}, {"vae", c.vae}, {"t5", c.t5}, {"tokenizer", c.tokenizer}})
     if (value.empty()) throw UsageError(fmt::format("option --{}: required", option));
-  if (!c.clip.empty() && (c.condition == "none" || c.condition == "vace"))
+  if (!c.clip.empty() && (c.condition == "none" || c.condition == "vace" || c.condition == "fun-control-mask"))
     throw UsageError(
-        "option --clip: the CLIP features are of an image condition: give --condition i2v, flf2v or fun-control");
+        c.condition == "fun-control-mask"
+            ? "option --clip: Wan2.2-Fun models (--condition fun-control-mask) read no CLIP features"
+            : "option --clip: the CLIP features are of an image condition: give --condition i2v, flf2v or fun-control");
   for (const auto& [option, path] : {std::pair{"vae", wan::vae_weights_file(c.vae)},
                                      {"t5", wan::t5_weights_file(c.t5)},
                                      {"clip", wan::clip_weights_file(c.clip)}})
@@ -371,13 +375,13 @@ int run_encode(distributed::World& world, int argc, char** argv) {
                      : std::string(" (no --clip: for Wan2.2's I2V, which reads no CLIP features)"));
   if (world.is_root() && s.fun_control) {
     report_info(
-        "wandata encode: condition fun-control: /y of {} channels (the control video's latents and the first "
-        "frame's){}",
-        2 * vae->z_dim(),
+        "wandata encode: condition {}: /y of {} channels (the control video's latents and the first "
+        "frame's{}){}",
+        c.condition, 2 * vae->z_dim() + (s.fun_control_mask ? 4 : 0), s.fun_control_mask ? ", with its mask" : "",
         clip ? fmt::format(" and /clip_fea ({} tokens of {}; CLIP weights in {})", clip->config().tokens(),
                            clip->config().dim, clip->weights_layout())
              : std::string());
-    if (!clip)
+    if (!clip && !s.fun_control_mask)
       report_warning(
           "wandata encode: no --clip: the data fit only a Fun-Control model without the CLIP branch (every released "
           "Wan2.1-Fun-Control model reads CLIP features: give --clip)");

@@ -525,6 +525,53 @@ wt::media::Image drawn(int width, int height, const std::function<int(int, int, 
   return image;
 }
 
+// A model of `config` with weights drawn from `seed` (0.2 N(0, 1)), written to `path`.
+void write_random_model(const wt::wan::WanConfig& config, uint64_t seed, const std::string& path) {
+  torch::manual_seed(seed);
+  wt::wan::WanModel model(config);
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& p : model->parameters()) p.copy_(torch::randn_like(p) * 0.2);
+  }
+  wt::wan::save_weights(*model, path);
+}
+
+// A Fun-Control sample's inputs in `dir`: a VAE of 6 latent channels
+// (vae.json, vae.safetensors; with 4, in_dim 3 z = 2 z + 4 would read as an
+// image-to-video model), a control video of 5 frames (control.mp4: a moving
+// gradient), a start and a reference picture (start.png, ref.png), all
+// `side` pixels square; and the reference scripts' inputs: those in [-1, 1],
+// noise of 2 latent frames, a context of 5 tokens, 10 steps, cfg 4, shift 3.
+wt::io::NamedTensors fun_control_inputs(const std::string& dir, int side) {
+  const std::string vae_json = R"({"dim": 8, "z_dim": 6, "dim_mult": [1, 2, 2, 2], "num_res_blocks": 1,
+      "temperal_downsample": [false, true, true], "latents_mean": [0.1, -0.2, 0.3, 0.0, 0.2, -0.1],
+      "latents_std": [1.5, 0.5, 2.0, 1.0, 0.8, 1.2]})";
+  std::ofstream(dir + "/vae.json") << vae_json;
+  wt::wan::WanVae vae(wt::wan::parse_vae_config(vae_json, "six channels"));
+  randomize(*vae, 61);
+  wt::io::write_safetensors(dir + "/vae.safetensors", state_dict(*vae), torch::kFloat32);
+  const int frames = 5;
+  {
+    wt::media::VideoWriter video(dir + "/control.mp4", side, side);
+    for (int f = 0; f < frames; ++f)
+      video.write(drawn(side, side, [&](int x, int y, int c) { return 8 * x + 5 * y + 40 * c + 20 * f; }));
+    video.finish();
+  }
+  wt::media::write_png(dir + "/start.png",
+                       drawn(side, side, [](int x, int y, int c) { return 30 + 6 * x * c + 3 * y; }));
+  wt::media::write_png(dir + "/ref.png",
+                       drawn(side, side, [](int x, int y, int c) { return 220 - 5 * y - 2 * x * c; }));
+  torch::manual_seed(64);
+  return {{"control", wt::wan::read_control_video(dir + "/control.mp4", frames, side, side)},
+          {"start", wt::wan::read_picture(dir + "/start.png")},
+          {"ref", wt::wan::read_picture(dir + "/ref.png")},
+          {"noise", torch::randn({6, 2, side / 8, side / 8})},
+          {"context", torch::randn({5, 8})},
+          {"steps", torch::tensor({10.0f})},
+          {"cfg", torch::tensor({4.0f})},
+          {"shift", torch::tensor({3.0f})}};
+}
+
 }  // namespace
 
 // wansample with a VACE model, its control video, mask video and a
@@ -600,18 +647,11 @@ TEST(VaceSample, TenGuidedStepsAreTheReferenceLoop) {
 // video, a start picture and a reference picture, against
 // tests/reference/fun_control_sample_reference.py: the condition as
 // pipeline_wan_fun_control.py builds it, the reference forward, guidance
-// with the condition in both branches, 10 Euler steps. A VAE of 6 latent
-// channels: with 4, in_dim 3 z = 2 z + 4 would read as an image-to-video model.
+// with the condition in both branches, 10 Euler steps.
 TEST(FunControlSample, TenGuidedStepsAreTheReferenceLoop) {
   const std::string dir = wt::testing::fresh("fun-control-sample");
   std::filesystem::create_directories(dir);
-  const std::string vae_json = R"({"dim": 8, "z_dim": 6, "dim_mult": [1, 2, 2, 2], "num_res_blocks": 1,
-      "temperal_downsample": [false, true, true], "latents_mean": [0.1, -0.2, 0.3, 0.0, 0.2, -0.1],
-      "latents_std": [1.5, 0.5, 2.0, 1.0, 0.8, 1.2]})";
-  std::ofstream(dir + "/vae.json") << vae_json;
-  wt::wan::WanVae vae(wt::wan::parse_vae_config(vae_json, "six channels"));
-  randomize(*vae, 61);
-  wt::io::write_safetensors(dir + "/vae.safetensors", state_dict(*vae), torch::kFloat32);
+  const int side = 32;
   const wt::wan::ClipVisionConfig tiny_clip{/*image_size=*/28, /*patch_size=*/14, /*dim=*/160,
                                             /*mlp_ratio=*/4,   /*num_heads=*/2,   /*num_layers=*/3};
   std::ofstream(dir + "/clip.json") << wt::testing::clip_config_json(tiny_clip);
@@ -624,35 +664,8 @@ TEST(FunControlSample, TenGuidedStepsAreTheReferenceLoop) {
   std::ofstream(dir + "/model.json") << model_json;
   const auto config = wt::wan::parse_model_config(model_json, "model.json");
   ASSERT_TRUE(config.fun_control() && config.ref_conv && config.image_branch());
-  torch::manual_seed(63);
-  wt::wan::WanModel model(config);
-  {
-    torch::NoGradGuard no_grad;
-    for (auto& p : model->parameters()) p.copy_(torch::randn_like(p) * 0.2);
-  }
-  wt::wan::save_weights(*model, dir + "/model.safetensors");
-  // 5 frames of 32 x 32: a moving gradient as the control; two pictures.
-  const int frames = 5, side = 32;
-  {
-    wt::media::VideoWriter video(dir + "/control.mp4", side, side);
-    for (int f = 0; f < frames; ++f)
-      video.write(drawn(side, side, [&](int x, int y, int c) { return 8 * x + 5 * y + 40 * c + 20 * f; }));
-    video.finish();
-  }
-  wt::media::write_png(dir + "/start.png",
-                       drawn(side, side, [](int x, int y, int c) { return 30 + 6 * x * c + 3 * y; }));
-  wt::media::write_png(dir + "/ref.png",
-                       drawn(side, side, [](int x, int y, int c) { return 220 - 5 * y - 2 * x * c; }));
-  torch::manual_seed(64);
-  wt::io::NamedTensors inputs{{"control", wt::wan::read_control_video(dir + "/control.mp4", frames, side, side)},
-                              {"start", wt::wan::read_picture(dir + "/start.png")},
-                              {"ref", wt::wan::read_picture(dir + "/ref.png")},
-                              {"noise", torch::randn({6, 2, side / 8, side / 8})},
-                              {"context", torch::randn({5, 8})},
-                              {"steps", torch::tensor({10.0f})},
-                              {"cfg", torch::tensor({4.0f})},
-                              {"shift", torch::tensor({3.0f})}};
-  wt::io::write_safetensors(dir + "/inputs.safetensors", inputs, torch::kFloat32);
+  write_random_model(config, 63, dir + "/model.safetensors");
+  wt::io::write_safetensors(dir + "/inputs.safetensors", fun_control_inputs(dir, side), torch::kFloat32);
   const auto reference = wt::testing::launch(
       std::string(WANTRAIN_PYTHON) + " " + WANTRAIN_SOURCE_DIR + "/tests/reference/fun_control_sample_reference.py " +
       dir + "/model.json " + dir + "/model.safetensors " + dir + "/vae.json " + dir + "/vae.safetensors " + dir +
@@ -701,7 +714,7 @@ TEST(FunControlSample, TenGuidedStepsAreTheReferenceLoop) {
                 "/t2v.json" + common + " --control-video " + dir + "/control.mp4",
             "option --control-video: the model (" + dir +
                 "/t2v.json) is t2v with in_dim 6: not a Fun-Control model "
-                "(i2v with in_dim 3 x out_dim = 18)"},
+                "(i2v with in_dim 3 x out_dim = 18, or Wan2.2-Fun's 22)"},
            {std::string(WANTRAIN_WANSAMPLE) + " --weights " + dir + "/t2v.safetensors --model-config " + dir +
                 "/t2v.json" + common + " --ref-image " + dir + "/ref.png",
             "option --ref-image: the model (" + dir +
@@ -710,6 +723,61 @@ TEST(FunControlSample, TenGuidedStepsAreTheReferenceLoop) {
     const auto refused = wt::testing::launch(command);
     EXPECT_EQ(refused.status, 2) << refused.output;
     EXPECT_EQ(wt::testing::occurrences(refused.output, line), 1u) << line << "\n" << refused.output;
+  }
+}
+
+// A Wan2.2-Fun-A14B-Control model (VideoX-Fun's Wan2.2-Fun: i2v, in_dim
+// 3 z + 4, no CLIP branch, ref_conv; two experts) sampled by wansample from
+// a control video, a start picture and a reference picture, against
+// tests/reference/fun_control_a14b_sample_reference.py: the condition as
+// pipeline_wan2_2_fun_control.py builds it (the control's latents, then the
+// start picture's mask and masked video), the experts switching at the
+// boundary, 10 guided Euler steps; and without a start picture, the
+// condition's mask and masked video all zero.
+TEST(FunControlSample, Wan22FunTwoExpertsAreTheReferenceLoop) {
+  const std::string dir = wt::testing::fresh("fun-control-a14b-sample");
+  std::filesystem::create_directories(dir);
+  const int side = 32;
+  const std::string model_json = R"({"model_type": "i2v", "dim": 32, "ffn_dim": 48, "num_heads": 2,
+      "num_layers": 2, "freq_dim": 32, "text_dim": 8, "text_len": 16, "patch_size": [1, 2, 2], "in_dim": 22,
+      "out_dim": 6, "eps": 1e-6, "qk_norm": true, "cross_attn_norm": true, "add_ref_conv": true,
+      "in_dim_ref_conv": 6})";
+  std::ofstream(dir + "/model.json") << model_json;
+  const auto config = wt::wan::parse_model_config(model_json, "model.json");
+  ASSERT_TRUE(config.fun_control_with_mask() && config.ref_conv && !config.image_branch());
+  write_random_model(config, 71, dir + "/low.safetensors");
+  write_random_model(config, 72, dir + "/high.safetensors");
+  auto inputs = fun_control_inputs(dir, side);
+  // shift 3 over 10 steps: sigma 0.9375 at step 3, 0.9 at step 4 — both experts run.
+  inputs.emplace_back("boundary", torch::tensor({0.92f}));
+  for (const bool start : {true, false}) {
+    auto given = inputs;
+    if (!start) given.erase(std::find_if(given.begin(), given.end(), [](const auto& t) { return t.first == "start"; }));
+    wt::io::write_safetensors(dir + "/inputs.safetensors", given, torch::kFloat32);
+    const auto reference =
+        wt::testing::launch(std::string(WANTRAIN_PYTHON) + " " + WANTRAIN_SOURCE_DIR +
+                            "/tests/reference/fun_control_a14b_sample_reference.py " + dir + "/model.json " + dir +
+                            "/low.safetensors " + dir + "/high.safetensors " + dir + "/vae.json " + dir +
+                            "/vae.safetensors " + dir + "/inputs.safetensors " + dir + "/reference.safetensors");
+    ASSERT_EQ(reference.status, 0) << reference.output;
+    const auto sample = wt::testing::launch(
+        std::string(WANTRAIN_WANSAMPLE) + " --low-noise " + dir + "/low.safetensors --high-noise " + dir +
+        "/high.safetensors --boundary 0.92 --model-config " + dir + "/model.json --text " + dir +
+        "/text.h5 --frames 2 --size 4x4 --noise " + dir + "/noise.h5 --solver euler --steps 10 --cfg 4 --shift 3 " +
+        "--vae " + dir + "/vae.safetensors --vae-config " + dir + "/vae.json --control-video " + dir +
+        "/control.mp4 --ref-image " + dir + "/ref.png" + (start ? " --image " + dir + "/start.png" : "") + " --out " +
+        dir + "/sample.h5");
+    ASSERT_EQ(sample.status, 0) << sample.output;
+    EXPECT_EQ(wt::testing::occurrences(sample.output,
+                                       "Fun-Control (Wan2.2-Fun: with the start's mask) at 32x32, 5 "
+                                       "frames: control " +
+                                           dir + "/control.mp4, start picture " +
+                                           (start ? dir + "/start.png" : std::string("none")) + ", reference picture " +
+                                           dir + "/ref.png\n"),
+              1u)
+        << sample.output;
+    SCOPED_TRACE(start ? "with a start picture" : "without one");
+    expect_sample_is_the_reference(dir);
   }
 }
 

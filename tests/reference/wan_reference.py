@@ -48,7 +48,9 @@ cross_attn_norm) and optionally:
                 for the reference), a per-token t is padded at the front
                 with its last value, and the reference's tokens are dropped
                 after the head. (Fun-Control's y, [control latents, start
-                frame latents], is any y to this model: in_dim = 3 out_dim.)
+                frame latents], is any y to this model: in_dim = 3 out_dim;
+                Wan2.2-Fun's, [control latents, mask, masked video latents],
+                in_dim = 3 out_dim + 4.)
 
 With image_dim > 0 and model_type i2v or flf2v (the Wan2.1 I2V/FLF2V
 checkpoints), img_emb (the official MLPProj) turns clip_fea into image

@@ -259,7 +259,7 @@ nlohmann::json job_settings(const DatasetEncoderSettings& s) {
     settings["condition"] = "vace";
     settings["vace_references"] = s.vace_references;
   }
-  if (s.fun_control) settings["condition"] = "fun-control";
+  if (s.fun_control) settings["condition"] = s.fun_control_mask ? "fun-control-mask" : "fun-control";
   return settings;
 }
 
@@ -352,7 +352,8 @@ data::SampleShape sample_shape(const ClipBucket& b, const DatasetEncoderSettings
                           s.latent_dtype,
                           s.emb_dtype};
   if (s.condition_images > 0) shape.condition_channels = 4 + vae.z_dim();  // y: mask and latents
-  if (s.fun_control) shape.condition_channels = 2 * vae.z_dim();  // y: the control's and the start frame's latents
+  // y: the control's and the start frame's latents (Wan2.2-Fun's: and the mask)
+  if (s.fun_control) shape.condition_channels = 2 * vae.z_dim() + (s.fun_control_mask ? 4 : 0);
   if ((s.condition_images > 0 || s.fun_control) && clip) {
     shape.clip_tokens = std::max(s.condition_images, 1) * (*clip)->config().tokens();
     shape.clip_dim = (*clip)->config().dim;
@@ -459,7 +460,7 @@ int64_t encode_item(const data::MediaItem& item, const Prepared& prepared, const
     if (s.fun_control) {  // the clip's first frame is its start picture
       const auto first = frames.select(1, 0);
       condition.y = fun_control_y(vae, {prepared.controls[size_t(samples)], first, {}}, frames.size(1), frames.size(2),
-                                  frames.size(3))
+                                  frames.size(3), s.fun_control_mask)
                         .to(torch::kCPU);
       if (clip) condition.clip_fea = image_clip_features(**clip, first, {}).to(torch::kCPU);
     }

@@ -63,8 +63,11 @@ struct DatasetEncoderSettings {
   // stored with each sample as /y: the item's control video's latents and
   // the clip's first frame's (its start picture, as VideoX-Fun trains), and
   // with a CLIP tower the first frame's CLIP features /clip_fea. An item
-  // without a control video is skipped with a line.
+  // without a control video is skipped with a line. With fun_control_mask,
+  // Wan2.2-Fun's layout: the control's latents, then the first frame's i2v
+  // condition (mask and latents); no CLIP features.
   bool fun_control = false;
+  bool fun_control_mask = false;
   bool strict = false;     // a bad item fails the job instead of being skipped
   int decode_threads = 1;  // FFmpeg decoder threads
   // What else makes two runs the same job (the model files), for resuming.

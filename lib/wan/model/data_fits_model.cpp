@@ -30,7 +30,7 @@ void check_data_fits_model(const data::SampleShape& s, const std::string& data_d
                      c.in_dim));
   const char* type = model_type_name(c.model_type);
   // The encode option that makes this model's /y (a Fun-Control model is i2v by its config).
-  const char* condition = c.fun_control() ? "fun-control" : type;
+  const char* condition = c.fun_control_with_mask() ? "fun-control-mask" : c.fun_control() ? "fun-control" : type;
   const char* kind = c.fun_control() ? "Fun-Control" : type;
   if (c.image_conditioned() && !s.has_condition())
     fail(
@@ -44,10 +44,14 @@ void check_data_fits_model(const data::SampleShape& s, const std::string& data_d
                     type));
   if (c.image_conditioned() && s.condition_channels != c.condition_channels())
     fail(fmt::format("/y has {} channels, the model reads {}{}", s.condition_channels, c.condition_channels(),
-                     c.fun_control() ? " (a Fun-Control model's: wandata encode --condition fun-control)"
+                     c.fun_control() ? fmt::format(" (a Fun-Control model's: wandata encode --condition {})", condition)
                      : s.condition_channels == 2 * c.out_dim
-                         ? " (the shards' is a Fun-Control model's: wandata encode --condition fun-control made them)"
-                         : ""));
+                         ? std::string(" (the shards' is a Fun-Control model's: wandata encode --condition fun-control "
+                                       "made them)")
+                     : s.condition_channels == 2 * c.out_dim + 4
+                         ? std::string(" (the shards' is a Wan2.2-Fun model's: wandata encode --condition "
+                                       "fun-control-mask made them)")
+                         : std::string()));
   if (c.image_branch() && s.clip_tokens == 0)
     fail(
         fmt::format("the model's CLIP branch needs /clip_fea in the shards: encode them with wandata encode "

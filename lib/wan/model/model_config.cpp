@@ -107,28 +107,23 @@ void validate(const WanConfig& c, const std::string& source) {
     fail(fmt::format("'image_tokens' must be in 1..{}, got {}", 1 << 12, c.image_tokens));
   // VideoX-Fun's Fun-Control models call themselves i2v: Wan2.1-Fun's y
   // holds the control video's latents and the start frame's (3 * out_dim in
-  // all, fun_control()); Wan2.2-Fun's adds a 4-channel mask and the masked
-  // video's latents (3 * out_dim + 4), which wantrain does not build yet.
-  if (c.model_type == ModelType::I2V && c.in_dim != 2 * c.out_dim + 4 && c.in_dim == 3 * c.out_dim + 4)
-    fail(
-        fmt::format("'in_dim' {} with 'model_type' i2v is VideoX-Fun's Wan2.2-Fun layout (the latents, the control "
-                    "video's, a mask and the masked video's): wantrain takes Wan2.1-Fun-Control (in_dim 3 * out_dim "
-                    "= {}), not this one yet",
-                    c.in_dim, 3 * c.out_dim));
+  // all), Wan2.2-Fun's the control's and an i2v condition (3 * out_dim + 4).
   if (c.image_conditioned() && c.in_dim != 2 * c.out_dim + 4 && !c.fun_control())
     fail(fmt::format(
         "'model_type' {} reads the noisy latents with the condition y (4 mask channels and the "
         "latents), so 'in_dim' must be 2 * out_dim + 4 = {}{}, got {}",
         model_type_name(c.model_type), 2 * c.out_dim + 4,
         c.model_type == ModelType::I2V
-            ? fmt::format(" (or 3 * out_dim = {}: a Fun-Control model's control and start frame)", 3 * c.out_dim)
+            ? fmt::format(" (or 3 * out_dim = {} or 3 * out_dim + 4 = {}: a Fun-Control model's control and "
+                          "start frame)",
+                          3 * c.out_dim, 3 * c.out_dim + 4)
             : std::string(),
         c.in_dim));
   if (c.ref_conv && !c.fun_control())
     fail(
-        fmt::format("'add_ref_conv' is for a Fun-Control model ('model_type' i2v, 'in_dim' 3 * out_dim = {}); this "
-                    "one is {} with 'in_dim' {}",
-                    3 * c.out_dim, model_type_name(c.model_type), c.in_dim));
+        fmt::format("'add_ref_conv' is for a Fun-Control model ('model_type' i2v, 'in_dim' 3 * out_dim = {} or "
+                    "{}); this one is {} with 'in_dim' {}",
+                    3 * c.out_dim, 3 * c.out_dim + 4, model_type_name(c.model_type), c.in_dim));
   if (!c.image_conditioned() && c.image_dim != 0)
     fail(fmt::format("'image_dim' {} is for an i2v or flf2v model; 'model_type' is {}", c.image_dim,
                      model_type_name(c.model_type)));

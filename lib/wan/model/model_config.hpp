@@ -18,7 +18,10 @@ namespace wt::wan {
 //          (in_dim = 2 out_dim + 4), and with image_dim > 0 (Wan2.1) the
 //          picture's CLIP features enter every cross-attention; with
 //          in_dim = 3 out_dim, VideoX-Fun's Wan2.1-Fun-Control: y holds a
-//          control video's latents and a start frame's (fun_control())
+//          control video's latents and a start frame's (fun_control());
+//          with in_dim = 3 out_dim + 4, Wan2.2-Fun's: a control video's
+//          latents, then an i2v condition (mask and latents) of the start
+//          frame (fun_control_with_mask())
 //   flf2v  first and last frame: y as i2v with the last frame too, CLIP
 //          features of both pictures with a learnt position embedding
 //   ti2v   Wan2.2's TI2V-5B, built as t2v here
@@ -62,14 +65,19 @@ struct WanConfig {
   int64_t condition_images() const { return model_type == ModelType::FLF2V ? 2 : model_type == ModelType::I2V ? 1 : 0; }
   // Whether cross-attention also attends over CLIP features (Wan2.1's image branch).
   bool image_branch() const { return image_conditioned() && image_dim > 0; }
-  // Channels of y: the latents' plus 4 mask channels (Fun-Control: twice the latents').
+  // Channels of y: the latents' plus 4 mask channels (Fun-Control: the
+  // control's latents before them, or instead of the mask).
   int64_t condition_channels() const { return image_conditioned() ? in_dim - out_dim : 0; }
   bool vace() const { return model_type == ModelType::VACE; }
-  // VideoX-Fun's Fun-Control layout (Wan2.1-Fun-Control): an i2v model whose
-  // y is [control latents, start frame latents] (out_dim each, no mask).
+  // VideoX-Fun's Fun-Control layouts, i2v models whose y begins with a
+  // control video's latents (out_dim channels): Wan2.1-Fun-Control's y is
+  // [control latents, start frame latents] (in_dim 3 out_dim), Wan2.2-Fun's
+  // [control latents, mask (4), latents of the start frame and zeros]
+  // (in_dim 3 out_dim + 4, fun_control_with_mask()).
   bool fun_control() const {
-    return model_type == ModelType::I2V && in_dim == 3 * out_dim && in_dim != 2 * out_dim + 4;
+    return model_type == ModelType::I2V && out_dim > 0 && (in_dim == 3 * out_dim || in_dim == 3 * out_dim + 4);
   }
+  bool fun_control_with_mask() const { return fun_control() && in_dim == 3 * out_dim + 4; }
   int64_t patch_volume() const { return patch_size[0] * patch_size[1] * patch_size[2]; }
 };
 

@@ -47,16 +47,18 @@ std::vector<bool> start_drops(const std::vector<int64_t>& sample_indices, uint64
   return drops_with_salt(sample_indices, seed ^ kStartDropSalt, step, p);
 }
 
-at::Tensor drop_fun_control(const at::Tensor& y, const std::vector<bool>& control, const std::vector<bool>& start) {
-  TORCH_CHECK(y.dim() == 5 && y.size(1) % 2 == 0, "a Fun-Control y is [B, 2C, F, H, W]");
+at::Tensor drop_fun_control(const at::Tensor& y, int64_t control_channels, const std::vector<bool>& control,
+                            const std::vector<bool>& start) {
+  TORCH_CHECK(y.dim() == 5 && control_channels > 0 && control_channels < y.size(1),
+              "a Fun-Control y is [B, C + S, F, H, W]");
   TORCH_CHECK(int64_t(control.size()) == y.size(0) && int64_t(start.size()) == y.size(0), "one draw per batch row");
   const auto any = [](const std::vector<bool>& d) { return std::any_of(d.begin(), d.end(), [](bool v) { return v; }); };
   if (!any(control) && !any(start)) return y;
   auto out = y.clone();
-  const int64_t half = y.size(1) / 2;
+  const int64_t rest = y.size(1) - control_channels;
   for (int64_t i = 0; i < y.size(0); ++i) {
-    if (control[size_t(i)]) out[i].narrow(0, 0, half).zero_();
-    if (start[size_t(i)]) out[i].narrow(0, half, half).zero_();
+    if (control[size_t(i)]) out[i].narrow(0, 0, control_channels).zero_();
+    if (start[size_t(i)]) out[i].narrow(0, control_channels, rest).zero_();
   }
   return out;
 }

@@ -29,13 +29,16 @@ std::vector<bool> image_drops(const std::vector<int64_t>& sample_indices, uint64
 
 // A Fun-Control model's control dropout (--control-drop, --start-drop), as
 // VideoX-Fun's train_control.py zeroes its control latents and its start
-// frame: whether each sample's control half (the first half of y's
-// channels), or its start half (the second), is zeroed at `step`, keyed as
-// caption dropout is, each drawn independently.
+// frame: whether each sample's control part (y's first channels, the
+// control's latents), or its start part (the rest: the start frame's
+// latents, and Wan2.2-Fun's mask), is zeroed at `step`, keyed as caption
+// dropout is, each drawn independently.
 std::vector<bool> control_drops(const std::vector<int64_t>& sample_indices, uint64_t seed, int64_t step, double p);
 std::vector<bool> start_drops(const std::vector<int64_t>& sample_indices, uint64_t seed, int64_t step, double p);
-// y [B, 2C, F, H, W] with the drawn halves zeroed: a new tensor, or `y` itself when nothing is dropped.
-at::Tensor drop_fun_control(const at::Tensor& y, const std::vector<bool>& control, const std::vector<bool>& start);
+// y [B, C + S, F, H, W] (C `control_channels`) with the drawn parts zeroed:
+// a new tensor, or `y` itself when nothing is dropped.
+at::Tensor drop_fun_control(const at::Tensor& y, int64_t control_channels, const std::vector<bool>& control,
+                            const std::vector<bool>& start);
 
 // The first-frame condition (--condition first-frame --first-frame-prob P)
 // of a Wan2.2 TI2V model: whether each sample keeps its first frame at

@@ -85,9 +85,10 @@ FlowMatchingObjective::Inputs FlowMatchingObjective::prepare(const train::Batch&
           : drop_captions(text, caption_drops(micro_batch.indices, options_.seed, context.step, options_.text_drop));
   inputs.image = image_condition(micro_batch);
   if ((options_.control_drop > 0 || options_.start_drop > 0) && inputs.image.y.defined())
-    inputs.image.y = drop_fun_control(
-        inputs.image.y, control_drops(micro_batch.indices, options_.seed, context.step, options_.control_drop),
-        start_drops(micro_batch.indices, options_.seed, context.step, options_.start_drop));
+    inputs.image.y =
+        drop_fun_control(inputs.image.y, model_.config().out_dim,
+                         control_drops(micro_batch.indices, options_.seed, context.step, options_.control_drop),
+                         start_drops(micro_batch.indices, options_.seed, context.step, options_.start_drop));
   if (inputs.image.clip_fea.defined()) {
     const auto image_keep = micro_batch.tensors.find(kImageKeep);
     inputs.image.clip_fea = image_keep != micro_batch.tensors.end()

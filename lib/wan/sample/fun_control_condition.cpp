@@ -27,7 +27,8 @@ at::Tensor picture_latents(VideoVae& vae, const at::Tensor& picture, int64_t hei
   return vae.encode(sized.to(options).unsqueeze(1).unsqueeze(0))[0].select(1, 0).to(torch::kFloat32);
 }
 
-at::Tensor fun_control_y(VideoVae& vae, const FunControlSource& source, int64_t frames, int64_t height, int64_t width) {
+at::Tensor fun_control_y(VideoVae& vae, const FunControlSource& source, int64_t frames, int64_t height, int64_t width,
+                         bool with_mask) {
   const int64_t s = vae.spatial_factor(), t = vae.temporal_factor();
   if (frames < 1 || (frames - 1) % t != 0)
     throw UsageError(fmt::format("a Fun-Control condition needs {}k + 1 frames, got {}", t, frames));
@@ -45,6 +46,15 @@ at::Tensor fun_control_y(VideoVae& vae, const FunControlSource& source, int64_t 
   const std::vector<int64_t> latent_shape{vae.z_dim(), 1 + (frames - 1) / t, height / s, width / s};
   const auto control = source.control.defined() ? vae.encode(source.control.to(options).unsqueeze(0))[0].to(options)
                                                 : torch::zeros(latent_shape, options);
+  if (with_mask) {  // Wan2.2-Fun: the start picture's i2v condition, zeros without one
+    if (!source.start.defined())
+      return torch::cat(
+          {control, torch::zeros({4 + vae.z_dim(), latent_shape[1], latent_shape[2], latent_shape[3]}, options)}, 0);
+    const auto& start = source.start;
+    const auto sized =
+        start.size(1) == height && start.size(2) == width ? start : resize_picture(start, {height, width});
+    return torch::cat({control, image_condition_y(vae, sized.to(options), at::Tensor(), frames).to(options)}, 0);
+  }
   auto start = torch::zeros(latent_shape, options);
   // The pipeline keeps the start frame only where there is a frame after it.
   if (source.start.defined() && latent_shape[1] > 1)
@@ -61,7 +71,8 @@ ModelCondition fun_control_condition(const WanConfig& config, VideoVae& vae, Cli
         "a Fun-Control reference picture is for a model with ref_conv (V1.1, add_ref_conv); this one has none");
   check_picture(source.reference, "reference picture");
   ModelCondition condition;
-  condition.y = fun_control_y(vae, source, frames, height, width).unsqueeze(0).to(device);
+  condition.y =
+      fun_control_y(vae, source, frames, height, width, config.fun_control_with_mask()).unsqueeze(0).to(device);
   if (config.image_branch()) {
     const auto& picture = source.reference.defined() ? source.reference : source.start;
     if (picture.defined() && !clip) throw Error("fun_control_condition: a picture's CLIP features need the encoder");

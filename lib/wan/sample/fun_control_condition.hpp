@@ -7,7 +7,14 @@
 //   y         [control latents, start latents]: the control video through the
 //             VAE (zeros without one), and the start picture alone through
 //             the VAE in latent frame 0, zeros after (all zeros without one,
-//             or for a single latent frame)
+//             or for a single latent frame). Wan2.2-Fun's layout
+//             (WanConfig::fun_control_with_mask(), pipeline_wan2_2_fun_control.py)
+//             is [control latents, mask, masked video latents]: after the
+//             control's, the start picture's i2v condition (image_condition.hpp:
+//             the mask of 1 - the pixel mask folded 4 frames to a latent frame,
+//             and the video [start, zeros...] through the VAE in one pass;
+//             VideoX-Fun's examples give the start picture as such a video
+//             and mask), all zeros without one (the pipeline's all-masked case)
 //   clip_fea  the CLIP features of the reference picture, else of the start
 //             picture; zeros without either (the image branch still runs)
 //   full_ref  a ref_conv model's (V1.1): the reference picture alone through
@@ -38,9 +45,11 @@ struct FunControlSource {
   at::Tensor reference;  // [3, h, w] in [-1, 1]: what to show (ref_conv and CLIP); undefined: none
 };
 
-// y [2 z, 1 + k, H/s, W/s] fp32 for a video of F = 1 + 4k frames of H x W.
-// UsageError naming the input whose size or frame count does not fit.
-at::Tensor fun_control_y(VideoVae& vae, const FunControlSource& source, int64_t frames, int64_t height, int64_t width);
+// y [2 z, 1 + k, H/s, W/s] fp32 for a video of F = 1 + 4k frames of H x W
+// ([2 z + 4, ...] `with_mask`, Wan2.2-Fun's layout). UsageError naming the
+// input whose size or frame count does not fit.
+at::Tensor fun_control_y(VideoVae& vae, const FunControlSource& source, int64_t frames, int64_t height, int64_t width,
+                         bool with_mask = false);
 
 // A picture resized to H x W alone through the VAE: its latent frame [z, H/s, W/s] fp32.
 at::Tensor picture_latents(VideoVae& vae, const at::Tensor& picture, int64_t height, int64_t width);

@@ -46,6 +46,17 @@ std::optional<ReleaseSampling> release_sampling(const WanConfig& config, bool tw
       r.boundary = 0.875;
       return r;
     case ModelType::I2V:
+      if (config.fun_control_with_mask()) {
+        // VideoX-Fun's examples/wan2.2_fun/predict_v2v_control.py: "Flow"
+        // (Euler) at shift 5, 50 steps, guidance 6, the experts switching at
+        // its config's boundary 0.900 (config/wan2.2/wan_civitai_i2v.yaml).
+        if (!two_experts || !wide_14b || config.image_branch()) return std::nullopt;
+        r.model = "Wan2.2-Fun-A14B-Control";
+        r.cfg_low = r.cfg_high = 6.0;
+        r.solver = Solver::Euler;
+        r.boundary = 0.9;
+        return r;
+      }
       if (config.fun_control()) {
         // VideoX-Fun's examples/wan2.1_fun/predict_v2v_control*.py: the
         // "Flow" sampler (Euler) at its config's shift 5, 50 steps, guidance 6.

@@ -426,8 +426,8 @@ void SamplingPipeline::resolve_settings() {
     throw SettingError(
         "control_video",
         fmt::format("the model ({}) is {} with in_dim {}: not a Fun-Control model (i2v with in_dim 3 x "
-                    "out_dim = {}){}",
-                    model_named, model_type, config_.in_dim, 3 * config_.out_dim,
+                    "out_dim = {}, or Wan2.2-Fun's {}){}",
+                    model_named, model_type, config_.in_dim, 3 * config_.out_dim, 3 * config_.out_dim + 4,
                     config_.vace() ? "; a VACE model's control is " + setting_reference("src_video") : std::string()));
   if (!r.ref_image.empty() && !config_.ref_conv)
     throw SettingError(
@@ -862,14 +862,16 @@ void SamplingPipeline::start_from_fun_control() {
   if (!r.clip.empty()) clip = load_clip_vision(r.clip, r.clip_dtype, device_);
   c.image = fun_control_condition(config_, *c.vae, clip.is_empty() ? nullptr : clip.get(), source, frames, height,
                                   width, device_);
-  report_info("Fun-Control at {}x{}, {} frames: control {}, start picture {}{}; CLIP features of {}", width, height,
-              frames, r.control_video.empty() ? "none (zeros)" : r.control_video, r.image.empty() ? "none" : r.image,
+  const std::string clip_of = !r.ref_image.empty() ? r.ref_image
+                              : !r.image.empty()   ? r.image
+                                                   : std::string("no picture (zeros)");
+  report_info("Fun-Control{} at {}x{}, {} frames: control {}, start picture {}{}{}",
+              config_.fun_control_with_mask() ? " (Wan2.2-Fun: with the start's mask)" : "", width, height, frames,
+              r.control_video.empty() ? "none (zeros)" : r.control_video, r.image.empty() ? "none" : r.image,
               config_.ref_conv
                   ? ", reference picture " + (r.ref_image.empty() ? std::string("none (zeros)") : r.ref_image)
                   : std::string(),
-              !r.ref_image.empty() ? r.ref_image
-              : !r.image.empty()   ? r.image
-                                   : std::string("no picture (zeros)"));
+              config_.image_branch() ? "; CLIP features of " + clip_of : std::string());
   if (!world_.is_root()) c.vae.reset();  // rank 0 alone decodes
 }
 

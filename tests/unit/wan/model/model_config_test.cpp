@@ -255,22 +255,30 @@ TEST(ModelConfig, ImageToVideoKeysAreOptionalAndChecked) {
   bad = doc;
   bad["add_ref_conv"] = true;
   EXPECT_EQ(error_of(bad), fmt::format("model config test.json: 'add_ref_conv' is for a Fun-Control model "
-                                       "('model_type' i2v, 'in_dim' 3 * out_dim = {}); this one is i2v with "
+                                       "('model_type' i2v, 'in_dim' 3 * out_dim = {} or {}); this one is i2v with "
                                        "'in_dim' {}",
-                                       3 * out, 2 * out + 4));
+                                       3 * out, 3 * out + 4, 2 * out + 4));
   bad = fun;
   bad["add_control_adapter"] = true;
   EXPECT_EQ(error_of(bad),
             "model config test.json: 'add_control_adapter' is VideoX-Fun's camera-control adapter "
             "(Wan-Fun-Control-Camera): wantrain takes Fun-Control models without it, not with it yet");
-  // Wan2.2-Fun's layout (a mask and the masked video's latents too) is named.
+  // Wan2.2-Fun's layout: the control's latents, then a mask and the start
+  // frame's latents (in_dim 3 out_dim + 4), with or without ref_conv.
+  auto fun22 = fun;
+  fun22["in_dim"] = 3 * out + 4;
+  const auto masked = wt::wan::parse_model_config(fun22.dump(), "fun22");
+  EXPECT_TRUE(masked.fun_control());
+  EXPECT_TRUE(masked.fun_control_with_mask());
+  EXPECT_FALSE(control.fun_control_with_mask());
+  EXPECT_TRUE(masked.ref_conv);
+  EXPECT_EQ(masked.condition_channels(), 2 * out + 4);
   bad = doc;
-  bad["in_dim"] = 3 * out + 4;
-  EXPECT_EQ(error_of(bad), fmt::format("model config test.json: 'in_dim' {} with 'model_type' i2v is VideoX-Fun's "
-                                       "Wan2.2-Fun layout (the latents, the control video's, a mask and the masked "
-                                       "video's): wantrain takes Wan2.1-Fun-Control (in_dim 3 * out_dim = {}), not "
-                                       "this one yet",
-                                       3 * out + 4, 3 * out));
+  bad["in_dim"] = 3 * out + 5;
+  EXPECT_NE(error_of(bad).find("(or 3 * out_dim = " + std::to_string(3 * out) + " or 3 * out_dim + 4 = " +
+                               std::to_string(3 * out + 4) + ": a Fun-Control model's control and start frame)"),
+            std::string::npos)
+      << error_of(bad);
 }
 
 // The transformer config.json of the Wan-AI *-Diffusers repositories (the

@@ -87,9 +87,9 @@ TEST(CaptionDropout, FirstFrameDrawsAreTheirOwnStreamAndNeverKeepAStill) {
 
 // A Fun-Control model's control and start-frame drops (--control-drop,
 // --start-drop) are streams of their own, independent of each other and of
-// caption dropout; drop_fun_control zeroes the drawn half of the drawn rows
+// caption dropout; drop_fun_control zeroes the drawn part of the drawn rows
 // and leaves everything else, and its input, alone.
-TEST(CaptionDropout, FunControlDropsAreTheirOwnStreamsAndZeroTheirHalfOfY) {
+TEST(CaptionDropout, FunControlDropsAreTheirOwnStreamsAndZeroTheirPartOfY) {
   std::vector<int64_t> indices(2000);
   for (size_t i = 0; i < indices.size(); ++i) indices[i] = int64_t(i);
   const auto control = control_drops(indices, 5, 3, 0.5), start = start_drops(indices, 5, 3, 0.5),
@@ -108,12 +108,18 @@ TEST(CaptionDropout, FunControlDropsAreTheirOwnStreamsAndZeroTheirHalfOfY) {
 
   const auto y = torch::randn({3, 8, 2, 2, 2});
   const auto original = y.clone();
-  const auto dropped = drop_fun_control(y, {true, false, false}, {false, false, true});
+  const auto dropped = drop_fun_control(y, 4, {true, false, false}, {false, false, true});
   EXPECT_TRUE(torch::equal(y, original));
   EXPECT_EQ(dropped[0].narrow(0, 0, 4).abs().max().item<float>(), 0.0f);
   EXPECT_TRUE(torch::equal(dropped[0].narrow(0, 4, 4), y[0].narrow(0, 4, 4)));
   EXPECT_TRUE(torch::equal(dropped[1], y[1]));
   EXPECT_TRUE(torch::equal(dropped[2].narrow(0, 0, 4), y[2].narrow(0, 0, 4)));
   EXPECT_EQ(dropped[2].narrow(0, 4, 4).abs().max().item<float>(), 0.0f);
-  EXPECT_TRUE(drop_fun_control(y, {false, false, false}, {false, false, false}).is_same(y));
+  EXPECT_TRUE(drop_fun_control(y, 4, {false, false, false}, {false, false, false}).is_same(y));
+  // Wan2.2-Fun's y: 3 control channels, then 5 of the start's (mask and latents).
+  const auto masked = drop_fun_control(y, 3, {true, false, false}, {false, false, true});
+  EXPECT_EQ(masked[0].narrow(0, 0, 3).abs().max().item<float>(), 0.0f);
+  EXPECT_TRUE(torch::equal(masked[0].narrow(0, 3, 5), y[0].narrow(0, 3, 5)));
+  EXPECT_TRUE(torch::equal(masked[2].narrow(0, 0, 3), y[2].narrow(0, 0, 3)));
+  EXPECT_EQ(masked[2].narrow(0, 3, 5).abs().max().item<float>(), 0.0f);
 }
