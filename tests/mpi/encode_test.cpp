@@ -21,6 +21,7 @@
 
 #include "../common/build_paths.hpp"
 #include "../common/launch.hpp"
+#include "../common/train_runs.hpp"
 #include "../common/sparse_weights.hpp"
 #include "wantrain/data/dataset.hpp"
 #include "wantrain/io/safetensors.hpp"
@@ -1332,4 +1333,89 @@ TEST(Encode, FunControlVideosBecomeEachSamplesConditionAndAFunControlModelTrains
           refused.output, "option --control-video: with --prompt or --text (--data samples bring their own condition)"),
       1u)
       << refused.output;
+}
+
+// Wan2.2-Fun's data (--condition fun-control-mask): /y is the control's
+// latents, then the clip's first frame's i2v condition (its mask: latent
+// frame 0 marked), as fun_control_y builds it with_mask; a Wan2.2-Fun model
+// trains on it (1 rank = 2 ranks with the drops), Wan2.1-Fun-Control data
+// are one line for it, and --clip is refused (Wan2.2-Fun reads no CLIP).
+TEST(Encode, Wan22FunControlDataHoldTheStartsMaskAndAWan22FunModelTrainsOnThem) {
+  const auto& s = setup();
+  ASSERT_TRUE(s.error.empty()) << s.error;
+  const std::string dir = wt::testing::fresh("encode-fun-control-mask"), clips = dir + "/clips";
+  fs::create_directories(clips);
+  const std::string ff = "ffmpeg -hide_banner -loglevel error -y -f lavfi -i ";
+  for (const auto& [name, source] : {std::pair{"walk.mp4", "testsrc2=size=80x48:rate=16 -frames:v 9 -pix_fmt yuv420p"},
+                                     {"walk.control.mp4", "mandelbrot=size=64x64:rate=16 -frames:v 9 -pix_fmt yuv420p"},
+                                     {"run.mp4", "testsrc=size=48x48:rate=16 -frames:v 9 -pix_fmt yuv420p"},
+                                     {"run.control.mp4", "testsrc2=size=64x64:rate=16 -frames:v 9 -pix_fmt yuv420p"}}) {
+    const auto job = launch(ff + source + " " + clips + "/" + name);
+    ASSERT_EQ(job.status, 0) << name << ": " << job.output;
+  }
+  for (const char* name : {"walk", "run"}) write_text(clips + "/" + name + ".txt", "a red ball rolls");
+  const std::string data = dir + "/data", v21 = dir + "/v21";
+  const auto encoded =
+      launch(wandata(encode_args(s, clips, data, "--frames 5 --condition fun-control-mask --latent-dtype fp32")));
+  ASSERT_EQ(encoded.status, 0) << encoded.output;
+  EXPECT_EQ(wt::testing::occurrences(encoded.output, "condition fun-control-mask: /y of 36 channels"), 1u)
+      << encoded.output;
+  const auto dataset = wt::data::Dataset::open(data);
+  ASSERT_EQ(dataset.size(), 2) << encoded.output;
+  const auto& shape = dataset.shape();
+  ASSERT_EQ(shape.condition_channels, 2 * 16 + 4);
+  auto latents = torch::empty({shape.channels, shape.frames, shape.height, shape.width});
+  auto text = torch::empty({shape.text_len, shape.text_dim}, wt::data::scalar_type(shape.text));
+  wt::data::SampleCondition stored;
+  stored.y = torch::empty({36, shape.frames, shape.height, shape.width});
+  int32_t len = 0;
+  wt::data::SampleReader(dataset).read(1, latents, text, len, &stored);  // walk's (listing order)
+  const auto vae = wt::wan::open_video_vae(s.vae, s.vae_config);
+  vae->eval();
+  const auto clip = wt::wan::read_control_video(clips + "/walk.mp4", 5, 32, 32);
+  const auto expected = wt::wan::fun_control_y(
+      *vae, {wt::wan::read_control_video(clips + "/walk.control.mp4", 5, 32, 32), clip.select(1, 0), {}}, 5, 32, 32,
+      /*with_mask=*/true);
+  EXPECT_LT((stored.y - expected).abs().max().item<double>(), 1e-5 * expected.abs().max().item<double>());
+  const auto mask = stored.y.narrow(0, 16, 4);
+  EXPECT_EQ(mask.select(1, 0).min().item<double>(), 1.0);  // latent frame 0 kept
+  EXPECT_EQ(mask.narrow(1, 1, shape.frames - 1).abs().max().item<double>(), 0.0);
+
+  const std::string config = dir + "/fun22.json";
+  write_text(config, R"({"model_type": "i2v", "dim": 64, "ffn_dim": 128, "num_heads": 4, "num_layers": 2,
+    "freq_dim": 256, "text_dim": 64, "text_len": 16, "patch_size": [1, 2, 2], "in_dim": 52, "out_dim": 16,
+    "eps": 1e-6, "qk_norm": true, "cross_attn_norm": true, "add_ref_conv": true, "in_dim_ref_conv": 16})");
+  auto train = [&](int ranks, const std::string& out, const std::string& from, const std::string& extra) {
+    return launch(wt::testing::mpi_command(ranks, WANTRAIN_WANTRAIN,
+                                           "--model-config " + config + " --data " + from + " --output-dir " + out +
+                                               " --threads 1 --backend mpi --batch-size " + std::to_string(2 / ranks) +
+                                               " --steps 2 --lr 1e-3 --log-every 1" + extra));
+  };
+  const std::string drops = " --control-drop 0.5 --start-drop 0.5 --seed 3";
+  const auto one = train(1, dir + "/one", data, drops), two = train(2, dir + "/two", data, drops);
+  ASSERT_EQ(one.status, 0) << one.output;
+  ASSERT_EQ(two.status, 0) << two.output;
+  EXPECT_NE(one.output.find("i2v (Wan2.2-Fun-Control)"), std::string::npos) << one.output;
+  const auto a = wt::testing::train_runs::training_lines(dir + "/one"),
+             b = wt::testing::train_runs::training_lines(dir + "/two");
+  ASSERT_EQ(a.size(), 2u);
+  ASSERT_EQ(b.size(), 2u);
+  EXPECT_NEAR(b[1]["loss"].get<double>(), a[1]["loss"].get<double>(), 1e-5 * a[1]["loss"].get<double>());
+
+  run_ok(wandata(encode_args(s, clips, v21, "--frames 5 --condition fun-control --latent-dtype fp32")));
+  const auto refused = train(1, dir + "/refused", v21, "");
+  EXPECT_EQ(refused.status, 2) << refused.output;
+  EXPECT_EQ(wt::testing::occurrences(refused.output,
+                                     "/y has 32 channels, the model reads 36 (a Fun-Control "
+                                     "model's: wandata encode --condition fun-control-mask)"),
+            1u)
+      << refused.output;
+  const auto clip_refused = launch(wandata(encode_args(
+      s, clips, dir + "/with-clip", "--frames 5 --condition fun-control-mask --clip " + dir + "/clip.safetensors")));
+  EXPECT_EQ(clip_refused.status, 2) << clip_refused.output;
+  EXPECT_EQ(wt::testing::occurrences(clip_refused.output,
+                                     "option --clip: Wan2.2-Fun models (--condition "
+                                     "fun-control-mask) read no CLIP features"),
+            1u)
+      << clip_refused.output;
 }
