@@ -1208,6 +1208,28 @@ TEST(Encode, VaceControlFilesBecomeEachSamplesContextAndAVaceModelTrainsOnThem) 
   EXPECT_EQ(wt::media::probe_media(dir + "/sample.mp4").frames(), 5);
 }
 
+// The /y `dataset` stores for walk (its sample 1, in listing order), which
+// must be fun_control_y of clips/walk.control.mp4 and walk.mp4's first
+// frame at 32 x 32 x 5 (Wan2.2-Fun's layout `with_mask`).
+at::Tensor walks_fun_control_y(const Setup& s, const wt::data::Dataset& dataset, const std::string& clips,
+                               bool with_mask) {
+  const auto& shape = dataset.shape();
+  auto latents = torch::empty({shape.channels, shape.frames, shape.height, shape.width});
+  auto text = torch::empty({shape.text_len, shape.text_dim}, wt::data::scalar_type(shape.text));
+  wt::data::SampleCondition stored;
+  stored.y = torch::empty({shape.condition_channels, shape.frames, shape.height, shape.width});
+  int32_t len = 0;
+  wt::data::SampleReader(dataset).read(1, latents, text, len, &stored);
+  const auto vae = wt::wan::open_video_vae(s.vae, s.vae_config);
+  vae->eval();
+  const auto clip = wt::wan::read_control_video(clips + "/walk.mp4", 5, 32, 32);
+  const auto expected = wt::wan::fun_control_y(
+      *vae, {wt::wan::read_control_video(clips + "/walk.control.mp4", 5, 32, 32), clip.select(1, 0), {}}, 5, 32, 32,
+      with_mask);
+  EXPECT_LT((stored.y - expected).abs().max().item<double>(), 1e-5 * expected.abs().max().item<double>());
+  return stored.y;
+}
+
 // Fun-Control data (VideoX-Fun's Wan2.1-Fun-Control): a clip with its
 // control video beside it (walk.control.mp4), or named by a metadata.csv's
 // control_video column; each sample's /y is fun_control_y of the control's
@@ -1255,16 +1277,9 @@ TEST(Encode, FunControlVideosBecomeEachSamplesConditionAndAFunControlModelTrains
   ASSERT_EQ(shape.condition_channels, 2 * 16);
   auto latents = torch::empty({shape.channels, shape.frames, shape.height, shape.width});
   auto text = torch::empty({shape.text_len, shape.text_dim}, wt::data::scalar_type(shape.text));
-  wt::data::SampleCondition stored;
-  stored.y = torch::empty({32, shape.frames, shape.height, shape.width});
   int32_t len = 0;
-  wt::data::SampleReader(dataset).read(1, latents, text, len, &stored);  // walk's (listing order)
-  const auto vae = wt::wan::open_video_vae(s.vae, s.vae_config);
-  vae->eval();
-  const auto clip = wt::wan::read_control_video(clips + "/walk.mp4", 5, 32, 32);
-  const auto expected = wt::wan::fun_control_y(
-      *vae, {wt::wan::read_control_video(clips + "/walk.control.mp4", 5, 32, 32), clip.select(1, 0), {}}, 5, 32, 32);
-  EXPECT_LT((stored.y - expected).abs().max().item<double>(), 1e-5 * expected.abs().max().item<double>());
+  wt::data::SampleCondition stored;
+  stored.y = walks_fun_control_y(s, dataset, clips, /*with_mask=*/false);
   EXPECT_EQ(stored.y.narrow(0, 16, 16).narrow(1, 1, shape.frames - 1).abs().max().item<double>(),
             0.0);  // start: frame 0 only
   // The same item from a metadata.csv's control_video column: the same sample.
@@ -1364,20 +1379,7 @@ TEST(Encode, Wan22FunControlDataHoldTheStartsMaskAndAWan22FunModelTrainsOnThem) 
   ASSERT_EQ(dataset.size(), 2) << encoded.output;
   const auto& shape = dataset.shape();
   ASSERT_EQ(shape.condition_channels, 2 * 16 + 4);
-  auto latents = torch::empty({shape.channels, shape.frames, shape.height, shape.width});
-  auto text = torch::empty({shape.text_len, shape.text_dim}, wt::data::scalar_type(shape.text));
-  wt::data::SampleCondition stored;
-  stored.y = torch::empty({36, shape.frames, shape.height, shape.width});
-  int32_t len = 0;
-  wt::data::SampleReader(dataset).read(1, latents, text, len, &stored);  // walk's (listing order)
-  const auto vae = wt::wan::open_video_vae(s.vae, s.vae_config);
-  vae->eval();
-  const auto clip = wt::wan::read_control_video(clips + "/walk.mp4", 5, 32, 32);
-  const auto expected = wt::wan::fun_control_y(
-      *vae, {wt::wan::read_control_video(clips + "/walk.control.mp4", 5, 32, 32), clip.select(1, 0), {}}, 5, 32, 32,
-      /*with_mask=*/true);
-  EXPECT_LT((stored.y - expected).abs().max().item<double>(), 1e-5 * expected.abs().max().item<double>());
-  const auto mask = stored.y.narrow(0, 16, 4);
+  const auto mask = walks_fun_control_y(s, dataset, clips, /*with_mask=*/true).narrow(0, 16, 4);
   EXPECT_EQ(mask.select(1, 0).min().item<double>(), 1.0);  // latent frame 0 kept
   EXPECT_EQ(mask.narrow(1, 1, shape.frames - 1).abs().max().item<double>(), 0.0);
 
