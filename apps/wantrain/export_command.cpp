@@ -368,7 +368,8 @@ int run_export(distributed::World& world, int argc, char** argv) {
       .add("model-config-out", &model_config_out, "also write the checkpoint's model config JSON here")
       .add("merge", &merge,
            "LoRA checkpoints: write full weights, the adapters folded into this base (the run's --init); without "
-           "it the adapters are written as a LoRA file");
+           "it the adapters are written as a LoRA file. A VACE branch trained alone (--trainable vace): the whole "
+           "model, the branch over this base (needed)");
   if (const auto outcome = options.parse(argc, argv); outcome != OptionSet::Outcome::Run) {
     if (world.is_root()) std::cout << app::help_or_version(outcome, options);
     return kExitOk;

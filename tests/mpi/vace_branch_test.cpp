@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <fstream>
 #include <string>
 
 #include "../common/build_paths.hpp"
@@ -115,9 +116,8 @@ TEST_F(VaceBranchRun, TwoRanksEqualOneTheBaseStaysAndAResumeIsBitwise) {
   ASSERT_EQ(train(1, "vace-branch-resumed", common + "--batch-size 4 --steps 3").status, 0);
   const Job resumed = train(1, "vace-branch-resumed", common + "--batch-size 4 --steps 6 --resume auto", false);
   ASSERT_EQ(resumed.status, 0) << resumed.output;
-  EXPECT_EQ(weights_difference(run_dir("vace-branch-resumed") + "/model.safetensors",
-                               run_dir("vace-branch-1x4") + "/model.safetensors"),
-            0);
+  for (const char* file : {"/model.safetensors", "/ema.safetensors"})
+    EXPECT_EQ(weights_difference(run_dir("vace-branch-resumed") + file, run_dir("vace-branch-1x4") + file), 0) << file;
 
   const Job other_base =
       train(1, "vace-branch-other-base", "--init " + base("b") + " --batch-size 4 --steps 8 --resume " + latest);
@@ -139,25 +139,39 @@ TEST_F(VaceBranchRun, TwoRanksEqualOneTheBaseStaysAndAResumeIsBitwise) {
 }
 
 // The base's blocks may be swapped (a copy on the CPU: the same run bit for
-// bit), and a sample rank samples the whole model from the branch it is
-// sent and the base it built.
+// bit, its weights and EMA files whole), and a sample rank draws what the
+// run draws inline: the whole model from the branch it is sent (the EMA's)
+// and the base it built.
 TEST_F(VaceBranchRun, SwappedBaseBlocksAndASampleRankTrainAndSampleAsInline) {
-  const std::string common = "--init " + base("a") + " --batch-size 4 --steps 4 ";
+  const std::string common = "--init " + base("a") + " --batch-size 4 --steps 4 --ema-decay 0.9 --sample-every 4 " +
+                             "--sample-steps 2 --sample-cfg 3 ";
   const Job plain = train(1, "vace-branch-plain", common);
   const Job swapped = train(1, "vace-branch-swapped", common + "--blocks-to-swap 2");
   ASSERT_EQ(plain.status, 0) << plain.output;
   ASSERT_EQ(swapped.status, 0) << swapped.output;
   EXPECT_EQ(occurrences(swapped.output, "block swap: the frozen weights of blocks 0 to 1"), 1u) << swapped.output;
   expect_same_losses(run_dir("vace-branch-plain"), run_dir("vace-branch-swapped"), 4);
-  EXPECT_EQ(weights_difference(run_dir("vace-branch-swapped") + "/model.safetensors",
-                               run_dir("vace-branch-plain") + "/model.safetensors"),
-            0);
+  for (const char* file : {"/model.safetensors", "/ema.safetensors"})
+    EXPECT_EQ(weights_difference(run_dir("vace-branch-swapped") + file, run_dir("vace-branch-plain") + file), 0)
+        << file;
 
-  const Job sampled =
-      train(2, "vace-branch-sample-rank", common + "--sample-every 4 --sample-ranks 1 --sample-steps 2");
+  const auto sample_of = [](const std::string& metrics) {
+    std::ifstream in(metrics);
+    Json found;
+    for (std::string line; std::getline(in, line);)
+      if (const auto json = Json::parse(line); json.contains("sample_correlation")) found = json;
+    return found;
+  };
+  const Json inline_sample = sample_of(run_dir("vace-branch-plain") + "/metrics.jsonl");
+  ASSERT_FALSE(inline_sample.is_null()) << plain.output;
+  const Job sampled = train(2, "vace-branch-sample-rank", common + "--sample-ranks 1");
   ASSERT_EQ(sampled.status, 0) << sampled.output;
-  EXPECT_TRUE(std::filesystem::exists(run_dir("vace-branch-sample-rank") + "/samples/step-00000004.png"))
-      << sampled.output;
+  const Json drawn = sample_of(run_dir("vace-branch-sample-rank") + "/samples/metrics.jsonl");
+  ASSERT_FALSE(drawn.is_null()) << sampled.output;
+  EXPECT_EQ(drawn["step"], 4);
+  EXPECT_LT(relative(drawn["sample_mse"], inline_sample["sample_mse"]), 1e-5);
+  EXPECT_LT(std::abs(drawn["sample_correlation"].get<double>() - inline_sample["sample_correlation"].get<double>()),
+            1e-5);
 }
 
 // wantrain export --merge BASE gives the whole model, the run's own weights

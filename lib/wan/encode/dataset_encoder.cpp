@@ -459,7 +459,11 @@ int64_t encode_item(const data::MediaItem& item, const Prepared& prepared, const
     }
     if (s.fun_control) {  // the clip's first frame is its start picture
       const auto first = frames.select(1, 0);
-      condition.y = fun_control_y(vae, {prepared.controls[size_t(samples)], first, {}}, frames.size(1), frames.size(2),
+      // A still's start would be its whole target: Wan2.2-Fun's y keeps a
+      // one-frame start (the pipeline samples so), so a still gets none
+      // (Wan2.1-Fun's y has none there anyway).
+      const auto start = s.fun_control_mask && frames.size(1) == 1 ? at::Tensor() : first;
+      condition.y = fun_control_y(vae, {prepared.controls[size_t(samples)], start, {}}, frames.size(1), frames.size(2),
                                   frames.size(3), s.fun_control_mask)
                         .to(torch::kCPU);
       if (clip) condition.clip_fea = image_clip_features(**clip, first, {}).to(torch::kCPU);

@@ -122,7 +122,7 @@ void validate(const WanConfig& c, const std::string& source) {
   if (c.ref_conv && !c.fun_control())
     fail(
         fmt::format("'add_ref_conv' is for a Fun-Control model ('model_type' i2v, 'in_dim' 3 * out_dim = {} or "
-                    "{}); this one is {} with 'in_dim' {}",
+                    "3 * out_dim + 4 = {}); this one is {} with 'in_dim' {}",
                     3 * c.out_dim, 3 * c.out_dim + 4, model_type_name(c.model_type), c.in_dim));
   if (!c.image_conditioned() && c.image_dim != 0)
     fail(fmt::format("'image_dim' {} is for an i2v or flf2v model; 'model_type' is {}", c.image_dim,

@@ -74,8 +74,10 @@ struct WanConfig {
   // [control latents, start frame latents] (in_dim 3 out_dim), Wan2.2-Fun's
   // [control latents, mask (4), latents of the start frame and zeros]
   // (in_dim 3 out_dim + 4, fun_control_with_mask()).
+  // (At out_dim 4, 3 out_dim is an i2v model's 2 out_dim + 4: that is i2v.)
   bool fun_control() const {
-    return model_type == ModelType::I2V && out_dim > 0 && (in_dim == 3 * out_dim || in_dim == 3 * out_dim + 4);
+    return model_type == ModelType::I2V && out_dim > 0 && in_dim != 2 * out_dim + 4 &&
+           (in_dim == 3 * out_dim || in_dim == 3 * out_dim + 4);
   }
   bool fun_control_with_mask() const { return fun_control() && in_dim == 3 * out_dim + 4; }
   int64_t patch_volume() const { return patch_size[0] * patch_size[1] * patch_size[2]; }

@@ -254,10 +254,11 @@ TEST(ModelConfig, ImageToVideoKeysAreOptionalAndChecked) {
                                        out + 1, out));
   bad = doc;
   bad["add_ref_conv"] = true;
-  EXPECT_EQ(error_of(bad), fmt::format("model config test.json: 'add_ref_conv' is for a Fun-Control model "
-                                       "('model_type' i2v, 'in_dim' 3 * out_dim = {} or {}); this one is i2v with "
-                                       "'in_dim' {}",
-                                       3 * out, 3 * out + 4, 2 * out + 4));
+  EXPECT_EQ(error_of(bad),
+            fmt::format("model config test.json: 'add_ref_conv' is for a Fun-Control model "
+                        "('model_type' i2v, 'in_dim' 3 * out_dim = {} or 3 * out_dim + 4 = {}); this one is i2v with "
+                        "'in_dim' {}",
+                        3 * out, 3 * out + 4, 2 * out + 4));
   bad = fun;
   bad["add_control_adapter"] = true;
   EXPECT_EQ(error_of(bad),
@@ -273,6 +274,11 @@ TEST(ModelConfig, ImageToVideoKeysAreOptionalAndChecked) {
   EXPECT_FALSE(control.fun_control_with_mask());
   EXPECT_TRUE(masked.ref_conv);
   EXPECT_EQ(masked.condition_channels(), 2 * out + 4);
+  // At out_dim 4, in_dim 12 is both 3 out_dim and 2 out_dim + 4: an i2v model's.
+  auto four = doc;
+  four["out_dim"] = 4;
+  four["in_dim"] = 12;
+  EXPECT_FALSE(wt::wan::parse_model_config(four.dump(), "four").fun_control());
   bad = doc;
   bad["in_dim"] = 3 * out + 5;
   EXPECT_NE(error_of(bad).find("(or 3 * out_dim = " + std::to_string(3 * out) + " or 3 * out_dim + 4 = " +
