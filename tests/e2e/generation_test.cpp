@@ -11,6 +11,7 @@
 
 #include <cstdlib>
 #include <regex>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -334,6 +335,40 @@ TEST(FirstFrameGeneration, EachClipIsContinuedFromItsFirstFrame) {
 
 namespace {
 
+// Each clip of the dataset `unseen` sampled twice into `out_dir` by the
+// wansample command `command(k, on, out)` gives (on: with its control; the
+// first four also as PNG previews, sample-K.h5.png and sample-K-off.h5.png),
+// the correlations of both samples with the clip's true latents printed and
+// the controlled one required to be more than `min_gap` nearer; the means
+// over the clips, controlled and not.
+std::pair<double, double> controlled_correlations(
+    const std::string& unseen, const std::string& out_dir, const std::string& off, double min_gap,
+    const std::function<std::string(int, bool, const std::string&)>& command) {
+  const auto truths = read_all(wt::data::Dataset::open(unseen));
+  const int clips = int(truths.size());
+  double controlled = 0, uncontrolled = 0;
+  for (int k = 0; k < clips; ++k) {
+    double with = 0, without = 0;
+    for (const bool on : {true, false}) {
+      const std::string out = out_dir + "/sample-" + std::to_string(k) + (on ? "" : "-off") + ".h5";
+      const Job job = launch(command(k, on, out) + (k < 4 ? " --png " + out + ".png" : ""));
+      EXPECT_EQ(job.status, 0) << job.output;
+      if (job.status != 0) return {0, 0};
+      const auto x = read_all(wt::data::Dataset::of(out_dir, {wt::data::inspect_shard(out)})).front();
+      EXPECT_TRUE(torch::isfinite(x).all().item<bool>());
+      (on ? with : without) = correlation(x, truths[size_t(k)]);
+    }
+    std::cout << fmt::format("unseen clip {}: correlation with its true latents {:.3f} controlled, {:.3f} {}\n", k,
+                             with, without, off);
+    controlled += with / clips;
+    uncontrolled += without / clips;
+    EXPECT_GT(with, without + min_gap) << "unseen clip " << k;
+  }
+  std::cout << fmt::format("mean over {} unseen clips: {:.3f} controlled, {:.3f} {}\n", clips, controlled, uncontrolled,
+                           off);
+  return {controlled, uncontrolled};
+}
+
 // A LoRA on the VACE branch learns a control the model must use, and follows
 // controls it never saw. The clips are wandata synth's blobs; the text says
 // only the blob's colour and radius (--untold-place), and the VACE context's
@@ -386,35 +421,15 @@ TEST(VaceGeneration, ALoraOnTheVaceBranchFollowsControlsItNeverSaw) {
                               "--trainable vace");
   ASSERT_EQ(lora_run.status, 0) << lora_run.output;
 
-  const auto truths = read_all(wt::data::Dataset::open(dir + "/unseen"));
-  const int clips = int(truths.size());
-  double controlled = 0, uncontrolled = 0;
-  for (int k = 0; k < clips; ++k) {
-    double with = 0, without = 0;
-    for (const bool on : {true, false}) {
-      const std::string out = dir + "/lora/sample-" + std::to_string(k) + (on ? "" : "-off") + ".h5";
-      const Job job =
-          launch(std::string(WANTRAIN_WANSAMPLE) + " --weights " + vace_base + " --model-config " + vace_config +
-                 " --lora " + dir + "/lora/lora.safetensors --data " + dir + "/unseen --index " + std::to_string(k) +
-                 " --threads 1 --out " + out + " --solver euler --steps 30 --shift 20 --cfg 1 --seed " +
-                 std::to_string(k) + (on ? "" : " --vace-scale 0") + (k < 4 ? " --png " + out + ".png" : ""));
-      ASSERT_EQ(job.status, 0) << job.output;
-      const auto x = read_all(wt::data::Dataset::of(dir, {wt::data::inspect_shard(out)})).front();
-      ASSERT_TRUE(torch::isfinite(x).all().item<bool>());
-      (on ? with : without) = correlation(x, truths[size_t(k)]);
-    }
-    std::cout << fmt::format(
-        "unseen clip {}: correlation with its true latents {:.3f} controlled, {:.3f} with the "
-        "branch off\n",
-        k, with, without);
-    controlled += with / clips;
-    uncontrolled += without / clips;
-    // Each clip nearer its truth with its control than without: the
-    // smallest gap seen was 0.18 (32 clips, four training seeds).
-    EXPECT_GT(with, without + 0.05) << "unseen clip " << k;
-  }
-  std::cout << fmt::format("mean over {} unseen clips: {:.3f} controlled, {:.3f} uncontrolled\n", clips, controlled,
-                           uncontrolled);
+  // Each clip nearer its truth with its control than without: the smallest
+  // gap seen was 0.18 (32 clips, four training seeds).
+  const auto [controlled, uncontrolled] = controlled_correlations(
+      dir + "/unseen", dir + "/lora", "with the branch off", 0.05, [&](int k, bool on, const std::string& out) {
+        return std::string(WANTRAIN_WANSAMPLE) + " --weights " + vace_base + " --model-config " + vace_config +
+               " --lora " + dir + "/lora/lora.safetensors --data " + dir + "/unseen --index " + std::to_string(k) +
+               " --threads 1 --out " + out + " --solver euler --steps 30 --shift 20 --cfg 1 --seed " +
+               std::to_string(k) + (on ? "" : " --vace-scale 0");
+      });
   // The bounds come from training seeds 1-4 (AMD EPYC, 2026-12-07): means
   // over the 8 clips of 0.744-0.808 controlled (mean 0.778, standard
   // deviation 0.028) and 0.211-0.294 with the branch off; the gap 0.514-0.542
@@ -458,33 +473,14 @@ TEST(FunControlGeneration, AModelFollowsControlsItNeverSaw) {
                          seed);
   ASSERT_EQ(run.status, 0) << run.output;
 
-  const auto truths = read_all(wt::data::Dataset::open(dir + "/unseen"));
-  const int clips = int(truths.size());
-  double controlled = 0, uncontrolled = 0;
-  for (int k = 0; k < clips; ++k) {
-    double with = 0, without = 0;
-    for (const bool on : {true, false}) {
-      const std::string out = dir + "/run/sample-" + std::to_string(k) + (on ? "" : "-off") + ".h5";
-      const Job job =
-          launch(std::string(WANTRAIN_WANSAMPLE) + " --weights " + dir + "/run/model.safetensors" + " --model-config " +
-                 config + " --data " + dir + (on ? "/unseen" : "/unseen-off") + " --index " + std::to_string(k) +
-                 " --threads 1 --out " + out + " --solver euler --steps 30 --shift 20 --cfg 1 --seed " +
-                 std::to_string(k) + (k < 4 ? " --png " + out + ".png" : ""));
-      ASSERT_EQ(job.status, 0) << job.output;
-      const auto x = read_all(wt::data::Dataset::of(dir, {wt::data::inspect_shard(out)})).front();
-      ASSERT_TRUE(torch::isfinite(x).all().item<bool>());
-      (on ? with : without) = correlation(x, truths[size_t(k)]);
-    }
-    std::cout << fmt::format(
-        "unseen clip {}: correlation with its true latents {:.3f} controlled, {:.3f} with the control zeroed\n", k,
-        with, without);
-    controlled += with / clips;
-    uncontrolled += without / clips;
-    // The smallest gap seen was 0.31 (32 clips, four training seeds).
-    EXPECT_GT(with, without + 0.1) << "unseen clip " << k;
-  }
-  std::cout << fmt::format("mean over {} unseen clips: {:.3f} controlled, {:.3f} with the control zeroed\n", clips,
-                           controlled, uncontrolled);
+  // The smallest gap seen was 0.31 (32 clips, four training seeds).
+  const auto [controlled, uncontrolled] = controlled_correlations(
+      dir + "/unseen", dir + "/run", "with the control zeroed", 0.1, [&](int k, bool on, const std::string& out) {
+        return std::string(WANTRAIN_WANSAMPLE) + " --weights " + dir + "/run/model.safetensors --model-config " +
+               config + " --data " + dir + (on ? "/unseen" : "/unseen-off") + " --index " + std::to_string(k) +
+               " --threads 1 --out " + out + " --solver euler --steps 30 --shift 20 --cfg 1 --seed " +
+               std::to_string(k);
+      });
   // The bounds come from training seeds 1-4 (AMD EPYC, 2026-12-07): means
   // over the 8 clips of 0.954-0.958 controlled and 0.192-0.290 with the
   // control zeroed, the gap 0.664-0.764. 0.85 is 0.10 below the lowest
