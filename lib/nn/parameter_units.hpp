@@ -38,6 +38,15 @@ class ParameterUnits {
   // before its backward runs).
   virtual at::Tensor after_block(int64_t block, const at::Tensor& output) = 0;
   virtual void end_forward() = 0;
+  // A unit beside the chain of blocks (a VACE block, whose parameters are
+  // named "vace_blocks.<i>."): whole from before_side until after_side.
+  // before_side returns `input` (with, in grad mode, a hook that releases
+  // the unit once the gradient reaches its input: its backward is done);
+  // after_side returns `output` (with, in grad mode, a hook that brings the
+  // unit back before its backward). Units that keep these whole (ZeRO-3's
+  // root) need not implement them.
+  virtual at::Tensor before_side(int64_t side, const at::Tensor& input) { return input; }
+  virtual at::Tensor after_side(int64_t side, const at::Tensor& output) { return output; }
   // Seconds spent waiting for units (a gather, a copy) since the last call.
   virtual double take_wait_seconds() { return 0; }
 };

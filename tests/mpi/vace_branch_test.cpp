@@ -174,6 +174,37 @@ TEST_F(VaceBranchRun, SwappedBaseBlocksAndASampleRankTrainAndSampleAsInline) {
             1e-5);
 }
 
+// A LoRA run's VACE blocks are frozen (here its adapters are on them alone,
+// --trainable vace) and swap too, after the base's
+// (--blocks-to-swap past num_layers: wan-tiny-vace's 2 blocks, then its
+// VACE block): on the CPU, where the copy is a copy, the run without
+// swapping bit for bit, with the blocks recomputed in backward or not. A
+// branch trained alone keeps its trained VACE blocks: one line.
+TEST_F(VaceBranchRun, ALoraRunsVaceBlocksSwapAfterTheBase) {
+  for (const std::string checkpointing : {"", "--grad-checkpoint blocks "}) {
+    SCOPED_TRACE(checkpointing);
+    const std::string common =
+        "--init " + base("a") + " --batch-size 4 --steps 3 --lora-rank 4 --base-precision fp32 " + checkpointing;
+    const Job plain = train(1, "vace-lora-plain", common);
+    const Job swapped = train(1, "vace-lora-swapped", common + "--blocks-to-swap 3");
+    ASSERT_EQ(plain.status, 0) << plain.output;
+    ASSERT_EQ(swapped.status, 0) << swapped.output;
+    EXPECT_EQ(occurrences(swapped.output, "block swap: the frozen weights of blocks 0 to 1 and VACE blocks 0 to 0"), 1u)
+        << swapped.output;
+    expect_same_losses(run_dir("vace-lora-plain"), run_dir("vace-lora-swapped"), 3);
+    EXPECT_EQ(weights_difference(run_dir("vace-lora-swapped") + "/lora.safetensors",
+                                 run_dir("vace-lora-plain") + "/lora.safetensors"),
+              0);
+  }
+  const Job branch = train(1, "vace-branch-too-many", "--init " + base("a") + " --steps 2 --blocks-to-swap 3");
+  EXPECT_EQ(branch.status, 2) << branch.output;
+  EXPECT_EQ(occurrences(branch.output,
+                        "option --blocks-to-swap: 3: the model has 2 blocks, and its VACE blocks are "
+                        "trained (0 to 2 may be swapped)"),
+            1u)
+      << branch.output;
+}
+
 // wantrain export --merge BASE gives the whole model, the run's own weights
 // file; each misuse is one line.
 TEST_F(VaceBranchRun, ExportWithTheBaseIsTheWholeModelAndMisusesAreOneLine) {

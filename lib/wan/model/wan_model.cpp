@@ -494,12 +494,16 @@ at::Tensor WanModelImpl::forward(const at::Tensor& noisy, const at::Tensor& t, c
     if (next_vace < cfg.vace_layers.size() && cfg.vace_layers[next_vace] == int64_t(i)) {
       const int64_t n = int64_t(next_vace++);
       auto& vace = *vace_blocks[n]->as<VaceBlockImpl>();
+      // Swapped VACE blocks are whole from here to their hint (BlockSwap's side blocks).
+      if (units_) vace_c = units_->before_side(n, vace_c);
       if (n == 0) vace_c = vace.before_proj(vace_c) + first_tokens;
       if (recompute_every_ > 0 && n % recompute_every_ == 0)
         vace_c = nn::recomputed(vace, {vace_c, e0, ctx, rope.cos, rope.sin}, offload);
       else
         vace_c = vace.forward(vace_c, e0, ctx, rope);
-      tokens = tokens + vace.after_proj(vace_c) * image.vace_scale;
+      auto hint = vace.after_proj(vace_c) * image.vace_scale;
+      if (units_) hint = units_->after_side(n, hint);
+      tokens = tokens + hint;
     }
   }
   if (skipped.defined())

@@ -16,12 +16,13 @@ namespace {
 constexpr double kMiB = 1024.0 * 1024.0;
 
 struct ModelBytes {
-  double fp32 = 0;            // every parameter in fp32
-  double held = 0;            // block Linears in their dtype, the rest fp32
-  int64_t adapters = 0;       // LoRA parameters for these options (rank 0: none)
-  double largest_linear = 0;  // elements of the largest block Linear weight
-  double block_held = 0;      // one block's parameters as held (blocks.0's)
-  double vace_branch = 0;     // a VACE model's branch in fp32 (vace_blocks, vace_patch_embedding)
+  double fp32 = 0;                      // every parameter in fp32
+  double held = 0;                      // block Linears in their dtype, the rest fp32
+  int64_t adapters = 0;                 // LoRA parameters for these options (rank 0: none)
+  double largest_linear = 0;            // elements of the largest block Linear weight
+  double block_held = 0;                // one block's parameters as held (blocks.0's)
+  double vace_branch = 0;               // a VACE model's branch in fp32 (vace_blocks, vace_patch_embedding)
+  std::vector<double> vace_block_held;  // each VACE block's parameters as held (swapped after the base's blocks)
 };
 
 // The bytes of a block Linear's parameter of this shape held in `dtype`:
@@ -47,6 +48,11 @@ ModelBytes model_bytes(const WanConfig& config, at::ScalarType linear_dtype, con
     const double held = block ? block_linear_bytes(shape, linear_dtype) : 4 * n;
     m.held += held;
     if (name.rfind("blocks.0.", 0) == 0) m.block_held += held;
+    if (name.rfind("vace_blocks.", 0) == 0) {
+      const auto index = size_t(std::stoll(name.substr(std::string("vace_blocks.").size())));
+      if (m.vace_block_held.size() <= index) m.vace_block_held.resize(index + 1, 0.0);
+      m.vace_block_held[index] += held;
+    }
     if (block && shape.size() == 2) m.largest_linear = std::max(m.largest_linear, n);
     // A LoRA adapter per target Linear: A [r, in] and B [out, r] (the VACE blocks' alone with vace_only).
     if (lora.rank > 0 && shape.size() == 2 && !layer.empty() &&
@@ -186,8 +192,27 @@ double MemoryPlan::host_total() const { return total() - device_total(); }
 
 namespace {
 // What block swap takes off the device: N blocks, less the 2 there at once.
-double swapped_base(const MemoryPlanSettings& s, double block_held) {
-  return double(s.blocks_to_swap - std::min<int64_t>(s.blocks_to_swap, 2)) * block_held;
+// The frozen bytes block swap keeps off the device (two blocks of the chain
+// and up to two VACE blocks are there at once), and those it holds in host
+// memory: the first blocks_to_swap of the base's blocks, then the VACE blocks'.
+struct SwappedBytes {
+  double off_device = 0, host = 0;
+  int64_t blocks = 0, vace_blocks = 0;
+};
+SwappedBytes swapped_bytes(const MemoryPlanSettings& s, const ModelBytes& m) {
+  SwappedBytes b;
+  b.blocks = std::min(s.blocks_to_swap, s.model.num_layers);
+  b.vace_blocks =
+      std::min<int64_t>(std::max<int64_t>(0, s.blocks_to_swap - s.model.num_layers), int64_t(m.vace_block_held.size()));
+  b.host = double(b.blocks) * m.block_held;
+  b.off_device = double(b.blocks - std::min<int64_t>(b.blocks, 2)) * m.block_held;
+  std::vector<double> sides(m.vace_block_held.begin(), m.vace_block_held.begin() + b.vace_blocks);
+  std::sort(sides.rbegin(), sides.rend());
+  for (size_t i = 0; i < sides.size(); ++i) {
+    b.host += sides[i];
+    if (i >= 2) b.off_device += sides[i];
+  }
+  return b;
 }
 
 // The step's working memory (and plan.activations, plan.alternative,
@@ -258,18 +283,21 @@ MemoryPlan plan_memory(const MemoryPlanSettings& s) {
   const auto weights = model_bytes(s.model, lora ? s.base_dtype : at::kFloat, s.lora);
   const double trained = lora ? 4 * double(weights.adapters) : branch ? weights.vace_branch : weights.fp32;
   if (lora || branch) {
+    const auto swapped = swapped_bytes(s, weights);
     const int64_t frozen = parameter_count(s.model) - (branch ? vace_branch_parameter_count(s.model) : 0);
     add("frozen base",
         branch ? fmt::format("{} parameters outside the VACE branch, fp32", frozen)
                : fmt::format("{} parameters, block Linears in {}", frozen,
                              s.base_dtype == at::kFloat8_e4m3fn ? "fp8 (e4m3, an fp32 scale per 64 inputs of a row)"
                                                                 : train::precision_name(s.base_dtype)),
-        weights.held - (branch ? weights.vace_branch : 0) - swapped_base(s, weights.block_held), dev);
+        weights.held - (branch ? weights.vace_branch : 0) - swapped.off_device, dev);
     if (s.blocks_to_swap > 0)
       add("swapped blocks",
-          fmt::format("blocks 0 to {}'s frozen weights in host memory; 2 of them on the device at once",
-                      s.blocks_to_swap - 1),
-          double(s.blocks_to_swap) * weights.block_held, false);
+          fmt::format("blocks 0 to {}{}'s frozen weights in host memory; 2 of them on the device at once",
+                      swapped.blocks - 1,
+                      swapped.vace_blocks > 0 ? fmt::format(" and VACE blocks 0 to {}", swapped.vace_blocks - 1)
+                                              : std::string()),
+          swapped.host, false);
     // Each product dequantises its layer: an fp32 then a bf16 copy of the largest, one at a time.
     if (s.base_dtype == at::kFloat8_e4m3fn)
       add("fp8 working copy", "the largest block Linear dequantised for its product (fp32, then bf16)",
@@ -384,7 +412,9 @@ MemoryPlan plan_memory(const MemoryPlanSettings& s) {
 
 std::optional<SwapSuggestion> smallest_blocks_to_swap(MemoryPlanSettings s, double device_bytes) {
   if (s.lora.rank == 0 && !s.vace_branch_only) return std::nullopt;
-  for (int64_t n = s.blocks_to_swap + 1; n <= s.model.num_layers; ++n) {
+  // A LoRA run swaps the VACE blocks too, after the base's.
+  const int64_t swappable = s.model.num_layers + (s.lora.rank > 0 ? int64_t(s.model.vace_layers.size()) : 0);
+  for (int64_t n = s.blocks_to_swap + 1; n <= swappable; ++n) {
     s.blocks_to_swap = n;
     const double device = plan_memory(s).device_total();
     if (device <= device_bytes) return SwapSuggestion{n, device};

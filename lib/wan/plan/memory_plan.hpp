@@ -48,7 +48,9 @@ struct MemoryPlanSettings {
   // frozen base in fp32 (blocks_to_swap applies to it as to LoRA's).
   bool vace_branch_only = false;
   // LoRA: the frozen weights of the first N blocks in host memory, two
-  // blocks of them on the device at once (the one running, the next coming).
+  // blocks of them on the device at once (the one running, the next coming);
+  // past num_layers, a VACE model's VACE blocks (up to two of them on the
+  // device at once).
   int64_t blocks_to_swap = 0;
   std::optional<WanConfig> teacher;  // distillation
   bool teacher_bf16 = false;         // its Linears in bf16, the rest fp32

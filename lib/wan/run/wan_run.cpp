@@ -88,9 +88,16 @@ WanRun::WanRun(const train::RunPlan& plan, const WanRunOptions& options, distrib
 
   const bool lora = options.lora.rank > 0;
   const bool few_step = teacher && options.few_step;
-  if (options.blocks_to_swap < 0 || options.blocks_to_swap > config.num_layers)
-    throw SettingError("blocks_to_swap", fmt::format("{}: the model has {} blocks (0 to {} may be swapped)",
-                                                     options.blocks_to_swap, config.num_layers, config.num_layers));
+  // A VACE model's blocks are swapped after the base's, in a LoRA run (where they are frozen).
+  const int64_t vace_swappable = lora ? int64_t(config.vace_layers.size()) : 0;
+  if (options.blocks_to_swap < 0 || options.blocks_to_swap > config.num_layers + vace_swappable)
+    throw SettingError(
+        "blocks_to_swap",
+        fmt::format("{}: the model has {} blocks{} (0 to {} may be swapped)", options.blocks_to_swap, config.num_layers,
+                    vace_swappable > 0 ? fmt::format(" and {} VACE blocks, swapped after them", vace_swappable)
+                    : config.vace()    ? std::string(", and its VACE blocks are trained")
+                                       : std::string(),
+                    config.num_layers + vace_swappable));
   // The model of its recipe (the sample ranks build theirs from the same
   // one). A resumed full run's checkpoint holds every trained tensor: a
   // checkpoint's or the teacher's weights are not read before it; a LoRA
@@ -151,14 +158,19 @@ WanRun::WanRun(const train::RunPlan& plan, const WanRunOptions& options, distrib
   }
   // Before the model goes to the device: the swapped weights never do, whole.
   if (options.blocks_to_swap > 0) {
-    im.block_swap = std::make_unique<nn::BlockSwap>(*model, options.blocks_to_swap, comm.device());
+    im.block_swap =
+        std::make_unique<nn::BlockSwap>(*model, std::min(options.blocks_to_swap, im.config.num_layers), comm.device(),
+                                        std::max<int64_t>(0, options.blocks_to_swap - im.config.num_layers));
     model->set_parameter_units(im.block_swap.get());
     if (comm.rank() == 0)
       report_info(
-          "block swap: the frozen weights of blocks 0 to {} ({}) in host memory{}, each brought to the "
+          "block swap: the frozen weights of blocks 0 to {}{} ({}) in host memory{}, each brought to the "
           "{} around its use",
-          options.blocks_to_swap - 1, format_bytes(im.block_swap->host_bytes()),
-          comm.device().is_cuda() ? " (page-locked)" : "", comm.device().is_cuda() ? "GPU" : "device");
+          im.block_swap->count() - 1,
+          im.block_swap->side_count() > 0 ? fmt::format(" and VACE blocks 0 to {}", im.block_swap->side_count() - 1)
+                                          : std::string(),
+          format_bytes(im.block_swap->host_bytes()), comm.device().is_cuda() ? " (page-locked)" : "",
+          comm.device().is_cuda() ? "GPU" : "device");
   }
   model->to(comm.device());
   model->train();

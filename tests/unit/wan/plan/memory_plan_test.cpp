@@ -347,6 +347,49 @@ TEST(MemoryPlan, AVaceBranchTrainedAloneIsTheTrainedStateOverAFrozenBase) {
   EXPECT_DOUBLE_EQ(item(swapping, "parameters"), tensor_bytes(branch));
 }
 
+// A LoRA run's VACE blocks swap after the base's (--blocks-to-swap past
+// num_layers): the plan's host bytes are what BlockSwap takes, the VACE
+// blocks' included, and the device keeps two of each kind.
+TEST(MemoryPlan, AVaceModelsBlocksSwapAfterTheBase) {
+  auto config = small_wan_config(3);
+  config.model_type = wt::wan::ModelType::VACE;
+  config.vace_layers = {0, 1, 2};
+  config.vace_in_dim = 8;
+  wt::wan::MemoryPlanSettings s;
+  s.model = config;
+  s.step = step(1);
+  s.lora.rank = 4;
+  s.base_dtype = at::kFloat8_e4m3fn;
+  auto item = [](const wt::wan::MemoryPlan& p, const std::string& name) {
+    for (const auto& i : p.items)
+      if (i.name == name) return i.bytes;
+    return 0.0;
+  };
+  const double resident = item(wt::wan::plan_memory(s), "frozen base");
+  const int64_t layers = config.num_layers, vace = 3;
+  s.blocks_to_swap = layers + vace;
+  auto model = wt::testing::seeded_small_model(config, s.lora, at::kFloat8_e4m3fn);
+  wt::nn::BlockSwap swap(*model, layers, torch::kCPU, vace);
+  EXPECT_EQ(swap.side_count(), vace);
+  const auto plan = wt::wan::plan_memory(s);
+  EXPECT_DOUBLE_EQ(item(plan, "swapped blocks"), swap.host_bytes());
+  // Only the base's blocks swapped: less in host memory; the VACE blocks'
+  // bytes are the difference.
+  s.blocks_to_swap = layers;
+  const double base_only = item(wt::wan::plan_memory(s), "swapped blocks");
+  wt::nn::BlockSwap base_swap(*wt::testing::seeded_small_model(config, s.lora, at::kFloat8_e4m3fn), layers,
+                              torch::kCPU);
+  EXPECT_DOUBLE_EQ(base_only, base_swap.host_bytes());
+  EXPECT_GT(item(plan, "swapped blocks"), base_only);
+  // Two VACE blocks stay on the device at once: of three swapped, one
+  // block's bytes are off it (blocks 1 and 2 alike; block 0 also has before_proj).
+  wt::nn::BlockSwap two_sides(*wt::testing::seeded_small_model(config, s.lora, at::kFloat8_e4m3fn), layers, torch::kCPU,
+                              2);
+  EXPECT_DOUBLE_EQ(item(wt::wan::plan_memory(s), "frozen base") - item(plan, "frozen base"),
+                   swap.host_bytes() - two_sides.host_bytes());
+  EXPECT_LT(item(plan, "frozen base"), resident);
+}
+
 // What a training step allocates beyond the model state, counted at
 // LibTorch's allocator, against the plan: within 25% for full and chunked
 // attention, with and without checkpointing, in fp32 and under bf16.
