@@ -31,7 +31,8 @@ CheckpointWeights checkpoint_weights(const std::string& path, bool prefer_ema) {
   if (const auto objective = ckpt::read_objective(path); objective.state.count("vace_base") > 0)
     throw UsageError(
         fmt::format("checkpoint {}: holds only a VACE branch trained alone (on base {}): use the run's weights file "
-                    "(OUTPUT/model.safetensors, the whole model), or wantrain export {} --merge BASE",
+                    "(OUTPUT/model.safetensors, the whole model), or export the whole model from it with its base "
+                    "(wantrain export --checkpoint {} --merge BASE --out FILE)",
                     path, objective.state.at("vace_base"), path));
   CheckpointWeights w;
   w.ema = prefer_ema && contents.ema;
