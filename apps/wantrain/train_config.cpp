@@ -563,9 +563,9 @@ void validate(const TrainConfig& c) {
   require(c.zero != 3 || c.lora_rank == 0, "zero",
           "3 shards the trained weights, which with --lora-rank are the small adapters (the frozen base stays "
           "whole): use --zero 1 or 2");
-  require(c.zero != 3 || c.trainable != "vace", "zero",
-          "3 shards the trained weights unit by unit, and with --trainable vace they are the VACE branch, which "
-          "ZeRO-3 holds whole for the step (the frozen base stays whole): use --zero 1 or 2");
+  require(c.zero != 3 || c.blocks_to_swap == 0, "blocks-to-swap",
+          "swaps a frozen base's blocks, and with --zero 3 the blocks are ZeRO-3's units (gathered around their "
+          "use): use --zero 1 or 2 with block swap");
   require(c.sp >= 1, "sp", "must be at least 1 (1: off)");
   require(c.distill_target_weight >= 0, "distill-target-weight", "must be 0 or more");
   require(c.max_skipped >= 0, "max-skipped", "must be 0 (no limit) or more");

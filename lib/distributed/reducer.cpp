@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <chrono>
 #include <deque>
+#include <map>
 #include <mutex>
 
 #include "wantrain/util/error.hpp"
@@ -219,7 +220,19 @@ Reducer::Reducer(Comm& comm, NamedTensors parameters, std::vector<at::Tensor> bu
   auto unit_of = [&](size_t k) { return options.unit_of ? options.unit_of(s.params[k].name) : std::string(); };
   std::vector<size_t> order;  // reverse registration order
   for (size_t k = s.params.size(); k-- > 0;) order.push_back(k);
-  if (options.unit_of) std::stable_partition(order.begin(), order.end(), [&](size_t k) { return !unit_of(k).empty(); });
+  if (options.unit_of) {
+    // Units in the reverse order of their first parameter's registration
+    // (the order backward reaches them; a unit registered in two places, a
+    // VACE block beside its base block, is one run), the root ("") last.
+    std::vector<std::string> units(s.params.size());
+    std::map<std::string, size_t> first;
+    for (size_t k = 0; k < s.params.size(); ++k) first.emplace(units[k] = unit_of(k), k);
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      const std::string &ua = units[a], &ub = units[b];
+      if (ua.empty() || ub.empty()) return !ua.empty() && ub.empty();
+      return first.at(ua) > first.at(ub);
+    });
+  }
   int64_t bucket_bytes = 0;  // of the last bucket
   for (const size_t k : order) {
     const at::Tensor& t = s.params[k].tensor;

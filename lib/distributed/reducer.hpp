@@ -73,9 +73,11 @@ struct ReducerOptions {
   at::ScalarType comm_dtype = at::kFloat;
   // Set (ZeRO-3): buckets are the runs of consecutive parameters (in bucket
   // order) of one unit, whatever their size, so that a bucket's slices are
-  // a unit's shards. The parameters of unit "" (a model's input side, whose
-  // gradients come last) go after all others, so that no bucket waits for
-  // them (buckets launch in index order).
+  // a unit's shards. Units are in the reverse order of their first
+  // parameter's registration (a unit's parameters registered in two places
+  // are one run); those of unit "" (a model's input side, whose gradients
+  // come last) go after all others, so that no bucket waits for them
+  // (buckets launch in index order).
   std::function<std::string(const std::string& name)> unit_of;
   // Set: a bucket never holds parameters of two groups (a trained group
   // is clipped and updated on its own buckets).

@@ -12,7 +12,10 @@
 //   end_forward();
 //
 // The implementation (train::ZeroShards) decides when each unit's memory
-// exists; the model only says where its units begin and end.
+// exists; the model only says where its units begin and end. A model may run
+// parameters registered elsewhere between before_block(i) and after_block(i)
+// and put them in block i's unit (a VACE block beside the base block it
+// follows: wan::zero_unit).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -39,7 +42,8 @@ class ParameterUnits {
   virtual at::Tensor after_block(int64_t block, const at::Tensor& output) = 0;
   virtual void end_forward() = 0;
   // A unit beside the chain of blocks (a VACE block, whose parameters are
-  // named "vace_blocks.<i>."): whole from before_side until after_side.
+  // named "vace_blocks.<i>."): whole from before_side until after_side
+  // (block swap's; ZeRO-3 holds VACE blocks in their base block's unit).
   // before_side returns `input` (with, in grad mode, a hook that releases
   // the unit once the gradient reaches its input: its backward is done);
   // after_side returns `output` (with, in grad mode, a hook that brings the

@@ -100,8 +100,14 @@ Engine::Engine(distributed::Comm& comm, Objective& objective, EngineOptions opti
   reducer_options.transient_buckets = options_.zero >= 2;
   if (im.groups.size() > 1)
     reducer_options.group_of = [group_of](const std::string& name) { return std::to_string(group_of(name)); };
+  // ZeRO-3's unit of a parameter by its checkpoint name: its group's prefix and the model's unit.
+  auto unit_of = [group_of, groups = im.groups](const std::string& name) {
+    const auto& group = groups[group_of(name)];
+    if (!group.unit_of) return group_unit(group.checkpoint_prefix, name);
+    return group.checkpoint_prefix + group.unit_of(name.substr(group.checkpoint_prefix.size()));
+  };
   if (options_.zero == 3) {
-    reducer_options.unit_of = [prefix_of](const std::string& name) { return group_unit(prefix_of(name), name); };
+    reducer_options.unit_of = unit_of;
     reducer_options.on_bucket_ready = [im = impl_.get()](size_t bucket) {
       if (im->zero) im->zero->bucket_ready(bucket);
     };
@@ -117,6 +123,7 @@ Engine::Engine(distributed::Comm& comm, Objective& objective, EngineOptions opti
     shards.release_weights = options_.zero == 3;
     shards.gather_dtype = options_.gather_dtype;
     shards.prefix_of = prefix_of;
+    shards.unit_of = unit_of;
     im.zero = std::make_unique<ZeroShards>(comm, *im.reducer, named, shards);
     if (shards.release_weights) im.reducer->refresh_accumulators();
     const auto gradients = im.reducer->gradient_shards();

@@ -8,6 +8,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -39,6 +40,11 @@ struct ParameterGroup {
   bool weights = true;  // the model the run trains: weights files and samplers; false: training state only
   double lr_scale = 1;  // its learning rate: the run's schedule times this
   std::optional<AdamWOptions> adamw;  // unset: the run's
+  // ZeRO-3: the unit (nn/parameter_units.hpp) of a parameter, by the
+  // module's own name; unset: nn::parameter_unit. A model whose forward runs
+  // parameters registered elsewhere inside a block's window (a VACE block
+  // beside the base block it follows) names that block's unit for them.
+  std::function<std::string(const std::string& name)> unit_of;
 };
 
 // The groups' parameters under their checkpoint names, in group order.

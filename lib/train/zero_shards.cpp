@@ -30,6 +30,8 @@ void give_memory(const at::Tensor& flat) {
   storage->set_nbytes(bytes);
 }
 
+std::string block_unit(const std::string& prefix, int64_t block) { return fmt::format("{}blocks.{}", prefix, block); }
+
 }  // namespace
 
 std::string group_unit(const std::string& prefix, const std::string& name) {
@@ -65,6 +67,9 @@ ZeroShards::ZeroShards(distributed::Comm& comm, const distributed::Reducer& redu
   const auto prefix_of = [this](const std::string& name) {
     return options_.prefix_of ? options_.prefix_of(name) : std::string();
   };
+  const auto unit_of = [&](const std::string& name) {
+    return options_.unit_of ? options_.unit_of(name) : group_unit(prefix_of(name), name);
+  };
   std::map<std::string, size_t> index;
   for (size_t i = 0; i < trainable_.size(); ++i) index.emplace(trainable_[i].first, i);
   places_.resize(trainable_.size());
@@ -73,16 +78,15 @@ ZeroShards::ZeroShards(distributed::Comm& comm, const distributed::Reducer& redu
     const auto& layout = layouts[b];
     const at::Tensor& first = trainable_[index.at(layout.entries.front().name)].second;
     const std::string prefix = prefix_of(layout.entries.front().name);
-    const std::string unit = group_unit(prefix, layout.entries.front().name);
+    const std::string unit = unit_of(layout.entries.front().name);
     const std::string model_unit = unit.substr(prefix.size());
     // The weights as they are (fp32), laid out as the bucket.
     auto master = torch::zeros({layout.numel}, first.options().requires_grad(false));  // [numel]
     const int64_t shard = layout.numel / ranks, begin = rank * shard, end = begin + shard;
     for (const auto& e : layout.entries) {
       const at::Tensor& parameter = trainable_[index.at(e.name)].second;
-      if (options_.release_weights && group_unit(prefix_of(e.name), e.name) != unit)
-        throw Error(fmt::format("ZeroShards: bucket {} mixes units '{}' and '{}'", b, unit,
-                                group_unit(prefix_of(e.name), e.name)));
+      if (options_.release_weights && unit_of(e.name) != unit)
+        throw Error(fmt::format("ZeroShards: bucket {} mixes units '{}' and '{}'", b, unit, unit_of(e.name)));
       master.narrow(0, e.offset, e.numel).view(parameter.sizes()).copy_(parameter.detach());
     }
     // Stage 3 gathers the blocks in the gather dtype and keeps the root in
@@ -106,6 +110,8 @@ ZeroShards::ZeroShards(distributed::Comm& comm, const distributed::Reducer& redu
     auto& blocks = blocks_[prefix];
     if (!nn::root_unit(model_unit))
       blocks = std::max(blocks, int64_t(std::stoll(model_unit.substr(model_unit.find('.') + 1))) + 1);
+    if (!nn::root_unit(model_unit) && model_unit.rfind("blocks.", 0) != 0)
+      throw Error(fmt::format("ZeroShards: unit '{}' is neither a block ('blocks.<i>') nor the root", unit));
     if (!prefix.empty() && !group_units_.count(prefix))
       group_units_.emplace(prefix, std::make_unique<GroupUnits>(*this, prefix));
   }
@@ -227,21 +233,25 @@ void ZeroShards::before_block(int64_t block) { before_block("", block); }
 at::Tensor ZeroShards::after_block(int64_t block, const at::Tensor& output) { return after_block("", block, output); }
 void ZeroShards::end_forward() { end_forward(""); }
 
-namespace {
-std::string block_unit(const std::string& prefix, int64_t block) { return fmt::format("{}blocks.{}", prefix, block); }
-}  // namespace
+
+int64_t ZeroShards::next_block(const std::string& prefix, int64_t block, int64_t step) const {
+  // A group may train some blocks only (a VACE branch: those with a VACE block).
+  for (int64_t b = block + step; b >= 0 && b < blocks(prefix); b += step)
+    if (buckets_of_unit_.count(block_unit(prefix, b))) return b;
+  return -1;
+}
 
 void ZeroShards::begin_forward(const std::string& prefix) {
   if (!options_.release_weights || whole_) return;
   prefetch_unit(prefix + "head");
   gather_unit(prefix);
-  if (blocks(prefix) > 0) prefetch_unit(block_unit(prefix, 0));
+  if (const int64_t first = next_block(prefix, -1, 1); first >= 0) prefetch_unit(block_unit(prefix, first));
 }
 
 void ZeroShards::before_block(const std::string& prefix, int64_t block) {
   if (!options_.release_weights || whole_) return;
   gather_unit(block_unit(prefix, block));
-  if (block + 1 < blocks(prefix)) prefetch_unit(block_unit(prefix, block + 1));
+  if (const int64_t next = next_block(prefix, block, 1); next >= 0) prefetch_unit(block_unit(prefix, next));
 }
 
 at::Tensor ZeroShards::after_block(const std::string& prefix, int64_t block, const at::Tensor& output) {
@@ -253,7 +263,8 @@ at::Tensor ZeroShards::after_block(const std::string& prefix, int64_t block, con
     at::Tensor hooked = output;
     hooked.register_hook([this, prefix, block](const at::Tensor&) {
       gather_unit(block_unit(prefix, block));
-      if (block > 0) prefetch_unit(block_unit(prefix, block - 1));
+      if (const int64_t previous = next_block(prefix, block, -1); previous >= 0)
+        prefetch_unit(block_unit(prefix, previous));
     });
   }
   // The last block's backward comes first: it stays.

@@ -55,6 +55,10 @@ struct ZeroShardsOptions {
   // The checkpoint prefix of the group a parameter (by its name in
   // `trainable`) belongs to; empty: one group, prefix "".
   std::function<std::string(const std::string& name)> prefix_of;
+  // Stage 3: the unit of a parameter (by its name in `trainable`: the
+  // group's prefix and the model's unit, as the Reducer's unit_of);
+  // unset: group_unit(prefix_of(name), name).
+  std::function<std::string(const std::string& name)> unit_of;
 };
 
 // The stage 3 unit of a parameter named `name` in the trainable list, whose
@@ -147,6 +151,9 @@ class ZeroShards : public nn::ParameterUnits {
   at::Tensor after_block(const std::string& prefix, int64_t block, const at::Tensor& output);
   void end_forward(const std::string& prefix);
   int64_t blocks(const std::string& prefix) const;
+  // The nearest block after (step 1) or before (step -1) `block` that has
+  // a unit in the group, or -1.
+  int64_t next_block(const std::string& prefix, int64_t block, int64_t step) const;
 
   distributed::Comm& comm_;
   ZeroShardsOptions options_;

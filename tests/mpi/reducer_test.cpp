@@ -83,6 +83,33 @@ TEST(Reducer, UnitBucketsPutTheInputSideLast) {
   EXPECT_EQ(reducer.bucket_parameter_names(), expected);
 }
 
+// A unit whose parameters are registered in two places (a VACE block, in
+// the unit of the base block it follows, registered after the head) is one
+// bucket, where that base block's is: in the order backward reaches them.
+TEST(Reducer, AUnitRegisteredInTwoPlacesIsOneBucketWhereItsFirstPartIs) {
+  wt::distributed::Reducer::NamedTensors parameters;
+  for (const char* name : {"patch_embedding.weight", "blocks.0.q.weight", "blocks.1.q.weight", "blocks.2.q.weight",
+                           "head.head.weight", "vace_blocks.0.before_proj.weight", "vace_blocks.0.q.weight",
+                           "vace_blocks.1.q.weight", "vace_patch_embedding.weight"})
+    parameters.emplace_back(name, torch::ones({3}).requires_grad_());
+  wt::distributed::ReducerOptions options;
+  options.shard = true;
+  options.transient_buckets = true;
+  options.unit_of = [](const std::string& name) {  // VACE blocks after blocks 0 and 2
+    if (name.rfind("vace_blocks.0.", 0) == 0) return std::string("blocks.0");
+    if (name.rfind("vace_blocks.1.", 0) == 0) return std::string("blocks.2");
+    return wt::nn::parameter_unit(name);
+  };
+  wt::distributed::Reducer reducer(comm(), parameters, {}, options);
+  const std::vector<std::vector<std::string>> expected = {
+      {"head.head.weight"},
+      {"vace_blocks.1.q.weight", "blocks.2.q.weight"},
+      {"blocks.1.q.weight"},
+      {"vace_blocks.0.q.weight", "vace_blocks.0.before_proj.weight", "blocks.0.q.weight"},
+      {"vace_patch_embedding.weight", "patch_embedding.weight"}};
+  EXPECT_EQ(reducer.bucket_parameter_names(), expected);
+}
+
 TEST(Reducer, GradientsAreTheAverageOfEveryRanksGradient) {
   torch::manual_seed(7);
   auto model = toy_model(6);

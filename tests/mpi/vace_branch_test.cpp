@@ -11,6 +11,7 @@
 
 #include "../common/build_paths.hpp"
 #include "../common/launch.hpp"
+#include "../common/sample_shard.hpp"
 #include "../common/train_runs.hpp"
 #include "wantrain/ckpt/checkpoint.hpp"
 #include "wantrain/io/safetensors.hpp"
@@ -21,6 +22,7 @@ namespace {
 using wt::testing::fresh;
 using wt::testing::Job;
 using wt::testing::launch;
+using wt::testing::mpi_command;
 using wt::testing::occurrences;
 using namespace wt::testing::train_runs;
 
@@ -138,6 +140,37 @@ TEST_F(VaceBranchRun, TwoRanksEqualOneTheBaseStaysAndAResumeIsBitwise) {
       << whole.output;
 }
 
+// Under ZeRO-3 each VACE block is sharded in the unit of the base block it
+// follows: the whole VACE model and its branch trained alone take, on 2
+// ranks x 2, the steps of 1 rank x 4 (weights and EMA files within 1e-5).
+TEST_F(VaceBranchRun, ZeroThreeShardsTheVaceBlocksWithTheirBaseBlocks) {
+  for (const std::string trainable : {"vace", "all"}) {
+    SCOPED_TRACE(trainable);
+    const auto run = [&](int ranks, const std::string& name, const std::string& options) {
+      return WantrainJob(ranks)
+          .model(vace_config())
+          .data(data_)
+          .output(fresh(name))
+          .with("--log-every 1 --lr 1e-2 --seed 7 --init " + base("a") + " --ema-decay 0.9 --steps 4 --trainable " +
+                trainable + " " + options)
+          .run();
+    };
+    const Job one = run(1, "vace-zero3-1x4", "--batch-size 4");
+    const Job two = run(2, "vace-zero3-2x2", "--batch-size 2 --zero 3");
+    ASSERT_EQ(one.status, 0) << one.output;
+    ASSERT_EQ(two.status, 0) << two.output;
+    EXPECT_EQ(occurrences(two.output, "sharded over the 2 ranks (ZeRO-3, blocks gathered in fp32)"), 1u) << two.output;
+    const auto a = training_lines(run_dir("vace-zero3-1x4")), b = training_lines(run_dir("vace-zero3-2x2"));
+    ASSERT_EQ(a.size(), 4u);
+    ASSERT_EQ(b.size(), 4u);
+    for (size_t i = 0; i < a.size(); ++i)
+      EXPECT_LT(relative(b[i]["loss"].get<double>(), a[i]["loss"].get<double>()), 1e-5) << "step " << i + 1;
+    for (const char* file : {"/model.safetensors", "/ema.safetensors"})
+      EXPECT_LT(weights_difference(run_dir("vace-zero3-2x2") + file, run_dir("vace-zero3-1x4") + file), 1e-5)
+          << file;
+  }
+}
+
 // The base's blocks may be swapped (a copy on the CPU: the same run bit for
 // bit, its weights and EMA files whole), and a sample rank draws what the
 // run draws inline: the whole model from the branch it is sent (the EMA's)
@@ -231,19 +264,30 @@ TEST_F(VaceBranchRun, ExportWithTheBaseIsTheWholeModelAndMisusesAreOneLine) {
       launch(std::string(WANTRAIN_WANSAMPLE) + " --weights " + dir + "/model.safetensors --model-config " +
              vace_config() + " --data " + data_ + " --steps 2 --threads 1 --out " + dir + "/sample.h5");
   EXPECT_EQ(from_weights.status, 0) << from_weights.output;
+  // On 2 ranks with --shard-weights (each VACE block sharded with its base
+  // block, gathered around its use): the 2 ranks' sample, bit for bit.
+  const std::string on_two = "--weights " + dir + "/model.safetensors --model-config " + vace_config() + " --data " +
+                             data_ + " --steps 2 --threads 1 --out " + dir;
+  const Job whole = launch(mpi_command(2, WANTRAIN_WANSAMPLE, on_two + "/sample-2.h5"));
+  const Job sharded = launch(mpi_command(2, WANTRAIN_WANSAMPLE, on_two + "/sample-sharded.h5 --shard-weights"));
+  ASSERT_EQ(whole.status, 0) << whole.output;
+  ASSERT_EQ(sharded.status, 0) << sharded.output;
+  EXPECT_EQ(occurrences(sharded.output, "sharded over 2 ranks: "), 1u) << sharded.output;
+  EXPECT_TRUE(torch::equal(wt::testing::sampled_latents(dir + "/sample-sharded.h5"),
+                           wt::testing::sampled_latents(dir + "/sample-2.h5")));
 
-  for (const auto& [options, line] : std::vector<std::pair<std::string, std::string>>{
-           {"--zero 3", "option --zero: 3 shards the trained weights unit by unit, and with --trainable vace"},
-       }) {
-    const Job refused = WantrainJob(2)
-                            .model(vace_config())
-                            .data(data_)
-                            .output(fresh("vace-branch-refused"))
-                            .with("--trainable vace --steps 2 " + options)
-                            .run();
-    EXPECT_EQ(refused.status, 2) << refused.output;
-    EXPECT_EQ(occurrences(refused.output, line), 1u) << refused.output;
-  }
+  const Job swap_and_zero3 = WantrainJob(2)
+                                 .model(vace_config())
+                                 .data(data_)
+                                 .output(fresh("vace-branch-refused"))
+                                 .with("--trainable vace --steps 2 --zero 3 --blocks-to-swap 1")
+                                 .run();
+  EXPECT_EQ(swap_and_zero3.status, 2) << swap_and_zero3.output;
+  EXPECT_EQ(occurrences(swap_and_zero3.output,
+                        "option --blocks-to-swap: swaps a frozen base's blocks, and with --zero 3 the blocks are "
+                        "ZeRO-3's units"),
+            1u)
+      << swap_and_zero3.output;
   const Job t2v = WantrainJob(1)
                       .data(synth_tiny_data("vace-branch-t2v-data", 4, 1))
                       .output(fresh("vace-branch-t2v"))

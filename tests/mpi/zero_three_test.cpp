@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <map>
 #include <vector>
 
 #include "../common/small_models.hpp"
@@ -14,6 +15,7 @@
 #include "wantrain/nn/parameter_units.hpp"
 #include "wantrain/train/engine.hpp"
 #include "wantrain/train/zero_shards.hpp"
+#include "wantrain/wan/model/model_config.hpp"
 
 namespace {
 
@@ -27,18 +29,28 @@ using wt::train::StepContext;
 constexpr int64_t kPerRank = 2;
 
 // The squared error of a small Wan model's prediction against a target.
+// A VACE model's is given the batch's "vace" context; its VACE projections
+// are drawn (released zero, they would pass the branch no gradient).
 class WanRegression : public wt::train::Objective {
  public:
-  explicit WanRegression(int64_t checkpoint_every)
-      : model_(wt::testing::seeded_small_model(wt::testing::small_wan_config(4))), groups_(1) {
+  explicit WanRegression(int64_t checkpoint_every, const wt::wan::WanConfig& config = wt::testing::small_wan_config(4))
+      : model_(wt::testing::seeded_small_model(config)), groups_(1) {
     model_->set_grad_checkpoint(checkpoint_every);
     for (const auto& item : model_->named_parameters())
       groups_.front().parameters.emplace_back(item.key(), item.value());
+    if (!config.vace()) return;
+    groups_.front().unit_of = [config](const std::string& name) { return wt::wan::zero_unit(config, name); };
+    torch::NoGradGuard no_grad;
+    torch::manual_seed(8);
+    for (const auto& item : model_->named_parameters())
+      if (item.key().find("_proj.weight") != std::string::npos) item.value().normal_(0, 0.1);
   }
   const std::vector<wt::train::ParameterGroup>& groups() const override { return groups_; }
   std::vector<at::Tensor> buffers() const override { return {}; }
   ObjectiveLoss loss(const Batch& b, const StepContext&) override {
-    return {(model_->forward(b.at("x"), b.at("t"), b.at("context")) - b.at("y")).square().mean()};
+    wt::wan::ModelCondition condition;
+    if (b.tensors.count("vace")) condition.vace_context = b.at("vace");
+    return {(model_->forward(b.at("x"), b.at("t"), b.at("context"), condition) - b.at("y")).square().mean()};
   }
   std::string kind() const override { return "wan-regression"; }
   at::Tensor validation_losses(const Batch&) override { return {}; }
@@ -49,7 +61,7 @@ class WanRegression : public wt::train::Objective {
   std::vector<wt::train::ParameterGroup> groups_;
 };
 
-Batch wan_batch(int rank, int step, int64_t samples) {
+Batch wan_batch(int rank, int step, int64_t samples, int64_t vace_channels = 0) {
   torch::manual_seed(1000 * step + rank);
   const auto config = wt::testing::small_wan_config(4);
   Batch b;
@@ -57,6 +69,7 @@ Batch wan_batch(int rank, int step, int64_t samples) {
   b.tensors.emplace("t", torch::rand({samples}) * 1000);
   b.tensors.emplace("context", torch::randn({samples, 5, config.text_dim}));
   b.tensors.emplace("y", torch::randn({samples, config.out_dim, 2, 4, 4}));
+  if (vace_channels > 0) b.tensors.emplace("vace", torch::randn({samples, vace_channels, 2, 4, 4}));
   for (int64_t j = 0; j < samples; ++j) b.indices.push_back(rank * samples + j);
   return b;
 }
@@ -151,6 +164,70 @@ TEST(ZeroThree, AModelGatheredUnitByUnitTakesTheReplicatedSteps) {
       }
     }
     EXPECT_EQ(units->gathered_bytes(), 0);
+  }
+}
+
+// A VACE model's VACE block is in the unit of the base block it follows
+// (wan::zero_unit): gathered and released with it, never part of the root.
+// The steps are the replicated steps, with blocks run plainly and
+// checkpointed, and no more than the root and 3 units (the largest: base
+// block 0 with VACE block 0) are gathered at once: less than the root with
+// every VACE block, which a root holding them would gather for the step.
+TEST(ZeroThree, AVaceBlockIsGatheredWithTheBaseBlockItFollows) {
+  auto& comm = test_comm();
+  auto config = wt::testing::small_wan_config(8);
+  config.model_type = wt::wan::ModelType::VACE;
+  config.vace_layers = {0, 1, 2, 3, 4, 5, 6, 7};
+  config.vace_in_dim = 6;
+  for (const int64_t checkpoint : {0, 1}) {
+    SCOPED_TRACE(checkpoint ? "checkpointed blocks" : "plain blocks");
+    EngineOptions o;
+    o.micro_batch = kPerRank;
+    o.schedule = {1e-2, wt::train::Schedule::Constant, 0, 10};
+    o.clip = 0.5;
+    WanRegression replicated_objective(checkpoint, config), sharded_objective(checkpoint, config);
+    Engine replicated(comm, replicated_objective, o);
+    o.zero = 3;
+    Engine sharded(comm, sharded_objective, o);
+    sharded_objective.model()->set_parameter_units(sharded.parameter_units());
+    const auto& named = sharded_objective.trainable();
+    int64_t numel = 0, root = 0, vace = 0;
+    std::map<std::string, int64_t> units;
+    for (const auto& [name, t] : named) {
+      numel += t.numel();
+      const std::string unit = wt::wan::zero_unit(config, name);
+      units[unit] += t.numel();
+      if (wt::nn::root_unit(unit)) root += t.numel();
+      if (name.rfind("vace_blocks.", 0) == 0) {
+        vace += t.numel();
+        EXPECT_FALSE(wt::nn::root_unit(unit)) << name;
+      }
+    }
+    const int64_t largest = units.at("blocks.0"), granule = 16 * comm.size(), buckets = 10;
+    ASSERT_GT(largest, units.at("blocks.1")) << "block 0's unit holds VACE block 0 and its before_proj";
+    ASSERT_GT(vace, 0);
+    for (int step = 0; step < 3; ++step) {
+      const auto a = replicated.step(wan_batch(comm.rank(), step, kPerRank, config.vace_in_dim));
+      const auto b = sharded.step(wan_batch(comm.rank(), step, kPerRank, config.vace_in_dim));
+      EXPECT_NEAR(b.loss, a.loss, 1e-6 * a.loss) << "step " << step;
+      EXPECT_NEAR(b.grad_norm, a.grad_norm, 1e-5 * a.grad_norm) << "step " << step;
+    }
+    const auto* shards = dynamic_cast<const wt::train::ZeroShards*>(sharded.parameter_units());
+    ASSERT_NE(shards, nullptr);
+    EXPECT_EQ(shards->gathered_bytes(), 0);
+    const int64_t in_flight = 4 * (root + 3 * largest + buckets * granule);
+    EXPECT_LE(shards->peak_gathered_bytes(), in_flight);
+    EXPECT_LT(in_flight, 4 * (root + vace)) << "the bound is below the root with every VACE block";
+    const auto weights = sharded.weights();
+    const WanRegression drawn(checkpoint, config);
+    ASSERT_EQ(weights.size(), named.size());
+    for (size_t i = 0; i < named.size(); ++i) {
+      const auto& [name, w] = replicated_objective.trainable()[i];
+      EXPECT_TRUE(torch::allclose(weights[i].second, w, 1e-5, 1e-5)) << name;
+      if (name == "vace_blocks.1.self_attn.q.weight") {  // the hints carried gradients into the VACE blocks
+        EXPECT_GT((weights[i].second - drawn.trainable()[i].second).abs().max().item<double>(), 1e-3) << name;
+      }
+    }
   }
 }
 

@@ -9,6 +9,7 @@
 #include <sstream>
 #include <tuple>
 
+#include "wantrain/nn/parameter_units.hpp"
 #include "wantrain/util/error.hpp"
 #include "wantrain/util/files.hpp"
 #include "wantrain/util/text.hpp"
@@ -413,6 +414,15 @@ int64_t vace_branch_parameter_count(const WanConfig& config) {
   for (const auto& [name, shape] : parameter_shapes(config))
     if (in_vace_branch(name)) total += element_count(shape);
   return total;
+}
+
+std::string zero_unit(const WanConfig& config, const std::string& name) {
+  const std::string vace = "vace_blocks.";
+  if (name.rfind(vace, 0) != 0) return nn::parameter_unit(name);
+  const size_t n = std::stoul(name.substr(vace.size()));
+  if (n >= config.vace_layers.size())
+    throw Error(fmt::format("{}: the model has {} VACE blocks", name, config.vace_layers.size()));
+  return fmt::format("blocks.{}", config.vace_layers[n]);
 }
 
 }  // namespace wt::wan

@@ -111,6 +111,11 @@ int64_t parameter_count(const WanConfig& config);
 bool in_vace_branch(const std::string& name);
 // The VACE branch's parameters of `config` (0 without one).
 int64_t vace_branch_parameter_count(const WanConfig& config);
+// The ZeRO-3 unit (nn/parameter_units.hpp) of parameter `name` of
+// WanModel(config): a VACE block's is the base block whose hint it adds
+// (vace_layers), so that it is gathered and released with that block;
+// every other parameter's is nn::parameter_unit(name).
+std::string zero_unit(const WanConfig& config, const std::string& name);
 inline constexpr int64_t kMaxParameters = 1'000'000'000'000;  // validate() refuses more
 
 }  // namespace wt::wan

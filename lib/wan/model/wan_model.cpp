@@ -490,7 +490,8 @@ at::Tensor WanModelImpl::forward(const at::Tensor& noisy, const at::Tensor& t, c
     } else {
       tokens = block.forward(tokens, e0, ctx, rope, image_context);
     }
-    if (units_) tokens = units_->after_block(int64_t(i), tokens);
+    // The VACE block that follows block i runs inside block i's window:
+    // ZeRO-3 gathers it with the block (wan::zero_unit).
     if (next_vace < cfg.vace_layers.size() && cfg.vace_layers[next_vace] == int64_t(i)) {
       const int64_t n = int64_t(next_vace++);
       auto& vace = *vace_blocks[n]->as<VaceBlockImpl>();
@@ -505,6 +506,7 @@ at::Tensor WanModelImpl::forward(const at::Tensor& noisy, const at::Tensor& t, c
       if (units_) hint = units_->after_side(n, hint);
       tokens = tokens + hint;
     }
+    if (units_) tokens = units_->after_block(int64_t(i), tokens);
   }
   if (skipped.defined())
     tokens = skipped;

@@ -210,7 +210,9 @@ class WanModelImpl : public torch::nn::Module {
   distributed::Comm* sequence_parallel() const { return sequence_group_; }
   // ZeRO-3 (nn/parameter_units.hpp): each forward has the root and each
   // block gathered around its use by `units` (nullptr: the parameters are
-  // whole). It must outlive the model's forwards and backwards.
+  // whole); a VACE block runs inside the window of the block it follows
+  // (its unit: zero_unit), and block swap's VACE blocks are its side units.
+  // It must outlive the model's forwards and backwards.
   void set_parameter_units(nn::ParameterUnits* units) { units_ = units; }
   nn::ParameterUnits* parameter_units() const { return units_; }
   // The chunk a forward of `batch` samples of `tokens` tokens runs with (0: the whole matrix).

@@ -56,6 +56,7 @@ FewStepObjective::FewStepObjective(WanModelImpl& student, const Teacher& teacher
   fake.weights = false;
   for (const auto& item : fake_score_->named_parameters(/*recurse=*/true))
     if (item.value().requires_grad()) fake.parameters.emplace_back(item.key(), item.value());
+  fake.unit_of = [config = fake_score_->config()](const std::string& name) { return zero_unit(config, name); };
   groups_.push_back(std::move(fake));
 }
 

@@ -51,6 +51,7 @@ FlowMatchingObjective::FlowMatchingObjective(WanModelImpl& model, FlowMatchingOb
     : model_(model), options_(options), groups_(1) {
   for (const auto& item : model_.named_parameters(/*recurse=*/true))
     if (item.value().requires_grad()) groups_.front().parameters.emplace_back(item.key(), item.value());
+  groups_.front().unit_of = [config = model_.config()](const std::string& name) { return zero_unit(config, name); };
 }
 
 std::vector<at::Tensor> FlowMatchingObjective::buffers() const { return model_.buffers(); }

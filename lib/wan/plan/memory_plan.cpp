@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <functional>
+#include <map>
 
 #include "wantrain/nn/attention_chunk.hpp"
 #include "wantrain/nn/fp8_weights.hpp"
@@ -120,33 +122,38 @@ double largest_buckets(const WanConfig& model, double cap, int count) {
 }
 
 // The model's ZeRO-3 units (nn/parameter_units.hpp) as the Reducer forms
-// them, in elements: runs of one unit's parameters in reverse registration
-// order, the input side's (unit "") moved last.
+// them, in elements: one run per unit (a VACE block's in the unit of the
+// base block it follows: zero_unit), the root's two ("head" and "") apart.
+// With `trained`, the parameters it accepts alone (a VACE branch trained alone).
 struct Units {
-  std::vector<double> runs;    // every run, largest first
-  double root = 0, block = 0;  // the root's elements, one block's
+  std::vector<double> runs;    // every unit's, largest first
+  double root = 0, block = 0;  // the root's elements, the largest block unit's
   double total = 0;
 };
 
-Units model_units(const WanConfig& model) {
+Units model_units(const WanConfig& model, const std::function<bool(const std::string&)>& trained = {}) {
   Units u;
-  auto shapes = parameter_shapes(model);
-  std::reverse(shapes.begin(), shapes.end());
-  std::stable_partition(shapes.begin(), shapes.end(),
-                        [](const ParameterShape& p) { return !nn::parameter_unit(p.first).empty(); });
-  std::string open_unit = "?";
-  for (const auto& [name, shape] : shapes) {
-    const std::string unit = nn::parameter_unit(name);
+  std::map<std::string, double> units;
+  for (const auto& [name, shape] : parameter_shapes(model)) {
+    if (trained && !trained(name)) continue;
     const double n = double(element_count(shape));
     u.total += n;
-    if (nn::root_unit(unit)) u.root += n;
-    if (unit == "blocks.0") u.block += n;
-    if (unit != open_unit) u.runs.push_back(0);
-    open_unit = unit;
-    u.runs.back() += n;
+    units[zero_unit(model, name)] += n;
+  }
+  for (const auto& [unit, n] : units) {
+    u.runs.push_back(n);
+    if (nn::root_unit(unit))
+      u.root += n;
+    else
+      u.block = std::max(u.block, n);
   }
   std::sort(u.runs.rbegin(), u.runs.rend());
   return u;
+}
+
+// The units of what a run trains in full under ZeRO-3: the model, or its VACE branch.
+Units trained_units(const MemoryPlanSettings& s) {
+  return s.vace_branch_only && s.lora.rank == 0 ? model_units(s.model, in_vace_branch) : model_units(s.model);
 }
 
 }  // namespace
@@ -255,7 +262,7 @@ double plan_activations(const MemoryPlanSettings& s, MemoryPlan& plan, std::stri
     // Validation and the training sample gather the whole model (beyond the
     // units the step holds) and run a forward without gradients; the
     // sample's on whole sequences, on rank 0.
-    const auto units = model_units(s.model);
+    const auto units = trained_units(s);
     const double gather_bytes = s.gather_dtype == at::kFloat ? 4 : 2;
     const double whole = 4 * units.root + (units.total - units.root) * gather_bytes;
     const double in_step = 4 * units.root + 3 * units.block * gather_bytes;
@@ -282,6 +289,16 @@ MemoryPlan plan_memory(const MemoryPlanSettings& s) {
   const bool branch = !lora && s.vace_branch_only;
   const auto weights = model_bytes(s.model, lora ? s.base_dtype : at::kFloat, s.lora);
   const double trained = lora ? 4 * double(weights.adapters) : branch ? weights.vace_branch : weights.fp32;
+  // ZeRO-3: this rank's slices, and the units gathered at once (the root and 3 blocks).
+  const auto units = trained_units(s);
+  const double zero3_gathered = 4 * units.root + 3 * units.block * (s.gather_dtype == at::kFloat ? 4 : 2);
+  const double zero3_bytes = trained / std::max(1, s.zero_shards) + zero3_gathered;
+  const auto zero3_parameters = [&](int64_t count, const std::string& what) {
+    return fmt::format("{}{} parameters, fp32, this rank's 1/{} (ZeRO-3); gathered: the root in fp32 and 3 blocks "
+                       "in {} ({})",
+                       count, what, s.zero_shards, s.gather_dtype == at::kFloat ? "fp32" : "bf16",
+                       format_bytes(zero3_gathered));
+  };
   if (lora || branch) {
     const auto swapped = swapped_bytes(s, weights);
     const int64_t frozen = parameter_count(s.model) - (branch ? vace_branch_parameter_count(s.model) : 0);
@@ -305,18 +322,13 @@ MemoryPlan plan_memory(const MemoryPlanSettings& s) {
     if (lora)
       add("parameters", fmt::format("{} LoRA adapter parameters (rank {}), fp32", weights.adapters, s.lora.rank),
           trained, dev);
+    else if (s.zero_stage == 3 && s.zero_shards > 1)
+      add("parameters", zero3_parameters(vace_branch_parameter_count(s.model), " VACE branch"), zero3_bytes, dev);
     else
       add("parameters", fmt::format("{} VACE branch parameters, fp32", vace_branch_parameter_count(s.model)), trained,
           dev);
   } else if (s.zero_stage == 3 && s.zero_shards > 1) {
-    const auto units = model_units(s.model);
-    const double gathered = 4 * units.root + 3 * units.block * (s.gather_dtype == at::kFloat ? 4 : 2);
-    add("parameters",
-        fmt::format("{} parameters, fp32, this rank's 1/{} (ZeRO-3); gathered: the root in fp32 and 3 blocks in {} "
-                    "({})",
-                    parameter_count(s.model), s.zero_shards, s.gather_dtype == at::kFloat ? "fp32" : "bf16",
-                    format_bytes(gathered)),
-        trained / s.zero_shards + gathered, dev);
+    add("parameters", zero3_parameters(parameter_count(s.model), ""), zero3_bytes, dev);
   } else {
     add("parameters", fmt::format("{} parameters, fp32", parameter_count(s.model)), trained, dev);
   }
@@ -332,8 +344,7 @@ MemoryPlan plan_memory(const MemoryPlanSettings& s) {
     // buckets are the units).
     const int alive = s.buckets_in_flight + 1;
     double buckets = 0;
-    if (s.zero_stage == 3 && !lora && !branch) {
-      const auto units = model_units(s.model);
+    if (s.zero_stage == 3 && !lora) {
       for (int i = 0; i < alive && i < int(units.runs.size()); ++i) buckets += 4 * units.runs[size_t(i)];
     } else {
       buckets = lora || branch ? std::min(trained, alive * s.bucket_bytes)
@@ -371,8 +382,9 @@ MemoryPlan plan_memory(const MemoryPlanSettings& s) {
     const double fake = model_bytes(*s.teacher, at::kFloat, {}).fp32;
     double weights_bytes = fake, gradient_bytes = fake;
     if (shards > 1 && s.zero_stage == 3) {
-      const auto units = model_units(*s.teacher);
-      weights_bytes = fake / shards + 4 * units.root + 3 * units.block * (s.gather_dtype == at::kFloat ? 4 : 2);
+      const auto fake_units = model_units(*s.teacher);
+      weights_bytes =
+          fake / shards + 4 * fake_units.root + 3 * fake_units.block * (s.gather_dtype == at::kFloat ? 4 : 2);
     }
     if (shards > 1) gradient_bytes = s.zero_stage >= 2 ? fake / shards : fake * (1 + 1 / shards);
     add("fake score",

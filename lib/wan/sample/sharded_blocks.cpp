@@ -21,7 +21,7 @@ ShardedBlocks::ShardedBlocks(distributed::Comm& comm, WanModelImpl& model, const
   blocks_.resize(model.blocks->size());
   for (const auto& item : model.named_parameters(/*recurse=*/true)) {
     const std::string& name = item.key();
-    const std::string unit = nn::parameter_unit(name);
+    const std::string unit = zero_unit(model.config(), name);  // a VACE block's: its base block's
     if (nn::root_unit(unit)) {
       root.emplace_back(name, item.value());
       continue;

@@ -2,8 +2,9 @@
 // samples together (wansample --shard-weights, as the official scripts'
 // --dit_fsdp): each rank keeps 1/N of every block's weights and gathers a
 // block whole just before its forward (the next block's gather in flight),
-// releasing it after, as training's ZeRO-3 does (train/zero_shards.hpp);
-// the root (embeddings, head) stays whole on every rank. The weights are
+// releasing it after, as training's ZeRO-3 does (train/zero_shards.hpp),
+// a VACE block with the base block it follows (zero_unit); the root
+// (embeddings, head) stays whole on every rank. The weights are
 // read into the slices block by block, so no rank ever holds the whole
 // model: one of Wan2.2 A14B's experts, 27 GiB in bf16, takes 3.4 GiB a rank
 // on 8 ranks, plus a block gathered.
