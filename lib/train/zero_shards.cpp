@@ -233,7 +233,6 @@ void ZeroShards::before_block(int64_t block) { before_block("", block); }
 at::Tensor ZeroShards::after_block(int64_t block, const at::Tensor& output) { return after_block("", block, output); }
 void ZeroShards::end_forward() { end_forward(""); }
 
-
 int64_t ZeroShards::next_block(const std::string& prefix, int64_t block, int64_t step) const {
   // A group may train some blocks only (a VACE branch: those with a VACE block).
   for (int64_t b = block + step; b >= 0 && b < blocks(prefix); b += step)

@@ -166,8 +166,7 @@ TEST_F(VaceBranchRun, ZeroThreeShardsTheVaceBlocksWithTheirBaseBlocks) {
     for (size_t i = 0; i < a.size(); ++i)
       EXPECT_LT(relative(b[i]["loss"].get<double>(), a[i]["loss"].get<double>()), 1e-5) << "step " << i + 1;
     for (const char* file : {"/model.safetensors", "/ema.safetensors"})
-      EXPECT_LT(weights_difference(run_dir("vace-zero3-2x2") + file, run_dir("vace-zero3-1x4") + file), 1e-5)
-          << file;
+      EXPECT_LT(weights_difference(run_dir("vace-zero3-2x2") + file, run_dir("vace-zero3-1x4") + file), 1e-5) << file;
   }
 }
 

@@ -294,10 +294,10 @@ MemoryPlan plan_memory(const MemoryPlanSettings& s) {
   const double zero3_gathered = 4 * units.root + 3 * units.block * (s.gather_dtype == at::kFloat ? 4 : 2);
   const double zero3_bytes = trained / std::max(1, s.zero_shards) + zero3_gathered;
   const auto zero3_parameters = [&](int64_t count, const std::string& what) {
-    return fmt::format("{}{} parameters, fp32, this rank's 1/{} (ZeRO-3); gathered: the root in fp32 and 3 blocks "
-                       "in {} ({})",
-                       count, what, s.zero_shards, s.gather_dtype == at::kFloat ? "fp32" : "bf16",
-                       format_bytes(zero3_gathered));
+    return fmt::format(
+        "{}{} parameters, fp32, this rank's 1/{} (ZeRO-3); gathered: the root in fp32 and 3 blocks "
+        "in {} ({})",
+        count, what, s.zero_shards, s.gather_dtype == at::kFloat ? "fp32" : "bf16", format_bytes(zero3_gathered));
   };
   if (lora || branch) {
     const auto swapped = swapped_bytes(s, weights);
