@@ -184,7 +184,8 @@ void declare_encode_options(OptionSet& options, EncodeConfig& c) {
       .choice("t5-dtype", &c.t5_dtype, {"bf16", "fp32"}, "umT5 weights and compute (the release is bf16)")
       .add("tokenizer", &c.tokenizer, "umT5's spiece.model, or the folder holding it (google/umt5-xxl)")
       .add("text-len", &c.text_len, "text tokens L: longer prompts are cut (counted in the summary)")
-      .choice("condition", &c.condition, {"none", "i2v", "flf2v", "vace", "fun-control", "fun-control-mask"},
+      .choice("condition", &c.condition,
+              {"none", "i2v", "flf2v", "vace", "fun-control", "fun-control-ref", "fun-control-mask"},
               "image-to-video data: store each sample's condition /y, the first frame (i2v) or the first and last "
               "(flf2v) encoded as Wan's image2video.py does, and with --clip their CLIP features /clip_fea; vace: "
               "each sample's VACE context /vace_context from the item's control video, mask and reference pictures "
@@ -192,8 +193,10 @@ void declare_encode_options(OptionSet& options, EncodeConfig& c) {
               "vace_video_mask and vace_reference_image), as Wan2.1's vace.py encodes them; fun-control: /y from "
               "the item's control video (NAME.control.mp4, or the listing's control_video) and the clip's first "
               "frame, and with --clip the first frame's CLIP features, as VideoX-Fun's Wan2.1-Fun-Control reads "
-              "them; fun-control-mask: Wan2.2-Fun's /y, the control video's latents then the first frame's mask "
-              "and latents (no CLIP)")
+              "them; fun-control-ref: the same with another frame of each clip as a reference after the start "
+              "(and its CLIP features), for a V1.1 model trained as VideoX-Fun's --control_ref_image random; "
+              "fun-control-mask: Wan2.2-Fun's /y, the control video's latents then the first frame's mask and "
+              "latents (no CLIP)")
       .add("clip", &c.clip,
            "CLIP image encoder for Wan2.1 I2V/FLF2V and Wan2.1-Fun-Control "
            "(models_clip_open-clip-xlm-roberta-large-vit-huge-14.pth or "
@@ -228,8 +231,9 @@ wan::DatasetEncoderSettings encoder_settings(const EncodeConfig& c, const wan::E
   s.strict = c.strict;
   s.condition_images = c.condition == "i2v" ? 1 : c.condition == "flf2v" ? 2 : 0;
   s.vace = c.condition == "vace";
-  s.fun_control = c.condition == "fun-control" || c.condition == "fun-control-mask";
+  s.fun_control = c.condition == "fun-control" || c.condition == "fun-control-ref" || c.condition == "fun-control-mask";
   s.fun_control_mask = c.condition == "fun-control-mask";
+  s.fun_control_reference = c.condition == "fun-control-ref";
   s.listing_options.control_files = s.vace || s.fun_control;
   s.decode_threads = c.decode_threads;
   s.models_fingerprint =
@@ -303,7 +307,8 @@ int run_encode(distributed::World& world, int argc, char** argv) {
     throw UsageError(
         c.condition == "fun-control-mask"
             ? "option --clip: Wan2.2-Fun models (--condition fun-control-mask) read no CLIP features"
-            : "option --clip: the CLIP features are of an image condition: give --condition i2v, flf2v or fun-control");
+            : "option --clip: the CLIP features are of an image condition: give --condition i2v, flf2v, fun-control "
+              "or fun-control-ref");
   for (const auto& [option, path] : {std::pair{"vae", wan::vae_weights_file(c.vae)},
                                      {"t5", wan::t5_weights_file(c.t5)},
                                      {"clip", wan::clip_weights_file(c.clip)}})
@@ -377,9 +382,13 @@ int run_encode(distributed::World& world, int argc, char** argv) {
     report_info(
         "wandata encode: condition {}: /y of {} channels (the control video's latents and the first "
         "frame's{}){}",
-        c.condition, 2 * vae->z_dim() + (s.fun_control_mask ? 4 : 0), s.fun_control_mask ? ", with its mask" : "",
-        clip ? fmt::format(" and /clip_fea ({} tokens of {}; CLIP weights in {})", clip->config().tokens(),
-                           clip->config().dim, clip->weights_layout())
+        c.condition, (s.fun_control_reference ? 3 : 2) * vae->z_dim() + (s.fun_control_mask ? 4 : 0),
+        s.fun_control_mask        ? ", with its mask"
+        : s.fun_control_reference ? ", then another frame's as the reference"
+                                  : "",
+        clip ? fmt::format(" and /clip_fea ({} tokens of {}; CLIP weights in {})",
+                           (s.fun_control_reference ? 2 : 1) * clip->config().tokens(), clip->config().dim,
+                           clip->weights_layout())
              : std::string());
     if (!clip && !s.fun_control_mask)
       report_warning(

@@ -125,6 +125,13 @@ void declare_run_options(OptionSet& o, TrainConfig& c) {
       .add("start-drop", &c.start_drop,
            "Fun-Control models: probability that a sample's start frame latents are zeroed (VideoX-Fun's "
            "train_control.py: 0.1)")
+      .add("ref-other-frame", &c.ref_other_frame,
+           "Fun-Control V1.1 models on data of wandata encode --condition fun-control-ref: probability that a "
+           "sample is shown another frame of its clip as the reference instead of its start frame (VideoX-Fun's "
+           "train_control.py --control_ref_image random: 0.6)")
+      .add("ref-drop", &c.ref_drop,
+           "with --ref-other-frame: probability that the reference frame's latents are zeroed where it is shown "
+           "(train_control.py: 0.1)")
       .choice("condition", &c.condition, {"none", "first-frame"},
               "first-frame (Wan2.2 TI2V models): a sample's first latent frame is kept clean, at timestep 0 and out "
               "of the loss, so the model learns to continue a picture; none: text to video")
@@ -449,6 +456,8 @@ wan::WanRunOptions wan_run_options(const TrainConfig& c, const wan::SamplerOptio
   o.objective.image_drop = c.image_drop;
   o.objective.control_drop = c.control_drop;
   o.objective.start_drop = c.start_drop;
+  o.objective.ref_other_frame = c.ref_other_frame;
+  o.objective.ref_drop = c.ref_drop;
   o.objective.first_frame_prob = c.condition == "first-frame" ? c.first_frame_prob : 0;
   o.objective.seed = c.seed;
   o.distill_target_weight = c.distill_target_weight;
@@ -547,8 +556,10 @@ void validate(const TrainConfig& c) {
   require(c.image_drop >= 0 && c.image_drop <= 1, "image-drop", "must be a probability in [0, 1]");
   require(c.control_drop >= 0 && c.control_drop <= 1, "control-drop", "must be a probability in [0, 1]");
   require(c.start_drop >= 0 && c.start_drop <= 1, "start-drop", "must be a probability in [0, 1]");
-  require((c.control_drop == 0 && c.start_drop == 0) || c.mode != "distill",
-          c.control_drop > 0 ? "control-drop" : "start-drop",
+  require(c.ref_other_frame >= 0 && c.ref_other_frame <= 1, "ref-other-frame", "must be a probability in [0, 1]");
+  require(c.ref_drop >= 0 && c.ref_drop <= 1, "ref-drop", "must be a probability in [0, 1]");
+  require((c.control_drop == 0 && c.start_drop == 0 && c.ref_drop == 0) || c.mode != "distill",
+          c.control_drop > 0 ? "control-drop" : c.start_drop > 0 ? "start-drop" : "ref-drop",
           "not with --mode distill (its objectives drop no control)");
   require(c.first_frame_prob > 0 && c.first_frame_prob <= 1, "first-frame-prob", "must be a probability in (0, 1]");
   require(c.condition != "first-frame" || c.mode != "distill" || c.distill_steps > 0, "condition",

@@ -73,8 +73,10 @@ struct TrainConfig : app::TrainingOptions {
   double text_drop = 0.1;                   // caption dropout to the unconditional context (CFG)
   double image_drop = 0;                    // image dropout: zeroed CLIP features (image-to-video)
   double control_drop = 0, start_drop = 0;  // Fun-Control: zeroed control latents, start frame latents
-  std::string condition = "none";           // none or first-frame (Wan2.2 TI2V)
-  double first_frame_prob = 1;              // with first-frame: the fraction of samples that keep their first frame
+  // Fun-Control V1.1 on data with a reference frame: shown instead of the start; its latents zeroed
+  double ref_other_frame = 0.6, ref_drop = 0;
+  std::string condition = "none";  // none or first-frame (Wan2.2 TI2V)
+  double first_frame_prob = 1;     // with first-frame: the fraction of samples that keep their first frame
 
   // optimisation
   Betas betas;

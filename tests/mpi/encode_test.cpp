@@ -760,12 +760,11 @@ TEST(Encode, PromptVideosAreDrawnDuringTrainingOverTheRanks) {
 // Image to video end to end: clips encoded with their first frame's
 // condition (y by the VAE, CLIP features by a small CLIP tower drawn here),
 // then a picture sampled into a video by an i2v model.
-TEST(Encode, TheImageConditionIsEncodedAndAPictureBecomesAVideo) {
-  const auto& s = setup();
-  ASSERT_TRUE(s.error.empty()) << s.error;
-  const std::string dir = wt::testing::fresh("encode-i2v");
-  fs::create_directories(dir);
-  // A CLIP tower of ViT-H's layout, small: 28 px, 14 px patches (5 tokens), 2 heads of 80.
+namespace {
+
+// A CLIP tower of ViT-H's layout, small: 28 px, 14 px patches (5 tokens), 2
+// heads of 80, drawn from a seed and written to `path` in the released names.
+wt::wan::ClipVision small_clip(const std::string& path) {
   wt::wan::ClipVisionConfig clip_config;
   clip_config.image_size = 28;
   clip_config.dim = 160;
@@ -773,16 +772,26 @@ TEST(Encode, TheImageConditionIsEncodedAndAPictureBecomesAVideo) {
   clip_config.num_layers = 3;
   torch::manual_seed(5);
   wt::wan::ClipVision clip(clip_config);
-  {
-    wt::io::NamedTensors tensors;
-    for (const auto& p : clip->named_parameters()) tensors.emplace_back("visual." + p.key(), p.value());
-    wt::io::write_safetensors(dir + "/clip.safetensors", tensors, torch::kFloat32);
-  }
+  wt::io::NamedTensors tensors;
+  for (const auto& p : clip->named_parameters()) tensors.emplace_back("visual." + p.key(), p.value());
+  wt::io::write_safetensors(path, tensors, torch::kFloat32);
+  clip->eval();
+  return clip;
+}
+
+}  // namespace
+
+TEST(Encode, TheImageConditionIsEncodedAndAPictureBecomesAVideo) {
+  const auto& s = setup();
+  ASSERT_TRUE(s.error.empty()) << s.error;
+  const std::string dir = wt::testing::fresh("encode-i2v");
+  fs::create_directories(dir);
+  small_clip(dir + "/clip.safetensors");
   const std::string data = dir + "/data";
   const auto bad = launch(wandata(encode_args(s, s.clips, data, "--frames 5 --clip " + dir + "/clip.safetensors")));
   EXPECT_EQ(bad.status, 2) << bad.output;
   EXPECT_NE(bad.output.find("option --clip: the CLIP features are of an image condition: give --condition i2v, "
-                            "flf2v or fun-control"),
+                            "flf2v, fun-control or fun-control-ref"),
             std::string::npos)
       << bad.output;
   run_ok(wandata(encode_args(s, s.clips, data,
@@ -1348,6 +1357,138 @@ TEST(Encode, FunControlVideosBecomeEachSamplesConditionAndAFunControlModelTrains
           refused.output, "option --control-video: with --prompt or --text (--data samples bring their own condition)"),
       1u)
       << refused.output;
+}
+
+// A V1.1 model's data (--condition fun-control-ref): /y is fun-control's
+// [control, start] and then another frame of the clip (one of frames 1 to 4,
+// alone through the VAE) in latent frame 0 as the reference; /clip_fea the
+// start's CLIP features, then that frame's. A V1.1 model (ref_conv, CLIP
+// branch) trains on them, 2 ranks = 1 rank with the reference shown and
+// dropped half the time, and showing the reference changes the step; a V1.0
+// model and --ref-drop without such data are one line each; wansample
+// --data shows the start.
+TEST(Encode, FunControlReferenceDataHoldAnotherFrameAndAV11ModelTrainsOnThem) {
+  const auto& s = setup();
+  ASSERT_TRUE(s.error.empty()) << s.error;
+  const std::string dir = wt::testing::fresh("encode-fun-control-ref"), clips = dir + "/clips";
+  fs::create_directories(clips);
+  const std::string ff = "ffmpeg -hide_banner -loglevel error -y -f lavfi -i ";
+  for (const auto& [name, source] : {std::pair{"walk.mp4", "testsrc2=size=80x48:rate=16 -frames:v 9 -pix_fmt yuv420p"},
+                                     {"walk.control.mp4", "mandelbrot=size=64x64:rate=16 -frames:v 9 -pix_fmt yuv420p"},
+                                     {"run.mp4", "testsrc=size=48x48:rate=16 -frames:v 9 -pix_fmt yuv420p"},
+                                     {"run.control.mp4", "testsrc2=size=64x64:rate=16 -frames:v 9 -pix_fmt yuv420p"}}) {
+    const auto job = launch(ff + source + " " + clips + "/" + name);
+    ASSERT_EQ(job.status, 0) << name << ": " << job.output;
+  }
+  for (const char* name : {"walk", "run"}) write_text(clips + "/" + name + ".txt", "a red ball rolls");
+  small_clip(dir + "/clip.safetensors");
+  auto clip = wt::wan::load_clip_vision(dir + "/clip.safetensors");  // as wandata reads it
+  const std::string options = "--frames 5 --latent-dtype fp32 --clip " + dir + "/clip.safetensors --condition ";
+  const std::string data = dir + "/data", plain = dir + "/plain";
+  const auto encoded = launch(wandata(encode_args(s, clips, data, options + "fun-control-ref")));
+  ASSERT_EQ(encoded.status, 0) << encoded.output;
+  EXPECT_NE(encoded.output.find("/y of 48 channels (the control video's latents and the first frame's, then another "
+                                "frame's as the reference) and /clip_fea (10 tokens of 160"),
+            std::string::npos)
+      << encoded.output;
+  run_ok(wandata(encode_args(s, clips, plain, options + "fun-control")));
+  {
+    std::ifstream record(data + "/encode.json");
+    EXPECT_EQ(nlohmann::json::parse(record).value("condition", ""), "fun-control-ref");
+  }
+  const auto dataset = wt::data::Dataset::open(data), plain_dataset = wt::data::Dataset::open(plain);
+  ASSERT_EQ(dataset.size(), 2);
+  const auto& shape = dataset.shape();
+  ASSERT_EQ(shape.condition_channels, 3 * 16);
+  ASSERT_EQ(shape.clip_tokens, 2 * 5);
+  const auto vae = wt::wan::open_video_vae(s.vae, s.vae_config);
+  vae->eval();
+  torch::NoGradGuard no_grad;
+  for (int64_t i = 0; i < 2; ++i) {
+    auto latents = torch::empty({shape.channels, shape.frames, shape.height, shape.width});
+    auto text = torch::empty({shape.text_len, shape.text_dim}, wt::data::scalar_type(shape.text));
+    int32_t len = 0;
+    wt::data::SampleCondition with{torch::empty({48, shape.frames, shape.height, shape.width}),
+                                   torch::empty({10, 160}, wt::data::scalar_type(shape.text))},
+        without{torch::empty({32, shape.frames, shape.height, shape.width}),
+                torch::empty({5, 160}, wt::data::scalar_type(shape.text))};
+    wt::data::SampleReader(dataset).read(i, latents, text, len, &with);
+    wt::data::SampleReader(plain_dataset).read(i, latents, text, len, &without);
+    EXPECT_TRUE(torch::equal(with.y.narrow(0, 0, 32), without.y)) << "sample " << i;
+    EXPECT_TRUE(torch::equal(with.clip_fea.narrow(0, 0, 5), without.clip_fea)) << "sample " << i;
+    const auto reference = with.y.narrow(0, 32, 16);
+    EXPECT_EQ(reference.narrow(1, 1, shape.frames - 1).abs().max().item<double>(), 0.0);
+    // Which frame: the one whose picture latents and CLIP features these are.
+    const auto frames = wt::wan::read_control_video(clips + (i == 0 ? "/run.mp4" : "/walk.mp4"), 5, 32, 32);
+    int64_t found = -1;
+    for (int64_t k = 0; k < 5; ++k) {
+      const auto picture = wt::wan::picture_latents(*vae, frames.select(1, k), 32, 32);
+      if ((reference.select(1, 0) - picture).abs().max().item<double>() < 1e-5 * picture.abs().max().item<double>())
+        found = k;
+    }
+    ASSERT_GE(found, 1) << "sample " << i << ": another frame than the start";
+    const auto features = wt::wan::image_clip_features(*clip, frames.select(1, found), {});
+    EXPECT_LT((with.clip_fea.narrow(0, 5, 5) - features).abs().max().item<double>(),
+              0x1.0p-8 * features.abs().max().item<double>())  // stored as the text is: bf16
+        << "sample " << i;
+  }
+
+  // A V1.1 model of wan-tiny's width with the small CLIP branch: 2 steps on 1
+  // and 2 ranks, the reference shown and dropped half the time.
+  const std::string v11 = dir + "/v11.json", v10 = dir + "/v10.json";
+  const std::string fields = R"("model_type": "i2v", "image_dim": 160, "image_tokens": 5, "dim": 64, "ffn_dim": 128,
+    "num_heads": 4, "num_layers": 2, "freq_dim": 256, "text_dim": 64, "text_len": 16, "patch_size": [1, 2, 2],
+    "in_dim": 48, "out_dim": 16, "eps": 1e-6, "qk_norm": true, "cross_attn_norm": true)";
+  write_text(v11, "{" + fields + R"(, "add_ref_conv": true, "in_dim_ref_conv": 16})");
+  write_text(v10, "{" + fields + "}");
+  auto train = [&](int ranks, const std::string& out, const std::string& model, const std::string& on,
+                   const std::string& extra) {
+    return launch(wt::testing::mpi_command(ranks, WANTRAIN_WANTRAIN,
+                                           "--model-config " + model + " --data " + on + " --output-dir " + out +
+                                               " --threads 1 --backend mpi --batch-size " + std::to_string(2 / ranks) +
+                                               " --steps 2 --lr 1e-3 --seed 3" + extra));
+  };
+  const auto last_loss = [](const std::string& file) {
+    std::ifstream in(file);
+    double loss = 0;
+    for (std::string line; std::getline(in, line);) {
+      const auto j = nlohmann::json::parse(line, nullptr, false);
+      if (j.contains("loss") && j.value("step", 0) == 2) loss = j["loss"].get<double>();
+    }
+    return loss;
+  };
+  const std::string shown = " --ref-other-frame 0.5 --ref-drop 0.5";
+  const auto one = train(1, dir + "/one", v11, data, shown), two = train(2, dir + "/two", v11, data, shown);
+  ASSERT_EQ(one.status, 0) << one.output;
+  ASSERT_EQ(two.status, 0) << two.output;
+  const double loss_one = last_loss(dir + "/one/metrics.jsonl");
+  EXPECT_GT(loss_one, 0.0);
+  EXPECT_NEAR(last_loss(dir + "/two/metrics.jsonl"), loss_one, 1e-5 * loss_one);
+  // Every sample shown its other frame, against every sample shown its start.
+  const auto other = train(1, dir + "/other", v11, data, " --ref-other-frame 1");
+  const auto start = train(1, dir + "/start", v11, data, " --ref-other-frame 0");
+  ASSERT_EQ(other.status, 0) << other.output;
+  ASSERT_EQ(start.status, 0) << start.output;
+  const double loss_other = last_loss(dir + "/other/metrics.jsonl");
+  EXPECT_GT(std::abs(last_loss(dir + "/start/metrics.jsonl") - loss_other), 1e-6 * loss_other)
+      << "the reference frame shown changes the step";
+  const auto old_model = train(1, dir + "/v10", v10, data, "");
+  EXPECT_EQ(old_model.status, 2) << old_model.output;
+  EXPECT_EQ(wt::testing::occurrences(old_model.output,
+                                     "/y has 48 channels, the model reads 32 (the shards' hold a reference frame too, "
+                                     "which a Fun-Control V1.1 model reads: add_ref_conv"),
+            1u)
+      << old_model.output;
+  const auto no_reference = train(1, dir + "/no-reference", v11, plain, " --ref-drop 0.1");
+  EXPECT_EQ(no_reference.status, 2) << no_reference.output;
+  EXPECT_EQ(wt::testing::occurrences(no_reference.output,
+                                     "option --ref-drop: drops the reference frame that a Fun-Control V1.1 model"),
+            1u)
+      << no_reference.output;
+  // wansample from the data: the start shown.
+  const auto sample = launch(std::string(WANTRAIN_WANSAMPLE) + " --checkpoint " + dir + "/one/latest --data " + data +
+                             " --index 1 --steps 2 --out " + dir + "/sample.h5");
+  ASSERT_EQ(sample.status, 0) << sample.output;
 }
 
 // Wan2.2-Fun's data (--condition fun-control-mask): /y is the control's

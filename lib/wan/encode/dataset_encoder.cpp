@@ -14,6 +14,7 @@
 #include <thread>
 #include <variant>
 
+#include "wantrain/data/sampler.hpp"
 #include "wantrain/distributed/world.hpp"
 #include "wantrain/util/seconds.hpp"
 #include "wantrain/util/error.hpp"
@@ -24,6 +25,7 @@
 #include "wantrain/util/test_hooks.hpp"
 #include "wantrain/util/text.hpp"
 #include "wantrain/wan/encoders/prompt_text.hpp"
+#include "wantrain/wan/model/flow_matching.hpp"
 #include "wantrain/wan/sample/image_condition.hpp"
 #include "wantrain/wan/sample/vace_condition.hpp"
 #include "wantrain/wan/sample/fun_control_condition.hpp"
@@ -259,7 +261,10 @@ nlohmann::json job_settings(const DatasetEncoderSettings& s) {
     settings["condition"] = "vace";
     settings["vace_references"] = s.vace_references;
   }
-  if (s.fun_control) settings["condition"] = s.fun_control_mask ? "fun-control-mask" : "fun-control";
+  if (s.fun_control)
+    settings["condition"] = s.fun_control_mask        ? "fun-control-mask"
+                            : s.fun_control_reference ? "fun-control-ref"
+                                                      : "fun-control";
   return settings;
 }
 
@@ -331,6 +336,8 @@ void check_settings(const DatasetEncoderSettings& s, VideoVae& vae, const ClipVi
                                                     frames));
   if (clip && s.condition_images == 0 && !s.fun_control)
     throw SettingError("condition", "a CLIP tower encodes the picture of an image condition, and none is asked for");
+  if (s.fun_control_reference && (!s.fun_control || s.fun_control_mask))
+    throw SettingError("condition", "a reference frame is a Fun-Control V1.1 model's (fun-control-ref)");
   if (int(s.vace) + int(s.fun_control) + int(s.condition_images > 0) > 1)
     throw SettingError("condition",
                        "a sample is conditioned on a picture, a VACE control or a Fun-Control control, "
@@ -353,9 +360,10 @@ data::SampleShape sample_shape(const ClipBucket& b, const DatasetEncoderSettings
                           s.emb_dtype};
   if (s.condition_images > 0) shape.condition_channels = 4 + vae.z_dim();  // y: mask and latents
   // y: the control's and the start frame's latents (Wan2.2-Fun's: and the mask)
-  if (s.fun_control) shape.condition_channels = 2 * vae.z_dim() + (s.fun_control_mask ? 4 : 0);
+  if (s.fun_control)
+    shape.condition_channels = (s.fun_control_reference ? 3 : 2) * vae.z_dim() + (s.fun_control_mask ? 4 : 0);
   if ((s.condition_images > 0 || s.fun_control) && clip) {
-    shape.clip_tokens = std::max(s.condition_images, 1) * (*clip)->config().tokens();
+    shape.clip_tokens = (s.fun_control_reference ? 2 : std::max(s.condition_images, 1)) * (*clip)->config().tokens();
     shape.clip_dim = (*clip)->config().dim;
   }
   if (s.vace) {
@@ -427,6 +435,16 @@ struct ShardInProgress {
   }
 };
 
+// A V1.1 sample's reference frame (fun_control_reference): one of the clip's
+// frames after the first, uniform, keyed by the item's place in the listing
+// and the clip's in the item; 0 for a still (it has no other).
+int64_t reference_frame(size_t item, int64_t clip, int64_t frames) {
+  constexpr uint64_t kReferenceFrameSeed = 0x7265666572656e63;  // "referenc"
+  if (frames < 2) return 0;
+  data::PortableRandom r(sample_key(kReferenceFrameSeed, clip, int64_t(item)));
+  return 1 + int64_t((r.next() >> 11) % uint64_t(frames - 1));
+}
+
 // An item's clips encoded into the shard's next rows: the caption by the
 // text encoder, each clip by the VAE (and with an image condition its y
 // and CLIP features). Returns the samples written.
@@ -467,6 +485,14 @@ int64_t encode_item(const data::MediaItem& item, const Prepared& prepared, const
                                   frames.size(3), s.fun_control_mask)
                         .to(torch::kCPU);
       if (clip) condition.clip_fea = image_clip_features(**clip, first, {}).to(torch::kCPU);
+      if (s.fun_control_reference) {  // another frame, alone through the VAE, in latent frame 0
+        const auto other = frames.select(1, reference_frame(prepared.item, samples, frames.size(1)));
+        auto reference = torch::zeros_like(condition.y.narrow(0, 0, vae.z_dim()));  // [z, F', H', W']
+        reference.select(1, 0).copy_(picture_latents(vae, other, frames.size(2), frames.size(3)).to(torch::kCPU));
+        condition.y = torch::cat({condition.y, reference});
+        if (clip)
+          condition.clip_fea = torch::cat({condition.clip_fea, image_clip_features(**clip, other, {}).to(torch::kCPU)});
+      }
     }
     summary.vae_seconds += seconds_since(vae_start);
     shard.writer->write(shard.row++, latents[0], encoded.embedding[0], encoded.lengths[0], *item.caption, condition);

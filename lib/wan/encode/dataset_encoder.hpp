@@ -68,6 +68,12 @@ struct DatasetEncoderSettings {
   // condition (mask and latents); no CLIP features.
   bool fun_control = false;
   bool fun_control_mask = false;
+  // With fun_control (not _mask), a V1.1 model's data (wan/model/reference_frame.hpp):
+  // /y also holds another frame of each clip as a reference, drawn
+  // uniformly from its frames after the first (keyed by the item and the
+  // clip, so every run and rank count draws the same), and /clip_fea that
+  // frame's CLIP features after the start's.
+  bool fun_control_reference = false;
   bool strict = false;     // a bad item fails the job instead of being skipped
   int decode_threads = 1;  // FFmpeg decoder threads
   // What else makes two runs the same job (the model files), for resuming.

@@ -29,8 +29,13 @@ void check_data_fits_model(const data::SampleShape& s, const std::string& data_d
     fail(fmt::format("out_dim {} differs from in_dim {}: the flow-matching target has in_dim channels", c.out_dim,
                      c.in_dim));
   const char* type = model_type_name(c.model_type);
+  // A V1.1 model also reads data with a reference frame (reference_frame.hpp).
+  const bool reference_data = c.reference_y_channels() > 0 && s.condition_channels == c.reference_y_channels();
   // The encode option that makes this model's /y (a Fun-Control model is i2v by its config).
-  const char* condition = c.fun_control_with_mask() ? "fun-control-mask" : c.fun_control() ? "fun-control" : type;
+  const char* condition = c.fun_control_with_mask() ? "fun-control-mask"
+                          : reference_data          ? "fun-control-ref"
+                          : c.fun_control()         ? "fun-control"
+                                                    : type;
   const char* kind = c.fun_control() ? "Fun-Control" : type;
   if (c.image_conditioned() && !s.has_condition())
     fail(
@@ -42,9 +47,13 @@ void check_data_fits_model(const data::SampleShape& s, const std::string& data_d
         fmt::format("the shards hold an image condition /y that a {} model does not read: use an i2v or flf2v "
                     "model config, or data encoded without --condition",
                     type));
-  if (c.image_conditioned() && s.condition_channels != c.condition_channels())
+  if (c.image_conditioned() && s.condition_channels != c.condition_channels() && !reference_data)
     fail(fmt::format("/y has {} channels, the model reads {}{}", s.condition_channels, c.condition_channels(),
-                     c.fun_control() ? fmt::format(" (a Fun-Control model's: wandata encode --condition {})", condition)
+                     c.fun_control() && !c.fun_control_with_mask() && s.condition_channels == 3 * c.out_dim
+                         ? std::string(" (the shards' hold a reference frame too, which a Fun-Control V1.1 model "
+                                       "reads: add_ref_conv; wandata encode --condition fun-control made this model's)")
+                     : c.fun_control()
+                         ? fmt::format(" (a Fun-Control model's: wandata encode --condition {})", condition)
                      : s.condition_channels == 2 * c.out_dim
                          ? std::string(" (the shards' is a Fun-Control model's: wandata encode --condition fun-control "
                                        "made them)")
@@ -57,10 +66,11 @@ void check_data_fits_model(const data::SampleShape& s, const std::string& data_d
         fmt::format("the model's CLIP branch needs /clip_fea in the shards: encode them with wandata encode "
                     "--condition {} --clip FILE",
                     condition));
-  if (c.image_branch() && (s.clip_tokens != c.condition_images() * c.image_tokens || s.clip_dim != c.image_dim))
+  const int64_t pictures = reference_data ? 2 : c.condition_images();  // the start's and the reference's
+  if (c.image_branch() && (s.clip_tokens != pictures * c.image_tokens || s.clip_dim != c.image_dim))
     fail(fmt::format("/clip_fea is [{}, {}] a sample, the model reads [{}, {}] ({} picture{} of {} tokens)",
-                     s.clip_tokens, s.clip_dim, c.condition_images() * c.image_tokens, c.image_dim,
-                     c.condition_images(), c.condition_images() > 1 ? "s" : "", c.image_tokens));
+                     s.clip_tokens, s.clip_dim, pictures * c.image_tokens, c.image_dim, pictures,
+                     pictures > 1 ? "s" : "", c.image_tokens));
   if (!c.image_branch() && s.clip_tokens > 0)
     fail("the shards hold CLIP features /clip_fea and the model has no CLIP branch (image_dim 0)");
   if (c.vace() && !s.has_vace())

@@ -80,6 +80,13 @@ struct WanConfig {
            (in_dim == 3 * out_dim || in_dim == 3 * out_dim + 4);
   }
   bool fun_control_with_mask() const { return fun_control() && in_dim == 3 * out_dim + 4; }
+  // A Fun-Control V1.1 model (ref_conv, y without a mask) also trains on
+  // data whose y holds another frame of the clip as a reference after the
+  // start (wandata encode --condition fun-control-ref; reference_frame.hpp):
+  // that y's channels, 3 out_dim; 0 for any other model.
+  int64_t reference_y_channels() const {
+    return fun_control() && !fun_control_with_mask() && ref_conv ? 3 * out_dim : 0;
+  }
   int64_t patch_volume() const { return patch_size[0] * patch_size[1] * patch_size[2]; }
 };
 

@@ -12,11 +12,13 @@ namespace wt::wan {
 namespace {
 // Mixed into the seed so the drop stream is independent of the noise stream
 // keyed by the same (seed, step, index).
-constexpr uint64_t kCaptionDropSalt = 0x63617074696f6e21;  // "caption!"
-constexpr uint64_t kImageDropSalt = 0x7069637475726521;    // "picture!"
-constexpr uint64_t kFirstFrameSalt = 0x6b65657066726d30;   // "keepfrm0"
-constexpr uint64_t kControlDropSalt = 0x636f6e74726f6c21;  // "control!"
-constexpr uint64_t kStartDropSalt = 0x7374617274667221;    // "startfr!"
+constexpr uint64_t kCaptionDropSalt = 0x63617074696f6e21;    // "caption!"
+constexpr uint64_t kImageDropSalt = 0x7069637475726521;      // "picture!"
+constexpr uint64_t kFirstFrameSalt = 0x6b65657066726d30;     // "keepfrm0"
+constexpr uint64_t kControlDropSalt = 0x636f6e74726f6c21;    // "control!"
+constexpr uint64_t kStartDropSalt = 0x7374617274667221;      // "startfr!"
+constexpr uint64_t kReferenceSalt = 0x7265666672616d65;      // "refframe"
+constexpr uint64_t kReferenceDropSalt = 0x72656664726f7021;  // "refdrop!"
 
 std::vector<bool> drops_with_salt(const std::vector<int64_t>& sample_indices, uint64_t salted_seed, int64_t step,
                                   double p) {
@@ -61,6 +63,16 @@ at::Tensor drop_fun_control(const at::Tensor& y, int64_t control_channels, const
     if (start[size_t(i)]) out[i].narrow(0, control_channels, rest).zero_();
   }
   return out;
+}
+
+std::vector<bool> reference_draws(const std::vector<int64_t>& sample_indices, uint64_t seed, int64_t step, double p,
+                                  int64_t frames) {
+  if (frames < 2) return std::vector<bool>(sample_indices.size(), false);
+  return drops_with_salt(sample_indices, seed ^ kReferenceSalt, step, p);
+}
+
+std::vector<bool> reference_drops(const std::vector<int64_t>& sample_indices, uint64_t seed, int64_t step, double p) {
+  return drops_with_salt(sample_indices, seed ^ kReferenceDropSalt, step, p);
 }
 
 std::vector<bool> first_frame_draws(const std::vector<int64_t>& sample_indices, uint64_t seed, int64_t step, double p,

@@ -40,6 +40,16 @@ std::vector<bool> start_drops(const std::vector<int64_t>& sample_indices, uint64
 at::Tensor drop_fun_control(const at::Tensor& y, int64_t control_channels, const std::vector<bool>& control,
                             const std::vector<bool>& start);
 
+// A Fun-Control V1.1 model trained on data with a reference frame
+// (wan/model/reference_frame.hpp): whether each sample is shown its other
+// frame as the reference at `step` (--ref-other-frame P; else its start),
+// and whether that reference's latents are zeroed (--ref-drop P), each
+// keyed as caption dropout is and drawn independently. A sample of one
+// latent frame (a still) is always shown its start: it has no other frame.
+std::vector<bool> reference_draws(const std::vector<int64_t>& sample_indices, uint64_t seed, int64_t step, double p,
+                                  int64_t frames);
+std::vector<bool> reference_drops(const std::vector<int64_t>& sample_indices, uint64_t seed, int64_t step, double p);
+
 // The first-frame condition (--condition first-frame --first-frame-prob P)
 // of a Wan2.2 TI2V model: whether each sample keeps its first frame at
 // `step`, keyed as caption dropout is but drawn independently of it and of

@@ -194,7 +194,7 @@ at::Tensor FewStepObjective::validation_losses(const train::Batch& batch) {
   const auto x0 = batch.at("latents").to(torch::kFloat32);
   Inputs in;
   in.context = batch.at("text_emb").to(torch::kFloat32);
-  in.image = image_condition(batch);
+  in.image = image_condition(batch, model_.config());
   const int64_t b = batch.size();
   // With the first-frame condition every sample keeps its first frame, as
   // flow matching's validation does.

@@ -6,6 +6,7 @@
 #include <chrono>
 
 #include "wantrain/wan/model/wan_model.hpp"
+#include "wantrain/wan/model/reference_frame.hpp"
 #include "wantrain/wan/objective/caption_dropout.hpp"
 #include "wantrain/util/error.hpp"
 
@@ -28,14 +29,17 @@ constexpr const char* kImageKeep = "image.keep";
 
 }  // namespace
 
-ModelCondition image_condition(const train::Batch& batch) {
+ModelCondition image_condition(const train::Batch& batch, const WanConfig& config, const std::vector<bool>& other,
+                               const std::vector<bool>& reference_dropped) {
   ModelCondition image;
   if (const auto y = batch.tensors.find("y"); y != batch.tensors.end()) image.y = y->second.to(torch::kFloat32);
   if (const auto f = batch.tensors.find("clip_fea"); f != batch.tensors.end())
     image.clip_fea = f->second.to(torch::kFloat32);
   if (const auto v = batch.tensors.find("vace_context"); v != batch.tensors.end())
     image.vace_context = v->second.to(torch::kFloat32);
-  return image;
+  if (const int64_t c = config.reference_y_channels(); c > 0 && image.y.defined() && image.y.size(1) == c)
+    return pick_reference(image, config.out_dim, other, reference_dropped);
+  return image;  // (shown_condition's case without draws)
 }
 
 at::Tensor training_latents(const train::Batch& batch) {
@@ -84,7 +88,14 @@ FlowMatchingObjective::Inputs FlowMatchingObjective::prepare(const train::Batch&
       keep != micro_batch.tensors.end()
           ? drop_captions(text, keep->second)
           : drop_captions(text, caption_drops(micro_batch.indices, options_.seed, context.step, options_.text_drop));
-  inputs.image = image_condition(micro_batch);
+  const auto& config = model_.config();
+  if (config.reference_y_channels() > 0)
+    inputs.image = image_condition(
+        micro_batch, config,
+        reference_draws(micro_batch.indices, options_.seed, context.step, options_.ref_other_frame, x0.size(2)),
+        reference_drops(micro_batch.indices, options_.seed, context.step, options_.ref_drop));
+  else
+    inputs.image = image_condition(micro_batch, config);
   if ((options_.control_drop > 0 || options_.start_drop > 0) && inputs.image.y.defined())
     inputs.image.y =
         drop_fun_control(inputs.image.y, model_.config().out_dim,
@@ -142,7 +153,7 @@ at::Tensor FlowMatchingObjective::validation_losses(const train::Batch& batch) {
   model_.eval();
   const auto x0 = training_latents(batch).to(torch::kFloat32);
   const auto context = batch.at("text_emb").to(torch::kFloat32);
-  const auto image = image_condition(batch);
+  const auto image = image_condition(batch, model_.config());  // with a reference frame: the start
   const int64_t b = batch.size();
   auto sum = torch::zeros({b}, torch::kFloat64);
   for (int j = 0; j < kValidationGrid; ++j) {

@@ -9,11 +9,13 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "wantrain/wan/model/flow_matching.hpp"
 #include "wantrain/train/objective.hpp"
 
 #include "wantrain/wan/model/model_condition.hpp"
+#include "wantrain/wan/model/model_config.hpp"
 
 namespace wt::wan {
 class WanModelImpl;
@@ -32,6 +34,12 @@ struct FlowMatchingObjectiveOptions {
   // probability that a sample's control latents, or its start frame's, are
   // zeroed (y's first or second half).
   double control_drop = 0, start_drop = 0;
+  // A Fun-Control V1.1 model on data with a reference frame (wandata encode
+  // --condition fun-control-ref): the probability that a sample is shown its
+  // other frame as the reference instead of its start (train_control.py's
+  // --control_ref_image random: 0.6), and that the reference's latents are
+  // then zeroed (its 0.1).
+  double ref_other_frame = 0.6, ref_drop = 0;
   // Wan2.2 TI2V's first-frame condition (--condition first-frame): the
   // probability that a sample keeps its first latent frame clean, at
   // timestep 0 and out of the loss (caption_dropout.hpp keys the draw); the
@@ -49,8 +57,12 @@ struct FlowMatchingObjectiveOptions {
   std::string vace_base;
 };
 
-// A batch's condition in fp32 ("y", "clip_fea", "vace_context"), where it has one.
-ModelCondition image_condition(const train::Batch& batch);
+// A batch's condition in fp32 ("y", "clip_fea", "vace_context"), where it
+// has one, as `config`'s model reads it: from data with a reference frame
+// (reference_frame.hpp), each row's start, or its reference where `other`
+// says so (with `reference_dropped`, zeroed).
+ModelCondition image_condition(const train::Batch& batch, const WanConfig& config, const std::vector<bool>& other = {},
+                               const std::vector<bool>& reference_dropped = {});
 // The latents a sample is trained on: /latents, after a VACE sample's
 // reference pictures' latent frames (the inactive half of the first R
 // frames of its context), as DiffSynth-Studio trains them and the model

@@ -67,6 +67,14 @@ void check_model(const distributed::World& world, const TrainSettings& settings,
                                                 "start frame it drops",
                                                 path, model_type_name(config.model_type)));
     if (in.dataset) check_data_fits_model(*in.dataset, config, path);
+    if (settings.model_run.objective.ref_drop > 0 &&
+        (config.reference_y_channels() == 0 || !in.dataset ||
+         in.dataset->largest_shape().condition_channels != config.reference_y_channels()))
+      throw SettingError("ref_drop",
+                         fmt::format("drops the reference frame that a Fun-Control V1.1 model (add_ref_conv) is shown "
+                                     "from data of wandata encode --condition fun-control-ref; model config {} and "
+                                     "the data are not both that",
+                                     path));
     if (!settings.val_data.empty()) check_data_fits_model(data::Dataset::open(settings.val_data), config, path);
     if (settings.model_run.objective.image_drop > 0 && !config.image_branch())
       throw SettingError("image_drop", fmt::format("model config {} ({}) has no CLIP branch whose features could be "

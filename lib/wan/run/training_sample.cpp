@@ -12,6 +12,7 @@
 #include "wantrain/wan/run/sampling_weights.hpp"
 #include "wantrain/wan/sample/dataset_sample.hpp"
 #include "wantrain/wan/sample/latent_comparison.hpp"
+#include "wantrain/wan/model/reference_frame.hpp"
 #include "wantrain/wan/sample/sample_outputs.hpp"
 #include "wantrain/wan/sample/sampling_core.hpp"
 #include "wantrain/wan/sample/vace_condition.hpp"
@@ -47,7 +48,7 @@ train::SampleReport TrainingSampler::draw(WanModelImpl& model, const train::Name
     // context (what caption dropout trains), with its picture.
     SampleCondition condition;
     condition.context = context_;
-    condition.image = image_;
+    condition.image = shown_condition(image_, model.config());  // with a reference frame: the start
     if (options_.first_frame && latents_.size(1) > 1)
       condition.first_frame = latents_.slice(1, 0, 1).unsqueeze(0);  // [1, C, 1, H, W]
     auto shape = latents_.sizes().vec();                             // the data fit the model: C is its out_dim

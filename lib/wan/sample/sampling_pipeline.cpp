@@ -1,5 +1,7 @@
 #include "wantrain/wan/encoders/t5_encoder.hpp"
 #include "wantrain/wan/sample/sampling_pipeline.hpp"
+
+#include "wantrain/wan/model/reference_frame.hpp"
 #include "wantrain/wan/sample/student_sampler.hpp"
 #include "wantrain/train/run_plan.hpp"
 
@@ -515,7 +517,7 @@ void SamplingPipeline::resolve_condition() {
     }
     c.context = sample.context;
     c.text_len = sample.text_len;
-    c.image = sample.image;  // the sample's own condition: its first (and last) frame, as trained
+    c.image = shown_condition(sample.image, config_);  // the sample's own: its first (and last) frame, as trained
     shape_ = {1, latent_channels, s.frames, s.height, s.width};
     c.source = fmt::format("{} sample {}{}", r.data, r.index, sample.prompt.empty() ? "" : ": " + sample.prompt);
     if (config_.image_conditioned() && !c.image.y.defined())

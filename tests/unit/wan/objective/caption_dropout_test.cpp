@@ -123,3 +123,26 @@ TEST(CaptionDropout, FunControlDropsAreTheirOwnStreamsAndZeroTheirPartOfY) {
   EXPECT_TRUE(torch::equal(masked[2].narrow(0, 0, 3), y[2].narrow(0, 0, 3)));
   EXPECT_EQ(masked[2].narrow(0, 3, 5).abs().max().item<float>(), 0.0f);
 }
+
+// A V1.1 sample is shown its other frame with probability P (train_control.py:
+// 0.6), a stream of its own; a still never (it has no other frame); the
+// reference's drop is a stream of its own too.
+TEST(CaptionDropout, ReferenceDrawsAreTheirOwnStreamsAndAStillShowsItsStart) {
+  std::vector<int64_t> indices(2000);
+  for (size_t i = 0; i < indices.size(); ++i) indices[i] = int64_t(i);
+  const auto other = reference_draws(indices, 5, 3, 0.6, 2), dropped = reference_drops(indices, 5, 3, 0.5),
+             start = start_drops(indices, 5, 3, 0.5);
+  int shown = 0, with_drop = 0, with_start = 0;
+  for (size_t i = 0; i < indices.size(); ++i) {
+    shown += other[i];
+    with_drop += other[i] && dropped[i];
+    with_start += other[i] && start[i];
+  }
+  // Binomial(2000, 0.6): sd 21.9, so 150 is 6.8 sd; independent pairs on about 0.3 of them (sd 20.5).
+  EXPECT_NEAR(shown, 1200, 150);
+  EXPECT_NEAR(with_drop, 600, 130);
+  EXPECT_NEAR(with_start, 600, 130);
+  EXPECT_EQ(reference_draws({7}, 5, 3, 0.6, 2)[0], other[7]);  // not a function of the batch
+  const auto still = reference_draws(indices, 5, 3, 1.0, 1);
+  EXPECT_TRUE(std::none_of(still.begin(), still.end(), [](bool v) { return v; }));
+}
