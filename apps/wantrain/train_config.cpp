@@ -559,7 +559,9 @@ void validate(const TrainConfig& c) {
   require(c.ref_other_frame >= 0 && c.ref_other_frame <= 1, "ref-other-frame", "must be a probability in [0, 1]");
   require(c.ref_drop >= 0 && c.ref_drop <= 1, "ref-drop", "must be a probability in [0, 1]");
   require((c.control_drop == 0 && c.start_drop == 0 && c.ref_drop == 0) || c.mode != "distill",
-          c.control_drop > 0 ? "control-drop" : c.start_drop > 0 ? "start-drop" : "ref-drop",
+          c.control_drop > 0 ? "control-drop"
+          : c.start_drop > 0 ? "start-drop"
+                             : "ref-drop",
           "not with --mode distill (its objectives drop no control)");
   require(c.first_frame_prob > 0 && c.first_frame_prob <= 1, "first-frame-prob", "must be a probability in (0, 1]");
   require(c.condition != "first-frame" || c.mode != "distill" || c.distill_steps > 0, "condition",
