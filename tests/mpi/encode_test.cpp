@@ -1217,6 +1217,32 @@ TEST(Encode, VaceControlFilesBecomeEachSamplesContextAndAVaceModelTrainsOnThem) 
   EXPECT_EQ(wt::media::probe_media(dir + "/sample.mp4").frames(), 5);
 }
 
+// walk.mp4 and run.mp4 (9 frames) with their control videos and captions
+// in DIR/clips, which it returns.
+std::string clips_with_controls(const std::string& dir) {
+  const std::string clips = dir + "/clips";
+  fs::create_directories(clips);
+  const std::string ff = "ffmpeg -hide_banner -loglevel error -y -f lavfi -i ";
+  for (const auto& [name, source] : {std::pair{"walk.mp4", "testsrc2=size=80x48:rate=16 -frames:v 9 -pix_fmt yuv420p"},
+                                     {"walk.control.mp4", "mandelbrot=size=64x64:rate=16 -frames:v 9 -pix_fmt yuv420p"},
+                                     {"run.mp4", "testsrc=size=48x48:rate=16 -frames:v 9 -pix_fmt yuv420p"},
+                                     {"run.control.mp4", "testsrc2=size=64x64:rate=16 -frames:v 9 -pix_fmt yuv420p"}})
+    run_ok(ff + source + " " + clips + "/" + name);
+  for (const char* name : {"walk", "run"}) write_text(clips + "/" + name + ".txt", "a red ball rolls");
+  return clips;
+}
+
+// A run's loss at step 2, from its metrics.jsonl (0 when it has none).
+double second_step_loss(const std::string& metrics) {
+  std::ifstream in(metrics);
+  double loss = 0;
+  for (std::string line; std::getline(in, line);) {
+    const auto j = nlohmann::json::parse(line, nullptr, false);
+    if (j.contains("loss") && j.value("step", 0) == 2) loss = j["loss"].get<double>();
+  }
+  return loss;
+}
+
 // The /y `dataset` stores for walk (its sample 1, in listing order), which
 // must be fun_control_y of clips/walk.control.mp4 and walk.mp4's first
 // frame at 32 x 32 x 5 (Wan2.2-Fun's layout `with_mask`).
@@ -1319,22 +1345,13 @@ TEST(Encode, FunControlVideosBecomeEachSamplesConditionAndAFunControlModelTrains
   ASSERT_EQ(one.status, 0) << one.output;
   ASSERT_EQ(two.status, 0) << two.output;
   EXPECT_NE(one.output.find("i2v (Fun-Control)"), std::string::npos) << one.output;
-  const auto last_loss = [](const std::string& file) {
-    std::ifstream in(file);
-    std::string line;
-    double loss = 0;
-    while (std::getline(in, line)) {
-      const auto j = nlohmann::json::parse(line, nullptr, false);
-      if (j.contains("loss") && j.value("step", 0) == 2) loss = j["loss"].get<double>();
-    }
-    return loss;
-  };
-  const double loss_one = last_loss(dir + "/one/metrics.jsonl"), loss_two = last_loss(dir + "/two/metrics.jsonl");
+  const double loss_one = second_step_loss(dir + "/one/metrics.jsonl"),
+               loss_two = second_step_loss(dir + "/two/metrics.jsonl");
   EXPECT_GT(loss_one, 0.0) << one.output;
   EXPECT_NEAR(loss_two, loss_one, 1e-5 * loss_one);
   const auto kept = train(1, dir + "/kept", config, " --seed 3");
   ASSERT_EQ(kept.status, 0) << kept.output;
-  EXPECT_GT(std::abs(last_loss(dir + "/kept/metrics.jsonl") - loss_one), 1e-6 * loss_one);
+  EXPECT_GT(std::abs(second_step_loss(dir + "/kept/metrics.jsonl") - loss_one), 1e-6 * loss_one);
   const auto t2v = train(1, dir + "/t2v", kTiny, " --control-drop 0.1");
   EXPECT_EQ(t2v.status, 2) << t2v.output;
   EXPECT_EQ(wt::testing::occurrences(t2v.output, "option --control-drop: model config " + kTiny +
@@ -1370,17 +1387,7 @@ TEST(Encode, FunControlVideosBecomeEachSamplesConditionAndAFunControlModelTrains
 TEST(Encode, FunControlReferenceDataHoldAnotherFrameAndAV11ModelTrainsOnThem) {
   const auto& s = setup();
   ASSERT_TRUE(s.error.empty()) << s.error;
-  const std::string dir = wt::testing::fresh("encode-fun-control-ref"), clips = dir + "/clips";
-  fs::create_directories(clips);
-  const std::string ff = "ffmpeg -hide_banner -loglevel error -y -f lavfi -i ";
-  for (const auto& [name, source] : {std::pair{"walk.mp4", "testsrc2=size=80x48:rate=16 -frames:v 9 -pix_fmt yuv420p"},
-                                     {"walk.control.mp4", "mandelbrot=size=64x64:rate=16 -frames:v 9 -pix_fmt yuv420p"},
-                                     {"run.mp4", "testsrc=size=48x48:rate=16 -frames:v 9 -pix_fmt yuv420p"},
-                                     {"run.control.mp4", "testsrc2=size=64x64:rate=16 -frames:v 9 -pix_fmt yuv420p"}}) {
-    const auto job = launch(ff + source + " " + clips + "/" + name);
-    ASSERT_EQ(job.status, 0) << name << ": " << job.output;
-  }
-  for (const char* name : {"walk", "run"}) write_text(clips + "/" + name + ".txt", "a red ball rolls");
+  const std::string dir = wt::testing::fresh("encode-fun-control-ref"), clips = clips_with_controls(dir);
   small_clip(dir + "/clip.safetensors");
   auto clip = wt::wan::load_clip_vision(dir + "/clip.safetensors");  // as wandata reads it
   const std::string options = "--frames 5 --latent-dtype fp32 --clip " + dir + "/clip.safetensors --condition ";
@@ -1448,29 +1455,20 @@ TEST(Encode, FunControlReferenceDataHoldAnotherFrameAndAV11ModelTrainsOnThem) {
                                                " --threads 1 --backend mpi --batch-size " + std::to_string(2 / ranks) +
                                                " --steps 2 --lr 1e-3 --seed 3" + extra));
   };
-  const auto last_loss = [](const std::string& file) {
-    std::ifstream in(file);
-    double loss = 0;
-    for (std::string line; std::getline(in, line);) {
-      const auto j = nlohmann::json::parse(line, nullptr, false);
-      if (j.contains("loss") && j.value("step", 0) == 2) loss = j["loss"].get<double>();
-    }
-    return loss;
-  };
   const std::string shown = " --ref-other-frame 0.5 --ref-drop 0.5";
   const auto one = train(1, dir + "/one", v11, data, shown), two = train(2, dir + "/two", v11, data, shown);
   ASSERT_EQ(one.status, 0) << one.output;
   ASSERT_EQ(two.status, 0) << two.output;
-  const double loss_one = last_loss(dir + "/one/metrics.jsonl");
+  const double loss_one = second_step_loss(dir + "/one/metrics.jsonl");
   EXPECT_GT(loss_one, 0.0);
-  EXPECT_NEAR(last_loss(dir + "/two/metrics.jsonl"), loss_one, 1e-5 * loss_one);
+  EXPECT_NEAR(second_step_loss(dir + "/two/metrics.jsonl"), loss_one, 1e-5 * loss_one);
   // Every sample shown its other frame, against every sample shown its start.
   const auto other = train(1, dir + "/other", v11, data, " --ref-other-frame 1");
   const auto start = train(1, dir + "/start", v11, data, " --ref-other-frame 0");
   ASSERT_EQ(other.status, 0) << other.output;
   ASSERT_EQ(start.status, 0) << start.output;
-  const double loss_other = last_loss(dir + "/other/metrics.jsonl");
-  EXPECT_GT(std::abs(last_loss(dir + "/start/metrics.jsonl") - loss_other), 1e-6 * loss_other)
+  const double loss_other = second_step_loss(dir + "/other/metrics.jsonl");
+  EXPECT_GT(std::abs(second_step_loss(dir + "/start/metrics.jsonl") - loss_other), 1e-6 * loss_other)
       << "the reference frame shown changes the step";
   const auto old_model = train(1, dir + "/v10", v10, data, "");
   EXPECT_EQ(old_model.status, 2) << old_model.output;
@@ -1499,17 +1497,7 @@ TEST(Encode, FunControlReferenceDataHoldAnotherFrameAndAV11ModelTrainsOnThem) {
 TEST(Encode, Wan22FunControlDataHoldTheStartsMaskAndAWan22FunModelTrainsOnThem) {
   const auto& s = setup();
   ASSERT_TRUE(s.error.empty()) << s.error;
-  const std::string dir = wt::testing::fresh("encode-fun-control-mask"), clips = dir + "/clips";
-  fs::create_directories(clips);
-  const std::string ff = "ffmpeg -hide_banner -loglevel error -y -f lavfi -i ";
-  for (const auto& [name, source] : {std::pair{"walk.mp4", "testsrc2=size=80x48:rate=16 -frames:v 9 -pix_fmt yuv420p"},
-                                     {"walk.control.mp4", "mandelbrot=size=64x64:rate=16 -frames:v 9 -pix_fmt yuv420p"},
-                                     {"run.mp4", "testsrc=size=48x48:rate=16 -frames:v 9 -pix_fmt yuv420p"},
-                                     {"run.control.mp4", "testsrc2=size=64x64:rate=16 -frames:v 9 -pix_fmt yuv420p"}}) {
-    const auto job = launch(ff + source + " " + clips + "/" + name);
-    ASSERT_EQ(job.status, 0) << name << ": " << job.output;
-  }
-  for (const char* name : {"walk", "run"}) write_text(clips + "/" + name + ".txt", "a red ball rolls");
+  const std::string dir = wt::testing::fresh("encode-fun-control-mask"), clips = clips_with_controls(dir);
   const std::string data = dir + "/data", v21 = dir + "/v21";
   const auto encoded =
       launch(wandata(encode_args(s, clips, data, "--frames 5 --condition fun-control-mask --latent-dtype fp32")));
