@@ -120,6 +120,10 @@ void validate(const WanConfig& c, const std::string& source) {
                           3 * c.out_dim, 3 * c.out_dim + 4)
             : std::string(),
         c.in_dim));
+  if (c.model_type == ModelType::TI2V && c.in_dim != c.out_dim)
+    fail(fmt::format("'model_type' ti2v reads the latents alone, so 'in_dim' must be out_dim = {} (or 3 * out_dim + "
+                     "4 = {}: Wan2.2-Fun-5B-Control's control and start frame), got {}",
+                     c.out_dim, 3 * c.out_dim + 4, c.in_dim));
   if (c.ref_conv && !c.fun_control())
     fail(
         fmt::format("'add_ref_conv' is for a Fun-Control model ('model_type' i2v, 'in_dim' 3 * out_dim = {} or "
@@ -220,6 +224,9 @@ WanConfig parse_model_config(const std::string& text, const std::string& source)
                                    fmt::join(names, ", "), json_excerpt(v)));
     c.model_type = kModelTypes[found - names.begin()].first;
   }
+  // Wan2.2-Fun-5B-Control is TI2V-5B with a control's y (3 out_dim + 4
+  // channels in): VideoX-Fun builds the same module whichever it is called.
+  if (c.model_type == ModelType::TI2V && c.in_dim == 3 * c.out_dim + 4) c.model_type = ModelType::I2V;
   if (doc.contains("image_dim")) {
     const json& v = doc.at("image_dim");
     if (!v.is_number_integer() || v.get<int64_t>() < 0)

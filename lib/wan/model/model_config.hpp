@@ -21,7 +21,10 @@ namespace wt::wan {
 //          control video's latents and a start frame's (fun_control());
 //          with in_dim = 3 out_dim + 4, Wan2.2-Fun's: a control video's
 //          latents, then an i2v condition (mask and latents) of the start
-//          frame (fun_control_with_mask())
+//          frame (fun_control_with_mask()); on the Wan2.2 VAE's latents
+//          (48 channels), Wan2.2-Fun-5B-Control, which also holds the
+//          start's latent frame as TI2V does (holds_start_frame(); its
+//          config may say ti2v: read as i2v)
 //   flf2v  first and last frame: y as i2v with the last frame too, CLIP
 //          features of both pictures with a learnt position embedding
 //   ti2v   Wan2.2's TI2V-5B, built as t2v here
@@ -80,6 +83,14 @@ struct WanConfig {
            (in_dim == 3 * out_dim || in_dim == 3 * out_dim + 4);
   }
   bool fun_control_with_mask() const { return fun_control() && in_dim == 3 * out_dim + 4; }
+  // Wan2.2-Fun-5B-Control: a fun_control_with_mask() model on the Wan2.2
+  // VAE's latents (pipeline_wan2_2_fun_control.py's spatial_compression_ratio
+  // >= 16 case, the VAE known here by its 48 channels). Where y holds a start
+  // frame (fun_control_start.hpp), the start's latents replace latent frame
+  // 0 of x and its tokens see timestep 0 (TI2V's first-frame condition), in
+  // sampling and in training.
+  bool holds_start_frame() const { return fun_control_with_mask() && out_dim == kWan22LatentChannels; }
+  static constexpr int64_t kWan22LatentChannels = 48;
   // A Fun-Control V1.1 model (ref_conv, y without a mask) also trains on
   // data whose y holds another frame of the clip as a reference after the
   // start (wandata encode --condition fun-control-ref; reference_frame.hpp):

@@ -6,6 +6,7 @@
 #include <chrono>
 
 #include "wantrain/wan/model/wan_model.hpp"
+#include "wantrain/wan/model/fun_control_start.hpp"
 #include "wantrain/wan/model/reference_frame.hpp"
 #include "wantrain/wan/objective/caption_dropout.hpp"
 #include "wantrain/util/error.hpp"
@@ -74,14 +75,6 @@ FlowMatchingObjective::Inputs FlowMatchingObjective::prepare(const train::Batch&
   }
   noise.eps = noise.eps.to(x0.device());  // once: apply_noise reads it there
   Inputs inputs{apply_noise(x0, noise), noise.eps, {}, {}, {}};
-  if (options_.first_frame_prob > 0) {
-    const auto kept =
-        first_frame_draws(micro_batch.indices, options_.seed, context.step, options_.first_frame_prob, x0.size(2));
-    auto first = keep_first_frame(inputs.noisy, x0, kept, model_.config().patch_size);
-    inputs.noisy.x_t = std::move(first.x_t);
-    inputs.noisy.timesteps = std::move(first.timesteps);
-    inputs.first_frame_kept = std::move(first.kept);
-  }
   const auto text = micro_batch.at("text_emb").to(torch::kFloat32);
   const auto keep = micro_batch.tensors.find(kCaptionKeep);
   inputs.context =
@@ -108,7 +101,26 @@ FlowMatchingObjective::Inputs FlowMatchingObjective::prepare(const train::Batch&
                                 : drop_captions(inputs.image.clip_fea, image_drops(micro_batch.indices, options_.seed,
                                                                                    context.step, options_.image_drop));
   }
+  // The first frame held clean: TI2V's drawn, Wan2.2-Fun-5B-Control's where
+  // the (not dropped) condition shows a start.
+  std::vector<bool> kept;
+  if (options_.first_frame_prob > 0)
+    kept = first_frame_draws(micro_batch.indices, options_.seed, context.step, options_.first_frame_prob, x0.size(2));
+  else
+    kept = held_starts(inputs.image, x0.size(2));
+  if (!kept.empty()) {
+    auto first = keep_first_frame(inputs.noisy, x0, kept, config.patch_size);
+    inputs.noisy.x_t = std::move(first.x_t);
+    inputs.noisy.timesteps = std::move(first.timesteps);
+    inputs.first_frame_kept = std::move(first.kept);
+  }
   return inputs;
+}
+
+std::vector<bool> FlowMatchingObjective::held_starts(const ModelCondition& image, int64_t latent_frames) const {
+  const auto& config = model_.config();
+  if (!config.holds_start_frame() || !image.y.defined() || latent_frames < 2) return {};
+  return start_given(image.y, config.out_dim);
 }
 
 train::ObjectiveLoss FlowMatchingObjective::loss(const train::Batch& micro_batch, const train::StepContext& context) {
@@ -161,8 +173,10 @@ at::Tensor FlowMatchingObjective::validation_losses(const train::Batch& batch) {
     std::vector<uint64_t> keys(b);
     for (int64_t i = 0; i < b; ++i) keys[i] = sample_key(kValidationSeed, j, batch.indices[i]);
     const auto noisy = noisy_batch_at(x0, std::vector<double>(b, sigma), keys);
-    if (options_.first_frame_prob > 0) {  // every sample keeps its first frame
-      const auto first = keep_first_frame(noisy, x0, std::vector<bool>(b, x0.size(2) > 1), model_.config().patch_size);
+    // TI2V: every sample keeps its first frame; Wan2.2-Fun-5B-Control: those whose condition shows a start.
+    const auto kept = options_.first_frame_prob > 0 ? std::vector<bool>(b, x0.size(2) > 1) : held_starts(image, x0.size(2));
+    if (!kept.empty()) {
+      const auto first = keep_first_frame(noisy, x0, kept, model_.config().patch_size);
       const auto prediction = model_.forward(first.x_t, first.timesteps, context, image);
       sum += first_frame_losses(prediction, noisy.target, first.kept).to(torch::kCPU, torch::kFloat64);
       continue;

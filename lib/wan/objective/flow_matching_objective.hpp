@@ -102,14 +102,20 @@ class FlowMatchingObjective : public train::Objective {
     at::Tensor eps;        // the noise of x_t, on its device, fp32
     at::Tensor context;    // [B, L, D] fp32
     ModelCondition image;  // fp32; image dropout applied
-    // With the first-frame condition: [B] bool, the rows whose frame 0 is
-    // kept (x_t holds x0 there and the timesteps are per token, [B, L]).
+    // With the first-frame condition or a Wan2.2-Fun-5B-Control start: [B]
+    // bool, the rows whose frame 0 is kept (x_t holds x0 there and the
+    // timesteps are per token, [B, L]).
     at::Tensor first_frame_kept;
   };
   // The loss of a prediction for `in` (flow_matching_loss, or
   // first_frame_loss with the first-frame condition).
   static at::Tensor loss_of(const at::Tensor& prediction, const at::Tensor& target, const Inputs& in);
   Inputs prepare(const train::Batch& micro_batch, const train::StepContext& context) const;
+  // Wan2.2-Fun-5B-Control (WanConfig::holds_start_frame()): the rows whose
+  // condition shows a start frame, held clean as TI2V's first frame (the
+  // clip's latent frame 0: the start's latents in y are the same picture
+  // through the same causal VAE); empty for other models or a still.
+  std::vector<bool> held_starts(const ModelCondition& image, int64_t latent_frames) const;
 
   WanModelImpl& model_;
   const FlowMatchingObjectiveOptions options_;

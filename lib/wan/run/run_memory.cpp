@@ -171,7 +171,7 @@ MemoryPlanSettings memory_plan_settings(const TrainSettings& settings, const Wan
   s.step.attention_chunk = m.attention_chunk;
   s.step.grad_checkpoint_every = m.grad_checkpoint;
   s.step.offload_checkpointed = m.activation_offload;
-  s.step.per_token_timesteps = settings.first_frame();
+  s.step.per_token_timesteps = settings.first_frame() || model.holds_start_frame();
   s.step.sequence_parallel = run.sequence_parallel;
   s.ema = run.ema_decay > 0;
   s.lora = m.lora;
@@ -262,7 +262,7 @@ std::string sample_rank_memory(const TrainSettings& settings, const std::optiona
   step.latents = sample_latents(settings, data);
   step.compute_dtype = settings.run.compute_dtype;
   step.attention_chunk = settings.model_run.attention_chunk;
-  step.per_token_timesteps = settings.first_frame();
+  step.per_token_timesteps = settings.first_frame() || model->holds_start_frame();
   step.sequence_parallel = settings.sample_ranks;
   const auto memory =
       plan_sampling(*model, step, models, /*offload_experts=*/false, sample_rank_linear_dtype(settings));

@@ -134,6 +134,12 @@ void check_teacher(const distributed::World& world, const TrainSettings& setting
                                              in.model_config ? fmt::format(", {} is {}", model_config,
                                                                            model_type_name(in.model_config->model_type))
                                                              : std::string()));
+    // The held start frame is the few-step objective's (its first-frame path); the teacher-to-student
+    // objective keeps every frame of x_t as it is.
+    if (config.holds_start_frame() && !run.few_step)
+      throw SettingError("mode", fmt::format("distillation of a Wan2.2-Fun-5B-Control model ({}) is for few-step "
+                                             "students ({} K) only yet: its start frame is held as TI2V's",
+                                             source, setting_reference("distill_steps")));
     // An image student's frames reach a video teacher as stills (wan/objective/teacher.hpp).
     auto seen = config;
     if (in.model_config && in.model_config->patch_size[0] == 1) seen.patch_size[0] = 1;

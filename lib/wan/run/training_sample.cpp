@@ -12,6 +12,7 @@
 #include "wantrain/wan/run/sampling_weights.hpp"
 #include "wantrain/wan/sample/dataset_sample.hpp"
 #include "wantrain/wan/sample/latent_comparison.hpp"
+#include "wantrain/wan/model/fun_control_start.hpp"
 #include "wantrain/wan/model/reference_frame.hpp"
 #include "wantrain/wan/sample/sample_outputs.hpp"
 #include "wantrain/wan/sample/sampling_core.hpp"
@@ -51,6 +52,9 @@ train::SampleReport TrainingSampler::draw(WanModelImpl& model, const train::Name
     condition.image = shown_condition(image_, model.config());  // with a reference frame: the start
     if (options_.first_frame && latents_.size(1) > 1)
       condition.first_frame = latents_.slice(1, 0, 1).unsqueeze(0);  // [1, C, 1, H, W]
+    const auto& config = model.config();
+    if (config.holds_start_frame() && condition.image.y.defined() && start_given(condition.image.y, config.out_dim)[0])
+      condition.first_frame = start_latents(condition.image.y, config.out_dim);  // Wan2.2-Fun-5B-Control's start
     auto shape = latents_.sizes().vec();                             // the data fit the model: C is its out_dim
     shape.insert(shape.begin(), 1);
     // A VACE sample's reference pictures: latent frames drawn first and dropped (vace_condition.hpp).

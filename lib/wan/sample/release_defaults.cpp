@@ -46,6 +46,16 @@ std::optional<ReleaseSampling> release_sampling(const WanConfig& config, bool tw
       r.boundary = 0.875;
       return r;
     case ModelType::I2V:
+      if (config.holds_start_frame()) {
+        // VideoX-Fun's examples/wan2.2_fun/predict_v2v_control_5b.py: "Flow"
+        // (Euler) at shift 5, 40 steps, guidance 6, one model.
+        if (two_experts || !shape_is(config, 3072, 30, 24, 14336) || config.image_branch()) return std::nullopt;
+        r.model = "Wan2.2-Fun-5B-Control";
+        r.steps = 40;
+        r.cfg_low = r.cfg_high = 6.0;
+        r.solver = Solver::Euler;
+        return r;
+      }
       if (config.fun_control_with_mask()) {
         // VideoX-Fun's examples/wan2.2_fun/predict_v2v_control.py: "Flow"
         // (Euler) at shift 5, 50 steps, guidance 6, the experts switching at

@@ -38,6 +38,7 @@
 #include "wantrain/wan/sample/picture_start.hpp"
 #include "wantrain/wan/sample/vace_condition.hpp"
 #include "wantrain/wan/sample/fun_control_condition.hpp"
+#include "wantrain/wan/model/fun_control_start.hpp"
 #include "wantrain/wan/sample/sampling_core.hpp"
 #include "wantrain/wan/sample/cache_calibration.hpp"
 #include "wantrain/wan/sample/step_cache_calibration.hpp"
@@ -795,6 +796,9 @@ at::Tensor SamplingPipeline::start_from_image() {
   at::Tensor first_frame;
   if (config_.fun_control()) {  // the start picture is part of the control
     if (gives_fun_control(r) || !c.image.y.defined()) start_from_fun_control();
+    // Wan2.2-Fun-5B-Control holds a given start's latents as TI2V holds its picture's.
+    if (config_.holds_start_frame() && start_given(c.image.y, config_.out_dim)[0])
+      first_frame = start_latents(c.image.y, config_.out_dim);
     return first_frame;
   }
   if (!r.image.empty()) {
@@ -868,7 +872,10 @@ void SamplingPipeline::start_from_fun_control() {
                               : !r.image.empty()   ? r.image
                                                    : std::string("no picture (zeros)");
   report_info("Fun-Control{} at {}x{}, {} frames: control {}, start picture {}{}{}",
-              config_.fun_control_with_mask() ? " (Wan2.2-Fun: with the start's mask)" : "", width, height, frames,
+              config_.holds_start_frame()       ? " (Wan2.2-Fun-5B: with the start's mask, its latents held as frame 0)"
+              : config_.fun_control_with_mask() ? " (Wan2.2-Fun: with the start's mask)"
+                                                : "",
+              width, height, frames,
               r.control_video.empty() ? "none (zeros)" : r.control_video, r.image.empty() ? "none" : r.image,
               config_.ref_conv
                   ? ", reference picture " + (r.ref_image.empty() ? std::string("none (zeros)") : r.ref_image)

@@ -274,6 +274,33 @@ TEST(ModelConfig, ImageToVideoKeysAreOptionalAndChecked) {
   EXPECT_FALSE(control.fun_control_with_mask());
   EXPECT_TRUE(masked.ref_conv);
   EXPECT_EQ(masked.condition_channels(), 2 * out + 4);
+  EXPECT_FALSE(masked.holds_start_frame());  // not on the Wan2.2 VAE's 48 channels
+  // Wan2.2-Fun-5B-Control: the same layout on 48 channels holds its start;
+  // its config may call it ti2v (TI2V-5B's), read as i2v.
+  for (const char* type : {"i2v", "ti2v"}) {
+    auto five = fun22;
+    five["model_type"] = type;
+    five["out_dim"] = 48;
+    five["in_dim"] = 3 * 48 + 4;
+    five["in_dim_ref_conv"] = 48;
+    const auto held = wt::wan::parse_model_config(five.dump(), "five");
+    EXPECT_TRUE(held.fun_control_with_mask()) << type;
+    EXPECT_TRUE(held.holds_start_frame()) << type;
+    EXPECT_EQ(held.model_type, wt::wan::ModelType::I2V) << type;
+  }
+  const auto shipped5b = wt::wan::load_model_config(config_path("wan2.2-fun-5b-control"));
+  EXPECT_TRUE(shipped5b.holds_start_frame() && shipped5b.ref_conv && !shipped5b.image_branch());
+  // TI2V-5B's base differs from it only by the patch embedding's input channels.
+  EXPECT_EQ(wt::wan::parameter_count(shipped5b) - wt::wan::parameter_count(wt::wan::load_model_config(
+                                                      config_path("wan2.2-ti2v-5b"))),
+            (148 - 48) * 3072 * 4 + 48 * 3072 * 4 + 3072);  // patch embedding's extra inputs, ref_conv
+  auto ti2v = doc;
+  ti2v["model_type"] = "ti2v";
+  ti2v["in_dim"] = out + 1;
+  EXPECT_EQ(error_of(ti2v), fmt::format("model config test.json: 'model_type' ti2v reads the latents alone, so "
+                                        "'in_dim' must be out_dim = {} (or 3 * out_dim + 4 = {}: "
+                                        "Wan2.2-Fun-5B-Control's control and start frame), got {}",
+                                        out, 3 * out + 4, out + 1));
   // At out_dim 4, in_dim 12 is both 3 out_dim and 2 out_dim + 4: an i2v model's.
   auto four = doc;
   four["out_dim"] = 4;

@@ -55,6 +55,9 @@ TEST(ReleaseSampling, EachReleasedConfigSamplesWithItsReleasesSettings) {
            // VideoX-Fun's examples/wan2.2_fun/predict_v2v_control.py: Euler ("Flow"), 50 steps, shift 5,
            // guidance 6; config/wan2.2/wan_civitai_i2v.yaml's boundary 0.900.
            Row{"wan2.2-fun-a14b-control", true, k480p, "Wan2.2-Fun-A14B-Control", 50, 5.0, 6.0, 6.0, 0.9, kSharedStart},
+           // examples/wan2.2_fun/predict_v2v_control_5b.py: Euler ("Flow"), 40 steps, shift 5, guidance 6.
+           Row{"wan2.2-fun-5b-control", false, 1280 * 704, "Wan2.2-Fun-5B-Control", 40, 5.0, 6.0, 6.0, 0.0,
+               kSharedStart},
        }) {
     const auto r = release_sampling(config(row.file), row.two_experts, row.pixels);
     ASSERT_TRUE(r.has_value()) << row.file;
@@ -79,6 +82,8 @@ TEST(ReleaseSampling, ShapesNoReleaseHasGetNone) {
   EXPECT_FALSE(release_sampling(config("wan2.1-i2v-14b-480p"), true, 832 * 480).has_value());
   EXPECT_FALSE(release_sampling(config("wan2.2-fun-a14b-control"), false, 832 * 480).has_value());
   EXPECT_EQ(release_sampling(config("wan2.2-fun-a14b-control"), true, 832 * 480)->solver, Solver::Euler);
+  EXPECT_FALSE(release_sampling(config("wan2.2-fun-5b-control"), true, 832 * 480).has_value());
+  EXPECT_EQ(release_sampling(config("wan2.2-fun-5b-control"), false, 832 * 480)->solver, Solver::Euler);
   EXPECT_EQ(release_sampling(config("wan2.2-t2v-a14b"), false, 832 * 480)->model, "Wan2.1 T2V-14B");
 }
 
