@@ -29,6 +29,7 @@
 #include "wantrain/wan/model/weights.hpp"
 #include "wantrain/wan/vae/vae_config.hpp"
 #include "wantrain/wan/vae/vae_weights.hpp"
+#include "wantrain/wan/vae/wan22_vae.hpp"
 #include "wantrain/wan/vae/wan_vae.hpp"
 
 // Its own namespace: the unity build compiles it with the other e2e tests,
@@ -46,7 +47,7 @@ bool ends_with(const std::string& s, const std::string& end) {
 // normalised input), small biases, the attention's output projection (zero
 // in a fresh module) drawn too, and the decoder's last conv at 0.3 so that
 // few decoded values reach the clamp at +-1.
-void randomize(wt::wan::WanVaeImpl& vae, uint64_t seed) {
+void randomize(torch::nn::Module& vae, uint64_t seed) {
   torch::manual_seed(seed);
   torch::NoGradGuard no_grad;
   for (auto& item : vae.named_parameters()) {
@@ -62,7 +63,7 @@ void randomize(wt::wan::WanVaeImpl& vae, uint64_t seed) {
   }
 }
 
-wt::io::NamedTensors state_dict(const wt::wan::WanVaeImpl& vae) {
+wt::io::NamedTensors state_dict(const torch::nn::Module& vae) {
   wt::io::NamedTensors weights;
   for (const auto& item : vae.named_parameters()) weights.emplace_back(item.key(), item.value());
   return weights;
@@ -780,6 +781,68 @@ TEST(FunControlSample, Wan22FunTwoExpertsAreTheReferenceLoop) {
                                                             "picture {}, reference picture {}/ref.png\n",
                                                             frames, dir, start ? dir + "/start.png" : "none", dir)),
         1u)
+        << sample.output;
+    expect_sample_is_the_reference(dir);
+  }
+}
+
+// A Wan2.2-Fun-5B-Control model (VideoX-Fun's Wan2.2-Fun on the Wan2.2 VAE:
+// i2v, in_dim 3 z + 4 with z = 48, no CLIP branch, ref_conv; one model)
+// sampled by wansample from a control video, a start picture and a
+// reference picture, against tests/reference/fun_control_5b_sample_reference.py:
+// pipeline_wan2_2_fun_control.py's condition, and its spatial_compression_ratio
+// >= 16 branch: the start's latents held in frame 0 before the loop and after
+// every step, its tokens at timestep 0; 10 guided Euler steps. Without a
+// start picture nothing is held; a still with one is its start.
+TEST(FunControlSample, Wan22Fun5BHoldsItsStartAsTheReferenceLoop) {
+  const std::string dir = wt::testing::fresh("fun-control-5b-sample");
+  std::filesystem::create_directories(dir);
+  const int side = 64;
+  const std::string model_json = R"({"model_type": "ti2v", "dim": 32, "ffn_dim": 48, "num_heads": 2,
+      "num_layers": 2, "freq_dim": 32, "text_dim": 8, "text_len": 16, "patch_size": [1, 2, 2], "in_dim": 148,
+      "out_dim": 48, "eps": 1e-6, "qk_norm": true, "cross_attn_norm": true, "add_ref_conv": true,
+      "in_dim_ref_conv": 48})";
+  std::ofstream(dir + "/model.json") << model_json;
+  const auto config = wt::wan::parse_model_config(model_json, "model.json");
+  ASSERT_TRUE(config.holds_start_frame() && config.ref_conv && !config.image_branch());
+  write_random_model(config, 81, dir + "/model.safetensors");
+  // A Wan2.2 VAE of the release's 48 latent channels (4 x 16 x 16).
+  auto inputs = fun_control_inputs(dir, side);
+  const std::string vae_json = R"({"version": "2.2", "dim": 8, "dec_dim": 12, "z_dim": 48, "dim_mult": [1, 2, 2, 2],
+      "num_res_blocks": 1, "temperal_downsample": [false, true, true]})";
+  std::ofstream(dir + "/vae.json") << vae_json;
+  wt::wan::Wan22Vae vae(wt::wan::parse_vae22_config(vae_json, "48 channels"));
+  randomize(*vae, 82);
+  wt::io::write_safetensors(dir + "/vae.safetensors", state_dict(*vae), torch::kFloat32);
+  torch::manual_seed(83);
+  for (auto& [name, tensor] : inputs)
+    if (name == "noise") tensor = torch::randn({48, 2, side / 16, side / 16});
+  for (const auto& [start, latent_frames] : {std::pair{true, 2}, {false, 2}, {true, 1}}) {
+    SCOPED_TRACE(fmt::format("start {}, {} latent frames", start, latent_frames));
+    const int frames = 4 * (latent_frames - 1) + 1;
+    auto given = inputs;
+    if (!start) given.erase(std::find_if(given.begin(), given.end(), [](const auto& t) { return t.first == "start"; }));
+    for (auto& [name, tensor] : given)
+      if (name == "noise" || name == "control") tensor = tensor.narrow(1, 0, name == "noise" ? latent_frames : frames);
+    wt::io::write_safetensors(dir + "/inputs.safetensors", given, torch::kFloat32);
+    const auto reference = wt::testing::launch(
+        std::string(WANTRAIN_PYTHON) + " " + WANTRAIN_SOURCE_DIR + "/tests/reference/fun_control_5b_sample_reference.py " +
+        dir + "/model.json " + dir + "/model.safetensors " + dir + "/vae.json " + dir + "/vae.safetensors " + dir +
+        "/inputs.safetensors " + dir + "/reference.safetensors");
+    ASSERT_EQ(reference.status, 0) << reference.output;
+    const auto sample = wt::testing::launch(
+        std::string(WANTRAIN_WANSAMPLE) + " --weights " + dir + "/model.safetensors --model-config " + dir +
+        "/model.json --text " + dir + "/text.h5 --frames " + std::to_string(latent_frames) + " --size 4x4 --noise " +
+        dir + "/noise.h5 --solver euler --steps 10 --cfg 4 --shift 3 --vae " + dir + "/vae.safetensors --vae-config " +
+        dir + "/vae.json --control-video " + dir + "/control.mp4 --ref-image " + dir + "/ref.png" +
+        (start ? " --image " + dir + "/start.png" : "") + " --out " + dir + "/sample.h5");
+    ASSERT_EQ(sample.status, 0) << sample.output;
+    EXPECT_EQ(wt::testing::occurrences(
+                  sample.output, fmt::format("Fun-Control (Wan2.2-Fun-5B: with the start's mask, its latents held as "
+                                             "frame 0) at 64x64, {} frames: control {}/control.mp4, start picture {}, "
+                                             "reference picture {}/ref.png\n",
+                                             frames, dir, start ? dir + "/start.png" : "none", dir)),
+              1u)
         << sample.output;
     expect_sample_is_the_reference(dir);
   }

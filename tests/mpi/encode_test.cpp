@@ -21,6 +21,7 @@
 
 #include "../common/build_paths.hpp"
 #include "../common/launch.hpp"
+#include "../common/sample_shard.hpp"
 #include "../common/train_runs.hpp"
 #include "../common/sparse_weights.hpp"
 #include "wantrain/data/dataset.hpp"
@@ -1549,4 +1550,79 @@ TEST(Encode, Wan22FunControlDataHoldTheStartsMaskAndAWan22FunModelTrainsOnThem) 
                                      "fun-control-mask) read no CLIP features"),
             1u)
       << clip_refused.output;
+}
+
+// Wan2.2-Fun-5B-Control's data: --condition fun-control-mask through a
+// Wan2.2 VAE of the release's 48 channels makes /y of 2 x 48 + 4 channels
+// whose start latents are the clip's own latent frame 0 (the same picture
+// through the same causal VAE: what training holds clean). A 5B-Control
+// model trains on them with the start held (1 rank = 2 ranks, with start
+// and control drops, its training sample drawn), and wansample --data holds
+// the sample's start: the video's frame 0 is its start's latents.
+TEST(Encode, Wan22Fun5BControlDataHoldTheStartAndTheModelTrainsAndSamplesWithIt) {
+  const auto& s = setup();
+  ASSERT_TRUE(s.error.empty()) << s.error;
+  const std::string dir = wt::testing::fresh("encode-fun-control-5b"), clips = clips_with_controls(dir);
+  const std::string vae_config = dir + "/vae22.json", vae = dir + "/vae22.safetensors", data = dir + "/data";
+  write_text(vae_config, R"({"version": "2.2", "dim": 8, "dec_dim": 12, "z_dim": 48, "dim_mult": [1, 2, 2, 2],
+    "num_res_blocks": 1, "temperal_downsample": [false, true, true]})");
+  {
+    torch::manual_seed(9);
+    write_module(*wt::wan::make_video_vae(wt::wan::load_video_vae_config(vae_config)), vae);
+  }
+  auto args = encode_args(s, clips, data, "--frames 5 --condition fun-control-mask --latent-dtype fp32");
+  const std::string wan21 = "--vae " + s.vae + " --vae-config " + s.vae_config;
+  ASSERT_NE(args.find(wan21), std::string::npos);
+  args.replace(args.find(wan21), wan21.size(), "--vae " + vae + " --vae-config " + vae_config);
+  const auto encoded = launch(wandata(args));
+  ASSERT_EQ(encoded.status, 0) << encoded.output;
+  EXPECT_EQ(wt::testing::occurrences(encoded.output, "condition fun-control-mask: /y of 100 channels"), 1u)
+      << encoded.output;
+  const auto dataset = wt::data::Dataset::open(data);
+  ASSERT_EQ(dataset.size(), 2) << encoded.output;
+  const auto& shape = dataset.shape();
+  ASSERT_EQ(shape.channels, 48);
+  ASSERT_EQ(shape.condition_channels, 100);
+  std::vector<at::Tensor> starts;
+  for (int64_t i = 0; i < dataset.size(); ++i) {
+    auto latents = torch::empty({shape.channels, shape.frames, shape.height, shape.width});
+    auto text = torch::empty({shape.text_len, shape.text_dim}, wt::data::scalar_type(shape.text));
+    wt::data::SampleCondition stored;
+    stored.y = torch::empty({shape.condition_channels, shape.frames, shape.height, shape.width});
+    int32_t len = 0;
+    wt::data::SampleReader(dataset).read(i, latents, text, len, &stored);
+    const auto start = stored.y.narrow(0, 52, 48).select(1, 0);
+    EXPECT_EQ(stored.y.narrow(0, 48, 4).select(1, 0).min().item<double>(), 1.0);  // the mask keeps frame 0
+    EXPECT_LT((start - latents.select(1, 0)).abs().max().item<double>(), 1e-5 * start.abs().max().item<double>())
+        << "sample " << i;
+    starts.push_back(start);
+  }
+
+  const std::string config = dir + "/fun5b.json";
+  write_text(config, R"({"model_type": "ti2v", "dim": 64, "ffn_dim": 128, "num_heads": 4, "num_layers": 2,
+    "freq_dim": 256, "text_dim": 64, "text_len": 16, "patch_size": [1, 2, 2], "in_dim": 148, "out_dim": 48,
+    "eps": 1e-6, "qk_norm": true, "cross_attn_norm": true, "add_ref_conv": true, "in_dim_ref_conv": 48})");
+  auto train = [&](int ranks, const std::string& out) {
+    return launch(wt::testing::mpi_command(
+        ranks, WANTRAIN_WANTRAIN,
+        "--model-config " + config + " --data " + data + " --output-dir " + out +
+            " --threads 1 --backend mpi --batch-size " + std::to_string(2 / ranks) +
+            " --steps 2 --lr 1e-3 --log-every 1 --control-drop 0.5 --start-drop 0.5 --seed 3 --sample-every 2 "
+            "--sample-index 1 --sample-steps 2"));
+  };
+  const auto one = train(1, dir + "/one"), two = train(2, dir + "/two");
+  ASSERT_EQ(one.status, 0) << one.output;
+  ASSERT_EQ(two.status, 0) << two.output;
+  EXPECT_NE(one.output.find("i2v (Wan2.2-Fun-5B-Control: a start held as frame 0)"), std::string::npos) << one.output;
+  const double loss_one = second_step_loss(dir + "/one/metrics.jsonl");
+  EXPECT_GT(loss_one, 0.0);
+  EXPECT_NEAR(second_step_loss(dir + "/two/metrics.jsonl"), loss_one, 1e-5 * loss_one);
+  EXPECT_TRUE(fs::exists(dir + "/one/samples/step-00000002.png")) << one.output;
+
+  const auto sample = launch(std::string(WANTRAIN_WANSAMPLE) + " --checkpoint " + dir + "/one/latest --data " + data +
+                             " --index 1 --steps 2 --out " + dir + "/sample.h5");
+  ASSERT_EQ(sample.status, 0) << sample.output;
+  const auto sampled = wt::testing::sampled_latents(dir + "/sample.h5");  // [C, F, H, W]
+  EXPECT_TRUE(torch::equal(sampled.select(1, 0), starts[1])) << "the sample's frame 0 is its start's latents";
+  EXPECT_GT((sampled.select(1, 1) - starts[1]).abs().max().item<double>(), 1e-3);
 }

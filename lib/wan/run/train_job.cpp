@@ -95,7 +95,8 @@ void check_model(const distributed::World& world, const TrainSettings& settings,
         config.model_type == ModelType::T2V
             ? std::string()
             : fmt::format(", {}{}{}", model_type_name(config.model_type),
-                          config.fun_control_with_mask() ? " (Wan2.2-Fun-Control)"
+                          config.holds_start_frame()       ? " (Wan2.2-Fun-5B-Control: a start held as frame 0)"
+                          : config.fun_control_with_mask() ? " (Wan2.2-Fun-Control)"
                           : config.fun_control()         ? (config.ref_conv ? " (Fun-Control V1.1)" : " (Fun-Control)")
                                                          : "",
                           config.image_branch() ? " with the CLIP branch" : ""));
