@@ -826,9 +826,9 @@ TEST(FunControlSample, Wan22Fun5BHoldsItsStartAsTheReferenceLoop) {
       if (name == "noise" || name == "control") tensor = tensor.narrow(1, 0, name == "noise" ? latent_frames : frames);
     wt::io::write_safetensors(dir + "/inputs.safetensors", given, torch::kFloat32);
     const auto reference = wt::testing::launch(
-        std::string(WANTRAIN_PYTHON) + " " + WANTRAIN_SOURCE_DIR + "/tests/reference/fun_control_5b_sample_reference.py " +
-        dir + "/model.json " + dir + "/model.safetensors " + dir + "/vae.json " + dir + "/vae.safetensors " + dir +
-        "/inputs.safetensors " + dir + "/reference.safetensors");
+        std::string(WANTRAIN_PYTHON) + " " + WANTRAIN_SOURCE_DIR +
+        "/tests/reference/fun_control_5b_sample_reference.py " + dir + "/model.json " + dir + "/model.safetensors " +
+        dir + "/vae.json " + dir + "/vae.safetensors " + dir + "/inputs.safetensors " + dir + "/reference.safetensors");
     ASSERT_EQ(reference.status, 0) << reference.output;
     const auto sample = wt::testing::launch(
         std::string(WANTRAIN_WANSAMPLE) + " --weights " + dir + "/model.safetensors --model-config " + dir +

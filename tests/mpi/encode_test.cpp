@@ -1602,13 +1602,14 @@ TEST(Encode, Wan22Fun5BControlDataHoldTheStartAndTheModelTrainsAndSamplesWithIt)
   write_text(config, R"({"model_type": "ti2v", "dim": 64, "ffn_dim": 128, "num_heads": 4, "num_layers": 2,
     "freq_dim": 256, "text_dim": 64, "text_len": 16, "patch_size": [1, 2, 2], "in_dim": 148, "out_dim": 48,
     "eps": 1e-6, "qk_norm": true, "cross_attn_norm": true, "add_ref_conv": true, "in_dim_ref_conv": 48})");
-  auto train = [&](int ranks, const std::string& out) {
+  auto train = [&](int ranks, const std::string& out, const std::string& extra = "") {
     return launch(wt::testing::mpi_command(
         ranks, WANTRAIN_WANTRAIN,
         "--model-config " + config + " --data " + data + " --output-dir " + out +
             " --threads 1 --backend mpi --batch-size " + std::to_string(2 / ranks) +
             " --steps 2 --lr 1e-3 --log-every 1 --control-drop 0.5 --start-drop 0.5 --seed 3 --sample-every 2 "
-            "--sample-index 1 --sample-steps 2"));
+            "--sample-index 1 --sample-steps 2" +
+            extra));
   };
   const auto one = train(1, dir + "/one"), two = train(2, dir + "/two");
   ASSERT_EQ(one.status, 0) << one.output;
@@ -1618,6 +1619,14 @@ TEST(Encode, Wan22Fun5BControlDataHoldTheStartAndTheModelTrainsAndSamplesWithIt)
   EXPECT_GT(loss_one, 0.0);
   EXPECT_NEAR(second_step_loss(dir + "/two/metrics.jsonl"), loss_one, 1e-5 * loss_one);
   EXPECT_TRUE(fs::exists(dir + "/one/samples/step-00000002.png")) << one.output;
+
+  const auto first_frame = train(1, dir + "/first-frame", " --condition first-frame");
+  EXPECT_EQ(first_frame.status, 2) << first_frame.output;
+  EXPECT_EQ(wt::testing::occurrences(first_frame.output,
+                                     "is Wan2.2-Fun-5B-Control, which holds each sample's start "
+                                     "frame where its data show one"),
+            1u)
+      << first_frame.output;
 
   const auto sample = launch(std::string(WANTRAIN_WANSAMPLE) + " --checkpoint " + dir + "/one/latest --data " + data +
                              " --index 1 --steps 2 --out " + dir + "/sample.h5");

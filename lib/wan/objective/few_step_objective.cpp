@@ -201,6 +201,10 @@ at::Tensor FewStepObjective::validation_losses(const train::Batch& batch) {
   at::Tensor kept;
   if (options_.first_frame_prob > 0 && x0.size(2) > 1)
     kept = torch::ones({b}, torch::dtype(torch::kBool).device(x0.device()));
+  if (const auto starts = held_starts(in.image, x0.size(2)); !starts.empty()) {  // Wan2.2-Fun-5B-Control
+    std::vector<uint8_t> flags(starts.begin(), starts.end());
+    kept = torch::tensor(flags).to(x0.device(), torch::kBool);
+  }
   auto sum = torch::zeros({b}, torch::kFloat64);
   for (int j = 0; j < kValidationPoints; ++j) {
     const int n = (2 * j + 1) * schedule_.teacher_steps / (2 * kValidationPoints);

@@ -174,7 +174,8 @@ at::Tensor FlowMatchingObjective::validation_losses(const train::Batch& batch) {
     for (int64_t i = 0; i < b; ++i) keys[i] = sample_key(kValidationSeed, j, batch.indices[i]);
     const auto noisy = noisy_batch_at(x0, std::vector<double>(b, sigma), keys);
     // TI2V: every sample keeps its first frame; Wan2.2-Fun-5B-Control: those whose condition shows a start.
-    const auto kept = options_.first_frame_prob > 0 ? std::vector<bool>(b, x0.size(2) > 1) : held_starts(image, x0.size(2));
+    const auto kept =
+        options_.first_frame_prob > 0 ? std::vector<bool>(b, x0.size(2) > 1) : held_starts(image, x0.size(2));
     if (!kept.empty()) {
       const auto first = keep_first_frame(noisy, x0, kept, model_.config().patch_size);
       const auto prediction = model_.forward(first.x_t, first.timesteps, context, image);

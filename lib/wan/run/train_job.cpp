@@ -84,6 +84,11 @@ void check_model(const distributed::World& world, const TrainSettings& settings,
       throw SettingError("sample_prompts", fmt::format("model config {} is a {} model, and a prompt file gives no "
                                                        "control: sample from the data's own (the training sample)",
                                                        path, config.vace() ? "VACE" : "Fun-Control"));
+    if (settings.first_frame() && config.holds_start_frame())
+      throw SettingError("condition", fmt::format("model config {} is Wan2.2-Fun-5B-Control, which holds each "
+                                                  "sample's start frame where its data show one (--start-drop "
+                                                  "drops it); first-frame is for ti2v models",
+                                                  path));
     if (settings.first_frame() && config.model_type != ModelType::TI2V)
       throw SettingError("condition", fmt::format("the first-frame condition is Wan2.2 TI2V's: model config {} is {}, "
                                                   "not ti2v (set \"model_type\": \"ti2v\")",
@@ -97,8 +102,8 @@ void check_model(const distributed::World& world, const TrainSettings& settings,
             : fmt::format(", {}{}{}", model_type_name(config.model_type),
                           config.holds_start_frame()       ? " (Wan2.2-Fun-5B-Control: a start held as frame 0)"
                           : config.fun_control_with_mask() ? " (Wan2.2-Fun-Control)"
-                          : config.fun_control()         ? (config.ref_conv ? " (Fun-Control V1.1)" : " (Fun-Control)")
-                                                         : "",
+                          : config.fun_control() ? (config.ref_conv ? " (Fun-Control V1.1)" : " (Fun-Control)")
+                                                 : "",
                           config.image_branch() ? " with the CLIP branch" : ""));
   });
   // Sequence parallelism: whole groups of ranks, and heads that split over one.

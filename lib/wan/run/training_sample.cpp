@@ -55,7 +55,7 @@ train::SampleReport TrainingSampler::draw(WanModelImpl& model, const train::Name
     const auto& config = model.config();
     if (config.holds_start_frame() && condition.image.y.defined() && start_given(condition.image.y, config.out_dim)[0])
       condition.first_frame = start_latents(condition.image.y, config.out_dim);  // Wan2.2-Fun-5B-Control's start
-    auto shape = latents_.sizes().vec();                             // the data fit the model: C is its out_dim
+    auto shape = latents_.sizes().vec();  // the data fit the model: C is its out_dim
     shape.insert(shape.begin(), 1);
     // A VACE sample's reference pictures: latent frames drawn first and dropped (vace_condition.hpp).
     const int64_t references = image_.vace_context.defined() ? image_.vace_context.size(2) - latents_.size(1) : 0;

@@ -875,8 +875,8 @@ void SamplingPipeline::start_from_fun_control() {
               config_.holds_start_frame()       ? " (Wan2.2-Fun-5B: with the start's mask, its latents held as frame 0)"
               : config_.fun_control_with_mask() ? " (Wan2.2-Fun: with the start's mask)"
                                                 : "",
-              width, height, frames,
-              r.control_video.empty() ? "none (zeros)" : r.control_video, r.image.empty() ? "none" : r.image,
+              width, height, frames, r.control_video.empty() ? "none (zeros)" : r.control_video,
+              r.image.empty() ? "none" : r.image,
               config_.ref_conv
                   ? ", reference picture " + (r.ref_image.empty() ? std::string("none (zeros)") : r.ref_image)
                   : std::string(),

@@ -291,8 +291,8 @@ TEST(ModelConfig, ImageToVideoKeysAreOptionalAndChecked) {
   const auto shipped5b = wt::wan::load_model_config(config_path("wan2.2-fun-5b-control"));
   EXPECT_TRUE(shipped5b.holds_start_frame() && shipped5b.ref_conv && !shipped5b.image_branch());
   // TI2V-5B's base differs from it only by the patch embedding's input channels.
-  EXPECT_EQ(wt::wan::parameter_count(shipped5b) - wt::wan::parameter_count(wt::wan::load_model_config(
-                                                      config_path("wan2.2-ti2v-5b"))),
+  EXPECT_EQ(wt::wan::parameter_count(shipped5b) -
+                wt::wan::parameter_count(wt::wan::load_model_config(config_path("wan2.2-ti2v-5b"))),
             (148 - 48) * 3072 * 4 + 48 * 3072 * 4 + 3072);  // patch embedding's extra inputs, ref_conv
   auto ti2v = doc;
   ti2v["model_type"] = "ti2v";

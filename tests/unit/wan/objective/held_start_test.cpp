@@ -33,8 +33,8 @@ HeldStartBatch two_rows() {
   HeldStartBatch b;
   b.x0 = torch::randn({2, 48, 3, 4, 4});
   b.y = torch::zeros({2, 100, 3, 4, 4});
-  b.y.narrow(1, 0, 48).normal_();                                 // the control's latents
-  b.y[0].narrow(0, 48, 4).select(1, 0).fill_(1.0);                // the mask keeps frame 0
+  b.y.narrow(1, 0, 48).normal_();                                     // the control's latents
+  b.y[0].narrow(0, 48, 4).select(1, 0).fill_(1.0);                    // the mask keeps frame 0
   b.y[0].narrow(0, 52, 48).select(1, 0).copy_(b.x0[0].select(1, 0));  // the start's latents
   b.batch.indices = {3, 1};
   b.batch.tensors.emplace("latents", b.x0);
@@ -52,8 +52,9 @@ TEST(HeldStart, ARowShowingItsStartTrainsWithItCleanAtTimestepZeroAndOutOfItsLos
   wan::WanModel model(config);
   const auto rows = two_rows();
   EXPECT_EQ(wan::start_given(rows.y, 48), (std::vector<bool>{true, false}));
-  EXPECT_TRUE(torch::equal(wan::start_latents(rows.y, 48), rows.x0.narrow(2, 0, 1).narrow(0, 0, 1).expand({2, 48, 1, 4, 4}) *
-                                                               torch::tensor({1.0f, 0.0f}).view({2, 1, 1, 1, 1})));
+  EXPECT_TRUE(
+      torch::equal(wan::start_latents(rows.y, 48), rows.x0.narrow(2, 0, 1).narrow(0, 0, 1).expand({2, 48, 1, 4, 4}) *
+                                                       torch::tensor({1.0f, 0.0f}).view({2, 1, 1, 1, 1})));
   wan::FlowMatchingObjectiveOptions options;
   options.seed = 11;
   const int64_t step = 4;
