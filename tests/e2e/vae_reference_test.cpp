@@ -838,9 +838,10 @@ TEST(FunControlSample, Wan22Fun5BHoldsItsStartAsTheReferenceLoop) {
         (start ? " --image " + dir + "/start.png" : "") + " --out " + dir + "/sample.h5");
     ASSERT_EQ(sample.status, 0) << sample.output;
     EXPECT_EQ(wt::testing::occurrences(
-                  sample.output, fmt::format("Fun-Control (Wan2.2-Fun-5B: with the start's mask, its latents held as "
-                                             "frame 0) at 64x64, {} frames: control {}/control.mp4, start picture {}, "
-                                             "reference picture {}/ref.png\n",
+                  sample.output, fmt::format("Fun-Control (Wan2.2-Fun{}) at 64x64, {} frames: control {}/control.mp4, "
+                                             "start picture {}, reference picture {}/ref.png\n",
+                                             start ? "-5B: with the start's mask, its latents held as frame 0"
+                                                   : ": with the start's mask",
                                              frames, dir, start ? dir + "/start.png" : "none", dir)),
               1u)
         << sample.output;

@@ -109,7 +109,7 @@ FlowMatchingObjective::Inputs FlowMatchingObjective::prepare(const train::Batch&
   else
     kept = held_starts(inputs.image, x0.size(2));
   if (!kept.empty()) {
-    auto first = keep_first_frame(inputs.noisy, x0, kept, config.patch_size);
+    auto first = keep_first_frame(inputs.noisy, with_held_start(x0, inputs.image, {}), kept, config.patch_size);
     inputs.noisy.x_t = std::move(first.x_t);
     inputs.noisy.timesteps = std::move(first.timesteps);
     inputs.first_frame_kept = std::move(first.kept);
@@ -121,6 +121,18 @@ std::vector<bool> FlowMatchingObjective::held_starts(const ModelCondition& image
   const auto& config = model_.config();
   if (!config.holds_start_frame() || !image.y.defined() || latent_frames < 2) return {};
   return start_given(image.y, config.out_dim);
+}
+
+at::Tensor FlowMatchingObjective::with_held_start(const at::Tensor& x0, const ModelCondition& image,
+                                                  const at::Tensor& kept) const {
+  const auto& config = model_.config();
+  if (!config.holds_start_frame() || !image.y.defined()) return x0;
+  const auto start = start_latents(image.y, config.out_dim).to(x0.device(), x0.scalar_type());
+  auto out = x0.clone();
+  // Without `kept`, every row's (keep_first_frame reads the kept rows' alone).
+  out.slice(2, 0, 1).copy_(kept.defined() ? torch::where(kept.view({x0.size(0), 1, 1, 1, 1}), start, x0.slice(2, 0, 1))
+                                          : start);
+  return out;
 }
 
 train::ObjectiveLoss FlowMatchingObjective::loss(const train::Batch& micro_batch, const train::StepContext& context) {
@@ -177,7 +189,7 @@ at::Tensor FlowMatchingObjective::validation_losses(const train::Batch& batch) {
     const auto kept =
         options_.first_frame_prob > 0 ? std::vector<bool>(b, x0.size(2) > 1) : held_starts(image, x0.size(2));
     if (!kept.empty()) {
-      const auto first = keep_first_frame(noisy, x0, kept, model_.config().patch_size);
+      const auto first = keep_first_frame(noisy, with_held_start(x0, image, {}), kept, model_.config().patch_size);
       const auto prediction = model_.forward(first.x_t, first.timesteps, context, image);
       sum += first_frame_losses(prediction, noisy.target, first.kept).to(torch::kCPU, torch::kFloat64);
       continue;

@@ -112,10 +112,14 @@ class FlowMatchingObjective : public train::Objective {
   static at::Tensor loss_of(const at::Tensor& prediction, const at::Tensor& target, const Inputs& in);
   Inputs prepare(const train::Batch& micro_batch, const train::StepContext& context) const;
   // Wan2.2-Fun-5B-Control (WanConfig::holds_start_frame()): the rows whose
-  // condition shows a start frame, held clean as TI2V's first frame (the
-  // clip's latent frame 0: the start's latents in y are the same picture
-  // through the same causal VAE); empty for other models or a still.
+  // condition shows a start frame, held clean as TI2V's first frame (with
+  // with_held_start's latents); empty for other models or a still.
   std::vector<bool> held_starts(const ModelCondition& image, int64_t latent_frames) const;
+  // x0 with the `kept` rows' latent frame 0 what a Wan2.2-Fun-5B-Control
+  // model holds there: the start's latents in y, as the pipeline and
+  // train_control.py hold them (the clip's own frame 0 for data wandata
+  // encode makes, to rounding); x0 itself for other models.
+  at::Tensor with_held_start(const at::Tensor& x0, const ModelCondition& image, const at::Tensor& kept) const;
 
   WanModelImpl& model_;
   const FlowMatchingObjectiveOptions options_;

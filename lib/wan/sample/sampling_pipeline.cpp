@@ -872,7 +872,8 @@ void SamplingPipeline::start_from_fun_control() {
                               : !r.image.empty()   ? r.image
                                                    : std::string("no picture (zeros)");
   report_info("Fun-Control{} at {}x{}, {} frames: control {}, start picture {}{}{}",
-              config_.holds_start_frame()       ? " (Wan2.2-Fun-5B: with the start's mask, its latents held as frame 0)"
+              config_.holds_start_frame() && source.start.defined()
+                  ? " (Wan2.2-Fun-5B: with the start's mask, its latents held as frame 0)"
               : config_.fun_control_with_mask() ? " (Wan2.2-Fun: with the start's mask)"
                                                 : "",
               width, height, frames, r.control_video.empty() ? "none (zeros)" : r.control_video,

@@ -301,6 +301,10 @@ TEST(ModelConfig, ImageToVideoKeysAreOptionalAndChecked) {
                                         "'in_dim' must be out_dim = {} (or 3 * out_dim + 4 = {}: "
                                         "Wan2.2-Fun-5B-Control's control and start frame), got {}",
                                         out, 3 * out + 4, out + 1));
+  ti2v["in_dim"] = 2 * out + 4;
+  EXPECT_NE(error_of(ti2v).find("(2 * out_dim + 4: VideoX-Fun's Wan2.2-Fun-5B-InP, not in wantrain yet)"),
+            std::string::npos)
+      << error_of(ti2v);
   // At out_dim 4, in_dim 12 is both 3 out_dim and 2 out_dim + 4: an i2v model's.
   auto four = doc;
   four["out_dim"] = 4;

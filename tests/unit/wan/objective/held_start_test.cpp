@@ -1,6 +1,6 @@
 // Wan2.2-Fun-5B-Control's held start in training (WanConfig::holds_start_frame):
-// a row whose condition y shows a start trains with its latent frame 0 clean
-// (the clip's own), those tokens at timestep 0 and that frame out of its
+// a row whose condition y shows a start trains with its latent frame 0 the
+// start's latents in y, those tokens at timestep 0 and that frame out of its
 // loss; a row without one (none given, or dropped by --start-drop) trains as
 // any Fun-Control row. Written out by hand here from the noise the step
 // draws: x_t, the per-token timesteps and the per-row means.
@@ -27,7 +27,8 @@ struct HeldStartBatch {
 };
 
 // Two rows of 3 latent frames of 4 x 4: row 0's y shows its start (mask 1 on
-// latent frame 0, the start's latents there), row 1's shows none.
+// latent frame 0, the start's latents there), row 1's shows none. The held
+// frame is y's start, as the pipeline and train_control.py hold it.
 HeldStartBatch two_rows() {
   torch::manual_seed(5);
   HeldStartBatch b;
@@ -35,7 +36,8 @@ HeldStartBatch two_rows() {
   b.y = torch::zeros({2, 100, 3, 4, 4});
   b.y.narrow(1, 0, 48).normal_();                                     // the control's latents
   b.y[0].narrow(0, 48, 4).select(1, 0).fill_(1.0);                    // the mask keeps frame 0
-  b.y[0].narrow(0, 52, 48).select(1, 0).copy_(b.x0[0].select(1, 0));  // the start's latents
+  // The start's latents: near the clip's frame 0 but not it, to tell which the step holds.
+  b.y[0].narrow(0, 52, 48).select(1, 0).copy_(b.x0[0].select(1, 0) + 0.25);
   b.batch.indices = {3, 1};
   b.batch.tensors.emplace("latents", b.x0);
   b.batch.tensors.emplace("text_emb", torch::randn({2, 8, 16}));
@@ -52,9 +54,7 @@ TEST(HeldStart, ARowShowingItsStartTrainsWithItCleanAtTimestepZeroAndOutOfItsLos
   wan::WanModel model(config);
   const auto rows = two_rows();
   EXPECT_EQ(wan::start_given(rows.y, 48), (std::vector<bool>{true, false}));
-  EXPECT_TRUE(
-      torch::equal(wan::start_latents(rows.y, 48), rows.x0.narrow(2, 0, 1).narrow(0, 0, 1).expand({2, 48, 1, 4, 4}) *
-                                                       torch::tensor({1.0f, 0.0f}).view({2, 1, 1, 1, 1})));
+  EXPECT_TRUE(torch::equal(wan::start_latents(rows.y, 48), rows.y.narrow(1, 52, 48).narrow(2, 0, 1)));
   wan::FlowMatchingObjectiveOptions options;
   options.seed = 11;
   const int64_t step = 4;
@@ -65,7 +65,7 @@ TEST(HeldStart, ARowShowingItsStartTrainsWithItCleanAtTimestepZeroAndOutOfItsLos
   const auto noise = wan::training_noise(rows.x0.sizes(), rows.batch.indices, options.seed, step, options.flow);
   const auto sigma = noise.sigmas.view({2, 1, 1, 1, 1});
   auto x_t = (1 - sigma) * rows.x0 + sigma * noise.eps;
-  x_t[0].select(1, 0).copy_(rows.x0[0].select(1, 0));  // row 0's start, clean
+  x_t[0].select(1, 0).copy_(rows.y[0].narrow(0, 52, 48).select(1, 0));  // row 0's start, clean
   // 3 frames of 2 x 2 tokens; row 0's first 4 at 0.
   auto t = (noise.sigmas * 1000.0).view({2, 1}).expand({2, 12}).clone();
   t[0].narrow(0, 0, 4).zero_();
