@@ -174,7 +174,7 @@ at::Tensor FewStepObjective::matching_losses(const at::Tensor& x0, const Inputs&
 train::ObjectiveLoss FewStepObjective::loss(const train::Batch& micro_batch, const train::StepContext& context) {
   auto phase = std::chrono::steady_clock::now();
   const auto in = prepare(micro_batch, context);
-  const auto x0 = micro_batch.at("latents").to(torch::kFloat32);
+  const auto x0 = with_held_start(micro_batch.at("latents").to(torch::kFloat32), in.image, in.first_frame_kept);
   train::ObjectiveLoss out;
   if (few_step_.method == FewStepMethod::DistributionMatching) {
     out.prepare_seconds = seconds_since(phase);
@@ -191,7 +191,7 @@ train::ObjectiveLoss FewStepObjective::loss(const train::Batch& micro_batch, con
 at::Tensor FewStepObjective::validation_losses(const train::Batch& batch) {
   const bool was_training = model_.is_training();
   model_.eval();
-  const auto x0 = batch.at("latents").to(torch::kFloat32);
+  auto x0 = batch.at("latents").to(torch::kFloat32);
   Inputs in;
   in.context = batch.at("text_emb").to(torch::kFloat32);
   in.image = image_condition(batch, model_.config());
@@ -204,6 +204,7 @@ at::Tensor FewStepObjective::validation_losses(const train::Batch& batch) {
   if (const auto starts = held_starts(in.image, x0.size(2)); !starts.empty()) {  // Wan2.2-Fun-5B-Control
     std::vector<uint8_t> flags(starts.begin(), starts.end());
     kept = torch::tensor(flags).to(x0.device(), torch::kBool);
+    x0 = with_held_start(x0, in.image, kept);
   }
   auto sum = torch::zeros({b}, torch::kFloat64);
   for (int j = 0; j < kValidationPoints; ++j) {
@@ -232,6 +233,8 @@ std::map<std::string, std::string> FewStepObjective::checkpoint_state() const {
   if (few_step_.method == FewStepMethod::DistributionMatching) {
     state["regression_weight"] = fmt::format("{:g}", few_step_.regression_weight);
     state["regression_steps"] = std::to_string(few_step_.regression_steps);
+    // Absent from checkpoints of whole fake scores before it could be LoRA.
+    if (few_step_.fake_score_lora_rank > 0) state["fake_score_lora_rank"] = std::to_string(few_step_.fake_score_lora_rank);
   }
   return state;
 }
@@ -243,6 +246,7 @@ void FewStepObjective::check_resume(const std::string& kind, const std::map<std:
     const auto it = fields.find(name);
     if (it != fields.end()) return it->second;
     // Checkpoints from before distribution matching are consistency's.
+    if (name == "fake_score_lora_rank") return std::string("0 (a whole fake score)");
     return std::string(name == "method" ? "consistency" : name.rfind("regression", 0) == 0 ? "none" : "unknown");
   };
   const auto saved = [&](const char* name) { return recorded(state, name); };
@@ -261,6 +265,7 @@ void FewStepObjective::check_resume(const std::string& kind, const std::map<std:
   for (const auto& [key, setting] : {std::pair{"method", "distill_method"},
                                      {"regression_weight", "distill_regression"},
                                      {"regression_steps", "distill_regression_steps"},
+                                     {"fake_score_lora_rank", "fake_score_lora_rank"},
                                      {"sampler_steps", "distill_steps"},
                                      {"teacher_steps", "distill_teacher_steps"},
                                      {"guidance", "distill_guidance"},

@@ -38,6 +38,9 @@ struct FewStepOptions {
   // whose forwards gather units collectively): the student's rollout takes
   // the deepest possible steps, with the same result (generator_sample).
   bool same_calls_on_every_rank = false;
+  // Distribution matching: the fake score as LoRA adapters of this rank on
+  // the teacher's frozen weights (0: a whole model trained in full).
+  int fake_score_lora_rank = 0;
 };
 
 class FewStepObjective : public FlowMatchingObjective {
