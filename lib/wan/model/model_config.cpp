@@ -121,13 +121,12 @@ void validate(const WanConfig& c, const std::string& source) {
             : std::string(),
         c.in_dim));
   if (c.model_type == ModelType::TI2V && c.in_dim != c.out_dim)
-    fail(
-        fmt::format("'model_type' ti2v reads the latents alone, so 'in_dim' must be out_dim = {} (or 3 * out_dim + "
-                    "4 = {}: Wan2.2-Fun-5B-Control's control and start frame), got {}{}",
-                    c.out_dim, 3 * c.out_dim + 4, c.in_dim,
-                    c.in_dim == 2 * c.out_dim + 4
-                        ? " (2 * out_dim + 4: VideoX-Fun's Wan2.2-Fun-5B-InP, not in wantrain yet)"
-                        : ""));
+    fail(fmt::format(
+        "'model_type' ti2v reads the latents alone, so 'in_dim' must be out_dim = {} (or 3 * out_dim + "
+        "4 = {}: Wan2.2-Fun-5B-Control's control and start frame), got {}{}",
+        c.out_dim, 3 * c.out_dim + 4, c.in_dim,
+        c.in_dim == 2 * c.out_dim + 4 ? " (2 * out_dim + 4: VideoX-Fun's Wan2.2-Fun-5B-InP, not in wantrain yet)"
+                                      : ""));
   if (c.ref_conv && !c.fun_control())
     fail(
         fmt::format("'add_ref_conv' is for a Fun-Control model ('model_type' i2v, 'in_dim' 3 * out_dim = {} or "

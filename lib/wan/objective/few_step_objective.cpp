@@ -234,7 +234,8 @@ std::map<std::string, std::string> FewStepObjective::checkpoint_state() const {
     state["regression_weight"] = fmt::format("{:g}", few_step_.regression_weight);
     state["regression_steps"] = std::to_string(few_step_.regression_steps);
     // Absent from checkpoints of whole fake scores before it could be LoRA.
-    if (few_step_.fake_score_lora_rank > 0) state["fake_score_lora_rank"] = std::to_string(few_step_.fake_score_lora_rank);
+    if (few_step_.fake_score_lora_rank > 0)
+      state["fake_score_lora_rank"] = std::to_string(few_step_.fake_score_lora_rank);
   }
   return state;
 }

@@ -34,8 +34,8 @@ HeldStartBatch two_rows() {
   HeldStartBatch b;
   b.x0 = torch::randn({2, 48, 3, 4, 4});
   b.y = torch::zeros({2, 100, 3, 4, 4});
-  b.y.narrow(1, 0, 48).normal_();                                     // the control's latents
-  b.y[0].narrow(0, 48, 4).select(1, 0).fill_(1.0);                    // the mask keeps frame 0
+  b.y.narrow(1, 0, 48).normal_();                   // the control's latents
+  b.y[0].narrow(0, 48, 4).select(1, 0).fill_(1.0);  // the mask keeps frame 0
   // The start's latents: near the clip's frame 0 but not it, to tell which the step holds.
   b.y[0].narrow(0, 52, 48).select(1, 0).copy_(b.x0[0].select(1, 0) + 0.25);
   b.batch.indices = {3, 1};
