@@ -241,6 +241,9 @@ void declare_job_options(OptionSet& o, TrainConfig& c) {
            "(what keeps a prompt's samples on its different videos); 0: distribution matching alone")
       .add("distill-regression-steps", &c.distill_regression_steps,
            "dmd: the teacher's guided Euler steps that give the regression's target")
+      .add("fake-score-lora-rank", &c.fake_score_lora_rank,
+           "dmd: train the fake score as LoRA adapters of this rank (alpha the rank) on the teacher's frozen "
+           "weights, held once with the teacher's; 0: the fake score is a whole model trained in full")
       .add("distill-teacher-steps", &c.distill_teacher_steps,
            "few-step: the teacher's Euler steps along its ODE, a multiple of --distill-steps")
       .add("distill-guidance", &c.distill_guidance,
@@ -468,7 +471,9 @@ wan::WanRunOptions wan_run_options(const TrainConfig& c, const wan::SamplerOptio
         c.distill_guidance,
         c.distill_method == "dmd" ? wan::FewStepMethod::DistributionMatching : wan::FewStepMethod::Consistency,
         c.distill_regression,
-        c.distill_regression_steps};
+        c.distill_regression_steps,
+        /*same_calls_on_every_rank=*/false,
+        c.fake_score_lora_rank};
   o.student_init = c.student_init == "random" ? wan::StudentInit::Random : wan::StudentInit::Projection;
   o.prefetch = c.prefetch;
   o.lora = lora_options(c);
@@ -596,8 +601,9 @@ void validate(const TrainConfig& c) {
     require(std::isfinite(c.distill_regression) && c.distill_regression >= 0, "distill-regression",
             "must be 0 (distribution matching alone) or more");
     require(c.distill_regression_steps >= 1, "distill-regression-steps", "must be 1 or more");
+    require(c.fake_score_lora_rank >= 0, "fake-score-lora-rank", "must be 0 (a whole fake score) or a LoRA rank");
     if (c.distill_method == "consistency")
-      for (const char* option : {"distill-regression", "distill-regression-steps"})
+      for (const char* option : {"distill-regression", "distill-regression-steps", "fake-score-lora-rank"})
         require(!c.given.count(option), option, "only with --distill-method dmd");
     require(c.student_init == "projection", "student-init",
             "not with --distill-steps: a few-step student starts from the teacher's weights (or --init)");
@@ -614,11 +620,11 @@ void validate(const TrainConfig& c) {
     require(c.teacher_precision == "fp32", "teacher-precision", only);
     require(c.distill_target_weight == 0, "distill-target-weight", only);
     for (const char* option : {"distill-steps", "distill-teacher-steps", "distill-guidance", "distill-method",
-                               "distill-regression", "distill-regression-steps"})
+                               "distill-regression", "distill-regression-steps", "fake-score-lora-rank"})
       require(!c.given.count(option), option, only);
   } else if (c.distill_steps == 0) {
     for (const char* option : {"distill-teacher-steps", "distill-guidance", "distill-method", "distill-regression",
-                               "distill-regression-steps"})
+                               "distill-regression-steps", "fake-score-lora-rank"})
       require(!c.given.count(option), option, "only with --distill-steps K");
   } else {  // a few-step student's points lie on the teacher's grid, drawn uniformly
     for (const char* option : {"timestep-sampling", "logit-mean", "logit-std"})

@@ -114,6 +114,7 @@ struct TrainConfig : app::TrainingOptions {
   std::string distill_method = "dmd";  // a few-step student's: "dmd" or "consistency"
   double distill_regression = 0.5;     // dmd: the regression term's weight
   int distill_regression_steps = 4;    // dmd: the teacher's Euler steps to its target
+  int fake_score_lora_rank = 0;        // dmd: the fake score as adapters of this rank on the teacher (0: in full)
 
   // The options given on the command line or in the INI file (not left at
   // their defaults): a few-step student's samples take its own sampler

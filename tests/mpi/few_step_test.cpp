@@ -260,6 +260,84 @@ TEST_F(FewStep, ALoraStudentTrainsAdaptersOnTheFrozenTeacherAndItsFileCarriesThe
   EXPECT_EQ(occurrences(sampled.output, "a few-step student: euler, 2 steps at shift 3"), 1u) << sampled.output;
 }
 
+// --fake-score-lora-rank: the fake score is adapters on the teacher's own
+// tensors (held once: every frozen tensor of it is the teacher's). It starts
+// as the teacher, as the whole fake score does (its adapters' B is zero),
+// so the first step's loss is the whole fake score's; the adapters then
+// train apart from it. 2 ranks x B take 1 rank x 2B's steps (and so do
+// ZeRO-2 and ZeRO-3, which shard the adapters' state and weights), a resume
+// is bitwise, the checkpoint holds the adapters alone, and a resume with
+// another rank, or from a whole fake score, is one line.
+TEST_F(FewStep, ALoraFakeScoreTrainsAdaptersOnTheTeachersTensors) {
+  const std::string common = "--steps 6 --fake-score-lora-rank 4 ";
+  const auto one = fresh("few-step-fake-lora-1x4"), two = fresh("few-step-fake-lora-2x2"),
+             zero2 = fresh("few-step-fake-lora-zero2"), zero3 = fresh("few-step-fake-lora-zero3"),
+             whole = fresh("few-step-fake-whole");
+  const Job a = distill(1, one, common + "--batch-size 4");
+  const Job b = distill(2, two, common + "--batch-size 2 --save-every 3");
+  const Job z2 = distill(2, zero2, common + "--batch-size 2 --zero 2");
+  const Job z3 = distill(2, zero3, common + "--batch-size 2 --zero 3");
+  const Job w = distill(2, whole, "--steps 6 --batch-size 2 --save-every 3");
+  for (const Job* job : {&a, &b, &z2, &z3, &w}) ASSERT_EQ(job->status, 0) << job->output;
+  EXPECT_EQ(occurrences(b.output, "fake score: rank-4 LoRA on the teacher's frozen weights (" + teacher() + "), "), 1u)
+      << b.output;
+  std::smatch lent;
+  ASSERT_TRUE(std::regex_search(
+      b.output, lent, std::regex(R"((\d+) of its (\d+) tensors \(.*\) are the LoRA fake score's base, held once)")))
+      << b.output;
+  // Every frozen tensor: all but the adapters' A and B of the 10 Linears in each of the 2 blocks.
+  EXPECT_EQ(std::stoi(lent[1].str()) + 2 * 10 * 2, std::stoi(lent[2].str())) << b.output;
+  const auto reference = training_lines(one);
+  ASSERT_EQ(reference.size(), 6u);
+  for (const auto& [dir, what] : {std::pair{two, "2 ranks"}, {zero2, "--zero 2"}, {zero3, "--zero 3"}}) {
+    const auto lines = training_lines(dir);
+    ASSERT_EQ(lines.size(), 6u) << what;
+    for (size_t i = 0; i < lines.size(); ++i) {
+      EXPECT_LT(relative(lines[i]["loss"], reference[i]["loss"]), 1e-5) << what << ", step " << i + 1;
+      EXPECT_LT(relative(lines[i]["grad_norm_fake_score"], reference[i]["grad_norm_fake_score"]), 1e-4)
+          << what << ", step " << i + 1;
+    }
+  }
+  const auto whole_lines = training_lines(whole), lora_lines = training_lines(two);
+  ASSERT_EQ(whole_lines.size(), 6u);
+  EXPECT_LT(relative(lora_lines[0]["loss"], whole_lines[0]["loss"]), 1e-5) << "both start as the teacher";
+  EXPECT_GT(relative(lora_lines[5]["loss"], whole_lines[5]["loss"]), 1e-6) << "and then train apart";
+
+  const auto saved = wt::ckpt::read_checkpoint(two + "/step-00000006.h5");
+  EXPECT_EQ(saved.objective.at("fake_score_lora_rank"), "4");
+  size_t adapters = 0, fake = 0;
+  for (const auto& item : saved.model)
+    if (item.first.rfind("fake_score.", 0) == 0) {
+      ++fake;
+      adapters += item.first.find("lora_") != std::string::npos ? 1 : 0;
+    }
+  EXPECT_EQ(fake, size_t(2 * 10 * 2));
+  EXPECT_EQ(adapters, fake);
+
+  fs::remove(two + "/step-00000006.h5");
+  const Job resumed = distill(2, two, common + "--batch-size 2 --resume " + two + "/step-00000003.h5");
+  ASSERT_EQ(resumed.status, 0) << resumed.output;
+  const auto after = training_lines(two);
+  ASSERT_EQ(after.size(), 6u);
+  for (size_t i = 0; i < after.size(); ++i)
+    EXPECT_EQ(after[i]["loss"].get<double>(), lora_lines[i]["loss"].get<double>()) << "step " << i + 1;
+  const Job other_rank =
+      distill(2, two, "--steps 6 --fake-score-lora-rank 8 --batch-size 2 --resume " + two + "/step-00000003.h5");
+  EXPECT_EQ(other_rank.status, 2) << other_rank.output;
+  EXPECT_EQ(occurrences(other_rank.output,
+                        "trained with --fake-score-lora-rank 4, this run with 8; resume with the "
+                        "same"),
+            1u)
+      << other_rank.output;
+  const Job from_whole = distill(2, whole, common + "--batch-size 2 --resume " + whole + "/step-00000003.h5");
+  EXPECT_EQ(from_whole.status, 2) << from_whole.output;
+  EXPECT_EQ(occurrences(from_whole.output,
+                        "trained with --fake-score-lora-rank 0 (a whole fake score), this run "
+                        "with 4; resume with the same"),
+            1u)
+      << from_whole.output;
+}
+
 TEST_F(FewStep, BadSettingsAreOneLineAndStatus2) {
   const std::string few_step = "--shift 3 --distill-steps 2 ";
   const std::string student = std::string(WANTRAIN_SOURCE_DIR) + "/data/configs/wan-tiny-student.json";
@@ -285,6 +363,10 @@ TEST_F(FewStep, BadSettingsAreOneLineAndStatus2) {
        "error: option --distill-regression: only with --distill-method dmd"},
       {"--distill-teacher-steps 8 --distill-regression -1",
        "error: option --distill-regression: must be 0 (distribution matching alone) or more"},
+      {"--distill-teacher-steps 8 --distill-method consistency --fake-score-lora-rank 4",
+       "error: option --fake-score-lora-rank: only with --distill-method dmd"},
+      {"--distill-teacher-steps 8 --fake-score-lora-rank -1",
+       "error: option --fake-score-lora-rank: must be 0 (a whole fake score) or a LoRA rank"},
   };
   for (const auto& c : cases) {
     // The first case's options set --distill-steps for themselves.

@@ -89,6 +89,24 @@ Teacher::Sharing Teacher::share_frozen_weights(const WanModelImpl& base) {
   return sharing;
 }
 
+Teacher::Sharing Teacher::lend_frozen_weights(WanModelImpl& model) const {
+  torch::NoGradGuard no_grad;
+  Sharing sharing;
+  const auto mine = model_->named_parameters(/*recurse=*/true);
+  for (auto& item : model.named_parameters(/*recurse=*/true)) {
+    ++sharing.of;
+    auto& frozen = item.value();
+    const auto* held = mine.find(item.key());
+    if (!held || frozen.requires_grad()) continue;  // an adapter: trained, its own
+    if (held->sizes() != frozen.sizes() || held->scalar_type() != frozen.scalar_type()) continue;
+    if (!torch::equal(frozen.to(held->device()), *held)) continue;
+    sharing.bytes += double(frozen.numel()) * double(frozen.element_size());
+    frozen.set_data(*held);
+    ++sharing.tensors;
+  }
+  return sharing;
+}
+
 void Teacher::to(at::Device device) { model_->to(device); }
 
 void Teacher::set_attention_chunk(int64_t queries) { model_->set_attention_chunk(queries); }

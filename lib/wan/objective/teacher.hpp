@@ -71,6 +71,11 @@ class Teacher {
     double bytes = 0;
   };
   Sharing share_frozen_weights(const WanModelImpl& base);
+  // The other way: each frozen parameter of `model` that the teacher holds
+  // bit for bit (the same name, shape and dtype) becomes the teacher's
+  // tensor, on the teacher's device, and the model's own copy is freed (a
+  // LoRA fake score's base). Call it after to(device).
+  Sharing lend_frozen_weights(WanModelImpl& model) const;
   void to(at::Device device);
   // Attention over this many queries at a time (WanModel::set_attention_chunk; nn::kFusedAttention
   // the fused kernel; 0 the whole score matrix; nn::kAutoAttentionChunk: chosen per forward from the

@@ -338,30 +338,40 @@ MemoryPlan plan_memory(const MemoryPlanSettings& s) {
   const bool narrow_comm = s.grad_comm_dtype != at::kFloat;  // a 16-bit copy of each bucket, and of the slice
   const std::string copies = narrow_comm ? ", with their 16-bit copies for the reduction" : "";
   const double comm_factor = narrow_comm ? 1.5 : 1.0;
-  if (shards > 1 && s.zero_stage >= 2) {
-    // The slices summed over micro-steps (fp32), and the buckets alive at
-    // once, in the wire dtype, each with the slice it receives (ZeRO-3: the
-    // buckets are the units).
-    const int alive = s.buckets_in_flight + 1;
-    double buckets = 0;
-    if (s.zero_stage == 3 && !lora) {
-      for (int i = 0; i < alive && i < int(units.runs.size()); ++i) buckets += 4 * units.runs[size_t(i)];
+  // A trained group's gradients (the student's, a fake score's): `trained`
+  // fp32 bytes of `config`'s parameters, `small` for adapters or a branch
+  // (buckets of at most bucket_bytes), else the model's largest buckets, or
+  // with ZeRO-3 its units `group_units`.
+  const auto gradients_of = [&](double trained, bool small, const WanConfig& config, const Units& group_units) {
+    std::pair<double, std::string> g;
+    if (shards > 1 && s.zero_stage >= 2) {
+      // The slices summed over micro-steps (fp32), and the buckets alive at
+      // once, in the wire dtype, each with the slice it receives (ZeRO-3: the
+      // buckets are the units).
+      const int alive = s.buckets_in_flight + 1;
+      double buckets = 0;
+      if (s.zero_stage == 3 && !small) {
+        for (int i = 0; i < alive && i < int(group_units.runs.size()); ++i) buckets += 4 * group_units.runs[size_t(i)];
+      } else {
+        buckets = small ? std::min(trained, alive * s.bucket_bytes)
+                        : std::min(trained, largest_buckets(config, s.bucket_bytes, alive));
+      }
+      const double in_flight = buckets * (narrow_comm ? 0.5 : 1.0) * (1 + 1 / shards);
+      g = {trained / shards + in_flight,
+           fmt::format("fp32, this rank's 1/{} (ZeRO-{}), and the {} largest {} at once while they reduce "
+                       "({}{})",
+                       s.zero_shards, s.zero_stage, alive, s.zero_stage == 3 && !small ? "units" : "buckets",
+                       format_bytes(buckets), narrow_comm ? ", 16-bit" : "")};
+    } else if (shards > 1) {
+      g = {trained * (1 + 1 / shards) * comm_factor,
+           fmt::format("fp32, in the Reducer's buckets, and the reduced 1/{} slice{}", s.zero_shards, copies)};
     } else {
-      buckets = lora || branch ? std::min(trained, alive * s.bucket_bytes)
-                               : std::min(trained, largest_buckets(s.model, s.bucket_bytes, alive));
+      g = {trained * comm_factor, "fp32, in the Reducer's buckets" + copies};
     }
-    const double in_flight = buckets * (narrow_comm ? 0.5 : 1.0) * (1 + 1 / shards);
-    add("gradients",
-        fmt::format("fp32, this rank's 1/{} (ZeRO-{}), and the {} largest {} at once while they reduce "
-                    "({}{})",
-                    s.zero_shards, s.zero_stage, alive, s.zero_stage == 3 ? "units" : "buckets", format_bytes(buckets),
-                    narrow_comm ? ", 16-bit" : ""),
-        trained / shards + in_flight, dev);
-  } else if (shards > 1)
-    add("gradients", fmt::format("fp32, in the Reducer's buckets, and the reduced 1/{} slice{}", s.zero_shards, copies),
-        trained * (1 + 1 / shards) * comm_factor, dev);
-  else
-    add("gradients", "fp32, in the Reducer's buckets" + copies, trained * comm_factor, dev);
+    return g;
+  };
+  const auto student_gradients = gradients_of(trained, lora || branch, s.model, units);
+  add("gradients", student_gradients.second, student_gradients.first, dev);
   if (s.optimizer) add("optimizer", "AdamW's two moments, fp32" + share, 2 * trained / shards, dev);
   if (s.ema) add("EMA", "averaged weights, fp32" + share, trained / shards, dev);
   if (s.teacher) {
@@ -376,21 +386,29 @@ MemoryPlan plan_memory(const MemoryPlanSettings& s) {
         held - shared, dev);
   }
   if (s.fake_score && s.teacher) {
-    // Trained in full as a group of its own (no EMA), sharded by ZeRO as
-    // the student is: its moments from stage 1, its gradients from 2, its
-    // weights from 3 (with its units gathered around its forwards).
-    const double fake = model_bytes(*s.teacher, at::kFloat, {}).fp32;
-    double weights_bytes = fake, gradient_bytes = fake;
-    if (shards > 1 && s.zero_stage == 3) {
-      const auto fake_units = model_units(*s.teacher);
+    // Distribution matching's fake score, a trained group of its own (no
+    // EMA) counted as the student's group is: whole, the teacher's config
+    // trained in full (sharded by ZeRO, gathered by its own units under
+    // ZeRO-3); or LoRA adapters whose frozen base is the teacher's tensors.
+    const bool adapters = s.fake_score_lora_rank > 0;
+    LoraOptions lora_options;
+    lora_options.rank = s.fake_score_lora_rank;
+    const auto fake_model = model_bytes(*s.teacher, at::kFloat, lora_options);
+    const double fake = adapters ? 4 * double(fake_model.adapters) : fake_model.fp32;
+    const auto fake_units = model_units(*s.teacher);
+    double weights_bytes = fake;
+    if (!adapters && shards > 1 && s.zero_stage == 3)
       weights_bytes =
           fake / shards + 4 * fake_units.root + 3 * fake_units.block * (s.gather_dtype == at::kFloat ? 4 : 2);
-    }
-    if (shards > 1) gradient_bytes = s.zero_stage >= 2 ? fake / shards : fake * (1 + 1 / shards);
+    const auto fake_gradients = gradients_of(fake, adapters, *s.teacher, fake_units);
     add("fake score",
-        fmt::format("{} parameters trained in full (distribution matching), fp32: weights, gradients{}{} (no EMA)",
-                    parameter_count(*s.teacher), s.optimizer ? ", AdamW's moments" : "", share),
-        weights_bytes + gradient_bytes + (s.optimizer ? 2 * fake / shards : 0), dev);
+        fmt::format("{} (distribution matching), fp32: weights{}; AdamW's moments{} (no EMA); gradients {}",
+                    adapters ? fmt::format("{} LoRA adapter parameters (rank {}) on the teacher's tensors",
+                                           fake_model.adapters, s.fake_score_lora_rank)
+                             : fmt::format("{} parameters trained in full", parameter_count(*s.teacher)),
+                    !adapters && shards > 1 && s.zero_stage == 3 ? share : "", s.optimizer ? share : " (none)",
+                    fake_gradients.second),
+        weights_bytes + fake_gradients.first + (s.optimizer ? 2 * fake / shards : 0), dev);
   }
   if (s.sample_bytes > 0)
     add("data",

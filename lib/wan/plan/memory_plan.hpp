@@ -62,6 +62,9 @@ struct MemoryPlanSettings {
   // moments and EMA as the student's are kept, and its graph alive with the
   // student's until the backward.
   bool fake_score = false;
+  // --fake-score-lora-rank: the fake score as adapters of this rank on a
+  // frozen base that holds the teacher's tensors (nothing beyond them).
+  int64_t fake_score_lora_rank = 0;
   int prefetch = 0;         // the loader's batches waiting beside the one in use
   double sample_bytes = 0;  // one sample's latents, text and noise as the loader hands them over
   int loader_shapes = 1;    // buckets: the loader keeps batch buffers per shape (sample_bytes sums them)

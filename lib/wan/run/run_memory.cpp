@@ -182,6 +182,7 @@ MemoryPlanSettings memory_plan_settings(const TrainSettings& settings, const Wan
   s.teacher_bf16 = settings.distill && settings.distill->teacher_dtype == at::kBFloat16;
   s.teacher_shares_base = teacher && m.lora.rank > 0 && m.few_step && m.init.empty() && m.blocks_to_swap == 0;
   s.fake_score = teacher && m.few_step && m.few_step->method == FewStepMethod::DistributionMatching;
+  if (s.fake_score) s.fake_score_lora_rank = m.few_step->fake_score_lora_rank;
   s.prefetch = m.prefetch;
   s.sample_bytes = sample_bytes;
   s.on_device = device.is_cuda();

@@ -34,6 +34,7 @@ struct WanRun::Impl {
   std::unique_ptr<distributed::Comm> sequence_group;
   WanModel model;
   WanModel fake_score{nullptr};  // distribution matching's, beside a few-step student
+  bool fake_score_lora = false;  // --fake-score-lora-rank: its base frozen, the teacher's tensors
   WanConfig config;
   std::unique_ptr<train::Objective> objective;
   std::unique_ptr<train::Engine> engine;
@@ -193,8 +194,17 @@ WanRun::WanRun(const train::RunPlan& plan, const WanRunOptions& options, distrib
     fake_score.first = FirstWeights::Generator;  // drawn, then read over: as since its first release
     fake_score.weights = ModelWeights{teacher->path(), /*prefer_ema=*/true};
     fake_score.attention_chunk = options.attention_chunk;
+    // --fake-score-lora-rank: adapters on a frozen base in the teacher's
+    // precision, which then holds the teacher's own tensors (connect).
+    const int fake_rank = options.few_step->fake_score_lora_rank;
+    if (fake_rank > 0) {
+      fake_score.linear_dtype = teacher->held_in_bf16() ? at::kBFloat16 : at::kFloat;
+      fake_score.adapters = LoraOptions{fake_rank, 0.0, 0.0, {}, false};
+    }
     const auto fake_score_weights = teacher->unrounded_weights();
-    im.fake_score = build_model(fake_score, {&fake_score_weights, {}}).model;
+    const auto built_fake = build_model(fake_score, {&fake_score_weights, {}});
+    im.fake_score = built_fake.model;
+    im.fake_score_lora = fake_rank > 0;
     im.fake_score->to(comm.device());
     im.fake_score->train();
     im.fake_score->set_grad_checkpoint(options.grad_checkpoint);
@@ -203,9 +213,16 @@ WanRun::WanRun(const train::RunPlan& plan, const WanRunOptions& options, distrib
     // per-sample normaliser) is the whole sample's, and each rank's
     // gradient is its tokens' part.
     im.fake_score->set_sequence_parallel(im.sequence_group.get());
-    if (comm.rank() == 0 && !resume)
-      report_info("fake score: the teacher's weights ({}), {} parameters trained in full beside the student",
-                  teacher->path(), parameter_count(im.config));
+    if (comm.rank() == 0 && !resume) {
+      if (fake_rank > 0)
+        report_info(
+            "fake score: rank-{} LoRA on the teacher's frozen weights ({}), {} adapter parameters trained "
+            "beside the student",
+            fake_rank, teacher->path(), built_fake.adapter_parameters);
+      else
+        report_info("fake score: the teacher's weights ({}), {} parameters trained in full beside the student",
+                    teacher->path(), parameter_count(im.config));
+    }
   }
   if (few_step) {
     auto few_step_options = *options.few_step;
@@ -267,6 +284,13 @@ void WanRun::connect(distributed::Comm& comm, const train::StartPoint& start) {
                            format_bytes(sharing.bytes));
     }
     teacher->to(comm.device());  // already in its final precision; what is shared is there
+    // A LoRA fake score's frozen base is the teacher's tensors (and with a
+    // LoRA student, its base's): held once.
+    if (im.fake_score_lora) {
+      const auto lent = teacher->lend_frozen_weights(*im.fake_score);
+      shared += fmt::format("; {} of its {} tensors ({}) are the LoRA fake score's base, held once", lent.tensors,
+                            lent.of, format_bytes(lent.bytes));
+    }
     if (comm.rank() == 0)
       report_info("teacher: {} ({}), checksum {}, frozen{}{}{}", teacher->path(), teacher->source(),
                   teacher->checksum(), teacher->held_in_bf16() ? ", Linear weights held in bf16" : "",

@@ -492,6 +492,52 @@ TEST(MemoryPlan, ATeacherIsHeldInItsPrecisionAndItsForwardCountsWhenLarger) {
   EXPECT_DOUBLE_EQ(held->bytes, bf16_bytes);
 }
 
+// Distribution matching's fake score is counted through the student's
+// path: a whole one as a student of the teacher's config trained in full
+// (weights, gradients with their buckets or units in flight, AdamW's
+// moments; sharded by ZeRO), a LoRA one (--fake-score-lora-rank) as a LoRA
+// student's adapters (its base holds the teacher's tensors: nothing more),
+// at every ZeRO stage; and without ZeRO a whole one is 4 x its fp32
+// parameters, as a built model has them.
+TEST(MemoryPlan, AFakeScoreIsCountedAsAStudentOfItsKindIs) {
+  auto item = [](const wt::wan::MemoryPlan& plan, const std::string& name) {
+    for (const auto& i : plan.items)
+      if (i.name == name) return i.bytes;
+    return -1.0;
+  };
+  for (const int zero : {0, 1, 2, 3})
+    for (const int64_t rank : {0, 4}) {
+      SCOPED_TRACE(::testing::Message() << "ZeRO-" << zero << ", fake score LoRA rank " << rank);
+      wt::wan::MemoryPlanSettings s;
+      s.model = small_wan_config();
+      s.step = step(2, 0);
+      s.zero_stage = zero;
+      s.zero_shards = zero > 0 ? 4 : 1;
+      s.bucket_bytes = 4096;  // several buckets in this small model
+      auto student = s;       // the fake score's kind, as the trained student
+      student.lora.rank = rank;
+      s.teacher = s.model;
+      s.fake_score = true;
+      s.fake_score_lora_rank = rank;
+      if (rank > 0 && zero == 3) continue;  // (a LoRA student refuses ZeRO-3; its adapters are small anyway)
+      const auto as_student = wt::wan::plan_memory(student);
+      EXPECT_DOUBLE_EQ(item(wt::wan::plan_memory(s), "fake score"),
+                       item(as_student, "parameters") + item(as_student, "gradients") + item(as_student, "optimizer"));
+    }
+  wt::wan::MemoryPlanSettings s;
+  s.model = small_wan_config();
+  s.step = step(2, 0);
+  s.teacher = s.model;
+  s.fake_score = true;
+  torch::manual_seed(0);
+  wt::wan::WanModel whole(s.model);
+  EXPECT_DOUBLE_EQ(item(wt::wan::plan_memory(s), "fake score"), 4 * tensor_bytes(whole->parameters()));
+  s.fake_score_lora_rank = 4;
+  wt::wan::LoraOptions lora;
+  lora.rank = 4;
+  EXPECT_DOUBLE_EQ(item(wt::wan::plan_memory(s), "fake score"), 4 * 4.0 * double(wt::wan::add_lora(*whole, lora)));
+}
+
 // A forward without autograd (a teacher's, a sampler's) against what it
 // allocates: within 25% with the whole score matrix and in chunks.
 TEST(MemoryPlan, InferenceIsWithinAQuarterOfWhatANoGradForwardAllocates) {
