@@ -283,7 +283,7 @@ TEST_F(FewStep, ALoraFakeScoreTrainsAdaptersOnTheTeachersTensors) {
       << b.output;
   std::smatch lent;
   ASSERT_TRUE(std::regex_search(
-      b.output, lent, std::regex(R"((\d+) of its (\d+) tensors \(.*\) are the LoRA fake score's base, held once)")))
+      b.output, lent, std::regex(R"((\d+) of the LoRA fake score's (\d+) tensors \(.*\) are its, held once)")))
       << b.output;
   // Every frozen tensor: all but the adapters' A and B of the 10 Linears in each of the 2 blocks.
   EXPECT_EQ(std::stoi(lent[1].str()) + 2 * 10 * 2, std::stoi(lent[2].str())) << b.output;
@@ -329,6 +329,21 @@ TEST_F(FewStep, ALoraFakeScoreTrainsAdaptersOnTheTeachersTensors) {
                         "same"),
             1u)
       << other_rank.output;
+  // With a LoRA student too, the teacher's tensors are both bases; with a
+  // bf16 teacher, all but the text embedding's 4 Linear tensors (the base
+  // keeps them in fp32, as a LoRA student's does) and the adapters.
+  const Job both = distill(2, fresh("few-step-fake-lora-both"),
+                           "--steps 2 --lora-rank 4 --base-precision fp32 --fake-score-lora-rank 4");
+  ASSERT_EQ(both.status, 0) << both.output;
+  EXPECT_EQ(occurrences(both.output, "are the LoRA base's, held once"), 1u) << both.output;
+  EXPECT_EQ(occurrences(both.output, "are its, held once"), 1u) << both.output;
+  const Job bf16 =
+      distill(2, fresh("few-step-fake-lora-bf16"), "--steps 2 --teacher-precision bf16 --fake-score-lora-rank 4");
+  ASSERT_EQ(bf16.status, 0) << bf16.output;
+  ASSERT_TRUE(std::regex_search(
+      bf16.output, lent, std::regex(R"((\d+) of the LoRA fake score's (\d+) tensors \(.*\) are its, held once)")))
+      << bf16.output;
+  EXPECT_EQ(std::stoi(lent[1].str()) + 2 * 10 * 2 + 4, std::stoi(lent[2].str())) << bf16.output;
   const Job from_whole = distill(2, whole, common + "--batch-size 2 --resume " + whole + "/step-00000003.h5");
   EXPECT_EQ(from_whole.status, 2) << from_whole.output;
   EXPECT_EQ(occurrences(from_whole.output,

@@ -234,8 +234,10 @@ std::map<std::string, std::string> FewStepObjective::checkpoint_state() const {
     state["regression_weight"] = fmt::format("{:g}", few_step_.regression_weight);
     state["regression_steps"] = std::to_string(few_step_.regression_steps);
     // Absent from checkpoints of whole fake scores before it could be LoRA.
-    if (few_step_.fake_score_lora_rank > 0)
+    if (few_step_.fake_score_lora_rank > 0) {
       state["fake_score_lora_rank"] = std::to_string(few_step_.fake_score_lora_rank);
+      state["fake_score_base"] = teacher_.held_in_bf16() ? "bf16" : "fp32";  // the teacher's precision, its base's
+    }
   }
   return state;
 }
@@ -248,6 +250,7 @@ void FewStepObjective::check_resume(const std::string& kind, const std::map<std:
     if (it != fields.end()) return it->second;
     // Checkpoints from before distribution matching are consistency's.
     if (name == "fake_score_lora_rank") return std::string("0 (a whole fake score)");
+    if (name == "fake_score_base") return std::string("none");
     return std::string(name == "method" ? "consistency" : name.rfind("regression", 0) == 0 ? "none" : "unknown");
   };
   const auto saved = [&](const char* name) { return recorded(state, name); };
@@ -267,6 +270,7 @@ void FewStepObjective::check_resume(const std::string& kind, const std::map<std:
                                      {"regression_weight", "distill_regression"},
                                      {"regression_steps", "distill_regression_steps"},
                                      {"fake_score_lora_rank", "fake_score_lora_rank"},
+                                     {"fake_score_base", "teacher_precision"},
                                      {"sampler_steps", "distill_steps"},
                                      {"teacher_steps", "distill_teacher_steps"},
                                      {"guidance", "distill_guidance"},

@@ -342,7 +342,9 @@ MemoryPlan plan_memory(const MemoryPlanSettings& s) {
   // fp32 bytes of `config`'s parameters, `small` for adapters or a branch
   // (buckets of at most bucket_bytes), else the model's largest buckets, or
   // with ZeRO-3 its units `group_units`.
-  const auto gradients_of = [&](double trained, bool small, const WanConfig& config, const Units& group_units) {
+  // `adapters`: LoRA's, in buckets even under ZeRO-3.
+  const auto gradients_of = [&](double trained, bool small, bool adapters, const WanConfig& config,
+                                const Units& group_units) {
     std::pair<double, std::string> g;
     if (shards > 1 && s.zero_stage >= 2) {
       // The slices summed over micro-steps (fp32), and the buckets alive at
@@ -350,7 +352,7 @@ MemoryPlan plan_memory(const MemoryPlanSettings& s) {
       // buckets are the units).
       const int alive = s.buckets_in_flight + 1;
       double buckets = 0;
-      if (s.zero_stage == 3 && !small) {
+      if (s.zero_stage == 3 && !adapters) {
         for (int i = 0; i < alive && i < int(group_units.runs.size()); ++i) buckets += 4 * group_units.runs[size_t(i)];
       } else {
         buckets = small ? std::min(trained, alive * s.bucket_bytes)
@@ -360,7 +362,7 @@ MemoryPlan plan_memory(const MemoryPlanSettings& s) {
       g = {trained / shards + in_flight,
            fmt::format("fp32, this rank's 1/{} (ZeRO-{}), and the {} largest {} at once while they reduce "
                        "({}{})",
-                       s.zero_shards, s.zero_stage, alive, s.zero_stage == 3 && !small ? "units" : "buckets",
+                       s.zero_shards, s.zero_stage, alive, s.zero_stage == 3 && !adapters ? "units" : "buckets",
                        format_bytes(buckets), narrow_comm ? ", 16-bit" : "")};
     } else if (shards > 1) {
       g = {trained * (1 + 1 / shards) * comm_factor,
@@ -370,7 +372,7 @@ MemoryPlan plan_memory(const MemoryPlanSettings& s) {
     }
     return g;
   };
-  const auto student_gradients = gradients_of(trained, lora || branch, s.model, units);
+  const auto student_gradients = gradients_of(trained, lora || branch, lora, s.model, units);
   add("gradients", student_gradients.second, student_gradients.first, dev);
   if (s.optimizer) add("optimizer", "AdamW's two moments, fp32" + share, 2 * trained / shards, dev);
   if (s.ema) add("EMA", "averaged weights, fp32" + share, trained / shards, dev);
@@ -400,15 +402,24 @@ MemoryPlan plan_memory(const MemoryPlanSettings& s) {
     if (!adapters && shards > 1 && s.zero_stage == 3)
       weights_bytes =
           fake / shards + 4 * fake_units.root + 3 * fake_units.block * (s.gather_dtype == at::kFloat ? 4 : 2);
-    const auto fake_gradients = gradients_of(fake, adapters, *s.teacher, fake_units);
+    const auto fake_gradients = gradients_of(fake, adapters, adapters, *s.teacher, fake_units);
+    // A bf16 teacher holds its text embedding's Linears in bf16, the base
+    // keeps them in fp32 (as a LoRA student's does): those the base holds itself.
+    double own = 0;
+    if (adapters && s.teacher_bf16)
+      for (const auto& [name, shape] : parameter_shapes(*s.teacher))
+        if (name.rfind("text_embedding.", 0) == 0) own += 4 * double(element_count(shape));
     add("fake score",
         fmt::format("{} (distribution matching), fp32: weights{}; AdamW's moments{} (no EMA); gradients {}",
-                    adapters ? fmt::format("{} LoRA adapter parameters (rank {}) on the teacher's tensors",
-                                           fake_model.adapters, s.fake_score_lora_rank)
-                             : fmt::format("{} parameters trained in full", parameter_count(*s.teacher)),
+                    adapters
+                        ? fmt::format("{} LoRA adapter parameters (rank {}) on the teacher's tensors{}",
+                                      fake_model.adapters, s.fake_score_lora_rank,
+                                      own > 0 ? fmt::format(" (its fp32 text embedding its own, {})", format_bytes(own))
+                                              : std::string())
+                        : fmt::format("{} parameters trained in full", parameter_count(*s.teacher)),
                     !adapters && shards > 1 && s.zero_stage == 3 ? share : "", s.optimizer ? share : " (none)",
                     fake_gradients.second),
-        weights_bytes + fake_gradients.first + (s.optimizer ? 2 * fake / shards : 0), dev);
+        weights_bytes + own + fake_gradients.first + (s.optimizer ? 2 * fake / shards : 0), dev);
   }
   if (s.sample_bytes > 0)
     add("data",

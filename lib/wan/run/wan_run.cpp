@@ -28,6 +28,17 @@
 #include "wantrain/util/files.hpp"
 
 namespace wt::wan {
+namespace {
+
+// The trained (requires_grad) or the frozen parameters of `model` to
+// `device`, the others left where they are.
+void move_parameters(WanModelImpl& model, const at::Device& device, bool trained) {
+  torch::NoGradGuard no_grad;
+  for (auto& p : model.parameters(/*recurse=*/true))
+    if (p.requires_grad() == trained && p.device() != device) p.set_data(p.to(device));
+}
+
+}  // namespace
 
 struct WanRun::Impl {
   // Sequence parallelism's group of this rank (before the model, which uses it).
@@ -205,7 +216,12 @@ WanRun::WanRun(const train::RunPlan& plan, const WanRunOptions& options, distrib
     const auto built_fake = build_model(fake_score, {&fake_score_weights, {}});
     im.fake_score = built_fake.model;
     im.fake_score_lora = fake_rank > 0;
-    im.fake_score->to(comm.device());
+    // A LoRA fake score's frozen base stays on the host until connect()
+    // lends it the teacher's tensors: never a second teacher on the device.
+    if (im.fake_score_lora)
+      move_parameters(*im.fake_score, comm.device(), /*trained=*/true);
+    else
+      im.fake_score->to(comm.device());
     im.fake_score->train();
     im.fake_score->set_grad_checkpoint(options.grad_checkpoint);
     // Under --sp its tokens split over the group as the student's do: each
@@ -288,8 +304,9 @@ void WanRun::connect(distributed::Comm& comm, const train::StartPoint& start) {
     // LoRA student, its base's): held once.
     if (im.fake_score_lora) {
       const auto lent = teacher->lend_frozen_weights(*im.fake_score);
-      shared += fmt::format("; {} of its {} tensors ({}) are the LoRA fake score's base, held once", lent.tensors,
-                            lent.of, format_bytes(lent.bytes));
+      move_parameters(*im.fake_score, comm.device(), /*trained=*/false);  // what was not lent
+      shared += fmt::format("; {} of the LoRA fake score's {} tensors ({}) are its, held once", lent.tensors, lent.of,
+                            format_bytes(lent.bytes));
     }
     if (comm.rank() == 0)
       report_info("teacher: {} ({}), checksum {}, frozen{}{}{}", teacher->path(), teacher->source(),

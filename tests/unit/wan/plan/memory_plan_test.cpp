@@ -345,6 +345,16 @@ TEST(MemoryPlan, AVaceBranchTrainedAloneIsTheTrainedStateOverAFrozenBase) {
   const auto swapping = wt::wan::plan_memory(s);
   EXPECT_DOUBLE_EQ(item(swapping, "swapped blocks"), swap.host_bytes());
   EXPECT_DOUBLE_EQ(item(swapping, "parameters"), tensor_bytes(branch));
+  // Under ZeRO-3 its gradients reduce unit by unit (its VACE blocks' units),
+  // not in buckets of --bucket-mb.
+  s.blocks_to_swap = 0;
+  s.zero_stage = 3;
+  s.zero_shards = 4;
+  const auto sharded = wt::wan::plan_memory(s);
+  const auto gradients =
+      std::find_if(sharded.items.begin(), sharded.items.end(), [](const auto& i) { return i.name == "gradients"; });
+  ASSERT_NE(gradients, sharded.items.end());
+  EXPECT_NE(gradients->detail.find("largest units at once"), std::string::npos) << gradients->detail;
 }
 
 // A LoRA run's VACE blocks swap after the base's (--blocks-to-swap past
