@@ -42,7 +42,7 @@ import torch.nn.functional as F
 
 import vae22_reference as vae22
 import wan_reference as wan
-from fun_control_a14b_sample_reference import resize_mask
+from fun_control_a14b_sample_reference import start_condition
 from vace_sample_reference import write_wansample_inputs
 
 
@@ -65,15 +65,7 @@ def main():
         encode = lambda video: vae22.encode(vcfg, vp, video)  # noqa: E731
         control_latents = encode(control[None]) if control is not None else torch.zeros(latents_shape)
         if start is not None:
-            frames, height, width = 4 * (t_lat - 1) + 1, start.shape[1], start.shape[2]
-            video = start[None, :, None].repeat(1, 1, frames, 1, 1)
-            pixel_mask = torch.ones(1, 1, frames, height, width)
-            pixel_mask[:, :, 0] = 0
-            masked_video = video * (pixel_mask.repeat(1, 3, 1, 1, 1) < 0.5)
-            masked_latents = encode(masked_video)
-            folded = torch.cat([pixel_mask[:, :, 0:1].repeat_interleave(4, dim=2), pixel_mask[:, :, 1:]], dim=2)
-            folded = folded.view(1, folded.shape[2] // 4, 4, height, width).transpose(1, 2)
-            mask_latents = resize_mask(1 - folded, (t_lat, h_lat, w_lat))
+            mask_latents, masked_latents, folded = start_condition(encode, start, t_lat, h_lat, w_lat)
             mask = F.interpolate(folded[:, :1], size=(t_lat, h_lat, w_lat), mode="trilinear", align_corners=True)
         else:
             mask_latents = torch.zeros(1, 4, t_lat, h_lat, w_lat)

@@ -58,6 +58,24 @@ def resize_mask(mask, latent_size):
     return torch.cat([first, rest], dim=2)
 
 
+def start_condition(encode, start, t_lat, h_lat, w_lat):
+    """The pipeline's condition of a start picture [3, H, W] given as the
+    example gives it: the picture on every frame, the pixel mask 1 (to make)
+    on frames 1.. and 0 on frame 0; the video where mask < 0.5 through
+    `encode` in one pass; the mask's first frame repeated 4 times and folded
+    4 frames to a latent frame, 1 - it resized by resize_mask. Returns the
+    mask latents [1, 4, T, h, w], the masked video's latents and the folded
+    pixel mask [1, 4, T, H, W]."""
+    frames, height, width = 4 * (t_lat - 1) + 1, start.shape[1], start.shape[2]
+    video = start[None, :, None].repeat(1, 1, frames, 1, 1)
+    pixel_mask = torch.ones(1, 1, frames, height, width)
+    pixel_mask[:, :, 0] = 0
+    masked_video = video * (pixel_mask.repeat(1, 3, 1, 1, 1) < 0.5)
+    folded = torch.cat([pixel_mask[:, :, 0:1].repeat_interleave(4, dim=2), pixel_mask[:, :, 1:]], dim=2)
+    folded = folded.view(1, folded.shape[2] // 4, 4, height, width).transpose(1, 2)
+    return resize_mask(1 - folded, (t_lat, h_lat, w_lat)), encode(masked_video), folded
+
+
 def main():
     (model_config, low_weights, high_weights, vae_config, vae_weights, inputs_path, out_path) = sys.argv[1:8]
     with open(model_config) as f:
@@ -76,15 +94,8 @@ def main():
         c, t_lat, h_lat, w_lat = noise.shape
         control_latents = encode(vcfg, vp, control[None]) if control is not None else torch.zeros(latents_shape)
         if start is not None:
-            frames, height, width = 4 * (t_lat - 1) + 1, start.shape[1], start.shape[2]
-            video = start[None, :, None].repeat(1, 1, frames, 1, 1)
-            pixel_mask = torch.ones(1, 1, frames, height, width)
-            pixel_mask[:, :, 0] = 0
-            masked_video = video * (pixel_mask.repeat(1, 3, 1, 1, 1) < 0.5)
-            masked_latents = encode(vcfg, vp, masked_video)
-            folded = torch.cat([pixel_mask[:, :, 0:1].repeat_interleave(4, dim=2), pixel_mask[:, :, 1:]], dim=2)
-            folded = folded.view(1, folded.shape[2] // 4, 4, height, width).transpose(1, 2)
-            mask_latents = resize_mask(1 - folded, (t_lat, h_lat, w_lat))
+            mask_latents, masked_latents, _ = start_condition(lambda v: encode(vcfg, vp, v), start, t_lat, h_lat,
+                                                              w_lat)
         else:
             mask_latents = torch.zeros(1, 4, t_lat, h_lat, w_lat)
             masked_latents = torch.zeros(latents_shape)
