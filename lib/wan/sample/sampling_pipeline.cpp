@@ -797,7 +797,7 @@ at::Tensor SamplingPipeline::start_from_image() {
   if (config_.fun_control()) {  // the start picture is part of the control
     if (gives_fun_control(r) || !c.image.y.defined()) start_from_fun_control();
     // Wan2.2-Fun-5B-Control holds a given start's latents as TI2V holds its picture's.
-    if (config_.holds_start_frame() && start_given(c.image.y, config_.out_dim)[0])
+    if (config_.holds_start_frame() && c.image.y.defined() && start_given(c.image.y, config_.out_dim)[0])
       first_frame = start_latents(c.image.y, config_.out_dim);
     return first_frame;
   }
