@@ -86,9 +86,9 @@ void check_model(const distributed::World& world, const TrainSettings& settings,
                                                        path, config.vace() ? "VACE" : "Fun-Control"));
     if (settings.first_frame() && config.holds_start_frame())
       throw SettingError("condition", fmt::format("model config {} is Wan2.2-Fun-5B-Control, which holds each "
-                                                  "sample's start frame where its data show one (--start-drop "
-                                                  "drops it); first-frame is for ti2v models",
-                                                  path));
+                                                  "sample's start frame where its data show one ({} drops it); "
+                                                  "first-frame is for ti2v models",
+                                                  path, setting_reference("start_drop")));
     if (settings.first_frame() && config.model_type != ModelType::TI2V)
       throw SettingError("condition", fmt::format("the first-frame condition is Wan2.2 TI2V's: model config {} is {}, "
                                                   "not ti2v (set \"model_type\": \"ti2v\")",
